@@ -1,0 +1,205 @@
+#include "client.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int wait_fd(int fd, short events, long long deadline_ms)
+{
+    for (;;) {
+        long long left = deadline_ms - now_ms();
+        if (left <= 0)
+            return -ETIMEDOUT;
+        struct pollfd p = {.fd = fd, .events = events};
+        int n = poll(&p, 1, (int)left);
+        if (n > 0)
+            return 0;
+        if (n == 0)
+            return -ETIMEDOUT;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+int salus_send_frame(int fd, const void *frame, size_t bytes, int timeout_ms)
+{
+    const char *p = frame;
+    long long deadline = now_ms() + timeout_ms;
+    while (bytes > 0) {
+        ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            p += n;
+            bytes -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int rc = wait_fd(fd, POLLOUT, deadline);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        return n < 0 ? -errno : -EPIPE;
+    }
+    return 0;
+}
+
+static int recv_exact(int fd, void *buf, size_t bytes, long long deadline)
+{
+    char *p = buf;
+    while (bytes > 0) {
+        ssize_t n = recv(fd, p, bytes, MSG_DONTWAIT);
+        if (n > 0) {
+            p += n;
+            bytes -= (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return -ECONNRESET;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            int rc = wait_fd(fd, POLLIN, deadline);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        return -errno;
+    }
+    return 0;
+}
+
+int salus_recv_msg(int fd, proto_msg_t *msg, size_t max_frame_bytes, int timeout_ms)
+{
+    uint8_t header[PROTO_HEADER_BYTES];
+    uint32_t len;
+    long long deadline = now_ms() + timeout_ms;
+    int rc = recv_exact(fd, header, sizeof(header), deadline);
+    if (rc < 0)
+        return rc;
+    if (proto_frame_length(header, sizeof(header), max_frame_bytes, &len) != PROTO_OK)
+        return -EPROTO;
+    uint8_t *payload = malloc(len);
+    if (!payload)
+        return -ENOMEM;
+    rc = recv_exact(fd, payload, len, deadline);
+    if (rc == 0 && proto_decode(payload, len, msg, NULL) != PROTO_OK)
+        rc = -EPROTO;
+    free(payload);
+    return rc;
+}
+
+static void copy_error(const proto_msg_t *msg, char *err, size_t err_size)
+{
+    const char *text = "error";
+    size_t n = 5;
+    if (proto_get_str(&msg->body, "message", &text, &n) < 0) {
+        text = "error";
+        n = 5;
+    }
+    if (err && err_size)
+        snprintf(err, err_size, "%.*s", (int)n, text);
+}
+
+int salus_client_open(salus_client_t *c, const char *path, const char *client_name,
+                      int timeout_ms, char *err, size_t err_size)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    proto_msg_t reply;
+    int rc;
+
+    memset(c, 0, sizeof(*c));
+    c->fd = -1;
+    c->next_id = 1;
+    c->timeout_ms = timeout_ms;
+    c->max_frame_bytes = PROTO_DEFAULT_MAX_FRAME_BYTES;
+    proto_enc_init(&c->enc);
+    if (strlen(path) >= sizeof(addr.sun_path)) {
+        rc = -ENAMETOOLONG;
+        goto fail;
+    }
+    strcpy(addr.sun_path, path);
+    c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c->fd < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    if (connect(c->fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    proto_enc_hello(&c->enc, PROTO_VERSION, client_name);
+    rc = salus_send_frame(c->fd, c->enc.sbuf.data, c->enc.sbuf.size, timeout_ms);
+    if (rc < 0)
+        goto fail;
+    rc = salus_recv_msg(c->fd, &reply, c->max_frame_bytes, timeout_ms);
+    if (rc < 0)
+        goto fail;
+    if (reply.kind != PROTO_REPLY) {
+        copy_error(&reply, err, err_size);
+        proto_msg_free(&reply);
+        rc = -EPROTO;
+        goto fail;
+    }
+    if (proto_get_str_copy(&reply.body, "server", c->server, sizeof(c->server)) < 0)
+        snprintf(c->server, sizeof(c->server), "unknown");
+    proto_msg_free(&reply);
+    return 0;
+
+fail:
+    if (err && err_size && rc != -EPROTO)
+        snprintf(err, err_size, "%s", strerror(-rc));
+    salus_client_close(c);
+    return rc;
+}
+
+void salus_client_close(salus_client_t *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    proto_enc_destroy(&c->enc);
+    memset(&c->enc, 0, sizeof(c->enc));
+}
+
+msgpack_packer *salus_client_begin(salus_client_t *c, const char *op, uint32_t body_fields)
+{
+    proto_enc_begin(&c->enc, PROTO_REQUEST, c->next_id++, op, body_fields);
+    return &c->enc.pk;
+}
+
+int salus_client_call(salus_client_t *c, proto_msg_t *reply, char *err, size_t err_size)
+{
+    uint64_t id = c->next_id - 1;
+    proto_enc_finish(&c->enc);
+    int rc = salus_send_frame(c->fd, c->enc.sbuf.data, c->enc.sbuf.size, c->timeout_ms);
+    if (rc < 0)
+        return rc;
+    rc = salus_recv_msg(c->fd, reply, c->max_frame_bytes, c->timeout_ms);
+    if (rc < 0)
+        return rc;
+    if (reply->id != id) {
+        proto_msg_free(reply);
+        return -EPROTO;
+    }
+    if (reply->kind == PROTO_ERROR) {
+        copy_error(reply, err, err_size);
+        proto_msg_free(reply);
+        return -EREMOTEIO;
+    }
+    return 0;
+}

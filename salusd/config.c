@@ -1,0 +1,88 @@
+#include "config.h"
+
+#include "log.h"
+#include "paths.h"
+#include "proto.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define ROW(name, type, def, lo, hi, field, help)                                              \
+    {name, type, def, lo, hi, offsetof(salusd_config_t, field),                                \
+     sizeof(((salusd_config_t *)0)->field), help}
+
+const option_def_t salusd_options[] = {
+    ROW("socket", OPTION_STRING, NULL, 0, 0, socket_path,
+        "control socket path (default: $SALUS_SOCKET, /run/salus/salusd.sock as root, "
+        "else $XDG_RUNTIME_DIR/salus/salusd.sock or /tmp/salus-$UID/salusd.sock)"),
+    ROW("config", OPTION_STRING, NULL, 0, 0, config_path, "read options from this file first"),
+    ROW("foreground", OPTION_BOOL, "no", 0, 0, foreground,
+        "stay in the foreground (as under systemd) instead of detaching"),
+    ROW("log-level", OPTION_LOG_LEVEL, "info", 0, 0, log_level,
+        "error, warn, info, debug or trace"),
+    ROW("max-frame-bytes", OPTION_BYTES, "1MiB", 64, 64LL << 20, max_frame_bytes,
+        "largest protocol frame accepted from a client"),
+    ROW("max-connections", OPTION_INT, "1024", 1, 65536, max_connections,
+        "client connections served at once"),
+    ROW("hello-timeout-ms", OPTION_INT, "10000", 10, 3600000, hello_timeout_ms,
+        "a client that has not said hello by then is disconnected"),
+};
+const size_t salusd_option_count = sizeof(salusd_options) / sizeof(salusd_options[0]);
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: salusd [OPTIONS]\n\nThe salus GPU sharing daemon.\n\nOptions:\n");
+    options_usage(salusd_options, salusd_option_count, out);
+    fprintf(out, "  %-28s %s\n  %-28s %s\n", "--help", "show this help", "--version",
+            "show the version");
+}
+
+int salusd_config_load(salusd_config_t *cfg, int argc, char **argv)
+{
+    char err[512];
+    int next = 1;
+
+    memset(cfg, 0, sizeof(*cfg));
+    if (options_set_defaults(salusd_options, salusd_option_count, cfg) < 0) {
+        fprintf(stderr, "salusd: invalid built-in defaults\n");
+        return -1;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 1;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("salusd %s (protocol %d)\n", SALUS_VERSION, PROTO_VERSION);
+            return 1;
+        }
+    }
+    /* First pass for --config alone, so that the command line overrides the file. */
+    salusd_config_t probe = *cfg;
+    if (options_parse_args(salusd_options, salusd_option_count, &probe, argc, argv, &next, err,
+                           sizeof(err)) < 0) {
+        fprintf(stderr, "salusd: %s (see salusd --help)\n", err);
+        return -1;
+    }
+    if (next < argc) {
+        fprintf(stderr, "salusd: unexpected argument '%s' (see salusd --help)\n", argv[next]);
+        return -1;
+    }
+    if (probe.config_path[0] &&
+        options_load_file(salusd_options, salusd_option_count, cfg, probe.config_path, err,
+                          sizeof(err)) < 0) {
+        fprintf(stderr, "salusd: config: %s\n", err);
+        return -1;
+    }
+    if (options_parse_args(salusd_options, salusd_option_count, cfg, argc, argv, &next, err,
+                           sizeof(err)) < 0) {
+        fprintf(stderr, "salusd: %s\n", err);
+        return -1;
+    }
+    if (!cfg->socket_path[0] && salus_default_socket_path(cfg->socket_path,
+                                                          sizeof(cfg->socket_path)) < 0) {
+        fprintf(stderr, "salusd: the socket path is too long for a Unix socket\n");
+        return -1;
+    }
+    return 0;
+}

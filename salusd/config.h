@@ -1,0 +1,26 @@
+/* salusd's options: one table (config.c) used by the command line and --config files. */
+#ifndef SALUS_SALUSD_CONFIG_H
+#define SALUS_SALUSD_CONFIG_H
+
+#include "options.h"
+
+#include <stddef.h>
+
+typedef struct salusd_config_s {
+    char socket_path[108];
+    char config_path[4096];
+    int foreground;
+    int log_level;
+    unsigned long long max_frame_bytes;
+    long long max_connections;
+    long long hello_timeout_ms;
+} salusd_config_t;
+
+extern const option_def_t salusd_options[];
+extern const size_t salusd_option_count;
+
+/* Defaults, then the --config file (if named on the command line), then the command line.
+ * Returns 0, 1 when --help or --version was handled, or -1 with a message printed. */
+int salusd_config_load(salusd_config_t *cfg, int argc, char **argv);
+
+#endif

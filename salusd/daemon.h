@@ -1,0 +1,61 @@
+/* The daemon's state, shared by its parts (server, handlers, registry). One instance. */
+#ifndef SALUS_SALUSD_DAEMON_H
+#define SALUS_SALUSD_DAEMON_H
+
+#include "config.h"
+#include "proto.h"
+#include "registry.h"
+
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/types.h>
+
+struct event_base;
+struct evconnlistener;
+struct bufferevent;
+
+typedef struct conn_s {
+    struct salusd_s *daemon;
+    struct bufferevent *bev;
+    pid_t pid;                /* from SO_PEERCRED */
+    uid_t uid;
+    gid_t gid;
+    int hello_done;
+    int closing;              /* an error was sent; close once it is written */
+    uint64_t job_id;          /* 0: not registered as a job */
+    char client[32];
+    LIST_ENTRY(conn_s) link;
+} conn_t;
+
+typedef struct salusd_s {
+    salusd_config_t config;
+    struct event_base *base;
+    struct evconnlistener *listener;
+    struct event *signal_events[3];
+    registry_t *registry;
+    LIST_HEAD(conn_list, conn_s) conns;
+    unsigned connection_count;
+    uint64_t started_ns;
+    uint64_t frames_rejected;
+    uint64_t requests_served;
+    int socket_bound;
+    proto_enc_t enc;          /* scratch encoder for replies (single-threaded loop) */
+} salusd_t;
+
+uint64_t salusd_now_ns(void);
+
+/* server.c */
+int server_start(salusd_t *d);
+void server_stop(salusd_t *d);
+/* Queues an encoded frame (enc->sbuf) on the connection. */
+void server_send(conn_t *c, const proto_enc_t *enc);
+/* Sends an error reply; with close_after, closes the connection once it is written. */
+void server_reply_error(conn_t *c, uint64_t id, proto_error_code_t code, int close_after,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* handlers.c: answers one request (kind PROTO_REQUEST) from a connection that said hello. */
+void handlers_dispatch(conn_t *c, const proto_msg_t *msg);
+/* Called when a connection goes away: forgets the job it registered. */
+void handlers_connection_closed(conn_t *c);
+
+#endif

@@ -1,0 +1,129 @@
+/* salusd: the per-node daemon. Start-up, detaching, signals, shutdown. */
+#include "daemon.h"
+
+#include "log.h"
+#include "notify.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t salusd_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void on_signal(evutil_socket_t sig, short events, void *arg)
+{
+    salusd_t *d = arg;
+    (void)events;
+    LOG_INFO("received %s; shutting down", strsignal((int)sig));
+    event_base_loopexit(d->base, NULL);
+}
+
+/* Forks; the parent waits until the child is ready (or failed) and exits with that. */
+static int detach(int *ready_fd)
+{
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) < 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -errno;
+    if (pid > 0) {
+        char status = 1;
+        close(pipefd[1]);
+        if (read(pipefd[0], &status, 1) != 1)
+            status = 1;
+        _exit(status == 0 ? 0 : 1);
+    }
+    close(pipefd[0]);
+    setsid();
+    int null_fd = open("/dev/null", O_RDWR);
+    if (null_fd >= 0) {
+        dup2(null_fd, STDIN_FILENO);
+        dup2(null_fd, STDOUT_FILENO);
+        if (null_fd > STDERR_FILENO)
+            close(null_fd);
+    }
+    *ready_fd = pipefd[1];
+    return 0;
+}
+
+static void tell_parent(int *ready_fd, char status)
+{
+    if (*ready_fd < 0)
+        return;
+    ssize_t ignored = write(*ready_fd, &status, 1);
+    (void)ignored;
+    close(*ready_fd);
+    *ready_fd = -1;
+}
+
+int main(int argc, char **argv)
+{
+    salusd_t d;
+    int rc = 1, ready_fd = -1;
+    const int signals[] = {SIGTERM, SIGINT, SIGHUP};
+
+    memset(&d, 0, sizeof(d));
+    int loaded = salusd_config_load(&d.config, argc, argv);
+    if (loaded != 0)
+        return loaded > 0 ? 0 : 2;
+    salus_log_init("salusd", (salus_log_level_t)d.config.log_level);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (!d.config.foreground && detach(&ready_fd) < 0) {
+        LOG_ERROR("cannot detach: %s", strerror(errno));
+        return 1;
+    }
+    proto_enc_init(&d.enc);
+    LIST_INIT(&d.conns);
+    d.started_ns = salusd_now_ns();
+    d.base = event_base_new();
+    d.registry = registry_create();
+    if (!d.base || !d.registry) {
+        LOG_ERROR("out of memory at start-up");
+        goto out;
+    }
+    for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++) {
+        d.signal_events[i] = evsignal_new(d.base, signals[i], on_signal, &d);
+        if (!d.signal_events[i] || evsignal_add(d.signal_events[i], NULL) < 0) {
+            LOG_ERROR("cannot install signal handlers");
+            goto out;
+        }
+    }
+    if (server_start(&d) < 0)
+        goto out;
+
+    LOG_INFO("salusd %s listening on %s (pid %d, protocol %d)", SALUS_VERSION,
+             d.config.socket_path, (int)getpid(), PROTO_VERSION);
+    LOG_WARN("no GPU device layer yet: jobs are registered but not placed on a device");
+    notify_ready("listening");
+    tell_parent(&ready_fd, 0);
+    event_base_dispatch(d.base);
+    notify_stopping();
+    rc = 0;
+
+out:
+    tell_parent(&ready_fd, 1);
+    server_stop(&d);
+    for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
+        if (d.signal_events[i])
+            event_free(d.signal_events[i]);
+    registry_destroy(d.registry);
+    if (d.base)
+        event_base_free(d.base);
+    proto_enc_destroy(&d.enc);
+    if (rc == 0)
+        LOG_INFO("salusd stopped");
+    return rc;
+}

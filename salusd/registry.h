@@ -1,0 +1,46 @@
+/* The daemon's job registry: every job a client registered, with the identity the
+ * kernel vouched for (SO_PEERCRED), not the identity the client claimed. */
+#ifndef SALUS_SALUSD_REGISTRY_H
+#define SALUS_SALUSD_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define REGISTRY_NAME_BYTES 64
+
+typedef enum job_state {
+    JOB_WAITING = 0,
+    JOB_RUNNING,
+    JOB_PAUSED,
+    JOB_DONE,
+    JOB_FAILED,
+} job_state_t;
+
+typedef struct job_s {
+    uint64_t id;
+    char name[REGISTRY_NAME_BYTES];
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    job_state_t state;
+    uint64_t registered_ns;
+    void *owner;              /* the connection that registered it (opaque here) */
+} job_t;
+
+typedef struct registry_s registry_t;
+
+registry_t *registry_create(void);
+void registry_destroy(registry_t *reg);
+/* Adds a job and returns it (owned by the registry), or NULL when out of memory. */
+job_t *registry_add(registry_t *reg, const char *name, pid_t pid, uid_t uid, gid_t gid,
+                    uint64_t now_ns, void *owner);
+job_t *registry_find(registry_t *reg, uint64_t id);
+/* Removes a job by id. Returns 0, or -ENOENT. */
+int registry_remove(registry_t *reg, uint64_t id);
+size_t registry_count(const registry_t *reg);
+/* The i-th job in id order (0 <= i < registry_count()). */
+job_t *registry_at(registry_t *reg, size_t index);
+const char *job_state_name(job_state_t state);
+
+#endif

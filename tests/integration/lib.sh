@@ -1,0 +1,62 @@
+# Shared helpers of the integration tests. Sourced; expects SALUS_BUILD_DIR.
+set -euo pipefail
+
+: "${SALUS_BUILD_DIR:?run through ctest, or set SALUS_BUILD_DIR}"
+BIN="$SALUS_BUILD_DIR/bin"
+TBIN="$SALUS_BUILD_DIR/tests"
+SALUSD="$BIN/salusd"
+SALUSCTL="$BIN/salusctl"
+WIRE="$TBIN/salus-wire-test"
+
+WORK=$(mktemp -d /tmp/salus-it.XXXXXX)
+SOCK="$WORK/salusd.sock"
+export SALUS_SOCKET="$SOCK"
+DAEMON_PIDS=()
+
+cleanup() {
+    local pid
+    for pid in "${DAEMON_PIDS[@]}"; do
+        kill -9 "$pid" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL: $*" >&2
+    if [ -f "$WORK/salusd.log" ]; then
+        echo "--- salusd log ---" >&2
+        tail -n 30 "$WORK/salusd.log" >&2
+    fi
+    exit 1
+}
+
+pass() { echo "ok: $*"; }
+
+# start_daemon [ARGS...]: salusd in the foreground (as under systemd), in the background
+# of this script; waits until it answers. Sets DAEMON_PID.
+start_daemon() {
+    "$SALUSD" --foreground --socket "$SOCK" "$@" >>"$WORK/salusd.log" 2>&1 &
+    DAEMON_PID=$!
+    DAEMON_PIDS+=("$DAEMON_PID")
+    local i
+    for i in $(seq 1 200); do
+        if "$SALUSCTL" --socket "$SOCK" status >/dev/null 2>&1; then
+            return 0
+        fi
+        kill -0 "$DAEMON_PID" 2>/dev/null || fail "salusd exited during start-up"
+        sleep 0.05
+    done
+    fail "salusd did not answer within 10 s"
+}
+
+# stop_daemon [SIGNAL]: stops DAEMON_PID and checks that it exited cleanly (exit 0; under
+# the sanitizers a leak or error makes the exit status non-zero).
+stop_daemon() {
+    local sig="${1:-TERM}" rc=0
+    kill "-$sig" "$DAEMON_PID"
+    wait "$DAEMON_PID" || rc=$?
+    [ "$rc" -eq 0 ] || fail "salusd exited with status $rc after SIG$sig"
+}
+
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }

@@ -1,0 +1,99 @@
+/* Unit tests of the blocking client side (common/client.c) and socket paths (common/paths.c). */
+#include "client.h"
+#include "paths.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+START_TEST(test_frame_over_socketpair)
+{
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    proto_enc_t e;
+    proto_enc_init(&e);
+    proto_enc_begin(&e, PROTO_REQUEST, 3, "status", 1);
+    proto_pack_kv_str(&e.pk, "k", "v");
+    proto_enc_finish(&e);
+    ck_assert_int_eq(salus_send_frame(sv[0], e.sbuf.data, e.sbuf.size, 1000), 0);
+    proto_msg_t msg;
+    ck_assert_int_eq(salus_recv_msg(sv[1], &msg, 1024, 1000), 0);
+    ck_assert_str_eq(msg.op, "status");
+    ck_assert_uint_eq(msg.id, 3);
+    proto_msg_free(&msg);
+
+    /* nothing to read: a timeout, not a hang */
+    ck_assert_int_eq(salus_recv_msg(sv[1], &msg, 1024, 50), -ETIMEDOUT);
+    /* a frame over the receiver's cap is refused */
+    ck_assert_int_eq(salus_send_frame(sv[0], e.sbuf.data, e.sbuf.size, 1000), 0);
+    ck_assert_int_eq(salus_recv_msg(sv[1], &msg, 4, 1000), -EPROTO);
+    close(sv[0]);
+    close(sv[1]);
+    /* a peer that closes mid-frame */
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    ck_assert_int_eq(write(sv[0], e.sbuf.data, e.sbuf.size - 1), (ssize_t)e.sbuf.size - 1);
+    close(sv[0]);
+    ck_assert_int_eq(salus_recv_msg(sv[1], &msg, 1024, 1000), -ECONNRESET);
+    close(sv[1]);
+    proto_enc_destroy(&e);
+}
+END_TEST
+
+START_TEST(test_open_missing_socket)
+{
+    salus_client_t c;
+    char err[128] = "";
+    ck_assert_int_eq(salus_client_open(&c, "/nonexistent/dir/salusd.sock", "t", 100, err,
+                                       sizeof(err)),
+                     -ENOENT);
+    ck_assert_str_eq(err, strerror(ENOENT));
+}
+END_TEST
+
+START_TEST(test_default_paths)
+{
+    char path[108];
+    setenv("SALUS_SOCKET", "/x/y.sock", 1);
+    ck_assert_int_eq(salus_default_socket_path(path, sizeof(path)), 0);
+    ck_assert_str_eq(path, "/x/y.sock");
+    unsetenv("SALUS_SOCKET");
+    ck_assert_int_eq(salus_default_socket_path(path, sizeof(path)), 0);
+    if (geteuid() == 0) {
+        ck_assert_str_eq(path, "/run/salus/salusd.sock");
+    } else {
+        setenv("XDG_RUNTIME_DIR", "/run/user/42", 1);
+        ck_assert_int_eq(salus_default_socket_path(path, sizeof(path)), 0);
+        ck_assert_str_eq(path, "/run/user/42/salus/salusd.sock");
+        unsetenv("XDG_RUNTIME_DIR");
+        ck_assert_int_eq(salus_default_socket_path(path, sizeof(path)), 0);
+        char expected[64];
+        snprintf(expected, sizeof(expected), "/tmp/salus-%u/salusd.sock", (unsigned)getuid());
+        ck_assert_str_eq(path, expected);
+    }
+    char longname[200];
+    memset(longname, 'a', sizeof(longname) - 1);
+    longname[0] = '/';
+    longname[sizeof(longname) - 1] = '\0';
+    setenv("SALUS_SOCKET", longname, 1);
+    ck_assert_int_eq(salus_default_socket_path(path, sizeof(path)), -ENAMETOOLONG);
+    unsetenv("SALUS_SOCKET");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("client");
+    TCase *tc = tcase_create("client");
+    tcase_add_test(tc, test_frame_over_socketpair);
+    tcase_add_test(tc, test_open_missing_socket);
+    tcase_add_test(tc, test_default_paths);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

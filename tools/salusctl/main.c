@@ -1,0 +1,256 @@
+/* salusctl: the command-line client of salusd. A table of verbs; exit codes:
+ * 0 success, 1 the daemon failed or could not be reached, 2 usage error. */
+#include "client.h"
+#include "json.h"
+#include "paths.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { EXIT_OK = 0, EXIT_DAEMON = 1, EXIT_USAGE = 2 };
+
+typedef struct ctl_s {
+    char socket_path[108];
+    int json;
+    int timeout_ms;
+} ctl_t;
+
+typedef struct verb_s {
+    const char *name;
+    int min_args, max_args;
+    int (*run)(ctl_t *ctl, int argc, char **argv);
+    const char *usage;
+    const char *help;
+} verb_t;
+
+static int verb_help(ctl_t *ctl, int argc, char **argv);
+
+/* Connects and sends op with no body; on success the reply is in *reply. */
+static int call(ctl_t *ctl, const char *op, proto_msg_t *reply)
+{
+    salus_client_t c;
+    char err[256] = "";
+    int rc = salus_client_open(&c, ctl->socket_path, "salusctl", ctl->timeout_ms, err, sizeof(err));
+    if (rc < 0) {
+        if (rc == -EPROTO)
+            fprintf(stderr, "salusctl: salusd at %s refused the connection: %s\n",
+                    ctl->socket_path, err);
+        else
+            fprintf(stderr, "salusctl: cannot reach salusd at %s: %s\n", ctl->socket_path, err);
+        return EXIT_DAEMON;
+    }
+    salus_client_begin(&c, op, 0);
+    rc = salus_client_call(&c, reply, err, sizeof(err));
+    salus_client_close(&c);
+    if (rc == -EREMOTEIO) {
+        fprintf(stderr, "salusctl: %s: %s\n", op, err);
+        return EXIT_DAEMON;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "salusctl: %s: no answer from salusd at %s: %s\n", op, ctl->socket_path,
+                strerror(-rc));
+        return EXIT_DAEMON;
+    }
+    return EXIT_OK;
+}
+
+static uint64_t get_u(const msgpack_object *map, const char *key)
+{
+    uint64_t v = 0;
+    proto_get_uint(map, key, &v);
+    return v;
+}
+
+static const char *get_s(const msgpack_object *map, const char *key, char *buf, size_t size)
+{
+    if (proto_get_str_copy(map, key, buf, size) < 0)
+        snprintf(buf, size, "?");
+    return buf;
+}
+
+static int verb_status(ctl_t *ctl, int argc, char **argv)
+{
+    proto_msg_t reply;
+    char a[128], b[128], dev[64];
+    (void)argc;
+    (void)argv;
+    int rc = call(ctl, "status", &reply);
+    if (rc != EXIT_OK)
+        return rc;
+    if (ctl->json) {
+        json_print(stdout, &reply.body);
+        putchar('\n');
+    } else {
+        uint64_t up = get_u(&reply.body, "uptime_ms");
+        printf("%s (protocol %llu) on %s\n", get_s(&reply.body, "server", a, sizeof(a)),
+               (unsigned long long)get_u(&reply.body, "protocol"),
+               get_s(&reply.body, "socket", b, sizeof(b)));
+        printf("  pid          %llu\n", (unsigned long long)get_u(&reply.body, "pid"));
+        printf("  uptime       %llu.%01llu s\n", (unsigned long long)(up / 1000),
+               (unsigned long long)(up % 1000 / 100));
+        printf("  device       %s\n", get_s(&reply.body, "device", dev, sizeof(dev)));
+        printf("  jobs         %llu\n", (unsigned long long)get_u(&reply.body, "jobs"));
+        printf("  connections  %llu\n", (unsigned long long)get_u(&reply.body, "connections"));
+    }
+    proto_msg_free(&reply);
+    return EXIT_OK;
+}
+
+static int verb_ps(ctl_t *ctl, int argc, char **argv)
+{
+    proto_msg_t reply;
+    (void)argc;
+    (void)argv;
+    int rc = call(ctl, "ps", &reply);
+    if (rc != EXIT_OK)
+        return rc;
+    const msgpack_object *jobs = proto_get(&reply.body, "jobs");
+    if (!jobs || jobs->type != MSGPACK_OBJECT_ARRAY) {
+        fprintf(stderr, "salusctl: ps: salusd sent a reply without a job list\n");
+        proto_msg_free(&reply);
+        return EXIT_DAEMON;
+    }
+    if (ctl->json) {
+        json_print(stdout, jobs);
+        putchar('\n');
+    } else {
+        printf("%-6s %-24s %-8s %-6s %-8s %s\n", "ID", "NAME", "PID", "UID", "STATE", "AGE");
+        for (uint32_t i = 0; i < jobs->via.array.size; i++) {
+            const msgpack_object *j = &jobs->via.array.ptr[i];
+            char name[64], state[16];
+            printf("%-6llu %-24s %-8llu %-6llu %-8s %.1fs\n",
+                   (unsigned long long)get_u(j, "id"), get_s(j, "name", name, sizeof(name)),
+                   (unsigned long long)get_u(j, "pid"), (unsigned long long)get_u(j, "uid"),
+                   get_s(j, "state", state, sizeof(state)), (double)get_u(j, "age_ms") / 1000.0);
+        }
+    }
+    proto_msg_free(&reply);
+    return EXIT_OK;
+}
+
+static int verb_version(ctl_t *ctl, int argc, char **argv)
+{
+    salus_client_t c;
+    char err[256] = "";
+    (void)argc;
+    (void)argv;
+    printf("salusctl %s (protocol %d)\n", SALUS_VERSION, PROTO_VERSION);
+    if (salus_client_open(&c, ctl->socket_path, "salusctl", ctl->timeout_ms, err, sizeof(err)) < 0) {
+        fprintf(stderr, "salusctl: cannot reach salusd at %s: %s\n", ctl->socket_path, err);
+        return EXIT_DAEMON;
+    }
+    printf("%s\n", c.server);
+    salus_client_close(&c);
+    return EXIT_OK;
+}
+
+static const verb_t verbs[] = {
+    {"status", 0, 0, verb_status, "status [--json]", "show the daemon's state"},
+    {"ps", 0, 0, verb_ps, "ps [--json]", "list jobs"},
+    {"version", 0, 0, verb_version, "version", "show the client's and the daemon's versions"},
+    {"help", 0, 1, verb_help, "help [VERB]", "show help for all verbs or one"},
+};
+#define VERB_COUNT (sizeof(verbs) / sizeof(verbs[0]))
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: salusctl [--socket PATH] [--json] VERB [ARGS]\n\nVerbs:\n");
+    for (size_t i = 0; i < VERB_COUNT; i++)
+        fprintf(out, "  %-18s %s\n", verbs[i].usage, verbs[i].help);
+    fprintf(out, "\nOptions:\n  --socket PATH      salusd's control socket (default: $SALUS_SOCKET "
+                 "or the per-user default)\n  --json             machine-readable output\n"
+                 "  --timeout-ms N     give up on the daemon after N ms (default 5000)\n");
+}
+
+static const verb_t *find_verb(const char *name)
+{
+    for (size_t i = 0; i < VERB_COUNT; i++)
+        if (strcmp(verbs[i].name, name) == 0)
+            return &verbs[i];
+    return NULL;
+}
+
+static int verb_help(ctl_t *ctl, int argc, char **argv)
+{
+    (void)ctl;
+    if (argc == 0) {
+        usage(stdout);
+        return EXIT_OK;
+    }
+    const verb_t *v = find_verb(argv[0]);
+    if (!v) {
+        fprintf(stderr, "salusctl: no verb '%s' (see salusctl help)\n", argv[0]);
+        return EXIT_USAGE;
+    }
+    printf("usage: salusctl %s\n  %s\n", v->usage, v->help);
+    return EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    ctl_t ctl = {.timeout_ms = 5000};
+    const char *verb_name = NULL;
+    char *args[64];
+    int nargs = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--json") == 0) {
+            ctl.json = 1;
+        } else if (strcmp(a, "--socket") == 0 || strcmp(a, "--timeout-ms") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "salusctl: %s needs a value\n", a);
+                return EXIT_USAGE;
+            }
+            if (a[2] == 's') {
+                if (snprintf(ctl.socket_path, sizeof(ctl.socket_path), "%s", argv[++i]) >=
+                    (int)sizeof(ctl.socket_path)) {
+                    fprintf(stderr, "salusctl: socket path too long\n");
+                    return EXIT_USAGE;
+                }
+            } else {
+                char *end;
+                long v = strtol(argv[++i], &end, 10);
+                if (*end || v <= 0 || v > 3600000) {
+                    fprintf(stderr, "salusctl: --timeout-ms expects 1..3600000\n");
+                    return EXIT_USAGE;
+                }
+                ctl.timeout_ms = (int)v;
+            }
+        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return EXIT_OK;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            fprintf(stderr, "salusctl: unknown option '%s' (see salusctl help)\n", a);
+            return EXIT_USAGE;
+        } else if (!verb_name) {
+            verb_name = a;
+        } else if (nargs < (int)(sizeof(args) / sizeof(args[0]))) {
+            args[nargs++] = argv[i];
+        } else {
+            fprintf(stderr, "salusctl: too many arguments\n");
+            return EXIT_USAGE;
+        }
+    }
+    if (!verb_name) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const verb_t *verb = find_verb(verb_name);
+    if (!verb) {
+        fprintf(stderr, "salusctl: unknown verb '%s' (see salusctl help)\n", verb_name);
+        return EXIT_USAGE;
+    }
+    if (nargs < verb->min_args || nargs > verb->max_args) {
+        fprintf(stderr, "salusctl: usage: salusctl %s\n", verb->usage);
+        return EXIT_USAGE;
+    }
+    if (!ctl.socket_path[0] && salus_default_socket_path(ctl.socket_path,
+                                                         sizeof(ctl.socket_path)) < 0) {
+        fprintf(stderr, "salusctl: the socket path is too long\n");
+        return EXIT_USAGE;
+    }
+    return verb->run(&ctl, nargs, args);
+}

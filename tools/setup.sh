@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine and builds salus.
+#
+#   tools/setup.sh [--build-dir DIR] [--sanitize] [--werror] [--cuda DIR] [--no-install]
+#
+# Installs what is missing from the distribution's packages (needs root or sudo), finds the
+# CUDA toolkit (default /usr/local/cuda, or $CUDA_HOME, or --cuda), configures and builds.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=""
+SANITIZE=OFF
+WERROR=OFF
+INSTALL=1
+CUDA_DIR="${CUDA_HOME:-/usr/local/cuda}"
+
+die() { echo "setup: $*" >&2; exit 1; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --build-dir) BUILD_DIR=${2:?--build-dir needs a value}; shift 2 ;;
+        --sanitize) SANITIZE=ON; shift ;;
+        --werror) WERROR=ON; shift ;;
+        --cuda) CUDA_DIR=${2:?--cuda needs a value}; shift 2 ;;
+        --no-install) INSTALL=0; shift ;;
+        -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "setup: unknown option '$1' (see tools/setup.sh --help)" >&2; exit 2 ;;
+    esac
+done
+if [ -z "$BUILD_DIR" ]; then
+    if [ "$SANITIZE" = ON ]; then BUILD_DIR="$ROOT/build-asan"; else BUILD_DIR="$ROOT/build"; fi
+fi
+
+# Build tools and the libraries of DESIGN.md, all from Debian's packages.
+PACKAGES=(build-essential cmake pkg-config python3 libevent-dev libjemalloc-dev libmsgpack-dev
+          check libsubunit-dev)
+OPTIONAL=(libsystemd-dev clang gnuplot-nox)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+optional_missing=()
+for p in "${OPTIONAL[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || optional_missing+=("$p")
+done
+
+if [ $((${#missing[@]} + ${#optional_missing[@]})) -gt 0 ] && [ "$INSTALL" = 1 ]; then
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 && SUDO="sudo" ||
+            { [ ${#missing[@]} -eq 0 ] || die "missing packages ${missing[*]}; install them as root"; }
+    fi
+    if [ "$(id -u)" -eq 0 ] || [ -n "$SUDO" ]; then
+        echo "setup: installing ${missing[*]} ${optional_missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        $SUDO apt-get update -qq >/dev/null || die "apt-get update failed"
+        if [ ${#missing[@]} -gt 0 ]; then
+            $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+                die "apt-get install ${missing[*]} failed"
+        fi
+        for p in "${optional_missing[@]}"; do  # each optional one alone: absent is fine
+            $SUDO apt-get install -y -qq --no-install-recommends "$p" >/dev/null 2>&1 ||
+                echo "setup: optional package $p is not available; continuing without it"
+        done
+    fi
+elif [ ${#missing[@]} -gt 0 ]; then
+    die "missing packages: ${missing[*]} (run without --no-install, as root)"
+fi
+
+[ -f "$CUDA_DIR/include/cuda.h" ] ||
+    die "CUDA toolkit not found: $CUDA_DIR/include/cuda.h is missing (install the toolkit, set CUDA_HOME or pass --cuda DIR)"
+
+cmake -S "$ROOT" -B "$BUILD_DIR" -DSALUS_CUDA_HOME="$CUDA_DIR" -DSALUS_SANITIZE="$SANITIZE" \
+      -DSALUS_WERROR="$WERROR" >"$BUILD_DIR.configure.log" 2>&1 ||
+    { cat "$BUILD_DIR.configure.log" >&2; die "cmake configure failed"; }
+rm -f "$BUILD_DIR.configure.log"
+cmake --build "$BUILD_DIR" -j "$(nproc)" >"$BUILD_DIR.build.log" 2>&1 ||
+    { tail -n 60 "$BUILD_DIR.build.log" >&2; die "build failed (full log: $BUILD_DIR.build.log)"; }
+rm -f "$BUILD_DIR.build.log"
+echo "setup: built salus in $BUILD_DIR (sanitizers: $SANITIZE)"

@@ -1,0 +1,88 @@
+/* Lane manager internals shared by lanes.c (public API) and lanes_plan.c (state, placement,
+ * defragmentation, change reports). Not a public header.
+ *
+ * Every change is made on a copy of the state (lanes_state_clone), checked, then committed
+ * or dropped, so that a failed attempt never leaves half a change behind. The copy reserves
+ * room for one more job and one more lane, so planning itself never allocates.
+ *
+ * State invariants after every committed call: every lane holds at least one job, and its
+ * size equals the largest E of its jobs (lanes_state_tidy); each GPU keeps
+ * sum(P + overhead) + sum(lane sizes) <= capacity. */
+#ifndef SALUS_MEMORY_LANES_INTERNAL_H
+#define SALUS_MEMORY_LANES_INTERNAL_H
+
+#include "lanes.h"
+
+#define LANES_NO_LANE 0u           /* lane ids start at 1 */
+#define LANES_MEMORY_FRESH (-1LL)  /* lane memory not used by any job yet */
+#define LANES_MEMORY_MIXED (-2LL)  /* merged from lanes last used by different uids */
+
+typedef struct lanes_job_s {
+    uint64_t id;
+    uint32_t uid;
+    uint64_t persistent_bytes;
+    uint64_t ephemeral_bytes;
+    int gpu;          /* -1 while not placed */
+    uint32_t lane_id; /* LANES_NO_LANE while not placed */
+    bool provisional;
+    bool granted;
+} lanes_job_t;
+
+typedef struct lanes_lane_s {
+    uint32_t id;
+    int gpu;
+    uint64_t size_bytes;
+    uint32_t tenant_uid;  /* the uid of its jobs when lanes are not shared */
+    long long memory_uid; /* uid whose data the lane may hold, or LANES_MEMORY_* */
+} lanes_lane_t;
+
+typedef struct lanes_gpu_s {
+    int index;
+    uint64_t capacity_bytes;
+} lanes_gpu_t;
+
+typedef struct lanes_state_s {
+    lanes_gpu_t *gpus;
+    size_t gpu_count, gpu_capacity;
+    lanes_lane_t *lanes;
+    size_t lane_count, lane_capacity;
+    lanes_job_t *jobs;
+    size_t job_count, job_capacity;
+    uint32_t next_lane_id;
+} lanes_state_t;
+
+struct lanes_s {
+    lanes_config_t config;
+    lanes_state_t state;
+};
+
+/* Deep copy with room for one more job, one more lane and one more GPU. 0 or -1 (ENOMEM). */
+int lanes_state_clone(const lanes_state_t *source, lanes_state_t *copy);
+void lanes_state_free(lanes_state_t *state);
+
+lanes_job_t *lanes_state_job(const lanes_state_t *state, uint64_t job_id);
+lanes_lane_t *lanes_state_lane(const lanes_state_t *state, uint32_t lane_id);
+const lanes_gpu_t *lanes_state_gpu(const lanes_state_t *state, int gpu);
+size_t lanes_state_lane_job_count(const lanes_state_t *state, uint32_t lane_id);
+size_t lanes_state_gpu_job_count(const lanes_state_t *state, int gpu);
+uint64_t lanes_state_gpu_persistent_bytes(const lanes_state_t *state, const lanes_config_t *config,
+                                          int gpu);
+uint64_t lanes_state_gpu_lane_bytes(const lanes_state_t *state, int gpu);
+
+/* Closes the GPU's empty lanes and sets each other lane to its jobs' largest E. */
+void lanes_state_tidy(lanes_state_t *state, int gpu);
+
+/* Places the unplaced job by steps 1-2 of lanes.h on `gpu` (or every GPU when gpu < 0).
+ * true when placed. */
+bool lanes_place_plain(lanes_state_t *state, const lanes_config_t *config, lanes_job_t *job,
+                       int gpu);
+/* Step 3 on one GPU: grows or merges lanes until the job is placed. Returns the number of
+ * layout changes it made (>= 0), or -1 when no re-layout makes room. */
+int lanes_place_defragment(lanes_state_t *state, const lanes_config_t *config, lanes_job_t *job,
+                           int gpu);
+
+/* Reports the differences between two states through config->on_change. */
+void lanes_report_changes(const lanes_state_t *before, const lanes_state_t *after,
+                          const lanes_config_t *config);
+
+#endif

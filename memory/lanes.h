@@ -1,0 +1,190 @@
+/* Lane manager: which GPU and which lane each admitted job's memory lives in.
+ *
+ * Model (per GPU)
+ *   capacity = total memory - reserve (the daemon's own context and anything else the
+ *   daemon keeps). Every admitted job charges its persistent size P plus a per-job context
+ *   overhead (config.job_overhead_bytes: 512 MiB by default for a real GPU's context, 0 on
+ *   simgpu) to the GPU. A lane of size L is ephemeral memory time-shared by jobs whose
+ *   ephemeral peak E <= L; their iterations are serialised (lanes_grant / lanes_yield).
+ *   Invariant, checked on every change:
+ *       sum over admitted jobs (P + overhead) + sum of lane sizes <= capacity.
+ *
+ * Admission (lanes_admit), on the GPUs the request allows:
+ *   1. open a new lane of size E where it fits; among GPUs, the one with the fewest admitted
+ *      jobs (spread work across idle GPUs), then the least memory left over (best fit), then
+ *      the lowest index;
+ *   2. else join the best-fitting existing lane: the smallest L >= E whose tenancy allows the
+ *      job and whose GPU still holds P + overhead (ties: fewer jobs in the lane, lower GPU);
+ *   3. else, if config.defragment: on each GPU, plan a re-layout that makes room (grow a
+ *      compatible lane to E and join it, or merge pairs of compatible lanes, largest saving
+ *      first, then retry 1-3); the GPU needing the fewest changes wins;
+ *   4. else LANES_WAIT: nothing changed; the caller keeps the job waiting and retries (in the
+ *      policy's admission order, see lanes_admit_in_order) after something was released.
+ *   A job with P + overhead + E above the capacity of every allowed GPU is refused with
+ *   LANES_NEVER_FITS rather than left waiting.
+ *   config.max_jobs_per_gpu (0 = no limit) caps admitted jobs per GPU: the FIFO policy's
+ *   "one job per GPU" (policy_max_jobs_per_gpu()).
+ *
+ * Tenancy: a lane holds jobs of one uid, unless config.share_lanes_across_users; then
+ *   lanes_grant() reports clear_needed when the lane's memory was last used by another uid
+ *   (the daemon clears the lane before the job runs). Memory of closed lanes that the daemon
+ *   reuses for another user is the daemon's to clear.
+ *
+ * Changes: every call that changes the layout reports each change through
+ *   config.on_change, in an order that is safe to apply (job moves, closed lanes, shrunk
+ *   lanes, grown lanes, opened lanes). The books change at once; the daemon carries a change
+ *   out when the jobs concerned reach an iteration boundary (a moved or merged job waits for
+ *   its new lane to be idle; memory freed by a shrink or a close becomes usable once the job
+ *   that used it has yielded).
+ *
+ * Learned sizes: a request may give P or E as LANES_SIZE_UNKNOWN; the job is then admitted on
+ *   config.provisional_* sizes and marked provisional. After warm-up the daemon calls
+ *   lanes_update_sizes() with the measured values: the job stays in its lane (resized if
+ *   needed), moves to another lane of the same GPU (LANES_MOVED), or, when the new sizes do not
+ *   fit now, keeps its old books and gets LANES_NO_LONGER_FITS (LANES_NEVER_FITS if they
+ *   exceed the GPU). Its GPU never changes: its persistent memory lives there.
+ *
+ * Pure logic: no I/O, no clock, no driver calls, not thread-safe (the daemon's loop owns it).
+ * Numbers of jobs per node are small (tens), so the structures are plain arrays. */
+#ifndef SALUS_MEMORY_LANES_H
+#define SALUS_MEMORY_LANES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LANES_SIZE_UNKNOWN UINT64_MAX
+#define LANES_DEFAULT_JOB_OVERHEAD_BYTES (512ull << 20)
+#define LANES_DEFAULT_PROVISIONAL_PERSISTENT_BYTES (1ull << 30)
+#define LANES_DEFAULT_PROVISIONAL_EPHEMERAL_BYTES (2ull << 30)
+#define LANES_ANY_GPU (-1)
+
+typedef struct lanes_s lanes_t;
+
+typedef enum lanes_status_e {
+    LANES_OK = 0,               /* admitted / updated in place / done */
+    LANES_WAIT = 1,             /* does not fit now; nothing changed */
+    LANES_MOVED = 2,            /* update_sizes: now in another lane of the same GPU */
+    LANES_NEVER_FITS = -1,      /* P + overhead + E exceeds the capacity of every allowed GPU */
+    LANES_NO_LONGER_FITS = -2,  /* update_sizes: new sizes do not fit now; old books kept */
+    LANES_ERROR_EXISTS = -3,    /* job id or GPU index already known */
+    LANES_ERROR_UNKNOWN = -4,   /* no such job, GPU or lane */
+    LANES_ERROR_NO_MEMORY = -5, /* host allocation failed; nothing changed */
+    LANES_ERROR_INVALID = -6,   /* bad argument */
+    LANES_ERROR_BUSY = -7,      /* grant: another job of the lane holds it */
+} lanes_status_t;
+
+typedef enum lanes_change_kind_e {
+    LANES_CHANGE_JOB_MOVED,    /* job_id moved from old_lane_id to lane_id */
+    LANES_CHANGE_LANE_CLOSED,  /* lane_id released (old_size_bytes) */
+    LANES_CHANGE_LANE_RESIZED, /* old_size_bytes -> new_size_bytes */
+    LANES_CHANGE_LANE_OPENED,  /* lane_id created (new_size_bytes) */
+} lanes_change_kind_t;
+
+typedef struct lanes_change_s {
+    lanes_change_kind_t kind;
+    int gpu;
+    uint32_t lane_id;
+    uint32_t old_lane_id; /* JOB_MOVED only */
+    uint64_t job_id;      /* JOB_MOVED only */
+    uint64_t old_size_bytes;
+    uint64_t new_size_bytes;
+} lanes_change_t;
+
+typedef void (*lanes_change_fn)(void *context, const lanes_change_t *change);
+
+typedef struct lanes_config_s {
+    uint64_t job_overhead_bytes; /* charged per admitted job to its GPU; 0 on simgpu */
+    uint64_t provisional_persistent_bytes;
+    uint64_t provisional_ephemeral_bytes;
+    uint32_t max_jobs_per_gpu; /* 0 = no limit */
+    bool share_lanes_across_users;
+    bool defragment;
+    lanes_change_fn on_change; /* optional */
+    void *on_change_context;
+} lanes_config_t;
+
+typedef struct lanes_request_s {
+    uint64_t job_id;
+    uint32_t uid;
+    uint64_t persistent_bytes; /* or LANES_SIZE_UNKNOWN */
+    uint64_t ephemeral_bytes;  /* or LANES_SIZE_UNKNOWN */
+    int gpu;                   /* LANES_ANY_GPU, or the only GPU allowed */
+} lanes_request_t;
+
+typedef struct lanes_placement_s {
+    int gpu;
+    uint32_t lane_id;
+    uint64_t lane_size_bytes;
+    uint64_t persistent_bytes; /* the job's budget (without the context overhead) */
+    uint64_t ephemeral_bytes;
+    bool provisional;
+} lanes_placement_t;
+
+typedef struct lanes_lane_info_s {
+    int gpu;
+    uint32_t lane_id;
+    uint64_t size_bytes;
+    size_t job_count;
+    bool active; /* a job holds the lane (granted) */
+    uint64_t active_job_id;
+} lanes_lane_info_t;
+
+typedef struct lanes_gpu_info_s {
+    int gpu;
+    uint64_t capacity_bytes;
+    uint64_t persistent_bytes; /* sum of P + overhead of admitted jobs */
+    uint64_t lane_bytes;       /* sum of lane sizes */
+    uint64_t free_bytes;       /* capacity - persistent - lanes */
+    size_t job_count;
+    size_t lane_count;
+} lanes_gpu_info_t;
+
+/* Defaults: 512 MiB overhead, 1 GiB / 2 GiB provisional, no job limit, one user per lane,
+ * defragmentation on, no change callback. */
+void lanes_config_default(lanes_config_t *config);
+const char *lanes_status_name(lanes_status_t status);
+
+/* Copies the config. NULL config = defaults. Returns NULL when out of memory. */
+lanes_t *lanes_create(const lanes_config_t *config);
+void lanes_destroy(lanes_t *lanes); /* NULL ok */
+
+/* Adds GPU `gpu` (the daemon's index) with capacity total - reserve. */
+lanes_status_t lanes_add_gpu(lanes_t *lanes, int gpu, uint64_t total_bytes, uint64_t reserve_bytes);
+/* Changes the job limit per GPU (on a policy switch); admitted jobs stay. 0 = no limit. */
+void lanes_set_max_jobs_per_gpu(lanes_t *lanes, uint32_t max_jobs_per_gpu);
+
+/* LANES_OK (placement filled), LANES_WAIT, LANES_NEVER_FITS or an error. */
+lanes_status_t lanes_admit(lanes_t *lanes, const lanes_request_t *request,
+                           lanes_placement_t *placement);
+/* Tries requests in the given order (the policy's admission order). results[i] gets each
+ * status, placements[i] (optional array) each placement. With strict_order the first
+ * LANES_WAIT blocks all later requests (they get LANES_WAIT untried); NEVER_FITS and errors
+ * never block. Returns the number admitted. */
+size_t lanes_admit_in_order(lanes_t *lanes, const lanes_request_t *requests, size_t count,
+                            bool strict_order, lanes_status_t *results,
+                            lanes_placement_t *placements);
+/* Removes the job; closes its lane if empty, else shrinks the lane to its jobs' largest E. */
+lanes_status_t lanes_release(lanes_t *lanes, uint64_t job_id);
+/* New measured sizes (LANES_SIZE_UNKNOWN keeps a value). Clears the provisional mark on
+ * success. LANES_OK, LANES_MOVED, LANES_NO_LONGER_FITS, LANES_NEVER_FITS or an error.
+ * Call at the job's iteration boundary, while it does not hold its lane. */
+lanes_status_t lanes_update_sizes(lanes_t *lanes, uint64_t job_id, uint64_t persistent_bytes,
+                                  uint64_t ephemeral_bytes, lanes_placement_t *placement);
+
+/* The job starts an iteration in its lane. LANES_ERROR_BUSY when another job of the lane
+ * holds it. *clear_needed: the lane's memory was last used by another uid. */
+lanes_status_t lanes_grant(lanes_t *lanes, uint64_t job_id, bool *clear_needed);
+/* The job reached an iteration boundary and gives its lane back. */
+lanes_status_t lanes_yield(lanes_t *lanes, uint64_t job_id);
+
+lanes_status_t lanes_job_placement(const lanes_t *lanes, uint64_t job_id,
+                                   lanes_placement_t *placement);
+lanes_status_t lanes_gpu_info(const lanes_t *lanes, int gpu, lanes_gpu_info_t *info);
+/* Fills up to `capacity` lanes (GPU order, then lane id); returns how many lanes exist. */
+size_t lanes_list(const lanes_t *lanes, lanes_lane_info_t *out, size_t capacity);
+/* Fills up to `capacity` job ids of a lane (admission order); returns how many it holds. */
+size_t lanes_lane_jobs(const lanes_t *lanes, uint32_t lane_id, uint64_t *job_ids,
+                       size_t capacity);
+
+#endif

@@ -1,0 +1,46 @@
+/* Helpers shared by the policy files (not a public header). */
+#ifndef SALUS_SCHEDULER_POLICIES_POLICY_INTERNAL_H
+#define SALUS_SCHEDULER_POLICIES_POLICY_INTERNAL_H
+
+#include "policy.h"
+
+extern const policy_ops_t policy_fifo_ops;
+extern const policy_ops_t policy_srtf_ops;
+extern const policy_ops_t policy_pack_ops;
+extern const policy_ops_t policy_fair_ops;
+
+/* A policy's ordering rule: a key per job, lower first. */
+typedef uint64_t (*policy_key_fn)(const void *state, const policy_job_t *job);
+
+/* Ties on the policy's key: higher priority, then earlier arrival, then lower id. */
+int policy_compare_tiebreak(const policy_job_t *a, const policy_job_t *b);
+
+/* Index of the runnable job of `lane` with the lowest key (ties: policy_compare_tiebreak),
+ * or -1 when the lane has no runnable job. */
+int policy_pick_lowest(const void *state, policy_key_fn key, uint32_t lane,
+                       const policy_job_t *jobs, size_t count);
+
+/* Fills order[0..count) with the jobs sorted by key (ties: policy_compare_tiebreak). */
+void policy_order_by_key(const void *state, policy_key_fn key, const policy_job_t *jobs,
+                         size_t count, size_t *order);
+
+/* Per-job records a policy keeps, keyed by job id. Tens of jobs: a plain array. */
+typedef struct policy_record_s {
+    uint64_t job_id;
+    uint32_t lane;
+    uint64_t value;  /* meaning is the policy's */
+    uint64_t credit; /* meaning is the policy's */
+} policy_record_t;
+
+typedef struct policy_records_s {
+    policy_record_t *items;
+    size_t count, capacity;
+} policy_records_t;
+
+policy_record_t *policy_records_find(const policy_records_t *records, uint64_t job_id);
+/* Finds or adds (zeroed) the job's record; NULL when out of memory. */
+policy_record_t *policy_records_get(policy_records_t *records, uint64_t job_id);
+void policy_records_remove(policy_records_t *records, uint64_t job_id);
+void policy_records_free(policy_records_t *records);
+
+#endif

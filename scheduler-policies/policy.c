@@ -1,0 +1,176 @@
+/* Policy registry, run-time switch and the helpers the policy files share. */
+#include "policy-internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <strings.h>
+
+static const policy_ops_t *const registry[] = {
+    &policy_fifo_ops,
+    &policy_srtf_ops,
+    &policy_pack_ops,
+    &policy_fair_ops,
+};
+
+#define REGISTRY_SIZE (sizeof(registry) / sizeof(registry[0]))
+
+const policy_ops_t *policy_find(const char *name)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < REGISTRY_SIZE; i++)
+        if (strcasecmp(registry[i]->name, name) == 0)
+            return registry[i];
+    return NULL;
+}
+
+size_t policy_count(void)
+{
+    return REGISTRY_SIZE;
+}
+
+const policy_ops_t *policy_at(size_t index)
+{
+    return index < REGISTRY_SIZE ? registry[index] : NULL;
+}
+
+int policy_init(policy_t *policy, const char *name, const policy_config_t *config)
+{
+    const policy_ops_t *ops = policy_find(name);
+    if (!ops)
+        return -ENOENT;
+    void *state = ops->init(config);
+    if (!state)
+        return -ENOMEM;
+    policy->ops = ops;
+    policy->state = state;
+    return 0;
+}
+
+void policy_fini(policy_t *policy)
+{
+    if (policy->ops)
+        policy->ops->fini(policy->state);
+    policy->ops = NULL;
+    policy->state = NULL;
+}
+
+int policy_switch_ops(policy_t *policy, const policy_ops_t *ops, const policy_config_t *config,
+                      const policy_job_t *jobs, size_t count, uint64_t now_ns)
+{
+    if (!ops)
+        return -ENOENT;
+    policy_t next = {ops, ops->init(config)};
+    if (!next.state)
+        return -ENOMEM;
+    for (size_t i = 0; i < count; i++)
+        policy_job_arrived(&next, &jobs[i], now_ns);
+    policy_t old = *policy;
+    *policy = next;
+    policy_fini(&old);
+    return 0;
+}
+
+int policy_switch(policy_t *policy, const char *name, const policy_config_t *config,
+                  const policy_job_t *jobs, size_t count, uint64_t now_ns)
+{
+    return policy_switch_ops(policy, policy_find(name), config, jobs, count, now_ns);
+}
+
+int policy_compare_tiebreak(const policy_job_t *a, const policy_job_t *b)
+{
+    if (a->priority != b->priority)
+        return a->priority > b->priority ? -1 : 1;
+    if (a->arrival_ns != b->arrival_ns)
+        return a->arrival_ns < b->arrival_ns ? -1 : 1;
+    if (a->id != b->id)
+        return a->id < b->id ? -1 : 1;
+    return 0;
+}
+
+/* < 0 when a goes before b. */
+static int compare_by_key(const void *state, policy_key_fn key, const policy_job_t *a,
+                          const policy_job_t *b)
+{
+    uint64_t ka = key(state, a), kb = key(state, b);
+    if (ka != kb)
+        return ka < kb ? -1 : 1;
+    return policy_compare_tiebreak(a, b);
+}
+
+int policy_pick_lowest(const void *state, policy_key_fn key, uint32_t lane,
+                       const policy_job_t *jobs, size_t count)
+{
+    int best = -1;
+    for (size_t i = 0; i < count; i++) {
+        if (!jobs[i].runnable || jobs[i].lane != lane)
+            continue;
+        if (best < 0 || compare_by_key(state, key, &jobs[i], &jobs[best]) < 0)
+            best = (int)i;
+    }
+    return best;
+}
+
+void policy_order_by_key(const void *state, policy_key_fn key, const policy_job_t *jobs,
+                         size_t count, size_t *order)
+{
+    /* Insertion sort: stable, and the waiting list is short. */
+    for (size_t i = 0; i < count; i++) {
+        size_t j = i;
+        while (j > 0 && compare_by_key(state, key, &jobs[i], &jobs[order[j - 1]]) < 0) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+}
+
+static uint64_t arrival_key(const void *state, const policy_job_t *job)
+{
+    (void)state;
+    return job->arrival_ns;
+}
+
+void policy_order_by_arrival(const policy_job_t *waiting, size_t count, size_t *order)
+{
+    policy_order_by_key(NULL, arrival_key, waiting, count, order);
+}
+
+policy_record_t *policy_records_find(const policy_records_t *records, uint64_t job_id)
+{
+    for (size_t i = 0; i < records->count; i++)
+        if (records->items[i].job_id == job_id)
+            return &records->items[i];
+    return NULL;
+}
+
+policy_record_t *policy_records_get(policy_records_t *records, uint64_t job_id)
+{
+    policy_record_t *record = policy_records_find(records, job_id);
+    if (record)
+        return record;
+    if (records->count == records->capacity) {
+        size_t capacity = records->capacity ? records->capacity * 2 : 16;
+        policy_record_t *items = realloc(records->items, capacity * sizeof(*items));
+        if (!items)
+            return NULL;
+        records->items = items;
+        records->capacity = capacity;
+    }
+    record = &records->items[records->count++];
+    *record = (policy_record_t){.job_id = job_id};
+    return record;
+}
+
+void policy_records_remove(policy_records_t *records, uint64_t job_id)
+{
+    policy_record_t *record = policy_records_find(records, job_id);
+    if (record)
+        *record = records->items[--records->count];
+}
+
+void policy_records_free(policy_records_t *records)
+{
+    free(records->items);
+    *records = (policy_records_t){0};
+}

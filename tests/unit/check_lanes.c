@@ -1,0 +1,505 @@
+/* Unit tests for memory/lanes: table-driven scenarios (admission, best fit, release,
+ * defragmentation, multi-GPU placement, tenancy, never-fits refusal, learned sizes), plus
+ * ordered admission and change reports. */
+#include "lanes.h"
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define G (1ull << 30)
+#define M (1ull << 20)
+
+typedef enum {
+    L_END = 0,
+    L_GPU,     /* gpu, p = total, e = reserve */
+    L_ADMIT,   /* job, uid, p, e, gpu -> status, expect_gpu, expect_lane, expect_size */
+    L_RELEASE, /* job */
+    L_UPDATE,  /* job, p, e -> status, expect_lane, expect_size */
+    L_GRANT,   /* job -> status, clear */
+    L_YIELD,   /* job */
+    L_LANE,    /* expect_lane: expect_size and jobs (0 jobs = the lane must not exist) */
+    L_FREE,    /* gpu: expect_size = free bytes */
+} lanes_op_t;
+
+typedef struct {
+    lanes_op_t op;
+    uint64_t job;
+    uint32_t uid;
+    uint64_t p, e;
+    int gpu;
+    int status;
+    int expect_gpu;
+    uint32_t expect_lane;
+    uint64_t expect_size;
+    size_t jobs;
+    bool clear;
+} lanes_step_t;
+
+#define GPU(index, total, reserve) {.op = L_GPU, .gpu = (index), .p = (total), .e = (reserve)}
+#define ADMIT(id, user, P, E, st, g, lane, size)                                               \
+    {.op = L_ADMIT, .job = (id), .uid = (user), .p = (P), .e = (E), .gpu = LANES_ANY_GPU,       \
+     .status = (st), .expect_gpu = (g), .expect_lane = (lane), .expect_size = (size)}
+#define ADMIT_ON(on, id, user, P, E, st, g, lane, size)                                        \
+    {.op = L_ADMIT, .job = (id), .uid = (user), .p = (P), .e = (E), .gpu = (on),               \
+     .status = (st), .expect_gpu = (g), .expect_lane = (lane), .expect_size = (size)}
+#define RELEASE(id) {.op = L_RELEASE, .job = (id)}
+#define UPDATE(id, P, E, st, lane, size)                                                       \
+    {.op = L_UPDATE, .job = (id), .p = (P), .e = (E), .status = (st), .expect_lane = (lane),   \
+     .expect_size = (size)}
+#define GRANT(id, st, clr) {.op = L_GRANT, .job = (id), .status = (st), .clear = (clr)}
+#define YIELD(id) {.op = L_YIELD, .job = (id)}
+#define LANE(id, size, n) {.op = L_LANE, .expect_lane = (id), .expect_size = (size), .jobs = (n)}
+#define LANE_GONE(id) {.op = L_LANE, .expect_lane = (id), .jobs = 0}
+#define FREE(g, bytes) {.op = L_FREE, .gpu = (g), .expect_size = (bytes)}
+#define UNKNOWN LANES_SIZE_UNKNOWN
+
+typedef struct {
+    const char *name;
+    uint64_t overhead_bytes;
+    bool share;
+    bool no_defragment;
+    uint32_t max_jobs_per_gpu;
+    lanes_step_t steps[24];
+} lanes_case_t;
+
+static const lanes_case_t lanes_cases[] = {
+    {"admission opens lanes, then joins the best-fitting lane", 0, false, false, 0, {
+        GPU(0, 16 * G, 0),
+        ADMIT(1, 1000, 2 * G, 6 * G, LANES_OK, 0, 1, 6 * G),
+        ADMIT(2, 1000, 2 * G, 4 * G, LANES_OK, 0, 2, 4 * G),
+        ADMIT(3, 1000, 1 * G, 3 * G, LANES_OK, 0, 2, 4 * G),  /* lane 2 (4) beats lane 1 (6) */
+        ADMIT(4, 1000, 1 * G, 5 * G, LANES_OK, 0, 1, 6 * G),  /* only lane 1 holds E = 5 */
+        FREE(0, 0),
+        ADMIT(5, 1000, 5 * G, 1 * G, LANES_WAIT, 0, 0, 0),    /* even merged lanes leave < 5 */
+        LANE(1, 6 * G, 2),
+        LANE(2, 4 * G, 2),
+    }},
+    {"release shrinks lanes and closes empty ones", 0, false, false, 0, {
+        GPU(0, 10 * G, 0),
+        ADMIT(1, 1000, 1 * G, 6 * G, LANES_OK, 0, 1, 6 * G),
+        ADMIT(2, 1000, 2 * G, 2 * G, LANES_OK, 0, 1, 6 * G),
+        FREE(0, 1 * G),
+        RELEASE(1),
+        LANE(1, 2 * G, 1),
+        FREE(0, 6 * G),
+        RELEASE(2),
+        LANE_GONE(1),
+        FREE(0, 10 * G),
+        ADMIT(3, 1000, 1 * G, 9 * G, LANES_OK, 0, 2, 9 * G),
+    }},
+    {"without defragmentation a job waits", 0, false, true, 0, {
+        GPU(0, 10 * G, 0),
+        ADMIT(1, 1000, 1 * G, 3 * G, LANES_OK, 0, 1, 3 * G),
+        ADMIT(2, 1000, 1 * G, 3 * G, LANES_OK, 0, 2, 3 * G),
+        ADMIT(3, 2000, 1 * G, 4 * G, LANES_WAIT, 0, 0, 0),
+        ADMIT(4, 1000, 1 * G, 5 * G, LANES_WAIT, 0, 0, 0),
+    }},
+    {"defragmentation merges lanes to admit a waiting job", 0, false, false, 0, {
+        GPU(0, 10 * G, 0),
+        ADMIT(1, 1000, 1 * G, 3 * G, LANES_OK, 0, 1, 3 * G),
+        ADMIT(2, 1000, 1 * G, 3 * G, LANES_OK, 0, 2, 3 * G),
+        /* uid 2000 may not join uid 1000's lanes; merging lanes 1 and 2 frees 3 GiB */
+        ADMIT(3, 2000, 1 * G, 4 * G, LANES_OK, 0, 3, 4 * G),
+        LANE(1, 3 * G, 2),
+        LANE_GONE(2),
+        FREE(0, 0),
+    }},
+    {"defragmentation grows a lane to admit a waiting job", 0, false, false, 0, {
+        GPU(0, 10 * G, 0),
+        ADMIT(1, 1000, 1 * G, 3 * G, LANES_OK, 0, 1, 3 * G),
+        ADMIT(2, 1000, 1 * G, 3 * G, LANES_OK, 0, 2, 3 * G),
+        ADMIT(3, 1000, 1 * G, 4 * G, LANES_OK, 0, 1, 4 * G),
+        LANE(2, 3 * G, 1),
+        FREE(0, 0),
+        RELEASE(3),
+        LANE(1, 3 * G, 1),
+        RELEASE(2),
+        ADMIT(4, 1000, 1 * G, 3 * G, LANES_OK, 0, 3, 3 * G),
+        /* E = 5: no growth fits (8 + 1 + 2 > 10); merge, then grow the merged lane */
+        ADMIT(5, 1000, 1 * G, 5 * G, LANES_OK, 0, 1, 5 * G),
+        LANE(1, 5 * G, 3),
+        LANE_GONE(3),
+    }},
+    {"multi-GPU: spread, then best fit, pinning", 0, false, false, 0, {
+        GPU(0, 8 * G, 0),
+        GPU(1, 16 * G, 0),
+        ADMIT(1, 1000, 1 * G, 6 * G, LANES_OK, 0, 1, 6 * G),   /* both idle: least left over */
+        ADMIT(2, 1000, 1 * G, 2 * G, LANES_OK, 1, 2, 2 * G),   /* GPU 1 has fewer jobs */
+        ADMIT(3, 1000, 1 * G, 10 * G, LANES_OK, 1, 3, 10 * G), /* fits GPU 1 only */
+        ADMIT_ON(0, 4, 1000, 2 * G, 3 * G, LANES_WAIT, 0, 0, 0),
+        ADMIT_ON(1, 5, 1000, 1 * G, 1 * G, LANES_OK, 1, 4, 1 * G),
+        ADMIT_ON(7, 6, 1000, 1 * G, 1 * G, LANES_ERROR_UNKNOWN, 0, 0, 0),
+        ADMIT(1, 1000, 1 * G, 1 * G, LANES_ERROR_EXISTS, 0, 0, 0),
+    }},
+    {"multi-GPU: idle GPUs first, whatever is left over", 0, false, false, 0, {
+        GPU(0, 16 * G, 0),
+        GPU(1, 16 * G, 0),
+        GPU(2, 32 * G, 0),
+        ADMIT(1, 1000, 1 * G, 1 * G, LANES_OK, 0, 1, 1 * G),
+        ADMIT(2, 1000, 1 * G, 1 * G, LANES_OK, 1, 2, 1 * G),  /* not GPU 0 (less left over) */
+        ADMIT(3, 1000, 1 * G, 1 * G, LANES_OK, 2, 3, 1 * G),
+        ADMIT(4, 1000, 1 * G, 13 * G, LANES_OK, 0, 4, 13 * G), /* all busy: best fit, GPU 0 */
+        ADMIT(5, 1000, 1 * G, 13 * G, LANES_OK, 1, 5, 13 * G), /* GPU 1 now has fewer jobs */
+    }},
+    {"tenancy: lanes are per user unless shared", 0, false, false, 0, {
+        GPU(0, 12 * G, 0),
+        ADMIT(1, 1000, 1 * G, 4 * G, LANES_OK, 0, 1, 4 * G),
+        ADMIT(2, 2000, 1 * G, 4 * G, LANES_OK, 0, 2, 4 * G),
+        ADMIT(3, 2000, 1 * G, 2 * G, LANES_OK, 0, 2, 4 * G),
+        ADMIT(4, 3000, 1 * G, 2 * G, LANES_WAIT, 0, 0, 0),    /* no lane of uid 3000 */
+        GRANT(2, LANES_OK, false),
+        GRANT(3, LANES_ERROR_BUSY, false),                    /* serialised within a lane */
+        GRANT(1, LANES_OK, false),                            /* other lanes run alongside */
+        YIELD(2),
+        GRANT(3, LANES_OK, false),                            /* same user: no clearing */
+    }},
+    {"tenancy: shared lanes report clear-needed on a user change", 0, true, false, 0, {
+        GPU(0, 12 * G, 0),
+        ADMIT(1, 2000, 1 * G, 4 * G, LANES_OK, 0, 1, 4 * G),
+        ADMIT(2, 1000, 1 * G, 4 * G, LANES_OK, 0, 2, 4 * G),
+        ADMIT(3, 1000, 1 * G, 2 * G, LANES_OK, 0, 2, 4 * G),  /* its own user's lane first */
+        ADMIT(4, 3000, 1 * G, 2 * G, LANES_OK, 0, 1, 4 * G),  /* then the emptier lane */
+        GRANT(1, LANES_OK, false),                            /* fresh lane */
+        YIELD(1),
+        GRANT(4, LANES_OK, true),                             /* uid 2000 -> 3000 */
+        YIELD(4),
+        GRANT(4, LANES_OK, false),
+        YIELD(4),
+        GRANT(1, LANES_OK, true),
+        GRANT(4, LANES_ERROR_BUSY, false),
+        GRANT(3, LANES_OK, false),                            /* lane 2: fresh */
+        YIELD(3),
+        GRANT(2, LANES_OK, false),                            /* lane 2: same user */
+    }},
+    {"a job larger than every GPU is refused, not queued", 512 * M, false, false, 0, {
+        GPU(0, 8 * G, 1 * G),
+        GPU(1, 4 * G, 0),
+        ADMIT(1, 1000, 4 * G, 3 * G, LANES_NEVER_FITS, 0, 0, 0),     /* 7.5 > 7 */
+        ADMIT(2, 1000, 3 * G, 3 * G, LANES_OK, 0, 1, 3 * G),         /* 6.5 <= 7 */
+        ADMIT(3, 1000, 3 * G, 3 * G, LANES_WAIT, 0, 0, 0),           /* fits, later */
+        ADMIT_ON(1, 4, 1000, 3 * G, 1 * G, LANES_NEVER_FITS, 0, 0, 0), /* 4.5 > 4 */
+        ADMIT(5, 1000, UINT64_MAX - 1, 1, LANES_NEVER_FITS, 0, 0, 0),
+        FREE(0, 512 * M),
+    }},
+    {"max_jobs_per_gpu = 1 (FIFO): one job per GPU", 0, false, false, 1, {
+        GPU(0, 16 * G, 0),
+        GPU(1, 16 * G, 0),
+        ADMIT(1, 1000, 1 * G, 1 * G, LANES_OK, 0, 1, 1 * G),
+        ADMIT(2, 1000, 1 * G, 1 * G, LANES_OK, 1, 2, 1 * G),
+        ADMIT(3, 1000, 1 * G, 1 * G, LANES_WAIT, 0, 0, 0),
+        RELEASE(1),
+        ADMIT(3, 1000, 1 * G, 1 * G, LANES_OK, 0, 3, 1 * G),
+    }},
+    {"learned sizes replace provisional ones", 0, false, false, 0, {
+        GPU(0, 16 * G, 0),
+        ADMIT(1, 1000, UNKNOWN, UNKNOWN, LANES_OK, 0, 1, 2 * G), /* provisional 1 + 2 */
+        ADMIT(2, 1000, 2 * G, 8 * G, LANES_OK, 0, 2, 8 * G),
+        UPDATE(1, 1 * G, 4 * G, LANES_OK, 1, 4 * G),      /* grows in place */
+        UPDATE(1, 1 * G, 7 * G, LANES_MOVED, 2, 8 * G),   /* moves into lane 2 */
+        LANE_GONE(1),
+        UPDATE(1, 6 * G, 7 * G, LANES_OK, 2, 8 * G),
+        FREE(0, 0),
+        UPDATE(1, 7 * G, 8 * G, LANES_NO_LONGER_FITS, 0, 0),
+        UPDATE(1, 20 * G, 1 * G, LANES_NEVER_FITS, 0, 0),
+        UPDATE(1, UNKNOWN, 2 * G, LANES_OK, 2, 8 * G),    /* keeps P = 6 */
+        RELEASE(2),
+        LANE(2, 2 * G, 1),
+        UPDATE(9, 1 * G, 1 * G, LANES_ERROR_UNKNOWN, 0, 0),
+    }},
+};
+
+/* Checks the invariant and the lane-size rule on every GPU. */
+static void check_invariants(const lanes_t *l, const char *name, int step)
+{
+    lanes_lane_info_t infos[64];
+    size_t n = lanes_list(l, infos, 64);
+    ck_assert_uint_le(n, 64);
+    for (int gpu = 0; gpu < 8; gpu++) {
+        lanes_gpu_info_t info;
+        if (lanes_gpu_info(l, gpu, &info) != LANES_OK)
+            continue;
+        ck_assert_msg(info.persistent_bytes + info.lane_bytes <= info.capacity_bytes,
+                      "%s: step %d: GPU %d overcommitted", name, step, gpu);
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t ids[64];
+        size_t jobs = lanes_lane_jobs(l, infos[i].lane_id, ids, 64);
+        uint64_t largest = 0;
+        ck_assert_msg(jobs > 0, "%s: step %d: empty lane %u kept", name, step, infos[i].lane_id);
+        for (size_t j = 0; j < jobs; j++) {
+            lanes_placement_t p;
+            ck_assert_int_eq(lanes_job_placement(l, ids[j], &p), LANES_OK);
+            ck_assert_int_eq(p.gpu, infos[i].gpu);
+            if (p.ephemeral_bytes > largest)
+                largest = p.ephemeral_bytes;
+        }
+        ck_assert_msg(largest == infos[i].size_bytes, "%s: step %d: lane %u size %llu != max E",
+                      name, step, infos[i].lane_id, (unsigned long long)infos[i].size_bytes);
+    }
+}
+
+static const lanes_lane_info_t *find_lane(const lanes_lane_info_t *infos, size_t n, uint32_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (infos[i].lane_id == id)
+            return &infos[i];
+    return NULL;
+}
+
+START_TEST(test_lanes_case)
+{
+    const lanes_case_t *c = &lanes_cases[_i];
+    lanes_config_t config;
+    lanes_config_default(&config);
+    config.job_overhead_bytes = c->overhead_bytes;
+    config.share_lanes_across_users = c->share;
+    config.defragment = !c->no_defragment;
+    config.max_jobs_per_gpu = c->max_jobs_per_gpu;
+    config.provisional_persistent_bytes = 1 * G;
+    config.provisional_ephemeral_bytes = 2 * G;
+    lanes_t *l = lanes_create(&config);
+    ck_assert_ptr_nonnull(l);
+
+    for (int s = 0; c->steps[s].op != L_END; s++) {
+        const lanes_step_t *st = &c->steps[s];
+        lanes_placement_t p = {0};
+        lanes_status_t status = LANES_OK;
+        switch (st->op) {
+        case L_GPU:
+            ck_assert_int_eq(lanes_add_gpu(l, st->gpu, st->p, st->e), LANES_OK);
+            break;
+        case L_ADMIT: {
+            lanes_request_t r = {st->job, st->uid, st->p, st->e, st->gpu};
+            status = lanes_admit(l, &r, &p);
+            break;
+        }
+        case L_RELEASE:
+            ck_assert_int_eq(lanes_release(l, st->job), LANES_OK);
+            break;
+        case L_UPDATE:
+            status = lanes_update_sizes(l, st->job, st->p, st->e, &p);
+            break;
+        case L_GRANT: {
+            bool clear = !st->clear;
+            status = lanes_grant(l, st->job, &clear);
+            ck_assert_msg(clear == st->clear, "%s: step %d: clear_needed %d", c->name, s, clear);
+            break;
+        }
+        case L_YIELD:
+            ck_assert_int_eq(lanes_yield(l, st->job), LANES_OK);
+            break;
+        case L_LANE: {
+            lanes_lane_info_t infos[64];
+            size_t n = lanes_list(l, infos, 64);
+            const lanes_lane_info_t *lane = find_lane(infos, n, st->expect_lane);
+            if (st->jobs == 0) {
+                ck_assert_msg(lane == NULL, "%s: step %d: lane %u still open", c->name, s,
+                              st->expect_lane);
+            } else {
+                ck_assert_msg(lane != NULL, "%s: step %d: lane %u missing", c->name, s,
+                              st->expect_lane);
+                ck_assert_uint_eq(lane->size_bytes, st->expect_size);
+                ck_assert_uint_eq(lane->job_count, st->jobs);
+            }
+            break;
+        }
+        case L_FREE: {
+            lanes_gpu_info_t info;
+            ck_assert_int_eq(lanes_gpu_info(l, st->gpu, &info), LANES_OK);
+            ck_assert_msg(info.free_bytes == st->expect_size, "%s: step %d: free %llu", c->name,
+                          s, (unsigned long long)info.free_bytes);
+            break;
+        }
+        case L_END: break;
+        }
+        ck_assert_msg((int)status == st->status, "%s: step %d: status %s, expected %s", c->name,
+                      s, lanes_status_name(status), lanes_status_name((lanes_status_t)st->status));
+        if ((st->op == L_ADMIT || st->op == L_UPDATE) &&
+            (status == LANES_OK || status == LANES_MOVED)) {
+            if (st->op == L_ADMIT)
+                ck_assert_int_eq(p.gpu, st->expect_gpu);
+            ck_assert_msg(p.lane_id == st->expect_lane, "%s: step %d: lane %u, expected %u",
+                          c->name, s, p.lane_id, st->expect_lane);
+            ck_assert_uint_eq(p.lane_size_bytes, st->expect_size);
+        }
+        check_invariants(l, c->name, s);
+    }
+    lanes_destroy(l);
+}
+END_TEST
+
+START_TEST(test_provisional_flag)
+{
+    lanes_t *l = lanes_create(NULL);
+    lanes_placement_t p;
+    lanes_request_t r = {1, 1000, UNKNOWN, 3 * G, LANES_ANY_GPU};
+    ck_assert_int_eq(lanes_add_gpu(l, 0, 16 * G, 1 * G), LANES_OK);
+    ck_assert_int_eq(lanes_add_gpu(l, 0, 16 * G, 1 * G), LANES_ERROR_EXISTS);
+    ck_assert_int_eq(lanes_add_gpu(l, 1, 1 * G, 1 * G), LANES_ERROR_INVALID);
+    ck_assert_int_eq(lanes_admit(l, &r, &p), LANES_OK);
+    ck_assert(p.provisional);
+    ck_assert_uint_eq(p.persistent_bytes, LANES_DEFAULT_PROVISIONAL_PERSISTENT_BYTES);
+    ck_assert_uint_eq(p.ephemeral_bytes, 3 * G);
+    lanes_gpu_info_t info;
+    ck_assert_int_eq(lanes_gpu_info(l, 0, &info), LANES_OK);
+    ck_assert_uint_eq(info.persistent_bytes, 1 * G + LANES_DEFAULT_JOB_OVERHEAD_BYTES);
+    ck_assert_int_eq(lanes_update_sizes(l, 1, 2 * G, 3 * G, &p), LANES_OK);
+    ck_assert(!p.provisional);
+    ck_assert_int_eq(lanes_release(l, 1), LANES_OK);
+    ck_assert_int_eq(lanes_release(l, 1), LANES_ERROR_UNKNOWN);
+    ck_assert_int_eq(lanes_grant(l, 1, NULL), LANES_ERROR_UNKNOWN);
+    lanes_destroy(l);
+}
+END_TEST
+
+/* A waiting job does not block later jobs that fit, unless the order is strict (FIFO). */
+START_TEST(test_admit_in_order)
+{
+    for (int strict = 0; strict < 2; strict++) {
+        lanes_config_t config;
+        lanes_config_default(&config);
+        config.job_overhead_bytes = 0;
+        lanes_t *l = lanes_create(&config);
+        ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
+        lanes_request_t first = {1, 1000, 4 * G, 4 * G, LANES_ANY_GPU};
+        ck_assert_int_eq(lanes_admit(l, &first, NULL), LANES_OK);
+        const lanes_request_t waiting[] = {
+            {2, 1000, 1 * G, 64 * G, LANES_ANY_GPU}, /* never fits: refused, blocks nothing */
+            {3, 2000, 3 * G, 3 * G, LANES_ANY_GPU},  /* must wait */
+            {4, 2000, 1 * G, 1 * G, LANES_ANY_GPU},  /* fits */
+        };
+        lanes_status_t results[3];
+        lanes_placement_t placements[3];
+        size_t admitted = lanes_admit_in_order(l, waiting, 3, strict, results, placements);
+        ck_assert_int_eq(results[0], LANES_NEVER_FITS);
+        ck_assert_int_eq(results[1], LANES_WAIT);
+        ck_assert_int_eq(results[2], strict ? LANES_WAIT : LANES_OK);
+        ck_assert_uint_eq(admitted, strict ? 0 : 1);
+        if (!strict)
+            ck_assert_uint_eq(placements[2].lane_size_bytes, 1 * G);
+        lanes_destroy(l);
+    }
+}
+END_TEST
+
+typedef struct {
+    lanes_change_t changes[16];
+    int count;
+} change_log_t;
+
+static void record_change(void *context, const lanes_change_t *change)
+{
+    change_log_t *log = context;
+    ck_assert_int_lt(log->count, 16);
+    log->changes[log->count++] = *change;
+}
+
+/* Changes come in an order safe to apply: moves, closes, shrinks, grows, opens. */
+START_TEST(test_change_reports)
+{
+    change_log_t log = {0};
+    lanes_config_t config;
+    lanes_config_default(&config);
+    config.job_overhead_bytes = 0;
+    config.on_change = record_change;
+    config.on_change_context = &log;
+    lanes_t *l = lanes_create(&config);
+    ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
+    lanes_request_t a = {1, 1000, 1 * G, 3 * G, LANES_ANY_GPU};
+    lanes_request_t b = {2, 1000, 1 * G, 3 * G, LANES_ANY_GPU};
+    lanes_request_t c = {3, 2000, 1 * G, 4 * G, LANES_ANY_GPU};
+    ck_assert_int_eq(lanes_admit(l, &a, NULL), LANES_OK);
+    ck_assert_int_eq(lanes_admit(l, &b, NULL), LANES_OK);
+    ck_assert_int_eq(log.count, 2);
+    ck_assert_int_eq(log.changes[1].kind, LANES_CHANGE_LANE_OPENED);
+    ck_assert_uint_eq(log.changes[1].new_size_bytes, 3 * G);
+    log.count = 0;
+    ck_assert_int_eq(lanes_admit(l, &c, NULL), LANES_OK); /* merges lanes 1 and 2 */
+    ck_assert_int_eq(log.count, 3);
+    ck_assert_int_eq(log.changes[0].kind, LANES_CHANGE_JOB_MOVED);
+    ck_assert_uint_eq(log.changes[0].job_id, 2);
+    ck_assert_uint_eq(log.changes[0].old_lane_id, 2);
+    ck_assert_uint_eq(log.changes[0].lane_id, 1);
+    ck_assert_int_eq(log.changes[1].kind, LANES_CHANGE_LANE_CLOSED);
+    ck_assert_uint_eq(log.changes[1].lane_id, 2);
+    ck_assert_int_eq(log.changes[2].kind, LANES_CHANGE_LANE_OPENED);
+    ck_assert_uint_eq(log.changes[2].lane_id, 3);
+    log.count = 0;
+    ck_assert_int_eq(lanes_update_sizes(l, 1, 1 * G, 1 * G, NULL), LANES_OK);
+    ck_assert_int_eq(log.count, 0); /* lane 1 still holds job 2 (E = 3) */
+    ck_assert_int_eq(lanes_release(l, 2), LANES_OK);
+    ck_assert_int_eq(log.count, 1);
+    ck_assert_int_eq(log.changes[0].kind, LANES_CHANGE_LANE_RESIZED);
+    ck_assert_uint_eq(log.changes[0].old_size_bytes, 3 * G);
+    ck_assert_uint_eq(log.changes[0].new_size_bytes, 1 * G);
+    lanes_destroy(l);
+}
+END_TEST
+
+static uint64_t random_next(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
+/* Random admissions, releases and updates never break the invariant. */
+START_TEST(test_random_invariant)
+{
+    uint64_t state = 0x1234567u + (uint64_t)_i;
+#define NEXT() random_next(&state)
+    lanes_config_t config;
+    lanes_config_default(&config);
+    config.job_overhead_bytes = 256 * M;
+    config.share_lanes_across_users = _i % 2;
+    lanes_t *l = lanes_create(&config);
+    ck_assert_int_eq(lanes_add_gpu(l, 0, 16 * G, 1 * G), LANES_OK);
+    ck_assert_int_eq(lanes_add_gpu(l, 1, 24 * G, 1 * G), LANES_OK);
+    bool present[64] = {false};
+    for (int step = 0; step < 3000; step++) {
+        uint64_t id = NEXT() % 64;
+        if (!present[id]) {
+            lanes_request_t r = {id, (uint32_t)(1000 + NEXT() % 3), (1 + NEXT() % 16) * 256 * M,
+                                 (1 + NEXT() % 32) * 256 * M, LANES_ANY_GPU};
+            lanes_status_t st = lanes_admit(l, &r, NULL);
+            ck_assert(st == LANES_OK || st == LANES_WAIT || st == LANES_NEVER_FITS);
+            present[id] = st == LANES_OK;
+        } else if (NEXT() % 3 == 0) {
+            lanes_status_t st = lanes_update_sizes(l, id, (1 + NEXT() % 16) * 256 * M,
+                                                   (1 + NEXT() % 32) * 256 * M, NULL);
+            ck_assert(st == LANES_OK || st == LANES_MOVED || st == LANES_NO_LONGER_FITS ||
+                      st == LANES_NEVER_FITS);
+        } else {
+            ck_assert_int_eq(lanes_release(l, id), LANES_OK);
+            present[id] = false;
+        }
+        check_invariants(l, "random", step);
+    }
+#undef NEXT
+    lanes_destroy(l);
+}
+END_TEST
+
+static Suite *lanes_suite(void)
+{
+    Suite *s = suite_create("lanes");
+    TCase *tc = tcase_create("scenarios");
+    tcase_add_loop_test(tc, test_lanes_case, 0, (int)(sizeof(lanes_cases) / sizeof(lanes_cases[0])));
+    tcase_add_test(tc, test_provisional_flag);
+    tcase_add_test(tc, test_admit_in_order);
+    tcase_add_test(tc, test_change_reports);
+    tcase_add_loop_test(tc, test_random_invariant, 0, 2);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(lanes_suite());
+    srunner_run_all(sr, CK_ENV); /* CK_VERBOSITY=verbose lists every test */
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,490 @@
+/* Unit tests for scheduler-policies.
+ *
+ * With SALUS_TEST_POLICY=<name> in the environment this program runs the policy-generic
+ * suite against that policy (CTest registers it once per policy); without it, the registry
+ * and switch tests and each policy's own tests. */
+#include "policy.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MS 1000000ull
+#define MAX_JOBS 16
+
+/* ---- a tiny deterministic driver: pick -> run one iteration -> iteration_done ------------ */
+
+typedef struct {
+    policy_job_t jobs[MAX_JOBS];
+    uint64_t iteration_ns[MAX_JOBS]; /* how long each job's iterations take */
+    size_t count;
+    uint64_t now_ns;
+} sim_t;
+
+static policy_job_t *sim_add(policy_t *p, sim_t *s, uint64_t id, uint32_t lane,
+                             uint64_t iteration_ns, uint64_t expected)
+{
+    ck_assert_uint_lt(s->count, MAX_JOBS);
+    policy_job_t *job = &s->jobs[s->count];
+    *job = (policy_job_t){.id = id, .arrival_ns = s->now_ns, .iterations_expected = expected,
+                          .lane = lane, .runnable = true};
+    s->iteration_ns[s->count++] = iteration_ns;
+    policy_job_arrived(p, job, s->now_ns);
+    return job;
+}
+
+static void sim_remove(policy_t *p, sim_t *s, size_t index)
+{
+    uint64_t id = s->jobs[index].id;
+    s->count--;
+    s->jobs[index] = s->jobs[s->count];
+    s->iteration_ns[index] = s->iteration_ns[s->count];
+    policy_job_left(p, id, s->now_ns);
+}
+
+/* Picks in `lane`, runs one iteration of the picked job; returns its id, or 0 when idle. */
+static uint64_t sim_step(policy_t *p, sim_t *s, uint32_t lane)
+{
+    int i = policy_pick(p, lane, s->jobs, s->count, s->now_ns);
+    if (i < 0)
+        return 0;
+    ck_assert_int_lt(i, (int)s->count);
+    policy_job_t *job = &s->jobs[i];
+    ck_assert(job->runnable);
+    ck_assert_uint_eq(job->lane, lane);
+    uint64_t duration = s->iteration_ns[i];
+    s->now_ns += duration;
+    job->iterations_done++;
+    job->attained_ns += duration;
+    job->mean_iteration_ns = job->attained_ns / job->iterations_done;
+    if (job->iterations_expected && job->iterations_done >= job->iterations_expected)
+        job->runnable = false; /* finished */
+    policy_iteration_done(p, job, duration, s->now_ns);
+    return job->id;
+}
+
+static const policy_job_t *sim_job(const sim_t *s, uint64_t id)
+{
+    for (size_t i = 0; i < s->count; i++)
+        if (s->jobs[i].id == id)
+            return &s->jobs[i];
+    return NULL;
+}
+
+static uint64_t rng_state;
+
+static uint64_t rng_next(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* ---- generic suite: every policy --------------------------------------------------------- */
+
+static const char *generic_name;
+
+static void start(policy_t *p, const char *name)
+{
+    ck_assert_msg(policy_init(p, name, NULL) == 0, "policy %s did not start", name);
+}
+
+START_TEST(test_generic_init_fini)
+{
+    policy_config_t config = {.default_iteration_ns = 5 * MS};
+    policy_t p = {0};
+    const policy_ops_t *ops = policy_find(generic_name);
+    ck_assert_ptr_nonnull(ops);
+    ck_assert_ptr_nonnull(ops->init);
+    ck_assert_ptr_nonnull(ops->fini);
+    ck_assert_ptr_nonnull(ops->pick);
+    ck_assert_int_eq(policy_init(&p, generic_name, &config), 0);
+    ck_assert_str_eq(policy_name(&p), generic_name);
+    policy_fini(&p);
+    policy_fini(&p); /* idempotent */
+    for (int round = 0; round < 100; round++) {
+        sim_t s = {0};
+        start(&p, generic_name);
+        for (uint64_t id = 1; id <= 8; id++)
+            sim_add(&p, &s, id, (uint32_t)(id % 2), MS, 0);
+        for (int k = 0; k < 20; k++)
+            sim_step(&p, &s, (uint32_t)(k % 2));
+        policy_fini(&p); /* jobs still known: fini must free their state (ASan checks) */
+    }
+}
+END_TEST
+
+START_TEST(test_generic_pick_none)
+{
+    policy_t p = {0};
+    sim_t s = {0};
+    start(&p, generic_name);
+    ck_assert_int_eq(policy_pick(&p, 1, s.jobs, 0, 0), -1);
+    sim_add(&p, &s, 1, 1, MS, 0)->runnable = false;
+    sim_add(&p, &s, 2, 2, MS, 0);
+    ck_assert_int_eq(policy_pick(&p, 1, s.jobs, s.count, 0), -1); /* not runnable */
+    ck_assert_int_eq(policy_pick(&p, 3, s.jobs, s.count, 0), -1); /* no job in lane */
+    ck_assert_int_eq(policy_pick(&p, 2, s.jobs, s.count, 0), 1);
+    policy_fini(&p);
+}
+END_TEST
+
+/* Random arrivals, departures (in any order, including unknown ids), runnable changes and
+ * iterations: pick always returns a runnable job of the lane, never a finished or departed
+ * one, and is work-conserving. */
+START_TEST(test_generic_random_events)
+{
+    policy_t p = {0};
+    sim_t s = {0};
+    uint64_t next_id = 1;
+    rng_state = 0x9e3779b97f4a7c15ull ^ (uint64_t)(_i + 1) * 0x1000193u;
+    start(&p, generic_name);
+    for (int step = 0; step < 4000; step++) {
+        uint64_t event = rng_next() % 100;
+        if (event < 15 && s.count < MAX_JOBS) {
+            policy_job_t *job = sim_add(&p, &s, next_id++, (uint32_t)(rng_next() % 3),
+                                        (1 + rng_next() % 20) * MS, rng_next() % 40);
+            job->priority = (int32_t)(rng_next() % 3) - 1;
+        } else if (event < 25 && s.count > 0) {
+            sim_remove(&p, &s, rng_next() % s.count);
+        } else if (event < 28) {
+            policy_job_left(&p, 100000 + rng_next() % 10, s.now_ns); /* unknown id */
+        } else if (event < 30 && s.count > 0) {
+            policy_job_arrived(&p, &s.jobs[rng_next() % s.count], s.now_ns); /* again */
+        } else if (event < 40 && s.count > 0) {
+            policy_job_t *job = &s.jobs[rng_next() % s.count];
+            bool finished = job->iterations_expected &&
+                            job->iterations_done >= job->iterations_expected;
+            job->runnable = !finished && !job->runnable;
+        } else {
+            uint32_t lane = (uint32_t)(rng_next() % 3);
+            bool eligible = false;
+            for (size_t i = 0; i < s.count; i++)
+                eligible |= s.jobs[i].runnable && s.jobs[i].lane == lane;
+            uint64_t id = sim_step(&p, &s, lane); /* checks runnable + lane */
+            ck_assert_msg((id != 0) == eligible, "step %d: pick %s but lane %u %s", step,
+                          id ? "chose" : "idle", lane, eligible ? "has work" : "is empty");
+        }
+    }
+    while (s.count > 0)
+        sim_remove(&p, &s, rng_next() % s.count);
+    ck_assert_int_eq(policy_pick(&p, 0, s.jobs, 0, s.now_ns), -1);
+    policy_fini(&p);
+}
+END_TEST
+
+START_TEST(test_generic_admission_order_is_a_permutation)
+{
+    policy_t p = {0};
+    policy_job_t waiting[MAX_JOBS];
+    size_t order[MAX_JOBS];
+    rng_state = 12345;
+    start(&p, generic_name);
+    for (int round = 0; round < 50; round++) {
+        size_t n = rng_next() % MAX_JOBS;
+        bool seen[MAX_JOBS] = {false};
+        for (size_t i = 0; i < n; i++)
+            waiting[i] = (policy_job_t){.id = i + 1, .arrival_ns = rng_next() % 1000,
+                                        .iterations_expected = rng_next() % 100,
+                                        .mean_iteration_ns = rng_next() % (10 * MS),
+                                        .priority = (int32_t)(rng_next() % 3)};
+        policy_admission_order(&p, waiting, n, order, 0);
+        for (size_t i = 0; i < n; i++) {
+            ck_assert_uint_lt(order[i], n);
+            ck_assert(!seen[order[i]]);
+            seen[order[i]] = true;
+        }
+    }
+    policy_fini(&p);
+}
+END_TEST
+
+/* Switching from any policy to this one keeps scheduling valid jobs. */
+START_TEST(test_generic_switch_into)
+{
+    const policy_ops_t *from = policy_at((size_t)_i);
+    policy_t p = {0};
+    sim_t s = {0};
+    start(&p, from->name);
+    for (uint64_t id = 1; id <= 6; id++)
+        sim_add(&p, &s, id, 7, (id + 1) * MS, 10);
+    for (int k = 0; k < 10; k++)
+        sim_step(&p, &s, 7);
+    ck_assert_int_eq(policy_switch(&p, generic_name, NULL, s.jobs, s.count, s.now_ns), 0);
+    ck_assert_str_eq(policy_name(&p), generic_name);
+    int done = 0;
+    while (sim_step(&p, &s, 7) != 0)
+        done++;
+    ck_assert_int_eq(done, 6 * 10 - 10); /* every remaining iteration ran */
+    policy_fini(&p);
+}
+END_TEST
+
+static Suite *generic_suite(const char *name)
+{
+    static char suite_name[64];
+    snprintf(suite_name, sizeof(suite_name), "policy generic (%s)", name);
+    generic_name = name;
+    Suite *s = suite_create(suite_name);
+    TCase *tc = tcase_create("generic");
+    tcase_add_test(tc, test_generic_init_fini);
+    tcase_add_test(tc, test_generic_pick_none);
+    tcase_add_loop_test(tc, test_generic_random_events, 0, 4);
+    tcase_add_test(tc, test_generic_admission_order_is_a_permutation);
+    tcase_add_loop_test(tc, test_generic_switch_into, 0, (int)policy_count());
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+/* ---- registry and switch ----------------------------------------------------------------- */
+
+START_TEST(test_registry)
+{
+    static const char *const expected[] = {"fifo", "srtf", "pack", "fair"};
+    ck_assert_uint_eq(policy_count(), 4);
+    for (size_t i = 0; i < 4; i++) {
+        ck_assert_str_eq(policy_at(i)->name, expected[i]);
+        ck_assert_ptr_eq(policy_find(expected[i]), policy_at(i));
+    }
+    ck_assert_ptr_eq(policy_find("FAIR"), policy_find("fair"));
+    ck_assert_ptr_null(policy_find("lottery"));
+    ck_assert_ptr_null(policy_find(NULL));
+    ck_assert_ptr_null(policy_at(4));
+    policy_t p = {0};
+    ck_assert_int_eq(policy_init(&p, "lottery", NULL), -ENOENT);
+    ck_assert_ptr_null(p.ops);
+}
+END_TEST
+
+static int failing_picks;
+
+static void *failing_init(const policy_config_t *config)
+{
+    (void)config;
+    return NULL;
+}
+
+static void failing_fini(void *state)
+{
+    (void)state;
+}
+
+static int failing_pick(void *state, uint32_t lane, const policy_job_t *jobs, size_t count,
+                        uint64_t now_ns)
+{
+    (void)state, (void)lane, (void)jobs, (void)count, (void)now_ns;
+    failing_picks++;
+    return -1;
+}
+
+static const policy_ops_t failing_ops = {
+    .name = "failing", .init = failing_init, .fini = failing_fini, .pick = failing_pick};
+
+START_TEST(test_switch_keeps_old_policy_when_init_fails)
+{
+    policy_t p = {0};
+    sim_t s = {0};
+    start(&p, "pack");
+    sim_add(&p, &s, 1, 0, MS, 0);
+    sim_add(&p, &s, 2, 0, MS, 0);
+    ck_assert_uint_eq(sim_step(&p, &s, 0), 1);
+    ck_assert_int_eq(policy_switch_ops(&p, &failing_ops, NULL, s.jobs, s.count, 0), -ENOMEM);
+    ck_assert_int_eq(policy_switch(&p, "lottery", NULL, s.jobs, s.count, 0), -ENOENT);
+    ck_assert_str_eq(policy_name(&p), "pack");
+    ck_assert_uint_eq(sim_step(&p, &s, 0), 2); /* PACK's round-robin state survived */
+    ck_assert_int_eq(failing_picks, 0);
+    ck_assert_int_eq(policy_switch(&p, "fifo", NULL, s.jobs, s.count, 0), 0);
+    ck_assert_uint_eq(policy_max_jobs_per_gpu(&p), 1);
+    ck_assert(policy_admission_blocks(&p));
+    policy_fini(&p);
+}
+END_TEST
+
+/* ---- FIFO --------------------------------------------------------------------------------- */
+
+START_TEST(test_fifo_arrival_order)
+{
+    policy_t p = {0};
+    sim_t s = {0};
+    start(&p, "fifo");
+    ck_assert_uint_eq(policy_max_jobs_per_gpu(&p), 1);
+    ck_assert(policy_admission_blocks(&p));
+    s.now_ns = 10;
+    sim_add(&p, &s, 7, 0, MS, 3);
+    s.now_ns = 20;
+    sim_add(&p, &s, 3, 0, MS, 2)->priority = 5; /* priority only breaks arrival ties */
+    uint64_t ran[5];
+    for (int k = 0; k < 5; k++)
+        ran[k] = sim_step(&p, &s, 0);
+    ck_assert_uint_eq(ran[0], 7);
+    ck_assert_uint_eq(ran[2], 7);
+    ck_assert_uint_eq(ran[3], 3);
+    ck_assert_uint_eq(ran[4], 3);
+
+    policy_job_t waiting[3] = {{.id = 1, .arrival_ns = 300}, {.id = 2, .arrival_ns = 100},
+                               {.id = 3, .arrival_ns = 200, .iterations_expected = 1}};
+    size_t order[3];
+    policy_admission_order(&p, waiting, 3, order, 0);
+    ck_assert_uint_eq(order[0], 1);
+    ck_assert_uint_eq(order[1], 2);
+    ck_assert_uint_eq(order[2], 0);
+    policy_fini(&p);
+}
+END_TEST
+
+/* ---- SRTF --------------------------------------------------------------------------------- */
+
+START_TEST(test_srtf_short_job_preempts_at_boundary)
+{
+    policy_t p = {0};
+    sim_t s = {0};
+    start(&p, "srtf");
+    ck_assert(!policy_admission_blocks(&p));
+    sim_add(&p, &s, 1, 0, 10 * MS, 1000); /* long: 1000 x 10 ms */
+    for (int k = 0; k < 10; k++)
+        ck_assert_uint_eq(sim_step(&p, &s, 0), 1);
+    sim_add(&p, &s, 2, 0, 10 * MS, 10); /* short, arrives while the long one runs */
+    ck_assert_uint_eq(sim_step(&p, &s, 0), 2); /* next boundary: the short job */
+    for (int k = 0; k < 9; k++)
+        ck_assert_uint_eq(sim_step(&p, &s, 0), 2);
+    ck_assert(!sim_job(&s, 2)->runnable);
+    ck_assert_uint_eq(sim_step(&p, &s, 0), 1);
+    policy_fini(&p);
+}
+END_TEST
+
+START_TEST(test_srtf_estimates)
+{
+    policy_t p = {0};
+    start(&p, "srtf");
+    /* unknown counts: expected to run as long again as so far */
+    policy_job_t jobs[] = {
+        {.id = 1, .iterations_done = 100, .mean_iteration_ns = MS, .runnable = true},
+        {.id = 2, .iterations_done = 5, .mean_iteration_ns = MS, .runnable = true},
+        {.id = 3, .iterations_done = 50, .iterations_expected = 60, .mean_iteration_ns = MS,
+         .runnable = true}, /* 10 ms left */
+    };
+    ck_assert_int_eq(policy_pick(&p, 0, jobs, 3, 0), 1);
+    jobs[1].iterations_done = 20; /* 20 ms > 10 ms */
+    ck_assert_int_eq(policy_pick(&p, 0, jobs, 3, 0), 2);
+    /* overran its hint: estimated like an unknown count (50 ms) */
+    jobs[2].iterations_done = 70;
+    jobs[2].mean_iteration_ns = MS / 2;
+    ck_assert_int_eq(policy_pick(&p, 0, jobs, 3, 0), 1);
+    /* unmeasured: probed first by default */
+    policy_job_t fresh = {.id = 4, .iterations_expected = 5000, .runnable = true};
+    policy_job_t four[4] = {jobs[0], jobs[1], jobs[2], fresh};
+    ck_assert_int_eq(policy_pick(&p, 0, four, 4, 0), 3);
+    /* with an assumed iteration time, a long unmeasured job waits */
+    policy_config_t config = {.default_iteration_ns = 10 * MS};
+    ck_assert_int_eq(policy_switch(&p, "srtf", &config, four, 4, 0), 0);
+    ck_assert_int_eq(policy_pick(&p, 0, four, 4, 0), 1);
+    size_t order[4];
+    policy_admission_order(&p, four, 4, order, 0);
+    ck_assert_uint_eq(order[0], 1);
+    ck_assert_uint_eq(order[3], 3);
+    policy_fini(&p);
+}
+END_TEST
+
+/* ---- PACK --------------------------------------------------------------------------------- */
+
+START_TEST(test_pack_round_robin)
+{
+    policy_t p = {0};
+    sim_t s = {0};
+    start(&p, "pack");
+    ck_assert_uint_eq(policy_max_jobs_per_gpu(&p), 0);
+    ck_assert(!policy_admission_blocks(&p));
+    sim_add(&p, &s, 1, 4, 1 * MS, 0);
+    sim_add(&p, &s, 2, 4, 5 * MS, 0);
+    sim_add(&p, &s, 3, 4, 2 * MS, 0);
+    sim_add(&p, &s, 9, 5, 1 * MS, 0); /* another lane: never picked for lane 4 */
+    static const uint64_t expected[] = {1, 2, 3, 1, 2, 3, 1, 2, 3};
+    for (int k = 0; k < 9; k++)
+        ck_assert_uint_eq(sim_step(&p, &s, 4), expected[k]);
+    s.jobs[1].runnable = false; /* job 2 is busy elsewhere (e.g. host work) */
+    ck_assert_uint_eq(sim_step(&p, &s, 4), 1);
+    ck_assert_uint_eq(sim_step(&p, &s, 4), 3);
+    ck_assert_uint_eq(sim_step(&p, &s, 4), 1);
+    s.jobs[1].runnable = true; /* longest since its last turn: goes next */
+    ck_assert_uint_eq(sim_step(&p, &s, 4), 2);
+    ck_assert_uint_eq(sim_step(&p, &s, 4), 3);
+    policy_fini(&p);
+}
+END_TEST
+
+/* ---- FAIR --------------------------------------------------------------------------------- */
+
+static void assert_within(uint64_t a, uint64_t b, double tolerance, const char *what)
+{
+    uint64_t low = a < b ? a : b, high = a < b ? b : a;
+    ck_assert_msg(high > 0 && (double)(high - low) / (double)high <= tolerance,
+                  "%s: %llu vs %llu", what, (unsigned long long)a, (unsigned long long)b);
+}
+
+START_TEST(test_fair_equal_attained_time)
+{
+    policy_t p = {0};
+    sim_t s = {0};
+    start(&p, "fair");
+    sim_add(&p, &s, 1, 0, 1 * MS, 0);
+    sim_add(&p, &s, 2, 0, 3 * MS, 0);
+    sim_add(&p, &s, 3, 0, 7 * MS, 0);
+    while (s.now_ns < 3000 * MS)
+        sim_step(&p, &s, 0);
+    for (uint64_t id = 2; id <= 3; id++)
+        assert_within(sim_job(&s, 1)->attained_ns, sim_job(&s, id)->attained_ns, 0.10,
+                      "attained");
+
+    /* A newcomer shares from now on instead of holding the lane until it catches up. */
+    uint64_t before[3];
+    for (int k = 0; k < 3; k++)
+        before[k] = s.jobs[k].attained_ns;
+    sim_add(&p, &s, 4, 0, 2 * MS, 0);
+    bool old_ran = false;
+    for (int k = 0; k < 10; k++)
+        old_ran |= sim_step(&p, &s, 0) != 4;
+    ck_assert(old_ran);
+    while (s.now_ns < 6000 * MS)
+        sim_step(&p, &s, 0);
+    uint64_t newcomer = sim_job(&s, 4)->attained_ns;
+    for (int k = 0; k < 3; k++)
+        assert_within(s.jobs[k].attained_ns - before[k], newcomer, 0.10, "since arrival");
+    policy_fini(&p);
+}
+END_TEST
+
+static Suite *specific_suite(void)
+{
+    Suite *s = suite_create("policy");
+    TCase *tc = tcase_create("registry");
+    tcase_add_test(tc, test_registry);
+    tcase_add_test(tc, test_switch_keeps_old_policy_when_init_fails);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("policies");
+    tcase_add_test(tc, test_fifo_arrival_order);
+    tcase_add_test(tc, test_srtf_short_job_preempts_at_boundary);
+    tcase_add_test(tc, test_srtf_estimates);
+    tcase_add_test(tc, test_pack_round_robin);
+    tcase_add_test(tc, test_fair_equal_attained_time);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    const char *name = getenv("SALUS_TEST_POLICY");
+    if (name && !policy_find(name)) {
+        fprintf(stderr, "check_policy: unknown policy '%s'\n", name);
+        return EXIT_FAILURE;
+    }
+    SRunner *sr = srunner_create(name ? generic_suite(name) : specific_suite());
+    srunner_run_all(sr, CK_ENV); /* CK_VERBOSITY=verbose lists every test */
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,635 @@
+/* Unit tests of simgpu (tools/simgpu): the driver API as one process sees it.
+ * Multi-process behaviour (shared accounting, engine contention, VMM sharing,
+ * crash recovery) is tested by tests/integration/simgpu_*.sh.
+ *
+ * Each test runs in its own forked process (Check's fork mode); they share one
+ * simulated device through a segment named after this runner's pid, removed at
+ * the end. */
+#include <check.h>
+#include <cuda.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "simgpu.h"
+
+#define MEMORY_MB 1024ull
+#define MiB (1ull << 20)
+
+#define CU_OK(call) ck_assert_int_eq((call), CUDA_SUCCESS)
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static CUcontext setup(void)
+{
+    CUcontext ctx;
+    CU_OK(cuInit(0));
+    CU_OK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    CU_OK(cuCtxSetCurrent(ctx));
+    return ctx;
+}
+
+static CUfunction get_function(CUmodule *mod, const char *name)
+{
+    static const char image[] = "not a real fatbin: simgpu does not parse images";
+    CUfunction f;
+    CU_OK(cuModuleLoadData(mod, image));
+    CU_OK(cuModuleGetFunction(&f, *mod, name));
+    return f;
+}
+
+/* Launches busy(ns) on stream. */
+static void launch_busy(CUfunction busy, unsigned long long ns, CUstream stream)
+{
+    void *params[] = {&ns};
+    CU_OK(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
+}
+
+START_TEST(test_init_and_devices)
+{
+    int count, version, value;
+    ck_assert_int_eq(cuDeviceGetCount(&count), CUDA_ERROR_NOT_INITIALIZED);
+    ck_assert_int_eq(cuInit(1), CUDA_ERROR_INVALID_VALUE);
+    CU_OK(cuInit(0));
+    CU_OK(cuDriverGetVersion(&version));
+    ck_assert_int_eq(version, 13000);
+    CU_OK(cuDeviceGetCount(&count));
+    ck_assert_int_eq(count, 1);
+    CUdevice dev;
+    CU_OK(cuDeviceGet(&dev, 0));
+    ck_assert_int_eq(cuDeviceGet(&dev, 1), CUDA_ERROR_INVALID_DEVICE);
+    char name[64];
+    CU_OK(cuDeviceGetName(name, sizeof(name), dev));
+    ck_assert_str_eq(name, "salus simgpu");
+    CU_OK(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    ck_assert_int_ge(value, 7);
+    CU_OK(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    ck_assert_int_gt(value, 0);
+    CU_OK(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev));
+    ck_assert_int_eq(value, 1);
+    ck_assert_int_eq(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_MAX, dev),
+                     CUDA_ERROR_INVALID_VALUE);
+    size_t total;
+    CU_OK(cuDeviceTotalMem(&total, dev));
+    ck_assert_uint_eq(total, MEMORY_MB * MiB);
+    CUuuid uuid;
+    CU_OK(cuDeviceGetUuid(&uuid, dev));
+}
+END_TEST
+
+START_TEST(test_contexts)
+{
+    CUdeviceptr p;
+    CU_OK(cuInit(0));
+    ck_assert_int_eq(cuMemAlloc(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
+
+    unsigned flags;
+    int active;
+    CU_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    ck_assert_int_eq(active, 0);
+    CU_OK(cuDevicePrimaryCtxSetFlags(0, CU_CTX_SCHED_BLOCKING_SYNC));
+    CUcontext primary, again, current;
+    CU_OK(cuDevicePrimaryCtxRetain(&primary, 0));
+    CU_OK(cuDevicePrimaryCtxRetain(&again, 0));
+    ck_assert_ptr_eq(primary, again);
+    CU_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    ck_assert_int_eq(active, 1);
+    ck_assert_uint_eq(flags, CU_CTX_SCHED_BLOCKING_SYNC);
+
+    CUcontext created;
+    CU_OK(cuCtxCreate(&created, NULL, 0, 0));
+    CU_OK(cuCtxGetCurrent(&current));
+    ck_assert_ptr_eq(current, created);
+    CU_OK(cuCtxPushCurrent(primary));
+    CU_OK(cuCtxGetCurrent(&current));
+    ck_assert_ptr_eq(current, primary);
+    CUdevice dev = -1;
+    CU_OK(cuCtxGetDevice(&dev));
+    ck_assert_int_eq(dev, 0);
+    CU_OK(cuCtxPopCurrent(&current));
+    ck_assert_ptr_eq(current, primary);
+    CU_OK(cuMemAlloc(&p, 4096));  /* owned by `created`, freed with it */
+    CU_OK(cuCtxSynchronize());
+    CU_OK(cuCtxDestroy(created));
+    CU_OK(cuCtxGetCurrent(&current));
+    ck_assert_ptr_null(current);
+    ck_assert_int_eq(cuCtxPopCurrent(&current), CUDA_ERROR_INVALID_CONTEXT);
+
+    CU_OK(cuDevicePrimaryCtxRelease(0));
+    CU_OK(cuDevicePrimaryCtxRelease(0));
+    ck_assert_int_eq(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
+    CU_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    ck_assert_int_eq(active, 0);
+    CU_OK(cuDevicePrimaryCtxReset(0));
+}
+END_TEST
+
+START_TEST(test_memory)
+{
+    setup();
+    size_t free0, total, free1;
+    CU_OK(cuMemGetInfo(&free0, &total));
+    ck_assert_uint_eq(total, MEMORY_MB * MiB);
+
+    enum { N = 1 << 16 };
+    CUdeviceptr a, b;
+    CU_OK(cuMemAlloc(&a, N * sizeof(unsigned)));
+    CU_OK(cuMemAlloc(&b, N * sizeof(unsigned)));
+    CU_OK(cuMemGetInfo(&free1, &total));
+    ck_assert_uint_le(free1, free0 - 2 * N * sizeof(unsigned));
+
+    static unsigned host[N];
+    CU_OK(cuMemsetD32(a, 0xdeadbeef, N));
+    CU_OK(cuMemcpyDtoD(b, a, N * sizeof(unsigned)));
+    CU_OK(cuMemcpyDtoH(host, b, N * sizeof(unsigned)));
+    ck_assert_uint_eq(host[0], 0xdeadbeef);
+    ck_assert_uint_eq(host[N - 1], 0xdeadbeef);
+    for (unsigned i = 0; i < N; i++)
+        host[i] = i;
+    CU_OK(cuMemcpyHtoD(a, host, sizeof(host)));
+    CU_OK(cuMemsetD8(b, 0x11, 4));
+    CU_OK(cuMemsetD16(b + 4, 0x2222, 2));
+    memset(host, 0, sizeof(host));
+    CU_OK(cuMemcpyDtoH(host, a, sizeof(host)));
+    ck_assert_uint_eq(host[12345], 12345);
+    CU_OK(cuMemcpyDtoH(host, b, 8));
+    ck_assert_uint_eq(host[0], 0x11111111);
+    ck_assert_uint_eq(host[1], 0x22222222);
+
+    CUdeviceptr base;
+    size_t size;
+    CU_OK(cuMemGetAddressRange(&base, &size, a + 100));
+    ck_assert_uint_eq(base, a);
+    ck_assert_uint_eq(size, N * sizeof(unsigned));
+
+    /* beyond the device's free memory */
+    CUdeviceptr big;
+    ck_assert_int_eq(cuMemAlloc(&big, (MEMORY_MB + 1) * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+    ck_assert_int_eq(cuMemAlloc(&big, 0), CUDA_ERROR_INVALID_VALUE);
+
+    CUdeviceptr pitched;
+    size_t pitch;
+    CU_OK(cuMemAllocPitch(&pitched, &pitch, 1000, 10, 4));
+    ck_assert_uint_ge(pitch, 1000);
+    CU_OK(cuMemFree(pitched));
+
+    /* pointer attributes */
+    unsigned type = 0;
+    int ordinal = -1;
+    CU_OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a));
+    ck_assert_uint_eq(type, CU_MEMORYTYPE_DEVICE);
+    CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                   CU_POINTER_ATTRIBUTE_RANGE_START_ADDR};
+    CUdeviceptr start = 0;
+    void *values[] = {&type, &ordinal, &start};
+    CU_OK(cuPointerGetAttributes(3, attrs, values, a + 8));
+    ck_assert_uint_eq(type, CU_MEMORYTYPE_DEVICE);
+    ck_assert_int_eq(ordinal, 0);
+    ck_assert_uint_eq(start, a);
+    int on_stack;
+    ck_assert_int_eq(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                           (CUdeviceptr)(uintptr_t)&on_stack),
+                     CUDA_ERROR_INVALID_VALUE);
+
+    /* host memory */
+    void *pinned;
+    CUdeviceptr mapped;
+    CU_OK(cuMemHostAlloc(&pinned, 8192, CU_MEMHOSTALLOC_DEVICEMAP));
+    CU_OK(cuMemHostGetDevicePointer(&mapped, pinned, 0));
+    ck_assert_uint_eq(mapped, (CUdeviceptr)(uintptr_t)pinned);
+    CU_OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, mapped));
+    ck_assert_uint_eq(type, CU_MEMORYTYPE_HOST);
+    CU_OK(cuMemsetD8(mapped, 7, 8192));
+    ck_assert_int_eq(((unsigned char *)pinned)[8191], 7);
+    CU_OK(cuMemFreeHost(pinned));
+    void *host2;
+    CU_OK(cuMemAllocHost(&host2, 100));
+    CU_OK(cuMemFreeHost(host2));
+
+    static char registered[65536];
+    CU_OK(cuMemHostRegister(registered, sizeof(registered), 0));
+    ck_assert_int_eq(cuMemHostRegister(registered + 10, 10, 0),
+                     CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+    CU_OK(cuMemHostUnregister(registered));
+    ck_assert_int_eq(cuMemHostUnregister(registered), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+
+    CU_OK(cuMemFree(a));
+    CU_OK(cuMemFree(b));
+    ck_assert_int_eq(cuMemFree(a), CUDA_ERROR_INVALID_VALUE);
+    CU_OK(cuMemGetInfo(&free1, &total));
+    ck_assert_uint_eq(free1, free0);
+}
+END_TEST
+
+static void CUDA_CB append_host(void *data)
+{
+    int *log = data;
+    log[++log[0]] = 1;
+}
+
+START_TEST(test_streams_and_async)
+{
+    setup();
+    CUmodule mod;
+    CUfunction busy = get_function(&mod, "busy");
+    CUstream s, t;
+    CU_OK(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+    CU_OK(cuStreamCreateWithPriority(&t, CU_STREAM_NON_BLOCKING, -1));
+    int priority;
+    unsigned flags;
+    CU_OK(cuStreamGetPriority(t, &priority));
+    ck_assert_int_eq(priority, -1);
+    CU_OK(cuStreamGetFlags(t, &flags));
+    ck_assert_uint_eq(flags, CU_STREAM_NON_BLOCKING);
+
+    /* a stream is busy while its kernel occupies the device */
+    launch_busy(busy, 30000000ull, s);
+    ck_assert_int_eq(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+    CU_OK(cuStreamSynchronize(s));
+    CU_OK(cuStreamQuery(s));
+
+    /* async set, copy, host function and stream-ordered allocation, in order */
+    CUdeviceptr d;
+    CU_OK(cuMemAllocAsync(&d, 4096, t));
+    static unsigned out[1024];
+    int log[4] = {0};
+    CU_OK(cuMemsetD32Async(d, 42, 1024, t));
+    CU_OK(cuMemcpyDtoHAsync(out, d, sizeof(out), t));
+    CU_OK(cuLaunchHostFunc(t, append_host, log));
+    CU_OK(cuMemFreeAsync(d, t));
+    CU_OK(cuStreamSynchronize(t));
+    ck_assert_uint_eq(out[1023], 42);
+    ck_assert_int_eq(log[0], 1);
+
+    /* legacy default stream: a synchronous copy waits for earlier work on the
+     * blocking stream s, not for the non-blocking stream t */
+    CUdeviceptr e;
+    CU_OK(cuMemAlloc(&e, 64));
+    uint64_t t0 = now_ns();
+    launch_busy(busy, 40000000ull, s);
+    CU_OK(cuMemcpyDtoH(out, e, 64));
+    ck_assert_uint_ge(now_ns() - t0, 39000000ull);
+
+    /* wait on an event of another stream */
+    CUevent ev;
+    CU_OK(cuEventCreate(&ev, CU_EVENT_DEFAULT));
+    launch_busy(busy, 20000000ull, s);
+    CU_OK(cuEventRecord(ev, s));
+    CU_OK(cuStreamWaitEvent(t, ev, 0));
+    CU_OK(cuLaunchHostFunc(t, append_host, log));
+    CU_OK(cuStreamSynchronize(t));
+    CU_OK(cuEventQuery(ev));
+    ck_assert_int_eq(log[0], 2);
+
+    /* the per-thread default stream and the special handles */
+    CU_OK(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+    CU_OK(cuStreamSynchronize(CU_STREAM_LEGACY));
+    CUcontext sctx;
+    CU_OK(cuStreamGetCtx(s, &sctx));
+    CU_OK(cuEventDestroy(ev));
+    CU_OK(cuStreamDestroy(s));
+    CU_OK(cuStreamDestroy(t));
+    CU_OK(cuCtxSynchronize());
+    CU_OK(cuModuleUnload(mod));
+}
+END_TEST
+
+/* Device time (events) and wall time of busy(ns) kernels, in ms: the best of 5
+ * runs, since a loaded machine only ever adds to either; every run must take
+ * at least the modelled time (ns / speed). */
+static float busy_best_ms(CUfunction busy, unsigned long long ns, float speed, float *wall_ms)
+{
+    CUevent start, end;
+    CU_OK(cuEventCreate(&start, 0));
+    CU_OK(cuEventCreate(&end, 0));
+    float best_device = 1e9f, best_wall = 1e9f;
+    for (int i = 0; i < 5; i++) {
+        uint64_t t0 = now_ns();
+        CU_OK(cuEventRecord(start, NULL));
+        launch_busy(busy, ns, NULL);
+        CU_OK(cuEventRecord(end, NULL));
+        CU_OK(cuEventSynchronize(end));
+        float wall = (float)(now_ns() - t0) / 1e6f, device;
+        CU_OK(cuEventElapsedTime(&device, start, end));
+        ck_assert_float_ge(device, (float)ns / 1e6f / speed * 0.999f);  /* never faster */
+        ck_assert_float_ge(wall, (float)ns / 1e6f / speed * 0.999f);
+        best_device = device < best_device ? device : best_device;
+        best_wall = wall < best_wall ? wall : best_wall;
+    }
+    CU_OK(cuEventDestroy(start));
+    CU_OK(cuEventDestroy(end));
+    *wall_ms = best_wall;
+    return best_device;
+}
+
+START_TEST(test_kernel_time)
+{
+    setup();
+    CUmodule mod;
+    CUfunction busy = get_function(&mod, "busy");
+    float wall;
+    float device = busy_best_ms(busy, 10000000ull, 1.0f, &wall);
+    ck_assert_float_ge(device, 9.0f);
+    ck_assert_float_le(device, 11.0f);
+    ck_assert_float_ge(wall, 9.0f);
+    ck_assert_float_le(wall, 11.0f);
+
+    CUevent a, b;
+    float ms;
+    CU_OK(cuEventCreate(&a, CU_EVENT_DISABLE_TIMING));
+    CU_OK(cuEventCreate(&b, 0));
+    CU_OK(cuEventRecord(a, NULL));
+    CU_OK(cuEventRecord(b, NULL));
+    CU_OK(cuEventSynchronize(b));
+    ck_assert_int_eq(cuEventElapsedTime(&ms, a, b), CUDA_ERROR_INVALID_HANDLE);
+    CU_OK(cuEventDestroy(a));
+    CU_OK(cuEventDestroy(b));
+
+    /* a kernel without a cost model occupies the device for its CPU time */
+    CUfunction spin;
+    CU_OK(cuModuleGetFunction(&spin, mod, "spin"));
+    unsigned long long ns = 20000000ull;
+    void *params[] = {&ns};
+    simgpu_device_stats_t before, after;
+    ck_assert_int_eq(simgpu_device_stats(0, &before), 0);
+    CU_OK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+    CU_OK(cuCtxSynchronize());
+    ck_assert_int_eq(simgpu_device_stats(0, &after), 0);
+    ck_assert_uint_eq(after.kernels, before.kernels + 1);
+    ck_assert_uint_ge(after.busy_ns - before.busy_ns, 20000000ull);
+    ck_assert_uint_eq(after.total_bytes, MEMORY_MB * MiB);
+    CU_OK(cuModuleUnload(mod));
+}
+END_TEST
+
+START_TEST(test_kernel_time_speed)
+{
+    setenv("SIMGPU_SPEED", "4", 1);
+    setup();
+    CUmodule mod;
+    CUfunction busy = get_function(&mod, "busy");
+    float wall;
+    float device = busy_best_ms(busy, 40000000ull, 4.0f, &wall);  /* 40 ms at 4x: 10 ms */
+    ck_assert_float_ge(device, 9.0f);
+    ck_assert_float_le(device, 11.0f);
+    CU_OK(cuModuleUnload(mod));
+}
+END_TEST
+
+START_TEST(test_modules_and_launch)
+{
+    setup();
+    CUmodule mod;
+    CUfunction add = get_function(&mod, "vector_add");
+    CUfunction missing;
+    ck_assert_int_eq(cuModuleGetFunction(&missing, mod, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+    int value;
+    CU_OK(cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, add));
+    ck_assert_int_eq(value, 1024);
+    const char *name;
+    CU_OK(cuFuncGetName(&name, add));
+    ck_assert_str_eq(name, "vector_add");
+
+    enum { N = 1000 };
+    float ha[N], hb[N], hc[N];
+    for (int i = 0; i < N; i++) {
+        ha[i] = (float)i;
+        hb[i] = 0.5f;
+    }
+    CUdeviceptr a, b, c;
+    CU_OK(cuMemAlloc(&a, sizeof(ha)));
+    CU_OK(cuMemAlloc(&b, sizeof(hb)));
+    CU_OK(cuMemAlloc(&c, sizeof(hc)));
+    CU_OK(cuMemcpyHtoD(a, ha, sizeof(ha)));
+    CU_OK(cuMemcpyHtoD(b, hb, sizeof(hb)));
+    int n = N;
+    void *params[] = {&a, &b, &c, &n};
+    CU_OK(cuLaunchKernel(add, (N + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, params, NULL));
+    CU_OK(cuMemcpyDtoH(hc, c, sizeof(hc)));
+    ck_assert_float_eq(hc[999], 999.5f);
+
+    /* invalid launches */
+    ck_assert_int_eq(cuLaunchKernel(add, 1, 1, 1, 2048, 1, 1, 0, NULL, params, NULL),
+                     CUDA_ERROR_INVALID_VALUE);
+    void *extra[] = {CU_LAUNCH_PARAM_END};
+    ck_assert_int_eq(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, extra),
+                     CUDA_ERROR_NOT_SUPPORTED);
+
+    /* a global shared with the pack's kernels */
+    CUdeviceptr scale_ptr;
+    size_t bytes;
+    CU_OK(cuModuleGetGlobal(&scale_ptr, &bytes, mod, "simgpu_test_scale"));
+    ck_assert_uint_eq(bytes, sizeof(float));
+    float three = 3.0f;
+    CU_OK(cuMemcpyHtoD(scale_ptr, &three, sizeof(three)));
+    ck_assert_int_eq(cuModuleGetGlobal(&scale_ptr, &bytes, mod, "no_such_global"),
+                     CUDA_ERROR_NOT_FOUND);
+
+    /* the library path, with a CUkernel passed as a CUfunction (as the runtime does) */
+    CUlibrary lib;
+    CUkernel kernel;
+    static const char fatbin[] = "fatbin";
+    CU_OK(cuLibraryLoadData(&lib, fatbin, NULL, NULL, 0, NULL, NULL, 0));
+    CU_OK(cuLibraryGetKernel(&kernel, lib, "scale"));
+    void *scale_params[] = {&c, &n};
+    CUlaunchConfig config = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
+                             .blockDimY = 1, .blockDimZ = 1};
+    CU_OK(cuLaunchKernelEx(&config, (CUfunction)kernel, scale_params, NULL));
+    CU_OK(cuMemcpyDtoH(hc, c, sizeof(hc)));
+    ck_assert_float_eq(hc[1], 4.5f);
+    CUfunction from_kernel;
+    CU_OK(cuKernelGetFunction(&from_kernel, kernel));
+    CU_OK(cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_NUM_REGS, from_kernel));
+    CU_OK(cuLibraryUnload(lib));
+    CU_OK(cuModuleUnload(mod));
+    ck_assert_int_eq(cuModuleLoad(&mod, "/nonexistent/file.cubin"), CUDA_ERROR_FILE_NOT_FOUND);
+}
+END_TEST
+
+START_TEST(test_vmm)
+{
+    setup();
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    size_t gran;
+    CU_OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    ck_assert_uint_gt(gran, 0);
+    size_t size = 4 * gran, free0, free1, total;
+    CU_OK(cuMemGetInfo(&free0, &total));
+
+    CUmemGenericAllocationHandle handle, imported;
+    CU_OK(cuMemCreate(&handle, size, &prop, 0));
+    CU_OK(cuMemGetInfo(&free1, &total));
+    ck_assert_uint_eq(free0 - free1, size);
+    ck_assert_int_eq(cuMemCreate(&imported, gran + 1, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+
+    CUdeviceptr va, vb;
+    CU_OK(cuMemAddressReserve(&va, size, 0, 0, 0));
+    CU_OK(cuMemAddressReserve(&vb, size, 0, 0, 0));
+    ck_assert_uint_eq(va % gran, 0);
+    CU_OK(cuMemMap(va, size, 0, handle, 0));
+    ck_assert_int_eq(cuMemMap(va, size, 0, handle, 0), CUDA_ERROR_INVALID_VALUE);
+    CUmemAccessDesc access = {.location = prop.location,
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CU_OK(cuMemSetAccess(va, size, &access, 1));
+    CU_OK(cuMemsetD32(va, 0x5a5a5a5a, size / 4));
+
+    unsigned type;
+    CU_OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + 100));
+    ck_assert_uint_eq(type, CU_MEMORYTYPE_DEVICE);
+    unsigned long long flags;
+    CU_OK(cuMemGetAccess(&flags, &prop.location, va));
+    ck_assert_uint_eq(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+
+    /* export and import (within one process here; across processes in
+     * tests/integration/simgpu_multiprocess.sh): the same bytes, counted once */
+    int fd = -1;
+    CU_OK(cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    ck_assert_int_ge(fd, 0);
+    CU_OK(cuMemImportFromShareableHandle(&imported, (void *)(uintptr_t)fd,
+                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    close(fd);
+    CU_OK(cuMemGetInfo(&free1, &total));
+    ck_assert_uint_eq(free0 - free1, size);
+    CU_OK(cuMemMap(vb, size, 0, imported, 0));
+    CU_OK(cuMemSetAccess(vb, size, &access, 1));
+    unsigned word = 0;
+    CU_OK(cuMemcpyDtoH(&word, vb + size - 4, 4));
+    ck_assert_uint_eq(word, 0x5a5a5a5a);
+    CU_OK(cuMemsetD32(vb, 7, 1));
+    CU_OK(cuMemcpyDtoH(&word, va, 4));
+    ck_assert_uint_eq(word, 7);
+
+    CUmemGenericAllocationHandle retained;
+    CU_OK(cuMemRetainAllocationHandle(&retained, (void *)(uintptr_t)(va + 8)));
+    ck_assert_uint_eq(retained, handle);
+    CU_OK(cuMemRelease(retained));
+
+    CU_OK(cuMemUnmap(vb, size));
+    CU_OK(cuMemRelease(imported));
+    CU_OK(cuMemRelease(handle));  /* still mapped at va: stays alive */
+    CU_OK(cuMemcpyDtoH(&word, va + 4, 4));
+    ck_assert_uint_eq(word, 0x5a5a5a5a);
+    CU_OK(cuMemUnmap(va, size));
+    CU_OK(cuMemGetInfo(&free1, &total));
+    ck_assert_uint_eq(free1, free0);
+    CU_OK(cuMemAddressFree(va, size));
+    CU_OK(cuMemAddressFree(vb, size));
+}
+END_TEST
+
+typedef CUresult (*zero_args_fn)(void *, void *, void *, void *, void *, void *);
+
+START_TEST(test_get_proc_address)
+{
+    void *fn, *lib = dlopen(SIMGPU_LIBRARY_PATH, RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_ptr_nonnull(lib);
+    CUdriverProcAddressQueryResult status;
+
+    struct { const char *name; int version; cuuint64_t flags; const char *symbol; } cases[] = {
+        {"cuMemAlloc", 12000, 0, "cuMemAlloc_v2"},
+        {"cuCtxCreate", 12050, 0, "cuCtxCreate_v4"},
+        {"cuCtxCreate", 12000, 0, "cuCtxCreate_v3"},
+        {"cuCtxCreate", 3020, 0, "cuCtxCreate_v2"},
+        {"cuCtxCreate", 2000, 0, "cuCtxCreate"},
+        {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"},
+        {"cuGetProcAddress", 11030, 0, "cuGetProcAddress"},
+        {"cuMemcpyHtoD", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemcpyHtoD_v2_ptds"},
+        {"cuMemcpyHtoD", 13000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuMemcpyHtoD_v2"},
+        {"cuLaunchKernel", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuLaunchKernel_ptsz"},
+        {"cuStreamGetCtx", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuStreamGetCtx_v2_ptsz"},
+        {"cuCtxSynchronize", 13000, 0, "cuCtxSynchronize_v2"},
+        {"cuEventElapsedTime", 12080, 0, "cuEventElapsedTime_v2"},
+        {"cuCtxCreate", 12050, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuCtxCreate_v4"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        CU_OK(cuGetProcAddress(cases[i].name, &fn, cases[i].version, cases[i].flags, &status));
+        ck_assert_int_eq(status, CU_GET_PROC_ADDRESS_SUCCESS);
+        ck_assert_msg(fn == dlsym(lib, cases[i].symbol), "%s@%d -> %s", cases[i].name,
+                      cases[i].version, cases[i].symbol);
+    }
+    ck_assert_int_eq(cuGetProcAddress("cuMemAlloc", &fn, 2000, 0, &status), CUDA_ERROR_NOT_FOUND);
+    ck_assert_int_eq(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    ck_assert_int_eq(cuGetProcAddress("cuNoSuchThing", &fn, 13000, 0, &status),
+                     CUDA_ERROR_NOT_FOUND);
+    ck_assert_int_eq(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    ck_assert_ptr_null(fn);
+
+    /* something simgpu does not implement: a stub that says so */
+    CU_OK(cuGetProcAddress("cuGraphCreate", &fn, 13000, 0, &status));
+    ck_assert_ptr_nonnull(fn);
+    ck_assert_int_eq(((zero_args_fn)fn)(0, 0, 0, 0, 0, 0), CUDA_ERROR_NOT_SUPPORTED);
+    const void *table = &fn;
+    CUuuid id = {{0}};
+    ck_assert_int_eq(cuGetExportTable(&table, &id), CUDA_ERROR_NOT_SUPPORTED);
+
+    /* every row of the entry-point list is exported under its name */
+#define SIMGPU_FN(base, version, symbol)                                       \
+    ck_assert_msg(dlsym(lib, #symbol) != NULL, "%s is not exported", #symbol);  \
+    CU_OK(cuGetProcAddress(#base, &fn, version, 0, &status));
+#define SIMGPU_PTDS(base, version, symbol)                                     \
+    ck_assert_msg(dlsym(lib, #symbol) != NULL, "%s is not exported", #symbol);
+#define SIMGPU_PTSZ SIMGPU_PTDS
+#include "simgpu-api.def"
+#undef SIMGPU_FN
+#undef SIMGPU_PTDS
+#undef SIMGPU_PTSZ
+    ck_assert_ptr_nonnull(dlsym(lib, "simgpu_device_stats"));
+
+    const char *text;
+    CU_OK(cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &text));
+    ck_assert_str_eq(text, "CUDA_ERROR_OUT_OF_MEMORY");
+    CU_OK(cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &text));
+    ck_assert_str_eq(text, "out of memory");
+    ck_assert_int_eq(cuGetErrorName((CUresult)123456, &text), CUDA_ERROR_INVALID_VALUE);
+}
+END_TEST
+
+static Suite *simgpu_suite(void)
+{
+    Suite *s = suite_create("simgpu");
+    TCase *tc = tcase_create("driver");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_init_and_devices);
+    tcase_add_test(tc, test_contexts);
+    tcase_add_test(tc, test_memory);
+    tcase_add_test(tc, test_streams_and_async);
+    tcase_add_test(tc, test_kernel_time);
+    tcase_add_test(tc, test_kernel_time_speed);
+    tcase_add_test(tc, test_modules_and_launch);
+    tcase_add_test(tc, test_vmm);
+    tcase_add_test(tc, test_get_proc_address);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    char shm_name[64], memory[32];
+    snprintf(shm_name, sizeof(shm_name), "/simgpu-check-%d", (int)getpid());
+    snprintf(memory, sizeof(memory), "%llu", MEMORY_MB);
+    setenv("SIMGPU_SHM_NAME", shm_name, 1);
+    setenv("SIMGPU_MEMORY_MB", memory, 1);
+    setenv("SIMGPU_KERNEL_PACKS", SIMGPU_TESTPACK_PATH, 1);
+    unsetenv("SIMGPU_SPEED");
+    unsetenv("SIMGPU_DEVICES");
+    SRunner *runner = srunner_create(simgpu_suite());
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    shm_unlink(shm_name);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,342 @@
+/* The shared segment: what a GPU shares between processes.
+ *
+ * One POSIX shared-memory object (SIMGPU_SHM_NAME, default /simgpu-<uid>) holds a
+ * versioned header and, per simulated device, the memory accounting (bytes in
+ * use per process slot) and the execution engine (a process-shared robust mutex
+ * held for the whole modelled duration of a kernel) with its busy-time counter.
+ *
+ * The creator initialises the segment under flock(), so a creator that dies
+ * mid-way leaves nothing half-initialised behind (the next opener sees size 0 or
+ * a complete header). A dead process is noticed by its pid: its slot's bytes are
+ * reclaimed, and a dead engine holder is recovered through EOWNERDEAD. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "simgpu-internal.h"
+#include "simgpu.h"
+
+#define SHM_MAGIC 0x554750474d495353ull /* "SSIMGPGU" */
+#define SHM_LAYOUT_VERSION 1
+#define SHM_PROCESS_SLOTS 128
+
+typedef struct shm_slot {
+    int32_t pid;
+    uint32_t reserved;
+    uint64_t start_ticks;       /* /proc/<pid>/stat starttime: guards against pid reuse */
+    uint64_t used_bytes;
+} shm_slot_t;
+
+typedef struct shm_device {
+    pthread_mutex_t engine;     /* robust, process-shared: held while a kernel occupies the device */
+    pthread_mutex_t accounting; /* robust, process-shared: guards slots */
+    uint64_t total_bytes;
+    uint64_t busy_ns;           /* atomic */
+    uint64_t kernels;           /* atomic */
+    uint64_t engine_recoveries; /* atomic */
+    int32_t engine_holder;      /* pid, informational */
+    uint32_t reserved;
+    shm_slot_t slots[SHM_PROCESS_SLOTS];
+} shm_device_t;
+
+typedef struct shm_header {
+    uint64_t magic;
+    uint32_t layout_version;
+    uint32_t header_bytes;
+    uint32_t device_bytes;
+    uint32_t device_count;
+    uint64_t segment_bytes;
+    shm_device_t devices[];
+} shm_header_t;
+
+static shm_header_t *segment;
+static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
+static int my_slot[SIMGPU_MAX_DEVICES] = {[0 ... SIMGPU_MAX_DEVICES - 1] = -1};
+static uint64_t my_start_ticks;
+
+/* Field 22 of /proc/<pid>/stat; 0 if the process is gone or a zombie. */
+static uint64_t process_start_ticks(int pid)
+{
+    char path[64], buffer[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buffer, sizeof(buffer) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buffer[n] = '\0';
+    char *p = strrchr(buffer, ')');
+    if (!p || p[1] != ' ')
+        return 0;
+    char state = p[2];
+    if (state == 'Z' || state == 'X' || state == 'x')
+        return 0;
+    p += 2;
+    for (int field = 3; field < 22 && p; field++) {
+        p = strchr(p, ' ');
+        if (p)
+            p++;
+    }
+    return p ? strtoull(p, NULL, 10) : 0;
+}
+
+static bool slot_alive(const shm_slot_t *slot)
+{
+    if (slot->pid == 0)
+        return false;
+    if (slot->pid == getpid())
+        return true;
+    uint64_t ticks = process_start_ticks(slot->pid);
+    return ticks != 0 && ticks == slot->start_ticks;
+}
+
+static bool robust_lock(pthread_mutex_t *mutex)
+{
+    int rc = pthread_mutex_lock(mutex);
+    if (rc == EOWNERDEAD) {
+        pthread_mutex_consistent(mutex);
+        return true;
+    }
+    return false;
+}
+
+static CUresult segment_init(shm_header_t *h, int device_count, uint64_t bytes)
+{
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    for (int i = 0; i < device_count; i++) {
+        shm_device_t *d = &h->devices[i];
+        pthread_mutex_init(&d->engine, &attr);
+        pthread_mutex_init(&d->accounting, &attr);
+        d->total_bytes = simgpu_config.memory_bytes;
+    }
+    pthread_mutexattr_destroy(&attr);
+    h->layout_version = SHM_LAYOUT_VERSION;
+    h->header_bytes = sizeof(shm_header_t);
+    h->device_bytes = sizeof(shm_device_t);
+    h->device_count = (uint32_t)device_count;
+    h->segment_bytes = bytes;
+    __atomic_store_n(&h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
+    return CUDA_SUCCESS;
+}
+
+static CUresult segment_refuse(const char *why)
+{
+    fprintf(stderr,
+            "simgpu[%d]: shared segment /dev/shm%s is not usable (%s); "
+            "remove it or set SIMGPU_SHM_NAME\n",
+            (int)getpid(), simgpu_config.shm_name, why);
+    return CUDA_ERROR_OPERATING_SYSTEM;
+}
+
+CUresult simgpu_shm_attach(void)
+{
+    simgpu_config_load();
+    pthread_mutex_lock(&attach_lock);
+    CUresult rc = CUDA_SUCCESS;
+    void *map = MAP_FAILED;
+    size_t bytes = 0;
+    int fd = -1;
+    if (segment)
+        goto out;
+    my_start_ticks = process_start_ticks(getpid());
+    fd = shm_open(simgpu_config.shm_name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        rc = segment_refuse(strerror(errno));
+        goto out;
+    }
+    flock(fd, LOCK_EX);
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        rc = segment_refuse(strerror(errno));
+        goto out;
+    }
+    bool create = st.st_size == 0;
+    if (create) {
+        bytes = sizeof(shm_header_t) + (size_t)simgpu_config.device_count * sizeof(shm_device_t);
+        if (ftruncate(fd, (off_t)bytes) < 0) {
+            rc = segment_refuse(strerror(errno));
+            goto out;
+        }
+    } else {
+        bytes = (size_t)st.st_size;
+        if (bytes < sizeof(shm_header_t)) {
+            rc = segment_refuse("too small");
+            goto out;
+        }
+    }
+    map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+        rc = segment_refuse(strerror(errno));
+        goto out;
+    }
+    shm_header_t *h = map;
+    if (create) {
+        rc = segment_init(h, simgpu_config.device_count, bytes);
+    } else if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC) {
+        rc = segment_refuse("bad magic");
+    } else if (h->layout_version != SHM_LAYOUT_VERSION || h->header_bytes != sizeof(shm_header_t) ||
+               h->device_bytes != sizeof(shm_device_t)) {
+        char why[128];
+        snprintf(why, sizeof(why), "layout version %u, this simgpu uses %u", h->layout_version,
+                 SHM_LAYOUT_VERSION);
+        rc = segment_refuse(why);
+    } else if (h->device_count == 0 || h->device_count > SIMGPU_MAX_DEVICES ||
+               h->segment_bytes != bytes ||
+               bytes != sizeof(shm_header_t) + h->device_count * sizeof(shm_device_t)) {
+        rc = segment_refuse("inconsistent size");
+    }
+    if (rc == CUDA_SUCCESS) {
+        segment = h;
+        map = MAP_FAILED;
+    }
+out:
+    if (map != MAP_FAILED)
+        munmap(map, bytes);
+    if (fd >= 0) {
+        flock(fd, LOCK_UN);
+        close(fd);
+    }
+    pthread_mutex_unlock(&attach_lock);
+    return rc;
+}
+
+int simgpu_shm_device_count(void)
+{
+    return segment ? (int)segment->device_count : 0;
+}
+
+/* Under d->accounting: frees the slots of processes that are gone. */
+static void reap_dead(shm_device_t *d)
+{
+    for (int i = 0; i < SHM_PROCESS_SLOTS; i++) {
+        shm_slot_t *slot = &d->slots[i];
+        if (slot->pid != 0 && !slot_alive(slot))
+            memset(slot, 0, sizeof(*slot));
+    }
+}
+
+static uint64_t used_total(const shm_device_t *d)
+{
+    uint64_t used = 0;
+    for (int i = 0; i < SHM_PROCESS_SLOTS; i++)
+        used += d->slots[i].used_bytes;
+    return used;
+}
+
+/* Under d->accounting: this process's slot, claiming a free one if needed. */
+static shm_slot_t *own_slot(int device, shm_device_t *d)
+{
+    int index = my_slot[device];
+    if (index >= 0 && d->slots[index].pid == getpid())
+        return &d->slots[index];
+    for (int i = 0; i < SHM_PROCESS_SLOTS; i++) {
+        if (d->slots[i].pid == getpid()) {
+            my_slot[device] = i;
+            return &d->slots[i];
+        }
+    }
+    reap_dead(d);
+    for (int i = 0; i < SHM_PROCESS_SLOTS; i++) {
+        if (d->slots[i].pid == 0) {
+            d->slots[i].pid = getpid();
+            d->slots[i].start_ticks = my_start_ticks;
+            d->slots[i].used_bytes = 0;
+            my_slot[device] = i;
+            return &d->slots[i];
+        }
+    }
+    return NULL;
+}
+
+CUresult simgpu_mem_charge(int device, uint64_t bytes)
+{
+    shm_device_t *d = &segment->devices[device];
+    robust_lock(&d->accounting);
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+    reap_dead(d);
+    shm_slot_t *slot = own_slot(device, d);
+    if (slot && used_total(d) + bytes <= d->total_bytes && bytes <= d->total_bytes) {
+        slot->used_bytes += bytes;
+        rc = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&d->accounting);
+    return rc;
+}
+
+void simgpu_mem_uncharge(int device, uint64_t bytes)
+{
+    shm_device_t *d = &segment->devices[device];
+    robust_lock(&d->accounting);
+    shm_slot_t *slot = own_slot(device, d);
+    if (slot)
+        slot->used_bytes = slot->used_bytes > bytes ? slot->used_bytes - bytes : 0;
+    pthread_mutex_unlock(&d->accounting);
+}
+
+void simgpu_mem_info(int device, uint64_t *used_bytes, uint64_t *total_bytes)
+{
+    shm_device_t *d = &segment->devices[device];
+    robust_lock(&d->accounting);
+    reap_dead(d);
+    *used_bytes = used_total(d);
+    *total_bytes = d->total_bytes;
+    pthread_mutex_unlock(&d->accounting);
+}
+
+void simgpu_engine_acquire(int device)
+{
+    shm_device_t *d = &segment->devices[device];
+    if (robust_lock(&d->engine)) {
+        __atomic_add_fetch(&d->engine_recoveries, 1, __ATOMIC_RELAXED);
+        fprintf(stderr, "simgpu[%d]: device %d engine recovered from dead process %d\n",
+                (int)getpid(), device, (int)d->engine_holder);
+    }
+    d->engine_holder = getpid();
+}
+
+void simgpu_engine_release(int device, uint64_t busy_ns)
+{
+    shm_device_t *d = &segment->devices[device];
+    __atomic_add_fetch(&d->busy_ns, busy_ns, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&d->kernels, 1, __ATOMIC_RELAXED);
+    d->engine_holder = 0;
+    pthread_mutex_unlock(&d->engine);
+}
+
+/* ---- the read-only stats API (simgpu.h) ---- */
+__attribute__((visibility("default"))) int simgpu_device_stats(int device,
+                                                               simgpu_device_stats_t *stats)
+{
+    if (!stats)
+        return -EINVAL;
+    if (simgpu_shm_attach() != CUDA_SUCCESS)
+        return -ENODEV;
+    if (device < 0 || device >= simgpu_shm_device_count())
+        return -ENODEV;
+    shm_device_t *d = &segment->devices[device];
+    memset(stats, 0, sizeof(*stats));
+    stats->abi = SIMGPU_STATS_ABI;
+    robust_lock(&d->accounting);
+    reap_dead(d);
+    stats->used_bytes = used_total(d);
+    stats->total_bytes = d->total_bytes;
+    for (int i = 0; i < SHM_PROCESS_SLOTS; i++)
+        stats->processes += d->slots[i].pid != 0;
+    pthread_mutex_unlock(&d->accounting);
+    stats->busy_ns = __atomic_load_n(&d->busy_ns, __ATOMIC_RELAXED);
+    stats->kernels = __atomic_load_n(&d->kernels, __ATOMIC_RELAXED);
+    stats->engine_recoveries = __atomic_load_n(&d->engine_recoveries, __ATOMIC_RELAXED);
+    stats->sample_ns = simgpu_now_ns();
+    return 0;
+}

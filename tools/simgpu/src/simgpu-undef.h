@@ -1,0 +1,96 @@
+/* cuda.h maps plain entry-point names to versioned symbols (#define cuMemAlloc
+ * cuMemAlloc_v2, ...). simgpu defines every entry point under the exact name it
+ * exports, so after cuda.h is included these mappings are removed: in simgpu
+ * sources "cuMemAlloc" means the legacy plain symbol and "cuMemAlloc_v2" the
+ * versioned one. Generated once from the CUDA 13 cuda.h. */
+#ifndef SALUS_SIMGPU_UNDEF_H
+#define SALUS_SIMGPU_UNDEF_H
+
+#undef cuDeviceTotalMem
+#undef cuCtxCreate
+#undef cuModuleGetGlobal
+#undef cuMemGetInfo
+#undef cuMemAlloc
+#undef cuMemAllocPitch
+#undef cuMemFree
+#undef cuMemGetAddressRange
+#undef cuMemAllocHost
+#undef cuMemHostGetDevicePointer
+#undef cuMemAdvise
+#undef cuMemPrefetchAsync
+#undef cuMemPrefetchBatchAsync
+#undef cuMemDiscardBatchAsync
+#undef cuMemDiscardAndPrefetchBatchAsync
+#undef cuMemcpyHtoD
+#undef cuMemcpyDtoH
+#undef cuMemcpyDtoD
+#undef cuMemcpyDtoA
+#undef cuMemcpyAtoD
+#undef cuMemcpyHtoA
+#undef cuMemcpyAtoH
+#undef cuMemcpyAtoA
+#undef cuMemcpyHtoAAsync
+#undef cuMemcpyAtoHAsync
+#undef cuMemcpy2D
+#undef cuMemcpy2DUnaligned
+#undef cuMemcpy3D
+#undef cuMemcpyHtoDAsync
+#undef cuMemcpyDtoHAsync
+#undef cuMemcpyDtoDAsync
+#undef cuMemcpy2DAsync
+#undef cuMemcpy3DAsync
+#undef cuMemcpyBatchAsync
+#undef cuMemcpy3DBatchAsync
+#undef cuMemsetD8
+#undef cuMemsetD16
+#undef cuMemsetD32
+#undef cuMemsetD2D8
+#undef cuMemsetD2D16
+#undef cuMemsetD2D32
+#undef cuArrayCreate
+#undef cuArrayGetDescriptor
+#undef cuArray3DCreate
+#undef cuArray3DGetDescriptor
+#undef cuTexRefSetAddress
+#undef cuTexRefGetAddress
+#undef cuGraphicsResourceGetMappedPointer
+#undef cuCtxDestroy
+#undef cuCtxPopCurrent
+#undef cuCtxPushCurrent
+#undef cuStreamDestroy
+#undef cuEventDestroy
+#undef cuTexRefSetAddress2D
+#undef cuLinkCreate
+#undef cuLinkAddData
+#undef cuLinkAddFile
+#undef cuMemHostRegister
+#undef cuGraphicsResourceSetMapFlags
+#undef cuStreamBeginCapture
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
+#undef cuDevicePrimaryCtxSetFlags
+#undef cuDeviceGetUuid
+#undef cuIpcOpenMemHandle
+#undef cuGraphInstantiate
+#undef cuGraphExecUpdate
+#undef cuGetProcAddress
+#undef cuGraphAddKernelNode
+#undef cuGraphKernelNodeGetParams
+#undef cuGraphKernelNodeSetParams
+#undef cuGraphExecKernelNodeSetParams
+#undef cuGraphGetEdges
+#undef cuGraphNodeGetDependencies
+#undef cuGraphNodeGetDependentNodes
+#undef cuGraphAddDependencies
+#undef cuGraphRemoveDependencies
+#undef cuGraphAddNode
+#undef cuEventElapsedTime
+#undef cuStreamWriteValue32
+#undef cuStreamWaitValue32
+#undef cuStreamWriteValue64
+#undef cuStreamWaitValue64
+#undef cuStreamBatchMemOp
+#undef cuStreamGetCaptureInfo
+#undef cuStreamUpdateCaptureDependencies
+
+#endif

@@ -1,0 +1,535 @@
+/* salus-mlp: trains a small MLP (inputs -> hidden ReLU -> outputs, mean squared
+ * error) with plain SGD on a deterministic synthetic regression data set.
+ *
+ * One source, three builds (see README.md):
+ *   nvcc --fatbin        the kernels below, for real GPUs (embedded in the program)
+ *   g++                  the host program (driver API only; also --cpu-reference)
+ *   g++ -DSIMGPU_PACK    the same kernels as a simgpu kernel pack
+ *
+ * Determinism: every value a kernel computes comes from one of the mlp_*_value()
+ * functions below, which the CPU reference calls too, so both sides evaluate the
+ * same float expressions in the same order (fixed-order reductions, one thread per
+ * output element). */
+#include <stddef.h>
+
+/* ---- per-element math, shared by the kernels and the CPU reference --------------- */
+
+/* hidden unit j of one sample: relu(b1[j] + sum_i x[i] * w1[j][i]) */
+__host__ __device__ static inline float mlp_hidden_value(const float *x_row, const float *w1_row, float bias,
+                                                         unsigned inputs)
+{
+    float z = bias;
+    for (unsigned i = 0; i < inputs; i++)
+        z += x_row[i] * w1_row[i];
+    return z > 0.0f ? z : 0.0f;
+}
+
+/* output unit k of one sample: b2[k] + sum_j h[j] * w2[k][j] */
+__host__ __device__ static inline float mlp_output_value(const float *h_row, const float *w2_row, float bias,
+                                                         unsigned hidden)
+{
+    float z = bias;
+    for (unsigned j = 0; j < hidden; j++)
+        z += h_row[j] * w2_row[j];
+    return z;
+}
+
+/* d loss / d y for loss = sum over the batch of 0.5 * |y - t|^2, divided by batch */
+__host__ __device__ static inline float mlp_output_delta_value(float y, float t, unsigned batch)
+{
+    return (y - t) / (float)batch;
+}
+
+/* d loss / d (hidden pre-activation) of unit j of row b */
+__host__ __device__ static inline float mlp_hidden_delta_value(const float *dy_row, const float *w2, float h,
+                                                               unsigned j, unsigned hidden, unsigned outputs)
+{
+    if (!(h > 0.0f))
+        return 0.0f;
+    float g = 0.0f;
+    for (unsigned k = 0; k < outputs; k++)
+        g += dy_row[k] * w2[(size_t)k * hidden + j];
+    return g;
+}
+
+/* gradient of weight [unit][i] (i < fan_in) or of bias [unit] (i == fan_in):
+ * sum over the batch rows b of delta[b][unit] * activation(b)[i]. The activation
+ * row of b is activations + row_of(b) * fan_in, with row_of(b) = (first_row + b) %
+ * rows, which covers both the hidden layer (rows == batch) and the input samples. */
+__host__ __device__ static inline float mlp_weight_gradient_value(const float *delta, unsigned unit, unsigned units,
+                                                                  const float *activations, unsigned i,
+                                                                  unsigned fan_in, unsigned first_row,
+                                                                  unsigned rows, unsigned batch)
+{
+    float g = 0.0f;
+    for (unsigned b = 0; b < batch; b++) {
+        float a = i < fan_in ? activations[(size_t)((first_row + b) % rows) * fan_in + i] : 1.0f;
+        g += delta[(size_t)b * units + unit] * a;
+    }
+    return g;
+}
+
+__host__ __device__ static inline float mlp_sgd_value(float weight, float gradient, float learning_rate)
+{
+    return weight - learning_rate * gradient;
+}
+
+/* mean over the batch of 0.5 * |y - t|^2, summed in row-major order */
+__host__ __device__ static inline float mlp_loss_value(const float *y, const float *targets, unsigned first_sample,
+                                                       unsigned samples, unsigned batch, unsigned outputs)
+{
+    float sum = 0.0f;
+    for (unsigned b = 0; b < batch; b++) {
+        const float *t_row = targets + (size_t)((first_sample + b) % samples) * outputs;
+        for (unsigned k = 0; k < outputs; k++) {
+            float d = y[(size_t)b * outputs + k] - t_row[k];
+            sum += 0.5f * d * d;
+        }
+    }
+    return sum / (float)batch;
+}
+
+/* ---- kernels: one thread per output element ---------------------------------------- */
+
+#define MLP_ELEMENT() (blockIdx.x * blockDim.x + threadIdx.x)
+
+/* h[b][j] for b < batch, j < hidden */
+extern "C" __global__ void mlp_hidden_forward(const float *x, const float *w1, const float *b1, float *h,
+                                              unsigned first_sample, unsigned samples, unsigned batch,
+                                              unsigned inputs, unsigned hidden)
+{
+    unsigned e = MLP_ELEMENT();
+    if (e >= batch * hidden)
+        return;
+    unsigned b = e / hidden, j = e % hidden;
+    h[e] = mlp_hidden_value(x + (size_t)((first_sample + b) % samples) * inputs, w1 + (size_t)j * inputs, b1[j],
+                            inputs);
+}
+
+/* y[b][k] for b < batch, k < outputs */
+extern "C" __global__ void mlp_output_forward(const float *h, const float *w2, const float *b2, float *y,
+                                              unsigned batch, unsigned hidden, unsigned outputs)
+{
+    unsigned e = MLP_ELEMENT();
+    if (e >= batch * outputs)
+        return;
+    unsigned b = e / outputs, k = e % outputs;
+    y[e] = mlp_output_value(h + (size_t)b * hidden, w2 + (size_t)k * hidden, b2[k], hidden);
+}
+
+/* one thread: *loss = the batch's loss */
+extern "C" __global__ void mlp_loss(const float *y, const float *targets, float *loss, unsigned first_sample,
+                                    unsigned samples, unsigned batch, unsigned outputs)
+{
+    if (MLP_ELEMENT() != 0)
+        return;
+    *loss = mlp_loss_value(y, targets, first_sample, samples, batch, outputs);
+}
+
+/* dy[b][k] */
+extern "C" __global__ void mlp_output_delta(const float *y, const float *targets, float *dy,
+                                            unsigned first_sample, unsigned samples, unsigned batch,
+                                            unsigned outputs)
+{
+    unsigned e = MLP_ELEMENT();
+    if (e >= batch * outputs)
+        return;
+    unsigned b = e / outputs, k = e % outputs;
+    dy[e] = mlp_output_delta_value(y[e], targets[(size_t)((first_sample + b) % samples) * outputs + k], batch);
+}
+
+/* dh[b][j], from the weights w2 before this iteration's update */
+extern "C" __global__ void mlp_hidden_delta(const float *dy, const float *w2, const float *h, float *dh,
+                                            unsigned batch, unsigned hidden, unsigned outputs)
+{
+    unsigned e = MLP_ELEMENT();
+    if (e >= batch * hidden)
+        return;
+    unsigned b = e / hidden, j = e % hidden;
+    dh[e] = mlp_hidden_delta_value(dy + (size_t)b * outputs, w2, h[e], j, hidden, outputs);
+}
+
+/* SGD step of one layer, weight [unit][i] (i < fan_in) or bias [unit] (i == fan_in):
+ * element e in [0, units * (fan_in + 1)). Each element reads only its own weight, so
+ * the update is in place. */
+extern "C" __global__ void mlp_layer_update(float *weights, float *biases, const float *delta,
+                                            const float *activations, unsigned first_row, unsigned rows,
+                                            unsigned batch, unsigned fan_in, unsigned units, float learning_rate)
+{
+    unsigned e = MLP_ELEMENT();
+    if (e >= units * (fan_in + 1))
+        return;
+    unsigned unit = e / (fan_in + 1), i = e % (fan_in + 1);
+    float g = mlp_weight_gradient_value(delta, unit, units, activations, i, fan_in, first_row, rows, batch);
+    float *weight = i < fan_in ? &weights[(size_t)unit * fan_in + i] : &biases[unit];
+    *weight = mlp_sgd_value(*weight, g, learning_rate);
+}
+
+#if defined(SIMGPU_PACK)
+/* ---- simgpu kernel pack: the kernels above, charged their measured CPU time ----------- */
+#include "workload_pack.h"
+
+static const simgpu_kernel mlp_pack[] = {
+    WORKLOAD_PACK_KERNEL(mlp_hidden_forward, NULL), WORKLOAD_PACK_KERNEL(mlp_output_forward, NULL),
+    WORKLOAD_PACK_KERNEL(mlp_loss, NULL),           WORKLOAD_PACK_KERNEL(mlp_output_delta, NULL),
+    WORKLOAD_PACK_KERNEL(mlp_hidden_delta, NULL),   WORKLOAD_PACK_KERNEL(mlp_layer_update, NULL),
+};
+WORKLOAD_PACK_EXPORT(mlp_pack)
+
+#elif !defined(__CUDACC__)
+/* ---- host program (g++ only: nvcc compiles just the kernels) ---------------------------- */
+#include "workload_host.h"
+
+#include <getopt.h>
+
+#include <vector>
+
+/* the kernels for real GPUs (a fatbin), or a placeholder where nvcc was missing */
+extern "C" const unsigned char salus_workload_mlp_image[];
+
+typedef struct mlp_config {
+    unsigned long long seed;
+    unsigned inputs, hidden, outputs, batch, samples, iterations, print_every;
+    float learning_rate;
+    bool keep_activations, async_alloc, cpu_reference;
+    int device;
+} mlp_config;
+
+/* data set and initial parameters, made on the host from the seed */
+typedef struct mlp_model {
+    std::vector<float> x, targets; /* samples x inputs, samples x outputs */
+    std::vector<float> w1, b1;     /* hidden x inputs, hidden */
+    std::vector<float> w2, b2;     /* outputs x hidden, outputs */
+} mlp_model;
+
+/* splitmix64: a tiny deterministic generator, identical on every platform */
+static unsigned long long mlp_random_next(unsigned long long *state)
+{
+    unsigned long long z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [-1, 1), exactly representable as a float */
+static float mlp_random_uniform(unsigned long long *state)
+{
+    return (float)((double)(mlp_random_next(state) >> 40) / 8388608.0 - 1.0);
+}
+
+/* x uniform in [-1, 1); targets = tanh of a random linear "teacher" of x; He-style
+ * uniform initial weights, zero biases */
+static void mlp_model_make(const mlp_config *config, mlp_model *model)
+{
+    unsigned long long state = config->seed;
+    model->x.resize((size_t)config->samples * config->inputs);
+    for (float &value : model->x)
+        value = mlp_random_uniform(&state);
+
+    std::vector<float> teacher((size_t)config->outputs * config->inputs);
+    for (float &value : teacher)
+        value = mlp_random_uniform(&state);
+    model->targets.resize((size_t)config->samples * config->outputs);
+    double teacher_scale = 2.0 / sqrt((double)config->inputs);
+    for (unsigned s = 0; s < config->samples; s++)
+        for (unsigned k = 0; k < config->outputs; k++) {
+            double z = 0.0;
+            for (unsigned i = 0; i < config->inputs; i++)
+                z += (double)teacher[(size_t)k * config->inputs + i] * model->x[(size_t)s * config->inputs + i];
+            model->targets[(size_t)s * config->outputs + k] = (float)tanh(z * teacher_scale);
+        }
+
+    float w1_scale = (float)sqrt(3.0 / config->inputs), w2_scale = (float)sqrt(3.0 / config->hidden);
+    model->w1.resize((size_t)config->hidden * config->inputs);
+    for (float &value : model->w1)
+        value = mlp_random_uniform(&state) * w1_scale;
+    model->b1.assign(config->hidden, 0.0f);
+    model->w2.resize((size_t)config->outputs * config->hidden);
+    for (float &value : model->w2)
+        value = mlp_random_uniform(&state) * w2_scale;
+    model->b2.assign(config->outputs, 0.0f);
+}
+
+/* whether iteration `iteration` (1-based) reports its loss */
+static bool mlp_prints(const mlp_config *config, unsigned iteration)
+{
+    return iteration == config->iterations || (config->print_every != 0 && iteration % config->print_every == 0);
+}
+
+/* the batch of iteration `iteration` starts at this sample and wraps around */
+static unsigned mlp_first_sample(const mlp_config *config, unsigned iteration)
+{
+    return (unsigned)((unsigned long long)(iteration - 1) * config->batch % config->samples);
+}
+
+static void mlp_report(const mlp_config *config, unsigned iteration, float loss)
+{
+    if (config->print_every != 0 && iteration % config->print_every == 0)
+        printf("iter=%u loss=%.9g\n", iteration, (double)loss);
+    fflush(stdout);
+}
+
+static void mlp_report_end(const mlp_config *config, uint64_t elapsed_ns, float final_loss)
+{
+    double total_ms = (double)elapsed_ns / 1e6;
+    printf("mlp_done iterations=%u total_ms=%.3f mean_iter_ms=%.4f\n", config->iterations, total_ms,
+           total_ms / config->iterations);
+    printf("final_loss=%.9g\n", (double)final_loss);
+    fflush(stdout);
+}
+
+/* The same training steps in plain C++ on the host: no driver call at all. */
+static void mlp_train_on_cpu(const mlp_config *config, mlp_model *model)
+{
+    const unsigned batch = config->batch, inputs = config->inputs, hidden = config->hidden,
+                   outputs = config->outputs, samples = config->samples;
+    std::vector<float> h((size_t)batch * hidden), y((size_t)batch * outputs), dy(y.size()), dh(h.size());
+    float loss = 0.0f;
+    uint64_t start_ns = workload_now_ns();
+
+    for (unsigned iteration = 1; iteration <= config->iterations; iteration++) {
+        unsigned first = mlp_first_sample(config, iteration);
+        for (unsigned b = 0; b < batch; b++)
+            for (unsigned j = 0; j < hidden; j++)
+                h[(size_t)b * hidden + j] = mlp_hidden_value(&model->x[(size_t)((first + b) % samples) * inputs],
+                                                             &model->w1[(size_t)j * inputs], model->b1[j], inputs);
+        for (unsigned b = 0; b < batch; b++)
+            for (unsigned k = 0; k < outputs; k++)
+                y[(size_t)b * outputs + k] =
+                    mlp_output_value(&h[(size_t)b * hidden], &model->w2[(size_t)k * hidden], model->b2[k], hidden);
+        if (mlp_prints(config, iteration))
+            loss = mlp_loss_value(y.data(), model->targets.data(), first, samples, batch, outputs);
+        for (unsigned b = 0; b < batch; b++)
+            for (unsigned k = 0; k < outputs; k++)
+                dy[(size_t)b * outputs + k] = mlp_output_delta_value(
+                    y[(size_t)b * outputs + k], model->targets[(size_t)((first + b) % samples) * outputs + k], batch);
+        for (unsigned b = 0; b < batch; b++)
+            for (unsigned j = 0; j < hidden; j++)
+                dh[(size_t)b * hidden + j] = mlp_hidden_delta_value(&dy[(size_t)b * outputs], model->w2.data(),
+                                                                    h[(size_t)b * hidden + j], j, hidden, outputs);
+        /* output layer, then hidden layer, as the kernels run */
+        for (unsigned k = 0; k < outputs; k++)
+            for (unsigned j = 0; j <= hidden; j++) {
+                float g = mlp_weight_gradient_value(dy.data(), k, outputs, h.data(), j, hidden, 0, batch, batch);
+                float *weight = j < hidden ? &model->w2[(size_t)k * hidden + j] : &model->b2[k];
+                *weight = mlp_sgd_value(*weight, g, config->learning_rate);
+            }
+        for (unsigned j = 0; j < hidden; j++)
+            for (unsigned i = 0; i <= inputs; i++) {
+                float g = mlp_weight_gradient_value(dh.data(), j, hidden, model->x.data(), i, inputs, first, samples,
+                                                    batch);
+                float *weight = i < inputs ? &model->w1[(size_t)j * inputs + i] : &model->b1[j];
+                *weight = mlp_sgd_value(*weight, g, config->learning_rate);
+            }
+        if (mlp_prints(config, iteration))
+            mlp_report(config, iteration, loss);
+    }
+    mlp_report_end(config, workload_now_ns() - start_ns, loss);
+}
+
+/* per-iteration buffers: what a framework without a caching allocator allocates and
+ * frees every step */
+typedef struct mlp_activations {
+    CUdeviceptr h, y, dy, dh;
+} mlp_activations;
+
+static void mlp_activations_alloc(const workload_device *device, const mlp_config *config,
+                                  mlp_activations *activations)
+{
+    size_t hidden_bytes = (size_t)config->batch * config->hidden * sizeof(float);
+    size_t output_bytes = (size_t)config->batch * config->outputs * sizeof(float);
+    activations->h = workload_alloc(device, hidden_bytes, config->async_alloc, "activations h");
+    activations->y = workload_alloc(device, output_bytes, config->async_alloc, "activations y");
+    activations->dy = workload_alloc(device, output_bytes, config->async_alloc, "gradients dy");
+    activations->dh = workload_alloc(device, hidden_bytes, config->async_alloc, "gradients dh");
+}
+
+static void mlp_activations_free(const workload_device *device, const mlp_config *config,
+                                 mlp_activations *activations)
+{
+    workload_free(device, activations->dh, config->async_alloc);
+    workload_free(device, activations->dy, config->async_alloc);
+    workload_free(device, activations->y, config->async_alloc);
+    workload_free(device, activations->h, config->async_alloc);
+    *activations = mlp_activations{};
+}
+
+static CUdeviceptr mlp_upload(const workload_device *device, const std::vector<float> &values, const char *name)
+{
+    CUdeviceptr pointer = workload_alloc(device, values.size() * sizeof(float), false, name);
+    CHECK_CU(cuMemcpyHtoD(pointer, values.data(), values.size() * sizeof(float)));
+    return pointer;
+}
+
+/* The training on the device, through the driver API. Parameters and data set stay
+ * resident (persistent memory); activations come and go every iteration unless
+ * --keep-activations. */
+static void mlp_train_on_device(const mlp_config *config, const mlp_model *model)
+{
+    workload_device device;
+    workload_device_open(&device, config->device, salus_workload_mlp_image);
+
+    CUfunction hidden_forward, output_forward, loss_kernel, output_delta, hidden_delta, layer_update;
+    CHECK_CU(cuModuleGetFunction(&hidden_forward, device.module, "mlp_hidden_forward"));
+    CHECK_CU(cuModuleGetFunction(&output_forward, device.module, "mlp_output_forward"));
+    CHECK_CU(cuModuleGetFunction(&loss_kernel, device.module, "mlp_loss"));
+    CHECK_CU(cuModuleGetFunction(&output_delta, device.module, "mlp_output_delta"));
+    CHECK_CU(cuModuleGetFunction(&hidden_delta, device.module, "mlp_hidden_delta"));
+    CHECK_CU(cuModuleGetFunction(&layer_update, device.module, "mlp_layer_update"));
+
+    CUdeviceptr x = mlp_upload(&device, model->x, "data set x"),
+                targets = mlp_upload(&device, model->targets, "data set targets");
+    CUdeviceptr w1 = mlp_upload(&device, model->w1, "weights w1"), b1 = mlp_upload(&device, model->b1, "biases b1");
+    CUdeviceptr w2 = mlp_upload(&device, model->w2, "weights w2"), b2 = mlp_upload(&device, model->b2, "biases b2");
+    CUdeviceptr loss_on_device = workload_alloc(&device, sizeof(float), false, "loss");
+
+    unsigned batch = config->batch, inputs = config->inputs, hidden = config->hidden, outputs = config->outputs,
+             samples = config->samples, zero = 0;
+    float learning_rate = config->learning_rate, loss = 0.0f;
+    mlp_activations a{};
+    if (config->keep_activations)
+        mlp_activations_alloc(&device, config, &a);
+    uint64_t start_ns = workload_now_ns();
+
+    for (unsigned iteration = 1; iteration <= config->iterations; iteration++) {
+        unsigned first = mlp_first_sample(config, iteration);
+        if (!config->keep_activations)
+            mlp_activations_alloc(&device, config, &a);
+
+        void *hidden_forward_args[] = {&x, &w1, &b1, &a.h, &first, &samples, &batch, &inputs, &hidden};
+        workload_launch_1d(&device, hidden_forward, batch * hidden, hidden_forward_args);
+        void *output_forward_args[] = {&a.h, &w2, &b2, &a.y, &batch, &hidden, &outputs};
+        workload_launch_1d(&device, output_forward, batch * outputs, output_forward_args);
+        if (mlp_prints(config, iteration)) {
+            void *loss_args[] = {&a.y, &targets, &loss_on_device, &first, &samples, &batch, &outputs};
+            CHECK_CU(cuLaunchKernel(loss_kernel, 1, 1, 1, 1, 1, 1, 0, device.stream, loss_args, NULL));
+        }
+        void *output_delta_args[] = {&a.y, &targets, &a.dy, &first, &samples, &batch, &outputs};
+        workload_launch_1d(&device, output_delta, batch * outputs, output_delta_args);
+        void *hidden_delta_args[] = {&a.dy, &w2, &a.h, &a.dh, &batch, &hidden, &outputs};
+        workload_launch_1d(&device, hidden_delta, batch * hidden, hidden_delta_args);
+        void *output_update_args[] = {&w2,   &b2,     &a.dy,   &a.h,    &zero,
+                                      &batch, &batch, &hidden, &outputs, &learning_rate};
+        workload_launch_1d(&device, layer_update, outputs * (hidden + 1), output_update_args);
+        void *hidden_update_args[] = {&w1,    &b1,     &a.dh,   &x,      &first,
+                                      &samples, &batch, &inputs, &hidden, &learning_rate};
+        workload_launch_1d(&device, layer_update, hidden * (inputs + 1), hidden_update_args);
+
+        if (config->async_alloc && !config->keep_activations)
+            mlp_activations_free(&device, config, &a);
+        CHECK_CU(cuStreamSynchronize(device.stream));
+        if (!config->async_alloc && !config->keep_activations)
+            mlp_activations_free(&device, config, &a);
+        if (mlp_prints(config, iteration)) {
+            CHECK_CU(cuMemcpyDtoH(&loss, loss_on_device, sizeof loss));
+            mlp_report(config, iteration, loss);
+        }
+    }
+    uint64_t elapsed_ns = workload_now_ns() - start_ns;
+
+    if (config->keep_activations) {
+        mlp_activations_free(&device, config, &a);
+        CHECK_CU(cuStreamSynchronize(device.stream));
+    }
+    CUdeviceptr persistent[] = {x, targets, w1, b1, w2, b2, loss_on_device};
+    for (CUdeviceptr pointer : persistent)
+        CHECK_CU(cuMemFree(pointer));
+    workload_device_close(&device);
+    mlp_report_end(config, elapsed_ns, loss);
+}
+
+static void mlp_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: salus-mlp [options]\n"
+            "Trains a small MLP (inputs -> hidden ReLU -> outputs, MSE loss) with SGD on a\n"
+            "deterministic synthetic data set, through the CUDA driver API.\n"
+            "\n"
+            "  --seed N             data set and initial weights (default 1)\n"
+            "  --inputs N           input features (default 32)\n"
+            "  --hidden N           hidden units (default 64)\n"
+            "  --outputs N          outputs (default 8)\n"
+            "  --batch N            samples per iteration (default 32)\n"
+            "  --samples N          data set size; batches wrap around (default 1024)\n"
+            "  --iterations N       SGD steps (default 200)\n"
+            "  --lr X               learning rate (default 0.05)\n"
+            "  --print-every N      print 'iter=<n> loss=<v>' every N iterations, 0: never (default 10)\n"
+            "  --keep-activations   allocate the activations once instead of every iteration\n"
+            "  --async-alloc        allocate activations with cuMemAllocAsync/cuMemFreeAsync\n"
+            "  --cpu-reference      the same math on the host, no driver calls\n"
+            "  --device N           device ordinal (default 0)\n"
+            "  --help               this text\n"
+            "\n"
+            "Ends with 'mlp_done ...' and 'final_loss=<v>' (the loss of the last iteration).\n"
+            "Exit status: 0 done, 1 a driver call failed (named on stderr), 2 bad usage.\n");
+}
+
+static void mlp_parse(int argc, char **argv, mlp_config *config)
+{
+    enum { SEED = 256, INPUTS, HIDDEN, OUTPUTS, BATCH, SAMPLES, ITERATIONS, LR, PRINT_EVERY, KEEP, ASYNC, CPU,
+           DEVICE, HELP };
+    static const struct option options[] = {
+        {"seed", required_argument, NULL, SEED},
+        {"inputs", required_argument, NULL, INPUTS},
+        {"hidden", required_argument, NULL, HIDDEN},
+        {"outputs", required_argument, NULL, OUTPUTS},
+        {"batch", required_argument, NULL, BATCH},
+        {"samples", required_argument, NULL, SAMPLES},
+        {"iterations", required_argument, NULL, ITERATIONS},
+        {"lr", required_argument, NULL, LR},
+        {"print-every", required_argument, NULL, PRINT_EVERY},
+        {"keep-activations", no_argument, NULL, KEEP},
+        {"async-alloc", no_argument, NULL, ASYNC},
+        {"cpu-reference", no_argument, NULL, CPU},
+        {"device", required_argument, NULL, DEVICE},
+        {"help", no_argument, NULL, HELP},
+        {NULL, 0, NULL, 0},
+    };
+    const unsigned long long size_limit = 1u << 16;
+    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0};
+    int option;
+    while ((option = getopt_long(argc, argv, "", options, NULL)) != -1) {
+        const char *name = option >= SEED && option <= HELP ? options[option - SEED].name : "";
+        switch (option) {
+        case SEED: config->seed = workload_parse_unsigned(name, optarg, 0, ULLONG_MAX); break;
+        case INPUTS: config->inputs = (unsigned)workload_parse_unsigned(name, optarg, 1, size_limit); break;
+        case HIDDEN: config->hidden = (unsigned)workload_parse_unsigned(name, optarg, 1, size_limit); break;
+        case OUTPUTS: config->outputs = (unsigned)workload_parse_unsigned(name, optarg, 1, size_limit); break;
+        case BATCH: config->batch = (unsigned)workload_parse_unsigned(name, optarg, 1, size_limit); break;
+        case SAMPLES: config->samples = (unsigned)workload_parse_unsigned(name, optarg, 1, 1u << 24); break;
+        case ITERATIONS: config->iterations = (unsigned)workload_parse_unsigned(name, optarg, 1, 1u << 30); break;
+        case LR: config->learning_rate = (float)workload_parse_double(name, optarg, 0.0, 1e6); break;
+        case PRINT_EVERY: config->print_every = (unsigned)workload_parse_unsigned(name, optarg, 0, 1u << 30); break;
+        case KEEP: config->keep_activations = true; break;
+        case ASYNC: config->async_alloc = true; break;
+        case CPU: config->cpu_reference = true; break;
+        case DEVICE: config->device = (int)workload_parse_unsigned(name, optarg, 0, 1023); break;
+        case HELP: mlp_usage(stdout); exit(0);
+        default: mlp_usage(stderr); exit(WORKLOAD_EXIT_USAGE);
+        }
+    }
+    if (optind < argc)
+        workload_usage_error("unexpected argument '%s'", argv[optind]);
+    /* element counts of the largest launches must stay well inside 32 bits */
+    const unsigned long long element_limit = 1ull << 28;
+    if ((unsigned long long)config->batch * config->hidden > element_limit ||
+        (unsigned long long)config->hidden * (config->inputs + 1ull) > element_limit ||
+        (unsigned long long)config->outputs * (config->hidden + 1ull) > element_limit ||
+        (unsigned long long)config->samples * config->inputs > element_limit)
+        workload_usage_error("sizes too large (each product of two sizes must stay under 2^28)");
+}
+
+int main(int argc, char **argv)
+{
+    workload_program = "salus-mlp";
+    mlp_config config;
+    mlp_parse(argc, argv, &config);
+    mlp_model model;
+    mlp_model_make(&config, &model);
+    if (config.cpu_reference)
+        mlp_train_on_cpu(&config, &model);
+    else
+        mlp_train_on_device(&config, &model);
+    return 0;
+}
+#endif

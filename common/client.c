@@ -17,11 +17,16 @@ static long long now_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static long long deadline_after(int timeout_ms)
+{
+    return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+}
+
 static int wait_fd(int fd, short events, long long deadline_ms)
 {
     for (;;) {
-        long long left = deadline_ms - now_ms();
-        if (left <= 0)
+        long long left = deadline_ms < 0 ? -1 : deadline_ms - now_ms();
+        if (deadline_ms >= 0 && left <= 0)
             return -ETIMEDOUT;
         struct pollfd p = {.fd = fd, .events = events};
         int n = poll(&p, 1, (int)left);
@@ -37,7 +42,7 @@ static int wait_fd(int fd, short events, long long deadline_ms)
 int salus_send_frame(int fd, const void *frame, size_t bytes, int timeout_ms)
 {
     const char *p = frame;
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = deadline_after(timeout_ms);
     while (bytes > 0) {
         ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
@@ -58,12 +63,34 @@ int salus_send_frame(int fd, const void *frame, size_t bytes, int timeout_ms)
     return 0;
 }
 
-static int recv_exact(int fd, void *buf, size_t bytes, long long deadline)
+/* Reads exactly bytes; file descriptors passed with them (SCM_RIGHTS) are appended to
+ * fds[*nfds] up to max_fds, the rest closed. */
+static int recv_exact(int fd, void *buf, size_t bytes, long long deadline, int *fds, int max_fds,
+                      int *nfds)
 {
     char *p = buf;
     while (bytes > 0) {
-        ssize_t n = recv(fd, p, bytes, MSG_DONTWAIT);
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(int) * 8)];
+        } control;
+        struct iovec iov = {.iov_base = p, .iov_len = bytes};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                            .msg_controllen = sizeof(control.buf)};
+        ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
         if (n > 0) {
+            for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                    continue;
+                size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                int *passed = (int *)(void *)CMSG_DATA(cm);
+                for (size_t i = 0; i < count; i++) {
+                    if (fds && *nfds < max_fds)
+                        fds[(*nfds)++] = passed[i];
+                    else
+                        close(passed[i]);
+                }
+            }
             p += n;
             bytes -= (size_t)n;
             continue;
@@ -85,10 +112,20 @@ static int recv_exact(int fd, void *buf, size_t bytes, long long deadline)
 
 int salus_recv_msg(int fd, proto_msg_t *msg, size_t max_frame_bytes, int timeout_ms)
 {
+    return salus_recv_msg_fds(fd, msg, max_frame_bytes, timeout_ms, NULL, 0, NULL);
+}
+
+int salus_recv_msg_fds(int fd, proto_msg_t *msg, size_t max_frame_bytes, int timeout_ms,
+                       int *fds, int max_fds, int *nfds)
+{
     uint8_t header[PROTO_HEADER_BYTES];
     uint32_t len;
-    long long deadline = now_ms() + timeout_ms;
-    int rc = recv_exact(fd, header, sizeof(header), deadline);
+    int ignored = 0;
+    long long deadline = deadline_after(timeout_ms);
+    if (!nfds)
+        nfds = &ignored;
+    *nfds = 0;
+    int rc = recv_exact(fd, header, sizeof(header), deadline, fds, max_fds, nfds);
     if (rc < 0)
         return rc;
     if (proto_frame_length(header, sizeof(header), max_frame_bytes, &len) != PROTO_OK)
@@ -96,10 +133,15 @@ int salus_recv_msg(int fd, proto_msg_t *msg, size_t max_frame_bytes, int timeout
     uint8_t *payload = malloc(len);
     if (!payload)
         return -ENOMEM;
-    rc = recv_exact(fd, payload, len, deadline);
+    rc = recv_exact(fd, payload, len, deadline, fds, max_fds, nfds);
     if (rc == 0 && proto_decode(payload, len, msg, NULL) != PROTO_OK)
         rc = -EPROTO;
     free(payload);
+    if (rc < 0) {
+        for (int i = 0; fds && i < *nfds; i++)
+            close(fds[i]);
+        *nfds = 0;
+    }
     return rc;
 }
 
@@ -184,22 +226,36 @@ msgpack_packer *salus_client_begin(salus_client_t *c, const char *op, uint32_t b
 
 int salus_client_call(salus_client_t *c, proto_msg_t *reply, char *err, size_t err_size)
 {
+    return salus_client_call_fds(c, reply, err, err_size, c->timeout_ms, NULL, 0, NULL);
+}
+
+int salus_client_call_fds(salus_client_t *c, proto_msg_t *reply, char *err, size_t err_size,
+                          int timeout_ms, int *fds, int max_fds, int *nfds)
+{
     uint64_t id = c->next_id - 1;
+    int count = 0;
     proto_enc_finish(&c->enc);
     int rc = salus_send_frame(c->fd, c->enc.sbuf.data, c->enc.sbuf.size, c->timeout_ms);
     if (rc < 0)
         return rc;
-    rc = salus_recv_msg(c->fd, reply, c->max_frame_bytes, c->timeout_ms);
+    rc = salus_recv_msg_fds(c->fd, reply, c->max_frame_bytes, timeout_ms, fds, max_fds, &count);
     if (rc < 0)
         return rc;
-    if (reply->id != id) {
+    if (reply->id != id || reply->kind == PROTO_ERROR) {
+        if (reply->id != id)
+            rc = -EPROTO;
+        else {
+            int64_t code = 0;
+            proto_get_int(&reply->body, "code", &code);
+            copy_error(reply, err, err_size);
+            rc = code == PROTO_ENOMEM ? -ENOMEM : -EREMOTEIO;
+        }
         proto_msg_free(reply);
-        return -EPROTO;
+        for (int i = 0; fds && i < count; i++)
+            close(fds[i]);
+        count = 0;
     }
-    if (reply->kind == PROTO_ERROR) {
-        copy_error(reply, err, err_size);
-        proto_msg_free(reply);
-        return -EREMOTEIO;
-    }
-    return 0;
+    if (nfds)
+        *nfds = count;
+    return rc;
 }

@@ -22,8 +22,13 @@ void salus_client_close(salus_client_t *c);
 
 /* Sends a whole frame (length prefix included). */
 int salus_send_frame(int fd, const void *frame, size_t bytes, int timeout_ms);
-/* Receives one frame and decodes it into msg (free with proto_msg_free). */
+/* Receives one frame and decodes it into msg (free with proto_msg_free). A negative
+ * timeout_ms waits for ever. */
 int salus_recv_msg(int fd, proto_msg_t *msg, size_t max_frame_bytes, int timeout_ms);
+/* The same, also collecting up to max_fds file descriptors passed with the frame
+ * (SCM_RIGHTS, close-on-exec); extra ones are closed. *nfds gets the count. */
+int salus_recv_msg_fds(int fd, proto_msg_t *msg, size_t max_frame_bytes, int timeout_ms,
+                       int *fds, int max_fds, int *nfds);
 
 /* Starts a request: returns the packer to write body_fields key/value pairs into;
  * then call salus_client_call(). */
@@ -31,5 +36,9 @@ msgpack_packer *salus_client_begin(salus_client_t *c, const char *op, uint32_t b
 /* Sends the request begun above and waits for its reply. Returns 0 with a PROTO_REPLY in
  * reply, -EREMOTEIO with the error reply's message copied to err, or a negative errno. */
 int salus_client_call(salus_client_t *c, proto_msg_t *reply, char *err, size_t err_size);
+/* The same with its own reply timeout (negative: for ever) and passed descriptors.
+ * -ENOMEM when the daemon answered PROTO_ENOMEM. */
+int salus_client_call_fds(salus_client_t *c, proto_msg_t *reply, char *err, size_t err_size,
+                          int timeout_ms, int *fds, int max_fds, int *nfds);
 
 #endif

@@ -227,7 +227,8 @@ const char *proto_error_code_name(proto_error_code_t code)
         [PROTO_EUNKNOWN_OP] = "unknown_op", [PROTO_EBADARG] = "bad_argument",
         [PROTO_ENOTFOUND] = "not_found",    [PROTO_EPERM] = "permission_denied",
         [PROTO_EINTERNAL] = "internal",     [PROTO_EBUSY] = "busy",
-        [PROTO_ESTATE] = "bad_state",
+        [PROTO_ESTATE] = "bad_state",      [PROTO_ENOMEM] = "out_of_memory",
+        [PROTO_ENEVER_FITS] = "never_fits",
     };
     if ((int)code <= 0 || (size_t)code >= sizeof(names) / sizeof(names[0]) || !names[code])
         return "unknown";

@@ -54,6 +54,8 @@ typedef enum proto_error_code {
     PROTO_EINTERNAL = 7,
     PROTO_EBUSY = 8,
     PROTO_ESTATE = 9,
+    PROTO_ENOMEM = 10,        /* over the job's memory budget, or the device is full */
+    PROTO_ENEVER_FITS = 11,   /* the job can never be admitted on this node */
 } proto_error_code_t;
 
 typedef struct proto_msg_s {

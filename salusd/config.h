@@ -14,6 +14,10 @@ typedef struct salusd_config_s {
     unsigned long long max_frame_bytes;
     long long max_connections;
     long long hello_timeout_ms;
+    char driver_path[4096];
+    unsigned long long default_job_bytes;
+    unsigned long long chunk_bytes;
+    long long finished_jobs_kept;
 } salusd_config_t;
 
 extern const option_def_t salusd_options[];

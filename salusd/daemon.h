@@ -3,6 +3,7 @@
 #define SALUS_SALUSD_DAEMON_H
 
 #include "config.h"
+#include "devices.h"
 #include "proto.h"
 #include "registry.h"
 
@@ -27,8 +28,19 @@ typedef struct conn_s {
     LIST_ENTRY(conn_s) link;
 } conn_t;
 
+#define SCHED_MAX_QUEUE 256
+
+/* One GPU's turn-taking: the job that holds it and the jobs parked waiting for it. */
+typedef struct sched_gpu_s {
+    uint64_t holder;          /* job id, 0: none */
+    uint64_t queue[SCHED_MAX_QUEUE];
+    int queued;
+} sched_gpu_t;
+
 typedef struct salusd_s {
     salusd_config_t config;
+    devices_t devices;
+    sched_gpu_t sched[DEVICES_MAX_GPUS];
     struct event_base *base;
     struct evconnlistener *listener;
     struct event *signal_events[3];
@@ -47,8 +59,12 @@ uint64_t salusd_now_ns(void);
 /* server.c */
 int server_start(salusd_t *d);
 void server_stop(salusd_t *d);
-/* Queues an encoded frame (enc->sbuf) on the connection. */
+/* Sends an encoded frame (enc->sbuf) on the connection. */
 void server_send(conn_t *c, const proto_enc_t *enc);
+/* Sends a frame with file descriptors (SCM_RIGHTS). Returns 0, or a negative errno when
+ * they cannot be sent in order (the caller drops the connection). The fds stay the
+ * caller's to close. */
+int server_send_fds(conn_t *c, const proto_enc_t *enc, const int *fds, int nfds);
 /* Sends an error reply; with close_after, closes the connection once it is written. */
 void server_reply_error(conn_t *c, uint64_t id, proto_error_code_t code, int close_after,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));

@@ -1,5 +1,6 @@
 /* Request handlers: one row per op. Each handler writes exactly one reply or error. */
 #include "daemon.h"
+#include "jobs.h"
 
 #include "log.h"
 
@@ -13,13 +14,28 @@ static void reply_status(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
     proto_enc_t *e = &d->enc;
-    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 10);
+    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 12);
     proto_pack_kv_str(&e->pk, "server", "salusd " SALUS_VERSION);
     proto_pack_kv_uint(&e->pk, "protocol", PROTO_VERSION);
     proto_pack_kv_uint(&e->pk, "pid", (uint64_t)getpid());
     proto_pack_kv_uint(&e->pk, "uptime_ms", (salusd_now_ns() - d->started_ns) / 1000000);
     proto_pack_kv_str(&e->pk, "socket", d->config.socket_path);
-    proto_pack_kv_str(&e->pk, "device", "none");
+    proto_pack_kv_str(&e->pk, "device", d->devices.simulated ? "simgpu" : "cuda");
+    proto_pack_kv_str(&e->pk, "driver", d->devices.driver.path);
+    proto_pack_str(&e->pk, "gpus");
+    msgpack_pack_array(&e->pk, (uint32_t)d->devices.count);
+    for (int i = 0; i < d->devices.count; i++) {
+        const gpu_t *g = &d->devices.gpus[i];
+        uint64_t busy_ns = 0;
+        devices_busy_ns(&d->devices, i, &busy_ns);
+        msgpack_pack_map(&e->pk, 6);
+        proto_pack_kv_uint(&e->pk, "index", (uint64_t)i);
+        proto_pack_kv_str(&e->pk, "name", g->name);
+        proto_pack_kv_uint(&e->pk, "total_bytes", g->total_bytes);
+        proto_pack_kv_uint(&e->pk, "reserved_bytes", g->reserved_bytes);
+        proto_pack_kv_uint(&e->pk, "used_bytes", g->chunk_bytes);
+        proto_pack_kv_uint(&e->pk, "busy_ms", busy_ns / 1000000);
+    }
     proto_pack_kv_uint(&e->pk, "jobs", registry_count(d->registry));
     proto_pack_kv_uint(&e->pk, "connections", d->connection_count);
     proto_pack_kv_uint(&e->pk, "requests_served", d->requests_served);
@@ -30,56 +46,10 @@ static void reply_status(conn_t *c, const proto_msg_t *msg)
 
 static void reply_ps(conn_t *c, const proto_msg_t *msg)
 {
-    salusd_t *d = c->daemon;
-    proto_enc_t *e = &d->enc;
-    size_t n = registry_count(d->registry);
-    uint64_t now = salusd_now_ns();
+    proto_enc_t *e = &c->daemon->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
     proto_pack_str(&e->pk, "jobs");
-    msgpack_pack_array(&e->pk, (uint32_t)n);
-    for (size_t i = 0; i < n; i++) {
-        const job_t *job = registry_at(d->registry, i);
-        msgpack_pack_map(&e->pk, 6);
-        proto_pack_kv_uint(&e->pk, "id", job->id);
-        proto_pack_kv_str(&e->pk, "name", job->name);
-        proto_pack_kv_uint(&e->pk, "pid", (uint64_t)job->pid);
-        proto_pack_kv_uint(&e->pk, "uid", (uint64_t)job->uid);
-        proto_pack_kv_str(&e->pk, "state", job_state_name(job->state));
-        proto_pack_kv_uint(&e->pk, "age_ms", (now - job->registered_ns) / 1000000);
-    }
-    proto_enc_finish(e);
-    server_send(c, e);
-}
-
-static void reply_register(conn_t *c, const proto_msg_t *msg)
-{
-    salusd_t *d = c->daemon;
-    char name[REGISTRY_NAME_BYTES];
-    int rc = proto_get_str_copy(&msg->body, "name", name, sizeof(name));
-    if (rc == -EINVAL) {
-        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
-                           "name must be a string of at most %d bytes", REGISTRY_NAME_BYTES - 1);
-        return;
-    }
-    if (rc < 0)
-        name[0] = '\0';
-    if (c->job_id) {
-        server_reply_error(c, msg->id, PROTO_ESTATE, 0,
-                           "this connection is already registered as job %llu",
-                           (unsigned long long)c->job_id);
-        return;
-    }
-    job_t *job = registry_add(d->registry, name, c->pid, c->uid, c->gid, salusd_now_ns(), c);
-    if (!job) {
-        server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
-        return;
-    }
-    c->job_id = job->id;
-    LOG_INFO("job %llu '%s' registered (pid %d, uid %u)", (unsigned long long)job->id, job->name,
-             (int)job->pid, (unsigned)job->uid);
-    proto_enc_t *e = &d->enc;
-    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
-    proto_pack_kv_uint(&e->pk, "job_id", job->id);
+    jobs_pack_list(c->daemon, &e->pk);
     proto_enc_finish(e);
     server_send(c, e);
 }
@@ -90,7 +60,8 @@ static const struct {
 } handlers[] = {
     {"status", reply_status},
     {"ps", reply_ps},
-    {"register", reply_register},
+    {"register", jobs_handle_register},
+    {"mem_grow", jobs_handle_mem_grow},
 };
 
 void handlers_dispatch(conn_t *c, const proto_msg_t *msg)
@@ -106,9 +77,5 @@ void handlers_dispatch(conn_t *c, const proto_msg_t *msg)
 
 void handlers_connection_closed(conn_t *c)
 {
-    if (!c->job_id)
-        return;
-    LOG_INFO("job %llu ended (its connection closed)", (unsigned long long)c->job_id);
-    registry_remove(c->daemon->registry, c->job_id);
-    c->job_id = 0;
+    jobs_connection_closed(c);
 }

@@ -1,5 +1,6 @@
 /* salusd: the per-node daemon. Start-up, detaching, signals, shutdown. */
 #include "daemon.h"
+#include "jobs.h"
 
 #include "log.h"
 #include "notify.h"
@@ -101,12 +102,23 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    char err[512];
+    if (devices_open(&d.devices, d.config.driver_path, err, sizeof(err)) < 0) {
+        LOG_ERROR("no GPU: %s", err);
+        goto out;
+    }
+    if (d.devices.simulated)
+        LOG_WARN("NO GPU FOUND: running on simgpu, a simulated CPU device for development and "
+                 "tests (%d device%s, %s)", d.devices.count, d.devices.count == 1 ? "" : "s",
+                 d.devices.driver.path);
+    for (int i = 0; i < d.devices.count; i++)
+        LOG_INFO("GPU %d: %s, %llu MiB", i, d.devices.gpus[i].name,
+                 (unsigned long long)(d.devices.gpus[i].total_bytes >> 20));
     if (server_start(&d) < 0)
         goto out;
 
     LOG_INFO("salusd %s listening on %s (pid %d, protocol %d)", SALUS_VERSION,
              d.config.socket_path, (int)getpid(), PROTO_VERSION);
-    LOG_WARN("no GPU device layer yet: jobs are registered but not placed on a device");
     notify_ready("listening");
     tell_parent(&ready_fd, 0);
     event_base_dispatch(d.base);
@@ -116,6 +128,8 @@ int main(int argc, char **argv)
 out:
     tell_parent(&ready_fd, 1);
     server_stop(&d);
+    jobs_shutdown(&d);
+    devices_close(&d.devices);
     for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
         if (d.signal_events[i])
             event_free(d.signal_events[i]);

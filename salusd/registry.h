@@ -17,6 +17,16 @@ typedef enum job_state {
     JOB_FAILED,
 } job_state_t;
 
+/* What the job page last said (kept after the job ends). */
+typedef struct job_stats_s {
+    uint64_t iterations;
+    uint64_t persistent_bytes;
+    uint64_t ephemeral_peak_bytes;
+    uint64_t live_bytes;
+    uint64_t busy_ns;
+    uint64_t wait_ns;
+} job_stats_t;
+
 typedef struct job_s {
     uint64_t id;
     char name[REGISTRY_NAME_BYTES];
@@ -26,6 +36,19 @@ typedef struct job_s {
     job_state_t state;
     uint64_t registered_ns;
     void *owner;              /* the connection that registered it (opaque here) */
+    /* hints from the job (0: not given) */
+    uint64_t iterations_expected;
+    uint64_t persistent_hint_bytes;
+    uint64_t ephemeral_hint_bytes;
+    int64_t priority;
+    /* placement */
+    int gpu;                  /* -1 until admitted */
+    uint64_t budget_bytes;
+    uint64_t committed_bytes; /* chunks handed out */
+    uint64_t admitted_ns;
+    uint64_t finished_ns;
+    job_stats_t stats;
+    void *runtime;            /* the daemon's live state of the job (jobs.c) */
 } job_t;
 
 typedef struct registry_s registry_t;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -30,13 +31,65 @@ static void conn_free(conn_t *c)
     free(c);
 }
 
-void server_send(conn_t *c, const proto_enc_t *enc)
+static void on_event(struct bufferevent *bev, short events, void *arg);
+static void conn_close_after_write(conn_t *c);
+
+/* Writes directly when nothing is queued (so that frames carrying descriptors keep their
+ * place in the stream); whatever the socket does not take is queued on the bufferevent. */
+static int send_direct(conn_t *c, const char *data, size_t size, const int *fds, int nfds)
 {
-    if (bufferevent_write(c->bev, enc->sbuf.data, enc->sbuf.size) < 0)
-        LOG_WARN("could not queue a reply to pid %d", (int)c->pid);
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    size_t sent = 0;
+    if (evbuffer_get_length(out) == 0) {
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(int) * 4)];
+        } control;
+        struct iovec iov = {.iov_base = (void *)data, .iov_len = size};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        if (nfds > 0) {
+            memset(&control, 0, sizeof(control));
+            mh.msg_control = control.buf;
+            mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+            struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+            cm->cmsg_level = SOL_SOCKET;
+            cm->cmsg_type = SCM_RIGHTS;
+            cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+            memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+        }
+        ssize_t n = sendmsg(bufferevent_getfd(c->bev), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return -errno; /* the event callback will see the broken connection */
+        if (n > 0)
+            sent = (size_t)n;
+    } else if (nfds > 0) {
+        return -EAGAIN;
+    }
+    if (nfds > 0 && sent == 0)
+        return -EAGAIN;
+    if (sent < size && bufferevent_write(c->bev, data + sent, size - sent) < 0)
+        return -ENOMEM;
+    return 0;
 }
 
-static void on_event(struct bufferevent *bev, short events, void *arg);
+void server_send(conn_t *c, const proto_enc_t *enc)
+{
+    if (send_direct(c, enc->sbuf.data, enc->sbuf.size, NULL, 0) < 0)
+        LOG_DEBUG("could not send a reply to pid %d", (int)c->pid);
+}
+
+int server_send_fds(conn_t *c, const proto_enc_t *enc, const int *fds, int nfds)
+{
+    if (nfds < 1 || nfds > 4)
+        return -EINVAL;
+    int rc = send_direct(c, enc->sbuf.data, enc->sbuf.size, fds, nfds);
+    if (rc < 0) {
+        LOG_WARN("cannot pass descriptors to pid %d (%s); closing its connection", (int)c->pid,
+                 strerror(-rc));
+        conn_close_after_write(c);
+    }
+    return rc;
+}
 
 static void close_when_written(struct bufferevent *bev, void *arg)
 {

@@ -11,6 +11,10 @@ WIRE="$TBIN/salus-wire-test"
 WORK=$(mktemp -d /tmp/salus-it.XXXXXX)
 SOCK="$WORK/salusd.sock"
 export SALUS_SOCKET="$SOCK"
+# the simulated GPU of this test alone (salusd and its jobs share it)
+export SIMGPU_SHM_NAME="salus-it-$$"
+PACKS_FILE="$SALUS_BUILD_DIR/lib/packs/salus-workloads.packs"
+[ -f "$PACKS_FILE" ] && export SIMGPU_KERNEL_PACKS="$(cat "$PACKS_FILE")"
 DAEMON_PIDS=()
 
 cleanup() {
@@ -19,6 +23,7 @@ cleanup() {
         kill -9 "$pid" 2>/dev/null || true
     done
     rm -rf "$WORK"
+    rm -f "/dev/shm/$SIMGPU_SHM_NAME"
 }
 trap cleanup EXIT
 

@@ -36,6 +36,7 @@ pass "status, version, ps against a daemon"
 
 # A registered job shows in ps with the pid and uid the kernel reported.
 coproc HOLD { exec "$WIRE" register "$SOCK" "my-job"; }
+HOLDER=$HOLD_PID
 read -r line <&"${HOLD[0]}"
 [ "$line" = "job_id=1" ] || fail "register answered '$line'"
 "$SALUSCTL" ps | grep -q "my-job" || fail "ps text lacks the job"
@@ -44,17 +45,21 @@ import json, os, sys
 jobs = json.load(sys.stdin)
 assert len(jobs) == 1, jobs
 j = jobs[0]
-assert j["name"] == "my-job" and j["id"] == 1 and j["state"] == "waiting", j
+assert j["name"] == "my-job" and j["id"] == 1 and j["state"] == "paused", j   # admitted
 assert j["uid"] == os.getuid() and j["pid"] == int(sys.argv[1]), (j, sys.argv[1])
-' "$HOLD_PID" || fail "ps --json"
+' "$HOLDER" || fail "ps --json"
 eval "exec ${HOLD[1]}>&-"
-wait "$HOLD_PID"
+wait "$HOLDER" || true
 for i in $(seq 1 50); do
-    [ "$("$SALUSCTL" ps --json)" = "[]" ] && break
+    "$SALUSCTL" ps --json | grep -q '"state":"done"' && break
     sleep 0.05
 done
-[ "$("$SALUSCTL" ps --json)" = "[]" ] || fail "job not forgotten after its connection closed"
-pass "register: ps shows the job with its peer credentials; gone when it disconnects"
+"$SALUSCTL" ps --json | python3 -c '
+import json, sys
+j = json.load(sys.stdin)[0]
+assert j["state"] == "done" and j["memory_bytes"] == 0, j
+' || fail "job not marked done after its process ended"
+pass "register: ps shows the job with its peer credentials; done when its process ends"
 
 stop_daemon TERM
 [ ! -e "$SOCK" ] || fail "socket left behind after SIGTERM"

@@ -3,6 +3,7 @@
 #include "client.h"
 #include "json.h"
 #include "paths.h"
+#include "run.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@ typedef struct ctl_s {
 
 typedef struct verb_s {
     const char *name;
-    int min_args, max_args;
+    int min_args, max_args;   /* max_args < 0: everything after the verb is its own */
     int (*run)(ctl_t *ctl, int argc, char **argv);
     const char *usage;
     const char *help;
@@ -146,7 +147,14 @@ static int verb_version(ctl_t *ctl, int argc, char **argv)
     return EXIT_OK;
 }
 
+static int verb_run(ctl_t *ctl, int argc, char **argv)
+{
+    return salusctl_run(ctl->socket_path, ctl->timeout_ms, argc, argv);
+}
+
 static const verb_t verbs[] = {
+    {"run", 1, -1, verb_run, "run [--name N] [--iterations N] [--persistent B] [--ephemeral B] "
+     "[--priority N] -- CMD [ARGS]", "run a command as a salus job, in the foreground"},
     {"status", 0, 0, verb_status, "status [--json]", "show the daemon's state"},
     {"ps", 0, 0, verb_ps, "ps [--json]", "list jobs"},
     {"version", 0, 0, verb_version, "version", "show the client's and the daemon's versions"},
@@ -158,7 +166,7 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: salusctl [--socket PATH] [--json] VERB [ARGS]\n\nVerbs:\n");
     for (size_t i = 0; i < VERB_COUNT; i++)
-        fprintf(out, "  %-18s %s\n", verbs[i].usage, verbs[i].help);
+        fprintf(out, "  %-18s %s\n", verbs[i].name, verbs[i].help);
     fprintf(out, "\nOptions:\n  --socket PATH      salusd's control socket (default: $SALUS_SOCKET "
                  "or the per-user default)\n  --json             machine-readable output\n"
                  "  --timeout-ms N     give up on the daemon after N ms (default 5000)\n");
@@ -227,6 +235,16 @@ int main(int argc, char **argv)
             return EXIT_USAGE;
         } else if (!verb_name) {
             verb_name = a;
+            const verb_t *v = find_verb(a);
+            if (v && v->max_args < 0) { /* the rest is the verb's, untouched */
+                for (i++; i < argc && nargs < (int)(sizeof(args) / sizeof(args[0])); i++)
+                    args[nargs++] = argv[i];
+                if (i < argc) {
+                    fprintf(stderr, "salusctl: too many arguments\n");
+                    return EXIT_USAGE;
+                }
+                break;
+            }
         } else if (nargs < (int)(sizeof(args) / sizeof(args[0]))) {
             args[nargs++] = argv[i];
         } else {
@@ -243,7 +261,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "salusctl: unknown verb '%s' (see salusctl help)\n", verb_name);
         return EXIT_USAGE;
     }
-    if (nargs < verb->min_args || nargs > verb->max_args) {
+    if (nargs < verb->min_args || (verb->max_args >= 0 && nargs > verb->max_args)) {
         fprintf(stderr, "salusctl: usage: salusctl %s\n", verb->usage);
         return EXIT_USAGE;
     }

@@ -1,0 +1,41 @@
+/* The per-job shared page between salusd and the shim: a memfd the daemon creates, maps and
+ * passes to the shim at registration (SCM_RIGHTS). Grants travel through it with a futex, so
+ * a switch at an iteration boundary needs no socket round trip:
+ *
+ *   shim, at a boundary:  boundary_seq = k; if (!free_run) { waiting = 1; write(notify_fd);
+ *                         futex-wait until grant_seq >= k; waiting = 0 }
+ *   daemon, to grant:     grant_seq = boundary_seq; FUTEX_WAKE(&grant_seq)
+ *
+ * free_run = 1 means no other job waits for this job's GPU: the shim passes boundaries
+ * without stopping. Iteration statistics flow the other way through the same page. Both
+ * sides check magic and version before using it. All fields are accessed atomically. */
+#ifndef SALUS_COMMON_JOB_PAGE_H
+#define SALUS_COMMON_JOB_PAGE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define JOB_PAGE_MAGIC 0x53414c55u /* "SALU" */
+#define JOB_PAGE_VERSION 1u
+#define JOB_PAGE_BYTES 4096u
+
+typedef struct job_page_s {
+    uint32_t magic;
+    uint32_t version;
+    /* daemon -> shim */
+    _Atomic uint32_t grant_seq;          /* futex word: may start iteration k when >= k */
+    _Atomic uint32_t free_run;           /* 1: nobody waits; do not stop at boundaries */
+    /* shim -> daemon */
+    _Atomic uint32_t boundary_seq;       /* the iteration the shim wants to start next */
+    _Atomic uint32_t waiting;            /* 1 while parked at a boundary */
+    _Atomic uint64_t iterations;         /* iterations completed */
+    _Atomic uint64_t last_iteration_ns;  /* duration of the last one */
+    _Atomic uint64_t busy_ns;            /* sum of iteration durations */
+    _Atomic uint64_t live_bytes;         /* device memory the program holds now */
+    _Atomic uint64_t mapped_bytes;       /* chunks mapped (the job's footprint) */
+    _Atomic uint64_t persistent_bytes;   /* live memory at the last boundary */
+    _Atomic uint64_t ephemeral_peak_bytes; /* max over iterations of peak - persistent */
+    _Atomic uint64_t wait_ns;            /* time parked at boundaries */
+} job_page_t;
+
+#endif

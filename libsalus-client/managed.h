@@ -1,0 +1,64 @@
+/* The driver calls the shim manages, written once. Every other driver entry point is
+ * forwarded to the real driver by generated trampolines (forward.c).
+ *
+ * X(symbol, base name, CUDA version that introduced this variant, per-thread-stream variant)
+ *
+ * From this list come: the real-driver pointer table (shim.real.<symbol>), the exported
+ * wrappers' declarations, and the answers of cuGetProcAddress / dlsym for managed names.
+ * A wrapper is the C function named <symbol> in one of the shim's files. */
+#ifndef SALUS_CLIENT_MANAGED_H
+#define SALUS_CLIENT_MANAGED_H
+
+#define SHIM_MANAGED_CALLS(X)                                                                  \
+    /* session and the job's view of the device */                                             \
+    X(cuInit, cuInit, 2000, 0)                                                                 \
+    X(cuDeviceGetCount, cuDeviceGetCount, 2000, 0)                                             \
+    X(cuDeviceGet, cuDeviceGet, 2000, 0)                                                       \
+    X(cuMemGetInfo_v2, cuMemGetInfo, 3020, 0)                                                  \
+    X(cuGetProcAddress, cuGetProcAddress, 11030, 0)                                            \
+    X(cuGetProcAddress_v2, cuGetProcAddress, 12000, 0)                                         \
+    /* memory: served from chunks the daemon hands out */                                      \
+    X(cuMemAlloc_v2, cuMemAlloc, 3020, 0)                                                      \
+    X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, 0)                                            \
+    X(cuMemFree_v2, cuMemFree, 3020, 0)                                                        \
+    X(cuMemAllocAsync, cuMemAllocAsync, 11020, 0)                                              \
+    X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, 1)                                         \
+    X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0)                              \
+    X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, 1)                         \
+    X(cuMemFreeAsync, cuMemFreeAsync, 11020, 0)                                                \
+    X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, 1)                                           \
+    /* GPU work: every submission passes the gate */                                           \
+    X(cuLaunchKernel, cuLaunchKernel, 4000, 0)                                                 \
+    X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, 1)                                            \
+    X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0)                                            \
+    X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx, 11060, 1)                                       \
+    X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0)                           \
+    X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, 1)                      \
+    X(cuLaunchHostFunc, cuLaunchHostFunc, 10000, 0)                                            \
+    X(cuLaunchHostFunc_ptsz, cuLaunchHostFunc, 10000, 1)                                       \
+    X(cuGraphLaunch, cuGraphLaunch, 10000, 0)                                                  \
+    X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1)                                             \
+    X(cuMemcpyAsync, cuMemcpyAsync, 4000, 0)                                                   \
+    X(cuMemcpyAsync_ptsz, cuMemcpyAsync, 7000, 1)                                              \
+    X(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, 0)                                        \
+    X(cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync, 7000, 1)                                   \
+    X(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, 0)                                        \
+    X(cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync, 7000, 1)                                   \
+    X(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, 0)                                        \
+    X(cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync, 7000, 1)                                   \
+    X(cuMemsetD8Async, cuMemsetD8Async, 3020, 0)                                               \
+    X(cuMemsetD8Async_ptsz, cuMemsetD8Async, 7000, 1)                                          \
+    X(cuMemsetD16Async, cuMemsetD16Async, 3020, 0)                                             \
+    X(cuMemsetD16Async_ptsz, cuMemsetD16Async, 7000, 1)                                        \
+    X(cuMemsetD32Async, cuMemsetD32Async, 3020, 0)                                             \
+    X(cuMemsetD32Async_ptsz, cuMemsetD32Async, 7000, 1)                                        \
+    /* synchronising calls: where iteration boundaries are found */                            \
+    X(cuCtxSynchronize, cuCtxSynchronize, 2000, 0)                                             \
+    X(cuCtxSynchronize_v2, cuCtxSynchronize, 13000, 0)                                         \
+    X(cuStreamSynchronize, cuStreamSynchronize, 2000, 0)                                       \
+    X(cuStreamSynchronize_ptsz, cuStreamSynchronize, 7000, 1)                                  \
+    X(cuEventSynchronize, cuEventSynchronize, 2000, 0)                                         \
+    X(cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020, 0)                                                  \
+    X(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH, 7000, 1)
+
+#endif

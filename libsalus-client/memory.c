@@ -1,0 +1,232 @@
+/* Device memory for the job: chunks the daemon hands out (virtual-memory allocations
+ * exported as file descriptors), mapped into one reserved address range and sub-allocated
+ * with memory/allocator. Async frees are stream-ordered: a block freed on stream S may be
+ * reused at once by an allocation on S, and by anyone once the free's event completed. */
+#include "shim-internal.h"
+
+#include "allocator.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+typedef struct pending_free_s {
+    uint64_t address;
+    CUstream stream;
+    CUevent done;
+    struct pending_free_s *next;
+} pending_free_t;
+
+static struct {
+    pthread_mutex_t lock;
+    allocator_t *allocator;
+    CUdeviceptr va_base;
+    uint64_t va_bytes;
+    uint64_t mapped_bytes;
+    uint64_t live_bytes;
+    pending_free_t *pending;
+} mem = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t round_up(uint64_t v, uint64_t to)
+{
+    return (v + to - 1) / to * to;
+}
+
+static CUmemAllocationProp chunk_prop(void)
+{
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = shim.gpu;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    return prop;
+}
+
+static CUresult reserve_address_space(void)
+{
+    size_t granularity = 0;
+    CUmemAllocationProp prop = chunk_prop();
+    CUresult rc = shim.drv.fn_cuMemGetAllocationGranularity(&granularity, &prop,
+                                                            CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    mem.va_bytes = round_up(shim.budget_bytes ? shim.budget_bytes : granularity, granularity);
+    rc = shim.drv.fn_cuMemAddressReserve(&mem.va_base, mem.va_bytes, granularity, 0, 0);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    mem.allocator = allocator_create(0);
+    return mem.allocator ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* Maps one more chunk of at least bytes at the end of the mapped part of the range. */
+static CUresult grow(uint64_t bytes)
+{
+    uint64_t chunk_id = 0, chunk_bytes = 0;
+    uint64_t want = bytes > shim.chunk_bytes ? bytes : shim.chunk_bytes;
+    if (mem.mapped_bytes + want > mem.va_bytes)
+        want = mem.va_bytes - mem.mapped_bytes;
+    if (want < bytes)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    int fd = shim_session_grow(want, &chunk_id, &chunk_bytes);
+    if (fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (chunk_bytes < bytes || mem.mapped_bytes + chunk_bytes > mem.va_bytes) {
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUmemGenericAllocationHandle handle;
+    CUresult rc = shim.drv.fn_cuMemImportFromShareableHandle(
+        &handle, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    close(fd);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    CUdeviceptr at = mem.va_base + mem.mapped_bytes;
+    rc = shim.drv.fn_cuMemMap(at, chunk_bytes, 0, handle, 0);
+    /* the mapping keeps the memory alive; the handle is no longer needed */
+    shim.drv.fn_cuMemRelease(handle);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = shim.gpu},
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    rc = shim.drv.fn_cuMemSetAccess(at, chunk_bytes, &access, 1);
+    if (rc != CUDA_SUCCESS) {
+        shim.drv.fn_cuMemUnmap(at, chunk_bytes);
+        return rc;
+    }
+    if (allocator_range_add(mem.allocator, at, chunk_bytes) < 0) {
+        shim.drv.fn_cuMemUnmap(at, chunk_bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    mem.mapped_bytes += chunk_bytes;
+    atomic_store(&shim.page->mapped_bytes, mem.mapped_bytes);
+    LOG_DEBUG("mapped chunk %llu: %llu MiB at 0x%llx", (unsigned long long)chunk_id,
+              (unsigned long long)(chunk_bytes >> 20), (unsigned long long)at);
+    return CUDA_SUCCESS;
+}
+
+static void release_block(uint64_t address)
+{
+    uint64_t size = 0;
+    if (allocator_free(mem.allocator, address, &size) == 0)
+        (void)size;
+}
+
+/* Returns pending async frees to the allocator: those whose event completed, and (when
+ * reuse_stream is set) those freed on that stream, which stream order makes safe. */
+static void retire_pending(int by_stream, CUstream reuse_stream, int wait_all)
+{
+    pending_free_t **link = &mem.pending;
+    while (*link) {
+        pending_free_t *p = *link;
+        int done = (by_stream && p->stream == reuse_stream);
+        if (!done && wait_all)
+            done = shim.real.cuEventSynchronize(p->done) == CUDA_SUCCESS;
+        if (!done)
+            done = shim.real.cuEventQuery(p->done) != CUDA_ERROR_NOT_READY;
+        if (!done) {
+            link = &p->next;
+            continue;
+        }
+        release_block(p->address);
+        shim.real.cuEventDestroy(p->done);
+        *link = p->next;
+        free(p);
+    }
+}
+
+CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, CUstream stream, int stream_ordered)
+{
+    uint64_t address = 0;
+    CUresult rc = CUDA_SUCCESS;
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mem.lock);
+    if (!mem.allocator && (rc = reserve_address_space()) != CUDA_SUCCESS)
+        goto out;
+    if (mem.pending)
+        retire_pending(stream_ordered, stream, 0);
+    int arc = allocator_alloc(mem.allocator, bytes, &address);
+    if (arc == -ENOMEM && mem.pending) {
+        retire_pending(stream_ordered, stream, 1);
+        arc = allocator_alloc(mem.allocator, bytes, &address);
+    }
+    if (arc == -ENOMEM) {
+        uint64_t rounded = (bytes + ALLOCATOR_DEFAULT_ALIGNMENT_BYTES - 1) /
+                           ALLOCATOR_DEFAULT_ALIGNMENT_BYTES * ALLOCATOR_DEFAULT_ALIGNMENT_BYTES;
+        rc = grow(rounded);
+        if (rc != CUDA_SUCCESS) {
+            LOG_DEBUG("allocation of %zu bytes refused: over the job's budget", bytes);
+            goto out;
+        }
+        arc = allocator_alloc(mem.allocator, bytes, &address);
+    }
+    if (arc < 0) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    allocator_block_t block;
+    allocator_lookup(mem.allocator, address, &block);
+    mem.live_bytes += block.size_bytes;
+    *dptr = (CUdeviceptr)address;
+    shim_note_alloc(mem.live_bytes);
+out:
+    pthread_mutex_unlock(&mem.lock);
+    return rc;
+}
+
+CUresult shim_mem_free(CUdeviceptr dptr, CUstream stream, int stream_ordered)
+{
+    CUresult rc = CUDA_SUCCESS;
+    allocator_block_t block;
+    if (dptr == 0)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&mem.lock);
+    if (!mem.allocator || allocator_lookup(mem.allocator, dptr, &block) < 0 ||
+        block.base != dptr) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (stream_ordered) {
+        pending_free_t *p = calloc(1, sizeof(*p));
+        if (!p) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
+        rc = shim.real.cuEventCreate(&p->done, CU_EVENT_DISABLE_TIMING);
+        if (rc == CUDA_SUCCESS)
+            rc = shim.real.cuEventRecord(p->done, stream);
+        if (rc != CUDA_SUCCESS) {
+            free(p);
+            goto out;
+        }
+        p->address = dptr;
+        p->stream = stream;
+        p->next = mem.pending;
+        mem.pending = p;
+    } else {
+        release_block(dptr);
+    }
+    mem.live_bytes -= block.size_bytes;
+    shim_note_free(mem.live_bytes);
+out:
+    pthread_mutex_unlock(&mem.lock);
+    return rc;
+}
+
+uint64_t shim_mem_live_bytes(void)
+{
+    pthread_mutex_lock(&mem.lock);
+    uint64_t live = mem.live_bytes;
+    pthread_mutex_unlock(&mem.lock);
+    return live;
+}
+
+void shim_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    uint64_t live = shim_mem_live_bytes();
+    *total_bytes = (size_t)shim.budget_bytes;
+    *free_bytes = (size_t)(live < shim.budget_bytes ? shim.budget_bytes - live : 0);
+}

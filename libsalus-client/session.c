@@ -1,0 +1,268 @@
+/* The shim's session with salusd: connect, register, wait for admission, load the real
+ * driver the daemon names. Runs once, on cuInit or on the first driver call. */
+#include "shim-internal.h"
+
+#include "paths.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+shim_state_t shim = {.mode = SHIM_MODE_FAILED,
+                     .init_error = CUDA_ERROR_NOT_INITIALIZED,
+                     .client_lock = PTHREAD_MUTEX_INITIALIZER,
+                     .notify_fd = -1};
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+uint64_t shim_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void *shim_real_dlsym(void *handle, const char *symbol)
+{
+    static void *(*real)(void *, const char *);
+    if (!real) {
+        real = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+        if (!real)
+            real = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    }
+    return real ? real(handle, symbol) : NULL;
+}
+
+static uint64_t env_bytes(const char *name)
+{
+    const char *v = getenv(name);
+    char *end;
+    if (!v || !*v)
+        return 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    switch (*end) {
+    case 'k': case 'K': n <<= 10; break;
+    case 'm': case 'M': n <<= 20; break;
+    case 'g': case 'G': n <<= 30; break;
+    default: break;
+    }
+    return n;
+}
+
+/* The first existing driver that is not this library (for SALUS_UNMANAGED=1). */
+static int find_system_driver(char *out, size_t size)
+{
+    static const char *const candidates[] = {
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1",
+        "/usr/local/nvidia/lib64/libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1"};
+    Dl_info self;
+    struct stat own = {0}, st;
+    if (dladdr((void *)&shim_init, &self) && self.dli_fname)
+        stat(self.dli_fname, &own);
+    for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
+        if (stat(candidates[i], &st) == 0 && !(st.st_dev == own.st_dev && st.st_ino == own.st_ino)) {
+            snprintf(out, size, "%s", candidates[i]);
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+static int resolve_real(void)
+{
+#define SHIM_RESOLVE(symbol, base, version, ptds)                                              \
+    shim.real.symbol = (__typeof__(symbol) *)shim_real_dlsym(shim.drv.handle, #symbol);        \
+    if (!shim.real.symbol) {                                                                   \
+        void *fn = NULL;                                                                       \
+        CUdriverProcAddressQueryResult st;                                                     \
+        if (shim.drv.get_proc_address(#base, &fn, version,                                     \
+                                      ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM     \
+                                           : CU_GET_PROC_ADDRESS_DEFAULT,                      \
+                                      &st) == CUDA_SUCCESS)                                    \
+            shim.real.symbol = (__typeof__(symbol) *)fn;                                       \
+    }
+    SHIM_MANAGED_CALLS(SHIM_RESOLVE)
+#undef SHIM_RESOLVE
+    shim.real.cuEventCreate = (__typeof__(cuEventCreate) *)driver_symbol(&shim.drv, "cuEventCreate");
+    shim.real.cuEventRecord = (__typeof__(cuEventRecord) *)driver_symbol(&shim.drv, "cuEventRecord");
+    shim.real.cuEventQuery = (__typeof__(cuEventQuery) *)driver_symbol(&shim.drv, "cuEventQuery");
+    shim.real.cuEventDestroy = (__typeof__(cuEventDestroy_v2) *)driver_symbol(&shim.drv, "cuEventDestroy");
+    shim.real.cuCtxGetDevice = (__typeof__(cuCtxGetDevice) *)driver_symbol(&shim.drv, "cuCtxGetDevice");
+    /* the calls the shim itself depends on must exist; the rest may be absent in old drivers */
+    if (!shim.real.cuInit || !shim.real.cuEventCreate || !shim.real.cuEventRecord ||
+        !shim.real.cuEventQuery || !shim.real.cuEventDestroy || !shim.real.cuStreamSynchronize)
+        return -ENOSYS;
+    return 0;
+}
+
+static int load_driver(const char *path)
+{
+    char err[512];
+    const char *override = getenv("SALUS_REAL_DRIVER");
+    if (override && *override)
+        path = override;
+    if (driver_load(&shim.drv, path, shim_real_dlsym, err, sizeof(err)) < 0) {
+        LOG_ERROR("%s", err);
+        return -ENOENT;
+    }
+    if (resolve_real() < 0) {
+        LOG_ERROR("the driver %s lacks entry points the shim needs", path);
+        return -ENOSYS;
+    }
+    LOG_DEBUG("real driver: %s", path);
+    return 0;
+}
+
+static int map_page(int fd)
+{
+    void *p = mmap(NULL, JOB_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return -errno;
+    job_page_t *page = p;
+    if (page->magic != JOB_PAGE_MAGIC || page->version != JOB_PAGE_VERSION) {
+        LOG_ERROR("salusd's job page has version %u, this shim speaks %u; upgrade both together",
+                  page->version, JOB_PAGE_VERSION);
+        munmap(p, JOB_PAGE_BYTES);
+        return -EPROTO;
+    }
+    shim.page = page;
+    return 0;
+}
+
+static int register_job(const char *socket_path)
+{
+    char err[256] = "", driver_path[4096];
+    const char *name = getenv("SALUS_JOB_NAME");
+    const char *priority = getenv("SALUS_PRIORITY");
+    const char *iterations = getenv("SALUS_ITERATIONS");
+    proto_msg_t reply;
+    int fds[2], nfds = 0, rc;
+
+    rc = salus_client_open(&shim.client, socket_path, "libsalus-client", 5000, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "salus: cannot reach salusd at %s (%s); not running unmanaged "
+                        "(SALUS_UNMANAGED=1 allows it)\n", socket_path, err);
+        return rc;
+    }
+    if (!name || !*name)
+        name = program_invocation_short_name;
+    msgpack_packer *pk = salus_client_begin(&shim.client, "register", 5);
+    proto_pack_kv_str(pk, "name", name);
+    proto_pack_kv_uint(pk, "iterations", iterations ? strtoull(iterations, NULL, 10) : 0);
+    proto_pack_kv_uint(pk, "persistent_bytes", env_bytes("SALUS_MEM_PERSISTENT"));
+    proto_pack_kv_uint(pk, "ephemeral_bytes", env_bytes("SALUS_MEM_EPHEMERAL"));
+    proto_pack_kv_int(pk, "priority", priority ? strtoll(priority, NULL, 10) : 0);
+    LOG_DEBUG("registering as '%s'; waiting for admission", name);
+    /* admission may take as long as other jobs run: no timeout, the socket tells if the
+     * daemon dies */
+    rc = salus_client_call_fds(&shim.client, &reply, err, sizeof(err), -1, fds, 2, &nfds);
+    if (rc < 0) {
+        fprintf(stderr, "salus: salusd refused the job: %s\n", rc == -EREMOTEIO || rc == -ENOMEM ? err : strerror(-rc));
+        return rc;
+    }
+    uint64_t job_id = 0, gpu = 0;
+    if (nfds != 2 || proto_get_uint(&reply.body, "job_id", &job_id) < 0 ||
+        proto_get_uint(&reply.body, "gpu", &gpu) < 0 ||
+        proto_get_uint(&reply.body, "budget_bytes", &shim.budget_bytes) < 0 ||
+        proto_get_uint(&reply.body, "chunk_bytes", &shim.chunk_bytes) < 0 ||
+        proto_get_str_copy(&reply.body, "driver", driver_path, sizeof(driver_path)) < 0) {
+        fprintf(stderr, "salus: salusd sent an incomplete admission\n");
+        proto_msg_free(&reply);
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        return -EPROTO;
+    }
+    proto_msg_free(&reply);
+    shim.job_id = job_id;
+    shim.gpu = (int)gpu;
+    shim.notify_fd = fds[1];
+    rc = map_page(fds[0]);
+    close(fds[0]);
+    if (rc < 0)
+        return rc;
+    rc = load_driver(driver_path);
+    if (rc < 0)
+        return rc;
+    LOG_INFO("job %llu admitted on GPU %d with a budget of %llu MiB",
+             (unsigned long long)job_id, shim.gpu, (unsigned long long)(shim.budget_bytes >> 20));
+    return 0;
+}
+
+static void init_once_fn(void)
+{
+    salus_log_level_t level = SALUS_LOG_WARN;
+    salus_log_level_parse(getenv("SALUS_LOG_LEVEL"), &level);
+    salus_log_init("salus-shim", level);
+
+    const char *unmanaged = getenv("SALUS_UNMANAGED");
+    if (unmanaged && strcmp(unmanaged, "1") == 0) {
+        char path[4096];
+        const char *override = getenv("SALUS_REAL_DRIVER");
+        if ((!override || !*override) && find_system_driver(path, sizeof(path)) < 0) {
+            fprintf(stderr, "salus: SALUS_UNMANAGED=1 but no CUDA driver found "
+                            "(set SALUS_REAL_DRIVER)\n");
+            return;
+        }
+        if (load_driver(override && *override ? override : path) == 0) {
+            shim.mode = SHIM_MODE_UNMANAGED;
+            shim.init_error = CUDA_SUCCESS;
+        }
+        return;
+    }
+    char socket_path[108];
+    if (salus_default_socket_path(socket_path, sizeof(socket_path)) < 0) {
+        fprintf(stderr, "salus: the salusd socket path is too long\n");
+        return;
+    }
+    if (register_job(socket_path) == 0) {
+        shim.mode = SHIM_MODE_MANAGED;
+        shim.init_error = CUDA_SUCCESS;
+    }
+}
+
+CUresult shim_init(void)
+{
+    pthread_once(&init_once, init_once_fn);
+    return shim.init_error;
+}
+
+int shim_session_alive(void)
+{
+    struct pollfd p = {.fd = shim.client.fd, .events = POLLIN};
+    if (shim.client.fd < 0)
+        return 0;
+    /* the daemon never sends unasked: readable here means it hung up */
+    return poll(&p, 1, 0) == 0;
+}
+
+int shim_session_grow(uint64_t bytes, uint64_t *chunk_id, uint64_t *chunk_bytes)
+{
+    char err[256] = "";
+    proto_msg_t reply;
+    int fd = -1, nfds = 0;
+    pthread_mutex_lock(&shim.client_lock);
+    msgpack_packer *pk = salus_client_begin(&shim.client, "mem_grow", 1);
+    proto_pack_kv_uint(pk, "bytes", bytes);
+    int rc = salus_client_call_fds(&shim.client, &reply, err, sizeof(err), 30000, &fd, 1, &nfds);
+    pthread_mutex_unlock(&shim.client_lock);
+    if (rc < 0) {
+        LOG_DEBUG("mem_grow(%llu) refused: %s", (unsigned long long)bytes, err);
+        return rc == -ENOMEM ? -ENOMEM : -EIO;
+    }
+    if (nfds != 1 || proto_get_uint(&reply.body, "chunk_id", chunk_id) < 0 ||
+        proto_get_uint(&reply.body, "bytes", chunk_bytes) < 0) {
+        proto_msg_free(&reply);
+        if (nfds == 1)
+            close(fd);
+        return -EPROTO;
+    }
+    proto_msg_free(&reply);
+    return fd;
+}

@@ -1,0 +1,114 @@
+/* State and internal interfaces of the shim. Everything here has hidden visibility; only
+ * the driver entry points, dlsym and salus.h's functions leave the library (exports.map). */
+#ifndef SALUS_CLIENT_SHIM_INTERNAL_H
+#define SALUS_CLIENT_SHIM_INTERNAL_H
+
+/* The driver's entry points are declared with default visibility, so that the wrappers
+ * defined against these declarations are exported despite -fvisibility=hidden. */
+#pragma GCC visibility push(default)
+#include <cuda.h>
+#pragma GCC visibility pop
+
+#include "client.h"
+#include "driver.h"
+#include "job_page.h"
+#include "log.h"
+#include "managed.h"
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#pragma GCC visibility push(default)
+/* cuda.h maps cuGetProcAddress to its _v2; the shim also exports the CUDA 11.3 variant. */
+#undef cuGetProcAddress
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                  cuuint64_t flags);
+
+/* Per-thread-default-stream variants have the base variant's type; cuda.h declares them only
+ * under CUDA_API_PER_THREAD_DEFAULT_STREAM. */
+#define SHIM_DECLARE_PTSZ(symbol, base_symbol) extern __typeof__(base_symbol) symbol;
+SHIM_DECLARE_PTSZ(cuMemAllocAsync_ptsz, cuMemAllocAsync)
+SHIM_DECLARE_PTSZ(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync)
+SHIM_DECLARE_PTSZ(cuMemFreeAsync_ptsz, cuMemFreeAsync)
+SHIM_DECLARE_PTSZ(cuLaunchKernel_ptsz, cuLaunchKernel)
+SHIM_DECLARE_PTSZ(cuLaunchKernelEx_ptsz, cuLaunchKernelEx)
+SHIM_DECLARE_PTSZ(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel)
+SHIM_DECLARE_PTSZ(cuLaunchHostFunc_ptsz, cuLaunchHostFunc)
+SHIM_DECLARE_PTSZ(cuGraphLaunch_ptsz, cuGraphLaunch)
+SHIM_DECLARE_PTSZ(cuMemcpyAsync_ptsz, cuMemcpyAsync)
+SHIM_DECLARE_PTSZ(cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync_v2)
+SHIM_DECLARE_PTSZ(cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync_v2)
+SHIM_DECLARE_PTSZ(cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync_v2)
+SHIM_DECLARE_PTSZ(cuMemsetD8Async_ptsz, cuMemsetD8Async)
+SHIM_DECLARE_PTSZ(cuMemsetD16Async_ptsz, cuMemsetD16Async)
+SHIM_DECLARE_PTSZ(cuMemsetD32Async_ptsz, cuMemsetD32Async)
+SHIM_DECLARE_PTSZ(cuStreamSynchronize_ptsz, cuStreamSynchronize)
+SHIM_DECLARE_PTSZ(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH_v2)
+#undef SHIM_DECLARE_PTSZ
+#pragma GCC visibility pop
+
+typedef enum shim_mode {
+    SHIM_MODE_FAILED = 0,   /* no daemon (fail closed) or no driver: every call errs */
+    SHIM_MODE_MANAGED,      /* registered with salusd */
+    SHIM_MODE_UNMANAGED,    /* SALUS_UNMANAGED=1: plain pass-through */
+} shim_mode_t;
+
+typedef struct shim_real_s {
+#define SHIM_REAL_FIELD(symbol, base, version, ptds) __typeof__(symbol) *symbol;
+    SHIM_MANAGED_CALLS(SHIM_REAL_FIELD)
+#undef SHIM_REAL_FIELD
+    /* used by the shim itself */
+    __typeof__(cuEventCreate) *cuEventCreate;
+    __typeof__(cuEventRecord) *cuEventRecord;
+    __typeof__(cuEventQuery) *cuEventQuery;
+    __typeof__(cuEventDestroy_v2) *cuEventDestroy;
+    __typeof__(cuCtxGetDevice) *cuCtxGetDevice;
+} shim_real_t;
+
+typedef struct shim_state_s {
+    shim_mode_t mode;
+    CUresult init_error;         /* what calls return in SHIM_MODE_FAILED */
+    driver_t drv;                /* the real driver */
+    shim_real_t real;
+    /* session */
+    pthread_mutex_t client_lock; /* one request at a time on the daemon socket */
+    salus_client_t client;
+    uint64_t job_id;
+    int gpu;                     /* the real device ordinal the job was placed on */
+    uint64_t budget_bytes;
+    uint64_t chunk_bytes;
+    job_page_t *page;
+    int notify_fd;
+} shim_state_t;
+
+extern shim_state_t shim;
+
+/* session.c: connects, registers, loads the real driver. Idempotent and thread-safe. */
+CUresult shim_init(void);
+void *shim_real_dlsym(void *handle, const char *symbol);
+/* Asks the daemon for a chunk of at least bytes; returns the chunk's fd (to import) or a
+ * negative errno (-ENOMEM: over the job's budget or the device is full). */
+int shim_session_grow(uint64_t bytes, uint64_t *chunk_id, uint64_t *chunk_bytes);
+int shim_session_alive(void);
+
+/* memory.c */
+CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, CUstream stream, int stream_ordered);
+CUresult shim_mem_free(CUdeviceptr dptr, CUstream stream, int stream_ordered);
+uint64_t shim_mem_live_bytes(void);
+void shim_mem_info(size_t *free_bytes, size_t *total_bytes);
+
+/* gate.c */
+CUresult shim_gate(CUstream stream, int ptds);
+void shim_after_sync(int whole_context);
+void shim_note_free(uint64_t live_bytes);
+void shim_note_alloc(uint64_t live_bytes);
+int shim_mark_iteration(int begin);
+
+/* procaddr.c */
+void *shim_managed_lookup(const char *name, int cuda_version, int ptds);
+void *shim_managed_by_symbol(const char *symbol);
+
+uint64_t shim_now_ns(void);
+
+#endif

@@ -1,0 +1,184 @@
+#include "devices.h"
+
+#include "log.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../tools/simgpu/include/simgpu.h"
+
+static const char *const real_driver_paths[] = {
+    "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1",
+    "/usr/local/nvidia/lib64/libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1",
+};
+
+static int try_driver(devices_t *devs, const char *path, int want_gpus, char *err, size_t size)
+{
+    int count = 0;
+    if (driver_load(&devs->driver, path, NULL, err, size) < 0)
+        return -ENOENT;
+    CUresult rc = devs->driver.fn_cuInit(0);
+    if (rc == CUDA_SUCCESS)
+        rc = devs->driver.fn_cuDeviceGetCount(&count);
+    if (rc != CUDA_SUCCESS || (want_gpus && count <= 0)) {
+        snprintf(err, size, "%s: cuInit/cuDeviceGetCount failed (%s) or no device",
+                 path, driver_error_name(&devs->driver, rc));
+        driver_unload(&devs->driver);
+        return -ENODEV;
+    }
+    return count;
+}
+
+static int simgpu_path(char *out, size_t size)
+{
+    static const char *const relative[] = {"../lib/simgpu/libcuda.so.1",
+                                           "../lib/salus/simgpu/libcuda.so.1"};
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return -ENOENT;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return -ENOENT;
+    slash[1] = '\0';
+    for (size_t i = 0; i < sizeof(relative) / sizeof(relative[0]); i++) {
+        char candidate[PATH_MAX + 64];
+        snprintf(candidate, sizeof(candidate), "%s%s", exe, relative[i]);
+        char resolved[PATH_MAX];
+        if (realpath(candidate, resolved) && access(resolved, R_OK) == 0) {
+            snprintf(out, size, "%s", resolved);
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+static int setup_gpu(devices_t *devs, int index)
+{
+    driver_t *d = &devs->driver;
+    gpu_t *g = &devs->gpus[index];
+    size_t total = 0, granularity = 0;
+    g->index = index;
+    if (d->fn_cuDeviceGet(&g->device, index) != CUDA_SUCCESS ||
+        d->fn_cuDeviceGetName(g->name, sizeof(g->name), g->device) != CUDA_SUCCESS ||
+        d->fn_cuDeviceTotalMem(&total, g->device) != CUDA_SUCCESS ||
+        d->fn_cuDevicePrimaryCtxRetain(&g->context, g->device) != CUDA_SUCCESS)
+        return -EIO;
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = index;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    if (d->fn_cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+            CUDA_SUCCESS ||
+        granularity == 0)
+        return -EIO;
+    g->total_bytes = total;
+    g->granularity_bytes = granularity;
+    return 0;
+}
+
+int devices_open(devices_t *devs, const char *driver_path, char *err, size_t err_size)
+{
+    char path[PATH_MAX];
+    int count = -1;
+    memset(devs, 0, sizeof(*devs));
+    if (driver_path && driver_path[0]) {
+        count = try_driver(devs, driver_path, 0, err, err_size);
+    } else {
+        for (size_t i = 0; i < sizeof(real_driver_paths) / sizeof(real_driver_paths[0]) && count <= 0; i++)
+            if (access(real_driver_paths[i], R_OK) == 0)
+                count = try_driver(devs, real_driver_paths[i], 1, err, err_size);
+        if (count <= 0) {
+            if (simgpu_path(path, sizeof(path)) < 0) {
+                snprintf(err, err_size, "no working GPU driver and no simgpu next to salusd "
+                                        "(looked for ../lib/simgpu/libcuda.so.1); use --driver");
+                return -ENODEV;
+            }
+            count = try_driver(devs, path, 1, err, err_size);
+        }
+    }
+    if (count <= 0)
+        return count < 0 ? count : -ENODEV;
+    devs->simgpu_stats = (int (*)(int, void *))dlsym(devs->driver.handle, "simgpu_device_stats");
+    devs->simulated = devs->simgpu_stats != NULL;
+    devs->count = count > DEVICES_MAX_GPUS ? DEVICES_MAX_GPUS : count;
+    for (int i = 0; i < devs->count; i++) {
+        if (setup_gpu(devs, i) < 0) {
+            snprintf(err, err_size, "GPU %d of %s could not be set up", i, devs->driver.path);
+            devices_close(devs);
+            return -EIO;
+        }
+    }
+    return 0;
+}
+
+void devices_close(devices_t *devs)
+{
+    for (int i = 0; i < devs->count; i++)
+        if (devs->gpus[i].context)
+            devs->driver.fn_cuDevicePrimaryCtxRelease(devs->gpus[i].device);
+    if (devs->driver.handle)
+        driver_unload(&devs->driver);
+    devs->count = 0;
+}
+
+int devices_chunk_create(devices_t *devs, int gpu, uint64_t bytes, chunk_t *chunk, int *fd_out)
+{
+    static uint64_t next_id = 1;
+    driver_t *d = &devs->driver;
+    gpu_t *g = &devs->gpus[gpu];
+    uint64_t size = (bytes + g->granularity_bytes - 1) / g->granularity_bytes * g->granularity_bytes;
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = gpu;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    d->fn_cuCtxSetCurrent(g->context);
+    CUresult rc = d->fn_cuMemCreate(&chunk->handle, size, &prop, 0);
+    if (rc != CUDA_SUCCESS) {
+        LOG_WARN("cuMemCreate(%llu bytes) on GPU %d failed: %s", (unsigned long long)size, gpu,
+                 driver_error_name(d, rc));
+        return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+    }
+    int fd = -1;
+    rc = d->fn_cuMemExportToShareableHandle(&fd, chunk->handle,
+                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (rc != CUDA_SUCCESS) {
+        d->fn_cuMemRelease(chunk->handle);
+        LOG_WARN("cuMemExportToShareableHandle failed: %s", driver_error_name(d, rc));
+        return -EIO;
+    }
+    chunk->id = next_id++;
+    chunk->gpu = gpu;
+    chunk->bytes = size;
+    g->chunk_bytes += size;
+    *fd_out = fd;
+    return 0;
+}
+
+void devices_chunk_release(devices_t *devs, chunk_t *chunk)
+{
+    gpu_t *g = &devs->gpus[chunk->gpu];
+    devs->driver.fn_cuCtxSetCurrent(g->context);
+    devs->driver.fn_cuMemRelease(chunk->handle);
+    g->chunk_bytes -= chunk->bytes;
+    chunk->bytes = 0;
+}
+
+int devices_busy_ns(devices_t *devs, int gpu, uint64_t *busy_ns)
+{
+    simgpu_device_stats_t stats;
+    *busy_ns = 0;
+    if (!devs->simgpu_stats)
+        return -ENOTSUP;
+    if (devs->simgpu_stats(gpu, &stats) < 0)
+        return -EIO;
+    *busy_ns = stats.busy_ns;
+    return 0;
+}

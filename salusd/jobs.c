@@ -1,0 +1,449 @@
+/* Jobs at run time (see jobs.h). Admission is first come, first served by memory budget:
+ * a job's budget is its hints (persistent + ephemeral bytes) or the default; it is admitted
+ * on the first GPU whose unreserved memory holds it. */
+#include "jobs.h"
+
+#include "job_page.h"
+#include "log.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+typedef struct job_runtime_s {
+    salusd_t *daemon;
+    uint64_t job_id;
+    conn_t *conn;
+    uint64_t register_request_id;
+    int reply_pending;           /* the register request waits for admission */
+    int pidfd;
+    struct event *pid_event;
+    int notify_fd;
+    struct event *notify_event;
+    job_page_t *page;
+    chunk_t *chunks;
+    size_t chunk_count, chunk_capacity;
+} job_runtime_t;
+
+static void try_admit(salusd_t *d);
+
+static job_runtime_t *runtime_of(const job_t *job)
+{
+    return job ? job->runtime : NULL;
+}
+
+static job_t *job_of_conn(conn_t *c)
+{
+    return c->job_id ? registry_find(c->daemon->registry, c->job_id) : NULL;
+}
+
+static void refresh_stats(job_t *job)
+{
+    const job_runtime_t *rt = runtime_of(job);
+    const job_page_t *page = rt ? rt->page : NULL;
+    if (!page)
+        return;
+    job->stats.iterations = atomic_load(&page->iterations);
+    job->stats.persistent_bytes = atomic_load(&page->persistent_bytes);
+    job->stats.ephemeral_peak_bytes = atomic_load(&page->ephemeral_peak_bytes);
+    job->stats.live_bytes = atomic_load(&page->live_bytes);
+    job->stats.busy_ns = atomic_load(&page->busy_ns);
+    job->stats.wait_ns = atomic_load(&page->wait_ns);
+}
+
+static void forget_old_finished(salusd_t *d)
+{
+    size_t finished = 0;
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        job_state_t s = registry_at(d->registry, i)->state;
+        finished += s == JOB_DONE || s == JOB_FAILED;
+    }
+    for (size_t i = 0; finished > (size_t)d->config.finished_jobs_kept &&
+                       i < registry_count(d->registry);) {
+        job_t *job = registry_at(d->registry, i);
+        if (job->state == JOB_DONE || job->state == JOB_FAILED) {
+            registry_remove(d->registry, job->id);
+            finished--;
+        } else {
+            i++;
+        }
+    }
+}
+
+/* Returns everything the job holds; the job stays listed as done (or failed). */
+static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
+{
+    job_runtime_t *rt = runtime_of(job);
+    if (!rt)
+        return;
+    refresh_stats(job);
+    sched_job_left(d, job);
+    for (size_t i = 0; i < rt->chunk_count; i++)
+        devices_chunk_release(&d->devices, &rt->chunks[i]);
+    if (job->gpu >= 0 && job->admitted_ns)
+        d->devices.gpus[job->gpu].reserved_bytes -= job->budget_bytes;
+    if (rt->pid_event)
+        event_free(rt->pid_event);
+    if (rt->notify_event)
+        event_free(rt->notify_event);
+    if (rt->pidfd >= 0)
+        close(rt->pidfd);
+    if (rt->notify_fd >= 0)
+        close(rt->notify_fd);
+    if (rt->page)
+        munmap(rt->page, JOB_PAGE_BYTES);
+    if (rt->conn)
+        rt->conn->job_id = 0;
+    free(rt->chunks);
+    free(rt);
+    job->runtime = NULL;
+    job->owner = NULL;
+    job->committed_bytes = 0;
+    job->state = final_state;
+    job->finished_ns = salusd_now_ns();
+    LOG_INFO("job %llu '%s' %s; its memory is returned", (unsigned long long)job->id, job->name,
+             final_state == JOB_DONE ? "ended" : "failed");
+    forget_old_finished(d);
+    try_admit(d);
+}
+
+static void on_process_exit(evutil_socket_t fd, short events, void *arg)
+{
+    job_runtime_t *rt = arg;
+    (void)fd;
+    (void)events;
+    job_t *job = registry_find(rt->daemon->registry, rt->job_id);
+    if (job)
+        finish_job(rt->daemon, job, JOB_DONE);
+}
+
+static void on_notify(evutil_socket_t fd, short events, void *arg)
+{
+    job_runtime_t *rt = arg;
+    uint64_t count;
+    (void)events;
+    while (read(fd, &count, sizeof(count)) == sizeof(count))
+        ;
+    job_t *job = registry_find(rt->daemon->registry, rt->job_id);
+    if (job)
+        sched_job_parked(rt->daemon, job);
+}
+
+static int create_page(job_runtime_t *rt, int *page_fd)
+{
+    int fd = memfd_create("salus-job-page", MFD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (ftruncate(fd, JOB_PAGE_BYTES) < 0) {
+        close(fd);
+        return -errno;
+    }
+    void *p = mmap(NULL, JOB_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return -errno;
+    }
+    rt->page = p;
+    rt->page->magic = JOB_PAGE_MAGIC;
+    rt->page->version = JOB_PAGE_VERSION;
+    *page_fd = fd;
+    return 0;
+}
+
+/* Admits job on gpu: creates its page and notification fd and answers its register. */
+static int admit(salusd_t *d, job_t *job, int gpu)
+{
+    job_runtime_t *rt = runtime_of(job);
+    int page_fd = -1, rc;
+    rc = create_page(rt, &page_fd);
+    if (rc < 0)
+        return rc;
+    rt->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (rt->notify_fd < 0) {
+        close(page_fd);
+        return -errno;
+    }
+    rt->notify_event = event_new(d->base, rt->notify_fd, EV_READ | EV_PERSIST, on_notify, rt);
+    if (!rt->notify_event || event_add(rt->notify_event, NULL) < 0) {
+        close(page_fd);
+        return -ENOMEM;
+    }
+    job->gpu = gpu;
+    job->admitted_ns = salusd_now_ns();
+    job->state = JOB_PAUSED;
+    d->devices.gpus[gpu].reserved_bytes += job->budget_bytes;
+
+    proto_enc_t *e = &d->enc;
+    proto_enc_begin(e, PROTO_REPLY, rt->register_request_id, "", 6);
+    proto_pack_kv_uint(&e->pk, "job_id", job->id);
+    proto_pack_kv_uint(&e->pk, "gpu", (uint64_t)gpu);
+    proto_pack_kv_uint(&e->pk, "budget_bytes", job->budget_bytes);
+    proto_pack_kv_uint(&e->pk, "chunk_bytes", d->config.chunk_bytes);
+    proto_pack_kv_str(&e->pk, "driver", d->devices.driver.path);
+    proto_pack_kv_uint(&e->pk, "fds", 2);
+    proto_enc_finish(e);
+    int fds[2] = {page_fd, rt->notify_fd};
+    rc = server_send_fds(rt->conn, e, fds, 2);
+    close(page_fd);
+    rt->reply_pending = 0;
+    LOG_INFO("job %llu '%s' admitted on GPU %d (budget %llu MiB)", (unsigned long long)job->id,
+             job->name, gpu, (unsigned long long)(job->budget_bytes >> 20));
+    return rc;
+}
+
+static int fits(const gpu_t *g, uint64_t bytes)
+{
+    return g->reserved_bytes + bytes <= g->total_bytes;
+}
+
+/* First come, first served: the oldest waiting job is admitted when a GPU holds its budget;
+ * a job that no GPU could ever hold is refused. */
+static void try_admit(salusd_t *d)
+{
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        job_t *job = registry_at(d->registry, i);
+        job_runtime_t *rt = runtime_of(job);
+        if (job->state != JOB_WAITING || !rt || !rt->reply_pending)
+            continue;
+        int best = -1, ever = 0;
+        for (int g = 0; g < d->devices.count; g++) {
+            ever |= job->budget_bytes <= d->devices.gpus[g].total_bytes;
+            if (best < 0 && fits(&d->devices.gpus[g], job->budget_bytes))
+                best = g;
+        }
+        if (!ever) {
+            server_reply_error(rt->conn, rt->register_request_id, PROTO_ENEVER_FITS, 0,
+                               "the job's memory (%llu MiB) exceeds every GPU of this node",
+                               (unsigned long long)(job->budget_bytes >> 20));
+            rt->reply_pending = 0;
+            finish_job(d, job, JOB_FAILED);
+            return; /* finish_job retried admission */
+        }
+        if (best < 0)
+            return; /* strict arrival order */
+        if (admit(d, job, best) < 0) {
+            LOG_WARN("job %llu could not be admitted; dropping it", (unsigned long long)job->id);
+            finish_job(d, job, JOB_FAILED);
+            return;
+        }
+    }
+}
+
+void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    char name[REGISTRY_NAME_BYTES] = "";
+    uint64_t iterations = 0, persistent = 0, ephemeral = 0;
+    int64_t priority = 0;
+    const msgpack_object *b = &msg->body;
+    if (proto_get_str_copy(b, "name", name, sizeof(name)) == -EINVAL ||
+        proto_get_uint(b, "iterations", &iterations) == -EINVAL ||
+        proto_get_uint(b, "persistent_bytes", &persistent) == -EINVAL ||
+        proto_get_uint(b, "ephemeral_bytes", &ephemeral) == -EINVAL ||
+        proto_get_int(b, "priority", &priority) == -EINVAL || persistent > (1ull << 50) ||
+        ephemeral > (1ull << 50)) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "register takes name (string of at most %d bytes), iterations, "
+                           "persistent_bytes, ephemeral_bytes (unsigned) and priority (integer)",
+                           REGISTRY_NAME_BYTES - 1);
+        return;
+    }
+    if (c->job_id) {
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0,
+                           "this connection is already registered as job %llu",
+                           (unsigned long long)c->job_id);
+        return;
+    }
+    if (d->devices.count == 0) {
+        server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "salusd has no GPU");
+        return;
+    }
+    job_runtime_t *rt = calloc(1, sizeof(*rt));
+    job_t *job = rt ? registry_add(d->registry, name, c->pid, c->uid, c->gid, salusd_now_ns(), c)
+                    : NULL;
+    if (!job) {
+        free(rt);
+        server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
+        return;
+    }
+    rt->daemon = d;
+    rt->job_id = job->id;
+    rt->conn = c;
+    rt->register_request_id = msg->id;
+    rt->reply_pending = 1;
+    rt->notify_fd = -1;
+    rt->pidfd = (int)syscall(SYS_pidfd_open, c->pid, 0);
+    job->runtime = rt;
+    job->iterations_expected = iterations;
+    job->persistent_hint_bytes = persistent;
+    job->ephemeral_hint_bytes = ephemeral;
+    job->priority = priority;
+    uint64_t quarter = d->devices.gpus[0].total_bytes / 4;
+    job->budget_bytes = persistent + ephemeral ? persistent + ephemeral
+                        : d->config.default_job_bytes ? d->config.default_job_bytes : quarter;
+    c->job_id = job->id;
+    if (rt->pidfd >= 0) {
+        rt->pid_event = event_new(d->base, rt->pidfd, EV_READ, on_process_exit, rt);
+        if (rt->pid_event)
+            event_add(rt->pid_event, NULL);
+    } else {
+        LOG_WARN("pidfd_open(%d) failed: job %llu is cleaned up when its connection closes",
+                 (int)c->pid, (unsigned long long)job->id);
+    }
+    LOG_INFO("job %llu '%s' registered (pid %d, uid %u, budget %llu MiB)",
+             (unsigned long long)job->id, job->name, (int)job->pid, (unsigned)job->uid,
+             (unsigned long long)(job->budget_bytes >> 20));
+    try_admit(d);
+}
+
+void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    job_t *job = job_of_conn(c);
+    job_runtime_t *rt = runtime_of(job);
+    uint64_t bytes = 0;
+    if (!rt || rt->reply_pending) {
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "mem_grow needs an admitted job");
+        return;
+    }
+    if (proto_get_uint(&msg->body, "bytes", &bytes) < 0 || bytes == 0) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "mem_grow takes bytes (> 0)");
+        return;
+    }
+    if (job->committed_bytes + bytes > job->budget_bytes) {
+        server_reply_error(c, msg->id, PROTO_ENOMEM, 0,
+                           "over the job's budget: %llu of %llu MiB in use, %llu MiB more asked",
+                           (unsigned long long)(job->committed_bytes >> 20),
+                           (unsigned long long)(job->budget_bytes >> 20),
+                           (unsigned long long)(bytes >> 20));
+        return;
+    }
+    if (rt->chunk_count == rt->chunk_capacity) {
+        size_t cap = rt->chunk_capacity ? rt->chunk_capacity * 2 : 8;
+        chunk_t *chunks = realloc(rt->chunks, cap * sizeof(*chunks));
+        if (!chunks) {
+            server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
+            return;
+        }
+        rt->chunks = chunks;
+        rt->chunk_capacity = cap;
+    }
+    chunk_t *chunk = &rt->chunks[rt->chunk_count];
+    int fd = -1;
+    int rc = devices_chunk_create(&d->devices, job->gpu, bytes, chunk, &fd);
+    if (rc < 0) {
+        server_reply_error(c, msg->id, rc == -ENOMEM ? PROTO_ENOMEM : PROTO_EINTERNAL, 0,
+                           "the GPU could not provide %llu MiB",
+                           (unsigned long long)(bytes >> 20));
+        return;
+    }
+    if (job->committed_bytes + chunk->bytes > job->budget_bytes) {
+        /* granularity rounding went past the budget */
+        devices_chunk_release(&d->devices, chunk);
+        close(fd);
+        server_reply_error(c, msg->id, PROTO_ENOMEM, 0, "over the job's budget");
+        return;
+    }
+    rt->chunk_count++;
+    job->committed_bytes += chunk->bytes;
+    proto_enc_t *e = &d->enc;
+    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 3);
+    proto_pack_kv_uint(&e->pk, "chunk_id", chunk->id);
+    proto_pack_kv_uint(&e->pk, "bytes", chunk->bytes);
+    proto_pack_kv_uint(&e->pk, "fds", 1);
+    proto_enc_finish(e);
+    if (server_send_fds(c, e, &fd, 1) < 0)
+        LOG_WARN("could not send chunk %llu to job %llu", (unsigned long long)chunk->id,
+                 (unsigned long long)job->id);
+    close(fd);
+}
+
+void jobs_connection_closed(conn_t *c)
+{
+    salusd_t *d = c->daemon;
+    job_t *job = job_of_conn(c);
+    job_runtime_t *rt = runtime_of(job);
+    if (!rt)
+        return;
+    rt->conn = NULL;
+    /* not yet admitted, or no pidfd to wait on: the job is over now */
+    if (rt->reply_pending || rt->pidfd < 0)
+        finish_job(d, job, rt->reply_pending ? JOB_FAILED : JOB_DONE);
+}
+
+void jobs_pack_list(salusd_t *d, msgpack_packer *pk)
+{
+    size_t n = registry_count(d->registry);
+    uint64_t now = salusd_now_ns();
+    msgpack_pack_array(pk, (uint32_t)n);
+    for (size_t i = 0; i < n; i++) {
+        job_t *job = registry_at(d->registry, i);
+        refresh_stats(job);
+        const job_stats_t *st = &job->stats;
+        uint64_t end = job->finished_ns ? job->finished_ns : now;
+        uint64_t admission_wait = (job->admitted_ns ? job->admitted_ns : end) - job->registered_ns;
+        const char *state = job_state_name(job->state);
+        if (job->state == JOB_PAUSED && sched_is_holder(d, job))
+            state = "running";
+        msgpack_pack_map(pk, 17);
+        proto_pack_kv_uint(pk, "id", job->id);
+        proto_pack_kv_str(pk, "name", job->name);
+        proto_pack_kv_uint(pk, "pid", (uint64_t)job->pid);
+        proto_pack_kv_uint(pk, "uid", (uint64_t)job->uid);
+        proto_pack_kv_str(pk, "state", state);
+        proto_pack_str(pk, "gpu");
+        if (job->gpu >= 0)
+            msgpack_pack_int(pk, job->gpu);
+        else
+            msgpack_pack_nil(pk);
+        proto_pack_str(pk, "lane");
+        msgpack_pack_nil(pk);
+        proto_pack_kv_uint(pk, "iterations", st->iterations);
+        proto_pack_kv_uint(pk, "iterations_expected", job->iterations_expected);
+        proto_pack_kv_uint(pk, "persistent_bytes", st->persistent_bytes);
+        proto_pack_kv_uint(pk, "ephemeral_peak_bytes", st->ephemeral_peak_bytes);
+        proto_pack_kv_uint(pk, "memory_bytes", job->committed_bytes);
+        proto_pack_kv_uint(pk, "live_bytes", job->runtime ? st->live_bytes : 0);
+        proto_pack_kv_uint(pk, "budget_bytes", job->budget_bytes);
+        proto_pack_kv_uint(pk, "gpu_time_ms", st->busy_ns / 1000000);
+        proto_pack_kv_uint(pk, "wait_time_ms", (admission_wait + st->wait_ns) / 1000000);
+        proto_pack_kv_uint(pk, "age_ms", (now - job->registered_ns) / 1000000);
+    }
+}
+
+void jobs_shutdown(salusd_t *d)
+{
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        job_t *job = registry_at(d->registry, i);
+        job_runtime_t *rt = runtime_of(job);
+        if (!rt)
+            continue;
+        for (size_t k = 0; k < rt->chunk_count; k++)
+            devices_chunk_release(&d->devices, &rt->chunks[k]);
+        rt->chunk_count = 0;
+        if (rt->pid_event)
+            event_free(rt->pid_event);
+        if (rt->notify_event)
+            event_free(rt->notify_event);
+        if (rt->pidfd >= 0)
+            close(rt->pidfd);
+        if (rt->notify_fd >= 0)
+            close(rt->notify_fd);
+        if (rt->page)
+            munmap(rt->page, JOB_PAGE_BYTES);
+        free(rt->chunks);
+        free(rt);
+        job->runtime = NULL;
+    }
+}
+
+job_page_t *jobs_page(const job_t *job)
+{
+    const job_runtime_t *rt = runtime_of(job);
+    return rt ? rt->page : NULL;
+}

@@ -90,11 +90,15 @@ static int at_low_point(void)
     return ++gate.misses > GATE_MAX_MISSES;
 }
 
-static void end_iteration(uint64_t now)
+/* at_exit: the program may already have freed its persistent memory, so the last
+ * iteration keeps the previous boundary's persistent size */
+static void end_iteration(uint64_t now, int at_exit)
 {
     job_page_t *page = shim.page;
     uint64_t duration = now - gate.iteration_start_ns;
     uint64_t persistent = gate.explicit_marks ? atomic_load(&shim.page->live_bytes) : gate.min_live_since_quiescent;
+    if (at_exit && gate.have_boundary)
+        persistent = gate.boundary_live;
     uint64_t ephemeral = gate.peak_live > persistent ? gate.peak_live - persistent : 0;
     atomic_fetch_add(&page->iterations, 1);
     atomic_store(&page->last_iteration_ns, duration);
@@ -122,7 +126,7 @@ CUresult shim_gate(CUstream stream, int ptds)
     } else if (gate.explicit_marks ? gate.mark_pending
                                    : (gate.quiescent && gate.work_since_boundary && at_low_point())) {
         uint64_t now = shim_now_ns();
-        end_iteration(now);
+        end_iteration(now, 0);
         gate.seq++;
         rc = park(gate.seq);
         gate.iteration_start_ns = shim_now_ns();
@@ -201,4 +205,16 @@ int shim_mark_iteration(int begin)
     pthread_mutex_unlock(&gate.lock);
     /* begin: pass the gate now, so that the wait happens here and not inside a launch */
     return begin && shim_gate(NULL, 0) != CUDA_SUCCESS ? -EIO : 0;
+}
+
+/* The last iteration has no next submission to reveal its end: count it at exit. */
+__attribute__((destructor)) static void gate_at_exit(void)
+{
+    if (shim.mode != SHIM_MODE_MANAGED || !shim.page)
+        return;
+    pthread_mutex_lock(&gate.lock);
+    if (gate.started && gate.work_since_boundary)
+        end_iteration(shim_now_ns(), 1);
+    gate.work_since_boundary = 0;
+    pthread_mutex_unlock(&gate.lock);
 }

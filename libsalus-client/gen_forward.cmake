@@ -72,6 +72,34 @@ shim_forward_entry:
     jmp *%r10
     .size shim_forward_entry, .-shim_forward_entry
 ")
+# dlsym: RTLD_DEFAULT / RTLD_NEXT lookups tail-jump to the real dlsym, so that glibc still
+# sees the original caller (RTLD_NEXT is relative to it: a sanitizer runtime resolving its
+# interceptors must not find itself again); explicit handles go to shim_dlsym_handle.
+string(APPEND asm "
+    .globl dlsym
+    .type dlsym, @function
+dlsym:
+    testq %rdi, %rdi
+    je .Ldlsym_real
+    cmpq $-1, %rdi
+    je .Ldlsym_real
+    jmp shim_dlsym_handle
+.Ldlsym_real:
+    movq shim_real_dlsym_ptr(%rip), %rax
+    testq %rax, %rax
+    jz .Ldlsym_resolve
+    jmp *%rax
+.Ldlsym_resolve:
+    pushq %rdi
+    pushq %rsi
+    subq $8, %rsp
+    call shim_resolve_real_dlsym
+    addq $8, %rsp
+    popq %rsi
+    popq %rdi
+    jmp *%rax
+    .size dlsym, .-dlsym
+")
 string(APPEND asm "${table}")
 string(APPEND names "};\nconst unsigned shim_forward_count = ${count};\n")
 file(WRITE "${OUT_ASM}.tmp" "${asm}")

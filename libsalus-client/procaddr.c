@@ -93,9 +93,13 @@ static int is_driver_handle(void *handle)
     return strncmp(base, "libcuda.so", 10) == 0;
 }
 
-/* Catches dlsym(dlopen("…/libcuda.so.1"), "cuMemAlloc_v2") when a program opened the real
- * driver by its path, past LD_LIBRARY_PATH. */
-__attribute__((visibility("default"))) void *dlsym(void *handle, const char *symbol)
+/* Explicit-handle half of the exported dlsym (the other half, RTLD_DEFAULT / RTLD_NEXT, is
+ * a tail jump in the generated trampolines.S). Catches dlsym(dlopen("…/libcuda.so.1"),
+ * "cuMemAlloc_v2") when a program opened the real driver by its path, past
+ * LD_LIBRARY_PATH. */
+void *shim_dlsym_handle(void *handle, const char *symbol);
+
+void *shim_dlsym_handle(void *handle, const char *symbol)
 {
     void *real = shim_real_dlsym(handle, symbol);
     if (real && symbol[0] == 'c' && symbol[1] == 'u' && is_driver_handle(handle)) {

@@ -29,14 +29,27 @@ uint64_t shim_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-void *shim_real_dlsym(void *handle, const char *symbol)
+/* glibc's dlsym, found without calling dlsym (which this library overrides) */
+void *(*shim_real_dlsym_ptr)(void *, const char *);
+void *shim_resolve_real_dlsym(void);
+
+void *shim_resolve_real_dlsym(void)
 {
-    static void *(*real)(void *, const char *);
+    void *(*real)(void *, const char *) = __atomic_load_n(&shim_real_dlsym_ptr, __ATOMIC_ACQUIRE);
     if (!real) {
         real = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
         if (!real)
             real = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+        __atomic_store_n(&shim_real_dlsym_ptr, real, __ATOMIC_RELEASE);
     }
+    return (void *)real;
+}
+
+/* For lookups through an explicit handle only: for those the caller does not matter. */
+void *shim_real_dlsym(void *handle, const char *symbol)
+{
+    void *(*real)(void *, const char *) =
+        (void *(*)(void *, const char *))shim_resolve_real_dlsym();
     return real ? real(handle, symbol) : NULL;
 }
 

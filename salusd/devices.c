@@ -123,8 +123,8 @@ void devices_close(devices_t *devs)
     for (int i = 0; i < devs->count; i++)
         if (devs->gpus[i].context)
             devs->driver.fn_cuDevicePrimaryCtxRelease(devs->gpus[i].device);
-    if (devs->driver.handle)
-        driver_unload(&devs->driver);
+    /* the driver stays loaded, as in any CUDA program: its primary contexts and threads
+     * live until the process exits */
     devs->count = 0;
 }
 

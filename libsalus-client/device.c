@@ -87,7 +87,8 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
     if (rc != CUDA_SUCCESS)
         return rc;
     shim_after_sync(1);
-    return shim_mem_free(dptr, NULL, 0);
+    rc = shim_mem_free(dptr, NULL, 0);
+    return rc == CUDA_ERROR_NOT_FOUND ? shim.real.cuMemFree_v2(dptr) : rc;
 }
 
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s)
@@ -120,11 +121,13 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, C
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 {
     MANAGED_OR_REAL(shim.real.cuMemFreeAsync(dptr, s));
-    return shim_mem_free(dptr, s, 1);
+    CUresult rc = shim_mem_free(dptr, s, 1);
+    return rc == CUDA_ERROR_NOT_FOUND ? shim.real.cuMemFreeAsync(dptr, s) : rc;
 }
 
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 {
     MANAGED_OR_REAL(shim.real.cuMemFreeAsync_ptsz(dptr, s));
-    return shim_mem_free(dptr, s ? s : CU_STREAM_PER_THREAD, 1);
+    CUresult rc = shim_mem_free(dptr, s ? s : CU_STREAM_PER_THREAD, 1);
+    return rc == CUDA_ERROR_NOT_FOUND ? shim.real.cuMemFreeAsync_ptsz(dptr, s) : rc;
 }

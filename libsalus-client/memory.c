@@ -184,8 +184,11 @@ CUresult shim_mem_free(CUdeviceptr dptr, CUstream stream, int stream_ordered)
     if (dptr == 0)
         return CUDA_SUCCESS;
     pthread_mutex_lock(&mem.lock);
-    if (!mem.allocator || allocator_lookup(mem.allocator, dptr, &block) < 0 ||
-        block.base != dptr) {
+    if (!mem.allocator || allocator_lookup(mem.allocator, dptr, &block) < 0) {
+        rc = CUDA_ERROR_NOT_FOUND; /* not ours: the caller hands it to the real driver */
+        goto out;
+    }
+    if (block.base != dptr) {
         rc = CUDA_ERROR_INVALID_VALUE;
         goto out;
     }

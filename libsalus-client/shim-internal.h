@@ -94,6 +94,7 @@ int shim_session_alive(void);
 
 /* memory.c */
 CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, CUstream stream, int stream_ordered);
+/* CUDA_ERROR_NOT_FOUND: dptr is not the shim's (e.g. cuMemAllocManaged memory) */
 CUresult shim_mem_free(CUdeviceptr dptr, CUstream stream, int stream_ordered);
 uint64_t shim_mem_live_bytes(void);
 void shim_mem_info(size_t *free_bytes, size_t *total_bytes);

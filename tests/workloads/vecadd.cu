@@ -84,6 +84,7 @@ int main(int argc, char **argv)
     CHECK(cuMemFree(d_a));
     CHECK(cuMemFree(d_b));
     CHECK(cuMemFree(d_c));
+    CHECK(cuModuleUnload(module));
     CHECK(cuCtxDestroy(context));
     free(h_a);
     free(h_b);

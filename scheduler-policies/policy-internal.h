@@ -24,7 +24,8 @@ int policy_pick_lowest(const void *state, policy_key_fn key, uint32_t lane,
 void policy_order_by_key(const void *state, policy_key_fn key, const policy_job_t *jobs,
                          size_t count, size_t *order);
 
-/* Per-job records a policy keeps, keyed by job id. Tens of jobs: a plain array. */
+/* Per-job records a policy keeps, keyed by job id: an array sorted by id (binary search).
+ * A pointer from find/get stays valid only until the next get or remove. */
 typedef struct policy_record_s {
     uint64_t job_id;
     uint32_t lane;

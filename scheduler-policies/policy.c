@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 static const policy_ops_t *const registry[] = {
@@ -136,19 +137,33 @@ void policy_order_by_arrival(const policy_job_t *waiting, size_t count, size_t *
     policy_order_by_key(NULL, arrival_key, waiting, count, order);
 }
 
+/* Records are kept sorted by job id: lookups are binary searches, so that a policy with
+ * hundreds of jobs (the trace simulator replays thousands) does not scan them all for every
+ * key it computes. Returns the index of job_id, or where it would be inserted. */
+static size_t records_lower_bound(const policy_records_t *records, uint64_t job_id)
+{
+    size_t low = 0, high = records->count;
+    while (low < high) {
+        size_t mid = low + (high - low) / 2;
+        if (records->items[mid].job_id < job_id)
+            low = mid + 1;
+        else
+            high = mid;
+    }
+    return low;
+}
+
 policy_record_t *policy_records_find(const policy_records_t *records, uint64_t job_id)
 {
-    for (size_t i = 0; i < records->count; i++)
-        if (records->items[i].job_id == job_id)
-            return &records->items[i];
-    return NULL;
+    size_t i = records_lower_bound(records, job_id);
+    return i < records->count && records->items[i].job_id == job_id ? &records->items[i] : NULL;
 }
 
 policy_record_t *policy_records_get(policy_records_t *records, uint64_t job_id)
 {
-    policy_record_t *record = policy_records_find(records, job_id);
-    if (record)
-        return record;
+    size_t i = records_lower_bound(records, job_id);
+    if (i < records->count && records->items[i].job_id == job_id)
+        return &records->items[i];
     if (records->count == records->capacity) {
         size_t capacity = records->capacity ? records->capacity * 2 : 16;
         policy_record_t *items = realloc(records->items, capacity * sizeof(*items));
@@ -157,16 +172,21 @@ policy_record_t *policy_records_get(policy_records_t *records, uint64_t job_id)
         records->items = items;
         records->capacity = capacity;
     }
-    record = &records->items[records->count++];
-    *record = (policy_record_t){.job_id = job_id};
-    return record;
+    memmove(&records->items[i + 1], &records->items[i],
+            (records->count - i) * sizeof(records->items[0]));
+    records->count++;
+    records->items[i] = (policy_record_t){.job_id = job_id};
+    return &records->items[i];
 }
 
 void policy_records_remove(policy_records_t *records, uint64_t job_id)
 {
-    policy_record_t *record = policy_records_find(records, job_id);
-    if (record)
-        *record = records->items[--records->count];
+    size_t i = records_lower_bound(records, job_id);
+    if (i == records->count || records->items[i].job_id != job_id)
+        return;
+    memmove(&records->items[i], &records->items[i + 1],
+            (records->count - i - 1) * sizeof(records->items[0]));
+    records->count--;
 }
 
 void policy_records_free(policy_records_t *records)

@@ -426,6 +426,40 @@ static void assert_within(uint64_t a, uint64_t b, double tolerance, const char *
                   "%s: %llu vs %llu", what, (unsigned long long)a, (unsigned long long)b);
 }
 
+/* PACK with hundreds of jobs whose ids arrive out of order and leave from the middle (its
+ * per-job records are a sorted array): the job whose last turn is oldest always goes next. */
+START_TEST(test_pack_many_jobs_out_of_order)
+{
+    enum { N = 300 };
+    static policy_job_t jobs[N];
+    policy_t p = {0};
+    ck_assert_int_eq(policy_init(&p, "pack", NULL), 0);
+    for (size_t i = 0; i < N; i++) {
+        uint64_t id = 1 + (i * 7919) % N; /* a permutation of 1..N */
+        jobs[i] = (policy_job_t){.id = id, .arrival_ns = 0, .lane = 1, .runnable = true};
+        policy_job_arrived(&p, &jobs[i], 0);
+        policy_iteration_done(&p, &jobs[i], MS, 0); /* turns in array order */
+    }
+    /* every third job leaves */
+    size_t count = 0;
+    for (size_t i = 0; i < N; i++) {
+        if (i % 3 == 0)
+            policy_job_left(&p, jobs[i].id, 0);
+        else
+            jobs[count++] = jobs[i];
+    }
+    /* the remaining jobs take turns in the order of their last turns: array order, twice */
+    for (int round = 0; round < 2; round++) {
+        for (size_t k = 0; k < count; k++) {
+            int i = policy_pick(&p, 1, jobs, count, 0);
+            ck_assert_int_eq(i, (int)k);
+            policy_iteration_done(&p, &jobs[i], MS, 0);
+        }
+    }
+    policy_fini(&p);
+}
+END_TEST
+
 START_TEST(test_fair_equal_attained_time)
 {
     policy_t p = {0};
@@ -470,6 +504,7 @@ static Suite *specific_suite(void)
     tcase_add_test(tc, test_srtf_short_job_preempts_at_boundary);
     tcase_add_test(tc, test_srtf_estimates);
     tcase_add_test(tc, test_pack_round_robin);
+    tcase_add_test(tc, test_pack_many_jobs_out_of_order);
     tcase_add_test(tc, test_fair_equal_attained_time);
     suite_add_tcase(s, tc);
     return s;

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Runs the three salus-sim comparisons and prints their tables next to Salus's figures.
+
+Called by run-sim-benchmarks.sh (which also draws the plots). Writes into --out:
+  results.txt                   the tables as printed
+  jct.dat, hyperparam.dat,      data for the gnuplot scripts
+  inference.dat, jct_cdf_*.dat
+Traces are generated with gen-trace.py (fixed seeds) into --work.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GEN = os.path.join(HERE, "gen-trace.py")
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.lines = []
+
+    def say(self, text=""):
+        print(text, flush=True)
+        self.lines.append(text)
+
+    def trace(self, name, *options):
+        path = os.path.join(self.args.work, name + ".csv")
+        subprocess.run([sys.executable, GEN, "--out", path, *options], check=True)
+        return path
+
+    def sim(self, trace, policy, *options, jobs_csv=None):
+        cmd = [self.args.sim, "--trace", trace, "--policy", policy, "--json",
+               "--switch-us", str(self.args.switch_us), *options]
+        if jobs_csv:
+            cmd += ["--jobs-csv", jobs_csv]
+        done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        return json.loads(done.stdout)
+
+    def table(self, rows):
+        self.say("  %-22s %10s %10s %10s %11s %7s %10s %5s" % (
+            "run", "avg JCT s", "median s", "p95 s", "makespan s", "util", "wait s", "peak"))
+        for label, r in rows:
+            self.say("  %-22s %10.1f %10.1f %10.1f %11.1f %6.1f%% %10.1f %5d" % (
+                label, r["avg_jct_s"], r["median_jct_s"], r["p95_jct_s"], r["makespan_s"],
+                100 * r["utilization"], r["mean_wait_s"], r["peak_jobs_resident"]))
+
+    def ratio_line(self, what, ours, salus):
+        self.say("  %-52s ours %7.2fx   Salus %6s" % (what, ours, salus))
+
+
+def ratio(a, b):
+    return a / b if b > 0 else float("inf")
+
+
+def write_dat(path, header, rows):
+    with open(path, "w", encoding="ascii") as out:
+        out.write("# " + header + "\n")
+        for row in rows:
+            out.write(" ".join(str(x) for x in row) + "\n")
+
+
+def jct_cdf(jobs_csv, dat):
+    jcts = []
+    with open(jobs_csv, encoding="ascii") as f:
+        next(f)
+        for line in f:
+            fields = line.strip().split(",")
+            if fields[-1] == "0":
+                jcts.append(float(fields[5]))
+    jcts.sort()
+    write_dat(dat, "jct_s fraction", [(j, (i + 1) / len(jcts)) for i, j in enumerate(jcts)])
+
+
+def compare_jct(b, quick):
+    a = b.args
+    jobs = 200 if quick else 1000
+    trace = b.trace("mixed", "--scenario", "mixed", "--jobs", str(jobs), "--seed", "1",
+                    "--gpus", str(a.gpus), "--load", "0.9")
+    b.say("1. Average JCT, FIFO vs SRTF: mixed training trace, %d jobs, %d GPU(s) of %d MiB,"
+          % (jobs, a.gpus, a.gpu_mem_mb))
+    b.say("   Poisson arrivals at 90% offered load (exclusive GPUs), seed 1")
+    rows = []
+    for policy in ("fifo", "srtf", "pack", "fair", "exclusive", "mps"):
+        csv = os.path.join(a.work, "mixed-%s-jobs.csv" % policy)
+        rows.append((policy, b.sim(trace, policy, "--gpus", str(a.gpus),
+                                   "--gpu-mem-mb", str(a.gpu_mem_mb), jobs_csv=csv)))
+        if policy in ("fifo", "srtf"):
+            jct_cdf(csv, os.path.join(a.out, "jct_cdf_%s.dat" % policy))
+    b.table(rows)
+    r = dict(rows)
+    b.ratio_line("average JCT FIFO / SRTF",
+                 ratio(r["fifo"]["avg_jct_s"], r["srtf"]["avg_jct_s"]), "3.19x")
+    write_dat(os.path.join(a.out, "jct.dat"), "policy avg_jct_s median_jct_s p95_jct_s",
+              [(k, v["avg_jct_s"], v["median_jct_s"], v["p95_jct_s"]) for k, v in rows])
+    b.say()
+
+
+def compare_hyperparam(b, quick):
+    a = b.args
+    jobs, iterations = (20, 300) if quick else (100, 2000)
+    trace = b.trace("hyperparam", "--scenario", "hyperparam", "--jobs", str(jobs),
+                    "--iterations", str(iterations), "--seed", "1")
+    b.say("2. GPU utilisation, hyper-parameter search: %d identical superres-like jobs x %d"
+          % (jobs, iterations))
+    b.say("   iterations, all submitted at t=0, 1 GPU of %d MiB" % a.gpu_mem_mb)
+    rows = [
+        ("salus (pack)", b.sim(trace, "pack", "--gpu-mem-mb", str(a.gpu_mem_mb))),
+        ("salus, lane-hold gpu", b.sim(trace, "pack", "--gpu-mem-mb", str(a.gpu_mem_mb),
+                                       "--lane-hold", "gpu")),
+        ("exclusive", b.sim(trace, "exclusive", "--gpu-mem-mb", str(a.gpu_mem_mb))),
+        ("mps", b.sim(trace, "mps", "--gpu-mem-mb", str(a.gpu_mem_mb))),
+    ]
+    b.table(rows)
+    r = dict(rows)
+    b.ratio_line("utilisation salus / exclusive",
+                 ratio(r["salus (pack)"]["utilization"], r["exclusive"]["utilization"]), "2.38x")
+    b.ratio_line("  (lane-hold gpu) / exclusive",
+                 ratio(r["salus, lane-hold gpu"]["utilization"], r["exclusive"]["utilization"]),
+                 "-")
+    write_dat(os.path.join(a.out, "hyperparam.dat"), "run utilization",
+              [('"%s"' % k, v["utilization"]) for k, v in rows])
+    b.say()
+
+
+def compare_inference(b, quick):
+    a = b.args
+    jobs = 30 if quick else 100
+    median = "200" if quick else "2000"
+    trace = b.trace("inference", "--scenario", "inference", "--jobs", str(jobs), "--seed", "1",
+                    "--median-iterations", median)
+    b.say("3. Consolidation of inference services: %d batch-1 model servers, deployed at t=0,"
+          % jobs)
+    b.say("   1 GPU of %d MiB; utilisation over the makespan" % a.gpu_mem_mb)
+    rows = [
+        ("salus (pack)", b.sim(trace, "pack", "--gpu-mem-mb", str(a.gpu_mem_mb))),
+        ("salus, lane-hold gpu", b.sim(trace, "pack", "--gpu-mem-mb", str(a.gpu_mem_mb),
+                                       "--lane-hold", "gpu")),
+        ("exclusive", b.sim(trace, "exclusive", "--gpu-mem-mb", str(a.gpu_mem_mb))),
+        ("mps", b.sim(trace, "mps", "--gpu-mem-mb", str(a.gpu_mem_mb))),
+    ]
+    b.table(rows)
+    r = dict(rows)
+    for label in ("salus (pack)", "salus, lane-hold gpu"):
+        b.ratio_line("utilisation %s / exclusive" % label,
+                     ratio(r[label]["utilization"], r["exclusive"]["utilization"]),
+                     "42x" if label == "salus (pack)" else "-")
+        b.ratio_line("utilisation %s / mps" % label,
+                     ratio(r[label]["utilization"], r["mps"]["utilization"]),
+                     "7x" if label == "salus (pack)" else "-")
+    write_dat(os.path.join(a.out, "inference.dat"), "run utilization peak_jobs_resident",
+              [('"%s"' % k, v["utilization"], v["peak_jobs_resident"]) for k, v in rows])
+    b.say()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sim", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--gpus", type=int, default=1)
+    ap.add_argument("--gpu-mem-mb", type=int, default=16384)
+    ap.add_argument("--switch-us", type=float, default=100)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    b = Bench(args)
+    b.say("salus-sim benchmarks%s: lane switch cost %g us; ratios 'ours' vs Salus (MLSys 2020)"
+          % (" (quick)" if args.quick else "", args.switch_us))
+    b.say()
+    compare_jct(b, args.quick)
+    compare_hyperparam(b, args.quick)
+    compare_inference(b, args.quick)
+    with open(os.path.join(args.out, "results.txt"), "w", encoding="ascii") as f:
+        f.write("\n".join(b.lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

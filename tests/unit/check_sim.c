@@ -1,0 +1,465 @@
+/* Unit tests for the salus-sim core (tools/salus-sim): trace parsing and the simulation model,
+ * with cases small enough to compute by hand. Times are in seconds; sizes in the traces are
+ * MiB. */
+#include "sim.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EPS 1e-6
+#define MIB (1ull << 20)
+#define GIB (1ull << 30)
+
+static const char header[] = SIM_TRACE_HEADER "\n";
+
+/* Parses `rows` (after the header) into *trace; returns sim_trace_read's code. */
+static int parse(const char *text, sim_trace_t *trace, char *err, size_t err_size)
+{
+    FILE *in = fmemopen((void *)text, strlen(text), "r");
+    ck_assert_ptr_nonnull(in);
+    int rc = sim_trace_read(in, "t.csv", trace, err, err_size);
+    fclose(in);
+    return rc;
+}
+
+static void load(const char *rows, sim_trace_t *trace)
+{
+    char text[8192], err[256] = "";
+    snprintf(text, sizeof(text), "%s%s", header, rows);
+    int rc = parse(text, trace, err, sizeof(err));
+    ck_assert_msg(rc == SIM_OK, "trace rejected: %s", err);
+}
+
+/* Runs rows under `policy` on `gpus` GPUs of `memory_mib` each. */
+static void run(const char *rows, const char *policy, unsigned gpus, uint64_t memory_mib,
+                double switch_s, sim_trace_t *trace, sim_result_t *result)
+{
+    sim_config_t config;
+    char err[256] = "";
+    sim_config_default(&config);
+    config.policy = policy;
+    config.gpus = gpus;
+    config.gpu_memory_bytes = memory_mib * MIB;
+    config.switch_s = switch_s;
+    load(rows, trace);
+    int rc = sim_run(trace, &config, result, err, sizeof(err));
+    ck_assert_msg(rc == SIM_OK, "sim_run(%s): %s", policy, err);
+}
+
+static void done(sim_trace_t *trace, sim_result_t *result)
+{
+    sim_result_free(result);
+    sim_trace_free(trace);
+}
+
+#define ASSERT_NEAR(value, expected)                                                           \
+    ck_assert_msg(fabs((value) - (expected)) < EPS, "%s = %.9f, expected %.9f", #value,        \
+                  (double)(value), (double)(expected))
+
+/* ---- the model -------------------------------------------------------------------------- */
+
+static const char *const every_policy[] = {"fifo", "srtf", "pack", "fair", "exclusive", "mps"};
+
+/* One job alone: JCT = iterations x iter_ms whatever the policy; utilisation = gpu_frac. */
+START_TEST(test_one_job_alone)
+{
+    sim_trace_t trace;
+    sim_result_t result;
+    run("1,0,10,100,0.5,100,1000,\n", every_policy[_i], 1, 16384, 0.001, &trace, &result);
+    ck_assert_uint_eq(result.jobs_completed, 1);
+    ASSERT_NEAR(result.avg_jct_s, 1.0);
+    ASSERT_NEAR(result.median_jct_s, 1.0);
+    ASSERT_NEAR(result.p95_jct_s, 1.0);
+    ASSERT_NEAR(result.makespan_s, 1.0);
+    ASSERT_NEAR(result.utilization, 0.5);
+    ASSERT_NEAR(result.mean_wait_s, 0.0);
+    ck_assert_uint_eq(result.iterations, 10);
+    ck_assert_uint_eq(result.switches, 0); /* one job never switches its lane */
+    done(&trace, &result);
+}
+END_TEST
+
+/* A late submission: JCT counts from submission, makespan from the first submission. */
+START_TEST(test_late_submission)
+{
+    sim_trace_t trace;
+    sim_result_t result;
+    run("1,0,10,100,1,100,1000,\n2,5,10,100,1,100,1000,\n", "pack", 1, 16384, 0, &trace,
+        &result);
+    ASSERT_NEAR(result.avg_jct_s, 1.0);
+    ASSERT_NEAR(result.makespan_s, 6.0);
+    ASSERT_NEAR(result.utilization, 2.0 / 6.0);
+    ASSERT_NEAR(result.jobs[1].started_s, 5.0);
+    done(&trace, &result);
+}
+END_TEST
+
+/* Two identical GPU-bound jobs (gpu_frac = 1, 10 x 100 ms). In one lane they alternate by
+ * iteration (PACK: round-robin): A ends at 1.9 s, B at 2.0 s. 19 lane switches. */
+START_TEST(test_one_lane_takes_turns)
+{
+    sim_trace_t trace;
+    sim_result_t result;
+    /* 1 GiB P each + one 4 GiB lane = 6 GiB: a second 4 GiB lane does not fit in 7 GiB */
+    run("1,0,10,100,1,1024,4096,\n2,0,10,100,1,1024,4096,\n", "pack", 1, 7 * 1024, 0, &trace,
+        &result);
+    ASSERT_NEAR(result.jobs[0].finished_s, 1.9);
+    ASSERT_NEAR(result.jobs[1].finished_s, 2.0);
+    ASSERT_NEAR(result.avg_jct_s, 1.95);
+    ASSERT_NEAR(result.makespan_s, 2.0);
+    ASSERT_NEAR(result.utilization, 1.0);
+    ck_assert_uint_eq(result.switches, 19);
+    ck_assert_uint_eq(result.peak_jobs_resident, 2);
+    done(&trace, &result);
+}
+END_TEST
+
+/* The same jobs in two lanes: both GPU parts run at once at half speed (processor sharing):
+ * each iteration takes 200 ms, both end at 2.0 s. Same makespan, worse average JCT. */
+START_TEST(test_two_lanes_share_the_gpu)
+{
+    sim_trace_t trace;
+    sim_result_t result;
+    run("1,0,10,100,1,1024,4096,\n2,0,10,100,1,1024,4096,\n", "pack", 1, 16384, 0, &trace,
+        &result);
+    ASSERT_NEAR(result.jobs[0].finished_s, 2.0);
+    ASSERT_NEAR(result.jobs[1].finished_s, 2.0);
+    ASSERT_NEAR(result.avg_jct_s, 2.0);
+    ASSERT_NEAR(result.utilization, 1.0);
+    ck_assert_uint_eq(result.switches, 0);
+    done(&trace, &result);
+}
+END_TEST
+
+/* gpu_frac = 0.5, 10 x 100 ms, two jobs. Exclusive: one after the other, makespan 2 s, the
+ * GPU busy 1 s of 2. Packed in two lanes (pack, and mps): host parts overlap, the GPU parts
+ * share the GPU: iteration = 50 ms host + 100 ms shared GPU = 150 ms, makespan 1.5 s,
+ * utilisation 1/1.5. */
+START_TEST(test_packing_gains_utilisation)
+{
+    const char *rows = "1,0,10,100,0.5,100,1000,\n2,0,10,100,0.5,100,1000,\n";
+    sim_trace_t trace;
+    sim_result_t exclusive, packed, mps;
+
+    run(rows, "exclusive", 1, 16384, 0, &trace, &exclusive);
+    sim_trace_free(&trace);
+    ASSERT_NEAR(exclusive.makespan_s, 2.0);
+    ASSERT_NEAR(exclusive.avg_jct_s, 1.5);
+    ASSERT_NEAR(exclusive.utilization, 0.5);
+    ASSERT_NEAR(exclusive.mean_wait_s, 0.5); /* the second job waits 1 s */
+    ck_assert_uint_eq(exclusive.peak_jobs_resident, 1);
+
+    run(rows, "pack", 1, 16384, 0, &trace, &packed);
+    sim_trace_free(&trace);
+    ASSERT_NEAR(packed.makespan_s, 1.5);
+    ASSERT_NEAR(packed.utilization, 1.0 / 1.5);
+    ck_assert(packed.utilization > exclusive.utilization);
+
+    run(rows, "mps", 1, 16384, 0, &trace, &mps);
+    ASSERT_NEAR(mps.makespan_s, 1.5);
+    ASSERT_NEAR(mps.utilization, 1.0 / 1.5);
+    done(&trace, &mps);
+    sim_result_free(&exclusive);
+    sim_result_free(&packed);
+}
+END_TEST
+
+/* exclusive runs jobs one at a time in submission order (a short job waits behind a long
+ * one); pack runs them together; SRTF in one lane runs the short job first. */
+START_TEST(test_exclusive_vs_pack_order)
+{
+    /* long (20 x 100 ms) submitted first, short (5 x 100 ms) 10 ms later; one lane fits */
+    const char *rows = "1,0,20,100,1,1024,4096,\n2,0.01,5,100,1,1024,4096,\n";
+    sim_trace_t trace;
+    sim_result_t result;
+
+    run(rows, "exclusive", 1, 7 * 1024, 0, &trace, &result);
+    ASSERT_NEAR(result.jobs[0].finished_s, 2.0);
+    ASSERT_NEAR(result.jobs[1].started_s, 2.0);
+    ASSERT_NEAR(result.jobs[1].finished_s, 2.5);
+    done(&trace, &result);
+
+    run(rows, "fifo", 1, 7 * 1024, 0, &trace, &result); /* FIFO is the same baseline */
+    ASSERT_NEAR(result.jobs[1].finished_s, 2.5);
+    done(&trace, &result);
+
+    /* pack, one shared lane: the short job joins at 0.1 s (the long one's first boundary)
+     * and they alternate: short runs 0.1-0.2, 0.3-0.4, ..., ends at 1.0 s */
+    run(rows, "pack", 1, 7 * 1024, 0, &trace, &result);
+    ASSERT_NEAR(result.jobs[1].started_s, 0.1);
+    ASSERT_NEAR(result.jobs[1].finished_s, 1.0);
+    ASSERT_NEAR(result.jobs[0].finished_s, 2.5);
+    done(&trace, &result);
+
+    /* srtf, one shared lane: the short job takes the lane at the long one's next boundary and
+     * keeps it: 0.1-0.6 */
+    run(rows, "srtf", 1, 7 * 1024, 0, &trace, &result);
+    ASSERT_NEAR(result.jobs[1].finished_s, 0.6);
+    ASSERT_NEAR(result.jobs[0].finished_s, 2.5);
+    ck_assert_uint_eq(result.switches, 2);
+    done(&trace, &result);
+}
+END_TEST
+
+/* Switch cost: paid each time a lane changes job, lane held, GPU idle. One lane, two jobs
+ * alternating: 19 switches of 1 ms. */
+START_TEST(test_switch_cost_adds_up)
+{
+    sim_trace_t trace;
+    sim_result_t result;
+    run("1,0,10,100,1,1024,4096,\n2,0,10,100,1,1024,4096,\n", "pack", 1, 7 * 1024, 0.001,
+        &trace, &result);
+    ck_assert_uint_eq(result.switches, 19);
+    ASSERT_NEAR(result.makespan_s, 2.0 + 19 * 0.001);
+    ASSERT_NEAR(result.jobs[0].finished_s, 1.9 + 18 * 0.001);
+    ASSERT_NEAR(result.utilization, 2.0 / 2.019);
+    ck_assert_uint_eq(result.jobs[0].switches, 9);
+    ck_assert_uint_eq(result.jobs[1].switches, 10);
+    done(&trace, &result);
+}
+END_TEST
+
+/* Lanes fit more jobs than the sum of peaks: three jobs of P = 1 GiB, E = 5 GiB on 16 GiB.
+ * mps admits two (12 GiB), the third waits; pack opens two lanes and puts the third in one of
+ * them (3 + 10 = 13 GiB). */
+START_TEST(test_lanes_fit_more_than_mps)
+{
+    const char *rows = "1,0,10,100,0.5,1024,5120,\n2,0,10,100,0.5,1024,5120,\n"
+                       "3,0,10,100,0.5,1024,5120,\n";
+    sim_trace_t trace;
+    sim_result_t result;
+
+    run(rows, "mps", 1, 16384, 0, &trace, &result);
+    ck_assert_uint_eq(result.peak_jobs_resident, 2);
+    ck_assert(result.jobs[2].admitted_s > 0.5);
+    done(&trace, &result);
+
+    run(rows, "pack", 1, 16384, 0, &trace, &result);
+    ck_assert_uint_eq(result.peak_jobs_resident, 3);
+    ASSERT_NEAR(result.jobs[2].admitted_s, 0);
+    done(&trace, &result);
+}
+END_TEST
+
+/* --lane-hold gpu: the lane is held only for GPU parts, so two jobs of one lane interleave:
+ * gpu_frac = 0.5, 10 x 100 ms. Both host parts run 0-0.05; A's GPU part 0.05-0.10, B's
+ * 0.10-0.15 (while A's next host part runs), and so on: A ends at 1.0 s, B at 1.05 s. Held
+ * for whole iterations they alternate: 2.0 s. */
+START_TEST(test_lane_hold_gpu_interleaves)
+{
+    const char *rows = "1,0,10,100,0.5,1024,4096,\n2,0,10,100,0.5,1024,4096,\n";
+    sim_trace_t trace;
+    sim_result_t result;
+    sim_config_t config;
+    char err[256] = "";
+
+    run(rows, "pack", 1, 7 * 1024, 0, &trace, &result);
+    ASSERT_NEAR(result.makespan_s, 2.0);
+    ASSERT_NEAR(result.utilization, 0.5);
+    done(&trace, &result);
+
+    sim_config_default(&config);
+    config.policy = "pack";
+    config.gpu_memory_bytes = 7 * GIB;
+    config.lane_hold_gpu_only = true;
+    load(rows, &trace);
+    ck_assert_int_eq(sim_run(&trace, &config, &result, err, sizeof(err)), SIM_OK);
+    ASSERT_NEAR(result.jobs[0].finished_s, 1.0);
+    ASSERT_NEAR(result.jobs[1].finished_s, 1.05);
+    ASSERT_NEAR(result.utilization, 1.0 / 1.05);
+    ck_assert_uint_eq(result.switches, 19);
+    done(&trace, &result);
+}
+END_TEST
+
+/* Two GPUs: exclusive places one job on each; they do not share. */
+START_TEST(test_two_gpus)
+{
+    sim_trace_t trace;
+    sim_result_t result;
+    run("1,0,10,100,1,1024,4096,\n2,0,10,100,1,1024,4096,\n3,0,10,100,1,1024,4096,\n",
+        "exclusive", 2, 16384, 0, &trace, &result);
+    ASSERT_NEAR(result.jobs[0].finished_s, 1.0);
+    ASSERT_NEAR(result.jobs[1].finished_s, 1.0);
+    ASSERT_NEAR(result.jobs[2].finished_s, 2.0);
+    ASSERT_NEAR(result.utilization, 3.0 / 4.0);
+    done(&trace, &result);
+}
+END_TEST
+
+/* A job larger than any GPU is refused; the others run. */
+START_TEST(test_too_large_is_refused)
+{
+    sim_trace_t trace;
+    sim_result_t result;
+    run("1,0,10,100,1,1024,4096,\n2,0,10,100,1,20000,4096,\n", every_policy[_i], 1, 16384, 0,
+        &trace, &result);
+    ck_assert_uint_eq(result.jobs_completed, 1);
+    ck_assert_uint_eq(result.jobs_refused, 1);
+    ck_assert(result.jobs[1].refused);
+    ASSERT_NEAR(result.avg_jct_s, 1.0);
+    done(&trace, &result);
+}
+END_TEST
+
+/* A small pseudo-random trace through every policy: every job completes, every iteration is
+ * counted, no GPU is busier than the makespan. */
+START_TEST(test_random_trace_completes)
+{
+    char rows[6000] = "";
+    size_t used = 0;
+    uint64_t iterations = 0;
+    unsigned seed = 12345;
+    for (int i = 0; i < 40; i++) {
+        seed = seed * 1103515245u + 12345u;
+        unsigned r = seed >> 8;
+        unsigned n = 1 + r % 50;
+        iterations += n;
+        used += (size_t)snprintf(rows + used, sizeof(rows) - used, "%d,%.2f,%u,%u,%.2f,%u,%u,%s\n",
+                                 i, (r % 1000) / 100.0, n, 5 + r % 200, (r % 101) / 100.0,
+                                 100 + r % 3000, 200 + (r >> 4) % 6000, i % 3 ? "" : "1");
+    }
+    sim_trace_t trace;
+    sim_result_t result;
+    run(rows, every_policy[_i], 2, 16384, 0.0005, &trace, &result);
+    ck_assert_uint_eq(result.jobs_completed, 40);
+    ck_assert_uint_eq(result.iterations, iterations);
+    ck_assert(result.utilization > 0 && result.utilization <= 1.0 + EPS);
+    ck_assert(result.median_jct_s <= result.p95_jct_s + EPS);
+    for (size_t i = 0; i < trace.count; i++) {
+        ck_assert(result.jobs[i].admitted_s >= trace.jobs[i].submit_s - EPS);
+        ck_assert(result.jobs[i].started_s >= result.jobs[i].admitted_s - EPS);
+        ck_assert(result.jobs[i].finished_s > result.jobs[i].started_s);
+    }
+    done(&trace, &result);
+}
+END_TEST
+
+START_TEST(test_quantile)
+{
+    const double v[] = {1, 2, 3, 4, 5};
+    ASSERT_NEAR(sim_quantile(v, 5, 0.5), 3);
+    ASSERT_NEAR(sim_quantile(v, 5, 0.95), 4.8);
+    ASSERT_NEAR(sim_quantile(v, 5, 0), 1);
+    ASSERT_NEAR(sim_quantile(v, 1, 0.95), 1);
+    ASSERT_NEAR(sim_quantile(v, 0, 0.5), 0);
+}
+END_TEST
+
+/* ---- trace parsing ---------------------------------------------------------------------- */
+
+START_TEST(test_trace_parses)
+{
+    sim_trace_t trace;
+    char err[256] = "";
+    const char *text = "# comment\n\n"
+                       " job_id , submit_s,iterations,iter_ms,gpu_frac,persistent_mb,"
+                       "ephemeral_mb,priority\r\n"
+                       "7,1.5,100,25.5,0.25,512,2048,3\r\n"
+                       "# another comment\n"
+                       "8,0,1,1,1,0,0,\n"
+                       "9,2,3,4,0,1.5,2.5\n"; /* priority column left out */
+    ck_assert_int_eq(parse(text, &trace, err, sizeof(err)), SIM_OK);
+    ck_assert_uint_eq(trace.count, 3);
+    ck_assert_uint_eq(trace.jobs[0].trace_id, 7);
+    ck_assert_uint_eq(trace.jobs[0].line, 4);
+    ASSERT_NEAR(trace.jobs[0].submit_s, 1.5);
+    ck_assert_uint_eq(trace.jobs[0].iterations, 100);
+    ASSERT_NEAR(trace.jobs[0].iteration_ms, 25.5);
+    ASSERT_NEAR(trace.jobs[0].gpu_fraction, 0.25);
+    ck_assert_uint_eq(trace.jobs[0].persistent_bytes, 512 * MIB);
+    ck_assert_uint_eq(trace.jobs[0].ephemeral_bytes, 2 * GIB);
+    ck_assert_int_eq(trace.jobs[0].priority, 3);
+    ck_assert_int_eq(trace.jobs[1].priority, 0);
+    ck_assert_uint_eq(trace.jobs[2].persistent_bytes, 3 * MIB / 2);
+    ck_assert_uint_eq(trace.jobs[2].line, 7);
+    sim_trace_free(&trace);
+}
+END_TEST
+
+static const struct {
+    const char *text;
+    const char *error; /* expected prefix */
+} malformed_cases[] = {
+    {"", "t.csv:1: no header"},
+    {"job,submit\n1,2\n", "t.csv:1: expected the header"},
+    {"# c\n" SIM_TRACE_HEADER "\n1,0,10,100,0.5,100,1000,\n2,0,10,100\n", "t.csv:4: expected 8"},
+    {SIM_TRACE_HEADER "\n1,0,10,100,0.5,100,1000,,extra\n", "t.csv:2: expected 8 fields"},
+    {SIM_TRACE_HEADER "\nx,0,10,100,0.5,100,1000,\n", "t.csv:2: job_id"},
+    {SIM_TRACE_HEADER "\n-1,0,10,100,0.5,100,1000,\n", "t.csv:2: job_id"},
+    {SIM_TRACE_HEADER "\n1,-2,10,100,0.5,100,1000,\n", "t.csv:2: submit_s"},
+    {SIM_TRACE_HEADER "\n1,0,0,100,0.5,100,1000,\n", "t.csv:2: iterations"},
+    {SIM_TRACE_HEADER "\n1,0,2.5,100,0.5,100,1000,\n", "t.csv:2: iterations"},
+    {SIM_TRACE_HEADER "\n1,0,10,0,0.5,100,1000,\n", "t.csv:2: iter_ms"},
+    {SIM_TRACE_HEADER "\n1,0,10,nan,0.5,100,1000,\n", "t.csv:2: iter_ms"},
+    {SIM_TRACE_HEADER "\n1,0,10,100,1.5,100,1000,\n", "t.csv:2: gpu_frac"},
+    {SIM_TRACE_HEADER "\n1,0,10,100,0.5,-1,1000,\n", "t.csv:2: persistent_mb"},
+    {SIM_TRACE_HEADER "\n1,0,10,100,0.5,100,10GB,\n", "t.csv:2: ephemeral_mb"},
+    {SIM_TRACE_HEADER "\n1,0,10,100,0.5,100,1000,high\n", "t.csv:2: priority"},
+    {SIM_TRACE_HEADER "\n1,0,10,100,0.5,100,1000,\n\n1,0,10,100,0.5,100,1000,\n",
+     "t.csv:4: job_id 1 already used on line 2"},
+};
+
+START_TEST(test_trace_malformed)
+{
+    sim_trace_t trace;
+    char err[256] = "";
+    int rc = parse(malformed_cases[_i].text, &trace, err, sizeof(err));
+    ck_assert_int_eq(rc, SIM_ERROR_MALFORMED);
+    ck_assert_msg(strncmp(err, malformed_cases[_i].error, strlen(malformed_cases[_i].error)) == 0,
+                  "case %d: got '%s', expected '%s...'", _i, err, malformed_cases[_i].error);
+    ck_assert_uint_eq(trace.count, 0);
+    ck_assert_ptr_null(trace.jobs);
+}
+END_TEST
+
+START_TEST(test_policy_names)
+{
+    for (size_t i = 0; i < sizeof(every_policy) / sizeof(every_policy[0]); i++)
+        ck_assert(sim_policy_known(every_policy[i]));
+    ck_assert(sim_policy_known("SRTF"));
+    ck_assert(!sim_policy_known("lottery"));
+    ck_assert(!sim_policy_known(NULL));
+}
+END_TEST
+
+static Suite *sim_suite(void)
+{
+    Suite *s = suite_create("sim");
+    TCase *model = tcase_create("model");
+    size_t policies = sizeof(every_policy) / sizeof(every_policy[0]);
+    tcase_add_loop_test(model, test_one_job_alone, 0, (int)policies);
+    tcase_add_test(model, test_late_submission);
+    tcase_add_test(model, test_one_lane_takes_turns);
+    tcase_add_test(model, test_two_lanes_share_the_gpu);
+    tcase_add_test(model, test_packing_gains_utilisation);
+    tcase_add_test(model, test_exclusive_vs_pack_order);
+    tcase_add_test(model, test_switch_cost_adds_up);
+    tcase_add_test(model, test_lanes_fit_more_than_mps);
+    tcase_add_test(model, test_two_gpus);
+    tcase_add_test(model, test_lane_hold_gpu_interleaves);
+    tcase_add_loop_test(model, test_too_large_is_refused, 0, (int)policies);
+    tcase_add_loop_test(model, test_random_trace_completes, 0, (int)policies);
+    tcase_add_test(model, test_quantile);
+    suite_add_tcase(s, model);
+
+    TCase *trace = tcase_create("trace");
+    tcase_add_test(trace, test_trace_parses);
+    tcase_add_loop_test(trace, test_trace_malformed, 0,
+                        (int)(sizeof(malformed_cases) / sizeof(malformed_cases[0])));
+    tcase_add_test(trace, test_policy_names);
+    suite_add_tcase(s, trace);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(sim_suite());
+    srunner_run_all(sr, CK_ENV); /* CK_VERBOSITY=verbose lists every test */
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,105 @@
+/* The event heap and the processor-sharing GPU (sim-internal.h). */
+#include "sim-internal.h"
+
+#include <stdlib.h>
+
+static bool entry_less(const sim_heap_entry_t *a, const sim_heap_entry_t *b)
+{
+    if (a->key != b->key)
+        return a->key < b->key;
+    return a->job < b->job;
+}
+
+int sim_heap_push(sim_heap_t *heap, double key, uint32_t job)
+{
+    if (heap->count == heap->capacity) {
+        size_t capacity = heap->capacity ? heap->capacity * 2 : 64;
+        sim_heap_entry_t *items = realloc(heap->items, capacity * sizeof(*items));
+        if (!items)
+            return SIM_ERROR_NO_MEMORY;
+        heap->items = items;
+        heap->capacity = capacity;
+    }
+    size_t i = heap->count++;
+    sim_heap_entry_t entry = {key, job};
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!entry_less(&entry, &heap->items[parent]))
+            break;
+        heap->items[i] = heap->items[parent];
+        i = parent;
+    }
+    heap->items[i] = entry;
+    return SIM_OK;
+}
+
+sim_heap_entry_t sim_heap_pop(sim_heap_t *heap)
+{
+    sim_heap_entry_t top = heap->items[0];
+    sim_heap_entry_t last = heap->items[--heap->count];
+    size_t i = 0, n = heap->count;
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= n)
+            break;
+        if (child + 1 < n && entry_less(&heap->items[child + 1], &heap->items[child]))
+            child++;
+        if (!entry_less(&heap->items[child], &last))
+            break;
+        heap->items[i] = heap->items[child];
+        i = child;
+    }
+    if (n)
+        heap->items[i] = last;
+    return top;
+}
+
+void sim_heap_free(sim_heap_t *heap)
+{
+    free(heap->items);
+    heap->items = NULL;
+    heap->count = heap->capacity = 0;
+}
+
+void sim_gpu_advance(sim_gpu_t *gpu, double now_s)
+{
+    double elapsed = now_s - gpu->updated_s;
+    if (elapsed > 0 && gpu->parts.count > 0) {
+        gpu->virtual_s += elapsed / (double)gpu->parts.count;
+        gpu->busy_s += elapsed;
+    }
+    if (now_s > gpu->updated_s)
+        gpu->updated_s = now_s;
+}
+
+int sim_gpu_start(sim_gpu_t *gpu, double now_s, uint32_t job, double work_s)
+{
+    sim_gpu_advance(gpu, now_s);
+    return sim_heap_push(&gpu->parts, gpu->virtual_s + work_s, job);
+}
+
+double sim_gpu_next_finish_s(const sim_gpu_t *gpu, double empty)
+{
+    if (gpu->parts.count == 0)
+        return empty;
+    double left = gpu->parts.items[0].key - gpu->virtual_s;
+    if (left < 0)
+        left = 0;
+    return gpu->updated_s + left * (double)gpu->parts.count;
+}
+
+uint32_t sim_gpu_finish(sim_gpu_t *gpu, double now_s)
+{
+    sim_gpu_advance(gpu, now_s);
+    sim_heap_entry_t part = sim_heap_pop(&gpu->parts);
+    /* Rounding may leave the clock a hair short of the finished part's mark; the parts
+     * still running all finish at or after it. */
+    if (gpu->virtual_s < part.key)
+        gpu->virtual_s = part.key;
+    return part.job;
+}
+
+void sim_gpu_free(sim_gpu_t *gpu)
+{
+    sim_heap_free(&gpu->parts);
+}

@@ -1,0 +1,124 @@
+/* salus-sim: a discrete-event simulator that replays a job trace through the lane manager
+ * (memory/lanes.h) and the scheduling policies (scheduler-policies/policy.h) that salusd
+ * uses. Internal to tools/salus-sim (the CLI and tests/unit/check_sim.c include it).
+ *
+ * The model (README.md has the long version):
+ *   - A job is `iterations` iterations of iter_ms each when alone on a GPU; each iteration is
+ *     a host part ((1 - gpu_frac) * iter_ms: data loading, Python) followed by a GPU part
+ *     (gpu_frac * iter_ms of GPU work).
+ *   - Host parts overlap freely. The GPU parts running on one GPU share it by processor
+ *     sharing: with k of them running, each progresses at rate 1/k.
+ *   - Lane policies (every policy of the registry): jobs are admitted by lanes_admit_in_order
+ *     in the policy's admission order; jobs of one lane take turns one iteration at a time
+ *     (the policy's pick), and a lane is held for its job's whole iteration (host part
+ *     included), as in Salus. A lane that switches from one job to another pays switch_s
+ *     (lane held, GPU idle) before the iteration starts.
+ *   - Baselines: "exclusive" (one job per GPU, strict FIFO admission, through the lane
+ *     manager with max_jobs_per_gpu = 1) and "mps" (every job that fits by the sum of P + E
+ *     runs at once as its own lane, FIFO order without head-of-line blocking).
+ *
+ * Time is simulated: nothing here reads a clock. Not thread-safe. */
+#ifndef SALUS_TOOLS_SIM_H
+#define SALUS_TOOLS_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define SIM_TRACE_HEADER \
+    "job_id,submit_s,iterations,iter_ms,gpu_frac,persistent_mb,ephemeral_mb,priority"
+
+/* Return codes of the sim_* functions. */
+enum {
+    SIM_OK = 0,
+    SIM_ERROR_MALFORMED = -1, /* trace or argument invalid; err names FILE:LINE */
+    SIM_ERROR_NO_MEMORY = -2,
+    SIM_ERROR_INTERNAL = -3, /* the lane manager or the model disagreed with itself */
+    SIM_ERROR_IO = -4,
+};
+
+/* One row of the trace. */
+typedef struct sim_job_spec_s {
+    uint64_t trace_id; /* the job_id column */
+    unsigned line;     /* line number in the trace file */
+    double submit_s;
+    uint64_t iterations;
+    double iteration_ms; /* one iteration alone on the GPU */
+    double gpu_fraction; /* part of it the GPU is busy, 0..1 */
+    uint64_t persistent_bytes;
+    uint64_t ephemeral_bytes;
+    int32_t priority; /* 0 when the column is empty */
+} sim_job_spec_t;
+
+typedef struct sim_trace_s {
+    sim_job_spec_t *jobs; /* in file order */
+    size_t count, capacity;
+} sim_trace_t;
+
+/* Parses a whole trace. Blank lines and lines starting with '#' are skipped; the first other
+ * line must be SIM_TRACE_HEADER. On SIM_ERROR_MALFORMED err holds "NAME:LINE: reason".
+ * The trace is empty (not freed) on entry and must be freed with sim_trace_free. */
+int sim_trace_read(FILE *in, const char *name, sim_trace_t *trace, char *err, size_t err_size);
+int sim_trace_load(const char *path, sim_trace_t *trace, char *err, size_t err_size);
+void sim_trace_free(sim_trace_t *trace);
+
+typedef struct sim_config_s {
+    const char *policy; /* a registry policy name, "exclusive" or "mps" */
+    unsigned gpus;
+    uint64_t gpu_memory_bytes;
+    double switch_s; /* cost of a lane switching from one job to another */
+    /* Hints the policies see before a job has run: iterations_expected from the trace and its
+     * alone iteration time as mean_iteration_ns (Salus's profiles). false: 0 / unmeasured. */
+    bool hints;
+    /* false (default, as Salus): a lane is held for its job's whole iteration. true: only
+     * for the GPU part (and the switch before it); the host part runs without the lane. */
+    bool lane_hold_gpu_only;
+} sim_config_t;
+
+typedef struct sim_job_result_s {
+    bool refused;      /* larger than any GPU: never admitted */
+    double admitted_s; /* admission time */
+    double started_s;  /* start of the first iteration */
+    double finished_s;
+    uint64_t switches; /* times a lane switched to this job */
+} sim_job_result_t;
+
+typedef struct sim_result_s {
+    size_t jobs_completed;
+    size_t jobs_refused;
+    double avg_jct_s, median_jct_s, p95_jct_s;
+    double makespan_s;  /* last finish - first submission */
+    double utilization; /* GPU-busy time / (makespan x gpus) */
+    double mean_wait_s; /* submission -> start of the first iteration, mean */
+    double gpu_busy_s;  /* summed over GPUs */
+    uint64_t iterations;
+    uint64_t switches;
+    size_t peak_jobs_resident; /* most jobs admitted at once, all GPUs */
+    sim_job_result_t *jobs;    /* per trace row (trace order) */
+    size_t job_count;
+} sim_result_t;
+
+void sim_config_default(sim_config_t *config);
+/* true for registry policies and the baselines. */
+bool sim_policy_known(const char *name);
+/* Writes the accepted policy names, separated by `separator`. */
+void sim_policy_names(FILE *out, const char *separator);
+
+/* Runs the trace. SIM_OK, or an error with err set. result must be freed with
+ * sim_result_free (also after an error). */
+int sim_run(const sim_trace_t *trace, const sim_config_t *config, sim_result_t *result,
+            char *err, size_t err_size);
+void sim_result_free(sim_result_t *result);
+
+/* Fills the summary fields of result from result->jobs and the trace. */
+int sim_result_summarise(const sim_trace_t *trace, sim_result_t *result);
+/* q in [0, 1]; linear interpolation between closest ranks of sorted[0..count). */
+double sim_quantile(const double *sorted, size_t count, double q);
+
+/* Output (report.c). */
+void sim_report_text(FILE *out, const sim_config_t *config, const sim_result_t *result);
+void sim_report_json(FILE *out, const sim_config_t *config, const sim_result_t *result);
+int sim_report_jobs_csv(FILE *out, const sim_trace_t *trace, const sim_result_t *result);
+
+#endif

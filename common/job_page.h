@@ -25,6 +25,7 @@ typedef struct job_page_s {
     /* daemon -> shim */
     _Atomic uint32_t grant_seq;          /* futex word: may start iteration k when >= k */
     _Atomic uint32_t free_run;           /* 1: nobody waits; do not stop at boundaries */
+    _Atomic uint64_t budget_bytes;       /* the job's memory budget (changes when learned) */
     /* shim -> daemon */
     _Atomic uint32_t boundary_seq;       /* the iteration the shim wants to start next */
     _Atomic uint32_t waiting;            /* 1 while parked at a boundary */

@@ -32,8 +32,10 @@ static struct {
     int stream_overflow;
     uint32_t seq;                /* the iteration running now */
     uint64_t iteration_start_ns;
-    uint64_t min_live_since_quiescent;
-    uint64_t peak_live;          /* since the last boundary */
+    /* updated by allocations without the gate lock (the memory lock is held then) */
+    _Atomic uint64_t min_live_since_quiescent;
+    _Atomic uint64_t peak_live;  /* since the last boundary */
+    _Atomic int quiescent_flag;  /* mirrors quiescent for the allocation path */
     uint64_t boundary_live;      /* live memory at the last boundary */
     int have_boundary;
 } gate = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -61,6 +63,10 @@ static CUresult park(uint32_t seq)
         return CUDA_SUCCESS;
     }
     uint64_t start = shim_now_ns();
+    /* another job will use the GPU: hand back the chunks this job does not use now, so that
+     * the lane's memory serves the next job */
+    if (seq > 1)
+        shim_mem_trim();
     atomic_store(&page->waiting, 1);
     notify_daemon();
     for (;;) {
@@ -84,7 +90,7 @@ static int at_low_point(void)
     if (!gate.have_boundary)
         return 1;
     uint64_t allowed = gate.boundary_live + GATE_TOLERANCE_BYTES + gate.boundary_live / 16;
-    if (gate.min_live_since_quiescent <= allowed)
+    if (atomic_load(&gate.min_live_since_quiescent) <= allowed)
         return 1;
     /* persistent memory may grow for good (optimizer state): re-baseline after a few */
     return ++gate.misses > GATE_MAX_MISSES;
@@ -96,10 +102,12 @@ static void end_iteration(uint64_t now, int at_exit)
 {
     job_page_t *page = shim.page;
     uint64_t duration = now - gate.iteration_start_ns;
-    uint64_t persistent = gate.explicit_marks ? atomic_load(&shim.page->live_bytes) : gate.min_live_since_quiescent;
+    uint64_t persistent = gate.explicit_marks ? atomic_load(&shim.page->live_bytes)
+                                              : atomic_load(&gate.min_live_since_quiescent);
     if (at_exit && gate.have_boundary)
         persistent = gate.boundary_live;
-    uint64_t ephemeral = gate.peak_live > persistent ? gate.peak_live - persistent : 0;
+    uint64_t peak = atomic_load(&gate.peak_live);
+    uint64_t ephemeral = peak > persistent ? peak - persistent : 0;
     atomic_fetch_add(&page->iterations, 1);
     atomic_store(&page->last_iteration_ns, duration);
     atomic_fetch_add(&page->busy_ns, duration);
@@ -109,10 +117,23 @@ static void end_iteration(uint64_t now, int at_exit)
     gate.boundary_live = persistent;
     gate.have_boundary = 1;
     gate.misses = 0;
-    gate.peak_live = atomic_load(&shim.page->live_bytes);
+    atomic_store(&gate.peak_live, atomic_load(&shim.page->live_bytes));
+}
+
+/* Allocations pass the gate too (before the memory lock is taken): a job allocates device
+ * memory only while it holds its lane, and an allocation that opens a new iteration (all
+ * work done, memory at its low point) is a boundary like a submission. They are not work. */
+CUresult shim_gate_memory(void)
+{
+    return shim_gate_enter(NULL, 0, 0);
 }
 
 CUresult shim_gate(CUstream stream, int ptds)
+{
+    return shim_gate_enter(stream, ptds, 1);
+}
+
+CUresult shim_gate_enter(CUstream stream, int ptds, int is_work)
 {
     CUresult rc = CUDA_SUCCESS;
     if (shim.mode != SHIM_MODE_MANAGED)
@@ -133,9 +154,10 @@ CUresult shim_gate(CUstream stream, int ptds)
         gate.work_since_boundary = 0;
         gate.mark_pending = 0;
     }
-    if (rc == CUDA_SUCCESS) {
+    if (rc == CUDA_SUCCESS && is_work) {
         gate.work_since_boundary = 1;
         gate.quiescent = 0;
+        atomic_store(&gate.quiescent_flag, 0);
         if (ptds && stream == NULL)
             stream = CU_STREAM_PER_THREAD;
         int known = 0;
@@ -167,20 +189,21 @@ void shim_after_sync(int whole_context)
         gate.quiescent = 1;
         gate.stream_count = 0;
         gate.stream_overflow = 0;
-        gate.min_live_since_quiescent = atomic_load(&shim.page->live_bytes);
+        atomic_store(&gate.min_live_since_quiescent, atomic_load(&shim.page->live_bytes));
+        atomic_store(&gate.quiescent_flag, 1);
     }
     pthread_mutex_unlock(&gate.lock);
 }
 
+/* The allocation path holds the memory lock: these never take the gate lock. */
 void shim_note_alloc(uint64_t live_bytes)
 {
     if (shim.mode != SHIM_MODE_MANAGED)
         return;
     atomic_store(&shim.page->live_bytes, live_bytes);
-    pthread_mutex_lock(&gate.lock);
-    if (live_bytes > gate.peak_live)
-        gate.peak_live = live_bytes;
-    pthread_mutex_unlock(&gate.lock);
+    uint64_t peak = atomic_load(&gate.peak_live);
+    while (live_bytes > peak && !atomic_compare_exchange_weak(&gate.peak_live, &peak, live_bytes))
+        ;
 }
 
 void shim_note_free(uint64_t live_bytes)
@@ -188,10 +211,12 @@ void shim_note_free(uint64_t live_bytes)
     if (shim.mode != SHIM_MODE_MANAGED)
         return;
     atomic_store(&shim.page->live_bytes, live_bytes);
-    pthread_mutex_lock(&gate.lock);
-    if (gate.quiescent && live_bytes < gate.min_live_since_quiescent)
-        gate.min_live_since_quiescent = live_bytes;
-    pthread_mutex_unlock(&gate.lock);
+    if (!atomic_load(&gate.quiescent_flag))
+        return;
+    uint64_t low = atomic_load(&gate.min_live_since_quiescent);
+    while (live_bytes < low &&
+           !atomic_compare_exchange_weak(&gate.min_live_since_quiescent, &low, live_bytes))
+        ;
 }
 
 int shim_mark_iteration(int begin)

@@ -18,9 +18,19 @@ typedef struct pending_free_s {
     struct pending_free_s *next;
 } pending_free_t;
 
+typedef struct chunk_map_s {
+    uint64_t id;
+    CUdeviceptr at;
+    uint64_t bytes;
+} chunk_map_t;
+
 static struct {
     pthread_mutex_t lock;
-    allocator_t *allocator;
+    allocator_t *allocator;      /* device memory: blocks inside the mapped chunks */
+    allocator_t *address_space;  /* where chunks go inside the reserved range */
+    uint64_t granularity;
+    chunk_map_t *chunks;
+    size_t chunk_count, chunk_capacity;
     CUdeviceptr va_base;
     uint64_t va_bytes;
     uint64_t mapped_bytes;
@@ -51,57 +61,82 @@ static CUresult reserve_address_space(void)
                                                             CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (rc != CUDA_SUCCESS)
         return rc;
-    mem.va_bytes = round_up(shim.budget_bytes ? shim.budget_bytes : granularity, granularity);
+    uint64_t want = shim.va_bytes > shim.budget_bytes ? shim.va_bytes : shim.budget_bytes;
+    mem.va_bytes = round_up(want ? want : granularity, granularity);
     rc = shim.drv.fn_cuMemAddressReserve(&mem.va_base, mem.va_bytes, granularity, 0, 0);
     if (rc != CUDA_SUCCESS)
         return rc;
+    mem.granularity = granularity;
     mem.allocator = allocator_create(0);
-    return mem.allocator ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    /* granularity is a power of two on every driver we know; the allocator checks */
+    mem.address_space = allocator_create(granularity);
+    if (!mem.allocator || !mem.address_space ||
+        allocator_range_add(mem.address_space, mem.va_base, mem.va_bytes) < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return CUDA_SUCCESS;
 }
 
-/* Maps one more chunk of at least bytes at the end of the mapped part of the range. */
+static int remember_chunk(uint64_t id, CUdeviceptr at, uint64_t bytes)
+{
+    if (mem.chunk_count == mem.chunk_capacity) {
+        size_t cap = mem.chunk_capacity ? mem.chunk_capacity * 2 : 16;
+        chunk_map_t *chunks = realloc(mem.chunks, cap * sizeof(*chunks));
+        if (!chunks)
+            return -ENOMEM;
+        mem.chunks = chunks;
+        mem.chunk_capacity = cap;
+    }
+    mem.chunks[mem.chunk_count++] = (chunk_map_t){.id = id, .at = at, .bytes = bytes};
+    return 0;
+}
+
+/* Maps one more chunk of at least bytes somewhere free in the reserved range. */
 static CUresult grow(uint64_t bytes)
 {
-    uint64_t chunk_id = 0, chunk_bytes = 0;
-    uint64_t want = bytes > shim.chunk_bytes ? bytes : shim.chunk_bytes;
-    if (mem.mapped_bytes + want > mem.va_bytes)
-        want = mem.va_bytes - mem.mapped_bytes;
-    if (want < bytes)
+    uint64_t chunk_id = 0, chunk_bytes = 0, at = 0;
+    uint64_t want = round_up(bytes > shim.chunk_bytes ? bytes : shim.chunk_bytes, mem.granularity);
+    uint64_t budget = atomic_load(&shim.page->budget_bytes);
+    if (mem.mapped_bytes + want > budget)
+        want = budget > mem.mapped_bytes ? round_up(budget - mem.mapped_bytes, mem.granularity) : 0;
+    if (want < bytes || allocator_alloc(mem.address_space, want, &at) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     int fd = shim_session_grow(want, &chunk_id, &chunk_bytes);
-    if (fd < 0)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    if (chunk_bytes < bytes || mem.mapped_bytes + chunk_bytes > mem.va_bytes) {
-        close(fd);
+    if (fd < 0 || chunk_bytes != want) {
+        if (fd >= 0) {
+            close(fd);
+            shim_session_release(chunk_id);
+        }
+        allocator_free(mem.address_space, at, NULL);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     CUmemGenericAllocationHandle handle;
     CUresult rc = shim.drv.fn_cuMemImportFromShareableHandle(
         &handle, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     close(fd);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    CUdeviceptr at = mem.va_base + mem.mapped_bytes;
-    rc = shim.drv.fn_cuMemMap(at, chunk_bytes, 0, handle, 0);
-    /* the mapping keeps the memory alive; the handle is no longer needed */
-    shim.drv.fn_cuMemRelease(handle);
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    if (rc == CUDA_SUCCESS) {
+        rc = shim.drv.fn_cuMemMap(at, chunk_bytes, 0, handle, 0);
+        /* the mapping keeps the memory alive; the handle is no longer needed */
+        shim.drv.fn_cuMemRelease(handle);
+    }
     CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = shim.gpu},
                               .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    rc = shim.drv.fn_cuMemSetAccess(at, chunk_bytes, &access, 1);
-    if (rc != CUDA_SUCCESS) {
+    if (rc == CUDA_SUCCESS && (rc = shim.drv.fn_cuMemSetAccess(at, chunk_bytes, &access, 1)) != CUDA_SUCCESS)
         shim.drv.fn_cuMemUnmap(at, chunk_bytes);
-        return rc;
+    if (rc == CUDA_SUCCESS && (allocator_range_add(mem.allocator, at, chunk_bytes) < 0 ||
+                               remember_chunk(chunk_id, at, chunk_bytes) < 0)) {
+        allocator_range_remove(mem.allocator, at);
+        shim.drv.fn_cuMemUnmap(at, chunk_bytes);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (allocator_range_add(mem.allocator, at, chunk_bytes) < 0) {
-        shim.drv.fn_cuMemUnmap(at, chunk_bytes);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc != CUDA_SUCCESS) {
+        shim_session_release(chunk_id);
+        allocator_free(mem.address_space, at, NULL);
+        return rc;
     }
     mem.mapped_bytes += chunk_bytes;
     atomic_store(&shim.page->mapped_bytes, mem.mapped_bytes);
-    LOG_DEBUG("mapped chunk %llu: %llu MiB at 0x%llx", (unsigned long long)chunk_id,
-              (unsigned long long)(chunk_bytes >> 20), (unsigned long long)at);
+    LOG_DEBUG("mapped chunk %llu: %llu KiB at 0x%llx", (unsigned long long)chunk_id,
+              (unsigned long long)(chunk_bytes >> 10), (unsigned long long)at);
     return CUDA_SUCCESS;
 }
 
@@ -143,6 +178,9 @@ CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, CUstream stream, int st
         return CUDA_ERROR_INVALID_VALUE;
     if (bytes == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    rc = shim_gate_memory();
+    if (rc != CUDA_SUCCESS)
+        return rc;
     pthread_mutex_lock(&mem.lock);
     if (!mem.allocator && (rc = reserve_address_space()) != CUDA_SUCCESS)
         goto out;
@@ -154,9 +192,7 @@ CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, CUstream stream, int st
         arc = allocator_alloc(mem.allocator, bytes, &address);
     }
     if (arc == -ENOMEM) {
-        uint64_t rounded = (bytes + ALLOCATOR_DEFAULT_ALIGNMENT_BYTES - 1) /
-                           ALLOCATOR_DEFAULT_ALIGNMENT_BYTES * ALLOCATOR_DEFAULT_ALIGNMENT_BYTES;
-        rc = grow(rounded);
+        rc = grow(round_up(bytes, ALLOCATOR_DEFAULT_ALIGNMENT_BYTES));
         if (rc != CUDA_SUCCESS) {
             LOG_DEBUG("allocation of %zu bytes refused: over the job's budget", bytes);
             goto out;
@@ -219,6 +255,28 @@ out:
     return rc;
 }
 
+void shim_mem_trim(void)
+{
+    uint64_t base, size;
+    pthread_mutex_lock(&mem.lock);
+    if (mem.pending)
+        retire_pending(0, NULL, 0);
+    while (mem.allocator && allocator_range_find_empty(mem.allocator, &base, &size) == 0) {
+        size_t i = 0;
+        while (i < mem.chunk_count && mem.chunks[i].at != base)
+            i++;
+        if (i == mem.chunk_count || allocator_range_remove(mem.allocator, base) < 0)
+            break;
+        shim.drv.fn_cuMemUnmap(base, size);
+        allocator_free(mem.address_space, base, NULL);
+        shim_session_release(mem.chunks[i].id);
+        mem.chunks[i] = mem.chunks[--mem.chunk_count];
+        mem.mapped_bytes -= size;
+    }
+    atomic_store(&shim.page->mapped_bytes, mem.mapped_bytes);
+    pthread_mutex_unlock(&mem.lock);
+}
+
 uint64_t shim_mem_live_bytes(void)
 {
     pthread_mutex_lock(&mem.lock);
@@ -230,6 +288,7 @@ uint64_t shim_mem_live_bytes(void)
 void shim_mem_info(size_t *free_bytes, size_t *total_bytes)
 {
     uint64_t live = shim_mem_live_bytes();
-    *total_bytes = (size_t)shim.budget_bytes;
-    *free_bytes = (size_t)(live < shim.budget_bytes ? shim.budget_bytes - live : 0);
+    uint64_t budget = atomic_load(&shim.page->budget_bytes);
+    *total_bytes = (size_t)budget;
+    *free_bytes = (size_t)(live < budget ? budget - live : 0);
 }

@@ -185,6 +185,7 @@ static int register_job(const char *socket_path)
         proto_get_uint(&reply.body, "gpu", &gpu) < 0 ||
         proto_get_uint(&reply.body, "budget_bytes", &shim.budget_bytes) < 0 ||
         proto_get_uint(&reply.body, "chunk_bytes", &shim.chunk_bytes) < 0 ||
+        proto_get_uint(&reply.body, "va_bytes", &shim.va_bytes) < 0 ||
         proto_get_str_copy(&reply.body, "driver", driver_path, sizeof(driver_path)) < 0) {
         fprintf(stderr, "salus: salusd sent an incomplete admission\n");
         proto_msg_free(&reply);
@@ -278,4 +279,21 @@ int shim_session_grow(uint64_t bytes, uint64_t *chunk_id, uint64_t *chunk_bytes)
     }
     proto_msg_free(&reply);
     return fd;
+}
+
+int shim_session_release(uint64_t chunk_id)
+{
+    char err[256] = "";
+    proto_msg_t reply;
+    pthread_mutex_lock(&shim.client_lock);
+    msgpack_packer *pk = salus_client_begin(&shim.client, "mem_release", 1);
+    proto_pack_kv_uint(pk, "chunk_id", chunk_id);
+    int rc = salus_client_call(&shim.client, &reply, err, sizeof(err));
+    pthread_mutex_unlock(&shim.client_lock);
+    if (rc < 0) {
+        LOG_WARN("mem_release(%llu) failed: %s", (unsigned long long)chunk_id, err);
+        return rc;
+    }
+    proto_msg_free(&reply);
+    return 0;
 }

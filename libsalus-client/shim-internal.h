@@ -76,7 +76,8 @@ typedef struct shim_state_s {
     salus_client_t client;
     uint64_t job_id;
     int gpu;                     /* the real device ordinal the job was placed on */
-    uint64_t budget_bytes;
+    uint64_t budget_bytes;       /* at admission; the page has the current one */
+    uint64_t va_bytes;           /* address space to reserve: the largest budget possible */
     uint64_t chunk_bytes;
     job_page_t *page;
     int notify_fd;
@@ -91,16 +92,22 @@ void *shim_real_dlsym(void *handle, const char *symbol);
  * negative errno (-ENOMEM: over the job's budget or the device is full). */
 int shim_session_grow(uint64_t bytes, uint64_t *chunk_id, uint64_t *chunk_bytes);
 int shim_session_alive(void);
+/* Gives chunk_id back to salusd (after it was unmapped). */
+int shim_session_release(uint64_t chunk_id);
 
 /* memory.c */
 CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, CUstream stream, int stream_ordered);
 /* CUDA_ERROR_NOT_FOUND: dptr is not the shim's (e.g. cuMemAllocManaged memory) */
 CUresult shim_mem_free(CUdeviceptr dptr, CUstream stream, int stream_ordered);
 uint64_t shim_mem_live_bytes(void);
+/* At a boundary: unmaps the chunks that hold no live block and returns them to salusd. */
+void shim_mem_trim(void);
 void shim_mem_info(size_t *free_bytes, size_t *total_bytes);
 
 /* gate.c */
 CUresult shim_gate(CUstream stream, int ptds);
+CUresult shim_gate_memory(void);
+CUresult shim_gate_enter(CUstream stream, int ptds, int is_work);
 void shim_after_sync(int whole_context);
 void shim_note_free(uint64_t live_bytes);
 void shim_note_alloc(uint64_t live_bytes);

@@ -34,6 +34,17 @@ const option_def_t salusd_options[] = {
         "device memory is handed to jobs in chunks of this size (or larger)"),
     ROW("finished-jobs-kept", OPTION_INT, "100", 0, 100000, finished_jobs_kept,
         "finished jobs listed by ps before the oldest are forgotten"),
+    ROW("policy", OPTION_STRING, "pack", 0, 0, policy,
+        "scheduling policy at start: fifo, srtf, pack or fair (salusctl policy switches it)"),
+    ROW("share-lanes-across-users", OPTION_BOOL, "no", 0, 0, share_lanes_across_users,
+        "let jobs of different users share a lane"),
+    ROW("gpu-reserve", OPTION_BYTES, "0", 0, 1LL << 50, gpu_reserve_bytes,
+        "memory of each GPU kept out of the lanes (the daemon's own context and more)"),
+    ROW("job-overhead", OPTION_BYTES, "512MiB", 0, 1LL << 40, job_overhead_bytes,
+        "per-job context overhead charged on real GPUs (0 on simgpu)"),
+    ROW("metrics", OPTION_STRING, NULL, 0, 0, metrics_address,
+        "serve Prometheus metrics at http://HOST:PORT/metrics (127.0.0.1:9400, [::1]:9400; "
+        "port 0: any free port, see salusctl status; default: off)"),
 };
 const size_t salusd_option_count = sizeof(salusd_options) / sizeof(salusd_options[0]);
 

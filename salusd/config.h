@@ -18,6 +18,11 @@ typedef struct salusd_config_s {
     unsigned long long default_job_bytes;
     unsigned long long chunk_bytes;
     long long finished_jobs_kept;
+    char policy[32];
+    int share_lanes_across_users;
+    unsigned long long gpu_reserve_bytes;
+    unsigned long long job_overhead_bytes;
+    char metrics_address[64];    /* HOST:PORT of the /metrics endpoint; empty: off */
 } salusd_config_t;
 
 extern const option_def_t salusd_options[];

@@ -14,6 +14,7 @@
 struct event_base;
 struct evconnlistener;
 struct bufferevent;
+struct metrics_s;
 
 typedef struct conn_s {
     struct salusd_s *daemon;
@@ -28,19 +29,12 @@ typedef struct conn_s {
     LIST_ENTRY(conn_s) link;
 } conn_t;
 
-#define SCHED_MAX_QUEUE 256
-
-/* One GPU's turn-taking: the job that holds it and the jobs parked waiting for it. */
-typedef struct sched_gpu_s {
-    uint64_t holder;          /* job id, 0: none */
-    uint64_t queue[SCHED_MAX_QUEUE];
-    int queued;
-} sched_gpu_t;
+typedef struct sched_s sched_t;
 
 typedef struct salusd_s {
     salusd_config_t config;
     devices_t devices;
-    sched_gpu_t sched[DEVICES_MAX_GPUS];
+    sched_t *sched;           /* lanes and the active policy (sched.c) */
     struct event_base *base;
     struct evconnlistener *listener;
     struct event *signal_events[3];
@@ -52,6 +46,7 @@ typedef struct salusd_s {
     uint64_t requests_served;
     int socket_bound;
     proto_enc_t enc;          /* scratch encoder for replies (single-threaded loop) */
+    struct metrics_s *metrics; /* the /metrics endpoint (metrics.c); NULL: off */
 } salusd_t;
 
 uint64_t salusd_now_ns(void);

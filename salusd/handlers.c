@@ -1,6 +1,8 @@
 /* Request handlers: one row per op. Each handler writes exactly one reply or error. */
 #include "daemon.h"
 #include "jobs.h"
+#include "policy.h"
+#include "metrics.h"
 
 #include "log.h"
 
@@ -14,7 +16,8 @@ static void reply_status(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
     proto_enc_t *e = &d->enc;
-    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 12);
+    const char *metrics = metrics_bound_address(d);
+    proto_enc_begin(e, PROTO_REPLY, msg->id, "", metrics ? 13 : 12);
     proto_pack_kv_str(&e->pk, "server", "salusd " SALUS_VERSION);
     proto_pack_kv_uint(&e->pk, "protocol", PROTO_VERSION);
     proto_pack_kv_uint(&e->pk, "pid", (uint64_t)getpid());
@@ -40,6 +43,8 @@ static void reply_status(conn_t *c, const proto_msg_t *msg)
     proto_pack_kv_uint(&e->pk, "connections", d->connection_count);
     proto_pack_kv_uint(&e->pk, "requests_served", d->requests_served);
     proto_pack_kv_uint(&e->pk, "frames_rejected", d->frames_rejected);
+    if (metrics)
+        proto_pack_kv_str(&e->pk, "metrics", metrics);
     proto_enc_finish(e);
     server_send(c, e);
 }
@@ -54,14 +59,58 @@ static void reply_ps(conn_t *c, const proto_msg_t *msg)
     server_send(c, e);
 }
 
+static void reply_lanes(conn_t *c, const proto_msg_t *msg)
+{
+    proto_enc_t *e = &c->daemon->enc;
+    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
+    proto_pack_str(&e->pk, "lanes");
+    sched_pack_lanes(c->daemon, &e->pk);
+    proto_enc_finish(e);
+    server_send(c, e);
+}
+
+/* policy {name?}: switches when a name is given; always answers the current one */
+static void reply_policy(conn_t *c, const proto_msg_t *msg)
+{
+    char name[32], err[128];
+    int rc = proto_get_str_copy(&msg->body, "name", name, sizeof(name));
+    if (rc == -EINVAL) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "policy name must be a short string");
+        return;
+    }
+    if (rc == 0) {
+        if (c->uid != 0 && c->uid != geteuid()) {
+            server_reply_error(c, msg->id, PROTO_EPERM, 0,
+                               "only root or salusd's own user may switch the policy");
+            return;
+        }
+        if (sched_set_policy(c->daemon, name, err, sizeof(err)) < 0) {
+            server_reply_error(c, msg->id, PROTO_EBADARG, 0, "%s", err);
+            return;
+        }
+    }
+    proto_enc_t *e = &c->daemon->enc;
+    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 2);
+    proto_pack_kv_str(&e->pk, "policy", sched_policy_name(c->daemon));
+    proto_pack_str(&e->pk, "policies");
+    msgpack_pack_array(&e->pk, (uint32_t)policy_count());
+    for (size_t i = 0; i < policy_count(); i++)
+        proto_pack_str(&e->pk, policy_at(i)->name);
+    proto_enc_finish(e);
+    server_send(c, e);
+}
+
 static const struct {
     const char *op;
     handler_fn fn;
 } handlers[] = {
+    {"lanes", reply_lanes},
+    {"policy", reply_policy},
     {"status", reply_status},
     {"ps", reply_ps},
     {"register", jobs_handle_register},
     {"mem_grow", jobs_handle_mem_grow},
+    {"mem_release", jobs_handle_mem_release},
 };
 
 void handlers_dispatch(conn_t *c, const proto_msg_t *msg)

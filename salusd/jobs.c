@@ -30,7 +30,6 @@ typedef struct job_runtime_s {
     size_t chunk_count, chunk_capacity;
 } job_runtime_t;
 
-static void try_admit(salusd_t *d);
 
 static job_runtime_t *runtime_of(const job_t *job)
 {
@@ -109,7 +108,7 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     LOG_INFO("job %llu '%s' %s; its memory is returned", (unsigned long long)job->id, job->name,
              final_state == JOB_DONE ? "ended" : "failed");
     forget_old_finished(d);
-    try_admit(d);
+    sched_try_admit(d);
 }
 
 static void on_process_exit(evutil_socket_t fd, short events, void *arg)
@@ -155,8 +154,14 @@ static int create_page(job_runtime_t *rt, int *page_fd)
     return 0;
 }
 
+int jobs_waiting_admission(const job_t *job)
+{
+    const job_runtime_t *rt = runtime_of(job);
+    return job->state == JOB_WAITING && rt && rt->reply_pending && rt->conn;
+}
+
 /* Admits job on gpu: creates its page and notification fd and answers its register. */
-static int admit(salusd_t *d, job_t *job, int gpu)
+int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t lane)
 {
     job_runtime_t *rt = runtime_of(job);
     int page_fd = -1, rc;
@@ -174,15 +179,20 @@ static int admit(salusd_t *d, job_t *job, int gpu)
         return -ENOMEM;
     }
     job->gpu = gpu;
+    job->lane = lane;
     job->admitted_ns = salusd_now_ns();
     job->state = JOB_PAUSED;
+    job->budget_bytes = budget_bytes;
+    atomic_store(&rt->page->budget_bytes, budget_bytes);
     d->devices.gpus[gpu].reserved_bytes += job->budget_bytes;
 
     proto_enc_t *e = &d->enc;
-    proto_enc_begin(e, PROTO_REPLY, rt->register_request_id, "", 6);
+    proto_enc_begin(e, PROTO_REPLY, rt->register_request_id, "", 7);
     proto_pack_kv_uint(&e->pk, "job_id", job->id);
     proto_pack_kv_uint(&e->pk, "gpu", (uint64_t)gpu);
     proto_pack_kv_uint(&e->pk, "budget_bytes", job->budget_bytes);
+    /* address space for the largest budget the job may get: the whole GPU */
+    proto_pack_kv_uint(&e->pk, "va_bytes", d->devices.gpus[gpu].total_bytes);
     proto_pack_kv_uint(&e->pk, "chunk_bytes", d->config.chunk_bytes);
     proto_pack_kv_str(&e->pk, "driver", d->devices.driver.path);
     proto_pack_kv_uint(&e->pk, "fds", 2);
@@ -191,47 +201,34 @@ static int admit(salusd_t *d, job_t *job, int gpu)
     rc = server_send_fds(rt->conn, e, fds, 2);
     close(page_fd);
     rt->reply_pending = 0;
-    LOG_INFO("job %llu '%s' admitted on GPU %d (budget %llu MiB)", (unsigned long long)job->id,
-             job->name, gpu, (unsigned long long)(job->budget_bytes >> 20));
+    LOG_INFO("job %llu '%s' admitted on GPU %d, lane %u (budget %llu MiB)",
+             (unsigned long long)job->id, job->name, gpu, lane,
+             (unsigned long long)(job->budget_bytes >> 20));
     return rc;
 }
 
-static int fits(const gpu_t *g, uint64_t bytes)
+void jobs_set_budget(salusd_t *d, job_t *job, uint64_t budget_bytes)
 {
-    return g->reserved_bytes + bytes <= g->total_bytes;
+    job_runtime_t *rt = runtime_of(job);
+    if (!rt || job->gpu < 0)
+        return;
+    d->devices.gpus[job->gpu].reserved_bytes += budget_bytes;
+    d->devices.gpus[job->gpu].reserved_bytes -= job->budget_bytes;
+    job->budget_bytes = budget_bytes;
+    if (rt->page)
+        atomic_store(&rt->page->budget_bytes, budget_bytes);
 }
 
-/* First come, first served: the oldest waiting job is admitted when a GPU holds its budget;
- * a job that no GPU could ever hold is refused. */
-static void try_admit(salusd_t *d)
+void jobs_fail(salusd_t *d, job_t *job, const char *reason)
 {
-    for (size_t i = 0; i < registry_count(d->registry); i++) {
-        job_t *job = registry_at(d->registry, i);
-        job_runtime_t *rt = runtime_of(job);
-        if (job->state != JOB_WAITING || !rt || !rt->reply_pending)
-            continue;
-        int best = -1, ever = 0;
-        for (int g = 0; g < d->devices.count; g++) {
-            ever |= job->budget_bytes <= d->devices.gpus[g].total_bytes;
-            if (best < 0 && fits(&d->devices.gpus[g], job->budget_bytes))
-                best = g;
-        }
-        if (!ever) {
-            server_reply_error(rt->conn, rt->register_request_id, PROTO_ENEVER_FITS, 0,
-                               "the job's memory (%llu MiB) exceeds every GPU of this node",
-                               (unsigned long long)(job->budget_bytes >> 20));
-            rt->reply_pending = 0;
-            finish_job(d, job, JOB_FAILED);
-            return; /* finish_job retried admission */
-        }
-        if (best < 0)
-            return; /* strict arrival order */
-        if (admit(d, job, best) < 0) {
-            LOG_WARN("job %llu could not be admitted; dropping it", (unsigned long long)job->id);
-            finish_job(d, job, JOB_FAILED);
-            return;
-        }
-    }
+    job_runtime_t *rt = runtime_of(job);
+    if (reason && rt && rt->conn && rt->reply_pending)
+        server_reply_error(rt->conn, rt->register_request_id, PROTO_ENEVER_FITS, 0, "%s", reason);
+    if (rt)
+        rt->reply_pending = 0;
+    if (reason)
+        LOG_WARN("job %llu '%s' refused: %s", (unsigned long long)job->id, job->name, reason);
+    finish_job(d, job, JOB_FAILED);
 }
 
 void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
@@ -298,7 +295,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     LOG_INFO("job %llu '%s' registered (pid %d, uid %u, budget %llu MiB)",
              (unsigned long long)job->id, job->name, (int)job->pid, (unsigned)job->uid,
              (unsigned long long)(job->budget_bytes >> 20));
-    try_admit(d);
+    sched_try_admit(d);
 }
 
 void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
@@ -363,6 +360,33 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
     close(fd);
 }
 
+void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    job_t *job = job_of_conn(c);
+    job_runtime_t *rt = runtime_of(job);
+    uint64_t id = 0;
+    if (!rt || proto_get_uint(&msg->body, "chunk_id", &id) < 0) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "mem_release takes the chunk_id of "
+                                                         "one of the job's chunks");
+        return;
+    }
+    for (size_t i = 0; i < rt->chunk_count; i++) {
+        if (rt->chunks[i].id != id)
+            continue;
+        job->committed_bytes -= rt->chunks[i].bytes;
+        devices_chunk_release(&d->devices, &rt->chunks[i]);
+        rt->chunks[i] = rt->chunks[--rt->chunk_count];
+        proto_enc_t *e = &d->enc;
+        proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);
+        proto_enc_finish(e);
+        server_send(c, e);
+        return;
+    }
+    server_reply_error(c, msg->id, PROTO_ENOTFOUND, 0, "job %llu has no chunk %llu",
+                       (unsigned long long)job->id, (unsigned long long)id);
+}
+
 void jobs_connection_closed(conn_t *c)
 {
     salusd_t *d = c->daemon;
@@ -390,7 +414,7 @@ void jobs_pack_list(salusd_t *d, msgpack_packer *pk)
         const char *state = job_state_name(job->state);
         if (job->state == JOB_PAUSED && sched_is_holder(d, job))
             state = "running";
-        msgpack_pack_map(pk, 17);
+        msgpack_pack_map(pk, 20);
         proto_pack_kv_uint(pk, "id", job->id);
         proto_pack_kv_str(pk, "name", job->name);
         proto_pack_kv_uint(pk, "pid", (uint64_t)job->pid);
@@ -401,8 +425,14 @@ void jobs_pack_list(salusd_t *d, msgpack_packer *pk)
             msgpack_pack_int(pk, job->gpu);
         else
             msgpack_pack_nil(pk);
+        uint32_t lane;
         proto_pack_str(pk, "lane");
-        msgpack_pack_nil(pk);
+        if (job->runtime && sched_lane_of(d, job, &lane) == 0)
+            job->lane = lane; /* it may have moved (learned sizes) */
+        if (job->lane >= 0)
+            msgpack_pack_int64(pk, job->lane);
+        else
+            msgpack_pack_nil(pk);
         proto_pack_kv_uint(pk, "iterations", st->iterations);
         proto_pack_kv_uint(pk, "iterations_expected", job->iterations_expected);
         proto_pack_kv_uint(pk, "persistent_bytes", st->persistent_bytes);
@@ -413,7 +443,43 @@ void jobs_pack_list(salusd_t *d, msgpack_packer *pk)
         proto_pack_kv_uint(pk, "gpu_time_ms", st->busy_ns / 1000000);
         proto_pack_kv_uint(pk, "wait_time_ms", (admission_wait + st->wait_ns) / 1000000);
         proto_pack_kv_uint(pk, "age_ms", (now - job->registered_ns) / 1000000);
+        /* since salusd started; null until it happens */
+        proto_pack_kv_uint(pk, "registered_at_ms", (job->registered_ns - d->started_ns) / 1000000);
+        proto_pack_str(pk, "admitted_at_ms");
+        if (job->admitted_ns)
+            msgpack_pack_uint64(pk, (job->admitted_ns - d->started_ns) / 1000000);
+        else
+            msgpack_pack_nil(pk);
+        proto_pack_str(pk, "finished_at_ms");
+        if (job->finished_ns)
+            msgpack_pack_uint64(pk, (job->finished_ns - d->started_ns) / 1000000);
+        else
+            msgpack_pack_nil(pk);
     }
+}
+
+int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
+{
+    if (index >= registry_count(d->registry))
+        return -ENOENT;
+    job_t *job = registry_at(d->registry, index);
+    refresh_stats(job);
+    memset(info, 0, sizeof(*info));
+    info->id = job->id;
+    memcpy(info->name, job->name, sizeof(info->name));
+    info->pid = job->pid;
+    info->uid = job->uid;
+    info->gpu = job->gpu;
+    info->state = job_state_name(job->state);
+    if (job->state == JOB_PAUSED && sched_is_holder(d, job))
+        info->state = "running";
+    info->iterations = job->stats.iterations;
+    info->persistent_bytes = job->stats.persistent_bytes;
+    info->ephemeral_peak_bytes = job->stats.ephemeral_peak_bytes;
+    info->memory_bytes = job->committed_bytes;
+    info->budget_bytes = job->budget_bytes;
+    info->busy_ns = job->stats.busy_ns;
+    return 0;
 }
 
 void jobs_shutdown(salusd_t *d)
@@ -442,7 +508,7 @@ void jobs_shutdown(salusd_t *d)
     }
 }
 
-job_page_t *jobs_page(const job_t *job)
+struct job_page_s *jobs_page(const job_t *job)
 {
     const job_runtime_t *rt = runtime_of(job);
     return rt ? rt->page : NULL;

@@ -4,19 +4,46 @@
 #define SALUS_SALUSD_JOBS_H
 
 #include "daemon.h"
+#include "sched.h"
 
 void jobs_handle_register(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg);
+void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg);
 void jobs_connection_closed(conn_t *c);
 /* Writes {jobs: [...]} entries for ps. */
 void jobs_pack_list(salusd_t *d, msgpack_packer *pk);
+/* One job as ps lists it, for the metrics endpoint. state is a static string ("waiting",
+ * "running", "paused", "done", "failed"); running means the job holds its GPU now. */
+typedef struct jobs_info_s {
+    uint64_t id;
+    char name[REGISTRY_NAME_BYTES];
+    pid_t pid;
+    uid_t uid;
+    int gpu;                     /* -1 until admitted */
+    const char *state;
+    uint64_t iterations;
+    uint64_t persistent_bytes;
+    uint64_t ephemeral_peak_bytes;
+    uint64_t memory_bytes;       /* chunks handed out (ps memory_bytes) */
+    uint64_t budget_bytes;
+    uint64_t busy_ns;            /* ps gpu_time_ms, in ns */
+} jobs_info_t;
+/* Fills info with the index-th job of the registry (0 <= index < registry_count()), the
+ * same values jobs_pack_list() sends. Returns 0, or -ENOENT past the end. */
+int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info);
 /* Releases every job's resources (shutdown). */
 void jobs_shutdown(salusd_t *d);
 
-/* sched.c: who runs on each GPU (first come, first served at iteration granularity until
- * the lanes and policies land). */
-void sched_job_parked(salusd_t *d, job_t *job);
-void sched_job_left(salusd_t *d, job_t *job);
-int sched_is_holder(const salusd_t *d, const job_t *job);
+/* For sched.c */
+struct job_page_s;
+struct job_page_s *jobs_page(const job_t *job);
+/* Registered, its register request waiting for admission. */
+int jobs_waiting_admission(const job_t *job);
+/* Admits the job on gpu with a memory budget: answers its register request. */
+int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t lane);
+/* Refuses (reason, when not NULL, goes back to the job) or drops the job: it is marked failed. */
+void jobs_fail(salusd_t *d, job_t *job, const char *reason);
+/* A new budget after the sizes were learned. */
+void jobs_set_budget(salusd_t *d, job_t *job, uint64_t budget_bytes);
 
 #endif

@@ -1,6 +1,7 @@
 /* salusd: the per-node daemon. Start-up, detaching, signals, shutdown. */
 #include "daemon.h"
 #include "jobs.h"
+#include "metrics.h"
 
 #include "log.h"
 #include "notify.h"
@@ -79,6 +80,8 @@ int main(int argc, char **argv)
     int loaded = salusd_config_load(&d.config, argc, argv);
     if (loaded != 0)
         return loaded > 0 ? 0 : 2;
+    if (metrics_check_config(&d.config) < 0)
+        return 2;
     salus_log_init("salusd", (salus_log_level_t)d.config.log_level);
     signal(SIGPIPE, SIG_IGN);
 
@@ -114,11 +117,17 @@ int main(int argc, char **argv)
     for (int i = 0; i < d.devices.count; i++)
         LOG_INFO("GPU %d: %s, %llu MiB", i, d.devices.gpus[i].name,
                  (unsigned long long)(d.devices.gpus[i].total_bytes >> 20));
+    if (sched_init(&d, err, sizeof(err)) < 0) {
+        LOG_ERROR("%s", err);
+        goto out;
+    }
     if (server_start(&d) < 0)
         goto out;
+    if (metrics_start(&d) < 0)
+        goto out;
 
-    LOG_INFO("salusd %s listening on %s (pid %d, protocol %d)", SALUS_VERSION,
-             d.config.socket_path, (int)getpid(), PROTO_VERSION);
+    LOG_INFO("salusd %s listening on %s (pid %d, protocol %d, policy %s)", SALUS_VERSION,
+             d.config.socket_path, (int)getpid(), PROTO_VERSION, sched_policy_name(&d));
     notify_ready("listening");
     tell_parent(&ready_fd, 0);
     event_base_dispatch(d.base);
@@ -128,7 +137,9 @@ int main(int argc, char **argv)
 out:
     tell_parent(&ready_fd, 1);
     server_stop(&d);
+    metrics_stop(&d);
     jobs_shutdown(&d);
+    sched_fini(&d);
     devices_close(&d.devices);
     for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
         if (d.signal_events[i])

@@ -28,8 +28,9 @@ typedef struct verb_s {
 
 static int verb_help(ctl_t *ctl, int argc, char **argv);
 
-/* Connects and sends op with no body; on success the reply is in *reply. */
-static int call(ctl_t *ctl, const char *op, proto_msg_t *reply)
+/* Connects and sends op with an optional {key: value} body; the reply lands in *reply. */
+static int call_with(ctl_t *ctl, const char *op, const char *key, const char *value,
+                     proto_msg_t *reply)
 {
     salus_client_t c;
     char err[256] = "";
@@ -42,7 +43,9 @@ static int call(ctl_t *ctl, const char *op, proto_msg_t *reply)
             fprintf(stderr, "salusctl: cannot reach salusd at %s: %s\n", ctl->socket_path, err);
         return EXIT_DAEMON;
     }
-    salus_client_begin(&c, op, 0);
+    msgpack_packer *pk = salus_client_begin(&c, op, key ? 1 : 0);
+    if (key)
+        proto_pack_kv_str(pk, key, value);
     rc = salus_client_call(&c, reply, err, sizeof(err));
     salus_client_close(&c);
     if (rc == -EREMOTEIO) {
@@ -55,6 +58,11 @@ static int call(ctl_t *ctl, const char *op, proto_msg_t *reply)
         return EXIT_DAEMON;
     }
     return EXIT_OK;
+}
+
+static int call(ctl_t *ctl, const char *op, proto_msg_t *reply)
+{
+    return call_with(ctl, op, NULL, NULL, reply);
 }
 
 static uint64_t get_u(const msgpack_object *map, const char *key)
@@ -117,14 +125,24 @@ static int verb_ps(ctl_t *ctl, int argc, char **argv)
         json_print(stdout, jobs);
         putchar('\n');
     } else {
-        printf("%-6s %-24s %-8s %-6s %-8s %s\n", "ID", "NAME", "PID", "UID", "STATE", "AGE");
+        printf("%-5s %-20s %-8s %-6s %-8s %-4s %-5s %7s %9s %9s %9s\n", "ID", "NAME", "PID",
+               "UID", "STATE", "GPU", "LANE", "ITER", "MEM_MIB", "GPU_S", "WAIT_S");
         for (uint32_t i = 0; i < jobs->via.array.size; i++) {
             const msgpack_object *j = &jobs->via.array.ptr[i];
-            char name[64], state[16];
-            printf("%-6llu %-24s %-8llu %-6llu %-8s %.1fs\n",
+            char name[64], state[16], gpu[8] = "-", lane[12] = "-";
+            const msgpack_object *g = proto_get(j, "gpu"), *l = proto_get(j, "lane");
+            if (g && g->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                snprintf(gpu, sizeof(gpu), "%llu", (unsigned long long)g->via.u64);
+            if (l && l->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                snprintf(lane, sizeof(lane), "%llu", (unsigned long long)l->via.u64);
+            printf("%-5llu %-20.20s %-8llu %-6llu %-8s %-4s %-5s %7llu %9.1f %9.1f %9.1f\n",
                    (unsigned long long)get_u(j, "id"), get_s(j, "name", name, sizeof(name)),
                    (unsigned long long)get_u(j, "pid"), (unsigned long long)get_u(j, "uid"),
-                   get_s(j, "state", state, sizeof(state)), (double)get_u(j, "age_ms") / 1000.0);
+                   get_s(j, "state", state, sizeof(state)), gpu, lane,
+                   (unsigned long long)get_u(j, "iterations"),
+                   (double)get_u(j, "memory_bytes") / 1048576.0,
+                   (double)get_u(j, "gpu_time_ms") / 1000.0,
+                   (double)get_u(j, "wait_time_ms") / 1000.0);
         }
     }
     proto_msg_free(&reply);
@@ -152,7 +170,74 @@ static int verb_run(ctl_t *ctl, int argc, char **argv)
     return salusctl_run(ctl->socket_path, ctl->timeout_ms, argc, argv);
 }
 
+static int verb_policy(ctl_t *ctl, int argc, char **argv)
+{
+    proto_msg_t reply;
+    int rc = call_with(ctl, "policy", argc ? "name" : NULL, argc ? argv[0] : NULL, &reply);
+    if (rc != EXIT_OK)
+        return rc;
+    if (ctl->json) {
+        json_print(stdout, &reply.body);
+        putchar('\n');
+    } else {
+        char name[32];
+        printf("policy %s", get_s(&reply.body, "policy", name, sizeof(name)));
+        const msgpack_object *all = proto_get(&reply.body, "policies");
+        if (all && all->type == MSGPACK_OBJECT_ARRAY) {
+            printf(" (available:");
+            for (uint32_t i = 0; i < all->via.array.size; i++)
+                if (all->via.array.ptr[i].type == MSGPACK_OBJECT_STR)
+                    printf(" %.*s", (int)all->via.array.ptr[i].via.str.size,
+                           all->via.array.ptr[i].via.str.ptr);
+            printf(")");
+        }
+        putchar('\n');
+    }
+    proto_msg_free(&reply);
+    return EXIT_OK;
+}
+
+static int verb_lanes(ctl_t *ctl, int argc, char **argv)
+{
+    proto_msg_t reply;
+    (void)argc;
+    (void)argv;
+    int rc = call(ctl, "lanes", &reply);
+    if (rc != EXIT_OK)
+        return rc;
+    const msgpack_object *lanes = proto_get(&reply.body, "lanes");
+    if (!lanes || lanes->type != MSGPACK_OBJECT_ARRAY) {
+        fprintf(stderr, "salusctl: lanes: salusd sent a reply without a lane list\n");
+        proto_msg_free(&reply);
+        return EXIT_DAEMON;
+    }
+    if (ctl->json) {
+        json_print(stdout, lanes);
+        putchar('\n');
+    } else {
+        printf("%-4s %-5s %10s %-7s %s\n", "GPU", "LANE", "SIZE_MIB", "ACTIVE", "JOBS");
+        for (uint32_t i = 0; i < lanes->via.array.size; i++) {
+            const msgpack_object *l = &lanes->via.array.ptr[i];
+            const msgpack_object *active = proto_get(l, "active"), *jobs = proto_get(l, "jobs");
+            char act[24] = "-";
+            if (active && active->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                snprintf(act, sizeof(act), "%llu", (unsigned long long)active->via.u64);
+            printf("%-4llu %-5llu %10.1f %-7s", (unsigned long long)get_u(l, "gpu"),
+                   (unsigned long long)get_u(l, "lane"),
+                   (double)get_u(l, "size_bytes") / 1048576.0, act);
+            for (uint32_t k = 0; jobs && jobs->type == MSGPACK_OBJECT_ARRAY && k < jobs->via.array.size; k++)
+                printf("%s%llu", k ? "," : " ", (unsigned long long)jobs->via.array.ptr[k].via.u64);
+            putchar('\n');
+        }
+    }
+    proto_msg_free(&reply);
+    return EXIT_OK;
+}
+
 static const verb_t verbs[] = {
+    {"policy", 0, 1, verb_policy, "policy [NAME] [--json]",
+     "show the scheduling policy, or switch to NAME (fifo, srtf, pack, fair)"},
+    {"lanes", 0, 0, verb_lanes, "lanes [--json]", "list the memory lanes of each GPU"},
     {"run", 1, -1, verb_run, "run [--name N] [--iterations N] [--persistent B] [--ephemeral B] "
      "[--priority N] -- CMD [ARGS]", "run a command as a salus job, in the foreground"},
     {"status", 0, 0, verb_status, "status [--json]", "show the daemon's state"},
@@ -200,7 +285,7 @@ int main(int argc, char **argv)
 {
     ctl_t ctl = {.timeout_ms = 5000};
     const char *verb_name = NULL;
-    char *args[64];
+    char *args[65]; /* NULL-terminated: run hands it to execvp */
     int nargs = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -237,7 +322,7 @@ int main(int argc, char **argv)
             verb_name = a;
             const verb_t *v = find_verb(a);
             if (v && v->max_args < 0) { /* the rest is the verb's, untouched */
-                for (i++; i < argc && nargs < (int)(sizeof(args) / sizeof(args[0])); i++)
+                for (i++; i < argc && nargs < (int)(sizeof(args) / sizeof(args[0])) - 1; i++)
                     args[nargs++] = argv[i];
                 if (i < argc) {
                     fprintf(stderr, "salusctl: too many arguments\n");
@@ -245,7 +330,7 @@ int main(int argc, char **argv)
                 }
                 break;
             }
-        } else if (nargs < (int)(sizeof(args) / sizeof(args[0]))) {
+        } else if (nargs < (int)(sizeof(args) / sizeof(args[0])) - 1) {
             args[nargs++] = argv[i];
         } else {
             fprintf(stderr, "salusctl: too many arguments\n");
@@ -270,5 +355,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "salusctl: the socket path is too long\n");
         return EXIT_USAGE;
     }
+    args[nargs] = NULL;
     return verb->run(&ctl, nargs, args);
 }

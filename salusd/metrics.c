@@ -1,0 +1,294 @@
+/* The metrics endpoint, daemon side (see metrics.h): a listening socket handed to evhttp on
+ * the daemon's event loop, and at each scrape a snapshot of devices, schedulers and jobs
+ * rendered by metrics_format.c. Everything runs on the loop's thread. */
+#include "metrics.h"
+
+#include "daemon.h"
+#include "jobs.h"
+#include "log.h"
+#include "sched.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define METRICS_PATH "/metrics"
+#define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+/* A scraper sends a short GET: anything bigger is refused by evhttp. */
+#define METRICS_MAX_HEADERS_BYTES 8192
+#define METRICS_MAX_BODY_BYTES 1024
+#define METRICS_IDLE_TIMEOUT_S 10
+
+typedef struct metrics_s {
+    salusd_t *daemon;
+    struct evhttp *http;
+    char bound_address[METRICS_ADDRESS_BYTES];
+    /* the previous busy sample of each GPU, for salus_gpu_utilization */
+    uint64_t previous_busy_ns[DEVICES_MAX_GPUS];
+    uint64_t previous_sample_ns[DEVICES_MAX_GPUS];
+    int have_previous[DEVICES_MAX_GPUS];
+    double last_utilization[DEVICES_MAX_GPUS];
+    metrics_gpu_sample_t gpus[DEVICES_MAX_GPUS];
+    metrics_job_sample_t *jobs;
+    size_t job_capacity;
+    metrics_text_t text;
+    uint64_t scrapes;
+} metrics_t;
+
+int metrics_check_config(const struct salusd_config_s *cfg)
+{
+    metrics_address_t address;
+    char err[256];
+    if (!cfg->metrics_address[0])
+        return 0;
+    if (metrics_parse_address(cfg->metrics_address, &address, err, sizeof(err)) < 0) {
+        fprintf(stderr, "salusd: --metrics: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Busy fraction of gpu since the previous sample (clamped to 0..1: a counter that went
+ * backwards, a recreated simgpu segment, reads 0). With no time elapsed the last value
+ * stands. */
+static void sample_gpu(metrics_t *m, int gpu, uint64_t now_ns)
+{
+    salusd_t *d = m->daemon;
+    const gpu_t *g = &d->devices.gpus[gpu];
+    metrics_gpu_sample_t *s = &m->gpus[gpu];
+    uint64_t busy_ns = 0;
+
+    memset(s, 0, sizeof(*s));
+    s->index = gpu;
+    s->name = g->name;
+    s->total_bytes = g->total_bytes;
+    s->reserved_bytes = g->reserved_bytes;
+    s->used_bytes = g->chunk_bytes;
+    if (devices_busy_ns(&d->devices, gpu, &busy_ns) < 0)
+        return;
+    s->has_busy = 1;
+    s->busy_ns = busy_ns;
+    if (m->have_previous[gpu] && now_ns > m->previous_sample_ns[gpu]) {
+        double busy = busy_ns > m->previous_busy_ns[gpu]
+                          ? (double)(busy_ns - m->previous_busy_ns[gpu]) : 0.0;
+        double ratio = busy / (double)(now_ns - m->previous_sample_ns[gpu]);
+        m->last_utilization[gpu] = ratio > 1.0 ? 1.0 : ratio;
+    }
+    s->has_utilization = m->have_previous[gpu];
+    s->utilization = m->last_utilization[gpu];
+    m->previous_busy_ns[gpu] = busy_ns;
+    m->previous_sample_ns[gpu] = now_ns;
+    m->have_previous[gpu] = 1;
+}
+
+static int collect(metrics_t *m, metrics_snapshot_t *snap)
+{
+    salusd_t *d = m->daemon;
+    uint64_t now = salusd_now_ns();
+    size_t count = registry_count(d->registry);
+
+    memset(snap, 0, sizeof(*snap));
+    if (count > m->job_capacity) {
+        metrics_job_sample_t *jobs = realloc(m->jobs, count * sizeof(*jobs));
+        if (!jobs)
+            return -ENOMEM;
+        m->jobs = jobs;
+        m->job_capacity = count;
+    }
+    for (int i = 0; i < d->devices.count; i++)
+        sample_gpu(m, i, now);
+    for (size_t i = 0; i < count; i++) {
+        jobs_info_t info;
+        metrics_job_sample_t *j = &m->jobs[i];
+        if (jobs_info_at(d, i, &info) < 0)
+            return -EIO;
+        j->id = info.id;
+        memcpy(j->name, info.name, sizeof(j->name));
+        j->uid = (unsigned)info.uid;
+        j->state = info.state;
+        j->iterations = info.iterations;
+        j->gpu_ns = info.busy_ns;
+        j->memory_bytes = info.memory_bytes;
+        j->budget_bytes = info.budget_bytes;
+        j->persistent_bytes = info.persistent_bytes;
+        j->ephemeral_peak_bytes = info.ephemeral_peak_bytes;
+        /* not admitted yet, or admitted and waiting for its turn: ps's "waiting" and
+         * "paused" */
+        snap->queue_length += strcmp(info.state, job_state_name(JOB_WAITING)) == 0 ||
+                              strcmp(info.state, job_state_name(JOB_PAUSED)) == 0;
+    }
+    snap->version = SALUS_VERSION;
+    snap->policy = d->sched ? sched_policy_name(d) : "none";
+    snap->gpus = m->gpus;
+    snap->gpu_count = (size_t)d->devices.count;
+    snap->jobs = m->jobs;
+    snap->job_count = count;
+    return 0;
+}
+
+static void reply_text(struct evhttp_request *req, int code, const char *reason,
+                       const char *body)
+{
+    struct evbuffer *buf = evbuffer_new();
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; charset=utf-8");
+    if (buf)
+        evbuffer_add(buf, body, strlen(body));
+    evhttp_send_reply(req, code, reason, buf);
+    if (buf)
+        evbuffer_free(buf);
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    metrics_t *m = arg;
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    enum evhttp_cmd_type method = evhttp_request_get_command(req);
+    struct evkeyvalq *headers = evhttp_request_get_output_headers(req);
+    metrics_snapshot_t snap;
+
+    if (!path || strcmp(path, METRICS_PATH) != 0) {
+        reply_text(req, HTTP_NOTFOUND, "Not Found", "not found: salusd serves " METRICS_PATH
+                                                    " only\n");
+        return;
+    }
+    if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
+        evhttp_add_header(headers, "Allow", "GET, HEAD");
+        reply_text(req, 405, "Method Not Allowed", "use GET or HEAD\n");
+        return;
+    }
+    metrics_text_reset(&m->text);
+    if (collect(m, &snap) < 0 || metrics_render(&snap, &m->text) < 0) {
+        LOG_WARN("metrics: out of memory while rendering a scrape");
+        reply_text(req, HTTP_INTERNAL, "Internal Server Error", "out of memory\n");
+        return;
+    }
+    struct evbuffer *buf = evbuffer_new();
+    if (!buf || evbuffer_add(buf, m->text.data, m->text.len) < 0) {
+        if (buf)
+            evbuffer_free(buf);
+        reply_text(req, HTTP_INTERNAL, "Internal Server Error", "out of memory\n");
+        return;
+    }
+    evhttp_add_header(headers, "Content-Type", METRICS_CONTENT_TYPE);
+    evhttp_send_reply(req, HTTP_OK, "OK", buf);
+    evbuffer_free(buf);
+    m->scrapes++;
+    LOG_TRACE("metrics: scrape %llu, %zu bytes", (unsigned long long)m->scrapes, m->text.len);
+}
+
+/* A non-blocking listening socket on address; returns the fd or a negative errno. */
+static int listen_on(const metrics_address_t *address)
+{
+    int one = 1;
+    int fd = socket(address->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        (address->addr.ss_family == AF_INET6 &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0) ||
+        bind(fd, (const struct sockaddr *)&address->addr, address->addr_len) < 0 ||
+        listen(fd, 64) < 0) {
+        int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+int metrics_start(salusd_t *d)
+{
+    metrics_address_t address;
+    struct sockaddr_storage bound;
+    socklen_t bound_len = sizeof(bound);
+    char err[256];
+    int fd = -1;
+
+    if (!d->config.metrics_address[0])
+        return 0;
+    if (metrics_parse_address(d->config.metrics_address, &address, err, sizeof(err)) < 0) {
+        LOG_ERROR("--metrics: %s", err);
+        return -1;
+    }
+    metrics_t *m = calloc(1, sizeof(*m));
+    if (!m) {
+        LOG_ERROR("metrics: out of memory");
+        return -1;
+    }
+    m->daemon = d;
+    fd = listen_on(&address);
+    if (fd < 0) {
+        LOG_ERROR("metrics: cannot listen on %s: %s", d->config.metrics_address, strerror(-fd));
+        goto fail;
+    }
+    if (getsockname(fd, (struct sockaddr *)&bound, &bound_len) < 0 ||
+        metrics_format_address((const struct sockaddr *)&bound, m->bound_address,
+                               sizeof(m->bound_address)) < 0) {
+        LOG_ERROR("metrics: cannot read back the address bound for %s",
+                  d->config.metrics_address);
+        goto fail;
+    }
+    m->http = evhttp_new(d->base);
+    if (!m->http) {
+        LOG_ERROR("metrics: cannot create the HTTP server");
+        goto fail;
+    }
+    /* every method reaches on_request, which answers 405 (with Allow) for all but GET and
+     * HEAD; evhttp's own refusal would be a 501 */
+    evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
+                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+                                            EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+    evhttp_set_max_headers_size(m->http, METRICS_MAX_HEADERS_BYTES);
+    evhttp_set_max_body_size(m->http, METRICS_MAX_BODY_BYTES);
+    evhttp_set_timeout(m->http, METRICS_IDLE_TIMEOUT_S);
+    evhttp_set_gencb(m->http, on_request, m);
+    if (!evhttp_accept_socket_with_handle(m->http, fd)) {
+        LOG_ERROR("metrics: cannot serve on %s", m->bound_address);
+        goto fail;
+    }
+    fd = -1; /* evhttp closes it */
+    /* the first scrape's utilization covers the time from now */
+    for (int i = 0; i < d->devices.count; i++)
+        sample_gpu(m, i, salusd_now_ns());
+    d->metrics = m;
+    if (metrics_is_loopback((const struct sockaddr *)&bound))
+        LOG_INFO("metrics: Prometheus text at http://%s%s", m->bound_address, METRICS_PATH);
+    else
+        LOG_WARN("metrics: Prometheus text at http://%s%s; this address is not loopback: "
+                 "anyone who can reach it can read job names and uids", m->bound_address,
+                 METRICS_PATH);
+    return 0;
+
+fail:
+    if (fd >= 0)
+        close(fd);
+    if (m->http)
+        evhttp_free(m->http);
+    free(m);
+    return -1;
+}
+
+void metrics_stop(salusd_t *d)
+{
+    metrics_t *m = d->metrics;
+    if (!m)
+        return;
+    evhttp_free(m->http);
+    metrics_text_free(&m->text);
+    free(m->jobs);
+    free(m);
+    d->metrics = NULL;
+}
+
+const char *metrics_bound_address(const salusd_t *d)
+{
+    return d->metrics ? d->metrics->bound_address : NULL;
+}

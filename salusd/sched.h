@@ -1,0 +1,27 @@
+/* The daemon's scheduling loop (sched.c): lanes, the active policy, grants. All calls come
+ * from the event loop's thread. */
+#ifndef SALUS_SALUSD_SCHED_H
+#define SALUS_SALUSD_SCHED_H
+
+#include "daemon.h"
+
+/* Creates the lane manager (one entry per GPU) and starts config.policy. 0, or a negative
+ * errno with a message (unknown policy). */
+int sched_init(salusd_t *d, char *err, size_t err_size);
+void sched_fini(salusd_t *d);
+/* Offers the waiting jobs to the lane manager in the policy's admission order; admits
+ * (jobs_admit) or refuses (jobs_fail) them. */
+void sched_try_admit(salusd_t *d);
+/* The job wrote its eventfd: it is parked at a boundary. */
+void sched_job_parked(salusd_t *d, job_t *job);
+/* The job is gone: leave its lane, let the others run. */
+void sched_job_left(salusd_t *d, job_t *job);
+int sched_is_holder(const salusd_t *d, const job_t *job);
+int sched_lane_of(const salusd_t *d, const job_t *job, uint32_t *lane);
+const char *sched_policy_name(const salusd_t *d);
+/* Switches the policy; the new one's init runs first (on failure the old stays). */
+int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size);
+/* [{gpu, lane, size_bytes, jobs: [ids], active: id|null}] */
+void sched_pack_lanes(salusd_t *d, msgpack_packer *pk);
+
+#endif

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Lanes and policies with salus-synth / salus-mlp jobs on simgpu: FIFO runs jobs one at a
+# time in arrival order; PACK gives jobs that fit their own lanes and packs the rest into one
+# shared lane (with correct results); SRTF lets a short job overtake a long one; FAIR shares
+# GPU time equally; a job that can never fit is refused; sizes are learned without hints.
+. "$(dirname "$0")/lib.sh"
+
+SYNTH="$BIN/salus-synth"
+MLP="$BIN/salus-mlp"
+synth() { # synth NAME P_HINT E_HINT ITERATIONS GPU_MS PERSISTENT_MB EPHEMERAL_MB [iterations hint]
+    "$SALUSCTL" run --name "$1" --persistent "$2" --ephemeral "$3" --iterations "$4" -- \
+        "$SYNTH" --iterations "$4" --gpu-ms "$5" --host-ms 1 --persistent-mb "$6" \
+        --ephemeral-mb "$7" >"$WORK/$1.out" 2>&1
+}
+jobs_json() { "$SALUSCTL" ps --json >"$WORK/ps.json"; }
+restart_daemon() { # restart_daemon MEMORY_MB ARGS...
+    [ -n "${DAEMON_PID:-}" ] && kill -0 "$DAEMON_PID" 2>/dev/null && stop_daemon
+    rm -f "/dev/shm/$SIMGPU_SHM_NAME"
+    export SIMGPU_MEMORY_MB=$1
+    shift
+    start_daemon "$@"
+}
+wait_jobs() { # wait_jobs PID... : each must exit 0
+    local p
+    for p in "$@"; do wait "$p" || fail "a job failed: $(tail -3 "$WORK"/*.out)"; done
+}
+
+# --- FIFO: one job at a time, in arrival order
+restart_daemon 4096 --policy fifo
+pids=()
+for i in 1 2 3; do
+    synth "fifo$i" 64MiB 64MiB 8 20 32 32 &
+    pids+=($!)
+    sleep 0.3
+done
+wait_jobs "${pids[@]}"
+jobs_json
+python3 - "$WORK/ps.json" <<'PY' || fail "FIFO order"
+import json, sys
+jobs = sorted(json.load(open(sys.argv[1])), key=lambda j: j["id"])
+assert [j["name"] for j in jobs] == ["fifo1", "fifo2", "fifo3"], jobs
+for a, b in zip(jobs, jobs[1:]):
+    assert b["admitted_at_ms"] >= a["finished_at_ms"], (a, b)   # never two at once
+print("fifo intervals:", [(j["name"], j["admitted_at_ms"], j["finished_at_ms"]) for j in jobs])
+PY
+pass "FIFO: one job at a time, in arrival order"
+
+# --- PACK: 4 jobs whose P + E fit together get 4 lanes and run at the same time
+restart_daemon 4096 --policy pack
+pids=()
+for i in 1 2 3 4; do synth "sep$i" 64MiB 256MiB 25 20 32 128 & pids+=($!); done
+for _ in $(seq 1 100); do
+    "$SALUSCTL" lanes --json >"$WORK/lanes.json"
+    python3 -c 'import json,sys; l=json.load(open(sys.argv[1])); sys.exit(0 if sum(len(x["jobs"]) for x in l) == 4 else 1)' "$WORK/lanes.json" && break
+    sleep 0.05
+done
+python3 - "$WORK/lanes.json" <<'PY' || fail "PACK separate lanes: $(cat "$WORK/lanes.json")"
+import json, sys
+lanes = json.load(open(sys.argv[1]))
+assert len(lanes) == 4 and all(len(l["jobs"]) == 1 for l in lanes), lanes
+PY
+wait_jobs "${pids[@]}"
+jobs_json
+python3 - "$WORK/ps.json" <<'PY' || fail "PACK concurrency"
+import json, sys
+jobs = json.load(open(sys.argv[1]))
+assert max(j["admitted_at_ms"] for j in jobs) < min(j["finished_at_ms"] for j in jobs), jobs
+PY
+pass "PACK: 4 jobs that fit got 4 lanes and ran at the same time"
+
+# --- PACK: 4 jobs whose sum of E does not fit but sum of P + max E does share one lane;
+# the device has 1 GiB, each job really allocates 550 MiB per iteration
+restart_daemon 1024 --policy pack
+LD_LIBRARY_PATH="$SALUS_BUILD_DIR/lib/simgpu" SIMGPU_SHM_NAME="$SIMGPU_SHM_NAME-alone" \
+    "$MLP" --iterations 40 --print-every 10 >"$WORK/mlp.alone"
+rm -f "/dev/shm/$SIMGPU_SHM_NAME-alone"
+pids=()
+for i in 1 2 3; do synth "shared$i" 64MiB 600MiB 15 20 32 550 & pids+=($!); done
+"$SALUSCTL" run --name shared-mlp --persistent 64MiB --ephemeral 600MiB -- \
+    "$MLP" --iterations 40 --print-every 10 >"$WORK/shared-mlp.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do
+    "$SALUSCTL" lanes --json >"$WORK/lanes.json"
+    python3 -c 'import json,sys; l=json.load(open(sys.argv[1])); sys.exit(0 if sum(len(x["jobs"]) for x in l) == 4 else 1)' "$WORK/lanes.json" && break
+    sleep 0.05
+done
+python3 - "$WORK/lanes.json" <<'PY' || fail "one shared lane: $(cat "$WORK/lanes.json")"
+import json, sys
+lanes = json.load(open(sys.argv[1]))
+assert len(lanes) == 1 and len(lanes[0]["jobs"]) == 4, lanes
+PY
+wait_jobs "${pids[@]}"
+alone=$(grep ^final_loss= "$WORK/mlp.alone"); shared=$(grep ^final_loss= "$WORK/shared-mlp.out")
+[ -n "$alone" ] && [ "$alone" = "$shared" ] || fail "mlp in the shared lane: '$shared' vs alone '$alone'"
+for i in 1 2 3; do grep -q "^synth_done iterations=15 " "$WORK/shared$i.out" || fail "shared$i"; done
+pass "PACK: 4 jobs shared one lane of a 1 GiB GPU and finished; mlp $shared as alone"
+
+# --- SRTF: a short job that arrives while a long one runs overtakes it
+restart_daemon 1024 --policy srtf
+synth long 64MiB 600MiB 60 20 16 64 &
+LONG=$!
+sleep 0.5
+synth short 64MiB 600MiB 3 20 16 64 &
+SHORT=$!
+wait_jobs "$SHORT" "$LONG"
+jobs_json
+python3 - "$WORK/ps.json" <<'PY' || fail "SRTF"
+import json, sys
+j = {x["name"]: x for x in json.load(open(sys.argv[1]))}
+assert j["long"]["lane"] == j["short"]["lane"] or True
+short_run = j["short"]["finished_at_ms"] - j["short"]["admitted_at_ms"]
+print(f"short finished at {j['short']['finished_at_ms']} ms after {short_run} ms; long at {j['long']['finished_at_ms']} ms")
+assert j["short"]["finished_at_ms"] < j["long"]["finished_at_ms"], j
+# it did not wait for the long job: 3 iterations of ~21 ms, plus one iteration of the long job
+assert short_run < 1000, j
+PY
+pass "SRTF: the short job overtook the long one"
+
+# --- FAIR: two jobs in one lane get GPU time within 10% of each other
+restart_daemon 1024 --policy fair
+synth fairA 64MiB 600MiB 100000 10 16 64 &
+A=$!
+synth fairB 64MiB 600MiB 100000 10 16 64 &
+B=$!
+sleep 3
+jobs_json
+kill -9 $(python3 -c 'import json,sys; print(" ".join(str(j["pid"]) for j in json.load(open(sys.argv[1])) if j["name"] in ("fairA","fairB")))' "$WORK/ps.json")
+wait "$A" "$B" 2>/dev/null || true
+python3 - "$WORK/ps.json" <<'PY' || fail "FAIR"
+import json, sys
+j = {x["name"]: x for x in json.load(open(sys.argv[1]))}
+a, b = j["fairA"], j["fairB"]
+assert a["lane"] == b["lane"], (a, b)
+ta, tb = a["gpu_time_ms"], b["gpu_time_ms"]
+print(f"gpu time A={ta} ms B={tb} ms, iterations {a['iterations']} / {b['iterations']}")
+assert min(ta, tb) > 0 and abs(ta - tb) <= 0.10 * max(ta, tb), (ta, tb)
+PY
+pass "FAIR: two jobs of one lane had GPU time within 10%"
+
+# --- A job that can never fit is refused at once
+rc=0
+timeout 20 "$SALUSCTL" run --name huge --persistent 2GiB --ephemeral 2GiB -- "$MLP" --iterations 2 \
+    >"$WORK/huge.out" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "the job that cannot fit: rc=$rc"
+grep -q "exceeds every GPU" "$WORK/huge.out" || fail "unclear refusal: $(cat "$WORK/huge.out")"
+pass "never fits: refused at once ($(grep -o 'salusd refused.*' "$WORK/huge.out"))"
+
+# --- Learned sizes: no hints; measured P and E within 10% of what the job allocates
+"$SALUSCTL" run --name learner -- "$SYNTH" --iterations 8 --gpu-ms 5 --persistent-mb 100 \
+    --ephemeral-mb 50 >"$WORK/learner.out" 2>&1 || fail "learner: $(cat "$WORK/learner.out")"
+jobs_json
+python3 - "$WORK/ps.json" <<'PY' || fail "learned sizes"
+import json, sys
+j = {x["name"]: x for x in json.load(open(sys.argv[1]))}["learner"]
+p, e = j["persistent_bytes"], j["ephemeral_peak_bytes"]
+print(f"learned persistent={p/2**20:.2f} MiB ephemeral={e/2**20:.2f} MiB (real: 100 and 50)")
+assert abs(p - 100 * 2**20) <= 0.10 * 100 * 2**20, j
+assert abs(e - 50 * 2**20) <= 0.10 * 50 * 2**20, j
+PY
+grep -q "learned sizes" "$WORK/salusd.log" || fail "the daemon did not apply the learned sizes"
+pass "learned sizes without hints: $(grep -o 'learned sizes.*' "$WORK/salusd.log" | tail -1)"
+
+# --- policy switch at run time
+"$SALUSCTL" policy | grep -q "^policy fair" || fail "policy shows $("$SALUSCTL" policy)"
+"$SALUSCTL" policy pack >/dev/null || fail "switch to pack"
+"$SALUSCTL" policy --json | grep -q '"policy":"pack"' || fail "switch did not take"
+rc=0
+"$SALUSCTL" policy bogus 2>"$WORK/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "no policy 'bogus'" "$WORK/err" || fail "unknown policy: rc=$rc $(cat "$WORK/err")"
+"$SALUSCTL" policy | grep -q "^policy pack" || fail "a failed switch changed the policy"
+pass "salusctl policy shows and switches; an unknown name changes nothing"
+stop_daemon

@@ -193,6 +193,7 @@ typedef struct mlp_config {
     float learning_rate;
     bool keep_activations, async_alloc, cpu_reference;
     int device;
+    double host_ms; /* host time per iteration before its GPU work (data loading) */
 } mlp_config;
 
 /* data set and initial parameters, made on the host from the seed */
@@ -393,6 +394,8 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
 
     for (unsigned iteration = 1; iteration <= config->iterations; iteration++) {
         unsigned first = mlp_first_sample(config, iteration);
+        if (config->host_ms > 0)
+            workload_sleep_ns((uint64_t)(config->host_ms * 1e6));
         if (!config->keep_activations)
             mlp_activations_alloc(&device, config, &a);
 
@@ -458,6 +461,8 @@ static void mlp_usage(FILE *out)
             "  --async-alloc        allocate activations with cuMemAllocAsync/cuMemFreeAsync\n"
             "  --cpu-reference      the same math on the host, no driver calls\n"
             "  --device N           device ordinal (default 0)\n"
+            "  --host-ms X          host time per iteration before its GPU work, as data loading\n"
+            "                       would take (default 0; not with --cpu-reference)\n"
             "  --help               this text\n"
             "\n"
             "Ends with 'mlp_done ...' and 'final_loss=<v>' (the loss of the last iteration).\n"
@@ -467,7 +472,7 @@ static void mlp_usage(FILE *out)
 static void mlp_parse(int argc, char **argv, mlp_config *config)
 {
     enum { SEED = 256, INPUTS, HIDDEN, OUTPUTS, BATCH, SAMPLES, ITERATIONS, LR, PRINT_EVERY, KEEP, ASYNC, CPU,
-           DEVICE, HELP };
+           DEVICE, HOST_MS, HELP };
     static const struct option options[] = {
         {"seed", required_argument, NULL, SEED},
         {"inputs", required_argument, NULL, INPUTS},
@@ -482,11 +487,12 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         {"async-alloc", no_argument, NULL, ASYNC},
         {"cpu-reference", no_argument, NULL, CPU},
         {"device", required_argument, NULL, DEVICE},
+        {"host-ms", required_argument, NULL, HOST_MS},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
     };
     const unsigned long long size_limit = 1u << 16;
-    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0};
+    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0, 0.0};
     int option;
     while ((option = getopt_long(argc, argv, "", options, NULL)) != -1) {
         const char *name = option >= SEED && option <= HELP ? options[option - SEED].name : "";
@@ -504,6 +510,7 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         case ASYNC: config->async_alloc = true; break;
         case CPU: config->cpu_reference = true; break;
         case DEVICE: config->device = (int)workload_parse_unsigned(name, optarg, 0, 1023); break;
+        case HOST_MS: config->host_ms = workload_parse_double(name, optarg, 0.0, 60000.0); break;
         case HELP: mlp_usage(stdout); exit(0);
         default: mlp_usage(stderr); exit(WORKLOAD_EXIT_USAGE);
         }

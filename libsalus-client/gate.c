@@ -29,7 +29,9 @@ static struct {
     int misses;                  /* quiescent points above the low point, in a row */
     CUstream streams[GATE_MAX_STREAMS];
     int stream_count;
-    int stream_overflow;
+    int stream_overflow;         /* too many streams to query: only a context sync is idle */
+    int per_thread_used;         /* work on per-thread default streams: likewise */
+    _Atomic int inflight;        /* submissions between the gate and the driver */
     uint32_t seq;                /* the iteration running now */
     uint64_t iteration_start_ns;
     /* updated by allocations without the gate lock (the memory lock is held then) */
@@ -130,7 +132,12 @@ CUresult shim_gate_memory(void)
 
 CUresult shim_gate(CUstream stream, int ptds)
 {
-    return shim_gate_enter(stream, ptds, 1);
+    return shim_gate_enter(stream, ptds, SHIM_WORK_COPY);
+}
+
+CUresult shim_gate_launch(CUstream stream, int ptds)
+{
+    return shim_gate_enter(stream, ptds, SHIM_WORK_LAUNCH);
 }
 
 CUresult shim_gate_enter(CUstream stream, int ptds, int is_work)
@@ -144,8 +151,12 @@ CUresult shim_gate_enter(CUstream stream, int ptds, int is_work)
         rc = park(gate.seq);
         gate.started = rc == CUDA_SUCCESS;
         gate.iteration_start_ns = shim_now_ns();
-    } else if (gate.explicit_marks ? gate.mark_pending
-                                   : (gate.quiescent && gate.work_since_boundary && at_low_point())) {
+    } else if (atomic_load(&gate.inflight) == 0 &&
+               (gate.explicit_marks ? gate.mark_pending
+                                    : (gate.quiescent && gate.work_since_boundary && at_low_point()))) {
+        /* a marked boundary hands the lane over only once the job's work is done */
+        if (gate.explicit_marks && shim.real.cuCtxSynchronize)
+            shim.real.cuCtxSynchronize();
         uint64_t now = shim_now_ns();
         end_iteration(now, 0);
         gate.seq++;
@@ -154,12 +165,21 @@ CUresult shim_gate_enter(CUstream stream, int ptds, int is_work)
         gate.work_since_boundary = 0;
         gate.mark_pending = 0;
     }
+    if (rc != CUDA_SUCCESS) {
+        /* without the daemon the job may not go on unmanaged: fail closed from now on */
+        shim.init_error = rc;
+        shim.mode = SHIM_MODE_FAILED;
+    }
     if (rc == CUDA_SUCCESS && is_work) {
-        gate.work_since_boundary = 1;
+        /* an iteration is made of launches: copies alone (a set-up phase) are not one */
+        if (is_work == SHIM_WORK_LAUNCH)
+            gate.work_since_boundary = 1;
         gate.quiescent = 0;
         atomic_store(&gate.quiescent_flag, 0);
-        if (ptds && stream == NULL)
-            stream = CU_STREAM_PER_THREAD;
+        atomic_fetch_add(&gate.inflight, 1);
+        /* a per-thread default stream can only be queried from its own thread */
+        if ((ptds && stream == NULL) || stream == CU_STREAM_PER_THREAD)
+            gate.per_thread_used = 1;
         int known = 0;
         for (int i = 0; i < gate.stream_count && !known; i++)
             known = gate.streams[i] == stream;
@@ -180,7 +200,9 @@ void shim_after_sync(int whole_context)
         return;
     pthread_mutex_lock(&gate.lock);
     int idle = whole_context;
-    if (!idle && !gate.stream_overflow) {
+    if (atomic_load(&gate.inflight) > 0)
+        idle = 0; /* another thread is submitting right now */
+    else if (!idle && !gate.stream_overflow && !gate.per_thread_used) {
         idle = 1;
         for (int i = 0; i < gate.stream_count && idle; i++)
             idle = shim.drv.fn_cuStreamQuery(gate.streams[i]) != CUDA_ERROR_NOT_READY;
@@ -189,8 +211,29 @@ void shim_after_sync(int whole_context)
         gate.quiescent = 1;
         gate.stream_count = 0;
         gate.stream_overflow = 0;
+        gate.per_thread_used = 0;
         atomic_store(&gate.min_live_since_quiescent, atomic_load(&shim.page->live_bytes));
         atomic_store(&gate.quiescent_flag, 1);
+    }
+    pthread_mutex_unlock(&gate.lock);
+}
+
+void shim_gate_done(void)
+{
+    if (shim.mode == SHIM_MODE_MANAGED)
+        atomic_fetch_sub(&gate.inflight, 1);
+}
+
+void shim_forget_stream(CUstream stream)
+{
+    if (shim.mode != SHIM_MODE_MANAGED)
+        return;
+    pthread_mutex_lock(&gate.lock);
+    for (int i = 0; i < gate.stream_count; i++) {
+        if (gate.streams[i] == stream) {
+            gate.streams[i] = gate.streams[--gate.stream_count];
+            break;
+        }
     }
     pthread_mutex_unlock(&gate.lock);
 }
@@ -237,9 +280,26 @@ __attribute__((destructor)) static void gate_at_exit(void)
 {
     if (shim.mode != SHIM_MODE_MANAGED || !shim.page)
         return;
-    pthread_mutex_lock(&gate.lock);
+    /* a thread may be parked holding the lock: then the last iteration goes unreported */
+    if (pthread_mutex_trylock(&gate.lock) != 0)
+        return;
     if (gate.started && gate.work_since_boundary)
         end_iteration(shim_now_ns(), 1);
     gate.work_since_boundary = 0;
     pthread_mutex_unlock(&gate.lock);
+}
+
+/* A forked child is not the job: it has no session of its own (CUDA in a forked child is
+ * unsupported anyway). Without this it would report iterations into its parent's page. */
+static void gate_forked_child(void)
+{
+    shim.mode = SHIM_MODE_FAILED;
+    shim.init_error = CUDA_ERROR_NOT_INITIALIZED;
+    shim.page = NULL;
+    pthread_mutex_init(&gate.lock, NULL);
+}
+
+__attribute__((constructor)) static void gate_register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, gate_forked_child);
 }

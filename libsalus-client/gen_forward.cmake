@@ -97,7 +97,11 @@ dlsym:
     addq $8, %rsp
     popq %rsi
     popq %rdi
+    testq %rax, %rax
+    jz .Ldlsym_none
     jmp *%rax
+.Ldlsym_none:
+    ret
     .size dlsym, .-dlsym
 ")
 string(APPEND asm "${table}")

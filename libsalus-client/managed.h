@@ -52,6 +52,41 @@
     X(cuMemsetD16Async_ptsz, cuMemsetD16Async, 7000, 1)                                        \
     X(cuMemsetD32Async, cuMemsetD32Async, 3020, 0)                                             \
     X(cuMemsetD32Async_ptsz, cuMemsetD32Async, 7000, 1)                                        \
+    X(cuMemcpy2DAsync_v2, cuMemcpy2DAsync, 3020, 0)                                            \
+    X(cuMemcpy2DAsync_v2_ptsz, cuMemcpy2DAsync, 7000, 1)                                       \
+    X(cuMemcpy3DAsync_v2, cuMemcpy3DAsync, 3020, 0)                                            \
+    X(cuMemcpy3DAsync_v2_ptsz, cuMemcpy3DAsync, 7000, 1)                                       \
+    X(cuMemcpyPeerAsync, cuMemcpyPeerAsync, 4000, 0)                                           \
+    X(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync, 7000, 1)                                      \
+    X(cuMemsetD2D8Async, cuMemsetD2D8Async, 3020, 0)                                           \
+    X(cuMemsetD2D8Async_ptsz, cuMemsetD2D8Async, 7000, 1)                                      \
+    X(cuMemsetD2D16Async, cuMemsetD2D16Async, 3020, 0)                                         \
+    X(cuMemsetD2D16Async_ptsz, cuMemsetD2D16Async, 7000, 1)                                    \
+    X(cuMemsetD2D32Async, cuMemsetD2D32Async, 3020, 0)                                         \
+    X(cuMemsetD2D32Async_ptsz, cuMemsetD2D32Async, 7000, 1)                                    \
+    X(cuMemPrefetchAsync_v2, cuMemPrefetchAsync, 12020, 0)                                     \
+    X(cuMemPrefetchAsync_v2_ptsz, cuMemPrefetchAsync, 12020, 1)                                \
+    X(cuStreamWriteValue32_v2, cuStreamWriteValue32, 11070, 0)                                 \
+    X(cuStreamWriteValue32_v2_ptsz, cuStreamWriteValue32, 11070, 1)                            \
+    X(cuStreamWriteValue64_v2, cuStreamWriteValue64, 11070, 0)                                 \
+    X(cuStreamWriteValue64_v2_ptsz, cuStreamWriteValue64, 11070, 1)                            \
+    X(cuStreamBatchMemOp_v2, cuStreamBatchMemOp, 11070, 0)                                     \
+    X(cuStreamBatchMemOp_v2_ptsz, cuStreamBatchMemOp, 11070, 1)                                \
+    /* synchronous copies and sets are GPU work too */                                         \
+    X(cuMemcpy, cuMemcpy, 4000, 0)                                                             \
+    X(cuMemcpy_ptds, cuMemcpy, 7000, 1)                                                        \
+    X(cuMemcpyHtoD_v2, cuMemcpyHtoD, 3020, 0)                                                  \
+    X(cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD, 7000, 1)                                             \
+    X(cuMemcpyDtoD_v2, cuMemcpyDtoD, 3020, 0)                                                  \
+    X(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD, 7000, 1)                                             \
+    X(cuMemsetD8_v2, cuMemsetD8, 3020, 0)                                                      \
+    X(cuMemsetD8_v2_ptds, cuMemsetD8, 7000, 1)                                                 \
+    X(cuMemsetD16_v2, cuMemsetD16, 3020, 0)                                                    \
+    X(cuMemsetD16_v2_ptds, cuMemsetD16, 7000, 1)                                               \
+    X(cuMemsetD32_v2, cuMemsetD32, 3020, 0)                                                    \
+    X(cuMemsetD32_v2_ptds, cuMemsetD32, 7000, 1)                                               \
+    /* streams the gate watches */                                                             \
+    X(cuStreamDestroy_v2, cuStreamDestroy, 4000, 0)                                            \
     /* synchronising calls: where iteration boundaries are found */                            \
     X(cuCtxSynchronize, cuCtxSynchronize, 2000, 0)                                             \
     X(cuCtxSynchronize_v2, cuCtxSynchronize, 13000, 0)                                         \

@@ -147,15 +147,16 @@ static void release_block(uint64_t address)
         (void)size;
 }
 
-/* Returns pending async frees to the allocator: those whose event completed, and (when
- * reuse_stream is set) those freed on that stream, which stream order makes safe. */
-static void retire_pending(int by_stream, CUstream reuse_stream, int wait_all)
+/* Returns pending async frees to the allocator once their event completed (waiting for it
+ * with wait_all). Blocks are reused only then, on any stream: handing one to an allocation on
+ * the freeing stream earlier would also release it to every other stream. */
+static void retire_pending(int wait_all)
 {
     pending_free_t **link = &mem.pending;
     while (*link) {
         pending_free_t *p = *link;
-        int done = (by_stream && p->stream == reuse_stream);
-        if (!done && wait_all)
+        int done = 0;
+        if (wait_all)
             done = shim.real.cuEventSynchronize(p->done) == CUDA_SUCCESS;
         if (!done)
             done = shim.real.cuEventQuery(p->done) != CUDA_ERROR_NOT_READY;
@@ -168,6 +169,29 @@ static void retire_pending(int by_stream, CUstream reuse_stream, int wait_all)
         *link = p->next;
         free(p);
     }
+}
+
+/* Stream-ordered reuse: an allocation on stream S may take a block whose free is still
+ * pending on S itself (S orders the old uses before the new ones). Only that block moves;
+ * the per-thread default stream is excluded (its handle names a different stream in each
+ * thread). The block is no larger than twice the request, so big blocks are not wasted. */
+static int reuse_on_stream(CUstream stream, size_t bytes, uint64_t *address)
+{
+    if (stream == CU_STREAM_PER_THREAD)
+        return -ENOENT;
+    for (pending_free_t **link = &mem.pending; *link; link = &(*link)->next) {
+        pending_free_t *p = *link;
+        allocator_block_t block;
+        if (p->stream != stream || allocator_lookup(mem.allocator, p->address, &block) < 0 ||
+            block.size_bytes < bytes || block.size_bytes > 2 * (uint64_t)bytes + 4096)
+            continue;
+        *address = p->address;
+        shim.real.cuEventDestroy(p->done);
+        *link = p->next;
+        free(p);
+        return 0;
+    }
+    return -ENOENT;
 }
 
 CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, CUstream stream, int stream_ordered)
@@ -185,10 +209,18 @@ CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, CUstream stream, int st
     if (!mem.allocator && (rc = reserve_address_space()) != CUDA_SUCCESS)
         goto out;
     if (mem.pending)
-        retire_pending(stream_ordered, stream, 0);
+        retire_pending(0);
+    if (stream_ordered && mem.pending && reuse_on_stream(stream, bytes, &address) == 0) {
+        allocator_block_t reused;
+        allocator_lookup(mem.allocator, address, &reused);
+        mem.live_bytes += reused.size_bytes;
+        *dptr = (CUdeviceptr)address;
+        shim_note_alloc(mem.live_bytes);
+        goto out;
+    }
     int arc = allocator_alloc(mem.allocator, bytes, &address);
     if (arc == -ENOMEM && mem.pending) {
-        retire_pending(stream_ordered, stream, 1);
+        retire_pending(1);
         arc = allocator_alloc(mem.allocator, bytes, &address);
     }
     if (arc == -ENOMEM) {
@@ -260,7 +292,7 @@ void shim_mem_trim(void)
     uint64_t base, size;
     pthread_mutex_lock(&mem.lock);
     if (mem.pending)
-        retire_pending(0, NULL, 0);
+        retire_pending(0);
     while (mem.allocator && allocator_range_find_empty(mem.allocator, &base, &size) == 0) {
         size_t i = 0;
         while (i < mem.chunk_count && mem.chunks[i].at != base)

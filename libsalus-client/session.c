@@ -166,7 +166,12 @@ static int register_job(const char *socket_path)
     }
     if (!name || !*name)
         name = program_invocation_short_name;
-    msgpack_packer *pk = salus_client_begin(&shim.client, "register", 5);
+    /* salusctl submit reserved the job: attach to it */
+    const char *reserved = getenv("SALUS_JOB_ID");
+    unsigned long long reserved_id = reserved && *reserved ? strtoull(reserved, NULL, 10) : 0;
+    msgpack_packer *pk = salus_client_begin(&shim.client, "register", reserved_id ? 6 : 5);
+    if (reserved_id)
+        proto_pack_kv_uint(pk, "job_id", reserved_id);
     proto_pack_kv_str(pk, "name", name);
     proto_pack_kv_uint(pk, "iterations", iterations ? strtoull(iterations, NULL, 10) : 0);
     proto_pack_kv_uint(pk, "persistent_bytes", env_bytes("SALUS_MEM_PERSISTENT"));
@@ -256,6 +261,18 @@ int shim_session_alive(void)
     return poll(&p, 1, 0) == 0;
 }
 
+/* A reply that did not come (timeout) or came out of order leaves the stream out of step:
+ * the session is over, and the job fails closed. Called with client_lock held. */
+static void session_broken(int rc)
+{
+    if (rc != -ETIMEDOUT && rc != -EPROTO && rc != -ECONNRESET && rc != -EPIPE)
+        return;
+    LOG_ERROR("the connection to salusd broke (%s); the job cannot go on", strerror(-rc));
+    salus_client_close(&shim.client);
+    shim.init_error = CUDA_ERROR_SYSTEM_NOT_READY;
+    shim.mode = SHIM_MODE_FAILED;
+}
+
 int shim_session_grow(uint64_t bytes, uint64_t *chunk_id, uint64_t *chunk_bytes)
 {
     char err[256] = "";
@@ -264,7 +281,11 @@ int shim_session_grow(uint64_t bytes, uint64_t *chunk_id, uint64_t *chunk_bytes)
     pthread_mutex_lock(&shim.client_lock);
     msgpack_packer *pk = salus_client_begin(&shim.client, "mem_grow", 1);
     proto_pack_kv_uint(pk, "bytes", bytes);
-    int rc = salus_client_call_fds(&shim.client, &reply, err, sizeof(err), 30000, &fd, 1, &nfds);
+    int rc = shim.client.fd >= 0
+                 ? salus_client_call_fds(&shim.client, &reply, err, sizeof(err), 30000, &fd, 1, &nfds)
+                 : -ECONNRESET;
+    if (rc < 0)
+        session_broken(rc);
     pthread_mutex_unlock(&shim.client_lock);
     if (rc < 0) {
         LOG_DEBUG("mem_grow(%llu) refused: %s", (unsigned long long)bytes, err);
@@ -288,7 +309,10 @@ int shim_session_release(uint64_t chunk_id)
     pthread_mutex_lock(&shim.client_lock);
     msgpack_packer *pk = salus_client_begin(&shim.client, "mem_release", 1);
     proto_pack_kv_uint(pk, "chunk_id", chunk_id);
-    int rc = salus_client_call(&shim.client, &reply, err, sizeof(err));
+    int rc = shim.client.fd >= 0 ? salus_client_call(&shim.client, &reply, err, sizeof(err))
+                                 : -ECONNRESET;
+    if (rc < 0)
+        session_broken(rc);
     pthread_mutex_unlock(&shim.client_lock);
     if (rc < 0) {
         LOG_WARN("mem_release(%llu) failed: %s", (unsigned long long)chunk_id, err);

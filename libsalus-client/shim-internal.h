@@ -45,6 +45,22 @@ SHIM_DECLARE_PTSZ(cuMemsetD16Async_ptsz, cuMemsetD16Async)
 SHIM_DECLARE_PTSZ(cuMemsetD32Async_ptsz, cuMemsetD32Async)
 SHIM_DECLARE_PTSZ(cuStreamSynchronize_ptsz, cuStreamSynchronize)
 SHIM_DECLARE_PTSZ(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH_v2)
+SHIM_DECLARE_PTSZ(cuMemcpy2DAsync_v2_ptsz, cuMemcpy2DAsync_v2)
+SHIM_DECLARE_PTSZ(cuMemcpy3DAsync_v2_ptsz, cuMemcpy3DAsync_v2)
+SHIM_DECLARE_PTSZ(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync)
+SHIM_DECLARE_PTSZ(cuMemsetD2D8Async_ptsz, cuMemsetD2D8Async)
+SHIM_DECLARE_PTSZ(cuMemsetD2D16Async_ptsz, cuMemsetD2D16Async)
+SHIM_DECLARE_PTSZ(cuMemsetD2D32Async_ptsz, cuMemsetD2D32Async)
+SHIM_DECLARE_PTSZ(cuMemPrefetchAsync_v2_ptsz, cuMemPrefetchAsync_v2)
+SHIM_DECLARE_PTSZ(cuStreamWriteValue32_v2_ptsz, cuStreamWriteValue32_v2)
+SHIM_DECLARE_PTSZ(cuStreamWriteValue64_v2_ptsz, cuStreamWriteValue64_v2)
+SHIM_DECLARE_PTSZ(cuStreamBatchMemOp_v2_ptsz, cuStreamBatchMemOp_v2)
+SHIM_DECLARE_PTSZ(cuMemcpy_ptds, cuMemcpy)
+SHIM_DECLARE_PTSZ(cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD_v2)
+SHIM_DECLARE_PTSZ(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD_v2)
+SHIM_DECLARE_PTSZ(cuMemsetD8_v2_ptds, cuMemsetD8_v2)
+SHIM_DECLARE_PTSZ(cuMemsetD16_v2_ptds, cuMemsetD16_v2)
+SHIM_DECLARE_PTSZ(cuMemsetD32_v2_ptds, cuMemsetD32_v2)
 #undef SHIM_DECLARE_PTSZ
 #pragma GCC visibility pop
 
@@ -105,9 +121,17 @@ void shim_mem_trim(void);
 void shim_mem_info(size_t *free_bytes, size_t *total_bytes);
 
 /* gate.c */
+enum { SHIM_WORK_NONE = 0, SHIM_WORK_COPY = 1, SHIM_WORK_LAUNCH = 2 };
+/* copies, sets and other stream work */
 CUresult shim_gate(CUstream stream, int ptds);
+/* kernel, graph and host-function launches: what iterations are made of */
+CUresult shim_gate_launch(CUstream stream, int ptds);
 CUresult shim_gate_memory(void);
 CUresult shim_gate_enter(CUstream stream, int ptds, int is_work);
+/* After the real call of a gated submission returned (pairs with a successful shim_gate). */
+void shim_gate_done(void);
+/* The program destroys a stream: the gate stops watching it. */
+void shim_forget_stream(CUstream stream);
 void shim_after_sync(int whole_context);
 void shim_note_free(uint64_t live_bytes);
 void shim_note_alloc(uint64_t live_bytes);

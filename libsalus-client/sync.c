@@ -1,51 +1,71 @@
-/* Wrappers of the synchronising calls: after each, the gate learns whether the job's work
- * is all complete (a candidate iteration boundary). */
+/* Wrappers of the synchronous calls. Copies and sets are GPU work (they pass the gate);
+ * after each synchronising call the gate learns whether the job's work is all complete (a
+ * candidate iteration boundary). */
 #include "shim-internal.h"
 
-#define SYNCED(call, whole_context)                                                            \
+#define SYNCED(symbol, whole_context, args)                                                    \
     do {                                                                                       \
-        CUresult init_rc_ = shim_init();                                                       \
-        if (init_rc_ != CUDA_SUCCESS)                                                          \
-            return init_rc_;                                                                   \
-        CUresult rc_ = (call);                                                                 \
+        CUresult rc_ = shim_init();                                                            \
+        if (rc_ != CUDA_SUCCESS)                                                               \
+            return rc_;                                                                        \
+        if (!shim.real.symbol)                                                                 \
+            return CUDA_ERROR_NOT_SUPPORTED;                                                   \
+        rc_ = shim.real.symbol args;                                                           \
         if (rc_ == CUDA_SUCCESS)                                                               \
             shim_after_sync(whole_context);                                                    \
         return rc_;                                                                            \
     } while (0)
 
+/* GPU work that also waits for its stream (the legacy or the per-thread default stream). */
+#define GATED_SYNC_WRAPPER(symbol, ptds, params, args)                                         \
+    CUresult CUDAAPI symbol params                                                             \
+    {                                                                                          \
+        CUresult rc_ = shim_gate(NULL, (ptds));                                                \
+        if (rc_ != CUDA_SUCCESS)                                                               \
+            return rc_;                                                                        \
+        rc_ = shim.real.symbol ? shim.real.symbol args : CUDA_ERROR_NOT_SUPPORTED;             \
+        shim_gate_done();                                                                      \
+        if (rc_ == CUDA_SUCCESS)                                                               \
+            shim_after_sync(0);                                                                \
+        return rc_;                                                                            \
+    }
+
 CUresult CUDAAPI cuCtxSynchronize(void)
 {
-    SYNCED(shim.real.cuCtxSynchronize(), 1);
+    SYNCED(cuCtxSynchronize, 1, ());
 }
 
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
 {
-    if (shim_init() == CUDA_SUCCESS && !shim.real.cuCtxSynchronize_v2)
-        return CUDA_ERROR_NOT_SUPPORTED;
-    SYNCED(shim.real.cuCtxSynchronize_v2(ctx), 1);
+    SYNCED(cuCtxSynchronize_v2, 1, (ctx));
 }
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream s)
 {
-    SYNCED(shim.real.cuStreamSynchronize(s), 0);
+    SYNCED(cuStreamSynchronize, 0, (s));
 }
 
 CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream s)
 {
-    SYNCED(shim.real.cuStreamSynchronize_ptsz(s), 0);
+    SYNCED(cuStreamSynchronize_ptsz, 0, (s));
 }
 
 CUresult CUDAAPI cuEventSynchronize(CUevent e)
 {
-    SYNCED(shim.real.cuEventSynchronize(e), 0);
+    SYNCED(cuEventSynchronize, 0, (e));
 }
 
-CUresult CUDAAPI cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
-{
-    SYNCED(shim.real.cuMemcpyDtoH_v2(dst, src, n), 0);
-}
-
-CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n)
-{
-    SYNCED(shim.real.cuMemcpyDtoH_v2_ptds(dst, src, n), 0);
-}
+GATED_SYNC_WRAPPER(cuMemcpyDtoH_v2, 0, (void *dst, CUdeviceptr src, size_t n), (dst, src, n))
+GATED_SYNC_WRAPPER(cuMemcpyDtoH_v2_ptds, 1, (void *dst, CUdeviceptr src, size_t n), (dst, src, n))
+GATED_SYNC_WRAPPER(cuMemcpyHtoD_v2, 0, (CUdeviceptr dst, const void *src, size_t n), (dst, src, n))
+GATED_SYNC_WRAPPER(cuMemcpyHtoD_v2_ptds, 1, (CUdeviceptr dst, const void *src, size_t n), (dst, src, n))
+GATED_SYNC_WRAPPER(cuMemcpyDtoD_v2, 0, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))
+GATED_SYNC_WRAPPER(cuMemcpyDtoD_v2_ptds, 1, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))
+GATED_SYNC_WRAPPER(cuMemcpy, 0, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))
+GATED_SYNC_WRAPPER(cuMemcpy_ptds, 1, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))
+GATED_SYNC_WRAPPER(cuMemsetD8_v2, 0, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n))
+GATED_SYNC_WRAPPER(cuMemsetD8_v2_ptds, 1, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n))
+GATED_SYNC_WRAPPER(cuMemsetD16_v2, 0, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n))
+GATED_SYNC_WRAPPER(cuMemsetD16_v2_ptds, 1, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n))
+GATED_SYNC_WRAPPER(cuMemsetD32_v2, 0, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n))
+GATED_SYNC_WRAPPER(cuMemsetD32_v2_ptds, 1, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n))

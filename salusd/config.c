@@ -28,8 +28,6 @@ const option_def_t salusd_options[] = {
         "a client that has not said hello by then is disconnected"),
     ROW("driver", OPTION_STRING, NULL, 0, 0, driver_path,
         "CUDA driver to use (default: the system's libcuda.so.1 if a GPU works, else simgpu)"),
-    ROW("default-job-memory", OPTION_BYTES, "0", 0, 1LL << 50, default_job_bytes,
-        "memory budget of a job that gives no hints (0: a quarter of its GPU)"),
     ROW("chunk-bytes", OPTION_BYTES, "64MiB", 1 << 20, 1LL << 40, chunk_bytes,
         "device memory is handed to jobs in chunks of this size (or larger)"),
     ROW("finished-jobs-kept", OPTION_INT, "100", 0, 100000, finished_jobs_kept,

@@ -15,7 +15,6 @@ typedef struct salusd_config_s {
     long long max_connections;
     long long hello_timeout_ms;
     char driver_path[4096];
-    unsigned long long default_job_bytes;
     unsigned long long chunk_bytes;
     long long finished_jobs_kept;
     char policy[32];

@@ -25,6 +25,7 @@ typedef struct conn_s {
     int hello_done;
     int closing;              /* an error was sent; close once it is written */
     uint64_t job_id;          /* 0: not registered as a job */
+    int access;               /* access.c's cache: 0 unknown, 1 sees all jobs, 2 own only */
     char client[32];
     LIST_ENTRY(conn_s) link;
 } conn_t;
@@ -47,6 +48,7 @@ typedef struct salusd_s {
     int socket_bound;
     proto_enc_t enc;          /* scratch encoder for replies (single-threaded loop) */
     struct metrics_s *metrics; /* the /metrics endpoint (metrics.c); NULL: off */
+    struct jobctl_s *jobctl;  /* submitted jobs' logs, exit statuses, waiters (jobctl.c) */
 } salusd_t;
 
 uint64_t salusd_now_ns(void);

@@ -1,5 +1,6 @@
 /* Request handlers: one row per op. Each handler writes exactly one reply or error. */
 #include "daemon.h"
+#include "jobctl.h"
 #include "jobs.h"
 #include "policy.h"
 #include "metrics.h"
@@ -54,7 +55,7 @@ static void reply_ps(conn_t *c, const proto_msg_t *msg)
     proto_enc_t *e = &c->daemon->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
     proto_pack_str(&e->pk, "jobs");
-    jobs_pack_list(c->daemon, &e->pk);
+    jobs_pack_list(c->daemon, &e->pk, c); /* the requester's jobs (all for admins) */
     proto_enc_finish(e);
     server_send(c, e);
 }
@@ -64,7 +65,7 @@ static void reply_lanes(conn_t *c, const proto_msg_t *msg)
     proto_enc_t *e = &c->daemon->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
     proto_pack_str(&e->pk, "lanes");
-    sched_pack_lanes(c->daemon, &e->pk);
+    access_pack_lanes(c, &e->pk);
     proto_enc_finish(e);
     server_send(c, e);
 }
@@ -79,9 +80,10 @@ static void reply_policy(conn_t *c, const proto_msg_t *msg)
         return;
     }
     if (rc == 0) {
-        if (c->uid != 0 && c->uid != geteuid()) {
+        if (!access_is_admin(c)) {
             server_reply_error(c, msg->id, PROTO_EPERM, 0,
-                               "only root or salusd's own user may switch the policy");
+                               "permission_denied: only root, salusd's own user or members of "
+                               "the group " ACCESS_ADMIN_GROUP " may switch the policy");
             return;
         }
         if (sched_set_policy(c->daemon, name, err, sizeof(err)) < 0) {
@@ -111,6 +113,12 @@ static const struct {
     {"register", jobs_handle_register},
     {"mem_grow", jobs_handle_mem_grow},
     {"mem_release", jobs_handle_mem_release},
+    {"submit", jobctl_handle_submit},
+    {"job_exit", jobctl_handle_job_exit},
+    {"kill", jobctl_handle_kill},
+    {"wait", jobctl_handle_wait},
+    {"logs", jobctl_handle_logs},
+    {"stats", jobctl_handle_stats},
 };
 
 void handlers_dispatch(conn_t *c, const proto_msg_t *msg)

@@ -3,6 +3,7 @@
  * on the first GPU whose unreserved memory holds it. */
 #include "jobs.h"
 
+#include "jobctl.h"
 #include "job_page.h"
 #include "log.h"
 
@@ -28,6 +29,7 @@ typedef struct job_runtime_s {
     job_page_t *page;
     chunk_t *chunks;
     size_t chunk_count, chunk_capacity;
+    int reserved;                /* reserved by submit; its program has not registered yet */
 } job_runtime_t;
 
 
@@ -107,6 +109,7 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     job->finished_ns = salusd_now_ns();
     LOG_INFO("job %llu '%s' %s; its memory is returned", (unsigned long long)job->id, job->name,
              final_state == JOB_DONE ? "ended" : "failed");
+    jobctl_job_finished(d, job);
     forget_old_finished(d);
     sched_try_admit(d);
 }
@@ -212,6 +215,9 @@ void jobs_set_budget(salusd_t *d, job_t *job, uint64_t budget_bytes)
     job_runtime_t *rt = runtime_of(job);
     if (!rt || job->gpu < 0)
         return;
+    /* never below what the job already holds (chunk rounding, or a page that lies) */
+    if (budget_bytes < job->committed_bytes)
+        budget_bytes = job->committed_bytes;
     d->devices.gpus[job->gpu].reserved_bytes += budget_bytes;
     d->devices.gpus[job->gpu].reserved_bytes -= job->budget_bytes;
     job->budget_bytes = budget_bytes;
@@ -237,8 +243,10 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     char name[REGISTRY_NAME_BYTES] = "";
     uint64_t iterations = 0, persistent = 0, ephemeral = 0;
     int64_t priority = 0;
+    uint64_t reserved_id = 0;
     const msgpack_object *b = &msg->body;
     if (proto_get_str_copy(b, "name", name, sizeof(name)) == -EINVAL ||
+        proto_get_uint(b, "job_id", &reserved_id) == -EINVAL ||
         proto_get_uint(b, "iterations", &iterations) == -EINVAL ||
         proto_get_uint(b, "persistent_bytes", &persistent) == -EINVAL ||
         proto_get_uint(b, "ephemeral_bytes", &ephemeral) == -EINVAL ||
@@ -246,7 +254,8 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
         ephemeral > (1ull << 50)) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
                            "register takes name (string of at most %d bytes), iterations, "
-                           "persistent_bytes, ephemeral_bytes (unsigned) and priority (integer)",
+                           "persistent_bytes, ephemeral_bytes, job_id (unsigned) and priority "
+                           "(integer)",
                            REGISTRY_NAME_BYTES - 1);
         return;
     }
@@ -260,29 +269,72 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
         server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "salusd has no GPU");
         return;
     }
-    job_runtime_t *rt = calloc(1, sizeof(*rt));
-    job_t *job = rt ? registry_add(d->registry, name, c->pid, c->uid, c->gid, salusd_now_ns(), c)
-                    : NULL;
-    if (!job) {
-        free(rt);
-        server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
-        return;
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        const job_t *other = registry_at(d->registry, i);
+        if (other->runtime && other->pid == c->pid) {
+            server_reply_error(c, msg->id, PROTO_ESTATE, 0,
+                               "process %d is already job %llu", (int)c->pid,
+                               (unsigned long long)other->id);
+            return;
+        }
     }
-    rt->daemon = d;
-    rt->job_id = job->id;
+    job_t *job = NULL;
+    job_runtime_t *rt = NULL;
+    if (reserved_id) { /* salusctl submit reserved the job: attach this process to it */
+        job = registry_find(d->registry, reserved_id);
+        if (!job) {
+            server_reply_error(c, msg->id, PROTO_ENOTFOUND, 0, "no job %llu (SALUS_JOB_ID)",
+                               (unsigned long long)reserved_id);
+            return;
+        }
+        if (job->uid != c->uid) {
+            server_reply_error(c, msg->id, PROTO_EPERM, 0,
+                               "permission_denied: job %llu belongs to another user",
+                               (unsigned long long)reserved_id);
+            return;
+        }
+        rt = runtime_of(job);
+        if (!rt) {
+            server_reply_error(c, msg->id, PROTO_ESTATE, 0, "job %llu has already ended",
+                               (unsigned long long)reserved_id);
+            return;
+        }
+        if (!rt->reserved) { /* a second process of the job: it becomes a job of its own */
+            LOG_INFO("job %llu is already registered; pid %d registers as a new job",
+                     (unsigned long long)reserved_id, (int)c->pid);
+            job = NULL;
+            rt = NULL;
+        } else {
+            rt->reserved = 0;
+            job->pid = c->pid;
+            job->owner = c;
+            if (name[0])
+                snprintf(job->name, sizeof(job->name), "%s", name);
+        }
+    }
+    if (!job) {
+        rt = calloc(1, sizeof(*rt));
+        job = rt ? registry_add(d->registry, name, c->pid, c->uid, c->gid, salusd_now_ns(), c)
+                 : NULL;
+        if (!job) {
+            free(rt);
+            server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
+            return;
+        }
+        rt->daemon = d;
+        rt->job_id = job->id;
+        rt->notify_fd = -1;
+    }
     rt->conn = c;
     rt->register_request_id = msg->id;
     rt->reply_pending = 1;
-    rt->notify_fd = -1;
     rt->pidfd = (int)syscall(SYS_pidfd_open, c->pid, 0);
     job->runtime = rt;
     job->iterations_expected = iterations;
     job->persistent_hint_bytes = persistent;
     job->ephemeral_hint_bytes = ephemeral;
     job->priority = priority;
-    uint64_t quarter = d->devices.gpus[0].total_bytes / 4;
-    job->budget_bytes = persistent + ephemeral ? persistent + ephemeral
-                        : d->config.default_job_bytes ? d->config.default_job_bytes : quarter;
+    job->budget_bytes = 0; /* set at admission from the job's placement */
     c->job_id = job->id;
     if (rt->pidfd >= 0) {
         rt->pid_event = event_new(d->base, rt->pidfd, EV_READ, on_process_exit, rt);
@@ -312,7 +364,7 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
         server_reply_error(c, msg->id, PROTO_EBADARG, 0, "mem_grow takes bytes (> 0)");
         return;
     }
-    if (job->committed_bytes + bytes > job->budget_bytes) {
+    if (bytes > job->budget_bytes - job->committed_bytes) {
         server_reply_error(c, msg->id, PROTO_ENOMEM, 0,
                            "over the job's budget: %llu of %llu MiB in use, %llu MiB more asked",
                            (unsigned long long)(job->committed_bytes >> 20),
@@ -390,6 +442,7 @@ void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg)
 void jobs_connection_closed(conn_t *c)
 {
     salusd_t *d = c->daemon;
+    jobctl_connection_closed(c);
     job_t *job = job_of_conn(c);
     job_runtime_t *rt = runtime_of(job);
     if (!rt)
@@ -400,13 +453,17 @@ void jobs_connection_closed(conn_t *c)
         finish_job(d, job, rt->reply_pending ? JOB_FAILED : JOB_DONE);
 }
 
-void jobs_pack_list(salusd_t *d, msgpack_packer *pk)
+void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer)
 {
-    size_t n = registry_count(d->registry);
+    size_t n = registry_count(d->registry), visible = 0;
     uint64_t now = salusd_now_ns();
-    msgpack_pack_array(pk, (uint32_t)n);
+    for (size_t i = 0; i < n; i++)
+        visible += !viewer || access_may_control(viewer, registry_at(d->registry, i)->uid);
+    msgpack_pack_array(pk, (uint32_t)visible);
     for (size_t i = 0; i < n; i++) {
         job_t *job = registry_at(d->registry, i);
+        if (viewer && !access_may_control(viewer, job->uid))
+            continue;
         refresh_stats(job);
         const job_stats_t *st = &job->stats;
         uint64_t end = job->finished_ns ? job->finished_ns : now;
@@ -414,7 +471,7 @@ void jobs_pack_list(salusd_t *d, msgpack_packer *pk)
         const char *state = job_state_name(job->state);
         if (job->state == JOB_PAUSED && sched_is_holder(d, job))
             state = "running";
-        msgpack_pack_map(pk, 20);
+        msgpack_pack_map(pk, 21);
         proto_pack_kv_uint(pk, "id", job->id);
         proto_pack_kv_str(pk, "name", job->name);
         proto_pack_kv_uint(pk, "pid", (uint64_t)job->pid);
@@ -453,6 +510,13 @@ void jobs_pack_list(salusd_t *d, msgpack_packer *pk)
         proto_pack_str(pk, "finished_at_ms");
         if (job->finished_ns)
             msgpack_pack_uint64(pk, (job->finished_ns - d->started_ns) / 1000000);
+        else
+            msgpack_pack_nil(pk);
+        /* reported by salusctl submit's supervisor (job_exit); null until then */
+        int exit_status;
+        proto_pack_str(pk, "exit_status");
+        if (jobctl_exit_status(d, job->id, &exit_status) == 0)
+            msgpack_pack_int(pk, exit_status);
         else
             msgpack_pack_nil(pk);
     }
@@ -506,6 +570,56 @@ void jobs_shutdown(salusd_t *d)
         free(rt);
         job->runtime = NULL;
     }
+    jobctl_shutdown(d);
+}
+
+job_t *jobs_reserve(conn_t *c, const char *name, uint64_t iterations, uint64_t persistent_bytes,
+                    uint64_t ephemeral_bytes, int64_t priority)
+{
+    salusd_t *d = c->daemon;
+    job_runtime_t *rt = calloc(1, sizeof(*rt));
+    job_t *job = rt ? registry_add(d->registry, name, c->pid, c->uid, c->gid, salusd_now_ns(),
+                                   NULL)
+                    : NULL;
+    if (!job) {
+        free(rt);
+        return NULL;
+    }
+    rt->daemon = d;
+    rt->job_id = job->id;
+    rt->pidfd = -1;
+    rt->notify_fd = -1;
+    rt->reserved = 1;
+    job->runtime = rt;
+    job->iterations_expected = iterations;
+    job->persistent_hint_bytes = persistent_bytes;
+    job->ephemeral_hint_bytes = ephemeral_bytes;
+    job->priority = priority;
+    LOG_INFO("job %llu '%s' reserved (uid %u); waiting for its program to register",
+             (unsigned long long)job->id, job->name, (unsigned)job->uid);
+    return job;
+}
+
+int jobs_is_reserved(const job_t *job)
+{
+    const job_runtime_t *rt = runtime_of(job);
+    return rt && rt->reserved;
+}
+
+void jobs_end_reserved(salusd_t *d, job_t *job, job_state_t final_state)
+{
+    if (jobs_is_reserved(job))
+        finish_job(d, job, final_state);
+}
+
+int jobs_signal(const job_t *job, int sig)
+{
+    const job_runtime_t *rt = runtime_of(job);
+    if (!rt || rt->reserved || rt->pidfd < 0)
+        return -ESRCH;
+    if (syscall(SYS_pidfd_send_signal, rt->pidfd, sig, NULL, 0) < 0)
+        return -errno;
+    return 0;
 }
 
 struct job_page_s *jobs_page(const job_t *job)

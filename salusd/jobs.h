@@ -10,8 +10,20 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg);
 void jobs_connection_closed(conn_t *c);
-/* Writes {jobs: [...]} entries for ps. */
-void jobs_pack_list(salusd_t *d, msgpack_packer *pk);
+/* Writes {jobs: [...]} entries for ps: those viewer may see (all when viewer is NULL). */
+void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer);
+/* salusctl submit: a job listed as waiting before its program runs. Its uid is the
+ * requester's; the program attaches by sending job_id in its register request. NULL when
+ * out of memory. */
+job_t *jobs_reserve(conn_t *c, const char *name, uint64_t iterations, uint64_t persistent_bytes,
+                    uint64_t ephemeral_bytes, int64_t priority);
+/* Reserved and no program has attached yet. */
+int jobs_is_reserved(const job_t *job);
+/* Ends a job that is still only reserved (its command ended without using the GPU). */
+void jobs_end_reserved(salusd_t *d, job_t *job, job_state_t final_state);
+/* Sends sig to the job's registered process through its pidfd. 0, -ESRCH when the job
+ * has no live registered process, or a negative errno. */
+int jobs_signal(const job_t *job, int sig);
 /* One job as ps lists it, for the metrics endpoint. state is a static string ("waiting",
  * "running", "paused", "done", "failed"); running means the job holds its GPU now. */
 typedef struct jobs_info_s {

@@ -31,6 +31,8 @@
 #define SCHED_MAX_VIEWS 1024
 
 struct sched_s {
+    int admitting;               /* sched_try_admit is on the stack */
+    int admit_again;             /* something changed meanwhile: run it once more */
     lanes_t *lanes;
     policy_t policy;
     policy_config_t policy_config;
@@ -185,7 +187,26 @@ void sched_job_parked(salusd_t *d, job_t *job)
     dispatch_lane(d, pl.lane_id);
 }
 
+static void try_admit_once(salusd_t *d);
+
+/* Admission may finish jobs (refusals), which asks for admission again: that second round
+ * runs after this one, on fresh placements, never nested inside it. */
 void sched_try_admit(salusd_t *d)
+{
+    sched_t *s = d->sched;
+    if (s->admitting) {
+        s->admit_again = 1;
+        return;
+    }
+    s->admitting = 1;
+    do {
+        s->admit_again = 0;
+        try_admit_once(d);
+    } while (s->admit_again);
+    s->admitting = 0;
+}
+
+static void try_admit_once(salusd_t *d)
 {
     sched_t *s = d->sched;
     size_t n = 0;

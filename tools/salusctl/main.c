@@ -1,6 +1,7 @@
 /* salusctl: the command-line client of salusd. A table of verbs; exit codes:
  * 0 success, 1 the daemon failed or could not be reached, 2 usage error. */
 #include "client.h"
+#include "ctl.h"
 #include "json.h"
 #include "paths.h"
 #include "run.h"
@@ -9,14 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { EXIT_OK = 0, EXIT_DAEMON = 1, EXIT_USAGE = 2 };
-
-typedef struct ctl_s {
-    char socket_path[108];
-    int json;
-    int timeout_ms;
-} ctl_t;
 
 typedef struct verb_s {
     const char *name;
@@ -242,6 +235,18 @@ static const verb_t verbs[] = {
      "[--priority N] -- CMD [ARGS]", "run a command as a salus job, in the foreground"},
     {"status", 0, 0, verb_status, "status [--json]", "show the daemon's state"},
     {"ps", 0, 0, verb_ps, "ps [--json]", "list jobs"},
+    {"submit", 1, -1, verb_submit, "submit [--log FILE] [--name N] [--iterations N] "
+     "[--persistent B] [--ephemeral B] [--priority N] -- CMD [ARGS]",
+     "run a command as a detached job (output to a log file); prints its id"},
+    {"kill", 1, -1, verb_kill, "kill [--force] [--grace S] JOB",
+     "end a job: SIGTERM, then SIGKILL after S seconds (10); --force: SIGKILL at once"},
+    {"wait", 1, -1, verb_wait, "wait [--json] JOB",
+     "wait until a job ends; exit with its exit status when known (submit), else 0 done, "
+     "1 failed"},
+    {"logs", 1, -1, verb_logs, "logs [-f] JOB", "print a submitted job's log (-f: follow)"},
+    {"stats", 0, 0, verb_stats, "stats [--json]",
+     "per GPU memory, utilisation, lanes and jobs; per job iteration rate"},
+    {"top", 0, 0, verb_top, "top", "live view of GPUs and jobs, refreshed each second (q quits)"},
     {"version", 0, 0, verb_version, "version", "show the client's and the daemon's versions"},
     {"help", 0, 1, verb_help, "help [VERB]", "show help for all verbs or one"},
 };

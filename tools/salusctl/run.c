@@ -56,7 +56,8 @@ static void usage_run(void)
                     "[--ephemeral BYTES] [--priority N] -- COMMAND [ARGS...]\n");
 }
 
-int salusctl_run(const char *socket_path, int timeout_ms, int argc, char **argv)
+int salusctl_job_options(const char *verb, int argc, char **argv, const char **log_path,
+                         int *command_index)
 {
     static const char *const hints[][2] = {
         {"--name", "SALUS_JOB_NAME"},          {"--iterations", "SALUS_ITERATIONS"},
@@ -73,23 +74,31 @@ int salusctl_run(const char *socket_path, int timeout_ms, int argc, char **argv)
         for (; h < sizeof(hints) / sizeof(hints[0]); h++)
             if (strcmp(argv[i], hints[h][0]) == 0)
                 break;
+        if (h == sizeof(hints) / sizeof(hints[0]) && log_path && strcmp(argv[i], "--log") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "salusctl: %s: --log needs a value\n", verb);
+                return 2;
+            }
+            *log_path = argv[++i];
+            continue;
+        }
         if (h == sizeof(hints) / sizeof(hints[0])) {
             if (argv[i][0] == '-') {
-                fprintf(stderr, "salusctl: run: unknown option '%s'\n", argv[i]);
+                fprintf(stderr, "salusctl: %s: unknown option '%s'\n", verb, argv[i]);
                 usage_run();
                 return 2;
             }
             break; /* the command starts here */
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "salusctl: run: %s needs a value\n", argv[i]);
+            fprintf(stderr, "salusctl: %s: %s needs a value\n", verb, argv[i]);
             return 2;
         }
         const char *value = argv[++i];
         unsigned long long bytes;
         if ((h == 2 || h == 3) && options_parse_bytes(value, &bytes) < 0) {
-            fprintf(stderr, "salusctl: run: %s expects a size such as 512MiB, got '%s'\n",
-                    hints[h][0], value);
+            fprintf(stderr, "salusctl: %s: %s expects a size such as 512MiB, got '%s'\n",
+                    verb, hints[h][0], value);
             return 2;
         }
         char text[32];
@@ -101,8 +110,8 @@ int salusctl_run(const char *socket_path, int timeout_ms, int argc, char **argv)
             errno = 0;
             long long v = strtoll(value, &end, 10);
             if (*end || errno || (h == 1 && v < 0)) {
-                fprintf(stderr, "salusctl: run: %s expects an integer, got '%s'\n", hints[h][0],
-                        value);
+                fprintf(stderr, "salusctl: %s: %s expects an integer, got '%s'\n", verb,
+                        hints[h][0], value);
                 return 2;
             }
         }
@@ -112,7 +121,12 @@ int salusctl_run(const char *socket_path, int timeout_ms, int argc, char **argv)
         usage_run();
         return 2;
     }
+    *command_index = i;
+    return 0;
+}
 
+int salusctl_job_environment(const char *socket_path, int timeout_ms)
+{
     /* fail early, with the same one line as the other verbs, when no daemon answers */
     salus_client_t probe;
     char err[256] = "";
@@ -133,10 +147,20 @@ int salusctl_run(const char *socket_path, int timeout_ms, int argc, char **argv)
         prepend_env("LD_PRELOAD", preload, ':') < 0 ||
         /* PyTorch's stream-ordered allocator sends every tensor through cuMemAllocAsync */
         setenv("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync", 0) < 0) {
-        fprintf(stderr, "salusctl: run: cannot set the environment\n");
+        fprintf(stderr, "salusctl: cannot set the job's environment\n");
         return 1;
     }
+    return 0;
+}
 
+int salusctl_run(const char *socket_path, int timeout_ms, int argc, char **argv)
+{
+    int i = 0;
+    int rc = salusctl_job_options("run", argc, argv, NULL, &i);
+    if (rc == 0)
+        rc = salusctl_job_environment(socket_path, timeout_ms);
+    if (rc != 0)
+        return rc;
     pid_t pid = fork();
     if (pid < 0) {
         perror("salusctl: fork");

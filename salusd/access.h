@@ -1,0 +1,19 @@
+/* Who may see and control which jobs. A user sees and controls their own jobs; root, the
+ * daemon's own user and members of the group "salus" see and control all of them. The
+ * requester's identity is the kernel's (SO_PEERCRED) plus the supplementary groups of its
+ * passwd entry. */
+#ifndef SALUS_SALUSD_ACCESS_H
+#define SALUS_SALUSD_ACCESS_H
+
+#include "daemon.h"
+
+#define ACCESS_ADMIN_GROUP "salus"
+
+/* 1 when the connection's user may see and control every job (cached on the connection). */
+int access_is_admin(conn_t *c);
+/* 1 when the connection's user may see and control a job of owner_uid. */
+int access_may_control(conn_t *c, uid_t owner_uid);
+/* The lanes listing (sched_pack_lanes) with the job ids c may not see left out. */
+void access_pack_lanes(conn_t *c, msgpack_packer *pk);
+
+#endif

@@ -1,0 +1,578 @@
+/* Jobs controlled from salusctl (see jobctl.h). */
+#include "jobctl.h"
+
+#include "jobs.h"
+#include "sched.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define JOBCTL_LOG_PATH_BYTES 4096
+#define JOBCTL_DEFAULT_GRACE_MS 10000
+#define JOBCTL_MAX_GRACE_MS 3600000
+
+typedef struct jobctl_entry_s {
+    struct jobctl_s *ctl;
+    uint64_t job_id;
+    char *log_path;              /* NULL: not submitted */
+    int exit_known;
+    int exit_status;
+    int supervised;              /* submitted: its supervisor reports the exit status */
+    int supervisor_pidfd;        /* -1 once the supervisor is gone */
+    struct event *supervisor_event;
+    struct event *kill_timer;    /* SIGKILL when the grace period ends */
+    struct jobctl_entry_s *next;
+} jobctl_entry_t;
+
+typedef struct jobctl_waiter_s {
+    conn_t *conn;
+    uint64_t request_id;
+    uint64_t job_id;
+    struct jobctl_waiter_s *next;
+} jobctl_waiter_t;
+
+struct jobctl_s {
+    salusd_t *daemon;
+    jobctl_entry_t *entries;
+    jobctl_waiter_t *waiters;
+};
+
+static struct jobctl_s *ctl_of(salusd_t *d)
+{
+    if (!d->jobctl) {
+        d->jobctl = calloc(1, sizeof(*d->jobctl));
+        if (d->jobctl)
+            d->jobctl->daemon = d;
+    }
+    return d->jobctl;
+}
+
+static jobctl_entry_t *entry_find(salusd_t *d, uint64_t job_id)
+{
+    for (jobctl_entry_t *e = d->jobctl ? d->jobctl->entries : NULL; e; e = e->next)
+        if (e->job_id == job_id)
+            return e;
+    return NULL;
+}
+
+static void entry_close_supervisor(jobctl_entry_t *e)
+{
+    if (e->supervisor_event)
+        event_free(e->supervisor_event);
+    e->supervisor_event = NULL;
+    if (e->supervisor_pidfd >= 0)
+        close(e->supervisor_pidfd);
+    e->supervisor_pidfd = -1;
+}
+
+static void entry_free(jobctl_entry_t *e)
+{
+    entry_close_supervisor(e);
+    if (e->kill_timer)
+        event_free(e->kill_timer);
+    free(e->log_path);
+    free(e);
+}
+
+static jobctl_entry_t *entry_get(salusd_t *d, uint64_t job_id)
+{
+    jobctl_entry_t *e = entry_find(d, job_id);
+    struct jobctl_s *ctl = ctl_of(d);
+    if (e || !ctl)
+        return e;
+    e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    e->ctl = ctl;
+    e->job_id = job_id;
+    e->supervisor_pidfd = -1;
+    e->next = ctl->entries;
+    ctl->entries = e;
+    return e;
+}
+
+/* Drops the entries of jobs the registry forgot (finished-jobs-kept). */
+static void prune(salusd_t *d)
+{
+    if (!d->jobctl)
+        return;
+    for (jobctl_entry_t **p = &d->jobctl->entries; *p;) {
+        if (!registry_find(d->registry, (*p)->job_id)) {
+            jobctl_entry_t *gone = *p;
+            *p = gone->next;
+            entry_free(gone);
+        } else {
+            p = &(*p)->next;
+        }
+    }
+}
+
+static int finished(const job_t *job)
+{
+    return !job->runtime && (job->state == JOB_DONE || job->state == JOB_FAILED);
+}
+
+/* Over for wait: finished, and a submitted job's supervisor reported or is gone. */
+static int ended(salusd_t *d, const job_t *job)
+{
+    if (!finished(job))
+        return 0;
+    const jobctl_entry_t *e = entry_find(d, job->id);
+    return !e || !e->supervised || e->exit_known || e->supervisor_pidfd < 0;
+}
+
+static void reply_wait(salusd_t *d, conn_t *c, uint64_t request_id, const job_t *job)
+{
+    const jobctl_entry_t *e = entry_find(d, job->id);
+    proto_enc_t *enc = &d->enc;
+    proto_enc_begin(enc, PROTO_REPLY, request_id, "", 3);
+    proto_pack_kv_uint(&enc->pk, "id", job->id);
+    proto_pack_kv_str(&enc->pk, "state", job_state_name(job->state));
+    proto_pack_str(&enc->pk, "exit_status");
+    if (e && e->exit_known)
+        msgpack_pack_int(&enc->pk, e->exit_status);
+    else
+        msgpack_pack_nil(&enc->pk);
+    proto_enc_finish(enc);
+    server_send(c, enc);
+}
+
+/* Answers the waits on job_id that are over. */
+static void notify_waiters(salusd_t *d, uint64_t job_id)
+{
+    if (!d->jobctl)
+        return;
+    for (jobctl_waiter_t **p = &d->jobctl->waiters; *p;) {
+        jobctl_waiter_t *w = *p;
+        job_t *job = w->job_id == job_id ? registry_find(d->registry, job_id) : NULL;
+        if (w->job_id != job_id || (job && !ended(d, job))) {
+            p = &w->next;
+            continue;
+        }
+        if (job)
+            reply_wait(d, w->conn, w->request_id, job);
+        else
+            server_reply_error(w->conn, w->request_id, PROTO_ENOTFOUND, 0,
+                               "job %llu was forgotten before it ended",
+                               (unsigned long long)job_id);
+        *p = w->next;
+        free(w);
+    }
+}
+
+static void set_final_state(job_t *job, int status)
+{
+    if (finished(job))
+        job->state = status == 0 ? JOB_DONE : JOB_FAILED;
+}
+
+void jobctl_job_finished(salusd_t *d, job_t *job)
+{
+    jobctl_entry_t *e = entry_find(d, job->id);
+    if (e && e->kill_timer) {
+        event_free(e->kill_timer);
+        e->kill_timer = NULL;
+    }
+    if (e && e->exit_known)
+        set_final_state(job, e->exit_status);
+    notify_waiters(d, job->id);
+}
+
+int jobctl_exit_status(salusd_t *d, uint64_t job_id, int *status)
+{
+    const jobctl_entry_t *e = entry_find(d, job_id);
+    if (!e || !e->exit_known)
+        return -ENOENT;
+    *status = e->exit_status;
+    return 0;
+}
+
+void jobctl_connection_closed(conn_t *c)
+{
+    salusd_t *d = c->daemon;
+    if (!d->jobctl)
+        return;
+    for (jobctl_waiter_t **p = &d->jobctl->waiters; *p;) {
+        if ((*p)->conn == c) {
+            jobctl_waiter_t *gone = *p;
+            *p = gone->next;
+            free(gone);
+        } else {
+            p = &(*p)->next;
+        }
+    }
+}
+
+void jobctl_shutdown(salusd_t *d)
+{
+    if (!d->jobctl)
+        return;
+    while (d->jobctl->waiters) {
+        jobctl_waiter_t *w = d->jobctl->waiters;
+        d->jobctl->waiters = w->next;
+        free(w);
+    }
+    while (d->jobctl->entries) {
+        jobctl_entry_t *e = d->jobctl->entries;
+        d->jobctl->entries = e->next;
+        entry_free(e);
+    }
+    free(d->jobctl);
+    d->jobctl = NULL;
+}
+
+/* The job named by the body's id that c may control; replies the error otherwise. */
+static job_t *controlled_job(conn_t *c, const proto_msg_t *msg, const char *op)
+{
+    uint64_t id = 0;
+    if (proto_get_uint(&msg->body, "id", &id) < 0 || id == 0) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "%s takes id (a job id > 0)", op);
+        return NULL;
+    }
+    job_t *job = registry_find(c->daemon->registry, id);
+    if (!job) {
+        server_reply_error(c, msg->id, PROTO_ENOTFOUND, 0, "no job %llu", (unsigned long long)id);
+        return NULL;
+    }
+    if (!access_may_control(c, job->uid)) {
+        server_reply_error(c, msg->id, PROTO_EPERM, 0,
+                           "permission_denied: job %llu belongs to another user",
+                           (unsigned long long)id);
+        return NULL;
+    }
+    return job;
+}
+
+static void on_supervisor_exit(evutil_socket_t fd, short events, void *arg)
+{
+    jobctl_entry_t *e = arg;
+    salusd_t *d = e->ctl->daemon;
+    (void)fd;
+    (void)events;
+    entry_close_supervisor(e);
+    job_t *job = registry_find(d->registry, e->job_id);
+    if (job && jobs_is_reserved(job)) {
+        LOG_INFO("job %llu: its supervisor ended without a report", (unsigned long long)e->job_id);
+        jobs_end_reserved(d, job, JOB_FAILED); /* notifies the waiters */
+    } else {
+        notify_waiters(d, e->job_id);
+    }
+}
+
+/* submit {name, iterations, persistent_bytes, ephemeral_bytes, priority, log}: reserves a
+ * job for the requesting process (salusctl's supervisor), answers {job_id}. */
+void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    char name[REGISTRY_NAME_BYTES] = "";
+    char log_path[JOBCTL_LOG_PATH_BYTES] = "";
+    uint64_t iterations = 0, persistent = 0, ephemeral = 0;
+    int64_t priority = 0;
+    const msgpack_object *b = &msg->body;
+    prune(d);
+    int log_rc = proto_get_str_copy(b, "log", log_path, sizeof(log_path));
+    if (proto_get_str_copy(b, "name", name, sizeof(name)) == -EINVAL ||
+        proto_get_uint(b, "iterations", &iterations) == -EINVAL ||
+        proto_get_uint(b, "persistent_bytes", &persistent) == -EINVAL ||
+        proto_get_uint(b, "ephemeral_bytes", &ephemeral) == -EINVAL ||
+        proto_get_int(b, "priority", &priority) == -EINVAL || log_rc == -EINVAL ||
+        persistent > (1ull << 50) || ephemeral > (1ull << 50) ||
+        (log_rc == 0 && log_path[0] != '/') || memchr(log_path, '\n', strlen(log_path))) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "submit takes name (string of at most %d bytes), iterations, "
+                           "persistent_bytes, ephemeral_bytes (unsigned), priority (integer) "
+                           "and log (an absolute path)",
+                           REGISTRY_NAME_BYTES - 1);
+        return;
+    }
+    if (d->devices.count == 0) {
+        server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "salusd has no GPU");
+        return;
+    }
+    job_t *job = jobs_reserve(c, name[0] ? name : "job", iterations, persistent, ephemeral,
+                              priority);
+    jobctl_entry_t *e = job ? entry_get(d, job->id) : NULL;
+    if (e && log_path[0])
+        e->log_path = strdup(log_path);
+    if (!e || (log_path[0] && !e->log_path)) {
+        if (job)
+            jobs_end_reserved(d, job, JOB_FAILED);
+        server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
+        return;
+    }
+    e->supervised = 1;
+    /* the supervisor's end, reported or not, ends a job whose program never registered */
+    e->supervisor_pidfd = (int)syscall(SYS_pidfd_open, c->pid, 0);
+    if (e->supervisor_pidfd >= 0) {
+        e->supervisor_event = event_new(d->base, e->supervisor_pidfd, EV_READ,
+                                        on_supervisor_exit, e);
+        if (!e->supervisor_event || event_add(e->supervisor_event, NULL) < 0)
+            entry_close_supervisor(e);
+    } else {
+        LOG_WARN("pidfd_open(%d) failed: job %llu ends only by its report", (int)c->pid,
+                 (unsigned long long)job->id);
+    }
+    proto_enc_t *enc = &d->enc;
+    proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 1);
+    proto_pack_kv_uint(&enc->pk, "job_id", job->id);
+    proto_enc_finish(enc);
+    server_send(c, enc);
+}
+
+/* job_exit {id, status}: the command's exit status (128 + signal when killed). */
+void jobctl_handle_job_exit(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    int64_t status = -1;
+    if (proto_get_int(&msg->body, "status", &status) < 0 || status < 0 || status > 511) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "job_exit takes id and status (0..511)");
+        return;
+    }
+    job_t *job = controlled_job(c, msg, "job_exit");
+    if (!job)
+        return;
+    jobctl_entry_t *e = entry_get(d, job->id);
+    if (!e) {
+        server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
+        return;
+    }
+    uint64_t id = job->id;
+    e->exit_known = 1;
+    e->exit_status = (int)status;
+    if (jobs_is_reserved(job)) /* its command never used the GPU */
+        jobs_end_reserved(d, job, status == 0 ? JOB_DONE : JOB_FAILED);
+    else
+        set_final_state(job, (int)status); /* still running: finish_job applies it */
+    notify_waiters(d, id);
+    proto_enc_t *enc = &d->enc;
+    proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 0);
+    proto_enc_finish(enc);
+    server_send(c, enc);
+}
+
+/* Signals the job: its registered process, or the supervisor of a reserved job (which
+ * passes the signal on to its command). */
+static int signal_job(salusd_t *d, const job_t *job, int sig)
+{
+    if (!jobs_is_reserved(job))
+        return jobs_signal(job, sig);
+    const jobctl_entry_t *e = entry_find(d, job->id);
+    if (!e || e->supervisor_pidfd < 0)
+        return -ESRCH;
+    if (syscall(SYS_pidfd_send_signal, e->supervisor_pidfd, sig, NULL, 0) < 0)
+        return -errno;
+    return 0;
+}
+
+static void on_grace_over(evutil_socket_t fd, short events, void *arg)
+{
+    jobctl_entry_t *e = arg;
+    salusd_t *d = e->ctl->daemon;
+    (void)fd;
+    (void)events;
+    event_free(e->kill_timer);
+    e->kill_timer = NULL;
+    job_t *job = registry_find(d->registry, e->job_id);
+    if (job && !finished(job) && signal_job(d, job, SIGKILL) == 0)
+        LOG_INFO("job %llu did not end after SIGTERM; sent SIGKILL", (unsigned long long)job->id);
+}
+
+/* kill {id, force?, grace_ms?}: SIGTERM, then SIGKILL after grace_ms (default 10 s) if the
+ * job has not ended; force: SIGKILL at once. Answers {id, signal}. */
+void jobctl_handle_kill(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    int force = 0;
+    uint64_t grace_ms = JOBCTL_DEFAULT_GRACE_MS;
+    if (proto_get_bool(&msg->body, "force", &force) == -EINVAL ||
+        proto_get_uint(&msg->body, "grace_ms", &grace_ms) == -EINVAL ||
+        grace_ms > JOBCTL_MAX_GRACE_MS) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "kill takes id, force (bool) and grace_ms (at most %d)",
+                           JOBCTL_MAX_GRACE_MS);
+        return;
+    }
+    job_t *job = controlled_job(c, msg, "kill");
+    if (!job)
+        return;
+    if (finished(job)) {
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "job %llu has already ended",
+                           (unsigned long long)job->id);
+        return;
+    }
+    int sig = force ? SIGKILL : SIGTERM;
+    int rc = signal_job(d, job, sig);
+    if (rc < 0) {
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "cannot signal job %llu: %s",
+                           (unsigned long long)job->id,
+                           rc == -ESRCH ? "no process of it is known" : strerror(-rc));
+        return;
+    }
+    LOG_INFO("job %llu: %s sent at the request of uid %u", (unsigned long long)job->id,
+             force ? "SIGKILL" : "SIGTERM", (unsigned)c->uid);
+    jobctl_entry_t *e = !force ? entry_get(d, job->id) : NULL;
+    if (e && !e->kill_timer) {
+        struct timeval tv = {.tv_sec = (time_t)(grace_ms / 1000),
+                             .tv_usec = (suseconds_t)(grace_ms % 1000) * 1000};
+        e->kill_timer = evtimer_new(d->base, on_grace_over, e);
+        if (e->kill_timer && evtimer_add(e->kill_timer, &tv) < 0) {
+            event_free(e->kill_timer);
+            e->kill_timer = NULL;
+        }
+    }
+    proto_enc_t *enc = &d->enc;
+    proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 2);
+    proto_pack_kv_uint(&enc->pk, "id", job->id);
+    proto_pack_kv_str(&enc->pk, "signal", force ? "SIGKILL" : "SIGTERM");
+    proto_enc_finish(enc);
+    server_send(c, enc);
+}
+
+/* wait {id}: answers {id, state, exit_status|nil} once the job has ended. */
+void jobctl_handle_wait(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    prune(d);
+    job_t *job = controlled_job(c, msg, "wait");
+    if (!job)
+        return;
+    if (ended(d, job)) {
+        reply_wait(d, c, msg->id, job);
+        return;
+    }
+    jobctl_waiter_t *w = calloc(1, sizeof(*w));
+    struct jobctl_s *ctl = ctl_of(d);
+    if (!w || !ctl) {
+        free(w);
+        server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
+        return;
+    }
+    w->conn = c;
+    w->request_id = msg->id;
+    w->job_id = job->id;
+    w->next = ctl->waiters;
+    ctl->waiters = w;
+}
+
+/* logs {id}: answers {id, log}: the path of the job's log file, which salusctl reads with
+ * the user's own rights (salusd never opens users' files). */
+void jobctl_handle_logs(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    prune(d);
+    job_t *job = controlled_job(c, msg, "logs");
+    if (!job)
+        return;
+    const jobctl_entry_t *e = entry_find(d, job->id);
+    if (!e || !e->log_path) {
+        server_reply_error(c, msg->id, PROTO_ENOTFOUND, 0,
+                           "job %llu has no log file (only jobs started with salusctl submit "
+                           "have one)", (unsigned long long)job->id);
+        return;
+    }
+    proto_enc_t *enc = &d->enc;
+    proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 3);
+    proto_pack_kv_uint(&enc->pk, "id", job->id);
+    proto_pack_kv_str(&enc->pk, "log", e->log_path);
+    proto_pack_kv_bool(&enc->pk, "ended", ended(d, job));
+    proto_enc_finish(enc);
+    server_send(c, enc);
+}
+
+static uint32_t lanes_on_gpu(const msgpack_object *lanes, int gpu)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; lanes && i < lanes->via.array.size; i++) {
+        int64_t g = -1;
+        if (proto_get_int(&lanes->via.array.ptr[i], "gpu", &g) == 0 && g == gpu)
+            n++;
+    }
+    return n;
+}
+
+/* stats: raw counters; salusctl turns them into rates between two samples.
+ * {now_ms, gpus: [{index, name, total_bytes, used_bytes, reserved_bytes, busy_ms|nil, lanes,
+ *  jobs}], jobs: [{id, name, uid, state, gpu|nil, iterations, iterations_expected,
+ *  memory_bytes, gpu_time_ms}]} (jobs: those the requester may see) */
+void jobctl_handle_stats(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    registry_t *reg = d->registry;
+    msgpack_sbuffer sb;
+    msgpack_packer tmp;
+    msgpack_unpacked u;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&tmp, &sb, msgpack_sbuffer_write);
+    msgpack_unpacked_init(&u);
+    sched_pack_lanes(d, &tmp);
+    const msgpack_object *lanes = NULL;
+    if (msgpack_unpack_next(&u, sb.data, sb.size, NULL) == MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_ARRAY)
+        lanes = &u.data;
+
+    proto_enc_t *enc = &d->enc;
+    proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 3);
+    proto_pack_kv_uint(&enc->pk, "now_ms", (salusd_now_ns() - d->started_ns) / 1000000);
+    proto_pack_str(&enc->pk, "gpus");
+    msgpack_pack_array(&enc->pk, (uint32_t)d->devices.count);
+    for (int i = 0; i < d->devices.count; i++) {
+        const gpu_t *g = &d->devices.gpus[i];
+        uint64_t busy_ns = 0, jobs = 0;
+        int has_busy = devices_busy_ns(&d->devices, i, &busy_ns) == 0;
+        for (size_t k = 0; k < registry_count(reg); k++) {
+            const job_t *job = registry_at(reg, k);
+            jobs += job->runtime && job->gpu == i;
+        }
+        msgpack_pack_map(&enc->pk, 8);
+        proto_pack_kv_uint(&enc->pk, "index", (uint64_t)i);
+        proto_pack_kv_str(&enc->pk, "name", g->name);
+        proto_pack_kv_uint(&enc->pk, "total_bytes", g->total_bytes);
+        proto_pack_kv_uint(&enc->pk, "used_bytes", g->chunk_bytes);
+        proto_pack_kv_uint(&enc->pk, "reserved_bytes", g->reserved_bytes);
+        proto_pack_str(&enc->pk, "busy_ms");
+        if (has_busy)
+            msgpack_pack_uint64(&enc->pk, busy_ns / 1000000);
+        else
+            msgpack_pack_nil(&enc->pk);
+        proto_pack_kv_uint(&enc->pk, "lanes", lanes_on_gpu(lanes, i));
+        proto_pack_kv_uint(&enc->pk, "jobs", jobs);
+    }
+    size_t visible = 0;
+    for (size_t k = 0; k < registry_count(reg); k++)
+        visible += access_may_control(c, registry_at(reg, k)->uid);
+    proto_pack_str(&enc->pk, "jobs");
+    msgpack_pack_array(&enc->pk, (uint32_t)visible);
+    for (size_t k = 0; k < registry_count(reg); k++) {
+        job_t *job = registry_at(reg, k);
+        if (!access_may_control(c, job->uid))
+            continue;
+        jobs_info_t info;
+        if (jobs_info_at(d, k, &info) < 0)
+            memset(&info, 0, sizeof(info));
+        msgpack_pack_map(&enc->pk, 9);
+        proto_pack_kv_uint(&enc->pk, "id", job->id);
+        proto_pack_kv_str(&enc->pk, "name", job->name);
+        proto_pack_kv_uint(&enc->pk, "uid", (uint64_t)job->uid);
+        proto_pack_kv_str(&enc->pk, "state", info.state ? info.state : job_state_name(job->state));
+        proto_pack_str(&enc->pk, "gpu");
+        if (job->gpu >= 0)
+            msgpack_pack_int(&enc->pk, job->gpu);
+        else
+            msgpack_pack_nil(&enc->pk);
+        proto_pack_kv_uint(&enc->pk, "iterations", info.iterations);
+        proto_pack_kv_uint(&enc->pk, "iterations_expected", job->iterations_expected);
+        proto_pack_kv_uint(&enc->pk, "memory_bytes", info.memory_bytes);
+        proto_pack_kv_uint(&enc->pk, "gpu_time_ms", info.busy_ns / 1000000);
+    }
+    proto_enc_finish(enc);
+    server_send(c, enc);
+    msgpack_unpacked_destroy(&u);
+    msgpack_sbuffer_destroy(&sb);
+}

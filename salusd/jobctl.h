@@ -1,0 +1,29 @@
+/* Jobs controlled from salusctl: submit (a reserved job that a detached supervisor runs),
+ * job_exit (its exit status), kill, wait, logs and stats. Keeps what must outlive a job's
+ * run-time state: the log path, the exit status, the supervisor's pidfd, waiters. All calls
+ * come from the event loop's thread. */
+#ifndef SALUS_SALUSD_JOBCTL_H
+#define SALUS_SALUSD_JOBCTL_H
+
+#include "access.h"
+#include "daemon.h"
+
+/* Request handlers (rows of handlers.c). Each writes one reply or error, except wait,
+ * which answers when the job has ended. */
+void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg);
+void jobctl_handle_job_exit(conn_t *c, const proto_msg_t *msg);
+void jobctl_handle_kill(conn_t *c, const proto_msg_t *msg);
+void jobctl_handle_wait(conn_t *c, const proto_msg_t *msg);
+void jobctl_handle_logs(conn_t *c, const proto_msg_t *msg);
+void jobctl_handle_stats(conn_t *c, const proto_msg_t *msg);
+
+/* jobs.c: the job's run-time state is gone (done or failed). */
+void jobctl_job_finished(salusd_t *d, job_t *job);
+/* The exit status job_exit reported: 0, or -ENOENT when none was. */
+int jobctl_exit_status(salusd_t *d, uint64_t job_id, int *status);
+/* The connection goes away: forget its waits. */
+void jobctl_connection_closed(conn_t *c);
+/* Shutdown: answers nobody, frees everything. */
+void jobctl_shutdown(salusd_t *d);
+
+#endif

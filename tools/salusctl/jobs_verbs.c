@@ -1,0 +1,483 @@
+/* salusctl submit, kill, wait, logs: jobs controlled after they started.
+ *
+ * submit never lets salusd run user code: salusctl forks a detached supervisor (its own
+ * session, stdio on the log file) that reserves the job (op submit, from its own pid so
+ * that salusd can watch it), hands the id back through a pipe, runs the command with the
+ * environment of salusctl run plus SALUS_JOB_ID (the shim attaches its registration to the
+ * reserved job), waits for it and reports its exit status (op job_exit). */
+#include "ctl.h"
+#include "json.h"
+#include "run.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int ctl_open(ctl_t *ctl, salus_client_t *c)
+{
+    char err[256] = "";
+    int rc = salus_client_open(c, ctl->socket_path, "salusctl", ctl->timeout_ms, err, sizeof(err));
+    if (rc == 0)
+        return EXIT_OK;
+    if (rc == -EPROTO)
+        fprintf(stderr, "salusctl: salusd at %s refused the connection: %s\n", ctl->socket_path,
+                err);
+    else
+        fprintf(stderr, "salusctl: cannot reach salusd at %s: %s\n", ctl->socket_path, err);
+    return EXIT_DAEMON;
+}
+
+int ctl_finish(ctl_t *ctl, salus_client_t *c, const char *op, proto_msg_t *reply, int timeout_ms)
+{
+    char err[256] = "";
+    int rc = salus_client_call_fds(c, reply, err, sizeof(err), timeout_ms, NULL, 0, NULL);
+    salus_client_close(c);
+    if (rc == -EREMOTEIO || rc == -ENOMEM) {
+        fprintf(stderr, "salusctl: %s: %s\n", op, err);
+        return EXIT_DAEMON;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "salusctl: %s: no answer from salusd at %s: %s\n", op, ctl->socket_path,
+                strerror(-rc));
+        return EXIT_DAEMON;
+    }
+    return EXIT_OK;
+}
+
+int ctl_parse_job_id(const char *verb, const char *text, uint64_t *id)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (!*text || *end || errno || v == 0 || text[0] == '-') {
+        fprintf(stderr, "salusctl: %s: '%s' is not a job id (see salusctl ps)\n", verb, text);
+        return -1;
+    }
+    *id = v;
+    return 0;
+}
+
+/* A one-job request {id, ...extra}: the reply in *reply. */
+static int job_request(ctl_t *ctl, const char *op, uint64_t id, int force, long grace_ms,
+                       int timeout_ms, proto_msg_t *reply)
+{
+    salus_client_t c;
+    int rc = ctl_open(ctl, &c);
+    if (rc != EXIT_OK)
+        return rc;
+    msgpack_packer *pk = salus_client_begin(&c, op, 1 + (force >= 0) + (grace_ms >= 0));
+    proto_pack_kv_uint(pk, "id", id);
+    if (force >= 0)
+        proto_pack_kv_bool(pk, "force", force);
+    if (grace_ms >= 0)
+        proto_pack_kv_uint(pk, "grace_ms", (uint64_t)grace_ms);
+    return ctl_finish(ctl, &c, op, reply, timeout_ms);
+}
+
+/* --------------------------------------------------------------------------- submit */
+
+static int make_dirs(const char *dir)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+        return -ENAMETOOLONG;
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0700) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(path, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/* --log FILE made absolute, or <state dir>/salus/logs/<name>-<time>-<pid>.log */
+static int log_path_for(const char *given, const char *name, char *out, size_t size)
+{
+    if (given) {
+        char cwd[PATH_MAX];
+        if (given[0] == '/')
+            return snprintf(out, size, "%s", given) < (int)size ? 0 : -ENAMETOOLONG;
+        if (!getcwd(cwd, sizeof(cwd)))
+            return -errno;
+        return snprintf(out, size, "%s/%s", cwd, given) < (int)size ? 0 : -ENAMETOOLONG;
+    }
+    char dir[PATH_MAX], safe[64], stamp[32];
+    const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+    if (state && state[0] == '/')
+        snprintf(dir, sizeof(dir), "%s/salus/logs", state);
+    else if (home && home[0] == '/')
+        snprintf(dir, sizeof(dir), "%s/.local/state/salus/logs", home);
+    else
+        return -ENOENT;
+    int rc = make_dirs(dir);
+    if (rc < 0)
+        return rc;
+    size_t n = 0;
+    for (const char *p = name; *p && n < sizeof(safe) - 1; p++)
+        safe[n++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                                   (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' || *p == '-'
+                               ? *p
+                               : '_');
+    safe[n] = '\0';
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", localtime_r(&now, &tm));
+    return snprintf(out, size, "%s/%s-%s-%d.log", dir, safe[0] ? safe : "job", stamp,
+                    (int)getpid()) < (int)size
+               ? 0
+               : -ENAMETOOLONG;
+}
+
+static volatile sig_atomic_t command_pid;
+
+static void forward_signal(int sig)
+{
+    if (command_pid > 0)
+        kill((pid_t)command_pid, sig);
+}
+
+static uint64_t env_u(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? strtoull(v, NULL, 10) : 0;
+}
+
+/* The supervisor: reserves the job, says its id on report_fd, runs the command, reports its
+ * exit status. Never returns. */
+static void supervise(ctl_t *ctl, const char *log_path, char **command, int report_fd)
+{
+    char err[300] = "";
+    salus_client_t c;
+    proto_msg_t reply;
+    uint64_t id = 0;
+
+    setsid();
+    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (log_fd < 0 || null_fd < 0) {
+        dprintf(report_fd, "cannot open the log file %s: %s\n", log_path, strerror(errno));
+        _exit(1);
+    }
+    if (dup2(null_fd, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0)
+        _exit(1);
+    const char *name = getenv("SALUS_JOB_NAME");
+    if (!name || !*name) {
+        name = strrchr(command[0], '/') ? strrchr(command[0], '/') + 1 : command[0];
+        setenv("SALUS_JOB_NAME", name, 1);
+    }
+    const char *priority = getenv("SALUS_PRIORITY");
+    int rc = salus_client_open(&c, ctl->socket_path, "salusctl", ctl->timeout_ms, err,
+                               sizeof(err));
+    if (rc < 0) {
+        dprintf(report_fd, "cannot reach salusd at %s: %s\n", ctl->socket_path, err);
+        _exit(1);
+    }
+    msgpack_packer *pk = salus_client_begin(&c, "submit", 6);
+    proto_pack_kv_str(pk, "name", name);
+    proto_pack_kv_uint(pk, "iterations", env_u("SALUS_ITERATIONS"));
+    proto_pack_kv_uint(pk, "persistent_bytes", env_u("SALUS_MEM_PERSISTENT"));
+    proto_pack_kv_uint(pk, "ephemeral_bytes", env_u("SALUS_MEM_EPHEMERAL"));
+    proto_pack_kv_int(pk, "priority", priority ? strtoll(priority, NULL, 10) : 0);
+    proto_pack_kv_str(pk, "log", log_path);
+    rc = salus_client_call(&c, &reply, err, sizeof(err));
+    salus_client_close(&c);
+    if (rc < 0 || proto_get_uint(&reply.body, "job_id", &id) < 0) {
+        dprintf(report_fd, "submit: %s\n", rc == -EREMOTEIO ? err
+                                           : rc < 0       ? strerror(-rc)
+                                                          : "salusd sent no job id");
+        if (rc == 0)
+            proto_msg_free(&reply);
+        _exit(1);
+    }
+    proto_msg_free(&reply);
+    char text[32];
+    snprintf(text, sizeof(text), "%llu", (unsigned long long)id);
+    setenv("SALUS_JOB_ID", text, 1);
+    dprintf(report_fd, "ok %llu\n", (unsigned long long)id);
+    close(report_fd);
+
+    struct sigaction sa = {.sa_handler = forward_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGHUP, SIG_IGN);
+    pid_t supervisor = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        /* the command ends with its supervisor (kill escalates to SIGKILL on it) */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != supervisor)
+            _exit(137);
+        execvp(command[0], command);
+        fprintf(stderr, "salusctl: submit: cannot execute '%s': %s\n", command[0],
+                strerror(errno));
+        _exit(127);
+    }
+    int status = 0, code = 1;
+    if (pid > 0) {
+        command_pid = pid;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+            ;
+        code = WIFEXITED(status) ? WEXITSTATUS(status)
+               : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                     : 1;
+    } else {
+        fprintf(stderr, "salusctl: submit: fork: %s\n", strerror(errno));
+    }
+    if (salus_client_open(&c, ctl->socket_path, "salusctl", ctl->timeout_ms, err, sizeof(err)) == 0) {
+        pk = salus_client_begin(&c, "job_exit", 2);
+        proto_pack_kv_uint(pk, "id", id);
+        proto_pack_kv_int(pk, "status", code);
+        if (salus_client_call(&c, &reply, err, sizeof(err)) == 0)
+            proto_msg_free(&reply);
+        else
+            fprintf(stderr, "salusctl: job_exit: %s\n", err);
+        salus_client_close(&c);
+    } else {
+        fprintf(stderr, "salusctl: could not report the exit status %d: %s\n", code, err);
+    }
+    _exit(code);
+}
+
+int verb_submit(ctl_t *ctl, int argc, char **argv)
+{
+    const char *log_given = NULL;
+    char log_path[PATH_MAX];
+    int cmd = 0;
+    int rc = salusctl_job_options("submit", argc, argv, &log_given, &cmd);
+    if (rc != 0)
+        return rc;
+    rc = salusctl_job_environment(ctl->socket_path, ctl->timeout_ms);
+    if (rc != 0)
+        return rc;
+    const char *name = getenv("SALUS_JOB_NAME");
+    if (!name || !*name)
+        name = strrchr(argv[cmd], '/') ? strrchr(argv[cmd], '/') + 1 : argv[cmd];
+    rc = log_path_for(log_given, name, log_path, sizeof(log_path));
+    if (rc < 0) {
+        fprintf(stderr, "salusctl: submit: no log file (%s); name one with --log FILE\n",
+                rc == -ENOENT ? "neither XDG_STATE_HOME nor HOME is set" : strerror(-rc));
+        return EXIT_DAEMON;
+    }
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) < 0) {
+        fprintf(stderr, "salusctl: submit: pipe: %s\n", strerror(errno));
+        return EXIT_DAEMON;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "salusctl: submit: fork: %s\n", strerror(errno));
+        return EXIT_DAEMON;
+    }
+    if (pid == 0) {
+        close(report[0]);
+        supervise(ctl, log_path, &argv[cmd], report[1]);
+    }
+    close(report[1]);
+    char answer[512];
+    size_t got = 0;
+    ssize_t n;
+    while (got < sizeof(answer) - 1 &&
+           ((n = read(report[0], answer + got, sizeof(answer) - 1 - got)) > 0 || (n < 0 && errno == EINTR)))
+        got += n > 0 ? (size_t)n : 0;
+    close(report[0]);
+    answer[got] = '\0';
+    answer[strcspn(answer, "\n")] = '\0';
+    if (strncmp(answer, "ok ", 3) != 0) {
+        waitpid(pid, NULL, 0);
+        fprintf(stderr, "salusctl: submit: %s\n", answer[0] ? answer : "the supervisor failed");
+        return EXIT_DAEMON;
+    }
+    if (ctl->json) {
+        printf("{\"id\":%s,\"log\":", answer + 3);
+        msgpack_object s = {.type = MSGPACK_OBJECT_STR};
+        s.via.str.ptr = log_path;
+        s.via.str.size = (uint32_t)strlen(log_path);
+        json_print(stdout, &s);
+        printf("}\n");
+    } else {
+        printf("%s\n", answer + 3);
+    }
+    return EXIT_OK;
+}
+
+/* --------------------------------------------------------------------------- kill */
+
+int verb_kill(ctl_t *ctl, int argc, char **argv)
+{
+    int force = 0;
+    long grace_ms = -1;
+    const char *job_text = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--force") == 0) {
+            force = 1;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            ctl->json = 1;
+        } else if (strcmp(argv[i], "--grace") == 0 && i + 1 < argc) {
+            char *end;
+            double s = strtod(argv[++i], &end);
+            if (*end || !(s >= 0 && s <= 3600)) {
+                fprintf(stderr, "salusctl: kill: --grace expects seconds (0..3600)\n");
+                return EXIT_USAGE;
+            }
+            grace_ms = (long)(s * 1000);
+        } else if (argv[i][0] == '-' || job_text) {
+            fprintf(stderr, "salusctl: usage: salusctl kill [--force] [--grace S] JOB\n");
+            return EXIT_USAGE;
+        } else {
+            job_text = argv[i];
+        }
+    }
+    uint64_t id;
+    if (!job_text) {
+        fprintf(stderr, "salusctl: usage: salusctl kill [--force] [--grace S] JOB\n");
+        return EXIT_USAGE;
+    }
+    if (ctl_parse_job_id("kill", job_text, &id) < 0)
+        return EXIT_USAGE;
+    proto_msg_t reply;
+    int rc = job_request(ctl, "kill", id, force, grace_ms, ctl->timeout_ms, &reply);
+    if (rc != EXIT_OK)
+        return rc;
+    if (ctl->json) {
+        json_print(stdout, &reply.body);
+        putchar('\n');
+    } else {
+        char sig[16] = "?";
+        proto_get_str_copy(&reply.body, "signal", sig, sizeof(sig));
+        printf("job %llu: %s sent\n", (unsigned long long)id, sig);
+    }
+    proto_msg_free(&reply);
+    return EXIT_OK;
+}
+
+/* --------------------------------------------------------------------------- wait */
+
+int verb_wait(ctl_t *ctl, int argc, char **argv)
+{
+    const char *job_text = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            ctl->json = 1;
+        } else if (argv[i][0] == '-' || job_text) {
+            fprintf(stderr, "salusctl: usage: salusctl wait [--json] JOB\n");
+            return EXIT_USAGE;
+        } else {
+            job_text = argv[i];
+        }
+    }
+    uint64_t id;
+    if (!job_text) {
+        fprintf(stderr, "salusctl: usage: salusctl wait [--json] JOB\n");
+        return EXIT_USAGE;
+    }
+    if (ctl_parse_job_id("wait", job_text, &id) < 0)
+        return EXIT_USAGE;
+    proto_msg_t reply;
+    int rc = job_request(ctl, "wait", id, -1, -1, -1, &reply);
+    if (rc != EXIT_OK)
+        return rc;
+    char state[16] = "?";
+    int64_t status = -1;
+    proto_get_str_copy(&reply.body, "state", state, sizeof(state));
+    int known = proto_get_int(&reply.body, "exit_status", &status) == 0;
+    if (ctl->json) {
+        json_print(stdout, &reply.body);
+        putchar('\n');
+    } else if (known) {
+        printf("job %llu %s, exit status %lld\n", (unsigned long long)id, state, (long long)status);
+    } else {
+        printf("job %llu %s\n", (unsigned long long)id, state);
+    }
+    proto_msg_free(&reply);
+    if (known)
+        return (int)(status & 0xff);
+    return strcmp(state, "done") == 0 ? EXIT_OK : 1;
+}
+
+/* --------------------------------------------------------------------------- logs */
+
+static int copy_new_bytes(int fd)
+{
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+        if (fwrite(buf, 1, (size_t)n, stdout) != (size_t)n)
+            return -1;
+    fflush(stdout);
+    return n < 0 ? -1 : 0;
+}
+
+int verb_logs(ctl_t *ctl, int argc, char **argv)
+{
+    int follow = 0;
+    const char *job_text = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--follow") == 0) {
+            follow = 1;
+        } else if (argv[i][0] == '-' || job_text) {
+            fprintf(stderr, "salusctl: usage: salusctl logs [-f] JOB\n");
+            return EXIT_USAGE;
+        } else {
+            job_text = argv[i];
+        }
+    }
+    uint64_t id;
+    if (!job_text) {
+        fprintf(stderr, "salusctl: usage: salusctl logs [-f] JOB\n");
+        return EXIT_USAGE;
+    }
+    if (ctl_parse_job_id("logs", job_text, &id) < 0)
+        return EXIT_USAGE;
+    proto_msg_t reply;
+    char path[PATH_MAX];
+    int rc = job_request(ctl, "logs", id, -1, -1, ctl->timeout_ms, &reply);
+    if (rc != EXIT_OK)
+        return rc;
+    int ended = 0;
+    if (proto_get_str_copy(&reply.body, "log", path, sizeof(path)) < 0) {
+        fprintf(stderr, "salusctl: logs: salusd sent no log path\n");
+        proto_msg_free(&reply);
+        return EXIT_DAEMON;
+    }
+    proto_get_bool(&reply.body, "ended", &ended);
+    proto_msg_free(&reply);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "salusctl: logs: cannot open %s: %s\n", path, strerror(errno));
+        return EXIT_DAEMON;
+    }
+    rc = copy_new_bytes(fd);
+    /* -f: until the job has ended (asked once a second), then what is left */
+    for (int tick = 0; follow && !ended && rc == 0; tick++) {
+        usleep(200000);
+        rc = copy_new_bytes(fd);
+        if (tick % 5 == 4) {
+            if (job_request(ctl, "logs", id, -1, -1, ctl->timeout_ms, &reply) != EXIT_OK)
+                break;
+            proto_get_bool(&reply.body, "ended", &ended);
+            proto_msg_free(&reply);
+        }
+    }
+    if (follow && rc == 0)
+        rc = copy_new_bytes(fd);
+    close(fd);
+    return rc == 0 ? EXIT_OK : EXIT_DAEMON;
+}

@@ -128,7 +128,29 @@ void devices_close(devices_t *devs)
     devs->count = 0;
 }
 
-int devices_chunk_create(devices_t *devs, int gpu, uint64_t bytes, chunk_t *chunk, int *fd_out)
+/* Zeroes a chunk through a temporary mapping in the daemon's own address space. */
+static int clear_chunk(devices_t *devs, int gpu, CUmemGenericAllocationHandle handle, uint64_t size)
+{
+    driver_t *d = &devs->driver;
+    CUdeviceptr at = 0;
+    CUresult rc = d->fn_cuMemAddressReserve(&at, size, devs->gpus[gpu].granularity_bytes, 0, 0);
+    if (rc != CUDA_SUCCESS)
+        return -EIO;
+    rc = d->fn_cuMemMap(at, size, 0, handle, 0);
+    if (rc == CUDA_SUCCESS) {
+        CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = gpu},
+                                  .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        rc = d->fn_cuMemSetAccess(at, size, &access, 1);
+        if (rc == CUDA_SUCCESS)
+            rc = d->fn_cuMemsetD8(at, 0, size);
+        d->fn_cuMemUnmap(at, size);
+    }
+    d->fn_cuMemAddressFree(at, size);
+    return rc == CUDA_SUCCESS ? 0 : -EIO;
+}
+
+int devices_chunk_create(devices_t *devs, int gpu, uint64_t bytes, int clear, chunk_t *chunk,
+                         int *fd_out)
 {
     static uint64_t next_id = 1;
     driver_t *d = &devs->driver;
@@ -145,6 +167,12 @@ int devices_chunk_create(devices_t *devs, int gpu, uint64_t bytes, chunk_t *chun
         LOG_WARN("cuMemCreate(%llu bytes) on GPU %d failed: %s", (unsigned long long)size, gpu,
                  driver_error_name(d, rc));
         return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+    }
+    /* memory may pass between users: hand out only zeroes */
+    if (clear && clear_chunk(devs, gpu, chunk->handle, size) < 0) {
+        d->fn_cuMemRelease(chunk->handle);
+        LOG_WARN("could not clear a new chunk on GPU %d; not handing it out", gpu);
+        return -EIO;
     }
     int fd = -1;
     rc = d->fn_cuMemExportToShareableHandle(&fd, chunk->handle,

@@ -41,8 +41,10 @@ typedef struct chunk_s {
 int devices_open(devices_t *devs, const char *driver_path, char *err, size_t err_size);
 void devices_close(devices_t *devs);
 /* Creates a chunk of at least bytes (rounded to the granularity) on gpu and exports it;
- * *fd_out is the caller's to send and close. Returns 0 or a negative errno (-ENOMEM). */
-int devices_chunk_create(devices_t *devs, int gpu, uint64_t bytes, chunk_t *chunk, int *fd_out);
+ * with clear, its memory is zeroed first. *fd_out is the caller's to send and close.
+ * Returns 0 or a negative errno (-ENOMEM). */
+int devices_chunk_create(devices_t *devs, int gpu, uint64_t bytes, int clear, chunk_t *chunk,
+                         int *fd_out);
 void devices_chunk_release(devices_t *devs, chunk_t *chunk);
 /* Device busy time so far (simgpu only; 0 and -ENOTSUP on a real GPU for now). */
 int devices_busy_ns(devices_t *devs, int gpu, uint64_t *busy_ns);

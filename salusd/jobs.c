@@ -384,7 +384,9 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
     }
     chunk_t *chunk = &rt->chunks[rt->chunk_count];
     int fd = -1;
-    int rc = devices_chunk_create(&d->devices, job->gpu, bytes, chunk, &fd);
+    /* with lanes shared across users, memory may carry another user's data: clear it */
+    int rc = devices_chunk_create(&d->devices, job->gpu, bytes, d->config.share_lanes_across_users,
+                                  chunk, &fd);
     if (rc < 0) {
         server_reply_error(c, msg->id, rc == -ENOMEM ? PROTO_ENOMEM : PROTO_EINTERNAL, 0,
                            "the GPU could not provide %llu MiB",

@@ -81,6 +81,10 @@ typedef struct metrics_gpu_sample_s {
     uint64_t total_bytes;
     uint64_t reserved_bytes;   /* budgets of the admitted jobs */
     uint64_t used_bytes;       /* chunks handed out */
+    uint64_t capacity_bytes;   /* what the lanes may use: total - reserve */
+    uint64_t persistent_bytes; /* the lane manager's books: admitted jobs' P (+ overhead) */
+    uint64_t lane_bytes;       /* sum of the GPU's lane sizes */
+    uint64_t lanes;            /* lanes open on the GPU */
     int has_busy;              /* busy_ns is known (simgpu); no sample otherwise */
     uint64_t busy_ns;
     int has_utilization;       /* utilization is known (has_busy and a previous sample) */

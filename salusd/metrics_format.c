@@ -356,6 +356,17 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
     gpu_gauge(t, s, "salus_gpu_memory_used_bytes",
               "GPU memory handed out to jobs in chunks.",
               offsetof(metrics_gpu_sample_t, used_bytes));
+    gpu_gauge(t, s, "salus_gpu_memory_capacity_bytes",
+              "Memory the lanes may use: total minus the configured reserve.",
+              offsetof(metrics_gpu_sample_t, capacity_bytes));
+    gpu_gauge(t, s, "salus_gpu_memory_persistent_bytes",
+              "Persistent memory of the admitted jobs (with their context overhead), as booked "
+              "by the lane manager.",
+              offsetof(metrics_gpu_sample_t, persistent_bytes));
+    gpu_gauge(t, s, "salus_gpu_memory_lane_bytes", "Sum of the sizes of the GPU's lanes.",
+              offsetof(metrics_gpu_sample_t, lane_bytes));
+    gpu_gauge(t, s, "salus_gpu_lanes", "Lanes open on the GPU.",
+              offsetof(metrics_gpu_sample_t, lanes));
 
     family(t, "salus_gpu_busy_seconds_total", "counter",
            "Time the GPU spent running kernels. Known on simgpu only: on a real GPU there is "

@@ -321,6 +321,18 @@ int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size)
     return 0;
 }
 
+void sched_gpu_books(const salusd_t *d, int gpu, uint64_t *capacity_bytes,
+                     uint64_t *persistent_bytes, uint64_t *lane_bytes, uint64_t *lanes)
+{
+    lanes_gpu_info_t info;
+    memset(&info, 0, sizeof(info));
+    lanes_gpu_info(d->sched->lanes, gpu, &info);
+    *capacity_bytes = info.capacity_bytes;
+    *persistent_bytes = info.persistent_bytes;
+    *lane_bytes = info.lane_bytes;
+    *lanes = info.lane_count;
+}
+
 void sched_pack_lanes(salusd_t *d, msgpack_packer *pk)
 {
     lanes_lane_info_t info[64];

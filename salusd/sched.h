@@ -21,6 +21,9 @@ int sched_lane_of(const salusd_t *d, const job_t *job, uint32_t *lane);
 const char *sched_policy_name(const salusd_t *d);
 /* Switches the policy; the new one's init runs first (on failure the old stays). */
 int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size);
+/* The lane manager's books for one GPU (zeros for an unknown GPU). */
+void sched_gpu_books(const salusd_t *d, int gpu, uint64_t *capacity_bytes,
+                     uint64_t *persistent_bytes, uint64_t *lane_bytes, uint64_t *lanes);
 /* [{gpu, lane, size_bytes, jobs: [ids], active: id|null}] */
 void sched_pack_lanes(salusd_t *d, msgpack_packer *pk);
 

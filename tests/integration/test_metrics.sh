@@ -209,12 +209,12 @@ def one(families, name, **labels):
 def seconds_to_ms(value):
     return int(decimal.Decimal(value) * 1000)
 
-st1, ps1 = ctl_json("status"), ctl_json("ps")
+st1, ps1, ln1 = ctl_json("status"), ctl_json("ps"), ctl_json("lanes")
 with urllib.request.urlopen(url, timeout=10) as r:
     assert r.status == 200
     ctype = r.headers["Content-Type"]
     body = r.read()
-ps2, st2 = ctl_json("ps"), ctl_json("status")
+ln2, ps2, st2 = ctl_json("lanes"), ctl_json("ps"), ctl_json("status")
 assert ctype.startswith("text/plain; version=0.0.4"), ctype
 fams = parse(body)
 lines = body.count(b"\n")
@@ -228,6 +228,10 @@ if "policy" in st1 and st1.get("policy") == st2.get("policy"):
 # GPUs
 for g1, g2 in zip(st1["gpus"], st2["gpus"]):
     gpu = str(g1["index"])
+    lane_sums = [sum(l["size_bytes"] for l in ln if l["gpu"] == g1["index"]) for ln in (ln1, ln2)]
+    v = int(one(fams, "salus_gpu_memory_lane_bytes", gpu=gpu))
+    assert min(lane_sums) <= v <= max(lane_sums), ("lane bytes", v, lane_sums)
+    assert int(one(fams, "salus_gpu_memory_capacity_bytes", gpu=gpu)) <= g1["total_bytes"]
     assert int(one(fams, "salus_gpu_memory_total_bytes", gpu=gpu)) == g1["total_bytes"]
     for metric, field in (("salus_gpu_memory_reserved_bytes", "reserved_bytes"),
                           ("salus_gpu_memory_used_bytes", "used_bytes")):

@@ -169,4 +169,11 @@ rc=0
 [ "$rc" -eq 1 ] && grep -q "no policy 'bogus'" "$WORK/err" || fail "unknown policy: rc=$rc $(cat "$WORK/err")"
 "$SALUSCTL" policy | grep -q "^policy pack" || fail "a failed switch changed the policy"
 pass "salusctl policy shows and switches; an unknown name changes nothing"
+
+# --- Lanes shared across users: every chunk is cleared before it is handed out (the path
+# runs here; simgpu's fresh memory is zero anyway, so zeroing itself is shown on a real GPU)
+restart_daemon 1024 --policy pack --share-lanes-across-users
+synth crossuser 64MiB 128MiB 3 5 16 64 || fail "job with --share-lanes-across-users: $(cat "$WORK/crossuser.out")"
+grep -q "could not clear" "$WORK/salusd.log" && fail "clearing failed: $(grep 'could not clear' "$WORK/salusd.log")"
+pass "--share-lanes-across-users: chunks cleared through a daemon mapping, job finished"
 stop_daemon

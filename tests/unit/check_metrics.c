@@ -164,7 +164,7 @@ START_TEST(test_render)
 {
     metrics_gpu_sample_t gpus[2] = {
         {.index = 0, .name = "simgpu \"0\"", .total_bytes = 8ull << 30,
-         .reserved_bytes = 1ull << 30, .used_bytes = 64ull << 20, .has_busy = 1,
+         .reserved_bytes = 1ull << 30, .used_bytes = 64ull << 20, .lane_bytes = 3ull << 20, .lanes = 2, .has_busy = 1,
          .busy_ns = 1500000000ull, .has_utilization = 1, .utilization = 0.5},
         {.index = 1, .name = "real", .total_bytes = 16ull << 30},
     };
@@ -189,6 +189,8 @@ START_TEST(test_render)
     ck_assert_ptr_nonnull(strstr(text, "salus_gpu_memory_total_bytes{gpu=\"1\"} 17179869184\n"));
     ck_assert_ptr_nonnull(strstr(text, "salus_gpu_memory_reserved_bytes{gpu=\"0\"} 1073741824\n"));
     ck_assert_ptr_nonnull(strstr(text, "salus_gpu_memory_used_bytes{gpu=\"0\"} 67108864\n"));
+    ck_assert_ptr_nonnull(strstr(text, "salus_gpu_memory_lane_bytes{gpu=\"0\"} 3145728\n"));
+    ck_assert_ptr_nonnull(strstr(text, "salus_gpu_lanes{gpu=\"0\"} 2\n"));
     ck_assert_ptr_nonnull(strstr(text, "salus_gpu_busy_seconds_total{gpu=\"0\"} 1.500000000\n"));
     ck_assert_ptr_nonnull(strstr(text, "salus_gpu_utilization{gpu=\"0\"} 0.5\n"));
     /* no made-up busy time or utilization for the GPU that does not report it */
@@ -217,7 +219,7 @@ START_TEST(test_render)
     /* every family has one HELP and one TYPE line, and no line is empty */
     int help = count_lines_starting(text, "# HELP "), type = count_lines_starting(text, "# TYPE ");
     ck_assert_int_eq(help, type);
-    ck_assert_int_eq(help, 16);
+    ck_assert_int_eq(help, 20);
     ck_assert_ptr_null(strstr(text, "\n\n"));
 
     /* reset keeps the buffer and starts over */

@@ -36,6 +36,7 @@ typedef struct salusd_s {
     salusd_config_t config;
     devices_t devices;
     sched_t *sched;           /* lanes and the active policy (sched.c) */
+    struct event *grow_timer; /* retries chunk requests that found the device full (jobs.c) */
     struct event_base *base;
     struct evconnlistener *listener;
     struct event *signal_events[3];

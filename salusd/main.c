@@ -139,6 +139,8 @@ out:
     server_stop(&d);
     metrics_stop(&d);
     jobs_shutdown(&d);
+    if (d.grow_timer)
+        event_free(d.grow_timer);
     sched_fini(&d);
     devices_close(&d.devices);
     for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)

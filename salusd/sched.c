@@ -102,13 +102,38 @@ static int lane_holder(const sched_t *s, uint32_t lane, uint64_t *holder)
     return -ENOENT;
 }
 
+static void learn_sizes(salusd_t *d, job_t *job, const lanes_placement_t *pl);
+
+/* The job that held its lane is at a boundary: report the iteration, give the lane back. */
+static void holder_done(salusd_t *d, job_t *job, uint32_t lane)
+{
+    sched_t *s = d->sched;
+    job_page_t *page = jobs_page(job);
+    policy_job_t v;
+    lanes_placement_t pl;
+    view_of(job, &v, lane);
+    policy_iteration_done(&s->policy, &v, page ? atomic_load(&page->last_iteration_ns) : 0,
+                          salusd_now_ns());
+    lanes_yield(s->lanes, job->id);
+    if (lanes_job_placement(s->lanes, job->id, &pl) == LANES_OK)
+        learn_sizes(d, job, &pl);
+}
+
 /* If the lane is free, lets the policy pick among its parked jobs and grants the pick. */
 static void dispatch_lane(salusd_t *d, uint32_t lane)
 {
     sched_t *s = d->sched;
     uint64_t holder = 0;
-    if (lane_holder(s, lane, &holder) < 0 || holder)
+    if (lane_holder(s, lane, &holder) < 0)
         return;
+    if (holder) {
+        /* a holder that is parked is at a boundary whose notification is still queued (or
+         * that a re-layout moved): its turn is over */
+        job_t *h = registry_find(d->registry, holder);
+        if (!h || !parked(h))
+            return;
+        holder_done(d, h, lane);
+    }
     size_t n = admitted_views(d);
     uint64_t now = salusd_now_ns();
     int pick = policy_pick(&s->policy, lane, s->views, n, now);
@@ -170,13 +195,7 @@ void sched_job_parked(salusd_t *d, job_t *job)
     lane_holder(s, pl.lane_id, &holder);
     if (holder == job->id) {
         /* the holder's iteration ended: tell the policy, give the lane back */
-        job_page_t *page = jobs_page(job);
-        policy_job_t v;
-        view_of(job, &v, pl.lane_id);
-        policy_iteration_done(&s->policy, &v, atomic_load(&page->last_iteration_ns),
-                              salusd_now_ns());
-        lanes_yield(s->lanes, job->id);
-        learn_sizes(d, job, &pl);
+        holder_done(d, job, pl.lane_id);
     } else if (holder) {
         /* someone runs in this lane: it must stop at its next boundary */
         job_t *h = registry_find(d->registry, holder);
@@ -258,6 +277,7 @@ static void try_admit_once(salusd_t *d)
                               "of this node");
         }
     }
+    dispatch_all(d);
 out:
     free(order);
     free(requests);
@@ -361,6 +381,25 @@ void sched_pack_lanes(salusd_t *d, msgpack_packer *pk)
     }
 }
 
+/* The lane manager changed the layout (defragmentation: lanes grown, merged, moved jobs).
+ * The books changed at once; the jobs follow at their next boundary: every job of the GPU
+ * stops running freely, so that it parks, hands back the memory it does not hold, and gets
+ * its next turn in its new lane. */
+static void on_layout_change(void *context, const lanes_change_t *change)
+{
+    salusd_t *d = context;
+    LOG_DEBUG("lanes: change %d on GPU %d (lane %u, job %llu)", (int)change->kind, change->gpu,
+              change->lane_id, (unsigned long long)change->job_id);
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        job_t *job = registry_at(d->registry, i);
+        job_page_t *page = jobs_page(job);
+        if (page && job->gpu == change->gpu)
+            atomic_store(&page->free_run, 0);
+        if (change->kind == LANES_CHANGE_JOB_MOVED && job->id == change->job_id)
+            job->lane = change->lane_id;
+    }
+}
+
 int sched_init(salusd_t *d, char *err, size_t err_size)
 {
     sched_t *s = calloc(1, sizeof(*s));
@@ -370,6 +409,8 @@ int sched_init(salusd_t *d, char *err, size_t err_size)
         return -ENOMEM;
     }
     lanes_config_default(&config);
+    config.on_change = on_layout_change;
+    config.on_change_context = d;
     config.job_overhead_bytes = d->devices.simulated ? 0 : d->config.job_overhead_bytes;
     config.share_lanes_across_users = d->config.share_lanes_across_users != 0;
     /* a job without hints starts on provisional sizes that fit the smallest GPU */

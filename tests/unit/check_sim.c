@@ -275,6 +275,39 @@ START_TEST(test_lane_hold_gpu_interleaves)
 }
 END_TEST
 
+/* gpu_frac = 0.5, 10 x 100 ms, two jobs in two lanes. Processor sharing keeps them in step:
+ * 50 ms host, then both GPU parts at half speed for 100 ms: makespan 1.5 s. --gpu-share fcfs
+ * (simgpu's engine): job 1's GPU part runs 50-100 ms, job 2's waits and runs 100-150 ms; from
+ * then on each one's host part hides under the other's GPU part: job 1 ends at 1.0 s, job 2
+ * at 1.05 s, the GPU never idle after 50 ms. */
+START_TEST(test_gpu_share_fcfs)
+{
+    const char *rows = "1,0,10,100,0.5,1024,4096,\n2,0,10,100,0.5,1024,4096,\n";
+    sim_trace_t trace;
+    sim_result_t result;
+    sim_config_t config;
+    char err[256] = "";
+
+    run(rows, "pack", 1, 16384, 0, &trace, &result);
+    ASSERT_NEAR(result.jobs[0].finished_s, 1.5);
+    ASSERT_NEAR(result.jobs[1].finished_s, 1.5);
+    ASSERT_NEAR(result.utilization, 1.0 / 1.5);
+    done(&trace, &result);
+
+    sim_config_default(&config);
+    config.policy = "pack";
+    config.gpu_fcfs = true;
+    load(rows, &trace);
+    ck_assert_int_eq(sim_run(&trace, &config, &result, err, sizeof(err)), SIM_OK);
+    ASSERT_NEAR(result.jobs[0].finished_s, 1.0);
+    ASSERT_NEAR(result.jobs[1].finished_s, 1.05);
+    ASSERT_NEAR(result.makespan_s, 1.05);
+    ASSERT_NEAR(result.utilization, 1.0 / 1.05);
+    ck_assert_uint_eq(result.switches, 0);
+    done(&trace, &result);
+}
+END_TEST
+
 /* Two GPUs: exclusive places one job on each; they do not share. */
 START_TEST(test_two_gpus)
 {
@@ -441,6 +474,7 @@ static Suite *sim_suite(void)
     tcase_add_test(model, test_lanes_fit_more_than_mps);
     tcase_add_test(model, test_two_gpus);
     tcase_add_test(model, test_lane_hold_gpu_interleaves);
+    tcase_add_test(model, test_gpu_share_fcfs);
     tcase_add_loop_test(model, test_too_large_is_refused, 0, (int)policies);
     tcase_add_loop_test(model, test_random_trace_completes, 0, (int)policies);
     tcase_add_test(model, test_quantile);

@@ -30,8 +30,13 @@ static void usage(FILE *out)
           "                      microseconds (default 0)\n"
           "  --no-hints          policies do not see the trace's iteration counts and times\n"
           "                      before measuring them (default: they do, like Salus profiles)\n"
+          "  --hints WHAT        'all' (default), 'iterations' (the count only, no iteration\n"
+          "                      time: what salusd's jobs tell it) or 'none' (= --no-hints)\n"
           "  --lane-hold WHAT    'iteration' (default, as Salus): a lane is held for its\n"
           "                      job's whole iteration; 'gpu': only for the GPU part\n"
+          "  --gpu-share HOW     'ps' (default): GPU parts running at once share the GPU\n"
+          "                      (processor sharing); 'fcfs': one at a time, whole, in the\n"
+          "                      order they start (simgpu's engine, one kernel per part)\n"
           "  --jobs-csv FILE     also write per-job times (submit, admitted, start, finish)\n"
           "  --json              print one JSON object instead of text\n"
           "  --list-policies     print the accepted policy names, one a line\n"
@@ -64,7 +69,7 @@ static bool parse_number(const char *text, double min, double max, double *out)
 int main(int argc, char **argv)
 {
     enum { OPT_TRACE = 256, OPT_POLICY, OPT_GPUS, OPT_MEMORY, OPT_SWITCH, OPT_JSON, OPT_NO_HINTS,
-           OPT_JOBS_CSV, OPT_LIST, OPT_LANE_HOLD };
+           OPT_JOBS_CSV, OPT_LIST, OPT_LANE_HOLD, OPT_GPU_SHARE, OPT_HINTS };
     static const struct option options[] = {
         {"trace", required_argument, NULL, OPT_TRACE},
         {"policy", required_argument, NULL, OPT_POLICY},
@@ -76,6 +81,8 @@ int main(int argc, char **argv)
         {"jobs-csv", required_argument, NULL, OPT_JOBS_CSV},
         {"list-policies", no_argument, NULL, OPT_LIST},
         {"lane-hold", required_argument, NULL, OPT_LANE_HOLD},
+        {"gpu-share", required_argument, NULL, OPT_GPU_SHARE},
+        {"hints", required_argument, NULL, OPT_HINTS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -115,11 +122,23 @@ int main(int argc, char **argv)
             break;
         case OPT_JSON: json = true; break;
         case OPT_NO_HINTS: config.hints = false; break;
+        case OPT_HINTS:
+            if (strcmp(optarg, "all") != 0 && strcmp(optarg, "iterations") != 0 &&
+                strcmp(optarg, "none") != 0)
+                return usage_error("--hints takes 'all', 'iterations' or 'none'");
+            config.hints = strcmp(optarg, "none") != 0;
+            config.hints_iterations_only = strcmp(optarg, "iterations") == 0;
+            break;
         case OPT_JOBS_CSV: jobs_csv = optarg; break;
         case OPT_LANE_HOLD:
             if (strcmp(optarg, "iteration") != 0 && strcmp(optarg, "gpu") != 0)
                 return usage_error("--lane-hold takes 'iteration' or 'gpu'");
             config.lane_hold_gpu_only = strcmp(optarg, "gpu") == 0;
+            break;
+        case OPT_GPU_SHARE:
+            if (strcmp(optarg, "ps") != 0 && strcmp(optarg, "fcfs") != 0)
+                return usage_error("--gpu-share takes 'ps' or 'fcfs'");
+            config.gpu_fcfs = strcmp(optarg, "fcfs") == 0;
             break;
         case OPT_LIST:
             sim_policy_names(stdout, "\n");

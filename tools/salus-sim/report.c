@@ -72,8 +72,9 @@ void sim_result_free(sim_result_t *result)
 void sim_report_text(FILE *out, const sim_config_t *config, const sim_result_t *result)
 {
     fprintf(out, "policy            %s\n", config->policy);
-    fprintf(out, "gpus              %u x %.0f MiB, switch %.0f us\n", config->gpus,
-            (double)config->gpu_memory_bytes / (1024.0 * 1024.0), config->switch_s * 1e6);
+    fprintf(out, "gpus              %u x %.0f MiB, switch %.0f us, sharing %s\n", config->gpus,
+            (double)config->gpu_memory_bytes / (1024.0 * 1024.0), config->switch_s * 1e6,
+            config->gpu_fcfs ? "fcfs" : "ps");
     fprintf(out, "jobs              %zu completed, %zu refused (larger than a GPU)\n",
             result->jobs_completed, result->jobs_refused);
     fprintf(out, "average JCT       %.3f s\n", result->avg_jct_s);

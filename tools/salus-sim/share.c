@@ -75,6 +75,14 @@ void sim_gpu_advance(sim_gpu_t *gpu, double now_s)
 int sim_gpu_start(sim_gpu_t *gpu, double now_s, uint32_t job, double work_s)
 {
     sim_gpu_advance(gpu, now_s);
+    if (gpu->fcfs) {
+        /* queued behind the parts started before it; the GPU is busy while any is queued */
+        double finish_s = (gpu->tail_s > now_s ? gpu->tail_s : now_s) + work_s;
+        int rc = sim_heap_push(&gpu->parts, finish_s, job);
+        if (rc == SIM_OK)
+            gpu->tail_s = finish_s;
+        return rc;
+    }
     return sim_heap_push(&gpu->parts, gpu->virtual_s + work_s, job);
 }
 
@@ -82,6 +90,8 @@ double sim_gpu_next_finish_s(const sim_gpu_t *gpu, double empty)
 {
     if (gpu->parts.count == 0)
         return empty;
+    if (gpu->fcfs)
+        return gpu->parts.items[0].key;
     double left = gpu->parts.items[0].key - gpu->virtual_s;
     if (left < 0)
         left = 0;
@@ -92,6 +102,8 @@ uint32_t sim_gpu_finish(sim_gpu_t *gpu, double now_s)
 {
     sim_gpu_advance(gpu, now_s);
     sim_heap_entry_t part = sim_heap_pop(&gpu->parts);
+    if (gpu->fcfs)
+        return part.job;
     /* Rounding may leave the clock a hair short of the finished part's mark; the parts
      * still running all finish at or after it. */
     if (gpu->virtual_s < part.key)

@@ -35,12 +35,16 @@ void sim_heap_free(sim_heap_t *heap);
 /* One GPU under processor sharing. The GPU parts running on it progress at rate 1/k each
  * (k = how many run). Instead of recomputing every finish time when k changes, the GPU keeps
  * a virtual clock that advances at rate 1/k: a part of work w that starts when the virtual
- * clock reads v finishes when it reads v + w, whatever happens in between. */
+ * clock reads v finishes when it reads v + w, whatever happens in between.
+ * With fcfs set (--gpu-share fcfs) the parts run one at a time, whole, in the order they were
+ * started (simgpu's engine: one kernel at a time); the key is then the real finish time. */
 typedef struct sim_gpu_s {
+    bool fcfs;
     double virtual_s; /* work each running part has received since the GPU started */
     double updated_s; /* simulated time virtual_s refers to */
     double busy_s;    /* simulated time with at least one part running */
-    sim_heap_t parts; /* key: virtual finish time */
+    double tail_s;    /* fcfs: when the last part queued finishes */
+    sim_heap_t parts; /* key: virtual finish time (fcfs: real finish time) */
 } sim_gpu_t;
 
 /* Brings the virtual clock to now_s (now_s >= updated_s). */

@@ -365,6 +365,8 @@ static int engine_init(sim_engine_t *e, const sim_trace_t *trace)
     lanes_set_max_jobs_per_gpu(e->lanes, e->mode == MODE_EXCLUSIVE
                                              ? 1 : policy_max_jobs_per_gpu(&e->policy));
     for (unsigned g = 0; g < c->gpus; g++)
+        e->gpus[g].fcfs = c->gpu_fcfs;
+    for (unsigned g = 0; g < c->gpus; g++)
         if (lanes_add_gpu(e->lanes, (int)g, c->gpu_memory_bytes, 0) != LANES_OK)
             return sim_fail(e, SIM_ERROR_INTERNAL, "lanes_add_gpu(%u) failed", g);
 
@@ -380,7 +382,8 @@ static int engine_init(sim_engine_t *e, const sim_trace_t *trace)
             .id = i + 1,
             .arrival_ns = sim_to_ns(s->submit_s),
             .iterations_expected = c->hints ? s->iterations : 0,
-            .mean_iteration_ns = c->hints ? sim_to_ns(s->iteration_ms / 1e3) : 0,
+            .mean_iteration_ns = c->hints && !c->hints_iterations_only
+                                     ? sim_to_ns(s->iteration_ms / 1e3) : 0,
             .priority = s->priority,
         };
         job->gpu = -1;

@@ -71,9 +71,17 @@ typedef struct sim_config_s {
     /* Hints the policies see before a job has run: iterations_expected from the trace and its
      * alone iteration time as mean_iteration_ns (Salus's profiles). false: 0 / unmeasured. */
     bool hints;
+    /* With hints: only iterations_expected, no iteration time (mean_iteration_ns 0 until
+     * measured), as in salusd, whose jobs hint their iteration count (salusctl run
+     * --iterations) but not their iteration time. */
+    bool hints_iterations_only;
     /* false (default, as Salus): a lane is held for its job's whole iteration. true: only
      * for the GPU part (and the switch before it); the host part runs without the lane. */
     bool lane_hold_gpu_only;
+    /* false (default): GPU parts running at once share the GPU (processor sharing, as a GPU
+     * time-slicing contexts does). true: one at a time, whole, in start order (simgpu's
+     * engine, which runs one kernel at a time; salus-synth's GPU part is one kernel). */
+    bool gpu_fcfs;
 } sim_config_t;
 
 typedef struct sim_job_result_s {

@@ -63,6 +63,28 @@ static void refresh_stats(job_t *job)
     job->stats.wait_ns = atomic_load(&page->wait_ns);
 }
 
+/* Returns the job's chunks and closes what the daemon held for it (events, pidfd, eventfd,
+ * page); the job's runtime state is gone afterwards. */
+static void release_runtime(salusd_t *d, job_t *job)
+{
+    job_runtime_t *rt = runtime_of(job);
+    for (size_t i = 0; i < rt->chunk_count; i++)
+        devices_chunk_release(&d->devices, &rt->chunks[i]);
+    if (rt->pid_event)
+        event_free(rt->pid_event);
+    if (rt->notify_event)
+        event_free(rt->notify_event);
+    if (rt->pidfd >= 0)
+        close(rt->pidfd);
+    if (rt->notify_fd >= 0)
+        close(rt->notify_fd);
+    if (rt->page)
+        munmap(rt->page, JOB_PAGE_BYTES);
+    free(rt->chunks);
+    free(rt);
+    job->runtime = NULL;
+}
+
 static void forget_old_finished(salusd_t *d)
 {
     size_t finished = 0;
@@ -90,25 +112,11 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
         return;
     refresh_stats(job);
     sched_job_left(d, job);
-    for (size_t i = 0; i < rt->chunk_count; i++)
-        devices_chunk_release(&d->devices, &rt->chunks[i]);
     if (job->gpu >= 0 && job->admitted_ns)
         d->devices.gpus[job->gpu].reserved_bytes -= job->budget_bytes;
-    if (rt->pid_event)
-        event_free(rt->pid_event);
-    if (rt->notify_event)
-        event_free(rt->notify_event);
-    if (rt->pidfd >= 0)
-        close(rt->pidfd);
-    if (rt->notify_fd >= 0)
-        close(rt->notify_fd);
-    if (rt->page)
-        munmap(rt->page, JOB_PAGE_BYTES);
     if (rt->conn)
         rt->conn->job_id = 0;
-    free(rt->chunks);
-    free(rt);
-    job->runtime = NULL;
+    release_runtime(d, job);
     job->owner = NULL;
     job->committed_bytes = 0;
     job->state = final_state;
@@ -619,25 +627,8 @@ void jobs_shutdown(salusd_t *d)
 {
     for (size_t i = 0; i < registry_count(d->registry); i++) {
         job_t *job = registry_at(d->registry, i);
-        job_runtime_t *rt = runtime_of(job);
-        if (!rt)
-            continue;
-        for (size_t k = 0; k < rt->chunk_count; k++)
-            devices_chunk_release(&d->devices, &rt->chunks[k]);
-        rt->chunk_count = 0;
-        if (rt->pid_event)
-            event_free(rt->pid_event);
-        if (rt->notify_event)
-            event_free(rt->notify_event);
-        if (rt->pidfd >= 0)
-            close(rt->pidfd);
-        if (rt->notify_fd >= 0)
-            close(rt->notify_fd);
-        if (rt->page)
-            munmap(rt->page, JOB_PAGE_BYTES);
-        free(rt->chunks);
-        free(rt);
-        job->runtime = NULL;
+        if (runtime_of(job))
+            release_runtime(d, job);
     }
     jobctl_shutdown(d);
 }

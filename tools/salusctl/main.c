@@ -26,31 +26,12 @@ static int call_with(ctl_t *ctl, const char *op, const char *key, const char *va
                      proto_msg_t *reply)
 {
     salus_client_t c;
-    char err[256] = "";
-    int rc = salus_client_open(&c, ctl->socket_path, "salusctl", ctl->timeout_ms, err, sizeof(err));
-    if (rc < 0) {
-        if (rc == -EPROTO)
-            fprintf(stderr, "salusctl: salusd at %s refused the connection: %s\n",
-                    ctl->socket_path, err);
-        else
-            fprintf(stderr, "salusctl: cannot reach salusd at %s: %s\n", ctl->socket_path, err);
+    if (ctl_open(ctl, &c) != EXIT_OK)
         return EXIT_DAEMON;
-    }
     msgpack_packer *pk = salus_client_begin(&c, op, key ? 1 : 0);
     if (key)
         proto_pack_kv_str(pk, key, value);
-    rc = salus_client_call(&c, reply, err, sizeof(err));
-    salus_client_close(&c);
-    if (rc == -EREMOTEIO) {
-        fprintf(stderr, "salusctl: %s: %s\n", op, err);
-        return EXIT_DAEMON;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "salusctl: %s: no answer from salusd at %s: %s\n", op, ctl->socket_path,
-                strerror(-rc));
-        return EXIT_DAEMON;
-    }
-    return EXIT_OK;
+    return ctl_finish(ctl, &c, op, reply, ctl->timeout_ms);
 }
 
 static int call(ctl_t *ctl, const char *op, proto_msg_t *reply)

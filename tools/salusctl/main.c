@@ -39,6 +39,22 @@ static int call(ctl_t *ctl, const char *op, proto_msg_t *reply)
     return call_with(ctl, op, NULL, NULL, reply);
 }
 
+/* Calls op and finds the list `key` in its reply (kept in *reply: free it). */
+static int call_list(ctl_t *ctl, const char *op, const char *key, proto_msg_t *reply,
+                     const msgpack_object **list)
+{
+    int rc = call(ctl, op, reply);
+    if (rc != EXIT_OK)
+        return rc;
+    *list = proto_get(&reply->body, key);
+    if (!*list || (*list)->type != MSGPACK_OBJECT_ARRAY) {
+        fprintf(stderr, "salusctl: %s: salusd sent a reply without a %s list\n", op, key);
+        proto_msg_free(reply);
+        return EXIT_DAEMON;
+    }
+    return EXIT_OK;
+}
+
 static uint64_t get_u(const msgpack_object *map, const char *key)
 {
     uint64_t v = 0;
@@ -86,15 +102,10 @@ static int verb_ps(ctl_t *ctl, int argc, char **argv)
     proto_msg_t reply;
     (void)argc;
     (void)argv;
-    int rc = call(ctl, "ps", &reply);
+    const msgpack_object *jobs;
+    int rc = call_list(ctl, "ps", "jobs", &reply, &jobs);
     if (rc != EXIT_OK)
         return rc;
-    const msgpack_object *jobs = proto_get(&reply.body, "jobs");
-    if (!jobs || jobs->type != MSGPACK_OBJECT_ARRAY) {
-        fprintf(stderr, "salusctl: ps: salusd sent a reply without a job list\n");
-        proto_msg_free(&reply);
-        return EXIT_DAEMON;
-    }
     if (ctl->json) {
         json_print(stdout, jobs);
         putchar('\n');
@@ -176,15 +187,10 @@ static int verb_lanes(ctl_t *ctl, int argc, char **argv)
     proto_msg_t reply;
     (void)argc;
     (void)argv;
-    int rc = call(ctl, "lanes", &reply);
+    const msgpack_object *lanes;
+    int rc = call_list(ctl, "lanes", "lanes", &reply, &lanes);
     if (rc != EXIT_OK)
         return rc;
-    const msgpack_object *lanes = proto_get(&reply.body, "lanes");
-    if (!lanes || lanes->type != MSGPACK_OBJECT_ARRAY) {
-        fprintf(stderr, "salusctl: lanes: salusd sent a reply without a lane list\n");
-        proto_msg_free(&reply);
-        return EXIT_DAEMON;
-    }
     if (ctl->json) {
         json_print(stdout, lanes);
         putchar('\n');

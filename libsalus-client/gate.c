@@ -272,7 +272,7 @@ int shim_mark_iteration(int begin)
         gate.mark_pending = 1;
     pthread_mutex_unlock(&gate.lock);
     /* begin: pass the gate now, so that the wait happens here and not inside a launch */
-    return begin && shim_gate(NULL, 0) != CUDA_SUCCESS ? -EIO : 0;
+    return begin && shim_gate_enter(NULL, 0, SHIM_WORK_NONE) != CUDA_SUCCESS ? -EIO : 0;
 }
 
 /* The last iteration has no next submission to reveal its end: count it at exit. */

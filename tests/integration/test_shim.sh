@@ -48,6 +48,16 @@ LD_LIBRARY_PATH="$SIMGPU_DIR" "$SYNTH" --persistent-mb 8 --ephemeral-mb 4 --gpu-
 grep -q "^synth_done iterations=5 " "$WORK/synth.shim" || fail "synth summary: $(tail -1 "$WORK/synth.shim")"
 pass "salus-synth completes under the shim ($(grep ^synth_done "$WORK/synth.shim"))"
 
+# Programs that mark iterations with salus.h: the marks count, detection is off; without salus
+# the same binary runs with the marks as no-ops.
+"$SALUSCTL" run --name marked -- "$SYNTH" --persistent-mb 4 --ephemeral-mb 2 --gpu-ms 1 \
+    --iterations 7 --mark >"$WORK/marked.out" 2>&1 || fail "marked synth: $(cat "$WORK/marked.out")"
+[ "$(ps_field marked iterations)" = 7 ] || fail "marked iterations: $(ps_field marked iterations) of 7"
+LD_LIBRARY_PATH="$SIMGPU_DIR" "$SYNTH" --persistent-mb 4 --ephemeral-mb 2 --gpu-ms 1 \
+    --iterations 3 --mark >"$WORK/marked.native" || fail "marked synth without salus"
+grep -q "^synth_done iterations=3 " "$WORK/marked.native" || fail "marked native summary"
+pass "salus.h marks: 7 marked iterations counted; no-ops without salus"
+
 # A program written without salus in mind: module from a file on disk, kernel by name.
 "$SALUSCTL" run -- "$BIN/salus-vecadd" "$SALUS_BUILD_DIR/lib/packs/vecadd.fatbin" >"$WORK/vecadd" ||
     fail "vecadd: $(cat "$WORK/vecadd")"

@@ -82,6 +82,8 @@ WORKLOAD_PACK_EXPORT(synth_pack)
 /* ---- host program (g++ only: nvcc compiles just the kernels) ------------------------------ */
 #include "workload_host.h"
 
+#include "salus.h"
+
 #include <getopt.h>
 
 /* the kernels for real GPUs (a fatbin), or a placeholder where nvcc was missing */
@@ -92,6 +94,7 @@ typedef struct synth_config {
     double gpu_ms, host_ms;
     unsigned iterations;
     bool async_alloc, touch;
+    bool mark; /* salus.h iteration marks around each iteration */
     int device;
 } synth_config;
 
@@ -167,6 +170,10 @@ static void synth_run(const synth_config *config)
         uint64_t iteration_start_ns = workload_now_ns();
         if (host_ns != 0)
             workload_sleep_ns(host_ns);
+        if (config->mark && salus_iteration_begin() < 0) {
+            fprintf(stderr, "salus-synth: salus_iteration_begin failed: salusd is gone\n");
+            exit(1);
+        }
 
         CUdeviceptr ephemeral = 0;
         if (config->ephemeral_bytes != 0)
@@ -184,6 +191,8 @@ static void synth_run(const synth_config *config)
             workload_free(&device, ephemeral, false);
         if (config->touch)
             synth_check_mismatches(mismatches, "ephemeral", iteration);
+        if (config->mark)
+            salus_iteration_end();
 
         printf("iter=%u ms=%.3f\n", iteration, (double)(workload_now_ns() - iteration_start_ns) / 1e6);
         fflush(stdout);
@@ -226,6 +235,7 @@ static void synth_usage(FILE *out)
             "  --iterations N      iterations (default 20)\n"
             "  --async-alloc       use cuMemAllocAsync/cuMemFreeAsync on the stream\n"
             "  --touch             write and verify every word of the memory with kernels\n"
+            "  --mark              mark each iteration with salus.h (no-op without salus)\n"
             "  --device N          device ordinal (default 0)\n"
             "  --help              this text\n"
             "\n"
@@ -237,7 +247,7 @@ static void synth_usage(FILE *out)
 
 static void synth_parse(int argc, char **argv, synth_config *config)
 {
-    enum { PERSISTENT = 256, EPHEMERAL, GPU_MS, HOST_MS, ITERATIONS, ASYNC, TOUCH, DEVICE, HELP };
+    enum { PERSISTENT = 256, EPHEMERAL, GPU_MS, HOST_MS, ITERATIONS, ASYNC, TOUCH, DEVICE, MARK, HELP };
     static const struct option options[] = {
         {"persistent-mb", required_argument, NULL, PERSISTENT},
         {"ephemeral-mb", required_argument, NULL, EPHEMERAL},
@@ -247,11 +257,12 @@ static void synth_parse(int argc, char **argv, synth_config *config)
         {"async-alloc", no_argument, NULL, ASYNC},
         {"touch", no_argument, NULL, TOUCH},
         {"device", required_argument, NULL, DEVICE},
+        {"mark", no_argument, NULL, MARK},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
     };
     const double mebibyte = 1024.0 * 1024.0, memory_limit_mb = 1024.0 * 1024.0, time_limit_ms = 3600e3;
-    *config = synth_config{(size_t)(64 * mebibyte), (size_t)(128 * mebibyte), 10.0, 2.0, 20, false, false, 0};
+    *config = synth_config{(size_t)(64 * mebibyte), (size_t)(128 * mebibyte), 10.0, 2.0, 20, false, false, false, 0};
     int option;
     while ((option = getopt_long(argc, argv, "", options, NULL)) != -1) {
         const char *name = option >= PERSISTENT && option <= HELP ? options[option - PERSISTENT].name : "";
@@ -268,6 +279,7 @@ static void synth_parse(int argc, char **argv, synth_config *config)
         case ASYNC: config->async_alloc = true; break;
         case TOUCH: config->touch = true; break;
         case DEVICE: config->device = (int)workload_parse_unsigned(name, optarg, 0, 1023); break;
+        case MARK: config->mark = true; break;
         case HELP: synth_usage(stdout); exit(0);
         default: synth_usage(stderr); exit(WORKLOAD_EXIT_USAGE);
         }

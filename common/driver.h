@@ -9,7 +9,8 @@
 #include <cudaTypedefs.h>
 #include <stddef.h>
 
-/* X(name, PFN type of the variant cuda.h maps the name to) */
+/* X(name, PFN type of the newest variant of name in these headers: what cuGetProcAddress
+ * answers at CUDA_VERSION, e.g. cuCtxSynchronize is _v13000, which takes a context) */
 #define DRIVER_FUNCTIONS(X)                                                                    \
     X(cuInit, PFN_cuInit_v2000)                                                                \
     X(cuDriverGetVersion, PFN_cuDriverGetVersion_v2020)                                        \
@@ -24,6 +25,7 @@
     X(cuDevicePrimaryCtxRelease, PFN_cuDevicePrimaryCtxRelease_v11000)                         \
     X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                                              \
     X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                                              \
+    X(cuCtxSynchronize, PFN_cuCtxSynchronize_v13000)                                           \
     X(cuMemGetInfo, PFN_cuMemGetInfo_v3020)                                                    \
     X(cuMemCreate, PFN_cuMemCreate_v10020)                                                     \
     X(cuMemRelease, PFN_cuMemRelease_v10020)                                                   \

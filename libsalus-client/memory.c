@@ -96,8 +96,9 @@ static CUresult grow(uint64_t bytes)
     uint64_t chunk_id = 0, chunk_bytes = 0, at = 0;
     uint64_t want = round_up(bytes > shim.chunk_bytes ? bytes : shim.chunk_bytes, mem.granularity);
     uint64_t budget = atomic_load(&shim.page->budget_bytes);
-    if (mem.mapped_bytes + want > budget)
-        want = budget > mem.mapped_bytes ? round_up(budget - mem.mapped_bytes, mem.granularity) : 0;
+    if (mem.mapped_bytes + want > budget) /* what is left of the budget, whole granules */
+        want = budget > mem.mapped_bytes
+                   ? (budget - mem.mapped_bytes) / mem.granularity * mem.granularity : 0;
     if (want < bytes || allocator_alloc(mem.address_space, want, &at) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     int fd = shim_session_grow(want, &chunk_id, &chunk_bytes);

@@ -254,11 +254,13 @@ CUresult shim_init(void)
 
 int shim_session_alive(void)
 {
-    struct pollfd p = {.fd = shim.client.fd, .events = POLLIN};
+    struct pollfd p = {.fd = shim.client.fd, .events = POLLRDHUP};
     if (shim.client.fd < 0)
         return 0;
-    /* the daemon never sends unasked: readable here means it hung up */
-    return poll(&p, 1, 0) == 0;
+    /* only a hang-up counts: a reply another thread waits for may be readable right now */
+    if (poll(&p, 1, 0) <= 0)
+        return 1;
+    return !(p.revents & (POLLHUP | POLLERR | POLLRDHUP));
 }
 
 /* A reply that did not come (timeout) or came out of order leaves the stream out of step:

@@ -143,6 +143,9 @@ static int clear_chunk(devices_t *devs, int gpu, CUmemGenericAllocationHandle ha
         rc = d->fn_cuMemSetAccess(at, size, &access, 1);
         if (rc == CUDA_SUCCESS)
             rc = d->fn_cuMemsetD8(at, 0, size);
+        /* the set may still run on the device: finish it before the memory goes out */
+        if (rc == CUDA_SUCCESS)
+            rc = d->fn_cuCtxSynchronize(devs->gpus[gpu].context);
         d->fn_cuMemUnmap(at, size);
     }
     d->fn_cuMemAddressFree(at, size);
@@ -164,8 +167,10 @@ int devices_chunk_create(devices_t *devs, int gpu, uint64_t bytes, int clear, ch
     d->fn_cuCtxSetCurrent(g->context);
     CUresult rc = d->fn_cuMemCreate(&chunk->handle, size, &prop, 0);
     if (rc != CUDA_SUCCESS) {
-        LOG_WARN("cuMemCreate(%llu bytes) on GPU %d failed: %s", (unsigned long long)size, gpu,
-                 driver_error_name(d, rc));
+        /* a full device is routine (the request waits); anything else is worth a warning */
+        SALUS_LOG(rc == CUDA_ERROR_OUT_OF_MEMORY ? SALUS_LOG_DEBUG : SALUS_LOG_WARN,
+                  "cuMemCreate(%llu bytes) on GPU %d failed: %s", (unsigned long long)size, gpu,
+                  driver_error_name(d, rc));
         return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
     }
     /* memory may pass between users: hand out only zeroes */

@@ -104,6 +104,19 @@ static int lane_holder(const sched_t *s, uint32_t lane, uint64_t *holder)
 
 static void learn_sizes(salusd_t *d, job_t *job, const lanes_placement_t *pl);
 
+/* After the layout changed (admission, release, learned sizes), every admitted job's budget
+ * follows its placement: persistent size plus its lane's size (never below what it holds). */
+static void refresh_budgets(salusd_t *d)
+{
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        job_t *job = registry_at(d->registry, i);
+        lanes_placement_t pl;
+        if (job->runtime && jobs_page(job) &&
+            lanes_job_placement(d->sched->lanes, job->id, &pl) == LANES_OK)
+            jobs_set_budget(d, job, pl.persistent_bytes + pl.lane_size_bytes);
+    }
+}
+
 /* The job that held its lane is at a boundary: report the iteration, give the lane back. */
 static void holder_done(salusd_t *d, job_t *job, uint32_t lane)
 {
@@ -176,7 +189,7 @@ static void learn_sizes(salusd_t *d, job_t *job, const lanes_placement_t *pl)
         LOG_INFO("job %llu learned sizes: persistent %llu KiB, ephemeral %llu KiB (lane %u)",
                  (unsigned long long)job->id, (unsigned long long)(p >> 10),
                  (unsigned long long)(e >> 10), now.lane_id);
-        jobs_set_budget(d, job, now.persistent_bytes + now.lane_size_bytes);
+        refresh_budgets(d);
     } else {
         LOG_WARN("job %llu: measured sizes (%llu + %llu bytes) do not fit now (%s); it keeps "
                  "its provisional budget", (unsigned long long)job->id, (unsigned long long)p,
@@ -194,8 +207,11 @@ void sched_job_parked(salusd_t *d, job_t *job)
     uint64_t holder = 0;
     lane_holder(s, pl.lane_id, &holder);
     if (holder == job->id) {
-        /* the holder's iteration ended: tell the policy, give the lane back */
+        /* the holder's iteration ended: tell the policy, give the lane back (learning its
+         * sizes may move it to another lane: dispatch every lane) */
         holder_done(d, job, pl.lane_id);
+        dispatch_all(d);
+        return;
     } else if (holder) {
         /* someone runs in this lane: it must stop at its next boundary */
         job_t *h = registry_find(d->registry, holder);
@@ -260,6 +276,7 @@ static void try_admit_once(salusd_t *d)
     }
     lanes_admit_in_order(s->lanes, requests, n, policy_admission_blocks(&s->policy), results,
                          placements);
+    refresh_budgets(d);
     for (size_t i = 0; i < n; i++) {
         job_t *job = registry_find(d->registry, requests[i].job_id);
         if (!job)
@@ -294,6 +311,7 @@ void sched_job_left(salusd_t *d, job_t *job)
     policy_job_left(&s->policy, job->id, salusd_now_ns());
     lanes_yield(s->lanes, job->id);
     lanes_release(s->lanes, job->id);
+    refresh_budgets(d);
     dispatch_all(d);
 }
 

@@ -1,0 +1,162 @@
+/* Device memory for jobs: chunks handed out on request (mem_grow), given back (mem_release),
+ * and requests that wait while the device is full but the job is within its budget. */
+#include "jobs-internal.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* Creates a chunk for the job and sends it. -ENOMEM: the device has no room now (the books
+ * say the job may have it: memory that other jobs still hold comes back at their
+ * boundaries); other negative values: the request was answered with an error. */
+static int grant_chunk(salusd_t *d, job_t *job, job_runtime_t *rt, uint64_t request_id,
+                       uint64_t bytes)
+{
+    conn_t *c = rt->conn;
+    if (rt->chunk_count == rt->chunk_capacity) {
+        size_t cap = rt->chunk_capacity ? rt->chunk_capacity * 2 : 8;
+        chunk_t *chunks = realloc(rt->chunks, cap * sizeof(*chunks));
+        if (!chunks) {
+            server_reply_error(c, request_id, PROTO_EINTERNAL, 0, "out of memory");
+            return -EIO;
+        }
+        rt->chunks = chunks;
+        rt->chunk_capacity = cap;
+    }
+    chunk_t *chunk = &rt->chunks[rt->chunk_count];
+    int fd = -1;
+    /* with lanes shared across users, memory may carry another user's data: clear it */
+    int rc = devices_chunk_create(&d->devices, job->gpu, bytes, d->config.share_lanes_across_users,
+                                  chunk, &fd);
+    if (rc == -ENOMEM)
+        return -ENOMEM;
+    if (rc < 0) {
+        server_reply_error(c, request_id, PROTO_EINTERNAL, 0, "the GPU could not provide %llu MiB",
+                           (unsigned long long)(bytes >> 20));
+        return -EIO;
+    }
+    if (chunk->bytes > job->budget_bytes - job->committed_bytes) {
+        /* granularity rounding went past the budget */
+        devices_chunk_release(&d->devices, chunk);
+        close(fd);
+        server_reply_error(c, request_id, PROTO_ENOMEM, 0, "over the job's budget");
+        return -EIO;
+    }
+    rt->chunk_count++;
+    job->committed_bytes += chunk->bytes;
+    proto_enc_t *e = &d->enc;
+    proto_enc_begin(e, PROTO_REPLY, request_id, "", 3);
+    proto_pack_kv_uint(&e->pk, "chunk_id", chunk->id);
+    proto_pack_kv_uint(&e->pk, "bytes", chunk->bytes);
+    proto_pack_kv_uint(&e->pk, "fds", 1);
+    proto_enc_finish(e);
+    if (server_send_fds(c, e, &fd, 1) < 0)
+        LOG_WARN("could not send chunk %llu to job %llu", (unsigned long long)chunk->id,
+                 (unsigned long long)job->id);
+    close(fd);
+    return 0;
+}
+
+#define GROW_WAIT_NS (20ull * 1000000000ull)
+
+/* Retries the chunk requests that found the device full; answers those that waited too
+ * long with out-of-memory. Runs after memory came back and from a timer. */
+void jobs_retry_pending_grows(salusd_t *d)
+{
+    uint64_t now = salusd_now_ns();
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        job_t *job = registry_at(d->registry, i);
+        job_runtime_t *rt = runtime_of(job);
+        if (!rt || !rt->grow_pending || !rt->conn)
+            continue;
+        int rc = grant_chunk(d, job, rt, rt->grow_request_id, rt->grow_bytes);
+        if (rc == -ENOMEM && now - rt->grow_since_ns < GROW_WAIT_NS)
+            continue;
+        if (rc == -ENOMEM)
+            server_reply_error(rt->conn, rt->grow_request_id, PROTO_ENOMEM, 0,
+                               "the GPU had no room for %llu MiB for %llu s",
+                               (unsigned long long)(rt->grow_bytes >> 20),
+                               (unsigned long long)(GROW_WAIT_NS / 1000000000ull));
+        rt->grow_pending = 0;
+    }
+}
+
+static void on_grow_timer(evutil_socket_t fd, short events, void *arg)
+{
+    (void)fd;
+    (void)events;
+    jobs_retry_pending_grows(arg);
+}
+
+void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    job_t *job = jobs_of_conn(c);
+    job_runtime_t *rt = runtime_of(job);
+    uint64_t bytes = 0;
+    if (!rt || rt->reply_pending || rt->grow_pending) {
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0,
+                           "mem_grow needs an admitted job with no request outstanding");
+        return;
+    }
+    if (proto_get_uint(&msg->body, "bytes", &bytes) < 0 || bytes == 0) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "mem_grow takes bytes (> 0)");
+        return;
+    }
+    if (bytes > job->budget_bytes - job->committed_bytes) {
+        server_reply_error(c, msg->id, PROTO_ENOMEM, 0,
+                           "over the job's budget: %llu of %llu MiB in use, %llu MiB more asked",
+                           (unsigned long long)(job->committed_bytes >> 20),
+                           (unsigned long long)(job->budget_bytes >> 20),
+                           (unsigned long long)(bytes >> 20));
+        return;
+    }
+    if (grant_chunk(d, job, rt, msg->id, bytes) != -ENOMEM)
+        return;
+    /* within its budget but the device is full: other jobs still hold memory that the lane
+     * layout already gave to this one; it comes back when they reach a boundary */
+    rt->grow_pending = 1;
+    rt->grow_request_id = msg->id;
+    rt->grow_bytes = bytes;
+    rt->grow_since_ns = salusd_now_ns();
+    if (!d->grow_timer) {
+        struct timeval period = {.tv_sec = 0, .tv_usec = 200000};
+        d->grow_timer = event_new(d->base, -1, EV_PERSIST, on_grow_timer, d);
+        if (d->grow_timer)
+            event_add(d->grow_timer, &period);
+    }
+    LOG_DEBUG("job %llu waits for %llu MiB of device memory", (unsigned long long)job->id,
+              (unsigned long long)(bytes >> 20));
+}
+
+void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    job_t *job = jobs_of_conn(c);
+    job_runtime_t *rt = runtime_of(job);
+    uint64_t id = 0;
+    if (!rt || proto_get_uint(&msg->body, "chunk_id", &id) < 0) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "mem_release takes the chunk_id of "
+                                                         "one of the job's chunks");
+        return;
+    }
+    for (size_t i = 0; i < rt->chunk_count; i++) {
+        if (rt->chunks[i].id != id)
+            continue;
+        job->committed_bytes -= rt->chunks[i].bytes;
+        devices_chunk_release(&d->devices, &rt->chunks[i]);
+        rt->chunks[i] = rt->chunks[--rt->chunk_count];
+        proto_enc_t *e = &d->enc;
+        proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);
+        proto_enc_finish(e);
+        server_send(c, e);
+        jobs_retry_pending_grows(d);
+        return;
+    }
+    server_reply_error(c, msg->id, PROTO_ENOTFOUND, 0, "job %llu has no chunk %llu",
+                       (unsigned long long)job->id, (unsigned long long)id);
+}
+

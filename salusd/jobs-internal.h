@@ -1,0 +1,42 @@
+/* What jobs.c and job_memory.c share: the daemon's live state of a job. Internal to salusd. */
+#ifndef SALUS_SALUSD_JOBS_INTERNAL_H
+#define SALUS_SALUSD_JOBS_INTERNAL_H
+
+#include "jobs.h"
+#include "job_page.h"
+
+typedef struct job_runtime_s {
+    salusd_t *daemon;
+    uint64_t job_id;
+    conn_t *conn;
+    uint64_t register_request_id;
+    int reply_pending;           /* the register request waits for admission */
+    int pidfd;
+    struct event *pid_event;
+    int notify_fd;
+    struct event *notify_event;
+    job_page_t *page;
+    chunk_t *chunks;
+    size_t chunk_count, chunk_capacity;
+    int reserved;                /* reserved by submit; its program has not registered yet */
+    int grow_pending;            /* a mem_grow waits for device memory */
+    uint64_t grow_request_id;
+    uint64_t grow_bytes;
+    uint64_t grow_since_ns;
+} job_runtime_t;
+
+static inline job_runtime_t *runtime_of(const job_t *job)
+{
+    return job ? job->runtime : NULL;
+}
+
+/* The job a connection registered, or NULL. */
+job_t *jobs_of_conn(conn_t *c);
+/* Returns the job's chunks and closes what the daemon held for it; runtime is gone after. */
+void jobs_release_runtime(salusd_t *d, job_t *job);
+
+/* job_memory.c: retries chunk requests that found the device full (after memory came back,
+ * and from a timer); answers those that waited too long with out-of-memory. */
+void jobs_retry_pending_grows(salusd_t *d);
+
+#endif

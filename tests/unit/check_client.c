@@ -2,6 +2,8 @@
 #include "client.h"
 #include "paths.h"
 
+#include "check_run.h"
+
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -91,9 +93,5 @@ int main(void)
     tcase_add_test(tc, test_open_missing_socket);
     tcase_add_test(tc, test_default_paths);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run_suite(s);
 }

@@ -3,6 +3,8 @@
 #include "metrics.h"
 
 #include <arpa/inet.h>
+#include "check_run.h"
+
 #include <check.h>
 #include <errno.h>
 #include <math.h>
@@ -255,9 +257,5 @@ int main(void)
     tcase_add_test(tc, test_render);
     tcase_add_test(tc, test_render_empty);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run_suite(s);
 }

@@ -1,6 +1,8 @@
 /* Unit tests of the wire protocol codec (common/proto.c, common/proto_body.c). */
 #include "proto.h"
 
+#include "check_run.h"
+
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -306,9 +308,5 @@ static Suite *proto_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(proto_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run_suite(proto_suite());
 }

@@ -1,6 +1,8 @@
 /* Unit tests of the daemon's job registry (salusd/registry.c). */
 #include "registry.h"
 
+#include "check_run.h"
+
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -71,9 +73,5 @@ int main(void)
     tcase_add_test(tc, test_many_and_long_names);
     tcase_add_test(tc, test_state_names);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run_suite(s);
 }

@@ -113,6 +113,7 @@ static const struct {
     {"register", jobs_handle_register},
     {"mem_grow", jobs_handle_mem_grow},
     {"mem_release", jobs_handle_mem_release},
+    {"mem_charge", jobs_handle_mem_charge},
     {"submit", jobctl_handle_submit},
     {"job_exit", jobctl_handle_job_exit},
     {"kill", jobctl_handle_kill},

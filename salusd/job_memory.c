@@ -160,3 +160,48 @@ void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg)
                        (unsigned long long)job->id, (unsigned long long)id);
 }
 
+
+/* Device memory a job took through the real driver (managed memory, arrays, virtual-memory
+ * allocations the chunks cannot serve): charged to its budget like a chunk. {bytes,
+ * release}: release = 0 charges (over the budget: PROTO_ENOMEM), 1 gives a charge back. */
+void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    job_t *job = jobs_of_conn(c);
+    job_runtime_t *rt = runtime_of(job);
+    uint64_t bytes = 0, release = 0;
+    if (!rt || proto_get_uint(&msg->body, "bytes", &bytes) < 0 || bytes == 0 ||
+        proto_get_uint(&msg->body, "release", &release) < 0 || release > 1) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "mem_charge needs an admitted job, bytes (> 0) and release (0 or 1)");
+        return;
+    }
+    if (release) {
+        if (bytes > rt->charged_bytes) {
+            server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                               "job %llu gives back %llu bytes but was charged %llu",
+                               (unsigned long long)job->id, (unsigned long long)bytes,
+                               (unsigned long long)rt->charged_bytes);
+            return;
+        }
+        rt->charged_bytes -= bytes;
+        job->committed_bytes -= bytes;
+    } else {
+        if (bytes > job->budget_bytes - job->committed_bytes) {
+            server_reply_error(c, msg->id, PROTO_ENOMEM, 0,
+                               "over the job's budget: %llu of %llu MiB in use, %llu MiB more asked",
+                               (unsigned long long)(job->committed_bytes >> 20),
+                               (unsigned long long)(job->budget_bytes >> 20),
+                               (unsigned long long)(bytes >> 20));
+            return;
+        }
+        rt->charged_bytes += bytes;
+        job->committed_bytes += bytes;
+    }
+    proto_enc_t *e = &d->enc;
+    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);
+    proto_enc_finish(e);
+    server_send(c, e);
+    if (release)
+        jobs_retry_pending_grows(d);
+}

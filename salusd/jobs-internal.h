@@ -23,6 +23,7 @@ typedef struct job_runtime_s {
     uint64_t grow_request_id;
     uint64_t grow_bytes;
     uint64_t grow_since_ns;
+    uint64_t charged_bytes;      /* mem_charge: memory taken through the real driver */
 } job_runtime_t;
 
 static inline job_runtime_t *runtime_of(const job_t *job)

@@ -9,6 +9,7 @@
 void jobs_handle_register(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg);
+void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg);
 void jobs_connection_closed(conn_t *c);
 /* Writes {jobs: [...]} entries for ps: those viewer may see (all when viewer is NULL). */
 void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer);

@@ -1,5 +1,5 @@
-/* Device and host allocations, cuMemGetInfo, stream-ordered allocation and the
- * default memory pools.
+/* Device and host allocations, cuMemGetInfo and stream-ordered allocation (memory pools
+ * are in pool.c, managed memory in managed.c).
  *
  * Device memory is host memory: an anonymous mapping whose address is the
  * CUdeviceptr, so a kernel running on the CPU uses the program's pointers.
@@ -359,15 +359,7 @@ SIMGPU_API cuMemHostUnregister(void *p)
     return CUDA_SUCCESS;
 }
 
-/* ---- stream-ordered allocation and the default pools ---- */
-
-struct CUmemPoolHandle_st {
-    uint32_t magic;
-    int device;
-    uint64_t release_threshold;
-};
-
-static struct CUmemPoolHandle_st default_pools[SIMGPU_MAX_DEVICES];
+/* ---- stream-ordered allocation (pools: pool.c) ---- */
 
 /* The allocation happens at once (the memory is charged from the call on);
  * using it before the stream reaches this point is the program's error anyway. */
@@ -379,20 +371,6 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUstream stream, bo
 
 SIMGPU_API cuMemAllocAsync(CUdeviceptr *d, size_t n, CUstream s) { return alloc_async(d, n, s, false); }
 SIMGPU_API cuMemAllocAsync_ptsz(CUdeviceptr *d, size_t n, CUstream s) { return alloc_async(d, n, s, true); }
-
-SIMGPU_API cuMemAllocFromPoolAsync(CUdeviceptr *d, size_t n, CUmemoryPool pool, CUstream s)
-{
-    if (!pool || pool->magic != SIMGPU_MAGIC_POOL)
-        return CUDA_ERROR_INVALID_VALUE;
-    return alloc_async(d, n, s, false);
-}
-
-SIMGPU_API cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPool pool, CUstream s)
-{
-    if (!pool || pool->magic != SIMGPU_MAGIC_POOL)
-        return CUDA_ERROR_INVALID_VALUE;
-    return alloc_async(d, n, s, true);
-}
 
 static CUresult free_async(CUdeviceptr dptr, CUstream stream, bool per_thread)
 {
@@ -412,58 +390,3 @@ static CUresult free_async(CUdeviceptr dptr, CUstream stream, bool per_thread)
 
 SIMGPU_API cuMemFreeAsync(CUdeviceptr d, CUstream s) { return free_async(d, s, false); }
 SIMGPU_API cuMemFreeAsync_ptsz(CUdeviceptr d, CUstream s) { return free_async(d, s, true); }
-
-SIMGPU_API cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice device)
-{
-    CUresult rc = simgpu_initialized();
-    if (rc)
-        return rc;
-    if (!pool)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!simgpu_device_valid(device))
-        return CUDA_ERROR_INVALID_DEVICE;
-    default_pools[device].magic = SIMGPU_MAGIC_POOL;
-    default_pools[device].device = device;
-    *pool = &default_pools[device];
-    return CUDA_SUCCESS;
-}
-
-SIMGPU_API cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice device)
-{
-    return cuDeviceGetDefaultMemPool(pool, device);
-}
-
-SIMGPU_API cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
-{
-    (void)keep;
-    return pool && pool->magic == SIMGPU_MAGIC_POOL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
-SIMGPU_API cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
-{
-    if (!pool || pool->magic != SIMGPU_MAGIC_POOL || !value)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
-        pool->release_threshold = *(cuuint64_t *)value;
-    return CUDA_SUCCESS;
-}
-
-SIMGPU_API cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
-{
-    if (!pool || pool->magic != SIMGPU_MAGIC_POOL || !value)
-        return CUDA_ERROR_INVALID_VALUE;
-    switch (attr) {
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-        *(cuuint64_t *)value = pool->release_threshold;
-        break;
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-        *(int *)value = 1;
-        break;
-    default:
-        *(cuuint64_t *)value = 0;
-        break;
-    }
-    return CUDA_SUCCESS;
-}

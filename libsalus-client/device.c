@@ -88,6 +88,8 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
         return rc;
     shim_after_sync(1);
     rc = shim_mem_free(dptr, NULL, 0);
+    if (rc == CUDA_ERROR_NOT_FOUND) /* managed memory, or not the job's at all */
+        rc = shim_charged_free(dptr);
     return rc == CUDA_ERROR_NOT_FOUND ? shim.real.cuMemFree_v2(dptr) : rc;
 }
 

@@ -104,6 +104,27 @@ dlsym:
     ret
     .size dlsym, .-dlsym
 ")
+# dlopen: shim_dlopen_prepare may swap the file name (the driver's becomes the shim's) and
+# returns the real dlopen, which is tail-jumped to so that glibc sees the original caller.
+string(APPEND asm "
+    .globl dlopen
+    .type dlopen, @function
+dlopen:
+    pushq %rsi
+    pushq %rdi
+    subq $8, %rsp
+    leaq 8(%rsp), %rdi
+    call shim_dlopen_prepare
+    addq $8, %rsp
+    popq %rdi
+    popq %rsi
+    testq %rax, %rax
+    jz .Ldlopen_none
+    jmp *%rax
+.Ldlopen_none:
+    ret
+    .size dlopen, .-dlopen
+")
 string(APPEND asm "${table}")
 string(APPEND names "};\nconst unsigned shim_forward_count = ${count};\n")
 file(WRITE "${OUT_ASM}.tmp" "${asm}")

@@ -27,6 +27,20 @@
     X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, 1)                         \
     X(cuMemFreeAsync, cuMemFreeAsync, 11020, 0)                                                \
     X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, 1)                                           \
+    X(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, 0)                                              \
+    /* virtual memory management (vmm.c): chunks or charged */                                 \
+    X(cuMemCreate, cuMemCreate, 10020, 0)                                                      \
+    X(cuMemRelease, cuMemRelease, 10020, 0)                                                    \
+    X(cuMemMap, cuMemMap, 10020, 0)                                                            \
+    X(cuMemUnmap, cuMemUnmap, 10020, 0)                                                        \
+    X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0)                      \
+    /* taken through the real driver and charged (charged.c) */                                \
+    X(cuMemAllocManaged, cuMemAllocManaged, 6000, 0)                                           \
+    X(cuArrayCreate_v2, cuArrayCreate, 3020, 0)                                                \
+    X(cuArray3DCreate_v2, cuArray3DCreate, 3020, 0)                                            \
+    X(cuArrayDestroy, cuArrayDestroy, 2000, 0)                                                 \
+    X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0)                                 \
+    X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0)                               \
     /* GPU work: every submission passes the gate */                                           \
     X(cuLaunchKernel, cuLaunchKernel, 4000, 0)                                                 \
     X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, 1)                                            \

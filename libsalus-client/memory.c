@@ -310,6 +310,19 @@ void shim_mem_trim(void)
     pthread_mutex_unlock(&mem.lock);
 }
 
+void shim_mem_note_extra(uint64_t bytes, int freed)
+{
+    pthread_mutex_lock(&mem.lock);
+    if (freed) {
+        mem.live_bytes -= bytes < mem.live_bytes ? bytes : mem.live_bytes;
+        shim_note_free(mem.live_bytes);
+    } else {
+        mem.live_bytes += bytes;
+        shim_note_alloc(mem.live_bytes);
+    }
+    pthread_mutex_unlock(&mem.lock);
+}
+
 uint64_t shim_mem_live_bytes(void)
 {
     pthread_mutex_lock(&mem.lock);

@@ -121,7 +121,10 @@ static int load_driver(const char *path)
     const char *override = getenv("SALUS_REAL_DRIVER");
     if (override && *override)
         path = override;
-    if (driver_load(&shim.drv, path, shim_real_dlsym, err, sizeof(err)) < 0) {
+    shim_loading_driver = 1;
+    int loaded = driver_load(&shim.drv, path, shim_real_dlsym, err, sizeof(err));
+    shim_loading_driver = 0;
+    if (loaded < 0) {
         LOG_ERROR("%s", err);
         return -ENOENT;
     }
@@ -319,6 +322,28 @@ int shim_session_release(uint64_t chunk_id)
     if (rc < 0) {
         LOG_WARN("mem_release(%llu) failed: %s", (unsigned long long)chunk_id, err);
         return rc;
+    }
+    proto_msg_free(&reply);
+    return 0;
+}
+
+int shim_session_charge(uint64_t bytes, int release)
+{
+    char err[256] = "";
+    proto_msg_t reply;
+    pthread_mutex_lock(&shim.client_lock);
+    msgpack_packer *pk = salus_client_begin(&shim.client, "mem_charge", 2);
+    proto_pack_kv_uint(pk, "bytes", bytes);
+    proto_pack_kv_uint(pk, "release", release ? 1 : 0);
+    int rc = shim.client.fd >= 0 ? salus_client_call(&shim.client, &reply, err, sizeof(err))
+                                 : -ECONNRESET;
+    if (rc < 0)
+        session_broken(rc);
+    pthread_mutex_unlock(&shim.client_lock);
+    if (rc < 0) {
+        LOG_DEBUG("mem_charge(%llu, release=%d) refused: %s", (unsigned long long)bytes, release,
+                  err);
+        return rc == -ENOMEM ? -ENOMEM : -EIO;
     }
     proto_msg_free(&reply);
     return 0;

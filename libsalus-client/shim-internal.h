@@ -110,6 +110,9 @@ int shim_session_grow(uint64_t bytes, uint64_t *chunk_id, uint64_t *chunk_bytes)
 int shim_session_alive(void);
 /* Gives chunk_id back to salusd (after it was unmapped). */
 int shim_session_release(uint64_t chunk_id);
+/* Charges bytes the job took through the real driver to its budget (release: gives them
+ * back). -ENOMEM: over the budget. */
+int shim_session_charge(uint64_t bytes, int release);
 
 /* memory.c */
 CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, CUstream stream, int stream_ordered);
@@ -119,6 +122,17 @@ uint64_t shim_mem_live_bytes(void);
 /* At a boundary: unmaps the chunks that hold no live block and returns them to salusd. */
 void shim_mem_trim(void);
 void shim_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* Device memory held outside the sub-allocator (virtual-memory allocations, managed memory,
+ * arrays): counted as live like a block, so that boundaries and learned sizes see it. */
+void shim_mem_note_extra(uint64_t bytes, int freed);
+
+/* charged.c: memory taken through the real driver and charged to the job */
+/* CUDA_ERROR_NOT_FOUND: dptr is not a charged allocation */
+CUresult shim_charged_free(CUdeviceptr dptr);
+/* Charges bytes before the real call (and counts them as live); CUDA_ERROR_OUT_OF_MEMORY
+ * over the budget. shim_charge_undo gives them back. */
+CUresult shim_charge(uint64_t bytes);
+void shim_charge_undo(uint64_t bytes);
 
 /* gate.c */
 enum { SHIM_WORK_NONE = 0, SHIM_WORK_COPY = 1, SHIM_WORK_LAUNCH = 2 };
@@ -136,6 +150,9 @@ void shim_after_sync(int whole_context);
 void shim_note_free(uint64_t live_bytes);
 void shim_note_alloc(uint64_t live_bytes);
 int shim_mark_iteration(int begin);
+
+/* dlopen.c: set while the shim loads the real driver (its dlopen is not redirected) */
+extern __thread int shim_loading_driver;
 
 /* procaddr.c */
 void *shim_managed_lookup(const char *name, int cuda_version, int ptds);

@@ -68,6 +68,45 @@ for prog in vmm-vecadd pool-loop managed; do
     pass "$prog: PASS natively and under salus; ps showed $((mem / MIB)) MiB for $((want / MIB)) MiB requested"
 done
 
+# --- pools, managed memory and arrays as the API says, natively and under salus; an
+# array's memory is charged to the job
+native "$TBIN/memory-probe" api >"$WORK/api-native.out" 2>&1 || fail "memory-probe natively: $(cat "$WORK/api-native.out")"
+"$SALUSCTL" run --name api -- "$TBIN/memory-probe" api >"$WORK/api-salus.out" 2>&1 ||
+    fail "memory-probe under salus: $(grep -E 'WRONG|NO$' "$WORK/api-salus.out")"
+pass "pools, managed memory, arrays: $(grep -c -E ' -> |: yes' "$WORK/api-salus.out") checks hold natively and under salus"
+"$SALUSCTL" run --name arrays -- "$TBIN/memory-probe" arrays 16 "$WORK/go-arrays" >"$WORK/arrays.out" 2>&1 &
+pid=$!
+JOB_PIDS+=("$pid")
+wait_for "$WORK/arrays.out" holding
+mem=$(job_field arrays memory_bytes)
+[ "$mem" = $((16 * MIB)) ] || fail "a 16 MiB array: ps shows $mem bytes"
+touch "$WORK/go-arrays"
+wait "$pid" || fail "arrays: $(cat "$WORK/arrays.out")"
+pass "a 16 MiB array under salus: ps showed $((mem / MIB)) MiB, given back at cuArrayDestroy"
+
+# --- an exported VMM allocation keeps working for the job that imports it (NCCL's
+# peer-to-peer path), and is charged once: to the exporter (small budgets: each job gets a
+# lane of its own, so neither waits for the other's iteration boundary)
+"$SALUSCTL" run --name exporter --persistent 12MiB --ephemeral 4MiB -- "$TBIN/memory-probe" vmm-export "$WORK/share.sock" 8 "$WORK/go-share" \
+    >"$WORK/exporter.out" 2>&1 &
+exporter=$!
+JOB_PIDS+=("$exporter")
+wait_for "$WORK/exporter.out" listening
+"$SALUSCTL" run --name importer --persistent 12MiB --ephemeral 4MiB -- "$TBIN/memory-probe" vmm-import "$WORK/share.sock" "$WORK/go-share" \
+    >"$WORK/importer.out" 2>&1 &
+importer=$!
+JOB_PIDS+=("$importer")
+wait_for "$WORK/exporter.out" holding
+wait_for "$WORK/importer.out" holding
+mem_exporter=$(job_field exporter memory_bytes)
+mem_importer=$(job_field importer memory_bytes)
+[ "$mem_exporter" = $((8 * MIB)) ] && [ "$mem_importer" = 0 ] ||
+    fail "shared 8 MiB: exporter charged $mem_exporter, importer $mem_importer"
+touch "$WORK/go-share"
+wait "$exporter" || fail "exporter: $(cat "$WORK/exporter.out")"
+wait "$importer" || fail "importer: $(cat "$WORK/importer.out")"
+pass "exported VMM memory: the importer read the exporter's data; ps: exporter $((mem_exporter / MIB)) MiB, importer $mem_importer"
+
 # --- over its budget each road gets its out-of-memory error; the job beside it does not notice
 "$SALUSCTL" run --name alone -- "$BIN/salus-vmm-vecadd" --iterations 2 --mb 8 --ephemeral-mb 8 \
     >"$WORK/alone.out" 2>&1 || fail "the neighbour alone: $(cat "$WORK/alone.out")"
@@ -91,6 +130,13 @@ for prog in vmm-vecadd pool-loop managed; do
         fail "the job beside over-$prog printed something else than alone"
     pass "over budget: $(grep -o 'cuMem[A-Za-z]*([^)]*)* failed: CUDA_ERROR_OUT_OF_MEMORY' "$WORK/over-$prog.out" | head -1); the job beside: $(tail -1 "$WORK/beside-$prog.out"), as alone"
 done
+
+rc=0
+"$SALUSCTL" run --name over-arrays --persistent 12MiB --ephemeral 4MiB -- "$TBIN/memory-probe" arrays 32 \
+    "$WORK/go-arrays" >"$WORK/over-arrays.out" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && grep -q "cuArrayCreate(&a, &d) -> CUDA_ERROR_OUT_OF_MEMORY" "$WORK/over-arrays.out" ||
+    fail "a 32 MiB array in a 16 MiB budget: $(cat "$WORK/over-arrays.out")"
+pass "over budget: cuArrayCreate -> CUDA_ERROR_OUT_OF_MEMORY"
 
 # --- dlopen of the driver by path or versioned name gets the shim; through it the program
 # sees one GPU of a node of two

@@ -89,12 +89,10 @@ static CUresult array_create(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *desc)
     if (desc->Flags & (CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_TEXTURE_GATHER |
                        CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING))
         return CUDA_ERROR_NOT_SUPPORTED;
-    size_t h = desc->Height ? desc->Height : 1, d = desc->Depth ? desc->Depth : 1;
-    size_t bytes = desc->Width * h;
-    if (bytes / h != desc->Width || bytes * d / d != bytes ||
-        bytes * d * desc->NumChannels * element / element / desc->NumChannels != bytes * d)
+    size_t h = desc->Height ? desc->Height : 1, d = desc->Depth ? desc->Depth : 1, bytes;
+    if (__builtin_mul_overflow(desc->Width, h, &bytes) || __builtin_mul_overflow(bytes, d, &bytes) ||
+        __builtin_mul_overflow(bytes, desc->NumChannels * element, &bytes))
         return CUDA_ERROR_INVALID_VALUE;
-    bytes = bytes * d * desc->NumChannels * element;
     struct CUarray_st *a = calloc(1, sizeof(*a));
     if (!a)
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -3,7 +3,11 @@
 # builds salus, starts salusd on the real GPU and runs
 #   (a) salus-mlp natively and under the shim, comparing final_loss;
 #   (b) an nvcc-built runtime-API program (default static runtime) under the shim;
-#   (c) a small PyTorch training loop under the shim, if `import torch` works;
+#   (c) a small PyTorch training loop under the shim, if `import torch` works, and one with
+#       PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (its cuMemCreate memory counted);
+#   (e) the other roads to device memory: salus-vmm-vecadd (VMM), salus-pool-loop (memory
+#       pools), salus-managed (managed memory), natively and under the shim, each job's
+#       memory in ps at least what it asked for and at most that plus one chunk;
 #   (d) the shim overhead benchmark;
 # then prints one summary table. Never changes the GPU's settings.
 set -uo pipefail
@@ -54,9 +58,53 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     n=$(grep ^final_loss= "$OUT_DIR/torch.native" | cut -d= -f2); s=$(grep ^final_loss= "$OUT_DIR/torch.shim" | cut -d= -f2)
     [ -n "$s" ] && row torch "PASS final_loss native=$n shim=$s; $(grep mem_get_info "$OUT_DIR/torch.shim")" ||
         row torch "FAIL $(tail -3 "$OUT_DIR/torch.shim" | tr '\n' ' ')"
+    # expandable segments: memory PyTorch reserved through cuMemCreate is the job's
+    export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    timeout 300 python3 "$ROOT/tests/gpu/torch_expandable.py" >"$OUT_DIR/torch-exp.native" 2>&1
+    timeout 300 "$BIN/salusctl" run --name torch-exp --persistent 2GiB --ephemeral 2GiB -- \
+        python3 "$ROOT/tests/gpu/torch_expandable.py" >"$OUT_DIR/torch-exp.shim" 2>&1
+    unset PYTORCH_CUDA_ALLOC_CONF
+    n=$(grep ^final_loss= "$OUT_DIR/torch-exp.native" | cut -d= -f2); s=$(grep ^final_loss= "$OUT_DIR/torch-exp.shim" | cut -d= -f2)
+    reserved=$(grep -o 'reserved_mib=[0-9]*' "$OUT_DIR/torch-exp.shim" | cut -d= -f2)
+    used=$(grep -o 'used_mib=[0-9]*' "$OUT_DIR/torch-exp.shim" | cut -d= -f2)
+    if [ -n "$s" ] && [ "$n" = "$s" ] && [ "${reserved:-0}" -gt 0 ] && [ "${used:-0}" -ge "$reserved" ]; then
+        row torch-exp "PASS expandable_segments final_loss native=$n shim=$s; reserved ${reserved} MiB, job's used ${used} MiB"
+    else
+        row torch-exp "FAIL expandable_segments native=${n:-none} shim=${s:-none} reserved=${reserved:-?} used=${used:-?} ($(tail -2 "$OUT_DIR/torch-exp.shim" | tr '\n' ' '))"
+    fi
 else
     row torch "SKIPPED: import torch failed (not installed on this machine)"
+    row torch-exp "SKIPPED: import torch failed"
 fi
+
+# (e) VMM, pools, managed memory: natively, then under the shim holding their memory while
+# ps is read (64 MiB chunks: the daemon's default)
+MIB=$((1 << 20))
+for prog in vmm-vecadd pool-loop managed; do
+    timeout 120 "$BIN/salus-$prog" --iterations 3 --mb 64 --ephemeral-mb 64 >"$OUT_DIR/$prog.native" 2>&1
+    rm -f "$OUT_DIR/go-$prog"
+    timeout 120 "$BIN/salusctl" run --name "$prog" -- "$BIN/salus-$prog" --iterations 3 --mb 64 \
+        --ephemeral-mb 64 --hold "$OUT_DIR/go-$prog" >"$OUT_DIR/$prog.shim" 2>&1 &
+    job=$!
+    for _ in $(seq 1 600); do
+        grep -q holding "$OUT_DIR/$prog.shim" 2>/dev/null && break
+        kill -0 "$job" 2>/dev/null || break
+        sleep 0.1
+    done
+    mem=$("$BIN/salusctl" ps --json | python3 -c '
+import json, sys
+jobs = [j for j in json.load(sys.stdin) if j["name"] == sys.argv[1]]
+print(max(jobs, key=lambda j: j["id"])["memory_bytes"] if jobs else 0)' "$prog")
+    touch "$OUT_DIR/go-$prog"
+    wait "$job"
+    want=$((3 * 64 * MIB))
+    if grep -q "Result = PASS" "$OUT_DIR/$prog.native" && grep -q "Result = PASS" "$OUT_DIR/$prog.shim" &&
+        [ "$mem" -ge "$want" ] && [ "$mem" -le $((want + 64 * MIB)) ]; then
+        row "$prog" "PASS natively and under the shim; ps $((mem / MIB)) MiB for $((want / MIB)) MiB"
+    else
+        row "$prog" "FAIL native: $(tail -1 "$OUT_DIR/$prog.native"); shim: $(tail -1 "$OUT_DIR/$prog.shim"); ps $((mem / MIB)) MiB for $((want / MIB)) MiB"
+    fi
+done
 
 # (d) overhead
 kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null
@@ -67,5 +115,5 @@ timeout 240 "$ROOT/benchmarks/shim-overhead.sh" --build-dir "$BUILD" --real --re
 
 echo
 echo "== salus gpu-check summary ($(cat "$OUT_DIR/gpu.txt"))"
-for k in daemon mlp runtime torch overhead; do printf '%-10s %s\n' "$k" "${RESULT[$k]:-not run}"; done
+for k in daemon mlp runtime torch torch-exp vmm-vecadd pool-loop managed overhead; do printf '%-10s %s\n' "$k" "${RESULT[$k]:-not run}"; done
 cat "$OUT_DIR/overhead.txt" 2>/dev/null

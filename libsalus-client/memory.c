@@ -35,6 +35,7 @@ static struct {
     uint64_t va_bytes;
     uint64_t mapped_bytes;
     uint64_t live_bytes;
+    uint64_t extra_bytes;        /* held outside the chunks (shim_mem_note_extra) */
     pending_free_t *pending;
 } mem = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -96,9 +97,9 @@ static CUresult grow(uint64_t bytes)
     uint64_t chunk_id = 0, chunk_bytes = 0, at = 0;
     uint64_t want = round_up(bytes > shim.chunk_bytes ? bytes : shim.chunk_bytes, mem.granularity);
     uint64_t budget = atomic_load(&shim.page->budget_bytes);
-    if (mem.mapped_bytes + want > budget) /* what is left of the budget, whole granules */
-        want = budget > mem.mapped_bytes
-                   ? (budget - mem.mapped_bytes) / mem.granularity * mem.granularity : 0;
+    uint64_t used = mem.mapped_bytes + mem.extra_bytes;
+    if (used + want > budget) /* what is left of the budget, whole granules */
+        want = budget > used ? (budget - used) / mem.granularity * mem.granularity : 0;
     if (want < bytes || allocator_alloc(mem.address_space, want, &at) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     int fd = shim_session_grow(want, &chunk_id, &chunk_bytes);
@@ -315,9 +316,11 @@ void shim_mem_note_extra(uint64_t bytes, int freed)
     pthread_mutex_lock(&mem.lock);
     if (freed) {
         mem.live_bytes -= bytes < mem.live_bytes ? bytes : mem.live_bytes;
+        mem.extra_bytes -= bytes < mem.extra_bytes ? bytes : mem.extra_bytes;
         shim_note_free(mem.live_bytes);
     } else {
         mem.live_bytes += bytes;
+        mem.extra_bytes += bytes;
         shim_note_alloc(mem.live_bytes);
     }
     pthread_mutex_unlock(&mem.lock);

@@ -6,6 +6,8 @@
  *   memory-probe arrays MIB FILE  a 2D float4 array of MIB MiB; prints "holding" and waits
  *                                 until FILE exists; checks cuMemGetInfo's free memory went
  *                                 down by at least MIB while it lived and back after
+ *   memory-probe mixed MIB        MIB MiB of managed memory, then MIB/2 MiB with cuMemAlloc
+ *                                 (under salus: both fit a budget of 2 x MIB)
  *   memory-probe vmm-export SOCKET MIB FILE
  *                                 cuMemCreate of MIB MiB (shareable as a file descriptor),
  *                                 filled with a pattern; serves its exported descriptor to
@@ -134,6 +136,15 @@ static void api(CUdevice dev)
     CHECK(before - free_bytes() >= granularity);
     EXPECT(cuMemRelease(h), CUDA_SUCCESS);
     CHECK(free_bytes() == before);
+}
+
+static void mixed(size_t mib)
+{
+    CUdeviceptr m = 0, d = 0;
+    EXPECT(cuMemAllocManaged(&m, mib << 20, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
+    EXPECT(cuMemAlloc(&d, (mib << 20) / 2), CUDA_SUCCESS);
+    EXPECT(cuMemFree(d), CUDA_SUCCESS);
+    EXPECT(cuMemFree(m), CUDA_SUCCESS);
 }
 
 static void hold(const char *go)
@@ -268,10 +279,11 @@ int main(int argc, char **argv)
     if (!usage)
         usage = strcmp(argv[1], "api") == 0 ? argc != 2
                 : strcmp(argv[1], "arrays") == 0 ? argc != 4
+                : strcmp(argv[1], "mixed") == 0 ? argc != 3
                 : strcmp(argv[1], "vmm-export") == 0 ? argc != 5
                 : strcmp(argv[1], "vmm-import") == 0 ? argc != 4 : 1;
     if (usage) {
-        fprintf(stderr, "usage: memory-probe api | arrays MIB FILE | vmm-export SOCKET MIB FILE | "
+        fprintf(stderr, "usage: memory-probe api | arrays MIB FILE | mixed MIB | vmm-export SOCKET MIB FILE | "
                         "vmm-import SOCKET FILE\n");
         return 2;
     }
@@ -284,6 +296,8 @@ int main(int argc, char **argv)
         api(dev);
     else if (strcmp(argv[1], "arrays") == 0)
         arrays(strtoull(argv[2], NULL, 10), argv[3]);
+    else if (strcmp(argv[1], "mixed") == 0)
+        mixed(strtoull(argv[2], NULL, 10));
     else if (strcmp(argv[1], "vmm-export") == 0)
         vmm_export(argv[2], strtoull(argv[3], NULL, 10), argv[4]);
     else

@@ -84,6 +84,11 @@ touch "$WORK/go-arrays"
 wait "$pid" || fail "arrays: $(cat "$WORK/arrays.out")"
 pass "a 16 MiB array under salus: ps showed $((mem / MIB)) MiB, given back at cuArrayDestroy"
 
+# --- memory charged outside the chunks leaves the rest of the budget to cuMemAlloc
+"$SALUSCTL" run --name mixed --persistent 12MiB --ephemeral 4MiB -- "$TBIN/memory-probe" mixed 8 \
+    >"$WORK/mixed.out" 2>&1 || fail "8 MiB managed + 4 MiB cuMemAlloc in 16 MiB: $(cat "$WORK/mixed.out")"
+pass "8 MiB of managed memory and 4 MiB of cuMemAlloc in a 16 MiB budget (64 MiB chunks)"
+
 # --- an exported VMM allocation keeps working for the job that imports it (NCCL's
 # peer-to-peer path), and is charged once: to the exporter (small budgets: each job gets a
 # lane of its own, so neither waits for the other's iteration boundary)

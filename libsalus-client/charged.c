@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct charged_s {
     uintptr_t key; /* the device pointer, or the array handle */
@@ -153,9 +154,14 @@ static uint64_t array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
     return total;
 }
 
-static CUresult charged_create(uintptr_t *key, uint64_t bytes, CUresult (*create)(void *),
+_Static_assert(sizeof(CUarray) == sizeof(uintptr_t) && sizeof(CUmipmappedArray) == sizeof(uintptr_t),
+               "array handles are keyed by their value");
+
+/* handle: where create() stores the new array's handle (a pointer-sized opaque value) */
+static CUresult charged_create(const void *handle, uint64_t bytes, CUresult (*create)(void *),
                                void *arg)
 {
+    uintptr_t key = 0;
     if (bytes == 0) /* bad descriptor: the driver says what is wrong */
         return create(arg);
     CUresult rc = shim_gate_memory();
@@ -164,7 +170,9 @@ static CUresult charged_create(uintptr_t *key, uint64_t bytes, CUresult (*create
     if (rc != CUDA_SUCCESS)
         return rc;
     rc = create(arg);
-    if (rc == CUDA_SUCCESS && remember(*key, bytes) < 0)
+    if (rc == CUDA_SUCCESS)
+        memcpy(&key, handle, sizeof(key));
+    if (rc == CUDA_SUCCESS && remember(key, bytes) < 0)
         rc = CUDA_ERROR_OUT_OF_MEMORY; /* the array stays, uncharged: host memory ran out */
     if (rc != CUDA_SUCCESS)
         shim_charge_undo(bytes);
@@ -206,7 +214,7 @@ CUresult CUDAAPI cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *d
                                   .Format = desc->Format, .NumChannels = desc->NumChannels};
     array_call_t call = {.array = array, .desc = desc};
     uint64_t bytes = desc->Width && desc->NumChannels ? array3d_bytes(&d3, 1) : 0;
-    return charged_create((uintptr_t *)array, bytes, real_array_create, &call);
+    return charged_create(array, bytes, real_array_create, &call);
 }
 
 CUresult CUDAAPI cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc)
@@ -216,7 +224,7 @@ CUresult CUDAAPI cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCRIPTO
         return shim.real.cuArray3DCreate_v2(array, desc);
     array_call_t call = {.array = array, .desc3d = desc};
     uint64_t bytes = desc->Width && desc->NumChannels ? array3d_bytes(desc, 1) : 0;
-    return charged_create((uintptr_t *)array, bytes, real_array3d_create, &call);
+    return charged_create(array, bytes, real_array3d_create, &call);
 }
 
 CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *handle,
@@ -228,7 +236,7 @@ CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *handle,
         return shim.real.cuMipmappedArrayCreate(handle, desc, levels);
     array_call_t call = {.mipmapped = handle, .desc3d = desc, .levels = levels};
     uint64_t bytes = desc->Width && desc->NumChannels && levels ? array3d_bytes(desc, levels) : 0;
-    return charged_create((uintptr_t *)handle, bytes, real_mipmapped_create, &call);
+    return charged_create(handle, bytes, real_mipmapped_create, &call);
 }
 
 CUresult CUDAAPI cuArrayDestroy(CUarray array)

@@ -13,7 +13,8 @@ CHUNK_MIB=64
 MIB=$((1 << 20))
 # one GPU, so that the jobs of the over-budget checks share it
 export SIMGPU_MEMORY_MB=1024 SIMGPU_DEVICES=1
-start_daemon --chunk-bytes "${CHUNK_MIB}MiB"
+start_daemon --chunk-bytes "${CHUNK_MIB}MiB" --metrics 127.0.0.1:0
+METRICS_URL="http://$("$SALUSCTL" --json status | python3 -c 'import json, sys; print(json.load(sys.stdin)["metrics"])')/metrics"
 # natively: a simulated node of two GPUs of its own (vmm-vecadd stripes over both)
 NATIVE_SHM="salus-it-native-$$"
 native() { SIMGPU_SHM_NAME="$NATIVE_SHM" SIMGPU_DEVICES=2 LD_LIBRARY_PATH="$SIMGPU_DIR" "$@"; }
@@ -61,11 +62,19 @@ for prog in vmm-vecadd pool-loop managed; do
     echo "$prog under salus: ps memory $((mem / MIB)) MiB, requested $((want / MIB)) MiB, chunk $CHUNK_MIB MiB"
     [ -n "$mem" ] && [ "$mem" -ge "$want" ] && [ "$mem" -le $((want + CHUNK_MIB * MIB)) ] ||
         fail "$prog: ps shows $mem bytes for $want requested"
+    metric=$(python3 - "$METRICS_URL" "$prog" <<'PY'
+import re, sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
+values = re.findall(r'^salus_job_memory_bytes\{[^}]*name="%s"[^}]*\} (\d+)' % re.escape(sys.argv[2]), text, re.M)
+print(values[-1] if values else "")
+PY
+)
+    [ "$metric" = "$mem" ] || fail "$prog: /metrics says $metric bytes, ps $mem"
     touch "$WORK/go-$prog"
     wait "$pid" || fail "$prog under salus: $(cat "$WORK/salus-$prog.out")"
     grep -q "Result = PASS" "$WORK/salus-$prog.out" || fail "$prog under salus did not pass"
     [ "$(job_field "$prog" memory_bytes)" = 0 ] || fail "$prog: memory left after its end"
-    pass "$prog: PASS natively and under salus; ps showed $((mem / MIB)) MiB for $((want / MIB)) MiB requested"
+    pass "$prog: PASS natively and under salus; ps and /metrics showed $((mem / MIB)) MiB for $((want / MIB)) MiB requested"
 done
 
 # --- pools, managed memory and arrays as the API says, natively and under salus; an

@@ -100,7 +100,7 @@ static int chunk_can_serve(size_t size, const CUmemAllocationProp *prop, unsigne
 }
 
 /* A chunk of exactly size bytes, imported as the program's handle. CUDA_ERROR_NOT_FOUND:
- * salusd rounds this size differently; the real driver serves it. */
+ * salusd rounds this size differently or the import failed; the real driver serves it. */
 static CUresult create_from_chunk(CUmemGenericAllocationHandle *handle, size_t size,
                                   vmm_alloc_t *a)
 {
@@ -115,7 +115,7 @@ static CUresult create_from_chunk(CUmemGenericAllocationHandle *handle, size_t s
     close(fd);
     if (rc != CUDA_SUCCESS) {
         shim_session_release(a->chunk_id);
-        return rc;
+        return CUDA_ERROR_NOT_FOUND; /* not importable here: the real driver serves it */
     }
     a->from_chunk = 1;
     return CUDA_SUCCESS;

@@ -8,6 +8,11 @@
  *                                 down by at least MIB while it lived and back after
  *   memory-probe mixed MIB        MIB MiB of managed memory, then MIB/2 MiB with cuMemAlloc
  *                                 (under salus: both fit a budget of 2 x MIB)
+ *   memory-probe threads N        N threads at once, each 50 rounds of: cuMemCreate, reserve,
+ *                                 map, set access, memset, unmap, release, free the range,
+ *                                 cuMemAllocAsync + cuMemFreeAsync, a managed allocation;
+ *                                 must finish (no call may wait on another) and leave
+ *                                 cuMemGetInfo's free memory as it found it
  *   memory-probe vmm-export SOCKET MIB FILE
  *                                 cuMemCreate of MIB MiB (shareable as a file descriptor),
  *                                 filled with a pattern; serves its exported descriptor to
@@ -17,6 +22,7 @@
  *                                 (the pattern must be there); holds until FILE
  * One line per check; exit 0 when all hold. */
 #include <cuda.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +151,65 @@ static void mixed(size_t mib)
     EXPECT(cuMemAlloc(&d, (mib << 20) / 2), CUDA_SUCCESS);
     EXPECT(cuMemFree(d), CUDA_SUCCESS);
     EXPECT(cuMemFree(m), CUDA_SUCCESS);
+}
+
+static CUcontext probe_ctx;
+static CUdevice probe_dev;
+
+static void *churn(void *arg)
+{
+    (void)arg;
+    int bad = 0;
+    CUstream stream;
+    cuCtxSetCurrent(probe_ctx);
+    bad |= cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS;
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = probe_dev;
+    CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    size_t g = 0;
+    bad |= cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS;
+    for (int round = 0; round < 50 && !bad; round++) {
+        CUmemGenericAllocationHandle h;
+        CUdeviceptr va = 0, p = 0, m = 0;
+        bad |= cuMemCreate(&h, g, &prop, 0) != CUDA_SUCCESS;
+        bad |= cuMemAddressReserve(&va, g, 0, 0, 0) != CUDA_SUCCESS;
+        bad |= cuMemMap(va, g, 0, h, 0) != CUDA_SUCCESS;
+        bad |= cuMemRelease(h) != CUDA_SUCCESS; /* the mapping keeps it */
+        bad |= cuMemSetAccess(va, g, &access, 1) != CUDA_SUCCESS;
+        bad |= cuMemsetD8Async(va, (unsigned char)round, g, stream) != CUDA_SUCCESS;
+        bad |= cuMemAllocAsync(&p, 1 << 20, stream) != CUDA_SUCCESS;
+        bad |= cuMemFreeAsync(p, stream) != CUDA_SUCCESS;
+        bad |= cuStreamSynchronize(stream) != CUDA_SUCCESS;
+        bad |= cuMemUnmap(va, g) != CUDA_SUCCESS;
+        bad |= cuMemAddressFree(va, g) != CUDA_SUCCESS;
+        bad |= cuMemAllocManaged(&m, 4096, CU_MEM_ATTACH_GLOBAL) != CUDA_SUCCESS;
+        bad |= cuMemFree(m) != CUDA_SUCCESS;
+    }
+    cuStreamDestroy(stream);
+    return (void *)(intptr_t)bad;
+}
+
+static void threads(int n)
+{
+    pthread_t t[16];
+    if (n < 1 || n > 16)
+        n = 4;
+    cuCtxGetCurrent(&probe_ctx);
+    cuCtxGetDevice(&probe_dev);
+    size_t before = free_bytes();
+    for (int i = 0; i < n; i++)
+        pthread_create(&t[i], NULL, churn, NULL);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        void *r = NULL;
+        pthread_join(t[i], &r);
+        bad += r != NULL;
+    }
+    printf("threads with a failed call: %d of %d\n", bad, n);
+    failures += bad;
+    CHECK(free_bytes() == before);
 }
 
 static void hold(const char *go)
@@ -280,10 +345,11 @@ int main(int argc, char **argv)
         usage = strcmp(argv[1], "api") == 0 ? argc != 2
                 : strcmp(argv[1], "arrays") == 0 ? argc != 4
                 : strcmp(argv[1], "mixed") == 0 ? argc != 3
+                : strcmp(argv[1], "threads") == 0 ? argc != 3
                 : strcmp(argv[1], "vmm-export") == 0 ? argc != 5
                 : strcmp(argv[1], "vmm-import") == 0 ? argc != 4 : 1;
     if (usage) {
-        fprintf(stderr, "usage: memory-probe api | arrays MIB FILE | mixed MIB | vmm-export SOCKET MIB FILE | "
+        fprintf(stderr, "usage: memory-probe api | arrays MIB FILE | mixed MIB | threads N | vmm-export SOCKET MIB FILE | "
                         "vmm-import SOCKET FILE\n");
         return 2;
     }
@@ -296,6 +362,8 @@ int main(int argc, char **argv)
         api(dev);
     else if (strcmp(argv[1], "arrays") == 0)
         arrays(strtoull(argv[2], NULL, 10), argv[3]);
+    else if (strcmp(argv[1], "threads") == 0)
+        threads(atoi(argv[2]));
     else if (strcmp(argv[1], "mixed") == 0)
         mixed(strtoull(argv[2], NULL, 10));
     else if (strcmp(argv[1], "vmm-export") == 0)

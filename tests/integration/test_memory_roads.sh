@@ -93,6 +93,13 @@ touch "$WORK/go-arrays"
 wait "$pid" || fail "arrays: $(cat "$WORK/arrays.out")"
 pass "a 16 MiB array under salus: ps showed $((mem / MIB)) MiB, given back at cuArrayDestroy"
 
+# --- four threads at once on every road: nothing waits on itself, nothing is left counted
+native "$TBIN/memory-probe" threads 4 >"$WORK/threads-native.out" 2>&1 ||
+    fail "threads natively: $(cat "$WORK/threads-native.out")"
+timeout 120 "$SALUSCTL" run --name threads -- "$TBIN/memory-probe" threads 4 >"$WORK/threads.out" 2>&1 ||
+    fail "threads under salus (rc $?): $(cat "$WORK/threads.out")"
+pass "4 threads x 50 rounds of VMM, stream-ordered and managed allocations under salus: $(head -1 "$WORK/threads.out")"
+
 # --- memory charged outside the chunks leaves the rest of the budget to cuMemAlloc
 "$SALUSCTL" run --name mixed --persistent 12MiB --ephemeral 4MiB -- "$TBIN/memory-probe" mixed 8 \
     >"$WORK/mixed.out" 2>&1 || fail "8 MiB managed + 4 MiB cuMemAlloc in 16 MiB: $(cat "$WORK/mixed.out")"

@@ -106,7 +106,8 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
         server_reply_error(c, msg->id, PROTO_EBADARG, 0, "mem_grow takes bytes (> 0)");
         return;
     }
-    if (bytes > job->budget_bytes - job->committed_bytes) {
+    if (job->committed_bytes > job->budget_bytes ||
+            bytes > job->budget_bytes - job->committed_bytes) {
         server_reply_error(c, msg->id, PROTO_ENOMEM, 0,
                            "over the job's budget: %llu of %llu MiB in use, %llu MiB more asked",
                            (unsigned long long)(job->committed_bytes >> 20),
@@ -187,7 +188,8 @@ void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg)
         rt->charged_bytes -= bytes;
         job->committed_bytes -= bytes;
     } else {
-        if (bytes > job->budget_bytes - job->committed_bytes) {
+        if (job->committed_bytes > job->budget_bytes ||
+            bytes > job->budget_bytes - job->committed_bytes) {
             server_reply_error(c, msg->id, PROTO_ENOMEM, 0,
                                "over the job's budget: %llu of %llu MiB in use, %llu MiB more asked",
                                (unsigned long long)(job->committed_bytes >> 20),

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "simgpu-internal.h"
+#include "simgpu-stub.h"
 
 simgpu_config_t simgpu_config;
 
@@ -27,6 +28,11 @@ CUresult simgpu_not_supported(const char *name, int *noted)
         fprintf(stderr, "simgpu[%d]: %s is not supported by simgpu (CUDA_ERROR_NOT_SUPPORTED)\n",
                 (int)getpid(), name);
     return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+int simgpu_stub_answer(const char *name, int *noted)
+{
+    return (int)simgpu_not_supported(name, noted);
 }
 
 static long env_long(const char *name, long fallback, long min, long max)

@@ -56,8 +56,13 @@ CUresult simgpu_initialized(void);
 void simgpu_config_load(void);
 bool simgpu_device_valid(CUdevice device);
 uint64_t simgpu_now_ns(void);
+/* cuDeviceGetAttribute's answer (attributes.c); INVALID_VALUE for an unknown attribute. */
+CUresult simgpu_device_attribute(CUdevice_attribute attribute, CUdevice device, int *value);
 /* One-time stderr note "simgpu[pid]: NAME is not supported ..."; returns NOT_SUPPORTED. */
 CUresult simgpu_not_supported(const char *name, int *noted);
+
+/* Whether simgpu-api.def lists base name `base` (procaddr.c). */
+bool simgpu_api_implements(const char *base);
 
 /* ---- shared segment: memory accounting and the execution engine (engine.c) ---- */
 /* Maps the segment (creating it if needed). 0, or a CUresult error. */

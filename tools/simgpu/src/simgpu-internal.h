@@ -110,6 +110,7 @@ void simgpu_marker_wait(simgpu_marker_t *marker);
 
 typedef enum simgpu_op_kind {
     SIMGPU_OP_COPY,
+    SIMGPU_OP_COPY3D,             /* pitched rows and slices (cuMemcpy2D/3D) */
     SIMGPU_OP_SET,
     SIMGPU_OP_HOSTFN,
     SIMGPU_OP_CALLBACK,
@@ -124,6 +125,13 @@ typedef struct simgpu_op {
     struct simgpu_op *next;
     union {
         struct { void *dst; const void *src; size_t bytes; } copy;
+        struct {
+            unsigned char *dst;
+            const unsigned char *src;
+            size_t width_bytes, height, depth;
+            size_t dst_pitch, src_pitch;      /* bytes from one row to the next */
+            size_t dst_slice, src_slice;      /* bytes from one slice to the next */
+        } copy3d;
         struct { void *dst; uint32_t value; unsigned element_bytes; size_t count; } set;
         struct { CUhostFn fn; void *data; } hostfn;
         struct { CUstreamCallback fn; void *data; CUstream stream; } callback;

@@ -86,6 +86,13 @@ static void op_execute(CUstream s, simgpu_op_t *op)
     case SIMGPU_OP_COPY:
         memmove(op->u.copy.dst, op->u.copy.src, op->u.copy.bytes);
         break;
+    case SIMGPU_OP_COPY3D:
+        for (size_t z = 0; z < op->u.copy3d.depth; z++)
+            for (size_t y = 0; y < op->u.copy3d.height; y++)
+                memmove(op->u.copy3d.dst + z * op->u.copy3d.dst_slice + y * op->u.copy3d.dst_pitch,
+                        op->u.copy3d.src + z * op->u.copy3d.src_slice + y * op->u.copy3d.src_pitch,
+                        op->u.copy3d.width_bytes);
+        break;
     case SIMGPU_OP_SET: {
         size_t n = op->u.set.count;
         uint32_t v = op->u.set.value;

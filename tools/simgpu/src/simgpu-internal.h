@@ -180,6 +180,7 @@ typedef enum simgpu_range_kind {
     SIMGPU_RANGE_HOST,         /* cuMemAllocHost, cuMemHostAlloc */
     SIMGPU_RANGE_REGISTERED,   /* cuMemHostRegister */
     SIMGPU_RANGE_RESERVED,     /* cuMemAddressReserve */
+    SIMGPU_RANGE_IPC,          /* cuIpcOpenMemHandle: another process's device memory */
 } simgpu_range_kind_t;
 
 typedef struct simgpu_range {
@@ -191,6 +192,8 @@ typedef struct simgpu_range {
     CUcontext ctx;
     unsigned flags;
     uint64_t id;
+    bool shared;               /* DEVICE: backed by shared_fd (a memfd) since cuIpcGetMemHandle */
+    int shared_fd;
 } simgpu_range_t;
 
 int simgpu_range_insert(const simgpu_range_t *range);
@@ -201,6 +204,10 @@ bool simgpu_range_remove(uintptr_t base, simgpu_range_kind_t kind, simgpu_range_
 /* Frees every DEVICE/HOST allocation of ctx (context destruction). */
 void simgpu_range_free_ctx(CUcontext ctx);
 CUresult simgpu_device_free(CUdeviceptr ptr);
+/* Makes the DEVICE range holding ptr shareable (its pages moved, in place, onto a memfd,
+ * once) and copies the range into *out. CUDA_ERROR_INVALID_VALUE if ptr is no device
+ * allocation of this process. */
+CUresult simgpu_range_share(uintptr_t ptr, simgpu_range_t *out);
 uint64_t simgpu_next_id(void);
 
 /* VMM mappings (vmm.c), consulted by pointer attributes. */
@@ -213,6 +220,8 @@ typedef struct simgpu_vmm_info {
     int access;                 /* CUmemAccess_flags */
 } simgpu_vmm_info_t;
 bool simgpu_vmm_find(uintptr_t ptr, simgpu_vmm_info_t *out);
+/* The memfd behind the VMM mapping holding ptr and where the mapping starts in it. */
+bool simgpu_vmm_backing(uintptr_t ptr, simgpu_vmm_info_t *out, int *fd, size_t *fd_offset);
 
 /* ---- modules and functions (module.c) ---- */
 struct CUfunc_st {

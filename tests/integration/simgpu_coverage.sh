@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # How much of cuda.h simgpu covers, from its exported symbols (nm -D): every entry point
-# cuda.h declares (the generated simgpu-entry-points.txt) is either implemented (a row of
+# cuda.h (and cudaProfiler.h) declares (the generated simgpu-entry-points.txt) is either implemented (a row of
 # simgpu-api.def, exported), answered CUDA_ERROR_NOT_SUPPORTED (exported, not in the .def:
 # a generated stub) or missing (not exported: a program linked against it fails to load).
 # Also classifies the shim's managed calls (libsalus-client/managed.h) the same way.
-# Fails if anything is missing, or if a .def row is not exported.
+# Fails if anything is missing, if a .def row is not exported, or if the toolkit's libcuda
+# stub (what programs link against) exports a symbol simgpu does not.
 #
 # SIMGPU_COVERAGE_LIBRARY / SIMGPU_COVERAGE_DEF measure another build (the "before" figure);
 # SIMGPU_COVERAGE_REPORT_ONLY=1 prints without failing.
@@ -37,7 +38,7 @@ classify() {
 }
 
 echo "library: $LIBRARY"
-echo "cuda.h: $(classify "$WORK/cuda_h")"
+echo "cuda.h + cudaProfiler.h: $(classify "$WORK/cuda_h")"
 echo "shim managed calls (managed.h): $(classify "$WORK/managed")"
 if [[ -s "$WORK/managed.not_supported" ]]; then
     echo "  managed, NOT_SUPPORTED on simgpu: $(tr '\n' ' ' < "$WORK/managed.not_supported")"
@@ -46,10 +47,19 @@ if [[ -s "$WORK/managed.missing" ]]; then
     echo "  managed, missing from simgpu: $(tr '\n' ' ' < "$WORK/managed.missing")"
 fi
 comm -23 "$WORK/def" "$WORK/exported" > "$WORK/def_unexported"
+# the toolkit's driver stub, when there is one: the link-time view of the full driver
+STUB="${SALUS_CUDA_HOME:-/usr/local/cuda}/lib64/stubs/libcuda.so"
+: > "$WORK/stub_missing"
+if [[ -e "$STUB" ]]; then
+    nm -D --defined-only "$STUB" | awk '$3 ~ /^cu/ { print $3 }' | sort -u > "$WORK/stub"
+    comm -23 "$WORK/stub" "$WORK/exported" > "$WORK/stub_missing"
+    echo "toolkit libcuda stub ($STUB): $(wc -l < "$WORK/stub") exports, $(wc -l < "$WORK/stub_missing") not exported by simgpu"
+fi
 
 [[ "${SIMGPU_COVERAGE_REPORT_ONLY:-0}" == 1 ]] && exit 0
 if [[ -s "$WORK/cuda_h.missing" ]]; then
     fail "cuda.h entry points not exported: $(head -20 "$WORK/cuda_h.missing" | tr '\n' ' ')"
 fi
+[[ -s "$WORK/stub_missing" ]] && fail "exported by the libcuda stub, not by simgpu: $(head -20 "$WORK/stub_missing" | tr '\n' ' ')"
 [[ -s "$WORK/def_unexported" ]] && fail "simgpu-api.def rows not exported: $(tr '\n' ' ' < "$WORK/def_unexported")"
 echo PASS

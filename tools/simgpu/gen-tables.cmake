@@ -48,8 +48,9 @@ file(COPY_FILE "${OUT_DIR}/simgpu-attributes.inc.tmp" "${OUT_DIR}/simgpu-attribu
 
 # The entry points of cuda.h, and an exported NOT_SUPPORTED stub for each one that
 # simgpu-api.def does not list (needs -DCC=<C compiler> -DAPI_DEF=<simgpu-api.def>):
-#   simgpu-entry-points.txt  every function cuda.h declares, under the names a program
-#                            links against: cuda.h preprocessed three times (default,
+#   simgpu-entry-points.txt  every function cuda.h declares (and cudaProfiler.h, which
+#                            includes it: the driver exports its three calls too), under the
+#                            names a program links against, preprocessed three times (default,
 #                            CUDA_API_PER_THREAD_DEFAULT_STREAM, and the driver's own
 #                            __CUDA_API_VERSION_INTERNAL, which declares the legacy names)
 #   simgpu-exported-stubs.inc SIMGPU_EXPORTED_STUB(name) for each of them not in the .def
@@ -57,10 +58,10 @@ if(CC AND API_DEF)
   set(entry_points "")
   foreach(mode "-DSIMGPU_GEN_DEFAULT" "-DCUDA_API_PER_THREAD_DEFAULT_STREAM" "-D__CUDA_API_VERSION_INTERNAL")
     execute_process(
-      COMMAND ${CC} -E -P ${mode} -I${CUDA_INCLUDE} -x c "${CUDA_INCLUDE}/cuda.h"
+      COMMAND ${CC} -E -P ${mode} -I${CUDA_INCLUDE} -x c "${CUDA_INCLUDE}/cudaProfiler.h"
       OUTPUT_VARIABLE preprocessed RESULT_VARIABLE rc ERROR_VARIABLE err)
     if(NOT rc EQUAL 0)
-      message(FATAL_ERROR "gen-tables: preprocessing cuda.h (${mode}) failed: ${err}")
+      message(FATAL_ERROR "gen-tables: preprocessing cudaProfiler.h and cuda.h (${mode}) failed: ${err}")
     endif()
     string(REGEX REPLACE "[\r\n\t ]+" " " preprocessed "${preprocessed}")
     string(REGEX MATCHALL "CUresult cu[A-Za-z0-9_]+ ?\\(" found "${preprocessed}")

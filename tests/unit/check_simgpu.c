@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -858,6 +859,29 @@ START_TEST(test_pitched_copies)
 }
 END_TEST
 
+/* runs `check_simgpu MODE FD` (a fresh process: a forked child may not use the parent's
+ * driver state), sends it the handle; returns its exit status (-1 if it did not exit) */
+static int ipc_run_importer(const CUipcMemHandle *handle, const char *mode)
+{
+    int pipefd[2];
+    ck_assert_int_eq(pipe(pipefd), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        close(pipefd[1]);
+        char fd_text[16];
+        snprintf(fd_text, sizeof(fd_text), "%d", pipefd[0]);
+        execl("/proc/self/exe", "check_simgpu", mode, fd_text, (char *)NULL);
+        _exit(99);
+    }
+    close(pipefd[0]);
+    ck_assert_int_eq(write(pipefd[1], handle, sizeof(*handle)), (ssize_t)sizeof(*handle));
+    close(pipefd[1]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 START_TEST(test_ipc_handles)
 {
     setup();
@@ -883,32 +907,18 @@ START_TEST(test_ipc_handles)
     ck_assert_int_eq(cuIpcCloseMemHandle(dev), CUDA_ERROR_INVALID_VALUE);
 
     /* another process opens it, sees the bytes, writes, and closes */
-    int pipefd[2];
-    ck_assert_int_eq(pipe(pipefd), 0);
-    pid_t child = fork();
-    ck_assert_int_ge(child, 0);
-    if (child == 0) {
-        /* a forked child may not use the parent's driver state: a fresh process */
-        close(pipefd[1]);
-        char fd_text[16];
-        snprintf(fd_text, sizeof(fd_text), "%d", pipefd[0]);
-        execl("/proc/self/exe", "check_simgpu", "--ipc-import", fd_text, (char *)NULL);
-        _exit(99);
-    }
-    close(pipefd[0]);
-    ck_assert_int_eq(write(pipefd[1], &handle, sizeof(handle)), (ssize_t)sizeof(handle));
-    close(pipefd[1]);
-    int status = 0;
-    ck_assert_int_eq(waitpid(child, &status, 0), child);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "importer status %d", status);
+    ck_assert_int_eq(ipc_run_importer(&handle, "--ipc-import"), 0);
     ck_assert_uint_eq(((const uint32_t *)(uintptr_t)dev)[1024], 0xcafe);   /* the importer's write */
     CU_OK(cuMemFree(dev));
+    /* freed: the handle no longer opens */
+    ck_assert_int_eq(ipc_run_importer(&handle, "--ipc-import-freed"), 0);
 }
 END_TEST
 
 /* check_simgpu --ipc-import FD: reads a handle from FD, checks the memory, writes 0xcafe
- * at the handle's pointer; exit status 0 on success */
-static int ipc_import(int fd)
+ * at the handle's pointer; with freed: checks the handle answers CUDA_ERROR_INVALID_HANDLE.
+ * Exit status 0 on success. */
+static int ipc_import(int fd, bool freed)
 {
     CUipcMemHandle handle;
     CUcontext ctx;
@@ -916,6 +926,8 @@ static int ipc_import(int fd)
     if (read(fd, &handle, sizeof(handle)) != (ssize_t)sizeof(handle) || cuInit(0) != CUDA_SUCCESS ||
         cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
         return 1;
+    if (freed)
+        return cuIpcOpenMemHandle(&dev, handle, 0) == CUDA_ERROR_INVALID_HANDLE ? 0 : 7;
     if (cuIpcOpenMemHandle(&dev, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS)
         return 2;
     uint32_t word = 0;
@@ -962,7 +974,9 @@ int main(int argc, char **argv)
     if (argc == 2 && strcmp(argv[1], "--speed-check") == 0)
         return speed_check(); /* the parent's environment (segment, packs) is inherited */
     if (argc == 3 && strcmp(argv[1], "--ipc-import") == 0)
-        return ipc_import(atoi(argv[2]));
+        return ipc_import(atoi(argv[2]), false);
+    if (argc == 3 && strcmp(argv[1], "--ipc-import-freed") == 0)
+        return ipc_import(atoi(argv[2]), true);
     snprintf(shm_name, sizeof(shm_name), "/simgpu-check-%d", (int)getpid());
     snprintf(memory, sizeof(memory), "%llu", MEMORY_MB);
     setenv("SIMGPU_SHM_NAME", shm_name, 1);

@@ -854,6 +854,21 @@ START_TEST(test_pitched_copies)
     ck_assert_int_eq(cuMemcpy2D(NULL), CUDA_ERROR_INVALID_VALUE);
     p.srcHeight = H - 1;                 /* slices overlap */
     ck_assert_int_eq(cuMemcpy3D(&p), CUDA_ERROR_INVALID_VALUE);
+
+    /* pitched sets: 3 rows of 4 elements, 64 bytes apart; the rest untouched */
+    CU_OK(cuMemsetD8(dev, 0, PITCH * H * D));
+    CU_OK(cuMemsetD2D32(dev, PITCH, 0xdeadbeef, 4, 3));
+    CU_OK(cuMemsetD2D16Async(dev + 16, PITCH, 0x1234, 2, 3, stream));
+    CU_OK(cuMemsetD2D8Async(dev + 20, PITCH, 0x77, 3, 3, stream));
+    CU_OK(cuStreamSynchronize(stream));
+    const uint32_t *words = (const uint32_t *)(uintptr_t)dev;
+    ck_assert_uint_eq(words[2 * PITCH / 4 + 3], 0xdeadbeef);
+    ck_assert_uint_eq(words[2 * PITCH / 4 + 4], 0x12341234);
+    ck_assert_uint_eq(words[2 * PITCH / 4 + 5], 0x00777777);
+    ck_assert_uint_eq(words[3 * PITCH / 4], 0);          /* the fourth row */
+    ck_assert_uint_eq(words[6], 0);                      /* past the 2-D set's width */
+    ck_assert_int_eq(cuMemsetD2D32(dev, 8, 1, 4, 2), CUDA_ERROR_INVALID_VALUE);   /* pitch < row */
+    ck_assert_int_eq(cuMemsetD2D32(dev + 2, PITCH, 1, 4, 2), CUDA_ERROR_INVALID_VALUE);
     CU_OK(cuStreamDestroy(stream));
     CU_OK(cuMemFree(dev));
 }

@@ -1,8 +1,8 @@
 /* salus-pitched: 2-D pitched copies through the driver API. The device matrix has a pitch
  * the program chooses (the row size rounded up to 512 bytes, in one cuMemAlloc), the host
  * matrix is packed, and a second host buffer has padded rows whose padding must survive:
- * cuMemcpy2D host -> device, a kernel on the pitched rows, cuMemcpy2D device -> device of a
- * sub-rectangle at an offset, cuMemcpy2DAsync device -> host on a stream, and a cuMemcpy3D
+ * cuMemsetD2D32Async of a second pitched matrix, cuMemcpy2D host -> device, a kernel on the
+ * pitched rows, cuMemcpy2DAsync device -> device of a sub-rectangle at an offset, cuMemcpy2DAsync device -> host on a stream, and a cuMemcpy3D
  * of the whole matrix as one slice. Usage: salus-pitched [WIDTH HEIGHT].
  * Prints "Result = PASS" or "Result = FAIL". */
 
@@ -49,6 +49,8 @@ int main(int argc, char **argv)
     CUdeviceptr matrix = workload_alloc(&device, pitch * (size_t)height, false, "pitched matrix");
     CUdeviceptr second = workload_alloc(&device, pitch * (size_t)height, false, "second matrix");
     CHECK_CU(cuMemsetD8(second, 0, pitch * (size_t)height));
+    /* every row of `second` holds -1.0f (bits 0xbf800000) up to the width; the padding stays 0 */
+    CHECK_CU(cuMemsetD2D32Async(second, pitch, 0xbf800000u, (size_t)width, (size_t)height, device.stream));
 
     float *packed = (float *)malloc(row_bytes * (size_t)height);
     size_t padded_pitch = row_bytes + 64;
@@ -149,8 +151,15 @@ int main(int argc, char **argv)
         for (int col = 0; col < sub_width; col++)
             bad_sub += sub[row * sub_width + col] != updated(height - sub_height + row, width - sub_width + col);
 
+    /* the row below the sub-rectangle: -1.0f from cuMemsetD2D32Async, then the pitch's zeros */
+    float *line = (float *)malloc(pitch);
+    CHECK_CU(cuMemcpyDtoH(line, second + (CUdeviceptr)((size_t)sub_height * pitch), pitch));
+    for (size_t col = 0; col < pitch / sizeof(float); col++)
+        bad_sub += line[col] != ((int)col < width ? -1.0f : 0.0f);
+    free(line);
+
     printf("pitched %dx%d floats, device pitch %zu bytes, host pitch %zu: %d wrong, %d padding bytes "
-           "overwritten, %d wrong in the 3-D copy, %d wrong in the %dx%d sub-rectangle\n",
+           "overwritten, %d wrong in the 3-D copy, %d wrong in the %dx%d sub-rectangle and 2-D set\n",
            width, height, pitch, padded_pitch, bad, bad_padding, bad_slice, bad_sub, sub_width, sub_height);
     free(packed);
     free(padded);

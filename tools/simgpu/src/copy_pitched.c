@@ -1,5 +1,6 @@
 /* cuMemcpy2D / cuMemcpy3D (and Unaligned, Async, _ptds/_ptsz): pitched copies between host
- * and device memory (linear memory only: CUDA arrays answer CUDA_ERROR_NOT_SUPPORTED).
+ * and device memory (linear memory only: CUDA arrays answer CUDA_ERROR_NOT_SUPPORTED), and
+ * the pitched sets cuMemsetD2D8/16/32 (sync and async).
  *
  * All memory is host memory, so a pitched copy is one operation (SIMGPU_OP_COPY3D) that
  * moves Height rows of WidthInBytes per slice, Depth slices, on a stream, with the same
@@ -112,3 +113,55 @@ SIMGPU_API cuMemcpy3D_v2(const CUDA_MEMCPY3D *p) { return copy_3d(p, NULL, false
 SIMGPU_API cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *p) { return copy_3d(p, NULL, true, true); }
 SIMGPU_API cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream s) { return copy_3d(p, s, false, false); }
 SIMGPU_API cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *p, CUstream s) { return copy_3d(p, s, true, false); }
+
+/* ---- pitched sets: Height rows of Width elements, dstPitch bytes apart ---- */
+
+static CUresult submit_set_2d(CUdeviceptr dst, size_t pitch_bytes, uint32_t value, unsigned element_bytes,
+                              size_t width, size_t height, CUstream stream, bool per_thread, bool wait)
+{
+    CUresult rc = simgpu_initialized();
+    if (rc)
+        return rc;
+    rc = simgpu_stream_resolve(stream, per_thread, &stream);
+    if (rc)
+        return rc;
+    if (width == 0 || height == 0)
+        return CUDA_SUCCESS;
+    if (!dst || dst % element_bytes || pitch_bytes % element_bytes ||
+        (height > 1 && pitch_bytes < width * element_bytes))
+        return CUDA_ERROR_INVALID_VALUE;
+    simgpu_op_t *op = simgpu_op_new(SIMGPU_OP_SET);
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.set.dst = (void *)(uintptr_t)dst;
+    op->u.set.value = value;
+    op->u.set.element_bytes = element_bytes;
+    op->u.set.count = width;
+    op->u.set.rows = height;
+    op->u.set.pitch_bytes = pitch_bytes;
+    return simgpu_stream_submit(stream, op, wait);
+}
+
+#define SET_2D(bits, type, bytes)                                                                       \
+    SIMGPU_API cuMemsetD2D##bits##_v2(CUdeviceptr d, size_t pitch, type v, size_t w, size_t h)          \
+    {                                                                                                   \
+        return submit_set_2d(d, pitch, v, bytes, w, h, NULL, false, true);                              \
+    }                                                                                                   \
+    SIMGPU_API cuMemsetD2D##bits##_v2_ptds(CUdeviceptr d, size_t pitch, type v, size_t w, size_t h)     \
+    {                                                                                                   \
+        return submit_set_2d(d, pitch, v, bytes, w, h, NULL, true, true);                               \
+    }                                                                                                   \
+    SIMGPU_API cuMemsetD2D##bits##Async(CUdeviceptr d, size_t pitch, type v, size_t w, size_t h,        \
+                                        CUstream s)                                                     \
+    {                                                                                                   \
+        return submit_set_2d(d, pitch, v, bytes, w, h, s, false, false);                                \
+    }                                                                                                   \
+    SIMGPU_API cuMemsetD2D##bits##Async_ptsz(CUdeviceptr d, size_t pitch, type v, size_t w, size_t h,   \
+                                             CUstream s)                                                \
+    {                                                                                                   \
+        return submit_set_2d(d, pitch, v, bytes, w, h, s, true, false);                                 \
+    }
+
+SET_2D(8, unsigned char, 1)
+SET_2D(16, unsigned short, 2)
+SET_2D(32, unsigned int, 4)

@@ -132,7 +132,13 @@ typedef struct simgpu_op {
             size_t dst_pitch, src_pitch;      /* bytes from one row to the next */
             size_t dst_slice, src_slice;      /* bytes from one slice to the next */
         } copy3d;
-        struct { void *dst; uint32_t value; unsigned element_bytes; size_t count; } set;
+        struct {
+            void *dst;
+            uint32_t value;
+            unsigned element_bytes;
+            size_t count;                     /* elements per row */
+            size_t rows, pitch_bytes;         /* 2-D sets; rows 0 means 1 */
+        } set;
         struct { CUhostFn fn; void *data; } hostfn;
         struct { CUstreamCallback fn; void *data; CUstream stream; } callback;
         simgpu_marker_t *marker;       /* MARKER: completes it; WAIT: waits for it */

@@ -96,16 +96,20 @@ static void op_execute(CUstream s, simgpu_op_t *op)
     case SIMGPU_OP_SET: {
         size_t n = op->u.set.count;
         uint32_t v = op->u.set.value;
-        if (op->u.set.element_bytes == 1) {
-            memset(op->u.set.dst, (int)(v & 0xff), n);
-        } else if (op->u.set.element_bytes == 2) {
-            uint16_t *p = op->u.set.dst;
-            for (size_t i = 0; i < n; i++)
-                p[i] = (uint16_t)v;
-        } else {
-            uint32_t *p = op->u.set.dst;
-            for (size_t i = 0; i < n; i++)
-                p[i] = v;
+        size_t rows = op->u.set.rows ? op->u.set.rows : 1;
+        for (size_t row = 0; row < rows; row++) {
+            void *line = (char *)op->u.set.dst + row * op->u.set.pitch_bytes;
+            if (op->u.set.element_bytes == 1) {
+                memset(line, (int)(v & 0xff), n);
+            } else if (op->u.set.element_bytes == 2) {
+                uint16_t *p = line;
+                for (size_t i = 0; i < n; i++)
+                    p[i] = (uint16_t)v;
+            } else {
+                uint32_t *p = line;
+                for (size_t i = 0; i < n; i++)
+                    p[i] = v;
+            }
         }
         break;
     }

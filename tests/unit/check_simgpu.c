@@ -959,6 +959,66 @@ static int ipc_import(int fd, bool freed)
     return 0;
 }
 
+START_TEST(test_stream_memops)
+{
+    setup();
+    CUdeviceptr words, out;
+    CU_OK(cuMemAlloc(&words, 64));
+    CU_OK(cuMemAlloc(&out, 16));
+    CU_OK(cuMemsetD8(words, 0, 64));
+    CU_OK(cuMemsetD8(out, 0, 16));
+    CUstream waiter, writer;
+    CU_OK(cuStreamCreate(&waiter, CU_STREAM_NON_BLOCKING));
+    CU_OK(cuStreamCreate(&writer, CU_STREAM_NON_BLOCKING));
+    /* the waiter's later work waits for the writer's value */
+    CU_OK(cuStreamWaitValue32(waiter, words, 3, CU_STREAM_WAIT_VALUE_EQ));
+    CU_OK(cuMemsetD32Async(out, 5, 1, waiter));
+    ck_assert_int_eq(cuStreamQuery(waiter), CUDA_ERROR_NOT_READY);
+    CU_OK(cuStreamWriteValue32(writer, words, 3, CU_STREAM_WRITE_VALUE_DEFAULT));
+    CU_OK(cuStreamSynchronize(waiter));
+    ck_assert_uint_eq(*(const uint32_t *)(uintptr_t)out, 5);
+
+    /* a batch: 64-bit write, then waits of each kind that hold at once */
+    CUstreamBatchMemOpParams ops[5];
+    memset(ops, 0, sizeof(ops));
+    ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    ops[0].writeValue.address = words + 8;
+    ops[0].writeValue.value64 = 0x100000000ull;
+    ops[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    ops[1].waitValue.address = words + 8;
+    ops[1].waitValue.value64 = 0xffffffffull;
+    ops[1].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    ops[2].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    ops[2].waitValue.address = words;
+    ops[2].waitValue.value = 2;
+    ops[2].waitValue.flags = CU_STREAM_WAIT_VALUE_AND;
+    ops[3].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    ops[3].waitValue.address = words + 16;
+    ops[3].waitValue.value = 1;
+    ops[3].waitValue.flags = CU_STREAM_WAIT_VALUE_NOR;
+    ops[4].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+    CU_OK(cuStreamBatchMemOp(writer, 5, ops, 0));
+    CU_OK(cuStreamWaitValue64(writer, words + 8, 0x100000000ull, CU_STREAM_WAIT_VALUE_EQ));
+    CU_OK(cuStreamWriteValue64(writer, words + 24, 42, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER));
+    CU_OK(cuStreamSynchronize(writer));
+    ck_assert_uint_eq(((const uint64_t *)(uintptr_t)words)[3], 42);
+
+    /* refused: misaligned, unknown flags, flush (not supported), empty batch */
+    ck_assert_int_eq(cuStreamWriteValue32(writer, words + 2, 1, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamWaitValue64(writer, words + 4, 1, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamWriteValue32(writer, words, 1, 8), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamWaitValue32(writer, words, 1, CU_STREAM_WAIT_VALUE_FLUSH), CUDA_ERROR_NOT_SUPPORTED);
+    ck_assert_int_eq(cuStreamBatchMemOp(writer, 0, ops, 0), CUDA_ERROR_INVALID_VALUE);
+    int value = 0;
+    CU_OK(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 0));
+    ck_assert_int_eq(value, 1);
+    CU_OK(cuStreamDestroy(waiter));
+    CU_OK(cuStreamDestroy(writer));
+    CU_OK(cuMemFree(words));
+    CU_OK(cuMemFree(out));
+}
+END_TEST
+
 static Suite *simgpu_suite(void)
 {
     Suite *s = suite_create("simgpu");
@@ -979,6 +1039,7 @@ static Suite *simgpu_suite(void)
     tcase_add_test(tc, test_link_and_load_ex);
     tcase_add_test(tc, test_pitched_copies);
     tcase_add_test(tc, test_ipc_handles);
+    tcase_add_test(tc, test_stream_memops);
     suite_add_tcase(s, tc);
     return s;
 }

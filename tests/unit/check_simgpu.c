@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -632,6 +633,392 @@ START_TEST(test_get_proc_address)
 }
 END_TEST
 
+
+/* every entry point of cuda.h simgpu-api.def does not list is exported and answers
+ * CUDA_ERROR_NOT_SUPPORTED (the list is generated from cuda.h and the .def) */
+START_TEST(test_exported_stubs)
+{
+    setup();
+    void *lib = dlopen(SIMGPU_LIBRARY_PATH, RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_ptr_nonnull(lib);
+    unsigned stubs = 0;
+#define SIMGPU_EXPORTED_STUB(name)                                                             \
+    {                                                                                          \
+        void *fn = dlsym(lib, #name);                                                          \
+        ck_assert_msg(fn != NULL, "%s is not exported", #name);                                \
+        ck_assert_msg(((zero_args_fn)fn)(0, 0, 0, 0, 0, 0) == CUDA_ERROR_NOT_SUPPORTED,       \
+                      "%s does not answer CUDA_ERROR_NOT_SUPPORTED", #name);                   \
+        stubs++;                                                                               \
+    }
+#include "simgpu-exported-stubs.inc"
+#undef SIMGPU_EXPORTED_STUB
+    ck_assert_uint_gt(stubs, 100);
+    /* an implemented entry point is not among them */
+    int count = 0;
+    CU_OK(((CUresult (*)(int *))dlsym(lib, "cuDeviceGetCount"))(&count));
+}
+END_TEST
+
+START_TEST(test_device_attributes)
+{
+    setup();
+    int value = -7;
+    /* every attribute cuda.h names has a row */
+#define SIMGPU_ATTRIBUTE(name)                                                                 \
+    ck_assert_msg(cuDeviceGetAttribute(&value, name, 0) == CUDA_SUCCESS, "%s has no value", #name);
+#include "simgpu-attributes.inc"
+#undef SIMGPU_ATTRIBUTE
+    CU_OK(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+    ck_assert_int_eq(value, 108);
+    CU_OK(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 0));
+    ck_assert_int_eq(value, 164 * 1024);
+    CU_OK(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 0));
+    ck_assert_int_eq(value, 0x10);
+    CU_OK(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_NUMA_ID, 0));
+    ck_assert_int_eq(value, -1);
+    ck_assert_int_eq(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_MAX, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuDeviceGetAttribute(&value, (CUdevice_attribute)0, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 99), CUDA_ERROR_INVALID_DEVICE);
+}
+END_TEST
+
+static size_t CUDA_CB shared_for_block(int block_size)
+{
+    return (size_t)block_size * 64;   /* 64 bytes of dynamic shared memory per thread */
+}
+
+START_TEST(test_occupancy)
+{
+    setup();
+    CUmodule mod;
+    CUfunction f = get_function(&mod, "vector_add");
+    int blocks = -1, grid = -1, block = -1;
+    /* threads per SM (2048) bound large blocks; blocks per SM (32) bound small ones */
+    CU_OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 1024, 0));
+    ck_assert_int_eq(blocks, 2);
+    CU_OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 0));
+    ck_assert_int_eq(blocks, 8);
+    CU_OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 32, 0));
+    ck_assert_int_eq(blocks, 32);
+    CU_OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 33, 0));   /* two warps */
+    ck_assert_int_eq(blocks, 32);
+    /* shared memory: 164 KiB per SM, 1 KiB reserved per block */
+    CU_OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 128, 40 * 1024));
+    ck_assert_int_eq(blocks, 4);
+    CU_OK(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, f, 128, 0,
+                                                               CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE));
+    ck_assert_int_eq(blocks, 16);
+    CU_OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 1025, 0));
+    ck_assert_int_eq(blocks, 0);
+    CU_OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 128, 64 * 1024)); /* over 48 KiB */
+    ck_assert_int_eq(blocks, 0);
+    CU_OK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100 * 1024));
+    CU_OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 128, 64 * 1024)); /* opted in */
+    ck_assert_int_eq(blocks, 2);
+    CU_OK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 0));
+
+    CU_OK(cuOccupancyMaxPotentialBlockSize(&grid, &block, f, NULL, 0, 0));
+    ck_assert_int_eq(block, 1024);
+    ck_assert_int_eq(grid, 2 * 108);
+    CU_OK(cuOccupancyMaxPotentialBlockSize(&grid, &block, f, NULL, 0, 100));   /* limit, not a warp multiple */
+    ck_assert_int_eq(block, 64);
+    ck_assert_int_eq(grid, 32 * 108);
+    /* 64 B per thread: 1024 threads would take 64 KiB (over 48 KiB); 768 fit twice (threads),
+     * 640 three times (threads), 512 four times (33 KiB each in 164 KiB: all 2048 threads),
+     * and smaller blocks reach 2048 too: the largest of those wins */
+    CU_OK(cuOccupancyMaxPotentialBlockSizeWithFlags(&grid, &block, f, shared_for_block, 0, 0, 0));
+    ck_assert_int_eq(block, 512);
+    ck_assert_int_eq(grid, 4 * 108);
+
+    size_t available = 0;
+    CU_OK(cuOccupancyAvailableDynamicSMemPerBlock(&available, f, 4, 128));
+    ck_assert_uint_eq(available, 40 * 1024);
+    CU_OK(cuOccupancyAvailableDynamicSMemPerBlock(&available, f, 1, 128));
+    ck_assert_uint_eq(available, 48 * 1024);
+    CU_OK(cuOccupancyAvailableDynamicSMemPerBlock(&available, f, 3, 1024));   /* cannot be resident */
+    ck_assert_uint_eq(available, 0);
+
+    ck_assert_int_eq(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, NULL, 128, 0),
+                     CUDA_ERROR_INVALID_HANDLE);
+    ck_assert_int_eq(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, f, 128, 0, 8),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuOccupancyMaxPotentialBlockSize(NULL, &block, f, NULL, 0, 0), CUDA_ERROR_INVALID_VALUE);
+
+    const char *name = NULL;
+    CU_OK(cuFuncGetName(&name, f));
+    ck_assert_str_eq(name, "vector_add");
+    CU_OK(cuFuncSetCacheConfig(f, CU_FUNC_CACHE_PREFER_SHARED));
+    CU_OK(cuModuleUnload(mod));
+}
+END_TEST
+
+START_TEST(test_link_and_load_ex)
+{
+    setup();
+    CUlinkState state = (CUlinkState)&state;
+    ck_assert_int_eq(cuLinkCreate(0, NULL, NULL, &state), CUDA_ERROR_JIT_COMPILER_NOT_FOUND);
+    ck_assert_ptr_null(state);
+    ck_assert_int_eq(cuLinkCreate(0, NULL, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuLinkAddData(NULL, CU_JIT_INPUT_PTX, "", 1, "x", 0, NULL, NULL), CUDA_ERROR_INVALID_HANDLE);
+    ck_assert_int_eq(cuLinkAddFile(NULL, CU_JIT_INPUT_PTX, "x.ptx", 0, NULL, NULL), CUDA_ERROR_INVALID_HANDLE);
+    void *cubin = &cubin;
+    size_t size = 1;
+    ck_assert_int_eq(cuLinkComplete(NULL, &cubin, &size), CUDA_ERROR_INVALID_HANDLE);
+    ck_assert_int_eq(cuLinkDestroy(NULL), CUDA_ERROR_INVALID_HANDLE);
+
+    /* JIT options are accepted with any image; globals come from the packs */
+    static const char image[] = "placeholder";
+    char log[64] = "";
+    CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *values[] = {log, (void *)(uintptr_t)sizeof log};
+    CUmodule mod;
+    CU_OK(cuModuleLoadDataEx(&mod, image, 2, options, values));
+    CUdeviceptr global;
+    size_t bytes = 0;
+    CU_OK(cuModuleGetGlobal(&global, &bytes, mod, "simgpu_test_scale"));
+    ck_assert_uint_eq(bytes, sizeof(float));
+    ck_assert_int_eq(cuModuleGetGlobal(&global, &bytes, mod, "no_such_global"), CUDA_ERROR_NOT_FOUND);
+    CU_OK(cuModuleUnload(mod));
+    CU_OK(cuModuleLoadFatBinary(&mod, image));
+    CU_OK(cuModuleUnload(mod));
+}
+END_TEST
+
+START_TEST(test_pitched_copies)
+{
+    setup();
+    enum { W = 5, H = 4, D = 3, PITCH = 64 };
+    CUdeviceptr dev;
+    CU_OK(cuMemAlloc(&dev, PITCH * H * D));
+    CU_OK(cuMemsetD8(dev, 0, PITCH * H * D));
+    unsigned char host[D][H][W], back[D][H][W];
+    for (int z = 0; z < D; z++)
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++)
+                host[z][y][x] = (unsigned char)(z * 100 + y * 10 + x);
+    CUDA_MEMCPY3D p;
+    memset(&p, 0, sizeof(p));
+    p.srcMemoryType = CU_MEMORYTYPE_HOST;
+    p.srcHost = host;
+    p.srcPitch = W;
+    p.srcHeight = H;
+    p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.dstDevice = dev;
+    p.dstPitch = PITCH;
+    p.dstHeight = H;
+    p.WidthInBytes = W;
+    p.Height = H;
+    p.Depth = D;
+    CU_OK(cuMemcpy3D(&p));
+    const unsigned char *bytes = (const unsigned char *)(uintptr_t)dev;
+    ck_assert_int_eq(bytes[2 * PITCH * H + 3 * PITCH + 4], 234);   /* z 2, y 3, x 4 */
+    ck_assert_int_eq(bytes[W], 0);                                  /* the pitch's padding */
+
+    /* back with a 2-D copy per slice, the last slice from an offset on a stream */
+    memset(back, 0xff, sizeof(back));
+    CUDA_MEMCPY2D q;
+    memset(&q, 0, sizeof(q));
+    q.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    q.srcDevice = dev;
+    q.srcPitch = PITCH;
+    q.srcY = 2 * H;                      /* slice 2 as rows 8..11 */
+    q.dstMemoryType = CU_MEMORYTYPE_HOST;
+    q.dstHost = back[2];
+    q.dstPitch = W;
+    q.WidthInBytes = W;
+    q.Height = H;
+    CUstream stream;
+    CU_OK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CU_OK(cuMemcpy2DAsync(&q, stream));
+    CU_OK(cuStreamSynchronize(stream));
+    ck_assert_int_eq(memcmp(back[2], host[2], sizeof(host[2])), 0);
+    q.srcY = 0;
+    q.srcXInBytes = 1;                   /* a sub-rectangle: columns 1..4 */
+    q.WidthInBytes = W - 1;
+    q.dstHost = back[0];
+    CU_OK(cuMemcpy2DUnaligned(&q));
+    ck_assert_int_eq(back[0][3][0], 31);
+    ck_assert_int_eq(back[0][3][3], 34);
+
+    /* bad shapes: rows wider than the pitch, a CUDA array, a NULL pointer */
+    q.srcXInBytes = 0;
+    q.WidthInBytes = PITCH + 1;
+    q.dstPitch = PITCH + 1;
+    ck_assert_int_eq(cuMemcpy2D(&q), CUDA_ERROR_INVALID_VALUE);
+    q.WidthInBytes = W;
+    q.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+    ck_assert_int_eq(cuMemcpy2D(&q), CUDA_ERROR_NOT_SUPPORTED);
+    q.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    q.srcDevice = 0;
+    ck_assert_int_eq(cuMemcpy2D(&q), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuMemcpy2D(NULL), CUDA_ERROR_INVALID_VALUE);
+    p.srcHeight = H - 1;                 /* slices overlap */
+    ck_assert_int_eq(cuMemcpy3D(&p), CUDA_ERROR_INVALID_VALUE);
+
+    /* pitched sets: 3 rows of 4 elements, 64 bytes apart; the rest untouched */
+    CU_OK(cuMemsetD8(dev, 0, PITCH * H * D));
+    CU_OK(cuMemsetD2D32(dev, PITCH, 0xdeadbeef, 4, 3));
+    CU_OK(cuMemsetD2D16Async(dev + 16, PITCH, 0x1234, 2, 3, stream));
+    CU_OK(cuMemsetD2D8Async(dev + 20, PITCH, 0x77, 3, 3, stream));
+    CU_OK(cuStreamSynchronize(stream));
+    const uint32_t *words = (const uint32_t *)(uintptr_t)dev;
+    ck_assert_uint_eq(words[2 * PITCH / 4 + 3], 0xdeadbeef);
+    ck_assert_uint_eq(words[2 * PITCH / 4 + 4], 0x12341234);
+    ck_assert_uint_eq(words[2 * PITCH / 4 + 5], 0x00777777);
+    ck_assert_uint_eq(words[3 * PITCH / 4], 0);          /* the fourth row */
+    ck_assert_uint_eq(words[6], 0);                      /* past the 2-D set's width */
+    ck_assert_int_eq(cuMemsetD2D32(dev, 8, 1, 4, 2), CUDA_ERROR_INVALID_VALUE);   /* pitch < row */
+    ck_assert_int_eq(cuMemsetD2D32(dev + 2, PITCH, 1, 4, 2), CUDA_ERROR_INVALID_VALUE);
+    CU_OK(cuStreamDestroy(stream));
+    CU_OK(cuMemFree(dev));
+}
+END_TEST
+
+/* runs `check_simgpu MODE FD` (a fresh process: a forked child may not use the parent's
+ * driver state), sends it the handle; returns its exit status (-1 if it did not exit) */
+static int ipc_run_importer(const CUipcMemHandle *handle, const char *mode)
+{
+    int pipefd[2];
+    ck_assert_int_eq(pipe(pipefd), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        close(pipefd[1]);
+        char fd_text[16];
+        snprintf(fd_text, sizeof(fd_text), "%d", pipefd[0]);
+        execl("/proc/self/exe", "check_simgpu", mode, fd_text, (char *)NULL);
+        _exit(99);
+    }
+    close(pipefd[0]);
+    ck_assert_int_eq(write(pipefd[1], handle, sizeof(*handle)), (ssize_t)sizeof(*handle));
+    close(pipefd[1]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+START_TEST(test_ipc_handles)
+{
+    setup();
+    CUdeviceptr dev, other;
+    CU_OK(cuMemAlloc(&dev, 3 * 4096));
+    CU_OK(cuMemsetD32(dev, 0x01020304, 3 * 1024));
+    CUipcMemHandle handle;
+    CU_OK(cuIpcGetMemHandle(&handle, dev + 4096));
+    /* the memory keeps its address and contents once shareable, and stays usable */
+    ck_assert_uint_eq(((const uint32_t *)(uintptr_t)dev)[2000], 0x01020304);
+    CU_OK(cuMemsetD8(dev, 7, 16));
+    ck_assert_int_eq(((const unsigned char *)(uintptr_t)dev)[15], 7);
+    CUipcMemHandle again;
+    CU_OK(cuIpcGetMemHandle(&again, dev + 4096));
+    ck_assert_int_eq(memcmp(&again, &handle, sizeof(handle)), 0);
+    /* not in the exporting process; not garbage; not host memory */
+    ck_assert_int_eq(cuIpcOpenMemHandle(&other, handle, 0), CUDA_ERROR_INVALID_CONTEXT);
+    CUipcMemHandle junk;
+    memset(&junk, 0x5a, sizeof(junk));
+    ck_assert_int_eq(cuIpcOpenMemHandle(&other, junk, 0), CUDA_ERROR_INVALID_VALUE);
+    static char not_device[64];
+    ck_assert_int_eq(cuIpcGetMemHandle(&junk, (CUdeviceptr)(uintptr_t)not_device), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuIpcCloseMemHandle(dev), CUDA_ERROR_INVALID_VALUE);
+
+    /* another process opens it, sees the bytes, writes, and closes */
+    ck_assert_int_eq(ipc_run_importer(&handle, "--ipc-import"), 0);
+    ck_assert_uint_eq(((const uint32_t *)(uintptr_t)dev)[1024], 0xcafe);   /* the importer's write */
+    CU_OK(cuMemFree(dev));
+    /* freed: the handle no longer opens */
+    ck_assert_int_eq(ipc_run_importer(&handle, "--ipc-import-freed"), 0);
+}
+END_TEST
+
+/* check_simgpu --ipc-import FD: reads a handle from FD, checks the memory, writes 0xcafe
+ * at the handle's pointer; with freed: checks the handle answers CUDA_ERROR_INVALID_HANDLE.
+ * Exit status 0 on success. */
+static int ipc_import(int fd, bool freed)
+{
+    CUipcMemHandle handle;
+    CUcontext ctx;
+    CUdeviceptr dev;
+    if (read(fd, &handle, sizeof(handle)) != (ssize_t)sizeof(handle) || cuInit(0) != CUDA_SUCCESS ||
+        cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+        return 1;
+    if (freed)
+        return cuIpcOpenMemHandle(&dev, handle, 0) == CUDA_ERROR_INVALID_HANDLE ? 0 : 7;
+    if (cuIpcOpenMemHandle(&dev, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS)
+        return 2;
+    uint32_t word = 0;
+    if (cuMemcpyDtoH(&word, dev + 4, sizeof(word)) != CUDA_SUCCESS || word != 0x01020304)
+        return 3;
+    unsigned memory_type = 0;
+    if (cuPointerGetAttribute(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dev) != CUDA_SUCCESS ||
+        memory_type != CU_MEMORYTYPE_DEVICE)
+        return 4;
+    if (cuMemsetD32(dev, 0xcafe, 1) != CUDA_SUCCESS || cuIpcCloseMemHandle(dev) != CUDA_SUCCESS)
+        return 5;
+    if (cuIpcCloseMemHandle(dev) != CUDA_ERROR_INVALID_VALUE)   /* closed already */
+        return 6;
+    return 0;
+}
+
+START_TEST(test_stream_memops)
+{
+    setup();
+    CUdeviceptr words, out;
+    CU_OK(cuMemAlloc(&words, 64));
+    CU_OK(cuMemAlloc(&out, 16));
+    CU_OK(cuMemsetD8(words, 0, 64));
+    CU_OK(cuMemsetD8(out, 0, 16));
+    CUstream waiter, writer;
+    CU_OK(cuStreamCreate(&waiter, CU_STREAM_NON_BLOCKING));
+    CU_OK(cuStreamCreate(&writer, CU_STREAM_NON_BLOCKING));
+    /* the waiter's later work waits for the writer's value */
+    CU_OK(cuStreamWaitValue32(waiter, words, 3, CU_STREAM_WAIT_VALUE_EQ));
+    CU_OK(cuMemsetD32Async(out, 5, 1, waiter));
+    ck_assert_int_eq(cuStreamQuery(waiter), CUDA_ERROR_NOT_READY);
+    CU_OK(cuStreamWriteValue32(writer, words, 3, CU_STREAM_WRITE_VALUE_DEFAULT));
+    CU_OK(cuStreamSynchronize(waiter));
+    ck_assert_uint_eq(*(const uint32_t *)(uintptr_t)out, 5);
+
+    /* a batch: 64-bit write, then waits of each kind that hold at once */
+    CUstreamBatchMemOpParams ops[5];
+    memset(ops, 0, sizeof(ops));
+    ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    ops[0].writeValue.address = words + 8;
+    ops[0].writeValue.value64 = 0x100000000ull;
+    ops[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    ops[1].waitValue.address = words + 8;
+    ops[1].waitValue.value64 = 0xffffffffull;
+    ops[1].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    ops[2].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    ops[2].waitValue.address = words;
+    ops[2].waitValue.value = 2;
+    ops[2].waitValue.flags = CU_STREAM_WAIT_VALUE_AND;
+    ops[3].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    ops[3].waitValue.address = words + 16;
+    ops[3].waitValue.value = 1;
+    ops[3].waitValue.flags = CU_STREAM_WAIT_VALUE_NOR;
+    ops[4].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+    CU_OK(cuStreamBatchMemOp(writer, 5, ops, 0));
+    CU_OK(cuStreamWaitValue64(writer, words + 8, 0x100000000ull, CU_STREAM_WAIT_VALUE_EQ));
+    CU_OK(cuStreamWriteValue64(writer, words + 24, 42, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER));
+    CU_OK(cuStreamSynchronize(writer));
+    ck_assert_uint_eq(((const uint64_t *)(uintptr_t)words)[3], 42);
+
+    /* refused: misaligned, unknown flags, flush (not supported), empty batch */
+    ck_assert_int_eq(cuStreamWriteValue32(writer, words + 2, 1, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamWaitValue64(writer, words + 4, 1, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamWriteValue32(writer, words, 1, 8), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamWaitValue32(writer, words, 1, CU_STREAM_WAIT_VALUE_FLUSH), CUDA_ERROR_NOT_SUPPORTED);
+    ck_assert_int_eq(cuStreamBatchMemOp(writer, 0, ops, 0), CUDA_ERROR_INVALID_VALUE);
+    int value = 0;
+    CU_OK(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 0));
+    ck_assert_int_eq(value, 1);
+    CU_OK(cuStreamDestroy(waiter));
+    CU_OK(cuStreamDestroy(writer));
+    CU_OK(cuMemFree(words));
+    CU_OK(cuMemFree(out));
+}
+END_TEST
+
 static Suite *simgpu_suite(void)
 {
     Suite *s = suite_create("simgpu");
@@ -646,6 +1033,13 @@ static Suite *simgpu_suite(void)
     tcase_add_test(tc, test_modules_and_launch);
     tcase_add_test(tc, test_vmm);
     tcase_add_test(tc, test_get_proc_address);
+    tcase_add_test(tc, test_exported_stubs);
+    tcase_add_test(tc, test_device_attributes);
+    tcase_add_test(tc, test_occupancy);
+    tcase_add_test(tc, test_link_and_load_ex);
+    tcase_add_test(tc, test_pitched_copies);
+    tcase_add_test(tc, test_ipc_handles);
+    tcase_add_test(tc, test_stream_memops);
     suite_add_tcase(s, tc);
     return s;
 }
@@ -655,6 +1049,10 @@ int main(int argc, char **argv)
     char shm_name[64], memory[32];
     if (argc == 2 && strcmp(argv[1], "--speed-check") == 0)
         return speed_check(); /* the parent's environment (segment, packs) is inherited */
+    if (argc == 3 && strcmp(argv[1], "--ipc-import") == 0)
+        return ipc_import(atoi(argv[2]), false);
+    if (argc == 3 && strcmp(argv[1], "--ipc-import-freed") == 0)
+        return ipc_import(atoi(argv[2]), true);
     snprintf(shm_name, sizeof(shm_name), "/simgpu-check-%d", (int)getpid());
     snprintf(memory, sizeof(memory), "%llu", MEMORY_MB);
     setenv("SIMGPU_SHM_NAME", shm_name, 1);

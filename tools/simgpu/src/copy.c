@@ -137,7 +137,7 @@ static void pointer_lookup(CUdeviceptr ptr, pointer_facts_t *f)
     } else if (simgpu_range_find((uintptr_t)ptr, &f->range) &&
                f->range.kind != SIMGPU_RANGE_RESERVED) {
         f->known = true;
-        f->device = f->range.kind == SIMGPU_RANGE_DEVICE;
+        f->device = f->range.kind == SIMGPU_RANGE_DEVICE || f->range.kind == SIMGPU_RANGE_IPC;
     }
 }
 

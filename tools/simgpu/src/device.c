@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "simgpu-internal.h"
+#include "simgpu-stub.h"
 
 simgpu_config_t simgpu_config;
 
@@ -27,6 +28,11 @@ CUresult simgpu_not_supported(const char *name, int *noted)
         fprintf(stderr, "simgpu[%d]: %s is not supported by simgpu (CUDA_ERROR_NOT_SUPPORTED)\n",
                 (int)getpid(), name);
     return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+int simgpu_stub_answer(const char *name, int *noted)
+{
+    return (int)simgpu_not_supported(name, noted);
 }
 
 static long env_long(const char *name, long fallback, long min, long max)
@@ -198,66 +204,12 @@ SIMGPU_API cuDeviceComputeCapability(int *major, int *minor, CUdevice device)
     return CUDA_SUCCESS;
 }
 
-/* A device modelled loosely on an A100: values programs commonly size work by. */
-static int attribute_value(CUdevice_attribute attribute, CUdevice device)
-{
-    switch (attribute) {
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: return 1024;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: return 1024;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: return 1024;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: return 64;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: return 2147483647;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: return 65535;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: return 65535;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: return 49152;
-    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: return 65536;
-    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: return 32;
-    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: return 2147483647;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: return 65536;
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: return 1410000;
-    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: return 512;
-    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: return 1;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: return SIMGPU_SM_COUNT;
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: return 1;
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: return 1;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return 0x10 + device;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: return 1215000;
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: return 5120;
-    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: return 40 << 20;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: return 2048;
-    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: return 2;
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: return 1;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: return SIMGPU_CC_MAJOR;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: return SIMGPU_CC_MINOR;
-    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: return 167936;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: return 65536;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: return 1;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: return 166912;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: return 32;
-    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: return 1;
-    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
-        return CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: return 1024;
-    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: return 1;
-    default: return 0;
-    }
-}
-
 SIMGPU_API cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice device)
 {
     CUresult rc = device_check(device, value);
     if (rc)
         return rc;
-    if ((int)attribute <= 0 || attribute >= CU_DEVICE_ATTRIBUTE_MAX)
-        return CUDA_ERROR_INVALID_VALUE;
-    *value = attribute_value(attribute, device);
-    return CUDA_SUCCESS;
+    return simgpu_device_attribute(attribute, device, value);
 }
 
 SIMGPU_API cuDeviceGetProperties(CUdevprop *prop, CUdevice device)

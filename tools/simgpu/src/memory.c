@@ -6,6 +6,7 @@
  * Every allocation is a range in one sorted table (base, size, kind, context),
  * which answers frees, address ranges and pointer attributes. Device bytes are
  * charged to this process in the shared segment, rounded up to whole pages. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -102,6 +103,8 @@ bool simgpu_range_remove(uintptr_t base, simgpu_range_kind_t kind, simgpu_range_
 static void range_release(const simgpu_range_t *r)
 {
     munmap((void *)r->base, r->mapped_bytes);
+    if (r->shared)
+        close(r->shared_fd);
     if (r->kind == SIMGPU_RANGE_DEVICE)
         simgpu_mem_uncharge(r->device, r->mapped_bytes);
 }
@@ -112,7 +115,8 @@ void simgpu_range_free_ctx(CUcontext ctx)
     size_t kept = 0;
     for (size_t i = 0; i < range_count; i++) {
         simgpu_range_t *r = &ranges[i];
-        if (r->ctx == ctx && (r->kind == SIMGPU_RANGE_DEVICE || r->kind == SIMGPU_RANGE_HOST))
+        if (r->ctx == ctx && (r->kind == SIMGPU_RANGE_DEVICE || r->kind == SIMGPU_RANGE_HOST ||
+                              r->kind == SIMGPU_RANGE_IPC))
             range_release(r);
         else if (r->ctx == ctx && r->kind == SIMGPU_RANGE_REGISTERED)
             ; /* the program's memory: only forget the registration */
@@ -121,6 +125,52 @@ void simgpu_range_free_ctx(CUcontext ctx)
     }
     range_count = kept;
     pthread_mutex_unlock(&ranges_lock);
+}
+
+CUresult simgpu_range_share(uintptr_t ptr, simgpu_range_t *out)
+{
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    int fd = -1;
+    pthread_mutex_lock(&ranges_lock);
+    size_t i = upper_bound(ptr);
+    if (i == 0 || ptr >= ranges[i - 1].base + range_extent(&ranges[i - 1]) ||
+        ranges[i - 1].kind != SIMGPU_RANGE_DEVICE)
+        goto out;
+    simgpu_range_t *r = &ranges[i - 1];
+    if (!r->shared) {
+        /* move the pages onto a memfd at the same address: copy them out, map the memfd
+         * over them (MAP_FIXED replaces the anonymous pages atomically) */
+        char name[32];
+        snprintf(name, sizeof(name), "simgpu-ipc-d%d", r->device);
+        fd = memfd_create(name, MFD_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, (off_t)r->mapped_bytes) != 0) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
+        for (size_t done = 0; done < r->mapped_bytes;) {
+            ssize_t n = pwrite(fd, (const char *)r->base + done, r->mapped_bytes - done, (off_t)done);
+            if (n <= 0) {
+                rc = CUDA_ERROR_OPERATING_SYSTEM;
+                goto out;
+            }
+            done += (size_t)n;
+        }
+        if (mmap((void *)r->base, r->mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
+            MAP_FAILED) {
+            rc = CUDA_ERROR_OPERATING_SYSTEM;
+            goto out;
+        }
+        r->shared = true;
+        r->shared_fd = fd;
+        fd = -1;
+    }
+    *out = *r;
+    rc = CUDA_SUCCESS;
+out:
+    pthread_mutex_unlock(&ranges_lock);
+    if (fd >= 0)
+        close(fd);
+    return rc;
 }
 
 static size_t page_round(size_t bytes)

@@ -502,3 +502,83 @@ SIMGPU_API cuFuncGetModule(CUmodule *module, CUfunction hfunc)
     *module = f->module;
     return CUDA_SUCCESS;
 }
+
+/* ---- linking ----
+ * simgpu has no JIT linker (module images are never parsed: kernels come from the packs),
+ * so cuLinkCreate answers what a driver without its PTX JIT answers,
+ * CUDA_ERROR_JIT_COMPILER_NOT_FOUND, after checking its arguments. No link state ever
+ * exists, so the calls that take one answer CUDA_ERROR_INVALID_HANDLE. A program can load
+ * its image with cuModuleLoadData / cuModuleLoadDataEx instead. */
+
+SIMGPU_API cuLinkCreate_v2(unsigned int count, CUjit_option *options, void **values, CUlinkState *state)
+{
+    CUresult rc = simgpu_initialized();
+    if (rc)
+        return rc;
+    CUcontext ctx;
+    if (simgpu_ctx_current(&ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!state || (count && (!options || !values)))
+        return CUDA_ERROR_INVALID_VALUE;
+    *state = NULL;
+    static int noted;
+    if (!__atomic_exchange_n(&noted, 1, __ATOMIC_RELAXED))
+        fprintf(stderr, "simgpu[%d]: cuLinkCreate: simgpu has no JIT linker "
+                        "(CUDA_ERROR_JIT_COMPILER_NOT_FOUND); load the image with cuModuleLoadData\n",
+                (int)getpid());
+    return CUDA_ERROR_JIT_COMPILER_NOT_FOUND;
+}
+
+SIMGPU_API cuLinkCreate(unsigned int count, CUjit_option *options, void **values, CUlinkState *state)
+{
+    return cuLinkCreate_v2(count, options, values, state);
+}
+
+static CUresult link_state_check(CUlinkState state)
+{
+    CUresult rc = simgpu_initialized();
+    if (rc)
+        return rc;
+    (void)state;
+    return CUDA_ERROR_INVALID_HANDLE;   /* cuLinkCreate never makes one */
+}
+
+SIMGPU_API cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size,
+                            const char *name, unsigned int count, CUjit_option *options, void **values)
+{
+    (void)type, (void)data, (void)size, (void)name, (void)count, (void)options, (void)values;
+    return link_state_check(state);
+}
+
+SIMGPU_API cuLinkAddData(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name,
+                         unsigned int count, CUjit_option *options, void **values)
+{
+    return cuLinkAddData_v2(state, type, data, size, name, count, options, values);
+}
+
+SIMGPU_API cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int count,
+                            CUjit_option *options, void **values)
+{
+    (void)type, (void)path, (void)count, (void)options, (void)values;
+    return link_state_check(state);
+}
+
+SIMGPU_API cuLinkAddFile(CUlinkState state, CUjitInputType type, const char *path, unsigned int count,
+                         CUjit_option *options, void **values)
+{
+    return cuLinkAddFile_v2(state, type, path, count, options, values);
+}
+
+SIMGPU_API cuLinkComplete(CUlinkState state, void **cubin, size_t *size)
+{
+    if (cubin)
+        *cubin = NULL;
+    if (size)
+        *size = 0;
+    return link_state_check(state);
+}
+
+SIMGPU_API cuLinkDestroy(CUlinkState state)
+{
+    return link_state_check(state);
+}

@@ -52,6 +52,14 @@ static const stub_entry_t stub_table[] = {
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
+bool simgpu_api_implements(const char *base)
+{
+    for (size_t i = 0; i < COUNT(api_table); i++)
+        if (strcmp(api_table[i].base, base) == 0)
+            return true;
+    return false;
+}
+
 static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t flags,
                        CUdriverProcAddressQueryResult *status)
 {

@@ -30,5 +30,9 @@ extern SIMGPU_EXPORT __typeof__(*(PFN_cuCtxPopCurrent_v4000)0) cuCtxPopCurrent;
 extern SIMGPU_EXPORT __typeof__(*(PFN_cuMemHostRegister_v6050)0) cuMemHostRegister;
 extern SIMGPU_EXPORT __typeof__(*(PFN_cuStreamDestroy_v4000)0) cuStreamDestroy;
 extern SIMGPU_EXPORT __typeof__(*(PFN_cuEventDestroy_v4000)0) cuEventDestroy;
+extern SIMGPU_EXPORT __typeof__(*(PFN_cuLinkCreate_v6050)0) cuLinkCreate;
+extern SIMGPU_EXPORT __typeof__(*(PFN_cuLinkAddData_v6050)0) cuLinkAddData;
+extern SIMGPU_EXPORT __typeof__(*(PFN_cuLinkAddFile_v6050)0) cuLinkAddFile;
+extern SIMGPU_EXPORT __typeof__(*(PFN_cuIpcOpenMemHandle_v11000)0) cuIpcOpenMemHandle;
 
 #endif

@@ -56,8 +56,13 @@ CUresult simgpu_initialized(void);
 void simgpu_config_load(void);
 bool simgpu_device_valid(CUdevice device);
 uint64_t simgpu_now_ns(void);
+/* cuDeviceGetAttribute's answer (attributes.c); INVALID_VALUE for an unknown attribute. */
+CUresult simgpu_device_attribute(CUdevice_attribute attribute, CUdevice device, int *value);
 /* One-time stderr note "simgpu[pid]: NAME is not supported ..."; returns NOT_SUPPORTED. */
 CUresult simgpu_not_supported(const char *name, int *noted);
+
+/* Whether simgpu-api.def lists base name `base` (procaddr.c). */
+bool simgpu_api_implements(const char *base);
 
 /* ---- shared segment: memory accounting and the execution engine (engine.c) ---- */
 /* Maps the segment (creating it if needed). 0, or a CUresult error. */
@@ -105,6 +110,7 @@ void simgpu_marker_wait(simgpu_marker_t *marker);
 
 typedef enum simgpu_op_kind {
     SIMGPU_OP_COPY,
+    SIMGPU_OP_COPY3D,             /* pitched rows and slices (cuMemcpy2D/3D) */
     SIMGPU_OP_SET,
     SIMGPU_OP_HOSTFN,
     SIMGPU_OP_CALLBACK,
@@ -119,7 +125,20 @@ typedef struct simgpu_op {
     struct simgpu_op *next;
     union {
         struct { void *dst; const void *src; size_t bytes; } copy;
-        struct { void *dst; uint32_t value; unsigned element_bytes; size_t count; } set;
+        struct {
+            unsigned char *dst;
+            const unsigned char *src;
+            size_t width_bytes, height, depth;
+            size_t dst_pitch, src_pitch;      /* bytes from one row to the next */
+            size_t dst_slice, src_slice;      /* bytes from one slice to the next */
+        } copy3d;
+        struct {
+            void *dst;
+            uint32_t value;
+            unsigned element_bytes;
+            size_t count;                     /* elements per row */
+            size_t rows, pitch_bytes;         /* 2-D sets; rows 0 means 1 */
+        } set;
         struct { CUhostFn fn; void *data; } hostfn;
         struct { CUstreamCallback fn; void *data; CUstream stream; } callback;
         simgpu_marker_t *marker;       /* MARKER: completes it; WAIT: waits for it */
@@ -167,6 +186,7 @@ typedef enum simgpu_range_kind {
     SIMGPU_RANGE_HOST,         /* cuMemAllocHost, cuMemHostAlloc */
     SIMGPU_RANGE_REGISTERED,   /* cuMemHostRegister */
     SIMGPU_RANGE_RESERVED,     /* cuMemAddressReserve */
+    SIMGPU_RANGE_IPC,          /* cuIpcOpenMemHandle: another process's device memory */
 } simgpu_range_kind_t;
 
 typedef struct simgpu_range {
@@ -178,6 +198,8 @@ typedef struct simgpu_range {
     CUcontext ctx;
     unsigned flags;
     uint64_t id;
+    bool shared;               /* DEVICE: backed by shared_fd (a memfd) since cuIpcGetMemHandle */
+    int shared_fd;
 } simgpu_range_t;
 
 int simgpu_range_insert(const simgpu_range_t *range);
@@ -188,6 +210,10 @@ bool simgpu_range_remove(uintptr_t base, simgpu_range_kind_t kind, simgpu_range_
 /* Frees every DEVICE/HOST allocation of ctx (context destruction). */
 void simgpu_range_free_ctx(CUcontext ctx);
 CUresult simgpu_device_free(CUdeviceptr ptr);
+/* Makes the DEVICE range holding ptr shareable (its pages moved, in place, onto a memfd,
+ * once) and copies the range into *out. CUDA_ERROR_INVALID_VALUE if ptr is no device
+ * allocation of this process. */
+CUresult simgpu_range_share(uintptr_t ptr, simgpu_range_t *out);
 uint64_t simgpu_next_id(void);
 
 /* VMM mappings (vmm.c), consulted by pointer attributes. */
@@ -200,6 +226,8 @@ typedef struct simgpu_vmm_info {
     int access;                 /* CUmemAccess_flags */
 } simgpu_vmm_info_t;
 bool simgpu_vmm_find(uintptr_t ptr, simgpu_vmm_info_t *out);
+/* The memfd behind the VMM mapping holding ptr and where the mapping starts in it. */
+bool simgpu_vmm_backing(uintptr_t ptr, simgpu_vmm_info_t *out, int *fd, size_t *fd_offset);
 
 /* ---- modules and functions (module.c) ---- */
 struct CUfunc_st {

@@ -86,19 +86,30 @@ static void op_execute(CUstream s, simgpu_op_t *op)
     case SIMGPU_OP_COPY:
         memmove(op->u.copy.dst, op->u.copy.src, op->u.copy.bytes);
         break;
+    case SIMGPU_OP_COPY3D:
+        for (size_t z = 0; z < op->u.copy3d.depth; z++)
+            for (size_t y = 0; y < op->u.copy3d.height; y++)
+                memmove(op->u.copy3d.dst + z * op->u.copy3d.dst_slice + y * op->u.copy3d.dst_pitch,
+                        op->u.copy3d.src + z * op->u.copy3d.src_slice + y * op->u.copy3d.src_pitch,
+                        op->u.copy3d.width_bytes);
+        break;
     case SIMGPU_OP_SET: {
         size_t n = op->u.set.count;
         uint32_t v = op->u.set.value;
-        if (op->u.set.element_bytes == 1) {
-            memset(op->u.set.dst, (int)(v & 0xff), n);
-        } else if (op->u.set.element_bytes == 2) {
-            uint16_t *p = op->u.set.dst;
-            for (size_t i = 0; i < n; i++)
-                p[i] = (uint16_t)v;
-        } else {
-            uint32_t *p = op->u.set.dst;
-            for (size_t i = 0; i < n; i++)
-                p[i] = v;
+        size_t rows = op->u.set.rows ? op->u.set.rows : 1;
+        for (size_t row = 0; row < rows; row++) {
+            void *line = (char *)op->u.set.dst + row * op->u.set.pitch_bytes;
+            if (op->u.set.element_bytes == 1) {
+                memset(line, (int)(v & 0xff), n);
+            } else if (op->u.set.element_bytes == 2) {
+                uint16_t *p = line;
+                for (size_t i = 0; i < n; i++)
+                    p[i] = (uint16_t)v;
+            } else {
+                uint32_t *p = line;
+                for (size_t i = 0; i < n; i++)
+                    p[i] = v;
+            }
         }
         break;
     }

@@ -38,6 +38,7 @@ typedef struct vmm_handle {
 typedef struct vmm_mapping {
     uintptr_t base;
     size_t bytes;
+    size_t offset;                 /* where the mapping starts in the handle's memfd */
     vmm_handle_t *handle;
     int access;
     struct vmm_mapping *next;
@@ -74,6 +75,24 @@ bool simgpu_vmm_find(uintptr_t ptr, simgpu_vmm_info_t *out)
                                        .device = m->handle->device, .handle_id = m->handle->id,
                                        .handle_types = m->handle->prop.requestedHandleTypes,
                                        .access = m->access};
+            found = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return found;
+}
+
+bool simgpu_vmm_backing(uintptr_t ptr, simgpu_vmm_info_t *out, int *fd, size_t *fd_offset)
+{
+    bool found = false;
+    pthread_mutex_lock(&vmm_lock);
+    for (vmm_mapping_t *m = mappings; m; m = m->next) {
+        if (ptr >= m->base && ptr < m->base + m->bytes) {
+            *out = (simgpu_vmm_info_t){.base = m->base, .bytes = m->bytes,
+                                       .device = m->handle->device, .handle_id = m->handle->id};
+            *fd = m->handle->fd;
+            *fd_offset = m->offset;
             found = true;
             break;
         }
@@ -272,6 +291,7 @@ SIMGPU_API cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     }
     m->base = (uintptr_t)ptr;
     m->bytes = size;
+    m->offset = offset;
     m->handle = h;
     m->access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
     m->next = mappings;

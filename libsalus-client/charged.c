@@ -21,15 +21,6 @@ static struct {
     charged_t *list;
 } charged = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* an entry point the real driver lacks is not supported, managed or not */
-#define MANAGED_OR_REAL(symbol, ...)                                                           \
-    CUresult init_rc_ = shim_init();                                                           \
-    if (init_rc_ != CUDA_SUCCESS)                                                              \
-        return init_rc_;                                                                       \
-    if (!shim.real.symbol)                                                                     \
-        return CUDA_ERROR_NOT_SUPPORTED;                                                       \
-    if (shim.mode != SHIM_MODE_MANAGED)                                                        \
-        return shim.real.symbol(__VA_ARGS__)
 
 CUresult shim_charge(uint64_t bytes)
 {
@@ -88,7 +79,7 @@ static int is_charged(uintptr_t key)
 
 CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
 {
-    MANAGED_OR_REAL(cuMemAllocManaged, dptr, bytes, flags);
+    SHIM_MANAGED_OR_REAL(cuMemAllocManaged, dptr, bytes, flags);
     if (!dptr || bytes == 0) /* the driver's own answer to bad arguments */
         return shim.real.cuMemAllocManaged(dptr, bytes, flags);
     CUresult rc = shim_gate_memory();
@@ -207,7 +198,7 @@ static CUresult real_mipmapped_create(void *arg)
 
 CUresult CUDAAPI cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc)
 {
-    MANAGED_OR_REAL(cuArrayCreate_v2, array, desc);
+    SHIM_MANAGED_OR_REAL(cuArrayCreate_v2, array, desc);
     if (!array || !desc)
         return shim.real.cuArrayCreate_v2(array, desc);
     CUDA_ARRAY3D_DESCRIPTOR d3 = {.Width = desc->Width, .Height = desc->Height,
@@ -219,7 +210,7 @@ CUresult CUDAAPI cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *d
 
 CUresult CUDAAPI cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc)
 {
-    MANAGED_OR_REAL(cuArray3DCreate_v2, array, desc);
+    SHIM_MANAGED_OR_REAL(cuArray3DCreate_v2, array, desc);
     if (!array || !desc)
         return shim.real.cuArray3DCreate_v2(array, desc);
     array_call_t call = {.array = array, .desc3d = desc};
@@ -231,7 +222,7 @@ CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *handle,
                                         const CUDA_ARRAY3D_DESCRIPTOR *desc,
                                         unsigned int levels)
 {
-    MANAGED_OR_REAL(cuMipmappedArrayCreate, handle, desc, levels);
+    SHIM_MANAGED_OR_REAL(cuMipmappedArrayCreate, handle, desc, levels);
     if (!handle || !desc)
         return shim.real.cuMipmappedArrayCreate(handle, desc, levels);
     array_call_t call = {.mipmapped = handle, .desc3d = desc, .levels = levels};
@@ -241,7 +232,7 @@ CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *handle,
 
 CUresult CUDAAPI cuArrayDestroy(CUarray array)
 {
-    MANAGED_OR_REAL(cuArrayDestroy, array);
+    SHIM_MANAGED_OR_REAL(cuArrayDestroy, array);
     CUresult rc = shim.real.cuArrayDestroy(array);
     uint64_t bytes = rc == CUDA_SUCCESS ? forget((uintptr_t)array) : 0;
     if (bytes)
@@ -251,7 +242,7 @@ CUresult CUDAAPI cuArrayDestroy(CUarray array)
 
 CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray handle)
 {
-    MANAGED_OR_REAL(cuMipmappedArrayDestroy, handle);
+    SHIM_MANAGED_OR_REAL(cuMipmappedArrayDestroy, handle);
     CUresult rc = shim.real.cuMipmappedArrayDestroy(handle);
     uint64_t bytes = rc == CUDA_SUCCESS ? forget((uintptr_t)handle) : 0;
     if (bytes)

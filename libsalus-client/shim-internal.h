@@ -160,4 +160,16 @@ void *shim_managed_by_symbol(const char *symbol);
 
 uint64_t shim_now_ns(void);
 
+/* Opens a wrapper of a call the real driver may lack: initialises the shim, answers
+ * NOT_SUPPORTED when the real driver has no such entry point, and passes the call straight
+ * through when the shim is not managing this process. */
+#define SHIM_MANAGED_OR_REAL(symbol, ...)                                                      \
+    CUresult init_rc_ = shim_init();                                                           \
+    if (init_rc_ != CUDA_SUCCESS)                                                              \
+        return init_rc_;                                                                       \
+    if (!shim.real.symbol)                                                                     \
+        return CUDA_ERROR_NOT_SUPPORTED;                                                       \
+    if (shim.mode != SHIM_MODE_MANAGED)                                                        \
+        return shim.real.symbol(__VA_ARGS__)
+
 #endif

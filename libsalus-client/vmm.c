@@ -42,15 +42,6 @@ static struct {
     vmm_mapping_t *mappings;
 } vmm = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* an entry point the real driver lacks is not supported, managed or not */
-#define MANAGED_OR_REAL(symbol, ...)                                                           \
-    CUresult init_rc_ = shim_init();                                                           \
-    if (init_rc_ != CUDA_SUCCESS)                                                              \
-        return init_rc_;                                                                       \
-    if (!shim.real.symbol)                                                                     \
-        return CUDA_ERROR_NOT_SUPPORTED;                                                       \
-    if (shim.mode != SHIM_MODE_MANAGED)                                                        \
-        return shim.real.symbol(__VA_ARGS__)
 
 /* Under the lock: the allocation whose live handle is h. */
 static vmm_alloc_t *find_handle(CUmemGenericAllocationHandle h)
@@ -124,7 +115,7 @@ static CUresult create_from_chunk(CUmemGenericAllocationHandle *handle, size_t s
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    MANAGED_OR_REAL(cuMemCreate, handle, size, prop, flags);
+    SHIM_MANAGED_OR_REAL(cuMemCreate, handle, size, prop, flags);
     if (!handle || !prop || size == 0) /* the driver's own answer to bad arguments */
         return shim.real.cuMemCreate(handle, size, prop, flags);
     CUresult rc = shim_gate_memory();
@@ -162,7 +153,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-    MANAGED_OR_REAL(cuMemRelease, handle);
+    SHIM_MANAGED_OR_REAL(cuMemRelease, handle);
     CUresult rc = shim.real.cuMemRelease(handle);
     if (rc != CUDA_SUCCESS)
         return rc;
@@ -180,7 +171,7 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    MANAGED_OR_REAL(cuMemMap, ptr, size, offset, handle, flags);
+    SHIM_MANAGED_OR_REAL(cuMemMap, ptr, size, offset, handle, flags);
     vmm_mapping_t *m = calloc(1, sizeof(*m));
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -200,7 +191,7 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 
 CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
-    MANAGED_OR_REAL(cuMemUnmap, ptr, size);
+    SHIM_MANAGED_OR_REAL(cuMemUnmap, ptr, size);
     CUresult rc = shim.real.cuMemUnmap(ptr, size);
     if (rc != CUDA_SUCCESS)
         return rc;
@@ -233,7 +224,7 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
 /* A retained handle is one more reference the program will release. */
 CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
-    MANAGED_OR_REAL(cuMemRetainAllocationHandle, handle, addr);
+    SHIM_MANAGED_OR_REAL(cuMemRetainAllocationHandle, handle, addr);
     CUresult rc = shim.real.cuMemRetainAllocationHandle(handle, addr);
     if (rc != CUDA_SUCCESS)
         return rc;
@@ -257,7 +248,7 @@ CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handl
  * empty ones to salusd, as the driver returns a pool's unused memory. */
 CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t min_bytes_to_keep)
 {
-    MANAGED_OR_REAL(cuMemPoolTrimTo, pool, min_bytes_to_keep);
+    SHIM_MANAGED_OR_REAL(cuMemPoolTrimTo, pool, min_bytes_to_keep);
     CUresult rc = shim.real.cuMemPoolTrimTo(pool, min_bytes_to_keep);
     if (rc == CUDA_SUCCESS)
         shim_mem_trim();

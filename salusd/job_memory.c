@@ -91,6 +91,21 @@ static void on_grow_timer(evutil_socket_t fd, short events, void *arg)
     jobs_retry_pending_grows(arg);
 }
 
+/* Replies PROTO_ENOMEM and returns 1 when `bytes` more would take the job past its budget
+ * (also when it already holds more than its budget: no unsigned wrap). */
+static int refuse_over_budget(conn_t *c, const proto_msg_t *msg, const job_t *job, uint64_t bytes)
+{
+    if (job->committed_bytes <= job->budget_bytes &&
+        bytes <= job->budget_bytes - job->committed_bytes)
+        return 0;
+    server_reply_error(c, msg->id, PROTO_ENOMEM, 0,
+                       "over the job's budget: %llu of %llu MiB in use, %llu MiB more asked",
+                       (unsigned long long)(job->committed_bytes >> 20),
+                       (unsigned long long)(job->budget_bytes >> 20),
+                       (unsigned long long)(bytes >> 20));
+    return 1;
+}
+
 void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
@@ -106,15 +121,8 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
         server_reply_error(c, msg->id, PROTO_EBADARG, 0, "mem_grow takes bytes (> 0)");
         return;
     }
-    if (job->committed_bytes > job->budget_bytes ||
-            bytes > job->budget_bytes - job->committed_bytes) {
-        server_reply_error(c, msg->id, PROTO_ENOMEM, 0,
-                           "over the job's budget: %llu of %llu MiB in use, %llu MiB more asked",
-                           (unsigned long long)(job->committed_bytes >> 20),
-                           (unsigned long long)(job->budget_bytes >> 20),
-                           (unsigned long long)(bytes >> 20));
+    if (refuse_over_budget(c, msg, job, bytes))
         return;
-    }
     if (grant_chunk(d, job, rt, msg->id, bytes) != -ENOMEM)
         return;
     /* within its budget but the device is full: other jobs still hold memory that the lane
@@ -188,15 +196,8 @@ void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg)
         rt->charged_bytes -= bytes;
         job->committed_bytes -= bytes;
     } else {
-        if (job->committed_bytes > job->budget_bytes ||
-            bytes > job->budget_bytes - job->committed_bytes) {
-            server_reply_error(c, msg->id, PROTO_ENOMEM, 0,
-                               "over the job's budget: %llu of %llu MiB in use, %llu MiB more asked",
-                               (unsigned long long)(job->committed_bytes >> 20),
-                               (unsigned long long)(job->budget_bytes >> 20),
-                               (unsigned long long)(bytes >> 20));
+        if (refuse_over_budget(c, msg, job, bytes))
             return;
-        }
         rt->charged_bytes += bytes;
         job->committed_bytes += bytes;
     }

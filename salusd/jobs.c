@@ -13,13 +13,72 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+/* PIDFD_GET_INFO (Linux 6.13; the exit status since 6.15), declared here for older headers:
+ * the first published layout, whose last field became exit_code. */
+typedef struct jobs_pidfd_info_s {
+    uint64_t mask;
+    uint64_t cgroupid;
+    uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+    int32_t exit_code;
+} jobs_pidfd_info_t;
+#define JOBS_PIDFD_GET_INFO _IOWR(0xFF, 11, jobs_pidfd_info_t)
+#define JOBS_PIDFD_INFO_EXIT (1ull << 3)
+/* the exit status appears once the process is reaped: polls for it this often, this long */
+#define JOBS_EXIT_POLL_MS 20
+#define JOBS_EXIT_POLL_TRIES 100
 
+int jobs_name_valid(const char *name)
+{
+    const unsigned char *p = (const unsigned char *)name;
+    size_t n = strlen(name);
+    if (n >= REGISTRY_NAME_BYTES)
+        return 0;
+    while (*p) {
+        if (*p < 0x80) { /* printable ASCII only: no CR, LF, ESC, DEL */
+            if (*p < 0x20 || *p == 0x7f)
+                return 0;
+            p++;
+            continue;
+        }
+        /* well-formed UTF-8 of U+00A0 and above (no C1 controls such as U+009B CSI) */
+        int len = (*p & 0xe0) == 0xc0 ? 2 : (*p & 0xf0) == 0xe0 ? 3 : (*p & 0xf8) == 0xf0 ? 4 : 0;
+        if (!len)
+            return 0;
+        uint32_t cp = *p & (0x7f >> len);
+        for (int i = 1; i < len; i++) {
+            if ((p[i] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (p[i] & 0x3f);
+        }
+        static const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[len] || cp < 0xa0 || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        p += len;
+    }
+    return 1;
+}
 
+job_state_t jobs_exit_state(const job_t *job)
+{
+    if (!job->exit_known)
+        return JOB_ENDED;
+    return job->exit_signal ? JOB_KILLED : job->exit_status == 0 ? JOB_DONE : JOB_FAILED;
+}
 
+void jobs_set_exit(job_t *job, int exited, int code)
+{
+    job->exit_known = 1;
+    job->exit_status = exited ? code : 128 + code;
+    job->exit_signal = exited ? 0 : code;
+    if (JOB_STATE_IS_FINAL(job->state))
+        job->state = jobs_exit_state(job);
+}
 job_t *jobs_of_conn(conn_t *c)
 {
     return c->job_id ? registry_find(c->daemon->registry, c->job_id) : NULL;
@@ -66,12 +125,12 @@ static void forget_old_finished(salusd_t *d)
     size_t finished = 0;
     for (size_t i = 0; i < registry_count(d->registry); i++) {
         job_state_t s = registry_at(d->registry, i)->state;
-        finished += s == JOB_DONE || s == JOB_FAILED;
+        finished += JOB_STATE_IS_FINAL(s);
     }
     for (size_t i = 0; finished > (size_t)d->config.finished_jobs_kept &&
                        i < registry_count(d->registry);) {
         job_t *job = registry_at(d->registry, i);
-        if (job->state == JOB_DONE || job->state == JOB_FAILED) {
+        if (JOB_STATE_IS_FINAL(job->state)) {
             registry_remove(d->registry, job->id);
             finished--;
         } else {
@@ -80,7 +139,7 @@ static void forget_old_finished(salusd_t *d)
     }
 }
 
-/* Returns everything the job holds; the job stays listed as done (or failed). */
+/* Returns everything the job holds; the job stays listed in its final state. */
 static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
 {
     job_runtime_t *rt = runtime_of(job);
@@ -95,24 +154,45 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     jobs_release_runtime(d, job);
     job->owner = NULL;
     job->committed_bytes = 0;
-    job->state = final_state;
+    /* ended: the exit status reported before it (salusctl's job_exit), when there was one */
+    job->state = final_state == JOB_ENDED ? jobs_exit_state(job) : final_state;
     job->finished_ns = salusd_now_ns();
     LOG_INFO("job %llu '%s' %s; its memory is returned", (unsigned long long)job->id, job->name,
-             final_state == JOB_DONE ? "ended" : "failed");
+             job_state_name(job->state));
     jobctl_job_finished(d, job);
     forget_old_finished(d);
     jobs_retry_pending_grows(d);
     sched_try_admit(d);
 }
 
+/* The registered process ended: its exit status from the pidfd where the kernel keeps it
+ * (Linux >= 6.15), polled until its parent reaped it; else the job ended, status unknown
+ * (a submitted job's supervisor reports it: jobctl.c). */
 static void on_process_exit(evutil_socket_t fd, short events, void *arg)
 {
     job_runtime_t *rt = arg;
     (void)fd;
     (void)events;
     job_t *job = registry_find(rt->daemon->registry, rt->job_id);
-    if (job)
-        finish_job(rt->daemon, job, JOB_DONE);
+    if (!job)
+        return;
+    jobs_pidfd_info_t info = {.mask = JOBS_PIDFD_INFO_EXIT};
+    int rc = ioctl(rt->pidfd, JOBS_PIDFD_GET_INFO, &info);
+    if (rc == 0 && (info.mask & JOBS_PIDFD_INFO_EXIT)) {
+        int st = info.exit_code;
+        if (!job->exit_known) /* the supervisor's report, when it came first, stands */
+            jobs_set_exit(job, WIFEXITED(st), WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        finish_job(rt->daemon, job, jobs_exit_state(job));
+        return;
+    }
+    if (rc == 0 && rt->exit_tries++ < JOBS_EXIT_POLL_TRIES) { /* not reaped yet */
+        struct timeval tv = {.tv_sec = 0, .tv_usec = JOBS_EXIT_POLL_MS * 1000};
+        event_free(rt->pid_event);
+        rt->pid_event = evtimer_new(rt->daemon->base, on_process_exit, rt);
+        if (rt->pid_event && evtimer_add(rt->pid_event, &tv) == 0)
+            return;
+    }
+    finish_job(rt->daemon, job, JOB_ENDED);
 }
 
 static void on_notify(evutil_socket_t fd, short events, void *arg)
@@ -188,7 +268,8 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     /* address space for the largest budget the job may get: the whole GPU */
     proto_pack_kv_uint(&e->pk, "va_bytes", d->devices.gpus[gpu].total_bytes);
     proto_pack_kv_uint(&e->pk, "chunk_bytes", d->config.chunk_bytes);
-    proto_pack_kv_str(&e->pk, "driver", d->devices.driver.path);
+    /* which kind of driver, not a path: the shim finds and loads the driver itself */
+    proto_pack_kv_bool(&e->pk, "simulated", d->devices.simulated);
     proto_pack_kv_uint(&e->pk, "fds", 2);
     proto_enc_finish(e);
     int fds[2] = {page_fd, rt->notify_fd};
@@ -247,6 +328,13 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
                            "register takes name (string of at most %d bytes), iterations, "
                            "persistent_bytes, ephemeral_bytes, job_id (unsigned) and priority "
                            "(integer)",
+                           REGISTRY_NAME_BYTES - 1);
+        return;
+    }
+    if (!jobs_name_valid(name)) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "register: the job name must be printable text (no control "
+                           "characters) of at most %d bytes",
                            REGISTRY_NAME_BYTES - 1);
         return;
     }
@@ -352,7 +440,7 @@ void jobs_connection_closed(conn_t *c)
     rt->conn = NULL;
     /* not yet admitted, or no pidfd to wait on: the job is over now */
     if (rt->reply_pending || rt->pidfd < 0)
-        finish_job(d, job, rt->reply_pending ? JOB_FAILED : JOB_DONE);
+        finish_job(d, job, rt->reply_pending ? JOB_FAILED : JOB_ENDED);
 }
 
 void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer)
@@ -373,7 +461,7 @@ void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer)
         const char *state = job_state_name(job->state);
         if (job->state == JOB_PAUSED && sched_is_holder(d, job))
             state = "running";
-        msgpack_pack_map(pk, 21);
+        msgpack_pack_map(pk, 22);
         proto_pack_kv_uint(pk, "id", job->id);
         proto_pack_kv_str(pk, "name", job->name);
         proto_pack_kv_uint(pk, "pid", (uint64_t)job->pid);
@@ -414,11 +502,16 @@ void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer)
             msgpack_pack_uint64(pk, (job->finished_ns - d->started_ns) / 1000000);
         else
             msgpack_pack_nil(pk);
-        /* reported by salusctl submit's supervisor (job_exit); null until then */
-        int exit_status;
+        /* from the kernel (pidfd) or salusctl's report (job_exit); null while unknown.
+         * exit_status is 128 + signal for a killed job, as a shell says */
         proto_pack_str(pk, "exit_status");
-        if (jobctl_exit_status(d, job->id, &exit_status) == 0)
-            msgpack_pack_int(pk, exit_status);
+        if (job->exit_known)
+            msgpack_pack_int(pk, job->exit_status);
+        else
+            msgpack_pack_nil(pk);
+        proto_pack_str(pk, "signal");
+        if (job->exit_known && job->exit_signal)
+            msgpack_pack_int(pk, job->exit_signal);
         else
             msgpack_pack_nil(pk);
     }

@@ -100,6 +100,7 @@ job_t *registry_at(registry_t *reg, size_t index)
 
 const char *job_state_name(job_state_t state)
 {
-    static const char *const names[] = {"waiting", "running", "paused", "done", "failed"};
+    static const char *const names[] = {"waiting", "running", "paused", "done",
+                                         "failed",  "killed",  "ended"};
     return (unsigned)state < sizeof(names) / sizeof(names[0]) ? names[state] : "unknown";
 }

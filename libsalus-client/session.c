@@ -240,6 +240,11 @@ static int register_job(const char *socket_path)
             close(fds[i]);
         return -EPROTO;
     }
+    /* simgpu: the job's simulated devices are salusd's (a segment name, never a path) */
+    char shm_name[256];
+    if (simulated && proto_get_str_copy(&reply.body, "simgpu_shm", shm_name, sizeof(shm_name)) == 0 &&
+        shm_name[0] == '/' && !strchr(shm_name + 1, '/'))
+        setenv("SIMGPU_SHM_NAME", shm_name, 1);
     proto_msg_free(&reply);
     shim.job_id = job_id;
     shim.gpu = (int)gpu;

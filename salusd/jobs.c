@@ -261,7 +261,15 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     d->devices.gpus[gpu].reserved_bytes += job->budget_bytes;
 
     proto_enc_t *e = &d->enc;
-    proto_enc_begin(e, PROTO_REPLY, rt->register_request_id, "", 7);
+    char shm_name[256] = "";
+    if (d->devices.simulated) { /* simgpu's own default name (tools/simgpu/src/device.c) */
+        const char *env = getenv("SIMGPU_SHM_NAME");
+        if (env && *env)
+            snprintf(shm_name, sizeof(shm_name), "%s%s", env[0] == '/' ? "" : "/", env);
+        else
+            snprintf(shm_name, sizeof(shm_name), "/simgpu-%u", (unsigned)getuid());
+    }
+    proto_enc_begin(e, PROTO_REPLY, rt->register_request_id, "", shm_name[0] ? 8 : 7);
     proto_pack_kv_uint(&e->pk, "job_id", job->id);
     proto_pack_kv_uint(&e->pk, "gpu", (uint64_t)gpu);
     proto_pack_kv_uint(&e->pk, "budget_bytes", job->budget_bytes);
@@ -270,6 +278,8 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     proto_pack_kv_uint(&e->pk, "chunk_bytes", d->config.chunk_bytes);
     /* which kind of driver, not a path: the shim finds and loads the driver itself */
     proto_pack_kv_bool(&e->pk, "simulated", d->devices.simulated);
+    if (shm_name[0]) /* the job's simgpu joins salusd's simulated devices */
+        proto_pack_kv_str(&e->pk, "simgpu_shm", shm_name);
     proto_pack_kv_uint(&e->pk, "fds", 2);
     proto_enc_finish(e);
     int fds[2] = {page_fd, rt->notify_fd};

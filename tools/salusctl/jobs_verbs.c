@@ -176,6 +176,10 @@ static void supervise(ctl_t *ctl, const char *log_path, char **command, int repo
     int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0640);
     int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     struct stat st;
+    if (log_fd < 0 && errno == ENXIO) { /* a FIFO without a reader */
+        dprintf(report_fd, "the log file %s is not a regular file\n", log_path);
+        _exit(1);
+    }
     if (log_fd < 0 || null_fd < 0) {
         dprintf(report_fd, "cannot open the log file %s: %s\n", log_path, strerror(errno));
         _exit(1);

@@ -385,6 +385,8 @@ void jobctl_handle_job_exit(conn_t *c, const proto_msg_t *msg)
     jobs_set_exit(job, sig == 0, sig ? (int)sig : (int)status);
     if (jobs_is_reserved(job)) /* its command never used the GPU */
         jobs_end_reserved(d, job, jobs_exit_state(job));
+    else
+        jobs_end_exited(d, job); /* its process is gone: no need to wait for the kernel */
     notify_waiters(d, id);
     proto_enc_t *enc = &d->enc;
     proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 0);

@@ -176,6 +176,10 @@ static void on_process_exit(evutil_socket_t fd, short events, void *arg)
     job_t *job = registry_find(rt->daemon->registry, rt->job_id);
     if (!job)
         return;
+    if (job->exit_known) { /* salusctl reported it already: that is the job's status */
+        finish_job(rt->daemon, job, JOB_ENDED);
+        return;
+    }
     jobs_pidfd_info_t info = {.mask = JOBS_PIDFD_INFO_EXIT};
     int rc = ioctl(rt->pidfd, JOBS_PIDFD_GET_INFO, &info);
     if (rc == 0 && (info.mask & JOBS_PIDFD_INFO_EXIT)) {
@@ -586,6 +590,13 @@ job_t *jobs_reserve(conn_t *c, const char *name, uint64_t iterations, uint64_t p
     LOG_INFO("job %llu '%s' reserved (uid %u); waiting for its program to register",
              (unsigned long long)job->id, job->name, (unsigned)job->uid);
     return job;
+}
+
+void jobs_end_exited(salusd_t *d, job_t *job)
+{
+    const job_runtime_t *rt = runtime_of(job);
+    if (rt && !rt->reserved && rt->exit_tries > 0)
+        finish_job(d, job, JOB_ENDED);
 }
 
 int jobs_is_reserved(const job_t *job)

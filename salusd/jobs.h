@@ -27,6 +27,9 @@ void jobs_set_exit(job_t *job, int exited, int code);
 job_state_t jobs_exit_state(const job_t *job);
 /* Reserved and no program has attached yet. */
 int jobs_is_reserved(const job_t *job);
+/* Ends a job whose registered process has exited while salusd waits for the kernel's exit
+ * status (salusctl has just reported it). */
+void jobs_end_exited(salusd_t *d, job_t *job);
 /* Ends a job that is still only reserved (its command ended without using the GPU). */
 void jobs_end_reserved(salusd_t *d, job_t *job, job_state_t final_state);
 /* Sends sig to the job's registered process through its pidfd. 0, -ESRCH when the job

@@ -284,20 +284,7 @@ static void supervise(ctl_t *ctl, const char *log_path, char **command, int repo
     } else {
         fprintf(stderr, "salusctl: submit: fork: %s\n", strerror(errno));
     }
-    if (salus_client_open(&c, ctl->socket_path, "salusctl", ctl->timeout_ms, err, sizeof(err)) == 0) {
-        pk = salus_client_begin(&c, "job_exit", sig ? 3 : 2);
-        proto_pack_kv_uint(pk, "id", id);
-        proto_pack_kv_int(pk, "status", code);
-        if (sig)
-            proto_pack_kv_int(pk, "signal", sig);
-        if (salus_client_call(&c, &reply, err, sizeof(err)) == 0)
-            proto_msg_free(&reply);
-        else
-            fprintf(stderr, "salusctl: job_exit: %s\n", err);
-        salus_client_close(&c);
-    } else {
-        fprintf(stderr, "salusctl: could not report the exit status %d: %s\n", code, err);
-    }
+    salusctl_report_exit(ctl->socket_path, ctl->timeout_ms, id, code, sig);
     _exit(code);
 }
 

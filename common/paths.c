@@ -63,10 +63,10 @@ int salus_check_socket_dir(const char *socket_path, char *err, size_t err_size)
                                 "refusing it", dir);
         return -ENOTDIR;
     }
-    if (st.st_uid != geteuid() && st.st_uid != 0) {
-        snprintf(err, err_size, "the socket directory %s belongs to uid %u, not to you (uid %u) "
-                                "or root; refusing it (another user may have made it: remove "
-                                "it or set SALUS_SOCKET)",
+    if (st.st_uid != geteuid() && st.st_uid != 0 && st.st_uid != (uid_t)salus_daemon_uid()) {
+        snprintf(err, err_size, "the socket directory %s belongs to uid %u, not to you (uid %u), "
+                                "root or salusd's user; refusing it (another user may have made "
+                                "it: remove it or set SALUS_SOCKET)",
                  dir, (unsigned)st.st_uid, (unsigned)geteuid());
         return -EPERM;
     }

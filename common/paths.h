@@ -15,8 +15,8 @@ int salus_default_socket_path(char *out, size_t out_size);
  * existing one must pass salus_check_socket_dir. 0, or a negative errno. */
 int salus_make_socket_dir(const char *socket_path);
 
-/* The socket's parent directory may be trusted: a directory (not a link) owned by this user
- * or root, writable by nobody else (group/other write only with the sticky bit, on a
+/* The socket's parent directory may be trusted: a directory (not a link) owned by this user,
+ * root or salusd's user (salus_daemon_uid), writable by nobody else (group/other write only with the sticky bit, on a
  * directory of root's such as /tmp). Another user's /tmp/salus-$UID, made before this user,
  * is refused. 0, or -EPERM / -ENOTDIR / -errno with the reason in err. */
 int salus_check_socket_dir(const char *socket_path, char *err, size_t err_size);

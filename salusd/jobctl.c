@@ -123,10 +123,11 @@ static int finished(const job_t *job)
     return !job->runtime && JOB_STATE_IS_FINAL(job->state);
 }
 
-/* Over for wait: finished, and a submitted job's supervisor reported or is gone. */
+/* Over for wait: finished with its status known or given up on, and a submitted job's
+ * supervisor reported or is gone. */
 static int ended(salusd_t *d, const job_t *job)
 {
-    if (!finished(job))
+    if (!finished(job) || jobs_exit_pending(job)) /* the kernel may yet say how it ended */
         return 0;
     const jobctl_entry_t *e = entry_find(d, job->id);
     return !e || !e->supervised || e->reported || e->supervisor_pidfd < 0;
@@ -382,11 +383,11 @@ void jobctl_handle_job_exit(conn_t *c, const proto_msg_t *msg)
     }
     uint64_t id = job->id;
     e->reported = 1;
-    jobs_set_exit(job, sig == 0, sig ? (int)sig : (int)status);
+    jobs_set_exit(d, job, sig == 0, sig ? (int)sig : (int)status);
     if (jobs_is_reserved(job)) /* its command never used the GPU */
         jobs_end_reserved(d, job, jobs_exit_state(job));
     else
-        jobs_end_exited(d, job); /* its process is gone: no need to wait for the kernel */
+        jobs_exit_probe_stop(d, job); /* the report is the status: no need to ask the kernel */
     notify_waiters(d, id);
     proto_enc_t *enc = &d->enc;
     proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 0);

@@ -13,7 +13,6 @@ typedef struct job_runtime_s {
     int reply_pending;           /* the register request waits for admission */
     int pidfd;
     struct event *pid_event;
-    int exit_tries;              /* polls of the pidfd for the exit status (jobs.c) */
     int notify_fd;
     struct event *notify_event;
     job_page_t *page;

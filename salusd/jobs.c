@@ -9,6 +9,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@ typedef struct jobs_pidfd_info_s {
 } jobs_pidfd_info_t;
 #define JOBS_PIDFD_GET_INFO _IOWR(0xFF, 11, jobs_pidfd_info_t)
 #define JOBS_PIDFD_INFO_EXIT (1ull << 3)
-/* the exit status appears once the process is reaped: polls for it this often, this long */
+/* the exit status appears once the process is reaped: asks for it this often, this long */
 #define JOBS_EXIT_POLL_MS 20
 #define JOBS_EXIT_POLL_TRIES 100
 
@@ -71,13 +72,16 @@ job_state_t jobs_exit_state(const job_t *job)
     return job->exit_signal ? JOB_KILLED : job->exit_status == 0 ? JOB_DONE : JOB_FAILED;
 }
 
-void jobs_set_exit(job_t *job, int exited, int code)
+void jobs_set_exit(salusd_t *d, job_t *job, int exited, int code)
 {
     job->exit_known = 1;
     job->exit_status = exited ? code : 128 + code;
     job->exit_signal = exited ? 0 : code;
-    if (JOB_STATE_IS_FINAL(job->state))
-        job->state = jobs_exit_state(job);
+    if (JOB_STATE_IS_FINAL(job->state)) {
+        job_state_t now = jobs_exit_state(job);
+        registry_count_end(d->registry, job->state, now);
+        job->state = now;
+    }
 }
 job_t *jobs_of_conn(conn_t *c)
 {
@@ -120,6 +124,95 @@ void jobs_release_runtime(salusd_t *d, job_t *job)
     job->runtime = NULL;
 }
 
+/* After the registered process ended, until its parent reaped it: the job is over (its
+ * memory returned, state "ended") and waits for wait hold; the probe asks the kernel for the
+ * exit status every JOBS_EXIT_POLL_MS, and the job takes it (done, failed, killed). */
+typedef struct exit_probe_s {
+    salusd_t *daemon;
+    uint64_t job_id;
+    int pidfd;
+    int tries;
+    struct event *timer;
+} exit_probe_t;
+
+static void probe_free(job_t *job)
+{
+    exit_probe_t *p = job->exit_probe;
+    if (!p)
+        return;
+    if (p->timer)
+        event_free(p->timer);
+    close(p->pidfd);
+    free(p);
+    job->exit_probe = NULL;
+}
+
+/* 1 with *status when the kernel has the process's exit status; 0 not yet; -1 never */
+static int pidfd_exit_status(int pidfd, int *status)
+{
+    jobs_pidfd_info_t info = {.mask = JOBS_PIDFD_INFO_EXIT};
+    if (ioctl(pidfd, JOBS_PIDFD_GET_INFO, &info) < 0)
+        return -1; /* before Linux 6.13 */
+    if (!(info.mask & JOBS_PIDFD_INFO_EXIT))
+        return 0; /* not reaped yet (or before 6.15) */
+    *status = info.exit_code;
+    return 1;
+}
+
+static void on_probe(evutil_socket_t fd, short events, void *arg)
+{
+    exit_probe_t *p = arg;
+    salusd_t *d = p->daemon;
+    int st = 0;
+    (void)fd;
+    (void)events;
+    job_t *job = registry_find(d->registry, p->job_id);
+    if (!job) /* not possible (forgetting a job frees its probe), but harmless */
+        return;
+    int rc = job->exit_known ? -1 : pidfd_exit_status(p->pidfd, &st);
+    if (rc == 0 && ++p->tries < JOBS_EXIT_POLL_TRIES) {
+        struct timeval tv = {.tv_sec = 0, .tv_usec = JOBS_EXIT_POLL_MS * 1000};
+        if (evtimer_add(p->timer, &tv) == 0)
+            return;
+    }
+    if (rc == 1 && !job->exit_known)
+        jobs_set_exit(d, job, WIFEXITED(st), WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    probe_free(job);
+    jobctl_job_finished(d, job); /* answers the waits it held */
+}
+
+/* Starts the probe of a job whose process has ended without its status yet. */
+static void probe_start(salusd_t *d, job_t *job, int pidfd)
+{
+    struct timeval tv = {.tv_sec = 0, .tv_usec = JOBS_EXIT_POLL_MS * 1000};
+    exit_probe_t *p = calloc(1, sizeof(*p));
+    int fd = p ? fcntl(pidfd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (fd < 0) {
+        free(p);
+        return;
+    }
+    p->daemon = d;
+    p->job_id = job->id;
+    p->pidfd = fd;
+    p->timer = evtimer_new(d->base, on_probe, p);
+    job->exit_probe = p;
+    if (!p->timer || evtimer_add(p->timer, &tv) < 0)
+        probe_free(job);
+}
+
+int jobs_exit_pending(const job_t *job)
+{
+    return job->exit_probe != NULL;
+}
+
+void jobs_exit_probe_stop(salusd_t *d, job_t *job)
+{
+    if (!job->exit_probe)
+        return;
+    probe_free(job);
+    jobctl_job_finished(d, job);
+}
+
 static void forget_old_finished(salusd_t *d)
 {
     size_t finished = 0;
@@ -131,6 +224,7 @@ static void forget_old_finished(salusd_t *d)
                        i < registry_count(d->registry);) {
         job_t *job = registry_at(d->registry, i);
         if (JOB_STATE_IS_FINAL(job->state)) {
+            probe_free(job);
             registry_remove(d->registry, job->id);
             finished--;
         } else {
@@ -156,6 +250,7 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     job->committed_bytes = 0;
     /* ended: the exit status reported before it (salusctl's job_exit), when there was one */
     job->state = final_state == JOB_ENDED ? jobs_exit_state(job) : final_state;
+    registry_count_end(d->registry, JOB_STATE_COUNT, job->state);
     job->finished_ns = salusd_now_ns();
     LOG_INFO("job %llu '%s' %s; its memory is returned", (unsigned long long)job->id, job->name,
              job_state_name(job->state));
@@ -165,38 +260,25 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     sched_try_admit(d);
 }
 
-/* The registered process ended: its exit status from the pidfd where the kernel keeps it
- * (Linux >= 6.15), polled until its parent reaped it; else the job ended, status unknown
- * (a submitted job's supervisor reports it: jobctl.c). */
+/* The registered process ended: the job is over at once. Its exit status: salusctl's report
+ * when it came first, else the kernel's (pidfd, Linux >= 6.15), now or once the process is
+ * reaped (exit probe); else "ended", status unknown. */
 static void on_process_exit(evutil_socket_t fd, short events, void *arg)
 {
     job_runtime_t *rt = arg;
+    salusd_t *d = rt->daemon;
+    int st = 0;
     (void)fd;
     (void)events;
-    job_t *job = registry_find(rt->daemon->registry, rt->job_id);
+    job_t *job = registry_find(d->registry, rt->job_id);
     if (!job)
         return;
-    if (job->exit_known) { /* salusctl reported it already: that is the job's status */
-        finish_job(rt->daemon, job, JOB_ENDED);
-        return;
-    }
-    jobs_pidfd_info_t info = {.mask = JOBS_PIDFD_INFO_EXIT};
-    int rc = ioctl(rt->pidfd, JOBS_PIDFD_GET_INFO, &info);
-    if (rc == 0 && (info.mask & JOBS_PIDFD_INFO_EXIT)) {
-        int st = info.exit_code;
-        if (!job->exit_known) /* the supervisor's report, when it came first, stands */
-            jobs_set_exit(job, WIFEXITED(st), WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-        finish_job(rt->daemon, job, jobs_exit_state(job));
-        return;
-    }
-    if (rc == 0 && rt->exit_tries++ < JOBS_EXIT_POLL_TRIES) { /* not reaped yet */
-        struct timeval tv = {.tv_sec = 0, .tv_usec = JOBS_EXIT_POLL_MS * 1000};
-        event_free(rt->pid_event);
-        rt->pid_event = evtimer_new(rt->daemon->base, on_process_exit, rt);
-        if (rt->pid_event && evtimer_add(rt->pid_event, &tv) == 0)
-            return;
-    }
-    finish_job(rt->daemon, job, JOB_ENDED);
+    int rc = job->exit_known ? -1 : pidfd_exit_status(rt->pidfd, &st);
+    if (rc == 1)
+        jobs_set_exit(d, job, WIFEXITED(st), WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    else if (rc == 0) /* before finish_job: its waits wait for the probe */
+        probe_start(d, job, rt->pidfd);
+    finish_job(d, job, JOB_ENDED);
 }
 
 static void on_notify(evutil_socket_t fd, short events, void *arg)
@@ -559,6 +641,7 @@ void jobs_shutdown(salusd_t *d)
 {
     for (size_t i = 0; i < registry_count(d->registry); i++) {
         job_t *job = registry_at(d->registry, i);
+        probe_free(job);
         if (runtime_of(job))
             jobs_release_runtime(d, job);
     }
@@ -590,13 +673,6 @@ job_t *jobs_reserve(conn_t *c, const char *name, uint64_t iterations, uint64_t p
     LOG_INFO("job %llu '%s' reserved (uid %u); waiting for its program to register",
              (unsigned long long)job->id, job->name, (unsigned)job->uid);
     return job;
-}
-
-void jobs_end_exited(salusd_t *d, job_t *job)
-{
-    const job_runtime_t *rt = runtime_of(job);
-    if (rt && !rt->reserved && rt->exit_tries > 0)
-        finish_job(d, job, JOB_ENDED);
 }
 
 int jobs_is_reserved(const job_t *job)

@@ -22,14 +22,15 @@ job_t *jobs_reserve(conn_t *c, const char *name, uint64_t iterations, uint64_t p
 int jobs_name_valid(const char *name);
 /* Records how the job ended: exited with code, or (exited == 0) killed by signal code. A
  * job that has already ended takes the matching state (done, failed, killed). */
-void jobs_set_exit(job_t *job, int exited, int code);
+void jobs_set_exit(salusd_t *d, job_t *job, int exited, int code);
 /* The final state the recorded exit says: done, failed, killed, or ended (unknown). */
 job_state_t jobs_exit_state(const job_t *job);
 /* Reserved and no program has attached yet. */
 int jobs_is_reserved(const job_t *job);
-/* Ends a job whose registered process has exited while salusd waits for the kernel's exit
- * status (salusctl has just reported it). */
-void jobs_end_exited(salusd_t *d, job_t *job);
+/* 1 while salusd still asks the kernel for an ended job's exit status (its waits wait). */
+int jobs_exit_pending(const job_t *job);
+/* Stops asking (salusctl reported the status) and answers the waits. */
+void jobs_exit_probe_stop(salusd_t *d, job_t *job);
 /* Ends a job that is still only reserved (its command ended without using the GPU). */
 void jobs_end_reserved(salusd_t *d, job_t *job, job_state_t final_state);
 /* Sends sig to the job's registered process through its pidfd. 0, -ESRCH when the job

@@ -58,6 +58,7 @@ typedef struct job_s {
     int exit_known;
     int exit_status;
     int exit_signal;
+    void *exit_probe;         /* jobs.c: asks the kernel for the exit status; NULL: done */
     job_stats_t stats;
     void *runtime;            /* the daemon's live state of the job (jobs.c) */
 } job_t;
@@ -76,5 +77,10 @@ size_t registry_count(const registry_t *reg);
 /* The i-th job in id order (0 <= i < registry_count()). */
 job_t *registry_at(registry_t *reg, size_t index);
 const char *job_state_name(job_state_t state);
+/* Jobs that ended, by final state, since the daemon started (forgotten jobs included):
+ * registry_count_end moves one job from state `from` (JOB_STATE_COUNT: not counted yet) to
+ * `to`; registry_ended reads a count. */
+void registry_count_end(registry_t *reg, job_state_t from, job_state_t to);
+uint64_t registry_ended(const registry_t *reg, job_state_t state);
 
 #endif

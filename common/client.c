@@ -1,5 +1,7 @@
 #include "client.h"
 
+#include "paths.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -175,6 +177,10 @@ int salus_client_open(salus_client_t *c, const char *path, const char *client_na
         goto fail;
     }
     strcpy(addr.sun_path, path);
+    /* a socket in a directory another user controls may be theirs: refuse it */
+    rc = salus_check_socket_dir(path, err, err_size);
+    if (rc < 0 && rc != -ENOENT)
+        goto fail_said;
     c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (c->fd < 0) {
         rc = -errno;
@@ -183,6 +189,21 @@ int salus_client_open(salus_client_t *c, const char *path, const char *client_na
     if (connect(c->fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
         rc = -errno;
         goto fail;
+    }
+    /* and whoever listens must be root, salusd's user or this user (SO_PEERCRED) */
+    struct ucred peer;
+    socklen_t peer_len = sizeof(peer);
+    if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    if (peer.uid != 0 && peer.uid != getuid() && peer.uid != geteuid() &&
+        peer.uid != (uid_t)salus_daemon_uid()) {
+        snprintf(err, err_size, "the server on %s runs as uid %u, not as root, salusd's user or "
+                                "you; refusing to talk to it",
+                 path, (unsigned)peer.uid);
+        rc = -EPERM;
+        goto fail_said;
     }
     proto_enc_hello(&c->enc, PROTO_VERSION, client_name);
     rc = salus_send_frame(c->fd, c->enc.sbuf.data, c->enc.sbuf.size, timeout_ms);
@@ -205,6 +226,7 @@ int salus_client_open(salus_client_t *c, const char *path, const char *client_na
 fail:
     if (err && err_size && rc != -EPROTO)
         snprintf(err, err_size, "%s", strerror(-rc));
+fail_said:
     salus_client_close(c);
     return rc;
 }

@@ -1,6 +1,7 @@
 #include "paths.h"
 
 #include <errno.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,17 +31,76 @@ int salus_default_socket_path(char *out, size_t out_size)
     return 0;
 }
 
-int salus_make_socket_dir(const char *socket_path)
+/* The directory part of socket_path ("/" for a file at the root, "." for none). */
+static int socket_dir(const char *socket_path, char *dir, size_t size)
 {
-    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    if (snprintf(dir, sizeof(dir), "%s", socket_path) >= (int)sizeof(dir))
+    if (snprintf(dir, size, "%s", socket_path) >= (int)size)
         return -ENAMETOOLONG;
     char *slash = strrchr(dir, '/');
-    if (!slash || slash == dir)
+    if (!slash)
+        snprintf(dir, size, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    return 0;
+}
+
+int salus_check_socket_dir(const char *socket_path, char *err, size_t err_size)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    struct stat st;
+    int rc = socket_dir(socket_path, dir, sizeof(dir));
+    if (rc < 0)
+        return rc;
+    if (lstat(dir, &st) < 0) {
+        rc = -errno;
+        snprintf(err, err_size, "%s: %s", dir, strerror(-rc));
+        return rc;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, err_size, "the socket directory %s is not a directory (a link?); "
+                                "refusing it", dir);
+        return -ENOTDIR;
+    }
+    if (st.st_uid != geteuid() && st.st_uid != 0 && st.st_uid != (uid_t)salus_daemon_uid()) {
+        snprintf(err, err_size, "the socket directory %s belongs to uid %u, not to you (uid %u), "
+                                "root or salusd's user; refusing it (another user may have made "
+                                "it: remove it or set SALUS_SOCKET)",
+                 dir, (unsigned)st.st_uid, (unsigned)geteuid());
+        return -EPERM;
+    }
+    if ((st.st_mode & 022) && !((st.st_mode & S_ISVTX) && st.st_uid == 0)) {
+        snprintf(err, err_size, "the socket directory %s is writable by group or others (mode "
+                                "%03o); refusing it",
+                 dir, (unsigned)(st.st_mode & 07777));
+        return -EPERM;
+    }
+    return 0;
+}
+
+unsigned salus_daemon_uid(void)
+{
+    const char *name = getenv("SALUS_DAEMON_USER");
+    struct passwd *pw = getpwnam(name && *name ? name : "salus");
+    return pw ? (unsigned)pw->pw_uid : (unsigned)-1;
+}
+
+int salus_make_socket_dir(const char *socket_path)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], err[256];
+    int rc = socket_dir(socket_path, dir, sizeof(dir));
+    if (rc < 0)
+        return rc;
+    if (strcmp(dir, "/") == 0 || strcmp(dir, ".") == 0)
         return 0;
-    *slash = '\0';
     mode_t mode = strncmp(dir, "/run/", 5) == 0 ? 0755 : 0700;
-    if (mkdir(dir, mode) == 0 || errno == EEXIST)
+    if (mkdir(dir, mode) == 0)
         return 0;
-    return -errno;
+    if (errno != EEXIST)
+        return -errno;
+    rc = salus_check_socket_dir(socket_path, err, sizeof(err));
+    if (rc < 0)
+        fprintf(stderr, "salusd: %s\n", err);
+    return rc;
 }

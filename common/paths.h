@@ -11,7 +11,18 @@
  * Returns 0, or -ENAMETOOLONG when it does not fit in a sockaddr_un. */
 int salus_default_socket_path(char *out, size_t out_size);
 
-/* Creates the socket's parent directory (mode 0755 under /run, else 0700) if missing. */
+/* Creates the socket's parent directory (mode 0755 under /run, else 0700) if missing; an
+ * existing one must pass salus_check_socket_dir. 0, or a negative errno. */
 int salus_make_socket_dir(const char *socket_path);
+
+/* The socket's parent directory may be trusted: a directory (not a link) owned by this user,
+ * root or salusd's user (salus_daemon_uid), writable by nobody else (group/other write only with the sticky bit, on a
+ * directory of root's such as /tmp). Another user's /tmp/salus-$UID, made before this user,
+ * is refused. 0, or -EPERM / -ENOTDIR / -errno with the reason in err. */
+int salus_check_socket_dir(const char *socket_path, char *err, size_t err_size);
+
+/* The uid a daemon may run as, besides root and the client's own: that of the user
+ * $SALUS_DAEMON_USER (default "salus") when it exists; (uid_t)-1 when none. */
+unsigned salus_daemon_uid(void);
 
 #endif

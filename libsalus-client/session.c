@@ -1,5 +1,7 @@
 /* The shim's session with salusd: connect, register, wait for admission, load the real
- * driver the daemon names. Runs once, on cuInit or on the first driver call. */
+ * driver. The shim finds the driver itself ($SALUS_REAL_DRIVER, the system's, or simgpu next
+ * to the shim when salusd says it is simulated): it never loads a path that came over the
+ * socket. Runs once, on cuInit or on the first driver call. */
 #include "shim-internal.h"
 
 #include "paths.h"
@@ -88,6 +90,45 @@ static int find_system_driver(char *out, size_t size)
     return -ENOENT;
 }
 
+/* simgpu installed with this shim: <shim dir>/simgpu/ (installed) or <shim dir>/../simgpu/
+ * (build tree). */
+static int find_simgpu(char *out, size_t size)
+{
+    static const char *const relative[] = {"simgpu/libcuda.so.1", "../simgpu/libcuda.so.1"};
+    Dl_info self;
+    if (!dladdr((void *)&shim_init, &self) || !self.dli_fname)
+        return -ENOENT;
+    const char *slash = strrchr(self.dli_fname, '/');
+    if (!slash)
+        return -ENOENT;
+    for (size_t i = 0; i < sizeof(relative) / sizeof(relative[0]); i++) {
+        char candidate[4096], resolved[4096];
+        snprintf(candidate, sizeof(candidate), "%.*s/%s", (int)(slash - self.dli_fname),
+                 self.dli_fname, relative[i]);
+        if (realpath(candidate, resolved) && access(resolved, R_OK) == 0) {
+            snprintf(out, size, "%s", resolved);
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+/* The driver a managed job loads: $SALUS_REAL_DRIVER; else simgpu next to the shim when
+ * salusd runs on simgpu; else the system's driver (simgpu when there is none). */
+static int find_driver(int simulated, char *out, size_t size)
+{
+    const char *override = getenv("SALUS_REAL_DRIVER");
+    if (override && *override) {
+        snprintf(out, size, "%s", override);
+        return 0;
+    }
+    if (simulated)
+        return find_simgpu(out, size);
+    if (find_system_driver(out, size) == 0)
+        return 0;
+    return find_simgpu(out, size);
+}
+
 static int resolve_real(void)
 {
 #define SHIM_RESOLVE(symbol, base, version, ptds)                                              \
@@ -155,6 +196,7 @@ static int map_page(int fd)
 static int register_job(const char *socket_path)
 {
     char err[256] = "", driver_path[4096];
+    int simulated = 0;
     const char *name = getenv("SALUS_JOB_NAME");
     const char *priority = getenv("SALUS_PRIORITY");
     const char *iterations = getenv("SALUS_ITERATIONS");
@@ -194,13 +236,18 @@ static int register_job(const char *socket_path)
         proto_get_uint(&reply.body, "budget_bytes", &shim.budget_bytes) < 0 ||
         proto_get_uint(&reply.body, "chunk_bytes", &shim.chunk_bytes) < 0 ||
         proto_get_uint(&reply.body, "va_bytes", &shim.va_bytes) < 0 ||
-        proto_get_str_copy(&reply.body, "driver", driver_path, sizeof(driver_path)) < 0) {
+        proto_get_bool(&reply.body, "simulated", &simulated) == -EINVAL) {
         fprintf(stderr, "salus: salusd sent an incomplete admission\n");
         proto_msg_free(&reply);
         for (int i = 0; i < nfds; i++)
             close(fds[i]);
         return -EPROTO;
     }
+    /* simgpu: the job's simulated devices are salusd's (a segment name, never a path) */
+    char shm_name[256];
+    if (simulated && proto_get_str_copy(&reply.body, "simgpu_shm", shm_name, sizeof(shm_name)) == 0 &&
+        shm_name[0] == '/' && !strchr(shm_name + 1, '/'))
+        setenv("SIMGPU_SHM_NAME", shm_name, 1);
     proto_msg_free(&reply);
     shim.job_id = job_id;
     shim.gpu = (int)gpu;
@@ -209,6 +256,11 @@ static int register_job(const char *socket_path)
     close(fds[0]);
     if (rc < 0)
         return rc;
+    if (find_driver(simulated, driver_path, sizeof(driver_path)) < 0) {
+        fprintf(stderr, "salus: no CUDA driver found for this job (salusd runs on %s); set "
+                        "SALUS_REAL_DRIVER\n", simulated ? "simgpu" : "a GPU");
+        return -ENOENT;
+    }
     rc = load_driver(driver_path);
     if (rc < 0)
         return rc;

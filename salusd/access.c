@@ -6,15 +6,39 @@
 
 #include "log.h"
 
+#include <errno.h>
 #include <grp.h>
 #include <pwd.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
-static int in_admin_group(uid_t uid, gid_t primary_gid)
+int access_socket_mode(salusd_t *d, const char *path)
 {
-    struct group *g = getgrnam(ACCESS_ADMIN_GROUP);
+    const char *group = d->config.allow_group;
+    if (!group[0]) {
+        if (chmod(path, 0666) < 0) {
+            LOG_ERROR("chmod 0666 %s: %s", path, strerror(errno));
+            return -errno;
+        }
+        return 0;
+    }
+    struct group *g = getgrnam(group);
+    if (!g) {
+        LOG_ERROR("allow-group %s: no such group", group);
+        return -ENOENT;
+    }
+    if (chown(path, (uid_t)-1, g->gr_gid) < 0 || chmod(path, 0660) < 0) {
+        LOG_ERROR("giving %s to group %s (0660): %s", path, group, strerror(errno));
+        return -errno;
+    }
+    return 0;
+}
+
+static int in_group(const char *name, uid_t uid, gid_t primary_gid)
+{
+    struct group *g = name[0] ? getgrnam(name) : NULL;
     if (!g)
         return 0;
     gid_t admin = g->gr_gid;
@@ -48,9 +72,10 @@ int access_is_admin(conn_t *c)
         return 1;
     /* cached for the connection's life: salusctl's connections last one request */
     if (c->access == 0) {
-        c->access = in_admin_group(c->uid, c->gid) ? 1 : 2;
+        const char *admins = c->daemon->config.admin_group;
+        c->access = in_group(admins, c->uid, c->gid) ? 1 : 2;
         LOG_DEBUG("uid %u is %sin group %s", (unsigned)c->uid, c->access == 1 ? "" : "not ",
-                  ACCESS_ADMIN_GROUP);
+                  admins);
     }
     return c->access == 1;
 }

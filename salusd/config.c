@@ -43,6 +43,11 @@ const option_def_t salusd_options[] = {
     ROW("metrics", OPTION_STRING, NULL, 0, 0, metrics_address,
         "serve Prometheus metrics at http://HOST:PORT/metrics (127.0.0.1:9400, [::1]:9400; "
         "port 0: any free port, see salusctl status; default: off)"),
+    ROW("admin-group", OPTION_STRING, "salus-admin", 0, 0, admin_group,
+        "members see and control every user's jobs and may switch the policy"),
+    ROW("allow-group", OPTION_STRING, NULL, 0, 0, allow_group,
+        "only root and this group may connect (socket root:GROUP 0660; default: every "
+        "local user, socket 0666)"),
 };
 const size_t salusd_option_count = sizeof(salusd_options) / sizeof(salusd_options[0]);
 

@@ -22,6 +22,8 @@ typedef struct salusd_config_s {
     unsigned long long gpu_reserve_bytes;
     unsigned long long job_overhead_bytes;
     char metrics_address[64];    /* HOST:PORT of the /metrics endpoint; empty: off */
+    char admin_group[64];        /* members see and control every job (access.c) */
+    char allow_group[64];        /* empty: every local user may connect; else this group */
 } salusd_config_t;
 
 extern const option_def_t salusd_options[];

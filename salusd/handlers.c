@@ -83,7 +83,8 @@ static void reply_policy(conn_t *c, const proto_msg_t *msg)
         if (!access_is_admin(c)) {
             server_reply_error(c, msg->id, PROTO_EPERM, 0,
                                "permission_denied: only root, salusd's own user or members of "
-                               "the group " ACCESS_ADMIN_GROUP " may switch the policy");
+                               "the group %s may switch the policy",
+                               c->daemon->config.admin_group);
             return;
         }
         if (sched_set_policy(c->daemon, name, err, sizeof(err)) < 0) {

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -21,9 +22,9 @@
 typedef struct jobctl_entry_s {
     struct jobctl_s *ctl;
     uint64_t job_id;
-    char *log_path;              /* NULL: not submitted */
-    int exit_known;
-    int exit_status;
+    char *log_path;              /* NULL: not submitted (shown, never opened) */
+    int log_fd;                  /* the log, taken from the submitter at submit; -1: none */
+    int reported;                /* the supervisor reported the exit status (job_exit) */
     int supervised;              /* submitted: its supervisor reports the exit status */
     int supervisor_pidfd;        /* -1 once the supervisor is gone */
     struct event *supervisor_event;
@@ -77,6 +78,8 @@ static void entry_free(jobctl_entry_t *e)
     entry_close_supervisor(e);
     if (e->kill_timer)
         event_free(e->kill_timer);
+    if (e->log_fd >= 0)
+        close(e->log_fd);
     free(e->log_path);
     free(e);
 }
@@ -93,6 +96,7 @@ static jobctl_entry_t *entry_get(salusd_t *d, uint64_t job_id)
     e->ctl = ctl;
     e->job_id = job_id;
     e->supervisor_pidfd = -1;
+    e->log_fd = -1;
     e->next = ctl->entries;
     ctl->entries = e;
     return e;
@@ -116,28 +120,33 @@ static void prune(salusd_t *d)
 
 static int finished(const job_t *job)
 {
-    return !job->runtime && (job->state == JOB_DONE || job->state == JOB_FAILED);
+    return !job->runtime && JOB_STATE_IS_FINAL(job->state);
 }
 
-/* Over for wait: finished, and a submitted job's supervisor reported or is gone. */
+/* Over for wait: finished with its status known or given up on, and a submitted job's
+ * supervisor reported or is gone. */
 static int ended(salusd_t *d, const job_t *job)
 {
-    if (!finished(job))
+    if (!finished(job) || jobs_exit_pending(job)) /* the kernel may yet say how it ended */
         return 0;
     const jobctl_entry_t *e = entry_find(d, job->id);
-    return !e || !e->supervised || e->exit_known || e->supervisor_pidfd < 0;
+    return !e || !e->supervised || e->reported || e->supervisor_pidfd < 0;
 }
 
 static void reply_wait(salusd_t *d, conn_t *c, uint64_t request_id, const job_t *job)
 {
-    const jobctl_entry_t *e = entry_find(d, job->id);
     proto_enc_t *enc = &d->enc;
-    proto_enc_begin(enc, PROTO_REPLY, request_id, "", 3);
+    proto_enc_begin(enc, PROTO_REPLY, request_id, "", 4);
     proto_pack_kv_uint(&enc->pk, "id", job->id);
     proto_pack_kv_str(&enc->pk, "state", job_state_name(job->state));
     proto_pack_str(&enc->pk, "exit_status");
-    if (e && e->exit_known)
-        msgpack_pack_int(&enc->pk, e->exit_status);
+    if (job->exit_known)
+        msgpack_pack_int(&enc->pk, job->exit_status);
+    else
+        msgpack_pack_nil(&enc->pk);
+    proto_pack_str(&enc->pk, "signal");
+    if (job->exit_known && job->exit_signal)
+        msgpack_pack_int(&enc->pk, job->exit_signal);
     else
         msgpack_pack_nil(&enc->pk);
     proto_enc_finish(enc);
@@ -167,12 +176,6 @@ static void notify_waiters(salusd_t *d, uint64_t job_id)
     }
 }
 
-static void set_final_state(job_t *job, int status)
-{
-    if (finished(job))
-        job->state = status == 0 ? JOB_DONE : JOB_FAILED;
-}
-
 void jobctl_job_finished(salusd_t *d, job_t *job)
 {
     jobctl_entry_t *e = entry_find(d, job->id);
@@ -180,18 +183,7 @@ void jobctl_job_finished(salusd_t *d, job_t *job)
         event_free(e->kill_timer);
         e->kill_timer = NULL;
     }
-    if (e && e->exit_known)
-        set_final_state(job, e->exit_status);
     notify_waiters(d, job->id);
-}
-
-int jobctl_exit_status(salusd_t *d, uint64_t job_id, int *status)
-{
-    const jobctl_entry_t *e = entry_find(d, job_id);
-    if (!e || !e->exit_known)
-        return -ENOENT;
-    *status = e->exit_status;
-    return 0;
 }
 
 void jobctl_connection_closed(conn_t *c)
@@ -266,29 +258,58 @@ static void on_supervisor_exit(evutil_socket_t fd, short events, void *arg)
     }
 }
 
-/* submit {name, iterations, persistent_bytes, ephemeral_bytes, priority, log}: reserves a
- * job for the requesting process (salusctl's supervisor), answers {job_id}. */
+/* The submitter's log file: the descriptor fd_number of the submitting process, taken from
+ * it (pidfd_getfd) so that salusd never opens a path a user typed. A regular file only (a
+ * FIFO or a device could hang a reader). Returns the fd, or a negative errno. */
+static int take_log_fd(int supervisor_pidfd, uint64_t fd_number)
+{
+    struct stat st;
+    if (supervisor_pidfd < 0 || fd_number > INT32_MAX)
+        return -EBADF;
+    int fd = (int)syscall(SYS_pidfd_getfd, supervisor_pidfd, (int)fd_number, 0);
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -EINVAL;
+    }
+    return fd;
+}
+
+/* submit {name, iterations, persistent_bytes, ephemeral_bytes, priority, log, log_fd}:
+ * reserves a job for the requesting process (salusctl's supervisor), takes its log file's
+ * descriptor (log_fd: its number in that process; log: its path, shown only), answers
+ * {job_id}. */
 void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
     char name[REGISTRY_NAME_BYTES] = "";
     char log_path[JOBCTL_LOG_PATH_BYTES] = "";
-    uint64_t iterations = 0, persistent = 0, ephemeral = 0;
+    uint64_t iterations = 0, persistent = 0, ephemeral = 0, log_fd_number = 0;
     int64_t priority = 0;
     const msgpack_object *b = &msg->body;
     prune(d);
     int log_rc = proto_get_str_copy(b, "log", log_path, sizeof(log_path));
+    int log_fd_rc = proto_get_uint(b, "log_fd", &log_fd_number);
     if (proto_get_str_copy(b, "name", name, sizeof(name)) == -EINVAL ||
         proto_get_uint(b, "iterations", &iterations) == -EINVAL ||
         proto_get_uint(b, "persistent_bytes", &persistent) == -EINVAL ||
         proto_get_uint(b, "ephemeral_bytes", &ephemeral) == -EINVAL ||
         proto_get_int(b, "priority", &priority) == -EINVAL || log_rc == -EINVAL ||
+        log_fd_rc == -EINVAL ||
         persistent > (1ull << 50) || ephemeral > (1ull << 50) ||
         (log_rc == 0 && log_path[0] != '/') || memchr(log_path, '\n', strlen(log_path))) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
                            "submit takes name (string of at most %d bytes), iterations, "
                            "persistent_bytes, ephemeral_bytes (unsigned), priority (integer) "
-                           "and log (an absolute path)",
+                           "log (an absolute path) and log_fd (unsigned)",
+                           REGISTRY_NAME_BYTES - 1);
+        return;
+    }
+    if (!jobs_name_valid(name)) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "submit: the job name must be printable text (no control "
+                           "characters) of at most %d bytes",
                            REGISTRY_NAME_BYTES - 1);
         return;
     }
@@ -319,6 +340,20 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
         LOG_WARN("pidfd_open(%d) failed: job %llu ends only by its report", (int)c->pid,
                  (unsigned long long)job->id);
     }
+    if (log_fd_rc == 0) {
+        int fd = take_log_fd(e->supervisor_pidfd, log_fd_number);
+        if (fd == -EINVAL) {
+            jobs_end_reserved(d, job, JOB_FAILED);
+            server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                               "submit: the log (descriptor %llu) must be a regular file",
+                               (unsigned long long)log_fd_number);
+            return;
+        }
+        if (fd < 0)
+            LOG_WARN("job %llu: cannot take the submitter's log file (%s); salusctl logs will "
+                     "not show it", (unsigned long long)job->id, strerror(-fd));
+        e->log_fd = fd;
+    }
     proto_enc_t *enc = &d->enc;
     proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 1);
     proto_pack_kv_uint(&enc->pk, "job_id", job->id);
@@ -326,13 +361,16 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
     server_send(c, enc);
 }
 
-/* job_exit {id, status}: the command's exit status (128 + signal when killed). */
+/* job_exit {id, status, signal?}: the command's exit status, or the signal that killed it
+ * (status then 128 + signal). */
 void jobctl_handle_job_exit(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
-    int64_t status = -1;
-    if (proto_get_int(&msg->body, "status", &status) < 0 || status < 0 || status > 511) {
-        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "job_exit takes id and status (0..511)");
+    int64_t status = -1, sig = 0;
+    if (proto_get_int(&msg->body, "status", &status) < 0 || status < 0 || status > 255 ||
+        proto_get_int(&msg->body, "signal", &sig) == -EINVAL || sig < 0 || sig > 127) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "job_exit takes id, status (0..255) and signal (0..127)");
         return;
     }
     job_t *job = controlled_job(c, msg, "job_exit");
@@ -344,12 +382,12 @@ void jobctl_handle_job_exit(conn_t *c, const proto_msg_t *msg)
         return;
     }
     uint64_t id = job->id;
-    e->exit_known = 1;
-    e->exit_status = (int)status;
+    e->reported = 1;
+    jobs_set_exit(d, job, sig == 0, sig ? (int)sig : (int)status);
     if (jobs_is_reserved(job)) /* its command never used the GPU */
-        jobs_end_reserved(d, job, status == 0 ? JOB_DONE : JOB_FAILED);
+        jobs_end_reserved(d, job, jobs_exit_state(job));
     else
-        set_final_state(job, (int)status); /* still running: finish_job applies it */
+        jobs_exit_probe_stop(d, job); /* the report is the status: no need to ask the kernel */
     notify_waiters(d, id);
     proto_enc_t *enc = &d->enc;
     proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 0);
@@ -357,18 +395,23 @@ void jobctl_handle_job_exit(conn_t *c, const proto_msg_t *msg)
     server_send(c, enc);
 }
 
-/* Signals the job: its registered process, or the supervisor of a reserved job (which
- * passes the signal on to its command). */
+/* Signals the job, always through pidfds: its registered process, and for a submitted job
+ * its supervisor, which passes the signal on to the command's whole process group with the
+ * user's own rights (SIGKILL travels as SIGUSR1: the supervisor must live to report). */
 static int signal_job(salusd_t *d, const job_t *job, int sig)
 {
-    if (!jobs_is_reserved(job))
-        return jobs_signal(job, sig);
     const jobctl_entry_t *e = entry_find(d, job->id);
-    if (!e || e->supervisor_pidfd < 0)
-        return -ESRCH;
-    if (syscall(SYS_pidfd_send_signal, e->supervisor_pidfd, sig, NULL, 0) < 0)
-        return -errno;
-    return 0;
+    int rc = -ESRCH;
+    if (e && e->supervised && e->supervisor_pidfd >= 0) {
+        int via = sig == SIGKILL ? SIGUSR1 : sig;
+        rc = syscall(SYS_pidfd_send_signal, e->supervisor_pidfd, via, NULL, 0) < 0 ? -errno : 0;
+    }
+    if (!jobs_is_reserved(job)) {
+        int direct = jobs_signal(job, sig);
+        if (rc < 0)
+            rc = direct;
+    }
+    return rc;
 }
 
 static void on_grace_over(evutil_socket_t fd, short events, void *arg)
@@ -461,8 +504,8 @@ void jobctl_handle_wait(conn_t *c, const proto_msg_t *msg)
     ctl->waiters = w;
 }
 
-/* logs {id}: answers {id, log}: the path of the job's log file, which salusctl reads with
- * the user's own rights (salusd never opens users' files). */
+/* logs {id}: answers {id, log, ended} with the log file's descriptor (SCM_RIGHTS): the one
+ * taken from the submitter at submit. log is its path, for display only: nobody opens it. */
 void jobctl_handle_logs(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
@@ -471,19 +514,22 @@ void jobctl_handle_logs(conn_t *c, const proto_msg_t *msg)
     if (!job)
         return;
     const jobctl_entry_t *e = entry_find(d, job->id);
-    if (!e || !e->log_path) {
+    if (!e || e->log_fd < 0) {
         server_reply_error(c, msg->id, PROTO_ENOTFOUND, 0,
-                           "job %llu has no log file (only jobs started with salusctl submit "
-                           "have one)", (unsigned long long)job->id);
+                           "job %llu has no log file salusd holds (only jobs started with "
+                           "salusctl submit have one)", (unsigned long long)job->id);
         return;
     }
     proto_enc_t *enc = &d->enc;
-    proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 3);
+    proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 4);
     proto_pack_kv_uint(&enc->pk, "id", job->id);
-    proto_pack_kv_str(&enc->pk, "log", e->log_path);
+    proto_pack_kv_str(&enc->pk, "log", e->log_path ? e->log_path : "");
     proto_pack_kv_bool(&enc->pk, "ended", ended(d, job));
+    proto_pack_kv_uint(&enc->pk, "fds", 1);
     proto_enc_finish(enc);
-    server_send(c, enc);
+    if (server_send_fds(c, enc, &e->log_fd, 1) < 0)
+        LOG_WARN("job %llu: could not pass its log to uid %u", (unsigned long long)job->id,
+                 (unsigned)c->uid);
 }
 
 static uint32_t lanes_on_gpu(const msgpack_object *lanes, int gpu)

@@ -19,8 +19,6 @@ void jobctl_handle_stats(conn_t *c, const proto_msg_t *msg);
 
 /* jobs.c: the job's run-time state is gone (done or failed). */
 void jobctl_job_finished(salusd_t *d, job_t *job);
-/* The exit status job_exit reported: 0, or -ENOENT when none was. */
-int jobctl_exit_status(salusd_t *d, uint64_t job_id, int *status);
 /* The connection goes away: forget its waits. */
 void jobctl_connection_closed(conn_t *c);
 /* Shutdown: answers nobody, frees everything. */

@@ -36,6 +36,13 @@ job_t *jobs_of_conn(conn_t *c);
 /* Returns the job's chunks and closes what the daemon held for it; runtime is gone after. */
 void jobs_release_runtime(salusd_t *d, job_t *job);
 
+/* job_exit.c: the exit probe of a job whose registered process ended (see on_process_exit):
+ * 1 with *status when the kernel has the process's wait status, 0 not yet, -1 never (Linux
+ * < 6.13); start (waits on the job are held until it is done), free. */
+int jobs_pidfd_exit_status(int pidfd, int *status);
+void jobs_exit_probe_start(salusd_t *d, job_t *job, int pidfd);
+void jobs_exit_probe_free(job_t *job);
+
 /* job_memory.c: retries chunk requests that found the device full (after memory came back,
  * and from a timer); answers those that waited too long with out-of-memory. */
 void jobs_retry_pending_grows(salusd_t *d);

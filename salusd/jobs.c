@@ -15,10 +15,39 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-
-
+int jobs_name_valid(const char *name)
+{
+    const unsigned char *p = (const unsigned char *)name;
+    size_t n = strlen(name);
+    if (n >= REGISTRY_NAME_BYTES)
+        return 0;
+    while (*p) {
+        if (*p < 0x80) { /* printable ASCII only: no CR, LF, ESC, DEL */
+            if (*p < 0x20 || *p == 0x7f)
+                return 0;
+            p++;
+            continue;
+        }
+        /* well-formed UTF-8 of U+00A0 and above (no C1 controls such as U+009B CSI) */
+        int len = (*p & 0xe0) == 0xc0 ? 2 : (*p & 0xf0) == 0xe0 ? 3 : (*p & 0xf8) == 0xf0 ? 4 : 0;
+        if (!len)
+            return 0;
+        uint32_t cp = *p & (0x7f >> len);
+        for (int i = 1; i < len; i++) {
+            if ((p[i] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (p[i] & 0x3f);
+        }
+        static const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[len] || cp < 0xa0 || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        p += len;
+    }
+    return 1;
+}
 
 job_t *jobs_of_conn(conn_t *c)
 {
@@ -66,12 +95,13 @@ static void forget_old_finished(salusd_t *d)
     size_t finished = 0;
     for (size_t i = 0; i < registry_count(d->registry); i++) {
         job_state_t s = registry_at(d->registry, i)->state;
-        finished += s == JOB_DONE || s == JOB_FAILED;
+        finished += JOB_STATE_IS_FINAL(s);
     }
     for (size_t i = 0; finished > (size_t)d->config.finished_jobs_kept &&
                        i < registry_count(d->registry);) {
         job_t *job = registry_at(d->registry, i);
-        if (job->state == JOB_DONE || job->state == JOB_FAILED) {
+        if (JOB_STATE_IS_FINAL(job->state)) {
+            jobs_exit_probe_free(job);
             registry_remove(d->registry, job->id);
             finished--;
         } else {
@@ -80,7 +110,7 @@ static void forget_old_finished(salusd_t *d)
     }
 }
 
-/* Returns everything the job holds; the job stays listed as done (or failed). */
+/* Returns everything the job holds; the job stays listed in its final state. */
 static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
 {
     job_runtime_t *rt = runtime_of(job);
@@ -95,24 +125,37 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     jobs_release_runtime(d, job);
     job->owner = NULL;
     job->committed_bytes = 0;
-    job->state = final_state;
+    /* ended: the exit status reported before it (salusctl's job_exit), when there was one */
+    job->state = final_state == JOB_ENDED ? jobs_exit_state(job) : final_state;
+    registry_count_end(d->registry, JOB_STATE_COUNT, job->state);
     job->finished_ns = salusd_now_ns();
     LOG_INFO("job %llu '%s' %s; its memory is returned", (unsigned long long)job->id, job->name,
-             final_state == JOB_DONE ? "ended" : "failed");
+             job_state_name(job->state));
     jobctl_job_finished(d, job);
     forget_old_finished(d);
     jobs_retry_pending_grows(d);
     sched_try_admit(d);
 }
 
+/* The registered process ended: the job is over at once. Its exit status: salusctl's report
+ * when it came first, else the kernel's (pidfd, Linux >= 6.15), now or once the process is
+ * reaped (exit probe); else "ended", status unknown. */
 static void on_process_exit(evutil_socket_t fd, short events, void *arg)
 {
     job_runtime_t *rt = arg;
+    salusd_t *d = rt->daemon;
+    int st = 0;
     (void)fd;
     (void)events;
-    job_t *job = registry_find(rt->daemon->registry, rt->job_id);
-    if (job)
-        finish_job(rt->daemon, job, JOB_DONE);
+    job_t *job = registry_find(d->registry, rt->job_id);
+    if (!job)
+        return;
+    int rc = job->exit_known ? -1 : jobs_pidfd_exit_status(rt->pidfd, &st);
+    if (rc == 1)
+        jobs_set_exit(d, job, WIFEXITED(st), WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    else if (rc == 0) /* before finish_job: its waits wait for the probe */
+        jobs_exit_probe_start(d, job, rt->pidfd);
+    finish_job(d, job, JOB_ENDED);
 }
 
 static void on_notify(evutil_socket_t fd, short events, void *arg)
@@ -181,14 +224,25 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     d->devices.gpus[gpu].reserved_bytes += job->budget_bytes;
 
     proto_enc_t *e = &d->enc;
-    proto_enc_begin(e, PROTO_REPLY, rt->register_request_id, "", 7);
+    char shm_name[256] = "";
+    if (d->devices.simulated) { /* simgpu's own default name (tools/simgpu/src/device.c) */
+        const char *env = getenv("SIMGPU_SHM_NAME");
+        if (env && *env)
+            snprintf(shm_name, sizeof(shm_name), "%s%s", env[0] == '/' ? "" : "/", env);
+        else
+            snprintf(shm_name, sizeof(shm_name), "/simgpu-%u", (unsigned)getuid());
+    }
+    proto_enc_begin(e, PROTO_REPLY, rt->register_request_id, "", shm_name[0] ? 8 : 7);
     proto_pack_kv_uint(&e->pk, "job_id", job->id);
     proto_pack_kv_uint(&e->pk, "gpu", (uint64_t)gpu);
     proto_pack_kv_uint(&e->pk, "budget_bytes", job->budget_bytes);
     /* address space for the largest budget the job may get: the whole GPU */
     proto_pack_kv_uint(&e->pk, "va_bytes", d->devices.gpus[gpu].total_bytes);
     proto_pack_kv_uint(&e->pk, "chunk_bytes", d->config.chunk_bytes);
-    proto_pack_kv_str(&e->pk, "driver", d->devices.driver.path);
+    /* which kind of driver, not a path: the shim finds and loads the driver itself */
+    proto_pack_kv_bool(&e->pk, "simulated", d->devices.simulated);
+    if (shm_name[0]) /* the job's simgpu joins salusd's simulated devices */
+        proto_pack_kv_str(&e->pk, "simgpu_shm", shm_name);
     proto_pack_kv_uint(&e->pk, "fds", 2);
     proto_enc_finish(e);
     int fds[2] = {page_fd, rt->notify_fd};
@@ -247,6 +301,13 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
                            "register takes name (string of at most %d bytes), iterations, "
                            "persistent_bytes, ephemeral_bytes, job_id (unsigned) and priority "
                            "(integer)",
+                           REGISTRY_NAME_BYTES - 1);
+        return;
+    }
+    if (!jobs_name_valid(name)) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "register: the job name must be printable text (no control "
+                           "characters) of at most %d bytes",
                            REGISTRY_NAME_BYTES - 1);
         return;
     }
@@ -352,7 +413,7 @@ void jobs_connection_closed(conn_t *c)
     rt->conn = NULL;
     /* not yet admitted, or no pidfd to wait on: the job is over now */
     if (rt->reply_pending || rt->pidfd < 0)
-        finish_job(d, job, rt->reply_pending ? JOB_FAILED : JOB_DONE);
+        finish_job(d, job, rt->reply_pending ? JOB_FAILED : JOB_ENDED);
 }
 
 void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer)
@@ -373,7 +434,7 @@ void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer)
         const char *state = job_state_name(job->state);
         if (job->state == JOB_PAUSED && sched_is_holder(d, job))
             state = "running";
-        msgpack_pack_map(pk, 21);
+        msgpack_pack_map(pk, 22);
         proto_pack_kv_uint(pk, "id", job->id);
         proto_pack_kv_str(pk, "name", job->name);
         proto_pack_kv_uint(pk, "pid", (uint64_t)job->pid);
@@ -414,11 +475,16 @@ void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer)
             msgpack_pack_uint64(pk, (job->finished_ns - d->started_ns) / 1000000);
         else
             msgpack_pack_nil(pk);
-        /* reported by salusctl submit's supervisor (job_exit); null until then */
-        int exit_status;
+        /* from the kernel (pidfd) or salusctl's report (job_exit); null while unknown.
+         * exit_status is 128 + signal for a killed job, as a shell says */
         proto_pack_str(pk, "exit_status");
-        if (jobctl_exit_status(d, job->id, &exit_status) == 0)
-            msgpack_pack_int(pk, exit_status);
+        if (job->exit_known)
+            msgpack_pack_int(pk, job->exit_status);
+        else
+            msgpack_pack_nil(pk);
+        proto_pack_str(pk, "signal");
+        if (job->exit_known && job->exit_signal)
+            msgpack_pack_int(pk, job->exit_signal);
         else
             msgpack_pack_nil(pk);
     }
@@ -452,6 +518,7 @@ void jobs_shutdown(salusd_t *d)
 {
     for (size_t i = 0; i < registry_count(d->registry); i++) {
         job_t *job = registry_at(d->registry, i);
+        jobs_exit_probe_free(job);
         if (runtime_of(job))
             jobs_release_runtime(d, job);
     }

@@ -18,15 +18,27 @@ void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer);
  * out of memory. */
 job_t *jobs_reserve(conn_t *c, const char *name, uint64_t iterations, uint64_t persistent_bytes,
                     uint64_t ephemeral_bytes, int64_t priority);
+/* 1 when name may be a job's name: printable (ASCII or UTF-8 without control characters),
+ * shorter than REGISTRY_NAME_BYTES. Names reach terminals (ps, logs of the daemon). */
+int jobs_name_valid(const char *name);
+/* Records how the job ended: exited with code, or (exited == 0) killed by signal code. A
+ * job that has already ended takes the matching state (done, failed, killed). */
+void jobs_set_exit(salusd_t *d, job_t *job, int exited, int code);
+/* The final state the recorded exit says: done, failed, killed, or ended (unknown). */
+job_state_t jobs_exit_state(const job_t *job);
 /* Reserved and no program has attached yet. */
 int jobs_is_reserved(const job_t *job);
+/* 1 while salusd still asks the kernel for an ended job's exit status (its waits wait). */
+int jobs_exit_pending(const job_t *job);
+/* Stops asking (salusctl reported the status) and answers the waits. */
+void jobs_exit_probe_stop(salusd_t *d, job_t *job);
 /* Ends a job that is still only reserved (its command ended without using the GPU). */
 void jobs_end_reserved(salusd_t *d, job_t *job, job_state_t final_state);
 /* Sends sig to the job's registered process through its pidfd. 0, -ESRCH when the job
  * has no live registered process, or a negative errno. */
 int jobs_signal(const job_t *job, int sig);
 /* One job as ps lists it, for the metrics endpoint. state is a static string ("waiting",
- * "running", "paused", "done", "failed"); running means the job holds its GPU now. */
+ * "running", "paused", "done", "failed", "killed", "ended"); running means the job holds its GPU now. */
 typedef struct jobs_info_s {
     uint64_t id;
     char name[REGISTRY_NAME_BYTES];

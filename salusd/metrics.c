@@ -124,6 +124,8 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
         snap->queue_length += strcmp(info.state, job_state_name(JOB_WAITING)) == 0 ||
                               strcmp(info.state, job_state_name(JOB_PAUSED)) == 0;
     }
+    for (int st = JOB_DONE; st < JOB_STATE_COUNT; st++)
+        snap->jobs_ended[st] = registry_ended(d->registry, (job_state_t)st);
     snap->version = SALUS_VERSION;
     snap->policy = d->sched ? sched_policy_name(d) : "none";
     snap->gpus = m->gpus;

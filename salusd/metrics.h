@@ -108,6 +108,7 @@ typedef struct metrics_snapshot_s {
     const char *version;
     const char *policy;
     uint64_t queue_length;     /* jobs waiting for admission + jobs parked waiting for a GPU */
+    uint64_t jobs_ended[JOB_STATE_COUNT]; /* by final state (done..ended), since start */
     const metrics_gpu_sample_t *gpus;
     size_t gpu_count;
     const metrics_job_sample_t *jobs;

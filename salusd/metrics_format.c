@@ -343,6 +343,13 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
            "waiting and paused).");
     text_printf(t, "salus_queue_length %" PRIu64 "\n", s->queue_length);
 
+    family(t, "salus_jobs_ended_total", "counter",
+           "Jobs that ended since salusd started, by how: done (exit status 0), failed (another "
+           "status, or refused), killed (by a signal), ended (status unknown).");
+    for (int st = JOB_DONE; st < JOB_STATE_COUNT; st++)
+        text_printf(t, "salus_jobs_ended_total{state=\"%s\"} %" PRIu64 "\n",
+                    job_state_name((job_state_t)st), s->jobs_ended[st]);
+
     family(t, "salus_gpu_info", "gauge", "Each GPU salusd owns, with its name; always 1.");
     for (size_t i = 0; i < s->gpu_count; i++) {
         metrics_escape_label(s->gpus[i].name ? s->gpus[i].name : "", escaped, sizeof(escaped));
@@ -398,7 +405,7 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
     for (size_t i = 0; i < s->job_count; i++) {
         const metrics_job_sample_t *j = &s->jobs[i];
         metrics_escape_label(j->name, escaped, sizeof(escaped));
-        for (int st = JOB_WAITING; st <= JOB_FAILED; st++) {
+        for (int st = JOB_WAITING; st < JOB_STATE_COUNT; st++) {
             const char *name = job_state_name((job_state_t)st);
             text_printf(t, "salus_job_state{job_id=\"%" PRIu64 "\",name=\"%s\",uid=\"%u\","
                            "state=\"%s\"} %d\n", j->id, escaped, j->uid, name,

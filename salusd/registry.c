@@ -10,6 +10,7 @@ struct registry_s {
     size_t count;
     size_t capacity;
     uint64_t next_id;
+    uint64_t ended[JOB_STATE_COUNT]; /* registry_count_end */
 };
 
 registry_t *registry_create(void)
@@ -98,8 +99,22 @@ job_t *registry_at(registry_t *reg, size_t index)
     return index < reg->count ? reg->jobs[index] : NULL;
 }
 
+void registry_count_end(registry_t *reg, job_state_t from, job_state_t to)
+{
+    if (JOB_STATE_IS_FINAL(from) && reg->ended[from] > 0)
+        reg->ended[from]--;
+    if (JOB_STATE_IS_FINAL(to))
+        reg->ended[to]++;
+}
+
+uint64_t registry_ended(const registry_t *reg, job_state_t state)
+{
+    return JOB_STATE_IS_FINAL(state) ? reg->ended[state] : 0;
+}
+
 const char *job_state_name(job_state_t state)
 {
-    static const char *const names[] = {"waiting", "running", "paused", "done", "failed"};
+    static const char *const names[] = {"waiting", "running", "paused", "done",
+                                         "failed",  "killed",  "ended"};
     return (unsigned)state < sizeof(names) / sizeof(names[0]) ? names[state] : "unknown";
 }

@@ -13,9 +13,15 @@ typedef enum job_state {
     JOB_WAITING = 0,
     JOB_RUNNING,
     JOB_PAUSED,
-    JOB_DONE,
-    JOB_FAILED,
+    JOB_DONE,    /* exited with status 0 */
+    JOB_FAILED,  /* exited with a non-zero status, or refused */
+    JOB_KILLED,  /* ended by a signal */
+    JOB_ENDED,   /* ended, status unknown (no supervisor, the kernel did not say) */
+    JOB_STATE_COUNT
 } job_state_t;
+
+/* 1 for the states a job ends in (done, failed, killed, ended). */
+#define JOB_STATE_IS_FINAL(s) ((s) >= JOB_DONE && (s) < JOB_STATE_COUNT)
 
 /* What the job page last said (kept after the job ends). */
 typedef struct job_stats_s {
@@ -48,6 +54,11 @@ typedef struct job_s {
     uint64_t committed_bytes; /* chunks handed out */
     uint64_t admitted_ns;
     uint64_t finished_ns;
+    /* how it ended, when known: exit_status (exited) or exit_signal (killed); 0 unknown */
+    int exit_known;
+    int exit_status;
+    int exit_signal;
+    void *exit_probe;         /* jobs.c: asks the kernel for the exit status; NULL: done */
     job_stats_t stats;
     void *runtime;            /* the daemon's live state of the job (jobs.c) */
 } job_t;
@@ -66,5 +77,10 @@ size_t registry_count(const registry_t *reg);
 /* The i-th job in id order (0 <= i < registry_count()). */
 job_t *registry_at(registry_t *reg, size_t index);
 const char *job_state_name(job_state_t state);
+/* Jobs that ended, by final state, since the daemon started (forgotten jobs included):
+ * registry_count_end moves one job from state `from` (JOB_STATE_COUNT: not counted yet) to
+ * `to`; registry_ended reads a count. */
+void registry_count_end(registry_t *reg, job_state_t from, job_state_t to);
+uint64_t registry_ended(const registry_t *reg, job_state_t state);
 
 #endif

@@ -1,11 +1,11 @@
 /* The control socket: listening, connections, framing, the hello handshake. */
+#include "access.h"
 #include "daemon.h"
 
 #include "log.h"
 #include "paths.h"
 
 #include <errno.h>
-#include <grp.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -314,7 +314,7 @@ int server_start(salusd_t *d)
         rc = -errno;
         goto fail;
     }
-    mode_t old_mask = umask(0117); /* the socket is born 0660 */
+    mode_t old_mask = umask(0177); /* born 0600, opened up below */
     rc = bind(fd, (struct sockaddr *)&addr, sizeof(addr));
     umask(old_mask);
     if (rc < 0) {
@@ -323,12 +323,11 @@ int server_start(salusd_t *d)
         goto fail;
     }
     d->socket_bound = 1;
-    if (chmod(path, 0660) < 0)
-        LOG_WARN("chmod 0660 %s: %s", path, strerror(errno));
-    /* members of the group salus may connect (and see every job: access.c) */
-    struct group *admins = getgrnam("salus");
-    if (admins && chown(path, (uid_t)-1, admins->gr_gid) < 0)
-        LOG_WARN("chown :salus %s: %s", path, strerror(errno));
+    /* every local user may connect (access.c decides what each may do), or only the
+     * allow-group */
+    rc = access_socket_mode(d, path);
+    if (rc < 0)
+        goto fail;
     d->listener = evconnlistener_new(d->base, on_accept, d,
                                      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 128, fd);
     if (!d->listener) {

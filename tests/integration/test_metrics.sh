@@ -258,8 +258,8 @@ for jid in ids:
     labels = [l for l, _ in fams["salus_job_iterations_total"]["samples"] if l["job_id"] == str(jid)][0]
     assert labels["name"] == a["name"] and labels["uid"] == str(a["uid"]), (labels, a)
     states = {l["state"]: v for l, v in fams["salus_job_state"]["samples"] if l["job_id"] == str(jid)}
-    assert set(states) == {"waiting", "running", "paused", "done", "failed"}, states
-    assert sorted(states.values()) == ["0", "0", "0", "0", "1"], states
+    assert set(states) == {"waiting", "running", "paused", "done", "failed", "killed", "ended"}, states
+    assert sorted(states.values()) == ["0", "0", "0", "0", "0", "0", "1"], states
     state = [s for s, v in states.items() if v == "1"][0]
     iters = int(one(fams, "salus_job_iterations_total", **key))
     gpu_ms = seconds_to_ms(one(fams, "salus_job_gpu_seconds_total", **key))
@@ -268,7 +268,7 @@ for jid in ids:
               "budget_bytes": int(one(fams, "salus_job_memory_budget_bytes", **key)),
               "persistent_bytes": int(one(fams, "salus_job_persistent_bytes", **key)),
               "ephemeral_peak_bytes": int(one(fams, "salus_job_ephemeral_peak_bytes", **key))}
-    if a["state"] in ("done", "failed"):
+    if a["state"] in ("done", "failed", "killed", "ended"):
         assert state == a["state"] == b["state"], (state, a, b)
         for field, v in values.items():
             assert v == a[field] == b[field], (jid, field, v, a[field], b[field])
@@ -373,7 +373,7 @@ wait "$LONG" 2>/dev/null || true
 for i in $(seq 1 100); do
     live=$("$SALUSCTL" ps --json | python3 -c '
 import json, sys
-print(sum(j["state"] not in ("done", "failed") for j in json.load(sys.stdin)))')
+print(sum(j["state"] not in ("done", "failed", "killed", "ended") for j in json.load(sys.stdin)))')
     [ "$live" -eq 0 ] && break
     sleep 0.05
 done

@@ -58,7 +58,7 @@ rc=0; timeout 20 "$SALUSCTL" wait "$synth" >/dev/null || rc=$?
 "$SALUSCTL" ps --json | python3 -c '
 import json, sys
 j = [j for j in json.load(sys.stdin) if j["id"] == int(sys.argv[1])][0]
-assert j["state"] in ("done", "failed") and j["memory_bytes"] == 0, j' "$synth" \
+assert j["state"] == "killed" and j["signal"] == 15 and j["memory_bytes"] == 0, j' "$synth" \
     || fail "the killed job is not over or holds memory"
 "$SALUSCTL" stats --json | python3 -c '
 import json, sys

@@ -7,8 +7,10 @@
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 START_TEST(test_frame_over_socketpair)
@@ -85,6 +87,32 @@ START_TEST(test_default_paths)
 }
 END_TEST
 
+START_TEST(test_socket_dir_checks)
+{
+    char dir[] = "/tmp/check-client-XXXXXX", sock[200], link[160], err[256] = "";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(sock, sizeof(sock), "%s/salusd.sock", dir);
+    ck_assert_int_eq(salus_check_socket_dir(sock, err, sizeof(err)), 0); /* ours, 0700 */
+    ck_assert_int_eq(salus_check_socket_dir("/tmp/x.sock", err, sizeof(err)), 0); /* root, sticky */
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    ck_assert_int_eq(salus_check_socket_dir(sock, err, sizeof(err)), -EPERM);
+    ck_assert_ptr_nonnull(strstr(err, "writable by group or others"));
+    ck_assert_int_eq(chmod(dir, 0755), 0);
+    if (geteuid() == 0) { /* another user's directory */
+        ck_assert_int_eq(chown(dir, 54321, (gid_t)-1), 0);
+        ck_assert_int_eq(salus_check_socket_dir(sock, err, sizeof(err)), -EPERM);
+        ck_assert_ptr_nonnull(strstr(err, "belongs to uid 54321"));
+        ck_assert_int_eq(chown(dir, 0, (gid_t)-1), 0);
+    }
+    snprintf(link, sizeof(link), "%s-link", dir); /* a link to a directory is refused */
+    ck_assert_int_eq(symlink(dir, link), 0);
+    snprintf(sock, sizeof(sock), "%s/salusd.sock", link);
+    ck_assert_int_eq(salus_check_socket_dir(sock, err, sizeof(err)), -ENOTDIR);
+    unlink(link);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("client");
@@ -92,6 +120,7 @@ int main(void)
     tcase_add_test(tc, test_frame_over_socketpair);
     tcase_add_test(tc, test_open_missing_socket);
     tcase_add_test(tc, test_default_paths);
+    tcase_add_test(tc, test_socket_dir_checks);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

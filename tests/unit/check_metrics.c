@@ -177,6 +177,7 @@ START_TEST(test_render)
         {.id = 8, .name = "plain", .uid = 0, .state = "done", .iterations = 3},
     };
     metrics_snapshot_t s = {.version = "1.2.3", .policy = "pack", .queue_length = 1,
+                            .jobs_ended = {[JOB_DONE] = 5, [JOB_KILLED] = 2},
                             .gpus = gpus, .gpu_count = 2, .jobs = jobs, .job_count = 2};
     metrics_text_t t = {0};
     ck_assert_int_eq(metrics_render(&s, &t), 0);
@@ -216,12 +217,15 @@ START_TEST(test_render)
     ck_assert_ptr_nonnull(strstr(text, want));
     ck_assert_ptr_nonnull(strstr(
         text, "salus_job_state{job_id=\"8\",name=\"plain\",uid=\"0\",state=\"done\"} 1\n"));
-    /* a state set: five series per job, exactly one of them 1 */
-    ck_assert_int_eq(count_lines_starting(text, "salus_job_state{"), 10);
+    /* a state set: one series per job and state (JOB_STATE_COUNT), exactly one of them 1 */
+    ck_assert_int_eq(count_lines_starting(text, "salus_job_state{"), 2 * JOB_STATE_COUNT);
     /* every family has one HELP and one TYPE line, and no line is empty */
     int help = count_lines_starting(text, "# HELP "), type = count_lines_starting(text, "# TYPE ");
     ck_assert_int_eq(help, type);
-    ck_assert_int_eq(help, 20);
+    ck_assert_int_eq(help, 21);
+    /* jobs ended, counted by how */
+    ck_assert_ptr_nonnull(strstr(text, "salus_jobs_ended_total{state=\"killed\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(text, "salus_jobs_ended_total{state=\"ended\"} 0\n"));
     ck_assert_ptr_null(strstr(text, "\n\n"));
 
     /* reset keeps the buffer and starts over */

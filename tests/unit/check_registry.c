@@ -61,7 +61,12 @@ START_TEST(test_state_names)
     ck_assert_str_eq(job_state_name(JOB_PAUSED), "paused");
     ck_assert_str_eq(job_state_name(JOB_DONE), "done");
     ck_assert_str_eq(job_state_name(JOB_FAILED), "failed");
+    ck_assert_str_eq(job_state_name(JOB_KILLED), "killed");
+    ck_assert_str_eq(job_state_name(JOB_ENDED), "ended");
+    ck_assert_str_eq(job_state_name(JOB_STATE_COUNT), "unknown");
     ck_assert_str_eq(job_state_name((job_state_t)42), "unknown");
+    ck_assert(!JOB_STATE_IS_FINAL(JOB_PAUSED) && JOB_STATE_IS_FINAL(JOB_DONE) &&
+              JOB_STATE_IS_FINAL(JOB_ENDED) && !JOB_STATE_IS_FINAL(JOB_STATE_COUNT));
 }
 END_TEST
 

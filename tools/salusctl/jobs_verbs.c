@@ -2,9 +2,12 @@
  *
  * submit never lets salusd run user code: salusctl forks a detached supervisor (its own
  * session, stdio on the log file) that reserves the job (op submit, from its own pid so
- * that salusd can watch it), hands the id back through a pipe, runs the command with the
- * environment of salusctl run plus SALUS_JOB_ID (the shim attaches its registration to the
- * reserved job), waits for it and reports its exit status (op job_exit). */
+ * that salusd can watch it and take a read-only descriptor of the log from it: salusd never
+ * opens a path a user typed), hands the id back through a pipe, runs the command in a
+ * process group of its own with the environment of salusctl run plus SALUS_JOB_ID (the shim
+ * attaches its registration to the reserved job), waits for it and reports how it ended
+ * (op job_exit). salusd's kill reaches the supervisor, which passes it on to the command's
+ * whole process group: SIGTERM/SIGINT as they are, SIGUSR1 as SIGKILL. */
 #include "ctl.h"
 #include "json.h"
 #include "run.h"
@@ -17,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -142,11 +146,14 @@ static int log_path_for(const char *given, const char *name, char *out, size_t s
 }
 
 static volatile sig_atomic_t command_pid;
+static volatile sig_atomic_t kill_requested;
 
+/* to the command's whole process group (its pid), with this user's own rights */
 static void forward_signal(int sig)
 {
+    kill_requested = 1;
     if (command_pid > 0)
-        kill((pid_t)command_pid, sig);
+        kill(-(pid_t)command_pid, sig == SIGUSR1 ? SIGKILL : sig);
 }
 
 static uint64_t env_u(const char *name)
@@ -165,10 +172,28 @@ static void supervise(ctl_t *ctl, const char *log_path, char **command, int repo
     uint64_t id = 0;
 
     setsid();
-    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    /* non-blocking: a FIFO must not hang the open; regular files only */
+    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0640);
     int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (log_fd < 0 && errno == ENXIO) { /* a FIFO without a reader */
+        dprintf(report_fd, "the log file %s is not a regular file\n", log_path);
+        _exit(1);
+    }
     if (log_fd < 0 || null_fd < 0) {
         dprintf(report_fd, "cannot open the log file %s: %s\n", log_path, strerror(errno));
+        _exit(1);
+    }
+    if (fstat(log_fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        dprintf(report_fd, "the log file %s is not a regular file\n", log_path);
+        _exit(1);
+    }
+    /* what salusd takes for salusctl logs: the same file, read-only */
+    char self_fd[64];
+    snprintf(self_fd, sizeof(self_fd), "/proc/self/fd/%d", log_fd);
+    int read_fd = open(self_fd, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (read_fd < 0 || fcntl(log_fd, F_SETFL, O_APPEND) < 0) {
+        dprintf(report_fd, "cannot reopen the log file %s: %s\n", log_path, strerror(errno));
         _exit(1);
     }
     if (dup2(null_fd, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0)
@@ -185,15 +210,25 @@ static void supervise(ctl_t *ctl, const char *log_path, char **command, int repo
         dprintf(report_fd, "cannot reach salusd at %s: %s\n", ctl->socket_path, err);
         _exit(1);
     }
-    msgpack_packer *pk = salus_client_begin(&c, "submit", 6);
+    /* under Yama's ptrace_scope 1, a salusd of this same user may take the log descriptor
+     * only when this process names it (root's salusd always may) */
+    struct ucred peer;
+    socklen_t peer_len = sizeof(peer);
+    if (getsockopt(c.fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) == 0 && peer.pid > 0 &&
+        peer.uid == getuid())
+        prctl(PR_SET_PTRACER, (unsigned long)peer.pid, 0, 0, 0);
+    msgpack_packer *pk = salus_client_begin(&c, "submit", 7);
     proto_pack_kv_str(pk, "name", name);
     proto_pack_kv_uint(pk, "iterations", env_u("SALUS_ITERATIONS"));
     proto_pack_kv_uint(pk, "persistent_bytes", env_u("SALUS_MEM_PERSISTENT"));
     proto_pack_kv_uint(pk, "ephemeral_bytes", env_u("SALUS_MEM_EPHEMERAL"));
     proto_pack_kv_int(pk, "priority", priority ? strtoll(priority, NULL, 10) : 0);
     proto_pack_kv_str(pk, "log", log_path);
+    proto_pack_kv_uint(pk, "log_fd", (uint64_t)read_fd);
     rc = salus_client_call(&c, &reply, err, sizeof(err));
     salus_client_close(&c);
+    prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+    close(read_fd);
     if (rc < 0 || proto_get_uint(&reply.body, "job_id", &id) < 0) {
         dprintf(report_fd, "submit: %s\n", rc == -EREMOTEIO ? err
                                            : rc < 0       ? strerror(-rc)
@@ -213,13 +248,16 @@ static void supervise(ctl_t *ctl, const char *log_path, char **command, int repo
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     signal(SIGHUP, SIG_IGN);
     pid_t supervisor = getpid();
     pid_t pid = fork();
     if (pid == 0) {
         signal(SIGTERM, SIG_DFL);
         signal(SIGINT, SIG_DFL);
+        signal(SIGUSR1, SIG_DFL);
         signal(SIGHUP, SIG_DFL);
+        setpgid(0, 0); /* the job's process group: kill reaches all of it */
         /* the command ends with its supervisor (kill escalates to SIGKILL on it) */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != supervisor)
@@ -229,29 +267,24 @@ static void supervise(ctl_t *ctl, const char *log_path, char **command, int repo
                 strerror(errno));
         _exit(127);
     }
-    int status = 0, code = 1;
+    int status = 0, code = 1, sig = 0;
     if (pid > 0) {
+        setpgid(pid, pid); /* also here: a signal may come before the child ran */
         command_pid = pid;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
             ;
         code = WIFEXITED(status) ? WEXITSTATUS(status)
                : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                      : 1;
+        sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        /* killed: what its command left behind in the group goes too */
+        if (kill_requested)
+            kill(-pid, SIGKILL);
+        command_pid = 0;
     } else {
         fprintf(stderr, "salusctl: submit: fork: %s\n", strerror(errno));
     }
-    if (salus_client_open(&c, ctl->socket_path, "salusctl", ctl->timeout_ms, err, sizeof(err)) == 0) {
-        pk = salus_client_begin(&c, "job_exit", 2);
-        proto_pack_kv_uint(pk, "id", id);
-        proto_pack_kv_int(pk, "status", code);
-        if (salus_client_call(&c, &reply, err, sizeof(err)) == 0)
-            proto_msg_free(&reply);
-        else
-            fprintf(stderr, "salusctl: job_exit: %s\n", err);
-        salus_client_close(&c);
-    } else {
-        fprintf(stderr, "salusctl: could not report the exit status %d: %s\n", code, err);
-    }
+    salusctl_report_exit(ctl->socket_path, ctl->timeout_ms, id, code, sig);
     _exit(code);
 }
 
@@ -395,34 +428,68 @@ int verb_wait(ctl_t *ctl, int argc, char **argv)
     if (rc != EXIT_OK)
         return rc;
     char state[16] = "?";
-    int64_t status = -1;
+    int64_t status = -1, sig = 0;
     proto_get_str_copy(&reply.body, "state", state, sizeof(state));
     int known = proto_get_int(&reply.body, "exit_status", &status) == 0;
+    proto_get_int(&reply.body, "signal", &sig);
     if (ctl->json) {
         json_print(stdout, &reply.body);
         putchar('\n');
+    } else if (known && sig > 0) {
+        printf("job %llu killed by signal %lld (%s)\n", (unsigned long long)id, (long long)sig,
+               strsignal((int)sig));
     } else if (known) {
         printf("job %llu %s, exit status %lld\n", (unsigned long long)id, state, (long long)status);
+    } else if (strcmp(state, "ended") == 0) {
+        printf("job %llu ended, status unknown\n", (unsigned long long)id);
     } else {
         printf("job %llu %s\n", (unsigned long long)id, state);
     }
     proto_msg_free(&reply);
+    /* the job's own status, 128 + signal when killed; ended without one known: 0 */
     if (known)
         return (int)(status & 0xff);
-    return strcmp(state, "done") == 0 ? EXIT_OK : 1;
+    return strcmp(state, "done") == 0 || strcmp(state, "ended") == 0 ? EXIT_OK : 1;
 }
 
 /* --------------------------------------------------------------------------- logs */
 
-static int copy_new_bytes(int fd)
+/* The log is salusd's descriptor, shared with every reader: read at this reader's own
+ * offset (pread). */
+static int copy_new_bytes(int fd, off_t *offset)
 {
     char buf[65536];
     ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0)
+    while ((n = pread(fd, buf, sizeof(buf), *offset)) > 0) {
         if (fwrite(buf, 1, (size_t)n, stdout) != (size_t)n)
             return -1;
+        *offset += n;
+    }
     fflush(stdout);
     return n < 0 ? -1 : 0;
+}
+
+/* logs {id}: the reply in *reply and the log's descriptor in *fd (-1 when none came). */
+static int logs_request(ctl_t *ctl, uint64_t id, proto_msg_t *reply, int *fd)
+{
+    salus_client_t c;
+    char err[256] = "";
+    int nfds = 0;
+    *fd = -1;
+    int rc = ctl_open(ctl, &c);
+    if (rc != EXIT_OK)
+        return rc;
+    msgpack_packer *pk = salus_client_begin(&c, "logs", 1);
+    proto_pack_kv_uint(pk, "id", id);
+    rc = salus_client_call_fds(&c, reply, err, sizeof(err), ctl->timeout_ms, fd, 1, &nfds);
+    salus_client_close(&c);
+    if (rc < 0) {
+        fprintf(stderr, "salusctl: logs: %s\n", rc == -EREMOTEIO ? err : strerror(-rc));
+        return EXIT_DAEMON;
+    }
+    if (nfds != 1)
+        *fd = -1;
+    return EXIT_OK;
 }
 
 int verb_logs(ctl_t *ctl, int argc, char **argv)
@@ -447,37 +514,39 @@ int verb_logs(ctl_t *ctl, int argc, char **argv)
     if (ctl_parse_job_id("logs", job_text, &id) < 0)
         return EXIT_USAGE;
     proto_msg_t reply;
-    char path[PATH_MAX];
-    int rc = job_request(ctl, "logs", id, -1, -1, ctl->timeout_ms, &reply);
+    int fd = -1, again = -1;
+    off_t offset = 0;
+    struct stat st;
+    int rc = logs_request(ctl, id, &reply, &fd);
     if (rc != EXIT_OK)
         return rc;
     int ended = 0;
-    if (proto_get_str_copy(&reply.body, "log", path, sizeof(path)) < 0) {
-        fprintf(stderr, "salusctl: logs: salusd sent no log path\n");
-        proto_msg_free(&reply);
-        return EXIT_DAEMON;
-    }
     proto_get_bool(&reply.body, "ended", &ended);
     proto_msg_free(&reply);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fprintf(stderr, "salusctl: logs: cannot open %s: %s\n", path, strerror(errno));
+    /* salusctl opens no path: it reads the descriptor salusd took from the submitter */
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "salusctl: logs: salusd sent no log file (a regular file) for job "
+                        "%llu\n", (unsigned long long)id);
+        if (fd >= 0)
+            close(fd);
         return EXIT_DAEMON;
     }
-    rc = copy_new_bytes(fd);
+    rc = copy_new_bytes(fd, &offset);
     /* -f: until the job has ended (asked once a second), then what is left */
     for (int tick = 0; follow && !ended && rc == 0; tick++) {
         usleep(200000);
-        rc = copy_new_bytes(fd);
+        rc = copy_new_bytes(fd, &offset);
         if (tick % 5 == 4) {
-            if (job_request(ctl, "logs", id, -1, -1, ctl->timeout_ms, &reply) != EXIT_OK)
+            if (logs_request(ctl, id, &reply, &again) != EXIT_OK)
                 break;
+            if (again >= 0)
+                close(again);
             proto_get_bool(&reply.body, "ended", &ended);
             proto_msg_free(&reply);
         }
     }
     if (follow && rc == 0)
-        rc = copy_new_bytes(fd);
+        rc = copy_new_bytes(fd, &offset);
     close(fd);
     return rc == 0 ? EXIT_OK : EXIT_DAEMON;
 }

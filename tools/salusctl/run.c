@@ -1,6 +1,9 @@
 /* salusctl run: runs a command as a salus job, in the foreground, as the calling user.
- * Sets the environment the shim reads (socket, job name and hints), puts the shim first on
- * LD_LIBRARY_PATH and in LD_PRELOAD, and exits with the command's exit status. */
+ * Reserves the job (the shim attaches to it through SALUS_JOB_ID), sets the environment the
+ * shim reads (socket, job name and hints), puts the shim first on LD_LIBRARY_PATH and in
+ * LD_PRELOAD, reports how the command ended (job_exit) and exits with its exit status.
+ * salusd's kill reaches the command through this process: SIGTERM/SIGINT as they are,
+ * SIGUSR1 as SIGKILL. */
 #include "run.h"
 
 #include "client.h"
@@ -8,6 +11,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,24 +157,111 @@ int salusctl_job_environment(const char *socket_path, int timeout_ms)
     return 0;
 }
 
+static uint64_t env_u(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? strtoull(v, NULL, 10) : 0;
+}
+
+int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
+                     const char *log_path, int log_fd, uint64_t *id, char *err, size_t err_size)
+{
+    salus_client_t c;
+    proto_msg_t reply;
+    const char *priority = getenv("SALUS_PRIORITY");
+    const char *given = getenv("SALUS_JOB_NAME");
+    int rc = salus_client_open(&c, socket_path, "salusctl", timeout_ms, err, err_size);
+    if (rc < 0)
+        return rc;
+    msgpack_packer *pk = salus_client_begin(&c, "submit", 5 + (log_path != NULL) + (log_fd >= 0));
+    proto_pack_kv_str(pk, "name", given && *given ? given : name);
+    proto_pack_kv_uint(pk, "iterations", env_u("SALUS_ITERATIONS"));
+    proto_pack_kv_uint(pk, "persistent_bytes", env_u("SALUS_MEM_PERSISTENT"));
+    proto_pack_kv_uint(pk, "ephemeral_bytes", env_u("SALUS_MEM_EPHEMERAL"));
+    proto_pack_kv_int(pk, "priority", priority ? strtoll(priority, NULL, 10) : 0);
+    if (log_path)
+        proto_pack_kv_str(pk, "log", log_path);
+    if (log_fd >= 0)
+        proto_pack_kv_uint(pk, "log_fd", (uint64_t)log_fd);
+    rc = salus_client_call(&c, &reply, err, err_size);
+    salus_client_close(&c);
+    if (rc < 0) {
+        if (rc != -EREMOTEIO && rc != -ENOMEM)
+            snprintf(err, err_size, "%s", strerror(-rc));
+        return rc;
+    }
+    rc = proto_get_uint(&reply.body, "job_id", id) < 0 ? -EPROTO : 0;
+    if (rc < 0)
+        snprintf(err, err_size, "salusd sent no job id");
+    proto_msg_free(&reply);
+    return rc;
+}
+
+void salusctl_report_exit(const char *socket_path, int timeout_ms, uint64_t id, int code, int sig)
+{
+    salus_client_t c;
+    proto_msg_t reply;
+    char err[256] = "";
+    if (salus_client_open(&c, socket_path, "salusctl", timeout_ms, err, sizeof(err)) < 0) {
+        fprintf(stderr, "salusctl: could not report the exit status %d: %s\n", code, err);
+        return;
+    }
+    msgpack_packer *pk = salus_client_begin(&c, "job_exit", sig ? 3 : 2);
+    proto_pack_kv_uint(pk, "id", id);
+    proto_pack_kv_int(pk, "status", code);
+    if (sig)
+        proto_pack_kv_int(pk, "signal", sig);
+    if (salus_client_call(&c, &reply, err, sizeof(err)) == 0)
+        proto_msg_free(&reply);
+    else
+        fprintf(stderr, "salusctl: job_exit: %s\n", err);
+    salus_client_close(&c);
+}
+
+static volatile sig_atomic_t run_child;
+
+/* salusd's kill: to the command (run shares the terminal's process group, so not to it) */
+static void run_forward(int sig)
+{
+    if (run_child > 0)
+        kill((pid_t)run_child, sig == SIGUSR1 ? SIGKILL : sig);
+}
+
 int salusctl_run(const char *socket_path, int timeout_ms, int argc, char **argv)
 {
     int i = 0;
+    char err[256] = "", text[32];
+    uint64_t id = 0;
     int rc = salusctl_job_options("run", argc, argv, NULL, &i);
     if (rc == 0)
         rc = salusctl_job_environment(socket_path, timeout_ms);
     if (rc != 0)
         return rc;
+    const char *base = strrchr(argv[i], '/') ? strrchr(argv[i], '/') + 1 : argv[i];
+    if (salusctl_reserve(socket_path, timeout_ms, base, NULL, -1, &id, err, sizeof(err)) < 0) {
+        fprintf(stderr, "salusctl: run: %s\n", err);
+        return 1;
+    }
+    snprintf(text, sizeof(text), "%llu", (unsigned long long)id);
+    setenv("SALUS_JOB_ID", text, 1);
+    struct sigaction sa = {.sa_handler = run_forward};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     pid_t pid = fork();
     if (pid < 0) {
         perror("salusctl: fork");
+        salusctl_report_exit(socket_path, timeout_ms, id, 1, 0);
         return 1;
     }
     if (pid == 0) {
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGUSR1, SIG_DFL);
         execvp(argv[i], &argv[i]);
         fprintf(stderr, "salusctl: run: cannot execute '%s': %s\n", argv[i], strerror(errno));
         _exit(127);
     }
+    run_child = pid;
     /* the terminal's signals reach the job (same process group); salusctl waits for it */
     signal(SIGINT, SIG_IGN);
     signal(SIGQUIT, SIG_IGN);
@@ -181,9 +272,11 @@ int salusctl_run(const char *socket_path, int timeout_ms, int argc, char **argv)
             return 1;
         }
     }
-    if (WIFEXITED(status))
-        return WEXITSTATUS(status);
-    if (WIFSIGNALED(status))
-        return 128 + WTERMSIG(status);
-    return 1;
+    run_child = 0;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status)
+               : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                     : 1;
+    salusctl_report_exit(socket_path, timeout_ms, id, code,
+                         WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    return code;
 }

@@ -1,6 +1,9 @@
 #ifndef SALUS_SALUSCTL_RUN_H
 #define SALUS_SALUSCTL_RUN_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 /* salusctl run [options] -- COMMAND...: returns the command's exit status (128 + signal),
  * 1 when salusd cannot be reached, 2 on a usage error. */
 int salusctl_run(const char *socket_path, int timeout_ms, int argc, char **argv);
@@ -13,5 +16,15 @@ int salusctl_job_options(const char *verb, int argc, char **argv, const char **l
 /* The rest of a job's environment: checks that salusd answers, sets SALUS_SOCKET, the shim
  * on LD_LIBRARY_PATH and in LD_PRELOAD, PYTORCH_CUDA_ALLOC_CONF. 0, or 1 with a message. */
 int salusctl_job_environment(const char *socket_path, int timeout_ms);
+
+/* Reserves a job for this process (op submit) with the hints of the environment and
+ * SALUS_JOB_NAME, or name; log_path / log_fd (-1: none) name the log salusd takes from
+ * this process. 0 with *id, or a negative errno with the reason in err. */
+int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
+                     const char *log_path, int log_fd, uint64_t *id, char *err, size_t err_size);
+/* Reports how the job's command ended (op job_exit): exit status code, or killed by sig
+ * (code 128 + sig). Prints why on stderr when it cannot. */
+void salusctl_report_exit(const char *socket_path, int timeout_ms, uint64_t id, int code,
+                          int sig);
 
 #endif

@@ -161,7 +161,22 @@ CUresult simgpu_shm_attach(void)
         rc = segment_refuse(strerror(errno));
         goto out;
     }
+    /* another user's segment could lie to this process: only its own or root's */
+    if (st.st_uid != geteuid() && st.st_uid != 0) {
+        char why[96];
+        snprintf(why, sizeof(why), "it belongs to uid %u", (unsigned)st.st_uid);
+        rc = segment_refuse(why);
+        goto out;
+    }
     bool create = st.st_size == 0;
+    /* root's simulated devices are the node's, like /dev/nvidia*: every user's jobs attach
+     * to them (read-write: they take turns on the engine and book their memory here). The
+     * cost: any local user can disturb the shared accounting and engine lock, never another
+     * process's memory (allocations are per-process memfds). */
+    if (create && geteuid() == 0 && st.st_uid == 0 && fchmod(fd, 0666) < 0) {
+        rc = segment_refuse(strerror(errno));
+        goto out;
+    }
     if (create) {
         bytes = sizeof(shm_header_t) + (size_t)simgpu_config.device_count * sizeof(shm_device_t);
         if (ftruncate(fd, (off_t)bytes) < 0) {

@@ -24,8 +24,20 @@ const option_def_t salusd_options[] = {
         "largest protocol frame accepted from a client"),
     ROW("max-connections", OPTION_INT, "1024", 1, 65536, max_connections,
         "client connections served at once"),
+    ROW("max-connections-per-uid", OPTION_INT, "128", 1, 65536, max_connections_per_uid,
+        "client connections of one user at once (root and salusd's own user: no cap)"),
+    ROW("max-queued-submits-per-uid", OPTION_INT, "64", 1, 65536, max_queued_submits_per_uid,
+        "submitted jobs of one user whose program has not registered yet"),
+    ROW("max-jobs-per-uid", OPTION_INT, "256", 1, 65536, max_jobs_per_uid,
+        "registered (running or waiting) jobs of one user"),
+    ROW("max-output-bytes", OPTION_BYTES, "4MiB", 4096, 1LL << 30, max_output_bytes,
+        "replies queued for a client that does not read them before it is disconnected"),
+    ROW("max-partial-frame-bytes", OPTION_BYTES, "16MiB", 64 << 10, 1LL << 32,
+        max_partial_frame_bytes,
+        "memory held in partly received frames, all clients together; past it the client "
+        "that adds more is disconnected"),
     ROW("hello-timeout-ms", OPTION_INT, "10000", 10, 3600000, hello_timeout_ms,
-        "a client that has not said hello by then is disconnected"),
+        "a client that has not said hello this long after connecting is disconnected"),
     ROW("driver", OPTION_STRING, NULL, 0, 0, driver_path,
         "CUDA driver to use (default: the system's libcuda.so.1 if a GPU works, else simgpu)"),
     ROW("chunk-bytes", OPTION_BYTES, "64MiB", 1 << 20, 1LL << 40, chunk_bytes,
@@ -48,6 +60,11 @@ const option_def_t salusd_options[] = {
     ROW("allow-group", OPTION_STRING, NULL, 0, 0, allow_group,
         "only root and this group may connect (socket root:GROUP 0660; default: every "
         "local user, socket 0666)"),
+    ROW("metrics-timeout-ms", OPTION_INT, "10000", 100, 600000, metrics_timeout_ms,
+        "an HTTP connection to the metrics endpoint is closed this long after it opened"),
+    ROW("metrics-job-labels", OPTION_BOOL, "no", 0, 0, metrics_job_labels,
+        "add per-job samples (job names and uids as labels) to /metrics; anyone who can "
+        "reach the endpoint reads them"),
 };
 const size_t salusd_option_count = sizeof(salusd_options) / sizeof(salusd_options[0]);
 

@@ -13,6 +13,11 @@ typedef struct salusd_config_s {
     int log_level;
     unsigned long long max_frame_bytes;
     long long max_connections;
+    long long max_connections_per_uid;
+    long long max_queued_submits_per_uid;
+    long long max_jobs_per_uid;
+    unsigned long long max_output_bytes;
+    unsigned long long max_partial_frame_bytes;
     long long hello_timeout_ms;
     char driver_path[4096];
     unsigned long long chunk_bytes;
@@ -24,6 +29,8 @@ typedef struct salusd_config_s {
     char metrics_address[64];    /* HOST:PORT of the /metrics endpoint; empty: off */
     char admin_group[64];        /* members see and control every job (access.c) */
     char allow_group[64];        /* empty: every local user may connect; else this group */
+    long long metrics_timeout_ms;
+    int metrics_job_labels;      /* per-job samples (names, uids) in /metrics */
 } salusd_config_t;
 
 extern const option_def_t salusd_options[];

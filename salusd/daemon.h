@@ -22,6 +22,9 @@ typedef struct conn_s {
     pid_t pid;                /* from SO_PEERCRED */
     uid_t uid;
     gid_t gid;
+    int pidfd;                /* the peer process, bound at accept (server.c); never -1 */
+    size_t input_held_bytes;  /* bytes of a partial frame held in the input buffer */
+    struct event *hello_deadline; /* closes the connection if no hello by then */
     int hello_done;
     int closing;              /* an error was sent; close once it is written */
     uint64_t job_id;          /* 0: not registered as a job */
@@ -43,6 +46,8 @@ typedef struct salusd_s {
     registry_t *registry;
     LIST_HEAD(conn_list, conn_s) conns;
     unsigned connection_count;
+    uint64_t partial_frame_bytes; /* sum of the connections' input_held_bytes */
+    struct event *accept_pause; /* re-enables accepting after an accept error */
     uint64_t started_ns;
     uint64_t frames_rejected;
     uint64_t requests_served;
@@ -57,6 +62,12 @@ uint64_t salusd_now_ns(void);
 /* server.c */
 int server_start(salusd_t *d);
 void server_stop(salusd_t *d);
+/* A new descriptor (close-on-exec) for the connection's peer process, for a job that
+ * outlives the request: -ESRCH when that process has exited (the pid may belong to another
+ * process now), another negative errno when no descriptor is left. */
+int server_dup_pidfd(const conn_t *c);
+/* Connections of uid now open. */
+unsigned server_connections_of(const salusd_t *d, uid_t uid);
 /* Sends an encoded frame (enc->sbuf) on the connection. */
 void server_send(conn_t *c, const proto_enc_t *enc);
 /* Sends a frame with file descriptors (SCM_RIGHTS). Returns 0, or a negative errno when

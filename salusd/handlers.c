@@ -123,8 +123,43 @@ static const struct {
     {"stats", jobctl_handle_stats},
 };
 
+/* Per-user caps on live jobs, checked before submit and register: a user cannot fill the
+ * daemon (and its descriptors) with jobs. Root and salusd's own user are not capped. */
+static int over_job_caps(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    int submit = strcmp(msg->op, "submit") == 0;
+    if ((!submit && strcmp(msg->op, "register") != 0) || c->uid == 0 || c->uid == geteuid())
+        return 0;
+    long long queued = 0, registered = 0;
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        const job_t *job = registry_at(d->registry, i);
+        if (job->uid != c->uid || !job->runtime)
+            continue;
+        if (jobs_is_reserved(job))
+            queued++;
+        else
+            registered++;
+    }
+    if (submit && queued >= d->config.max_queued_submits_per_uid) {
+        server_reply_error(c, msg->id, PROTO_EBUSY, 0,
+                           "uid %u has %lld submitted jobs whose program has not started yet "
+                           "(max-queued-submits-per-uid)", (unsigned)c->uid, queued);
+        return 1;
+    }
+    if (!submit && registered >= d->config.max_jobs_per_uid) {
+        server_reply_error(c, msg->id, PROTO_EBUSY, 0,
+                           "uid %u has %lld jobs registered already (max-jobs-per-uid)",
+                           (unsigned)c->uid, registered);
+        return 1;
+    }
+    return 0;
+}
+
 void handlers_dispatch(conn_t *c, const proto_msg_t *msg)
 {
+    if (over_job_caps(c, msg))
+        return;
     for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++) {
         if (strcmp(handlers[i].op, msg->op) == 0) {
             handlers[i].fn(c, msg);

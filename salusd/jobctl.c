@@ -330,15 +330,21 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
     }
     e->supervised = 1;
     /* the supervisor's end, reported or not, ends a job whose program never registered */
-    e->supervisor_pidfd = (int)syscall(SYS_pidfd_open, c->pid, 0);
+    e->supervisor_pidfd = server_dup_pidfd(c); /* the connection's process, not its pid */
     if (e->supervisor_pidfd >= 0) {
         e->supervisor_event = event_new(d->base, e->supervisor_pidfd, EV_READ,
                                         on_supervisor_exit, e);
         if (!e->supervisor_event || event_add(e->supervisor_event, NULL) < 0)
             entry_close_supervisor(e);
-    } else {
-        LOG_WARN("pidfd_open(%d) failed: job %llu ends only by its report", (int)c->pid,
-                 (unsigned long long)job->id);
+    }
+    if (!e->supervisor_event) { /* nothing would ever end the reservation: drop it now */
+        int why = e->supervisor_pidfd < 0 ? -e->supervisor_pidfd : ENOMEM;
+        entry_close_supervisor(e);
+        jobs_end_reserved(d, job, JOB_FAILED);
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "cannot watch the submitting process "
+                           "(pid %d): %s", (int)c->pid,
+                           why == ESRCH ? "it has exited" : strerror(why));
+        return;
     }
     if (log_fd_rc == 0) {
         int fd = take_log_fd(e->supervisor_pidfd, log_fd_number);

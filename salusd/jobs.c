@@ -330,16 +330,26 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
             return;
         }
     }
+    /* the connection's process, not whatever has its pid by the time a signal is sent */
+    int pidfd = server_dup_pidfd(c);
+    if (pidfd < 0) {
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "cannot watch the registering "
+                           "process (pid %d): %s", (int)c->pid,
+                           pidfd == -ESRCH ? "it has exited" : strerror(-pidfd));
+        return;
+    }
     job_t *job = NULL;
     job_runtime_t *rt = NULL;
     if (reserved_id) { /* salusctl submit reserved the job: attach this process to it */
         job = registry_find(d->registry, reserved_id);
         if (!job) {
+            close(pidfd);
             server_reply_error(c, msg->id, PROTO_ENOTFOUND, 0, "no job %llu (SALUS_JOB_ID)",
                                (unsigned long long)reserved_id);
             return;
         }
         if (job->uid != c->uid) {
+            close(pidfd);
             server_reply_error(c, msg->id, PROTO_EPERM, 0,
                                "permission_denied: job %llu belongs to another user",
                                (unsigned long long)reserved_id);
@@ -347,6 +357,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
         }
         rt = runtime_of(job);
         if (!rt) {
+            close(pidfd);
             server_reply_error(c, msg->id, PROTO_ESTATE, 0, "job %llu has already ended",
                                (unsigned long long)reserved_id);
             return;
@@ -370,6 +381,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
                  : NULL;
         if (!job) {
             free(rt);
+            close(pidfd);
             server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
             return;
         }
@@ -380,7 +392,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     rt->conn = c;
     rt->register_request_id = msg->id;
     rt->reply_pending = 1;
-    rt->pidfd = (int)syscall(SYS_pidfd_open, c->pid, 0);
+    rt->pidfd = pidfd;
     job->runtime = rt;
     job->iterations_expected = iterations;
     job->persistent_hint_bytes = persistent;

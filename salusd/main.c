@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +30,23 @@ static void on_signal(evutil_socket_t sig, short events, void *arg)
     (void)events;
     LOG_INFO("received %s; shutting down", strsignal((int)sig));
     event_base_loopexit(d->base, NULL);
+}
+
+/* Raises the soft limit on open descriptors to the hard one: each job holds a connection
+ * and a few descriptors, and systemd's default soft limit (1024) is soon reached. */
+static void raise_fd_limit(void)
+{
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim) < 0 || lim.rlim_cur >= lim.rlim_max)
+        return;
+    rlim_t before = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &lim) < 0)
+        LOG_WARN("cannot raise the descriptor limit from %llu: %s", (unsigned long long)before,
+                 strerror(errno));
+    else
+        LOG_DEBUG("descriptor limit raised from %llu to %llu", (unsigned long long)before,
+                  (unsigned long long)lim.rlim_cur);
 }
 
 /* Forks; the parent waits until the child is ready (or failed) and exits with that. */
@@ -84,6 +102,7 @@ int main(int argc, char **argv)
         return 2;
     salus_log_init("salusd", (salus_log_level_t)d.config.log_level);
     signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
 
     if (!d.config.foreground && detach(&ready_fd) < 0) {
         LOG_ERROR("cannot detach: %s", strerror(errno));

@@ -6,6 +6,8 @@
 #include "paths.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -22,14 +25,99 @@
 
 #include "client.h"
 
+/* SO_PEERPIDFD (Linux 6.5) where the C library's headers predate it; its value is the
+ * same on these architectures. An older kernel answers ENOPROTOOPT and the fallback runs. */
+#if !defined(SO_PEERPIDFD) && (defined(__x86_64__) || defined(__i386__) || \
+                               defined(__aarch64__) || defined(__arm__) || defined(__riscv))
+#define SO_PEERPIDFD 77
+#endif
+
+#define SERVER_ACCEPT_PAUSE_MS 100
+#define SERVER_REFUSAL_LOG_INTERVAL_NS 1000000000ull
+
 static void conn_free(conn_t *c)
 {
     salusd_t *d = c->daemon;
     handlers_connection_closed(c);
     LIST_REMOVE(c, link);
     d->connection_count--;
+    d->partial_frame_bytes -= c->input_held_bytes;
+    if (c->hello_deadline)
+        event_free(c->hello_deadline);
     bufferevent_free(c->bev);
+    close(c->pidfd);
     free(c);
+}
+
+/* 1 while the process of pidfd has not exited. */
+static int pidfd_alive(int pidfd)
+{
+    struct pollfd p = {.fd = pidfd, .events = POLLIN};
+    return poll(&p, 1, 0) == 0;
+}
+
+int server_dup_pidfd(const conn_t *c)
+{
+    if (!pidfd_alive(c->pidfd))
+        return -ESRCH;
+    int fd = fcntl(c->pidfd, F_DUPFD_CLOEXEC, 0);
+    return fd < 0 ? -errno : fd;
+}
+
+unsigned server_connections_of(const salusd_t *d, uid_t uid)
+{
+    unsigned n = 0;
+    const conn_t *c;
+    LIST_FOREACH(c, &d->conns, link)
+        n += c->uid == uid;
+    return n;
+}
+
+/* The effective uid in /proc/PID/status, or -1. */
+static long long proc_euid(pid_t pid)
+{
+    char path[64], line[256];
+    long long real = -1, effective = -1;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "Uid: %lld %lld", &real, &effective) == 2)
+            break;
+    fclose(f);
+    return effective;
+}
+
+/* A pidfd of the process at the other end of fd (that process, not whichever process has
+ * its pid later), or a negative errno: -ESRCH when it has exited or its pid names a process
+ * of another user already. */
+static int bind_peer_process(int fd, const struct ucred *cred)
+{
+    int pidfd = -1;
+#ifdef SO_PEERPIDFD
+    socklen_t len = sizeof(pidfd);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0) {
+        if (pidfd_alive(pidfd))
+            return pidfd;
+        close(pidfd);
+        return -ESRCH;
+    }
+    if (errno != ENOPROTOOPT && errno != EINVAL && errno != EOPNOTSUPP)
+        return -errno;
+#endif
+    /* Older kernels: a pidfd of the pid; the process behind the pid must have the peer's
+     * uid, read while the pidfd's process is alive, so that the pid still names it. */
+    pidfd = (int)syscall(SYS_pidfd_open, cred->pid, 0);
+    if (pidfd < 0)
+        return -errno;
+    fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+    long long euid = proc_euid(cred->pid);
+    if (euid != (long long)cred->uid || !pidfd_alive(pidfd)) {
+        close(pidfd);
+        return -ESRCH;
+    }
+    return pidfd;
 }
 
 static void on_event(struct bufferevent *bev, short events, void *arg);
@@ -68,15 +156,38 @@ static int send_direct(conn_t *c, const char *data, size_t size, const int *fds,
     }
     if (nfds > 0 && sent == 0)
         return -EAGAIN;
+    /* one reply of any size may wait; more only up to the cap */
+    size_t queued = evbuffer_get_length(out);
+    if (queued > 0 && queued + (size - sent) > c->daemon->config.max_output_bytes)
+        return -ENOBUFS;
     if (sent < size && bufferevent_write(c->bev, data + sent, size - sent) < 0)
         return -ENOMEM;
     return 0;
 }
 
+/* Closes c once the loop is back, dropping the replies it has not read (a socket
+ * bufferevent's output cannot be drained from the front: fail it instead). */
+static void conn_drop(conn_t *c)
+{
+    c->closing = 1;
+    bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+    bufferevent_setcb(c->bev, NULL, NULL, on_event, c);
+    bufferevent_trigger_event(c->bev, BEV_EVENT_ERROR, BEV_TRIG_DEFER_CALLBACKS);
+}
+
 void server_send(conn_t *c, const proto_enc_t *enc)
 {
-    if (send_direct(c, enc->sbuf.data, enc->sbuf.size, NULL, 0) < 0)
+    if (c->closing)
+        return;
+    int rc = send_direct(c, enc->sbuf.data, enc->sbuf.size, NULL, 0);
+    if (rc == -ENOBUFS) {
+        LOG_WARN("closing the connection of pid %d (uid %u): it does not read its replies "
+                 "(over max-output-bytes, %llu bytes)", (int)c->pid, (unsigned)c->uid,
+                 (unsigned long long)c->daemon->config.max_output_bytes);
+        conn_drop(c);
+    } else if (rc < 0) {
         LOG_DEBUG("could not send a reply to pid %d", (int)c->pid);
+    }
 }
 
 int server_send_fds(conn_t *c, const proto_enc_t *enc, const int *fds, int nfds)
@@ -152,12 +263,35 @@ static void handle_hello(conn_t *c, const proto_msg_t *msg)
     if (proto_get_str_copy(&msg->body, "client", c->client, sizeof(c->client)) < 0)
         snprintf(c->client, sizeof(c->client), "unknown");
     c->hello_done = 1;
-    bufferevent_set_timeouts(c->bev, NULL, NULL); /* a registered job may idle for hours */
+    event_free(c->hello_deadline); /* a registered job may idle for hours */
+    c->hello_deadline = NULL;
     proto_enc_begin(&d->enc, PROTO_REPLY, msg->id, "", 2);
     proto_pack_kv_uint(&d->enc.pk, "version", PROTO_VERSION);
     proto_pack_kv_str(&d->enc.pk, "server", "salusd " SALUS_VERSION);
     proto_enc_finish(&d->enc);
     server_send(c, &d->enc);
+}
+
+/* Keeps the books of partial frames after a read; past max-partial-frame-bytes (all
+ * connections together) the connection that holds part of a frame is dropped. */
+static void account_input(conn_t *c)
+{
+    salusd_t *d = c->daemon;
+    size_t held = c->closing ? 0 : evbuffer_get_length(bufferevent_get_input(c->bev));
+    d->partial_frame_bytes = d->partial_frame_bytes - c->input_held_bytes + held;
+    c->input_held_bytes = held;
+    if (held == 0 || d->partial_frame_bytes <= d->config.max_partial_frame_bytes)
+        return;
+    LOG_WARN("closing the connection of pid %d (uid %u): partial frames of all clients hold "
+             "over %llu bytes (max-partial-frame-bytes)", (int)c->pid, (unsigned)c->uid,
+             (unsigned long long)d->config.max_partial_frame_bytes);
+    server_reply_error(c, 0, PROTO_EBUSY, 1,
+                       "salusd holds too much in partly sent frames (max-partial-frame-bytes "
+                       "%llu); try again", (unsigned long long)d->config.max_partial_frame_bytes);
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    d->partial_frame_bytes -= c->input_held_bytes;
+    c->input_held_bytes = 0;
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -171,15 +305,15 @@ static void on_read(struct bufferevent *bev, void *arg)
         uint32_t len;
         size_t available = evbuffer_get_length(in);
         if (available < PROTO_HEADER_BYTES)
-            return;
+            break;
         evbuffer_copyout(in, header, sizeof(header));
         if (proto_frame_length(header, sizeof(header), d->config.max_frame_bytes, &len) < 0) {
             evbuffer_drain(in, available);
             reject_frame(c, "frame length is zero or over the size cap");
-            return;
+            break;
         }
         if (available < PROTO_HEADER_BYTES + (size_t)len)
-            return;
+            break;
         evbuffer_drain(in, PROTO_HEADER_BYTES);
         const uint8_t *payload = evbuffer_pullup(in, len);
         proto_msg_t msg;
@@ -188,7 +322,7 @@ static void on_read(struct bufferevent *bev, void *arg)
         evbuffer_drain(in, len);
         if (rc < 0) {
             reject_frame(c, why);
-            return;
+            break;
         }
         if (!c->hello_done) {
             handle_hello(c, &msg);
@@ -201,16 +335,55 @@ static void on_read(struct bufferevent *bev, void *arg)
         }
         proto_msg_free(&msg);
     }
+    if (c->closing) /* nothing more is read from it */
+        evbuffer_drain(in, evbuffer_get_length(in));
+    account_input(c);
 }
 
 static void on_event(struct bufferevent *bev, short events, void *arg)
 {
     conn_t *c = arg;
     (void)bev;
-    if (events & BEV_EVENT_TIMEOUT)
-        LOG_DEBUG("pid %d said no hello in time; closing", (int)c->pid);
-    if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
+    if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
         conn_free(c);
+}
+
+static void on_hello_deadline(evutil_socket_t fd, short events, void *arg)
+{
+    conn_t *c = arg;
+    (void)fd;
+    (void)events;
+    LOG_DEBUG("pid %d said no hello in time; closing", (int)c->pid);
+    conn_free(c);
+}
+
+/* Refuses a connection with an error frame (best effort: the socket is new, so the frame
+ * fits its buffer) and closes it. Refusals are logged at most once a second. */
+static void refuse(salusd_t *d, int fd, const struct ucred *cred, proto_error_code_t code,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void refuse(salusd_t *d, int fd, const struct ucred *cred, proto_error_code_t code,
+                   const char *fmt, ...)
+{
+    static uint64_t last_log_ns, unlogged;
+    char message[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof(message), fmt, ap);
+    va_end(ap);
+    proto_enc_error(&d->enc, 0, code, message);
+    ssize_t ignored = send(fd, d->enc.sbuf.data, d->enc.sbuf.size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)ignored;
+    close(fd);
+    uint64_t now = salusd_now_ns();
+    if (last_log_ns && now - last_log_ns < SERVER_REFUSAL_LOG_INTERVAL_NS) {
+        unlogged++;
+        return;
+    }
+    LOG_WARN("refused a connection of pid %d (uid %u): %s (%llu more refusals not logged "
+             "before this one)", (int)cred->pid, (unsigned)cred->uid, message,
+             (unsigned long long)unlogged);
+    last_log_ns = now;
+    unlogged = 0;
 }
 
 static void on_accept(struct evconnlistener *listener, evutil_socket_t fd, struct sockaddr *sa,
@@ -228,19 +401,39 @@ static void on_accept(struct evconnlistener *listener, evutil_socket_t fd, struc
         close(fd);
         return;
     }
-    if (d->connection_count >= (unsigned)d->config.max_connections) {
-        LOG_WARN("refusing pid %d: %u connections already open", (int)cred.pid,
-                 d->connection_count);
-        close(fd);
+    /* root and salusd's own user are never capped, so that they can always look in */
+    int capped = cred.uid != 0 && cred.uid != geteuid();
+    if (capped && d->connection_count >= (unsigned)d->config.max_connections) {
+        refuse(d, fd, &cred, PROTO_EBUSY,
+               "salusd serves %u connections already (max-connections)", d->connection_count);
+        return;
+    }
+    if (capped &&
+        server_connections_of(d, cred.uid) >= (unsigned)d->config.max_connections_per_uid) {
+        refuse(d, fd, &cred, PROTO_EBUSY,
+               "uid %u has %lld connections open already (max-connections-per-uid)",
+               (unsigned)cred.uid, d->config.max_connections_per_uid);
+        return;
+    }
+    int pidfd = bind_peer_process(fd, &cred);
+    if (pidfd < 0) {
+        refuse(d, fd, &cred, PROTO_EPERM,
+               "salusd cannot bind this connection to its process (pid %d): %s", (int)cred.pid,
+               pidfd == -ESRCH ? "it has exited" : strerror(-pidfd));
         return;
     }
     conn_t *c = calloc(1, sizeof(*c));
     struct bufferevent *bev =
         c ? bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
-    if (!bev) {
+    struct event *deadline = bev ? evtimer_new(d->base, on_hello_deadline, c) : NULL;
+    if (!deadline) {
         LOG_ERROR("out of memory accepting a connection");
+        if (bev)
+            bufferevent_free(bev);
+        else
+            close(fd);
         free(c);
-        close(fd);
+        close(pidfd);
         return;
     }
     c->daemon = d;
@@ -248,16 +441,45 @@ static void on_accept(struct evconnlistener *listener, evutil_socket_t fd, struc
     c->pid = cred.pid;
     c->uid = cred.uid;
     c->gid = cred.gid;
+    c->pidfd = pidfd;
+    c->hello_deadline = deadline;
     LIST_INSERT_HEAD(&d->conns, c, link);
     d->connection_count++;
+    /* an absolute deadline: trickling bytes does not extend it */
     struct timeval hello_timeout = {.tv_sec = d->config.hello_timeout_ms / 1000,
                                     .tv_usec = (d->config.hello_timeout_ms % 1000) * 1000};
-    bufferevent_set_timeouts(bev, &hello_timeout, NULL);
+    evtimer_add(deadline, &hello_timeout);
     /* never buffer more than one whole frame from a peer */
     bufferevent_setwatermark(bev, EV_READ, 0, PROTO_HEADER_BYTES + d->config.max_frame_bytes);
     bufferevent_setcb(bev, on_read, NULL, on_event, c);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     LOG_DEBUG("connection from pid %d uid %u", (int)cred.pid, (unsigned)cred.uid);
+}
+
+static void on_accept_resume(evutil_socket_t fd, short events, void *arg)
+{
+    salusd_t *d = arg;
+    (void)fd;
+    (void)events;
+    if (d->listener)
+        evconnlistener_enable(d->listener);
+}
+
+/* accept() failed (out of descriptors, most likely): pause instead of spinning on it. */
+static void on_accept_error(struct evconnlistener *listener, void *arg)
+{
+    salusd_t *d = arg;
+    int err = EVUTIL_SOCKET_ERROR();
+    static uint64_t last_log_ns;
+    uint64_t now = salusd_now_ns();
+    if (!last_log_ns || now - last_log_ns >= SERVER_REFUSAL_LOG_INTERVAL_NS) {
+        LOG_WARN("accept failed: %s (%u connections open); not accepting for %d ms",
+                 strerror(err), d->connection_count, SERVER_ACCEPT_PAUSE_MS);
+        last_log_ns = now;
+    }
+    evconnlistener_disable(listener);
+    struct timeval pause = {.tv_sec = 0, .tv_usec = SERVER_ACCEPT_PAUSE_MS * 1000};
+    evtimer_add(d->accept_pause, &pause);
 }
 
 /* Refuses to take over a socket on which a live server answers; removes a dead one. */
@@ -328,13 +550,17 @@ int server_start(salusd_t *d)
     rc = access_socket_mode(d, path);
     if (rc < 0)
         goto fail;
-    d->listener = evconnlistener_new(d->base, on_accept, d,
-                                     LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 128, fd);
+    d->accept_pause = evtimer_new(d->base, on_accept_resume, d);
+    d->listener = d->accept_pause ? evconnlistener_new(d->base, on_accept, d,
+                                                       LEV_OPT_CLOSE_ON_FREE |
+                                                           LEV_OPT_CLOSE_ON_EXEC, 128, fd)
+                                  : NULL;
     if (!d->listener) {
         rc = -errno ? -errno : -ENOMEM;
         LOG_ERROR("cannot listen on %s", path);
         goto fail;
     }
+    evconnlistener_set_error_cb(d->listener, on_accept_error);
     return 0;
 
 fail:
@@ -353,6 +579,9 @@ void server_stop(salusd_t *d)
     if (d->listener)
         evconnlistener_free(d->listener);
     d->listener = NULL;
+    if (d->accept_pause)
+        event_free(d->accept_pause);
+    d->accept_pause = NULL;
     if (d->socket_bound && unlink(d->config.socket_path) < 0)
         LOG_WARN("could not remove %s: %s", d->config.socket_path, strerror(errno));
     d->socket_bound = 0;

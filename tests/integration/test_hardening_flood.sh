@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# Attacks on a root salusd by ordinary users (throwaway users A and B):
+#   1. pid reuse: A's connection outlives its process, whose pid then belongs to B's process;
+#      A's submit / register + kill --force must not reach B's process;
+#   2. descriptor floods (connections, submits) and a slow hello: root's status is answered,
+#      the per-user caps are named in the refusals, nothing stays half reserved;
+#   3. memory floods (status requests never read, partial frames): salusd's RSS stays bounded.
+# salusd's RSS and descriptor count before, during and after each flood, and the latency of
+# root's status during it, are printed. The whole test runs in a pid namespace of its own
+# (the pid-reuse case forces pids through /proc/sys/kernel/ns_last_pid there).
+# HARDENING_CASES picks cases (default: all): reuse conns submits hello replies partial.
+if [ -z "${SALUS_HARDENING_PIDNS:-}" ]; then
+    [ "$(id -u)" -eq 0 ] || { echo "FAIL: this test must run as root (it creates users)" >&2; exit 1; }
+    export SALUS_HARDENING_PIDNS=$$ # names the throwaway users: $$ is 1 in the namespace
+    exec unshare --pid --fork --kill-child --mount-proc bash "$0" "$@"
+fi
+. "$(dirname "$0")/lib.sh"
+
+TOOL="$TBIN/salus-hardening-test"
+command -v setpriv >/dev/null || fail "setpriv is missing"
+USER_A="slsa${SALUS_HARDENING_PIDNS}a"
+USER_B="slsa${SALUS_HARDENING_PIDNS}b"
+FLOOD_PIDS=()
+cleanup_all() {
+    local pid
+    exec 7>&- 8>&- 2>/dev/null || true
+    for pid in "${FLOOD_PIDS[@]}"; do
+        kill -9 "$pid" 2>/dev/null || true
+    done
+    [ -n "${VICTIM:-}" ] && kill -9 "$VICTIM" 2>/dev/null || true
+    userdel "$USER_A" 2>/dev/null || true
+    userdel "$USER_B" 2>/dev/null || true
+    cleanup
+}
+trap cleanup_all EXIT
+useradd -M -N -s /usr/sbin/nologin "$USER_A" || fail "useradd $USER_A"
+useradd -M -N -s /usr/sbin/nologin "$USER_B" || fail "useradd $USER_B"
+AS_A=(setpriv --reuid="$(id -u "$USER_A")" --regid="$(id -g "$USER_A")" --clear-groups --)
+AS_B=(setpriv --reuid="$(id -u "$USER_B")" --regid="$(id -g "$USER_B")" --clear-groups --)
+UID_A=$(id -u "$USER_A")
+
+# systemd's default soft limit, which salusd must raise itself
+ulimit -Sn 1024
+ASAN_BUILD=0
+if nm -D "$SALUSD" 2>/dev/null | grep -q __asan_init || ldd "$SALUSD" | grep -q libasan; then
+    ASAN_BUILD=1
+    # ASan's quarantine keeps freed memory resident on purpose; growth is what is measured
+    export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=0:thread_local_quarantine_size_kb=0"
+fi
+chmod 0755 "$WORK"
+start_daemon --hello-timeout-ms 2000
+chmod 0666 "$SOCK" # this test only: let the users reach the socket
+
+fds_of() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 | wc -l; }
+measure() { echo "salusd $1: rss $(rss_kb "$DAEMON_PID") kB, $(fds_of "$DAEMON_PID") fds"; }
+
+# root_status WHEN: root's status must be answered (within 5 s), its latency printed
+root_status() {
+    local t0 t1 rc=0
+    t0=$(date +%s%N)
+    timeout 5 "$SALUSCTL" status --json >"$WORK/status.json" 2>"$WORK/status.err" || rc=$?
+    t1=$(date +%s%N)
+    [ "$rc" -eq 0 ] && grep -q '"server"' "$WORK/status.json" \
+        || fail "root's status $1: rc $rc: $(cat "$WORK/status.err")"
+    echo "root's status $1: answered in $(((t1 - t0) / 1000000)) ms"
+}
+
+connections() {
+    "$SALUSCTL" status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["connections"])'
+}
+
+# flood_start NAME TOOLS ARGS...: TOOLS copies of the tool as user A, holding what they
+# opened until flood_stop
+flood_start() {
+    local name=$1 n=$2 i
+    shift 2
+    mkfifo "$WORK/hold-$name"
+    exec 8<>"$WORK/hold-$name"
+    FLOOD_PIDS=()
+    for i in $(seq 1 "$n"); do
+        "${AS_A[@]}" "$TOOL" "$@" <"$WORK/hold-$name" >"$WORK/$name.$i.out" 2>&1 8>&- &
+        FLOOD_PIDS+=($!)
+    done
+}
+
+# flood_wait NAME TOOLS: waits (at most 30 s) until every tool printed "ready", sampling
+# salusd's RSS meanwhile: PEAK_KB
+flood_wait() {
+    local name=$1 n=$2 i ready rss deadline=$((SECONDS + 30))
+    PEAK_KB=0
+    while :; do
+        rss=$(rss_kb "$DAEMON_PID")
+        [ "$rss" -gt "$PEAK_KB" ] && PEAK_KB=$rss
+        ready=0
+        for i in $(seq 1 "$n"); do
+            grep -q '^ready' "$WORK/$name.$i.out" 2>/dev/null && ready=$((ready + 1))
+        done
+        [ "$ready" -eq "$n" ] && break
+        [ "$SECONDS" -lt "$deadline" ] || { echo "flood $name: $ready of $n tools ready after 30 s"; break; }
+        sleep 0.05
+    done
+    rss=$(rss_kb "$DAEMON_PID")
+    [ "$rss" -gt "$PEAK_KB" ] && PEAK_KB=$rss
+    for i in $(seq 1 "$n"); do
+        echo "  tool $i: $(head -n 1 "$WORK/$name.$i.out")"
+    done
+}
+
+flood_stop() {
+    local base=$1 deadline=$((SECONDS + 20))
+    exec 8>&-
+    wait "${FLOOD_PIDS[@]}" 2>/dev/null || true
+    FLOOD_PIDS=()
+    while [ "$(connections)" -gt "$base" ]; do
+        [ "$SECONDS" -lt "$deadline" ] || fail "connections did not go back to $base"
+        sleep 0.05
+    done
+}
+
+wanted() { [[ " ${HARDENING_CASES:-reuse conns submits hello replies partial} " == *" $1 "* ]]; }
+
+# ---- 1. pid reuse -------------------------------------------------------------------------
+reuse_case() {
+    local mode=$1 out P try deadline
+    out="$WORK/reuse-$mode.out"
+    mkfifo "$WORK/go-$mode"
+    exec 7<>"$WORK/go-$mode"
+    "${AS_A[@]}" "$TOOL" reuse "$SOCK" "$mode" <"$WORK/go-$mode" >"$out" 2>&1 7>&- &
+    P=$!
+    wait "$P" || fail "reuse tool: $(cat "$out")"
+    grep -q "^pid $P\$" "$out" || fail "reuse tool: $(cat "$out")"
+    # B's process takes the pid of A's exited process
+    VICTIM=""
+    for try in 1 2 3 4 5; do
+        echo $((P - 1)) >/proc/sys/kernel/ns_last_pid
+        "${AS_B[@]}" sleep 300 7>&- &
+        VICTIM=$!
+        [ "$VICTIM" -eq "$P" ] && break
+        kill -9 "$VICTIM"
+        wait "$VICTIM" 2>/dev/null || true
+        VICTIM=""
+    done
+    [ -n "$VICTIM" ] || fail "could not give pid $P to user B's process"
+    echo "$mode: A's process $P exited with its connection held by its child; B's sleep is pid $VICTIM now"
+    echo go >&7
+    deadline=$((SECONDS + 10))
+    until grep -q '^kill:\|refused' "$out"; do
+        [ "$SECONDS" -lt "$deadline" ] || fail "the reuse tool did not finish: $(cat "$out")"
+        sleep 0.05
+    done
+    sed 's/^/  A: /' "$out"
+    sleep 0.2 # a SIGKILL sent by salusd has been delivered by then (the check is the state)
+    local state
+    state=$(awk '{print $3}' "/proc/$VICTIM/stat" 2>/dev/null || echo gone)
+    echo "  ps of B's process: $(ps -o pid=,user=,stat=,comm= -p "$VICTIM" || echo none)"
+    [ "$state" = S ] || [ "$state" = R ] \
+        || fail "$mode: B's process $VICTIM (state $state) was killed through A's connection"
+    kill -9 "$VICTIM"
+    wait "$VICTIM" 2>/dev/null || true
+    VICTIM=""
+    exec 7>&-
+    pass "$mode + kill --force on a connection whose process exited does not reach pid $P's new owner"
+}
+if wanted reuse; then
+    reuse_case submit
+    reuse_case register
+fi
+
+# ---- 2. descriptor floods -------------------------------------------------------------------
+BASE_CONNS=$(connections)
+if wanted conns; then
+measure "before the connection flood"
+flood_start conns 1 conns "$SOCK" 1100
+flood_wait conns 1
+measure "during the connection flood"
+root_status "during the connection flood"
+grep -q "max-connections-per-uid" "$WORK/conns.1.out" || fail "no refusal naming the cap"
+connected=$(awk '/^ready/ {print $3}' "$WORK/conns.1.out")
+[ "$connected" -le 128 ] || fail "A holds $connected connections"
+flood_stop "$BASE_CONNS"
+measure "after the connection flood"
+pass "1100 connections of one user: $connected served, the rest refused naming the cap"
+fi
+
+if wanted submits; then
+measure "before the submit flood"
+flood_start submits 1 submits "$SOCK" 1100
+flood_wait submits 1
+measure "during the submit flood"
+root_status "during the submit flood"
+grep -q "max-queued-submits-per-uid" "$WORK/submits.1.out" || fail "no refusal naming the cap"
+submitted=$(awk '/^ready/ {print $3}' "$WORK/submits.1.out")
+[ "$submitted" -le 64 ] || fail "A has $submitted queued submits"
+flood_stop "$BASE_CONNS"
+deadline=$((SECONDS + 10))
+while :; do
+    left=$("$SALUSCTL" ps --json | python3 -c '
+import json, sys
+print(sum(1 for j in json.load(sys.stdin) if j["uid"] == int(sys.argv[1]) and
+          j["state"] not in ("done", "failed")))' "$UID_A")
+    [ "$left" -eq 0 ] && break
+    [ "$SECONDS" -lt "$deadline" ] || fail "$left of A's reservations stay after its processes ended"
+    sleep 0.05
+done
+measure "after the submit flood"
+pass "1100 submits of one user: $submitted queued, none left once its processes ended"
+fi
+
+if wanted hello; then
+out=$("${AS_A[@]}" "$TOOL" drip "$SOCK" 200 6000)
+echo "a hello sent one byte every 200 ms: $out"
+ms=$(echo "$out" | awk '/^closed after/ {print $3}')
+[ -n "$ms" ] && [ "$ms" -lt 4000 ] || fail "hello deadline (2000 ms): $out"
+pass "the hello deadline is absolute"
+fi
+
+# ---- 3. memory floods -----------------------------------------------------------------------
+if [ "$ASAN_BUILD" -eq 1 ]; then LIMIT_KB=$((64 * 1024)); KIND="growth"; else LIMIT_KB=$((64 * 1024)); KIND="rss"; fi
+if wanted replies; then
+before=$(rss_kb "$DAEMON_PID")
+measure "before the reply flood"
+flood_start replies 4 status-flood "$SOCK" 250000
+root_status "during the reply flood"
+flood_wait replies 4
+measure "during the reply flood (peak rss ${PEAK_KB} kB)"
+flood_stop "$BASE_CONNS"
+measure "after the reply flood"
+if [ "$KIND" = rss ]; then value=$PEAK_KB; else value=$((PEAK_KB - before)); fi
+[ "$value" -lt "$LIMIT_KB" ] || fail "reply flood: $KIND $value kB"
+grep -q "max-output-bytes" "$WORK/salusd.log" || fail "no log line about max-output-bytes"
+pass "4 clients never reading their replies: peak $KIND $value kB (< $LIMIT_KB)"
+fi
+
+if wanted partial; then
+before=$(rss_kb "$DAEMON_PID")
+measure "before the partial-frame flood"
+flood_start partial 1 partial "$SOCK" 100 $((1024 * 1024 - 1))
+flood_wait partial 1
+measure "during the partial-frame flood (peak rss ${PEAK_KB} kB)"
+root_status "during the partial-frame flood"
+flood_stop "$BASE_CONNS"
+measure "after the partial-frame flood"
+if [ "$KIND" = rss ]; then value=$PEAK_KB; else value=$((PEAK_KB - before)); fi
+[ "$value" -lt "$LIMIT_KB" ] || fail "partial-frame flood: $KIND $value kB"
+grep -q "max-partial-frame-bytes" "$WORK/salusd.log" || fail "no log line about max-partial-frame-bytes"
+pass "100 partial frames of 1 MiB - 1: peak $KIND $value kB (< $LIMIT_KB)"
+fi
+
+root_status "after the floods"
+stop_daemon

@@ -207,11 +207,15 @@ int salus_client_open(salus_client_t *c, const char *path, const char *client_na
     }
     proto_enc_hello(&c->enc, PROTO_VERSION, client_name);
     rc = salus_send_frame(c->fd, c->enc.sbuf.data, c->enc.sbuf.size, timeout_ms);
-    if (rc < 0)
+    /* a server that refused the connection may have said why before closing it */
+    if (rc < 0 && rc != -EPIPE && rc != -ECONNRESET)
         goto fail;
+    int send_rc = rc;
     rc = salus_recv_msg(c->fd, &reply, c->max_frame_bytes, timeout_ms);
-    if (rc < 0)
+    if (rc < 0) {
+        rc = send_rc < 0 ? send_rc : rc;
         goto fail;
+    }
     if (reply.kind != PROTO_REPLY) {
         copy_error(&reply, err, err_size);
         proto_msg_free(&reply);

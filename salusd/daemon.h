@@ -78,6 +78,9 @@ int server_send_fds(conn_t *c, const proto_enc_t *enc, const int *fds, int nfds)
 void server_reply_error(conn_t *c, uint64_t id, proto_error_code_t code, int close_after,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
+/* handlers.c: memory booked on a GPU, from the lane manager's books: the admitted jobs'
+ * persistent memory plus the lanes' sizes (jobs that share a lane count it once). */
+uint64_t handlers_gpu_reserved_bytes(salusd_t *d, int gpu);
 /* handlers.c: answers one request (kind PROTO_REQUEST) from a connection that said hello. */
 void handlers_dispatch(conn_t *c, const proto_msg_t *msg);
 /* Called when a connection goes away: forgets the job it registered. */

@@ -13,6 +13,13 @@
 
 typedef void (*handler_fn)(conn_t *c, const proto_msg_t *msg);
 
+uint64_t handlers_gpu_reserved_bytes(salusd_t *d, int gpu)
+{
+    uint64_t capacity = 0, persistent = 0, lane_bytes = 0, lanes = 0;
+    sched_gpu_books(d, gpu, &capacity, &persistent, &lane_bytes, &lanes);
+    return persistent + lane_bytes;
+}
+
 static void reply_status(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
@@ -36,7 +43,7 @@ static void reply_status(conn_t *c, const proto_msg_t *msg)
         proto_pack_kv_uint(&e->pk, "index", (uint64_t)i);
         proto_pack_kv_str(&e->pk, "name", g->name);
         proto_pack_kv_uint(&e->pk, "total_bytes", g->total_bytes);
-        proto_pack_kv_uint(&e->pk, "reserved_bytes", g->reserved_bytes);
+        proto_pack_kv_uint(&e->pk, "reserved_bytes", handlers_gpu_reserved_bytes(d, i));
         proto_pack_kv_uint(&e->pk, "used_bytes", g->chunk_bytes);
         proto_pack_kv_uint(&e->pk, "busy_ms", busy_ns / 1000000);
     }

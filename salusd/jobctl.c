@@ -587,7 +587,7 @@ void jobctl_handle_stats(conn_t *c, const proto_msg_t *msg)
         proto_pack_kv_str(&enc->pk, "name", g->name);
         proto_pack_kv_uint(&enc->pk, "total_bytes", g->total_bytes);
         proto_pack_kv_uint(&enc->pk, "used_bytes", g->chunk_bytes);
-        proto_pack_kv_uint(&enc->pk, "reserved_bytes", g->reserved_bytes);
+        proto_pack_kv_uint(&enc->pk, "reserved_bytes", handlers_gpu_reserved_bytes(d, i));
         proto_pack_str(&enc->pk, "busy_ms");
         if (has_busy)
             msgpack_pack_uint64(&enc->pk, busy_ns / 1000000);

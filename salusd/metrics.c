@@ -10,6 +10,8 @@
 
 #include <errno.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <netinet/in.h>
@@ -24,6 +26,19 @@
 #define METRICS_MAX_HEADERS_BYTES 8192
 #define METRICS_MAX_BODY_BYTES 1024
 #define METRICS_IDLE_TIMEOUT_S 10
+/* HTTP connections open at once; more are closed as soon as they are accepted */
+#define METRICS_MAX_CONNECTIONS 64
+
+/* One HTTP connection and its deadline: evhttp's own timeout is an inactivity timer, so a
+ * client trickling bytes would hold a connection (and a descriptor) for ever. */
+typedef struct metrics_conn_s {
+    struct metrics_s *m;
+    struct bufferevent *bev;        /* evhttp's, created by make_bufferevent */
+    struct evhttp_connection *evcon; /* NULL until bound */
+    struct event *timer;            /* binds at once, then fires at the deadline */
+    int expiring;                   /* the deadline is closing it */
+    struct metrics_conn_s *next;
+} metrics_conn_t;
 
 typedef struct metrics_s {
     salusd_t *daemon;
@@ -39,6 +54,8 @@ typedef struct metrics_s {
     size_t job_capacity;
     metrics_text_t text;
     uint64_t scrapes;
+    metrics_conn_t *conns;
+    size_t conn_count;
 } metrics_t;
 
 int metrics_check_config(const struct salusd_config_s *cfg)
@@ -68,7 +85,7 @@ static void sample_gpu(metrics_t *m, int gpu, uint64_t now_ns)
     s->index = gpu;
     s->name = g->name;
     s->total_bytes = g->total_bytes;
-    s->reserved_bytes = g->reserved_bytes;
+    s->reserved_bytes = handlers_gpu_reserved_bytes(d, gpu);
     s->used_bytes = g->chunk_bytes;
     sched_gpu_books(d, gpu, &s->capacity_bytes, &s->persistent_bytes, &s->lane_bytes, &s->lanes);
     if (devices_busy_ns(&d->devices, gpu, &busy_ns) < 0)
@@ -132,6 +149,7 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
     snap->gpu_count = (size_t)d->devices.count;
     snap->jobs = m->jobs;
     snap->job_count = count;
+    snap->omit_jobs = !d->config.metrics_job_labels;
     return 0;
 }
 
@@ -185,6 +203,86 @@ static void on_request(struct evhttp_request *req, void *arg)
     evbuffer_free(buf);
     m->scrapes++;
     LOG_TRACE("metrics: scrape %llu, %zu bytes", (unsigned long long)m->scrapes, m->text.len);
+}
+
+static void conn_forget(metrics_conn_t *mc)
+{
+    metrics_t *m = mc->m;
+    for (metrics_conn_t **p = &m->conns; *p; p = &(*p)->next) {
+        if (*p == mc) {
+            *p = mc->next;
+            break;
+        }
+    }
+    m->conn_count--;
+    event_free(mc->timer);
+    free(mc);
+}
+
+/* evhttp is freeing the connection (reply sent, error, timeout, shutdown). */
+static void on_conn_closed(struct evhttp_connection *evcon, void *arg)
+{
+    metrics_conn_t *mc = arg;
+    (void)evcon;
+    if (!mc->expiring)
+        conn_forget(mc);
+}
+
+static void on_conn_timer(evutil_socket_t fd, short events, void *arg)
+{
+    metrics_conn_t *mc = arg;
+    metrics_t *m = mc->m;
+    (void)fd;
+    (void)events;
+    if (!mc->evcon) {
+        /* run right after evhttp set the connection up: its callbacks' argument is it */
+        void *evcon = NULL;
+        bufferevent_getcb(mc->bev, NULL, NULL, NULL, &evcon);
+        if (!evcon) {
+            conn_forget(mc);
+            return;
+        }
+        mc->evcon = evcon;
+        evhttp_connection_set_closecb(mc->evcon, on_conn_closed, mc);
+        if (m->conn_count > METRICS_MAX_CONNECTIONS) {
+            LOG_DEBUG("metrics: %zu connections open; closing a new one", m->conn_count);
+        } else {
+            long long ms = m->daemon->config.metrics_timeout_ms;
+            struct timeval deadline = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+            evtimer_add(mc->timer, &deadline);
+            return;
+        }
+    } else {
+        LOG_DEBUG("metrics: closing a connection open for %lld ms (metrics-timeout-ms)",
+                  m->daemon->config.metrics_timeout_ms);
+    }
+    mc->expiring = 1;
+    evhttp_connection_free(mc->evcon);
+    conn_forget(mc);
+}
+
+/* evhttp's bufferevent for each accepted connection; the connection is bound to its
+ * deadline once evhttp has set it up (an event made active now runs before any of its
+ * I/O). */
+static struct bufferevent *make_bufferevent(struct event_base *base, void *arg)
+{
+    metrics_t *m = arg;
+    struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    metrics_conn_t *mc = bev ? calloc(1, sizeof(*mc)) : NULL;
+    if (mc)
+        mc->timer = evtimer_new(base, on_conn_timer, mc);
+    if (!mc || !mc->timer) {
+        LOG_WARN("metrics: out of memory; a connection goes without its deadline");
+        free(mc);
+        return bev;
+    }
+    mc->m = m;
+    mc->bev = bev;
+    mc->next = m->conns;
+    m->conns = mc;
+    m->conn_count++;
+    event_active(mc->timer, EV_TIMEOUT, 1);
+    return bev;
 }
 
 /* A non-blocking listening socket on address; returns the fd or a negative errno. */
@@ -253,6 +351,7 @@ int metrics_start(salusd_t *d)
     evhttp_set_max_body_size(m->http, METRICS_MAX_BODY_BYTES);
     evhttp_set_timeout(m->http, METRICS_IDLE_TIMEOUT_S);
     evhttp_set_gencb(m->http, on_request, m);
+    evhttp_set_bevcb(m->http, make_bufferevent, m);
     if (!evhttp_accept_socket_with_handle(m->http, fd)) {
         LOG_ERROR("metrics: cannot serve on %s", m->bound_address);
         goto fail;
@@ -284,7 +383,9 @@ void metrics_stop(salusd_t *d)
     metrics_t *m = d->metrics;
     if (!m)
         return;
-    evhttp_free(m->http);
+    evhttp_free(m->http); /* closes the connections: their trackers go */
+    while (m->conns) /* not bound yet */
+        conn_forget(m->conns);
     metrics_text_free(&m->text);
     free(m->jobs);
     free(m);

@@ -113,6 +113,7 @@ typedef struct metrics_snapshot_s {
     size_t gpu_count;
     const metrics_job_sample_t *jobs;
     size_t job_count;
+    int omit_jobs;             /* no salus_job_* families (names and uids stay private) */
 } metrics_snapshot_t;
 
 /* Appends the snapshot to out in the Prometheus text format (version 0.0.4): every family

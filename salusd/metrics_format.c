@@ -358,7 +358,8 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
     gpu_gauge(t, s, "salus_gpu_memory_total_bytes", "Memory of the GPU.",
               offsetof(metrics_gpu_sample_t, total_bytes));
     gpu_gauge(t, s, "salus_gpu_memory_reserved_bytes",
-              "Memory budgets of the jobs admitted on the GPU.",
+              "Memory booked on the GPU: the admitted jobs' persistent memory plus the "
+              "lanes (jobs sharing a lane count it once).",
               offsetof(metrics_gpu_sample_t, reserved_bytes));
     gpu_gauge(t, s, "salus_gpu_memory_used_bytes",
               "GPU memory handed out to jobs in chunks.",
@@ -396,6 +397,8 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
         text_printf(t, "salus_gpu_utilization{gpu=\"%d\"} %s\n", s->gpus[i].index, value);
     }
 
+    if (s->omit_jobs)
+        return t->failed ? -ENOMEM : 0;
     /* A state set, as kube-state-metrics does for pod phases: one series per job and state,
      * 1 for the job's state and 0 for the others, so that no series vanishes when a job
      * changes state. */

@@ -8,7 +8,10 @@
 # salusd's RSS and descriptor count before, during and after each flood, and the latency of
 # root's status during it, are printed. The whole test runs in a pid namespace of its own
 # (the pid-reuse case forces pids through /proc/sys/kernel/ns_last_pid there).
-# HARDENING_CASES picks cases (default: all): reuse conns submits hello replies partial.
+#   4. /metrics: an HTTP request trickled byte by byte is cut at its deadline; job names and
+#      uids are not served unless asked for; salusctl stats books a shared lane once.
+# HARDENING_CASES picks cases (default: all):
+#   reuse conns submits hello replies partial http labels stats
 if [ -z "${SALUS_HARDENING_PIDNS:-}" ]; then
     [ "$(id -u)" -eq 0 ] || { echo "FAIL: this test must run as root (it creates users)" >&2; exit 1; }
     export SALUS_HARDENING_PIDNS=$$ # names the throwaway users: $$ is 1 in the namespace
@@ -48,8 +51,10 @@ if nm -D "$SALUSD" 2>/dev/null | grep -q __asan_init || ldd "$SALUSD" | grep -q 
     export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=0:thread_local_quarantine_size_kb=0"
 fi
 chmod 0755 "$WORK"
-start_daemon --hello-timeout-ms 2000
+export SIMGPU_MEMORY_MB=1024 # small, so that two jobs must share a lane (stats)
+start_daemon --hello-timeout-ms 2000 --metrics 127.0.0.1:0
 chmod 0666 "$SOCK" # this test only: let the users reach the socket
+METRICS=$("$SALUSCTL" status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["metrics"])')
 
 fds_of() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 | wc -l; }
 measure() { echo "salusd $1: rss $(rss_kb "$DAEMON_PID") kB, $(fds_of "$DAEMON_PID") fds"; }
@@ -117,7 +122,16 @@ flood_stop() {
     done
 }
 
-wanted() { [[ " ${HARDENING_CASES:-reuse conns submits hello replies partial} " == *" $1 "* ]]; }
+# an HTTP request to /metrics trickled one byte every 200 ms, for at most 14 s, in the
+# background of the other cases (the deadline, metrics-timeout-ms, is 10 s by default)
+if [[ " ${HARDENING_CASES:-http} " == *" http "* ]]; then
+    "${AS_A[@]}" "$TOOL" drip "$METRICS" 200 14000 >"$WORK/http-drip.out" 2>&1 &
+    HTTP_DRIP=$!
+fi
+
+wanted() {
+    [[ " ${HARDENING_CASES:-reuse conns submits hello replies partial http labels stats} " == *" $1 "* ]]
+}
 
 # ---- 1. pid reuse -------------------------------------------------------------------------
 reuse_case() {
@@ -244,6 +258,60 @@ if [ "$KIND" = rss ]; then value=$PEAK_KB; else value=$((PEAK_KB - before)); fi
 [ "$value" -lt "$LIMIT_KB" ] || fail "partial-frame flood: $KIND $value kB"
 grep -q "max-partial-frame-bytes" "$WORK/salusd.log" || fail "no log line about max-partial-frame-bytes"
 pass "100 partial frames of 1 MiB - 1: peak $KIND $value kB (< $LIMIT_KB)"
+fi
+
+# ---- 4. /metrics and stats ------------------------------------------------------------------
+if wanted stats || wanted labels; then
+    for n in 1 2; do
+        "$SALUSCTL" submit --log "$WORK/share$n.log" --name "share$n" --persistent 64MiB \
+            --ephemeral 600MiB -- "$BIN/salus-synth" --iterations 1000000 --gpu-ms 5 \
+            --host-ms 1 --persistent-mb 16 --ephemeral-mb 64 >"$WORK/share$n.id" \
+            || fail "submit share$n"
+    done
+    deadline=$((SECONDS + 20))
+    until "$SALUSCTL" lanes --json | python3 -c '
+import json, sys
+lanes = json.load(sys.stdin)
+sys.exit(0 if len(lanes) == 1 and len(lanes[0]["jobs"]) == 2 else 1)'; do
+        [ "$SECONDS" -lt "$deadline" ] || fail "the two jobs never shared a lane: $("$SALUSCTL" lanes)"
+        sleep 0.05
+    done
+fi
+if wanted stats; then
+    "$SALUSCTL" stats | head -n 2
+    "$SALUSCTL" lanes --json >"$WORK/lanes.json"
+    "$SALUSCTL" stats --json | python3 -c '
+import json, sys
+g = json.load(sys.stdin)["gpus"][0]
+lanes = json.load(open(sys.argv[1]))
+booked = 2 * (64 << 20) + lanes[0]["size_bytes"]  # both jobs persistent hints + the lane once
+print("stats: reserved %d MiB of %d MiB; persistent 2 x 64 MiB + the shared lane %d MiB = %d MiB"
+      % (g["reserved_bytes"] >> 20, g["total_bytes"] >> 20, lanes[0]["size_bytes"] >> 20,
+         booked >> 20))
+assert g["reserved_bytes"] <= g["total_bytes"], g
+assert g["reserved_bytes"] == booked, (g, lanes)' "$WORK/lanes.json" || fail "stats RESV"
+    pass "stats books a lane shared by two jobs once"
+fi
+if wanted labels; then
+    body=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' "http://$METRICS/metrics")
+    echo "/metrics by default: $(grep -c '' <<<"$body") lines, $(grep -c '^salus_job_' <<<"$body" || true) per-job samples"
+    ! grep -q 'share1\|uid=' <<<"$body" || fail "/metrics shows job names or uids: $(grep 'share1\|uid=' <<<"$body" | head -3)"
+    grep -q '^salus_queue_length 0$\|^salus_queue_length [0-9]' <<<"$body" || fail "/metrics lost its other samples"
+    pass "/metrics names no job and no uid unless --metrics-job-labels"
+fi
+if wanted stats || wanted labels; then
+    for n in 1 2; do
+        "$SALUSCTL" kill --force "$(cat "$WORK/share$n.id")" >/dev/null || fail "kill share$n"
+        timeout 20 "$SALUSCTL" wait "$(cat "$WORK/share$n.id")" >/dev/null || true
+    done
+fi
+if [ -n "${HTTP_DRIP:-}" ]; then
+    wait "$HTTP_DRIP" || fail "http drip: $(cat "$WORK/http-drip.out")"
+    out=$(cat "$WORK/http-drip.out")
+    echo "an HTTP request to /metrics sent one byte every 200 ms: $out"
+    ms=$(echo "$out" | awk '/^closed after/ {print $3}')
+    [ -n "$ms" ] && [ "$ms" -lt 12000 ] || fail "metrics deadline (10000 ms): $out"
+    pass "the metrics request deadline is absolute"
 fi
 
 root_status "after the floods"

@@ -59,7 +59,7 @@ stop_daemon
 pass "without --metrics: no listening TCP socket, no metrics field in status"
 
 # --- on: ephemeral port on 127.0.0.1 --------------------------------------------------
-start_daemon --metrics 127.0.0.1:0
+start_daemon --metrics 127.0.0.1:0 --metrics-job-labels
 ADDR=$(status_field metrics)
 case "$ADDR" in
 127.0.0.1:[1-9]*) ;;

@@ -278,7 +278,8 @@ sys.exit(0 if len(lanes) == 1 and len(lanes[0]["jobs"]) == 2 else 1)'; do
     done
 fi
 if wanted stats; then
-    "$SALUSCTL" stats | head -n 2
+    "$SALUSCTL" stats >"$WORK/stats.txt" || fail "stats"
+    head -n 2 "$WORK/stats.txt"
     "$SALUSCTL" lanes --json >"$WORK/lanes.json"
     "$SALUSCTL" stats --json | python3 -c '
 import json, sys

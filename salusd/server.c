@@ -105,6 +105,10 @@ static int bind_peer_process(int fd, const struct ucred *cred)
     }
     if (errno != ENOPROTOOPT && errno != EINVAL && errno != EOPNOTSUPP)
         return -errno;
+    static int fallback_logged;
+    if (!fallback_logged++)
+        LOG_INFO("SO_PEERPIDFD is not supported (kernel older than 6.5): connections are "
+                 "bound to their process with pidfd_open and a uid check through /proc");
 #endif
     /* Older kernels: a pidfd of the pid; the process behind the pid must have the peer's
      * uid, read while the pidfd's process is alive, so that the pid still names it. */

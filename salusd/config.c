@@ -28,7 +28,7 @@ const option_def_t salusd_options[] = {
         "client connections of one user at once (root and salusd's own user: no cap)"),
     ROW("max-queued-submits-per-uid", OPTION_INT, "64", 1, 65536, max_queued_submits_per_uid,
         "submitted jobs of one user whose program has not registered yet"),
-    ROW("max-jobs-per-uid", OPTION_INT, "256", 1, 65536, max_jobs_per_uid,
+    ROW("max-jobs-per-uid", OPTION_INT, "64", 1, 65536, max_jobs_per_uid,
         "registered (running or waiting) jobs of one user"),
     ROW("max-output-bytes", OPTION_BYTES, "4MiB", 4096, 1LL << 30, max_output_bytes,
         "replies queued for a client that does not read them before it is disconnected"),

@@ -6,6 +6,8 @@
  *       on it and asks for kill --force of that job; prints what the daemon answered
  *   salus-hardening-test conns SOCKET N          N connections that said hello
  *   salus-hardening-test submits SOCKET N        N connections, each submitting a job
+ *   salus-hardening-test registers SOCKET N      N connections, each registering as a job
+ *                                                (replies read for 3 s: a job may wait)
  *   salus-hardening-test status-flood SOCKET N   one connection sending N status requests
  *                                                and never reading a reply
  *   salus-hardening-test partial SOCKET N BYTES  N connections, each sending BYTES of a
@@ -28,6 +30,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -163,6 +166,77 @@ static int cmd_conns(const char *path, long n, int submit)
     for (long i = 0; i < ok; i++)
         salus_client_close(&clients[i]);
     free(clients);
+    return 0;
+}
+
+/* One process per job (salusd takes a process as one job): each child registers and
+ * reports on the pipe "ok", "waiting" or "refused MESSAGE", then holds until stdin's EOF. */
+static int cmd_registers(const char *path, long n)
+{
+    int pipefd[2];
+    long registered = 0, refused = 0;
+    char first_refusal[256] = "";
+    if (pipe(pipefd) < 0)
+        return 1;
+    for (long i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            return 1;
+        if (pid > 0)
+            continue;
+        close(pipefd[0]);
+        salus_client_t c;
+        char err[256] = "", line[320];
+        proto_msg_t reply;
+        int rc = salus_client_open(&c, path, "hardening-test", TOOL_TIMEOUT_MS, err,
+                                   sizeof(err));
+        if (rc == 0) {
+            msgpack_packer *pk = salus_client_begin(&c, "register", 1);
+            proto_pack_kv_str(pk, "name", "flood");
+            proto_enc_finish(&c.enc);
+            rc = salus_send_frame(c.fd, c.enc.sbuf.data, c.enc.sbuf.size, TOOL_TIMEOUT_MS);
+        }
+        if (rc < 0) {
+            snprintf(line, sizeof(line), "refused %s\n", err[0] ? err : strerror(-rc));
+        } else if (salus_recv_msg(c.fd, &reply, PROTO_DEFAULT_MAX_FRAME_BYTES, 3000) < 0) {
+            snprintf(line, sizeof(line), "waiting\n"); /* for admission */
+        } else {
+            const char *text = "";
+            size_t len = 0;
+            proto_get_str(&reply.body, "message", &text, &len);
+            if (reply.kind == PROTO_REPLY)
+                snprintf(line, sizeof(line), "ok\n");
+            else
+                snprintf(line, sizeof(line), "refused %.*s\n", (int)len, text);
+            proto_msg_free(&reply);
+        }
+        ssize_t w = write(pipefd[1], line, strlen(line));
+        (void)w;
+        close(pipefd[1]);
+        hold_until_eof();
+        _exit(0);
+    }
+    close(pipefd[1]);
+    FILE *results = fdopen(pipefd[0], "r");
+    char line[320];
+    while (results && fgets(line, sizeof(line), results)) {
+        if (strncmp(line, "refused ", 8) != 0) {
+            registered++;
+            continue;
+        }
+        refused++;
+        line[strcspn(line, "\n")] = '\0';
+        if (!first_refusal[0])
+            snprintf(first_refusal, sizeof(first_refusal), "%.200s", line + 8);
+    }
+    if (results)
+        fclose(results);
+    printf("ready registered %ld refused %ld first refusal: %s\n", registered, refused,
+           first_refusal[0] ? first_refusal : "none");
+    fflush(stdout);
+    hold_until_eof();
+    while (wait(NULL) > 0)
+        ;
     return 0;
 }
 
@@ -339,6 +413,8 @@ int main(int argc, char **argv)
         return cmd_reuse(argv[2], argv[3]);
     if (argc == 4 && strcmp(argv[1], "conns") == 0)
         return cmd_conns(argv[2], atol(argv[3]), 0);
+    if (argc == 4 && strcmp(argv[1], "registers") == 0)
+        return cmd_registers(argv[2], atol(argv[3]));
     if (argc == 4 && strcmp(argv[1], "submits") == 0)
         return cmd_conns(argv[2], atol(argv[3]), 1);
     if (argc == 4 && strcmp(argv[1], "status-flood") == 0)

@@ -12,7 +12,7 @@
 #   4. /metrics: an HTTP request trickled byte by byte is cut at its deadline; job names and
 #      uids are not served unless asked for; salusctl stats books a shared lane once.
 # HARDENING_CASES picks cases (default: all):
-#   reuse-submit reuse-register conns submits hello replies partial http labels stats
+#   reuse-submit reuse-register conns submits registers hello replies partial http labels stats
 if [ -z "${SALUS_HARDENING_PIDNS:-}" ]; then
     [ "$(id -u)" -eq 0 ] || { echo "FAIL: this test must run as root (it creates users)" >&2; exit 1; }
     export SALUS_HARDENING_PIDNS=$$ # names the throwaway users: $$ is 1 in the namespace
@@ -133,7 +133,7 @@ if [[ " ${HARDENING_CASES:-http} " == *" http "* ]]; then
 fi
 
 wanted() {
-    local all="reuse-submit reuse-register conns submits hello replies partial http labels stats"
+    local all="reuse-submit reuse-register conns submits registers hello replies partial http labels stats"
     [[ " ${HARDENING_CASES:-$all} " == *" $1 "* ]]
 }
 
@@ -243,6 +243,20 @@ print(sum(1 for j in json.load(sys.stdin) if j["uid"] == int(sys.argv[1]) and
 done
 measure "after the submit flood"
 pass "1100 submits of one user: $submitted queued, none left once its processes ended"
+fi
+
+if wanted registers; then
+measure "before the register flood"
+flood_start registers 1 registers "$SOCK" 70
+flood_wait registers 1
+measure "during the register flood"
+root_status "during the register flood"
+grep -q "max-jobs-per-uid" "$WORK/registers.1.out" || fail "no refusal naming the cap"
+registered=$(awk '/^ready/ {print $3}' "$WORK/registers.1.out")
+[ "$registered" -le 64 ] || fail "A has $registered registered jobs"
+flood_stop "$BASE_CONNS"
+measure "after the register flood"
+pass "70 registrations of one user: $registered registered, the rest refused naming the cap"
 fi
 
 if wanted hello; then

@@ -13,7 +13,7 @@ CHUNK_MIB=64
 MIB=$((1 << 20))
 # one GPU, so that the jobs of the over-budget checks share it
 export SIMGPU_MEMORY_MB=1024 SIMGPU_DEVICES=1
-start_daemon --chunk-bytes "${CHUNK_MIB}MiB" --metrics 127.0.0.1:0
+start_daemon --chunk-bytes "${CHUNK_MIB}MiB" --metrics 127.0.0.1:0 --metrics-job-labels
 METRICS_URL="http://$("$SALUSCTL" --json status | python3 -c 'import json, sys; print(json.load(sys.stdin)["metrics"])')/metrics"
 # natively: a simulated node of two GPUs of its own (vmm-vecadd stripes over both)
 NATIVE_SHM="salus-it-native-$$"

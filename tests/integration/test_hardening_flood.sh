@@ -16,9 +16,10 @@
 if [ -z "${SALUS_HARDENING_PIDNS:-}" ]; then
     [ "$(id -u)" -eq 0 ] || { echo "FAIL: this test must run as root (it creates users)" >&2; exit 1; }
     export SALUS_HARDENING_PIDNS=$$ # names the throwaway users: $$ is 1 in the namespace
-    exec unshare --pid --fork --kill-child --mount-proc bash "$0" "$@"
+    exec unshare --pid --fork --kill-child=SIGTERM --mount-proc bash "$0" "$@"
 fi
 . "$(dirname "$0")/lib.sh"
+trap 'exit 143' TERM # bash is pid 1 here: without a handler SIGTERM would be ignored
 
 TOOL="$TBIN/salus-hardening-test"
 command -v setpriv >/dev/null || fail "setpriv is missing"
@@ -27,13 +28,27 @@ USER_B="slsa${SALUS_HARDENING_PIDNS}b"
 FLOOD_PIDS=()
 cleanup_all() {
     local pid
-    exec 7>&- 8>&- 2>/dev/null || true
+    exec 7>&- 8>&-
     for pid in "${FLOOD_PIDS[@]}"; do
         kill -9 "$pid" 2>/dev/null || true
     done
     [ -n "${VICTIM:-}" ] && kill -9 "$VICTIM" 2>/dev/null || true
-    userdel "$USER_A" 2>/dev/null || true
-    userdel "$USER_B" 2>/dev/null || true
+    # whatever the two users still run (this pid namespace holds only this test's processes)
+    local uids proc left try
+    uids=" $(id -u "$USER_A" 2>/dev/null) $(id -u "$USER_B" 2>/dev/null) "
+    for try in $(seq 1 40); do
+        left=0
+        for proc in /proc/[0-9]*; do
+            if [[ "$uids" == *" $(stat -c %u "$proc" 2>/dev/null) "* ]]; then
+                left=1
+                kill -9 "${proc#/proc/}" 2>/dev/null || true
+            fi
+        done
+        [ "$left" -eq 0 ] && break
+        sleep 0.05 # bash, pid 1 here, reaps them
+    done
+    userdel "$USER_A" 2>/dev/null || echo "cleanup: could not remove user $USER_A" >&2
+    userdel "$USER_B" 2>/dev/null || echo "cleanup: could not remove user $USER_B" >&2
     cleanup
 }
 trap cleanup_all EXIT

@@ -34,9 +34,9 @@ cleanup_all() {
     done
     [ -n "${VICTIM:-}" ] && kill -9 "$VICTIM" 2>/dev/null || true
     # whatever the two users still run (this pid namespace holds only this test's processes)
-    local uids proc left try
+    local uids proc left
     uids=" $(id -u "$USER_A" 2>/dev/null) $(id -u "$USER_B" 2>/dev/null) "
-    for try in $(seq 1 40); do
+    for _ in $(seq 1 40); do
         left=0
         for proc in /proc/[0-9]*; do
             if [[ "$uids" == *" $(stat -c %u "$proc" 2>/dev/null) "* ]]; then
@@ -154,7 +154,7 @@ wanted() {
 
 # ---- 1. pid reuse -------------------------------------------------------------------------
 reuse_case() {
-    local mode=$1 out P try deadline
+    local mode=$1 out P deadline
     REUSE_RUNS=$((${REUSE_RUNS:-0} + 1))
     out="$WORK/reuse-$mode.$REUSE_RUNS.out"
     mkfifo "$WORK/go.$REUSE_RUNS"
@@ -165,7 +165,7 @@ reuse_case() {
     grep -q "^pid $P\$" "$out" || fail "reuse tool: $(cat "$out")"
     # B's process takes the pid of A's exited process
     VICTIM=""
-    for try in 1 2 3 4 5; do
+    for _ in 1 2 3 4 5; do
         echo $((P - 1)) >/proc/sys/kernel/ns_last_pid
         "${AS_B[@]}" sleep 300 7>&- &
         VICTIM=$!

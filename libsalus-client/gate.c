@@ -5,12 +5,23 @@
  * point (no higher than at the previous boundary, within a tolerance). At the next
  * submission the iteration is over: it is reported through the job page and, unless the
  * daemon lets the job run freely, the job parks until salusd grants it again. Programs that
- * mark iterations with salus.h turn detection off. */
+ * mark iterations with salus.h turn detection off.
+ *
+ * The hot path takes no lock. Each thread keeps its own record: its submissions in flight
+ * (a counter on its own cache line) and what it learned the last time it passed the gate's
+ * slow path: the gate's epoch then, and the streams it submitted to. The epoch changes,
+ * under the gate lock, whenever what a thread learned may stop being true: a synchronising
+ * call (a boundary may follow), a stream destroyed, an iteration marked. While the epoch
+ * it saw is current, no boundary can be due, the stream is known and the iteration has
+ * work: a submission then only counts itself in flight and checks the epoch once more
+ * (both sequentially consistent, so that a synchronising call either sees it in flight or
+ * it sees the new epoch and takes the slow path). */
 #include "shim-internal.h"
 
 #include <errno.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +29,31 @@
 #define GATE_MAX_STREAMS 64
 #define GATE_TOLERANCE_BYTES (1u << 20)
 #define GATE_MAX_MISSES 3
+#define GATE_THREAD_STREAMS 4 /* streams a thread remembers between two epochs */
+
+/* One per thread that passed the gate; reused once its thread ended. Only its own thread
+ * writes it, except inflight's readers and the list (gate lock). */
+typedef struct gate_thread_s {
+    _Atomic int inflight;        /* its submissions between the gate and the driver */
+    _Atomic int in_use;
+    struct gate_thread_s *next;
+    /* learned in the slow path; valid while epoch is the gate's */
+    uint64_t epoch;              /* 0: nothing learned */
+    int launched;                /* the iteration has a launch already */
+    int stream_count;
+    CUstream streams[GATE_THREAD_STREAMS];
+    int ptds[GATE_THREAD_STREAMS];
+} __attribute__((aligned(64))) gate_thread_t;
+
+/* written only under the gate lock, read by every submission: a cache line of its own */
+static struct {
+    _Atomic uint64_t epoch;
+} __attribute__((aligned(64))) gate_epoch = {.epoch = 1};
+
+static __thread gate_thread_t *gate_self;
+static gate_thread_t *gate_threads; /* under the gate lock */
+static pthread_key_t gate_thread_key;
+static pthread_once_t gate_key_once = PTHREAD_ONCE_INIT;
 
 static struct {
     pthread_mutex_t lock;
@@ -31,7 +67,6 @@ static struct {
     int stream_count;
     int stream_overflow;         /* too many streams to query: only a context sync is idle */
     int per_thread_used;         /* work on per-thread default streams: likewise */
-    _Atomic int inflight;        /* submissions between the gate and the driver */
     uint32_t seq;                /* the iteration running now */
     uint64_t iteration_start_ns;
     /* updated by allocations without the gate lock (the memory lock is held then) */
@@ -41,6 +76,93 @@ static struct {
     uint64_t boundary_live;      /* live memory at the last boundary */
     int have_boundary;
 } gate = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Called with the gate lock held: what a thread learned may no longer hold. Sequentially
+ * consistent, so that the in-flight counts read after it include every submission that
+ * did not see the new epoch. */
+static void invalidate_fast_paths(void)
+{
+    atomic_fetch_add(&gate_epoch.epoch, 1);
+}
+
+static void thread_ended(void *record)
+{
+    gate_thread_t *me = record;
+    me->epoch = 0;
+    atomic_store(&me->in_use, 0);
+}
+
+static void make_thread_key(void)
+{
+    pthread_key_create(&gate_thread_key, thread_ended);
+}
+
+/* With the gate lock held: this thread's record (NULL: out of memory). */
+static gate_thread_t *thread_record(void)
+{
+    if (gate_self)
+        return gate_self;
+    pthread_once(&gate_key_once, make_thread_key);
+    gate_thread_t *me = gate_threads;
+    while (me && atomic_load(&me->in_use))
+        me = me->next;
+    if (!me) {
+        me = aligned_alloc(_Alignof(gate_thread_t), sizeof(*me));
+        if (!me)
+            return NULL;
+        *me = (gate_thread_t){.next = gate_threads};
+        gate_threads = me;
+    }
+    me->epoch = 0;
+    me->stream_count = 0;
+    atomic_store(&me->in_use, 1);
+    pthread_setspecific(gate_thread_key, me);
+    gate_self = me;
+    return me;
+}
+
+/* With the gate lock held: submissions of every thread between the gate and the driver. */
+static int inflight_total(void)
+{
+    int total = 0;
+    for (gate_thread_t *t = gate_threads; t; t = t->next)
+        total += atomic_load(&t->inflight);
+    return total;
+}
+
+/* With the gate lock held, after this thread's submission passed: remember what makes its
+ * next submission to the same stream free of the lock, if nothing can be due before the
+ * epoch changes (a boundary needs a synchronising call or a mark first). */
+static void learn(gate_thread_t *me, CUstream stream, int ptds, int is_work)
+{
+    uint64_t epoch = atomic_load(&gate_epoch.epoch);
+    if (gate.quiescent || gate.mark_pending || !gate.started) {
+        me->epoch = 0;
+        return;
+    }
+    if (me->epoch != epoch) {
+        me->epoch = epoch;
+        me->stream_count = 0;
+    }
+    me->launched = gate.work_since_boundary;
+    if (!is_work)
+        return;
+    for (int i = 0; i < me->stream_count; i++)
+        if (me->streams[i] == stream && me->ptds[i] == ptds)
+            return;
+    int slot = me->stream_count < GATE_THREAD_STREAMS ? me->stream_count++
+                                                       : (int)((uintptr_t)stream % GATE_THREAD_STREAMS);
+    me->streams[slot] = stream;
+    me->ptds[slot] = ptds;
+}
+
+static inline int knows_stream(const gate_thread_t *me, CUstream stream, int ptds)
+{
+    for (int i = 0; i < me->stream_count; i++)
+        if (me->streams[i] == stream && me->ptds[i] == ptds)
+            return 1;
+    return 0;
+}
 
 static void futex_wait(_Atomic uint32_t *word, uint32_t expected)
 {
@@ -140,18 +262,27 @@ CUresult shim_gate_launch(CUstream stream, int ptds)
     return shim_gate_enter(stream, ptds, SHIM_WORK_LAUNCH);
 }
 
-CUresult shim_gate_enter(CUstream stream, int ptds, int is_work)
+static CUresult gate_enter_slow(CUstream stream, int ptds, int is_work)
 {
     CUresult rc = CUDA_SUCCESS;
-    if (shim.mode != SHIM_MODE_MANAGED)
-        return shim.mode == SHIM_MODE_UNMANAGED ? CUDA_SUCCESS : shim.init_error;
     pthread_mutex_lock(&gate.lock);
+    gate_thread_t *me = thread_record();
+    if (!me) {
+        pthread_mutex_unlock(&gate.lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (shim.mode != SHIM_MODE_MANAGED) {
+        /* the session failed while this thread waited for the lock */
+        rc = shim.mode == SHIM_MODE_UNMANAGED ? CUDA_SUCCESS : shim.init_error;
+        pthread_mutex_unlock(&gate.lock);
+        return rc;
+    }
     if (!gate.started) {
         gate.seq = 1;
         rc = park(gate.seq);
         gate.started = rc == CUDA_SUCCESS;
         gate.iteration_start_ns = shim_now_ns();
-    } else if (atomic_load(&gate.inflight) == 0 &&
+    } else if (inflight_total() == 0 &&
                (gate.explicit_marks ? gate.mark_pending
                                     : (gate.quiescent && gate.work_since_boundary && at_low_point()))) {
         /* a marked boundary hands the lane over only once the job's work is done */
@@ -176,7 +307,7 @@ CUresult shim_gate_enter(CUstream stream, int ptds, int is_work)
             gate.work_since_boundary = 1;
         gate.quiescent = 0;
         atomic_store(&gate.quiescent_flag, 0);
-        atomic_fetch_add(&gate.inflight, 1);
+        atomic_fetch_add(&me->inflight, 1);
         /* a per-thread default stream can only be queried from its own thread */
         if ((ptds && stream == NULL) || stream == CU_STREAM_PER_THREAD)
             gate.per_thread_used = 1;
@@ -190,8 +321,29 @@ CUresult shim_gate_enter(CUstream stream, int ptds, int is_work)
                 gate.stream_overflow = 1;
         }
     }
+    if (rc == CUDA_SUCCESS)
+        learn(me, stream, ptds, is_work);
     pthread_mutex_unlock(&gate.lock);
     return rc;
+}
+
+CUresult shim_gate_enter(CUstream stream, int ptds, int is_work)
+{
+    if (__builtin_expect(shim.mode != SHIM_MODE_MANAGED, 0))
+        return shim.mode == SHIM_MODE_UNMANAGED ? CUDA_SUCCESS : shim.init_error;
+    gate_thread_t *me = gate_self;
+    if (__builtin_expect(me != NULL && me->epoch != 0, 1)) {
+        if (!is_work) {
+            if (me->epoch == atomic_load(&gate_epoch.epoch))
+                return CUDA_SUCCESS;
+        } else if ((is_work != SHIM_WORK_LAUNCH || me->launched) && knows_stream(me, stream, ptds)) {
+            atomic_fetch_add(&me->inflight, 1);
+            if (__builtin_expect(me->epoch == atomic_load(&gate_epoch.epoch), 1))
+                return CUDA_SUCCESS;
+            atomic_fetch_sub(&me->inflight, 1);
+        }
+    }
+    return gate_enter_slow(stream, ptds, is_work);
 }
 
 void shim_after_sync(int whole_context)
@@ -199,8 +351,9 @@ void shim_after_sync(int whole_context)
     if (shim.mode != SHIM_MODE_MANAGED)
         return;
     pthread_mutex_lock(&gate.lock);
+    invalidate_fast_paths(); /* before the in-flight counts are read */
     int idle = whole_context;
-    if (atomic_load(&gate.inflight) > 0)
+    if (inflight_total() > 0)
         idle = 0; /* another thread is submitting right now */
     else if (!idle && !gate.stream_overflow && !gate.per_thread_used) {
         idle = 1;
@@ -220,8 +373,12 @@ void shim_after_sync(int whole_context)
 
 void shim_gate_done(void)
 {
-    if (shim.mode == SHIM_MODE_MANAGED)
-        atomic_fetch_sub(&gate.inflight, 1);
+    /* a managed gate counted the submission on this thread's record (it has one since then);
+     * unmanaged, no thread has a record */
+    gate_thread_t *me = gate_self;
+    if (me) /* only its thread writes the count: no read-modify-write needed */
+        atomic_store_explicit(&me->inflight, atomic_load_explicit(&me->inflight, memory_order_relaxed) - 1,
+                              memory_order_release);
 }
 
 void shim_forget_stream(CUstream stream)
@@ -229,6 +386,7 @@ void shim_forget_stream(CUstream stream)
     if (shim.mode != SHIM_MODE_MANAGED)
         return;
     pthread_mutex_lock(&gate.lock);
+    invalidate_fast_paths(); /* a new stream may get the handle */
     for (int i = 0; i < gate.stream_count; i++) {
         if (gate.streams[i] == stream) {
             gate.streams[i] = gate.streams[--gate.stream_count];
@@ -270,6 +428,7 @@ int shim_mark_iteration(int begin)
     gate.explicit_marks = 1;
     if (!begin && gate.started)
         gate.mark_pending = 1;
+    invalidate_fast_paths();
     pthread_mutex_unlock(&gate.lock);
     /* begin: pass the gate now, so that the wait happens here and not inside a launch */
     return begin && shim_gate_enter(NULL, 0, SHIM_WORK_NONE) != CUDA_SUCCESS ? -EIO : 0;

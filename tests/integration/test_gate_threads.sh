@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The gate's lock-free path with several submitting threads: a job whose iterations come from
+# 2 threads on 2 streams shares one lane with a salus-synth job; its boundaries must still be
+# found and honoured, so the lane-mate runs between its iterations (it finishes first) and
+# the threaded job's iterations are counted.
+. "$(dirname "$0")/lib.sh"
+
+JOB_PIDS=()
+stop_jobs() {
+    local pid
+    for pid in "${JOB_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${JOB_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    cleanup
+}
+trap stop_jobs EXIT
+
+export SIMGPU_MEMORY_MB=1024
+start_daemon --policy pack
+
+# hints that do not fit two lanes of a 1 GiB GPU: the two jobs share one
+"$SALUSCTL" run --name threads --persistent 64MiB --ephemeral 600MiB --iterations 60 -- \
+    "$TBIN/gate-threads" 60 2 10 64 >"$WORK/threads.out" 2>&1 &
+THREADS_PID=$!
+JOB_PIDS+=("$THREADS_PID")
+iterations_of() { # iterations_of NAME: the job's counted iterations (0 when not listed)
+    "$SALUSCTL" ps --json | python3 -c '
+import json, sys
+print(next((j["iterations"] for j in json.load(sys.stdin) if j["name"] == sys.argv[1]), 0))' "$1"
+}
+deadline=$((SECONDS + 30))
+until [ "$(iterations_of threads)" -ge 2 ]; do
+    [ $SECONDS -lt $deadline ] || fail "the threaded job counted no iterations: $(cat "$WORK/threads.out")"
+    kill -0 "$THREADS_PID" 2>/dev/null || fail "the threaded job ended early: $(cat "$WORK/threads.out")"
+    sleep 0.02
+done
+
+"$SALUSCTL" run --name mate --persistent 64MiB --ephemeral 600MiB --iterations 8 -- \
+    "$BIN/salus-synth" --iterations 8 --gpu-ms 10 --host-ms 1 --persistent-mb 16 \
+    --ephemeral-mb 64 >"$WORK/mate.out" 2>&1 &
+MATE_PID=$!
+JOB_PIDS+=("$MATE_PID")
+deadline=$((SECONDS + 30))
+until "$SALUSCTL" lanes --json >"$WORK/lanes.json" 2>/dev/null &&
+      python3 - "$WORK/lanes.json" <<'PY'
+import json, sys
+lanes = json.load(open(sys.argv[1]))
+sys.exit(0 if any(len(lane["jobs"]) == 2 for lane in lanes) else 1)
+PY
+do
+    [ $SECONDS -lt $deadline ] || fail "the two jobs never shared a lane: $(cat "$WORK/lanes.json")"
+    kill -0 "$MATE_PID" 2>/dev/null || fail "the lane-mate ended before it shared the lane"
+    sleep 0.02
+done
+
+wait "$MATE_PID" || fail "the lane-mate failed: $(tail -3 "$WORK/mate.out")"
+wait "$THREADS_PID" || fail "the threaded job failed: $(tail -3 "$WORK/threads.out")"
+JOB_PIDS=()
+grep -q "^gate_threads_done iterations=60" "$WORK/threads.out" || fail "threads: $(cat "$WORK/threads.out")"
+"$SALUSCTL" ps --json >"$WORK/ps.json"
+python3 - "$WORK/ps.json" <<'PY' || fail "the threaded job held its lane: $(cat "$WORK/ps.json")"
+import json, sys
+jobs = {j["name"]: j for j in json.load(open(sys.argv[1]))}
+t, m = jobs["threads"], jobs["mate"]
+print(f"threads: {t['iterations']} iterations, finished at {t['finished_at_ms']} ms; "
+      f"mate finished at {m['finished_at_ms']} ms")
+assert t["iterations"] >= 55, t           # boundaries found with two submitting threads
+assert m["finished_at_ms"] < t["finished_at_ms"], (m, t)   # the mate ran between them
+PY
+pass "a job submitting from 2 threads still stops at its boundaries for its lane-mate"

@@ -4,7 +4,11 @@
 # reworked ("before", built from git by this script) and the shim of this build ("after"),
 # each a managed job of a real salusd on simgpu. Alternating, best of REPEAT runs each.
 #   benchmarks/shim-hotpath.sh [--build-dir DIR] [--before REV] [--before-lib PATH]
-#       [--calls N] [--threads T] [--repeat R] [--launch-cost-ns NS]
+#       [--calls N] [--threads T] [--repeat R] [--launch-cost-ns NS] [--check]
+# --before-lib: a shim library to use as "before" instead of building one. --launch-cost-ns:
+# what each launch of the null driver spends (as a real driver's launch, 2-5 us) for the
+# multi-threaded comparison where that cost matters. --check: exit 1 when the goals are
+# missed (after: <= 50 ns added per launch, >= 0.9 of direct with costed launches).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD="$ROOT/build"
@@ -15,9 +19,10 @@ CALLS=1000000
 THREADS=2
 REPEAT=3
 LAUNCH_COST_NS=2000
+CHECK=0
 usage() {
     echo "usage: $0 [--build-dir DIR] [--before REV] [--before-lib PATH] [--calls N] [--threads T]" \
-         "[--repeat R] [--launch-cost-ns NS]" >&2
+         "[--repeat R] [--launch-cost-ns NS] [--check]" >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -29,6 +34,7 @@ while [ $# -gt 0 ]; do
         --threads) THREADS=${2:?}; shift 2 ;;
         --repeat) REPEAT=${2:?}; shift 2 ;;
         --launch-cost-ns) LAUNCH_COST_NS=${2:?}; shift 2 ;;
+        --check) CHECK=1; shift ;;
         *) usage ;;
     esac
 done
@@ -42,10 +48,12 @@ for f in "$BENCH" "$NULL_DRIVER" "$AFTER_LIB" "$BIN/salusd"; do
 done
 
 # the "before" shim: that commit's sources built into the build tree, once per commit
+BEFORE_LABEL="$BEFORE_LIB"
 if [ -z "$BEFORE_LIB" ]; then
     rev=$(git -C "$ROOT" rev-parse --verify "$BEFORE_REV^{commit}")
     dir="$BUILD/benchmarks/shim-before/$rev"
     BEFORE_LIB="$dir/build/lib/salus/libcuda.so.1"
+    BEFORE_LABEL="shim at ${rev:0:12}"
     if [ ! -e "$BEFORE_LIB" ]; then
         echo "shim-hotpath: building the shim of ${rev:0:12} into $dir" >&2
         rm -rf "$dir" && mkdir -p "$dir/src"
@@ -94,25 +102,25 @@ keep() { # keep KEY VALUE min|max
         best[$1]=$2
     fi
 }
-mt_calls=$((CALLS / 2)); cost_calls=$((CALLS / 500 > 200 ? CALLS / 500 : 200))
+mt_calls=$((CALLS / 2)); cost_calls=$((CALLS / 50 > 200 ? CALLS / 50 : 200))
 for _ in $(seq 1 "$REPEAT"); do
     for who in direct before after; do
         out=$(run "$who" --calls "$CALLS" --threads "$THREADS" --repeat 1)
         keep "$who.launch" "$(value launch_ns "$out")" min
         keep "$who.copy" "$(value copy_ns "$out")" min
         keep "$who.alloc" "$(value alloc_free_ns "$out")" min
-        out=$(run "$who" --calls "$mt_calls" --threads "$THREADS" --repeat 1 --mt-only)
+        out=$(run "$who" --calls "$mt_calls" --threads "$THREADS" --repeat 3 --mt-only)
         keep "$who.mt" "$(value mt_launches_per_s "$out")" max
-        out=$(NULLCUDA_LAUNCH_NS=$LAUNCH_COST_NS run "$who" --calls "$cost_calls" --threads "$THREADS" --repeat 1 --mt-only)
+        out=$(NULLCUDA_LAUNCH_NS=$LAUNCH_COST_NS run "$who" --calls "$cost_calls" --threads "$THREADS" --repeat 3 --mt-only)
         keep "$who.mtcost" "$(value mt_launches_per_s "$out")" max
     done
 done
 
-python3 - "$THREADS" "$LAUNCH_COST_NS" "$REPEAT" "$(git -C "$ROOT" rev-parse --short=12 "$BEFORE_REV" 2>/dev/null || echo "$BEFORE_LIB")" <<PY
+python3 - "$THREADS" "$LAUNCH_COST_NS" "$REPEAT" "$CHECK" "$BEFORE_LABEL" <<PY
 import sys
-threads, cost, repeat, before = sys.argv[1:5]
+threads, cost, repeat, check, before = sys.argv[1:6]
 b = {$(for k in "${!best[@]}"; do printf '"%s": %s, ' "$k" "${best[$k]}"; done)}
-print(f"shim hot path against a null driver (best of {repeat}; managed jobs of salusd on simgpu; before = shim at {before})")
+print(f"shim hot path against a null driver (best of {repeat}; managed jobs of salusd on simgpu; before = {before})")
 print(f"{'per call, single-threaded':34} {'direct':>9} {'before':>9} {'after':>9} {'added before':>13} {'added after':>12} {'goal':>6}")
 for key, name, goal in (("launch", "cuLaunchKernel ns (p50)", "50"), ("copy", "cuMemcpyAsync ns (p50)", "-"),
                         ("alloc", "cuMemAlloc+cuMemFree ns (p50)", "-")):
@@ -122,4 +130,17 @@ print(f"{'launch throughput, ' + threads + ' threads':34} {'direct':>9} {'before
 for key, name, goal in (("mt", "null launches, M/s", "-"), ("mtcost", f"{cost} ns launches, M/s", "0.9")):
     d, x, y = b["direct." + key], b["before." + key], b["after." + key]
     print(f"{name:34} {d / 1e6:9.3f} {x / 1e6:9.3f} {y / 1e6:9.3f} {x / d:13.3f} {y / d:12.3f} {goal:>6}")
+# throughput of 2 threads against twice that of one (1e9 / ns per launch): 1.0 when the
+# threads do not wait for each other
+single = {w: 1e9 / b[w + ".launch"] for w in ("direct", "before", "after")}
+sc = {w: b[w + ".mt"] / (int(threads) * single[w]) for w in single}
+print(f"{'scaling, null launches (vs ' + threads + 'x one)':34} {sc['direct']:9.3f} {sc['before']:9.3f} {sc['after']:9.3f} {'':13} {'':12} {'-':>6}")
+missed = []
+if b["after.launch"] - b["direct.launch"] > 50:
+    missed.append("more than 50 ns added per launch")
+if b["after.mtcost"] / b["direct.mtcost"] < 0.9:
+    missed.append("multi-threaded launches below 0.9 of direct")
+if check == "1" and missed:
+    print("shim-hotpath: goal missed: " + "; ".join(missed))
+    sys.exit(1)
 PY

@@ -231,6 +231,11 @@ int main(int argc, char **argv)
     for (int t = 0; t < threads; t++)
         check(cu.stream_create(&streams[t], CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 
+    /* memory the job keeps throughout, as a model keeps its weights: salusd learns a
+     * persistent size from it (a job that keeps nothing would learn a budget too small for
+     * a chunk of its own) */
+    CUdeviceptr weights = 0;
+    check(cu.alloc(&weights, (size_t)8 << 20), "cuMemAlloc");
     /* warm up: the first submission waits for the lane, the first allocation maps a chunk */
     time_op(OP_LAUNCH, calls / 10 > BATCH ? calls / 10 : BATCH, streams[0]);
     time_op(OP_ALLOC_FREE, BATCH, streams[0]);
@@ -249,6 +254,7 @@ int main(int argc, char **argv)
     }
     for (int t = 0; t < threads; t++)
         check(cu.stream_destroy(streams[t]), "cuStreamDestroy");
+    check(cu.free(weights), "cuMemFree");
     if (mt_only) {
         printf("mt_threads=%d mt_launches_per_s=%.0f\n", threads, mt);
         return 0;

@@ -249,20 +249,20 @@ static void end_iteration(uint64_t now, int at_exit)
  * work done, memory at its low point) is a boundary like a submission. They are not work. */
 CUresult shim_gate_memory(void)
 {
-    return shim_gate_enter(NULL, 0, 0);
+    return shim_gate_enter(NULL, 0, SHIM_WORK_NONE, NULL);
 }
 
-CUresult shim_gate(CUstream stream, int ptds)
+CUresult shim_gate(CUstream stream, int ptds, shim_gate_ticket_t *ticket)
 {
-    return shim_gate_enter(stream, ptds, SHIM_WORK_COPY);
+    return shim_gate_enter(stream, ptds, SHIM_WORK_COPY, ticket);
 }
 
-CUresult shim_gate_launch(CUstream stream, int ptds)
+CUresult shim_gate_launch(CUstream stream, int ptds, shim_gate_ticket_t *ticket)
 {
-    return shim_gate_enter(stream, ptds, SHIM_WORK_LAUNCH);
+    return shim_gate_enter(stream, ptds, SHIM_WORK_LAUNCH, ticket);
 }
 
-static CUresult gate_enter_slow(CUstream stream, int ptds, int is_work)
+static CUresult gate_enter_slow(CUstream stream, int ptds, int is_work, shim_gate_ticket_t *ticket)
 {
     CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&gate.lock);
@@ -308,6 +308,7 @@ static CUresult gate_enter_slow(CUstream stream, int ptds, int is_work)
         gate.quiescent = 0;
         atomic_store(&gate.quiescent_flag, 0);
         atomic_fetch_add(&me->inflight, 1);
+        *ticket = me;
         /* a per-thread default stream can only be queried from its own thread */
         if ((ptds && stream == NULL) || stream == CU_STREAM_PER_THREAD)
             gate.per_thread_used = 1;
@@ -327,8 +328,10 @@ static CUresult gate_enter_slow(CUstream stream, int ptds, int is_work)
     return rc;
 }
 
-CUresult shim_gate_enter(CUstream stream, int ptds, int is_work)
+CUresult shim_gate_enter(CUstream stream, int ptds, int is_work, shim_gate_ticket_t *ticket)
 {
+    if (ticket)
+        *ticket = NULL;
     if (__builtin_expect(shim.mode != SHIM_MODE_MANAGED, 0))
         return shim.mode == SHIM_MODE_UNMANAGED ? CUDA_SUCCESS : shim.init_error;
     gate_thread_t *me = gate_self;
@@ -338,12 +341,14 @@ CUresult shim_gate_enter(CUstream stream, int ptds, int is_work)
                 return CUDA_SUCCESS;
         } else if ((is_work != SHIM_WORK_LAUNCH || me->launched) && knows_stream(me, stream, ptds)) {
             atomic_fetch_add(&me->inflight, 1);
-            if (__builtin_expect(me->epoch == atomic_load(&gate_epoch.epoch), 1))
+            if (__builtin_expect(me->epoch == atomic_load(&gate_epoch.epoch), 1)) {
+                *ticket = me;
                 return CUDA_SUCCESS;
+            }
             atomic_fetch_sub(&me->inflight, 1);
         }
     }
-    return gate_enter_slow(stream, ptds, is_work);
+    return gate_enter_slow(stream, ptds, is_work, ticket);
 }
 
 void shim_after_sync(int whole_context)
@@ -371,13 +376,12 @@ void shim_after_sync(int whole_context)
     pthread_mutex_unlock(&gate.lock);
 }
 
-void shim_gate_done(void)
+void shim_gate_done(shim_gate_ticket_t ticket)
 {
-    /* a managed gate counted the submission on this thread's record (it has one since then);
-     * unmanaged, no thread has a record */
-    gate_thread_t *me = gate_self;
-    if (me) /* only its thread writes the count: no read-modify-write needed */
-        atomic_store_explicit(&me->inflight, atomic_load_explicit(&me->inflight, memory_order_relaxed) - 1,
+    /* only its thread writes the count: no read-modify-write needed */
+    if (ticket)
+        atomic_store_explicit(&ticket->inflight,
+                              atomic_load_explicit(&ticket->inflight, memory_order_relaxed) - 1,
                               memory_order_release);
 }
 
@@ -431,7 +435,7 @@ int shim_mark_iteration(int begin)
     invalidate_fast_paths();
     pthread_mutex_unlock(&gate.lock);
     /* begin: pass the gate now, so that the wait happens here and not inside a launch */
-    return begin && shim_gate_enter(NULL, 0, SHIM_WORK_NONE) != CUDA_SUCCESS ? -EIO : 0;
+    return begin && shim_gate_enter(NULL, 0, SHIM_WORK_NONE, NULL) != CUDA_SUCCESS ? -EIO : 0;
 }
 
 /* The last iteration has no next submission to reveal its end: count it at exit. */

@@ -136,14 +136,18 @@ void shim_charge_undo(uint64_t bytes);
 
 /* gate.c */
 enum { SHIM_WORK_NONE = 0, SHIM_WORK_COPY = 1, SHIM_WORK_LAUNCH = 2 };
+/* What a submission that passed the gate hands to shim_gate_done: the in-flight count it
+ * was counted on (NULL: none) */
+typedef struct gate_thread_s *shim_gate_ticket_t;
 /* copies, sets and other stream work */
-CUresult shim_gate(CUstream stream, int ptds);
+CUresult shim_gate(CUstream stream, int ptds, shim_gate_ticket_t *ticket);
 /* kernel, graph and host-function launches: what iterations are made of */
-CUresult shim_gate_launch(CUstream stream, int ptds);
+CUresult shim_gate_launch(CUstream stream, int ptds, shim_gate_ticket_t *ticket);
 CUresult shim_gate_memory(void);
-CUresult shim_gate_enter(CUstream stream, int ptds, int is_work);
+/* ticket may be NULL when is_work is SHIM_WORK_NONE */
+CUresult shim_gate_enter(CUstream stream, int ptds, int is_work, shim_gate_ticket_t *ticket);
 /* After the real call of a gated submission returned (pairs with a successful shim_gate). */
-void shim_gate_done(void);
+void shim_gate_done(shim_gate_ticket_t ticket);
 /* The program destroys a stream: the gate stops watching it. */
 void shim_forget_stream(CUstream stream);
 void shim_after_sync(int whole_context);

@@ -8,11 +8,12 @@
 #define GATED_AS(gate, symbol, ptds, stream, params, args)                                     \
     CUresult CUDAAPI symbol params                                                             \
     {                                                                                          \
-        CUresult rc_ = gate((stream), (ptds));                                                 \
+        shim_gate_ticket_t ticket_;                                                            \
+        CUresult rc_ = gate((stream), (ptds), &ticket_);                                       \
         if (rc_ != CUDA_SUCCESS)                                                               \
             return rc_;                                                                        \
         rc_ = shim.real.symbol ? shim.real.symbol args : CUDA_ERROR_NOT_SUPPORTED;             \
-        shim_gate_done();                                                                      \
+        shim_gate_done(ticket_);                                                               \
         return rc_;                                                                            \
     }
 #define GATED_WRAPPER(symbol, ptds, stream, params, args)                                      \

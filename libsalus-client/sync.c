@@ -20,11 +20,12 @@
 #define GATED_SYNC_WRAPPER(symbol, ptds, params, args)                                         \
     CUresult CUDAAPI symbol params                                                             \
     {                                                                                          \
-        CUresult rc_ = shim_gate(NULL, (ptds));                                                \
+        shim_gate_ticket_t ticket_;                                                            \
+        CUresult rc_ = shim_gate(NULL, (ptds), &ticket_);                                      \
         if (rc_ != CUDA_SUCCESS)                                                               \
             return rc_;                                                                        \
         rc_ = shim.real.symbol ? shim.real.symbol args : CUDA_ERROR_NOT_SUPPORTED;             \
-        shim_gate_done();                                                                      \
+        shim_gate_done(ticket_);                                                               \
         if (rc_ == CUDA_SUCCESS)                                                               \
             shim_after_sync(0);                                                                \
         return rc_;                                                                            \

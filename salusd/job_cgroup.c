@@ -21,6 +21,7 @@
 static struct {
     int tried;
     int usable;
+    int shared_tree;     /* base is below <cgroup2 mount>/salus, shared by all salusd */
     char base[PATH_MAX]; /* <tree>/salusd-<pid> */
 } job_cgroups;
 
@@ -103,11 +104,14 @@ static int base_ready(void)
               "cgroup2 root";
         if (own_cgroup(own, sizeof(own)) == 0 && strcmp(own, "/") != 0 &&
             snprintf(tree, sizeof(tree), "%s%s", mount, own) < (int)sizeof(tree) &&
-            (delegated(tree) || getenv("INVOCATION_ID")) && try_base(tree) == 0) {
+            delegated(tree) && try_base(tree) == 0) {
             job_cgroups.usable = 1;
-        } else if (snprintf(tree, sizeof(tree), "%s/salus", mount) < (int)sizeof(tree) &&
-                   (mkdir(tree, 0755) == 0 || errno == EEXIST) && try_base(tree) == 0) {
-            job_cgroups.usable = 1;
+        } else if (snprintf(tree, sizeof(tree), "%s/salus", mount) < (int)sizeof(tree)) {
+            /* twice: another salusd may remove the shared directory as it stops */
+            for (int i = 0; i < 2 && !job_cgroups.usable; i++)
+                job_cgroups.usable = (mkdir(tree, 0755) == 0 || errno == EEXIST) &&
+                                     try_base(tree) == 0;
+            job_cgroups.shared_tree = job_cgroups.usable;
         }
     }
     if (!job_cgroups.usable) {
@@ -303,6 +307,12 @@ void job_cgroup_shutdown(void)
 {
     if (job_cgroups.usable && rmdir(job_cgroups.base) < 0 && errno != ENOENT)
         LOG_WARN("could not remove %s: %s", job_cgroups.base, strerror(errno));
+    char *slash = strrchr(job_cgroups.base, '/');
+    if (job_cgroups.shared_tree && slash) { /* the last salusd out removes <mount>/salus */
+        *slash = '\0';
+        rmdir(job_cgroups.base);
+    }
+    job_cgroups.shared_tree = 0;
     job_cgroups.tried = 0;
     job_cgroups.usable = 0;
 }

@@ -13,8 +13,10 @@
   hardening_wire.py fd-flood SOCKET COUNT        a status request passing COUNT descriptors
                                                  (of /dev/null) with the frame; prints the
                                                  reply's kind
-  hardening_wire.py fd-cut SOCKET COUNT          passes COUNT descriptors with the first
-                                                 half of a frame, then disconnects
+  hardening_wire.py fd-cut SOCKET COUNT [RELEASE]
+                                                 passes COUNT descriptors with the first
+                                                 half of a frame, then disconnects (once
+                                                 the file RELEASE exists, at most 20 s)
 
 Frames: a 4-byte big-endian length, then the msgpack array [kind, id, op, body]
 (common/proto.h). Only the msgpack this needs is spoken here.
@@ -23,6 +25,7 @@ import os
 import socket
 import struct
 import sys
+import time
 
 HELLO, REQUEST, REPLY, ERROR = 1, 2, 3, 4
 
@@ -167,7 +170,7 @@ def submit(path, name, log, fd_path=None):
     s.close()
 
 
-def fd_flood(path, count, cut):
+def fd_flood(path, count, cut, release=None):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(path)
     s.sendall(frame(HELLO, 0, "hello", {"version": 1, "client": "attacker"}))
@@ -181,6 +184,11 @@ def fd_flood(path, count, cut):
     for fd in fds:
         os.close(fd)
     if cut:
+        print("holding", flush=True)
+        for _ in range(400):
+            if not release or os.path.exists(release):
+                break
+            time.sleep(0.05)
         s.close()
         print("sent", count, "descriptors with half a frame, then disconnected", flush=True)
         return
@@ -195,6 +203,6 @@ if __name__ == "__main__":
     elif sys.argv[1] == "submit":
         submit(*sys.argv[2:])
     elif sys.argv[1] in ("fd-flood", "fd-cut"):
-        fd_flood(sys.argv[2], sys.argv[3], sys.argv[1] == "fd-cut")
+        fd_flood(sys.argv[2], sys.argv[3], sys.argv[1] == "fd-cut", *sys.argv[4:5])
     else:
         sys.exit("unknown command " + sys.argv[1])

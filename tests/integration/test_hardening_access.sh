@@ -188,20 +188,41 @@ if has_case 6; then
     # (item 9 checks the segment's mode; this lets item 6 replay on older daemons too)
     chmod 0666 "/dev/shm/$SIMGPU_SHM_NAME"
     marker=$((900000 + $$ % 9999))
+    # two workloads, and a process that leaves the job's process group and session
+    # (setsid) and ignores SIGTERM: kill must reach it through the job's cgroup
     job=$(as_ctl "$USER_B" submit --name whole --log "$WORK/shared/b6.log" -- sh -c \
-        "'$SYNTH' --iterations $marker --gpu-ms 2 & '$SYNTH' --iterations $marker --gpu-ms 2 & wait") ||
+        "'$SYNTH' --iterations $marker --gpu-ms 2 & '$SYNTH' --iterations $marker --gpu-ms 2 &
+         setsid sh -c 'trap \"\" TERM; exec sleep $marker' & wait") ||
         fail "item 6: submit"
-    # every process of B's whose command line has the marker: supervisor, shell, workloads
-    procs() { ps -u "$UID_B" -o pid=,pgid=,stat=,comm=,args= | grep -e "--iterations $marker" || true; }
-    workloads() { procs | awk '$4 == "salus-synth"' | wc -l; }
-    for i in $(seq 1 200); do [ "$(workloads)" -eq 2 ] && break; sleep 0.05; done
-    echo "the job's processes before kill (pid pgid stat comm args):"; procs | cut -c1-150
-    [ "$(workloads)" -eq 2 ] || fail "item 6: the two workloads did not start"
+    # every process of B's whose command line has the marker: supervisor, shell, workloads,
+    # the escaped sleep
+    procs() { ps -u "$UID_B" -o pid=,pgid=,sid=,stat=,comm=,args= | grep -e "$marker" || true; }
+    workloads() { procs | awk '$5 == "salus-synth" || $5 == "sleep"' | wc -l; }
+    for i in $(seq 1 200); do [ "$(workloads)" -eq 3 ] && break; sleep 0.05; done
+    echo "the job's processes before kill (pid pgid sid stat comm args):"; procs | cut -c1-150
+    [ "$(workloads)" -eq 3 ] || fail "item 6: the two workloads and the setsid sleep did not start"
+    # the job's cgroup: every process of the job is in it, the supervisor is not
+    cg_mount=$(awk '$9 == "cgroup2" && $4 == "/" { print $5; exit }' /proc/self/mountinfo)
+    [ -n "$cg_mount" ] || fail "item 6: no cgroup2 file system is mounted (the job's cgroup needs one)"
+    cg_of() { sed -n 's/^0:://p' "/proc/$1/cgroup"; }
+    escaped=$(procs | awk '$5 == "sleep" { print $1; exit }')
+    first=$(procs | awk '$5 == "salus-synth" { print $1; exit }')
+    supervisor=$(procs | awk '$5 == "salusctl" { print $1; exit }')
+    job_cg="$cg_mount$(cg_of "$first")"
+    echo "the job's cgroup: $job_cg ($(wc -l <"$job_cg/cgroup.procs") processes); the setsid sleep's: $(cg_of "$escaped"); the supervisor's: $(cg_of "$supervisor")"
+    escaped_cg=$(cg_of "$escaped")
+    supervisor_cg=$(cg_of "$supervisor")
     "$SALUSCTL" --socket "$SOCK" kill "$job" >/dev/null || fail "item 6: root's kill"
     rc=0; timeout 30 "$SALUSCTL" --socket "$SOCK" wait "$job" >"$WORK/wait6" || rc=$?
     for i in $(seq 1 100); do [ -z "$(procs)" ] && break; sleep 0.05; done
     echo "the job's processes after kill (none expected):"; procs | cut -c1-150; echo "(end)"
     [ -z "$(procs)" ] || fail "item 6: processes of the job survived kill"
+    case "$job_cg" in */salusd-"$DAEMON_PID"/job-"$job") ;; *) fail "item 6: the workload was not in the job's cgroup: $job_cg" ;; esac
+    [ "$escaped_cg" = "${job_cg#"$cg_mount"}" ] || fail "item 6: the setsid sleep was not in the job's cgroup"
+    [ "$supervisor_cg" != "$escaped_cg" ] || fail "item 6: the supervisor was in the job's cgroup"
+    for i in $(seq 1 100); do [ ! -e "$job_cg" ] && break; sleep 0.05; done
+    [ ! -e "$job_cg" ] || fail "item 6: the job's cgroup $job_cg is still there after it ended"
+    echo "the job's cgroup after it ended: $(ls -d "$job_cg" 2>&1)"
     [ "$rc" -eq 143 ] || fail "item 6: wait after kill exited $rc, not 143: $(cat "$WORK/wait6")"
     [ "$(job_json "$job" state)" = killed ] && [ "$(job_json "$job" signal)" = 15 ] ||
         fail "item 6: state $(job_json "$job" state) signal $(job_json "$job" signal)"
@@ -221,6 +242,11 @@ if has_case 6; then
     rc=0; timeout 30 "$SALUSCTL" --socket "$SOCK" wait "$kjob" >/dev/null || rc=$?
     [ "$rc" -eq 137 ] && [ "$(job_json "$kjob" state)" = killed ] ||
         fail "item 6: SIGKILL: rc $rc state $(job_json "$kjob" state)"
+    # every job of this case has ended: none of their cgroups is left
+    cg_dir="$(dirname "$job_cg")"
+    for i in $(seq 1 100); do [ -z "$(ls -d "$cg_dir"/job-* 2>/dev/null)" ] && break; sleep 0.05; done
+    echo "job cgroups left in $cg_dir: $(ls -d "$cg_dir"/job-* 2>/dev/null | wc -l)"
+    [ -z "$(ls -d "$cg_dir"/job-* 2>/dev/null)" ] || fail "item 6: job cgroups left: $(ls "$cg_dir")"
     # the second workload registered as a job of its own and was killed with the rest: an
     # orphan, reaped by init, its status may still be unknown ("ended")
     counts1=$(ended_counts) || fail "item 6: /metrics: $counts1"
@@ -252,6 +278,37 @@ if has_case 7; then
     out=$(as "$USER_B" timeout 10 python3 "$WIRE_PY" submit "$SOCK" fifo "$WORK/shared/fifo" "$WORK/shared/fifo")
     echo "B's raw submit with a FIFO's descriptor: $out"
     case "$out" in "error"*"regular file"*) ;; *) fail "item 7: FIFO descriptor accepted: $out" ;; esac
+    # a submit that names a log descriptor but passes none is refused
+    out=$(as "$USER_B" timeout 10 python3 "$WIRE_PY" submit "$SOCK" nofd "$WORK/shared/nofd.log" -)
+    echo "B's raw submit naming a log descriptor it does not pass: $out"
+    case "$out" in "error"*"SCM_RIGHTS"*) ;; *) fail "item 7: a submit without its descriptor: $out" ;; esac
+    # descriptors beyond what a frame may carry are closed; none leak when a client leaves
+    # in the middle of a frame
+    daemon_fds() { find "/proc/$DAEMON_PID/fd" -mindepth 1 | wc -l; }
+    fds_settle() { # fds_settle N: waits until salusd holds N descriptors again
+        for i in $(seq 1 100); do [ "$(daemon_fds)" -eq "$1" ] && return 0; sleep 0.05; done
+        return 1
+    }
+    fds0=$(daemon_fds)
+    out=$(as "$USER_B" timeout 10 python3 "$WIRE_PY" fd-flood "$SOCK" 50)
+    [ "$out" = reply ] || fail "item 7: a status with 50 descriptors: $out"
+    fds_settle "$fds0" || fail "item 7: salusd holds $(daemon_fds) descriptors after a frame with 50, $fds0 before"
+    echo "salusd's descriptors: $fds0 before, $(daemon_fds) after a status frame passing 50"
+    for n in 3 50; do
+        rm -f "$WORK/shared/release"
+        as "$USER_B" timeout 30 python3 "$WIRE_PY" fd-cut "$SOCK" "$n" "$WORK/shared/release" \
+            >"$WORK/shared/cut.out" 2>&1 &
+        USER_PIDS+=($!)
+        # while it holds half a frame: its connection (socket, pidfd) and the descriptors kept for the
+        # frame (at most 4)
+        held=$((fds0 + 2 + (n < 4 ? n : 4)))
+        fds_settle "$held" || fail "item 7: salusd holds $(daemon_fds) descriptors while a client holds half a frame with $n, not $held"
+        during=$(daemon_fds)
+        touch "$WORK/shared/release"
+        wait "${USER_PIDS[-1]}" || fail "item 7: fd-cut: $(cat "$WORK/shared/cut.out")"
+        fds_settle "$fds0" || fail "item 7: salusd holds $(daemon_fds) descriptors after a client left mid-frame with $n, $fds0 before"
+        echo "salusd's descriptors: $fds0 before, $during while a client held half a frame passing $n, $(daemon_fds) after it $(tail -1 "$WORK/shared/cut.out")"
+    done
     # the normal path still works: B's log, read by root through salusd's descriptor
     job=$(as_ctl "$USER_B" submit --log "$WORK/shared/b7.log" -- sh -c 'echo hello-from-b')
     timeout 30 "$SALUSCTL" --socket "$SOCK" wait "$job" >/dev/null || fail "item 7: wait"

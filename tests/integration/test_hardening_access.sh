@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Attacks of one local user on another through salusd, replayed as unprivileged throwaway
 # users against a root daemon (issue "Hardening", items 2, 5, 6, 7, 8 and the simgpu segment
-# of 9). One case per item; HARDENING_CASES="2 7" runs some. Needs root (creates users).
+# of 9). One case per item; HARDENING_CASES="2 7" runs some. Needs root (creates users);
+# item 6 needs a cgroup2 file system (the jobs' cgroups).
 . "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" -eq 0 ] || fail "this test must run as root (it creates throwaway users)"
@@ -17,6 +18,7 @@ ADMINS="slsb$$adm"
 ALLOWED="slsb$$ok"
 USER_PIDS=()
 FAKE_DIR=""
+UNIT_CG=""
 cleanup_all() {
     local pid
     for pid in "${USER_PIDS[@]}"; do
@@ -31,6 +33,14 @@ cleanup_all() {
         fi
     done
     [ -n "$FAKE_DIR" ] && rm -rf "$FAKE_DIR"
+    if [ -n "$UNIT_CG" ] && [ -d "$UNIT_CG" ]; then # the delegated salusd was killed above
+        for pid in "${DAEMON_PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+        for i in $(seq 1 100); do
+            rmdir "$UNIT_CG"/salusd-*/job-* "$UNIT_CG"/salusd-* "$UNIT_CG" 2>/dev/null || true
+            [ -d "$UNIT_CG" ] || break
+            sleep 0.05
+        done
+    fi
     rm -f "/tmp/slsb$$-fake.sock"
     userdel "$USER_A" 2>/dev/null || true
     userdel "$USER_B" 2>/dev/null || true
@@ -258,6 +268,37 @@ if has_case 6; then
         [ $((killed1 - killed0 + ended1 - ended0)) -eq 3 ] && [ $((killed1 - killed0)) -ge 2 ] ||
         fail "item 6: /metrics counts"
     pass "item 6: killed whole (wait 143, state killed), done (0), failed (5), SIGKILL (137, killed); /metrics counts each"
+
+    # a salusd whose own cgroup systemd delegated (Delegate=yes marks it trusted.delegate)
+    # keeps its jobs' cgroups below it
+    stop_daemon
+    UNIT_CG="$cg_mount/slsc$$-unit.service"
+    mkdir "$UNIT_CG"
+    python3 -c 'import os, sys; os.setxattr(sys.argv[1], "trusted.delegate", b"1")' "$UNIT_CG" ||
+        fail "item 6: cannot mark $UNIT_CG delegated"
+    real_salusd="$SALUSD"
+    SALUSD="$WORK/salusd-in-unit"
+    printf '#!/bin/sh\necho $$ >"%s/cgroup.procs" && exec "%s" "$@"\n' "$UNIT_CG" "$real_salusd" >"$SALUSD"
+    chmod 0755 "$SALUSD"
+    start_daemon
+    SALUSD="$real_salusd"
+    chmod 0666 "$SOCK"
+    djob=$(as_ctl "$USER_B" submit --log "$WORK/shared/b6d.log" -- sleep "$marker") || fail "item 6: submit (delegated)"
+    for i in $(seq 1 100); do [ -n "$(procs)" ] && break; sleep 0.05; done
+    sleeper=$(procs | awk '$5 == "sleep" { print $1; exit }')
+    [ -n "$sleeper" ] || fail "item 6: the job under a delegated salusd did not start"
+    echo "delegated: salusd in $(cg_of "$DAEMON_PID"), its job in $(cg_of "$sleeper")"
+    [ "$cg_mount$(cg_of "$sleeper")" = "$UNIT_CG/salusd-$DAEMON_PID/job-$djob" ] ||
+        fail "item 6: the job of a delegated salusd is not below its cgroup: $(cg_of "$sleeper")"
+    "$SALUSCTL" --socket "$SOCK" kill --force "$djob" >/dev/null || fail "item 6: kill (delegated)"
+    for _ in $(seq 1 100); do [ ! -e "$UNIT_CG/salusd-$DAEMON_PID/job-$djob" ] && break; sleep 0.05; done
+    [ ! -e "$UNIT_CG/salusd-$DAEMON_PID/job-$djob" ] || fail "item 6: the delegated job's cgroup is left"
+    stop_daemon
+    rmdir "$UNIT_CG" || fail "item 6: $UNIT_CG is not empty after salusd stopped: $(ls "$UNIT_CG")"
+    UNIT_CG=""
+    start_daemon --metrics 127.0.0.1:0
+    chmod 0666 "$SOCK"
+    pass "item 6: a delegated salusd keeps its jobs' cgroups below its own and removes them"
 fi
 
 # --- item 7: logs never opens a path a user typed
@@ -286,7 +327,7 @@ if has_case 7; then
     # in the middle of a frame
     daemon_fds() { find "/proc/$DAEMON_PID/fd" -mindepth 1 | wc -l; }
     fds_settle() { # fds_settle N: waits until salusd holds N descriptors again
-        for i in $(seq 1 100); do [ "$(daemon_fds)" -eq "$1" ] && return 0; sleep 0.05; done
+        for _ in $(seq 1 100); do [ "$(daemon_fds)" -eq "$1" ] && return 0; sleep 0.05; done
         return 1
     }
     fds0=$(daemon_fds)

@@ -88,11 +88,11 @@ int salus_send_frame_fds(int fd, const void *frame, size_t bytes, const int *fds
     memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
     for (;;) { /* the descriptors travel with the first bytes that go */
         ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0)
+        if (n > 0) { /* the rest as any frame, within what is left of the time */
+            long long left = deadline - now_ms();
             return salus_send_frame(fd, (const char *)frame + n, bytes - (size_t)n,
-                                    deadline < 0 ? -1 : (int)(deadline - now_ms() > 0
-                                                                  ? deadline - now_ms()
-                                                                  : 1));
+                                    deadline < 0 ? -1 : left <= 0 ? 1 : (int)left);
+        }
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {

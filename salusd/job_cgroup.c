@@ -3,6 +3,7 @@
 
 #include "log.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -91,6 +92,35 @@ static int try_base(const char *tree)
     return 0;
 }
 
+/* Removes the empty job cgroups, and then the directory, of each salusd-<pid> in tree whose
+ * process is gone (a salusd that did not stop cleanly). Processes are left alone. */
+static void sweep_stale(const char *tree)
+{
+    DIR *dir = opendir(tree);
+    struct dirent *e;
+    char path[PATH_MAX], job[PATH_MAX + 300];
+    while (dir && (e = readdir(dir))) {
+        int pid;
+        if (sscanf(e->d_name, "salusd-%d", &pid) != 1 || pid <= 0 || pid == (int)getpid() ||
+            kill(pid, 0) == 0 || errno != ESRCH)
+            continue;
+        if (snprintf(path, sizeof(path), "%s/%s", tree, e->d_name) >= (int)sizeof(path))
+            continue;
+        DIR *jobs = opendir(path);
+        struct dirent *j;
+        while (jobs && (j = readdir(jobs)))
+            if (strncmp(j->d_name, "job-", 4) == 0 &&
+                snprintf(job, sizeof(job), "%s/%s", path, j->d_name) < (int)sizeof(job))
+                rmdir(job);
+        if (jobs)
+            closedir(jobs);
+        if (rmdir(path) == 0)
+            LOG_INFO("removed %s, left by a salusd that is gone", path);
+    }
+    if (dir)
+        closedir(dir);
+}
+
 /* Finds where the jobs' cgroups go, once; logs the choice. */
 static int base_ready(void)
 {
@@ -119,6 +149,10 @@ static int base_ready(void)
                  why);
         return -ENOTSUP;
     }
+    char *slash = strrchr(job_cgroups.base, '/');
+    *slash = '\0';
+    sweep_stale(job_cgroups.base);
+    *slash = '/';
     LOG_INFO("submitted jobs get a cgroup each below %s", job_cgroups.base);
     return 0;
 }
@@ -291,11 +325,11 @@ int job_cgroup_signal(const char *path, int sig)
     return count;
 }
 
-int job_cgroup_remove(const char *path)
+int job_cgroup_remove(const char *path, int kill_rest)
 {
     if (rmdir(path) == 0 || errno == ENOENT)
         return 0;
-    if (errno != EBUSY)
+    if (errno != EBUSY || !kill_rest)
         return -errno;
     job_cgroup_signal(path, SIGKILL);
     if (rmdir(path) == 0 || errno == ENOENT)

@@ -3,7 +3,8 @@
  * own cgroup where systemd delegated it (Delegate=yes), else below <cgroup2 mount>/salus
  * when salusd may write there (root); each daemon keeps its jobs in salusd-<pid>/job-<id>.
  * Where neither is writable, jobs_cgroup_* answer -ENOTSUP and kill falls back to the
- * process group (logged once). Event-loop thread only. */
+ * process group (logged once). The directories of salusd processes that are gone are removed
+ * when empty, at the first submit. Event-loop thread only. */
 #ifndef SALUS_SALUSD_JOB_CGROUP_H
 #define SALUS_SALUSD_JOB_CGROUP_H
 
@@ -27,9 +28,9 @@ int job_cgroup_place(const char *path, int pidfd, pid_t parent, uid_t uid);
 int job_cgroup_signal(const char *path, int sig);
 /* 1 while a process is in the cgroup, 0 when empty, negative errno. */
 int job_cgroup_populated(const char *path);
-/* Kills what is left in the cgroup and removes it: 0, or -EBUSY while its processes are
- * still dying (call again), or another negative errno. */
-int job_cgroup_remove(const char *path);
+/* Removes the cgroup; with kill_rest, kills what is left in it first. 0, or -EBUSY while
+ * processes are in it (still dying: call again), or another negative errno. */
+int job_cgroup_remove(const char *path, int kill_rest);
 /* Shutdown: removes this daemon's directory when no job cgroup is left in it. */
 void job_cgroup_shutdown(void);
 

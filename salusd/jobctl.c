@@ -82,9 +82,11 @@ static void entry_close_supervisor(jobctl_entry_t *e)
 
 static void entry_free(jobctl_entry_t *e)
 {
-    if (e->cgroup[0] && job_cgroup_remove(e->cgroup) < 0)
-        LOG_WARN("job %llu: could not remove its cgroup %s", (unsigned long long)e->job_id,
-                 e->cgroup);
+    /* never kills here: at shutdown, a job's processes outlive salusd */
+    int rc = e->cgroup[0] ? job_cgroup_remove(e->cgroup, 0) : 0;
+    if (rc < 0)
+        LOG_WARN("job %llu: its cgroup %s is left (%s)", (unsigned long long)e->job_id,
+                 e->cgroup, strerror(-rc));
     if (e->cgroup_timer)
         event_free(e->cgroup_timer);
     entry_close_supervisor(e);
@@ -265,7 +267,7 @@ static void on_cgroup_reap(evutil_socket_t fd, short events, void *arg)
     (void)events;
     if (!e->cgroup[0])
         return;
-    int rc = job_cgroup_remove(e->cgroup);
+    int rc = job_cgroup_remove(e->cgroup, 1);
     if (rc == -EBUSY && e->cgroup_tries++ < JOBCTL_CGROUP_RETRIES) {
         struct timeval tv = {.tv_sec = 0, .tv_usec = JOBCTL_CGROUP_RETRY_MS * 1000};
         if (!e->cgroup_timer)
@@ -361,7 +363,7 @@ static int place_command(conn_t *c, jobctl_entry_t *e, int pidfd)
     }
     rc = job_cgroup_place(e->cgroup, pidfd, c->pid, c->uid);
     if (rc < 0) {
-        job_cgroup_remove(e->cgroup);
+        job_cgroup_remove(e->cgroup, 0);
         e->cgroup[0] = '\0';
         if (rc == -EPERM || rc == -EBADF || rc == -ESRCH)
             return rc;

@@ -54,12 +54,41 @@ static int cgroup_of_is(pid_t pid, const char *path)
     return yes;
 }
 
+static void cgroup2_mount(char *mount, size_t size)
+{
+    char line[4096];
+    FILE *f = fopen("/proc/self/mountinfo", "r");
+    while (f && !mount[0] && fgets(line, sizeof(line), f)) {
+        char root[1024], point[1024];
+        const char *dash = strstr(line, " - ");
+        if (dash && strncmp(dash + 3, "cgroup2 ", 8) == 0 &&
+            sscanf(line, "%*s %*s %*s %1023s %1023s", root, point) == 2 && !strcmp(root, "/"))
+            snprintf(mount, size, "%s", point);
+    }
+    if (f)
+        fclose(f);
+}
+
 START_TEST(test_place_signal_remove)
 {
-    char path[JOB_CGROUP_PATH_BYTES];
-    ck_assert_msg(geteuid() == 0, "check_job_cgroup must run as root (it writes cgroup2)");
-    ck_assert_int_eq(job_cgroup_create(7, path, sizeof(path)), 0);
+    char path[JOB_CGROUP_PATH_BYTES], mount[1024] = "", stale[1200], stale_job[1300];
     struct stat st;
+    ck_assert_msg(geteuid() == 0, "check_job_cgroup must run as root (it writes cgroup2)");
+    /* what a salusd that is gone left (a pid that exited): swept at the first create */
+    cgroup2_mount(mount, sizeof(mount));
+    ck_assert_msg(mount[0], "no cgroup2 file system is mounted");
+    pid_t gone = fork();
+    if (gone == 0)
+        _exit(0);
+    ck_assert_int_eq(waitpid(gone, NULL, 0), gone);
+    snprintf(stale, sizeof(stale), "%s/salus", mount);
+    mkdir(stale, 0755);
+    snprintf(stale, sizeof(stale), "%s/salus/salusd-%d", mount, (int)gone);
+    snprintf(stale_job, sizeof(stale_job), "%s/job-3", stale);
+    ck_assert_int_eq(mkdir(stale, 0755), 0);
+    ck_assert_int_eq(mkdir(stale_job, 0755), 0);
+    ck_assert_int_eq(job_cgroup_create(7, path, sizeof(path)), 0);
+    ck_assert_int_eq(stat(stale, &st), -1);
     ck_assert_int_eq(stat(path, &st), 0);
     ck_assert_int_eq(job_cgroup_populated(path), 0);
 
@@ -77,6 +106,7 @@ START_TEST(test_place_signal_remove)
     ck_assert(cgroup_of_is(child, path));
     ck_assert_int_eq(job_cgroup_populated(path), 1);
     /* populated: not removed without killing; SIGTERM reaches it */
+    ck_assert_int_eq(job_cgroup_remove(path, 0), -EBUSY);
     ck_assert_int_eq(job_cgroup_signal(path, SIGTERM), 1);
     int status;
     ck_assert_int_eq(waitpid(child, &status, 0), child);
@@ -103,7 +133,7 @@ START_TEST(test_place_signal_remove)
 
     for (int i = 0; i < 100 && job_cgroup_populated(path) != 0; i++)
         usleep(10000);
-    ck_assert_int_eq(job_cgroup_remove(path), 0);
+    ck_assert_int_eq(job_cgroup_remove(path, 0), 0);
     ck_assert_int_eq(stat(path, &st), -1);
     job_cgroup_shutdown();
     char base[JOB_CGROUP_PATH_BYTES];
@@ -117,17 +147,8 @@ END_TEST
  * failed run left, the job-7 cgroups of test processes that are gone. */
 static void remove_leftovers(void)
 {
-    char line[4096], mount[1024] = "", dir[1100], job[1400];
-    FILE *f = fopen("/proc/self/mountinfo", "r");
-    while (f && !mount[0] && fgets(line, sizeof(line), f)) {
-        char root[1024], point[1024];
-        const char *dash = strstr(line, " - ");
-        if (dash && strncmp(dash + 3, "cgroup2 ", 8) == 0 &&
-            sscanf(line, "%*s %*s %*s %1023s %1023s", root, point) == 2 && !strcmp(root, "/"))
-            snprintf(mount, sizeof(mount), "%s", point);
-    }
-    if (f)
-        fclose(f);
+    char mount[1024] = "", dir[1100], job[1400];
+    cgroup2_mount(mount, sizeof(mount));
     snprintf(dir, sizeof(dir), "%s/salus", mount);
     DIR *d = mount[0] ? opendir(dir) : NULL;
     struct dirent *e;

@@ -137,6 +137,14 @@ static int finished(const job_t *job)
     return !job->runtime && JOB_STATE_IS_FINAL(job->state);
 }
 
+/* 1 while processes of a submitted job may still run in its cgroup after its registered
+ * program ended: its supervisor waits for its command still */
+static int cgroup_running(salusd_t *d, const job_t *job)
+{
+    const jobctl_entry_t *e = entry_find(d, job->id);
+    return e && e->cgroup[0] && e->supervisor_pidfd >= 0;
+}
+
 /* Over for wait: finished with its status known or given up on, and a submitted job's
  * supervisor reported or is gone. */
 static int ended(salusd_t *d, const job_t *job)
@@ -193,7 +201,7 @@ static void notify_waiters(salusd_t *d, uint64_t job_id)
 void jobctl_job_finished(salusd_t *d, job_t *job)
 {
     jobctl_entry_t *e = entry_find(d, job->id);
-    if (e && e->kill_timer) {
+    if (e && e->kill_timer && !cgroup_running(d, job)) {
         event_free(e->kill_timer);
         e->kill_timer = NULL;
     }
@@ -561,7 +569,7 @@ static void on_grace_over(evutil_socket_t fd, short events, void *arg)
     event_free(e->kill_timer);
     e->kill_timer = NULL;
     job_t *job = registry_find(d->registry, e->job_id);
-    if (job && !finished(job) && signal_job(d, job, SIGKILL) == 0)
+    if (job && (!finished(job) || cgroup_running(d, job)) && signal_job(d, job, SIGKILL) == 0)
         LOG_INFO("job %llu did not end after SIGTERM; sent SIGKILL", (unsigned long long)job->id);
 }
 
@@ -583,7 +591,7 @@ void jobctl_handle_kill(conn_t *c, const proto_msg_t *msg)
     job_t *job = controlled_job(c, msg, "kill");
     if (!job)
         return;
-    if (finished(job)) {
+    if (finished(job) && !cgroup_running(d, job)) {
         server_reply_error(c, msg->id, PROTO_ESTATE, 0, "job %llu has already ended",
                            (unsigned long long)job->id);
         return;

@@ -252,20 +252,35 @@ if has_case 6; then
     rc=0; timeout 30 "$SALUSCTL" --socket "$SOCK" wait "$kjob" >/dev/null || rc=$?
     [ "$rc" -eq 137 ] && [ "$(job_json "$kjob" state)" = killed ] ||
         fail "item 6: SIGKILL: rc $rc state $(job_json "$kjob" state)"
+    # the job's GPU program has ended, its shell lives on ignoring SIGTERM: kill still
+    # reaches the job (its cgroup), SIGKILL after the grace period
+    gjob=$(as_ctl "$USER_B" submit --log "$WORK/shared/b6g.log" -- sh -c \
+        "'$SYNTH' --iterations 2 --gpu-ms 1 >/dev/null; trap '' TERM; sleep $marker")
+    for _ in $(seq 1 200); do procs | grep -q "sleep $marker" && break; sleep 0.05; done
+    echo "the job after its GPU program ended:"; procs | cut -c1-150
+    procs | grep -q "sleep $marker" || fail "item 6: the shell's sleep did not start"
+    "$SALUSCTL" --socket "$SOCK" kill --grace 1 "$gjob" >/dev/null 2>"$WORK/err" ||
+        fail "item 6: kill of a job whose GPU program ended: $(cat "$WORK/err")"
+    rc=0; timeout 30 "$SALUSCTL" --socket "$SOCK" wait "$gjob" >/dev/null || rc=$?
+    for _ in $(seq 1 100); do [ -z "$(procs)" ] && break; sleep 0.05; done
+    [ -z "$(procs)" ] || fail "item 6: the shell that ignores SIGTERM survived kill: $(procs)"
+    [ "$rc" -eq 137 ] || fail "item 6: wait after the grace period exited $rc, not 137"
+    echo "killed after the grace period: wait $rc, nothing left"
     # every job of this case has ended: none of their cgroups is left
     cg_dir="$(dirname "$job_cg")"
     for _ in $(seq 1 100); do [ -z "$(ls -d "$cg_dir"/job-* 2>/dev/null)" ] && break; sleep 0.05; done
     echo "job cgroups left in $cg_dir: $(ls -d "$cg_dir"/job-* 2>/dev/null | wc -l)"
     [ -z "$(ls -d "$cg_dir"/job-* 2>/dev/null)" ] || fail "item 6: job cgroups left: $(ls "$cg_dir")"
     # the second workload registered as a job of its own and was killed with the rest: an
-    # orphan, reaped by init, its status may still be unknown ("ended")
+    # orphan, reaped by init, its status may still be unknown ("ended"); the shell that
+    # ignored SIGTERM is the fourth
     counts1=$(ended_counts) || fail "item 6: /metrics: $counts1"
     read -r done0 failed0 killed0 ended0 <<<"$counts0"
     read -r done1 failed1 killed1 ended1 <<<"$counts1"
     echo "salus_jobs_ended_total deltas: done $((done1 - done0)) failed $((failed1 - failed0))" \
         "killed $((killed1 - killed0)) ended $((ended1 - ended0))"
     [ $((done1 - done0)) -eq 1 ] && [ $((failed1 - failed0)) -eq 1 ] &&
-        [ $((killed1 - killed0 + ended1 - ended0)) -eq 3 ] && [ $((killed1 - killed0)) -ge 2 ] ||
+        [ $((killed1 - killed0 + ended1 - ended0)) -eq 4 ] && [ $((killed1 - killed0)) -ge 3 ] ||
         fail "item 6: /metrics counts"
     pass "item 6: killed whole (wait 143, state killed), done (0), failed (5), SIGKILL (137, killed); /metrics counts each"
 

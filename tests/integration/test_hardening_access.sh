@@ -256,9 +256,11 @@ if has_case 6; then
     # reaches the job (its cgroup), SIGKILL after the grace period
     gjob=$(as_ctl "$USER_B" submit --log "$WORK/shared/b6g.log" -- sh -c \
         "'$SYNTH' --iterations 2 --gpu-ms 1 >/dev/null; trap '' TERM; sleep $marker")
-    for _ in $(seq 1 200); do procs | grep -q "sleep $marker" && break; sleep 0.05; done
+    sleeping() { procs | awk '$5 == "sleep"' | grep -q .; }
+    for _ in $(seq 1 200); do sleeping && break; sleep 0.05; done
     echo "the job after its GPU program ended:"; procs | cut -c1-150
-    procs | grep -q "sleep $marker" || fail "item 6: the shell's sleep did not start"
+    sleeping || fail "item 6: the shell's sleep did not start"
+    ! procs | awk '$5 == "salus-synth"' | grep -q . || fail "item 6: the GPU program still runs"
     "$SALUSCTL" --socket "$SOCK" kill --grace 1 "$gjob" >/dev/null 2>"$WORK/err" ||
         fail "item 6: kill of a job whose GPU program ended: $(cat "$WORK/err")"
     rc=0; timeout 30 "$SALUSCTL" --socket "$SOCK" wait "$gjob" >/dev/null || rc=$?

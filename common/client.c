@@ -65,6 +65,46 @@ int salus_send_frame(int fd, const void *frame, size_t bytes, int timeout_ms)
     return 0;
 }
 
+#define CLIENT_MAX_SEND_FDS 8
+
+int salus_send_frame_fds(int fd, const void *frame, size_t bytes, const int *fds, int nfds,
+                         int timeout_ms)
+{
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * CLIENT_MAX_SEND_FDS)];
+    } control;
+    if (nfds < 1 || nfds > CLIENT_MAX_SEND_FDS || bytes == 0)
+        return -EINVAL;
+    long long deadline = deadline_after(timeout_ms);
+    memset(&control, 0, sizeof(control));
+    struct iovec iov = {.iov_base = (void *)frame, .iov_len = bytes};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                        .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+    memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+    for (;;) { /* the descriptors travel with the first bytes that go */
+        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) { /* the rest as any frame, within what is left of the time */
+            long long left = deadline - now_ms();
+            return salus_send_frame(fd, (const char *)frame + n, bytes - (size_t)n,
+                                    deadline < 0 ? -1 : left <= 0 ? 1 : (int)left);
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int rc = wait_fd(fd, POLLOUT, deadline);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        return n < 0 ? -errno : -EPIPE;
+    }
+}
+
 /* Reads exactly bytes; file descriptors passed with them (SCM_RIGHTS) are appended to
  * fds[*nfds] up to max_fds, the rest closed. */
 static int recv_exact(int fd, void *buf, size_t bytes, long long deadline, int *fds, int max_fds,
@@ -255,13 +295,17 @@ int salus_client_call(salus_client_t *c, proto_msg_t *reply, char *err, size_t e
     return salus_client_call_fds(c, reply, err, err_size, c->timeout_ms, NULL, 0, NULL);
 }
 
-int salus_client_call_fds(salus_client_t *c, proto_msg_t *reply, char *err, size_t err_size,
-                          int timeout_ms, int *fds, int max_fds, int *nfds)
+static int client_exchange(salus_client_t *c, const int *send_fds, int nsend,
+                           proto_msg_t *reply, char *err, size_t err_size, int timeout_ms,
+                           int *fds, int max_fds, int *nfds)
 {
     uint64_t id = c->next_id - 1;
     int count = 0;
     proto_enc_finish(&c->enc);
-    int rc = salus_send_frame(c->fd, c->enc.sbuf.data, c->enc.sbuf.size, c->timeout_ms);
+    int rc = nsend > 0 ? salus_send_frame_fds(c->fd, c->enc.sbuf.data, c->enc.sbuf.size,
+                                              send_fds, nsend, c->timeout_ms)
+                       : salus_send_frame(c->fd, c->enc.sbuf.data, c->enc.sbuf.size,
+                                          c->timeout_ms);
     if (rc < 0)
         return rc;
     rc = salus_recv_msg_fds(c->fd, reply, c->max_frame_bytes, timeout_ms, fds, max_fds, &count);
@@ -284,4 +328,16 @@ int salus_client_call_fds(salus_client_t *c, proto_msg_t *reply, char *err, size
     if (nfds)
         *nfds = count;
     return rc;
+}
+
+int salus_client_call_fds(salus_client_t *c, proto_msg_t *reply, char *err, size_t err_size,
+                          int timeout_ms, int *fds, int max_fds, int *nfds)
+{
+    return client_exchange(c, NULL, 0, reply, err, err_size, timeout_ms, fds, max_fds, nfds);
+}
+
+int salus_client_call_passing(salus_client_t *c, const int *fds, int nfds, proto_msg_t *reply,
+                              char *err, size_t err_size)
+{
+    return client_exchange(c, fds, nfds, reply, err, err_size, c->timeout_ms, NULL, 0, NULL);
 }

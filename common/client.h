@@ -22,6 +22,10 @@ void salus_client_close(salus_client_t *c);
 
 /* Sends a whole frame (length prefix included). */
 int salus_send_frame(int fd, const void *frame, size_t bytes, int timeout_ms);
+/* The same, passing nfds (1..8) file descriptors with the frame's first bytes
+ * (SCM_RIGHTS); they stay the caller's to close. */
+int salus_send_frame_fds(int fd, const void *frame, size_t bytes, const int *fds, int nfds,
+                         int timeout_ms);
 /* Receives one frame and decodes it into msg (free with proto_msg_free). A negative
  * timeout_ms waits for ever. */
 int salus_recv_msg(int fd, proto_msg_t *msg, size_t max_frame_bytes, int timeout_ms);
@@ -36,6 +40,9 @@ msgpack_packer *salus_client_begin(salus_client_t *c, const char *op, uint32_t b
 /* Sends the request begun above and waits for its reply. Returns 0 with a PROTO_REPLY in
  * reply, -EREMOTEIO with the error reply's message copied to err, or a negative errno. */
 int salus_client_call(salus_client_t *c, proto_msg_t *reply, char *err, size_t err_size);
+/* salus_client_call, passing nfds descriptors with the request (see salus_send_frame_fds). */
+int salus_client_call_passing(salus_client_t *c, const int *fds, int nfds, proto_msg_t *reply,
+                              char *err, size_t err_size);
 /* The same with its own reply timeout (negative: for ever) and passed descriptors.
  * -ENOMEM when the daemon answered PROTO_ENOMEM. */
 int salus_client_call_fds(salus_client_t *c, proto_msg_t *reply, char *err, size_t err_size,

@@ -16,9 +16,23 @@ struct evconnlistener;
 struct bufferevent;
 struct metrics_s;
 
+/* descriptors a client may pass with one frame; more are closed on arrival */
+#define SERVER_MAX_FRAME_FDS 4
+
 typedef struct conn_s {
     struct salusd_s *daemon;
-    struct bufferevent *bev;
+    struct bufferevent *bev;  /* writes (replies); reading is server.c's own */
+    struct event *read_event; /* reads with recvmsg, so that passed descriptors arrive */
+    struct evbuffer *input;   /* bytes read and not yet taken as frames */
+    uint64_t received;        /* bytes read from the peer so far */
+    /* descriptors passed with a frame not wholly read yet (SCM_RIGHTS), each with the
+     * stream offset at which the data they came with ended */
+    int queued_fds[SERVER_MAX_FRAME_FDS];
+    uint64_t queued_fd_end[SERVER_MAX_FRAME_FDS];
+    int queued_nfds;
+    int frame_fds[SERVER_MAX_FRAME_FDS]; /* those of the frame being handled */
+    int frame_nfds;
+    int frame_fds_taken;
     pid_t pid;                /* from SO_PEERCRED */
     uid_t uid;
     gid_t gid;
@@ -68,6 +82,11 @@ void server_stop(salusd_t *d);
 int server_dup_pidfd(const conn_t *c);
 /* Connections of uid now open. */
 unsigned server_connections_of(const salusd_t *d, uid_t uid);
+/* The next descriptor passed with the frame being handled (the caller owns it), or -1
+ * when none is left; server_frame_fds: how many are left to take. Descriptors a handler
+ * does not take are closed after it returns. */
+int server_take_fd(conn_t *c);
+int server_frame_fds(const conn_t *c);
 /* Sends an encoded frame (enc->sbuf) on the connection. */
 void server_send(conn_t *c, const proto_enc_t *enc);
 /* Sends a frame with file descriptors (SCM_RIGHTS). Returns 0, or a negative errno when

@@ -1,6 +1,7 @@
 /* Jobs controlled from salusctl (see jobctl.h). */
 #include "jobctl.h"
 
+#include "job_cgroup.h"
 #include "jobs.h"
 #include "sched.h"
 
@@ -18,6 +19,9 @@
 #define JOBCTL_LOG_PATH_BYTES 4096
 #define JOBCTL_DEFAULT_GRACE_MS 10000
 #define JOBCTL_MAX_GRACE_MS 3600000
+/* removing a job's cgroup waits for its killed processes: this often, this many times */
+#define JOBCTL_CGROUP_RETRY_MS 20
+#define JOBCTL_CGROUP_RETRIES 250
 
 typedef struct jobctl_entry_s {
     struct jobctl_s *ctl;
@@ -29,6 +33,9 @@ typedef struct jobctl_entry_s {
     int supervisor_pidfd;        /* -1 once the supervisor is gone */
     struct event *supervisor_event;
     struct event *kill_timer;    /* SIGKILL when the grace period ends */
+    char cgroup[JOB_CGROUP_PATH_BYTES]; /* the job's cgroup; "": none (process group) */
+    struct event *cgroup_timer;  /* retries removing it while its processes die */
+    int cgroup_tries;
     struct jobctl_entry_s *next;
 } jobctl_entry_t;
 
@@ -75,6 +82,13 @@ static void entry_close_supervisor(jobctl_entry_t *e)
 
 static void entry_free(jobctl_entry_t *e)
 {
+    /* never kills here: at shutdown, a job's processes outlive salusd */
+    int rc = e->cgroup[0] ? job_cgroup_remove(e->cgroup, 0) : 0;
+    if (rc < 0)
+        LOG_WARN("job %llu: its cgroup %s is left (%s)", (unsigned long long)e->job_id,
+                 e->cgroup, strerror(-rc));
+    if (e->cgroup_timer)
+        event_free(e->cgroup_timer);
     entry_close_supervisor(e);
     if (e->kill_timer)
         event_free(e->kill_timer);
@@ -121,6 +135,14 @@ static void prune(salusd_t *d)
 static int finished(const job_t *job)
 {
     return !job->runtime && JOB_STATE_IS_FINAL(job->state);
+}
+
+/* 1 while processes of a submitted job may still run in its cgroup after its registered
+ * program ended: its supervisor waits for its command still */
+static int cgroup_running(salusd_t *d, const job_t *job)
+{
+    const jobctl_entry_t *e = entry_find(d, job->id);
+    return e && e->cgroup[0] && e->supervisor_pidfd >= 0;
 }
 
 /* Over for wait: finished with its status known or given up on, and a submitted job's
@@ -179,7 +201,7 @@ static void notify_waiters(salusd_t *d, uint64_t job_id)
 void jobctl_job_finished(salusd_t *d, job_t *job)
 {
     jobctl_entry_t *e = entry_find(d, job->id);
-    if (e && e->kill_timer) {
+    if (e && e->kill_timer && !cgroup_running(d, job)) {
         event_free(e->kill_timer);
         e->kill_timer = NULL;
     }
@@ -218,6 +240,7 @@ void jobctl_shutdown(salusd_t *d)
     }
     free(d->jobctl);
     d->jobctl = NULL;
+    job_cgroup_shutdown();
 }
 
 /* The job named by the body's id that c may control; replies the error otherwise. */
@@ -242,6 +265,32 @@ static job_t *controlled_job(conn_t *c, const proto_msg_t *msg, const char *op)
     return job;
 }
 
+/* The job is over: what is left in its cgroup is killed, and the cgroup removed once its
+ * processes are gone. */
+static void on_cgroup_reap(evutil_socket_t fd, short events, void *arg)
+{
+    jobctl_entry_t *e = arg;
+    salusd_t *d = e->ctl->daemon;
+    (void)fd;
+    (void)events;
+    if (!e->cgroup[0])
+        return;
+    int rc = job_cgroup_remove(e->cgroup, 1);
+    if (rc == -EBUSY && e->cgroup_tries++ < JOBCTL_CGROUP_RETRIES) {
+        struct timeval tv = {.tv_sec = 0, .tv_usec = JOBCTL_CGROUP_RETRY_MS * 1000};
+        if (!e->cgroup_timer)
+            e->cgroup_timer = evtimer_new(d->base, on_cgroup_reap, e);
+        if (e->cgroup_timer && evtimer_add(e->cgroup_timer, &tv) == 0)
+            return;
+    }
+    if (rc < 0)
+        LOG_WARN("job %llu: cannot remove its cgroup %s: %s", (unsigned long long)e->job_id,
+                 e->cgroup, strerror(-rc));
+    else
+        LOG_DEBUG("job %llu: removed its cgroup", (unsigned long long)e->job_id);
+    e->cgroup[0] = '\0';
+}
+
 static void on_supervisor_exit(evutil_socket_t fd, short events, void *arg)
 {
     jobctl_entry_t *e = arg;
@@ -249,6 +298,7 @@ static void on_supervisor_exit(evutil_socket_t fd, short events, void *arg)
     (void)fd;
     (void)events;
     entry_close_supervisor(e);
+    on_cgroup_reap(-1, 0, e);
     job_t *job = registry_find(d->registry, e->job_id);
     if (job && jobs_is_reserved(job)) {
         LOG_INFO("job %llu: its supervisor ended without a report", (unsigned long long)e->job_id);
@@ -258,55 +308,134 @@ static void on_supervisor_exit(evutil_socket_t fd, short events, void *arg)
     }
 }
 
-/* The submitter's log file: the descriptor fd_number of the submitting process, taken from
- * it (pidfd_getfd) so that salusd never opens a path a user typed. A regular file only (a
- * FIFO or a device could hang a reader). Returns the fd, or a negative errno. */
-static int take_log_fd(int supervisor_pidfd, uint64_t fd_number)
+#define JOBCTL_FD_LOG 0
+#define JOBCTL_FD_COMMAND 1
+
+/* The body's fds: the roles of the descriptors passed with the frame, in order ("log":
+ * the log file, read-only; "command": a pidfd of the command's process, forked by the
+ * submitter and waiting to exec). Takes them into fds[role] (-1: not passed). 0, or a
+ * negative errno with why set. */
+static int take_submit_fds(conn_t *c, const msgpack_object *body, int fds[2], const char **why)
 {
-    struct stat st;
-    if (supervisor_pidfd < 0 || fd_number > INT32_MAX)
-        return -EBADF;
-    int fd = (int)syscall(SYS_pidfd_getfd, supervisor_pidfd, (int)fd_number, 0);
-    if (fd < 0)
-        return -errno;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
+    const msgpack_object *roles = proto_get(body, "fds");
+    fds[0] = fds[1] = -1;
+    *why = "fds must be an array naming each descriptor passed with the frame "
+           "(\"log\", \"command\"), each at most once";
+    if (!roles || roles->type == MSGPACK_OBJECT_NIL) {
+        *why = "descriptors came with a submit whose fds names none";
+        return server_frame_fds(c) == 0 ? 0 : -EINVAL;
+    }
+    if (roles->type != MSGPACK_OBJECT_ARRAY || roles->via.array.size > 2)
+        return -EINVAL;
+    if ((int)roles->via.array.size != server_frame_fds(c)) {
+        *why = "the frame names more or fewer descriptors (fds) than came with it: pass "
+               "them with the frame (SCM_RIGHTS)";
         return -EINVAL;
     }
-    return fd;
+    for (uint32_t i = 0; i < roles->via.array.size; i++) {
+        const msgpack_object *r = &roles->via.array.ptr[i];
+        int role = -1;
+        if (r->type == MSGPACK_OBJECT_STR && r->via.str.size == 3 &&
+            memcmp(r->via.str.ptr, "log", 3) == 0)
+            role = JOBCTL_FD_LOG;
+        else if (r->type == MSGPACK_OBJECT_STR && r->via.str.size == 7 &&
+                 memcmp(r->via.str.ptr, "command", 7) == 0)
+            role = JOBCTL_FD_COMMAND;
+        if (role < 0 || fds[role] >= 0)
+            return -EINVAL;
+        fds[role] = server_take_fd(c);
+    }
+    return 0;
 }
 
-/* submit {name, iterations, persistent_bytes, ephemeral_bytes, priority, log, log_fd}:
- * reserves a job for the requesting process (salusctl's supervisor), takes its log file's
- * descriptor (log_fd: its number in that process; log: its path, shown only), answers
- * {job_id}. */
+static void close_submit_fds(int fds[2])
+{
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    fds[0] = fds[1] = -1;
+}
+
+/* The job's cgroup, with the command's process (pidfd, a child of the submitter waiting to
+ * exec) in it. 0 (e->cgroup set, or left empty where no cgroup can be had: the process
+ * group serves), or a negative errno when the pidfd is not the submitter's child. */
+static int place_command(conn_t *c, jobctl_entry_t *e, int pidfd)
+{
+    int rc = job_cgroup_create(e->job_id, e->cgroup, sizeof(e->cgroup));
+    if (rc < 0) {
+        if (rc != -ENOTSUP)
+            LOG_WARN("job %llu: cannot create its cgroup (%s); kill reaches its process "
+                     "group only", (unsigned long long)e->job_id, strerror(-rc));
+        e->cgroup[0] = '\0';
+        return 0;
+    }
+    rc = job_cgroup_place(e->cgroup, pidfd, c->pid, c->uid);
+    if (rc < 0) {
+        job_cgroup_remove(e->cgroup, 0);
+        e->cgroup[0] = '\0';
+        if (rc == -EPERM || rc == -EBADF || rc == -ESRCH)
+            return rc;
+        LOG_WARN("job %llu: cannot move its command into its cgroup (%s); kill reaches its "
+                 "process group only", (unsigned long long)e->job_id, strerror(-rc));
+    }
+    return 0;
+}
+
+/* submit {name, iterations, persistent_bytes, ephemeral_bytes, priority, log, fds}:
+ * reserves a job for the requesting process (salusctl's supervisor), answers {job_id}. The
+ * descriptors passed with the frame (SCM_RIGHTS) are named by fds: "log", the log file
+ * (read-only; log is its path, shown only: salusd never opens a path a user typed) and
+ * "command", a pidfd of the command's process, which goes into the job's cgroup before
+ * the reply (it waits for the job id before it execs). */
 void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
     char name[REGISTRY_NAME_BYTES] = "";
     char log_path[JOBCTL_LOG_PATH_BYTES] = "";
-    uint64_t iterations = 0, persistent = 0, ephemeral = 0, log_fd_number = 0;
+    uint64_t iterations = 0, persistent = 0, ephemeral = 0;
     int64_t priority = 0;
+    int fds[2] = {-1, -1};
+    const char *why = NULL;
+    struct stat st;
     const msgpack_object *b = &msg->body;
     prune(d);
     int log_rc = proto_get_str_copy(b, "log", log_path, sizeof(log_path));
-    int log_fd_rc = proto_get_uint(b, "log_fd", &log_fd_number);
     if (proto_get_str_copy(b, "name", name, sizeof(name)) == -EINVAL ||
         proto_get_uint(b, "iterations", &iterations) == -EINVAL ||
         proto_get_uint(b, "persistent_bytes", &persistent) == -EINVAL ||
         proto_get_uint(b, "ephemeral_bytes", &ephemeral) == -EINVAL ||
         proto_get_int(b, "priority", &priority) == -EINVAL || log_rc == -EINVAL ||
-        log_fd_rc == -EINVAL ||
         persistent > (1ull << 50) || ephemeral > (1ull << 50) ||
         (log_rc == 0 && log_path[0] != '/') || memchr(log_path, '\n', strlen(log_path))) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
                            "submit takes name (string of at most %d bytes), iterations, "
                            "persistent_bytes, ephemeral_bytes (unsigned), priority (integer) "
-                           "log (an absolute path) and log_fd (unsigned)",
+                           "log (an absolute path) and fds (the passed descriptors' roles)",
                            REGISTRY_NAME_BYTES - 1);
         return;
     }
+    if (proto_get(b, "log_fd")) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "submit: log_fd is not supported: pass the log's descriptor with "
+                           "the frame (SCM_RIGHTS) and name it in fds");
+        return;
+    }
+    if (take_submit_fds(c, b, fds, &why) < 0) {
+        close_submit_fds(fds);
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "submit: %s", why);
+        return;
+    }
+    /* a regular file only (a FIFO or a device could hang a reader) */
+    if (fds[JOBCTL_FD_LOG] >= 0 &&
+        (fstat(fds[JOBCTL_FD_LOG], &st) < 0 || !S_ISREG(st.st_mode))) {
+        close_submit_fds(fds);
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "submit: the log (the descriptor passed as \"log\") must be a "
+                           "regular file");
+        return;
+    }
     if (!jobs_name_valid(name)) {
+        close_submit_fds(fds);
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
                            "submit: the job name must be printable text (no control "
                            "characters) of at most %d bytes",
@@ -314,6 +443,7 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
         return;
     }
     if (d->devices.count == 0) {
+        close_submit_fds(fds);
         server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "salusd has no GPU");
         return;
     }
@@ -323,6 +453,7 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
     if (e && log_path[0])
         e->log_path = strdup(log_path);
     if (!e || (log_path[0] && !e->log_path)) {
+        close_submit_fds(fds);
         if (job)
             jobs_end_reserved(d, job, JOB_FAILED);
         server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
@@ -338,31 +469,34 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
             entry_close_supervisor(e);
     }
     if (!e->supervisor_event) { /* nothing would ever end the reservation: drop it now */
-        int why = e->supervisor_pidfd < 0 ? -e->supervisor_pidfd : ENOMEM;
+        int err = e->supervisor_pidfd < 0 ? -e->supervisor_pidfd : ENOMEM;
+        close_submit_fds(fds);
         entry_close_supervisor(e);
         jobs_end_reserved(d, job, JOB_FAILED);
         server_reply_error(c, msg->id, PROTO_ESTATE, 0, "cannot watch the submitting process "
                            "(pid %d): %s", (int)c->pid,
-                           why == ESRCH ? "it has exited" : strerror(why));
+                           err == ESRCH ? "it has exited" : strerror(err));
         return;
     }
-    if (log_fd_rc == 0) {
-        int fd = take_log_fd(e->supervisor_pidfd, log_fd_number);
-        if (fd == -EINVAL) {
+    if (fds[JOBCTL_FD_COMMAND] >= 0) {
+        int rc = place_command(c, e, fds[JOBCTL_FD_COMMAND]);
+        if (rc < 0) {
+            close_submit_fds(fds);
             jobs_end_reserved(d, job, JOB_FAILED);
-            server_reply_error(c, msg->id, PROTO_EBADARG, 0,
-                               "submit: the log (descriptor %llu) must be a regular file",
-                               (unsigned long long)log_fd_number);
+            server_reply_error(c, msg->id, PROTO_EPERM, 0,
+                               "submit: the \"command\" descriptor must be a pidfd of a live "
+                               "child of the submitting process, of the same user (%s)",
+                               strerror(-rc));
             return;
         }
-        if (fd < 0)
-            LOG_WARN("job %llu: cannot take the submitter's log file (%s); salusctl logs will "
-                     "not show it", (unsigned long long)job->id, strerror(-fd));
-        e->log_fd = fd;
     }
+    e->log_fd = fds[JOBCTL_FD_LOG];
+    fds[JOBCTL_FD_LOG] = -1;
+    close_submit_fds(fds);
     proto_enc_t *enc = &d->enc;
-    proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 1);
+    proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 2);
     proto_pack_kv_uint(&enc->pk, "job_id", job->id);
+    proto_pack_kv_bool(&enc->pk, "cgroup", e->cgroup[0] != '\0');
     proto_enc_finish(enc);
     server_send(c, enc);
 }
@@ -408,9 +542,15 @@ static int signal_job(salusd_t *d, const job_t *job, int sig)
 {
     const jobctl_entry_t *e = entry_find(d, job->id);
     int rc = -ESRCH;
+    /* every process of the job's cgroup, also those that left its process group */
+    if (e && e->cgroup[0] && job_cgroup_signal(e->cgroup, sig) > 0)
+        rc = 0;
     if (e && e->supervised && e->supervisor_pidfd >= 0) {
         int via = sig == SIGKILL ? SIGUSR1 : sig;
-        rc = syscall(SYS_pidfd_send_signal, e->supervisor_pidfd, via, NULL, 0) < 0 ? -errno : 0;
+        if (syscall(SYS_pidfd_send_signal, e->supervisor_pidfd, via, NULL, 0) == 0)
+            rc = 0;
+        else if (rc < 0)
+            rc = -errno;
     }
     if (!jobs_is_reserved(job)) {
         int direct = jobs_signal(job, sig);
@@ -429,7 +569,7 @@ static void on_grace_over(evutil_socket_t fd, short events, void *arg)
     event_free(e->kill_timer);
     e->kill_timer = NULL;
     job_t *job = registry_find(d->registry, e->job_id);
-    if (job && !finished(job) && signal_job(d, job, SIGKILL) == 0)
+    if (job && (!finished(job) || cgroup_running(d, job)) && signal_job(d, job, SIGKILL) == 0)
         LOG_INFO("job %llu did not end after SIGTERM; sent SIGKILL", (unsigned long long)job->id);
 }
 
@@ -451,7 +591,7 @@ void jobctl_handle_kill(conn_t *c, const proto_msg_t *msg)
     job_t *job = controlled_job(c, msg, "kill");
     if (!job)
         return;
-    if (finished(job)) {
+    if (finished(job) && !cgroup_running(d, job)) {
         server_reply_error(c, msg->id, PROTO_ESTATE, 0, "job %llu has already ended",
                            (unsigned long long)job->id);
         return;

@@ -33,7 +33,18 @@
 #endif
 
 #define SERVER_ACCEPT_PAUSE_MS 100
+/* one read: at most this many bytes, and room for this many passed descriptors (the
+ * kernel drops those past the room; server.c keeps SERVER_MAX_FRAME_FDS, closes the rest) */
+#define SERVER_READ_BYTES 65536
+#define SERVER_RECV_FDS 8
 #define SERVER_REFUSAL_LOG_INTERVAL_NS 1000000000ull
+
+static void close_fds(int *fds, int *n)
+{
+    for (int i = 0; i < *n; i++)
+        close(fds[i]);
+    *n = 0;
+}
 
 static void conn_free(conn_t *c)
 {
@@ -44,6 +55,12 @@ static void conn_free(conn_t *c)
     d->partial_frame_bytes -= c->input_held_bytes;
     if (c->hello_deadline)
         event_free(c->hello_deadline);
+    close_fds(c->queued_fds, &c->queued_nfds);
+    close_fds(c->frame_fds, &c->frame_nfds);
+    if (c->read_event)
+        event_free(c->read_event);
+    if (c->input)
+        evbuffer_free(c->input);
     bufferevent_free(c->bev);
     close(c->pidfd);
     free(c);
@@ -54,6 +71,16 @@ static int pidfd_alive(int pidfd)
 {
     struct pollfd p = {.fd = pidfd, .events = POLLIN};
     return poll(&p, 1, 0) == 0;
+}
+
+int server_take_fd(conn_t *c)
+{
+    return c->frame_fds_taken < c->frame_nfds ? c->frame_fds[c->frame_fds_taken++] : -1;
+}
+
+int server_frame_fds(const conn_t *c)
+{
+    return c->frame_nfds - c->frame_fds_taken;
 }
 
 int server_dup_pidfd(const conn_t *c)
@@ -174,6 +201,7 @@ static int send_direct(conn_t *c, const char *data, size_t size, const int *fds,
 static void conn_drop(conn_t *c)
 {
     c->closing = 1;
+    event_del(c->read_event);
     bufferevent_disable(c->bev, EV_READ | EV_WRITE);
     bufferevent_setcb(c->bev, NULL, NULL, on_event, c);
     bufferevent_trigger_event(c->bev, BEV_EVENT_ERROR, BEV_TRIG_DEFER_CALLBACKS);
@@ -216,7 +244,7 @@ static void close_when_written(struct bufferevent *bev, void *arg)
 static void conn_close_after_write(conn_t *c)
 {
     c->closing = 1;
-    bufferevent_disable(c->bev, EV_READ);
+    event_del(c->read_event);
     bufferevent_setcb(c->bev, NULL, close_when_written, on_event, c);
     /* Never free here: callers still hold c. With nothing pending the write callback
      * would not fire on its own, so fire it from the loop. */
@@ -281,7 +309,7 @@ static void handle_hello(conn_t *c, const proto_msg_t *msg)
 static void account_input(conn_t *c)
 {
     salusd_t *d = c->daemon;
-    size_t held = c->closing ? 0 : evbuffer_get_length(bufferevent_get_input(c->bev));
+    size_t held = c->closing ? 0 : evbuffer_get_length(c->input);
     d->partial_frame_bytes = d->partial_frame_bytes - c->input_held_bytes + held;
     c->input_held_bytes = held;
     if (held == 0 || d->partial_frame_bytes <= d->config.max_partial_frame_bytes)
@@ -292,17 +320,36 @@ static void account_input(conn_t *c)
     server_reply_error(c, 0, PROTO_EBUSY, 1,
                        "salusd holds too much in partly sent frames (max-partial-frame-bytes "
                        "%llu); try again", (unsigned long long)d->config.max_partial_frame_bytes);
-    struct evbuffer *in = bufferevent_get_input(c->bev);
-    evbuffer_drain(in, evbuffer_get_length(in));
+    evbuffer_drain(c->input, evbuffer_get_length(c->input));
+    close_fds(c->queued_fds, &c->queued_nfds);
     d->partial_frame_bytes -= c->input_held_bytes;
     c->input_held_bytes = 0;
 }
 
-static void on_read(struct bufferevent *bev, void *arg)
+/* Gives the frame that spans stream bytes [start, end) the descriptors that came with its
+ * data; those of earlier data that no frame took are closed. */
+static void claim_frame_fds(conn_t *c, uint64_t start, uint64_t end)
 {
-    conn_t *c = arg;
+    int kept = 0;
+    for (int i = 0; i < c->queued_nfds; i++) {
+        uint64_t at = c->queued_fd_end[i];
+        if (at > start && at <= end && c->frame_nfds < SERVER_MAX_FRAME_FDS) {
+            c->frame_fds[c->frame_nfds++] = c->queued_fds[i];
+        } else if (at > end) {
+            c->queued_fds[kept] = c->queued_fds[i];
+            c->queued_fd_end[kept++] = at;
+        } else {
+            close(c->queued_fds[i]);
+        }
+    }
+    c->queued_nfds = kept;
+    c->frame_fds_taken = 0;
+}
+
+static void process_input(conn_t *c)
+{
     salusd_t *d = c->daemon;
-    struct evbuffer *in = bufferevent_get_input(bev);
+    struct evbuffer *in = c->input;
 
     while (!c->closing) {
         uint8_t header[PROTO_HEADER_BYTES];
@@ -318,6 +365,8 @@ static void on_read(struct bufferevent *bev, void *arg)
         }
         if (available < PROTO_HEADER_BYTES + (size_t)len)
             break;
+        uint64_t start = c->received - available;
+        claim_frame_fds(c, start, start + PROTO_HEADER_BYTES + len);
         evbuffer_drain(in, PROTO_HEADER_BYTES);
         const uint8_t *payload = evbuffer_pullup(in, len);
         proto_msg_t msg;
@@ -325,6 +374,7 @@ static void on_read(struct bufferevent *bev, void *arg)
         int rc = payload ? proto_decode(payload, len, &msg, &why) : PROTO_E_NOMEM;
         evbuffer_drain(in, len);
         if (rc < 0) {
+            close_fds(c->frame_fds, &c->frame_nfds);
             reject_frame(c, why);
             break;
         }
@@ -337,11 +387,84 @@ static void on_read(struct bufferevent *bev, void *arg)
             d->requests_served++;
             handlers_dispatch(c, &msg);
         }
+        if (c->frame_fds_taken < c->frame_nfds)
+            LOG_DEBUG("closing %d descriptors pid %d passed with a %s frame that did not take "
+                      "them", c->frame_nfds - c->frame_fds_taken, (int)c->pid,
+                      msg.op[0] ? msg.op : "hello");
         proto_msg_free(&msg);
+        for (int i = c->frame_fds_taken; i < c->frame_nfds; i++)
+            close(c->frame_fds[i]);
+        c->frame_nfds = 0;
+        c->frame_fds_taken = 0;
     }
-    if (c->closing) /* nothing more is read from it */
+    if (c->closing) { /* nothing more is read from it */
         evbuffer_drain(in, evbuffer_get_length(in));
+        close_fds(c->queued_fds, &c->queued_nfds);
+    }
     account_input(c);
+}
+
+/* Queues the descriptors that came with one read (all of its data ends at end); keeps at
+ * most SERVER_MAX_FRAME_FDS waiting, closes the others. */
+static void queue_passed_fds(conn_t *c, struct msghdr *mh, uint64_t end)
+{
+    int closed = 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+            if (c->queued_nfds < SERVER_MAX_FRAME_FDS && !c->closing) {
+                c->queued_fds[c->queued_nfds] = fd;
+                c->queued_fd_end[c->queued_nfds++] = end;
+            } else {
+                close(fd);
+                closed++;
+            }
+        }
+    }
+    if (closed || (mh->msg_flags & MSG_CTRUNC))
+        LOG_DEBUG("pid %d passed more than %d descriptors with one frame; closed the others",
+                  (int)c->pid, SERVER_MAX_FRAME_FDS);
+}
+
+/* The socket is readable: one recvmsg into the input buffer (never more than one whole
+ * frame is held), the descriptors that came with it queued, then the frames handled. */
+static void on_readable(evutil_socket_t fd, short events, void *arg)
+{
+    conn_t *c = arg;
+    salusd_t *d = c->daemon;
+    static uint8_t data[SERVER_READ_BYTES];
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * SERVER_RECV_FDS)];
+    } control;
+    (void)events;
+    if (c->closing)
+        return;
+    size_t held = evbuffer_get_length(c->input);
+    size_t room = PROTO_HEADER_BYTES + (size_t)d->config.max_frame_bytes - held;
+    struct iovec iov = {.iov_base = data, .iov_len = room < sizeof(data) ? room : sizeof(data)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                        .msg_controllen = sizeof(control.buf)};
+    ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n > 0)
+        queue_passed_fds(c, &mh, c->received + (uint64_t)n);
+    if (n <= 0) { /* the peer closed (or the socket failed): whatever it sent goes too */
+        conn_free(c);
+        return;
+    }
+    c->received += (uint64_t)n;
+    if (evbuffer_add(c->input, data, (size_t)n) < 0) {
+        LOG_ERROR("out of memory reading from pid %d; closing its connection", (int)c->pid);
+        conn_free(c);
+        return;
+    }
+    process_input(c);
 }
 
 static void on_event(struct bufferevent *bev, short events, void *arg)
@@ -430,8 +553,15 @@ static void on_accept(struct evconnlistener *listener, evutil_socket_t fd, struc
     struct bufferevent *bev =
         c ? bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
     struct event *deadline = bev ? evtimer_new(d->base, on_hello_deadline, c) : NULL;
-    if (!deadline) {
+    struct event *reader = deadline ? event_new(d->base, fd, EV_READ | EV_PERSIST, on_readable, c)
+                                    : NULL;
+    struct evbuffer *input = reader ? evbuffer_new() : NULL;
+    if (!input) {
         LOG_ERROR("out of memory accepting a connection");
+        if (reader)
+            event_free(reader);
+        if (deadline)
+            event_free(deadline);
         if (bev)
             bufferevent_free(bev);
         else
@@ -440,6 +570,8 @@ static void on_accept(struct evconnlistener *listener, evutil_socket_t fd, struc
         close(pidfd);
         return;
     }
+    c->read_event = reader;
+    c->input = input;
     c->daemon = d;
     c->bev = bev;
     c->pid = cred.pid;
@@ -453,10 +585,10 @@ static void on_accept(struct evconnlistener *listener, evutil_socket_t fd, struc
     struct timeval hello_timeout = {.tv_sec = d->config.hello_timeout_ms / 1000,
                                     .tv_usec = (d->config.hello_timeout_ms % 1000) * 1000};
     evtimer_add(deadline, &hello_timeout);
-    /* never buffer more than one whole frame from a peer */
-    bufferevent_setwatermark(bev, EV_READ, 0, PROTO_HEADER_BYTES + d->config.max_frame_bytes);
-    bufferevent_setcb(bev, on_read, NULL, on_event, c);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    /* the bufferevent writes; on_readable reads (never more than one whole frame) */
+    bufferevent_setcb(bev, NULL, NULL, on_event, c);
+    bufferevent_enable(bev, EV_WRITE);
+    event_add(reader, NULL);
     LOG_DEBUG("connection from pid %d uid %u", (int)cred.pid, (unsigned)cred.uid);
 }
 

@@ -4,11 +4,19 @@
   hardening_wire.py fake-daemon SOCKET LIBRARY   a fake salusd on SOCKET (made by this user)
                                                  that admits every job and names LIBRARY as
                                                  its driver; serves until killed
-  hardening_wire.py submit SOCKET NAME LOG [FD_PATH]
+  hardening_wire.py submit SOCKET NAME LOG [FD_PATH|-]
                                                  a raw submit naming LOG as the log path
                                                  (and, with FD_PATH, passing that file's
-                                                 descriptor number as log_fd); prints
-                                                 "ok ID" or "error MESSAGE"
+                                                 descriptor with the frame, fds ["log"];
+                                                 with "-", naming it in fds but passing
+                                                 none); prints "ok ID" or "error MESSAGE"
+  hardening_wire.py fd-flood SOCKET COUNT        a status request passing COUNT descriptors
+                                                 (of /dev/null) with the frame; prints the
+                                                 reply's kind
+  hardening_wire.py fd-cut SOCKET COUNT [RELEASE]
+                                                 passes COUNT descriptors with the first
+                                                 half of a frame, then disconnects (once
+                                                 the file RELEASE exists, at most 20 s)
 
 Frames: a 4-byte big-endian length, then the msgpack array [kind, id, op, body]
 (common/proto.h). Only the msgpack this needs is spoken here.
@@ -17,6 +25,7 @@ import os
 import socket
 import struct
 import sys
+import time
 
 HELLO, REQUEST, REPLY, ERROR = 1, 2, 3, 4
 
@@ -143,9 +152,16 @@ def submit(path, name, log, fd_path=None):
     recv_msg(s)
     body = {"name": name, "iterations": 0, "persistent_bytes": 0, "ephemeral_bytes": 0,
             "priority": 0, "log": log}
-    if fd_path:
-        body["log_fd"] = os.open(fd_path, os.O_RDWR | os.O_NONBLOCK)
-    s.sendall(frame(REQUEST, 1, "submit", body))
+    if fd_path == "-":
+        body["fds"] = ["log"]
+        s.sendall(frame(REQUEST, 1, "submit", body))
+    elif fd_path:
+        body["fds"] = ["log"]
+        fd = os.open(fd_path, os.O_RDWR | os.O_NONBLOCK)
+        socket.send_fds(s, [frame(REQUEST, 1, "submit", body)], [fd])
+        os.close(fd)
+    else:
+        s.sendall(frame(REQUEST, 1, "submit", body))
     kind, _, _, reply = recv_msg(s)
     if kind == REPLY:
         print("ok", reply["job_id"], flush=True)
@@ -154,10 +170,39 @@ def submit(path, name, log, fd_path=None):
     s.close()
 
 
+def fd_flood(path, count, cut, release=None):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    s.sendall(frame(HELLO, 0, "hello", {"version": 1, "client": "attacker"}))
+    recv_msg(s)
+    fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(int(count))]
+    data = frame(REQUEST, 1, "status", {})
+    if cut:
+        socket.send_fds(s, [data[:len(data) // 2]], fds)
+    else:
+        socket.send_fds(s, [data], fds)
+    for fd in fds:
+        os.close(fd)
+    if cut:
+        print("holding", flush=True)
+        for _ in range(400):
+            if not release or os.path.exists(release):
+                break
+            time.sleep(0.05)
+        s.close()
+        print("sent", count, "descriptors with half a frame, then disconnected", flush=True)
+        return
+    kind, _, _, reply = recv_msg(s)
+    print("reply" if kind == REPLY else "error " + str(reply.get("message")), flush=True)
+    s.close()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "fake-daemon":
         fake_daemon(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "submit":
         submit(*sys.argv[2:])
+    elif sys.argv[1] in ("fd-flood", "fd-cut"):
+        fd_flood(sys.argv[2], sys.argv[3], sys.argv[1] == "fd-cut", *sys.argv[4:5])
     else:
         sys.exit("unknown command " + sys.argv[1])

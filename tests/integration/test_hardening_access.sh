@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Attacks of one local user on another through salusd, replayed as unprivileged throwaway
 # users against a root daemon (issue "Hardening", items 2, 5, 6, 7, 8 and the simgpu segment
-# of 9). One case per item; HARDENING_CASES="2 7" runs some. Needs root (creates users).
+# of 9). One case per item; HARDENING_CASES="2 7" runs some. Needs root (creates users);
+# item 6 needs a cgroup2 file system (the jobs' cgroups).
 . "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" -eq 0 ] || fail "this test must run as root (it creates throwaway users)"
@@ -17,6 +18,7 @@ ADMINS="slsb$$adm"
 ALLOWED="slsb$$ok"
 USER_PIDS=()
 FAKE_DIR=""
+UNIT_CG=""
 cleanup_all() {
     local pid
     for pid in "${USER_PIDS[@]}"; do
@@ -31,6 +33,14 @@ cleanup_all() {
         fi
     done
     [ -n "$FAKE_DIR" ] && rm -rf "$FAKE_DIR"
+    if [ -n "$UNIT_CG" ] && [ -d "$UNIT_CG" ]; then # the delegated salusd was killed above
+        for pid in "${DAEMON_PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+        for _ in $(seq 1 100); do
+            rmdir "$UNIT_CG"/salusd-*/job-* "$UNIT_CG"/salusd-* "$UNIT_CG" 2>/dev/null || true
+            [ -d "$UNIT_CG" ] || break
+            sleep 0.05
+        done
+    fi
     rm -f "/tmp/slsb$$-fake.sock"
     userdel "$USER_A" 2>/dev/null || true
     userdel "$USER_B" 2>/dev/null || true
@@ -120,7 +130,7 @@ EOF
     as "$USER_A" python3 "$WIRE_PY" fake-daemon "$FAKE_DIR/salusd.sock" "$WORK/evil.so" \
         >"$WORK/shared/fake.out" 2>&1 &
     USER_PIDS+=($!)
-    for i in $(seq 1 100); do [ -S "$FAKE_DIR/salusd.sock" ] && break; sleep 0.05; done
+    for _ in $(seq 1 100); do [ -S "$FAKE_DIR/salusd.sock" ] && break; sleep 0.05; done
     [ -S "$FAKE_DIR/salusd.sock" ] || fail "item 2: the fake daemon did not start"
     # B runs a job with the default socket
     rc=0
@@ -188,20 +198,41 @@ if has_case 6; then
     # (item 9 checks the segment's mode; this lets item 6 replay on older daemons too)
     chmod 0666 "/dev/shm/$SIMGPU_SHM_NAME"
     marker=$((900000 + $$ % 9999))
+    # two workloads, and a process that leaves the job's process group and session
+    # (setsid) and ignores SIGTERM: kill must reach it through the job's cgroup
     job=$(as_ctl "$USER_B" submit --name whole --log "$WORK/shared/b6.log" -- sh -c \
-        "'$SYNTH' --iterations $marker --gpu-ms 2 & '$SYNTH' --iterations $marker --gpu-ms 2 & wait") ||
+        "'$SYNTH' --iterations $marker --gpu-ms 2 & '$SYNTH' --iterations $marker --gpu-ms 2 &
+         setsid sh -c 'trap \"\" TERM; exec sleep $marker' & wait") ||
         fail "item 6: submit"
-    # every process of B's whose command line has the marker: supervisor, shell, workloads
-    procs() { ps -u "$UID_B" -o pid=,pgid=,stat=,comm=,args= | grep -e "--iterations $marker" || true; }
-    workloads() { procs | awk '$4 == "salus-synth"' | wc -l; }
-    for i in $(seq 1 200); do [ "$(workloads)" -eq 2 ] && break; sleep 0.05; done
-    echo "the job's processes before kill (pid pgid stat comm args):"; procs | cut -c1-150
-    [ "$(workloads)" -eq 2 ] || fail "item 6: the two workloads did not start"
+    # every process of B's whose command line has the marker: supervisor, shell, workloads,
+    # the escaped sleep
+    procs() { ps -u "$UID_B" -o pid=,pgid=,sid=,stat=,comm=,args= | grep -e "$marker" || true; }
+    workloads() { procs | awk '$5 == "salus-synth" || $5 == "sleep"' | wc -l; }
+    for _ in $(seq 1 200); do [ "$(workloads)" -eq 3 ] && break; sleep 0.05; done
+    echo "the job's processes before kill (pid pgid sid stat comm args):"; procs | cut -c1-150
+    [ "$(workloads)" -eq 3 ] || fail "item 6: the two workloads and the setsid sleep did not start"
+    # the job's cgroup: every process of the job is in it, the supervisor is not
+    cg_mount=$(awk '$9 == "cgroup2" && $4 == "/" { print $5; exit }' /proc/self/mountinfo)
+    [ -n "$cg_mount" ] || fail "item 6: no cgroup2 file system is mounted (the job's cgroup needs one)"
+    cg_of() { sed -n 's/^0:://p' "/proc/$1/cgroup"; }
+    escaped=$(procs | awk '$5 == "sleep" { print $1; exit }')
+    first=$(procs | awk '$5 == "salus-synth" { print $1; exit }')
+    supervisor=$(procs | awk '$5 == "salusctl" { print $1; exit }')
+    job_cg="$cg_mount$(cg_of "$first")"
+    echo "the job's cgroup: $job_cg ($(wc -l <"$job_cg/cgroup.procs") processes); the setsid sleep's: $(cg_of "$escaped"); the supervisor's: $(cg_of "$supervisor")"
+    escaped_cg=$(cg_of "$escaped")
+    supervisor_cg=$(cg_of "$supervisor")
     "$SALUSCTL" --socket "$SOCK" kill "$job" >/dev/null || fail "item 6: root's kill"
     rc=0; timeout 30 "$SALUSCTL" --socket "$SOCK" wait "$job" >"$WORK/wait6" || rc=$?
-    for i in $(seq 1 100); do [ -z "$(procs)" ] && break; sleep 0.05; done
+    for _ in $(seq 1 100); do [ -z "$(procs)" ] && break; sleep 0.05; done
     echo "the job's processes after kill (none expected):"; procs | cut -c1-150; echo "(end)"
     [ -z "$(procs)" ] || fail "item 6: processes of the job survived kill"
+    case "$job_cg" in */salusd-"$DAEMON_PID"/job-"$job") ;; *) fail "item 6: the workload was not in the job's cgroup: $job_cg" ;; esac
+    [ "$escaped_cg" = "${job_cg#"$cg_mount"}" ] || fail "item 6: the setsid sleep was not in the job's cgroup"
+    [ "$supervisor_cg" != "$escaped_cg" ] || fail "item 6: the supervisor was in the job's cgroup"
+    for _ in $(seq 1 100); do [ ! -e "$job_cg" ] && break; sleep 0.05; done
+    [ ! -e "$job_cg" ] || fail "item 6: the job's cgroup $job_cg is still there after it ended"
+    echo "the job's cgroup after it ended: $(ls -d "$job_cg" 2>&1)"
     [ "$rc" -eq 143 ] || fail "item 6: wait after kill exited $rc, not 143: $(cat "$WORK/wait6")"
     [ "$(job_json "$job" state)" = killed ] && [ "$(job_json "$job" signal)" = 15 ] ||
         fail "item 6: state $(job_json "$job" state) signal $(job_json "$job" signal)"
@@ -216,22 +247,75 @@ if has_case 6; then
         fail "item 6: failed: rc $rc state $(job_json "$bad" state)"
     # a job killed with SIGKILL is "killed", and wait says 137
     kjob=$(as_ctl "$USER_B" submit --log "$WORK/shared/b6k.log" -- "$SYNTH" --iterations 1000000 --gpu-ms 2)
-    for i in $(seq 1 200); do [ "$(job_json "$kjob" state)" = running ] || [ "$(job_json "$kjob" state)" = paused ] && break; sleep 0.05; done
+    for _ in $(seq 1 200); do [ "$(job_json "$kjob" state)" = running ] || [ "$(job_json "$kjob" state)" = paused ] && break; sleep 0.05; done
     "$SALUSCTL" --socket "$SOCK" kill --force "$kjob" >/dev/null || fail "item 6: kill --force"
     rc=0; timeout 30 "$SALUSCTL" --socket "$SOCK" wait "$kjob" >/dev/null || rc=$?
     [ "$rc" -eq 137 ] && [ "$(job_json "$kjob" state)" = killed ] ||
         fail "item 6: SIGKILL: rc $rc state $(job_json "$kjob" state)"
+    # the job's GPU program has ended, its shell lives on ignoring SIGTERM: kill still
+    # reaches the job (its cgroup), SIGKILL after the grace period
+    gjob=$(as_ctl "$USER_B" submit --log "$WORK/shared/b6g.log" -- sh -c \
+        "'$SYNTH' --iterations 2 --gpu-ms 1 >/dev/null; trap '' TERM; sleep $marker")
+    sleeping() { procs | awk '$5 == "sleep"' | grep -q .; }
+    for _ in $(seq 1 200); do sleeping && break; sleep 0.05; done
+    echo "the job after its GPU program ended:"; procs | cut -c1-150
+    sleeping || fail "item 6: the shell's sleep did not start"
+    ! procs | awk '$5 == "salus-synth"' | grep -q . || fail "item 6: the GPU program still runs"
+    "$SALUSCTL" --socket "$SOCK" kill --grace 1 "$gjob" >/dev/null 2>"$WORK/err" ||
+        fail "item 6: kill of a job whose GPU program ended: $(cat "$WORK/err")"
+    rc=0; timeout 30 "$SALUSCTL" --socket "$SOCK" wait "$gjob" >/dev/null || rc=$?
+    for _ in $(seq 1 100); do [ -z "$(procs)" ] && break; sleep 0.05; done
+    [ -z "$(procs)" ] || fail "item 6: the shell that ignores SIGTERM survived kill: $(procs)"
+    [ "$rc" -eq 137 ] || fail "item 6: wait after the grace period exited $rc, not 137"
+    echo "killed after the grace period: wait $rc, nothing left"
+    # every job of this case has ended: none of their cgroups is left
+    cg_dir="$(dirname "$job_cg")"
+    for _ in $(seq 1 100); do [ -z "$(ls -d "$cg_dir"/job-* 2>/dev/null)" ] && break; sleep 0.05; done
+    echo "job cgroups left in $cg_dir: $(ls -d "$cg_dir"/job-* 2>/dev/null | wc -l)"
+    [ -z "$(ls -d "$cg_dir"/job-* 2>/dev/null)" ] || fail "item 6: job cgroups left: $(ls "$cg_dir")"
     # the second workload registered as a job of its own and was killed with the rest: an
-    # orphan, reaped by init, its status may still be unknown ("ended")
+    # orphan, reaped by init, its status may still be unknown ("ended"); the shell that
+    # ignored SIGTERM is the fourth
     counts1=$(ended_counts) || fail "item 6: /metrics: $counts1"
     read -r done0 failed0 killed0 ended0 <<<"$counts0"
     read -r done1 failed1 killed1 ended1 <<<"$counts1"
     echo "salus_jobs_ended_total deltas: done $((done1 - done0)) failed $((failed1 - failed0))" \
         "killed $((killed1 - killed0)) ended $((ended1 - ended0))"
     [ $((done1 - done0)) -eq 1 ] && [ $((failed1 - failed0)) -eq 1 ] &&
-        [ $((killed1 - killed0 + ended1 - ended0)) -eq 3 ] && [ $((killed1 - killed0)) -ge 2 ] ||
+        [ $((killed1 - killed0 + ended1 - ended0)) -eq 4 ] && [ $((killed1 - killed0)) -ge 3 ] ||
         fail "item 6: /metrics counts"
     pass "item 6: killed whole (wait 143, state killed), done (0), failed (5), SIGKILL (137, killed); /metrics counts each"
+
+    # a salusd whose own cgroup systemd delegated (Delegate=yes marks it trusted.delegate)
+    # keeps its jobs' cgroups below it
+    stop_daemon
+    UNIT_CG="$cg_mount/slsc$$-unit.service"
+    mkdir "$UNIT_CG"
+    python3 -c 'import os, sys; os.setxattr(sys.argv[1], "trusted.delegate", b"1")' "$UNIT_CG" ||
+        fail "item 6: cannot mark $UNIT_CG delegated"
+    real_salusd="$SALUSD"
+    SALUSD="$WORK/salusd-in-unit"
+    printf '#!/bin/sh\necho $$ >"%s/cgroup.procs" && exec "%s" "$@"\n' "$UNIT_CG" "$real_salusd" >"$SALUSD"
+    chmod 0755 "$SALUSD"
+    start_daemon
+    SALUSD="$real_salusd"
+    chmod 0666 "$SOCK"
+    djob=$(as_ctl "$USER_B" submit --log "$WORK/shared/b6d.log" -- sleep "$marker") || fail "item 6: submit (delegated)"
+    for _ in $(seq 1 100); do [ -n "$(procs)" ] && break; sleep 0.05; done
+    sleeper=$(procs | awk '$5 == "sleep" { print $1; exit }')
+    [ -n "$sleeper" ] || fail "item 6: the job under a delegated salusd did not start"
+    echo "delegated: salusd in $(cg_of "$DAEMON_PID"), its job in $(cg_of "$sleeper")"
+    [ "$cg_mount$(cg_of "$sleeper")" = "$UNIT_CG/salusd-$DAEMON_PID/job-$djob" ] ||
+        fail "item 6: the job of a delegated salusd is not below its cgroup: $(cg_of "$sleeper")"
+    "$SALUSCTL" --socket "$SOCK" kill --force "$djob" >/dev/null || fail "item 6: kill (delegated)"
+    for _ in $(seq 1 100); do [ ! -e "$UNIT_CG/salusd-$DAEMON_PID/job-$djob" ] && break; sleep 0.05; done
+    [ ! -e "$UNIT_CG/salusd-$DAEMON_PID/job-$djob" ] || fail "item 6: the delegated job's cgroup is left"
+    stop_daemon
+    rmdir "$UNIT_CG" || fail "item 6: $UNIT_CG is not empty after salusd stopped: $(ls "$UNIT_CG")"
+    UNIT_CG=""
+    start_daemon --metrics 127.0.0.1:0
+    chmod 0666 "$SOCK"
+    pass "item 6: a delegated salusd keeps its jobs' cgroups below its own and removes them"
 fi
 
 # --- item 7: logs never opens a path a user typed
@@ -252,6 +336,37 @@ if has_case 7; then
     out=$(as "$USER_B" timeout 10 python3 "$WIRE_PY" submit "$SOCK" fifo "$WORK/shared/fifo" "$WORK/shared/fifo")
     echo "B's raw submit with a FIFO's descriptor: $out"
     case "$out" in "error"*"regular file"*) ;; *) fail "item 7: FIFO descriptor accepted: $out" ;; esac
+    # a submit that names a log descriptor but passes none is refused
+    out=$(as "$USER_B" timeout 10 python3 "$WIRE_PY" submit "$SOCK" nofd "$WORK/shared/nofd.log" -)
+    echo "B's raw submit naming a log descriptor it does not pass: $out"
+    case "$out" in "error"*"SCM_RIGHTS"*) ;; *) fail "item 7: a submit without its descriptor: $out" ;; esac
+    # descriptors beyond what a frame may carry are closed; none leak when a client leaves
+    # in the middle of a frame
+    daemon_fds() { find "/proc/$DAEMON_PID/fd" -mindepth 1 | wc -l; }
+    fds_settle() { # fds_settle N: waits until salusd holds N descriptors again
+        for _ in $(seq 1 100); do [ "$(daemon_fds)" -eq "$1" ] && return 0; sleep 0.05; done
+        return 1
+    }
+    fds0=$(daemon_fds)
+    out=$(as "$USER_B" timeout 10 python3 "$WIRE_PY" fd-flood "$SOCK" 50)
+    [ "$out" = reply ] || fail "item 7: a status with 50 descriptors: $out"
+    fds_settle "$fds0" || fail "item 7: salusd holds $(daemon_fds) descriptors after a frame with 50, $fds0 before"
+    echo "salusd's descriptors: $fds0 before, $(daemon_fds) after a status frame passing 50"
+    for n in 3 50; do
+        rm -f "$WORK/shared/release"
+        as "$USER_B" timeout 30 python3 "$WIRE_PY" fd-cut "$SOCK" "$n" "$WORK/shared/release" \
+            >"$WORK/shared/cut.out" 2>&1 &
+        USER_PIDS+=($!)
+        # while it holds half a frame: its connection (socket, pidfd) and the descriptors kept for the
+        # frame (at most 4)
+        held=$((fds0 + 2 + (n < 4 ? n : 4)))
+        fds_settle "$held" || fail "item 7: salusd holds $(daemon_fds) descriptors while a client holds half a frame with $n, not $held"
+        during=$(daemon_fds)
+        touch "$WORK/shared/release"
+        wait "${USER_PIDS[-1]}" || fail "item 7: fd-cut: $(cat "$WORK/shared/cut.out")"
+        fds_settle "$fds0" || fail "item 7: salusd holds $(daemon_fds) descriptors after a client left mid-frame with $n, $fds0 before"
+        echo "salusd's descriptors: $fds0 before, $during while a client held half a frame passing $n, $(daemon_fds) after it $(tail -1 "$WORK/shared/cut.out")"
+    done
     # the normal path still works: B's log, read by root through salusd's descriptor
     job=$(as_ctl "$USER_B" submit --log "$WORK/shared/b7.log" -- sh -c 'echo hello-from-b')
     timeout 30 "$SALUSCTL" --socket "$SOCK" wait "$job" >/dev/null || fail "item 7: wait"

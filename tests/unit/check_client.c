@@ -46,6 +46,35 @@ START_TEST(test_frame_over_socketpair)
 }
 END_TEST
 
+START_TEST(test_frame_with_fds)
+{
+    int sv[2], passed[4], n = -1;
+    struct stat a, b;
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    proto_enc_t e;
+    proto_enc_init(&e);
+    proto_enc_begin(&e, PROTO_REQUEST, 4, "submit", 0);
+    proto_enc_finish(&e);
+    int fds[2] = {0, sv[0]};
+    ck_assert_int_eq(salus_send_frame_fds(sv[0], e.sbuf.data, e.sbuf.size, fds, 2, 1000), 0);
+    ck_assert_int_eq(salus_send_frame_fds(sv[0], e.sbuf.data, e.sbuf.size, fds, 0, 1000), -EINVAL);
+    proto_msg_t msg;
+    ck_assert_int_eq(salus_recv_msg_fds(sv[1], &msg, 1024, 1000, passed, 4, &n), 0);
+    ck_assert_str_eq(msg.op, "submit");
+    ck_assert_int_eq(n, 2);
+    /* the same open files, as new descriptors */
+    ck_assert_int_eq(fstat(passed[1], &a), 0);
+    ck_assert_int_eq(fstat(sv[0], &b), 0);
+    ck_assert(a.st_ino == b.st_ino && passed[1] != sv[0]);
+    proto_msg_free(&msg);
+    close(passed[0]);
+    close(passed[1]);
+    close(sv[0]);
+    close(sv[1]);
+    proto_enc_destroy(&e);
+}
+END_TEST
+
 START_TEST(test_open_missing_socket)
 {
     salus_client_t c;
@@ -118,6 +147,7 @@ int main(void)
     Suite *s = suite_create("client");
     TCase *tc = tcase_create("client");
     tcase_add_test(tc, test_frame_over_socketpair);
+    tcase_add_test(tc, test_frame_with_fds);
     tcase_add_test(tc, test_open_missing_socket);
     tcase_add_test(tc, test_default_paths);
     tcase_add_test(tc, test_socket_dir_checks);

@@ -1,13 +1,16 @@
 /* salusctl submit, kill, wait, logs: jobs controlled after they started.
  *
  * submit never lets salusd run user code: salusctl forks a detached supervisor (its own
- * session, stdio on the log file) that reserves the job (op submit, from its own pid so
- * that salusd can watch it and take a read-only descriptor of the log from it: salusd never
- * opens a path a user typed), hands the id back through a pipe, runs the command in a
- * process group of its own with the environment of salusctl run plus SALUS_JOB_ID (the shim
- * attaches its registration to the reserved job), waits for it and reports how it ended
- * (op job_exit). salusd's kill reaches the supervisor, which passes it on to the command's
- * whole process group: SIGTERM/SIGINT as they are, SIGUSR1 as SIGKILL. */
+ * session, stdio on the log file). The supervisor forks the command's process, which waits,
+ * then reserves the job (op submit, from its own pid so that salusd can watch it), passing
+ * with the request (SCM_RIGHTS) a read-only descriptor of the log (salusd never opens a
+ * path a user typed) and a pidfd of the waiting process, which salusd moves into the job's
+ * cgroup. It hands the id back through a pipe and to the command's process, which runs the
+ * command in a process group of its own with the environment of salusctl run plus
+ * SALUS_JOB_ID (the shim attaches its registration to the reserved job); it waits for it
+ * and reports how it ended (op job_exit). salusd's kill reaches every process of the job's
+ * cgroup, and the supervisor, which passes it on to the command's whole process group:
+ * SIGTERM/SIGINT as they are, SIGUSR1 as SIGKILL. */
 #include "ctl.h"
 #include "json.h"
 #include "run.h"
@@ -22,6 +25,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -156,19 +160,43 @@ static void forward_signal(int sig)
         kill(-(pid_t)command_pid, sig == SIGUSR1 ? SIGKILL : sig);
 }
 
-static uint64_t env_u(const char *name)
+/* The command's process, forked before the job exists: waits on go_fd for the job id
+ * (EOF: no job, it exits), then runs the command in its own process group. It is in the
+ * job's cgroup before it execs: salusd moved it there, given its pidfd with the submit. */
+static void run_command(char **command, int go_fd, pid_t supervisor)
 {
-    const char *v = getenv(name);
-    return v && *v ? strtoull(v, NULL, 10) : 0;
+    char text[32];
+    size_t got = 0;
+    ssize_t n;
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGUSR1, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    setpgid(0, 0); /* the job's process group: kill reaches all of it */
+    /* the command ends with its supervisor (kill escalates to SIGKILL on it) */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != supervisor)
+        _exit(137);
+    while (got < sizeof(text) - 1 &&
+           ((n = read(go_fd, text + got, sizeof(text) - 1 - got)) > 0 || (n < 0 && errno == EINTR)))
+        got += n > 0 ? (size_t)n : 0;
+    close(go_fd);
+    text[got] = '\0';
+    text[strcspn(text, "\n")] = '\0';
+    if (!text[0])
+        _exit(127); /* no job: the supervisor says why */
+    setenv("SALUS_JOB_ID", text, 1);
+    execvp(command[0], command);
+    fprintf(stderr, "salusctl: submit: cannot execute '%s': %s\n", command[0], strerror(errno));
+    _exit(127);
 }
 
-/* The supervisor: reserves the job, says its id on report_fd, runs the command, reports its
- * exit status. Never returns. */
+/* The supervisor: forks the command's process (waiting), reserves the job passing the log
+ * and that process's pidfd, says the id on report_fd, lets the command run, reports its exit
+ * status. Never returns. */
 static void supervise(ctl_t *ctl, const char *log_path, char **command, int report_fd)
 {
     char err[300] = "";
-    salus_client_t c;
-    proto_msg_t reply;
     uint64_t id = 0;
 
     setsid();
@@ -188,7 +216,7 @@ static void supervise(ctl_t *ctl, const char *log_path, char **command, int repo
         dprintf(report_fd, "the log file %s is not a regular file\n", log_path);
         _exit(1);
     }
-    /* what salusd takes for salusctl logs: the same file, read-only */
+    /* what salusd keeps for salusctl logs: the same file, read-only */
     char self_fd[64];
     snprintf(self_fd, sizeof(self_fd), "/proc/self/fd/%d", log_fd);
     int read_fd = open(self_fd, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -203,46 +231,6 @@ static void supervise(ctl_t *ctl, const char *log_path, char **command, int repo
         name = strrchr(command[0], '/') ? strrchr(command[0], '/') + 1 : command[0];
         setenv("SALUS_JOB_NAME", name, 1);
     }
-    const char *priority = getenv("SALUS_PRIORITY");
-    int rc = salus_client_open(&c, ctl->socket_path, "salusctl", ctl->timeout_ms, err,
-                               sizeof(err));
-    if (rc < 0) {
-        dprintf(report_fd, "cannot reach salusd at %s: %s\n", ctl->socket_path, err);
-        _exit(1);
-    }
-    /* under Yama's ptrace_scope 1, a salusd of this same user may take the log descriptor
-     * only when this process names it (root's salusd always may) */
-    struct ucred peer;
-    socklen_t peer_len = sizeof(peer);
-    if (getsockopt(c.fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) == 0 && peer.pid > 0 &&
-        peer.uid == getuid())
-        prctl(PR_SET_PTRACER, (unsigned long)peer.pid, 0, 0, 0);
-    msgpack_packer *pk = salus_client_begin(&c, "submit", 7);
-    proto_pack_kv_str(pk, "name", name);
-    proto_pack_kv_uint(pk, "iterations", env_u("SALUS_ITERATIONS"));
-    proto_pack_kv_uint(pk, "persistent_bytes", env_u("SALUS_MEM_PERSISTENT"));
-    proto_pack_kv_uint(pk, "ephemeral_bytes", env_u("SALUS_MEM_EPHEMERAL"));
-    proto_pack_kv_int(pk, "priority", priority ? strtoll(priority, NULL, 10) : 0);
-    proto_pack_kv_str(pk, "log", log_path);
-    proto_pack_kv_uint(pk, "log_fd", (uint64_t)read_fd);
-    rc = salus_client_call(&c, &reply, err, sizeof(err));
-    salus_client_close(&c);
-    prctl(PR_SET_PTRACER, 0, 0, 0, 0);
-    close(read_fd);
-    if (rc < 0 || proto_get_uint(&reply.body, "job_id", &id) < 0) {
-        dprintf(report_fd, "submit: %s\n", rc == -EREMOTEIO ? err
-                                           : rc < 0       ? strerror(-rc)
-                                                          : "salusd sent no job id");
-        if (rc == 0)
-            proto_msg_free(&reply);
-        _exit(1);
-    }
-    proto_msg_free(&reply);
-    char text[32];
-    snprintf(text, sizeof(text), "%llu", (unsigned long long)id);
-    setenv("SALUS_JOB_ID", text, 1);
-    dprintf(report_fd, "ok %llu\n", (unsigned long long)id);
-    close(report_fd);
 
     struct sigaction sa = {.sa_handler = forward_signal};
     sigemptyset(&sa.sa_mask);
@@ -250,40 +238,66 @@ static void supervise(ctl_t *ctl, const char *log_path, char **command, int repo
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
     signal(SIGHUP, SIG_IGN);
+    int go[2];
+    if (pipe2(go, O_CLOEXEC) < 0) {
+        dprintf(report_fd, "pipe: %s\n", strerror(errno));
+        _exit(1);
+    }
     pid_t supervisor = getpid();
     pid_t pid = fork();
+    if (pid < 0) {
+        dprintf(report_fd, "fork: %s\n", strerror(errno));
+        _exit(1);
+    }
     if (pid == 0) {
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGUSR1, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
-        setpgid(0, 0); /* the job's process group: kill reaches all of it */
-        /* the command ends with its supervisor (kill escalates to SIGKILL on it) */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != supervisor)
-            _exit(137);
-        execvp(command[0], command);
-        fprintf(stderr, "salusctl: submit: cannot execute '%s': %s\n", command[0],
-                strerror(errno));
-        _exit(127);
+        close(go[1]);
+        close(report_fd);
+        close(read_fd);
+        run_command(command, go[0], supervisor);
     }
-    int status = 0, code = 1, sig = 0;
-    if (pid > 0) {
-        setpgid(pid, pid); /* also here: a signal may come before the child ran */
-        command_pid = pid;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    close(go[0]);
+    setpgid(pid, pid); /* also here: a signal may come before the child ran */
+    command_pid = pid;
+    /* the command's process, for salusd to put into the job's cgroup before it runs: a
+     * pidfd of this process's own child names it for as long as it is not reaped */
+    int command_fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    const int fds[2] = {read_fd, command_fd};
+    static const char *const roles[2] = {"log", "command"};
+    int rc = salusctl_reserve(ctl->socket_path, ctl->timeout_ms, name, log_path, fds, roles,
+                              command_fd >= 0 ? 2 : 1, &id, err, sizeof(err));
+    close(read_fd);
+    if (command_fd >= 0)
+        close(command_fd);
+    if (rc < 0) {
+        close(go[1]); /* the command's process sees no id and exits */
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
             ;
-        code = WIFEXITED(status) ? WEXITSTATUS(status)
-               : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
-                                     : 1;
-        sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-        /* killed: what its command left behind in the group goes too */
-        if (kill_requested)
-            kill(-pid, SIGKILL);
-        command_pid = 0;
-    } else {
-        fprintf(stderr, "salusctl: submit: fork: %s\n", strerror(errno));
+        if (rc == -ECONNREFUSED || rc == -ENOENT)
+            dprintf(report_fd, "cannot reach salusd at %s: %s\n", ctl->socket_path, err);
+        else
+            dprintf(report_fd, "submit: %s\n", err);
+        _exit(1);
     }
+    char text[32];
+    int len = snprintf(text, sizeof(text), "%llu\n", (unsigned long long)id);
+    if (write(go[1], text, (size_t)len) != len) {
+        kill(pid, SIGKILL);
+        dprintf(report_fd, "cannot start the command: %s\n", strerror(errno));
+    } else {
+        dprintf(report_fd, "ok %llu\n", (unsigned long long)id);
+    }
+    close(go[1]);
+    close(report_fd);
+
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    /* killed: what its command left behind in the group goes too */
+    if (kill_requested)
+        kill(-pid, SIGKILL);
+    command_pid = 0;
     salusctl_report_exit(ctl->socket_path, ctl->timeout_ms, id, code, sig);
     _exit(code);
 }

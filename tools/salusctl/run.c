@@ -164,7 +164,8 @@ static uint64_t env_u(const char *name)
 }
 
 int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
-                     const char *log_path, int log_fd, uint64_t *id, char *err, size_t err_size)
+                     const char *log_path, const int *fds, const char *const *roles, int nfds,
+                     uint64_t *id, char *err, size_t err_size)
 {
     salus_client_t c;
     proto_msg_t reply;
@@ -173,7 +174,7 @@ int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
     int rc = salus_client_open(&c, socket_path, "salusctl", timeout_ms, err, err_size);
     if (rc < 0)
         return rc;
-    msgpack_packer *pk = salus_client_begin(&c, "submit", 5 + (log_path != NULL) + (log_fd >= 0));
+    msgpack_packer *pk = salus_client_begin(&c, "submit", 5 + (log_path != NULL) + (nfds > 0));
     proto_pack_kv_str(pk, "name", given && *given ? given : name);
     proto_pack_kv_uint(pk, "iterations", env_u("SALUS_ITERATIONS"));
     proto_pack_kv_uint(pk, "persistent_bytes", env_u("SALUS_MEM_PERSISTENT"));
@@ -181,9 +182,14 @@ int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
     proto_pack_kv_int(pk, "priority", priority ? strtoll(priority, NULL, 10) : 0);
     if (log_path)
         proto_pack_kv_str(pk, "log", log_path);
-    if (log_fd >= 0)
-        proto_pack_kv_uint(pk, "log_fd", (uint64_t)log_fd);
-    rc = salus_client_call(&c, &reply, err, err_size);
+    if (nfds > 0) {
+        proto_pack_str(pk, "fds");
+        msgpack_pack_array(pk, (uint32_t)nfds);
+        for (int i = 0; i < nfds; i++)
+            proto_pack_str(pk, roles[i]);
+    }
+    rc = nfds > 0 ? salus_client_call_passing(&c, fds, nfds, &reply, err, err_size)
+                  : salus_client_call(&c, &reply, err, err_size);
     salus_client_close(&c);
     if (rc < 0) {
         if (rc != -EREMOTEIO && rc != -ENOMEM)
@@ -238,7 +244,8 @@ int salusctl_run(const char *socket_path, int timeout_ms, int argc, char **argv)
     if (rc != 0)
         return rc;
     const char *base = strrchr(argv[i], '/') ? strrchr(argv[i], '/') + 1 : argv[i];
-    if (salusctl_reserve(socket_path, timeout_ms, base, NULL, -1, &id, err, sizeof(err)) < 0) {
+    if (salusctl_reserve(socket_path, timeout_ms, base, NULL, NULL, NULL, 0, &id, err,
+                         sizeof(err)) < 0) {
         fprintf(stderr, "salusctl: run: %s\n", err);
         return 1;
     }

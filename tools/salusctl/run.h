@@ -18,10 +18,12 @@ int salusctl_job_options(const char *verb, int argc, char **argv, const char **l
 int salusctl_job_environment(const char *socket_path, int timeout_ms);
 
 /* Reserves a job for this process (op submit) with the hints of the environment and
- * SALUS_JOB_NAME, or name; log_path / log_fd (-1: none) name the log salusd takes from
- * this process. 0 with *id, or a negative errno with the reason in err. */
+ * SALUS_JOB_NAME, or name; log_path (NULL: none) is the log's path, shown only; fds are
+ * passed with the request (SCM_RIGHTS), roles[i] naming fds[i] ("log", "command").
+ * 0 with *id, or a negative errno with the reason in err. */
 int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
-                     const char *log_path, int log_fd, uint64_t *id, char *err, size_t err_size);
+                     const char *log_path, const int *fds, const char *const *roles, int nfds,
+                     uint64_t *id, char *err, size_t err_size);
 /* Reports how the job's command ended (op job_exit): exit status code, or killed by sig
  * (code 128 + sig). Prints why on stderr when it cannot. */
 void salusctl_report_exit(const char *socket_path, int timeout_ms, uint64_t id, int code,

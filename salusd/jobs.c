@@ -1,6 +1,7 @@
-/* Jobs at run time (see jobs.h). Admission is first come, first served by memory budget:
- * a job's budget is its hints (persistent + ephemeral bytes) or the default; it is admitted
- * on the first GPU whose unreserved memory holds it. */
+/* Jobs at run time (see jobs.h): registration, the job page and its notifications, and the
+ * end of a job. Admission and turns are the scheduling core's (sched.c adapts it): a
+ * registered job waits until the core admits it (jobs_admit answers its register request
+ * with its GPU and budget) or refuses it (jobs_fail). */
 #include "jobs.h"
 #include "jobs-internal.h"
 
@@ -118,8 +119,6 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
         return;
     refresh_stats(job);
     sched_job_left(d, job);
-    if (job->gpu >= 0 && job->admitted_ns)
-        d->devices.gpus[job->gpu].reserved_bytes -= job->budget_bytes;
     if (rt->conn)
         rt->conn->job_id = 0;
     jobs_release_runtime(d, job);
@@ -221,7 +220,6 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     job->state = JOB_PAUSED;
     job->budget_bytes = budget_bytes;
     atomic_store(&rt->page->budget_bytes, budget_bytes);
-    d->devices.gpus[gpu].reserved_bytes += job->budget_bytes;
 
     proto_enc_t *e = &d->enc;
     char shm_name[256] = "";
@@ -255,7 +253,7 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     return rc;
 }
 
-void jobs_set_budget(salusd_t *d, job_t *job, uint64_t budget_bytes)
+void jobs_set_budget(job_t *job, uint64_t budget_bytes)
 {
     job_runtime_t *rt = runtime_of(job);
     if (!rt || job->gpu < 0)
@@ -263,8 +261,6 @@ void jobs_set_budget(salusd_t *d, job_t *job, uint64_t budget_bytes)
     /* never below what the job already holds (chunk rounding, or a page that lies) */
     if (budget_bytes < job->committed_bytes)
         budget_bytes = job->committed_bytes;
-    d->devices.gpus[job->gpu].reserved_bytes += budget_bytes;
-    d->devices.gpus[job->gpu].reserved_bytes -= job->budget_bytes;
     job->budget_bytes = budget_bytes;
     if (rt->page)
         atomic_store(&rt->page->budget_bytes, budget_bytes);
@@ -411,7 +407,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     LOG_INFO("job %llu '%s' registered (pid %d, uid %u, budget %llu MiB)",
              (unsigned long long)job->id, job->name, (int)job->pid, (unsigned)job->uid,
              (unsigned long long)(job->budget_bytes >> 20));
-    sched_try_admit(d);
+    sched_job_registered(d, job);
 }
 
 void jobs_connection_closed(conn_t *c)

@@ -69,6 +69,6 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
 /* Refuses (reason, when not NULL, goes back to the job) or drops the job: it is marked failed. */
 void jobs_fail(salusd_t *d, job_t *job, const char *reason);
 /* A new budget after the sizes were learned. */
-void jobs_set_budget(salusd_t *d, job_t *job, uint64_t budget_bytes);
+void jobs_set_budget(job_t *job, uint64_t budget_bytes);
 
 #endif

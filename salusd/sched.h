@@ -1,5 +1,5 @@
-/* The daemon's scheduling loop (sched.c): lanes, the active policy, grants. All calls come
- * from the event loop's thread. */
+/* The daemon's adapter to the scheduling core (sched.c). All calls come from the event
+ * loop's thread; none blocks. */
 #ifndef SALUS_SALUSD_SCHED_H
 #define SALUS_SALUSD_SCHED_H
 
@@ -9,8 +9,9 @@
  * errno with a message (unknown policy). */
 int sched_init(salusd_t *d, char *err, size_t err_size);
 void sched_fini(salusd_t *d);
-/* Offers the waiting jobs to the lane manager in the policy's admission order; admits
- * (jobs_admit) or refuses (jobs_fail) them. */
+/* The job's register request arrived: it waits for admission (an admission round runs). */
+void sched_job_registered(salusd_t *d, job_t *job);
+/* Runs an admission round (memory was freed outside the core's books). */
 void sched_try_admit(salusd_t *d);
 /* The job wrote its eventfd: it is parked at a boundary. */
 void sched_job_parked(salusd_t *d, job_t *job);

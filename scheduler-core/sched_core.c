@@ -286,15 +286,17 @@ static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
     if (n == 0)
         return;
     size_t ready = 0;
-    core_job_t *holder = NULL;
+    core_job_t *holder = NULL, *job = NULL;
     for (size_t i = 0; i < n; i++) {
-        core_job_t *job = find(core, core->members[i]);
-        if (!job)
+        core_job_t *member = find(core, core->members[i]);
+        if (!member)
             return;
-        if (job->holds_lane)
-            holder = job;
-        view_of(job, &core->views[i]);
-        ready += core->views[i].runnable;
+        if (member->holds_lane)
+            holder = member;
+        else if (member->ready) {
+            ready++;
+            job = member;
+        }
     }
     if (ready == 0)
         return;
@@ -302,10 +304,14 @@ static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
         stop_free_run(core, holder);
         return;
     }
-    int pick = policy_pick(&core->policy, lane, core->views, n, now_ns);
-    if (pick < 0 || (size_t)pick >= n || !core->views[pick].runnable)
-        return;
-    core_job_t *job = find(core, core->views[pick].id);
+    if (ready > 1) { /* the policy's choice (with one, pick() can only return it) */
+        for (size_t i = 0; i < n; i++)
+            view_of(find(core, core->members[i]), &core->views[i]);
+        int pick = policy_pick(&core->policy, lane, core->views, n, now_ns);
+        if (pick < 0 || (size_t)pick >= n || !core->views[pick].runnable)
+            return;
+        job = find(core, core->views[pick].id);
+    }
     bool clear_needed = false;
     if (lanes_grant(core->lanes, job->id, &clear_needed) != LANES_OK)
         return;

@@ -36,23 +36,19 @@ static void check(sim_engine_t *e, int rc, const char *what, const sim_job_t *jo
                  job ? (unsigned long long)job->spec->trace_id : 0ull, rc);
 }
 
-/* Carries out one list of effects; the list is copied first, since the effects may send
- * further events (which refill e->effects). */
+/* Carries out one list of effects. The effects may send further events, which fill
+ * e->effects again: the list being carried out is swapped out first (two buffers take turns,
+ * so that nothing is copied or allocated per event). */
 static void apply_list(sim_engine_t *e)
 {
-    size_t n = e->effects.count;
-    if (n == 0)
+    if (e->effects.count == 0)
         return;
-    sched_core_effect_t small[8];
-    sched_core_effect_t *list = n <= 8 ? small : malloc(n * sizeof(*list));
-    if (!list) {
-        sim_fail(e, SIM_ERROR_NO_MEMORY, "out of memory");
-        return;
-    }
-    memcpy(list, e->effects.items, n * sizeof(*list));
-    sched_core_effects_clear(&e->effects);
-    for (size_t i = 0; i < n && !e->error; i++) {
-        const sched_core_effect_t *fx = &list[i];
+    sched_core_effects_t list = e->effects;
+    e->effects = e->spare_effects;
+    e->effects.count = 0;
+    e->spare_effects = (sched_core_effects_t){0};
+    for (size_t i = 0; i < list.count && !e->error; i++) {
+        const sched_core_effect_t *fx = &list.items[i];
         sim_job_t *job = sim_job_by_id(e, fx->job_id);
         if (!job) {
             sim_fail(e, SIM_ERROR_INTERNAL, "scheduling core: effect for unknown job %llu",
@@ -83,8 +79,11 @@ static void apply_list(sim_engine_t *e)
             break;
         }
     }
-    if (list != small)
-        free(list);
+    list.count = 0;
+    if (!e->spare_effects.items)
+        e->spare_effects = list;
+    else
+        sched_core_effects_free(&list);
 }
 
 void sim_apply_effects(sim_engine_t *e)

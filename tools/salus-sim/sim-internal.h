@@ -92,7 +92,7 @@ typedef struct sim_engine_s {
     sim_result_t *result;
     sim_mode_t mode;
     sched_core_t *core;         /* lanes and exclusive: the scheduling core salusd runs */
-    sched_core_effects_t effects;
+    sched_core_effects_t effects, spare_effects;
     sim_job_t *jobs; /* submission order */
     size_t count, next_arrival, unfinished;
     size_t *waiting; /* mps: indices into jobs, submission order */

@@ -289,6 +289,7 @@ static void engine_free(sim_engine_t *e)
 {
     sched_core_destroy(e->core);
     sched_core_effects_free(&e->effects);
+    sched_core_effects_free(&e->spare_effects);
     for (unsigned g = 0; e->gpus && g < e->config->gpus; g++)
         sim_gpu_free(&e->gpus[g]);
     sim_heap_free(&e->host_ends);

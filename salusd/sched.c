@@ -71,8 +71,8 @@ static void apply(salusd_t *d, sched_core_effects_t *fx)
             jobs_fail(d, job, e->reason);
             break;
         case SCHED_CORE_GRANT:
-            /* each job's memory is its own (README: lanes do not share physical memory
-             * yet), so clear_needed asks for nothing here */
+            /* clear_needed asks for nothing: a job's chunks are its own, cleared when
+             * created if lanes are shared across users (job_memory.c) */
             grant(job, e->free_run);
             break;
         case SCHED_CORE_STOP_FREE_RUN:

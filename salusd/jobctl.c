@@ -608,20 +608,19 @@ void jobctl_handle_stats(conn_t *c, const proto_msg_t *msg)
         jobs_info_t info;
         if (jobs_info_at(d, k, &info) < 0)
             memset(&info, 0, sizeof(info));
-        msgpack_pack_map(&enc->pk, 9);
-        proto_pack_kv_uint(&enc->pk, "id", job->id);
-        proto_pack_kv_str(&enc->pk, "name", job->name);
-        proto_pack_kv_uint(&enc->pk, "uid", (uint64_t)job->uid);
-        proto_pack_kv_str(&enc->pk, "state", info.state ? info.state : job_state_name(job->state));
-        proto_pack_str(&enc->pk, "gpu");
-        if (job->gpu >= 0)
-            msgpack_pack_int(&enc->pk, job->gpu);
-        else
-            msgpack_pack_nil(&enc->pk);
-        proto_pack_kv_uint(&enc->pk, "iterations", info.iterations);
-        proto_pack_kv_uint(&enc->pk, "iterations_expected", job->iterations_expected);
-        proto_pack_kv_uint(&enc->pk, "memory_bytes", info.memory_bytes);
-        proto_pack_kv_uint(&enc->pk, "gpu_time_ms", info.busy_ns / 1000000);
+        proto_map_t map;
+        proto_map_begin(&map, &enc->pk);
+        proto_map_uint(&map, "id", job->id);
+        proto_map_str(&map, "name", job->name);
+        proto_map_uint(&map, "uid", (uint64_t)job->uid);
+        proto_map_str(&map, "state", info.state ? info.state : job_state_name(job->state));
+        proto_map_int_or_nil(&map, "gpu", info.gpu, info.state && info.gpu >= 0);
+        proto_map_uint(&map, "iterations", info.iterations);
+        proto_map_uint(&map, "iterations_expected", job->iterations_expected);
+        proto_map_uint(&map, "memory_bytes", info.memory_bytes);
+        proto_map_uint(&map, "gpu_time_ms", info.busy_ns / 1000000);
+        proto_map_uint(&map, "wait_in_progress_ms", info.wait_in_progress_ns / 1000000);
+        proto_map_end(&map);
     }
     proto_enc_finish(enc);
     server_send(c, enc);

@@ -215,7 +215,6 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
         return -ENOMEM;
     }
     job->gpu = gpu;
-    job->lane = lane;
     job->admitted_ns = salusd_now_ns();
     job->state = JOB_PAUSED;
     job->budget_bytes = budget_bytes;
@@ -427,74 +426,50 @@ void jobs_connection_closed(conn_t *c)
 void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer)
 {
     size_t n = registry_count(d->registry), visible = 0;
-    uint64_t now = salusd_now_ns();
     for (size_t i = 0; i < n; i++)
         visible += !viewer || access_may_control(viewer, registry_at(d->registry, i)->uid);
     msgpack_pack_array(pk, (uint32_t)visible);
     for (size_t i = 0; i < n; i++) {
         job_t *job = registry_at(d->registry, i);
-        if (viewer && !access_may_control(viewer, job->uid))
+        jobs_info_t info;
+        if ((viewer && !access_may_control(viewer, job->uid)) || jobs_info_at(d, i, &info) < 0)
             continue;
-        refresh_stats(job);
-        const job_stats_t *st = &job->stats;
-        uint64_t end = job->finished_ns ? job->finished_ns : now;
-        uint64_t admission_wait = (job->admitted_ns ? job->admitted_ns : end) - job->registered_ns;
-        const char *state = job_state_name(job->state);
-        if (job->state == JOB_PAUSED && sched_is_holder(d, job))
-            state = "running";
-        msgpack_pack_map(pk, 22);
-        proto_pack_kv_uint(pk, "id", job->id);
-        proto_pack_kv_str(pk, "name", job->name);
-        proto_pack_kv_uint(pk, "pid", (uint64_t)job->pid);
-        proto_pack_kv_uint(pk, "uid", (uint64_t)job->uid);
-        proto_pack_kv_str(pk, "state", state);
-        proto_pack_str(pk, "gpu");
-        if (job->gpu >= 0)
-            msgpack_pack_int(pk, job->gpu);
-        else
-            msgpack_pack_nil(pk);
-        uint32_t lane;
-        proto_pack_str(pk, "lane");
-        if (job->runtime && sched_lane_of(d, job, &lane) == 0)
-            job->lane = lane; /* it may have moved (learned sizes) */
-        if (job->lane >= 0)
-            msgpack_pack_int64(pk, job->lane);
-        else
-            msgpack_pack_nil(pk);
-        proto_pack_kv_uint(pk, "iterations", st->iterations);
-        proto_pack_kv_uint(pk, "iterations_expected", job->iterations_expected);
-        proto_pack_kv_uint(pk, "persistent_bytes", st->persistent_bytes);
-        proto_pack_kv_uint(pk, "ephemeral_peak_bytes", st->ephemeral_peak_bytes);
-        proto_pack_kv_uint(pk, "memory_bytes", job->committed_bytes);
-        proto_pack_kv_uint(pk, "live_bytes", job->runtime ? st->live_bytes : 0);
-        proto_pack_kv_uint(pk, "budget_bytes", job->budget_bytes);
-        proto_pack_kv_uint(pk, "gpu_time_ms", st->busy_ns / 1000000);
-        proto_pack_kv_uint(pk, "wait_time_ms", (admission_wait + st->wait_ns) / 1000000);
-        proto_pack_kv_uint(pk, "age_ms", (now - job->registered_ns) / 1000000);
+        proto_map_t map;
+        proto_map_begin(&map, pk);
+        proto_map_uint(&map, "id", info.id);
+        proto_map_str(&map, "name", info.name);
+        proto_map_uint(&map, "pid", (uint64_t)info.pid);
+        proto_map_uint(&map, "uid", (uint64_t)info.uid);
+        proto_map_str(&map, "state", info.state);
+        proto_map_int_or_nil(&map, "gpu", info.gpu, info.gpu >= 0);
+        proto_map_int_or_nil(&map, "lane", info.lane, info.lane >= 0);
+        proto_map_uint(&map, "iterations", info.iterations);
+        proto_map_uint(&map, "iterations_expected", info.iterations_expected);
+        proto_map_uint(&map, "persistent_bytes", info.persistent_bytes);
+        proto_map_uint(&map, "ephemeral_peak_bytes", info.ephemeral_peak_bytes);
+        proto_map_uint(&map, "memory_bytes", info.memory_bytes);
+        proto_map_uint(&map, "live_bytes", info.live_bytes);
+        proto_map_uint(&map, "budget_bytes", info.budget_bytes);
+        proto_map_uint(&map, "gpu_time_ms", info.busy_ns / 1000000);
+        proto_map_uint(&map, "wait_time_ms", info.wait_ns / 1000000);
+        /* the wait going on now (admission or a turn); lane_holder: who has its lane */
+        proto_map_uint(&map, "wait_in_progress_ms", info.wait_in_progress_ns / 1000000);
+        proto_map_int_or_nil(&map, "lane_holder", (int64_t)info.lane_holder, info.lane_holder != 0);
+        proto_map_uint(&map, "age_ms", (salusd_now_ns() - info.registered_ns) / 1000000);
         /* since salusd started; null until it happens */
-        proto_pack_kv_uint(pk, "registered_at_ms", (job->registered_ns - d->started_ns) / 1000000);
-        proto_pack_str(pk, "admitted_at_ms");
-        if (job->admitted_ns)
-            msgpack_pack_uint64(pk, (job->admitted_ns - d->started_ns) / 1000000);
-        else
-            msgpack_pack_nil(pk);
-        proto_pack_str(pk, "finished_at_ms");
-        if (job->finished_ns)
-            msgpack_pack_uint64(pk, (job->finished_ns - d->started_ns) / 1000000);
-        else
-            msgpack_pack_nil(pk);
+        proto_map_uint(&map, "registered_at_ms", (info.registered_ns - d->started_ns) / 1000000);
+        proto_map_int_or_nil(&map, "admitted_at_ms",
+                             (int64_t)((info.admitted_ns - d->started_ns) / 1000000),
+                             info.admitted_ns != 0);
+        proto_map_int_or_nil(&map, "finished_at_ms",
+                             (int64_t)((info.finished_ns - d->started_ns) / 1000000),
+                             info.finished_ns != 0);
         /* from the kernel (pidfd) or salusctl's report (job_exit); null while unknown.
          * exit_status is 128 + signal for a killed job, as a shell says */
-        proto_pack_str(pk, "exit_status");
-        if (job->exit_known)
-            msgpack_pack_int(pk, job->exit_status);
-        else
-            msgpack_pack_nil(pk);
-        proto_pack_str(pk, "signal");
-        if (job->exit_known && job->exit_signal)
-            msgpack_pack_int(pk, job->exit_signal);
-        else
-            msgpack_pack_nil(pk);
+        proto_map_int_or_nil(&map, "exit_status", job->exit_status, job->exit_known);
+        proto_map_int_or_nil(&map, "signal", job->exit_signal,
+                             job->exit_known && job->exit_signal);
+        proto_map_end(&map);
     }
 }
 
@@ -503,6 +478,8 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
     if (index >= registry_count(d->registry))
         return -ENOENT;
     job_t *job = registry_at(d->registry, index);
+    uint64_t now = salusd_now_ns();
+    sched_job_view_t view;
     refresh_stats(job);
     memset(info, 0, sizeof(*info));
     info->id = job->id;
@@ -510,15 +487,35 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
     info->pid = job->pid;
     info->uid = job->uid;
     info->gpu = job->gpu;
+    info->lane = -1;
     info->state = job_state_name(job->state);
-    if (job->state == JOB_PAUSED && sched_is_holder(d, job))
-        info->state = "running";
+    info->registered_ns = job->registered_ns;
+    info->admitted_ns = job->admitted_ns;
+    info->finished_ns = job->finished_ns;
+    uint64_t end = job->finished_ns ? job->finished_ns : now;
+    uint64_t admission_wait = (job->admitted_ns ? job->admitted_ns : end) - job->registered_ns;
+    if (job->runtime && sched_job_view(d, job, &view) == 0) {
+        if (view.admitted) {
+            info->gpu = view.gpu;
+            info->lane = view.lane;
+        }
+        if (job->state == JOB_PAUSED && view.holds_lane)
+            info->state = "running";
+        if (view.waiting_since_ns && view.waiting_since_ns <= now)
+            info->wait_in_progress_ns = now - view.waiting_since_ns;
+        info->lane_holder = view.lane_holder;
+    }
     info->iterations = job->stats.iterations;
+    info->iterations_expected = job->iterations_expected;
     info->persistent_bytes = job->stats.persistent_bytes;
     info->ephemeral_peak_bytes = job->stats.ephemeral_peak_bytes;
     info->memory_bytes = job->committed_bytes;
+    info->live_bytes = job->runtime ? job->stats.live_bytes : 0;
     info->budget_bytes = job->budget_bytes;
     info->busy_ns = job->stats.busy_ns;
+    /* the shim adds a turn's wait when it ends: the one going on is added here */
+    info->wait_ns = admission_wait + job->stats.wait_ns +
+                    (job->admitted_ns ? info->wait_in_progress_ns : 0);
     return 0;
 }
 

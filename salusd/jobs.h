@@ -37,21 +37,31 @@ void jobs_end_reserved(salusd_t *d, job_t *job, job_state_t final_state);
 /* Sends sig to the job's registered process through its pidfd. 0, -ESRCH when the job
  * has no live registered process, or a negative errno. */
 int jobs_signal(const job_t *job, int sig);
-/* One job as ps lists it, for the metrics endpoint. state is a static string ("waiting",
- * "running", "paused", "done", "failed", "killed", "ended"); running means the job holds its GPU now. */
+/* One job as ps, top and the metrics endpoint show it: the typed snapshot that every view
+ * renders (jobs_pack_list writes it for ps). state is a static string ("waiting", "running",
+ * "paused", "done", "failed", "killed", "ended"); running means the job holds its GPU now
+ * (decided here, once). */
 typedef struct jobs_info_s {
     uint64_t id;
     char name[REGISTRY_NAME_BYTES];
     pid_t pid;
     uid_t uid;
     int gpu;                     /* -1 until admitted */
+    int64_t lane;                /* -1 until admitted */
     const char *state;
     uint64_t iterations;
+    uint64_t iterations_expected;
     uint64_t persistent_bytes;
     uint64_t ephemeral_peak_bytes;
     uint64_t memory_bytes;       /* chunks handed out (ps memory_bytes) */
+    uint64_t live_bytes;
     uint64_t budget_bytes;
     uint64_t busy_ns;            /* ps gpu_time_ms, in ns */
+    uint64_t wait_ns;            /* waited in total (admission and turns), the wait in
+                                    progress included */
+    uint64_t wait_in_progress_ns; /* waiting now (for admission or for its turn); else 0 */
+    uint64_t lane_holder;        /* waiting for its turn: the job that holds its lane, 0 = none */
+    uint64_t registered_ns, admitted_ns, finished_ns; /* 0 until it happens */
 } jobs_info_t;
 /* Fills info with the index-th job of the registry (0 <= index < registry_count()), the
  * same values jobs_pack_list() sends. Returns 0, or -ENOENT past the end. */

@@ -15,6 +15,7 @@
 #include "sched_core.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 
 struct sched_s {
     sched_core_t *core;
+    struct event *wait_timer; /* --wait-log-s: logs long waits */
 };
 
 static int parked(const job_t *job)
@@ -85,7 +87,6 @@ static void apply(salusd_t *d, sched_core_effects_t *fx)
         case SCHED_CORE_MOVE:
             LOG_DEBUG("job %llu moves to lane %u of GPU %d", (unsigned long long)job->id,
                       e->lane, e->gpu);
-            job->lane = e->lane;
             break;
         case SCHED_CORE_LEARNED:
             if (!e->reason)
@@ -157,19 +158,18 @@ void sched_job_left(salusd_t *d, job_t *job)
                                        salusd_now_ns(), &fx_));
 }
 
-int sched_is_holder(const salusd_t *d, const job_t *job)
+int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
 {
     sched_core_job_info_t info;
-    return sched_core_job_info(d->sched->core, job->id, &info) == 0 &&
-           info.phase == SCHED_CORE_RUNNING;
-}
-
-int sched_lane_of(const salusd_t *d, const job_t *job, uint32_t *lane)
-{
-    sched_core_job_info_t info;
-    if (sched_core_job_info(d->sched->core, job->id, &info) < 0 || info.gpu < 0)
+    if (sched_core_job_info(d->sched->core, job->id, &info) < 0)
         return -ENOENT;
-    *lane = info.lane;
+    memset(view, 0, sizeof(*view));
+    view->admitted = info.phase != SCHED_CORE_WAITING;
+    view->gpu = info.gpu;
+    view->lane = info.lane;
+    view->holds_lane = info.phase == SCHED_CORE_RUNNING;
+    view->waiting_since_ns = info.waiting_since_ns;
+    view->lane_holder = info.lane_holder;
     return 0;
 }
 
@@ -247,6 +247,33 @@ void sched_pack_lanes(salusd_t *d, msgpack_packer *pk)
     free(info);
 }
 
+/* Every --wait-log-s seconds: each job that has waited longer than that (for admission, or
+ * for its turn behind the job that holds its lane) is logged, once per interval. */
+static void on_wait_timer(evutil_socket_t fd, short events, void *arg)
+{
+    salusd_t *d = arg;
+    uint64_t now = salusd_now_ns(), limit = (uint64_t)d->config.wait_log_s * 1000000000ull;
+    (void)fd;
+    (void)events;
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        const job_t *job = registry_at(d->registry, i);
+        sched_core_job_info_t info;
+        if (!job->runtime || sched_core_job_info(d->sched->core, job->id, &info) < 0 ||
+            !info.waiting_since_ns || now - info.waiting_since_ns < limit)
+            continue;
+        uint64_t waited_s = (now - info.waiting_since_ns) / 1000000000ull;
+        if (info.phase == SCHED_CORE_WAITING)
+            LOG_WARN("job %llu '%s' has waited %llu s for admission (policy %s)",
+                     (unsigned long long)job->id, job->name, (unsigned long long)waited_s,
+                     sched_core_policy_name(d->sched->core));
+        else
+            LOG_WARN("job %llu '%s' has waited %llu s for its turn in lane %u of GPU %d, "
+                     "held by job %llu", (unsigned long long)job->id, job->name,
+                     (unsigned long long)waited_s, info.lane, info.gpu,
+                     (unsigned long long)info.lane_holder);
+    }
+}
+
 int sched_init(salusd_t *d, char *err, size_t err_size)
 {
     sched_t *s = calloc(1, sizeof(*s));
@@ -287,6 +314,12 @@ int sched_init(salusd_t *d, char *err, size_t err_size)
             return rc;
         }
     }
+    if (d->config.wait_log_s > 0 && d->base) {
+        struct timeval every = {.tv_sec = d->config.wait_log_s};
+        s->wait_timer = event_new(d->base, -1, EV_PERSIST, on_wait_timer, d);
+        if (!s->wait_timer || event_add(s->wait_timer, &every) < 0)
+            LOG_WARN("cannot watch long waits (--wait-log-s): out of memory");
+    }
     d->sched = s;
     return 0;
 }
@@ -295,6 +328,8 @@ void sched_fini(salusd_t *d)
 {
     if (!d->sched)
         return;
+    if (d->sched->wait_timer)
+        event_free(d->sched->wait_timer);
     sched_core_destroy(d->sched->core);
     free(d->sched);
     d->sched = NULL;

@@ -17,8 +17,17 @@ void sched_try_admit(salusd_t *d);
 void sched_job_parked(salusd_t *d, job_t *job);
 /* The job is gone: leave its lane, let the others run. */
 void sched_job_left(salusd_t *d, job_t *job);
-int sched_is_holder(const salusd_t *d, const job_t *job);
-int sched_lane_of(const salusd_t *d, const job_t *job, uint32_t *lane);
+/* What the core knows of a job, for the views (ps, top, metrics). */
+typedef struct sched_job_view_s {
+    int admitted;
+    int gpu;
+    uint32_t lane;
+    int holds_lane;             /* granted: runs its iteration now */
+    uint64_t waiting_since_ns;  /* waiting for admission or for its turn; 0 = not waiting */
+    uint64_t lane_holder;       /* waiting for its turn: who holds its lane (0 = none) */
+} sched_job_view_t;
+/* 0, or -ENOENT when the core does not know the job (ended, or not registered yet). */
+int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view);
 const char *sched_policy_name(const salusd_t *d);
 /* Switches the policy; the new one's init runs first (on failure the old stays). */
 int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size);

@@ -176,4 +176,46 @@ restart_daemon 1024 --policy pack --share-lanes-across-users
 synth crossuser 64MiB 128MiB 3 5 16 64 || fail "job with --share-lanes-across-users: $(cat "$WORK/crossuser.out")"
 grep -q "could not clear" "$WORK/salusd.log" && fail "clearing failed: $(grep 'could not clear' "$WORK/salusd.log")"
 pass "--share-lanes-across-users: chunks cleared through a daemon mapping, job finished"
+
+# --- Visible waiting: a lane-mate of a job whose iterations hold the lane for 3 s shows its
+# wait while it goes on (ps --json: wait_in_progress_ms, lane_holder) and is logged
+# (--wait-log-s 1)
+restart_daemon 1024 --policy pack --wait-log-s 1
+"$SALUSCTL" run --name hog --persistent 64MiB --ephemeral 600MiB --iterations 3 -- \
+    "$SYNTH" --iterations 3 --gpu-ms 1 --host-ms 3000 --persistent-mb 16 --ephemeral-mb 64 \
+    >"$WORK/hog.out" 2>&1 &
+HOG=$!
+"$SALUSCTL" run --name mate --persistent 64MiB --ephemeral 600MiB --iterations 200 -- \
+    "$SYNTH" --iterations 200 --gpu-ms 1 --host-ms 1 --persistent-mb 16 --ephemeral-mb 64 \
+    >"$WORK/mate.out" 2>&1 &
+MATE=$!
+seen=""
+for _ in $(seq 150); do # up to 15 s: the check is the condition, not the time
+    jobs_json
+    seen=$(python3 - "$WORK/ps.json" <<'PY' || true
+import json, sys
+j = {x["name"]: x for x in json.load(open(sys.argv[1]))}
+if "hog" in j and "mate" in j:
+    for waiter, holder in (("mate", "hog"), ("hog", "mate")):
+        w = j[waiter]
+        if w["wait_in_progress_ms"] >= 1500 and w["lane_holder"] == j[holder]["id"]:
+            assert w["wait_time_ms"] >= w["wait_in_progress_ms"], w
+            print("%s waits %d ms behind job %d" % (waiter, w["wait_in_progress_ms"],
+                                                    w["lane_holder"]))
+PY
+)
+    [ -n "$seen" ] && break
+    sleep 0.1
+done
+[ -n "$seen" ] || fail "no wait in progress shown by ps --json: $(cat "$WORK/ps.json")"
+logged=""
+for _ in $(seq 100); do
+    logged=$(grep -o "has waited [0-9]* s for its turn.*held by job [0-9]*" "$WORK/salusd.log" \
+        | head -1 || true)
+    [ -n "$logged" ] && break
+    sleep 0.1
+done
+[ -n "$logged" ] || fail "the long wait was not logged"
+wait_jobs "$HOG" "$MATE"
+pass "waiting shown while it lasts: $seen; log: $logged"
 stop_daemon

@@ -5,9 +5,9 @@
 #include "jobs.h"
 #include "jobs-internal.h"
 
-#include "jobctl.h"
 #include "job_page.h"
 #include "log.h"
+#include "sched.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -118,7 +118,7 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     if (!rt)
         return;
     refresh_stats(job);
-    sched_job_left(d, job);
+    jobs_sched_left(d, job);
     if (rt->conn)
         rt->conn->job_id = 0;
     jobs_release_runtime(d, job);
@@ -130,10 +130,11 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     job->finished_ns = salusd_now_ns();
     LOG_INFO("job %llu '%s' %s; its memory is returned", (unsigned long long)job->id, job->name,
              job_state_name(job->state));
-    jobctl_job_finished(d, job);
+    if (d->job_finished)
+        d->job_finished(d, job);
     forget_old_finished(d);
     jobs_retry_pending_grows(d);
-    sched_try_admit(d);
+    jobs_sched_admit(d);
 }
 
 /* The registered process ended: the job is over at once. Its exit status: salusctl's report
@@ -166,7 +167,7 @@ static void on_notify(evutil_socket_t fd, short events, void *arg)
         ;
     job_t *job = registry_find(rt->daemon->registry, rt->job_id);
     if (job)
-        sched_job_parked(rt->daemon, job);
+        jobs_sched_parked(rt->daemon, job);
 }
 
 static int create_page(job_runtime_t *rt, int *page_fd)
@@ -406,13 +407,12 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     LOG_INFO("job %llu '%s' registered (pid %d, uid %u, budget %llu MiB)",
              (unsigned long long)job->id, job->name, (int)job->pid, (unsigned)job->uid,
              (unsigned long long)(job->budget_bytes >> 20));
-    sched_job_registered(d, job);
+    jobs_sched_registered(d, job);
 }
 
 void jobs_connection_closed(conn_t *c)
 {
     salusd_t *d = c->daemon;
-    jobctl_connection_closed(c);
     job_t *job = jobs_of_conn(c);
     job_runtime_t *rt = runtime_of(job);
     if (!rt)
@@ -421,56 +421,6 @@ void jobs_connection_closed(conn_t *c)
     /* not yet admitted, or no pidfd to wait on: the job is over now */
     if (rt->reply_pending || rt->pidfd < 0)
         finish_job(d, job, rt->reply_pending ? JOB_FAILED : JOB_ENDED);
-}
-
-void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer)
-{
-    size_t n = registry_count(d->registry), visible = 0;
-    for (size_t i = 0; i < n; i++)
-        visible += !viewer || access_may_control(viewer, registry_at(d->registry, i)->uid);
-    msgpack_pack_array(pk, (uint32_t)visible);
-    for (size_t i = 0; i < n; i++) {
-        job_t *job = registry_at(d->registry, i);
-        jobs_info_t info;
-        if ((viewer && !access_may_control(viewer, job->uid)) || jobs_info_at(d, i, &info) < 0)
-            continue;
-        proto_map_t map;
-        proto_map_begin(&map, pk);
-        proto_map_uint(&map, "id", info.id);
-        proto_map_str(&map, "name", info.name);
-        proto_map_uint(&map, "pid", (uint64_t)info.pid);
-        proto_map_uint(&map, "uid", (uint64_t)info.uid);
-        proto_map_str(&map, "state", info.state);
-        proto_map_int_or_nil(&map, "gpu", info.gpu, info.gpu >= 0);
-        proto_map_int_or_nil(&map, "lane", info.lane, info.lane >= 0);
-        proto_map_uint(&map, "iterations", info.iterations);
-        proto_map_uint(&map, "iterations_expected", info.iterations_expected);
-        proto_map_uint(&map, "persistent_bytes", info.persistent_bytes);
-        proto_map_uint(&map, "ephemeral_peak_bytes", info.ephemeral_peak_bytes);
-        proto_map_uint(&map, "memory_bytes", info.memory_bytes);
-        proto_map_uint(&map, "live_bytes", info.live_bytes);
-        proto_map_uint(&map, "budget_bytes", info.budget_bytes);
-        proto_map_uint(&map, "gpu_time_ms", info.busy_ns / 1000000);
-        proto_map_uint(&map, "wait_time_ms", info.wait_ns / 1000000);
-        /* the wait going on now (admission or a turn); lane_holder: who has its lane */
-        proto_map_uint(&map, "wait_in_progress_ms", info.wait_in_progress_ns / 1000000);
-        proto_map_int_or_nil(&map, "lane_holder", (int64_t)info.lane_holder, info.lane_holder != 0);
-        proto_map_uint(&map, "age_ms", (salusd_now_ns() - info.registered_ns) / 1000000);
-        /* since salusd started; null until it happens */
-        proto_map_uint(&map, "registered_at_ms", (info.registered_ns - d->started_ns) / 1000000);
-        proto_map_int_or_nil(&map, "admitted_at_ms",
-                             (int64_t)((info.admitted_ns - d->started_ns) / 1000000),
-                             info.admitted_ns != 0);
-        proto_map_int_or_nil(&map, "finished_at_ms",
-                             (int64_t)((info.finished_ns - d->started_ns) / 1000000),
-                             info.finished_ns != 0);
-        /* from the kernel (pidfd) or salusctl's report (job_exit); null while unknown.
-         * exit_status is 128 + signal for a killed job, as a shell says */
-        proto_map_int_or_nil(&map, "exit_status", job->exit_status, job->exit_known);
-        proto_map_int_or_nil(&map, "signal", job->exit_signal,
-                             job->exit_known && job->exit_signal);
-        proto_map_end(&map);
-    }
 }
 
 int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
@@ -527,7 +477,6 @@ void jobs_shutdown(salusd_t *d)
         if (runtime_of(job))
             jobs_release_runtime(d, job);
     }
-    jobctl_shutdown(d);
 }
 
 job_t *jobs_reserve(conn_t *c, const char *name, uint64_t iterations, uint64_t persistent_bytes,

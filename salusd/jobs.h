@@ -4,15 +4,12 @@
 #define SALUS_SALUSD_JOBS_H
 
 #include "daemon.h"
-#include "sched.h"
 
 void jobs_handle_register(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg);
 void jobs_connection_closed(conn_t *c);
-/* Writes {jobs: [...]} entries for ps: those viewer may see (all when viewer is NULL). */
-void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer);
 /* salusctl submit: a job listed as waiting before its program runs. Its uid is the
  * requester's; the program attaches by sending job_id in its register request. NULL when
  * out of memory. */
@@ -69,7 +66,11 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info);
 /* Releases every job's resources (shutdown). */
 void jobs_shutdown(salusd_t *d);
 
-/* For sched.c */
+/* Switches the scheduling policy (sched_set_policy) and carries out what follows. 0, or a
+ * negative errno with err saying why (the policy stays). */
+int jobs_set_policy(salusd_t *d, const char *name, char *err, size_t err_size);
+
+/* For job_sched.c */
 struct job_page_s;
 struct job_page_s *jobs_page(const job_t *job);
 /* Registered, its register request waiting for admission. */

@@ -1,26 +1,20 @@
-/* The daemon's adapter to the scheduling core (scheduler-core/sched_core.h). The core decides
- * everything about scheduling (admission, lane holders, turns, budgets, learned sizes,
- * re-layouts); this file turns the daemon's events into the core's (a registration, a job
- * parked at a boundary: job page + eventfd, see job_page.h; a job gone) with the time of the
- * daemon's clock, and carries out the effects on job pages, futexes and sockets:
- *   ADMIT -> jobs_admit (answers the register request), REFUSE -> jobs_fail,
- *   GRANT -> grant_seq + FUTEX_WAKE (free_run: the shim passes its boundaries without
- *   stopping), STOP_FREE_RUN -> free_run = 0 (it parks at its next boundary),
- *   BUDGET -> jobs_set_budget, MOVE -> shown lane. */
+/* The daemon's side of the scheduling core (scheduler-core/sched_core.h), below the jobs
+ * module: the core's life (GPUs, policy), the daemon's events turned into the core's (a
+ * registration, a job parked at a boundary as its job page says, a job gone) with the
+ * daemon's clock, and read-only views of the core's books (a job, the lanes, a GPU).
+ * The effects go back to the caller, who carries them out (job_sched.c). Long waits are
+ * logged here (--wait-log-s). */
 #include "sched.h"
 
-#include "jobs.h"
 #include "job_page.h"
 #include "log.h"
 #include "sched_core.h"
 
 #include <errno.h>
 #include <event2/event.h>
-#include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 struct sched_s {
@@ -28,94 +22,20 @@ struct sched_s {
     struct event *wait_timer; /* --wait-log-s: logs long waits */
 };
 
-static int parked(const job_t *job)
+static int parked(const job_page_t *page)
 {
-    job_page_t *page = jobs_page(job);
     return page && atomic_load(&page->waiting) &&
            atomic_load(&page->grant_seq) < atomic_load(&page->boundary_seq);
 }
 
-static void grant(job_t *job, int free_run)
+static int report(int rc, const char *what)
 {
-    job_page_t *page = jobs_page(job);
-    if (!page)
-        return;
-    atomic_store(&page->free_run, (uint32_t)free_run);
-    atomic_store(&page->grant_seq, atomic_load(&page->boundary_seq));
-    syscall(SYS_futex, (uint32_t *)&page->grant_seq, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
-    job->state = JOB_RUNNING;
+    if (rc < 0)
+        LOG_WARN("scheduling core: %s: %s", what, strerror(-rc));
+    return rc;
 }
 
-/* Carries out the core's effects on job pages, futexes and sockets. A refusal or a failed
- * admission ends the job (jobs_fail), which sends the core further events: each call has
- * its own list, and every effect looks its job up again. */
-static void apply(salusd_t *d, sched_core_effects_t *fx)
-{
-    for (size_t i = 0; i < fx->count; i++) {
-        const sched_core_effect_t *e = &fx->items[i];
-        job_t *job = registry_find(d->registry, e->job_id);
-        if (!job || !job->runtime) {
-            if (e->kind == SCHED_CORE_ADMIT) { /* gone meanwhile: give its place back */
-                sched_core_effects_t more = {0};
-                sched_core_job_left(d->sched->core, e->job_id, SCHED_CORE_EXIT_GONE,
-                                    salusd_now_ns(), &more);
-                apply(d, &more);
-                sched_core_effects_free(&more);
-            }
-            continue;
-        }
-        switch (e->kind) {
-        case SCHED_CORE_ADMIT:
-            if (jobs_admit(d, job, e->gpu, e->budget_bytes, e->lane) < 0)
-                jobs_fail(d, job, NULL);
-            break;
-        case SCHED_CORE_REFUSE:
-            jobs_fail(d, job, e->reason);
-            break;
-        case SCHED_CORE_GRANT:
-            /* clear_needed asks for nothing: a job's chunks are its own, cleared when
-             * created if lanes are shared across users (job_memory.c) */
-            grant(job, e->free_run);
-            break;
-        case SCHED_CORE_STOP_FREE_RUN:
-            if (jobs_page(job))
-                atomic_store(&jobs_page(job)->free_run, 0);
-            break;
-        case SCHED_CORE_BUDGET:
-            jobs_set_budget(job, e->budget_bytes);
-            break;
-        case SCHED_CORE_MOVE:
-            LOG_DEBUG("job %llu moves to lane %u of GPU %d", (unsigned long long)job->id,
-                      e->lane, e->gpu);
-            break;
-        case SCHED_CORE_LEARNED:
-            if (!e->reason)
-                LOG_INFO("job %llu learned sizes: persistent %llu KiB, ephemeral %llu KiB "
-                         "(lane %u)", (unsigned long long)job->id,
-                         (unsigned long long)(e->persistent_bytes >> 10),
-                         (unsigned long long)(e->ephemeral_bytes >> 10), e->lane);
-            else
-                LOG_WARN("job %llu: measured sizes (%llu + %llu bytes) do not fit now (%s); it "
-                         "keeps its provisional budget", (unsigned long long)job->id,
-                         (unsigned long long)e->persistent_bytes,
-                         (unsigned long long)e->ephemeral_bytes, e->reason);
-            break;
-        }
-    }
-}
-
-/* Runs one core event with a fresh list and applies its effects. */
-#define SCHED_EVENT(d, call)                                                                   \
-    do {                                                                                       \
-        sched_core_effects_t fx_ = {0};                                                        \
-        int rc_ = (call);                                                                      \
-        if (rc_ < 0)                                                                           \
-            LOG_WARN("scheduling core: %s: %s", #call, strerror(-rc_));                        \
-        apply((d), &fx_);                                                                      \
-        sched_core_effects_free(&fx_);                                                         \
-    } while (0)
-
-void sched_job_registered(salusd_t *d, job_t *job)
+int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx)
 {
     int hinted = job->persistent_hint_bytes || job->ephemeral_hint_bytes;
     sched_core_job_hints_t hints = {
@@ -127,15 +47,15 @@ void sched_job_registered(salusd_t *d, job_t *job)
         .priority = (int32_t)job->priority,
         .arrival_ns = job->registered_ns,
     };
-    SCHED_EVENT(d, sched_core_job_registered(d->sched->core, &hints, salusd_now_ns(), &fx_));
+    return report(sched_core_job_registered(d->sched->core, &hints, salusd_now_ns(), fx),
+                  "registration");
 }
 
-void sched_job_parked(salusd_t *d, job_t *job)
+int sched_job_parked(salusd_t *d, const job_t *job, const job_page_t *page,
+                     sched_core_effects_t *fx)
 {
-    job_page_t *page = jobs_page(job);
-    if (!parked(job))
-        return;
-    job->state = JOB_PAUSED;
+    if (!parked(page))
+        return -EAGAIN; /* a stale notification: nothing to report */
     sched_core_boundary_t b = {
         .iterations = atomic_load(&page->iterations),
         .busy_ns = atomic_load(&page->busy_ns),
@@ -144,18 +64,24 @@ void sched_job_parked(salusd_t *d, job_t *job)
         .ephemeral_bytes = atomic_load(&page->ephemeral_peak_bytes),
         .ready = true,
     };
-    SCHED_EVENT(d, sched_core_job_boundary(d->sched->core, job->id, &b, salusd_now_ns(), &fx_));
+    return report(sched_core_job_boundary(d->sched->core, job->id, &b, salusd_now_ns(), fx),
+                  "boundary");
 }
 
-void sched_try_admit(salusd_t *d)
+int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx)
 {
-    SCHED_EVENT(d, sched_core_admit(d->sched->core, salusd_now_ns(), &fx_));
+    return report(sched_core_job_left(d->sched->core, job_id, SCHED_CORE_EXIT_GONE,
+                                      salusd_now_ns(), fx), "departure");
 }
 
-void sched_job_left(salusd_t *d, job_t *job)
+int sched_job_left(salusd_t *d, const job_t *job, sched_core_effects_t *fx)
 {
-    SCHED_EVENT(d, sched_core_job_left(d->sched->core, job->id, SCHED_CORE_EXIT_GONE,
-                                       salusd_now_ns(), &fx_));
+    return sched_job_id_left(d, job->id, fx);
+}
+
+int sched_try_admit(salusd_t *d, sched_core_effects_t *fx)
+{
+    return report(sched_core_admit(d->sched->core, salusd_now_ns(), fx), "admission");
 }
 
 int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
@@ -178,10 +104,10 @@ const char *sched_policy_name(const salusd_t *d)
     return sched_core_policy_name(d->sched->core);
 }
 
-int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size)
+int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size,
+                     sched_core_effects_t *fx)
 {
-    sched_core_effects_t fx = {0};
-    int rc = sched_core_set_policy(d->sched->core, name, salusd_now_ns(), &fx);
+    int rc = sched_core_set_policy(d->sched->core, name, salusd_now_ns(), fx);
     if (rc == -ENOENT)
         snprintf(err, err_size, "no policy '%s'", name);
     else if (rc < 0)
@@ -189,8 +115,6 @@ int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size)
                  sched_core_policy_name(d->sched->core));
     else
         LOG_INFO("scheduling policy is now %s", sched_core_policy_name(d->sched->core));
-    apply(d, &fx);
-    sched_core_effects_free(&fx);
     return rc;
 }
 
@@ -206,45 +130,48 @@ void sched_gpu_books(const salusd_t *d, int gpu, uint64_t *capacity_bytes,
     *lanes = info.lane_count;
 }
 
-void sched_pack_lanes(salusd_t *d, msgpack_packer *pk)
+int sched_lanes(const salusd_t *d, sched_lane_view_t **out, size_t *count)
 {
     const lanes_t *lanes = sched_core_lanes(d->sched->core);
     size_t n = lanes_list(lanes, NULL, 0);
     lanes_lane_info_t *info = n ? calloc(n, sizeof(*info)) : NULL;
-    uint64_t *ids = NULL;
-    size_t ids_capacity = 0;
-    if (n && !info)
-        n = 0;
-    n = n ? lanes_list(lanes, info, n) : 0;
-    msgpack_pack_array(pk, (uint32_t)n);
+    sched_lane_view_t *views = n ? calloc(n, sizeof(*views)) : NULL;
+    *out = NULL;
+    *count = 0;
+    if (n && (!info || !views))
+        goto fail;
+    n = lanes_list(lanes, info, n);
     for (size_t i = 0; i < n; i++) {
-        size_t count = lanes_lane_jobs(lanes, info[i].lane_id, ids, ids_capacity);
-        if (count > ids_capacity) {
-            uint64_t *more = realloc(ids, count * sizeof(*ids));
-            if (more) {
-                ids = more;
-                ids_capacity = count;
-            }
-            count = lanes_lane_jobs(lanes, info[i].lane_id, ids, ids_capacity);
+        size_t jobs = lanes_lane_jobs(lanes, info[i].lane_id, NULL, 0);
+        views[i] = (sched_lane_view_t){
+            .gpu = info[i].gpu,
+            .lane = info[i].lane_id,
+            .size_bytes = info[i].size_bytes,
+            .active_job = info[i].active ? info[i].active_job_id : 0,
+            .jobs = jobs ? calloc(jobs, sizeof(uint64_t)) : NULL,
+        };
+        if (jobs && !views[i].jobs) {
+            sched_lanes_free(views, i);
+            views = NULL;
+            goto fail;
         }
-        if (count > ids_capacity)
-            count = ids_capacity;
-        msgpack_pack_map(pk, 5);
-        proto_pack_kv_int(pk, "gpu", info[i].gpu);
-        proto_pack_kv_uint(pk, "lane", info[i].lane_id);
-        proto_pack_kv_uint(pk, "size_bytes", info[i].size_bytes);
-        proto_pack_str(pk, "jobs");
-        msgpack_pack_array(pk, (uint32_t)count);
-        for (size_t k = 0; k < count; k++)
-            msgpack_pack_uint64(pk, ids[k]);
-        proto_pack_str(pk, "active");
-        if (info[i].active)
-            msgpack_pack_uint64(pk, info[i].active_job_id);
-        else
-            msgpack_pack_nil(pk);
+        views[i].job_count = lanes_lane_jobs(lanes, info[i].lane_id, views[i].jobs, jobs);
     }
-    free(ids);
     free(info);
+    *out = views;
+    *count = n;
+    return 0;
+fail:
+    free(info);
+    free(views);
+    return -ENOMEM;
+}
+
+void sched_lanes_free(sched_lane_view_t *lanes, size_t count)
+{
+    for (size_t i = 0; lanes && i < count; i++)
+        free(lanes[i].jobs);
+    free(lanes);
 }
 
 /* Every --wait-log-s seconds: each job that has waited longer than that (for admission, or

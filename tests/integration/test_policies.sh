@@ -20,6 +20,16 @@ restart_daemon() { # restart_daemon MEMORY_MB ARGS...
     shift
     start_daemon "$@"
 }
+until_jobs() { # until_jobs PYTHON_CONDITION: polls ps --json (j: jobs by name), 30 s at most
+    local _
+    for _ in $(seq 300); do
+        jobs_json
+        python3 -c "import json,sys; j={x['name']: x for x in json.load(open(sys.argv[1]))}; sys.exit(0 if ($1) else 1)" \
+            "$WORK/ps.json" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    fail "ps --json never showed: $1"
+}
 wait_jobs() { # wait_jobs PID... : each must exit 0
     local p
     for p in "$@"; do wait "$p" || fail "a job failed: $(tail -3 "$WORK"/*.out)"; done
@@ -31,7 +41,7 @@ pids=()
 for i in 1 2 3; do
     synth "fifo$i" 64MiB 64MiB 8 20 32 32 &
     pids+=($!)
-    sleep 0.3
+    until_jobs "'fifo$i' in j" # registered before the next one arrives
 done
 wait_jobs "${pids[@]}"
 jobs_json
@@ -99,7 +109,7 @@ pass "PACK: 4 jobs shared one lane of a 1 GiB GPU and finished; mlp $shared as a
 restart_daemon 1024 --policy srtf
 synth long 64MiB 600MiB 60 20 16 64 &
 LONG=$!
-sleep 0.5
+until_jobs "j.get('long', {}).get('iterations', 0) >= 3"
 synth short 64MiB 600MiB 3 20 16 64 &
 SHORT=$!
 wait_jobs "$SHORT" "$LONG"
@@ -122,8 +132,7 @@ synth fairA 64MiB 600MiB 100000 10 16 64 &
 A=$!
 synth fairB 64MiB 600MiB 100000 10 16 64 &
 B=$!
-sleep 3
-jobs_json
+until_jobs "all(j.get(n, {}).get('gpu_time_ms', 0) >= 1000 for n in ('fairA', 'fairB'))"
 kill -9 $(python3 -c 'import json,sys; print(" ".join(str(j["pid"]) for j in json.load(open(sys.argv[1])) if j["name"] in ("fairA","fairB")))' "$WORK/ps.json")
 wait "$A" "$B" 2>/dev/null || true
 python3 - "$WORK/ps.json" <<'PY' || fail "FAIR"

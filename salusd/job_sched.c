@@ -101,17 +101,10 @@ void jobs_sched_parked(salusd_t *d, job_t *job)
     apply(d, &fx);
 }
 
-void jobs_sched_left(salusd_t *d, job_t *job)
+void jobs_sched_left(salusd_t *d, uint64_t job_id)
 {
     sched_core_effects_t fx = {0};
-    sched_job_left(d, job, &fx);
-    apply(d, &fx);
-}
-
-void jobs_sched_admit(salusd_t *d)
-{
-    sched_core_effects_t fx = {0};
-    sched_try_admit(d, &fx);
+    sched_job_id_left(d, job_id, &fx);
     apply(d, &fx);
 }
 

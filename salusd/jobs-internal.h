@@ -35,8 +35,7 @@ static inline job_runtime_t *runtime_of(const job_t *job)
  * out before these return. */
 void jobs_sched_registered(salusd_t *d, job_t *job);
 void jobs_sched_parked(salusd_t *d, job_t *job);
-void jobs_sched_left(salusd_t *d, job_t *job);
-void jobs_sched_admit(salusd_t *d);
+void jobs_sched_left(salusd_t *d, uint64_t job_id); /* it ended: its place goes on */
 
 /* The job a connection registered, or NULL. */
 job_t *jobs_of_conn(conn_t *c);

@@ -118,7 +118,6 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     if (!rt)
         return;
     refresh_stats(job);
-    jobs_sched_left(d, job);
     if (rt->conn)
         rt->conn->job_id = 0;
     jobs_release_runtime(d, job);
@@ -132,9 +131,11 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
              job_state_name(job->state));
     if (d->job_finished)
         d->job_finished(d, job);
-    forget_old_finished(d);
     jobs_retry_pending_grows(d);
-    jobs_sched_admit(d);
+    /* last: its memory is back, so the jobs admitted now find it free, and they are
+     * admitted after it finished (job may be forgotten below: only its id is used) */
+    jobs_sched_left(d, job->id);
+    forget_old_finished(d);
 }
 
 /* The registered process ended: the job is over at once. Its exit status: salusctl's report

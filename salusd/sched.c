@@ -74,15 +74,7 @@ int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx)
                                       salusd_now_ns(), fx), "departure");
 }
 
-int sched_job_left(salusd_t *d, const job_t *job, sched_core_effects_t *fx)
-{
-    return sched_job_id_left(d, job->id, fx);
-}
 
-int sched_try_admit(salusd_t *d, sched_core_effects_t *fx)
-{
-    return report(sched_core_admit(d->sched->core, salusd_now_ns(), fx), "admission");
-}
 
 int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
 {

@@ -19,11 +19,8 @@ int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx
  * reported (-EAGAIN: a stale notification, nothing reported). */
 int sched_job_parked(salusd_t *d, const job_t *job, const job_page_t *page,
                      sched_core_effects_t *fx);
-/* The job is gone (its place and lane go to the others). */
-int sched_job_left(salusd_t *d, const job_t *job, sched_core_effects_t *fx);
+/* The job is gone (its place and lane go to the others; an admission round runs). */
 int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx);
-/* An admission round now. */
-int sched_try_admit(salusd_t *d, sched_core_effects_t *fx);
 /* What the core knows of a job, for the views (ps, top, metrics). */
 typedef struct sched_job_view_s {
     int admitted;

@@ -12,7 +12,7 @@ for f in os.listdir(root):
         m = m[:-len('-internal')] if m.endswith('-internal') else m  # a module's private header
         for inc in re.findall(r'#include "([^"]+)\.h"', open(os.path.join(root, f)).read()):
             inc_m = inc[:-len('-internal')] if inc.endswith('-internal') else inc
-            if os.path.exists(os.path.join(root, inc + '.h')) and inc_m != m:
+            if '/' not in inc and os.path.exists(os.path.join(root, inc + '.h')) and inc_m != m:
                 mods.setdefault(m, set()).add(inc_m)
         mods.setdefault(m, set())
 # strongly connected components (Tarjan)

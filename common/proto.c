@@ -234,3 +234,41 @@ const char *proto_error_code_name(proto_error_code_t code)
         return "unknown";
     return names[code];
 }
+
+void proto_map_begin(proto_map_t *map, msgpack_packer *out)
+{
+    map->out = out;
+    map->count = 0;
+    msgpack_sbuffer_init(&map->body);
+    msgpack_packer_init(&map->pk, &map->body, msgpack_sbuffer_write);
+}
+
+void proto_map_str(proto_map_t *map, const char *key, const char *value)
+{
+    proto_pack_kv_str(&map->pk, key, value);
+    map->count++;
+}
+
+void proto_map_uint(proto_map_t *map, const char *key, uint64_t value)
+{
+    proto_pack_kv_uint(&map->pk, key, value);
+    map->count++;
+}
+
+void proto_map_int_or_nil(proto_map_t *map, const char *key, int64_t value, int present)
+{
+    proto_pack_str(&map->pk, key);
+    if (present)
+        msgpack_pack_int64(&map->pk, value);
+    else
+        msgpack_pack_nil(&map->pk);
+    map->count++;
+}
+
+void proto_map_end(proto_map_t *map)
+{
+    msgpack_pack_map(map->out, map->count);
+    if (map->body.size)
+        map->out->callback(map->out->data, map->body.data, map->body.size);
+    msgpack_sbuffer_destroy(&map->body);
+}

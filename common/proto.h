@@ -118,6 +118,21 @@ void proto_pack_kv_int(msgpack_packer *pk, const char *key, int64_t value);
 void proto_pack_kv_bool(msgpack_packer *pk, const char *key, int value);
 void proto_pack_kv_double(msgpack_packer *pk, const char *key, double value);
 
+/* A map whose entries are counted as they are written (no hand-counted msgpack_pack_map):
+ * begin, any number of entries, end (which writes the map to out and frees the buffer). */
+typedef struct proto_map_s {
+    msgpack_packer *out;
+    msgpack_sbuffer body;
+    msgpack_packer pk;
+    uint32_t count;
+} proto_map_t;
+void proto_map_begin(proto_map_t *map, msgpack_packer *out);
+void proto_map_str(proto_map_t *map, const char *key, const char *value);
+void proto_map_uint(proto_map_t *map, const char *key, uint64_t value);
+/* value when present, else nil */
+void proto_map_int_or_nil(proto_map_t *map, const char *key, int64_t value, int present);
+void proto_map_end(proto_map_t *map);
+
 /* A whole error reply {code, message} for request id. */
 void proto_enc_error(proto_enc_t *enc, uint64_t id, proto_error_code_t code, const char *message);
 /* A whole hello {version, client}. */

@@ -26,9 +26,10 @@
  *   "one job per GPU" (policy_max_jobs_per_gpu()).
  *
  * Tenancy: a lane holds jobs of one uid, unless config.share_lanes_across_users; then
- *   lanes_grant() reports clear_needed when the lane's memory was last used by another uid
- *   (the daemon clears the lane before the job runs). Memory of closed lanes that the daemon
- *   reuses for another user is the daemon's to clear.
+ *   lanes_grant() reports clear_needed when the lane was last used by another uid. The lane is
+ *   bookkeeping, not memory: salusd gives each job chunks of its own and, with lanes shared
+ *   across users, clears every chunk when it is created (salusd/job_memory.c), so it needs no
+ *   clearing at a grant.
  *
  * Changes: every call that changes the layout reports each change through
  *   config.on_change, in an order that is safe to apply (job moves, closed lanes, shrunk

@@ -2,7 +2,6 @@
 #include "access.h"
 
 #include "registry.h"
-#include "sched.h"
 
 #include "log.h"
 
@@ -83,71 +82,4 @@ int access_is_admin(conn_t *c)
 int access_may_control(conn_t *c, uid_t owner_uid)
 {
     return c->uid == owner_uid || access_is_admin(c);
-}
-
-static int visible_id(conn_t *c, const msgpack_object *o)
-{
-    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-        return 0;
-    job_t *job = registry_find(c->daemon->registry, o->via.u64);
-    return job && access_may_control(c, job->uid);
-}
-
-void access_pack_lanes(conn_t *c, msgpack_packer *pk)
-{
-    salusd_t *d = c->daemon;
-    if (access_is_admin(c)) {
-        sched_pack_lanes(d, pk);
-        return;
-    }
-    /* sched.c packs every job: re-pack its listing without the others' job ids */
-    msgpack_sbuffer sb;
-    msgpack_packer tmp;
-    msgpack_unpacked u;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&tmp, &sb, msgpack_sbuffer_write);
-    msgpack_unpacked_init(&u);
-    sched_pack_lanes(d, &tmp);
-    if (msgpack_unpack_next(&u, sb.data, sb.size, NULL) != MSGPACK_UNPACK_SUCCESS ||
-        u.data.type != MSGPACK_OBJECT_ARRAY) {
-        msgpack_pack_array(pk, 0);
-        goto out;
-    }
-    const msgpack_object_array *lanes = &u.data.via.array;
-    msgpack_pack_array(pk, lanes->size);
-    for (uint32_t i = 0; i < lanes->size; i++) {
-        const msgpack_object *lane = &lanes->ptr[i];
-        if (lane->type != MSGPACK_OBJECT_MAP) {
-            msgpack_pack_nil(pk);
-            continue;
-        }
-        msgpack_pack_map(pk, lane->via.map.size);
-        for (uint32_t k = 0; k < lane->via.map.size; k++) {
-            const msgpack_object_kv *kv = &lane->via.map.ptr[k];
-            msgpack_pack_object(pk, kv->key);
-            int is_jobs = kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == 4 &&
-                          memcmp(kv->key.via.str.ptr, "jobs", 4) == 0;
-            int is_active = kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == 6 &&
-                            memcmp(kv->key.via.str.ptr, "active", 6) == 0;
-            if (is_jobs && kv->val.type == MSGPACK_OBJECT_ARRAY) {
-                uint32_t n = 0;
-                for (uint32_t j = 0; j < kv->val.via.array.size; j++)
-                    n += visible_id(c, &kv->val.via.array.ptr[j]);
-                msgpack_pack_array(pk, n);
-                for (uint32_t j = 0; j < kv->val.via.array.size; j++)
-                    if (visible_id(c, &kv->val.via.array.ptr[j]))
-                        msgpack_pack_object(pk, kv->val.via.array.ptr[j]);
-            } else if (is_active && kv->val.type != MSGPACK_OBJECT_NIL) {
-                if (visible_id(c, &kv->val))
-                    msgpack_pack_object(pk, kv->val);
-                else
-                    msgpack_pack_nil(pk);
-            } else {
-                msgpack_pack_object(pk, kv->val);
-            }
-        }
-    }
-out:
-    msgpack_unpacked_destroy(&u);
-    msgpack_sbuffer_destroy(&sb);
 }

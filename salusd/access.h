@@ -17,7 +17,5 @@ int access_socket_mode(salusd_t *d, const char *path);
 int access_is_admin(conn_t *c);
 /* 1 when the connection's user may see and control a job of owner_uid. */
 int access_may_control(conn_t *c, uid_t owner_uid);
-/* The lanes listing (sched_pack_lanes) with the job ids c may not see left out. */
-void access_pack_lanes(conn_t *c, msgpack_packer *pk);
 
 #endif

@@ -46,6 +46,9 @@ const option_def_t salusd_options[] = {
         "finished jobs listed by ps before the oldest are forgotten"),
     ROW("policy", OPTION_STRING, "pack", 0, 0, policy,
         "scheduling policy at start: fifo, srtf, pack or fair (salusctl policy switches it)"),
+    ROW("wait-log-s", OPTION_INT, "30", 0, 86400, wait_log_s,
+        "a job waiting longer than this many seconds (for admission, or for its turn) is "
+        "logged once per interval with the job that holds its lane; 0: never"),
     ROW("share-lanes-across-users", OPTION_BOOL, "no", 0, 0, share_lanes_across_users,
         "let jobs of different users share a lane"),
     ROW("gpu-reserve", OPTION_BYTES, "0", 0, 1LL << 50, gpu_reserve_bytes,

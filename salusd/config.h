@@ -30,6 +30,7 @@ typedef struct salusd_config_s {
     char admin_group[64];        /* members see and control every job (access.c) */
     char allow_group[64];        /* empty: every local user may connect; else this group */
     long long metrics_timeout_ms;
+    int wait_log_s;              /* log jobs waiting longer than this (0: never) */
     int metrics_job_labels;      /* per-job samples (names, uids) in /metrics */
 } salusd_config_t;
 

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../tools/simgpu/include/simgpu.h"
+#include "simgpu.h"
 
 static const char *const real_driver_paths[] = {
     "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1",

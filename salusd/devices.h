@@ -17,7 +17,6 @@ typedef struct gpu_s {
     char name[128];
     uint64_t total_bytes;
     uint64_t granularity_bytes;
-    uint64_t reserved_bytes;     /* budgets of the jobs admitted here */
     uint64_t chunk_bytes;        /* memory handed out in chunks, all jobs */
 } gpu_t;
 

@@ -4,6 +4,8 @@
 #include "jobs.h"
 #include "policy.h"
 #include "metrics.h"
+#include "sched.h"
+#include "views.h"
 
 #include "log.h"
 
@@ -62,7 +64,7 @@ static void reply_ps(conn_t *c, const proto_msg_t *msg)
     proto_enc_t *e = &c->daemon->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
     proto_pack_str(&e->pk, "jobs");
-    jobs_pack_list(c->daemon, &e->pk, c); /* the requester's jobs (all for admins) */
+    views_pack_jobs(c, &e->pk); /* the requester's jobs (all for admins) */
     proto_enc_finish(e);
     server_send(c, e);
 }
@@ -72,7 +74,7 @@ static void reply_lanes(conn_t *c, const proto_msg_t *msg)
     proto_enc_t *e = &c->daemon->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
     proto_pack_str(&e->pk, "lanes");
-    access_pack_lanes(c, &e->pk);
+    views_pack_lanes(c, &e->pk);
     proto_enc_finish(e);
     server_send(c, e);
 }
@@ -94,7 +96,7 @@ static void reply_policy(conn_t *c, const proto_msg_t *msg)
                                c->daemon->config.admin_group);
             return;
         }
-        if (sched_set_policy(c->daemon, name, err, sizeof(err)) < 0) {
+        if (jobs_set_policy(c->daemon, name, err, sizeof(err)) < 0) {
             server_reply_error(c, msg->id, PROTO_EBADARG, 0, "%s", err);
             return;
         }
@@ -127,7 +129,7 @@ static const struct {
     {"kill", jobctl_handle_kill},
     {"wait", jobctl_handle_wait},
     {"logs", jobctl_handle_logs},
-    {"stats", jobctl_handle_stats},
+    {"stats", views_handle_stats},
 };
 
 /* Per-user caps on live jobs, checked before submit and register: a user cannot fill the
@@ -178,5 +180,6 @@ void handlers_dispatch(conn_t *c, const proto_msg_t *msg)
 
 void handlers_connection_closed(conn_t *c)
 {
+    jobctl_connection_closed(c);
     jobs_connection_closed(c);
 }

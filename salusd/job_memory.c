@@ -28,7 +28,8 @@ static int grant_chunk(salusd_t *d, job_t *job, job_runtime_t *rt, uint64_t requ
     }
     chunk_t *chunk = &rt->chunks[rt->chunk_count];
     int fd = -1;
-    /* with lanes shared across users, memory may carry another user's data: clear it */
+    /* the one place memory is cleared between users: a job's chunks are its own, and with
+     * lanes shared across users a new chunk may hold what another user's job left there */
     int rc = devices_chunk_create(&d->devices, job->gpu, bytes, d->config.share_lanes_across_users,
                                   chunk, &fd);
     if (rc == -ENOMEM)

@@ -3,7 +3,6 @@
 
 #include "job_cgroup.h"
 #include "jobs.h"
-#include "sched.h"
 
 #include "log.h"
 
@@ -676,95 +675,4 @@ void jobctl_handle_logs(conn_t *c, const proto_msg_t *msg)
     if (server_send_fds(c, enc, &e->log_fd, 1) < 0)
         LOG_WARN("job %llu: could not pass its log to uid %u", (unsigned long long)job->id,
                  (unsigned)c->uid);
-}
-
-static uint32_t lanes_on_gpu(const msgpack_object *lanes, int gpu)
-{
-    uint32_t n = 0;
-    for (uint32_t i = 0; lanes && i < lanes->via.array.size; i++) {
-        int64_t g = -1;
-        if (proto_get_int(&lanes->via.array.ptr[i], "gpu", &g) == 0 && g == gpu)
-            n++;
-    }
-    return n;
-}
-
-/* stats: raw counters; salusctl turns them into rates between two samples.
- * {now_ms, gpus: [{index, name, total_bytes, used_bytes, reserved_bytes, busy_ms|nil, lanes,
- *  jobs}], jobs: [{id, name, uid, state, gpu|nil, iterations, iterations_expected,
- *  memory_bytes, gpu_time_ms}]} (jobs: those the requester may see) */
-void jobctl_handle_stats(conn_t *c, const proto_msg_t *msg)
-{
-    salusd_t *d = c->daemon;
-    registry_t *reg = d->registry;
-    msgpack_sbuffer sb;
-    msgpack_packer tmp;
-    msgpack_unpacked u;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&tmp, &sb, msgpack_sbuffer_write);
-    msgpack_unpacked_init(&u);
-    sched_pack_lanes(d, &tmp);
-    const msgpack_object *lanes = NULL;
-    if (msgpack_unpack_next(&u, sb.data, sb.size, NULL) == MSGPACK_UNPACK_SUCCESS &&
-        u.data.type == MSGPACK_OBJECT_ARRAY)
-        lanes = &u.data;
-
-    proto_enc_t *enc = &d->enc;
-    proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 3);
-    proto_pack_kv_uint(&enc->pk, "now_ms", (salusd_now_ns() - d->started_ns) / 1000000);
-    proto_pack_str(&enc->pk, "gpus");
-    msgpack_pack_array(&enc->pk, (uint32_t)d->devices.count);
-    for (int i = 0; i < d->devices.count; i++) {
-        const gpu_t *g = &d->devices.gpus[i];
-        uint64_t busy_ns = 0, jobs = 0;
-        int has_busy = devices_busy_ns(&d->devices, i, &busy_ns) == 0;
-        for (size_t k = 0; k < registry_count(reg); k++) {
-            const job_t *job = registry_at(reg, k);
-            jobs += job->runtime && job->gpu == i;
-        }
-        msgpack_pack_map(&enc->pk, 8);
-        proto_pack_kv_uint(&enc->pk, "index", (uint64_t)i);
-        proto_pack_kv_str(&enc->pk, "name", g->name);
-        proto_pack_kv_uint(&enc->pk, "total_bytes", g->total_bytes);
-        proto_pack_kv_uint(&enc->pk, "used_bytes", g->chunk_bytes);
-        proto_pack_kv_uint(&enc->pk, "reserved_bytes", handlers_gpu_reserved_bytes(d, i));
-        proto_pack_str(&enc->pk, "busy_ms");
-        if (has_busy)
-            msgpack_pack_uint64(&enc->pk, busy_ns / 1000000);
-        else
-            msgpack_pack_nil(&enc->pk);
-        proto_pack_kv_uint(&enc->pk, "lanes", lanes_on_gpu(lanes, i));
-        proto_pack_kv_uint(&enc->pk, "jobs", jobs);
-    }
-    size_t visible = 0;
-    for (size_t k = 0; k < registry_count(reg); k++)
-        visible += access_may_control(c, registry_at(reg, k)->uid);
-    proto_pack_str(&enc->pk, "jobs");
-    msgpack_pack_array(&enc->pk, (uint32_t)visible);
-    for (size_t k = 0; k < registry_count(reg); k++) {
-        job_t *job = registry_at(reg, k);
-        if (!access_may_control(c, job->uid))
-            continue;
-        jobs_info_t info;
-        if (jobs_info_at(d, k, &info) < 0)
-            memset(&info, 0, sizeof(info));
-        msgpack_pack_map(&enc->pk, 9);
-        proto_pack_kv_uint(&enc->pk, "id", job->id);
-        proto_pack_kv_str(&enc->pk, "name", job->name);
-        proto_pack_kv_uint(&enc->pk, "uid", (uint64_t)job->uid);
-        proto_pack_kv_str(&enc->pk, "state", info.state ? info.state : job_state_name(job->state));
-        proto_pack_str(&enc->pk, "gpu");
-        if (job->gpu >= 0)
-            msgpack_pack_int(&enc->pk, job->gpu);
-        else
-            msgpack_pack_nil(&enc->pk);
-        proto_pack_kv_uint(&enc->pk, "iterations", info.iterations);
-        proto_pack_kv_uint(&enc->pk, "iterations_expected", job->iterations_expected);
-        proto_pack_kv_uint(&enc->pk, "memory_bytes", info.memory_bytes);
-        proto_pack_kv_uint(&enc->pk, "gpu_time_ms", info.busy_ns / 1000000);
-    }
-    proto_enc_finish(enc);
-    server_send(c, enc);
-    msgpack_unpacked_destroy(&u);
-    msgpack_sbuffer_destroy(&sb);
 }

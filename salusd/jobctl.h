@@ -15,7 +15,6 @@ void jobctl_handle_job_exit(conn_t *c, const proto_msg_t *msg);
 void jobctl_handle_kill(conn_t *c, const proto_msg_t *msg);
 void jobctl_handle_wait(conn_t *c, const proto_msg_t *msg);
 void jobctl_handle_logs(conn_t *c, const proto_msg_t *msg);
-void jobctl_handle_stats(conn_t *c, const proto_msg_t *msg);
 
 /* jobs.c: the job's run-time state is gone (done or failed). */
 void jobctl_job_finished(salusd_t *d, job_t *job);

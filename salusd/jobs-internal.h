@@ -31,6 +31,12 @@ static inline job_runtime_t *runtime_of(const job_t *job)
     return job ? job->runtime : NULL;
 }
 
+/* job_sched.c: what happens to a job goes to the scheduling core; its effects are carried
+ * out before these return. */
+void jobs_sched_registered(salusd_t *d, job_t *job);
+void jobs_sched_parked(salusd_t *d, job_t *job);
+void jobs_sched_left(salusd_t *d, uint64_t job_id); /* it ended: its place goes on */
+
 /* The job a connection registered, or NULL. */
 job_t *jobs_of_conn(conn_t *c);
 /* Returns the job's chunks and closes what the daemon held for it; runtime is gone after. */

@@ -1,12 +1,13 @@
-/* Jobs at run time (see jobs.h). Admission is first come, first served by memory budget:
- * a job's budget is its hints (persistent + ephemeral bytes) or the default; it is admitted
- * on the first GPU whose unreserved memory holds it. */
+/* Jobs at run time (see jobs.h): registration, the job page and its notifications, and the
+ * end of a job. Admission and turns are the scheduling core's (sched.c adapts it): a
+ * registered job waits until the core admits it (jobs_admit answers its register request
+ * with its GPU and budget) or refuses it (jobs_fail). */
 #include "jobs.h"
 #include "jobs-internal.h"
 
-#include "jobctl.h"
 #include "job_page.h"
 #include "log.h"
+#include "sched.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -117,9 +118,6 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     if (!rt)
         return;
     refresh_stats(job);
-    sched_job_left(d, job);
-    if (job->gpu >= 0 && job->admitted_ns)
-        d->devices.gpus[job->gpu].reserved_bytes -= job->budget_bytes;
     if (rt->conn)
         rt->conn->job_id = 0;
     jobs_release_runtime(d, job);
@@ -131,10 +129,13 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     job->finished_ns = salusd_now_ns();
     LOG_INFO("job %llu '%s' %s; its memory is returned", (unsigned long long)job->id, job->name,
              job_state_name(job->state));
-    jobctl_job_finished(d, job);
-    forget_old_finished(d);
+    if (d->job_finished)
+        d->job_finished(d, job);
     jobs_retry_pending_grows(d);
-    sched_try_admit(d);
+    /* last: its memory is back, so the jobs admitted now find it free, and they are
+     * admitted after it finished (job may be forgotten below: only its id is used) */
+    jobs_sched_left(d, job->id);
+    forget_old_finished(d);
 }
 
 /* The registered process ended: the job is over at once. Its exit status: salusctl's report
@@ -167,7 +168,7 @@ static void on_notify(evutil_socket_t fd, short events, void *arg)
         ;
     job_t *job = registry_find(rt->daemon->registry, rt->job_id);
     if (job)
-        sched_job_parked(rt->daemon, job);
+        jobs_sched_parked(rt->daemon, job);
 }
 
 static int create_page(job_runtime_t *rt, int *page_fd)
@@ -216,12 +217,10 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
         return -ENOMEM;
     }
     job->gpu = gpu;
-    job->lane = lane;
     job->admitted_ns = salusd_now_ns();
     job->state = JOB_PAUSED;
     job->budget_bytes = budget_bytes;
     atomic_store(&rt->page->budget_bytes, budget_bytes);
-    d->devices.gpus[gpu].reserved_bytes += job->budget_bytes;
 
     proto_enc_t *e = &d->enc;
     char shm_name[256] = "";
@@ -255,7 +254,7 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     return rc;
 }
 
-void jobs_set_budget(salusd_t *d, job_t *job, uint64_t budget_bytes)
+void jobs_set_budget(job_t *job, uint64_t budget_bytes)
 {
     job_runtime_t *rt = runtime_of(job);
     if (!rt || job->gpu < 0)
@@ -263,8 +262,6 @@ void jobs_set_budget(salusd_t *d, job_t *job, uint64_t budget_bytes)
     /* never below what the job already holds (chunk rounding, or a page that lies) */
     if (budget_bytes < job->committed_bytes)
         budget_bytes = job->committed_bytes;
-    d->devices.gpus[job->gpu].reserved_bytes += budget_bytes;
-    d->devices.gpus[job->gpu].reserved_bytes -= job->budget_bytes;
     job->budget_bytes = budget_bytes;
     if (rt->page)
         atomic_store(&rt->page->budget_bytes, budget_bytes);
@@ -411,13 +408,12 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     LOG_INFO("job %llu '%s' registered (pid %d, uid %u, budget %llu MiB)",
              (unsigned long long)job->id, job->name, (int)job->pid, (unsigned)job->uid,
              (unsigned long long)(job->budget_bytes >> 20));
-    sched_try_admit(d);
+    jobs_sched_registered(d, job);
 }
 
 void jobs_connection_closed(conn_t *c)
 {
     salusd_t *d = c->daemon;
-    jobctl_connection_closed(c);
     job_t *job = jobs_of_conn(c);
     job_runtime_t *rt = runtime_of(job);
     if (!rt)
@@ -428,85 +424,13 @@ void jobs_connection_closed(conn_t *c)
         finish_job(d, job, rt->reply_pending ? JOB_FAILED : JOB_ENDED);
 }
 
-void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer)
-{
-    size_t n = registry_count(d->registry), visible = 0;
-    uint64_t now = salusd_now_ns();
-    for (size_t i = 0; i < n; i++)
-        visible += !viewer || access_may_control(viewer, registry_at(d->registry, i)->uid);
-    msgpack_pack_array(pk, (uint32_t)visible);
-    for (size_t i = 0; i < n; i++) {
-        job_t *job = registry_at(d->registry, i);
-        if (viewer && !access_may_control(viewer, job->uid))
-            continue;
-        refresh_stats(job);
-        const job_stats_t *st = &job->stats;
-        uint64_t end = job->finished_ns ? job->finished_ns : now;
-        uint64_t admission_wait = (job->admitted_ns ? job->admitted_ns : end) - job->registered_ns;
-        const char *state = job_state_name(job->state);
-        if (job->state == JOB_PAUSED && sched_is_holder(d, job))
-            state = "running";
-        msgpack_pack_map(pk, 22);
-        proto_pack_kv_uint(pk, "id", job->id);
-        proto_pack_kv_str(pk, "name", job->name);
-        proto_pack_kv_uint(pk, "pid", (uint64_t)job->pid);
-        proto_pack_kv_uint(pk, "uid", (uint64_t)job->uid);
-        proto_pack_kv_str(pk, "state", state);
-        proto_pack_str(pk, "gpu");
-        if (job->gpu >= 0)
-            msgpack_pack_int(pk, job->gpu);
-        else
-            msgpack_pack_nil(pk);
-        uint32_t lane;
-        proto_pack_str(pk, "lane");
-        if (job->runtime && sched_lane_of(d, job, &lane) == 0)
-            job->lane = lane; /* it may have moved (learned sizes) */
-        if (job->lane >= 0)
-            msgpack_pack_int64(pk, job->lane);
-        else
-            msgpack_pack_nil(pk);
-        proto_pack_kv_uint(pk, "iterations", st->iterations);
-        proto_pack_kv_uint(pk, "iterations_expected", job->iterations_expected);
-        proto_pack_kv_uint(pk, "persistent_bytes", st->persistent_bytes);
-        proto_pack_kv_uint(pk, "ephemeral_peak_bytes", st->ephemeral_peak_bytes);
-        proto_pack_kv_uint(pk, "memory_bytes", job->committed_bytes);
-        proto_pack_kv_uint(pk, "live_bytes", job->runtime ? st->live_bytes : 0);
-        proto_pack_kv_uint(pk, "budget_bytes", job->budget_bytes);
-        proto_pack_kv_uint(pk, "gpu_time_ms", st->busy_ns / 1000000);
-        proto_pack_kv_uint(pk, "wait_time_ms", (admission_wait + st->wait_ns) / 1000000);
-        proto_pack_kv_uint(pk, "age_ms", (now - job->registered_ns) / 1000000);
-        /* since salusd started; null until it happens */
-        proto_pack_kv_uint(pk, "registered_at_ms", (job->registered_ns - d->started_ns) / 1000000);
-        proto_pack_str(pk, "admitted_at_ms");
-        if (job->admitted_ns)
-            msgpack_pack_uint64(pk, (job->admitted_ns - d->started_ns) / 1000000);
-        else
-            msgpack_pack_nil(pk);
-        proto_pack_str(pk, "finished_at_ms");
-        if (job->finished_ns)
-            msgpack_pack_uint64(pk, (job->finished_ns - d->started_ns) / 1000000);
-        else
-            msgpack_pack_nil(pk);
-        /* from the kernel (pidfd) or salusctl's report (job_exit); null while unknown.
-         * exit_status is 128 + signal for a killed job, as a shell says */
-        proto_pack_str(pk, "exit_status");
-        if (job->exit_known)
-            msgpack_pack_int(pk, job->exit_status);
-        else
-            msgpack_pack_nil(pk);
-        proto_pack_str(pk, "signal");
-        if (job->exit_known && job->exit_signal)
-            msgpack_pack_int(pk, job->exit_signal);
-        else
-            msgpack_pack_nil(pk);
-    }
-}
-
 int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
 {
     if (index >= registry_count(d->registry))
         return -ENOENT;
     job_t *job = registry_at(d->registry, index);
+    uint64_t now = salusd_now_ns();
+    sched_job_view_t view;
     refresh_stats(job);
     memset(info, 0, sizeof(*info));
     info->id = job->id;
@@ -514,15 +438,35 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
     info->pid = job->pid;
     info->uid = job->uid;
     info->gpu = job->gpu;
+    info->lane = -1;
     info->state = job_state_name(job->state);
-    if (job->state == JOB_PAUSED && sched_is_holder(d, job))
-        info->state = "running";
+    info->registered_ns = job->registered_ns;
+    info->admitted_ns = job->admitted_ns;
+    info->finished_ns = job->finished_ns;
+    uint64_t end = job->finished_ns ? job->finished_ns : now;
+    uint64_t admission_wait = (job->admitted_ns ? job->admitted_ns : end) - job->registered_ns;
+    if (job->runtime && sched_job_view(d, job, &view) == 0) {
+        if (view.admitted) {
+            info->gpu = view.gpu;
+            info->lane = view.lane;
+        }
+        if (job->state == JOB_PAUSED && view.holds_lane)
+            info->state = "running";
+        if (view.waiting_since_ns && view.waiting_since_ns <= now)
+            info->wait_in_progress_ns = now - view.waiting_since_ns;
+        info->lane_holder = view.lane_holder;
+    }
     info->iterations = job->stats.iterations;
+    info->iterations_expected = job->iterations_expected;
     info->persistent_bytes = job->stats.persistent_bytes;
     info->ephemeral_peak_bytes = job->stats.ephemeral_peak_bytes;
     info->memory_bytes = job->committed_bytes;
+    info->live_bytes = job->runtime ? job->stats.live_bytes : 0;
     info->budget_bytes = job->budget_bytes;
     info->busy_ns = job->stats.busy_ns;
+    /* the shim adds a turn's wait when it ends: the one going on is added here */
+    info->wait_ns = admission_wait + job->stats.wait_ns +
+                    (job->admitted_ns ? info->wait_in_progress_ns : 0);
     return 0;
 }
 
@@ -534,7 +478,6 @@ void jobs_shutdown(salusd_t *d)
         if (runtime_of(job))
             jobs_release_runtime(d, job);
     }
-    jobctl_shutdown(d);
 }
 
 job_t *jobs_reserve(conn_t *c, const char *name, uint64_t iterations, uint64_t persistent_bytes,

@@ -4,15 +4,12 @@
 #define SALUS_SALUSD_JOBS_H
 
 #include "daemon.h"
-#include "sched.h"
 
 void jobs_handle_register(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg);
 void jobs_connection_closed(conn_t *c);
-/* Writes {jobs: [...]} entries for ps: those viewer may see (all when viewer is NULL). */
-void jobs_pack_list(salusd_t *d, msgpack_packer *pk, conn_t *viewer);
 /* salusctl submit: a job listed as waiting before its program runs. Its uid is the
  * requester's; the program attaches by sending job_id in its register request. NULL when
  * out of memory. */
@@ -37,21 +34,31 @@ void jobs_end_reserved(salusd_t *d, job_t *job, job_state_t final_state);
 /* Sends sig to the job's registered process through its pidfd. 0, -ESRCH when the job
  * has no live registered process, or a negative errno. */
 int jobs_signal(const job_t *job, int sig);
-/* One job as ps lists it, for the metrics endpoint. state is a static string ("waiting",
- * "running", "paused", "done", "failed", "killed", "ended"); running means the job holds its GPU now. */
+/* One job as ps, top and the metrics endpoint show it: the typed snapshot that every view
+ * renders (jobs_pack_list writes it for ps). state is a static string ("waiting", "running",
+ * "paused", "done", "failed", "killed", "ended"); running means the job holds its GPU now
+ * (decided here, once). */
 typedef struct jobs_info_s {
     uint64_t id;
     char name[REGISTRY_NAME_BYTES];
     pid_t pid;
     uid_t uid;
     int gpu;                     /* -1 until admitted */
+    int64_t lane;                /* -1 until admitted */
     const char *state;
     uint64_t iterations;
+    uint64_t iterations_expected;
     uint64_t persistent_bytes;
     uint64_t ephemeral_peak_bytes;
     uint64_t memory_bytes;       /* chunks handed out (ps memory_bytes) */
+    uint64_t live_bytes;
     uint64_t budget_bytes;
     uint64_t busy_ns;            /* ps gpu_time_ms, in ns */
+    uint64_t wait_ns;            /* waited in total (admission and turns), the wait in
+                                    progress included */
+    uint64_t wait_in_progress_ns; /* waiting now (for admission or for its turn); else 0 */
+    uint64_t lane_holder;        /* waiting for its turn: the job that holds its lane, 0 = none */
+    uint64_t registered_ns, admitted_ns, finished_ns; /* 0 until it happens */
 } jobs_info_t;
 /* Fills info with the index-th job of the registry (0 <= index < registry_count()), the
  * same values jobs_pack_list() sends. Returns 0, or -ENOENT past the end. */
@@ -59,7 +66,11 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info);
 /* Releases every job's resources (shutdown). */
 void jobs_shutdown(salusd_t *d);
 
-/* For sched.c */
+/* Switches the scheduling policy (sched_set_policy) and carries out what follows. 0, or a
+ * negative errno with err saying why (the policy stays). */
+int jobs_set_policy(salusd_t *d, const char *name, char *err, size_t err_size);
+
+/* For job_sched.c */
 struct job_page_s;
 struct job_page_s *jobs_page(const job_t *job);
 /* Registered, its register request waiting for admission. */
@@ -69,6 +80,6 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
 /* Refuses (reason, when not NULL, goes back to the job) or drops the job: it is marked failed. */
 void jobs_fail(salusd_t *d, job_t *job, const char *reason);
 /* A new budget after the sizes were learned. */
-void jobs_set_budget(salusd_t *d, job_t *job, uint64_t budget_bytes);
+void jobs_set_budget(job_t *job, uint64_t budget_bytes);
 
 #endif

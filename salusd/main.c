@@ -1,10 +1,12 @@
 /* salusd: the per-node daemon. Start-up, detaching, signals, shutdown. */
 #include "daemon.h"
+#include "jobctl.h"
 #include "jobs.h"
 #include "metrics.h"
 
 #include "log.h"
 #include "notify.h"
+#include "sched.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -112,6 +114,7 @@ int main(int argc, char **argv)
     LIST_INIT(&d.conns);
     d.started_ns = salusd_now_ns();
     d.base = event_base_new();
+    d.job_finished = jobctl_job_finished;
     d.registry = registry_create();
     if (!d.base || !d.registry) {
         LOG_ERROR("out of memory at start-up");
@@ -158,6 +161,7 @@ out:
     server_stop(&d);
     metrics_stop(&d);
     jobs_shutdown(&d);
+    jobctl_shutdown(&d);
     if (d.grow_timer)
         event_free(d.grow_timer);
     sched_fini(&d);

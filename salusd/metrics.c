@@ -136,6 +136,7 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
         j->budget_bytes = info.budget_bytes;
         j->persistent_bytes = info.persistent_bytes;
         j->ephemeral_peak_bytes = info.ephemeral_peak_bytes;
+        j->wait_ns = info.wait_ns;
         /* not admitted yet, or admitted and waiting for its turn: ps's "waiting" and
          * "paused" */
         snap->queue_length += strcmp(info.state, job_state_name(JOB_WAITING)) == 0 ||

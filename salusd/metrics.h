@@ -102,6 +102,7 @@ typedef struct metrics_job_sample_s {
     uint64_t budget_bytes;
     uint64_t persistent_bytes;
     uint64_t ephemeral_peak_bytes;
+    uint64_t wait_ns;          /* waited in total, the wait in progress included */
 } metrics_job_sample_t;
 
 typedef struct metrics_snapshot_s {

@@ -433,5 +433,8 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
     job_value(t, s, "salus_job_ephemeral_peak_bytes", "gauge",
               "Highest memory the job used within one iteration above its persistent memory.",
               offsetof(metrics_job_sample_t, ephemeral_peak_bytes), 0);
+    job_value(t, s, "salus_job_wait_seconds", "gauge",
+              "Time the job has waited, for admission and for its turns, the wait going on "
+              "now included (ps: wait_time_ms).", offsetof(metrics_job_sample_t, wait_ns), 1);
     return t->failed ? -ENOMEM : 0;
 }

@@ -49,7 +49,6 @@ typedef struct job_s {
     int64_t priority;
     /* placement */
     int gpu;                  /* -1 until admitted */
-    int64_t lane;             /* the lane manager's lane id, -1 until admitted */
     uint64_t budget_bytes;
     uint64_t committed_bytes; /* chunks handed out */
     uint64_t admitted_ns;

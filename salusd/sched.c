@@ -1,362 +1,113 @@
-/* The scheduling loop: the lane manager (memory/lanes) places jobs in lanes; the active policy
- * (scheduler-policies/) orders admission and picks, in each lane, the job that runs its next
- * iteration. Lanes run concurrently; jobs of one lane take turns at iteration boundaries.
- *
- * Turn-taking: a job parks at a boundary (job page + eventfd, see job_page.h). If it held its
- * lane, its iteration is reported to the policy and the lane is yielded; then the policy picks
- * among the lane's parked jobs and the pick is granted (futex). A job that is alone with no
- * one waiting in its lane runs freely (free_run) and its boundaries cost nothing; a job that
- * parks behind it clears that, so the holder stops at its next boundary.
- *
- * Learned sizes: a job admitted without hints runs on the provisional sizes; after
- * SCHED_WARMUP_ITERATIONS its measured persistent and ephemeral sizes (from the shim)
- * replace them (lanes_update_sizes). */
+/* The daemon's side of the scheduling core (scheduler-core/sched_core.h), below the jobs
+ * module: the core's life (GPUs, policy), the daemon's events turned into the core's (a
+ * registration, a job parked at a boundary as its job page says, a job gone) with the
+ * daemon's clock, and read-only views of the core's books (a job, the lanes, a GPU).
+ * The effects go back to the caller, who carries them out (job_sched.c). Long waits are
+ * logged here (--wait-log-s). */
 #include "sched.h"
 
-#include "jobs.h"
 #include "job_page.h"
-#include "lanes.h"
 #include "log.h"
-#include "policy.h"
+#include "sched_core.h"
 
 #include <errno.h>
-#include <linux/futex.h>
+#include <event2/event.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#define SCHED_WARMUP_ITERATIONS 3
-#define SCHED_MAX_VIEWS 1024
-
 struct sched_s {
-    int admitting;               /* sched_try_admit is on the stack */
-    int admit_again;             /* something changed meanwhile: run it once more */
-    lanes_t *lanes;
-    policy_t policy;
-    policy_config_t policy_config;
-    policy_job_t views[SCHED_MAX_VIEWS];
+    sched_core_t *core;
+    struct event *wait_timer; /* --wait-log-s: logs long waits */
 };
 
-static int parked(const job_t *job)
+static int parked(const job_page_t *page)
 {
-    job_page_t *page = jobs_page(job);
     return page && atomic_load(&page->waiting) &&
            atomic_load(&page->grant_seq) < atomic_load(&page->boundary_seq);
 }
 
-static void view_of(const job_t *job, policy_job_t *v, uint32_t lane)
+static int report(int rc, const char *what)
 {
-    job_page_t *page = jobs_page(job);
-    uint64_t iterations = page ? atomic_load(&page->iterations) : 0;
-    uint64_t busy = page ? atomic_load(&page->busy_ns) : 0;
-    memset(v, 0, sizeof(*v));
-    v->id = job->id;
-    v->arrival_ns = job->registered_ns;
-    v->iterations_done = iterations;
-    v->iterations_expected = job->iterations_expected;
-    v->mean_iteration_ns = iterations ? busy / iterations : 0;
-    v->attained_ns = busy;
-    v->priority = (int32_t)job->priority;
-    v->lane = lane;
-    v->runnable = parked(job);
+    if (rc < 0)
+        LOG_WARN("scheduling core: %s: %s", what, strerror(-rc));
+    return rc;
 }
 
-/* Views of the admitted jobs (those with a lane). */
-static size_t admitted_views(salusd_t *d)
+int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx)
 {
-    sched_t *s = d->sched;
-    size_t n = 0;
-    for (size_t i = 0; i < registry_count(d->registry) && n < SCHED_MAX_VIEWS; i++) {
-        job_t *job = registry_at(d->registry, i);
-        lanes_placement_t pl;
-        if (!job->runtime || lanes_job_placement(s->lanes, job->id, &pl) != LANES_OK)
-            continue;
-        view_of(job, &s->views[n++], pl.lane_id);
-    }
-    return n;
+    int hinted = job->persistent_hint_bytes || job->ephemeral_hint_bytes;
+    sched_core_job_hints_t hints = {
+        .id = job->id,
+        .uid = (uint32_t)job->uid,
+        .persistent_bytes = hinted ? job->persistent_hint_bytes : LANES_SIZE_UNKNOWN,
+        .ephemeral_bytes = hinted ? job->ephemeral_hint_bytes : LANES_SIZE_UNKNOWN,
+        .iterations_expected = job->iterations_expected,
+        .priority = (int32_t)job->priority,
+        .arrival_ns = job->registered_ns,
+    };
+    return report(sched_core_job_registered(d->sched->core, &hints, salusd_now_ns(), fx),
+                  "registration");
 }
 
-static void grant(job_t *job, int free_run)
+int sched_job_parked(salusd_t *d, const job_t *job, const job_page_t *page,
+                     sched_core_effects_t *fx)
 {
-    job_page_t *page = jobs_page(job);
-    if (!page)
-        return;
-    atomic_store(&page->free_run, (uint32_t)free_run);
-    atomic_store(&page->grant_seq, atomic_load(&page->boundary_seq));
-    syscall(SYS_futex, (uint32_t *)&page->grant_seq, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
-    job->state = JOB_RUNNING;
+    if (!parked(page))
+        return -EAGAIN; /* a stale notification: nothing to report */
+    sched_core_boundary_t b = {
+        .iterations = atomic_load(&page->iterations),
+        .busy_ns = atomic_load(&page->busy_ns),
+        .last_iteration_ns = atomic_load(&page->last_iteration_ns),
+        .persistent_bytes = atomic_load(&page->persistent_bytes),
+        .ephemeral_bytes = atomic_load(&page->ephemeral_peak_bytes),
+        .ready = true,
+    };
+    return report(sched_core_job_boundary(d->sched->core, job->id, &b, salusd_now_ns(), fx),
+                  "boundary");
 }
 
-static int lane_holder(const sched_t *s, uint32_t lane, uint64_t *holder)
+int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx)
 {
-    lanes_lane_info_t info[64];
-    size_t n = lanes_list(s->lanes, info, 64);
-    for (size_t i = 0; i < n && i < 64; i++) {
-        if (info[i].lane_id == lane) {
-            *holder = info[i].active ? info[i].active_job_id : 0;
-            return 0;
-        }
-    }
-    return -ENOENT;
+    return report(sched_core_job_left(d->sched->core, job_id, SCHED_CORE_EXIT_GONE,
+                                      salusd_now_ns(), fx), "departure");
 }
 
-static void learn_sizes(salusd_t *d, job_t *job, const lanes_placement_t *pl);
 
-/* After the layout changed (admission, release, learned sizes), every admitted job's budget
- * follows its placement: persistent size plus its lane's size (never below what it holds). */
-static void refresh_budgets(salusd_t *d)
+
+int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
 {
-    for (size_t i = 0; i < registry_count(d->registry); i++) {
-        job_t *job = registry_at(d->registry, i);
-        lanes_placement_t pl;
-        if (job->runtime && jobs_page(job) &&
-            lanes_job_placement(d->sched->lanes, job->id, &pl) == LANES_OK)
-            jobs_set_budget(d, job, pl.persistent_bytes + pl.lane_size_bytes);
-    }
-}
-
-/* The job that held its lane is at a boundary: report the iteration, give the lane back. */
-static void holder_done(salusd_t *d, job_t *job, uint32_t lane)
-{
-    sched_t *s = d->sched;
-    job_page_t *page = jobs_page(job);
-    policy_job_t v;
-    lanes_placement_t pl;
-    view_of(job, &v, lane);
-    policy_iteration_done(&s->policy, &v, page ? atomic_load(&page->last_iteration_ns) : 0,
-                          salusd_now_ns());
-    lanes_yield(s->lanes, job->id);
-    if (lanes_job_placement(s->lanes, job->id, &pl) == LANES_OK)
-        learn_sizes(d, job, &pl);
-}
-
-/* If the lane is free, lets the policy pick among its parked jobs and grants the pick. */
-static void dispatch_lane(salusd_t *d, uint32_t lane)
-{
-    sched_t *s = d->sched;
-    uint64_t holder = 0;
-    if (lane_holder(s, lane, &holder) < 0)
-        return;
-    if (holder) {
-        /* a holder that is parked is at a boundary whose notification is still queued (or
-         * that a re-layout moved): its turn is over */
-        job_t *h = registry_find(d->registry, holder);
-        if (!h || !parked(h))
-            return;
-        holder_done(d, h, lane);
-    }
-    size_t n = admitted_views(d);
-    uint64_t now = salusd_now_ns();
-    int pick = policy_pick(&s->policy, lane, s->views, n, now);
-    if (pick < 0)
-        return;
-    job_t *job = registry_find(d->registry, s->views[pick].id);
-    bool clear_needed = false;
-    if (!job || lanes_grant(s->lanes, job->id, &clear_needed) != LANES_OK)
-        return;
-    /* each job's memory is its own (see README: lanes do not share physical memory yet),
-     * so nothing of another user's is visible to it: no clearing to do */
-    int others_waiting = 0;
-    for (size_t i = 0; i < n; i++)
-        others_waiting |= s->views[i].lane == lane && s->views[i].runnable &&
-                          s->views[i].id != job->id;
-    /* a provisional job stops at every boundary until its sizes are learned */
-    lanes_placement_t pl;
-    int provisional = lanes_job_placement(s->lanes, job->id, &pl) == LANES_OK && pl.provisional;
-    grant(job, !others_waiting && !provisional);
-}
-
-static void dispatch_all(salusd_t *d)
-{
-    lanes_lane_info_t info[64];
-    size_t n = lanes_list(d->sched->lanes, info, 64);
-    for (size_t i = 0; i < n && i < 64; i++)
-        dispatch_lane(d, info[i].lane_id);
-}
-
-static void learn_sizes(salusd_t *d, job_t *job, const lanes_placement_t *pl)
-{
-    job_page_t *page = jobs_page(job);
-    if (!pl->provisional || !page || atomic_load(&page->iterations) < SCHED_WARMUP_ITERATIONS)
-        return;
-    uint64_t p = atomic_load(&page->persistent_bytes);
-    uint64_t e = atomic_load(&page->ephemeral_peak_bytes);
-    lanes_placement_t now;
-    lanes_status_t st = lanes_update_sizes(d->sched->lanes, job->id, p ? p : 1, e ? e : 1, &now);
-    if (st == LANES_OK || st == LANES_MOVED) {
-        LOG_INFO("job %llu learned sizes: persistent %llu KiB, ephemeral %llu KiB (lane %u)",
-                 (unsigned long long)job->id, (unsigned long long)(p >> 10),
-                 (unsigned long long)(e >> 10), now.lane_id);
-        refresh_budgets(d);
-    } else {
-        LOG_WARN("job %llu: measured sizes (%llu + %llu bytes) do not fit now (%s); it keeps "
-                 "its provisional budget", (unsigned long long)job->id, (unsigned long long)p,
-                 (unsigned long long)e, lanes_status_name(st));
-    }
-}
-
-void sched_job_parked(salusd_t *d, job_t *job)
-{
-    sched_t *s = d->sched;
-    lanes_placement_t pl;
-    if (!parked(job) || lanes_job_placement(s->lanes, job->id, &pl) != LANES_OK)
-        return;
-    job->state = JOB_PAUSED;
-    uint64_t holder = 0;
-    lane_holder(s, pl.lane_id, &holder);
-    if (holder == job->id) {
-        /* the holder's iteration ended: tell the policy, give the lane back (learning its
-         * sizes may move it to another lane: dispatch every lane) */
-        holder_done(d, job, pl.lane_id);
-        dispatch_all(d);
-        return;
-    } else if (holder) {
-        /* someone runs in this lane: it must stop at its next boundary */
-        job_t *h = registry_find(d->registry, holder);
-        if (h && jobs_page(h))
-            atomic_store(&jobs_page(h)->free_run, 0);
-        return;
-    }
-    dispatch_lane(d, pl.lane_id);
-}
-
-static void try_admit_once(salusd_t *d);
-
-/* Admission may finish jobs (refusals), which asks for admission again: that second round
- * runs after this one, on fresh placements, never nested inside it. */
-void sched_try_admit(salusd_t *d)
-{
-    sched_t *s = d->sched;
-    if (s->admitting) {
-        s->admit_again = 1;
-        return;
-    }
-    s->admitting = 1;
-    do {
-        s->admit_again = 0;
-        try_admit_once(d);
-    } while (s->admit_again);
-    s->admitting = 0;
-}
-
-static void try_admit_once(salusd_t *d)
-{
-    sched_t *s = d->sched;
-    size_t n = 0;
-    job_t *waiting[SCHED_MAX_VIEWS];
-    for (size_t i = 0; i < registry_count(d->registry) && n < SCHED_MAX_VIEWS; i++) {
-        job_t *job = registry_at(d->registry, i);
-        if (jobs_waiting_admission(job)) {
-            waiting[n] = job;
-            view_of(job, &s->views[n], 0);
-            n++;
-        }
-    }
-    if (n == 0)
-        return;
-    size_t *order = calloc(n, sizeof(*order));
-    lanes_request_t *requests = calloc(n, sizeof(*requests));
-    lanes_status_t *results = calloc(n, sizeof(*results));
-    lanes_placement_t *placements = calloc(n, sizeof(*placements));
-    if (!order || !requests || !results || !placements)
-        goto out;
-    policy_admission_order(&s->policy, s->views, n, order, salusd_now_ns());
-    for (size_t i = 0; i < n; i++) {
-        job_t *job = waiting[order[i]];
-        int hinted = job->persistent_hint_bytes || job->ephemeral_hint_bytes;
-        requests[i] = (lanes_request_t){
-            .job_id = job->id,
-            .uid = (uint32_t)job->uid,
-            .persistent_bytes = hinted ? job->persistent_hint_bytes : LANES_SIZE_UNKNOWN,
-            .ephemeral_bytes = hinted ? job->ephemeral_hint_bytes : LANES_SIZE_UNKNOWN,
-            .gpu = LANES_ANY_GPU,
-        };
-    }
-    lanes_admit_in_order(s->lanes, requests, n, policy_admission_blocks(&s->policy), results,
-                         placements);
-    refresh_budgets(d);
-    for (size_t i = 0; i < n; i++) {
-        job_t *job = registry_find(d->registry, requests[i].job_id);
-        if (!job)
-            continue;
-        if (results[i] == LANES_OK) {
-            policy_job_t v;
-            view_of(job, &v, placements[i].lane_id);
-            policy_job_arrived(&s->policy, &v, salusd_now_ns());
-            if (jobs_admit(d, job, placements[i].gpu,
-                           placements[i].persistent_bytes + placements[i].lane_size_bytes,
-                           placements[i].lane_id) < 0)
-                jobs_fail(d, job, NULL);
-        } else if (results[i] == LANES_NEVER_FITS) {
-            jobs_fail(d, job, "the job's memory (persistent + ephemeral) exceeds every GPU "
-                              "of this node");
-        }
-    }
-    dispatch_all(d);
-out:
-    free(order);
-    free(requests);
-    free(results);
-    free(placements);
-}
-
-void sched_job_left(salusd_t *d, job_t *job)
-{
-    sched_t *s = d->sched;
-    lanes_placement_t pl;
-    if (lanes_job_placement(s->lanes, job->id, &pl) != LANES_OK)
-        return;
-    policy_job_left(&s->policy, job->id, salusd_now_ns());
-    lanes_yield(s->lanes, job->id);
-    lanes_release(s->lanes, job->id);
-    refresh_budgets(d);
-    dispatch_all(d);
-}
-
-int sched_is_holder(const salusd_t *d, const job_t *job)
-{
-    lanes_placement_t pl;
-    uint64_t holder = 0;
-    if (lanes_job_placement(d->sched->lanes, job->id, &pl) != LANES_OK)
-        return 0;
-    return lane_holder(d->sched, pl.lane_id, &holder) == 0 && holder == job->id;
-}
-
-int sched_lane_of(const salusd_t *d, const job_t *job, uint32_t *lane)
-{
-    lanes_placement_t pl;
-    if (lanes_job_placement(d->sched->lanes, job->id, &pl) != LANES_OK)
+    sched_core_job_info_t info;
+    if (sched_core_job_info(d->sched->core, job->id, &info) < 0)
         return -ENOENT;
-    *lane = pl.lane_id;
+    memset(view, 0, sizeof(*view));
+    view->admitted = info.phase != SCHED_CORE_WAITING;
+    view->gpu = info.gpu;
+    view->lane = info.lane;
+    view->holds_lane = info.phase == SCHED_CORE_RUNNING;
+    view->waiting_since_ns = info.waiting_since_ns;
+    view->lane_holder = info.lane_holder;
     return 0;
 }
 
 const char *sched_policy_name(const salusd_t *d)
 {
-    return policy_name(&d->sched->policy);
+    return sched_core_policy_name(d->sched->core);
 }
 
-int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size)
+int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size,
+                     sched_core_effects_t *fx)
 {
-    sched_t *s = d->sched;
-    size_t n = admitted_views(d);
-    int rc = policy_switch(&s->policy, name, &s->policy_config, s->views, n, salusd_now_ns());
-    if (rc == -ENOENT) {
+    int rc = sched_core_set_policy(d->sched->core, name, salusd_now_ns(), fx);
+    if (rc == -ENOENT)
         snprintf(err, err_size, "no policy '%s'", name);
-        return rc;
-    }
-    if (rc < 0) {
+    else if (rc < 0)
         snprintf(err, err_size, "policy '%s' failed to start; '%s' stays", name,
-                 policy_name(&s->policy));
-        return rc;
-    }
-    lanes_set_max_jobs_per_gpu(s->lanes, policy_max_jobs_per_gpu(&s->policy));
-    LOG_INFO("scheduling policy is now %s", policy_name(&s->policy));
-    sched_try_admit(d);
-    dispatch_all(d);
-    return 0;
+                 sched_core_policy_name(d->sched->core));
+    else
+        LOG_INFO("scheduling policy is now %s", sched_core_policy_name(d->sched->core));
+    return rc;
 }
 
 void sched_gpu_books(const salusd_t *d, int gpu, uint64_t *capacity_bytes,
@@ -364,97 +115,130 @@ void sched_gpu_books(const salusd_t *d, int gpu, uint64_t *capacity_bytes,
 {
     lanes_gpu_info_t info;
     memset(&info, 0, sizeof(info));
-    lanes_gpu_info(d->sched->lanes, gpu, &info);
+    lanes_gpu_info(sched_core_lanes(d->sched->core), gpu, &info);
     *capacity_bytes = info.capacity_bytes;
     *persistent_bytes = info.persistent_bytes;
     *lane_bytes = info.lane_bytes;
     *lanes = info.lane_count;
 }
 
-void sched_pack_lanes(salusd_t *d, msgpack_packer *pk)
+int sched_lanes(const salusd_t *d, sched_lane_view_t **out, size_t *count)
 {
-    lanes_lane_info_t info[64];
-    size_t n = lanes_list(d->sched->lanes, info, 64);
-    if (n > 64)
-        n = 64;
-    msgpack_pack_array(pk, (uint32_t)n);
+    const lanes_t *lanes = sched_core_lanes(d->sched->core);
+    size_t n = lanes_list(lanes, NULL, 0);
+    lanes_lane_info_t *info = n ? calloc(n, sizeof(*info)) : NULL;
+    sched_lane_view_t *views = n ? calloc(n, sizeof(*views)) : NULL;
+    *out = NULL;
+    *count = 0;
+    if (n && (!info || !views))
+        goto fail;
+    n = lanes_list(lanes, info, n);
     for (size_t i = 0; i < n; i++) {
-        uint64_t ids[256];
-        size_t count = lanes_lane_jobs(d->sched->lanes, info[i].lane_id, ids, 256);
-        if (count > 256)
-            count = 256;
-        msgpack_pack_map(pk, 5);
-        proto_pack_kv_int(pk, "gpu", info[i].gpu);
-        proto_pack_kv_uint(pk, "lane", info[i].lane_id);
-        proto_pack_kv_uint(pk, "size_bytes", info[i].size_bytes);
-        proto_pack_str(pk, "jobs");
-        msgpack_pack_array(pk, (uint32_t)count);
-        for (size_t k = 0; k < count; k++)
-            msgpack_pack_uint64(pk, ids[k]);
-        proto_pack_str(pk, "active");
-        if (info[i].active)
-            msgpack_pack_uint64(pk, info[i].active_job_id);
-        else
-            msgpack_pack_nil(pk);
+        size_t jobs = lanes_lane_jobs(lanes, info[i].lane_id, NULL, 0);
+        views[i] = (sched_lane_view_t){
+            .gpu = info[i].gpu,
+            .lane = info[i].lane_id,
+            .size_bytes = info[i].size_bytes,
+            .active_job = info[i].active ? info[i].active_job_id : 0,
+            .jobs = jobs ? calloc(jobs, sizeof(uint64_t)) : NULL,
+        };
+        if (jobs && !views[i].jobs) {
+            sched_lanes_free(views, i);
+            views = NULL;
+            goto fail;
+        }
+        views[i].job_count = lanes_lane_jobs(lanes, info[i].lane_id, views[i].jobs, jobs);
     }
+    free(info);
+    *out = views;
+    *count = n;
+    return 0;
+fail:
+    free(info);
+    free(views);
+    return -ENOMEM;
 }
 
-/* The lane manager changed the layout (defragmentation: lanes grown, merged, moved jobs).
- * The books changed at once; the jobs follow at their next boundary: every job of the GPU
- * stops running freely, so that it parks, hands back the memory it does not hold, and gets
- * its next turn in its new lane. */
-static void on_layout_change(void *context, const lanes_change_t *change)
+void sched_lanes_free(sched_lane_view_t *lanes, size_t count)
 {
-    salusd_t *d = context;
-    LOG_DEBUG("lanes: change %d on GPU %d (lane %u, job %llu)", (int)change->kind, change->gpu,
-              change->lane_id, (unsigned long long)change->job_id);
+    for (size_t i = 0; lanes && i < count; i++)
+        free(lanes[i].jobs);
+    free(lanes);
+}
+
+/* Every --wait-log-s seconds: each job that has waited longer than that (for admission, or
+ * for its turn behind the job that holds its lane) is logged, once per interval. */
+static void on_wait_timer(evutil_socket_t fd, short events, void *arg)
+{
+    salusd_t *d = arg;
+    uint64_t now = salusd_now_ns(), limit = (uint64_t)d->config.wait_log_s * 1000000000ull;
+    (void)fd;
+    (void)events;
     for (size_t i = 0; i < registry_count(d->registry); i++) {
-        job_t *job = registry_at(d->registry, i);
-        job_page_t *page = jobs_page(job);
-        if (page && job->gpu == change->gpu)
-            atomic_store(&page->free_run, 0);
-        if (change->kind == LANES_CHANGE_JOB_MOVED && job->id == change->job_id)
-            job->lane = change->lane_id;
+        const job_t *job = registry_at(d->registry, i);
+        sched_core_job_info_t info;
+        if (!job->runtime || sched_core_job_info(d->sched->core, job->id, &info) < 0 ||
+            !info.waiting_since_ns || now - info.waiting_since_ns < limit)
+            continue;
+        uint64_t waited_s = (now - info.waiting_since_ns) / 1000000000ull;
+        if (info.phase == SCHED_CORE_WAITING)
+            LOG_WARN("job %llu '%s' has waited %llu s for admission (policy %s)",
+                     (unsigned long long)job->id, job->name, (unsigned long long)waited_s,
+                     sched_core_policy_name(d->sched->core));
+        else
+            LOG_WARN("job %llu '%s' has waited %llu s for its turn in lane %u of GPU %d, "
+                     "held by job %llu", (unsigned long long)job->id, job->name,
+                     (unsigned long long)waited_s, info.lane, info.gpu,
+                     (unsigned long long)info.lane_holder);
     }
 }
 
 int sched_init(salusd_t *d, char *err, size_t err_size)
 {
     sched_t *s = calloc(1, sizeof(*s));
-    lanes_config_t config;
+    sched_core_config_t config;
+    int rc = -ENOMEM;
     if (!s) {
         snprintf(err, err_size, "out of memory");
         return -ENOMEM;
     }
-    lanes_config_default(&config);
-    config.on_change = on_layout_change;
-    config.on_change_context = d;
-    config.job_overhead_bytes = d->devices.simulated ? 0 : d->config.job_overhead_bytes;
-    config.share_lanes_across_users = d->config.share_lanes_across_users != 0;
+    sched_core_config_default(&config);
+    config.policy_name = d->config.policy;
+    config.lanes.job_overhead_bytes = d->devices.simulated ? 0 : d->config.job_overhead_bytes;
+    config.lanes.share_lanes_across_users = d->config.share_lanes_across_users != 0;
     /* a job without hints starts on provisional sizes that fit the smallest GPU */
-    for (int i = 0; i < d->devices.count; i++) {
-        uint64_t total = d->devices.gpus[i].total_bytes;
-        if (config.provisional_persistent_bytes > total / 4)
-            config.provisional_persistent_bytes = total / 4;
-        if (config.provisional_ephemeral_bytes > total / 2)
-            config.provisional_ephemeral_bytes = total / 2;
-    }
-    s->lanes = lanes_create(&config);
-    if (!s->lanes) {
-        free(s);
-        snprintf(err, err_size, "out of memory");
-        return -ENOMEM;
-    }
     for (int i = 0; i < d->devices.count; i++)
-        lanes_add_gpu(s->lanes, i, d->devices.gpus[i].total_bytes, d->config.gpu_reserve_bytes);
-    int rc = policy_init(&s->policy, d->config.policy, &s->policy_config);
-    if (rc < 0) {
-        snprintf(err, err_size, "unknown scheduling policy '%s'", d->config.policy);
-        lanes_destroy(s->lanes);
+        sched_core_config_fit_gpu(&config, d->devices.gpus[i].total_bytes);
+    s->core = sched_core_create(&config, &rc);
+    if (!s->core) {
+        if (rc == -ENOENT)
+            snprintf(err, err_size, "unknown scheduling policy '%s'", d->config.policy);
+        else
+            snprintf(err, err_size, "out of memory");
         free(s);
         return rc;
     }
-    lanes_set_max_jobs_per_gpu(s->lanes, policy_max_jobs_per_gpu(&s->policy));
+    for (int i = 0; i < d->devices.count; i++) {
+        uint64_t total = d->devices.gpus[i].total_bytes;
+        rc = sched_core_add_gpu(s->core, i, total, d->config.gpu_reserve_bytes);
+        if (rc < 0) {
+            snprintf(err, err_size,
+                     "GPU %d: --gpu-reserve (%llu MiB) leaves none of its %llu MiB for jobs",
+                     i, (unsigned long long)(d->config.gpu_reserve_bytes >> 20),
+                     (unsigned long long)(total >> 20));
+            if (rc == -ENOMEM)
+                snprintf(err, err_size, "out of memory");
+            sched_core_destroy(s->core);
+            free(s);
+            return rc;
+        }
+    }
+    if (d->config.wait_log_s > 0 && d->base) {
+        struct timeval every = {.tv_sec = d->config.wait_log_s};
+        s->wait_timer = event_new(d->base, -1, EV_PERSIST, on_wait_timer, d);
+        if (!s->wait_timer || event_add(s->wait_timer, &every) < 0)
+            LOG_WARN("cannot watch long waits (--wait-log-s): out of memory");
+    }
     d->sched = s;
     return 0;
 }
@@ -463,8 +247,9 @@ void sched_fini(salusd_t *d)
 {
     if (!d->sched)
         return;
-    policy_fini(&d->sched->policy);
-    lanes_destroy(d->sched->lanes);
+    if (d->sched->wait_timer)
+        event_free(d->sched->wait_timer);
+    sched_core_destroy(d->sched->core);
     free(d->sched);
     d->sched = NULL;
 }

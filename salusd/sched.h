@@ -1,30 +1,56 @@
-/* The daemon's scheduling loop (sched.c): lanes, the active policy, grants. All calls come
- * from the event loop's thread. */
+/* The daemon's adapter to the scheduling core (sched.c). All calls come from the event
+ * loop's thread; none blocks. */
 #ifndef SALUS_SALUSD_SCHED_H
 #define SALUS_SALUSD_SCHED_H
 
 #include "daemon.h"
+#include "job_page.h"
+#include "sched_core.h"
 
 /* Creates the lane manager (one entry per GPU) and starts config.policy. 0, or a negative
  * errno with a message (unknown policy). */
 int sched_init(salusd_t *d, char *err, size_t err_size);
 void sched_fini(salusd_t *d);
-/* Offers the waiting jobs to the lane manager in the policy's admission order; admits
- * (jobs_admit) or refuses (jobs_fail) them. */
-void sched_try_admit(salusd_t *d);
-/* The job wrote its eventfd: it is parked at a boundary. */
-void sched_job_parked(salusd_t *d, job_t *job);
-/* The job is gone: leave its lane, let the others run. */
-void sched_job_left(salusd_t *d, job_t *job);
-int sched_is_holder(const salusd_t *d, const job_t *job);
-int sched_lane_of(const salusd_t *d, const job_t *job, uint32_t *lane);
+/* The daemon's events, turned into the core's. Each appends the core's effects to fx for
+ * the caller to carry out (jobs_sched_apply) and returns 0 or a negative errno (logged). */
+/* The job's register request arrived: it waits for admission (an admission round runs). */
+int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx);
+/* The job wrote its eventfd: if its page says it is parked at a boundary, that boundary is
+ * reported (-EAGAIN: a stale notification, nothing reported). */
+int sched_job_parked(salusd_t *d, const job_t *job, const job_page_t *page,
+                     sched_core_effects_t *fx);
+/* The job is gone (its place and lane go to the others; an admission round runs). */
+int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx);
+/* What the core knows of a job, for the views (ps, top, metrics). */
+typedef struct sched_job_view_s {
+    int admitted;
+    int gpu;
+    uint32_t lane;
+    int holds_lane;             /* granted: runs its iteration now */
+    uint64_t waiting_since_ns;  /* waiting for admission or for its turn; 0 = not waiting */
+    uint64_t lane_holder;       /* waiting for its turn: who holds its lane (0 = none) */
+} sched_job_view_t;
+/* 0, or -ENOENT when the core does not know the job (ended, or not registered yet). */
+int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view);
 const char *sched_policy_name(const salusd_t *d);
-/* Switches the policy; the new one's init runs first (on failure the old stays). */
-int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size);
+/* Switches the policy; the new one's init runs first (on failure the old stays: err says
+ * why). */
+int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size,
+                     sched_core_effects_t *fx);
 /* The lane manager's books for one GPU (zeros for an unknown GPU). */
 void sched_gpu_books(const salusd_t *d, int gpu, uint64_t *capacity_bytes,
                      uint64_t *persistent_bytes, uint64_t *lane_bytes, uint64_t *lanes);
-/* [{gpu, lane, size_bytes, jobs: [ids], active: id|null}] */
-void sched_pack_lanes(salusd_t *d, msgpack_packer *pk);
+/* Every lane: its GPU, id, size, jobs (admission order) and the job that holds it. */
+typedef struct sched_lane_view_s {
+    int gpu;
+    uint32_t lane;
+    uint64_t size_bytes;
+    uint64_t active_job; /* 0 = none */
+    uint64_t *jobs;
+    size_t job_count;
+} sched_lane_view_t;
+/* A fresh array of every lane (no cap), freed with sched_lanes_free. 0 or -ENOMEM. */
+int sched_lanes(const salusd_t *d, sched_lane_view_t **lanes, size_t *count);
+void sched_lanes_free(sched_lane_view_t *lanes, size_t count);
 
 #endif

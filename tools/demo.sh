@@ -65,7 +65,7 @@ while :; do
 import json, sys, time
 parts = []
 for j in json.load(sys.stdin):
-    parts.append("%s %-4s %4d/%d" % (j["name"], j["state"][:4], j["iterations"], j["iterations_expected"]))
+    parts.append("%s %-7s %4d/%d" % (j["name"], j["state"], j["iterations"], j["iterations_expected"]))
 print("[%5.1fs] %s" % (time.time() - float(sys.argv[1]), "  ".join(parts)))' "$start"
     [ "$running" = 1 ] || break
     sleep 1

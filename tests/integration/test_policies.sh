@@ -20,6 +20,16 @@ restart_daemon() { # restart_daemon MEMORY_MB ARGS...
     shift
     start_daemon "$@"
 }
+until_jobs() { # until_jobs PYTHON_CONDITION: polls ps --json (j: jobs by name), 30 s at most
+    local _
+    for _ in $(seq 300); do
+        jobs_json
+        python3 -c "import json,sys; j={x['name']: x for x in json.load(open(sys.argv[1]))}; sys.exit(0 if ($1) else 1)" \
+            "$WORK/ps.json" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    fail "ps --json never showed: $1"
+}
 wait_jobs() { # wait_jobs PID... : each must exit 0
     local p
     for p in "$@"; do wait "$p" || fail "a job failed: $(tail -3 "$WORK"/*.out)"; done
@@ -31,7 +41,7 @@ pids=()
 for i in 1 2 3; do
     synth "fifo$i" 64MiB 64MiB 8 20 32 32 &
     pids+=($!)
-    sleep 0.3
+    until_jobs "'fifo$i' in j" # registered before the next one arrives
 done
 wait_jobs "${pids[@]}"
 jobs_json
@@ -99,7 +109,7 @@ pass "PACK: 4 jobs shared one lane of a 1 GiB GPU and finished; mlp $shared as a
 restart_daemon 1024 --policy srtf
 synth long 64MiB 600MiB 60 20 16 64 &
 LONG=$!
-sleep 0.5
+until_jobs "j.get('long', {}).get('iterations', 0) >= 3"
 synth short 64MiB 600MiB 3 20 16 64 &
 SHORT=$!
 wait_jobs "$SHORT" "$LONG"
@@ -122,8 +132,7 @@ synth fairA 64MiB 600MiB 100000 10 16 64 &
 A=$!
 synth fairB 64MiB 600MiB 100000 10 16 64 &
 B=$!
-sleep 3
-jobs_json
+until_jobs "all(j.get(n, {}).get('gpu_time_ms', 0) >= 1000 for n in ('fairA', 'fairB'))"
 kill -9 $(python3 -c 'import json,sys; print(" ".join(str(j["pid"]) for j in json.load(open(sys.argv[1])) if j["name"] in ("fairA","fairB")))' "$WORK/ps.json")
 wait "$A" "$B" 2>/dev/null || true
 python3 - "$WORK/ps.json" <<'PY' || fail "FAIR"
@@ -176,4 +185,46 @@ restart_daemon 1024 --policy pack --share-lanes-across-users
 synth crossuser 64MiB 128MiB 3 5 16 64 || fail "job with --share-lanes-across-users: $(cat "$WORK/crossuser.out")"
 grep -q "could not clear" "$WORK/salusd.log" && fail "clearing failed: $(grep 'could not clear' "$WORK/salusd.log")"
 pass "--share-lanes-across-users: chunks cleared through a daemon mapping, job finished"
+
+# --- Visible waiting: a lane-mate of a job whose iterations hold the lane for 3 s shows its
+# wait while it goes on (ps --json: wait_in_progress_ms, lane_holder) and is logged
+# (--wait-log-s 1)
+restart_daemon 1024 --policy pack --wait-log-s 1
+"$SALUSCTL" run --name hog --persistent 64MiB --ephemeral 600MiB --iterations 3 -- \
+    "$SYNTH" --iterations 3 --gpu-ms 1 --host-ms 3000 --persistent-mb 16 --ephemeral-mb 64 \
+    >"$WORK/hog.out" 2>&1 &
+HOG=$!
+"$SALUSCTL" run --name mate --persistent 64MiB --ephemeral 600MiB --iterations 200 -- \
+    "$SYNTH" --iterations 200 --gpu-ms 1 --host-ms 1 --persistent-mb 16 --ephemeral-mb 64 \
+    >"$WORK/mate.out" 2>&1 &
+MATE=$!
+seen=""
+for _ in $(seq 150); do # up to 15 s: the check is the condition, not the time
+    jobs_json
+    seen=$(python3 - "$WORK/ps.json" <<'PY' || true
+import json, sys
+j = {x["name"]: x for x in json.load(open(sys.argv[1]))}
+if "hog" in j and "mate" in j:
+    for waiter, holder in (("mate", "hog"), ("hog", "mate")):
+        w = j[waiter]
+        if w["wait_in_progress_ms"] >= 1500 and w["lane_holder"] == j[holder]["id"]:
+            assert w["wait_time_ms"] >= w["wait_in_progress_ms"], w
+            print("%s waits %d ms behind job %d" % (waiter, w["wait_in_progress_ms"],
+                                                    w["lane_holder"]))
+PY
+)
+    [ -n "$seen" ] && break
+    sleep 0.1
+done
+[ -n "$seen" ] || fail "no wait in progress shown by ps --json: $(cat "$WORK/ps.json")"
+logged=""
+for _ in $(seq 100); do
+    logged=$(grep -o "has waited [0-9]* s for its turn.*held by job [0-9]*" "$WORK/salusd.log" \
+        | head -1 || true)
+    [ -n "$logged" ] && break
+    sleep 0.1
+done
+[ -n "$logged" ] || fail "the long wait was not logged"
+wait_jobs "$HOG" "$MATE"
+pass "waiting shown while it lasts: $seen; log: $logged"
 stop_daemon

@@ -173,7 +173,7 @@ START_TEST(test_render)
     metrics_job_sample_t jobs[2] = {
         {.id = 7, .name = "we\"ird\\na\nme", .uid = 1000, .state = "running", .iterations = 42,
          .gpu_ns = 2000000001ull, .memory_bytes = 67108864, .budget_bytes = 1ull << 30,
-         .persistent_bytes = 1024, .ephemeral_peak_bytes = 2048},
+         .persistent_bytes = 1024, .ephemeral_peak_bytes = 2048, .wait_ns = 3500000000ull},
         {.id = 8, .name = "plain", .uid = 0, .state = "done", .iterations = 3},
     };
     metrics_snapshot_t s = {.version = "1.2.3", .policy = "pack", .queue_length = 1,
@@ -211,6 +211,8 @@ START_TEST(test_render)
     ck_assert_ptr_nonnull(strstr(text, want));
     snprintf(want, sizeof(want), "salus_job_ephemeral_peak_bytes%s} 2048\n", labels);
     ck_assert_ptr_nonnull(strstr(text, want));
+    snprintf(want, sizeof(want), "salus_job_wait_seconds%s} 3.500000000\n", labels);
+    ck_assert_ptr_nonnull(strstr(text, want));
     snprintf(want, sizeof(want), "salus_job_state%s,state=\"running\"} 1\n", labels);
     ck_assert_ptr_nonnull(strstr(text, want));
     snprintf(want, sizeof(want), "salus_job_state%s,state=\"paused\"} 0\n", labels);
@@ -222,7 +224,7 @@ START_TEST(test_render)
     /* every family has one HELP and one TYPE line, and no line is empty */
     int help = count_lines_starting(text, "# HELP "), type = count_lines_starting(text, "# TYPE ");
     ck_assert_int_eq(help, type);
-    ck_assert_int_eq(help, 21);
+    ck_assert_int_eq(help, 22);
     /* jobs ended, counted by how */
     ck_assert_ptr_nonnull(strstr(text, "salus_jobs_ended_total{state=\"killed\"} 2\n"));
     ck_assert_ptr_nonnull(strstr(text, "salus_jobs_ended_total{state=\"ended\"} 0\n"));

@@ -2,6 +2,7 @@
  * with cases small enough to compute by hand. Times are in seconds; sizes in the traces are
  * MiB. */
 #include "sim.h"
+#include "sched_core.h"
 
 #include <check.h>
 #include <math.h>
@@ -459,6 +460,188 @@ START_TEST(test_policy_names)
 }
 END_TEST
 
+
+/* ---- one core, two adapters: the same grant sequence -------------------------------------- */
+
+typedef struct grant_log_s {
+    uint64_t trace_id[4096];
+    double at_s[4096];
+    size_t count;
+} grant_log_t;
+
+static void record_grant(void *context, uint64_t trace_id, double now_s)
+{
+    grant_log_t *log = context;
+    ck_assert_uint_lt(log->count, 4096);
+    log->trace_id[log->count] = trace_id;
+    log->at_s[log->count++] = now_s;
+}
+
+/* The daemon's adapter semantics, on the trace's jobs (host-only iterations, so that the
+ * timing needs no GPU model): each job registers on its own; an admitted job reports its
+ * first boundary after its registration is answered; a granted job runs one iteration, then
+ * reports a boundary with cumulative counters, unless it runs freely: then it goes on without
+ * a word until the core stops its free run (each such iteration counts as a grant, as the
+ * simulator's job is granted it again at a boundary nobody else waits at). */
+typedef struct daemon_job_s {
+    const sim_job_spec_t *spec;
+    uint64_t iterations, busy_ns, last_ns;
+    double start_s, end_s;
+    int running, free_run, done;
+} daemon_job_t;
+
+static void daemon_start_iteration(daemon_job_t *j, double now_s, uint64_t trace_id,
+                                   grant_log_t *log)
+{
+    j->running = 1;
+    j->start_s = now_s;
+    j->end_s = now_s + (1.0 - j->spec->gpu_fraction) * j->spec->iteration_ms / 1e3;
+    record_grant(log, trace_id, now_s);
+}
+
+static void daemon_apply(sched_core_t *core, sched_core_effects_t *fx, daemon_job_t *jobs,
+                         double now_s, grant_log_t *log)
+{
+    while (fx->count) {
+        sched_core_effect_t list[64];
+        size_t n = fx->count;
+        ck_assert_uint_le(n, 64);
+        memcpy(list, fx->items, n * sizeof(*list));
+        sched_core_effects_clear(fx);
+        uint64_t admitted[64];
+        size_t admitted_count = 0;
+        for (size_t i = 0; i < n; i++) {
+            daemon_job_t *j = &jobs[list[i].job_id - 1];
+            if (list[i].kind == SCHED_CORE_ADMIT)
+                admitted[admitted_count++] = list[i].job_id;
+            else if (list[i].kind == SCHED_CORE_GRANT) {
+                j->free_run = list[i].free_run;
+                daemon_start_iteration(j, now_s, j->spec->trace_id, log);
+            } else if (list[i].kind == SCHED_CORE_STOP_FREE_RUN)
+                j->free_run = 0;
+        }
+        /* the shim of each admitted job parks at its first boundary */
+        for (size_t i = 0; i < admitted_count; i++) {
+            sched_core_boundary_t b = {.ready = true};
+            sched_core_effects_t more = {0};
+            ck_assert_int_eq(sched_core_job_boundary(core, admitted[i], &b,
+                                                     (uint64_t)llround(now_s * 1e9), &more), 0);
+            daemon_apply(core, &more, jobs, now_s, log);
+            sched_core_effects_free(&more);
+        }
+    }
+}
+
+static void daemon_replay(const sim_trace_t *trace, const char *policy, uint64_t memory_bytes,
+                          grant_log_t *log)
+{
+    size_t n = trace->count;
+    daemon_job_t *jobs = calloc(n, sizeof(*jobs));
+    ck_assert_ptr_nonnull(jobs);
+    for (size_t i = 0; i < n; i++) /* the trace is in submission order, one job an instant */
+        jobs[i].spec = &trace->jobs[i];
+    sched_core_config_t config;
+    sched_core_config_default(&config);
+    config.policy_name = policy;
+    config.lanes.job_overhead_bytes = 0;
+    sched_core_t *core = sched_core_create(&config, NULL);
+    ck_assert_ptr_nonnull(core);
+    ck_assert_int_eq(sched_core_add_gpu(core, 0, memory_bytes, 0), 0);
+    sched_core_effects_t fx = {0};
+    size_t next = 0, finished = 0;
+    while (finished < n) {
+        /* next event: an iteration end (earliest, then lowest index), else an arrival */
+        size_t which = n;
+        for (size_t i = 0; i < n; i++)
+            if (jobs[i].running && (which == n || jobs[i].end_s < jobs[which].end_s))
+                which = i;
+        double arrival = next < n ? jobs[next].spec->submit_s : INFINITY;
+        if (which < n && jobs[which].end_s <= arrival) {
+            daemon_job_t *j = &jobs[which];
+            double now_s = j->end_s;
+            uint64_t now_ns = (uint64_t)llround(now_s * 1e9);
+            j->running = 0;
+            j->iterations++;
+            j->last_ns = (uint64_t)llround((now_s - j->start_s) * 1e9);
+            j->busy_ns += j->last_ns;
+            if (j->iterations >= j->spec->iterations) {
+                j->done = 1;
+                finished++;
+                ck_assert_int_eq(sched_core_job_left(core, which + 1, SCHED_CORE_EXIT_DONE,
+                                                     now_ns, &fx), 0);
+            } else if (j->free_run) {
+                daemon_start_iteration(j, now_s, j->spec->trace_id, log);
+                continue;
+            } else {
+                sched_core_boundary_t b = {.iterations = j->iterations, .busy_ns = j->busy_ns,
+                                           .last_iteration_ns = j->last_ns, .ready = true};
+                ck_assert_int_eq(sched_core_job_boundary(core, which + 1, &b, now_ns, &fx), 0);
+            }
+            daemon_apply(core, &fx, jobs, now_s, log);
+        } else {
+            ck_assert_msg(next < n, "nothing runs and nothing arrives");
+            const sim_job_spec_t *s = jobs[next].spec;
+            sched_core_job_hints_t h = {.id = next + 1, .persistent_bytes = s->persistent_bytes,
+                                        .ephemeral_bytes = s->ephemeral_bytes,
+                                        .iterations_expected = s->iterations,
+                                        .iteration_ns = (uint64_t)llround(s->iteration_ms * 1e6),
+                                        .priority = s->priority};
+            ck_assert_int_eq(sched_core_job_registered(core, &h,
+                                                       (uint64_t)llround(arrival * 1e9), &fx), 0);
+            next++;
+            daemon_apply(core, &fx, jobs, arrival, log);
+        }
+    }
+    sched_core_effects_free(&fx);
+    sched_core_destroy(core);
+    free(jobs);
+}
+
+/* Host-only iterations, distinct arrival times, a 1 GiB GPU: jobs share lanes, SRTF and PACK
+ * reorder them, a late big job merges lanes. */
+static const char replay_rows[] =
+    "1,0.000,6,40,0,100,300,0\n"
+    "2,0.010,3,25,0,100,300,0\n"
+    "3,0.020,8,15,0,50,200,0\n"
+    "4,0.055,2,30,0,100,300,0\n"
+    "5,0.090,5,10,0,20,100,0\n"
+    "6,0.130,4,20,0,200,400,0\n"
+    "7,0.300,3,35,0,50,250,0\n";
+
+START_TEST(test_daemon_and_sim_adapters_grant_alike)
+{
+    static const char *policies[] = {"pack", "srtf"};
+    const char *policy = policies[_i];
+    sim_trace_t trace;
+    sim_result_t result;
+    sim_config_t config;
+    char err[256] = "";
+    grant_log_t *by_sim = calloc(1, sizeof(*by_sim)), *by_daemon = calloc(1, sizeof(*by_daemon));
+    ck_assert(by_sim && by_daemon);
+    load(replay_rows, &trace);
+    sim_config_default(&config);
+    config.policy = policy;
+    config.gpu_memory_bytes = 1 * GIB;
+    config.hints_iterations_only = false;
+    config.on_grant = record_grant;
+    config.on_grant_context = by_sim;
+    ck_assert_msg(sim_run(&trace, &config, &result, err, sizeof(err)) == SIM_OK, "%s", err);
+    daemon_replay(&trace, policy, 1 * GIB, by_daemon);
+    ck_assert_uint_gt(by_sim->count, 20);
+    ck_assert_uint_eq(by_sim->count, by_daemon->count);
+    for (size_t i = 0; i < by_sim->count; i++) {
+        ck_assert_msg(by_sim->trace_id[i] == by_daemon->trace_id[i] &&
+                          fabs(by_sim->at_s[i] - by_daemon->at_s[i]) < EPS,
+                      "%s: grant %zu: simulator job %llu at %.6f s, daemon job %llu at %.6f s",
+                      policy, i, (unsigned long long)by_sim->trace_id[i], by_sim->at_s[i],
+                      (unsigned long long)by_daemon->trace_id[i], by_daemon->at_s[i]);
+    }
+    free(by_sim);
+    free(by_daemon);
+    done(&trace, &result);
+}
+END_TEST
+
 static Suite *sim_suite(void)
 {
     Suite *s = suite_create("sim");
@@ -478,6 +661,7 @@ static Suite *sim_suite(void)
     tcase_add_loop_test(model, test_too_large_is_refused, 0, (int)policies);
     tcase_add_loop_test(model, test_random_trace_completes, 0, (int)policies);
     tcase_add_test(model, test_quantile);
+    tcase_add_loop_test(model, test_daemon_and_sim_adapters_grant_alike, 0, 2);
     suite_add_tcase(s, model);
 
     TCase *trace = tcase_create("trace");

@@ -1,54 +1,15 @@
-/* Admission: the waiting jobs are offered to the lane manager in the policy's admission order
- * (or, for the mps baseline, to plain sum-of-peaks books), and lane layout changes are
- * followed. */
+/* The simulator's adapter to the scheduling core (scheduler-core/sched_core.h): events of the
+ * heap go in (submissions, boundaries, departures), the core's effects come out and are
+ * carried out on the timing model. Admission, lane holders, turns, budgets, learned sizes and
+ * re-layouts are the core's, as in salusd. The only admission written here is the mps
+ * baseline's (no lanes: every job that fits by the sum of its sizes runs at once), which is
+ * not salus's mechanism but what it is compared with. */
 #include "sim-internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- lanes ------------------------------------------------------------------------------ */
-
-int sim_touch_lane(sim_engine_t *e, uint32_t lane)
-{
-    if (e->touched_count == e->touched_capacity) {
-        size_t capacity = e->touched_capacity ? e->touched_capacity * 2 : 64;
-        uint32_t *touched = realloc(e->touched, capacity * sizeof(*touched));
-        if (!touched)
-            return sim_fail(e, SIM_ERROR_NO_MEMORY, "out of memory");
-        e->touched = touched;
-        e->touched_capacity = capacity;
-    }
-    e->touched[e->touched_count++] = lane;
-    return SIM_OK;
-}
-
-/* Lane manager change reports: a moved job belongs to its new lane from now on (if it is in
- * an iteration, that lane counts as busy until the iteration ends, as lanes_grant has it);
- * both lanes may have become free to pick from. */
-void sim_on_lane_change(void *context, const lanes_change_t *change)
-{
-    sim_engine_t *e = context;
-    if (change->kind == LANES_CHANGE_JOB_MOVED) {
-        sim_job_t *job = sim_job_by_id(e, change->job_id);
-        if (job)
-            job->view.lane = change->lane_id;
-        sim_touch_lane(e, change->old_lane_id);
-        sim_touch_lane(e, change->lane_id);
-    } else if (change->kind == LANES_CHANGE_LANE_OPENED) {
-        sim_touch_lane(e, change->lane_id);
-    }
-}
-
-/* ---- admission -------------------------------------------------------------------------- */
-
-static void remove_from_waiting(sim_engine_t *e)
-{
-    size_t kept = 0;
-    for (size_t i = 0; i < e->waiting_count; i++)
-        if (e->jobs[e->waiting[i]].phase == PHASE_WAITING)
-            e->waiting[kept++] = e->waiting[i];
-    e->waiting_count = kept;
-}
+/* ---- the core's effects ----------------------------------------------------------------- */
 
 static void job_admitted(sim_engine_t *e, sim_job_t *job, int gpu)
 {
@@ -65,6 +26,106 @@ static void job_refused(sim_engine_t *e, sim_job_t *job)
     job->phase = PHASE_REFUSED;
     job->out->refused = true;
     e->unfinished--;
+}
+
+static void check(sim_engine_t *e, int rc, const char *what, const sim_job_t *job)
+{
+    if (rc < 0)
+        sim_fail(e, rc == -12 ? SIM_ERROR_NO_MEMORY : SIM_ERROR_INTERNAL,
+                 "scheduling core: %s (job %llu) failed (%d)", what,
+                 job ? (unsigned long long)job->spec->trace_id : 0ull, rc);
+}
+
+/* Carries out one list of effects. The effects may send further events, which fill
+ * e->effects again: the list being carried out is swapped out first (two buffers take turns,
+ * so that nothing is copied or allocated per event). */
+static void apply_list(sim_engine_t *e)
+{
+    if (e->effects.count == 0)
+        return;
+    sched_core_effects_t list = e->effects;
+    e->effects = e->spare_effects;
+    e->effects.count = 0;
+    e->spare_effects = (sched_core_effects_t){0};
+    for (size_t i = 0; i < list.count && !e->error; i++) {
+        const sched_core_effect_t *fx = &list.items[i];
+        sim_job_t *job = sim_job_by_id(e, fx->job_id);
+        if (!job) {
+            sim_fail(e, SIM_ERROR_INTERNAL, "scheduling core: effect for unknown job %llu",
+                     (unsigned long long)fx->job_id);
+            break;
+        }
+        switch (fx->kind) {
+        case SCHED_CORE_ADMIT:
+            job->lane = fx->lane;
+            job_admitted(e, job, fx->gpu);
+            e->starting[e->starting_count++] = (size_t)(job->id - 1);
+            break;
+        case SCHED_CORE_REFUSE:
+            job_refused(e, job);
+            break;
+        case SCHED_CORE_GRANT:
+            job->lane = fx->lane;
+            if (e->config->on_grant)
+                e->config->on_grant(e->config->on_grant_context, job->spec->trace_id, e->now_s);
+            sim_granted(e, job, fx->lane);
+            break;
+        case SCHED_CORE_MOVE:
+            job->lane = fx->lane;
+            break;
+        case SCHED_CORE_STOP_FREE_RUN: /* the model stops at every boundary anyway */
+        case SCHED_CORE_BUDGET:        /* the model does not allocate */
+        case SCHED_CORE_LEARNED:
+            break;
+        }
+    }
+    list.count = 0;
+    if (!e->spare_effects.items)
+        e->spare_effects = list;
+    else
+        sched_core_effects_free(&list);
+}
+
+void sim_apply_effects(sim_engine_t *e)
+{
+    apply_list(e);
+    /* a job admitted stands at its first boundary: it reports it, as salusd's jobs do once
+     * their registration is answered (in admission order) */
+    for (size_t i = 0; i < e->starting_count && !e->error; i++) {
+        sim_job_t *job = &e->jobs[e->starting[i]];
+        if (e->config->lane_hold_gpu_only)
+            sim_start_iteration(e, job, 0); /* its host part needs no lane */
+        else
+            sim_boundary(e, job, true);
+    }
+    e->starting_count = 0;
+}
+
+void sim_boundary(sim_engine_t *e, sim_job_t *job, bool ready)
+{
+    sched_core_boundary_t b = {
+        .iterations = job->iterations_done,
+        .busy_ns = job->busy_ns,
+        .last_iteration_ns = job->last_iteration_ns,
+        .persistent_bytes = job->spec->persistent_bytes,
+        .ephemeral_bytes = job->spec->ephemeral_bytes,
+        .ready = ready,
+    };
+    job->phase = PHASE_READY;
+    check(e, sched_core_job_boundary(e->core, job->id, &b, sim_to_ns(e->now_s), &e->effects),
+          "boundary", job);
+    apply_list(e);
+}
+
+/* ---- the mps baseline ------------------------------------------------------------------- */
+
+static void remove_from_waiting(sim_engine_t *e)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < e->waiting_count; i++)
+        if (e->jobs[e->waiting[i]].phase == PHASE_WAITING)
+            e->waiting[kept++] = e->waiting[i];
+    e->waiting_count = kept;
 }
 
 /* mps: every job that fits by the sum of P + E is admitted, in submission order, skipping
@@ -93,131 +154,57 @@ static void admit_mps(sim_engine_t *e)
         e->mps_used_bytes[best] += need;
         e->gpu_jobs[best]++;
         job_admitted(e, job, best);
-        sim_at_boundary(e, job);
+        sim_start_iteration(e, job, 0);
     }
     remove_from_waiting(e);
 }
 
-/* Per GPU: the memory already charged to admitted jobs and the largest lane. A job can be
- * admitted on a GPU only if P + charged + max(E, largest lane) fits (every lane is as large
- * as its largest E, and the job's lane must hold its E): a necessary condition, so leaving
- * out the jobs that fail it changes nothing for a non-blocking policy, and saves offering
- * hundreds of hopeless jobs to the lane manager after every departure. */
+/* ---- events ----------------------------------------------------------------------------- */
 
-static int read_books(sim_engine_t *e, sim_gpu_books_t *books)
+void sim_submit(sim_engine_t *e, size_t from, size_t to)
 {
-    size_t lanes = lanes_list(e->lanes, NULL, 0);
-    if (lanes > e->lane_info_capacity) {
-        lanes_lane_info_t *infos = realloc(e->lane_infos, lanes * 2 * sizeof(*infos));
-        if (!infos)
-            return sim_fail(e, SIM_ERROR_NO_MEMORY, "out of memory");
-        e->lane_infos = infos;
-        e->lane_info_capacity = lanes * 2;
-    }
-    for (unsigned g = 0; g < e->config->gpus; g++) {
-        lanes_gpu_info_t info;
-        if (lanes_gpu_info(e->lanes, (int)g, &info) != LANES_OK)
-            return sim_fail(e, SIM_ERROR_INTERNAL, "lanes_gpu_info(%u) failed", g);
-        books[g] = (sim_gpu_books_t){info.persistent_bytes, 0, info.capacity_bytes, info.job_count};
-    }
-    lanes = lanes_list(e->lanes, e->lane_infos, e->lane_info_capacity);
-    for (size_t i = 0; i < lanes; i++) {
-        sim_gpu_books_t *b = &books[e->lane_infos[i].gpu];
-        if (e->lane_infos[i].size_bytes > b->largest_lane_bytes)
-            b->largest_lane_bytes = e->lane_infos[i].size_bytes;
-    }
-    return SIM_OK;
-}
-
-static bool may_fit(const sim_engine_t *e, const sim_gpu_books_t *books, const sim_job_t *job)
-{
-    const sim_job_spec_t *s = job->spec;
-    uint32_t max_jobs = policy_max_jobs_per_gpu(&e->policy);
-    bool fits_alone = false;
-    for (unsigned g = 0; g < e->config->gpus; g++) {
-        const sim_gpu_books_t *b = &books[g];
-        uint64_t lane = s->ephemeral_bytes > b->largest_lane_bytes ? s->ephemeral_bytes
-                                                                  : b->largest_lane_bytes;
-        fits_alone |= s->persistent_bytes + s->ephemeral_bytes <= b->capacity_bytes;
-        if ((max_jobs == 0 || b->jobs < max_jobs) &&
-            b->charged_bytes + s->persistent_bytes + lane <= b->capacity_bytes)
-            return true;
-    }
-    return !fits_alone; /* let the lane manager refuse it (LANES_NEVER_FITS) */
-}
-
-static void admit_lanes(sim_engine_t *e)
-{
-    bool strict = e->mode == MODE_EXCLUSIVE || policy_admission_blocks(&e->policy);
-    size_t n = 0;
-    sim_gpu_books_t *books = e->books;
-
-    if (!strict && read_books(e, books) < 0)
+    const sim_config_t *c = e->config;
+    for (size_t i = from; i < to; i++)
+        e->jobs[i].phase = PHASE_WAITING;
+    if (e->mode == MODE_MPS) {
+        for (size_t i = from; i < to; i++)
+            e->waiting[e->waiting_count++] = i;
+        admit_mps(e);
         return;
-    for (size_t i = 0; i < e->waiting_count; i++) {
-        const sim_job_t *job = &e->jobs[e->waiting[i]];
-        if (strict || may_fit(e, books, job)) {
-            e->candidates[n] = e->waiting[i];
-            e->views[n++] = job->view;
-        }
     }
-    if (n == 0)
-        return;
-    policy_admission_order(&e->policy, e->views, n, e->order, sim_to_ns(e->now_s));
-    for (size_t i = 0; i < n; i++) {
-        const sim_job_t *job = &e->jobs[e->candidates[e->order[i]]];
-        e->requests[i] = (lanes_request_t){
-            .job_id = job->view.id,
-            .uid = 0,
-            .persistent_bytes = job->spec->persistent_bytes,
-            .ephemeral_bytes = job->spec->ephemeral_bytes,
-            .gpu = LANES_ANY_GPU,
+    for (size_t i = from; i < to; i++) {
+        const sim_job_spec_t *s = e->jobs[i].spec;
+        /* without hints the sizes are learned from the boundaries, as in salusd */
+        e->arrivals[i - from] = (sched_core_job_hints_t){
+            .id = e->jobs[i].id,
+            .persistent_bytes = c->hints ? s->persistent_bytes : LANES_SIZE_UNKNOWN,
+            .ephemeral_bytes = c->hints ? s->ephemeral_bytes : LANES_SIZE_UNKNOWN,
+            .iterations_expected = c->hints ? s->iterations : 0,
+            .iteration_ns = c->hints && !c->hints_iterations_only
+                                ? sim_to_ns(s->iteration_ms / 1e3) : 0,
+            .priority = s->priority,
         };
     }
-    lanes_admit_in_order(e->lanes, e->requests, n, strict, e->statuses, NULL);
-    for (size_t i = 0; i < n && !e->error; i++) {
-        sim_job_t *job = sim_job_by_id(e, e->requests[i].job_id);
-        lanes_placement_t placement;
-        switch (e->statuses[i]) {
-        case LANES_OK:
-            /* read back now: a later admission of this round may have moved it */
-            if (lanes_job_placement(e->lanes, job->view.id, &placement) != LANES_OK) {
-                sim_fail(e, SIM_ERROR_INTERNAL, "admitted job %llu has no placement",
-                     (unsigned long long)job->spec->trace_id);
-                break;
-            }
-            job->view.lane = placement.lane_id;
-            job_admitted(e, job, placement.gpu);
-            sim_touch_lane(e, placement.lane_id);
-            break;
-        case LANES_WAIT:
-            break;
-        case LANES_NEVER_FITS:
-            job_refused(e, job);
-            break;
-        default:
-            sim_fail(e, SIM_ERROR_INTERNAL, "lanes_admit(job %llu): %s",
-                 (unsigned long long)job->spec->trace_id, lanes_status_name(e->statuses[i]));
-        }
-    }
-    /* Announce the newcomers only after the round: their lanes are final now. */
-    for (size_t i = 0; i < n && !e->error; i++) {
-        if (e->statuses[i] != LANES_OK)
-            continue;
-        sim_job_t *job = sim_job_by_id(e, e->requests[i].job_id);
-        policy_job_arrived(&e->policy, &job->view, sim_to_ns(e->now_s));
-        sim_at_boundary(e, job);
-    }
-    remove_from_waiting(e);
-    sim_schedule_touched(e);
+    check(e, sched_core_jobs_registered(e->core, e->arrivals, to - from, sim_to_ns(e->now_s),
+                                        &e->effects),
+          "registration", &e->jobs[from]);
+    sim_apply_effects(e);
 }
 
-void sim_admit(sim_engine_t *e)
+void sim_job_done(sim_engine_t *e, sim_job_t *job)
 {
-    if (e->waiting_count == 0 || e->error)
-        return;
-    if (e->mode == MODE_MPS)
+    job->phase = PHASE_DONE;
+    job->out->finished_s = e->now_s;
+    e->unfinished--;
+    e->resident--;
+    if (e->mode == MODE_MPS) {
+        e->mps_used_bytes[job->gpu] -= job->spec->persistent_bytes + job->spec->ephemeral_bytes;
+        e->gpu_jobs[job->gpu]--;
         admit_mps(e);
-    else
-        admit_lanes(e);
+        return;
+    }
+    check(e, sched_core_job_left(e->core, job->id, SCHED_CORE_EXIT_DONE, sim_to_ns(e->now_s),
+                                 &e->effects),
+          "departure", job);
+    sim_apply_effects(e);
 }

@@ -5,8 +5,7 @@
 
 #include "sim.h"
 
-#include "lanes.h"
-#include "policy.h"
+#include "sched_core.h"
 
 #include <math.h>
 
@@ -58,13 +57,8 @@ uint32_t sim_gpu_finish(sim_gpu_t *gpu, double now_s);
 void sim_gpu_free(sim_gpu_t *gpu);
 
 
-/* Admission books of one GPU (admit.c). */
-typedef struct sim_gpu_books_s {
-    uint64_t charged_bytes, largest_lane_bytes, capacity_bytes;
-    size_t jobs;
-} sim_gpu_books_t;
-
-/* ---- the engine: shared by sim.c (iterations, events, set-up) and admit.c (admission) ---- */
+/* ---- the engine: sim.c (iterations, events, set-up) and admit.c (the core's effects, the
+ * mps baseline) ---- */
 
 typedef enum sim_mode_e { MODE_LANES, MODE_EXCLUSIVE, MODE_MPS } sim_mode_t;
 
@@ -83,41 +77,35 @@ typedef enum sim_phase_e {
 typedef struct sim_job_s {
     const sim_job_spec_t *spec;
     sim_job_result_t *out;
-    policy_job_t view; /* view.id = index + 1: the id the lane manager and policy know */
+    uint64_t id; /* index + 1: the id the scheduling core knows */
     sim_phase_t phase;
-    bool holds_lane; /* granted by lanes_grant, not yielded yet */
     int gpu;
+    uint32_t lane;
+    uint64_t iterations_done;
+    uint64_t busy_ns; /* sum of its iterations' durations */
+    uint64_t last_iteration_ns;
     double iteration_start_s;
-    double measured_s; /* sum of its iterations' durations */
 } sim_job_t;
 
 typedef struct sim_engine_s {
     const sim_config_t *config;
     sim_result_t *result;
     sim_mode_t mode;
-    policy_t policy;
-    lanes_t *lanes;
+    sched_core_t *core;         /* lanes and exclusive: the scheduling core salusd runs */
+    sched_core_effects_t effects, spare_effects;
     sim_job_t *jobs; /* submission order */
     size_t count, next_arrival, unfinished;
-    size_t *waiting; /* indices into jobs, submission order */
+    size_t *waiting; /* mps: indices into jobs, submission order */
     size_t waiting_count;
+    sched_core_job_hints_t *arrivals; /* scratch: one instant's submissions */
+    size_t *starting; /* admitted jobs whose first boundary is still to be reported */
+    size_t starting_count;
     sim_heap_t host_ends; /* key: end of the job's host part */
     sim_gpu_t *gpus;
     uint64_t *mps_used_bytes; /* mps: sum of P + E per GPU */
     size_t *gpu_jobs;         /* mps: jobs per GPU */
     uint64_t *lane_last_job;  /* by lane id: the job that ran the lane's last iteration */
     size_t lane_slots;
-    uint32_t *touched; /* lanes to offer to the policy after a layout change */
-    size_t touched_count, touched_capacity;
-    /* scratch for admission and picks */
-    policy_job_t *views;
-    size_t *order, *candidates;
-    lanes_request_t *requests;
-    lanes_status_t *statuses;
-    uint64_t *members;
-    sim_gpu_books_t *books;
-    lanes_lane_info_t *lane_infos;
-    size_t lane_info_capacity;
     size_t resident;
     double now_s;
     int error;
@@ -138,19 +126,22 @@ static inline sim_job_t *sim_job_by_id(sim_engine_t *e, uint64_t id)
     return id >= 1 && id <= e->count ? &e->jobs[id - 1] : NULL;
 }
 
-/* sim.c */
-/* The admitted job is at an iteration boundary (not holding its lane): runnable, or (mps,
- * --lane-hold gpu) its next iteration starts. */
-void sim_at_boundary(sim_engine_t *e, sim_job_t *job);
-/* Offers every lane touched since the last call to the policy. */
-void sim_schedule_touched(sim_engine_t *e);
+/* sim.c: the timing model */
+/* The job starts an iteration (mps, --lane-hold gpu: no lane needed for its first part). */
+void sim_start_iteration(sim_engine_t *e, sim_job_t *job, double switch_s);
+/* The core granted the job its lane: switch cost (timing model), then its iteration (or, with
+ * --lane-hold gpu, its GPU part). */
+void sim_granted(sim_engine_t *e, sim_job_t *job, uint32_t lane);
 
-/* admit.c */
-/* Remembers a lane to offer to the policy once the layout settles. */
-int sim_touch_lane(sim_engine_t *e, uint32_t lane);
-/* lanes_config_t.on_change: follows job moves. */
-void sim_on_lane_change(void *context, const lanes_change_t *change);
-/* Offers the waiting jobs to the lane manager (or the mps books) in the policy's order. */
-void sim_admit(sim_engine_t *e);
+/* admit.c: the adapter between the event heap and the scheduling core */
+/* Applies the core's effects of the last event (e->effects), then reports the first
+ * boundary of every job admitted meanwhile, until nothing is left to do. */
+void sim_apply_effects(sim_engine_t *e);
+/* Jobs submitted at this instant (jobs[from..to)): to the core, or to the mps books. */
+void sim_submit(sim_engine_t *e, size_t from, size_t to);
+/* The job reached an iteration boundary (ready: it asks for its next turn). */
+void sim_boundary(sim_engine_t *e, sim_job_t *job, bool ready);
+/* The job finished its last iteration. */
+void sim_job_done(sim_engine_t *e, sim_job_t *job);
 
 #endif

@@ -66,10 +66,9 @@ static uint64_t *lane_last_job(sim_engine_t *e, uint32_t lane)
     return &e->lane_last_job[lane];
 }
 
-/* ---- iterations ------------------------------------------------------------------------- */
+/* ---- iterations: the timing model ------------------------------------------------------ */
 
 static void end_iteration(sim_engine_t *e, sim_job_t *job);
-static void host_part_done_unheld(sim_engine_t *e, sim_job_t *job);
 
 static bool hold_whole_iteration(const sim_engine_t *e)
 {
@@ -79,7 +78,7 @@ static bool hold_whole_iteration(const sim_engine_t *e)
 static void after_s(sim_engine_t *e, sim_job_t *job, sim_phase_t phase, double duration_s)
 {
     job->phase = phase;
-    if (sim_heap_push(&e->host_ends, e->now_s + duration_s, (uint32_t)(job->view.id - 1)) < 0)
+    if (sim_heap_push(&e->host_ends, e->now_s + duration_s, (uint32_t)(job->id - 1)) < 0)
         sim_fail(e, SIM_ERROR_NO_MEMORY, "out of memory");
 }
 
@@ -91,49 +90,26 @@ static void start_gpu_part(sim_engine_t *e, sim_job_t *job)
         return;
     }
     job->phase = PHASE_GPU;
-    if (sim_gpu_start(&e->gpus[job->gpu], e->now_s, (uint32_t)(job->view.id - 1), work_s) < 0)
+    if (sim_gpu_start(&e->gpus[job->gpu], e->now_s, (uint32_t)(job->id - 1), work_s) < 0)
         sim_fail(e, SIM_ERROR_NO_MEMORY, "out of memory");
-}
-
-/* The job takes its lane (lanes_grant). Returns the switch cost to pay, or -1 on error. */
-static double take_lane(sim_engine_t *e, sim_job_t *job, uint32_t lane)
-{
-    double switch_s = 0;
-    lanes_status_t status = lanes_grant(e->lanes, job->view.id, NULL);
-    if (status != LANES_OK) {
-        sim_fail(e, SIM_ERROR_INTERNAL, "lanes_grant(job %llu): %s",
-             (unsigned long long)job->spec->trace_id, lanes_status_name(status));
-        return -1;
-    }
-    job->holds_lane = true;
-    job->view.runnable = false;
-    uint64_t *last = lane_last_job(e, lane);
-    if (!last)
-        return -1;
-    if (*last != 0 && *last != job->view.id) {
-        switch_s = e->config->switch_s;
-        job->out->switches++;
-        e->result->switches++;
-    }
-    *last = job->view.id;
-    return switch_s;
 }
 
 /* An iteration begins. Holding the lane for the whole iteration (the default, and mps where
  * every job is its own lane): the switch cost, then the host part, then the GPU part. With
  * --lane-hold gpu: the host part runs without the lane; the job then waits for its lane. */
-static void start_iteration(sim_engine_t *e, sim_job_t *job, double switch_s)
+void sim_start_iteration(sim_engine_t *e, sim_job_t *job, double switch_s)
 {
-    if (job->view.iterations_done == 0)
+    if (job->iterations_done == 0)
         job->out->started_s = e->now_s;
-    job->view.runnable = false;
     job->iteration_start_s = e->now_s;
     double host_s = (1.0 - job->spec->gpu_fraction) * job->spec->iteration_ms / 1e3;
     if (!hold_whole_iteration(e)) {
         if (host_s > 0)
             after_s(e, job, PHASE_HOST_UNHELD, host_s);
+        else if (job->spec->gpu_fraction <= 0)
+            end_iteration(e, job);
         else
-            host_part_done_unheld(e, job);
+            sim_boundary(e, job, true);
         return;
     }
     if (switch_s + host_s > 0)
@@ -142,138 +118,68 @@ static void start_iteration(sim_engine_t *e, sim_job_t *job, double switch_s)
         start_gpu_part(e, job);
 }
 
-/* Offers a free lane to the policy. A lane is busy while one of its jobs holds it. */
-static void schedule_lane(sim_engine_t *e, uint32_t lane)
+/* The switch cost: a lane that goes from one job to another. */
+void sim_granted(sim_engine_t *e, sim_job_t *job, uint32_t lane)
 {
-    /* members and views hold every job of the trace: a lane never holds more */
-    size_t n = lanes_lane_jobs(e->lanes, lane, e->members, e->count);
-    for (size_t i = 0; i < n; i++) {
-        const sim_job_t *job = sim_job_by_id(e, e->members[i]);
-        if (job->holds_lane)
-            return;
-        e->views[i] = job->view;
+    double switch_s = 0;
+    uint64_t *last = lane_last_job(e, lane);
+    if (!last)
+        return;
+    if (*last != 0 && *last != job->id) {
+        switch_s = e->config->switch_s;
+        job->out->switches++;
+        e->result->switches++;
     }
-    int pick = n ? policy_pick(&e->policy, lane, e->views, n, sim_to_ns(e->now_s)) : -1;
-    if (pick < 0)
-        return;
-    sim_job_t *job = sim_job_by_id(e, e->views[pick].id);
-    if (!job || job->phase != PHASE_READY || !job->view.runnable || job->view.lane != lane) {
-        sim_fail(e, SIM_ERROR_INTERNAL, "policy %s picked a job that cannot run",
-             policy_name(&e->policy));
-        return;
-    }
-    double switch_s = take_lane(e, job, lane);
-    if (switch_s < 0)
-        return;
+    *last = job->id;
     if (hold_whole_iteration(e))
-        start_iteration(e, job, switch_s);
+        sim_start_iteration(e, job, switch_s);
     else if (switch_s > 0)
         after_s(e, job, PHASE_SWITCH, switch_s);
     else
         start_gpu_part(e, job);
 }
 
-/* --lane-hold gpu: the host part is over; the job waits at its lane for the GPU part. */
-static void host_part_done_unheld(sim_engine_t *e, sim_job_t *job)
-{
-    if (job->spec->gpu_fraction <= 0) {
-        end_iteration(e, job);
-        return;
-    }
-    job->phase = PHASE_READY;
-    job->view.runnable = true;
-    schedule_lane(e, job->view.lane);
-}
-
 /* A timer of the host heap fired. */
 static void timer_done(sim_engine_t *e, sim_job_t *job)
 {
-    if (job->phase == PHASE_HOST_UNHELD)
-        host_part_done_unheld(e, job);
-    else
+    if (job->phase != PHASE_HOST_UNHELD)
         start_gpu_part(e, job); /* PHASE_HOST or PHASE_SWITCH */
-}
-
-/* The job is at an iteration boundary, admitted, not holding its lane. */
-void sim_at_boundary(sim_engine_t *e, sim_job_t *job)
-{
-    job->phase = PHASE_READY;
-    if (e->mode == MODE_MPS)
-        start_iteration(e, job, 0);
-    else if (!hold_whole_iteration(e))
-        start_iteration(e, job, 0); /* its host part needs no lane */
+    else if (job->spec->gpu_fraction <= 0)
+        end_iteration(e, job);
     else
-        job->view.runnable = true; /* the caller offers the lane to the policy */
+        sim_boundary(e, job, true); /* --lane-hold gpu: it waits at its lane for the GPU part */
 }
-
-void sim_schedule_touched(sim_engine_t *e)
-{
-    /* schedule_lane never touches lanes itself, so the list is stable while we walk it */
-    for (size_t i = 0; i < e->touched_count && !e->error; i++)
-        schedule_lane(e, e->touched[i]);
-    e->touched_count = 0;
-}
-
 
 /* ---- events ----------------------------------------------------------------------------- */
-
-static void finish_job(sim_engine_t *e, sim_job_t *job)
-{
-    job->phase = PHASE_DONE;
-    job->out->finished_s = e->now_s;
-    e->unfinished--;
-    e->resident--;
-    if (e->mode == MODE_MPS) {
-        e->mps_used_bytes[job->gpu] -= job->spec->persistent_bytes + job->spec->ephemeral_bytes;
-        e->gpu_jobs[job->gpu]--;
-        sim_admit(e);
-        return;
-    }
-    uint32_t lane = job->view.lane;
-    lanes_status_t status = lanes_release(e->lanes, job->view.id);
-    if (status != LANES_OK) {
-        sim_fail(e, SIM_ERROR_INTERNAL, "lanes_release(job %llu): %s",
-             (unsigned long long)job->spec->trace_id, lanes_status_name(status));
-        return;
-    }
-    policy_job_left(&e->policy, job->view.id, sim_to_ns(e->now_s));
-    sim_touch_lane(e, lane);
-    sim_admit(e); /* schedules the touched lanes, the departed job's among them */
-    sim_schedule_touched(e);
-}
 
 static void end_iteration(sim_engine_t *e, sim_job_t *job)
 {
     double duration_s = e->now_s - job->iteration_start_s;
-    job->measured_s += duration_s;
-    job->view.iterations_done++;
-    job->view.attained_ns += sim_to_ns(duration_s);
-    job->view.mean_iteration_ns = sim_to_ns(job->measured_s / (double)job->view.iterations_done);
+    job->iterations_done++;
+    job->last_iteration_ns = sim_to_ns(duration_s);
+    job->busy_ns += job->last_iteration_ns;
     e->result->iterations++;
-    if (job->holds_lane) {
-        lanes_yield(e->lanes, job->view.id);
-        job->holds_lane = false;
+    if (job->iterations_done >= job->spec->iterations) {
+        sim_job_done(e, job);
+    } else if (e->mode == MODE_MPS) {
+        sim_start_iteration(e, job, 0);
+    } else if (hold_whole_iteration(e)) {
+        sim_boundary(e, job, true);
+    } else {
+        /* --lane-hold gpu: the lane goes back now; the host part runs without it */
+        sim_boundary(e, job, false);
+        sim_start_iteration(e, job, 0);
     }
-    if (e->mode != MODE_MPS)
-        policy_iteration_done(&e->policy, &job->view, sim_to_ns(duration_s), sim_to_ns(e->now_s));
-    if (job->view.iterations_done >= job->spec->iterations) {
-        finish_job(e, job);
-        return;
-    }
-    sim_at_boundary(e, job);
-    if (e->mode != MODE_MPS)
-        schedule_lane(e, job->view.lane);
 }
 
 static void arrive(sim_engine_t *e)
 {
     double at = e->jobs[e->next_arrival].spec->submit_s;
     /* every job submitted at this instant joins before admission runs */
-    while (e->next_arrival < e->count && e->jobs[e->next_arrival].spec->submit_s == at) {
-        e->jobs[e->next_arrival].phase = PHASE_WAITING;
-        e->waiting[e->waiting_count++] = e->next_arrival++;
-    }
-    sim_admit(e);
+    size_t from = e->next_arrival;
+    while (e->next_arrival < e->count && e->jobs[e->next_arrival].spec->submit_s == at)
+        e->next_arrival++;
+    sim_submit(e, from, e->next_arrival);
 }
 
 static int run_events(sim_engine_t *e)
@@ -334,41 +240,37 @@ static int engine_init(sim_engine_t *e, const sim_trace_t *trace)
         e->mode = MODE_MPS;
     else if (strcasecmp(c->policy, "exclusive") == 0)
         e->mode = MODE_EXCLUSIVE;
-    if (policy_init(&e->policy, e->mode == MODE_LANES ? c->policy : "fifo", NULL) < 0)
+    if (e->mode == MODE_LANES && !policy_find(c->policy))
         return sim_fail(e, SIM_ERROR_MALFORMED, "unknown policy '%s'", c->policy);
-
-    lanes_config_t lanes_config;
-    lanes_config_default(&lanes_config);
-    lanes_config.job_overhead_bytes = 0;
-    lanes_config.on_change = sim_on_lane_change;
-    lanes_config.on_change_context = e;
-    e->lanes = lanes_create(&lanes_config);
+    if (e->mode != MODE_MPS) {
+        /* exclusive: one job per GPU in strict arrival order, which is what fifo does */
+        sched_core_config_t cc;
+        int rc = 0;
+        sched_core_config_default(&cc);
+        cc.policy_name = e->mode == MODE_EXCLUSIVE ? "fifo" : c->policy;
+        cc.lanes.job_overhead_bytes = 0;
+        sched_core_config_fit_gpu(&cc, c->gpu_memory_bytes);
+        e->core = sched_core_create(&cc, &rc);
+        if (!e->core)
+            return sim_fail(e, SIM_ERROR_NO_MEMORY, "scheduling core: %d", rc);
+        for (unsigned g = 0; g < c->gpus; g++)
+            if (sched_core_add_gpu(e->core, (int)g, c->gpu_memory_bytes, 0) < 0)
+                return sim_fail(e, SIM_ERROR_INTERNAL, "sched_core_add_gpu(%u) failed", g);
+    }
     e->jobs = calloc(n, sizeof(*e->jobs));
     e->waiting = calloc(n, sizeof(*e->waiting));
-    e->candidates = calloc(n, sizeof(*e->candidates));
-    e->order = calloc(n, sizeof(*e->order));
-    e->views = calloc(n, sizeof(*e->views));
-    e->requests = calloc(n, sizeof(*e->requests));
-    e->statuses = calloc(n, sizeof(*e->statuses));
-    e->members = calloc(n, sizeof(*e->members));
-    e->books = calloc(c->gpus, sizeof(*e->books));
+    e->arrivals = calloc(n, sizeof(*e->arrivals));
+    e->starting = calloc(n, sizeof(*e->starting));
     e->gpus = calloc(c->gpus, sizeof(*e->gpus));
     e->mps_used_bytes = calloc(c->gpus, sizeof(*e->mps_used_bytes));
     e->gpu_jobs = calloc(c->gpus, sizeof(*e->gpu_jobs));
     e->result->jobs = calloc(n, sizeof(*e->result->jobs));
-    if (!e->lanes || !e->jobs || !e->waiting || !e->candidates || !e->order || !e->views ||
-        !e->requests || !e->statuses || !e->members || !e->books || !e->gpus ||
-        !e->mps_used_bytes || !e->gpu_jobs ||
-        !e->result->jobs)
+    if (!e->jobs || !e->waiting || !e->arrivals || !e->starting || !e->gpus ||
+        !e->mps_used_bytes || !e->gpu_jobs || !e->result->jobs)
         return sim_fail(e, SIM_ERROR_NO_MEMORY, "out of memory");
     e->result->job_count = trace->count;
-    lanes_set_max_jobs_per_gpu(e->lanes, e->mode == MODE_EXCLUSIVE
-                                             ? 1 : policy_max_jobs_per_gpu(&e->policy));
     for (unsigned g = 0; g < c->gpus; g++)
         e->gpus[g].fcfs = c->gpu_fcfs;
-    for (unsigned g = 0; g < c->gpus; g++)
-        if (lanes_add_gpu(e->lanes, (int)g, c->gpu_memory_bytes, 0) != LANES_OK)
-            return sim_fail(e, SIM_ERROR_INTERNAL, "lanes_add_gpu(%u) failed", g);
 
     for (size_t i = 0; i < trace->count; i++) {
         e->jobs[i].spec = &trace->jobs[i];
@@ -376,17 +278,8 @@ static int engine_init(sim_engine_t *e, const sim_trace_t *trace)
     }
     qsort(e->jobs, trace->count, sizeof(*e->jobs), compare_submission);
     for (size_t i = 0; i < trace->count; i++) {
-        sim_job_t *job = &e->jobs[i];
-        const sim_job_spec_t *s = job->spec;
-        job->view = (policy_job_t){
-            .id = i + 1,
-            .arrival_ns = sim_to_ns(s->submit_s),
-            .iterations_expected = c->hints ? s->iterations : 0,
-            .mean_iteration_ns = c->hints && !c->hints_iterations_only
-                                     ? sim_to_ns(s->iteration_ms / 1e3) : 0,
-            .priority = s->priority,
-        };
-        job->gpu = -1;
+        e->jobs[i].id = i + 1;
+        e->jobs[i].gpu = -1;
     }
     e->count = e->unfinished = trace->count;
     return SIM_OK;
@@ -394,26 +287,20 @@ static int engine_init(sim_engine_t *e, const sim_trace_t *trace)
 
 static void engine_free(sim_engine_t *e)
 {
-    policy_fini(&e->policy);
-    lanes_destroy(e->lanes);
+    sched_core_destroy(e->core);
+    sched_core_effects_free(&e->effects);
+    sched_core_effects_free(&e->spare_effects);
     for (unsigned g = 0; e->gpus && g < e->config->gpus; g++)
         sim_gpu_free(&e->gpus[g]);
     sim_heap_free(&e->host_ends);
     free(e->gpus);
     free(e->jobs);
     free(e->waiting);
-    free(e->candidates);
-    free(e->order);
-    free(e->views);
-    free(e->requests);
-    free(e->statuses);
+    free(e->arrivals);
+    free(e->starting);
     free(e->mps_used_bytes);
     free(e->gpu_jobs);
     free(e->lane_last_job);
-    free(e->touched);
-    free(e->members);
-    free(e->books);
-    free(e->lane_infos);
 }
 
 int sim_run(const sim_trace_t *trace, const sim_config_t *config, sim_result_t *result,

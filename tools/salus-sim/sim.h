@@ -82,6 +82,10 @@ typedef struct sim_config_s {
      * time-slicing contexts does). true: one at a time, whole, in start order (simgpu's
      * engine, which runs one kernel at a time; salus-synth's GPU part is one kernel). */
     bool gpu_fcfs;
+    /* Optional: told each grant of the scheduling core (the job's trace id, the time), in
+     * order; the tests compare grant sequences with it. */
+    void (*on_grant)(void *context, uint64_t trace_id, double now_s);
+    void *on_grant_context;
 } sim_config_t;
 
 typedef struct sim_job_result_s {

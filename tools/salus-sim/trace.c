@@ -24,13 +24,16 @@ __attribute__((format(printf, 5, 6))) static int malformed(char *err, size_t err
                                                            const char *name, unsigned line,
                                                            const char *fmt, ...)
 {
-    char reason[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(reason, sizeof(reason), fmt, ap);
-    va_end(ap);
-    if (err && err_size)
-        snprintf(err, err_size, "%s:%u: %s", name, line, reason);
+    if (!err || !err_size)
+        return SIM_ERROR_MALFORMED;
+    /* "NAME:LINE: " then the reason, in place */
+    int used = snprintf(err, err_size, "%s:%u: ", name, line);
+    if (used >= 0 && (size_t)used < err_size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err + used, err_size - (size_t)used, fmt, ap);
+        va_end(ap);
+    }
     return SIM_ERROR_MALFORMED;
 }
 

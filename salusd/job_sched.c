@@ -1,0 +1,117 @@
+/* The jobs module's side of scheduling: it sends the scheduling core (through sched.c) what
+ * happens to jobs and carries out what the core decides, on job pages, futexes and sockets:
+ *   ADMIT -> jobs_admit (answers the register request), REFUSE -> jobs_fail,
+ *   GRANT -> grant_seq + FUTEX_WAKE (free_run: the shim passes its boundaries without
+ *   stopping), STOP_FREE_RUN -> free_run = 0 (it parks at its next boundary),
+ *   BUDGET -> jobs_set_budget, MOVE and LEARNED -> logged.
+ * A refusal or a failed admission ends the job (jobs_fail), which sends the core further
+ * events: each event has its own effects list, and every effect looks its job up again. */
+#include "jobs-internal.h"
+
+#include "log.h"
+#include "sched.h"
+
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static void grant(job_t *job, int free_run)
+{
+    job_page_t *page = jobs_page(job);
+    if (!page)
+        return;
+    atomic_store(&page->free_run, (uint32_t)free_run);
+    atomic_store(&page->grant_seq, atomic_load(&page->boundary_seq));
+    syscall(SYS_futex, (uint32_t *)&page->grant_seq, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+    job->state = JOB_RUNNING;
+}
+
+static void log_learned(const job_t *job, const sched_core_effect_t *e)
+{
+    if (!e->reason)
+        LOG_INFO("job %llu learned sizes: persistent %llu KiB, ephemeral %llu KiB (lane %u)",
+                 (unsigned long long)job->id, (unsigned long long)(e->persistent_bytes >> 10),
+                 (unsigned long long)(e->ephemeral_bytes >> 10), e->lane);
+    else
+        LOG_WARN("job %llu: measured sizes (%llu + %llu bytes) do not fit now (%s); it keeps "
+                 "its provisional budget", (unsigned long long)job->id,
+                 (unsigned long long)e->persistent_bytes, (unsigned long long)e->ephemeral_bytes,
+                 e->reason);
+}
+
+/* Carries out fx (and frees it). */
+static void apply(salusd_t *d, sched_core_effects_t *fx)
+{
+    for (size_t i = 0; i < fx->count; i++) {
+        const sched_core_effect_t *e = &fx->items[i];
+        job_t *job = registry_find(d->registry, e->job_id);
+        if (!job || !job->runtime) {
+            if (e->kind == SCHED_CORE_ADMIT) { /* gone meanwhile: give its place back */
+                sched_core_effects_t more = {0};
+                sched_job_id_left(d, e->job_id, &more);
+                apply(d, &more);
+            }
+            continue;
+        }
+        switch (e->kind) {
+        case SCHED_CORE_ADMIT:
+            if (jobs_admit(d, job, e->gpu, e->budget_bytes, e->lane) < 0)
+                jobs_fail(d, job, NULL);
+            break;
+        case SCHED_CORE_REFUSE:
+            jobs_fail(d, job, e->reason);
+            break;
+        case SCHED_CORE_GRANT:
+            /* clear_needed asks for nothing: a job's chunks are its own, cleared when
+             * created if lanes are shared across users (job_memory.c) */
+            grant(job, e->free_run);
+            break;
+        case SCHED_CORE_STOP_FREE_RUN:
+            if (jobs_page(job))
+                atomic_store(&jobs_page(job)->free_run, 0);
+            break;
+        case SCHED_CORE_BUDGET:
+            jobs_set_budget(job, e->budget_bytes);
+            break;
+        case SCHED_CORE_MOVE:
+            LOG_DEBUG("job %llu moves to lane %u of GPU %d", (unsigned long long)job->id,
+                      e->lane, e->gpu);
+            break;
+        case SCHED_CORE_LEARNED:
+            log_learned(job, e);
+            break;
+        }
+    }
+    sched_core_effects_free(fx);
+}
+
+void jobs_sched_registered(salusd_t *d, job_t *job)
+{
+    sched_core_effects_t fx = {0};
+    sched_job_registered(d, job, &fx);
+    apply(d, &fx);
+}
+
+void jobs_sched_parked(salusd_t *d, job_t *job)
+{
+    sched_core_effects_t fx = {0};
+    if (sched_job_parked(d, job, jobs_page(job), &fx) == 0)
+        job->state = JOB_PAUSED;
+    apply(d, &fx);
+}
+
+void jobs_sched_left(salusd_t *d, uint64_t job_id)
+{
+    sched_core_effects_t fx = {0};
+    sched_job_id_left(d, job_id, &fx);
+    apply(d, &fx);
+}
+
+int jobs_set_policy(salusd_t *d, const char *name, char *err, size_t err_size)
+{
+    sched_core_effects_t fx = {0};
+    int rc = sched_set_policy(d, name, err, err_size, &fx);
+    apply(d, &fx);
+    return rc;
+}

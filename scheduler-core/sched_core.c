@@ -1,0 +1,832 @@
+/* The scheduling core (see sched_core.h): admission rounds, lane holders, turns, budgets,
+ * learned sizes and re-layouts, once, for the daemon and the simulator. */
+#include "sched_core.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct core_job_s {
+    uint64_t id;
+    bool gone; /* left; removed at the next compaction */
+    uint32_t uid;
+    uint64_t persistent_hint, ephemeral_hint; /* LANES_SIZE_UNKNOWN when not hinted */
+    uint64_t iterations_expected, iteration_hint_ns;
+    int32_t priority;
+    uint64_t registered_ns;
+    bool admitted;
+    bool ready;      /* at a boundary, asking for a turn */
+    bool holds_lane; /* granted, not back yet */
+    bool free_run;
+    bool provisional; /* admitted on provisional sizes, not learned yet */
+    int gpu;
+    uint32_t lane;
+    uint64_t budget_bytes;
+    uint64_t ready_since_ns;
+    uint64_t iterations, busy_ns, last_iteration_ns;
+    uint64_t measured_persistent, measured_ephemeral;
+} core_job_t;
+
+typedef struct core_gpu_s {
+    int gpu;
+    uint64_t charged_bytes, largest_lane_bytes, capacity_bytes;
+    size_t jobs;
+} core_gpu_t;
+
+struct sched_core_s {
+    lanes_t *lanes;
+    policy_t policy;
+    policy_config_t policy_config;
+    uint64_t job_overhead_bytes;
+    uint64_t provisional_persistent, provisional_ephemeral;
+    uint32_t warmup_iterations;
+    core_job_t *jobs; /* sorted by id; includes `gone` ones until compacted */
+    size_t count, capacity, gone_count;
+    uint64_t *waiting; /* ids, registration order */
+    size_t waiting_count;
+    core_gpu_t *gpus;
+    size_t gpu_count;
+    uint32_t *touched; /* lanes to offer to the policy once this event settles */
+    size_t touched_count, touched_capacity;
+    bool layout_changed;
+    int error; /* first allocation failure during an event */
+    sched_core_effects_t *effects; /* the current event's list */
+    /* scratch, grown with the job count */
+    size_t scratch_capacity;
+    policy_job_t *views;
+    size_t *order;
+    uint64_t *members;
+    lanes_request_t *requests;
+    lanes_status_t *statuses;
+    lanes_lane_info_t *lane_infos;
+    size_t lane_info_capacity;
+};
+
+/* ---- effects ---------------------------------------------------------------------------- */
+
+void sched_core_effects_clear(sched_core_effects_t *effects)
+{
+    effects->count = 0;
+}
+
+void sched_core_effects_free(sched_core_effects_t *effects)
+{
+    free(effects->items);
+    memset(effects, 0, sizeof(*effects));
+}
+
+const char *sched_core_effect_name(sched_core_effect_kind_t kind)
+{
+    static const char *const names[] = {"admit", "refuse", "grant", "stop-free-run", "budget",
+                                        "move", "learned"};
+    return (unsigned)kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
+}
+
+static void emit(sched_core_t *core, sched_core_effect_t effect)
+{
+    sched_core_effects_t *fx = core->effects;
+    if (!fx)
+        return;
+    if (fx->count == fx->capacity) {
+        size_t capacity = fx->capacity ? fx->capacity * 2 : 16;
+        sched_core_effect_t *items = realloc(fx->items, capacity * sizeof(*items));
+        if (!items) {
+            core->error = -ENOMEM;
+            return;
+        }
+        fx->items = items;
+        fx->capacity = capacity;
+    }
+    fx->items[fx->count++] = effect;
+}
+
+/* ---- jobs ------------------------------------------------------------------------------- */
+
+static size_t lower_bound(const sched_core_t *core, uint64_t id)
+{
+    size_t lo = 0, hi = core->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (core->jobs[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static core_job_t *find(const sched_core_t *core, uint64_t id)
+{
+    if (core->count == 0)
+        return NULL;
+    /* ids are usually dense (the simulator's, or a daemon's recent jobs): try the slot first */
+    uint64_t guess = id - core->jobs[0].id;
+    size_t at = id >= core->jobs[0].id && guess < core->count && core->jobs[guess].id == id
+                    ? (size_t)guess : lower_bound(core, id);
+    return at < core->count && core->jobs[at].id == id && !core->jobs[at].gone ? &core->jobs[at]
+                                                                              : NULL;
+}
+
+static void compact(sched_core_t *core)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < core->count; i++)
+        if (!core->jobs[i].gone)
+            core->jobs[kept++] = core->jobs[i];
+    core->count = kept;
+    core->gone_count = 0;
+}
+
+/* Forgets the job. Pointers to jobs stay valid until the next compaction, which only
+ * add_job runs (between events' work, never while a pointer is held). */
+static void forget(sched_core_t *core, uint64_t id)
+{
+    core_job_t *job = find(core, id);
+    if (!job)
+        return;
+    if (!job->admitted) {
+        size_t kept = 0;
+        for (size_t i = 0; i < core->waiting_count; i++)
+            if (core->waiting[i] != id)
+                core->waiting[kept++] = core->waiting[i];
+        core->waiting_count = kept;
+    }
+    job->gone = true;
+    job->admitted = false; /* every walk over the jobs looks at admitted ones only */
+    core->gone_count++;
+}
+
+static int grow_scratch(sched_core_t *core, size_t needed)
+{
+    if (needed <= core->scratch_capacity)
+        return 0;
+    size_t n = core->scratch_capacity ? core->scratch_capacity : 16;
+    while (n < needed)
+        n *= 2;
+#define GROW(field)                                                                            \
+    do {                                                                                       \
+        void *p = realloc(core->field, n * sizeof(*core->field));                              \
+        if (!p)                                                                                \
+            return -ENOMEM;                                                                    \
+        core->field = p;                                                                       \
+    } while (0)
+    GROW(jobs);
+    GROW(waiting);
+    GROW(views);
+    GROW(order);
+    GROW(members);
+    GROW(requests);
+    GROW(statuses);
+#undef GROW
+    core->scratch_capacity = n;
+    core->capacity = n;
+    return 0;
+}
+
+static void view_of(const core_job_t *job, policy_job_t *v)
+{
+    *v = (policy_job_t){
+        .id = job->id,
+        .arrival_ns = job->registered_ns,
+        .iterations_done = job->iterations,
+        .iterations_expected = job->iterations_expected,
+        .mean_iteration_ns = job->iterations ? job->busy_ns / job->iterations
+                                             : job->iteration_hint_ns,
+        .attained_ns = job->busy_ns,
+        .priority = job->priority,
+        .lane = job->admitted ? job->lane : 0,
+        .runnable = job->admitted && job->ready && !job->holds_lane,
+    };
+}
+
+static void touch(sched_core_t *core, uint32_t lane)
+{
+    for (size_t i = 0; i < core->touched_count; i++)
+        if (core->touched[i] == lane)
+            return;
+    if (core->touched_count == core->touched_capacity) {
+        size_t capacity = core->touched_capacity ? core->touched_capacity * 2 : 16;
+        uint32_t *t = realloc(core->touched, capacity * sizeof(*t));
+        if (!t) {
+            core->error = -ENOMEM;
+            return;
+        }
+        core->touched = t;
+        core->touched_capacity = capacity;
+    }
+    core->touched[core->touched_count++] = lane;
+}
+
+static void stop_free_run(sched_core_t *core, core_job_t *job)
+{
+    if (!job->free_run)
+        return;
+    job->free_run = false;
+    emit(core, (sched_core_effect_t){.kind = SCHED_CORE_STOP_FREE_RUN, .job_id = job->id,
+                                     .gpu = job->gpu, .lane = job->lane});
+}
+
+/* lanes_config_t.on_change: the books changed at once; jobs follow at their next boundary.
+ * Every job of the GPU stops running freely, so that it stops, hands back memory it no longer
+ * holds and takes its next turn in its (maybe new) lane. */
+static void on_layout_change(void *context, const lanes_change_t *change)
+{
+    sched_core_t *core = context;
+    core->layout_changed = true;
+    if (change->kind == LANES_CHANGE_JOB_MOVED) {
+        core_job_t *job = find(core, change->job_id);
+        if (job && job->admitted) {
+            job->lane = change->lane_id;
+            emit(core, (sched_core_effect_t){.kind = SCHED_CORE_MOVE, .job_id = job->id,
+                                             .gpu = change->gpu, .lane = change->lane_id});
+        }
+        touch(core, change->old_lane_id);
+        touch(core, change->lane_id);
+    } else if (change->kind == LANES_CHANGE_LANE_OPENED) {
+        touch(core, change->lane_id);
+    }
+    for (size_t i = 0; i < core->count; i++)
+        if (core->jobs[i].admitted && core->jobs[i].gpu == change->gpu)
+            stop_free_run(core, &core->jobs[i]);
+}
+
+/* Every admitted job's budget follows its placement: persistent size plus its lane's size. */
+static void refresh_budgets(sched_core_t *core)
+{
+    if (!core->layout_changed)
+        return;
+    core->layout_changed = false;
+    for (size_t i = 0; i < core->count; i++) {
+        core_job_t *job = &core->jobs[i];
+        lanes_placement_t pl;
+        if (!job->admitted || lanes_job_placement(core->lanes, job->id, &pl) != LANES_OK)
+            continue;
+        uint64_t budget = pl.persistent_bytes + pl.lane_size_bytes;
+        if (budget != job->budget_bytes) {
+            job->budget_bytes = budget;
+            emit(core, (sched_core_effect_t){.kind = SCHED_CORE_BUDGET, .job_id = job->id,
+                                             .gpu = job->gpu, .lane = job->lane,
+                                             .budget_bytes = budget});
+        }
+    }
+}
+
+/* ---- turns ------------------------------------------------------------------------------ */
+
+/* If the lane is free, the policy picks among its ready jobs and the pick is granted. If a job
+ * holds it and runs freely while others are ready, it must stop at its next boundary. */
+static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
+{
+    size_t n = lanes_lane_jobs(core->lanes, lane, core->members, core->scratch_capacity);
+    if (n > core->scratch_capacity) {
+        if (grow_scratch(core, n) < 0)
+            return;
+        n = lanes_lane_jobs(core->lanes, lane, core->members, n);
+    }
+    if (n == 0)
+        return;
+    size_t ready = 0;
+    core_job_t *holder = NULL, *job = NULL;
+    for (size_t i = 0; i < n; i++) {
+        core_job_t *member = find(core, core->members[i]);
+        if (!member)
+            return;
+        if (member->holds_lane)
+            holder = member;
+        else if (member->ready) {
+            ready++;
+            job = member;
+        }
+    }
+    if (ready == 0)
+        return;
+    if (holder) {
+        stop_free_run(core, holder);
+        return;
+    }
+    if (ready > 1) { /* the policy's choice (with one, pick() can only return it) */
+        for (size_t i = 0; i < n; i++)
+            view_of(find(core, core->members[i]), &core->views[i]);
+        int pick = policy_pick(&core->policy, lane, core->views, n, now_ns);
+        if (pick < 0 || (size_t)pick >= n || !core->views[pick].runnable)
+            return;
+        job = find(core, core->views[pick].id);
+    }
+    bool clear_needed = false;
+    if (lanes_grant(core->lanes, job->id, &clear_needed) != LANES_OK)
+        return;
+    job->holds_lane = true;
+    job->ready = false;
+    job->ready_since_ns = 0;
+    /* alone and measured: it runs on without stopping at its boundaries (a provisional job
+     * stops at each until its sizes are learned) */
+    job->free_run = ready == 1 && !job->provisional;
+    emit(core, (sched_core_effect_t){.kind = SCHED_CORE_GRANT, .job_id = job->id,
+                                     .gpu = job->gpu, .lane = lane, .free_run = job->free_run,
+                                     .clear_needed = clear_needed});
+}
+
+static void dispatch_touched(sched_core_t *core, uint64_t now_ns)
+{
+    /* dispatch_lane may touch nothing (grants change no layout): the list is stable */
+    for (size_t i = 0; i < core->touched_count; i++)
+        dispatch_lane(core, core->touched[i], now_ns);
+    core->touched_count = 0;
+}
+
+/* Fills core->lane_infos with every lane; returns how many (0 when out of memory). */
+static size_t list_lanes(sched_core_t *core)
+{
+    size_t n = lanes_list(core->lanes, NULL, 0);
+    if (n > core->lane_info_capacity) {
+        lanes_lane_info_t *infos = realloc(core->lane_infos, n * 2 * sizeof(*infos));
+        if (!infos) {
+            core->error = -ENOMEM;
+            return 0;
+        }
+        core->lane_infos = infos;
+        core->lane_info_capacity = n * 2;
+    }
+    return lanes_list(core->lanes, core->lane_infos, core->lane_info_capacity);
+}
+
+static void touch_all_lanes(sched_core_t *core)
+{
+    size_t n = list_lanes(core);
+    for (size_t i = 0; i < n; i++)
+        touch(core, core->lane_infos[i].lane_id);
+}
+
+/* ---- admission -------------------------------------------------------------------------- */
+
+static uint64_t size_or(uint64_t hinted, uint64_t provisional)
+{
+    return hinted == LANES_SIZE_UNKNOWN ? provisional : hinted;
+}
+
+/* Per GPU: memory charged to admitted jobs and the largest lane. A job can only be admitted
+ * on a GPU where P + overhead + charged + max(E, largest lane) fits (every lane is as large
+ * as its largest E, and the job's lane must hold its E): a necessary condition, so leaving
+ * out the jobs that fail it changes nothing for a non-blocking policy, and saves offering
+ * hundreds of hopeless jobs to the lane manager after every departure. */
+static int read_books(sched_core_t *core)
+{
+    for (size_t g = 0; g < core->gpu_count; g++) {
+        lanes_gpu_info_t info;
+        if (lanes_gpu_info(core->lanes, core->gpus[g].gpu, &info) != LANES_OK)
+            return -EINVAL;
+        core->gpus[g].charged_bytes = info.persistent_bytes;
+        core->gpus[g].capacity_bytes = info.capacity_bytes;
+        core->gpus[g].jobs = info.job_count;
+        core->gpus[g].largest_lane_bytes = 0;
+    }
+    size_t n = list_lanes(core);
+    for (size_t i = 0; i < n; i++)
+        for (size_t g = 0; g < core->gpu_count; g++)
+            if (core->gpus[g].gpu == core->lane_infos[i].gpu &&
+                core->lane_infos[i].size_bytes > core->gpus[g].largest_lane_bytes)
+                core->gpus[g].largest_lane_bytes = core->lane_infos[i].size_bytes;
+    return 0;
+}
+
+static bool may_fit(const sched_core_t *core, const core_job_t *job)
+{
+    uint64_t p = size_or(job->persistent_hint, core->provisional_persistent) +
+                 core->job_overhead_bytes;
+    uint64_t e = size_or(job->ephemeral_hint, core->provisional_ephemeral);
+    uint32_t max_jobs = policy_max_jobs_per_gpu(&core->policy);
+    bool fits_alone = false;
+    for (size_t g = 0; g < core->gpu_count; g++) {
+        const core_gpu_t *b = &core->gpus[g];
+        uint64_t lane = e > b->largest_lane_bytes ? e : b->largest_lane_bytes;
+        fits_alone |= p + e <= b->capacity_bytes;
+        if ((max_jobs == 0 || b->jobs < max_jobs) && b->charged_bytes + p + lane <= b->capacity_bytes)
+            return true;
+    }
+    return !fits_alone; /* let the lane manager refuse it (LANES_NEVER_FITS) */
+}
+
+static void admission_round(sched_core_t *core, uint64_t now_ns)
+{
+    if (core->waiting_count == 0)
+        return;
+    bool strict = policy_admission_blocks(&core->policy);
+    if (!strict && read_books(core) < 0)
+        strict = true; /* cannot filter: offer every job */
+    size_t n = 0;
+    for (size_t i = 0; i < core->waiting_count; i++) {
+        const core_job_t *job = find(core, core->waiting[i]);
+        if (job && (strict || may_fit(core, job))) {
+            view_of(job, &core->views[n++]);
+        }
+    }
+    if (n == 0)
+        return;
+    policy_admission_order(&core->policy, core->views, n, core->order, now_ns);
+    for (size_t i = 0; i < n; i++) {
+        const core_job_t *job = find(core, core->views[core->order[i]].id);
+        core->requests[i] = (lanes_request_t){
+            .job_id = job->id,
+            .uid = job->uid,
+            .persistent_bytes = job->persistent_hint,
+            .ephemeral_bytes = job->ephemeral_hint,
+            .gpu = LANES_ANY_GPU,
+        };
+    }
+    lanes_admit_in_order(core->lanes, core->requests, n, strict, core->statuses, NULL);
+    /* Mark the admitted first, then read every placement back: a later admission of this
+     * round may have merged an earlier one's lane (its lane and budget changed since). */
+    for (size_t i = 0; i < n; i++) {
+        core_job_t *job = find(core, core->requests[i].job_id);
+        if (core->statuses[i] == LANES_OK)
+            job->admitted = true;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t id = core->requests[i].job_id;
+        core_job_t *job = find(core, id);
+        lanes_placement_t pl;
+        switch (core->statuses[i]) {
+        case LANES_OK:
+            if (lanes_job_placement(core->lanes, id, &pl) != LANES_OK)
+                break;
+            job->gpu = pl.gpu;
+            job->lane = pl.lane_id;
+            job->provisional = pl.provisional;
+            job->budget_bytes = pl.persistent_bytes + pl.lane_size_bytes;
+            emit(core, (sched_core_effect_t){.kind = SCHED_CORE_ADMIT, .job_id = id,
+                                             .gpu = pl.gpu, .lane = pl.lane_id,
+                                             .budget_bytes = job->budget_bytes});
+            break;
+        case LANES_WAIT:
+            break;
+        case LANES_NEVER_FITS:
+            emit(core, (sched_core_effect_t){
+                           .kind = SCHED_CORE_REFUSE, .job_id = id,
+                           .reason = "the job's memory (persistent + ephemeral) exceeds every "
+                                     "GPU of this node"});
+            forget(core, id);
+            break;
+        default:
+            emit(core, (sched_core_effect_t){.kind = SCHED_CORE_REFUSE, .job_id = id,
+                                             .reason = lanes_status_name(core->statuses[i])});
+            forget(core, id);
+            break;
+        }
+    }
+    /* announce the newcomers now that their lanes are final */
+    for (size_t i = 0; i < n; i++) {
+        core_job_t *job = core->statuses[i] == LANES_OK ? find(core, core->requests[i].job_id) : NULL;
+        if (!job)
+            continue;
+        policy_job_t v;
+        view_of(job, &v);
+        policy_job_arrived(&core->policy, &v, now_ns);
+        touch(core, job->lane);
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < core->waiting_count; i++) {
+        const core_job_t *job = find(core, core->waiting[i]);
+        if (job && !job->admitted)
+            core->waiting[kept++] = core->waiting[i];
+    }
+    if (kept != core->waiting_count)
+        core->layout_changed = true; /* the newcomers may have grown lanes of others */
+    core->waiting_count = kept;
+}
+
+/* Learned sizes: after warm-up, a provisional job's measured sizes replace the provisional
+ * ones (it stays in its lane, moves to another of its GPU, or keeps its books if they do not
+ * fit now; it is retried at its next boundary). */
+static void learn_sizes(sched_core_t *core, core_job_t *job)
+{
+    if (!job->provisional || job->iterations < core->warmup_iterations)
+        return;
+    uint64_t p = job->measured_persistent ? job->measured_persistent : 1;
+    uint64_t e = job->measured_ephemeral ? job->measured_ephemeral : 1;
+    lanes_placement_t now;
+    lanes_status_t st = lanes_update_sizes(core->lanes, job->id, p, e, &now);
+    sched_core_effect_t fx = {.kind = SCHED_CORE_LEARNED, .job_id = job->id, .gpu = job->gpu,
+                              .lane = job->lane, .persistent_bytes = p, .ephemeral_bytes = e};
+    if (st == LANES_OK || st == LANES_MOVED) {
+        job->provisional = false;
+        job->lane = now.lane_id;
+        core->layout_changed = true;
+        touch(core, now.lane_id);
+        fx.lane = now.lane_id;
+    } else {
+        fx.reason = lanes_status_name(st);
+    }
+    emit(core, fx);
+}
+
+/* ---- events ----------------------------------------------------------------------------- */
+
+static void begin(sched_core_t *core, sched_core_effects_t *effects)
+{
+    core->effects = effects;
+    core->error = 0;
+}
+
+static int end(sched_core_t *core, uint64_t now_ns)
+{
+    refresh_budgets(core);
+    dispatch_touched(core, now_ns);
+    core->effects = NULL;
+    return core->error;
+}
+
+static int add_job(sched_core_t *core, const sched_core_job_hints_t *hints, uint64_t now_ns)
+{
+    if (!hints || hints->id == 0)
+        return -EINVAL;
+    if (find(core, hints->id))
+        return -EEXIST;
+    /* rarely: a dense array keeps find() at one probe */
+    if (core->gone_count > 4096 && core->gone_count * 2 > core->count)
+        compact(core);
+    if (grow_scratch(core, core->count + 1) < 0)
+        return -ENOMEM;
+    size_t at = lower_bound(core, hints->id);
+    memmove(&core->jobs[at + 1], &core->jobs[at], (core->count - at) * sizeof(*core->jobs));
+    core->count++;
+    core->jobs[at] = (core_job_t){
+        .id = hints->id,
+        .uid = hints->uid,
+        .persistent_hint = hints->persistent_bytes,
+        .ephemeral_hint = hints->ephemeral_bytes,
+        .iterations_expected = hints->iterations_expected,
+        .iteration_hint_ns = hints->iteration_ns,
+        .priority = hints->priority,
+        .registered_ns = hints->arrival_ns ? hints->arrival_ns : now_ns,
+        .gpu = -1,
+    };
+    core->waiting[core->waiting_count++] = hints->id;
+    return 0;
+}
+
+int sched_core_jobs_registered(sched_core_t *core, const sched_core_job_hints_t *hints,
+                               size_t count, uint64_t now_ns, sched_core_effects_t *effects)
+{
+    int rc = 0;
+    for (size_t i = 0; i < count && rc == 0; i++)
+        rc = add_job(core, &hints[i], now_ns);
+    begin(core, effects);
+    admission_round(core, now_ns);
+    int rc2 = end(core, now_ns);
+    return rc < 0 ? rc : rc2;
+}
+
+int sched_core_job_registered(sched_core_t *core, const sched_core_job_hints_t *hints,
+                              uint64_t now_ns, sched_core_effects_t *effects)
+{
+    int rc = add_job(core, hints, now_ns);
+    if (rc < 0)
+        return rc;
+    begin(core, effects);
+    admission_round(core, now_ns);
+    return end(core, now_ns);
+}
+
+int sched_core_job_boundary(sched_core_t *core, uint64_t job_id,
+                            const sched_core_boundary_t *b, uint64_t now_ns,
+                            sched_core_effects_t *effects)
+{
+    core_job_t *job = find(core, job_id);
+    if (!job || !b)
+        return -ENOENT;
+    begin(core, effects);
+    if (b->iterations >= job->iterations) {
+        job->iterations = b->iterations;
+        job->busy_ns = b->busy_ns;
+        job->last_iteration_ns = b->last_iteration_ns;
+    }
+    if (b->persistent_bytes)
+        job->measured_persistent = b->persistent_bytes;
+    if (b->ephemeral_bytes)
+        job->measured_ephemeral = b->ephemeral_bytes;
+    if (!job->admitted) {
+        job->ready = b->ready;
+        return end(core, now_ns);
+    }
+    if (job->holds_lane) {
+        policy_job_t v;
+        job->holds_lane = false;
+        job->free_run = false;
+        lanes_yield(core->lanes, job->id);
+        view_of(job, &v);
+        policy_iteration_done(&core->policy, &v, job->last_iteration_ns, now_ns);
+        touch(core, job->lane);
+        learn_sizes(core, job);
+    }
+    if (b->ready && !job->ready)
+        job->ready_since_ns = now_ns;
+    job->ready = b->ready;
+    touch(core, job->lane); /* dispatch_lane also stops a free run of its holder */
+    return end(core, now_ns);
+}
+
+int sched_core_job_left(sched_core_t *core, uint64_t job_id, sched_core_exit_t how,
+                        uint64_t now_ns, sched_core_effects_t *effects)
+{
+    (void)how; /* every way out returns the same memory; kept for the policies to come */
+    core_job_t *job = find(core, job_id);
+    if (!job)
+        return 0;
+    begin(core, effects);
+    if (job->admitted) {
+        uint32_t lane = job->lane;
+        policy_job_left(&core->policy, job_id, now_ns);
+        if (job->holds_lane)
+            lanes_yield(core->lanes, job_id);
+        lanes_release(core->lanes, job_id);
+        core->layout_changed = true;
+        touch(core, lane);
+    }
+    forget(core, job_id);
+    admission_round(core, now_ns);
+    return end(core, now_ns);
+}
+
+int sched_core_admit(sched_core_t *core, uint64_t now_ns, sched_core_effects_t *effects)
+{
+    begin(core, effects);
+    admission_round(core, now_ns);
+    return end(core, now_ns);
+}
+
+int sched_core_set_policy(sched_core_t *core, const char *name, uint64_t now_ns,
+                          sched_core_effects_t *effects)
+{
+    size_t n = 0;
+    if (grow_scratch(core, core->count + 1) < 0)
+        return -ENOMEM;
+    for (size_t i = 0; i < core->count; i++)
+        if (core->jobs[i].admitted)
+            view_of(&core->jobs[i], &core->views[n++]);
+    int rc = policy_switch(&core->policy, name, &core->policy_config, core->views, n, now_ns);
+    if (rc < 0)
+        return rc;
+    lanes_set_max_jobs_per_gpu(core->lanes, policy_max_jobs_per_gpu(&core->policy));
+    begin(core, effects);
+    admission_round(core, now_ns);
+    touch_all_lanes(core);
+    return end(core, now_ns);
+}
+
+/* ---- life cycle ------------------------------------------------------------------------- */
+
+void sched_core_config_default(sched_core_config_t *config)
+{
+    memset(config, 0, sizeof(*config));
+    lanes_config_default(&config->lanes);
+    config->policy_name = "fifo";
+    config->warmup_iterations = SCHED_CORE_DEFAULT_WARMUP_ITERATIONS;
+}
+
+void sched_core_config_fit_gpu(sched_core_config_t *config, uint64_t total_bytes)
+{
+    if (config->lanes.provisional_persistent_bytes > total_bytes / 4)
+        config->lanes.provisional_persistent_bytes = total_bytes / 4;
+    if (config->lanes.provisional_ephemeral_bytes > total_bytes / 2)
+        config->lanes.provisional_ephemeral_bytes = total_bytes / 2;
+}
+
+sched_core_t *sched_core_create(const sched_core_config_t *config, int *error)
+{
+    sched_core_config_t defaults;
+    int rc = -ENOMEM;
+    if (!config) {
+        sched_core_config_default(&defaults);
+        config = &defaults;
+    }
+    sched_core_t *core = calloc(1, sizeof(*core));
+    if (!core)
+        goto fail;
+    lanes_config_t lc = config->lanes;
+    lc.on_change = on_layout_change;
+    lc.on_change_context = core;
+    core->job_overhead_bytes = lc.job_overhead_bytes;
+    core->provisional_persistent = lc.provisional_persistent_bytes;
+    core->provisional_ephemeral = lc.provisional_ephemeral_bytes;
+    core->policy_config = config->policy;
+    core->warmup_iterations = config->warmup_iterations ? config->warmup_iterations
+                                                        : SCHED_CORE_DEFAULT_WARMUP_ITERATIONS;
+    core->lanes = lanes_create(&lc);
+    if (!core->lanes || grow_scratch(core, 16) < 0)
+        goto fail;
+    rc = policy_init(&core->policy, config->policy_name ? config->policy_name : "fifo",
+                     &core->policy_config);
+    if (rc < 0)
+        goto fail;
+    lanes_set_max_jobs_per_gpu(core->lanes, policy_max_jobs_per_gpu(&core->policy));
+    return core;
+fail:
+    if (error)
+        *error = rc;
+    sched_core_destroy(core);
+    return NULL;
+}
+
+void sched_core_destroy(sched_core_t *core)
+{
+    if (!core)
+        return;
+    policy_fini(&core->policy);
+    lanes_destroy(core->lanes);
+    free(core->jobs);
+    free(core->waiting);
+    free(core->gpus);
+    free(core->touched);
+    free(core->views);
+    free(core->order);
+    free(core->members);
+    free(core->requests);
+    free(core->statuses);
+    free(core->lane_infos);
+    free(core);
+}
+
+int sched_core_add_gpu(sched_core_t *core, int gpu, uint64_t total_bytes, uint64_t reserve_bytes)
+{
+    if (reserve_bytes >= total_bytes)
+        return -EINVAL;
+    core_gpu_t *gpus = realloc(core->gpus, (core->gpu_count + 1) * sizeof(*gpus));
+    if (!gpus)
+        return -ENOMEM;
+    core->gpus = gpus;
+    lanes_status_t st = lanes_add_gpu(core->lanes, gpu, total_bytes, reserve_bytes);
+    if (st != LANES_OK)
+        return st == LANES_ERROR_NO_MEMORY ? -ENOMEM : -EINVAL;
+    core->gpus[core->gpu_count++] = (core_gpu_t){.gpu = gpu};
+    return 0;
+}
+
+/* ---- the books -------------------------------------------------------------------------- */
+
+int sched_core_job_info(const sched_core_t *core, uint64_t job_id, sched_core_job_info_t *info)
+{
+    const core_job_t *job = find(core, job_id);
+    if (!job)
+        return -ENOENT;
+    memset(info, 0, sizeof(*info));
+    info->id = job->id;
+    info->uid = job->uid;
+    info->gpu = job->admitted ? job->gpu : -1;
+    info->lane = job->admitted ? job->lane : 0;
+    info->budget_bytes = job->admitted ? job->budget_bytes : 0;
+    info->free_run = job->free_run;
+    info->iterations = job->iterations;
+    info->busy_ns = job->busy_ns;
+    info->provisional = job->admitted && job->provisional;
+    if (!job->admitted) {
+        info->phase = SCHED_CORE_WAITING;
+        info->waiting_since_ns = job->registered_ns;
+    } else if (job->holds_lane) {
+        info->phase = SCHED_CORE_RUNNING;
+    } else if (job->ready) {
+        info->phase = SCHED_CORE_PARKED;
+        info->waiting_since_ns = job->ready_since_ns;
+        size_t n = lanes_list(core->lanes, NULL, 0);
+        lanes_lane_info_t *infos = n ? calloc(n, sizeof(*infos)) : NULL;
+        if (infos) {
+            n = lanes_list(core->lanes, infos, n);
+            for (size_t i = 0; i < n; i++)
+                if (infos[i].lane_id == job->lane && infos[i].active)
+                    info->lane_holder = infos[i].active_job_id;
+            free(infos);
+        }
+    } else {
+        info->phase = SCHED_CORE_IDLE;
+    }
+    return 0;
+}
+
+const char *sched_core_phase_name(sched_core_job_phase_t phase)
+{
+    static const char *const names[] = {"waiting", "running", "parked", "idle"};
+    return (unsigned)phase < 4 ? names[phase] : "?";
+}
+
+const lanes_t *sched_core_lanes(const sched_core_t *core)
+{
+    return core->lanes;
+}
+
+const char *sched_core_policy_name(const sched_core_t *core)
+{
+    return policy_name(&core->policy);
+}
+
+size_t sched_core_job_count(const sched_core_t *core)
+{
+    return core->count - core->gone_count;
+}
+
+uint64_t sched_core_gpu_budget_bytes(const sched_core_t *core, int gpu)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < core->count; i++)
+        if (core->jobs[i].admitted && core->jobs[i].gpu == gpu)
+            sum += core->jobs[i].budget_bytes;
+    return sum;
+}

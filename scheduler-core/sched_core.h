@@ -1,0 +1,221 @@
+/* The scheduling core: the one mechanism that salusd and salus-sim both drive.
+ *
+ * It owns the scheduling facts: which jobs wait for admission and in which order they are
+ * offered (the policy's admission order), where each admitted job lives (GPU, lane: the lane
+ * manager's books, memory/lanes.h), who holds each lane, each job's memory budget, its
+ * measurements (iterations, GPU time) and its learned sizes. The policies
+ * (scheduler-policies/policy.h) plug into it as sched_classes plug into Linux's
+ * kernel/sched/core.c; the core is their only caller.
+ *
+ * Interface: events in, effects out. Each event function takes the time (now_ns: the caller's
+ * clock, monotonic; the daemon's CLOCK_MONOTONIC or the simulator's simulated time) and
+ * appends what the caller must carry out to an effects list (sched_core_effects_t). The core
+ * never does I/O, never reads a clock, never blocks, never calls back into the caller: the
+ * caller applies the effects after the call returns, in list order, and may send further
+ * events while doing so (e.g. a job whose admission could not be carried out leaves with
+ * sched_core_job_left). Not thread-safe: one thread (the daemon's event loop, the simulator's
+ * event heap) owns a core.
+ *
+ * Job life: registered (waiting) -> admitted (ADMIT effect: GPU, lane, budget) -> takes turns:
+ * it reports each iteration boundary it stops at (sched_core_job_boundary), the core gives
+ * the lane back, reports the iteration to the policy and, when the lane is free, grants the
+ * policy's pick its next iteration (GRANT). A job alone in its lane may run freely (GRANT with
+ * free_run): it stops reporting boundaries until the core asks it to stop (STOP_FREE_RUN,
+ * because another job of its lane is waiting or the lane layout changed). -> left
+ * (sched_core_job_left), or refused (REFUSE effect; the core forgets it at once).
+ *
+ * Room for later events (not implemented yet; they go beside the ones below, with their own
+ * effects): a job re-attaching after a daemon restart (its placement given back to the books),
+ * gang slots of a distributed job (admit a set of jobs across nodes together). */
+#ifndef SALUS_SCHEDULER_CORE_SCHED_CORE_H
+#define SALUS_SCHEDULER_CORE_SCHED_CORE_H
+
+#include "lanes.h"
+#include "policy.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sched_core_s sched_core_t;
+
+#define SCHED_CORE_DEFAULT_WARMUP_ITERATIONS 3
+
+typedef struct sched_core_config_s {
+    /* The lane manager's settings; on_change / on_change_context are the core's own and are
+     * ignored here. */
+    lanes_config_t lanes;
+    policy_config_t policy;
+    const char *policy_name; /* NULL: "fifo" */
+    /* A job admitted on provisional sizes (no hints) has its measured sizes applied after
+     * this many iterations (0: the default, SCHED_CORE_DEFAULT_WARMUP_ITERATIONS). */
+    uint32_t warmup_iterations;
+} sched_core_config_t;
+
+/* Defaults: lanes_config_default(), policy "fifo", warm-up 3. */
+void sched_core_config_default(sched_core_config_t *config);
+/* Caps the provisional sizes so that a job without hints fits a GPU of total_bytes (a
+ * quarter for persistent, half for ephemeral). Call once per GPU before sched_core_create. */
+void sched_core_config_fit_gpu(sched_core_config_t *config, uint64_t total_bytes);
+
+/* ---- effects ---------------------------------------------------------------------------- */
+
+typedef enum sched_core_effect_kind_e {
+    /* Admit job_id on gpu, lane, with budget_bytes (persistent + its lane). The caller answers
+     * the job's registration; if it cannot, it sends sched_core_job_left. */
+    SCHED_CORE_ADMIT,
+    /* The job can never run here (reason: a static string); the core has forgotten it. */
+    SCHED_CORE_REFUSE,
+    /* The job runs its next iteration in its lane. free_run: it may go on past its boundaries
+     * without reporting them until STOP_FREE_RUN. clear_needed: the lane's memory was last
+     * used by another uid (lanes_grant). */
+    SCHED_CORE_GRANT,
+    /* The job runs freely: it must stop at (and report) its next boundary. */
+    SCHED_CORE_STOP_FREE_RUN,
+    /* The job's budget changed (budget_bytes: persistent + its lane's size). */
+    SCHED_CORE_BUDGET,
+    /* The lane manager moved the job to another lane (gpu, lane: the new one). It follows at
+     * its next boundary; the caller only updates what it shows. */
+    SCHED_CORE_MOVE,
+    /* For the record (nothing to carry out): a provisional job's measured sizes
+     * (persistent_bytes, ephemeral_bytes) were applied (reason NULL; a BUDGET and maybe a
+     * MOVE come with it), or do not fit now (reason: why; it keeps its provisional books and
+     * is retried at its next boundary). */
+    SCHED_CORE_LEARNED,
+} sched_core_effect_kind_t;
+
+typedef struct sched_core_effect_s {
+    sched_core_effect_kind_t kind;
+    uint64_t job_id;
+    int gpu;
+    uint32_t lane;
+    uint64_t budget_bytes;
+    uint64_t persistent_bytes, ephemeral_bytes; /* LEARNED */
+    bool free_run;
+    bool clear_needed;
+    const char *reason;
+} sched_core_effect_t;
+
+/* The caller's list; the core appends. Zero-initialise, reuse with sched_core_effects_clear,
+ * free with sched_core_effects_free. */
+typedef struct sched_core_effects_s {
+    sched_core_effect_t *items;
+    size_t count, capacity;
+} sched_core_effects_t;
+
+void sched_core_effects_clear(sched_core_effects_t *effects);
+void sched_core_effects_free(sched_core_effects_t *effects);
+const char *sched_core_effect_name(sched_core_effect_kind_t kind);
+
+/* ---- life cycle ------------------------------------------------------------------------- */
+
+/* NULL config = defaults. NULL when out of memory or the policy is unknown (*error: -ENOENT
+ * or -ENOMEM when error is not NULL). */
+sched_core_t *sched_core_create(const sched_core_config_t *config, int *error);
+void sched_core_destroy(sched_core_t *core); /* NULL ok */
+
+/* Adds GPU `gpu` with capacity total - reserve. 0; -EINVAL when the reserve leaves no room
+ * (reserve >= total) or the index is known already; -ENOMEM. Called at start-up (and, later,
+ * when a GPU appears); never blocks. */
+int sched_core_add_gpu(sched_core_t *core, int gpu, uint64_t total_bytes, uint64_t reserve_bytes);
+
+/* ---- events (all: called by the owner's thread, never block; 0 or a negative errno) ------ */
+
+typedef struct sched_core_job_hints_s {
+    uint64_t id;                  /* unique, > 0; larger than every id registered before */
+    uint32_t uid;
+    uint64_t persistent_bytes;    /* LANES_SIZE_UNKNOWN: admitted on provisional sizes, */
+    uint64_t ephemeral_bytes;     /*   then learned from its boundaries */
+    uint64_t iterations_expected; /* 0 = unknown */
+    uint64_t iteration_ns;        /* expected iteration time (a profile); 0 = unknown */
+    int32_t priority;
+    uint64_t arrival_ns;          /* when it arrived (a submit may precede its registration);
+                                     0 = now */
+} sched_core_job_hints_t;
+
+/* A job registered: it waits for admission; an admission round runs. -EEXIST, -EINVAL,
+ * -ENOMEM (then nothing changed). */
+int sched_core_job_registered(sched_core_t *core, const sched_core_job_hints_t *hints,
+                              uint64_t now_ns, sched_core_effects_t *effects);
+/* Several jobs registered at the same instant (a trace's simultaneous submissions): all join
+ * the waiting queue before one admission round. Stops at the first error. */
+int sched_core_jobs_registered(sched_core_t *core, const sched_core_job_hints_t *hints,
+                               size_t count, uint64_t now_ns, sched_core_effects_t *effects);
+
+/* What a job reports at an iteration boundary: cumulative counters (a job that ran freely
+ * reports several iterations at once) and its measured sizes. */
+typedef struct sched_core_boundary_s {
+    uint64_t iterations;        /* done in total */
+    uint64_t busy_ns;           /* time of those iterations, in total */
+    uint64_t last_iteration_ns; /* the last one's */
+    uint64_t persistent_bytes;  /* measured; 0 = not known */
+    uint64_t ephemeral_bytes;   /* measured peak; 0 = not known */
+    /* true (the usual): the job waits for its next turn. false: it gives its lane back but
+     * does not ask for a turn yet (a host-only part follows, --lane-hold gpu); a later
+     * boundary with ready set asks. */
+    bool ready;
+} sched_core_boundary_t;
+
+/* The job stopped at an iteration boundary. If it held its lane, the iteration goes to the
+ * policy, the lane is given back and, after warm-up, a provisional job's measured sizes are
+ * applied; then free lanes are offered to the policy. -ENOENT for an unknown job. */
+int sched_core_job_boundary(sched_core_t *core, uint64_t job_id,
+                            const sched_core_boundary_t *boundary, uint64_t now_ns,
+                            sched_core_effects_t *effects);
+
+typedef enum sched_core_exit_e {
+    SCHED_CORE_EXIT_DONE,    /* finished its work */
+    SCHED_CORE_EXIT_FAILED,  /* ended with an error, or its admission could not be carried out */
+    SCHED_CORE_EXIT_KILLED,
+    SCHED_CORE_EXIT_GONE,    /* its connection or process went away */
+} sched_core_exit_t;
+
+/* The job left (waiting or admitted): its memory goes back, an admission round runs, its
+ * lane is offered to the others. An unknown id is ignored (0). */
+int sched_core_job_left(sched_core_t *core, uint64_t job_id, sched_core_exit_t how,
+                        uint64_t now_ns, sched_core_effects_t *effects);
+
+/* Runs an admission round now (after something outside the core freed memory). */
+int sched_core_admit(sched_core_t *core, uint64_t now_ns, sched_core_effects_t *effects);
+
+/* Switches the policy (its init runs first; on failure the current one stays: -ENOENT,
+ * -ENOMEM). Then an admission round and every lane is offered to the new policy. */
+int sched_core_set_policy(sched_core_t *core, const char *name, uint64_t now_ns,
+                          sched_core_effects_t *effects);
+
+/* ---- the books (read-only snapshot of one job, lanes, GPUs) ------------------------------ */
+
+typedef enum sched_core_job_phase_e {
+    SCHED_CORE_WAITING,  /* registered, not admitted */
+    SCHED_CORE_RUNNING,  /* admitted, holds its lane (granted) */
+    SCHED_CORE_PARKED,   /* admitted, at a boundary, waiting for its turn */
+    SCHED_CORE_IDLE,     /* admitted, neither (not reported a boundary yet, or a host part) */
+} sched_core_job_phase_t;
+
+typedef struct sched_core_job_info_s {
+    uint64_t id;
+    uint32_t uid;
+    sched_core_job_phase_t phase;
+    int gpu;                /* -1 while waiting */
+    uint32_t lane;
+    uint64_t budget_bytes;  /* 0 while waiting */
+    bool provisional;       /* sizes not learned yet */
+    bool free_run;
+    uint64_t waiting_since_ns; /* WAITING: registration; PARKED: the boundary; else 0 */
+    uint64_t lane_holder;      /* PARKED: the job that holds its lane now, 0 = none */
+    uint64_t iterations;
+    uint64_t busy_ns;
+} sched_core_job_info_t;
+
+/* 0, or -ENOENT when the core does not know the job. */
+int sched_core_job_info(const sched_core_t *core, uint64_t job_id, sched_core_job_info_t *info);
+const char *sched_core_phase_name(sched_core_job_phase_t phase);
+/* The lane manager's books, for reading (lanes_list, lanes_gpu_info, lanes_lane_jobs). */
+const lanes_t *sched_core_lanes(const sched_core_t *core);
+const char *sched_core_policy_name(const sched_core_t *core);
+/* Jobs the core knows (waiting and admitted). */
+size_t sched_core_job_count(const sched_core_t *core);
+/* Sum of the budgets of the jobs admitted on gpu (what the daemon reserved for them). */
+uint64_t sched_core_gpu_budget_bytes(const sched_core_t *core, int gpu);
+
+#endif

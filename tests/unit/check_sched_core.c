@@ -1,0 +1,446 @@
+/* Unit tests for the scheduling core (scheduler-core/sched_core.h), with a fake clock: every
+ * scenario of the policy integration test (FIFO order, PACK concurrency, SRTF preemption at
+ * boundaries, FAIR shares, never-fits refusal, learned sizes) plus a merge during an admission
+ * round, 200 jobs in 200 lanes, visible waiting and a reserve that leaves no room. Nothing
+ * sleeps: time is a number the test advances. */
+#include "check_run.h"
+#include "sched_core.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIB (1ull << 20)
+#define GIB (1ull << 30)
+#define MS 1000000ull
+
+/* A fake node: the core, the clock, and what each job has done (as the shim counts it). */
+typedef struct fake_job_s {
+    uint64_t iterations, busy_ns;
+    uint64_t persistent_bytes, ephemeral_bytes; /* measured */
+    int admitted, refused, running, free_run;
+    int gpu;
+    uint32_t lane;
+    uint64_t budget_bytes;
+    int learned;
+} fake_job_t;
+
+typedef struct fake_s {
+    sched_core_t *core;
+    sched_core_effects_t fx;
+    uint64_t now_ns;
+    fake_job_t jobs[512];
+    uint64_t grants[4096]; /* job ids, in grant order */
+    size_t grant_count;
+} fake_t;
+
+static void fake_start(fake_t *f, const char *policy, uint64_t gpu_bytes)
+{
+    sched_core_config_t config;
+    int rc = 0;
+    memset(f, 0, sizeof(*f));
+    sched_core_config_default(&config);
+    config.policy_name = policy;
+    config.lanes.job_overhead_bytes = 0;
+    sched_core_config_fit_gpu(&config, gpu_bytes);
+    f->core = sched_core_create(&config, &rc);
+    ck_assert_msg(f->core != NULL, "sched_core_create(%s): %d", policy, rc);
+    ck_assert_int_eq(sched_core_add_gpu(f->core, 0, gpu_bytes, 0), 0);
+    f->now_ns = 1000 * MS;
+}
+
+static void fake_stop(fake_t *f)
+{
+    sched_core_destroy(f->core);
+    sched_core_effects_free(&f->fx);
+}
+
+/* What the daemon's adapter does with the effects, on the fake jobs. */
+static void apply(fake_t *f)
+{
+    for (size_t i = 0; i < f->fx.count; i++) {
+        const sched_core_effect_t *e = &f->fx.items[i];
+        ck_assert_uint_lt(e->job_id, 512);
+        fake_job_t *j = &f->jobs[e->job_id];
+        switch (e->kind) {
+        case SCHED_CORE_ADMIT:
+            ck_assert(!j->admitted);
+            j->admitted = 1;
+            j->gpu = e->gpu;
+            j->lane = e->lane;
+            j->budget_bytes = e->budget_bytes;
+            break;
+        case SCHED_CORE_REFUSE:
+            ck_assert_ptr_nonnull(e->reason);
+            j->refused = 1;
+            break;
+        case SCHED_CORE_GRANT:
+            ck_assert(j->admitted && !j->running);
+            j->running = 1;
+            j->free_run = e->free_run;
+            j->lane = e->lane;
+            ck_assert_uint_lt(f->grant_count, 4096);
+            f->grants[f->grant_count++] = e->job_id;
+            break;
+        case SCHED_CORE_STOP_FREE_RUN:
+            j->free_run = 0;
+            break;
+        case SCHED_CORE_BUDGET:
+            j->budget_bytes = e->budget_bytes;
+            break;
+        case SCHED_CORE_MOVE:
+            j->lane = e->lane;
+            break;
+        case SCHED_CORE_LEARNED:
+            j->learned += e->reason == NULL;
+            break;
+        }
+    }
+    sched_core_effects_clear(&f->fx);
+}
+
+static void reg(fake_t *f, uint64_t id, uint32_t uid, uint64_t p, uint64_t e, uint64_t iterations,
+                int32_t priority)
+{
+    sched_core_job_hints_t h = {.id = id, .uid = uid, .persistent_bytes = p,
+                                .ephemeral_bytes = e, .iterations_expected = iterations,
+                                .priority = priority};
+    ck_assert_int_eq(sched_core_job_registered(f->core, &h, f->now_ns, &f->fx), 0);
+    apply(f);
+}
+
+/* The job stops at a boundary; if it ran, it ran one iteration of iteration_ns. */
+static void boundary(fake_t *f, uint64_t id, uint64_t iteration_ns)
+{
+    fake_job_t *j = &f->jobs[id];
+    uint64_t last = 0;
+    if (j->running) {
+        j->iterations++;
+        j->busy_ns += iteration_ns;
+        last = iteration_ns;
+        j->running = 0;
+    }
+    sched_core_boundary_t b = {.iterations = j->iterations, .busy_ns = j->busy_ns,
+                               .last_iteration_ns = last, .persistent_bytes = j->persistent_bytes,
+                               .ephemeral_bytes = j->ephemeral_bytes, .ready = true};
+    ck_assert_int_eq(sched_core_job_boundary(f->core, id, &b, f->now_ns, &f->fx), 0);
+    apply(f);
+}
+
+static void leave(fake_t *f, uint64_t id)
+{
+    f->jobs[id].running = 0;
+    ck_assert_int_eq(sched_core_job_left(f->core, id, SCHED_CORE_EXIT_DONE, f->now_ns, &f->fx), 0);
+    apply(f);
+}
+
+/* Runs the job that holds lane `lane` for one iteration of iteration_ns (the clock moves). */
+static uint64_t run_one(fake_t *f, uint64_t first_id, uint64_t last_id, uint64_t iteration_ns)
+{
+    for (uint64_t id = first_id; id <= last_id; id++) {
+        if (f->jobs[id].running) {
+            f->now_ns += iteration_ns;
+            boundary(f, id, iteration_ns);
+            return id;
+        }
+    }
+    return 0;
+}
+
+START_TEST(test_fifo_one_at_a_time_in_order)
+{
+    fake_t f;
+    fake_start(&f, "fifo", 4 * GIB);
+    for (uint64_t id = 1; id <= 3; id++)
+        reg(&f, id, 1000, 100 * MIB, 100 * MIB, 2, 0);
+    ck_assert(f.jobs[1].admitted && !f.jobs[2].admitted && !f.jobs[3].admitted);
+    for (uint64_t id = 1; id <= 3; id++) {
+        ck_assert_msg(f.jobs[id].admitted, "job %llu not admitted in turn", (unsigned long long)id);
+        boundary(&f, id, 0); /* its first boundary: it runs alone, freely */
+        ck_assert(f.jobs[id].running && f.jobs[id].free_run);
+        f.now_ns += 50 * MS;
+        leave(&f, id);
+    }
+    ck_assert_uint_eq(f.grant_count, 3);
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_uint_eq(f.grants[i], i + 1);
+    fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_pack_jobs_that_fit_run_at_once)
+{
+    fake_t f;
+    fake_start(&f, "pack", 4 * GIB);
+    for (uint64_t id = 1; id <= 4; id++)
+        reg(&f, id, 1000, 100 * MIB, 200 * MIB, 10, 0);
+    for (uint64_t id = 1; id <= 4; id++) {
+        ck_assert(f.jobs[id].admitted);
+        for (uint64_t other = 1; other < id; other++)
+            ck_assert_uint_ne(f.jobs[id].lane, f.jobs[other].lane);
+        boundary(&f, id, 0);
+    }
+    for (uint64_t id = 1; id <= 4; id++)
+        ck_assert_msg(f.jobs[id].running && f.jobs[id].free_run, "job %llu", (unsigned long long)id);
+    fake_stop(&f);
+}
+END_TEST
+
+/* 1 GiB GPU: jobs of 100 + 600 MiB cannot have a lane each, so they share one and take turns. */
+START_TEST(test_pack_shared_lane_takes_turns)
+{
+    fake_t f;
+    fake_start(&f, "pack", 1 * GIB);
+    for (uint64_t id = 1; id <= 3; id++)
+        reg(&f, id, 1000, 100 * MIB, 600 * MIB, 10, 0);
+    for (uint64_t id = 1; id <= 3; id++) {
+        ck_assert(f.jobs[id].admitted);
+        ck_assert_uint_eq(f.jobs[id].lane, f.jobs[1].lane);
+        boundary(&f, id, 0);
+    }
+    /* one runs, and it may not run freely: others wait */
+    int running = 0;
+    for (uint64_t id = 1; id <= 3; id++)
+        running += f.jobs[id].running;
+    ck_assert_int_eq(running, 1);
+    for (int k = 0; k < 30; k++)
+        ck_assert_uint_ne(run_one(&f, 1, 3, 10 * MS), 0);
+    for (uint64_t id = 1; id <= 3; id++)
+        ck_assert_uint_eq(f.jobs[id].iterations, 10);
+    fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_srtf_short_overtakes_at_a_boundary)
+{
+    fake_t f;
+    fake_start(&f, "srtf", 1 * GIB);
+    reg(&f, 1, 1000, 100 * MIB, 600 * MIB, 1000, 0); /* long */
+    boundary(&f, 1, 0);
+    for (int k = 0; k < 5; k++)
+        ck_assert_uint_eq(run_one(&f, 1, 2, 20 * MS), 1);
+    reg(&f, 2, 1000, 100 * MIB, 600 * MIB, 3, 0); /* short, same lane */
+    ck_assert(f.jobs[2].admitted);
+    ck_assert_uint_eq(f.jobs[2].lane, f.jobs[1].lane);
+    boundary(&f, 2, 0);
+    ck_assert(!f.jobs[2].running);
+    /* the long one must stop at its next boundary, and there the short one gets the lane */
+    ck_assert(!f.jobs[1].free_run);
+    ck_assert_uint_eq(run_one(&f, 1, 2, 20 * MS), 1);
+    ck_assert(f.jobs[2].running);
+    fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_fair_equal_gpu_time)
+{
+    fake_t f;
+    fake_start(&f, "fair", 1 * GIB);
+    reg(&f, 1, 1000, 100 * MIB, 600 * MIB, 0, 0);
+    reg(&f, 2, 1000, 100 * MIB, 600 * MIB, 0, 0);
+    boundary(&f, 1, 0);
+    boundary(&f, 2, 0);
+    /* job 1 has iterations twice as long: it should get about half as many turns */
+    for (int k = 0; k < 300; k++) {
+        uint64_t id = f.jobs[1].running ? 1 : 2;
+        run_one(&f, id, id, id == 1 ? 20 * MS : 10 * MS);
+    }
+    uint64_t a = f.jobs[1].busy_ns, b = f.jobs[2].busy_ns;
+    uint64_t hi = a > b ? a : b, lo = a > b ? b : a;
+    ck_assert_msg(hi - lo <= hi / 10, "GPU time %llu vs %llu ms", (unsigned long long)(a / MS),
+                  (unsigned long long)(b / MS));
+    fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_never_fits_is_refused)
+{
+    fake_t f;
+    fake_start(&f, "pack", 1 * GIB);
+    reg(&f, 1, 1000, 2 * GIB, 2 * GIB, 2, 0);
+    ck_assert(f.jobs[1].refused && !f.jobs[1].admitted);
+    sched_core_job_info_t info;
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &info), -ENOENT);
+    ck_assert_uint_eq(sched_core_job_count(f.core), 0);
+    fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_learned_sizes)
+{
+    fake_t f;
+    fake_start(&f, "pack", 4 * GIB);
+    reg(&f, 1, 1000, LANES_SIZE_UNKNOWN, LANES_SIZE_UNKNOWN, 0, 0);
+    ck_assert(f.jobs[1].admitted);
+    sched_core_job_info_t info;
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &info), 0);
+    ck_assert(info.provisional);
+    uint64_t provisional_budget = f.jobs[1].budget_bytes;
+    f.jobs[1].persistent_bytes = 100 * MIB;
+    f.jobs[1].ephemeral_bytes = 50 * MIB;
+    boundary(&f, 1, 0);
+    for (int k = 0; k < SCHED_CORE_DEFAULT_WARMUP_ITERATIONS; k++) {
+        ck_assert_msg(!f.jobs[1].free_run, "a provisional job stops at every boundary");
+        run_one(&f, 1, 1, 5 * MS);
+    }
+    ck_assert_int_eq(f.jobs[1].learned, 1);
+    ck_assert_uint_eq(f.jobs[1].budget_bytes, 150 * MIB);
+    ck_assert_uint_lt(f.jobs[1].budget_bytes, provisional_budget);
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &info), 0);
+    ck_assert(!info.provisional);
+    ck_assert_uint_eq(info.budget_bytes, 150 * MIB);
+    ck_assert_uint_eq(sched_core_gpu_budget_bytes(f.core, 0), 150 * MIB);
+    fake_stop(&f);
+}
+END_TEST
+
+/* A later admission of one round merges the lanes of earlier ones: the ADMIT effects carry
+ * the lanes and budgets as they are after the round, not as they were at each admission. */
+START_TEST(test_merge_during_admission_round)
+{
+    fake_t f;
+    fake_start(&f, "pack", 10 * GIB);
+    sched_core_job_hints_t h[3] = {
+        {.id = 1, .uid = 1000, .persistent_bytes = 0, .ephemeral_bytes = 4 * GIB},
+        {.id = 2, .uid = 1000, .persistent_bytes = 0, .ephemeral_bytes = 4 * GIB},
+        {.id = 3, .uid = 2000, .persistent_bytes = 0, .ephemeral_bytes = 3 * GIB},
+    };
+    ck_assert_int_eq(sched_core_jobs_registered(f.core, h, 3, f.now_ns, &f.fx), 0);
+    int moves = 0;
+    for (size_t i = 0; i < f.fx.count; i++)
+        moves += f.fx.items[i].kind == SCHED_CORE_MOVE;
+    apply(&f);
+    for (uint64_t id = 1; id <= 3; id++) {
+        ck_assert_msg(f.jobs[id].admitted, "job %llu", (unsigned long long)id);
+        lanes_placement_t pl;
+        ck_assert_int_eq(lanes_job_placement(sched_core_lanes(f.core), id, &pl), LANES_OK);
+        ck_assert_uint_eq(f.jobs[id].lane, pl.lane_id);
+        ck_assert_uint_eq(f.jobs[id].budget_bytes, pl.persistent_bytes + pl.lane_size_bytes);
+    }
+    ck_assert_uint_eq(f.jobs[1].lane, f.jobs[2].lane); /* merged */
+    ck_assert_uint_ne(f.jobs[3].lane, f.jobs[1].lane);
+    ck_assert_int_eq(moves, 0); /* their ADMIT is already final: no stale lane to correct */
+    fake_stop(&f);
+}
+END_TEST
+
+/* 200 tiny jobs at once on one large GPU: a lane each, all run at once, all finish. No fixed
+ * cap anywhere: the 65th job gets its turn like the first. */
+START_TEST(test_200_jobs_200_lanes)
+{
+    fake_t f;
+    fake_start(&f, "pack", 64 * GIB);
+    for (uint64_t id = 1; id <= 200; id++)
+        reg(&f, id, 1000, 1 * MIB, 1 * MIB, 3, 0);
+    size_t lanes = lanes_list(sched_core_lanes(f.core), NULL, 0);
+    ck_assert_uint_eq(lanes, 200);
+    for (uint64_t id = 1; id <= 200; id++) {
+        ck_assert(f.jobs[id].admitted);
+        boundary(&f, id, 0);
+        ck_assert_msg(f.jobs[id].running, "job %llu got no turn", (unsigned long long)id);
+    }
+    for (int round = 0; round < 3; round++)
+        for (uint64_t id = 1; id <= 200; id++) {
+            f.now_ns += MS;
+            boundary(&f, id, MS);
+        }
+    for (uint64_t id = 1; id <= 200; id++) {
+        ck_assert_uint_eq(f.jobs[id].iterations, 3);
+        leave(&f, id);
+    }
+    ck_assert_uint_eq(sched_core_job_count(f.core), 0);
+    ck_assert_uint_eq(lanes_list(sched_core_lanes(f.core), NULL, 0), 0);
+    fake_stop(&f);
+}
+END_TEST
+
+/* A job parked behind a lane-mate shows its wait in progress and who holds its lane. */
+START_TEST(test_wait_in_progress_is_visible)
+{
+    fake_t f;
+    fake_start(&f, "fifo", 1 * GIB);
+    sched_core_effects_t none = {0};
+    ck_assert_int_eq(sched_core_set_policy(f.core, "pack", f.now_ns, &none), 0);
+    sched_core_effects_free(&none);
+    reg(&f, 1, 1000, 100 * MIB, 600 * MIB, 10, 0);
+    reg(&f, 2, 1000, 100 * MIB, 600 * MIB, 10, 0);
+    boundary(&f, 1, 0);
+    uint64_t parked_at = f.now_ns + 5 * MS;
+    f.now_ns = parked_at;
+    boundary(&f, 2, 0);
+    sched_core_job_info_t info;
+    ck_assert_int_eq(sched_core_job_info(f.core, 2, &info), 0);
+    ck_assert_int_eq(info.phase, SCHED_CORE_PARKED);
+    ck_assert_uint_eq(info.waiting_since_ns, parked_at);
+    ck_assert_uint_eq(info.lane_holder, 1);
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &info), 0);
+    ck_assert_int_eq(info.phase, SCHED_CORE_RUNNING);
+    ck_assert_str_eq(sched_core_phase_name(SCHED_CORE_PARKED), "parked");
+    fake_stop(&f);
+}
+END_TEST
+
+START_TEST(test_reserve_as_large_as_the_gpu_is_an_error)
+{
+    sched_core_t *core = sched_core_create(NULL, NULL);
+    ck_assert_ptr_nonnull(core);
+    ck_assert_int_eq(sched_core_add_gpu(core, 0, 4 * GIB, 4 * GIB), -EINVAL);
+    ck_assert_int_eq(sched_core_add_gpu(core, 0, 4 * GIB, 1 * GIB), 0);
+    ck_assert_int_eq(sched_core_add_gpu(core, 0, 4 * GIB, 1 * GIB), -EINVAL); /* known */
+    sched_core_destroy(core);
+    int rc = 0;
+    sched_core_config_t config;
+    sched_core_config_default(&config);
+    config.policy_name = "no-such-policy";
+    ck_assert_ptr_null(sched_core_create(&config, &rc));
+    ck_assert_int_eq(rc, -ENOENT);
+}
+END_TEST
+
+/* A job that leaves while holding its lane hands it to the next one; unknown ids are no-ops. */
+START_TEST(test_leaving_holder_hands_the_lane_on)
+{
+    fake_t f;
+    fake_start(&f, "pack", 1 * GIB);
+    reg(&f, 1, 1000, 100 * MIB, 600 * MIB, 10, 0);
+    reg(&f, 2, 1000, 100 * MIB, 600 * MIB, 10, 0);
+    boundary(&f, 1, 0);
+    boundary(&f, 2, 0);
+    ck_assert(f.jobs[1].running && !f.jobs[2].running);
+    leave(&f, 1);
+    ck_assert(f.jobs[2].running && f.jobs[2].free_run);
+    ck_assert_int_eq(sched_core_job_left(f.core, 77, SCHED_CORE_EXIT_GONE, f.now_ns, &f.fx), 0);
+    ck_assert_uint_eq(f.fx.count, 0);
+    sched_core_boundary_t b = {.ready = true};
+    ck_assert_int_eq(sched_core_job_boundary(f.core, 77, &b, f.now_ns, &f.fx), -ENOENT);
+    ck_assert_int_eq(sched_core_set_policy(f.core, "nope", f.now_ns, &f.fx), -ENOENT);
+    ck_assert_str_eq(sched_core_policy_name(f.core), "pack");
+    fake_stop(&f);
+}
+END_TEST
+
+static Suite *sched_core_suite(void)
+{
+    Suite *s = suite_create("sched_core");
+    TCase *t = tcase_create("scenarios");
+    tcase_add_test(t, test_fifo_one_at_a_time_in_order);
+    tcase_add_test(t, test_pack_jobs_that_fit_run_at_once);
+    tcase_add_test(t, test_pack_shared_lane_takes_turns);
+    tcase_add_test(t, test_srtf_short_overtakes_at_a_boundary);
+    tcase_add_test(t, test_fair_equal_gpu_time);
+    tcase_add_test(t, test_never_fits_is_refused);
+    tcase_add_test(t, test_learned_sizes);
+    tcase_add_test(t, test_merge_during_admission_round);
+    tcase_add_test(t, test_200_jobs_200_lanes);
+    tcase_add_test(t, test_wait_in_progress_is_visible);
+    tcase_add_test(t, test_reserve_as_large_as_the_gpu_is_an_error);
+    tcase_add_test(t, test_leaving_holder_hands_the_lane_on);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    return check_run_suite(sched_core_suite());
+}

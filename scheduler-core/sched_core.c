@@ -19,6 +19,7 @@ typedef struct core_job_s {
     bool holds_lane; /* granted, not back yet */
     bool free_run;
     bool provisional; /* admitted on provisional sizes, not learned yet */
+    bool admitting;   /* admitted by the lane manager in the current round, not announced yet */
     int gpu;
     uint32_t lane;
     uint64_t budget_bytes;
@@ -33,6 +34,14 @@ typedef struct core_gpu_s {
     size_t jobs;
 } core_gpu_t;
 
+/* A user with jobs among an admission round's candidates (the two-level pick). */
+typedef struct core_user_s {
+    uint32_t uid;
+    uint64_t busy_ns; /* GPU time of the user's jobs the core knows */
+    size_t admitted;  /* admitted jobs, this round's included */
+    size_t next;      /* position in the policy's order of its next candidate */
+} core_user_t;
+
 struct sched_core_s {
     lanes_t *lanes;
     policy_t policy;
@@ -40,6 +49,8 @@ struct sched_core_s {
     uint64_t job_overhead_bytes;
     uint64_t provisional_persistent, provisional_ephemeral;
     uint32_t warmup_iterations;
+    double user_gpu_share;
+    uint32_t user_max_jobs, quota_exempt_uid;
     core_job_t *jobs; /* sorted by id; includes `gone` ones until compacted */
     size_t count, capacity, gone_count;
     uint64_t *waiting; /* ids, registration order */
@@ -58,8 +69,11 @@ struct sched_core_s {
     uint64_t *members;
     lanes_request_t *requests;
     lanes_status_t *statuses;
+    uint64_t *user_busy;
     lanes_lane_info_t *lane_infos;
     size_t lane_info_capacity;
+    core_user_t *users;
+    size_t user_capacity;
 };
 
 /* ---- effects ---------------------------------------------------------------------------- */
@@ -177,6 +191,7 @@ static int grow_scratch(sched_core_t *core, size_t needed)
     GROW(members);
     GROW(requests);
     GROW(statuses);
+    GROW(user_busy);
 #undef GROW
     core->scratch_capacity = n;
     core->capacity = n;
@@ -273,6 +288,48 @@ static void refresh_budgets(sched_core_t *core)
 
 /* ---- turns ------------------------------------------------------------------------------ */
 
+/* Sum of the GPU time of the jobs of uid that the core knows (the fair share between users). */
+static uint64_t user_busy_ns(const sched_core_t *core, uint32_t uid)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < core->count; i++)
+        if (!core->jobs[i].gone && core->jobs[i].uid == uid)
+            sum += core->jobs[i].busy_ns;
+    return sum;
+}
+
+/* The two-level pick of a turn in a lane shared by several users: only the jobs of the users
+ * whose jobs hold the least GPU time stay runnable for the policy's pick among
+ * core->views[0..n). With one user nothing changes. */
+static void users_first(sched_core_t *core, size_t n)
+{
+    uint64_t least = UINT64_MAX;
+    uint32_t first_uid = 0;
+    bool several = false, seen = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!core->views[i].runnable)
+            continue;
+        uint32_t uid = find(core, core->views[i].id)->uid;
+        several |= seen && uid != first_uid;
+        if (!seen)
+            first_uid = uid;
+        seen = true;
+    }
+    if (!several)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        core->user_busy[i] = 0;
+        if (!core->views[i].runnable)
+            continue;
+        core->user_busy[i] = user_busy_ns(core, find(core, core->views[i].id)->uid);
+        if (core->user_busy[i] < least)
+            least = core->user_busy[i];
+    }
+    for (size_t i = 0; i < n; i++)
+        if (core->views[i].runnable && core->user_busy[i] != least)
+            core->views[i].runnable = false;
+}
+
 /* If the lane is free, the policy picks among its ready jobs and the pick is granted. If a job
  * holds it and runs freely while others are ready, it must stop at its next boundary. */
 static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
@@ -307,6 +364,7 @@ static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
     if (ready > 1) { /* the policy's choice (with one, pick() can only return it) */
         for (size_t i = 0; i < n; i++)
             view_of(find(core, core->members[i]), &core->views[i]);
+        users_first(core, n);
         int pick = policy_pick(&core->policy, lane, core->views, n, now_ns);
         if (pick < 0 || (size_t)pick >= n || !core->views[pick].runnable)
             return;
@@ -406,8 +464,187 @@ static bool may_fit(const sched_core_t *core, const core_job_t *job)
     return !fits_alone; /* let the lane manager refuse it (LANES_NEVER_FITS) */
 }
 
+/* ---- users: quotas and the two-level pick ----------------------------------------------- */
+
+static bool capped(const sched_core_t *core, uint32_t uid)
+{
+    return uid != 0 && uid != core->quota_exempt_uid &&
+           (core->user_gpu_share > 0 || core->user_max_jobs > 0);
+}
+
+static uint64_t share_bytes(const sched_core_t *core, const core_gpu_t *gpu)
+{
+    return (uint64_t)((double)gpu->capacity_bytes * core->user_gpu_share);
+}
+
+/* What a newcomer is counted for: P + overhead + E, as if it opened a lane of its own. */
+static uint64_t need_bytes(const sched_core_t *core, const core_job_t *job)
+{
+    return size_or(job->persistent_hint, core->provisional_persistent) +
+           core->job_overhead_bytes + size_or(job->ephemeral_hint, core->provisional_ephemeral);
+}
+
+/* Memory the user's admitted jobs (this round's included) hold on gpu in the lane manager's
+ * books: each job's P + overhead, and each of their lanes once. */
+static uint64_t user_gpu_bytes(sched_core_t *core, uint32_t uid, int gpu)
+{
+    uint64_t sum = 0;
+    size_t lanes = 0; /* lane ids seen, in core->members (unused during admission) */
+    for (size_t i = 0; i < core->count; i++) {
+        const core_job_t *job = &core->jobs[i];
+        lanes_placement_t pl;
+        if (job->gone || job->uid != uid || !(job->admitted || job->admitting) ||
+            lanes_job_placement(core->lanes, job->id, &pl) != LANES_OK || pl.gpu != gpu)
+            continue;
+        sum += pl.persistent_bytes + core->job_overhead_bytes;
+        size_t k = 0;
+        while (k < lanes && core->members[k] != pl.lane_id)
+            k++;
+        if (k == lanes) {
+            core->members[lanes++] = pl.lane_id;
+            sum += pl.lane_size_bytes;
+        }
+    }
+    return sum;
+}
+
+/* Refuses, at once, the waiting jobs that alone exceed their user's share of every GPU. */
+static void refuse_over_share(sched_core_t *core)
+{
+    if (core->user_gpu_share <= 0 || core->gpu_count == 0)
+        return;
+    for (size_t i = core->waiting_count; i-- > 0;) { /* forget() keeps earlier slots */
+        const core_job_t *job = find(core, core->waiting[i]);
+        if (!job || !capped(core, job->uid))
+            continue;
+        bool fits = false;
+        for (size_t g = 0; g < core->gpu_count && !fits; g++)
+            fits = need_bytes(core, job) <= share_bytes(core, &core->gpus[g]);
+        if (fits)
+            continue;
+        emit(core, (sched_core_effect_t){
+                       .kind = SCHED_CORE_REFUSE, .job_id = job->id,
+                       .reason = "the job's memory (persistent + ephemeral) exceeds its user's "
+                                 "share of every GPU of this node (user-gpu-share)"});
+        forget(core, job->id);
+    }
+}
+
+/* May the user's job be admitted now under its caps? *gpu: where (LANES_ANY_GPU when every
+ * GPU is within the share; else the allowed one where the user holds least). */
+static bool within_caps(sched_core_t *core, const core_job_t *job, const core_user_t *user,
+                        int *gpu)
+{
+    *gpu = LANES_ANY_GPU;
+    if (!capped(core, job->uid))
+        return true;
+    if (core->user_max_jobs && user->admitted >= core->user_max_jobs)
+        return false;
+    if (core->user_gpu_share <= 0)
+        return true;
+    size_t allowed = 0;
+    uint64_t least = UINT64_MAX;
+    for (size_t g = 0; g < core->gpu_count; g++) {
+        uint64_t held = user_gpu_bytes(core, job->uid, core->gpus[g].gpu);
+        if (held + need_bytes(core, job) > share_bytes(core, &core->gpus[g]))
+            continue;
+        allowed++;
+        if (held < least) {
+            least = held;
+            *gpu = core->gpus[g].gpu;
+        }
+    }
+    if (allowed == core->gpu_count)
+        *gpu = LANES_ANY_GPU;
+    return allowed > 0;
+}
+
+/* The users of the round's n candidates (core->views in the policy's order core->order), with
+ * their GPU time and admitted jobs. Returns how many, 0 when out of memory. */
+static size_t round_users(sched_core_t *core, size_t n)
+{
+    size_t users = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint32_t uid = find(core, core->views[core->order[k]].id)->uid;
+        size_t u = 0;
+        while (u < users && core->users[u].uid != uid)
+            u++;
+        if (u < users)
+            continue;
+        if (users == core->user_capacity) {
+            size_t capacity = core->user_capacity ? core->user_capacity * 2 : 8;
+            core_user_t *p = realloc(core->users, capacity * sizeof(*p));
+            if (!p) {
+                core->error = -ENOMEM;
+                return 0;
+            }
+            core->users = p;
+            core->user_capacity = capacity;
+        }
+        core->users[users++] = (core_user_t){.uid = uid, .next = k};
+    }
+    for (size_t i = 0; i < core->count; i++) {
+        const core_job_t *job = &core->jobs[i];
+        if (job->gone)
+            continue;
+        for (size_t u = 0; u < users; u++) {
+            if (core->users[u].uid == job->uid) {
+                core->users[u].busy_ns += job->busy_ns;
+                core->users[u].admitted += job->admitted;
+                break;
+            }
+        }
+    }
+    return users;
+}
+
+/* The two-level admission: users first (least GPU time, then fewest admitted jobs, then the
+ * policy's order), then the policy's order among the chosen user's jobs; each candidate is
+ * checked against its user's caps and offered to the lane manager in that order. Fills
+ * core->requests and core->statuses as lanes_admit_in_order would. */
+static void admit_by_user(sched_core_t *core, size_t n, bool strict)
+{
+    size_t users = round_users(core, n);
+    if (users == 0)
+        return;
+    bool blocked = false;
+    for (size_t step = 0; step < n; step++) {
+        core_user_t *user = NULL;
+        for (size_t u = 0; u < users; u++) {
+            core_user_t *c = &core->users[u];
+            if (c->next >= n)
+                continue;
+            if (!user || c->busy_ns < user->busy_ns ||
+                (c->busy_ns == user->busy_ns &&
+                 (c->admitted < user->admitted ||
+                  (c->admitted == user->admitted && c->next < user->next))))
+                user = c;
+        }
+        core_job_t *job = find(core, core->views[core->order[user->next]].id);
+        do /* the user's next candidate in the policy's order */
+            user->next++;
+        while (user->next < n && find(core, core->views[core->order[user->next]].id)->uid !=
+                                     user->uid);
+        lanes_request_t *r = &core->requests[step];
+        *r = (lanes_request_t){.job_id = job->id, .uid = job->uid,
+                               .persistent_bytes = job->persistent_hint,
+                               .ephemeral_bytes = job->ephemeral_hint, .gpu = LANES_ANY_GPU};
+        lanes_status_t st = LANES_WAIT;
+        if (!blocked && within_caps(core, job, user, &r->gpu)) {
+            st = lanes_admit(core->lanes, r, NULL);
+            blocked = strict && st == LANES_WAIT;
+        }
+        if (st == LANES_OK) {
+            job->admitting = true;
+            user->admitted++;
+        }
+        core->statuses[step] = st;
+    }
+}
+
 static void admission_round(sched_core_t *core, uint64_t now_ns)
 {
+    refuse_over_share(core);
     if (core->waiting_count == 0)
         return;
     bool strict = policy_admission_blocks(&core->policy);
@@ -423,21 +660,33 @@ static void admission_round(sched_core_t *core, uint64_t now_ns)
     if (n == 0)
         return;
     policy_admission_order(&core->policy, core->views, n, core->order, now_ns);
-    for (size_t i = 0; i < n; i++) {
-        const core_job_t *job = find(core, core->views[core->order[i]].id);
-        core->requests[i] = (lanes_request_t){
-            .job_id = job->id,
-            .uid = job->uid,
-            .persistent_bytes = job->persistent_hint,
-            .ephemeral_bytes = job->ephemeral_hint,
-            .gpu = LANES_ANY_GPU,
-        };
+    /* one user, none capped: the policy's order as it is (the two-level pick reduces to it) */
+    bool by_user = false;
+    uint32_t first_uid = find(core, core->views[core->order[0]].id)->uid;
+    for (size_t i = 0; i < n && !by_user; i++) {
+        uint32_t uid = find(core, core->views[core->order[i]].id)->uid;
+        by_user = uid != first_uid || capped(core, uid);
     }
-    lanes_admit_in_order(core->lanes, core->requests, n, strict, core->statuses, NULL);
+    if (by_user) {
+        admit_by_user(core, n, strict);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            const core_job_t *job = find(core, core->views[core->order[i]].id);
+            core->requests[i] = (lanes_request_t){
+                .job_id = job->id,
+                .uid = job->uid,
+                .persistent_bytes = job->persistent_hint,
+                .ephemeral_bytes = job->ephemeral_hint,
+                .gpu = LANES_ANY_GPU,
+            };
+        }
+        lanes_admit_in_order(core->lanes, core->requests, n, strict, core->statuses, NULL);
+    }
     /* Mark the admitted first, then read every placement back: a later admission of this
      * round may have merged an earlier one's lane (its lane and budget changed since). */
     for (size_t i = 0; i < n; i++) {
         core_job_t *job = find(core, core->requests[i].job_id);
+        job->admitting = false;
         if (core->statuses[i] == LANES_OK)
             job->admitted = true;
     }
@@ -711,6 +960,13 @@ sched_core_t *sched_core_create(const sched_core_config_t *config, int *error)
     core->policy_config = config->policy;
     core->warmup_iterations = config->warmup_iterations ? config->warmup_iterations
                                                         : SCHED_CORE_DEFAULT_WARMUP_ITERATIONS;
+    rc = -EINVAL;
+    if (!(config->user_gpu_share >= 0 && config->user_gpu_share <= 1)) /* NaN too */
+        goto fail;
+    rc = -ENOMEM;
+    core->user_gpu_share = config->user_gpu_share;
+    core->user_max_jobs = config->user_max_jobs;
+    core->quota_exempt_uid = config->quota_exempt_uid;
     core->lanes = lanes_create(&lc);
     if (!core->lanes || grow_scratch(core, 16) < 0)
         goto fail;
@@ -742,7 +998,9 @@ void sched_core_destroy(sched_core_t *core)
     free(core->members);
     free(core->requests);
     free(core->statuses);
+    free(core->user_busy);
     free(core->lane_infos);
+    free(core->users);
     free(core);
 }
 
@@ -757,7 +1015,8 @@ int sched_core_add_gpu(sched_core_t *core, int gpu, uint64_t total_bytes, uint64
     lanes_status_t st = lanes_add_gpu(core->lanes, gpu, total_bytes, reserve_bytes);
     if (st != LANES_OK)
         return st == LANES_ERROR_NO_MEMORY ? -ENOMEM : -EINVAL;
-    core->gpus[core->gpu_count++] = (core_gpu_t){.gpu = gpu};
+    core->gpus[core->gpu_count++] = (core_gpu_t){.gpu = gpu,
+                                                 .capacity_bytes = total_bytes - reserve_bytes};
     return 0;
 }
 

@@ -24,6 +24,13 @@
  * because another job of its lane is waiting or the lane layout changed). -> left
  * (sched_core_job_left), or refused (REFUSE effect; the core forgets it at once).
  *
+ * Users: when jobs of several uids contend, the core picks in two levels, above every policy:
+ * first the user, then the policy among that user's jobs. The user is the one whose jobs (the
+ * ones the core knows now: admitted and waiting) hold the least GPU time (their busy_ns); on
+ * a tie, for admission, the one with fewer admitted jobs; on a further tie, the policy's own
+ * order decides. This applies to the admission order (each next job of a round) and to the
+ * turns of a lane shared across users. With one uid it reduces to the policy's choice.
+ *
  * Room for later events (not implemented yet; they go beside the ones below, with their own
  * effects): a job re-attaching after a daemon restart (its placement given back to the books),
  * gang slots of a distributed job (admit a set of jobs across nodes together). */
@@ -50,9 +57,19 @@ typedef struct sched_core_config_s {
     /* A job admitted on provisional sizes (no hints) has its measured sizes applied after
      * this many iterations (0: the default, SCHED_CORE_DEFAULT_WARMUP_ITERATIONS). */
     uint32_t warmup_iterations;
+    /* Per-user quotas: caps on admission, per uid (0: no cap). A user's admitted jobs may
+     * hold at most user_gpu_share (0 < F <= 1) of each GPU's capacity (their P + overhead
+     * and their lanes, as the lane manager books them; a newcomer is counted as if it opened
+     * a lane of its own E) and at most user_max_jobs jobs at once. A job that alone exceeds
+     * its user's share of every GPU is refused at once; one that fits the share but not now
+     * waits. uid 0 and quota_exempt_uid (the daemon's own user) have no caps. Measured sizes
+     * of a provisional job are not checked against the share again. */
+    double user_gpu_share;
+    uint32_t user_max_jobs;
+    uint32_t quota_exempt_uid;
 } sched_core_config_t;
 
-/* Defaults: lanes_config_default(), policy "fifo", warm-up 3. */
+/* Defaults: lanes_config_default(), policy "fifo", warm-up 3, no per-user caps. */
 void sched_core_config_default(sched_core_config_t *config);
 /* Caps the provisional sizes so that a job without hints fits a GPU of total_bytes (a
  * quarter for persistent, half for ephemeral). Call once per GPU before sched_core_create. */
@@ -109,8 +126,8 @@ const char *sched_core_effect_name(sched_core_effect_kind_t kind);
 
 /* ---- life cycle ------------------------------------------------------------------------- */
 
-/* NULL config = defaults. NULL when out of memory or the policy is unknown (*error: -ENOENT
- * or -ENOMEM when error is not NULL). */
+/* NULL config = defaults. NULL when out of memory, the policy is unknown or user_gpu_share
+ * is outside [0, 1] (*error: -ENOMEM, -ENOENT or -EINVAL when error is not NULL). */
 sched_core_t *sched_core_create(const sched_core_config_t *config, int *error);
 void sched_core_destroy(sched_core_t *core); /* NULL ok */
 

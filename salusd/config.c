@@ -5,6 +5,7 @@
 #include "proto.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ROW(name, type, def, lo, hi, field, help)                                              \
@@ -30,6 +31,11 @@ const option_def_t salusd_options[] = {
         "submitted jobs of one user whose program has not registered yet"),
     ROW("max-jobs-per-uid", OPTION_INT, "64", 1, 65536, max_jobs_per_uid,
         "registered (running or waiting) jobs of one user"),
+    ROW("user-gpu-share", OPTION_STRING, "0.75", 0, 0, user_gpu_share_text,
+        "fraction (0 < F <= 1) of each GPU's memory that one user's admitted jobs may hold; "
+        "a job that alone needs more is refused (root and salusd's own user: no cap)"),
+    ROW("user-max-jobs", OPTION_INT, "32", 1, 65536, user_max_jobs,
+        "admitted jobs of one user at once; more wait (root and salusd's own user: no cap)"),
     ROW("max-output-bytes", OPTION_BYTES, "4MiB", 4096, 1LL << 30, max_output_bytes,
         "replies queued for a client that does not read them before it is disconnected"),
     ROW("max-partial-frame-bytes", OPTION_BYTES, "16MiB", 64 << 10, 1LL << 32,
@@ -119,6 +125,14 @@ int salusd_config_load(salusd_config_t *cfg, int argc, char **argv)
     if (options_parse_args(salusd_options, salusd_option_count, cfg, argc, argv, &next, err,
                            sizeof(err)) < 0) {
         fprintf(stderr, "salusd: %s\n", err);
+        return -1;
+    }
+    char *end = NULL;
+    cfg->user_gpu_share = strtod(cfg->user_gpu_share_text, &end);
+    if (end == cfg->user_gpu_share_text || *end != '\0' || !(cfg->user_gpu_share > 0) ||
+        cfg->user_gpu_share > 1) {
+        fprintf(stderr, "salusd: --user-gpu-share '%s': expected a fraction 0 < F <= 1\n",
+                cfg->user_gpu_share_text);
         return -1;
     }
     if (!cfg->socket_path[0] && salus_default_socket_path(cfg->socket_path,

@@ -32,6 +32,9 @@ typedef struct salusd_config_s {
     long long metrics_timeout_ms;
     int wait_log_s;              /* log jobs waiting longer than this (0: never) */
     int metrics_job_labels;      /* per-job samples (names, uids) in /metrics */
+    char user_gpu_share_text[32]; /* --user-gpu-share as given */
+    double user_gpu_share;       /* parsed from it: 0 < F <= 1 */
+    long long user_max_jobs;     /* admitted jobs of one user at once */
 } salusd_config_t;
 
 extern const option_def_t salusd_options[];

@@ -206,6 +206,9 @@ int sched_init(salusd_t *d, char *err, size_t err_size)
     config.policy_name = d->config.policy;
     config.lanes.job_overhead_bytes = d->devices.simulated ? 0 : d->config.job_overhead_bytes;
     config.lanes.share_lanes_across_users = d->config.share_lanes_across_users != 0;
+    config.user_gpu_share = d->config.user_gpu_share;
+    config.user_max_jobs = (uint32_t)d->config.user_max_jobs;
+    config.quota_exempt_uid = (uint32_t)geteuid(); /* root (uid 0) is exempt in the core */
     /* a job without hints starts on provisional sizes that fit the smallest GPU */
     for (int i = 0; i < d->devices.count; i++)
         sched_core_config_fit_gpu(&config, d->devices.gpus[i].total_bytes);

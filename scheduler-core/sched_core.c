@@ -74,6 +74,12 @@ struct sched_core_s {
     size_t lane_info_capacity;
     core_user_t *users;
     size_t user_capacity;
+    /* GPU time of each user's jobs since the core started (the fair share between users) */
+    struct core_usage_s {
+        uint32_t uid;
+        uint64_t busy_ns;
+    } *usage;
+    size_t usage_count, usage_capacity;
 };
 
 /* ---- effects ---------------------------------------------------------------------------- */
@@ -288,14 +294,34 @@ static void refresh_budgets(sched_core_t *core)
 
 /* ---- turns ------------------------------------------------------------------------------ */
 
-/* Sum of the GPU time of the jobs of uid that the core knows (the fair share between users). */
+/* GPU time of uid's jobs since the core started (the fair share between users). */
 static uint64_t user_busy_ns(const sched_core_t *core, uint32_t uid)
 {
-    uint64_t sum = 0;
-    for (size_t i = 0; i < core->count; i++)
-        if (!core->jobs[i].gone && core->jobs[i].uid == uid)
-            sum += core->jobs[i].busy_ns;
-    return sum;
+    for (size_t i = 0; i < core->usage_count; i++)
+        if (core->usage[i].uid == uid)
+            return core->usage[i].busy_ns;
+    return 0;
+}
+
+static void add_usage(sched_core_t *core, uint32_t uid, uint64_t busy_ns)
+{
+    for (size_t i = 0; i < core->usage_count; i++) {
+        if (core->usage[i].uid == uid) {
+            core->usage[i].busy_ns += busy_ns;
+            return;
+        }
+    }
+    if (core->usage_count == core->usage_capacity) {
+        size_t capacity = core->usage_capacity ? core->usage_capacity * 2 : 8;
+        struct core_usage_s *p = realloc(core->usage, capacity * sizeof(*p));
+        if (!p) {
+            core->error = -ENOMEM;
+            return;
+        }
+        core->usage = p;
+        core->usage_capacity = capacity;
+    }
+    core->usage[core->usage_count++] = (struct core_usage_s){.uid = uid, .busy_ns = busy_ns};
 }
 
 /* The two-level pick of a turn in a lane shared by several users: only the jobs of the users
@@ -583,14 +609,15 @@ static size_t round_users(sched_core_t *core, size_t n)
         }
         core->users[users++] = (core_user_t){.uid = uid, .next = k};
     }
+    for (size_t u = 0; u < users; u++)
+        core->users[u].busy_ns = user_busy_ns(core, core->users[u].uid);
     for (size_t i = 0; i < core->count; i++) {
         const core_job_t *job = &core->jobs[i];
-        if (job->gone)
+        if (job->gone || !job->admitted)
             continue;
         for (size_t u = 0; u < users; u++) {
             if (core->users[u].uid == job->uid) {
-                core->users[u].busy_ns += job->busy_ns;
-                core->users[u].admitted += job->admitted;
+                core->users[u].admitted++;
                 break;
             }
         }
@@ -845,6 +872,8 @@ int sched_core_job_boundary(sched_core_t *core, uint64_t job_id,
         return -ENOENT;
     begin(core, effects);
     if (b->iterations >= job->iterations) {
+        if (b->busy_ns > job->busy_ns)
+            add_usage(core, job->uid, b->busy_ns - job->busy_ns);
         job->iterations = b->iterations;
         job->busy_ns = b->busy_ns;
         job->last_iteration_ns = b->last_iteration_ns;
@@ -1001,6 +1030,7 @@ void sched_core_destroy(sched_core_t *core)
     free(core->user_busy);
     free(core->lane_infos);
     free(core->users);
+    free(core->usage);
     free(core);
 }
 

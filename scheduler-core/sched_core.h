@@ -25,10 +25,10 @@
  * (sched_core_job_left), or refused (REFUSE effect; the core forgets it at once).
  *
  * Users: when jobs of several uids contend, the core picks in two levels, above every policy:
- * first the user, then the policy among that user's jobs. The user is the one whose jobs (the
- * ones the core knows now: admitted and waiting) hold the least GPU time (their busy_ns); on
- * a tie, for admission, the one with fewer admitted jobs; on a further tie, the policy's own
- * order decides. This applies to the admission order (each next job of a round) and to the
+ * first the user, then the policy among that user's jobs. The user is the one whose jobs have
+ * held the GPU least (the busy_ns they reported at their boundaries, summed per uid since the
+ * core started, departed jobs included; no decay); on a tie, for admission, the one with fewer
+ * admitted jobs; on a further tie, the policy's own order decides. This applies to the admission order (each next job of a round) and to the
  * turns of a lane shared across users. With one uid it reduces to the policy's choice.
  *
  * Room for later events (not implemented yet; they go beside the ones below, with their own

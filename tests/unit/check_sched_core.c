@@ -33,9 +33,20 @@ typedef struct fake_s {
     fake_job_t jobs[512];
     uint64_t grants[4096]; /* job ids, in grant order */
     size_t grant_count;
+    uint64_t admits[512]; /* job ids, in admission order */
+    size_t admit_count;
+    const char *last_refusal;
 } fake_t;
 
-static void fake_start(fake_t *f, const char *policy, uint64_t gpu_bytes)
+/* Per-user caps and lanes shared across users for fake_start_users (0: none). */
+typedef struct fake_users_s {
+    double share;
+    uint32_t max_jobs;
+    bool share_lanes;
+} fake_users_t;
+
+static void fake_start_users(fake_t *f, const char *policy, uint64_t gpu_bytes,
+                             const fake_users_t *users)
 {
     sched_core_config_t config;
     int rc = 0;
@@ -43,11 +54,20 @@ static void fake_start(fake_t *f, const char *policy, uint64_t gpu_bytes)
     sched_core_config_default(&config);
     config.policy_name = policy;
     config.lanes.job_overhead_bytes = 0;
+    config.user_gpu_share = users->share;
+    config.user_max_jobs = users->max_jobs;
+    config.lanes.share_lanes_across_users = users->share_lanes;
     sched_core_config_fit_gpu(&config, gpu_bytes);
     f->core = sched_core_create(&config, &rc);
     ck_assert_msg(f->core != NULL, "sched_core_create(%s): %d", policy, rc);
     ck_assert_int_eq(sched_core_add_gpu(f->core, 0, gpu_bytes, 0), 0);
     f->now_ns = 1000 * MS;
+}
+
+static void fake_start(fake_t *f, const char *policy, uint64_t gpu_bytes)
+{
+    fake_users_t none = {0};
+    fake_start_users(f, policy, gpu_bytes, &none);
 }
 
 static void fake_stop(fake_t *f)
@@ -70,10 +90,13 @@ static void apply(fake_t *f)
             j->gpu = e->gpu;
             j->lane = e->lane;
             j->budget_bytes = e->budget_bytes;
+            ck_assert_uint_lt(f->admit_count, 512);
+            f->admits[f->admit_count++] = e->job_id;
             break;
         case SCHED_CORE_REFUSE:
             ck_assert_ptr_nonnull(e->reason);
             j->refused = 1;
+            f->last_refusal = e->reason;
             break;
         case SCHED_CORE_GRANT:
             ck_assert(j->admitted && !j->running);
@@ -420,6 +443,202 @@ START_TEST(test_leaving_holder_hands_the_lane_on)
 }
 END_TEST
 
+/* ---- per-user quotas and the two-level pick ---------------------------------------------- */
+
+/* A 4 GiB GPU, share 0.75 (3 GiB): a job of all but 64 MiB is refused at once, naming the cap;
+ * root's same job is exempt. */
+START_TEST(test_quota_refuses_a_job_over_the_share)
+{
+    fake_t f;
+    fake_users_t users = {.share = 0.75, .max_jobs = 32};
+    fake_start_users(&f, "pack", 4 * GIB, &users);
+    reg(&f, 1, 1000, 2 * GIB, 2 * GIB - 64 * MIB, 10, 0);
+    ck_assert(f.jobs[1].refused && !f.jobs[1].admitted);
+    ck_assert_ptr_nonnull(strstr(f.last_refusal, "user-gpu-share"));
+    ck_assert_uint_eq(sched_core_job_count(f.core), 0);
+    reg(&f, 2, 0, 2 * GIB, 2 * GIB - 64 * MIB, 10, 0); /* root: no cap */
+    ck_assert(f.jobs[2].admitted && !f.jobs[2].refused);
+    fake_stop(&f);
+}
+END_TEST
+
+/* A job that fits the share alone but not beside its user's other jobs waits, and is admitted
+ * when they leave; the same for the job count. */
+START_TEST(test_quota_waits_at_the_cap)
+{
+    fake_t f;
+    fake_users_t users = {.share = 0.75, .max_jobs = 2};
+    fake_start_users(&f, "pack", 4 * GIB, &users);
+    reg(&f, 1, 1000, 2 * GIB, 512 * MIB, 10, 0);  /* 2.5 of 3 GiB */
+    reg(&f, 2, 1000, 512 * MIB, 256 * MIB, 10, 0); /* 0.75 more: over the share */
+    ck_assert(f.jobs[1].admitted && !f.jobs[2].admitted && !f.jobs[2].refused);
+    sched_core_job_info_t info;
+    ck_assert_int_eq(sched_core_job_info(f.core, 2, &info), 0);
+    ck_assert_int_eq(info.phase, SCHED_CORE_WAITING);
+    f.now_ns += 10 * MS;
+    leave(&f, 1);
+    ck_assert(f.jobs[2].admitted);
+    /* job count: two admitted, the third waits until one leaves */
+    reg(&f, 3, 1000, 64 * MIB, 64 * MIB, 10, 0);
+    reg(&f, 4, 1000, 64 * MIB, 64 * MIB, 10, 0);
+    ck_assert(f.jobs[3].admitted && !f.jobs[4].admitted);
+    leave(&f, 2);
+    ck_assert(f.jobs[4].admitted);
+    fake_stop(&f);
+}
+END_TEST
+
+/* User A's greedy job holds most of A's share and A's next job waits at the cap; user B's small
+ * job is admitted beside the greedy one. Without caps A's two jobs fill the GPU and B waits. */
+START_TEST(test_quota_admits_another_user_beside_a_greedy_one)
+{
+    for (int capped = 0; capped <= 1; capped++) {
+        fake_t f;
+        fake_users_t users = {.share = capped ? 0.75 : 0, .max_jobs = capped ? 32 : 0};
+        fake_start_users(&f, "pack", 4 * GIB, &users);
+        reg(&f, 1, 1000, 2560 * MIB, 256 * MIB, 100000, 0); /* greedy, idle */
+        reg(&f, 2, 1000, 1280 * MIB, 128 * MIB, 100000, 0); /* shares its lane: GPU full */
+        reg(&f, 3, 2000, 32 * MIB, 32 * MIB, 5, 0);         /* B's small job */
+        ck_assert(f.jobs[1].admitted);
+        ck_assert_msg(f.jobs[2].admitted == !capped, "A's next job, capped %d", capped);
+        ck_assert_msg(f.jobs[3].admitted == capped, "B's small job, capped %d", capped);
+        fake_stop(&f);
+    }
+}
+END_TEST
+
+/* FIFO (one job at a time) with two users: admission alternates between them by GPU time
+ * (1 of A, then B's 4, then A's 2 on a tie broken by the policy's order...); with one user
+ * the order is the policy's. */
+START_TEST(test_fair_user_pick_for_admission)
+{
+    static const uint32_t two_users[] = {0, 1000, 1000, 1000, 2000, 2000};
+    static const uint64_t expected_two[] = {1, 4, 2, 5, 3};
+    for (int two = 0; two <= 1; two++) {
+        fake_t f;
+        fake_start(&f, "fifo", 4 * GIB);
+        for (uint64_t id = 1; id <= 5; id++) {
+            reg(&f, id, two ? two_users[id] : 1000, 100 * MIB, 100 * MIB, 1, 0);
+            f.now_ns += MS;
+        }
+        for (size_t done = 0; done < 5; done++) {
+            ck_assert_uint_eq(f.admit_count, done + 1);
+            uint64_t id = f.admits[done];
+            boundary(&f, id, 0);        /* first boundary: granted */
+            run_one(&f, id, id, 100 * MS); /* one iteration of 100 ms */
+            leave(&f, id);
+        }
+        for (size_t i = 0; i < 5; i++)
+            ck_assert_uint_eq(f.admits[i], (two ? expected_two[i] : i + 1));
+        fake_stop(&f);
+    }
+}
+END_TEST
+
+/* A lane shared by two users (A with two jobs, B with one): turns go to the user whose jobs have
+ * held the GPU least, so B gets about half the GPU time, not a third. */
+START_TEST(test_fair_user_pick_for_turns)
+{
+    fake_t f;
+    fake_users_t users = {.share_lanes = true};
+    fake_start_users(&f, "pack", 1 * GIB, &users);
+    reg(&f, 1, 1000, 100 * MIB, 600 * MIB, 0, 0);
+    reg(&f, 2, 1000, 100 * MIB, 600 * MIB, 0, 0);
+    reg(&f, 3, 2000, 100 * MIB, 600 * MIB, 0, 0);
+    for (uint64_t id = 1; id <= 3; id++) {
+        ck_assert(f.jobs[id].admitted);
+        ck_assert_uint_eq(f.jobs[id].lane, f.jobs[1].lane);
+        boundary(&f, id, 0);
+    }
+    for (int k = 0; k < 300; k++)
+        ck_assert_uint_ne(run_one(&f, 1, 3, 10 * MS), 0);
+    uint64_t a = f.jobs[1].busy_ns + f.jobs[2].busy_ns, b = f.jobs[3].busy_ns;
+    ck_assert_msg(a + b == 300 * 10 * MS, "total %llu ms", (unsigned long long)((a + b) / MS));
+    uint64_t hi = a > b ? a : b, lo = a > b ? b : a;
+    ck_assert_msg(hi - lo <= hi / 20, "A %llu ms vs B %llu ms", (unsigned long long)(a / MS),
+                  (unsigned long long)(b / MS));
+    /* and A's two jobs share A's half */
+    ck_assert_uint_gt(f.jobs[1].busy_ns, a / 3);
+    ck_assert_uint_gt(f.jobs[2].busy_ns, a / 3);
+    fake_stop(&f);
+}
+END_TEST
+
+/* Runs a mixed trace of one user: 12 jobs of different sizes and lengths on a 2 GiB GPU,
+ * arriving over time; each job leaves after its iterations. */
+static void one_user_trace(fake_t *f)
+{
+    int started[13] = {0}, done[13] = {0};
+    size_t finished = 0;
+    for (int step = 0; step < 20000 && finished < 12; step++) {
+        if (step % 7 == 0 && step / 7 < 12) {
+            uint64_t id = (uint64_t)step / 7 + 1;
+            reg(f, id, 1000, (id % 3 + 1) * 100 * MIB, (id % 4 + 1) * 150 * MIB,
+                2 + id % 5, (int32_t)(id % 2));
+        }
+        for (uint64_t id = 1; id <= 12; id++) {
+            if (f->jobs[id].admitted && !started[id] && !done[id]) {
+                started[id] = 1;
+                boundary(f, id, 0);
+            }
+        }
+        uint64_t ran = 0;
+        for (uint64_t id = 1; id <= 12 && !ran; id++)
+            if (f->jobs[id].running && !done[id])
+                ran = run_one(f, id, id, (id % 3 + 1) * 10 * MS);
+        if (!ran)
+            f->now_ns += MS;
+        if (ran && f->jobs[ran].iterations >= 2 + ran % 5) {
+            done[ran] = 1;
+            finished++;
+            leave(f, ran);
+        }
+    }
+    ck_assert_uint_eq(finished, 12);
+}
+
+/* With one user, the two-level pick (taken when the user has a job cap) reduces to the
+ * policy's own picks: the same admissions and grants as without caps, for every policy. */
+START_TEST(test_one_user_picks_unchanged)
+{
+    static const char *const policies[] = {"fifo", "pack", "srtf", "fair"};
+    for (size_t p = 0; p < 4; p++) {
+        fake_t *plain = calloc(1, sizeof(*plain)), *capped = calloc(1, sizeof(*capped));
+        ck_assert(plain && capped);
+        fake_users_t none = {0}, cap = {.max_jobs = 1000};
+        fake_start_users(plain, policies[p], 2 * GIB, &none);
+        fake_start_users(capped, policies[p], 2 * GIB, &cap);
+        one_user_trace(plain);
+        one_user_trace(capped);
+        ck_assert_uint_eq(plain->admit_count, 12);
+        ck_assert_uint_eq(plain->admit_count, capped->admit_count);
+        ck_assert_uint_eq(plain->grant_count, capped->grant_count);
+        ck_assert_msg(plain->grant_count > 12, "%s: %zu grants", policies[p], plain->grant_count);
+        for (size_t i = 0; i < plain->admit_count; i++)
+            ck_assert_uint_eq(plain->admits[i], capped->admits[i]);
+        for (size_t i = 0; i < plain->grant_count; i++)
+            ck_assert_msg(plain->grants[i] == capped->grants[i], "%s: grant %zu: %llu vs %llu",
+                          policies[p], i, (unsigned long long)plain->grants[i],
+                          (unsigned long long)capped->grants[i]);
+        fake_stop(plain);
+        fake_stop(capped);
+        free(plain);
+        free(capped);
+    }
+}
+END_TEST
+
+START_TEST(test_quota_share_out_of_range_is_an_error)
+{
+    sched_core_config_t config;
+    int rc = 0;
+    sched_core_config_default(&config);
+    config.user_gpu_share = 1.5;
+    ck_assert_ptr_null(sched_core_create(&config, &rc));
+    ck_assert_int_eq(rc, -EINVAL);
+}
+END_TEST
+
 static Suite *sched_core_suite(void)
 {
     Suite *s = suite_create("sched_core");
@@ -436,6 +655,13 @@ static Suite *sched_core_suite(void)
     tcase_add_test(t, test_wait_in_progress_is_visible);
     tcase_add_test(t, test_reserve_as_large_as_the_gpu_is_an_error);
     tcase_add_test(t, test_leaving_holder_hands_the_lane_on);
+    tcase_add_test(t, test_quota_refuses_a_job_over_the_share);
+    tcase_add_test(t, test_quota_waits_at_the_cap);
+    tcase_add_test(t, test_quota_admits_another_user_beside_a_greedy_one);
+    tcase_add_test(t, test_fair_user_pick_for_admission);
+    tcase_add_test(t, test_fair_user_pick_for_turns);
+    tcase_add_test(t, test_one_user_picks_unchanged);
+    tcase_add_test(t, test_quota_share_out_of_range_is_an_error);
     suite_add_tcase(s, t);
     return s;
 }

@@ -107,5 +107,17 @@ until_jobs "j['a-next']['state'] not in ('waiting', 'submitted')"
 "$SALUSCTL" --socket "$SOCK" kill "$(job_id a-next)" >/dev/null || fail "kill of A's next job"
 until_jobs "j['a-greedy']['state'] == 'killed' and j['a-next']['state'] == 'killed'"
 pass "A's next job was admitted once A's greedy job left"
-grep -q "user-gpu-share\|user-max-jobs" <("$SALUSD" --help) || fail "salusd --help lacks the quota options"
 stop_daemon
+
+# Bad values: a clear error, no daemon.
+for bad in 0 1.5 abc -0.2 nan; do
+    rc=0
+    "$SALUSD" --foreground --socket "$WORK/bad.sock" --user-gpu-share "$bad" >"$WORK/bad.out" 2>&1 || rc=$?
+    [ "$rc" -ne 0 ] && grep -q "user-gpu-share '$bad': expected a fraction" "$WORK/bad.out" ||
+        fail "--user-gpu-share $bad: rc $rc: $(cat "$WORK/bad.out")"
+done
+rc=0
+"$SALUSD" --foreground --socket "$WORK/bad.sock" --user-max-jobs 0 >"$WORK/bad.out" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && grep -q "user-max-jobs" "$WORK/bad.out" || fail "--user-max-jobs 0: rc $rc"
+"$SALUSD" --help | grep -q -- "--user-gpu-share" || fail "salusd --help lacks --user-gpu-share"
+pass "bad quota options are refused with a clear error"

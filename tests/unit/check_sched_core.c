@@ -353,7 +353,9 @@ END_TEST
 START_TEST(test_200_jobs_200_lanes)
 {
     fake_t f;
-    fake_start(&f, "pack", 64 * GIB);
+    /* _i == 1: the same under per-user caps that leave room for all 200 */
+    fake_users_t users = {.share = _i ? 0.75 : 0, .max_jobs = _i ? 200 : 0};
+    fake_start_users(&f, "pack", 64 * GIB, &users);
     for (uint64_t id = 1; id <= 200; id++)
         reg(&f, id, 1000, 1 * MIB, 1 * MIB, 3, 0);
     size_t lanes = lanes_list(sched_core_lanes(f.core), NULL, 0);
@@ -651,7 +653,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(t, test_never_fits_is_refused);
     tcase_add_test(t, test_learned_sizes);
     tcase_add_test(t, test_merge_during_admission_round);
-    tcase_add_test(t, test_200_jobs_200_lanes);
+    tcase_add_loop_test(t, test_200_jobs_200_lanes, 0, 2);
     tcase_add_test(t, test_wait_in_progress_is_visible);
     tcase_add_test(t, test_reserve_as_large_as_the_gpu_is_an_error);
     tcase_add_test(t, test_leaving_holder_hands_the_lane_on);

@@ -37,7 +37,7 @@ typedef struct core_gpu_s {
 /* A user with jobs among an admission round's candidates (the two-level pick). */
 typedef struct core_user_s {
     uint32_t uid;
-    uint64_t busy_ns; /* GPU time of the user's jobs the core knows */
+    uint64_t busy_ns; /* GPU time of the user's jobs since the core started */
     size_t admitted;  /* admitted jobs, this round's included */
     size_t next;      /* position in the policy's order of its next candidate */
 } core_user_t;
@@ -325,7 +325,7 @@ static void add_usage(sched_core_t *core, uint32_t uid, uint64_t busy_ns)
 }
 
 /* The two-level pick of a turn in a lane shared by several users: only the jobs of the users
- * whose jobs hold the least GPU time stay runnable for the policy's pick among
+ * whose jobs have held the GPU least stay runnable for the policy's pick among
  * core->views[0..n). With one user nothing changes. */
 static void users_first(sched_core_t *core, size_t n)
 {

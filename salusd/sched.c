@@ -206,9 +206,13 @@ int sched_init(salusd_t *d, char *err, size_t err_size)
     config.policy_name = d->config.policy;
     config.lanes.job_overhead_bytes = d->devices.simulated ? 0 : d->config.job_overhead_bytes;
     config.lanes.share_lanes_across_users = d->config.share_lanes_across_users != 0;
-    /* a job without hints starts on provisional sizes that fit the smallest GPU */
-    for (int i = 0; i < d->devices.count; i++)
+    /* a job without hints starts on provisional sizes that fit the smallest GPU; learned
+     * sizes are whole chunks of the coarsest granularity */
+    for (int i = 0; i < d->devices.count; i++) {
         sched_core_config_fit_gpu(&config, d->devices.gpus[i].total_bytes);
+        if (d->devices.gpus[i].granularity_bytes > config.size_grain_bytes)
+            config.size_grain_bytes = d->devices.gpus[i].granularity_bytes;
+    }
     s->core = sched_core_create(&config, &rc);
     if (!s->core) {
         if (rc == -ENOENT)

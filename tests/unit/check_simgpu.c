@@ -1021,6 +1021,9 @@ END_TEST
 
 /* ---- process slots (SIMGPU_PROCESS_SLOTS) ---- */
 
+/* the suite's segment name (main sets it); the slot tests name theirs after it */
+static char suite_shm_name[64];
+
 typedef struct slot_holder {
     pid_t pid;
     int release_fd; /* closing it ends the holder */
@@ -1087,10 +1090,45 @@ static int slot_holder(void)
     return 0;
 }
 
+/* The device's stats as a fresh process attaching to SIMGPU_SHM_NAME sees them (this
+ * process may be attached to another segment already: without fork mode the tests share one
+ * process). */
+static simgpu_device_stats_t slot_stats(void)
+{
+    int report[2];
+    simgpu_device_stats_t stats;
+    ck_assert_int_eq(pipe2(report, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int out = fcntl(report[1], F_DUPFD, 10);
+        if (out < 0 || dup2(out, 3) < 0)
+            _exit(99);
+        execl("/proc/self/exe", "check_simgpu", "--slot-stats", (char *)NULL);
+        _exit(99);
+    }
+    close(report[1]);
+    ck_assert_int_eq(read(report[0], &stats, sizeof(stats)), (ssize_t)sizeof(stats));
+    close(report[0]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return stats;
+}
+
+/* check_simgpu --slot-stats: writes device 0's stats to fd 3 */
+static int slot_stats_main(void)
+{
+    simgpu_device_stats_t stats;
+    if (simgpu_device_stats(0, &stats) != 0)
+        return 1;
+    return write(3, &stats, sizeof(stats)) == (ssize_t)sizeof(stats) ? 0 : 2;
+}
+
 START_TEST(test_process_slots)
 {
     char name[96];
-    snprintf(name, sizeof(name), "%s-slots", getenv("SIMGPU_SHM_NAME"));
+    snprintf(name, sizeof(name), "%s-slots", suite_shm_name);
     setenv("SIMGPU_SHM_NAME", name, 1);
     shm_unlink(name);
     /* the segment is created with 3 slots; later processes use the segment's count */
@@ -1099,8 +1137,7 @@ START_TEST(test_process_slots)
         h[i] = slot_holder_start("3");
         ck_assert_int_eq(h[i].status, CUDA_SUCCESS);
     }
-    simgpu_device_stats_t stats;
-    ck_assert_int_eq(simgpu_device_stats(0, &stats), 0);
+    simgpu_device_stats_t stats = slot_stats();
     ck_assert_uint_eq(stats.processes, 3);
     ck_assert_uint_eq(stats.used_bytes, 3 * MiB);
     /* full: a fourth process is refused device memory (and told why on stderr), even when
@@ -1112,15 +1149,16 @@ START_TEST(test_process_slots)
     slot_holder_end(&h[0]);
     h[4] = slot_holder_start("3");
     ck_assert_int_eq(h[4].status, CUDA_SUCCESS);
-    ck_assert_int_eq(simgpu_device_stats(0, &stats), 0);
+    stats = slot_stats();
     ck_assert_uint_eq(stats.processes, 3);
     for (int i = 1; i < 3; i++)
         slot_holder_end(&h[i]);
     slot_holder_end(&h[4]);
-    ck_assert_int_eq(simgpu_device_stats(0, &stats), 0);
+    stats = slot_stats();
     ck_assert_uint_eq(stats.processes, 0);
     ck_assert_uint_eq(stats.used_bytes, 0);
     shm_unlink(name);
+    setenv("SIMGPU_SHM_NAME", suite_shm_name, 1);
 }
 END_TEST
 
@@ -1129,7 +1167,7 @@ END_TEST
 START_TEST(test_process_slots_default)
 {
     char name[96];
-    snprintf(name, sizeof(name), "%s-slots-default", getenv("SIMGPU_SHM_NAME"));
+    snprintf(name, sizeof(name), "%s-slots-default", suite_shm_name);
     setenv("SIMGPU_SHM_NAME", name, 1);
     unsetenv("SIMGPU_PROCESS_SLOTS");
     shm_unlink(name);
@@ -1139,12 +1177,12 @@ START_TEST(test_process_slots_default)
         h[i] = slot_holder_start("");
         ck_assert_int_eq(h[i].status, CUDA_SUCCESS);
     }
-    simgpu_device_stats_t stats;
-    ck_assert_int_eq(simgpu_device_stats(0, &stats), 0);
+    simgpu_device_stats_t stats = slot_stats();
     ck_assert_uint_eq(stats.processes, N);
     for (int i = 0; i < N; i++)
         slot_holder_end(&h[i]);
     shm_unlink(name);
+    setenv("SIMGPU_SHM_NAME", suite_shm_name, 1);
 }
 END_TEST
 
@@ -1182,6 +1220,8 @@ int main(int argc, char **argv)
         return speed_check(); /* the parent's environment (segment, packs) is inherited */
     if (argc == 2 && strcmp(argv[1], "--slot-holder") == 0)
         return slot_holder();
+    if (argc == 2 && strcmp(argv[1], "--slot-stats") == 0)
+        return slot_stats_main();
     if (argc == 3 && strcmp(argv[1], "--ipc-import") == 0)
         return ipc_import(atoi(argv[2]), false);
     if (argc == 3 && strcmp(argv[1], "--ipc-import-freed") == 0)
@@ -1189,6 +1229,7 @@ int main(int argc, char **argv)
     snprintf(shm_name, sizeof(shm_name), "/simgpu-check-%d", (int)getpid());
     snprintf(memory, sizeof(memory), "%llu", MEMORY_MB);
     setenv("SIMGPU_SHM_NAME", shm_name, 1);
+    snprintf(suite_shm_name, sizeof(suite_shm_name), "%s", shm_name);
     setenv("SIMGPU_MEMORY_MB", memory, 1);
     setenv("SIMGPU_KERNEL_PACKS", SIMGPU_TESTPACK_PATH, 1);
     unsetenv("SIMGPU_SPEED");

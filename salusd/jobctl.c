@@ -389,23 +389,17 @@ static int place_command(conn_t *c, jobctl_entry_t *e, int pidfd)
 void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
-    char name[REGISTRY_NAME_BYTES] = "";
+    jobs_fields_t fields;
     char log_path[JOBCTL_LOG_PATH_BYTES] = "";
-    uint64_t iterations = 0, persistent = 0, ephemeral = 0;
-    int64_t priority = 0;
     int fds[2] = {-1, -1};
     const char *why = NULL;
     struct stat st;
     const msgpack_object *b = &msg->body;
     prune(d);
     int log_rc = proto_get_str_copy(b, "log", log_path, sizeof(log_path));
-    if (proto_get_str_copy(b, "name", name, sizeof(name)) == -EINVAL ||
-        proto_get_uint(b, "iterations", &iterations) == -EINVAL ||
-        proto_get_uint(b, "persistent_bytes", &persistent) == -EINVAL ||
-        proto_get_uint(b, "ephemeral_bytes", &ephemeral) == -EINVAL ||
-        proto_get_int(b, "priority", &priority) == -EINVAL || log_rc == -EINVAL ||
-        persistent > (1ull << 50) || ephemeral > (1ull << 50) ||
-        (log_rc == 0 && log_path[0] != '/') || memchr(log_path, '\n', strlen(log_path))) {
+    int frc = jobs_fields_parse(b, &fields);
+    if (frc == -EINVAL || log_rc == -EINVAL || (log_rc == 0 && log_path[0] != '/') ||
+        memchr(log_path, '\n', strlen(log_path))) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
                            "submit takes name (string of at most %d bytes), iterations, "
                            "persistent_bytes, ephemeral_bytes (unsigned), priority (integer) "
@@ -433,12 +427,9 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
                            "regular file");
         return;
     }
-    if (!jobs_name_valid(name)) {
+    if (frc < 0) {
         close_submit_fds(fds);
-        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
-                           "submit: the job name must be printable text (no control "
-                           "characters) of at most %d bytes",
-                           REGISTRY_NAME_BYTES - 1);
+        jobs_reply_bad_name(c, msg->id, "submit");
         return;
     }
     if (d->devices.count == 0) {
@@ -446,8 +437,7 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
         server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "salusd has no GPU");
         return;
     }
-    job_t *job = jobs_reserve(c, name[0] ? name : "job", iterations, persistent, ephemeral,
-                              priority);
+    job_t *job = jobs_reserve(c, &fields);
     jobctl_entry_t *e = job ? entry_get(d, job->id) : NULL;
     if (e && log_path[0])
         e->log_path = strdup(log_path);

@@ -50,6 +50,41 @@ int jobs_name_valid(const char *name)
     return 1;
 }
 
+/* sizes above this are refused as malformed (a petabyte: no GPU, and no overflow when added) */
+#define JOBS_MAX_HINT_BYTES (1ull << 50)
+
+int jobs_fields_parse(const msgpack_object *body, jobs_fields_t *f)
+{
+    memset(f, 0, sizeof(*f));
+    if (proto_get_str_copy(body, "name", f->name, sizeof(f->name)) == -EINVAL ||
+        proto_get_uint(body, "iterations", &f->iterations) == -EINVAL ||
+        proto_get_uint(body, "persistent_bytes", &f->persistent_bytes) == -EINVAL ||
+        proto_get_uint(body, "ephemeral_bytes", &f->ephemeral_bytes) == -EINVAL ||
+        proto_get_int(body, "priority", &f->priority) == -EINVAL ||
+        f->persistent_bytes > JOBS_MAX_HINT_BYTES || f->ephemeral_bytes > JOBS_MAX_HINT_BYTES)
+        return -EINVAL;
+    if (!jobs_name_valid(f->name))
+        return -EILSEQ;
+    return 0;
+}
+
+void jobs_reply_bad_name(conn_t *c, uint64_t request_id, const char *verb)
+{
+    server_reply_error(c, request_id, PROTO_EBADARG, 0,
+                       "%s: the job name must be printable text (no control characters) of "
+                       "at most %d bytes",
+                       verb, REGISTRY_NAME_BYTES - 1);
+}
+
+/* what register and submit said about the job */
+static void apply_fields(job_t *job, const jobs_fields_t *f)
+{
+    job->iterations_expected = f->iterations;
+    job->persistent_hint_bytes = f->persistent_bytes;
+    job->ephemeral_hint_bytes = f->ephemeral_bytes;
+    job->priority = f->priority;
+}
+
 job_t *jobs_of_conn(conn_t *c)
 {
     return c->job_id ? registry_find(c->daemon->registry, c->job_id) : NULL;
@@ -282,18 +317,11 @@ void jobs_fail(salusd_t *d, job_t *job, const char *reason)
 void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
-    char name[REGISTRY_NAME_BYTES] = "";
-    uint64_t iterations = 0, persistent = 0, ephemeral = 0;
-    int64_t priority = 0;
+    jobs_fields_t fields;
     uint64_t reserved_id = 0;
-    const msgpack_object *b = &msg->body;
-    if (proto_get_str_copy(b, "name", name, sizeof(name)) == -EINVAL ||
-        proto_get_uint(b, "job_id", &reserved_id) == -EINVAL ||
-        proto_get_uint(b, "iterations", &iterations) == -EINVAL ||
-        proto_get_uint(b, "persistent_bytes", &persistent) == -EINVAL ||
-        proto_get_uint(b, "ephemeral_bytes", &ephemeral) == -EINVAL ||
-        proto_get_int(b, "priority", &priority) == -EINVAL || persistent > (1ull << 50) ||
-        ephemeral > (1ull << 50)) {
+    int frc = jobs_fields_parse(&msg->body, &fields);
+    const char *name = fields.name;
+    if (frc == -EINVAL || proto_get_uint(&msg->body, "job_id", &reserved_id) == -EINVAL) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
                            "register takes name (string of at most %d bytes), iterations, "
                            "persistent_bytes, ephemeral_bytes, job_id (unsigned) and priority "
@@ -301,11 +329,8 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
                            REGISTRY_NAME_BYTES - 1);
         return;
     }
-    if (!jobs_name_valid(name)) {
-        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
-                           "register: the job name must be printable text (no control "
-                           "characters) of at most %d bytes",
-                           REGISTRY_NAME_BYTES - 1);
+    if (frc < 0) {
+        jobs_reply_bad_name(c, msg->id, "register");
         return;
     }
     if (c->job_id) {
@@ -391,10 +416,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     rt->reply_pending = 1;
     rt->pidfd = pidfd;
     job->runtime = rt;
-    job->iterations_expected = iterations;
-    job->persistent_hint_bytes = persistent;
-    job->ephemeral_hint_bytes = ephemeral;
-    job->priority = priority;
+    apply_fields(job, &fields);
     job->budget_bytes = 0; /* set at admission from the job's placement */
     c->job_id = job->id;
     if (rt->pidfd >= 0) {
@@ -480,11 +502,11 @@ void jobs_shutdown(salusd_t *d)
     }
 }
 
-job_t *jobs_reserve(conn_t *c, const char *name, uint64_t iterations, uint64_t persistent_bytes,
-                    uint64_t ephemeral_bytes, int64_t priority)
+job_t *jobs_reserve(conn_t *c, const jobs_fields_t *fields)
 {
     salusd_t *d = c->daemon;
     job_runtime_t *rt = calloc(1, sizeof(*rt));
+    const char *name = fields->name[0] ? fields->name : "job";
     job_t *job = rt ? registry_add(d->registry, name, c->pid, c->uid, c->gid, salusd_now_ns(),
                                    NULL)
                     : NULL;
@@ -498,10 +520,7 @@ job_t *jobs_reserve(conn_t *c, const char *name, uint64_t iterations, uint64_t p
     rt->notify_fd = -1;
     rt->reserved = 1;
     job->runtime = rt;
-    job->iterations_expected = iterations;
-    job->persistent_hint_bytes = persistent_bytes;
-    job->ephemeral_hint_bytes = ephemeral_bytes;
-    job->priority = priority;
+    apply_fields(job, fields);
     LOG_INFO("job %llu '%s' reserved (uid %u); waiting for its program to register",
              (unsigned long long)job->id, job->name, (unsigned)job->uid);
     return job;

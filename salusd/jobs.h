@@ -10,11 +10,23 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg);
 void jobs_connection_closed(conn_t *c);
-/* salusctl submit: a job listed as waiting before its program runs. Its uid is the
- * requester's; the program attaches by sending job_id in its register request. NULL when
- * out of memory. */
-job_t *jobs_reserve(conn_t *c, const char *name, uint64_t iterations, uint64_t persistent_bytes,
-                    uint64_t ephemeral_bytes, int64_t priority);
+/* The job's description that register and submit both take, each field optional. */
+typedef struct jobs_fields_s {
+    char name[REGISTRY_NAME_BYTES];      /* "" when not given */
+    uint64_t iterations;                 /* expected; 0 = unknown */
+    uint64_t persistent_bytes, ephemeral_bytes; /* hints; 0 = unknown */
+    int64_t priority;
+} jobs_fields_t;
+/* Reads and checks those fields of a request body: 0; -EINVAL when one has the wrong type
+ * or a size is above 2^50 (the caller answers with its request's usage); -EILSEQ when the
+ * name is not a valid job name (the caller answers with jobs_reply_bad_name). */
+int jobs_fields_parse(const msgpack_object *body, jobs_fields_t *fields);
+/* "VERB: the job name must be printable text ..." */
+void jobs_reply_bad_name(conn_t *c, uint64_t request_id, const char *verb);
+/* salusctl submit: a job listed as waiting before its program runs (named "job" when the
+ * fields give no name). Its uid is the requester's; the program attaches by sending job_id
+ * in its register request. NULL when out of memory. */
+job_t *jobs_reserve(conn_t *c, const jobs_fields_t *fields);
 /* 1 when name may be a job's name: printable (ASCII or UTF-8 without control characters),
  * shorter than REGISTRY_NAME_BYTES. Names reach terminals (ps, logs of the daemon). */
 int jobs_name_valid(const char *name);

@@ -209,9 +209,13 @@ int sched_init(salusd_t *d, char *err, size_t err_size)
     config.user_gpu_share = d->config.user_gpu_share;
     config.user_max_jobs = (uint32_t)d->config.user_max_jobs;
     config.quota_exempt_uid = (uint32_t)geteuid(); /* root (uid 0) is exempt in the core */
-    /* a job without hints starts on provisional sizes that fit the smallest GPU */
-    for (int i = 0; i < d->devices.count; i++)
+    /* a job without hints starts on provisional sizes that fit the smallest GPU; learned
+     * sizes are whole chunks of the coarsest granularity */
+    for (int i = 0; i < d->devices.count; i++) {
         sched_core_config_fit_gpu(&config, d->devices.gpus[i].total_bytes);
+        if (d->devices.gpus[i].granularity_bytes > config.size_grain_bytes)
+            config.size_grain_bytes = d->devices.gpus[i].granularity_bytes;
+    }
     s->core = sched_core_create(&config, &rc);
     if (!s->core) {
         if (rc == -ENOENT)

@@ -51,6 +51,7 @@ struct sched_core_s {
     uint32_t warmup_iterations;
     double user_gpu_share;
     uint32_t user_max_jobs, quota_exempt_uid;
+    uint64_t size_grain;
     core_job_t *jobs; /* sorted by id; includes `gone` ones until compacted */
     size_t count, capacity, gone_count;
     uint64_t *waiting; /* ids, registration order */
@@ -770,15 +771,27 @@ static void admission_round(sched_core_t *core, uint64_t now_ns)
     core->waiting_count = kept;
 }
 
+/* bytes rounded up to whole grains (a size too large to round is left as it is: it can never
+ * fit anyway) */
+static uint64_t whole_grains(uint64_t bytes, uint64_t grain)
+{
+    if (bytes > UINT64_MAX - grain)
+        return bytes;
+    return (bytes + grain - 1) / grain * grain;
+}
+
 /* Learned sizes: after warm-up, a provisional job's measured sizes replace the provisional
  * ones (it stays in its lane, moves to another of its GPU, or keeps its books if they do not
- * fit now; it is retried at its next boundary). */
+ * fit now; it is retried at its next boundary). The sizes are rounded up to the grain memory
+ * is handed out in: a job that keeps nothing between iterations and allocates a few KiB in
+ * each still gets a budget of one whole grain, the least a chunk can be. */
 static void learn_sizes(sched_core_t *core, core_job_t *job)
 {
     if (!job->provisional || job->iterations < core->warmup_iterations)
         return;
-    uint64_t p = job->measured_persistent ? job->measured_persistent : 1;
-    uint64_t e = job->measured_ephemeral ? job->measured_ephemeral : 1;
+    uint64_t p = whole_grains(job->measured_persistent, core->size_grain);
+    uint64_t e = whole_grains(job->measured_ephemeral ? job->measured_ephemeral : 1,
+                              core->size_grain);
     lanes_placement_t now;
     lanes_status_t st = lanes_update_sizes(core->lanes, job->id, p, e, &now);
     sched_core_effect_t fx = {.kind = SCHED_CORE_LEARNED, .job_id = job->id, .gpu = job->gpu,
@@ -989,6 +1002,8 @@ sched_core_t *sched_core_create(const sched_core_config_t *config, int *error)
     core->policy_config = config->policy;
     core->warmup_iterations = config->warmup_iterations ? config->warmup_iterations
                                                         : SCHED_CORE_DEFAULT_WARMUP_ITERATIONS;
+    core->size_grain = config->size_grain_bytes ? config->size_grain_bytes
+                                                : SCHED_CORE_DEFAULT_SIZE_GRAIN_BYTES;
     rc = -EINVAL;
     if (!(config->user_gpu_share >= 0 && config->user_gpu_share <= 1)) /* NaN too */
         goto fail;

@@ -47,6 +47,7 @@
 typedef struct sched_core_s sched_core_t;
 
 #define SCHED_CORE_DEFAULT_WARMUP_ITERATIONS 3
+#define SCHED_CORE_DEFAULT_SIZE_GRAIN_BYTES (2ull << 20)
 
 typedef struct sched_core_config_s {
     /* The lane manager's settings; on_change / on_change_context are the core's own and are
@@ -67,9 +68,15 @@ typedef struct sched_core_config_s {
     double user_gpu_share;
     uint32_t user_max_jobs;
     uint32_t quota_exempt_uid;
+    /* The grain device memory is handed out in (the daemon's chunk granularity): learned
+     * sizes are rounded up to it, the ephemeral one to at least one grain, so that a learned
+     * budget is never below what the job can be given (0: the default, 2 MiB, simgpu's and
+     * CUDA's usual granularity). */
+    uint64_t size_grain_bytes;
 } sched_core_config_t;
 
-/* Defaults: lanes_config_default(), policy "fifo", warm-up 3, no per-user caps. */
+/* Defaults: lanes_config_default(), policy "fifo", warm-up 3, size grain 2 MiB, no per-user
+ * caps. */
 void sched_core_config_default(sched_core_config_t *config);
 /* Caps the provisional sizes so that a job without hints fits a GPU of total_bytes (a
  * quarter for persistent, half for ephemeral). Call once per GPU before sched_core_create. */

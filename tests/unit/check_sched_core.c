@@ -43,6 +43,7 @@ typedef struct fake_users_s {
     double share;
     uint32_t max_jobs;
     bool share_lanes;
+    uint64_t size_grain_bytes; /* the config's (0: the default) */
 } fake_users_t;
 
 static void fake_start_users(fake_t *f, const char *policy, uint64_t gpu_bytes,
@@ -52,6 +53,7 @@ static void fake_start_users(fake_t *f, const char *policy, uint64_t gpu_bytes,
     int rc = 0;
     memset(f, 0, sizeof(*f));
     sched_core_config_default(&config);
+    config.size_grain_bytes = users->size_grain_bytes;
     config.policy_name = policy;
     config.lanes.job_overhead_bytes = 0;
     config.user_gpu_share = users->share;
@@ -62,6 +64,13 @@ static void fake_start_users(fake_t *f, const char *policy, uint64_t gpu_bytes,
     ck_assert_msg(f->core != NULL, "sched_core_create(%s): %d", policy, rc);
     ck_assert_int_eq(sched_core_add_gpu(f->core, 0, gpu_bytes, 0), 0);
     f->now_ns = 1000 * MS;
+}
+
+static void fake_start_grain(fake_t *f, const char *policy, uint64_t gpu_bytes,
+                             uint64_t size_grain_bytes)
+{
+    fake_users_t users = {.size_grain_bytes = size_grain_bytes};
+    fake_start_users(f, policy, gpu_bytes, &users);
 }
 
 static void fake_start(fake_t *f, const char *policy, uint64_t gpu_bytes)
@@ -314,6 +323,51 @@ START_TEST(test_learned_sizes)
     ck_assert(!info.provisional);
     ck_assert_uint_eq(info.budget_bytes, 150 * MIB);
     ck_assert_uint_eq(sched_core_gpu_budget_bytes(f.core, 0), 150 * MIB);
+    fake_stop(&f);
+}
+END_TEST
+
+/* Runs job `id` (registered without hints, measuring p and e) through its warm-up; returns
+ * its learned budget. */
+static uint64_t learn(fake_t *f, uint64_t id, uint64_t p, uint64_t e)
+{
+    reg(f, id, 1000, LANES_SIZE_UNKNOWN, LANES_SIZE_UNKNOWN, 0, 0);
+    ck_assert(f->jobs[id].admitted);
+    f->jobs[id].persistent_bytes = p;
+    f->jobs[id].ephemeral_bytes = e;
+    boundary(f, id, 0);
+    for (int k = 0; k < SCHED_CORE_DEFAULT_WARMUP_ITERATIONS; k++)
+        run_one(f, id, id, 5 * MS);
+    ck_assert_int_eq(f->jobs[id].learned, 1);
+    sched_core_job_info_t info;
+    ck_assert_int_eq(sched_core_job_info(f->core, id, &info), 0);
+    ck_assert(!info.provisional);
+    ck_assert_uint_eq(info.budget_bytes, f->jobs[id].budget_bytes);
+    return f->jobs[id].budget_bytes;
+}
+
+/* Learned sizes are whole grains of the memory the daemon hands out: a job that keeps nothing
+ * between iterations and allocates a few KiB in each gets one grain, not a few KiB (below one
+ * chunk, its next allocation would fail). */
+START_TEST(test_learned_sizes_whole_grains)
+{
+    fake_t f;
+    fake_start(&f, "pack", 4 * GIB);
+    ck_assert_uint_eq(learn(&f, 1, 0, 3 << 10), SCHED_CORE_DEFAULT_SIZE_GRAIN_BYTES);
+    leave(&f, 1);
+    /* nothing measured at all: still one grain */
+    ck_assert_uint_eq(learn(&f, 2, 0, 0), SCHED_CORE_DEFAULT_SIZE_GRAIN_BYTES);
+    leave(&f, 2);
+    /* each size rounds up on its own: 5 MiB + 1 -> 6 MiB, 1 MiB -> 2 MiB */
+    ck_assert_uint_eq(learn(&f, 3, 5 * MIB + 1, 1 * MIB), 8 * MIB);
+    leave(&f, 3);
+    ck_assert_uint_eq(sched_core_gpu_budget_bytes(f.core, 0), 0);
+    fake_stop(&f);
+
+    /* the daemon's grain (its coarsest chunk granularity) */
+    fake_start_grain(&f, "pack", 4 * GIB, 64 * MIB);
+    ck_assert_uint_eq(learn(&f, 1, 0, 4096), 64 * MIB);
+    ck_assert_uint_eq(learn(&f, 2, 65 * MIB, 64 * MIB), 192 * MIB);
     fake_stop(&f);
 }
 END_TEST
@@ -652,6 +706,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(t, test_fair_equal_gpu_time);
     tcase_add_test(t, test_never_fits_is_refused);
     tcase_add_test(t, test_learned_sizes);
+    tcase_add_test(t, test_learned_sizes_whole_grains);
     tcase_add_test(t, test_merge_during_admission_round);
     tcase_add_loop_test(t, test_200_jobs_200_lanes, 0, 2);
     tcase_add_test(t, test_wait_in_progress_is_visible);

@@ -1019,6 +1019,173 @@ START_TEST(test_stream_memops)
 }
 END_TEST
 
+/* ---- process slots (SIMGPU_PROCESS_SLOTS) ---- */
+
+/* the suite's segment name (main sets it); the slot tests name theirs after it */
+static char suite_shm_name[64];
+
+typedef struct slot_holder {
+    pid_t pid;
+    int release_fd; /* closing it ends the holder */
+    int status;     /* the CUresult of its allocation */
+} slot_holder_t;
+
+/* Starts `check_simgpu --slot-holder` (a fresh process) with SIMGPU_PROCESS_SLOTS=slots in
+ * its environment; it allocates 1 MiB and reports the CUresult, then holds the memory (and
+ * its slot) until release_fd is closed. */
+static slot_holder_t slot_holder_start(const char *slots)
+{
+    int report[2], release[2];
+    /* close-on-exec: a later holder must not keep an earlier one's release pipe open */
+    ck_assert_int_eq(pipe2(report, O_CLOEXEC), 0);
+    ck_assert_int_eq(pipe2(release, O_CLOEXEC), 0);
+    slot_holder_t h = {.pid = fork()};
+    ck_assert_int_ge(h.pid, 0);
+    if (h.pid == 0) {
+        /* out of the way of 3 and 4 first, then onto them (dup2 clears close-on-exec) */
+        int out = fcntl(report[1], F_DUPFD, 10), in = fcntl(release[0], F_DUPFD, 10);
+        if (out < 0 || in < 0 || dup2(out, 3) < 0 || dup2(in, 4) < 0)
+            _exit(99);
+        setenv("SIMGPU_PROCESS_SLOTS", slots, 1);
+        execl("/proc/self/exe", "check_simgpu", "--slot-holder", (char *)NULL);
+        _exit(99);
+    }
+    close(report[1]);
+    close(release[0]);
+    int status = -1;
+    ck_assert_int_eq(read(report[0], &status, sizeof(status)), (ssize_t)sizeof(status));
+    close(report[0]);
+    h.release_fd = release[1];
+    h.status = status;
+    return h;
+}
+
+static void slot_holder_end(slot_holder_t *h)
+{
+    int status = 0;
+    close(h->release_fd);
+    ck_assert_int_eq(waitpid(h->pid, &status, 0), h->pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* check_simgpu --slot-holder: fd 3 gets the allocation's CUresult, fd 4 is read to EOF */
+static int slot_holder(void)
+{
+    CUcontext ctx;
+    CUdeviceptr dev = 0;
+    int status = cuInit(0);
+    if (status == CUDA_SUCCESS)
+        status = cuDevicePrimaryCtxRetain(&ctx, 0);
+    if (status == CUDA_SUCCESS)
+        status = cuCtxSetCurrent(ctx);
+    if (status == CUDA_SUCCESS)
+        status = cuMemAlloc(&dev, MiB);
+    if (write(3, &status, sizeof(status)) != (ssize_t)sizeof(status))
+        return 1;
+    char byte;
+    while (read(4, &byte, 1) > 0)
+        ;
+    if (dev)
+        cuMemFree(dev);
+    return 0;
+}
+
+/* The device's stats as a fresh process attaching to SIMGPU_SHM_NAME sees them (this
+ * process may be attached to another segment already: without fork mode the tests share one
+ * process). */
+static simgpu_device_stats_t slot_stats(void)
+{
+    int report[2];
+    simgpu_device_stats_t stats;
+    ck_assert_int_eq(pipe2(report, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int out = fcntl(report[1], F_DUPFD, 10);
+        if (out < 0 || dup2(out, 3) < 0)
+            _exit(99);
+        execl("/proc/self/exe", "check_simgpu", "--slot-stats", (char *)NULL);
+        _exit(99);
+    }
+    close(report[1]);
+    ck_assert_int_eq(read(report[0], &stats, sizeof(stats)), (ssize_t)sizeof(stats));
+    close(report[0]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return stats;
+}
+
+/* check_simgpu --slot-stats: writes device 0's stats to fd 3 */
+static int slot_stats_main(void)
+{
+    simgpu_device_stats_t stats;
+    if (simgpu_device_stats(0, &stats) != 0)
+        return 1;
+    return write(3, &stats, sizeof(stats)) == (ssize_t)sizeof(stats) ? 0 : 2;
+}
+
+START_TEST(test_process_slots)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "%s-slots", suite_shm_name);
+    setenv("SIMGPU_SHM_NAME", name, 1);
+    shm_unlink(name);
+    /* the segment is created with 3 slots; later processes use the segment's count */
+    slot_holder_t h[5];
+    for (int i = 0; i < 3; i++) {
+        h[i] = slot_holder_start("3");
+        ck_assert_int_eq(h[i].status, CUDA_SUCCESS);
+    }
+    simgpu_device_stats_t stats = slot_stats();
+    ck_assert_uint_eq(stats.processes, 3);
+    ck_assert_uint_eq(stats.used_bytes, 3 * MiB);
+    /* full: a fourth process is refused device memory (and told why on stderr), even when
+     * it asks for more slots: the count is the segment's */
+    h[3] = slot_holder_start("64");
+    ck_assert_int_eq(h[3].status, CUDA_ERROR_OUT_OF_MEMORY);
+    slot_holder_end(&h[3]);
+    /* a slot comes back when its process ends */
+    slot_holder_end(&h[0]);
+    h[4] = slot_holder_start("3");
+    ck_assert_int_eq(h[4].status, CUDA_SUCCESS);
+    stats = slot_stats();
+    ck_assert_uint_eq(stats.processes, 3);
+    for (int i = 1; i < 3; i++)
+        slot_holder_end(&h[i]);
+    slot_holder_end(&h[4]);
+    stats = slot_stats();
+    ck_assert_uint_eq(stats.processes, 0);
+    ck_assert_uint_eq(stats.used_bytes, 0);
+    shm_unlink(name);
+    setenv("SIMGPU_SHM_NAME", suite_shm_name, 1);
+}
+END_TEST
+
+/* More processes than the old fixed 128 slots hold device memory at once on a segment
+ * created with the default count. */
+START_TEST(test_process_slots_default)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "%s-slots-default", suite_shm_name);
+    setenv("SIMGPU_SHM_NAME", name, 1);
+    unsetenv("SIMGPU_PROCESS_SLOTS");
+    shm_unlink(name);
+    enum { N = 160 };
+    static slot_holder_t h[N];
+    for (int i = 0; i < N; i++) {
+        h[i] = slot_holder_start("");
+        ck_assert_int_eq(h[i].status, CUDA_SUCCESS);
+    }
+    simgpu_device_stats_t stats = slot_stats();
+    ck_assert_uint_eq(stats.processes, N);
+    for (int i = 0; i < N; i++)
+        slot_holder_end(&h[i]);
+    shm_unlink(name);
+    setenv("SIMGPU_SHM_NAME", suite_shm_name, 1);
+}
+END_TEST
+
 static Suite *simgpu_suite(void)
 {
     Suite *s = suite_create("simgpu");
@@ -1040,6 +1207,8 @@ static Suite *simgpu_suite(void)
     tcase_add_test(tc, test_pitched_copies);
     tcase_add_test(tc, test_ipc_handles);
     tcase_add_test(tc, test_stream_memops);
+    tcase_add_test(tc, test_process_slots);
+    tcase_add_test(tc, test_process_slots_default);
     suite_add_tcase(s, tc);
     return s;
 }
@@ -1049,6 +1218,10 @@ int main(int argc, char **argv)
     char shm_name[64], memory[32];
     if (argc == 2 && strcmp(argv[1], "--speed-check") == 0)
         return speed_check(); /* the parent's environment (segment, packs) is inherited */
+    if (argc == 2 && strcmp(argv[1], "--slot-holder") == 0)
+        return slot_holder();
+    if (argc == 2 && strcmp(argv[1], "--slot-stats") == 0)
+        return slot_stats_main();
     if (argc == 3 && strcmp(argv[1], "--ipc-import") == 0)
         return ipc_import(atoi(argv[2]), false);
     if (argc == 3 && strcmp(argv[1], "--ipc-import-freed") == 0)
@@ -1056,6 +1229,7 @@ int main(int argc, char **argv)
     snprintf(shm_name, sizeof(shm_name), "/simgpu-check-%d", (int)getpid());
     snprintf(memory, sizeof(memory), "%llu", MEMORY_MB);
     setenv("SIMGPU_SHM_NAME", shm_name, 1);
+    snprintf(suite_shm_name, sizeof(suite_shm_name), "%s", shm_name);
     setenv("SIMGPU_MEMORY_MB", memory, 1);
     setenv("SIMGPU_KERNEL_PACKS", SIMGPU_TESTPACK_PATH, 1);
     unsetenv("SIMGPU_SPEED");
@@ -1065,5 +1239,10 @@ int main(int argc, char **argv)
     int failed = srunner_ntests_failed(runner);
     srunner_free(runner);
     shm_unlink(shm_name);
+    char other[96]; /* the process-slot tests' own segments, also when they failed */
+    snprintf(other, sizeof(other), "%s-slots", shm_name);
+    shm_unlink(other);
+    snprintf(other, sizeof(other), "%s-slots-default", shm_name);
+    shm_unlink(other);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

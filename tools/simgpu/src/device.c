@@ -56,6 +56,8 @@ static void config_read(void)
     simgpu_config_t *c = &simgpu_config;
     c->device_count = (int)env_long("SIMGPU_DEVICES", 1, 1, SIMGPU_MAX_DEVICES);
     c->memory_bytes = (uint64_t)env_long("SIMGPU_MEMORY_MB", 16384, 1, 1L << 24) << 20;
+    c->process_slots = (uint32_t)env_long("SIMGPU_PROCESS_SLOTS", SIMGPU_DEFAULT_PROCESS_SLOTS,
+                                          1, SIMGPU_MAX_PROCESS_SLOTS);
     c->speed = 1.0;
     const char *speed = getenv("SIMGPU_SPEED");
     if (speed && *speed) {

@@ -4,6 +4,9 @@
  * versioned header and, per simulated device, the memory accounting (bytes in
  * use per process slot) and the execution engine (a process-shared robust mutex
  * held for the whole modelled duration of a kernel) with its busy-time counter.
+ * The number of process slots per device is chosen when the segment is created
+ * (SIMGPU_PROCESS_SLOTS) and recorded in the header; each device is its fixed
+ * part followed by its slots.
  *
  * The creator initialises the segment under flock(), so a creator that dies
  * mid-way leaves nothing half-initialised behind (the next opener sees size 0 or
@@ -23,8 +26,7 @@
 #include "simgpu.h"
 
 #define SHM_MAGIC 0x554750474d495353ull /* "SSIMGPGU" */
-#define SHM_LAYOUT_VERSION 1
-#define SHM_PROCESS_SLOTS 128
+#define SHM_LAYOUT_VERSION 2
 
 typedef struct shm_slot {
     int32_t pid;
@@ -42,23 +44,42 @@ typedef struct shm_device {
     uint64_t engine_recoveries; /* atomic */
     int32_t engine_holder;      /* pid, informational */
     uint32_t reserved;
-    shm_slot_t slots[SHM_PROCESS_SLOTS];
+    shm_slot_t slots[];         /* slot_count of them */
 } shm_device_t;
 
 typedef struct shm_header {
     uint64_t magic;
     uint32_t layout_version;
     uint32_t header_bytes;
-    uint32_t device_bytes;
+    uint32_t device_bytes;      /* one device with its slots: the stride between devices */
     uint32_t device_count;
     uint64_t segment_bytes;
-    shm_device_t devices[];
+    uint32_t slot_count;        /* process slots per device */
+    uint32_t slot_bytes;
+    /* device_count devices of device_bytes each follow */
 } shm_header_t;
 
 static shm_header_t *segment;
+static uint32_t slot_count; /* the segment's */
 static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
 static int my_slot[SIMGPU_MAX_DEVICES] = {[0 ... SIMGPU_MAX_DEVICES - 1] = -1};
+static bool full_noted[SIMGPU_MAX_DEVICES];
 static uint64_t my_start_ticks;
+
+static size_t device_bytes(uint32_t slots)
+{
+    return sizeof(shm_device_t) + (size_t)slots * sizeof(shm_slot_t);
+}
+
+static size_t segment_size(uint32_t devices, uint32_t slots)
+{
+    return sizeof(shm_header_t) + (size_t)devices * device_bytes(slots);
+}
+
+static shm_device_t *device_at(shm_header_t *h, int device)
+{
+    return (shm_device_t *)((char *)h + h->header_bytes + (size_t)device * h->device_bytes);
+}
 
 /* Field 22 of /proc/<pid>/stat; 0 if the process is gone or a zombie. */
 static uint64_t process_start_ticks(int pid)
@@ -108,24 +129,26 @@ static bool robust_lock(pthread_mutex_t *mutex)
     return false;
 }
 
-static CUresult segment_init(shm_header_t *h, int device_count, uint64_t bytes)
+static CUresult segment_init(shm_header_t *h, int device_count, uint32_t slots, uint64_t bytes)
 {
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
     pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
     pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    h->layout_version = SHM_LAYOUT_VERSION;
+    h->header_bytes = sizeof(shm_header_t);
+    h->device_bytes = (uint32_t)device_bytes(slots);
+    h->device_count = (uint32_t)device_count;
+    h->slot_count = slots;
+    h->slot_bytes = sizeof(shm_slot_t);
+    h->segment_bytes = bytes;
     for (int i = 0; i < device_count; i++) {
-        shm_device_t *d = &h->devices[i];
+        shm_device_t *d = device_at(h, i);
         pthread_mutex_init(&d->engine, &attr);
         pthread_mutex_init(&d->accounting, &attr);
         d->total_bytes = simgpu_config.memory_bytes;
     }
     pthread_mutexattr_destroy(&attr);
-    h->layout_version = SHM_LAYOUT_VERSION;
-    h->header_bytes = sizeof(shm_header_t);
-    h->device_bytes = sizeof(shm_device_t);
-    h->device_count = (uint32_t)device_count;
-    h->segment_bytes = bytes;
     __atomic_store_n(&h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
     return CUDA_SUCCESS;
 }
@@ -178,7 +201,7 @@ CUresult simgpu_shm_attach(void)
         goto out;
     }
     if (create) {
-        bytes = sizeof(shm_header_t) + (size_t)simgpu_config.device_count * sizeof(shm_device_t);
+        bytes = segment_size((uint32_t)simgpu_config.device_count, simgpu_config.process_slots);
         if (ftruncate(fd, (off_t)bytes) < 0) {
             rc = segment_refuse(strerror(errno));
             goto out;
@@ -197,21 +220,24 @@ CUresult simgpu_shm_attach(void)
     }
     shm_header_t *h = map;
     if (create) {
-        rc = segment_init(h, simgpu_config.device_count, bytes);
+        rc = segment_init(h, simgpu_config.device_count, simgpu_config.process_slots, bytes);
     } else if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC) {
         rc = segment_refuse("bad magic");
     } else if (h->layout_version != SHM_LAYOUT_VERSION || h->header_bytes != sizeof(shm_header_t) ||
-               h->device_bytes != sizeof(shm_device_t)) {
+               h->slot_bytes != sizeof(shm_slot_t) || h->slot_count == 0 ||
+               h->slot_count > SIMGPU_MAX_PROCESS_SLOTS ||
+               h->device_bytes != device_bytes(h->slot_count)) {
         char why[128];
         snprintf(why, sizeof(why), "layout version %u, this simgpu uses %u", h->layout_version,
                  SHM_LAYOUT_VERSION);
         rc = segment_refuse(why);
     } else if (h->device_count == 0 || h->device_count > SIMGPU_MAX_DEVICES ||
                h->segment_bytes != bytes ||
-               bytes != sizeof(shm_header_t) + h->device_count * sizeof(shm_device_t)) {
+               bytes != segment_size(h->device_count, h->slot_count)) {
         rc = segment_refuse("inconsistent size");
     }
     if (rc == CUDA_SUCCESS) {
+        slot_count = h->slot_count;
         segment = h;
         map = MAP_FAILED;
     }
@@ -234,7 +260,7 @@ int simgpu_shm_device_count(void)
 /* Under d->accounting: frees the slots of processes that are gone. */
 static void reap_dead(shm_device_t *d)
 {
-    for (int i = 0; i < SHM_PROCESS_SLOTS; i++) {
+    for (int i = 0; i < (int)slot_count; i++) {
         shm_slot_t *slot = &d->slots[i];
         if (slot->pid != 0 && !slot_alive(slot))
             memset(slot, 0, sizeof(*slot));
@@ -244,7 +270,7 @@ static void reap_dead(shm_device_t *d)
 static uint64_t used_total(const shm_device_t *d)
 {
     uint64_t used = 0;
-    for (int i = 0; i < SHM_PROCESS_SLOTS; i++)
+    for (int i = 0; i < (int)slot_count; i++)
         used += d->slots[i].used_bytes;
     return used;
 }
@@ -255,14 +281,14 @@ static shm_slot_t *own_slot(int device, shm_device_t *d)
     int index = my_slot[device];
     if (index >= 0 && d->slots[index].pid == getpid())
         return &d->slots[index];
-    for (int i = 0; i < SHM_PROCESS_SLOTS; i++) {
+    for (int i = 0; i < (int)slot_count; i++) {
         if (d->slots[i].pid == getpid()) {
             my_slot[device] = i;
             return &d->slots[i];
         }
     }
     reap_dead(d);
-    for (int i = 0; i < SHM_PROCESS_SLOTS; i++) {
+    for (int i = 0; i < (int)slot_count; i++) {
         if (d->slots[i].pid == 0) {
             d->slots[i].pid = getpid();
             d->slots[i].start_ticks = my_start_ticks;
@@ -271,12 +297,20 @@ static shm_slot_t *own_slot(int device, shm_device_t *d)
             return &d->slots[i];
         }
     }
+    if (!full_noted[device]) {
+        full_noted[device] = true;
+        fprintf(stderr,
+                "simgpu[%d]: device %d has no free process slot (all %u taken by live processes "
+                "of segment %s); its memory is refused to this process. Create the segment with "
+                "a larger SIMGPU_PROCESS_SLOTS\n",
+                (int)getpid(), device, (unsigned)slot_count, simgpu_config.shm_name);
+    }
     return NULL;
 }
 
 CUresult simgpu_mem_charge(int device, uint64_t bytes)
 {
-    shm_device_t *d = &segment->devices[device];
+    shm_device_t *d = device_at(segment, device);
     robust_lock(&d->accounting);
     CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
     reap_dead(d);
@@ -291,7 +325,7 @@ CUresult simgpu_mem_charge(int device, uint64_t bytes)
 
 void simgpu_mem_uncharge(int device, uint64_t bytes)
 {
-    shm_device_t *d = &segment->devices[device];
+    shm_device_t *d = device_at(segment, device);
     robust_lock(&d->accounting);
     shm_slot_t *slot = own_slot(device, d);
     if (slot)
@@ -301,7 +335,7 @@ void simgpu_mem_uncharge(int device, uint64_t bytes)
 
 void simgpu_mem_info(int device, uint64_t *used_bytes, uint64_t *total_bytes)
 {
-    shm_device_t *d = &segment->devices[device];
+    shm_device_t *d = device_at(segment, device);
     robust_lock(&d->accounting);
     reap_dead(d);
     *used_bytes = used_total(d);
@@ -311,7 +345,7 @@ void simgpu_mem_info(int device, uint64_t *used_bytes, uint64_t *total_bytes)
 
 void simgpu_engine_acquire(int device)
 {
-    shm_device_t *d = &segment->devices[device];
+    shm_device_t *d = device_at(segment, device);
     if (robust_lock(&d->engine)) {
         __atomic_add_fetch(&d->engine_recoveries, 1, __ATOMIC_RELAXED);
         fprintf(stderr, "simgpu[%d]: device %d engine recovered from dead process %d\n",
@@ -322,7 +356,7 @@ void simgpu_engine_acquire(int device)
 
 void simgpu_engine_release(int device, uint64_t busy_ns)
 {
-    shm_device_t *d = &segment->devices[device];
+    shm_device_t *d = device_at(segment, device);
     __atomic_add_fetch(&d->busy_ns, busy_ns, __ATOMIC_RELAXED);
     __atomic_add_fetch(&d->kernels, 1, __ATOMIC_RELAXED);
     d->engine_holder = 0;
@@ -339,14 +373,14 @@ __attribute__((visibility("default"))) int simgpu_device_stats(int device,
         return -ENODEV;
     if (device < 0 || device >= simgpu_shm_device_count())
         return -ENODEV;
-    shm_device_t *d = &segment->devices[device];
+    shm_device_t *d = device_at(segment, device);
     memset(stats, 0, sizeof(*stats));
     stats->abi = SIMGPU_STATS_ABI;
     robust_lock(&d->accounting);
     reap_dead(d);
     stats->used_bytes = used_total(d);
     stats->total_bytes = d->total_bytes;
-    for (int i = 0; i < SHM_PROCESS_SLOTS; i++)
+    for (int i = 0; i < (int)slot_count; i++)
         stats->processes += d->slots[i].pid != 0;
     pthread_mutex_unlock(&d->accounting);
     stats->busy_ns = __atomic_load_n(&d->busy_ns, __ATOMIC_RELAXED);

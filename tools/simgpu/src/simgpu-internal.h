@@ -41,10 +41,13 @@ enum {
 };
 
 /* ---- configuration and process state (device.c) ---- */
+#define SIMGPU_DEFAULT_PROCESS_SLOTS 1024
+#define SIMGPU_MAX_PROCESS_SLOTS 65536
 typedef struct simgpu_config {
     int device_count;          /* SIMGPU_DEVICES, default 1 */
     uint64_t memory_bytes;     /* SIMGPU_MEMORY_MB per device, default 16384 MiB */
     double speed;              /* SIMGPU_SPEED, default 1.0 */
+    uint32_t process_slots;    /* SIMGPU_PROCESS_SLOTS per device, default 1024 */
     char shm_name[256];        /* SIMGPU_SHM_NAME, default /simgpu-<uid> */
 } simgpu_config_t;
 

@@ -56,6 +56,7 @@ struct sched_core_s {
     policy_job_t *views;
     size_t *order;
     uint64_t *members;
+    core_job_t **member_jobs; /* dispatch_lane: members[i]'s job (one lookup each) */
     lanes_request_t *requests;
     lanes_status_t *statuses;
     lanes_lane_info_t *lane_infos;
@@ -82,22 +83,30 @@ const char *sched_core_effect_name(sched_core_effect_kind_t kind)
     return (unsigned)kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
 }
 
-static void emit(sched_core_t *core, sched_core_effect_t effect)
+static void emit_grow(sched_core_t *core, sched_core_effect_t effect)
+{
+    sched_core_effects_t *fx = core->effects;
+    size_t capacity = fx->capacity ? fx->capacity * 2 : 16;
+    sched_core_effect_t *items = realloc(fx->items, capacity * sizeof(*items));
+    if (!items) {
+        core->error = -ENOMEM;
+        return;
+    }
+    fx->items = items;
+    fx->capacity = capacity;
+    fx->items[fx->count++] = effect;
+}
+
+/* Inlined: one or two effects per event (performance: salus-sim sends ~10^6 events). */
+static inline void emit(sched_core_t *core, sched_core_effect_t effect)
 {
     sched_core_effects_t *fx = core->effects;
     if (!fx)
         return;
-    if (fx->count == fx->capacity) {
-        size_t capacity = fx->capacity ? fx->capacity * 2 : 16;
-        sched_core_effect_t *items = realloc(fx->items, capacity * sizeof(*items));
-        if (!items) {
-            core->error = -ENOMEM;
-            return;
-        }
-        fx->items = items;
-        fx->capacity = capacity;
-    }
-    fx->items[fx->count++] = effect;
+    if (fx->count < fx->capacity)
+        fx->items[fx->count++] = effect;
+    else
+        emit_grow(core, effect);
 }
 
 /* ---- jobs ------------------------------------------------------------------------------- */
@@ -115,16 +124,24 @@ static size_t lower_bound(const sched_core_t *core, uint64_t id)
     return lo;
 }
 
-static core_job_t *find(const sched_core_t *core, uint64_t id)
+static core_job_t *find_slow(const sched_core_t *core, uint64_t id)
+{
+    size_t at = lower_bound(core, id);
+    return at < core->count && core->jobs[at].id == id && !core->jobs[at].gone ? &core->jobs[at]
+                                                                              : NULL;
+}
+
+/* Called several times per event (each member of a lane, each effect): the fast path is
+ * inlined. ids are usually dense (the simulator's, or a daemon's recent jobs): the slot
+ * id - first id is tried first (an id below the first wraps to a huge guess and misses). */
+static inline core_job_t *find(const sched_core_t *core, uint64_t id)
 {
     if (core->count == 0)
         return NULL;
-    /* ids are usually dense (the simulator's, or a daemon's recent jobs): try the slot first */
     uint64_t guess = id - core->jobs[0].id;
-    size_t at = id >= core->jobs[0].id && guess < core->count && core->jobs[guess].id == id
-                    ? (size_t)guess : lower_bound(core, id);
-    return at < core->count && core->jobs[at].id == id && !core->jobs[at].gone ? &core->jobs[at]
-                                                                              : NULL;
+    if (guess < core->count && core->jobs[guess].id == id)
+        return core->jobs[guess].gone ? NULL : &core->jobs[guess];
+    return find_slow(core, id);
 }
 
 static void compact(sched_core_t *core)
@@ -175,6 +192,7 @@ static int grow_scratch(sched_core_t *core, size_t needed)
     GROW(views);
     GROW(order);
     GROW(members);
+    GROW(member_jobs);
     GROW(requests);
     GROW(statuses);
 #undef GROW
@@ -183,7 +201,7 @@ static int grow_scratch(sched_core_t *core, size_t needed)
     return 0;
 }
 
-static void view_of(const core_job_t *job, policy_job_t *v)
+static inline void view_of(const core_job_t *job, policy_job_t *v)
 {
     *v = (policy_job_t){
         .id = job->id,
@@ -199,7 +217,7 @@ static void view_of(const core_job_t *job, policy_job_t *v)
     };
 }
 
-static void touch(sched_core_t *core, uint32_t lane)
+static void touch_slow(sched_core_t *core, uint32_t lane)
 {
     for (size_t i = 0; i < core->touched_count; i++)
         if (core->touched[i] == lane)
@@ -215,6 +233,14 @@ static void touch(sched_core_t *core, uint32_t lane)
         core->touched_capacity = capacity;
     }
     core->touched[core->touched_count++] = lane;
+}
+
+/* Inlined: most events touch one lane, often twice (a boundary's lane). */
+static inline void touch(sched_core_t *core, uint32_t lane)
+{
+    if (core->touched_count == 1 && core->touched[0] == lane)
+        return;
+    touch_slow(core, lane);
 }
 
 static void stop_free_run(sched_core_t *core, core_job_t *job)
@@ -288,7 +314,7 @@ static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
     size_t ready = 0;
     core_job_t *holder = NULL, *job = NULL;
     for (size_t i = 0; i < n; i++) {
-        core_job_t *member = find(core, core->members[i]);
+        core_job_t *member = core->member_jobs[i] = find(core, core->members[i]);
         if (!member)
             return;
         if (member->holds_lane)
@@ -306,7 +332,7 @@ static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
     }
     if (ready > 1) { /* the policy's choice (with one, pick() can only return it) */
         for (size_t i = 0; i < n; i++)
-            view_of(find(core, core->members[i]), &core->views[i]);
+            view_of(core->member_jobs[i], &core->views[i]);
         int pick = policy_pick(&core->policy, lane, core->views, n, now_ns);
         if (pick < 0 || (size_t)pick >= n || !core->views[pick].runnable)
             return;
@@ -740,6 +766,7 @@ void sched_core_destroy(sched_core_t *core)
     free(core->views);
     free(core->order);
     free(core->members);
+    free(core->member_jobs);
     free(core->requests);
     free(core->statuses);
     free(core->lane_infos);

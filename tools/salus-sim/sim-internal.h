@@ -116,9 +116,18 @@ typedef struct sim_engine_s {
 /* Records the first error (message in e->err) and returns its code. */
 __attribute__((format(printf, 3, 4))) int sim_fail(sim_engine_t *e, int code, const char *fmt,
                                                    ...);
+/* llround(seconds * 1e9) without the libm call (one per event): for 0 <= x < 2^53 the
+ * truncation, its conversion back and the difference are exact, so this rounds half away
+ * from zero exactly as llround does. */
 static inline uint64_t sim_to_ns(double seconds)
 {
-    return seconds <= 0 ? 0 : (uint64_t)llround(seconds * 1e9);
+    double x = seconds * 1e9;
+    if (!(x > 0))
+        return 0;
+    if (x >= 9007199254740992.0) /* 2^53 */
+        return (uint64_t)llround(x);
+    uint64_t whole = (uint64_t)x;
+    return whole + (x - (double)whole >= 0.5);
 }
 
 static inline sim_job_t *sim_job_by_id(sim_engine_t *e, uint64_t id)

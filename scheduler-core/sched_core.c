@@ -24,6 +24,8 @@ typedef struct core_job_s {
     uint64_t budget_bytes;
     uint64_t ready_since_ns;
     uint64_t iterations, busy_ns, last_iteration_ns;
+    uint64_t mean_iteration_ns; /* busy_ns / iterations, or the hint before the first one
+                                   (kept: a 64-bit division per view was a share of a run) */
     uint64_t measured_persistent, measured_ephemeral;
 } core_job_t;
 
@@ -83,30 +85,43 @@ const char *sched_core_effect_name(sched_core_effect_kind_t kind)
     return (unsigned)kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
 }
 
-static void emit_grow(sched_core_t *core, sched_core_effect_t effect)
+/* Doubles the effects list: 0, or -ENOMEM (recorded in core->error). */
+static int effects_grow(sched_core_t *core, sched_core_effects_t *fx)
 {
-    sched_core_effects_t *fx = core->effects;
     size_t capacity = fx->capacity ? fx->capacity * 2 : 16;
     sched_core_effect_t *items = realloc(fx->items, capacity * sizeof(*items));
     if (!items) {
         core->error = -ENOMEM;
-        return;
+        return -ENOMEM;
     }
     fx->items = items;
     fx->capacity = capacity;
-    fx->items[fx->count++] = effect;
+    return 0;
 }
 
-/* Inlined: one or two effects per event (performance: salus-sim sends ~10^6 events). */
+/* emit() copies every field of sched_core_effect_t: a new field must be added there. */
+_Static_assert(sizeof(sched_core_effect_t) == 64, "a new effect field: copy it in emit()");
+
+/* Inlined: one or two effects per event (performance: salus-sim sends ~10^6 events). The
+ * fields are copied one by one: the call's compound literal then stays in registers (built on
+ * the stack with narrow stores and copied with wide loads, it stalled every call on store
+ * forwarding). */
 static inline void emit(sched_core_t *core, sched_core_effect_t effect)
 {
     sched_core_effects_t *fx = core->effects;
-    if (!fx)
+    if (!fx || (fx->count == fx->capacity && effects_grow(core, fx) < 0))
         return;
-    if (fx->count < fx->capacity)
-        fx->items[fx->count++] = effect;
-    else
-        emit_grow(core, effect);
+    sched_core_effect_t *slot = &fx->items[fx->count++];
+    slot->kind = effect.kind;
+    slot->job_id = effect.job_id;
+    slot->gpu = effect.gpu;
+    slot->lane = effect.lane;
+    slot->budget_bytes = effect.budget_bytes;
+    slot->persistent_bytes = effect.persistent_bytes;
+    slot->ephemeral_bytes = effect.ephemeral_bytes;
+    slot->free_run = effect.free_run;
+    slot->clear_needed = effect.clear_needed;
+    slot->reason = effect.reason;
 }
 
 /* ---- jobs ------------------------------------------------------------------------------- */
@@ -208,8 +223,7 @@ static inline void view_of(const core_job_t *job, policy_job_t *v)
         .arrival_ns = job->registered_ns,
         .iterations_done = job->iterations,
         .iterations_expected = job->iterations_expected,
-        .mean_iteration_ns = job->iterations ? job->busy_ns / job->iterations
-                                             : job->iteration_hint_ns,
+        .mean_iteration_ns = job->mean_iteration_ns,
         .attained_ns = job->busy_ns,
         .priority = job->priority,
         .lane = job->admitted ? job->lane : 0,
@@ -582,6 +596,7 @@ static int add_job(sched_core_t *core, const sched_core_job_hints_t *hints, uint
         .ephemeral_hint = hints->ephemeral_bytes,
         .iterations_expected = hints->iterations_expected,
         .iteration_hint_ns = hints->iteration_ns,
+        .mean_iteration_ns = hints->iteration_ns,
         .priority = hints->priority,
         .registered_ns = hints->arrival_ns ? hints->arrival_ns : now_ns,
         .gpu = -1,
@@ -625,6 +640,8 @@ int sched_core_job_boundary(sched_core_t *core, uint64_t job_id,
         job->iterations = b->iterations;
         job->busy_ns = b->busy_ns;
         job->last_iteration_ns = b->last_iteration_ns;
+        job->mean_iteration_ns = job->iterations ? job->busy_ns / job->iterations
+                                                 : job->iteration_hint_ns;
     }
     if (b->persistent_bytes)
         job->measured_persistent = b->persistent_bytes;

@@ -252,6 +252,10 @@ static void touch_slow(sched_core_t *core, uint32_t lane)
 /* Inlined: most events touch one lane, often twice (a boundary's lane). */
 static inline void touch(sched_core_t *core, uint32_t lane)
 {
+    if (core->touched_count == 0 && core->touched_capacity > 0) {
+        core->touched[core->touched_count++] = lane;
+        return;
+    }
     if (core->touched_count == 1 && core->touched[0] == lane)
         return;
     touch_slow(core, lane);
@@ -637,11 +641,13 @@ int sched_core_job_boundary(sched_core_t *core, uint64_t job_id,
         return -ENOENT;
     begin(core, effects);
     if (b->iterations >= job->iterations) {
+        /* the division first, then the four stores together (two 16-byte stores, from which
+         * view_of()'s loads below forward without a stall) */
+        uint64_t mean = b->iterations ? b->busy_ns / b->iterations : job->iteration_hint_ns;
         job->iterations = b->iterations;
         job->busy_ns = b->busy_ns;
         job->last_iteration_ns = b->last_iteration_ns;
-        job->mean_iteration_ns = job->iterations ? job->busy_ns / job->iterations
-                                                 : job->iteration_hint_ns;
+        job->mean_iteration_ns = mean;
     }
     if (b->persistent_bytes)
         job->measured_persistent = b->persistent_bytes;

@@ -25,6 +25,8 @@ typedef struct core_job_s {
     uint64_t budget_bytes;
     uint64_t ready_since_ns;
     uint64_t iterations, busy_ns, last_iteration_ns;
+    uint64_t mean_iteration_ns; /* busy_ns / iterations, or the hint before the first one
+                                   (kept: a 64-bit division per view was a share of a run) */
     uint64_t measured_persistent, measured_ephemeral;
 } core_job_t;
 
@@ -68,6 +70,7 @@ struct sched_core_s {
     policy_job_t *views;
     size_t *order;
     uint64_t *members;
+    core_job_t **member_jobs; /* dispatch_lane: members[i]'s job (one lookup each) */
     lanes_request_t *requests;
     lanes_status_t *statuses;
     uint64_t *user_busy;
@@ -103,22 +106,43 @@ const char *sched_core_effect_name(sched_core_effect_kind_t kind)
     return (unsigned)kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
 }
 
-static void emit(sched_core_t *core, sched_core_effect_t effect)
+/* Doubles the effects list: 0, or -ENOMEM (recorded in core->error). */
+static int effects_grow(sched_core_t *core, sched_core_effects_t *fx)
+{
+    size_t capacity = fx->capacity ? fx->capacity * 2 : 16;
+    sched_core_effect_t *items = realloc(fx->items, capacity * sizeof(*items));
+    if (!items) {
+        core->error = -ENOMEM;
+        return -ENOMEM;
+    }
+    fx->items = items;
+    fx->capacity = capacity;
+    return 0;
+}
+
+/* emit() copies every field of sched_core_effect_t: a new field must be added there. */
+_Static_assert(sizeof(sched_core_effect_t) == 64, "a new effect field: copy it in emit()");
+
+/* Inlined: one or two effects per event (performance: salus-sim sends ~10^6 events). The
+ * fields are copied one by one: the call's compound literal then stays in registers (built on
+ * the stack with narrow stores and copied with wide loads, it stalled every call on store
+ * forwarding). */
+static inline void emit(sched_core_t *core, sched_core_effect_t effect)
 {
     sched_core_effects_t *fx = core->effects;
-    if (!fx)
+    if (!fx || (fx->count == fx->capacity && effects_grow(core, fx) < 0))
         return;
-    if (fx->count == fx->capacity) {
-        size_t capacity = fx->capacity ? fx->capacity * 2 : 16;
-        sched_core_effect_t *items = realloc(fx->items, capacity * sizeof(*items));
-        if (!items) {
-            core->error = -ENOMEM;
-            return;
-        }
-        fx->items = items;
-        fx->capacity = capacity;
-    }
-    fx->items[fx->count++] = effect;
+    sched_core_effect_t *slot = &fx->items[fx->count++];
+    slot->kind = effect.kind;
+    slot->job_id = effect.job_id;
+    slot->gpu = effect.gpu;
+    slot->lane = effect.lane;
+    slot->budget_bytes = effect.budget_bytes;
+    slot->persistent_bytes = effect.persistent_bytes;
+    slot->ephemeral_bytes = effect.ephemeral_bytes;
+    slot->free_run = effect.free_run;
+    slot->clear_needed = effect.clear_needed;
+    slot->reason = effect.reason;
 }
 
 /* ---- jobs ------------------------------------------------------------------------------- */
@@ -136,16 +160,24 @@ static size_t lower_bound(const sched_core_t *core, uint64_t id)
     return lo;
 }
 
-static core_job_t *find(const sched_core_t *core, uint64_t id)
+static core_job_t *find_slow(const sched_core_t *core, uint64_t id)
+{
+    size_t at = lower_bound(core, id);
+    return at < core->count && core->jobs[at].id == id && !core->jobs[at].gone ? &core->jobs[at]
+                                                                              : NULL;
+}
+
+/* Called several times per event (each member of a lane, each effect): the fast path is
+ * inlined. ids are usually dense (the simulator's, or a daemon's recent jobs): the slot
+ * id - first id is tried first (an id below the first wraps to a huge guess and misses). */
+static inline core_job_t *find(const sched_core_t *core, uint64_t id)
 {
     if (core->count == 0)
         return NULL;
-    /* ids are usually dense (the simulator's, or a daemon's recent jobs): try the slot first */
     uint64_t guess = id - core->jobs[0].id;
-    size_t at = id >= core->jobs[0].id && guess < core->count && core->jobs[guess].id == id
-                    ? (size_t)guess : lower_bound(core, id);
-    return at < core->count && core->jobs[at].id == id && !core->jobs[at].gone ? &core->jobs[at]
-                                                                              : NULL;
+    if (guess < core->count && core->jobs[guess].id == id)
+        return core->jobs[guess].gone ? NULL : &core->jobs[guess];
+    return find_slow(core, id);
 }
 
 static void compact(sched_core_t *core)
@@ -196,6 +228,7 @@ static int grow_scratch(sched_core_t *core, size_t needed)
     GROW(views);
     GROW(order);
     GROW(members);
+    GROW(member_jobs);
     GROW(requests);
     GROW(statuses);
     GROW(user_busy);
@@ -205,15 +238,14 @@ static int grow_scratch(sched_core_t *core, size_t needed)
     return 0;
 }
 
-static void view_of(const core_job_t *job, policy_job_t *v)
+static inline void view_of(const core_job_t *job, policy_job_t *v)
 {
     *v = (policy_job_t){
         .id = job->id,
         .arrival_ns = job->registered_ns,
         .iterations_done = job->iterations,
         .iterations_expected = job->iterations_expected,
-        .mean_iteration_ns = job->iterations ? job->busy_ns / job->iterations
-                                             : job->iteration_hint_ns,
+        .mean_iteration_ns = job->mean_iteration_ns,
         .attained_ns = job->busy_ns,
         .priority = job->priority,
         .lane = job->admitted ? job->lane : 0,
@@ -221,7 +253,7 @@ static void view_of(const core_job_t *job, policy_job_t *v)
     };
 }
 
-static void touch(sched_core_t *core, uint32_t lane)
+static void touch_slow(sched_core_t *core, uint32_t lane)
 {
     for (size_t i = 0; i < core->touched_count; i++)
         if (core->touched[i] == lane)
@@ -237,6 +269,18 @@ static void touch(sched_core_t *core, uint32_t lane)
         core->touched_capacity = capacity;
     }
     core->touched[core->touched_count++] = lane;
+}
+
+/* Inlined: most events touch one lane, often twice (a boundary's lane). */
+static inline void touch(sched_core_t *core, uint32_t lane)
+{
+    if (core->touched_count == 0 && core->touched_capacity > 0) {
+        core->touched[core->touched_count++] = lane;
+        return;
+    }
+    if (core->touched_count == 1 && core->touched[0] == lane)
+        return;
+    touch_slow(core, lane);
 }
 
 static void stop_free_run(sched_core_t *core, core_job_t *job)
@@ -372,7 +416,7 @@ static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
     size_t ready = 0;
     core_job_t *holder = NULL, *job = NULL;
     for (size_t i = 0; i < n; i++) {
-        core_job_t *member = find(core, core->members[i]);
+        core_job_t *member = core->member_jobs[i] = find(core, core->members[i]);
         if (!member)
             return;
         if (member->holds_lane)
@@ -390,7 +434,7 @@ static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
     }
     if (ready > 1) { /* the policy's choice (with one, pick() can only return it) */
         for (size_t i = 0; i < n; i++)
-            view_of(find(core, core->members[i]), &core->views[i]);
+            view_of(core->member_jobs[i], &core->views[i]);
         users_first(core, n);
         int pick = policy_pick(&core->policy, lane, core->views, n, now_ns);
         if (pick < 0 || (size_t)pick >= n || !core->views[pick].runnable)
@@ -845,6 +889,7 @@ static int add_job(sched_core_t *core, const sched_core_job_hints_t *hints, uint
         .ephemeral_hint = hints->ephemeral_bytes,
         .iterations_expected = hints->iterations_expected,
         .iteration_hint_ns = hints->iteration_ns,
+        .mean_iteration_ns = hints->iteration_ns,
         .priority = hints->priority,
         .registered_ns = hints->arrival_ns ? hints->arrival_ns : now_ns,
         .gpu = -1,
@@ -887,9 +932,13 @@ int sched_core_job_boundary(sched_core_t *core, uint64_t job_id,
     if (b->iterations >= job->iterations) {
         if (b->busy_ns > job->busy_ns)
             add_usage(core, job->uid, b->busy_ns - job->busy_ns);
+        /* the division first, then the four stores together (two 16-byte stores, from which
+         * view_of()'s loads below forward without a stall) */
+        uint64_t mean = b->iterations ? b->busy_ns / b->iterations : job->iteration_hint_ns;
         job->iterations = b->iterations;
         job->busy_ns = b->busy_ns;
         job->last_iteration_ns = b->last_iteration_ns;
+        job->mean_iteration_ns = mean;
     }
     if (b->persistent_bytes)
         job->measured_persistent = b->persistent_bytes;
@@ -1040,6 +1089,7 @@ void sched_core_destroy(sched_core_t *core)
     free(core->views);
     free(core->order);
     free(core->members);
+    free(core->member_jobs);
     free(core->requests);
     free(core->statuses);
     free(core->user_busy);

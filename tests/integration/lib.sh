@@ -44,15 +44,26 @@ start_daemon() {
     "$SALUSD" --foreground --socket "$SOCK" "$@" >>"$WORK/salusd.log" 2>&1 &
     DAEMON_PID=$!
     DAEMON_PIDS+=("$DAEMON_PID")
-    local i
-    for i in $(seq 1 200); do
-        if "$SALUSCTL" --socket "$SOCK" status >/dev/null 2>&1; then
-            return 0
-        fi
+    daemon_answers() {
+        "$SALUSCTL" --socket "$SOCK" status >/dev/null 2>&1 && return 0
         kill -0 "$DAEMON_PID" 2>/dev/null || fail "salusd exited during start-up"
+        return 1
+    }
+    wait_until 10 daemon_answers || fail "salusd did not answer within 10 s"
+}
+
+# wait_until SECONDS COMMAND [ARGS...] | wait_until SECONDS 'SHELL CONDITION': runs the
+# command (or evaluates the condition, at each try) every 50 ms until it succeeds (returns 0)
+# or SECONDS (whole) have passed (returns 1). The tests' one poll loop: they wait for
+# conditions, never for fixed times. The condition may call fail to stop at once.
+wait_until() {
+    local deadline=$((SECONDS + $1))
+    shift
+    while true; do
+        if [ $# -eq 1 ]; then eval "$1" && return 0; else "$@" && return 0; fi
+        [ "$SECONDS" -lt "$deadline" ] || return 1
         sleep 0.05
     done
-    fail "salusd did not answer within 10 s"
 }
 
 # stop_daemon [SIGNAL]: stops DAEMON_PID and checks that it exited cleanly (exit 0; under

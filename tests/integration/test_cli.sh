@@ -50,10 +50,8 @@ assert j["uid"] == os.getuid() and j["pid"] == int(sys.argv[1]), (j, sys.argv[1]
 ' "$HOLDER" || fail "ps --json"
 eval "exec ${HOLD[1]}>&-"
 wait "$HOLDER" || true
-for i in $(seq 1 50); do
-    "$SALUSCTL" ps --json | grep -q '"state":"done"' && break
-    sleep 0.05
-done
+job_done() { "$SALUSCTL" ps --json | grep -q '"state":"done"'; }
+wait_until 3 job_done || true
 "$SALUSCTL" ps --json | python3 -c '
 import json, sys
 j = json.load(sys.stdin)[0]

@@ -11,10 +11,7 @@ CONF
 "$SALUSD" --foreground --config "$WORK/salusd.conf" >"$WORK/salusd.log" 2>&1 &
 DAEMON_PID=$!
 DAEMON_PIDS+=("$DAEMON_PID")
-for i in $(seq 1 100); do
-    "$SALUSCTL" --socket "$WORK/from-config.sock" status >/dev/null 2>&1 && break
-    sleep 0.05
-done
+wait_until 5 '"$SALUSCTL" --socket "$WORK/from-config.sock" status >/dev/null 2>&1' || true
 "$SALUSCTL" --socket "$WORK/from-config.sock" status >/dev/null || fail "socket from the config file"
 grep -q " debug " "$WORK/salusd.log" || fail "log-level from the config file not applied"
 # a 5000-byte frame is over the 4 KiB cap from the file

@@ -27,30 +27,30 @@ iterations_of() { # iterations_of NAME: the job's counted iterations (0 when not
 import json, sys
 print(next((j["iterations"] for j in json.load(sys.stdin) if j["name"] == sys.argv[1]), 0))' "$1"
 }
-deadline=$((SECONDS + 30))
-until [ "$(iterations_of threads)" -ge 2 ]; do
-    [ $SECONDS -lt $deadline ] || fail "the threaded job counted no iterations: $(cat "$WORK/threads.out")"
+threads_counted() {
+    [ "$(iterations_of threads)" -ge 2 ] && return 0
     kill -0 "$THREADS_PID" 2>/dev/null || fail "the threaded job ended early: $(cat "$WORK/threads.out")"
-    sleep 0.02
-done
+    return 1
+}
+wait_until 30 threads_counted ||
+    fail "the threaded job counted no iterations: $(cat "$WORK/threads.out")"
 
 "$SALUSCTL" run --name mate --persistent 64MiB --ephemeral 600MiB --iterations 8 -- \
     "$BIN/salus-synth" --iterations 8 --gpu-ms 10 --host-ms 1 --persistent-mb 16 \
     --ephemeral-mb 64 >"$WORK/mate.out" 2>&1 &
 MATE_PID=$!
 JOB_PIDS+=("$MATE_PID")
-deadline=$((SECONDS + 30))
-until "$SALUSCTL" lanes --json >"$WORK/lanes.json" 2>/dev/null &&
-      python3 - "$WORK/lanes.json" <<'PY'
+sharing_a_lane() {
+    "$SALUSCTL" lanes --json >"$WORK/lanes.json" 2>/dev/null &&
+        python3 - "$WORK/lanes.json" <<'PY' && return 0
 import json, sys
 lanes = json.load(open(sys.argv[1]))
 sys.exit(0 if any(len(lane["jobs"]) == 2 for lane in lanes) else 1)
 PY
-do
-    [ $SECONDS -lt $deadline ] || fail "the two jobs never shared a lane: $(cat "$WORK/lanes.json")"
     kill -0 "$MATE_PID" 2>/dev/null || fail "the lane-mate ended before it shared the lane"
-    sleep 0.02
-done
+    return 1
+}
+wait_until 30 sharing_a_lane || fail "the two jobs never shared a lane: $(cat "$WORK/lanes.json")"
 
 wait "$MATE_PID" || fail "the lane-mate failed: $(tail -3 "$WORK/mate.out")"
 wait "$THREADS_PID" || fail "the threaded job failed: $(tail -3 "$WORK/threads.out")"

@@ -35,11 +35,8 @@ cleanup_all() {
     [ -n "$FAKE_DIR" ] && rm -rf "$FAKE_DIR"
     if [ -n "$UNIT_CG" ] && [ -d "$UNIT_CG" ]; then # the delegated salusd was killed above
         for pid in "${DAEMON_PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-        for _ in $(seq 1 100); do
-            rmdir "$UNIT_CG"/salusd-*/job-* "$UNIT_CG"/salusd-* "$UNIT_CG" 2>/dev/null || true
-            [ -d "$UNIT_CG" ] || break
-            sleep 0.05
-        done
+        wait_until 5 'rmdir "$UNIT_CG"/salusd-*/job-* "$UNIT_CG"/salusd-* "$UNIT_CG" 2>/dev/null
+                      [ ! -d "$UNIT_CG" ]' || true
     fi
     rm -f "/tmp/slsb$$-fake.sock"
     userdel "$USER_A" 2>/dev/null || true
@@ -130,7 +127,7 @@ EOF
     as "$USER_A" python3 "$WIRE_PY" fake-daemon "$FAKE_DIR/salusd.sock" "$WORK/evil.so" \
         >"$WORK/shared/fake.out" 2>&1 &
     USER_PIDS+=($!)
-    for _ in $(seq 1 100); do [ -S "$FAKE_DIR/salusd.sock" ] && break; sleep 0.05; done
+    wait_until 5 '[ -S "$FAKE_DIR/salusd.sock" ]' || true
     [ -S "$FAKE_DIR/salusd.sock" ] || fail "item 2: the fake daemon did not start"
     # B runs a job with the default socket
     rc=0
@@ -208,7 +205,7 @@ if has_case 6; then
     # the escaped sleep
     procs() { ps -u "$UID_B" -o pid=,pgid=,sid=,stat=,comm=,args= | grep -e "$marker" || true; }
     workloads() { procs | awk '$5 == "salus-synth" || $5 == "sleep"' | wc -l; }
-    for _ in $(seq 1 200); do [ "$(workloads)" -eq 3 ] && break; sleep 0.05; done
+    wait_until 10 '[ "$(workloads)" -eq 3 ]' || true
     echo "the job's processes before kill (pid pgid sid stat comm args):"; procs | cut -c1-150
     [ "$(workloads)" -eq 3 ] || fail "item 6: the two workloads and the setsid sleep did not start"
     # the job's cgroup: every process of the job is in it, the supervisor is not
@@ -224,13 +221,13 @@ if has_case 6; then
     supervisor_cg=$(cg_of "$supervisor")
     "$SALUSCTL" --socket "$SOCK" kill "$job" >/dev/null || fail "item 6: root's kill"
     rc=0; timeout 30 "$SALUSCTL" --socket "$SOCK" wait "$job" >"$WORK/wait6" || rc=$?
-    for _ in $(seq 1 100); do [ -z "$(procs)" ] && break; sleep 0.05; done
+    wait_until 5 '[ -z "$(procs)" ]' || true
     echo "the job's processes after kill (none expected):"; procs | cut -c1-150; echo "(end)"
     [ -z "$(procs)" ] || fail "item 6: processes of the job survived kill"
     case "$job_cg" in */salusd-"$DAEMON_PID"/job-"$job") ;; *) fail "item 6: the workload was not in the job's cgroup: $job_cg" ;; esac
     [ "$escaped_cg" = "${job_cg#"$cg_mount"}" ] || fail "item 6: the setsid sleep was not in the job's cgroup"
     [ "$supervisor_cg" != "$escaped_cg" ] || fail "item 6: the supervisor was in the job's cgroup"
-    for _ in $(seq 1 100); do [ ! -e "$job_cg" ] && break; sleep 0.05; done
+    wait_until 5 '[ ! -e "$job_cg" ]' || true
     [ ! -e "$job_cg" ] || fail "item 6: the job's cgroup $job_cg is still there after it ended"
     echo "the job's cgroup after it ended: $(ls -d "$job_cg" 2>&1)"
     [ "$rc" -eq 143 ] || fail "item 6: wait after kill exited $rc, not 143: $(cat "$WORK/wait6")"
@@ -247,7 +244,7 @@ if has_case 6; then
         fail "item 6: failed: rc $rc state $(job_json "$bad" state)"
     # a job killed with SIGKILL is "killed", and wait says 137
     kjob=$(as_ctl "$USER_B" submit --log "$WORK/shared/b6k.log" -- "$SYNTH" --iterations 1000000 --gpu-ms 2)
-    for _ in $(seq 1 200); do [ "$(job_json "$kjob" state)" = running ] || [ "$(job_json "$kjob" state)" = paused ] && break; sleep 0.05; done
+    wait_until 10 '[ "$(job_json "$kjob" state)" = running ] || [ "$(job_json "$kjob" state)" = paused ]' || true
     "$SALUSCTL" --socket "$SOCK" kill --force "$kjob" >/dev/null || fail "item 6: kill --force"
     rc=0; timeout 30 "$SALUSCTL" --socket "$SOCK" wait "$kjob" >/dev/null || rc=$?
     [ "$rc" -eq 137 ] && [ "$(job_json "$kjob" state)" = killed ] ||
@@ -257,20 +254,20 @@ if has_case 6; then
     gjob=$(as_ctl "$USER_B" submit --log "$WORK/shared/b6g.log" -- sh -c \
         "'$SYNTH' --iterations 2 --gpu-ms 1 >/dev/null; trap '' TERM; sleep $marker")
     sleeping() { procs | awk '$5 == "sleep"' | grep -q .; }
-    for _ in $(seq 1 200); do sleeping && break; sleep 0.05; done
+    wait_until 10 'sleeping' || true
     echo "the job after its GPU program ended:"; procs | cut -c1-150
     sleeping || fail "item 6: the shell's sleep did not start"
     ! procs | awk '$5 == "salus-synth"' | grep -q . || fail "item 6: the GPU program still runs"
     "$SALUSCTL" --socket "$SOCK" kill --grace 1 "$gjob" >/dev/null 2>"$WORK/err" ||
         fail "item 6: kill of a job whose GPU program ended: $(cat "$WORK/err")"
     rc=0; timeout 30 "$SALUSCTL" --socket "$SOCK" wait "$gjob" >/dev/null || rc=$?
-    for _ in $(seq 1 100); do [ -z "$(procs)" ] && break; sleep 0.05; done
+    wait_until 5 '[ -z "$(procs)" ]' || true
     [ -z "$(procs)" ] || fail "item 6: the shell that ignores SIGTERM survived kill: $(procs)"
     [ "$rc" -eq 137 ] || fail "item 6: wait after the grace period exited $rc, not 137"
     echo "killed after the grace period: wait $rc, nothing left"
     # every job of this case has ended: none of their cgroups is left
     cg_dir="$(dirname "$job_cg")"
-    for _ in $(seq 1 100); do [ -z "$(ls -d "$cg_dir"/job-* 2>/dev/null)" ] && break; sleep 0.05; done
+    wait_until 5 '[ -z "$(ls -d "$cg_dir"/job-* 2>/dev/null)" ]' || true
     echo "job cgroups left in $cg_dir: $(ls -d "$cg_dir"/job-* 2>/dev/null | wc -l)"
     [ -z "$(ls -d "$cg_dir"/job-* 2>/dev/null)" ] || fail "item 6: job cgroups left: $(ls "$cg_dir")"
     # the second workload registered as a job of its own and was killed with the rest: an
@@ -301,14 +298,14 @@ if has_case 6; then
     SALUSD="$real_salusd"
     chmod 0666 "$SOCK"
     djob=$(as_ctl "$USER_B" submit --log "$WORK/shared/b6d.log" -- sleep "$marker") || fail "item 6: submit (delegated)"
-    for _ in $(seq 1 100); do [ -n "$(procs)" ] && break; sleep 0.05; done
+    wait_until 5 '[ -n "$(procs)" ]' || true
     sleeper=$(procs | awk '$5 == "sleep" { print $1; exit }')
     [ -n "$sleeper" ] || fail "item 6: the job under a delegated salusd did not start"
     echo "delegated: salusd in $(cg_of "$DAEMON_PID"), its job in $(cg_of "$sleeper")"
     [ "$cg_mount$(cg_of "$sleeper")" = "$UNIT_CG/salusd-$DAEMON_PID/job-$djob" ] ||
         fail "item 6: the job of a delegated salusd is not below its cgroup: $(cg_of "$sleeper")"
     "$SALUSCTL" --socket "$SOCK" kill --force "$djob" >/dev/null || fail "item 6: kill (delegated)"
-    for _ in $(seq 1 100); do [ ! -e "$UNIT_CG/salusd-$DAEMON_PID/job-$djob" ] && break; sleep 0.05; done
+    wait_until 5 '[ ! -e "$UNIT_CG/salusd-$DAEMON_PID/job-$djob" ]' || true
     [ ! -e "$UNIT_CG/salusd-$DAEMON_PID/job-$djob" ] || fail "item 6: the delegated job's cgroup is left"
     stop_daemon
     rmdir "$UNIT_CG" || fail "item 6: $UNIT_CG is not empty after salusd stopped: $(ls "$UNIT_CG")"
@@ -344,8 +341,8 @@ if has_case 7; then
     # in the middle of a frame
     daemon_fds() { find "/proc/$DAEMON_PID/fd" -mindepth 1 | wc -l; }
     fds_settle() { # fds_settle N: waits until salusd holds N descriptors again
-        for _ in $(seq 1 100); do [ "$(daemon_fds)" -eq "$1" ] && return 0; sleep 0.05; done
-        return 1
+        local want=$1
+        wait_until 5 '[ "$(daemon_fds)" -eq "$want" ]'
     }
     fds0=$(daemon_fds)
     out=$(as "$USER_B" timeout 10 python3 "$WIRE_PY" fd-flood "$SOCK" 50)

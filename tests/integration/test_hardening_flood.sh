@@ -130,14 +130,11 @@ flood_wait() {
 }
 
 flood_stop() {
-    local base=$1 deadline=$((SECONDS + 20))
+    local base=$1
     exec 8>&-
     wait "${FLOOD_PIDS[@]}" 2>/dev/null || true
     FLOOD_PIDS=()
-    while [ "$(connections)" -gt "$base" ]; do
-        [ "$SECONDS" -lt "$deadline" ] || fail "connections did not go back to $base"
-        sleep 0.05
-    done
+    wait_until 20 '[ "$(connections)" -le "$base" ]' || fail "connections did not go back to $base"
 }
 
 # an HTTP request to /metrics trickled one byte every 200 ms, for at most 14 s, in the
@@ -154,7 +151,7 @@ wanted() {
 
 # ---- 1. pid reuse -------------------------------------------------------------------------
 reuse_case() {
-    local mode=$1 out P deadline
+    local mode=$1 out P
     REUSE_RUNS=$((${REUSE_RUNS:-0} + 1))
     out="$WORK/reuse-$mode.$REUSE_RUNS.out"
     mkfifo "$WORK/go.$REUSE_RUNS"
@@ -177,11 +174,7 @@ reuse_case() {
     [ -n "$VICTIM" ] || fail "could not give pid $P to user B's process"
     echo "$mode: A's process $P exited with its connection held by its child; B's sleep is pid $VICTIM now"
     echo go >&7
-    deadline=$((SECONDS + 10))
-    until grep -q '^kill:\|refused' "$out"; do
-        [ "$SECONDS" -lt "$deadline" ] || fail "the reuse tool did not finish: $(cat "$out")"
-        sleep 0.05
-    done
+    wait_until 10 grep -q '^kill:\|refused' "$out" || fail "the reuse tool did not finish: $(cat "$out")"
     sed 's/^/  A: /' "$out"
     sleep 0.2 # a SIGKILL sent by salusd has been delivered by then (the check is the state)
     local state
@@ -246,16 +239,14 @@ grep -q "max-queued-submits-per-uid" "$WORK/submits.1.out" || fail "no refusal n
 submitted=$(awk '/^ready/ {print $3}' "$WORK/submits.1.out")
 [ "$submitted" -le 64 ] || fail "A has $submitted queued submits"
 flood_stop "$BASE_CONNS"
-deadline=$((SECONDS + 10))
-while :; do
+none_left() { # sets left: A's jobs not ended
     left=$("$SALUSCTL" ps --json | python3 -c '
 import json, sys
 print(sum(1 for j in json.load(sys.stdin) if j["uid"] == int(sys.argv[1]) and
           j["state"] not in ("done", "failed")))' "$UID_A")
-    [ "$left" -eq 0 ] && break
-    [ "$SECONDS" -lt "$deadline" ] || fail "$left of A's reservations stay after its processes ended"
-    sleep 0.05
-done
+    [ "$left" -eq 0 ]
+}
+wait_until 10 none_left || fail "$left of A's reservations stay after its processes ended"
 measure "after the submit flood"
 pass "1100 submits of one user: $submitted queued, none left once its processes ended"
 fi
@@ -322,14 +313,13 @@ if wanted stats || wanted labels; then
             --host-ms 1 --persistent-mb 16 --ephemeral-mb 64 >"$WORK/share$n.id" \
             || fail "submit share$n"
     done
-    deadline=$((SECONDS + 20))
-    until "$SALUSCTL" lanes --json | python3 -c '
+    sharing_one_lane() {
+        "$SALUSCTL" lanes --json | python3 -c '
 import json, sys
 lanes = json.load(sys.stdin)
-sys.exit(0 if len(lanes) == 1 and len(lanes[0]["jobs"]) == 2 else 1)'; do
-        [ "$SECONDS" -lt "$deadline" ] || fail "the two jobs never shared a lane: $("$SALUSCTL" lanes)"
-        sleep 0.05
-    done
+sys.exit(0 if len(lanes) == 1 and len(lanes[0]["jobs"]) == 2 else 1)'
+    }
+    wait_until 20 sharing_one_lane || fail "the two jobs never shared a lane: $("$SALUSCTL" lanes)"
 fi
 if wanted stats; then
     "$SALUSCTL" stats >"$WORK/stats.txt" || fail "stats"

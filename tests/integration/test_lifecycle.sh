@@ -43,10 +43,7 @@ pass "a regular file at the socket path is refused, untouched"
 DAEMON_PID=$("$SALUSCTL" status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])')
 DAEMON_PIDS+=("$DAEMON_PID")
 kill -TERM "$DAEMON_PID"
-for i in $(seq 1 100); do
-    kill -0 "$DAEMON_PID" 2>/dev/null || break
-    sleep 0.05
-done
+wait_until 5 '! kill -0 "$DAEMON_PID" 2>/dev/null' || true
 ! kill -0 "$DAEMON_PID" 2>/dev/null || fail "detached salusd did not stop"
 [ ! -e "$SOCK" ] || fail "socket left behind by the detached salusd"
 pass "detached mode: ready before the parent exits; SIGTERM stops it"

@@ -30,11 +30,7 @@ trap cleanup_jobs EXIT
 
 # wait_for FILE TEXT: until FILE contains TEXT (20 s deadline)
 wait_for() {
-    local i
-    for i in $(seq 1 400); do
-        grep -q "$2" "$1" 2>/dev/null && return 0
-        sleep 0.05
-    done
+    wait_until 20 grep -q "$2" "$1" 2>/dev/null && return 0
     fail "no '$2' in $1 within 20 s: $(cat "$1" 2>/dev/null)"
 }
 

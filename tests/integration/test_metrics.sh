@@ -82,13 +82,13 @@ pass "a port in use is refused: $(grep -o 'cannot listen.*' "$WORK/second.out")"
 "$SALUSCTL" run --name 'back\slash' -- "$MLP" --iterations 20 >"$WORK/mlp2" 2>&1 || fail "mlp 2: $(cat "$WORK/mlp2")"
 "$SALUSCTL" run --name long -- "$SYNTH" --gpu-ms 5 --iterations 100000 >"$WORK/long" 2>&1 &
 LONG=$!
-for i in $(seq 1 200); do
+long_progressed() { # sets n: the long job's iterations
     n=$("$SALUSCTL" ps --json | python3 -c '
 import json, sys
 print(sum(j["iterations"] for j in json.load(sys.stdin) if j["name"] == "long"))')
-    [ "$n" -ge 2 ] && break
-    sleep 0.05
-done
+    [ "$n" -ge 2 ]
+}
+wait_until 10 long_progressed || true
 [ "$n" -ge 2 ] || fail "the long job made no progress: $(cat "$WORK/long")"
 
 # The checker: parses every line of the exposition strictly, then compares it with ps/status
@@ -370,13 +370,13 @@ import json, sys
 print([j["pid"] for j in json.load(sys.stdin) if j["name"] == "long"][0])')
 kill "$long_pid" 2>/dev/null || true  # the job itself; salusctl run then exits
 wait "$LONG" 2>/dev/null || true
-for i in $(seq 1 100); do
+none_live() { # sets live: jobs not ended yet
     live=$("$SALUSCTL" ps --json | python3 -c '
 import json, sys
 print(sum(j["state"] not in ("done", "failed", "killed", "ended") for j in json.load(sys.stdin)))')
-    [ "$live" -eq 0 ] && break
-    sleep 0.05
-done
+    [ "$live" -eq 0 ]
+}
+wait_until 5 none_live || true
 [ "$live" -eq 0 ] || fail "the long job did not end"
 out=$(python3 "$WORK/check.py" "$URL" "$SALUSCTL" 2>&1) || fail "metrics check after the jobs ended: $out"
 grep -q "(3 compared exactly)" <<<"$out" || fail "expected 3 exact comparisons: $out"
@@ -393,7 +393,7 @@ open(sys.argv[2], "w").close()
 time.sleep(30)
 PY
 HOLDER=$!
-for i in $(seq 1 100); do [ -e "$WORK/held" ] && break; sleep 0.05; done
+wait_until 5 '[ -e "$WORK/held" ]' || true
 stop_daemon
 kill "$HOLDER" 2>/dev/null || true
 wait "$HOLDER" 2>/dev/null || true

@@ -21,14 +21,13 @@ restart_daemon() { # restart_daemon MEMORY_MB ARGS...
     start_daemon "$@"
 }
 until_jobs() { # until_jobs PYTHON_CONDITION: polls ps --json (j: jobs by name), 30 s at most
-    local _
-    for _ in $(seq 300); do
+    local condition=$1
+    jobs_show() {
         jobs_json
-        python3 -c "import json,sys; j={x['name']: x for x in json.load(open(sys.argv[1]))}; sys.exit(0 if ($1) else 1)" \
-            "$WORK/ps.json" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    fail "ps --json never showed: $1"
+        python3 -c "import json,sys; j={x['name']: x for x in json.load(open(sys.argv[1]))}; sys.exit(0 if ($condition) else 1)" \
+            "$WORK/ps.json" 2>/dev/null
+    }
+    wait_until 30 jobs_show || fail "ps --json never showed: $condition"
 }
 wait_jobs() { # wait_jobs PID... : each must exit 0
     local p
@@ -59,11 +58,11 @@ pass "FIFO: one job at a time, in arrival order"
 restart_daemon 4096 --policy pack
 pids=()
 for i in 1 2 3 4; do synth "sep$i" 64MiB 256MiB 25 20 32 128 & pids+=($!); done
-for _ in $(seq 1 100); do
+four_in_lanes() { # leaves the last `lanes --json` in $WORK/lanes.json
     "$SALUSCTL" lanes --json >"$WORK/lanes.json"
-    python3 -c 'import json,sys; l=json.load(open(sys.argv[1])); sys.exit(0 if sum(len(x["jobs"]) for x in l) == 4 else 1)' "$WORK/lanes.json" && break
-    sleep 0.05
-done
+    python3 -c 'import json,sys; l=json.load(open(sys.argv[1])); sys.exit(0 if sum(len(x["jobs"]) for x in l) == 4 else 1)' "$WORK/lanes.json"
+}
+wait_until 5 four_in_lanes || true
 python3 - "$WORK/lanes.json" <<'PY' || fail "PACK separate lanes: $(cat "$WORK/lanes.json")"
 import json, sys
 lanes = json.load(open(sys.argv[1]))
@@ -89,11 +88,7 @@ for i in 1 2 3; do synth "shared$i" 64MiB 600MiB 15 20 32 550 & pids+=($!); done
 "$SALUSCTL" run --name shared-mlp --persistent 64MiB --ephemeral 600MiB -- \
     "$MLP" --iterations 40 --print-every 10 >"$WORK/shared-mlp.out" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 100); do
-    "$SALUSCTL" lanes --json >"$WORK/lanes.json"
-    python3 -c 'import json,sys; l=json.load(open(sys.argv[1])); sys.exit(0 if sum(len(x["jobs"]) for x in l) == 4 else 1)' "$WORK/lanes.json" && break
-    sleep 0.05
-done
+wait_until 5 four_in_lanes || true
 python3 - "$WORK/lanes.json" <<'PY' || fail "one shared lane: $(cat "$WORK/lanes.json")"
 import json, sys
 lanes = json.load(open(sys.argv[1]))
@@ -199,7 +194,7 @@ HOG=$!
     >"$WORK/mate.out" 2>&1 &
 MATE=$!
 seen=""
-for _ in $(seq 150); do # up to 15 s: the check is the condition, not the time
+wait_shown() { # sets seen: which job waits behind which, once ps --json shows it
     jobs_json
     seen=$(python3 - "$WORK/ps.json" <<'PY' || true
 import json, sys
@@ -213,17 +208,17 @@ if "hog" in j and "mate" in j:
                                                     w["lane_holder"]))
 PY
 )
-    [ -n "$seen" ] && break
-    sleep 0.1
-done
+    [ -n "$seen" ]
+}
+wait_until 15 wait_shown || true # the check is the condition, not the time
 [ -n "$seen" ] || fail "no wait in progress shown by ps --json: $(cat "$WORK/ps.json")"
 logged=""
-for _ in $(seq 100); do
+wait_logged() { # sets logged: the first long-wait line of the log
     logged=$(grep -o "has waited [0-9]* s for its turn.*held by job [0-9]*" "$WORK/salusd.log" \
         | head -1 || true)
-    [ -n "$logged" ] && break
-    sleep 0.1
-done
+    [ -n "$logged" ]
+}
+wait_until 10 wait_logged || true
 [ -n "$logged" ] || fail "the long wait was not logged"
 wait_jobs "$HOG" "$MATE"
 pass "waiting shown while it lasts: $seen; log: $logged"

@@ -92,11 +92,11 @@ pass "over budget: $(grep -o 'cuMemAlloc.*OUT_OF_MEMORY' "$WORK/greedy" | head -
     --iterations 100000 >/dev/null 2>&1 &
 "$SALUSCTL" run --name survivor -- "$MLP" --iterations 300 --print-every 100 >"$WORK/survivor" 2>&1 &
 SURVIVOR=$!
-for i in $(seq 1 200); do
+has_memory() { # sets mem: the doomed job's memory
     mem=$(ps_field doomed memory_bytes)
-    [ -n "$mem" ] && [ "$mem" -gt 0 ] && break
-    sleep 0.05
-done
+    [ -n "$mem" ] && [ "$mem" -gt 0 ]
+}
+wait_until 10 has_memory || true
 [ "${mem:-0}" -gt 0 ] || fail "the doomed job never got memory"
 pid=$(ps_field doomed pid)
 kill -9 "$pid"

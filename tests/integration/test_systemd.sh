@@ -63,21 +63,18 @@ with open(record_path, "w") as record:
 EOF
 LISTENER_PID=$!
 DAEMON_PIDS+=("$LISTENER_PID") # killed on exit with the daemon, if still there
-for _ in $(seq 1 100); do
-    [ -S "$NOTIFY" ] && break
-    sleep 0.05
-done
+wait_until 5 '[ -S "$NOTIFY" ]' || true
 [ -S "$NOTIFY" ] || fail "the notify listener did not start"
 
 NOTIFY_SOCKET="$NOTIFY" "${daemon_cmd[@]}" >>"$WORK/salusd.log" 2>&1 &
 DAEMON_PID=$!
 DAEMON_PIDS+=("$DAEMON_PID")
 
-for _ in $(seq 1 200); do
-    grep -q 'READY=1' "$RECORD" 2>/dev/null && break
+notified_ready() {
     kill -0 "$DAEMON_PID" 2>/dev/null || fail "salusd exited during start-up"
-    sleep 0.05
-done
+    grep -q 'READY=1' "$RECORD" 2>/dev/null
+}
+wait_until 10 notified_ready || true
 grep -q 'READY=1' "$RECORD" 2>/dev/null ||
     fail "no READY=1 within 10 s (salusd built without libsystemd?): $(cat "$RECORD" 2>/dev/null)"
 ready=$(grep -m1 'READY=1' "$RECORD")

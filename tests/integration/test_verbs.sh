@@ -34,13 +34,13 @@ pass "logs prints the job's output"
 synth=$("$SALUSCTL" submit --name long-synth --persistent 64MiB --ephemeral 128MiB -- \
     "$BIN/salus-synth" --iterations 100000 --gpu-ms 5 --host-ms 1 --persistent-mb 32 \
     --ephemeral-mb 64) || fail "submit salus-synth"
-for _ in $(seq 1 200); do
+synth_runs() {
     "$SALUSCTL" ps --json | python3 -c '
 import json, sys
 j = [j for j in json.load(sys.stdin) if j["id"] == int(sys.argv[1])][0]
-sys.exit(0 if j["state"] in ("running", "paused") and j["iterations"] > 2 else 1)' "$synth" && break
-    sleep 0.05
-done
+sys.exit(0 if j["state"] in ("running", "paused") and j["iterations"] > 2 else 1)' "$synth"
+}
+wait_until 10 synth_runs || true
 "$SALUSCTL" stats --json >"$WORK/stats.json" || fail "stats --json"
 python3 - "$WORK/stats.json" "$synth" <<'PY' || fail "stats --json: $(cat "$WORK/stats.json")"
 import json, sys

@@ -36,42 +36,41 @@ static void check(sim_engine_t *e, int rc, const char *what, const sim_job_t *jo
                  job ? (unsigned long long)job->spec->trace_id : 0ull, rc);
 }
 
-/* Carries out one list of effects. The effects may send further events, which fill
- * e->effects again: the list being carried out is swapped out first (two buffers take turns,
- * so that nothing is copied or allocated per event). */
-static void apply_list(sim_engine_t *e)
+/* Carries out the effects from index `from` on (those of the event just sent), in order. An
+ * effect may send a further event (a grant whose iteration ends at once): its effects are
+ * appended after these, carried out by the nested call and dropped, so the walk goes on
+ * depth first with nothing copied or allocated per event. */
+static void apply_from(sim_engine_t *e, size_t from)
 {
-    if (e->effects.count == 0)
-        return;
-    sched_core_effects_t list = e->effects;
-    e->effects = e->spare_effects;
-    e->effects.count = 0;
-    e->spare_effects = (sched_core_effects_t){0};
-    for (size_t i = 0; i < list.count && !e->error; i++) {
-        const sched_core_effect_t *fx = &list.items[i];
-        sim_job_t *job = sim_job_by_id(e, fx->job_id);
+    for (size_t i = from; i < e->effects.count && !e->error; i++) {
+        /* Each field is read alone, before carrying it out (a nested event may move the
+         * list): fields the core has just stored one by one, read together with one wider
+         * load, would stall on store forwarding. */
+        const sched_core_effect_kind_t kind = e->effects.items[i].kind;
+        const uint64_t id = e->effects.items[i].job_id;
+        sim_job_t *job = sim_job_by_id(e, id);
         if (!job) {
             sim_fail(e, SIM_ERROR_INTERNAL, "scheduling core: effect for unknown job %llu",
-                     (unsigned long long)fx->job_id);
+                     (unsigned long long)id);
             break;
         }
-        switch (fx->kind) {
+        switch (kind) {
         case SCHED_CORE_ADMIT:
-            job->lane = fx->lane;
-            job_admitted(e, job, fx->gpu);
+            job->lane = e->effects.items[i].lane;
+            job_admitted(e, job, e->effects.items[i].gpu);
             e->starting[e->starting_count++] = (size_t)(job->id - 1);
             break;
         case SCHED_CORE_REFUSE:
             job_refused(e, job);
             break;
         case SCHED_CORE_GRANT:
-            job->lane = fx->lane;
+            job->lane = e->effects.items[i].lane;
             if (e->config->on_grant)
                 e->config->on_grant(e->config->on_grant_context, job->spec->trace_id, e->now_s);
-            sim_granted(e, job, fx->lane);
+            sim_granted(e, job, job->lane);
             break;
         case SCHED_CORE_MOVE:
-            job->lane = fx->lane;
+            job->lane = e->effects.items[i].lane;
             break;
         case SCHED_CORE_STOP_FREE_RUN: /* the model stops at every boundary anyway */
         case SCHED_CORE_BUDGET:        /* the model does not allocate */
@@ -79,16 +78,12 @@ static void apply_list(sim_engine_t *e)
             break;
         }
     }
-    list.count = 0;
-    if (!e->spare_effects.items)
-        e->spare_effects = list;
-    else
-        sched_core_effects_free(&list);
+    e->effects.count = from;
 }
 
-void sim_apply_effects(sim_engine_t *e)
+void sim_apply_effects(sim_engine_t *e, size_t from)
 {
-    apply_list(e);
+    apply_from(e, from);
     /* a job admitted stands at its first boundary: it reports it, as salusd's jobs do once
      * their registration is answered (in admission order) */
     for (size_t i = 0; i < e->starting_count && !e->error; i++) {
@@ -111,10 +106,11 @@ void sim_boundary(sim_engine_t *e, sim_job_t *job, bool ready)
         .ephemeral_bytes = job->spec->ephemeral_bytes,
         .ready = ready,
     };
+    size_t from = e->effects.count;
     job->phase = PHASE_READY;
     check(e, sched_core_job_boundary(e->core, job->id, &b, sim_to_ns(e->now_s), &e->effects),
           "boundary", job);
-    apply_list(e);
+    apply_from(e, from);
 }
 
 /* ---- the mps baseline ------------------------------------------------------------------- */
@@ -185,10 +181,11 @@ void sim_submit(sim_engine_t *e, size_t from, size_t to)
             .priority = s->priority,
         };
     }
+    size_t first = e->effects.count;
     check(e, sched_core_jobs_registered(e->core, e->arrivals, to - from, sim_to_ns(e->now_s),
                                         &e->effects),
           "registration", &e->jobs[from]);
-    sim_apply_effects(e);
+    sim_apply_effects(e, first);
 }
 
 void sim_job_done(sim_engine_t *e, sim_job_t *job)
@@ -203,8 +200,9 @@ void sim_job_done(sim_engine_t *e, sim_job_t *job)
         admit_mps(e);
         return;
     }
+    size_t from = e->effects.count;
     check(e, sched_core_job_left(e->core, job->id, SCHED_CORE_EXIT_DONE, sim_to_ns(e->now_s),
                                  &e->effects),
           "departure", job);
-    sim_apply_effects(e);
+    sim_apply_effects(e, from);
 }

@@ -81,10 +81,14 @@ typedef struct sim_job_s {
     sim_phase_t phase;
     int gpu;
     uint32_t lane;
+    /* Not in sched_core_boundary_t's order on purpose: copied into one there, adjacent pairs
+     * are read with one 16-byte load, which stalls on the two 8-byte stores of
+     * end_iteration() just before (store forwarding; a measurable share of a run). */
     uint64_t iterations_done;
-    uint64_t busy_ns; /* sum of its iterations' durations */
     uint64_t last_iteration_ns;
+    uint64_t busy_ns; /* sum of its iterations' durations */
     double iteration_start_s;
+    double host_s, gpu_s; /* its iterations' host and GPU parts (from the spec, once) */
 } sim_job_t;
 
 typedef struct sim_engine_s {
@@ -92,7 +96,9 @@ typedef struct sim_engine_s {
     sim_result_t *result;
     sim_mode_t mode;
     sched_core_t *core;         /* lanes and exclusive: the scheduling core salusd runs */
-    sched_core_effects_t effects, spare_effects;
+    /* the core's effects; an event sent while they are carried out appends its own after
+     * them, which are carried out (depth first) and dropped before the walk goes on */
+    sched_core_effects_t effects;
     sim_job_t *jobs; /* submission order */
     size_t count, next_arrival, unfinished;
     size_t *waiting; /* mps: indices into jobs, submission order */
@@ -116,9 +122,18 @@ typedef struct sim_engine_s {
 /* Records the first error (message in e->err) and returns its code. */
 __attribute__((format(printf, 3, 4))) int sim_fail(sim_engine_t *e, int code, const char *fmt,
                                                    ...);
+/* llround(seconds * 1e9) without the libm call (one per event): for 0 <= x < 2^53 the
+ * truncation, its conversion back and the difference are exact, so this rounds half away
+ * from zero exactly as llround does. */
 static inline uint64_t sim_to_ns(double seconds)
 {
-    return seconds <= 0 ? 0 : (uint64_t)llround(seconds * 1e9);
+    double x = seconds * 1e9;
+    if (!(x > 0))
+        return 0;
+    if (x >= 9007199254740992.0) /* 2^53 */
+        return (uint64_t)llround(x);
+    uint64_t whole = (uint64_t)x;
+    return whole + (x - (double)whole >= 0.5);
 }
 
 static inline sim_job_t *sim_job_by_id(sim_engine_t *e, uint64_t id)
@@ -134,9 +149,9 @@ void sim_start_iteration(sim_engine_t *e, sim_job_t *job, double switch_s);
 void sim_granted(sim_engine_t *e, sim_job_t *job, uint32_t lane);
 
 /* admit.c: the adapter between the event heap and the scheduling core */
-/* Applies the core's effects of the last event (e->effects), then reports the first
- * boundary of every job admitted meanwhile, until nothing is left to do. */
-void sim_apply_effects(sim_engine_t *e);
+/* Applies the core's effects of the last event (e->effects from index `from` on), then
+ * reports the first boundary of every job admitted meanwhile, until nothing is left to do. */
+void sim_apply_effects(sim_engine_t *e, size_t from);
 /* Jobs submitted at this instant (jobs[from..to)): to the core, or to the mps books. */
 void sim_submit(sim_engine_t *e, size_t from, size_t to);
 /* The job reached an iteration boundary (ready: it asks for its next turn). */

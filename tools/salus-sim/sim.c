@@ -84,7 +84,7 @@ static void after_s(sim_engine_t *e, sim_job_t *job, sim_phase_t phase, double d
 
 static void start_gpu_part(sim_engine_t *e, sim_job_t *job)
 {
-    double work_s = job->spec->gpu_fraction * job->spec->iteration_ms / 1e3;
+    double work_s = job->gpu_s;
     if (work_s <= 0) {
         end_iteration(e, job);
         return;
@@ -102,7 +102,7 @@ void sim_start_iteration(sim_engine_t *e, sim_job_t *job, double switch_s)
     if (job->iterations_done == 0)
         job->out->started_s = e->now_s;
     job->iteration_start_s = e->now_s;
-    double host_s = (1.0 - job->spec->gpu_fraction) * job->spec->iteration_ms / 1e3;
+    double host_s = job->host_s;
     if (!hold_whole_iteration(e)) {
         if (host_s > 0)
             after_s(e, job, PHASE_HOST_UNHELD, host_s);
@@ -278,8 +278,11 @@ static int engine_init(sim_engine_t *e, const sim_trace_t *trace)
     }
     qsort(e->jobs, trace->count, sizeof(*e->jobs), compare_submission);
     for (size_t i = 0; i < trace->count; i++) {
+        const sim_job_spec_t *s = e->jobs[i].spec;
         e->jobs[i].id = i + 1;
         e->jobs[i].gpu = -1;
+        e->jobs[i].host_s = (1.0 - s->gpu_fraction) * s->iteration_ms / 1e3;
+        e->jobs[i].gpu_s = s->gpu_fraction * s->iteration_ms / 1e3;
     }
     e->count = e->unfinished = trace->count;
     return SIM_OK;
@@ -289,7 +292,6 @@ static void engine_free(sim_engine_t *e)
 {
     sched_core_destroy(e->core);
     sched_core_effects_free(&e->effects);
-    sched_core_effects_free(&e->spare_effects);
     for (unsigned g = 0; e->gpus && g < e->config->gpus; g++)
         sim_gpu_free(&e->gpus[g]);
     sim_heap_free(&e->host_ends);

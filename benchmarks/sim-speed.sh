@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Simulator speed, before and after: builds salus-sim from an older commit (default 9aea954,
+# the last one before the scheduling core) and from this tree, replays the 1,000-job mixed
+# training trace of run-sim-benchmarks.sh (seed 1, 90 % load, 1 GPU of 16 GiB, 100 us switch
+# cost) with each policy through both, and prints side by side the best wall time of N runs
+# and, when valgrind is installed, callgrind's instruction count of one run.
+#
+# usage: benchmarks/sim-speed.sh [--before REV] [--after PATH] [--runs N] [--jobs N]
+#                                [--policies "pack fair srtf ..."] [--no-callgrind]
+#   --before  commit to build the "before" binary from (default 9aea954); it is built once
+#             into ${TMPDIR:-/tmp}/salus-sim-speed-REV and reused
+#   --after   salus-sim to measure as "after" (default: this tree's, built into a temp dir
+#             with the same build type as the "before" one)
+#   --runs    wall-time runs per binary and policy; the best counts (default 5)
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+before_rev=9aea954
+after=""
+runs=5
+jobs=1000
+policies="fifo pack fair srtf exclusive mps"
+callgrind=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --before) before_rev="$2"; shift 2 ;;
+    --after) after="$2"; shift 2 ;;
+    --runs) runs="$2"; shift 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    --policies) policies="$2"; shift 2 ;;
+    --no-callgrind) callgrind=0; shift ;;
+    -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "sim-speed: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+case "$runs" in '' | *[!0-9]* | 0) echo "sim-speed: --runs needs a positive number" >&2; exit 2 ;; esac
+command -v python3 >/dev/null || { echo "sim-speed: python3 is required" >&2; exit 2; }
+command -v cmake >/dev/null || { echo "sim-speed: cmake is required" >&2; exit 2; }
+[ "$callgrind" = 1 ] && ! command -v valgrind >/dev/null && callgrind=0
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/salus-sim-speed.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# Builds the salus-sim target of source tree $1 into $2 (same build type for both sides).
+build_sim() {
+    cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$2.log" 2>&1 &&
+        cmake --build "$2" --target salus-sim -j "$(nproc)" >>"$2.log" 2>&1 ||
+        { cat "$2.log" >&2; echo "sim-speed: building salus-sim in $2 failed" >&2; exit 1; }
+}
+
+sha=$(git -C "$root" rev-parse --short=12 "$before_rev^{commit}") ||
+    { echo "sim-speed: unknown commit '$before_rev'" >&2; exit 2; }
+cache="${TMPDIR:-/tmp}/salus-sim-speed-$sha"
+before="$cache/build/bin/salus-sim"
+if [ ! -x "$before" ]; then
+    echo "building salus-sim at $sha into $cache"
+    rm -rf "$cache" && mkdir -p "$cache/src"
+    git -C "$root" archive "$sha" | tar -x -C "$cache/src"
+    build_sim "$cache/src" "$cache/build"
+fi
+if [ -z "$after" ]; then
+    echo "building this tree's salus-sim"
+    build_sim "$root" "$work/build"
+    after="$work/build/bin/salus-sim"
+fi
+[ -x "$after" ] || { echo "sim-speed: $after is not an executable" >&2; exit 2; }
+
+trace="$work/mixed.csv"
+python3 "$here/gen-trace.py" --out "$trace" --scenario mixed --jobs "$jobs" --seed 1 --gpus 1 \
+    --load 0.9
+args=(--trace "$trace" --json --gpus 1 --gpu-mem-mb 16384 --switch-us 100)
+
+# Best wall time of $runs runs, in seconds (python's clock: no fork of `date` in the timing).
+best_of() {
+    python3 - "$runs" "$@" <<'PY'
+import subprocess, sys, time
+runs, cmd = int(sys.argv[1]), sys.argv[2:]
+best = None
+for _ in range(runs):
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    dt = time.perf_counter() - t0
+    best = dt if best is None or dt < best else best
+print("%.4f" % best)
+PY
+}
+
+instructions() {
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 >/dev/null |
+        awk '/refs:/ { gsub(",", "", $NF); print $NF }'
+}
+
+echo "salus-sim on the $jobs-job mixed trace: before = $sha, after = $after"
+echo "wall time: best of $runs runs$([ "$callgrind" = 1 ] && echo "; instructions: callgrind, one run")"
+printf '  %-10s %10s %10s %7s' policy "before s" "after s" after/b
+[ "$callgrind" = 1 ] && printf ' %14s %14s %7s' "before Ir" "after Ir" after/b
+printf ' %s\n' "same output"
+for policy in $policies; do
+    tb=$(best_of "$before" "${args[@]}" --policy "$policy")
+    ta=$(best_of "$after" "${args[@]}" --policy "$policy")
+    printf '  %-10s %10s %10s %7s' "$policy" "$tb" "$ta" "$(python3 -c "print('%.2f' % ($ta / $tb))")"
+    if [ "$callgrind" = 1 ]; then
+        ib=$(instructions "$before" "${args[@]}" --policy "$policy")
+        ia=$(instructions "$after" "${args[@]}" --policy "$policy")
+        printf ' %14s %14s %7s' "$ib" "$ia" "$(python3 -c "print('%.2f' % ($ia / $ib))")"
+    fi
+    if cmp -s <("$before" "${args[@]}" --policy "$policy") <("$after" "${args[@]}" --policy "$policy")
+    then same=yes; else same=no; fi
+    printf ' %s\n' "$same"
+done

@@ -11,8 +11,9 @@ WIRE="$TBIN/salus-wire-test"
 WORK=$(mktemp -d /tmp/salus-it.XXXXXX)
 SOCK="$WORK/salusd.sock"
 export SALUS_SOCKET="$SOCK"
-# the simulated GPU of this test alone (salusd and its jobs share it)
-export SIMGPU_SHM_NAME="salus-it-$$"
+# the simulated GPU of this test alone (salusd and its jobs share it); named after WORK, which
+# is unique on the machine ($$ alone is not: a test in a pid namespace has a small pid)
+export SIMGPU_SHM_NAME="salus-it-${WORK##*.}"
 PACKS_FILE="$SALUS_BUILD_DIR/lib/packs/salus-workloads.packs"
 [ -f "$PACKS_FILE" ] && export SIMGPU_KERNEL_PACKS="$(cat "$PACKS_FILE")"
 DAEMON_PIDS=()

@@ -27,10 +27,16 @@ static int grant_chunk(salusd_t *d, job_t *job, job_runtime_t *rt, uint64_t requ
         rt->chunk_capacity = cap;
     }
     chunk_t *chunk = &rt->chunks[rt->chunk_count];
-    int fd = -1;
+    int fd = -1, gpu;
+    uint64_t budget;
+    if (jobs_placement(d, job, &gpu, &budget) < 0) {
+        server_reply_error(c, request_id, PROTO_ESTATE, 0, "job %llu is not admitted",
+                           (unsigned long long)job->id);
+        return -EIO;
+    }
     /* the one place memory is cleared between users: a job's chunks are its own, and with
      * lanes shared across users a new chunk may hold what another user's job left there */
-    int rc = devices_chunk_create(&d->devices, job->gpu, bytes, d->config.share_lanes_across_users,
+    int rc = devices_chunk_create(&d->devices, gpu, bytes, d->config.share_lanes_across_users,
                                   chunk, &fd);
     if (rc == -ENOMEM)
         return -ENOMEM;
@@ -39,7 +45,7 @@ static int grant_chunk(salusd_t *d, job_t *job, job_runtime_t *rt, uint64_t requ
                            (unsigned long long)(bytes >> 20));
         return -EIO;
     }
-    if (chunk->bytes > job->budget_bytes - job->committed_bytes) {
+    if (job->committed_bytes > budget || chunk->bytes > budget - job->committed_bytes) {
         /* granularity rounding went past the budget */
         devices_chunk_release(&d->devices, chunk);
         close(fd);
@@ -96,13 +102,15 @@ static void on_grow_timer(evutil_socket_t fd, short events, void *arg)
  * (also when it already holds more than its budget: no unsigned wrap). */
 static int refuse_over_budget(conn_t *c, const proto_msg_t *msg, const job_t *job, uint64_t bytes)
 {
-    if (job->committed_bytes <= job->budget_bytes &&
-        bytes <= job->budget_bytes - job->committed_bytes)
+    int gpu;
+    uint64_t budget = 0; /* the core's books: the one source of the job's budget */
+    if (jobs_placement(c->daemon, job, &gpu, &budget) == 0 && job->committed_bytes <= budget &&
+        bytes <= budget - job->committed_bytes)
         return 0;
     server_reply_error(c, msg->id, PROTO_ENOMEM, 0,
                        "over the job's budget: %llu of %llu MiB in use, %llu MiB more asked",
                        (unsigned long long)(job->committed_bytes >> 20),
-                       (unsigned long long)(job->budget_bytes >> 20),
+                       (unsigned long long)(budget >> 20),
                        (unsigned long long)(bytes >> 20));
     return 1;
 }

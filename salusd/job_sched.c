@@ -24,7 +24,6 @@ static void grant(job_t *job, int free_run)
     atomic_store(&page->free_run, (uint32_t)free_run);
     atomic_store(&page->grant_seq, atomic_load(&page->boundary_seq));
     syscall(SYS_futex, (uint32_t *)&page->grant_seq, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
-    job->state = JOB_RUNNING;
 }
 
 static void log_learned(const job_t *job, const sched_core_effect_t *e)
@@ -96,8 +95,7 @@ void jobs_sched_registered(salusd_t *d, job_t *job)
 void jobs_sched_parked(salusd_t *d, job_t *job)
 {
     sched_core_effects_t fx = {0};
-    if (sched_job_parked(d, job, jobs_page(job), &fx) == 0)
-        job->state = JOB_PAUSED;
+    sched_job_parked(d, job, jobs_page(job), &fx); /* running or not: the core's books */
     apply(d, &fx);
 }
 

@@ -159,7 +159,7 @@ static void reply_wait(salusd_t *d, conn_t *c, uint64_t request_id, const job_t 
     proto_enc_t *enc = &d->enc;
     proto_enc_begin(enc, PROTO_REPLY, request_id, "", 4);
     proto_pack_kv_uint(&enc->pk, "id", job->id);
-    proto_pack_kv_str(&enc->pk, "state", job_state_name(job->state));
+    proto_pack_kv_str(&enc->pk, "state", jobs_state(d, job));
     proto_pack_str(&enc->pk, "exit_status");
     if (job->exit_known)
         msgpack_pack_int(&enc->pk, job->exit_status);

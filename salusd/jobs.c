@@ -146,6 +146,36 @@ static void forget_old_finished(salusd_t *d)
     }
 }
 
+int jobs_placement(const salusd_t *d, const job_t *job, int *gpu, uint64_t *budget_bytes)
+{
+    sched_job_view_t view;
+    *gpu = job->end_gpu;
+    *budget_bytes = job->end_budget_bytes;
+    if (!job->runtime)
+        return *gpu >= 0 ? 0 : -ENOENT;
+    /* admitted by the core and carried out here (its page exists) */
+    if (!runtime_of(job)->page || sched_job_view(d, job, &view) < 0 || !view.admitted) {
+        *gpu = -1;
+        *budget_bytes = 0;
+        return -ENOENT;
+    }
+    *gpu = view.gpu;
+    /* never below what the job already holds (chunk rounding): jobs_set_budget's floor */
+    *budget_bytes = view.budget_bytes > job->committed_bytes ? view.budget_bytes
+                                                             : job->committed_bytes;
+    return 0;
+}
+
+const char *jobs_state(const salusd_t *d, const job_t *job)
+{
+    sched_job_view_t view;
+    /* admitted and live: it runs while it holds its lane in the core's books */
+    if (job->runtime && job->state == JOB_PAUSED && sched_job_view(d, job, &view) == 0 &&
+        view.admitted)
+        return job_state_name(view.holds_lane ? JOB_RUNNING : JOB_PAUSED);
+    return job_state_name(job->state);
+}
+
 /* Returns everything the job holds; the job stays listed in its final state. */
 static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
 {
@@ -153,6 +183,8 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     if (!rt)
         return;
     refresh_stats(job);
+    /* the record of where it ran, before the core forgets it (jobs_sched_left below) */
+    jobs_placement(d, job, &job->end_gpu, &job->end_budget_bytes);
     if (rt->conn)
         rt->conn->job_id = 0;
     jobs_release_runtime(d, job);
@@ -251,10 +283,8 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
         close(page_fd);
         return -ENOMEM;
     }
-    job->gpu = gpu;
     job->admitted_ns = salusd_now_ns();
-    job->state = JOB_PAUSED;
-    job->budget_bytes = budget_bytes;
+    job->state = JOB_PAUSED; /* admitted; whether it runs is the core's (jobs_state) */
     atomic_store(&rt->page->budget_bytes, budget_bytes);
 
     proto_enc_t *e = &d->enc;
@@ -269,7 +299,7 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     proto_enc_begin(e, PROTO_REPLY, rt->register_request_id, "", shm_name[0] ? 8 : 7);
     proto_pack_kv_uint(&e->pk, "job_id", job->id);
     proto_pack_kv_uint(&e->pk, "gpu", (uint64_t)gpu);
-    proto_pack_kv_uint(&e->pk, "budget_bytes", job->budget_bytes);
+    proto_pack_kv_uint(&e->pk, "budget_bytes", budget_bytes);
     /* address space for the largest budget the job may get: the whole GPU */
     proto_pack_kv_uint(&e->pk, "va_bytes", d->devices.gpus[gpu].total_bytes);
     proto_pack_kv_uint(&e->pk, "chunk_bytes", d->config.chunk_bytes);
@@ -285,21 +315,19 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     rt->reply_pending = 0;
     LOG_INFO("job %llu '%s' admitted on GPU %d, lane %u (budget %llu MiB)",
              (unsigned long long)job->id, job->name, gpu, lane,
-             (unsigned long long)(job->budget_bytes >> 20));
+             (unsigned long long)(budget_bytes >> 20));
     return rc;
 }
 
 void jobs_set_budget(job_t *job, uint64_t budget_bytes)
 {
     job_runtime_t *rt = runtime_of(job);
-    if (!rt || job->gpu < 0)
+    if (!rt || !rt->page) /* not admitted: the budget comes with the admission */
         return;
     /* never below what the job already holds (chunk rounding, or a page that lies) */
     if (budget_bytes < job->committed_bytes)
         budget_bytes = job->committed_bytes;
-    job->budget_bytes = budget_bytes;
-    if (rt->page)
-        atomic_store(&rt->page->budget_bytes, budget_bytes);
+    atomic_store(&rt->page->budget_bytes, budget_bytes);
 }
 
 void jobs_fail(salusd_t *d, job_t *job, const char *reason)
@@ -417,7 +445,6 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     rt->pidfd = pidfd;
     job->runtime = rt;
     apply_fields(job, &fields);
-    job->budget_bytes = 0; /* set at admission from the job's placement */
     c->job_id = job->id;
     if (rt->pidfd >= 0) {
         rt->pid_event = event_new(d->base, rt->pidfd, EV_READ, on_process_exit, rt);
@@ -427,9 +454,8 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
         LOG_WARN("pidfd_open(%d) failed: job %llu is cleaned up when its connection closes",
                  (int)c->pid, (unsigned long long)job->id);
     }
-    LOG_INFO("job %llu '%s' registered (pid %d, uid %u, budget %llu MiB)",
-             (unsigned long long)job->id, job->name, (int)job->pid, (unsigned)job->uid,
-             (unsigned long long)(job->budget_bytes >> 20));
+    LOG_INFO("job %llu '%s' registered (pid %d, uid %u)", (unsigned long long)job->id,
+             job->name, (int)job->pid, (unsigned)job->uid);
     jobs_sched_registered(d, job);
 }
 
@@ -459,21 +485,17 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
     memcpy(info->name, job->name, sizeof(info->name));
     info->pid = job->pid;
     info->uid = job->uid;
-    info->gpu = job->gpu;
+    jobs_placement(d, job, &info->gpu, &info->budget_bytes);
     info->lane = -1;
-    info->state = job_state_name(job->state);
+    info->state = jobs_state(d, job);
     info->registered_ns = job->registered_ns;
     info->admitted_ns = job->admitted_ns;
     info->finished_ns = job->finished_ns;
     uint64_t end = job->finished_ns ? job->finished_ns : now;
     uint64_t admission_wait = (job->admitted_ns ? job->admitted_ns : end) - job->registered_ns;
     if (job->runtime && sched_job_view(d, job, &view) == 0) {
-        if (view.admitted) {
-            info->gpu = view.gpu;
+        if (view.admitted)
             info->lane = view.lane;
-        }
-        if (job->state == JOB_PAUSED && view.holds_lane)
-            info->state = "running";
         if (view.waiting_since_ns && view.waiting_since_ns <= now)
             info->wait_in_progress_ns = now - view.waiting_since_ns;
         info->lane_holder = view.lane_holder;
@@ -484,7 +506,6 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
     info->ephemeral_peak_bytes = job->stats.ephemeral_peak_bytes;
     info->memory_bytes = job->committed_bytes;
     info->live_bytes = job->runtime ? job->stats.live_bytes : 0;
-    info->budget_bytes = job->budget_bytes;
     info->busy_ns = job->stats.busy_ns;
     /* the shim adds a turn's wait when it ends: the one going on is added here */
     info->wait_ns = admission_wait + job->stats.wait_ns +

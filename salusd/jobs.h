@@ -49,7 +49,7 @@ int jobs_signal(const job_t *job, int sig);
 /* One job as ps, top and the metrics endpoint show it: the typed snapshot that every view
  * renders (jobs_pack_list writes it for ps). state is a static string ("waiting", "running",
  * "paused", "done", "failed", "killed", "ended"); running means the job holds its GPU now
- * (decided here, once). */
+ * (jobs_state decides it). */
 typedef struct jobs_info_s {
     uint64_t id;
     char name[REGISTRY_NAME_BYTES];
@@ -72,6 +72,13 @@ typedef struct jobs_info_s {
     uint64_t lane_holder;        /* waiting for its turn: the job that holds its lane, 0 = none */
     uint64_t registered_ns, admitted_ns, finished_ns; /* 0 until it happens */
 } jobs_info_t;
+/* Where the job runs, from the scheduling core's books (the one source): its GPU and memory
+ * budget (never below what it holds); for a job that ended, the record of where it ran.
+ * 0, or -ENOENT (gpu -1, budget 0) when it was not admitted. */
+int jobs_placement(const salusd_t *d, const job_t *job, int *gpu, uint64_t *budget_bytes);
+/* The job's state as every view shows it; the one place "running" is decided: an admitted
+ * live job runs while it holds its lane in the core's books, else it is "paused". */
+const char *jobs_state(const salusd_t *d, const job_t *job);
 /* Fills info with the index-th job of the registry (0 <= index < registry_count()), the
  * same values jobs_pack_list() sends. Returns 0, or -ENOENT past the end. */
 int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info);

@@ -11,8 +11,9 @@
 
 typedef enum job_state {
     JOB_WAITING = 0,
-    JOB_RUNNING,
-    JOB_PAUSED,
+    JOB_RUNNING, /* a view's name only: the registry keeps an admitted job JOB_PAUSED, and
+                    whether it runs (holds its lane) is the scheduling core's (jobs_state) */
+    JOB_PAUSED,  /* admitted */
     JOB_DONE,    /* exited with status 0 */
     JOB_FAILED,  /* exited with a non-zero status, or refused */
     JOB_KILLED,  /* ended by a signal */
@@ -47,9 +48,7 @@ typedef struct job_s {
     uint64_t persistent_hint_bytes;
     uint64_t ephemeral_hint_bytes;
     int64_t priority;
-    /* placement */
-    int gpu;                  /* -1 until admitted */
-    uint64_t budget_bytes;
+    /* where a live job runs (GPU, lane, budget) is the scheduling core's (jobs_info_at) */
     uint64_t committed_bytes; /* chunks handed out */
     uint64_t admitted_ns;
     uint64_t finished_ns;
@@ -57,6 +56,9 @@ typedef struct job_s {
     int exit_known;
     int exit_status;
     int exit_signal;
+    /* where it ran, written once when it left (finish): -1 / 0 when it was never admitted */
+    int end_gpu;
+    uint64_t end_budget_bytes;
     void *exit_probe;         /* jobs.c: asks the kernel for the exit status; NULL: done */
     job_stats_t stats;
     void *runtime;            /* the daemon's live state of the job (jobs.c) */

@@ -85,6 +85,7 @@ int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
     view->admitted = info.phase != SCHED_CORE_WAITING;
     view->gpu = info.gpu;
     view->lane = info.lane;
+    view->budget_bytes = info.budget_bytes;
     view->holds_lane = info.phase == SCHED_CORE_RUNNING;
     view->waiting_since_ns = info.waiting_since_ns;
     view->lane_holder = info.lane_holder;

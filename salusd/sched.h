@@ -26,6 +26,7 @@ typedef struct sched_job_view_s {
     int admitted;
     int gpu;
     uint32_t lane;
+    uint64_t budget_bytes;      /* 0 until admitted */
     int holds_lane;             /* granted: runs its iteration now */
     uint64_t waiting_since_ns;  /* waiting for admission or for its turn; 0 = not waiting */
     uint64_t lane_holder;       /* waiting for its turn: who holds its lane (0 = none) */

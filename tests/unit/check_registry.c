@@ -20,6 +20,9 @@ START_TEST(test_add_find_remove)
     ck_assert_uint_eq(c->id, 3);
     ck_assert_str_eq(b->name, "job");
     ck_assert_int_eq(a->state, JOB_WAITING);
+    /* no record of where it ran until it ends after an admission */
+    ck_assert_int_eq(a->end_gpu, -1);
+    ck_assert_uint_eq(a->end_budget_bytes, 0);
     ck_assert_uint_eq(registry_count(r), 3);
     ck_assert_ptr_eq(registry_find(r, 2), b);
     ck_assert_int_eq(registry_remove(r, 2), 0);

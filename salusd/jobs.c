@@ -185,6 +185,9 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     refresh_stats(job);
     /* the record of where it ran, before the core forgets it (jobs_sched_left below) */
     jobs_placement(d, job, &job->end_gpu, &job->end_budget_bytes);
+    sched_job_view_t last;
+    if (sched_job_view(d, job, &last) == 0 && last.admitted)
+        job->end_lane = (int)last.lane;
     if (rt->conn)
         rt->conn->job_id = 0;
     jobs_release_runtime(d, job);
@@ -486,7 +489,7 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
     info->pid = job->pid;
     info->uid = job->uid;
     jobs_placement(d, job, &info->gpu, &info->budget_bytes);
-    info->lane = -1;
+    info->lane = job->runtime ? -1 : job->end_lane;
     info->state = jobs_state(d, job);
     info->registered_ns = job->registered_ns;
     info->admitted_ns = job->admitted_ns;

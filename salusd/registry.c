@@ -54,6 +54,7 @@ job_t *registry_add(registry_t *reg, const char *name, pid_t pid, uid_t uid, gid
     job->registered_ns = now_ns;
     job->owner = owner;
     job->end_gpu = -1;
+    job->end_lane = -1;
     reg->jobs[reg->count++] = job;
     return job;
 }

@@ -58,6 +58,7 @@ typedef struct job_s {
     int exit_signal;
     /* where it ran, written once when it left (finish): -1 / 0 when it was never admitted */
     int end_gpu;
+    int end_lane;
     uint64_t end_budget_bytes;
     void *exit_probe;         /* jobs.c: asks the kernel for the exit status; NULL: done */
     job_stats_t stats;

@@ -30,8 +30,8 @@ import json, sys
 j = {x["name"]: x for x in json.load(open(sys.argv[1]))}["tiny"]
 assert j["state"] == "done" and j["exit_status"] == 0, j
 assert j["budget_bytes"] >= 2 * 2**20 and j["budget_bytes"] % (2 * 2**20) == 0, j
-# ended: its GPU and budget come from the record of where it ran; it holds no lane
-assert j["gpu"] == 0 and j["lane"] is None, j
+# ended: its GPU, lane and budget come from the record of where it ran
+assert j["gpu"] == 0 and isinstance(j["lane"], int) and j["lane"] >= 0, j
 PY
 pass "a job with no persistent memory and 4 KiB per iteration ran on after learning ($learned)"
 

@@ -22,12 +22,8 @@ cleanup_all() {
     done
     for pid in "${USER_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
     cleanup
-    for u in "$USER_A" "$USER_B"; do
-        for _ in $(seq 50); do # userdel refuses while a killed process is still exiting
-            userdel "$u" 2>/dev/null && break
-            id "$u" >/dev/null 2>&1 || break
-            sleep 0.1
-        done
+    for u in "$USER_A" "$USER_B"; do # userdel refuses while a killed process is still exiting
+        wait_until 5 "userdel '$u' 2>/dev/null || ! id '$u' >/dev/null 2>&1" || true
     done
 }
 trap cleanup_all EXIT
@@ -42,15 +38,13 @@ run_as() { # run_as USER NAME P E ITERATIONS HOST_MS : salusctl run of salus-syn
         --persistent-mb 8 --ephemeral-mb 8 >"$WORK/shared/$2.out" 2>&1
 }
 jobs_json() { "$SALUSCTL" --socket "$SOCK" ps --json >"$WORK/ps.json"; }
+jobs_show() { # jobs_show PYTHON_CONDITION (j: jobs by name)
+    jobs_json
+    python3 -c "import json,sys; j={x['name']: x for x in json.load(open(sys.argv[1]))}; sys.exit(0 if ($1) else 1)" \
+        "$WORK/ps.json" 2>/dev/null
+}
 until_jobs() { # until_jobs PYTHON_CONDITION (j: jobs by name), 30 s at most
-    local _
-    for _ in $(seq 300); do
-        jobs_json
-        python3 -c "import json,sys; j={x['name']: x for x in json.load(open(sys.argv[1]))}; sys.exit(0 if ($1) else 1)" \
-            "$WORK/ps.json" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    fail "ps --json never showed: $1 ($(cat "$WORK/ps.json"))"
+    wait_until 30 jobs_show "$1" || fail "ps --json never showed: $1 ($(cat "$WORK/ps.json"))"
 }
 
 export SIMGPU_MEMORY_MB=4096

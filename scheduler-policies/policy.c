@@ -89,11 +89,11 @@ int policy_compare_tiebreak(const policy_job_t *a, const policy_job_t *b)
     return 0;
 }
 
-/* < 0 when a goes before b. */
-static int compare_by_key(const void *state, policy_key_fn key, const policy_job_t *a,
-                          const policy_job_t *b)
+/* < 0 when a (whose key is ka) goes before b (whose key is kb). The keys are computed once
+ * per job by the callers: a key function is pure, and a lookup per comparison was most of a
+ * pick's cost in the trace simulator. */
+static int compare_keyed(uint64_t ka, const policy_job_t *a, uint64_t kb, const policy_job_t *b)
 {
-    uint64_t ka = key(state, a), kb = key(state, b);
     if (ka != kb)
         return ka < kb ? -1 : 1;
     return policy_compare_tiebreak(a, b);
@@ -103,11 +103,15 @@ int policy_pick_lowest(const void *state, policy_key_fn key, uint32_t lane,
                        const policy_job_t *jobs, size_t count)
 {
     int best = -1;
+    uint64_t best_key = 0;
     for (size_t i = 0; i < count; i++) {
         if (!jobs[i].runnable || jobs[i].lane != lane)
             continue;
-        if (best < 0 || compare_by_key(state, key, &jobs[i], &jobs[best]) < 0)
+        uint64_t k = key(state, &jobs[i]);
+        if (best < 0 || compare_keyed(k, &jobs[i], best_key, &jobs[best]) < 0) {
             best = (int)i;
+            best_key = k;
+        }
     }
     return best;
 }
@@ -117,8 +121,10 @@ void policy_order_by_key(const void *state, policy_key_fn key, const policy_job_
 {
     /* Insertion sort: stable, and the waiting list is short. */
     for (size_t i = 0; i < count; i++) {
+        uint64_t ki = key(state, &jobs[i]);
         size_t j = i;
-        while (j > 0 && compare_by_key(state, key, &jobs[i], &jobs[order[j - 1]]) < 0) {
+        while (j > 0 && compare_keyed(ki, &jobs[i], key(state, &jobs[order[j - 1]]),
+                                      &jobs[order[j - 1]]) < 0) {
             order[j] = order[j - 1];
             j--;
         }
@@ -142,15 +148,17 @@ void policy_order_by_arrival(const policy_job_t *waiting, size_t count, size_t *
  * key it computes. Returns the index of job_id, or where it would be inserted. */
 static size_t records_lower_bound(const policy_records_t *records, uint64_t job_id)
 {
-    size_t low = 0, high = records->count;
-    while (low < high) {
-        size_t mid = low + (high - low) / 2;
-        if (records->items[mid].job_id < job_id)
-            low = mid + 1;
-        else
-            high = mid;
+    /* Halving without a data-dependent branch (the comparison becomes a conditional move):
+     * the ids looked up jump around, so the branch of the textbook loop mispredicts. */
+    size_t low = 0, n = records->count;
+    if (n == 0)
+        return 0;
+    while (n > 1) {
+        size_t half = n / 2;
+        low = records->items[low + half - 1].job_id < job_id ? low + half : low;
+        n -= half;
     }
-    return low;
+    return low + (records->items[low].job_id < job_id);
 }
 
 policy_record_t *policy_records_find(const policy_records_t *records, uint64_t job_id)

@@ -143,9 +143,9 @@ void policy_order_by_arrival(const policy_job_t *waiting, size_t count, size_t *
     policy_order_by_key(NULL, arrival_key, waiting, count, order);
 }
 
-/* Records are kept sorted by job id: lookups are binary searches, so that a policy with
- * hundreds of jobs (the trace simulator replays thousands) does not scan them all for every
- * key it computes. Returns the index of job_id, or where it would be inserted. */
+/* Records are kept sorted by job id; lookups go through the hash index, the binary search
+ * places insertions and removals (and serves lookups when the index could not be allocated).
+ * Returns the index of job_id, or where it would be inserted. */
 static size_t records_lower_bound(const policy_records_t *records, uint64_t job_id)
 {
     /* Halving without a data-dependent branch (the comparison becomes a conditional move):
@@ -161,17 +161,60 @@ static size_t records_lower_bound(const policy_records_t *records, uint64_t job_
     return low + (records->items[low].job_id < job_id);
 }
 
+static size_t index_slot(uint64_t job_id, size_t mask)
+{
+    return (size_t)((job_id * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+}
+
+/* After an insertion or a removal (positions shifted): at least twice as many slots as
+ * records, so that probes stay short. */
+static void index_rebuild(policy_records_t *records)
+{
+    size_t slots = 16;
+    while (slots < records->count * 2)
+        slots *= 2;
+    if (!records->index || slots != records->index_mask + 1) {
+        size_t *index = realloc(records->index, slots * sizeof(*index));
+        if (!index) { /* out of memory: lookups fall back to the binary search */
+            free(records->index);
+            records->index = NULL;
+            records->index_mask = 0;
+            return;
+        }
+        records->index = index;
+        records->index_mask = slots - 1;
+    }
+    memset(records->index, 0, slots * sizeof(*records->index));
+    for (size_t i = 0; i < records->count; i++) {
+        size_t slot = index_slot(records->items[i].job_id, records->index_mask);
+        while (records->index[slot])
+            slot = (slot + 1) & records->index_mask;
+        records->index[slot] = i + 1;
+    }
+}
+
 policy_record_t *policy_records_find(const policy_records_t *records, uint64_t job_id)
 {
+    if (records->index) {
+        for (size_t slot = index_slot(job_id, records->index_mask);;
+             slot = (slot + 1) & records->index_mask) {
+            size_t at = records->index[slot];
+            if (at == 0)
+                return NULL;
+            if (records->items[at - 1].job_id == job_id)
+                return &records->items[at - 1];
+        }
+    }
     size_t i = records_lower_bound(records, job_id);
     return i < records->count && records->items[i].job_id == job_id ? &records->items[i] : NULL;
 }
 
 policy_record_t *policy_records_get(policy_records_t *records, uint64_t job_id)
 {
+    policy_record_t *known = policy_records_find(records, job_id);
+    if (known)
+        return known;
     size_t i = records_lower_bound(records, job_id);
-    if (i < records->count && records->items[i].job_id == job_id)
-        return &records->items[i];
     if (records->count == records->capacity) {
         size_t capacity = records->capacity ? records->capacity * 2 : 16;
         policy_record_t *items = realloc(records->items, capacity * sizeof(*items));
@@ -184,6 +227,7 @@ policy_record_t *policy_records_get(policy_records_t *records, uint64_t job_id)
             (records->count - i) * sizeof(records->items[0]));
     records->count++;
     records->items[i] = (policy_record_t){.job_id = job_id};
+    index_rebuild(records);
     return &records->items[i];
 }
 
@@ -195,10 +239,12 @@ void policy_records_remove(policy_records_t *records, uint64_t job_id)
     memmove(&records->items[i], &records->items[i + 1],
             (records->count - i - 1) * sizeof(records->items[0]));
     records->count--;
+    index_rebuild(records);
 }
 
 void policy_records_free(policy_records_t *records)
 {
     free(records->items);
+    free(records->index);
     *records = (policy_records_t){0};
 }

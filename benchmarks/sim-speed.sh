@@ -7,11 +7,14 @@
 #
 # usage: benchmarks/sim-speed.sh [--before REV] [--after PATH] [--runs N] [--jobs N]
 #                                [--policies "pack fair srtf ..."] [--no-callgrind]
+#                                [--cmake-args "ARG ..."]
 #   --before  commit to build the "before" binary from (default 9aea954); it is built once
 #             into ${TMPDIR:-/tmp}/salus-sim-speed-REV and reused
 #   --after   salus-sim to measure as "after" (default: this tree's, built into a temp dir
 #             with the same build type as the "before" one)
 #   --runs    wall-time runs per binary and policy; the best counts (default 5)
+#   --cmake-args  extra cmake arguments for both builds (the same for both), e.g.
+#             "-DCMAKE_INTERPROCEDURAL_OPTIMIZATION=ON"; the "before" cache is kept per set
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,6 +25,7 @@ runs=5
 jobs=1000
 policies="fifo pack fair srtf exclusive mps"
 callgrind=1
+cmake_args=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --before) before_rev="$2"; shift 2 ;;
@@ -30,7 +34,8 @@ while [ $# -gt 0 ]; do
     --jobs) jobs="$2"; shift 2 ;;
     --policies) policies="$2"; shift 2 ;;
     --no-callgrind) callgrind=0; shift ;;
-    -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --cmake-args) cmake_args="$2"; shift 2 ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "sim-speed: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -44,7 +49,8 @@ trap 'rm -rf "$work"' EXIT
 
 # Builds the salus-sim target of source tree $1 into $2 (same build type for both sides).
 build_sim() {
-    cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$2.log" 2>&1 &&
+    # shellcheck disable=SC2086 # the extra arguments are split on purpose
+    cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=RelWithDebInfo $cmake_args >"$2.log" 2>&1 &&
         cmake --build "$2" --target salus-sim -j "$(nproc)" >>"$2.log" 2>&1 ||
         { cat "$2.log" >&2; echo "sim-speed: building salus-sim in $2 failed" >&2; exit 1; }
 }
@@ -52,6 +58,7 @@ build_sim() {
 sha=$(git -C "$root" rev-parse --short=12 "$before_rev^{commit}") ||
     { echo "sim-speed: unknown commit '$before_rev'" >&2; exit 2; }
 cache="${TMPDIR:-/tmp}/salus-sim-speed-$sha"
+[ -n "$cmake_args" ] && cache="$cache-$(printf '%s' "$cmake_args" | cksum | cut -d' ' -f1)"
 before="$cache/build/bin/salus-sim"
 if [ ! -x "$before" ]; then
     echo "building salus-sim at $sha into $cache"
@@ -92,6 +99,7 @@ instructions() {
 }
 
 echo "salus-sim on the $jobs-job mixed trace: before = $sha, after = $after"
+[ -n "$cmake_args" ] && echo "both built with: $cmake_args"
 echo "wall time: best of $runs runs$([ "$callgrind" = 1 ] && echo "; instructions: callgrind, one run")"
 printf '  %-10s %10s %10s %7s' policy "before s" "after s" after/b
 [ "$callgrind" = 1 ] && printf ' %14s %14s %7s' "before Ir" "after Ir" after/b

@@ -55,12 +55,17 @@ static void fair_job_left(void *opaque, uint64_t job_id, uint64_t now_ns)
     policy_records_remove(&state->records, job_id);
 }
 
+/* The job's attained service plus its start credit (record: the job's, or NULL). */
+static uint64_t service_with(const policy_record_t *record, const policy_job_t *job)
+{
+    uint64_t credit = record ? record->credit : 0;
+    return job->attained_ns > UINT64_MAX - credit ? UINT64_MAX : job->attained_ns + credit;
+}
+
 static uint64_t fair_service_ns(const void *opaque, const policy_job_t *job)
 {
     const fair_state_t *state = opaque;
-    const policy_record_t *record = policy_records_find(&state->records, job->id);
-    uint64_t credit = record ? record->credit : 0;
-    return job->attained_ns > UINT64_MAX - credit ? UINT64_MAX : job->attained_ns + credit;
+    return service_with(policy_records_find(&state->records, job->id), job);
 }
 
 static void fair_iteration_done(void *opaque, const policy_job_t *job, uint64_t duration_ns,
@@ -72,7 +77,7 @@ static void fair_iteration_done(void *opaque, const policy_job_t *job, uint64_t 
     policy_record_t *record = policy_records_find(&state->records, job->id);
     if (record) {
         record->lane = job->lane;
-        record->value = fair_service_ns(state, job);
+        record->value = service_with(record, job);
     }
 }
 

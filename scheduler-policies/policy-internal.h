@@ -24,7 +24,8 @@ int policy_pick_lowest(const void *state, policy_key_fn key, uint32_t lane,
 void policy_order_by_key(const void *state, policy_key_fn key, const policy_job_t *jobs,
                          size_t count, size_t *order);
 
-/* Per-job records a policy keeps, keyed by job id: an array sorted by id (binary search).
+/* Per-job records a policy keeps, keyed by job id: an array sorted by id, with a hash index
+ * (a pick looks records up for every member of a lane at every turn).
  * A pointer from find/get stays valid only until the next get or remove. */
 typedef struct policy_record_s {
     uint64_t job_id;
@@ -36,6 +37,10 @@ typedef struct policy_record_s {
 typedef struct policy_records_s {
     policy_record_t *items;
     size_t count, capacity;
+    /* job id -> position + 1 (0: empty), open addressing, rebuilt when positions shift; NULL
+     * when it could not be allocated (lookups then use the binary search) */
+    size_t *index;
+    size_t index_mask;
 } policy_records_t;
 
 policy_record_t *policy_records_find(const policy_records_t *records, uint64_t job_id);

@@ -89,11 +89,11 @@ int policy_compare_tiebreak(const policy_job_t *a, const policy_job_t *b)
     return 0;
 }
 
-/* < 0 when a goes before b. */
-static int compare_by_key(const void *state, policy_key_fn key, const policy_job_t *a,
-                          const policy_job_t *b)
+/* < 0 when a (whose key is ka) goes before b (whose key is kb). The keys are computed once
+ * per job by the callers: a key function is pure, and a lookup per comparison was most of a
+ * pick's cost in the trace simulator. */
+static int compare_keyed(uint64_t ka, const policy_job_t *a, uint64_t kb, const policy_job_t *b)
 {
-    uint64_t ka = key(state, a), kb = key(state, b);
     if (ka != kb)
         return ka < kb ? -1 : 1;
     return policy_compare_tiebreak(a, b);
@@ -103,11 +103,15 @@ int policy_pick_lowest(const void *state, policy_key_fn key, uint32_t lane,
                        const policy_job_t *jobs, size_t count)
 {
     int best = -1;
+    uint64_t best_key = 0;
     for (size_t i = 0; i < count; i++) {
         if (!jobs[i].runnable || jobs[i].lane != lane)
             continue;
-        if (best < 0 || compare_by_key(state, key, &jobs[i], &jobs[best]) < 0)
+        uint64_t k = key(state, &jobs[i]);
+        if (best < 0 || compare_keyed(k, &jobs[i], best_key, &jobs[best]) < 0) {
             best = (int)i;
+            best_key = k;
+        }
     }
     return best;
 }
@@ -117,8 +121,10 @@ void policy_order_by_key(const void *state, policy_key_fn key, const policy_job_
 {
     /* Insertion sort: stable, and the waiting list is short. */
     for (size_t i = 0; i < count; i++) {
+        uint64_t ki = key(state, &jobs[i]);
         size_t j = i;
-        while (j > 0 && compare_by_key(state, key, &jobs[i], &jobs[order[j - 1]]) < 0) {
+        while (j > 0 && compare_keyed(ki, &jobs[i], key(state, &jobs[order[j - 1]]),
+                                      &jobs[order[j - 1]]) < 0) {
             order[j] = order[j - 1];
             j--;
         }
@@ -137,33 +143,78 @@ void policy_order_by_arrival(const policy_job_t *waiting, size_t count, size_t *
     policy_order_by_key(NULL, arrival_key, waiting, count, order);
 }
 
-/* Records are kept sorted by job id: lookups are binary searches, so that a policy with
- * hundreds of jobs (the trace simulator replays thousands) does not scan them all for every
- * key it computes. Returns the index of job_id, or where it would be inserted. */
+/* Records are kept sorted by job id; lookups go through the hash index, the binary search
+ * places insertions and removals (and serves lookups when the index could not be allocated).
+ * Returns the index of job_id, or where it would be inserted. */
 static size_t records_lower_bound(const policy_records_t *records, uint64_t job_id)
 {
-    size_t low = 0, high = records->count;
-    while (low < high) {
-        size_t mid = low + (high - low) / 2;
-        if (records->items[mid].job_id < job_id)
-            low = mid + 1;
-        else
-            high = mid;
+    /* Halving without a data-dependent branch (the comparison becomes a conditional move):
+     * the ids looked up jump around, so the branch of the textbook loop mispredicts. */
+    size_t low = 0, n = records->count;
+    if (n == 0)
+        return 0;
+    while (n > 1) {
+        size_t half = n / 2;
+        low = records->items[low + half - 1].job_id < job_id ? low + half : low;
+        n -= half;
     }
-    return low;
+    return low + (records->items[low].job_id < job_id);
+}
+
+static size_t index_slot(uint64_t job_id, size_t mask)
+{
+    return (size_t)((job_id * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+}
+
+/* After an insertion or a removal (positions shifted): at least twice as many slots as
+ * records, so that probes stay short. */
+static void index_rebuild(policy_records_t *records)
+{
+    size_t slots = 16;
+    while (slots < records->count * 2)
+        slots *= 2;
+    if (!records->index || slots != records->index_mask + 1) {
+        size_t *index = realloc(records->index, slots * sizeof(*index));
+        if (!index) { /* out of memory: lookups fall back to the binary search */
+            free(records->index);
+            records->index = NULL;
+            records->index_mask = 0;
+            return;
+        }
+        records->index = index;
+        records->index_mask = slots - 1;
+    }
+    memset(records->index, 0, slots * sizeof(*records->index));
+    for (size_t i = 0; i < records->count; i++) {
+        size_t slot = index_slot(records->items[i].job_id, records->index_mask);
+        while (records->index[slot])
+            slot = (slot + 1) & records->index_mask;
+        records->index[slot] = i + 1;
+    }
 }
 
 policy_record_t *policy_records_find(const policy_records_t *records, uint64_t job_id)
 {
+    if (records->index) {
+        for (size_t slot = index_slot(job_id, records->index_mask);;
+             slot = (slot + 1) & records->index_mask) {
+            size_t at = records->index[slot];
+            if (at == 0)
+                return NULL;
+            if (records->items[at - 1].job_id == job_id)
+                return &records->items[at - 1];
+        }
+    }
     size_t i = records_lower_bound(records, job_id);
     return i < records->count && records->items[i].job_id == job_id ? &records->items[i] : NULL;
 }
 
 policy_record_t *policy_records_get(policy_records_t *records, uint64_t job_id)
 {
+    policy_record_t *known = policy_records_find(records, job_id);
+    if (known)
+        return known;
     size_t i = records_lower_bound(records, job_id);
-    if (i < records->count && records->items[i].job_id == job_id)
-        return &records->items[i];
     if (records->count == records->capacity) {
         size_t capacity = records->capacity ? records->capacity * 2 : 16;
         policy_record_t *items = realloc(records->items, capacity * sizeof(*items));
@@ -176,6 +227,7 @@ policy_record_t *policy_records_get(policy_records_t *records, uint64_t job_id)
             (records->count - i) * sizeof(records->items[0]));
     records->count++;
     records->items[i] = (policy_record_t){.job_id = job_id};
+    index_rebuild(records);
     return &records->items[i];
 }
 
@@ -187,10 +239,12 @@ void policy_records_remove(policy_records_t *records, uint64_t job_id)
     memmove(&records->items[i], &records->items[i + 1],
             (records->count - i - 1) * sizeof(records->items[0]));
     records->count--;
+    index_rebuild(records);
 }
 
 void policy_records_free(policy_records_t *records)
 {
     free(records->items);
+    free(records->index);
     *records = (policy_records_t){0};
 }

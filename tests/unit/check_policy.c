@@ -4,6 +4,7 @@
  * suite against that policy (CTest registers it once per policy); without it, the registry
  * and switch tests and each policy's own tests. */
 #include "policy.h"
+#include "policy-internal.h"
 
 #include <check.h>
 #include <errno.h>
@@ -460,6 +461,48 @@ START_TEST(test_pack_many_jobs_out_of_order)
 }
 END_TEST
 
+/* The per-job records (sorted array and hash index): every id added is found with its value
+ * through insertions and removals in any order, ids that leave are not, and the array stays
+ * sorted. Ids include far apart ones (1 << 40 apart) and neighbours. */
+START_TEST(test_records_find_get_remove)
+{
+    enum { N = 500 };
+    static uint64_t ids[N];
+    static bool present[N];
+    policy_records_t r = {0};
+    for (size_t i = 0; i < N; i++) {
+        ids[i] = (i % 2 ? (uint64_t)(i + 1) << 40 : 0) + 1 + (i * 7919) % N;
+        policy_record_t *rec = policy_records_get(&r, ids[i]);
+        ck_assert_ptr_nonnull(rec);
+        rec->value = ids[i] ^ 0x5a5a;
+        present[i] = true;
+        if (i % 5 == 4) { /* one of the earlier ones leaves */
+            size_t gone = (i * 31) % (i + 1);
+            policy_records_remove(&r, ids[gone]);
+            present[gone] = false;
+        }
+        ck_assert_ptr_eq(policy_records_get(&r, ids[i]), policy_records_find(&r, ids[i]));
+    }
+    size_t count = 0;
+    for (size_t i = 0; i < N; i++) {
+        const policy_record_t *rec = policy_records_find(&r, ids[i]);
+        if (!present[i]) {
+            ck_assert_msg(rec == NULL, "record %zu still found after its removal", i);
+            continue;
+        }
+        count++;
+        ck_assert_msg(rec && rec->job_id == ids[i] && rec->value == (ids[i] ^ 0x5a5a),
+                      "record %zu lost", i);
+    }
+    ck_assert_uint_eq(r.count, count);
+    for (size_t i = 1; i < r.count; i++)
+        ck_assert(r.items[i - 1].job_id < r.items[i].job_id);
+    ck_assert_ptr_null(policy_records_find(&r, 123456789));
+    policy_records_free(&r);
+    ck_assert_ptr_null(policy_records_find(&r, ids[1]));
+}
+END_TEST
+
 START_TEST(test_fair_equal_attained_time)
 {
     policy_t p = {0};
@@ -505,6 +548,7 @@ static Suite *specific_suite(void)
     tcase_add_test(tc, test_srtf_estimates);
     tcase_add_test(tc, test_pack_round_robin);
     tcase_add_test(tc, test_pack_many_jobs_out_of_order);
+    tcase_add_test(tc, test_records_find_get_remove);
     tcase_add_test(tc, test_fair_equal_attained_time);
     suite_add_tcase(s, tc);
     return s;

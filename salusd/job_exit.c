@@ -75,7 +75,9 @@ int jobs_pidfd_exit_status(int pidfd, int *status)
 {
     jobs_pidfd_info_t info = {.mask = JOBS_PIDFD_INFO_EXIT};
     if (ioctl(pidfd, JOBS_PIDFD_GET_INFO, &info) < 0)
-        return -1; /* before Linux 6.13 */
+        /* before Linux 6.13 the ioctl does not exist; any other error (ESRCH while the
+         * process is between exit and reaping) is "not yet": the probe asks again */
+        return errno == ENOTTY || errno == EINVAL || errno == EOPNOTSUPP ? -1 : 0;
     if (!(info.mask & JOBS_PIDFD_INFO_EXIT))
         return 0; /* not reaped yet (or before 6.15) */
     *status = info.exit_code;

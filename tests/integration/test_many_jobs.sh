@@ -48,7 +48,7 @@ for i in $(seq 1 $JOBS); do
 done
 launched_ms=$((($(date +%s%N) - started) / 1000000))
 
-# watch until every job is done: the most alive (admitted, not finished) at once, and lanes
+# watch until every job is over: the most alive (admitted, not finished) at once, and lanes
 peak=0
 peak_lanes=0
 deadline=$(($(date +%s) + 60))
@@ -60,8 +60,11 @@ jobs = [x for x in json.load(open(sys.argv[1])) if x["name"].startswith("many")]
 alive = [x for x in jobs if x["admitted_at_ms"] is not None and x["finished_at_ms"] is None]
 lanes = {(x["gpu"], x["lane"]) for x in alive if x["lane"] is not None}
 done = [x for x in jobs if x["state"] == "done" and x["exit_status"] == 0]
-bad = [x["name"] + ":" + x["state"] for x in jobs if x["state"] in ("failed", "killed", "ended")]
-print(len(alive), len(lanes), len(done), ",".join(bad) or "-")
+# "ended" (status not known yet) is not final here: salusctl run reports each job's status,
+# which may reach salusd after the job's process is seen to end
+over = [x for x in jobs if x["state"] == "ended"]
+bad = [x["name"] + ":" + x["state"] for x in jobs if x["state"] in ("failed", "killed")]
+print(len(alive), len(lanes), len(done) + len(over), ",".join(bad) or "-")
 if len(done) < len(jobs) and not alive:
     print("states:", sorted((x["name"], x["state"]) for x in jobs if x["state"] != "done"),
           file=sys.stderr)
@@ -83,6 +86,15 @@ for i in $(seq 1 $JOBS); do
         fail "$failed salusctl run processes exited non-zero; many$i: $(tail -3 "$WORK/many$i.out")"
     grep -q "synth_done iterations=20 " "$WORK/many$i.out" || fail "many$i: $(tail -3 "$WORK/many$i.out")"
 done
+# every salusctl run has reported its job's status by now: each job is done, exit status 0
+ps_json
+python3 - "$WORK/ps.json" <<'PY' || fail "not every job ended done with exit status 0"
+import json, sys
+jobs = [x for x in json.load(open(sys.argv[1])) if x["name"].startswith("many")]
+bad = [(x["name"], x["state"], x["exit_status"]) for x in jobs
+       if x["state"] != "done" or x["exit_status"] != 0]
+assert not bad, bad
+PY
 [ "$peak" -eq "$JOBS" ] || fail "at most $peak of $JOBS jobs were alive at once (launching took $launched_ms ms)"
 [ "$peak_lanes" -eq "$JOBS" ] || fail "at most $peak_lanes lanes at once for $JOBS jobs"
 kill -0 "$DAEMON_PID" || fail "salusd died"

@@ -41,15 +41,39 @@ static int wait_fd(int fd, short events, long long deadline_ms)
     }
 }
 
-int salus_send_frame(int fd, const void *frame, size_t bytes, int timeout_ms)
+#define CLIENT_MAX_SEND_FDS 8
+
+/* Sends all of bytes before deadline; fds (nfds of them, 0: none) travel with the first
+ * bytes that go (SCM_RIGHTS). */
+static int send_all(int fd, const char *p, size_t bytes, const int *fds, int nfds,
+                    long long deadline)
 {
-    const char *p = frame;
-    long long deadline = deadline_after(timeout_ms);
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * CLIENT_MAX_SEND_FDS)];
+    } control;
+    memset(&control, 0, sizeof(control));
+    if (nfds > 0) {
+        struct msghdr first = {.msg_control = control.buf,
+                               .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds)};
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&first);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+        memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+    }
     while (bytes > 0) {
-        ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+        struct iovec iov = {.iov_base = (void *)p, .iov_len = bytes};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        if (nfds > 0) {
+            mh.msg_control = control.buf;
+            mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+        }
+        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             p += n;
             bytes -= (size_t)n;
+            nfds = 0; /* the descriptors went with these bytes */
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -65,44 +89,17 @@ int salus_send_frame(int fd, const void *frame, size_t bytes, int timeout_ms)
     return 0;
 }
 
-#define CLIENT_MAX_SEND_FDS 8
+int salus_send_frame(int fd, const void *frame, size_t bytes, int timeout_ms)
+{
+    return send_all(fd, frame, bytes, NULL, 0, deadline_after(timeout_ms));
+}
 
 int salus_send_frame_fds(int fd, const void *frame, size_t bytes, const int *fds, int nfds,
                          int timeout_ms)
 {
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int) * CLIENT_MAX_SEND_FDS)];
-    } control;
     if (nfds < 1 || nfds > CLIENT_MAX_SEND_FDS || bytes == 0)
         return -EINVAL;
-    long long deadline = deadline_after(timeout_ms);
-    memset(&control, 0, sizeof(control));
-    struct iovec iov = {.iov_base = (void *)frame, .iov_len = bytes};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                        .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds)};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-    memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-    for (;;) { /* the descriptors travel with the first bytes that go */
-        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) { /* the rest as any frame, within what is left of the time */
-            long long left = deadline - now_ms();
-            return salus_send_frame(fd, (const char *)frame + n, bytes - (size_t)n,
-                                    deadline < 0 ? -1 : left <= 0 ? 1 : (int)left);
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int rc = wait_fd(fd, POLLOUT, deadline);
-            if (rc < 0)
-                return rc;
-            continue;
-        }
-        return n < 0 ? -errno : -EPIPE;
-    }
+    return send_all(fd, frame, bytes, fds, nfds, deadline_after(timeout_ms));
 }
 
 /* Reads exactly bytes; file descriptors passed with them (SCM_RIGHTS) are appended to

@@ -33,27 +33,13 @@ command -v cmake >/dev/null || { echo "sim-compare: cmake is required" >&2; exit
 work=$(mktemp -d "${TMPDIR:-/tmp}/salus-sim-compare.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-build_sim() {
-    cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$2.log" 2>&1 &&
-        cmake --build "$2" --target salus-sim -j "$(nproc)" >>"$2.log" 2>&1 ||
-        { cat "$2.log" >&2; echo "sim-compare: building salus-sim in $2 failed" >&2; exit 1; }
-}
-
+SIM_BUILD_NAME=sim-compare
+# shellcheck source=benchmarks/sim-build.sh
+. "$here/sim-build.sh"
 sha=$(git -C "$root" rev-parse --short=12 "$base_rev^{commit}") ||
     { echo "sim-compare: unknown commit '$base_rev'" >&2; exit 2; }
-cache="${TMPDIR:-/tmp}/salus-sim-compare-$sha"
-base="$cache/build/bin/salus-sim"
-if [ ! -x "$base" ]; then
-    echo "building salus-sim at $sha into $cache"
-    rm -rf "$cache" && mkdir -p "$cache/src"
-    git -C "$root" archive "$sha" | tar -x -C "$cache/src"
-    build_sim "$cache/src" "$cache/build"
-fi
-if [ -z "$after" ]; then
-    echo "building this tree's salus-sim"
-    build_sim "$root" "$work/build"
-    after="$work/build/bin/salus-sim"
-fi
+base=$(sim_at_commit "$sha") || exit 1
+[ -n "$after" ] || after=$(sim_of_tree) || exit 1
 [ -x "$after" ] || { echo "sim-compare: $after is not an executable" >&2; exit 2; }
 
 gen() { python3 "$here/gen-trace.py" --out "$work/$1.csv" "${@:2}"; }

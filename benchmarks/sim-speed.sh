@@ -47,30 +47,14 @@ command -v cmake >/dev/null || { echo "sim-speed: cmake is required" >&2; exit 2
 work=$(mktemp -d "${TMPDIR:-/tmp}/salus-sim-speed.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# Builds the salus-sim target of source tree $1 into $2 (same build type for both sides).
-build_sim() {
-    # shellcheck disable=SC2086 # the extra arguments are split on purpose
-    cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=RelWithDebInfo $cmake_args >"$2.log" 2>&1 &&
-        cmake --build "$2" --target salus-sim -j "$(nproc)" >>"$2.log" 2>&1 ||
-        { cat "$2.log" >&2; echo "sim-speed: building salus-sim in $2 failed" >&2; exit 1; }
-}
-
+SIM_BUILD_NAME=sim-speed
+SIM_BUILD_CMAKE_ARGS="$cmake_args"
+# shellcheck source=benchmarks/sim-build.sh
+. "$here/sim-build.sh"
 sha=$(git -C "$root" rev-parse --short=12 "$before_rev^{commit}") ||
     { echo "sim-speed: unknown commit '$before_rev'" >&2; exit 2; }
-cache="${TMPDIR:-/tmp}/salus-sim-speed-$sha"
-[ -n "$cmake_args" ] && cache="$cache-$(printf '%s' "$cmake_args" | cksum | cut -d' ' -f1)"
-before="$cache/build/bin/salus-sim"
-if [ ! -x "$before" ]; then
-    echo "building salus-sim at $sha into $cache"
-    rm -rf "$cache" && mkdir -p "$cache/src"
-    git -C "$root" archive "$sha" | tar -x -C "$cache/src"
-    build_sim "$cache/src" "$cache/build"
-fi
-if [ -z "$after" ]; then
-    echo "building this tree's salus-sim"
-    build_sim "$root" "$work/build"
-    after="$work/build/bin/salus-sim"
-fi
+before=$(sim_at_commit "$sha") || exit 1
+[ -n "$after" ] || after=$(sim_of_tree) || exit 1
 [ -x "$after" ] || { echo "sim-speed: $after is not an executable" >&2; exit 2; }
 
 trace="$work/mixed.csv"

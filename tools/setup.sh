@@ -38,11 +38,11 @@ OPTIONAL=(libsystemd-dev clang gnuplot-nox)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == *"install ok installed"* ]] || missing+=("$p")
 done
 optional_missing=()
 for p in "${OPTIONAL[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || optional_missing+=("$p")
+    [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == *"install ok installed"* ]] || optional_missing+=("$p")
 done
 
 if [ $((${#missing[@]} + ${#optional_missing[@]})) -gt 0 ] && [ "$INSTALL" = 1 ]; then

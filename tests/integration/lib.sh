@@ -39,6 +39,10 @@ fail() {
 
 pass() { echo "ok: $*"; }
 
+# grep -q on the right of a pipe exits at its first match and the writer on the left may
+# then die of SIGPIPE, which pipefail turns into a failed pipeline: match without quitting.
+qgrep() { grep "$@" >/dev/null; }
+
 # start_daemon [ARGS...]: salusd in the foreground (as under systemd), in the background
 # of this script; waits until it answers. Sets DAEMON_PID.
 start_daemon() {

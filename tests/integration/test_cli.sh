@@ -18,19 +18,19 @@ for args in "bogus" "--frobnicate status" "status extra" "--socket" "help nope";
     [ "$rc" -eq 2 ] || fail "'salusctl $args' exited $rc, expected 2"
 done
 "$SALUSCTL" help >/dev/null || fail "help"
-"$SALUSCTL" help ps | grep -q "list jobs" || fail "help ps"
+"$SALUSCTL" help ps | qgrep "list jobs" || fail "help ps"
 pass "usage errors exit 2; help works"
 
 start_daemon
 out=$("$SALUSCTL" status) || fail "status"
-echo "$out" | grep -q "^salusd " || fail "status output: $out"
-echo "$out" | grep -q "$SOCK" || fail "status does not name the socket"
+echo "$out" | qgrep "^salusd " || fail "status output: $out"
+echo "$out" | qgrep "$SOCK" || fail "status does not name the socket"
 "$SALUSCTL" --socket "$SOCK" status --json | python3 -c '
 import json, sys
 s = json.load(sys.stdin)
 assert s["jobs"] == 0 and s["protocol"] == 1 and s["pid"] > 0, s
 ' || fail "status --json"
-"$SALUSCTL" version | grep -q "^salusctl " || fail "version"
+"$SALUSCTL" version | qgrep "^salusctl " || fail "version"
 [ "$("$SALUSCTL" ps --json)" = "[]" ] || fail "ps --json of an empty daemon"
 pass "status, version, ps against a daemon"
 
@@ -39,7 +39,7 @@ coproc HOLD { exec "$WIRE" register "$SOCK" "my-job"; }
 HOLDER=$HOLD_PID
 read -r line <&"${HOLD[0]}"
 [ "$line" = "job_id=1" ] || fail "register answered '$line'"
-"$SALUSCTL" ps | grep -q "my-job" || fail "ps text lacks the job"
+"$SALUSCTL" ps | qgrep "my-job" || fail "ps text lacks the job"
 "$SALUSCTL" ps --json | python3 -c '
 import json, os, sys
 jobs = json.load(sys.stdin)
@@ -50,7 +50,7 @@ assert j["uid"] == os.getuid() and j["pid"] == int(sys.argv[1]), (j, sys.argv[1]
 ' "$HOLDER" || fail "ps --json"
 eval "exec ${HOLD[1]}>&-"
 wait "$HOLDER" || true
-job_done() { "$SALUSCTL" ps --json | grep -q '"state":"done"'; }
+job_done() { "$SALUSCTL" ps --json | qgrep '"state":"done"'; }
 wait_until 3 job_done || true
 "$SALUSCTL" ps --json | python3 -c '
 import json, sys

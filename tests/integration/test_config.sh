@@ -46,6 +46,6 @@ expect_error "unexpected argument" stray
 printf 'socket = /x\nfrobnicate = 1\n' >"$WORK/bad.conf"
 expect_error "bad.conf:2: unknown option 'frobnicate'" --config "$WORK/bad.conf"
 expect_error "No such file" --config "$WORK/missing.conf"
-"$SALUSD" --help | grep -q -- "--max-frame-bytes" || fail "--help"
-"$SALUSD" --version | grep -q "^salusd " || fail "--version"
+"$SALUSD" --help | qgrep -- "--max-frame-bytes" || fail "--help"
+"$SALUSD" --version | qgrep "^salusd " || fail "--version"
 pass "bad options and config files: exit 2 with one clear line"

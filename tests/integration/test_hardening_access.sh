@@ -253,11 +253,11 @@ if has_case 6; then
     # reaches the job (its cgroup), SIGKILL after the grace period
     gjob=$(as_ctl "$USER_B" submit --log "$WORK/shared/b6g.log" -- sh -c \
         "'$SYNTH' --iterations 2 --gpu-ms 1 >/dev/null; trap '' TERM; sleep $marker")
-    sleeping() { procs | awk '$5 == "sleep"' | grep -q .; }
+    sleeping() { procs | awk '$5 == "sleep"' | qgrep .; }
     wait_until 10 'sleeping' || true
     echo "the job after its GPU program ended:"; procs | cut -c1-150
     sleeping || fail "item 6: the shell's sleep did not start"
-    ! procs | awk '$5 == "salus-synth"' | grep -q . || fail "item 6: the GPU program still runs"
+    ! procs | awk '$5 == "salus-synth"' | qgrep . || fail "item 6: the GPU program still runs"
     "$SALUSCTL" --socket "$SOCK" kill --grace 1 "$gjob" >/dev/null 2>"$WORK/err" ||
         fail "item 6: kill of a job whose GPU program ended: $(cat "$WORK/err")"
     rc=0; timeout 30 "$SALUSCTL" --socket "$SOCK" wait "$gjob" >/dev/null || rc=$?

@@ -61,7 +61,7 @@ UID_A=$(id -u "$USER_A")
 # systemd's default soft limit, which salusd must raise itself
 ulimit -Sn 1024
 ASAN_BUILD=0
-if nm -D "$SALUSD" 2>/dev/null | grep -q __asan_init || ldd "$SALUSD" | grep -q libasan; then
+if nm -D "$SALUSD" 2>/dev/null | qgrep __asan_init || ldd "$SALUSD" | qgrep libasan; then
     ASAN_BUILD=1
     # ASan's quarantine keeps freed memory resident on purpose; growth is what is measured
     # (and the fallback case preloads a library ahead of ASan's runtime)

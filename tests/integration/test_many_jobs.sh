@@ -82,7 +82,7 @@ total_ms=$((($(date +%s%N) - started) / 1000000))
 failed=0
 for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
 for i in $(seq 1 $JOBS); do
-    [ "$failed" -eq 0 ] || grep -q "synth_done iterations=20 " "$WORK/many$i.out" ||
+    [ "$failed" -eq 0 ] || qgrep "synth_done iterations=20 " "$WORK/many$i.out" ||
         fail "$failed salusctl run processes exited non-zero; many$i: $(tail -3 "$WORK/many$i.out")"
     grep -q "synth_done iterations=20 " "$WORK/many$i.out" || fail "many$i: $(tail -3 "$WORK/many$i.out")"
 done

@@ -165,13 +165,13 @@ grep -q "learned sizes" "$WORK/salusd.log" || fail "the daemon did not apply the
 pass "learned sizes without hints: $(grep -o 'learned sizes.*' "$WORK/salusd.log" | tail -1)"
 
 # --- policy switch at run time
-"$SALUSCTL" policy | grep -q "^policy fair" || fail "policy shows $("$SALUSCTL" policy)"
+"$SALUSCTL" policy | qgrep "^policy fair" || fail "policy shows $("$SALUSCTL" policy)"
 "$SALUSCTL" policy pack >/dev/null || fail "switch to pack"
-"$SALUSCTL" policy --json | grep -q '"policy":"pack"' || fail "switch did not take"
+"$SALUSCTL" policy --json | qgrep '"policy":"pack"' || fail "switch did not take"
 rc=0
 "$SALUSCTL" policy bogus 2>"$WORK/err" || rc=$?
 [ "$rc" -eq 1 ] && grep -q "no policy 'bogus'" "$WORK/err" || fail "unknown policy: rc=$rc $(cat "$WORK/err")"
-"$SALUSCTL" policy | grep -q "^policy pack" || fail "a failed switch changed the policy"
+"$SALUSCTL" policy | qgrep "^policy pack" || fail "a failed switch changed the policy"
 pass "salusctl policy shows and switches; an unknown name changes nothing"
 
 # --- Lanes shared across users: every chunk is cleared before it is handed out (the path

@@ -9,8 +9,8 @@ pass "version 1 accepted ($out)"
 rc=0
 out=$("$WIRE" hello "$SOCK" 7) || rc=$?
 [ "$rc" -eq 3 ] || fail "hello with version 7 exited $rc: $out"
-echo "$out" | grep -q "protocol version 7 is not supported" || fail "unclear refusal: $out"
-echo "$out" | grep -q "closed=1" || fail "connection not closed after refusal: $out"
+echo "$out" | qgrep "protocol version 7 is not supported" || fail "unclear refusal: $out"
+echo "$out" | qgrep "closed=1" || fail "connection not closed after refusal: $out"
 pass "version 7 refused: $(echo "$out" | head -1)"
 
 python3 - "$SOCK" <<'PY' || fail "unknown op / request before hello"

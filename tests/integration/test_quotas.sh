@@ -113,5 +113,5 @@ done
 rc=0
 "$SALUSD" --foreground --socket "$WORK/bad.sock" --user-max-jobs 0 >"$WORK/bad.out" 2>&1 || rc=$?
 [ "$rc" -ne 0 ] && grep -q "user-max-jobs" "$WORK/bad.out" || fail "--user-max-jobs 0: rc $rc"
-"$SALUSD" --help | grep -q -- "--user-gpu-share" || fail "salusd --help lacks --user-gpu-share"
+"$SALUSD" --help | qgrep -- "--user-gpu-share" || fail "salusd --help lacks --user-gpu-share"
 pass "bad quota options are refused with a clear error"

@@ -26,9 +26,9 @@ rc=0; "$SALUSCTL" wait "$three" >/dev/null || rc=$?
 [ "$rc" -eq 3 ] || fail "wait sh -c 'exit 3' gave $rc, not 3"
 pass "wait exits with the job's exit status (0, 3)"
 
-"$SALUSCTL" logs "$mlp" | grep -q "final_loss=" || fail "logs has no final_loss="
+"$SALUSCTL" logs "$mlp" | qgrep "final_loss=" || fail "logs has no final_loss="
 ls "$WORK/state/salus/logs/"verbs-mlp-*.log >/dev/null || fail "no log under XDG_STATE_HOME"
-"$SALUSCTL" logs "$three" | grep -qx three || fail "logs of --log FILE"
+"$SALUSCTL" logs "$three" | qgrep -x three || fail "logs of --log FILE"
 pass "logs prints the job's output"
 
 synth=$("$SALUSCTL" submit --name long-synth --persistent 64MiB --ephemeral 128MiB -- \
@@ -70,6 +70,6 @@ pass "kill ends a long job; its memory is returned"
 rc=0; "$SALUSCTL" kill nope 2>/dev/null || rc=$?; [ "$rc" -eq 2 ] || fail "kill nope gave $rc"
 rc=0; "$SALUSCTL" wait 9999 2>"$WORK/err" || rc=$?
 [ "$rc" -eq 1 ] && grep -q "no job 9999" "$WORK/err" || fail "wait 9999: $rc $(cat "$WORK/err")"
-"$SALUSCTL" help submit | grep -q "usage: salusctl submit" || fail "help submit"
+"$SALUSCTL" help submit | qgrep "usage: salusctl submit" || fail "help submit"
 pass "usage errors exit 2, unknown jobs 1"
 stop_daemon

@@ -15,6 +15,7 @@
 #ifndef SALUS_SCHEDULER_POLICIES_POLICY_H
 #define SALUS_SCHEDULER_POLICIES_POLICY_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -83,6 +84,16 @@ typedef struct policy_ops_s {
      * Called by the loop before it retries admission. Never blocks. */
     void (*admission_order)(void *state, const policy_job_t *waiting, size_t count,
                             size_t *order, uint64_t now_ns);
+
+    /* Optional. What the policy learned and wants back after a daemon restart (the daemon
+     * keeps it in its state directory; the simulator never calls these). save_state writes
+     * at most cap bytes into buf and returns the length written, or a negative errno
+     * (-ENOSPC when cap is too small). load_state gets bytes that an earlier save_state of a
+     * policy of the same name wrote (the caller has already checked the file's integrity, not
+     * its meaning): it validates them and restores its state, or returns a negative errno and
+     * leaves its state as init made it. Neither blocks. */
+    long (*save_state)(void *state, void *buf, size_t cap);
+    int (*load_state)(void *state, const void *buf, size_t len);
 } policy_ops_t;
 
 /* A running policy: its vtable and its state. */
@@ -158,6 +169,17 @@ static inline void policy_admission_order(policy_t *policy, const policy_job_t *
         policy->ops->admission_order(policy->state, waiting, count, order, now_ns);
     else
         policy_order_by_arrival(waiting, count, order);
+}
+
+/* -ENOTSUP when the policy keeps nothing across restarts. */
+static inline long policy_save_state(policy_t *policy, void *buf, size_t cap)
+{
+    return policy->ops->save_state ? policy->ops->save_state(policy->state, buf, cap) : -ENOTSUP;
+}
+
+static inline int policy_load_state(policy_t *policy, const void *buf, size_t len)
+{
+    return policy->ops->load_state ? policy->ops->load_state(policy->state, buf, len) : -ENOTSUP;
 }
 
 #endif

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Switch latency: two jobs forced into one lane of a real salusd on simgpu, with the shim
+# preloaded, taking turns. Measures, over SWITCHES switches, the time from job A's iteration
+# boundary (where its shim gives the lane up) to job B's boundary call returning (its gate,
+# and with the memory hand-over its regrown memory): p50, p99 and max, without the memory
+# hand-over (the jobs keep their memory) and with it (each iteration allocates and frees
+# EPHEMERAL_MB MiB: the chunks go back at the park and are regrown after it). Baseline
+# (SALUS_SWITCH_BASELINE=1: the hand-over as it was before it was made fast) and the current
+# mechanism run alternately in one run, side by side. Then the floors (two processes taking
+# turns through a futex, without salus: directly, or relayed by a third process as the daemon
+# does) and salus-synth (0.2 ms GPU, 300 MiB ephemeral per iteration) alone and two in a lane.
+#   benchmarks/switch-latency.sh [--build-dir DIR] [--switches N] [--ephemeral-mb M]
+#       [--gpu-us U] [--no-synth] [--check]
+# --check: exit 1 when the current mechanism's p50 without the memory hand-over is over 50 us.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD="$ROOT/build"
+SWITCHES=10000
+EPHEMERAL_MB=300
+GPU_US=100
+SYNTH=1
+CHECK=0
+usage() {
+    echo "usage: $0 [--build-dir DIR] [--switches N] [--ephemeral-mb M] [--gpu-us U] [--no-synth] [--check]" >&2
+    exit 2
+}
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --build-dir) BUILD=${2:?}; shift 2 ;;
+        --switches) SWITCHES=${2:?}; shift 2 ;;
+        --ephemeral-mb) EPHEMERAL_MB=${2:?}; shift 2 ;;
+        --gpu-us) GPU_US=${2:?}; shift 2 ;;
+        --no-synth) SYNTH=0; shift ;;
+        --check) CHECK=1; shift ;;
+        *) usage ;;
+    esac
+done
+BUILD=$(cd "$BUILD" && pwd)
+BIN="$BUILD/bin"
+BENCH="$BUILD/benchmarks/salus-switch-latency"
+for f in "$BENCH" "$BIN/salusd" "$BIN/salusctl"; do
+    [ -e "$f" ] || { echo "switch-latency: $f is missing (build first)" >&2; exit 1; }
+done
+PACKS_FILE="$BUILD/lib/packs/salus-workloads.packs"
+[ -f "$PACKS_FILE" ] && export SIMGPU_KERNEL_PACKS="$(cat "$PACKS_FILE")"
+
+RUN=$(mktemp -d /tmp/salus-switch.XXXXXX)
+export SALUS_SOCKET="$RUN/salusd.sock"
+export SIMGPU_SHM_NAME="salus-switch-${RUN##*.}"
+
+DAEMON=""
+JOBS=()
+stop_daemon() {
+    if [ -n "$DAEMON" ]; then kill "$DAEMON" 2>/dev/null || true; wait "$DAEMON" 2>/dev/null || true; fi
+    DAEMON=""
+    rm -f "/dev/shm/$SIMGPU_SHM_NAME"
+}
+cleanup() {
+    local pid
+    for pid in "${JOBS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${JOBS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    stop_daemon
+    rm -rf "$RUN"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# start_daemon: a fresh salusd (the mechanism comes from SALUS_SWITCH_BASELINE in the environment)
+start_daemon() {
+    "$BIN/salusd" --foreground --policy pack 2>>"$RUN/salusd.log" &
+    DAEMON=$!
+    for _ in $(seq 1 200); do "$BIN/salusctl" status >/dev/null 2>&1 && return 0; sleep 0.05; done
+    cat "$RUN/salusd.log" >&2
+    echo "switch-latency: salusd did not start" >&2
+    exit 1
+}
+
+# pair MECH EPHEMERAL_MB [full]: one measurement; prints "p50 p99 max count ms_per_iteration".
+# full: a GPU too small for both jobs' ephemeral memory at once, so that it must move.
+pair() {
+    local mech=$1 eph=$2 side out
+    local baseline=0 hints=(--persistent 64MiB --ephemeral 600MiB) gpu_mb=1024
+    [ "$mech" = baseline ] && baseline=1
+    if [ "${3:-}" = full ]; then
+        # persistent: a 64 MiB chunk each (the default chunk size); one lane, not two
+        gpu_mb=$((eph + 128 + eph / 2)); hints=(--persistent 64MiB --ephemeral "$((eph + 8))MiB")
+    fi
+    SIMGPU_MEMORY_MB=$gpu_mb SALUS_SWITCH_BASELINE=$baseline start_daemon
+    rm -f "$RUN/shared" && truncate -s 4096 "$RUN/shared"
+    JOBS=()
+    for side in 0 1; do
+        # hints that do not fit two lanes of the 1 GiB GPU: the two jobs share one
+        SALUS_SWITCH_BASELINE=$baseline "$BIN/salusctl" run --name "switch-$side" "${hints[@]}" -- \
+            "$BENCH" --side "$side" --shared "$RUN/shared" --switches "$SWITCHES" \
+            --gpu-us "$GPU_US" --ephemeral-mb "$eph" --persistent-mb 16 \
+            --out "$RUN/samples.$side" >"$RUN/side.$side" 2>&1 &
+        JOBS+=("$!")
+    done
+    for side in 0 1; do
+        wait "${JOBS[$side]}" || { cat "$RUN/side.$side" "$RUN/salusd.log" >&2; echo "switch-latency: side $side failed" >&2; exit 1; }
+    done
+    JOBS=()
+    stop_daemon
+    python3 - "$RUN/samples.0" "$RUN/samples.1" "$RUN/side.0" "$RUN/side.1" <<'PY'
+import re, sys
+s = sorted(int(x) for f in sys.argv[1:3] for x in open(f).read().split())
+outs = [open(f).read() for f in sys.argv[3:5]]
+ms = [float(re.search(r"ms_per_iteration=([0-9.]+)", o).group(1)) for o in outs]
+overlaps = sum(int(re.search(r"overlaps=([0-9]+)", o).group(1)) for o in outs)
+if overlaps:
+    sys.exit(f"switch-latency: the two jobs held the lane at once {overlaps} time(s)")
+if not s:
+    sys.exit("switch-latency: no switch measured")
+n = len(s)
+print(f"{s[n // 2] / 1e3:.1f} {s[min(n - 1, n * 99 // 100)] / 1e3:.1f} {s[-1] / 1e3:.1f} {n} {sum(ms) / 2:.3f}")
+PY
+}
+
+# synth COUNT MECH: COUNT salus-synth jobs at once; prints their mean ms per iteration
+synth() {
+    local count=$1 mech=$2 i baseline=0 iters=2000
+    [ "$mech" = baseline ] && baseline=1
+    SIMGPU_MEMORY_MB=1024 SALUS_SWITCH_BASELINE=$baseline start_daemon
+    JOBS=()
+    for i in $(seq 1 "$count"); do
+        SALUS_SWITCH_BASELINE=$baseline "$BIN/salusctl" run --name "synth-$i" \
+            --persistent 64MiB --ephemeral 600MiB -- \
+            "$BIN/salus-synth" --iterations "$iters" --gpu-ms 0.2 --host-ms 0 --persistent-mb 16 \
+            --ephemeral-mb 300 >"$RUN/synth.$i" 2>&1 &
+        JOBS+=("$!")
+    done
+    for i in $(seq 1 "$count"); do
+        wait "${JOBS[$((i - 1))]}" || { cat "$RUN/synth.$i" >&2; echo "switch-latency: salus-synth failed" >&2; exit 1; }
+    done
+    JOBS=()
+    stop_daemon
+    cat "$RUN"/synth.* | sed -n 's/.*mean_iter_ms=\([0-9.]*\).*/\1/p' |
+        awk '{ s += $1; n++ } END { if (n) printf "%.3f\n", s / n; else exit 1 }'
+    rm -f "$RUN"/synth.*
+}
+
+declare -A R
+for mech in baseline current; do R[$mech.none]=$(pair "$mech" 0); done
+for mech in baseline current; do R[$mech.room]=$(pair "$mech" "$EPHEMERAL_MB"); done
+for mech in baseline current; do R[$mech.full]=$(pair "$mech" "$EPHEMERAL_MB" full); done
+FLOOR_DIRECT=$("$BENCH" --floor direct --switches "$SWITCHES")
+FLOOR_RELAY=$("$BENCH" --floor relay --switches "$SWITCHES")
+SYNTH_LINE=""
+if [ "$SYNTH" = 1 ]; then
+    alone=$(synth 1 current)
+    two_base=$(synth 2 baseline)
+    two_cur=$(synth 2 current)
+    SYNTH_LINE="$alone $two_base $two_cur"
+fi
+
+python3 - "$SWITCHES" "$EPHEMERAL_MB" "$GPU_US" "$CHECK" "${R[baseline.none]}" "${R[current.none]}" \
+    "${R[baseline.room]}" "${R[current.room]}" "${R[baseline.full]}" "${R[current.full]}" \
+    "$FLOOR_DIRECT" "$FLOOR_RELAY" "$SYNTH_LINE" <<'PY'
+import re, sys
+switches, eph, gpu_us, check = sys.argv[1:5]
+rows = [list(map(float, a.split())) for a in sys.argv[5:11]]
+floors, synth = sys.argv[11:13], sys.argv[13]
+print(f"switch latency, us: job A's boundary -> job B's boundary call returned (2 jobs in one lane, "
+      f"salusd --policy pack on simgpu, {gpu_us} us of device work per iteration)")
+print(f"{'':32} {'baseline':>26} {'current':>26}")
+print(f"{'':32} {'p50':>8} {'p99':>8} {'max':>8} {'p50':>8} {'p99':>8} {'max':>8} {'switches':>9} {'ms/iter b/c':>12}")
+for name, (b, c) in (("without the memory hand-over", rows[0:2]),
+                     ("with the memory hand-over", rows[2:4]),
+                     ("  and a GPU too small for both", rows[4:6])):
+    print(f"{name:32} {b[0]:8.1f} {b[1]:8.1f} {b[2]:8.1f} {c[0]:8.1f} {c[1]:8.1f} {c[2]:8.1f} "
+          f"{int(min(b[3], c[3])):9d} {b[4]:5.3f}/{c[4]:5.3f}")
+print(f"  (memory hand-over: {eph} MiB ephemeral allocated and freed per iteration; baseline: its chunks go back\n"
+      f"   at every park and are regrown; current: they stay while the GPU has room, and move when it is too small)")
+for f in floors:
+    m = dict(kv.split("=") for kv in f.split()[1:])
+    print(f"floor without salus, {m['kind']:6} futex hand-over: p50 {float(m['p50_us']):.1f} us, "
+          f"p99 {float(m['p99_us']):.1f} us, max {float(m['max_us']):.1f} us")
+if synth:
+    a, b, c = map(float, synth.split())
+    print(f"salus-synth (0.2 ms GPU, 300 MiB ephemeral), ms per iteration: alone {a:.3f}; two in one lane: "
+          f"baseline {b:.3f}, current {c:.3f} (per switch beyond the GPU time: baseline "
+          f"{(b - 2 * a) / 2:.3f}, current {(c - 2 * a) / 2:.3f})")
+if check == "1" and rows[1][0] > 50:
+    print("switch-latency: goal missed: p50 over 50 us without the memory hand-over")
+    sys.exit(1)
+PY

@@ -3,8 +3,12 @@
  * a switch at an iteration boundary needs no socket round trip:
  *
  *   shim, at a boundary:  boundary_seq = k; if (!free_run) { waiting = 1; write(notify_fd);
- *                         futex-wait until grant_seq >= k; waiting = 0 }
- *   daemon, to grant:     grant_seq = boundary_seq; FUTEX_WAKE(&grant_seq)
+ *                         futex-wait on wake_seq until grant_seq >= k; waiting = 0 }
+ *   daemon, to grant:     grant_seq = boundary_seq; wake_seq++; FUTEX_WAKE(&wake_seq)
+ *
+ * A parked job keeps its chunks: a switch moves no memory while the device has room. When a
+ * chunk request finds the device full, the daemon asks the parked jobs of that GPU that hold
+ * unused chunks to hand them back: trim_request = 1; wake_seq++; FUTEX_WAKE(&wake_seq).
  *
  * free_run = 1 means no other job waits for this job's GPU: the shim passes boundaries
  * without stopping. Iteration statistics flow the other way through the same page. Both
@@ -16,7 +20,7 @@
 #include <stdint.h>
 
 #define JOB_PAGE_MAGIC 0x53414c55u /* "SALU" */
-#define JOB_PAGE_VERSION 1u
+#define JOB_PAGE_VERSION 2u /* 2: wake_seq, trim_request */
 #define JOB_PAGE_BYTES 4096u
 
 typedef struct job_page_s {
@@ -37,6 +41,10 @@ typedef struct job_page_s {
     _Atomic uint64_t persistent_bytes;   /* live memory at the last boundary */
     _Atomic uint64_t ephemeral_peak_bytes; /* max over iterations of peak - persistent */
     _Atomic uint64_t wait_ns;            /* time parked at boundaries */
+    /* version 2, daemon -> shim */
+    _Atomic uint32_t wake_seq;           /* futex word of a parked shim: bumped by each grant
+                                          * and trim request (grant_seq is woken too) */
+    _Atomic uint32_t trim_request;       /* 1: hand the unused chunks back while parked */
 } job_page_t;
 
 #endif

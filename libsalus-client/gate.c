@@ -177,6 +177,71 @@ static void notify_daemon(void)
     (void)n;
 }
 
+/* The hand-over of the lane, from the parking side. SALUS_SWITCH_BASELINE=1 selects the
+ * mechanism as it was before switches were made fast, for benchmarks/switch-latency.sh: the
+ * unused chunks go back at every park, before the daemon hears of the boundary, and the
+ * shim waits on grant_seq. Otherwise a parked job keeps its chunks (a switch moves no memory
+ * while the device has room) and hands them back when the daemon asks (trim_request). Read
+ * once, under the gate lock. */
+static int switch_baseline(void)
+{
+    static int baseline = -1;
+    if (baseline < 0) {
+        const char *v = getenv("SALUS_SWITCH_BASELINE");
+        baseline = v && v[0] == '1' && v[1] == 0;
+    }
+    return baseline;
+}
+
+static CUresult lost_daemon(void)
+{
+    LOG_ERROR("lost the connection to salusd while waiting for the GPU");
+    return CUDA_ERROR_SYSTEM_NOT_READY;
+}
+
+/* The baseline wait: on grant_seq, which the daemon also wakes. */
+static CUresult wait_for_grant_baseline(job_page_t *page, uint32_t seq)
+{
+    for (;;) {
+        uint32_t granted = atomic_load(&page->grant_seq);
+        if (granted >= seq)
+            return CUDA_SUCCESS;
+        if (!shim_session_alive())
+            return lost_daemon();
+        futex_wait(&page->grant_seq, granted);
+    }
+}
+
+/* Parks left during which the job trims at once, unasked, after it was last asked: while
+ * the GPU is short of memory the chunks move as the lane changes hands (the next job's
+ * request then rarely waits for them), and when it is no longer short they stay again. */
+#define GATE_TRIM_PARKS 16
+static int trim_parks_left; /* under the gate lock */
+
+/* Waits on wake_seq, which the daemon bumps for a grant and for a trim request, so neither
+ * is missed between the checks and the futex wait. A request left when the grant came is
+ * kept: the job then trims at its next park. */
+static CUresult wait_for_grant(job_page_t *page, uint32_t seq)
+{
+    if (trim_parks_left > 0) {
+        trim_parks_left--;
+        shim_mem_trim(); /* the daemon heard of the boundary already: this overlaps the switch */
+    }
+    for (;;) {
+        uint32_t wake = atomic_load(&page->wake_seq);
+        if (atomic_load(&page->grant_seq) >= seq)
+            return CUDA_SUCCESS;
+        if (atomic_load(&page->trim_request) && atomic_exchange(&page->trim_request, 0)) {
+            shim_mem_trim();
+            trim_parks_left = GATE_TRIM_PARKS;
+            continue;
+        }
+        if (!shim_session_alive())
+            return lost_daemon();
+        futex_wait(&page->wake_seq, wake);
+    }
+}
+
 /* Parks until the daemon grants iteration seq (or lets the job run freely). */
 static CUresult park(uint32_t seq)
 {
@@ -187,26 +252,18 @@ static CUresult park(uint32_t seq)
         return CUDA_SUCCESS;
     }
     uint64_t start = shim_now_ns();
-    /* another job will use the GPU: hand back the chunks this job does not use now, so that
-     * the lane's memory serves the next job */
-    if (seq > 1)
+    int baseline = switch_baseline();
+    /* baseline: hand back the chunks this job does not use now, so that the lane's memory
+     * serves the next job (now: only when the daemon asks, in wait_for_grant) */
+    if (baseline && seq > 1)
         shim_mem_trim();
     atomic_store(&page->waiting, 1);
     notify_daemon();
-    for (;;) {
-        uint32_t granted = atomic_load(&page->grant_seq);
-        if (granted >= seq)
-            break;
-        if (!shim_session_alive()) {
-            atomic_store(&page->waiting, 0);
-            LOG_ERROR("lost the connection to salusd while waiting for the GPU");
-            return CUDA_ERROR_SYSTEM_NOT_READY;
-        }
-        futex_wait(&page->grant_seq, granted);
-    }
+    CUresult rc = baseline ? wait_for_grant_baseline(page, seq) : wait_for_grant(page, seq);
     atomic_store(&page->waiting, 0);
-    atomic_fetch_add(&page->wait_ns, shim_now_ns() - start);
-    return CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS)
+        atomic_fetch_add(&page->wait_ns, shim_now_ns() - start);
+    return rc;
 }
 
 static int at_low_point(void)

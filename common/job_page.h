@@ -9,6 +9,7 @@
  * A parked job keeps its chunks: a switch moves no memory while the device has room. When a
  * chunk request finds the device full, the daemon asks the parked jobs of that GPU that hold
  * unused chunks to hand them back: trim_request = 1; wake_seq++; FUTEX_WAKE(&wake_seq).
+ * (Without JOB_PAGE_FEATURE_WAKE_SEQ the shim waits on grant_seq and trims at every park.)
  *
  * free_run = 1 means no other job waits for this job's GPU: the shim passes boundaries
  * without stopping. Iteration statistics flow the other way through the same page. Both
@@ -20,7 +21,11 @@
 #include <stdint.h>
 
 #define JOB_PAGE_MAGIC 0x53414c55u /* "SALU" */
-#define JOB_PAGE_VERSION 2u /* 2: wake_seq, trim_request */
+/* Fields are only appended, so the version stays: a reader of the first layout ignores what
+ * follows it, and a daemon that does not know a later field leaves it 0 (the memfd is zeroed).
+ * features says what the daemon serves. */
+#define JOB_PAGE_VERSION 1u
+#define JOB_PAGE_FEATURE_WAKE_SEQ 1u /* grants and trim requests bump wake_seq */
 #define JOB_PAGE_BYTES 4096u
 
 typedef struct job_page_s {
@@ -41,7 +46,8 @@ typedef struct job_page_s {
     _Atomic uint64_t persistent_bytes;   /* live memory at the last boundary */
     _Atomic uint64_t ephemeral_peak_bytes; /* max over iterations of peak - persistent */
     _Atomic uint64_t wait_ns;            /* time parked at boundaries */
-    /* version 2, daemon -> shim */
+    /* appended, daemon -> shim */
+    _Atomic uint32_t features;           /* JOB_PAGE_FEATURE_* */
     _Atomic uint32_t wake_seq;           /* futex word of a parked shim: bumped by each grant
                                           * and trim request (grant_seq is woken too) */
     _Atomic uint32_t trim_request;       /* 1: hand the unused chunks back while parked */

@@ -177,18 +177,20 @@ static void notify_daemon(void)
     (void)n;
 }
 
-/* The hand-over of the lane, from the parking side. SALUS_SWITCH_BASELINE=1 selects the
- * mechanism as it was before switches were made fast, for benchmarks/switch-latency.sh: the
- * unused chunks go back at every park, before the daemon hears of the boundary, and the
- * shim waits on grant_seq. Otherwise a parked job keeps its chunks (a switch moves no memory
- * while the device has room) and hands them back when the daemon asks (trim_request). Read
- * once, under the gate lock. */
-static int switch_baseline(void)
+/* The hand-over of the lane, from the parking side. The baseline is the mechanism as it was
+ * before switches were made fast: the unused chunks go back at every park, before the daemon
+ * hears of the boundary, and the shim waits on grant_seq. It serves a daemon without
+ * JOB_PAGE_FEATURE_WAKE_SEQ, and SALUS_SWITCH_BASELINE=1 selects it for
+ * benchmarks/switch-latency.sh. Otherwise a parked job keeps its chunks (a switch moves no
+ * memory while the device has room) and hands them back when the daemon asks (trim_request).
+ * Decided once, under the gate lock. */
+static int switch_baseline(const job_page_t *page)
 {
     static int baseline = -1;
     if (baseline < 0) {
         const char *v = getenv("SALUS_SWITCH_BASELINE");
-        baseline = v && v[0] == '1' && v[1] == 0;
+        baseline = (v && v[0] == '1' && v[1] == 0) ||
+                   !(atomic_load(&page->features) & JOB_PAGE_FEATURE_WAKE_SEQ);
     }
     return baseline;
 }
@@ -252,7 +254,7 @@ static CUresult park(uint32_t seq)
         return CUDA_SUCCESS;
     }
     uint64_t start = shim_now_ns();
-    int baseline = switch_baseline();
+    int baseline = switch_baseline(page);
     /* baseline: hand back the chunks this job does not use now, so that the lane's memory
      * serves the next job (now: only when the daemon asks, in wait_for_grant) */
     if (baseline && seq > 1)

@@ -258,6 +258,7 @@ static int create_page(job_runtime_t *rt, int *page_fd)
     rt->page = p;
     rt->page->magic = JOB_PAGE_MAGIC;
     rt->page->version = JOB_PAGE_VERSION;
+    atomic_store(&rt->page->features, JOB_PAGE_FEATURE_WAKE_SEQ); /* job_sched.c */
     *page_fd = fd;
     return 0;
 }

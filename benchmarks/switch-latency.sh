@@ -134,22 +134,31 @@ synth() {
     done
     JOBS=()
     stop_daemon
-    cat "$RUN"/synth.* | sed -n 's/.*mean_iter_ms=\([0-9.]*\).*/\1/p' |
-        awk '{ s += $1; n++ } END { if (n) printf "%.3f\n", s / n; else exit 1 }'
+    # the mean (salus-synth's own figure) and the median of the iterations of all the jobs
+    python3 - "$RUN"/synth.* <<'PY'
+import re, statistics, sys
+means, iters = [], []
+for f in sys.argv[1:]:
+    text = open(f).read()
+    means.append(float(re.search(r"mean_iter_ms=([0-9.]+)", text).group(1)))
+    iters += [float(x) for x in re.findall(r"^iter=[0-9]+ ms=([0-9.]+)", text, re.M)]
+print(f"{statistics.mean(means):.3f},{statistics.median(iters):.3f}")
+PY
     rm -f "$RUN"/synth.*
 }
 
+# (not in $(...): a subshell would leave its jobs and daemon behind when it fails)
 declare -A R
-for mech in baseline current; do R[$mech.none]=$(pair "$mech" 0); done
-for mech in baseline current; do R[$mech.room]=$(pair "$mech" "$EPHEMERAL_MB"); done
-for mech in baseline current; do R[$mech.full]=$(pair "$mech" "$EPHEMERAL_MB" full); done
+for mech in baseline current; do pair "$mech" 0 >"$RUN/result"; R[$mech.none]=$(cat "$RUN/result"); done
+for mech in baseline current; do pair "$mech" "$EPHEMERAL_MB" >"$RUN/result"; R[$mech.room]=$(cat "$RUN/result"); done
+for mech in baseline current; do pair "$mech" "$EPHEMERAL_MB" full >"$RUN/result"; R[$mech.full]=$(cat "$RUN/result"); done
 FLOOR_DIRECT=$("$BENCH" --floor direct --switches "$SWITCHES")
 FLOOR_RELAY=$("$BENCH" --floor relay --switches "$SWITCHES")
 SYNTH_LINE=""
 if [ "$SYNTH" = 1 ]; then
-    alone=$(synth 1 current)
-    two_base=$(synth 2 baseline)
-    two_cur=$(synth 2 current)
+    synth 1 current >"$RUN/result"; alone=$(cat "$RUN/result")
+    synth 2 baseline >"$RUN/result"; two_base=$(cat "$RUN/result")
+    synth 2 current >"$RUN/result"; two_cur=$(cat "$RUN/result")
     SYNTH_LINE="$alone $two_base $two_cur"
 fi
 
@@ -176,10 +185,11 @@ for f in floors:
     print(f"floor without salus, {m['kind']:6} futex hand-over: p50 {float(m['p50_us']):.1f} us, "
           f"p99 {float(m['p99_us']):.1f} us, max {float(m['max_us']):.1f} us")
 if synth:
-    a, b, c = map(float, synth.split())
-    print(f"salus-synth (0.2 ms GPU, 300 MiB ephemeral), ms per iteration: alone {a:.3f}; two in one lane: "
-          f"baseline {b:.3f}, current {c:.3f} (per switch beyond the GPU time: baseline "
-          f"{(b - 2 * a) / 2:.3f}, current {(c - 2 * a) / 2:.3f})")
+    print("salus-synth, 0.2 ms GPU and 300 MiB ephemeral per iteration, ms per iteration (mean / median):")
+    (a, am), (b, bm), (c, cm) = (map(float, x.split(",")) for x in synth.split())
+    print(f"  alone {a:.3f} / {am:.3f}; two in one lane: baseline {b:.3f} / {bm:.3f}, current {c:.3f} / {cm:.3f}")
+    print(f"  per switch, (two in one lane - 2 x alone) / 2: baseline {(b - 2 * a) / 2:.3f} / {(bm - 2 * am) / 2:.3f}, "
+          f"current {(c - 2 * a) / 2:.3f} / {(cm - 2 * am) / 2:.3f}")
 if check == "1" and rows[1][0] > 50:
     print("switch-latency: goal missed: p50 over 50 us without the memory hand-over")
     sys.exit(1)

@@ -51,6 +51,9 @@ typedef struct job_page_s {
     _Atomic uint32_t wake_seq;           /* futex word of a parked shim: bumped by each grant
                                           * and trim request (grant_seq is woken too) */
     _Atomic uint32_t trim_request;       /* 1: hand the unused chunks back while parked */
+    /* appended, shim -> daemon */
+    _Atomic uint32_t trimmed_seq;        /* the boundary at whose park the unused chunks went
+                                          * back (nothing more to ask for until it runs) */
 } job_page_t;
 
 #endif

@@ -36,12 +36,14 @@ static void grant(job_t *job, int free_run)
 }
 
 /* Asks a parked job for its unused chunks: it trims and sends mem_release for each, and the
- * pending requests are retried then (job_memory.c). Not a job that runs: it may use them. */
+ * pending requests are retried then (job_memory.c). Not a job that runs (it may use them),
+ * nor one that trimmed at this park already. */
 static void request_trim(job_t *job)
 {
     job_page_t *page = jobs_page(job);
-    if (!page || !atomic_load(&page->waiting) ||
-        atomic_load(&page->grant_seq) >= atomic_load(&page->boundary_seq) ||
+    uint32_t boundary = page ? atomic_load(&page->boundary_seq) : 0;
+    if (!page || !atomic_load(&page->waiting) || atomic_load(&page->grant_seq) >= boundary ||
+        atomic_load(&page->trimmed_seq) == boundary ||
         atomic_load(&page->mapped_bytes) <= atomic_load(&page->live_bytes) ||
         atomic_exchange(&page->trim_request, 1))
         return;

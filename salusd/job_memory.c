@@ -180,6 +180,10 @@ void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg)
         job->committed_bytes -= rt->chunks[i].bytes;
         devices_chunk_release(&d->devices, &rt->chunks[i]);
         rt->chunks[i] = rt->chunks[--rt->chunk_count];
+        int gpu;
+        uint64_t budget;
+        if (jobs_placement(d, job, &gpu, &budget) == 0)
+            jobs_set_budget(job, budget); /* down to the books' again if it was held above them */
         proto_enc_t *e = &d->enc;
         proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);
         proto_enc_finish(e);

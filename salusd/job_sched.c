@@ -38,7 +38,7 @@ static void grant(job_t *job, int free_run)
 /* Asks a parked job for its unused chunks: it trims and sends mem_release for each, and the
  * pending requests are retried then (job_memory.c). Not a job that runs (it may use them),
  * nor one that trimmed at this park already. */
-static void request_trim(job_t *job)
+void jobs_request_trim(job_t *job)
 {
     job_page_t *page = jobs_page(job);
     uint32_t boundary = page ? atomic_load(&page->boundary_seq) : 0;
@@ -59,7 +59,7 @@ void jobs_request_trims(salusd_t *d, int gpu)
         int on;
         uint64_t budget;
         if (job->runtime && jobs_placement(d, job, &on, &budget) == 0 && on == gpu)
-            request_trim(job);
+            jobs_request_trim(job);
     }
 }
 

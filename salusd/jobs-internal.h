@@ -39,6 +39,8 @@ void jobs_sched_left(salusd_t *d, uint64_t job_id); /* it ended: its place goes 
 /* A chunk request found GPU gpu full: the jobs parked on it that hold unused chunks are
  * asked to hand them back (trim_request on their page); asking twice is harmless. */
 void jobs_request_trims(salusd_t *d, int gpu);
+/* The same for one job (when its budget fell below what it holds). */
+void jobs_request_trim(job_t *job);
 
 /* The job a connection registered, or NULL. */
 job_t *jobs_of_conn(conn_t *c);

@@ -8,6 +8,19 @@ extern const policy_ops_t policy_fifo_ops;
 extern const policy_ops_t policy_srtf_ops;
 extern const policy_ops_t policy_pack_ops;
 extern const policy_ops_t policy_fair_ops;
+extern const policy_ops_t policy_las_ops;
+extern const policy_ops_t policy_gittins_ops;
+
+/* LAS's queues (las.c), exposed for its tests: the queue of an attained service (promotion
+ * aside), the upper bound of a queue (UINT64_MAX for the last), the promotion wait. */
+uint32_t policy_las_queue_of(uint64_t attained_ns);
+uint64_t policy_las_threshold_ns(uint32_t queue);
+uint64_t policy_las_promote_after_ns(void);
+
+/* The Gittins index (gittins.c) of a job that has attained attained_ns, over the job sizes
+ * sizes_ns[0..count) sorted ascending: sup over d > 0 of P(S - a <= d | S > a) /
+ * E[min(S - a, d) | S > a], in 1/s. 0 when no size exceeds attained_ns. */
+double policy_gittins_index(const uint64_t *sizes_ns, size_t count, uint64_t attained_ns);
 
 /* A policy's ordering rule: a key per job, lower first. */
 typedef uint64_t (*policy_key_fn)(const void *state, const policy_job_t *job);

@@ -11,6 +11,8 @@ static const policy_ops_t *const registry[] = {
     &policy_srtf_ops,
     &policy_pack_ops,
     &policy_fair_ops,
+    &policy_las_ops,
+    &policy_gittins_ops,
 };
 
 #define REGISTRY_SIZE (sizeof(registry) / sizeof(registry[0]))

@@ -192,7 +192,7 @@ static inline int policy_load_state(policy_t *policy, const void *buf, size_t le
 
 /* The policy's rank of a job (job_rank): true and *rank set, or false when the policy has no
  * such view. */
-static inline bool policy_job_rank(policy_t *policy, const policy_job_t *job, uint64_t now_ns,
+static inline bool policy_job_rank(const policy_t *policy, const policy_job_t *job, uint64_t now_ns,
                                    double *rank)
 {
     if (!policy->ops->job_rank)

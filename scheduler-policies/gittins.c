@@ -15,6 +15,9 @@
  * Every job that leaves after running counts, finished or killed (an early-stopped trial is a
  * real size). Waiting jobs are admitted in the same order.
  *
+ * Promotion against starvation as LAS's (policy_promoted): a job that has waited 10 min for
+ * its turn goes first for one second of service.
+ *
  * The sizes survive a daemon restart through save_state / load_state (a versioned,
  * checksummed little-endian record, below). */
 #include "policy-internal.h"
@@ -32,7 +35,7 @@ typedef struct gittins_state_s {
     size_t count, next;
     uint64_t sorted[GITTINS_WINDOW]; /* the same, ascending */
     uint64_t key[GITTINS_BUCKETS];   /* per bucket: lower runs first */
-    policy_records_t records;        /* value: the job's attained service at its last report */
+    policy_records_t records; /* value: attained service at its last report; promotion */
 } gittins_state_t;
 
 static unsigned bucket_of(uint64_t attained_ns)
@@ -136,20 +139,24 @@ static void gittins_job_arrived(void *opaque, const policy_job_t *job, uint64_t 
 {
     gittins_state_t *state = opaque;
     (void)now_ns;
+    bool known = policy_records_find(&state->records, job->id) != NULL;
     policy_record_t *record = policy_records_get(&state->records, job->id);
-    if (record) /* out of memory: its size will not be learned */
-        record->value = job->attained_ns;
+    if (!record) /* out of memory: its size will not be learned */
+        return;
+    record->value = job->attained_ns;
+    if (!known)
+        policy_promotion_arrived(record, now_ns);
 }
 
 static void gittins_iteration_done(void *opaque, const policy_job_t *job, uint64_t duration_ns,
                                    uint64_t now_ns)
 {
     gittins_state_t *state = opaque;
-    (void)duration_ns;
-    (void)now_ns;
     policy_record_t *record = policy_records_find(&state->records, job->id);
-    if (record)
-        record->value = job->attained_ns;
+    if (!record)
+        return;
+    record->value = job->attained_ns;
+    policy_promotion_iteration_done(record, job, duration_ns, now_ns);
 }
 
 static void gittins_job_left(void *opaque, uint64_t job_id, uint64_t now_ns)
@@ -167,24 +174,35 @@ static void gittins_job_left(void *opaque, uint64_t job_id, uint64_t now_ns)
     rebuild(state);
 }
 
+/* pick and admission carry the clock to the key function (promotion) */
+typedef struct gittins_clock_s {
+    const gittins_state_t *state;
+    uint64_t now_ns;
+} gittins_clock_t;
+
+/* A promoted job's key is 0 (first); the table's keys of index 0 or more are >= 1. */
 static uint64_t gittins_key(const void *opaque, const policy_job_t *job)
 {
-    const gittins_state_t *state = opaque;
-    return state->key[bucket_of(job->attained_ns)];
+    const gittins_clock_t *clock = opaque;
+    const gittins_state_t *state = clock->state;
+    if (policy_promoted(policy_records_find(&state->records, job->id), job, clock->now_ns))
+        return 0;
+    uint64_t key = state->key[bucket_of(job->attained_ns)];
+    return key == 0 ? 1 : key;
 }
 
 static int gittins_pick(void *state, uint32_t lane, const policy_job_t *jobs, size_t count,
                         uint64_t now_ns)
 {
-    (void)now_ns;
-    return policy_pick_lowest(state, gittins_key, lane, jobs, count);
+    gittins_clock_t clock = {state, now_ns};
+    return policy_pick_lowest(&clock, gittins_key, lane, jobs, count);
 }
 
 static void gittins_admission_order(void *state, const policy_job_t *waiting, size_t count,
                                     size_t *order, uint64_t now_ns)
 {
-    (void)now_ns;
-    policy_order_by_key(state, gittins_key, waiting, count, order);
+    gittins_clock_t clock = {state, now_ns};
+    policy_order_by_key(&clock, gittins_key, waiting, count, order);
 }
 
 /* The index the job is ordered by (its bucket's), in 1/s; before any job has left, 0. */

@@ -6,11 +6,12 @@
  * LAS_THRESHOLD_NS[q]); lower queues run first, FIFO within a queue (ties: priority, arrival,
  * id). Preemption happens only at iteration boundaries (pick runs at each one).
  *
- * Promotion (no starvation): a runnable job that has waited LAS_PROMOTE_AFTER_NS since its
- * last iteration ended (or since it arrived) counts as queue 0 from then on, and keeps queue 0
- * until it has had LAS_THRESHOLD_NS[0] more service; then it falls back to the queue of its
- * attained service and waits again. So no job stays in a lower queue longer than
- * LAS_PROMOTE_AFTER_NS while it waits for a turn.
+ * Promotion (no starvation; policy_promoted, policy.c): a runnable job that has waited
+ * POLICY_PROMOTE_AFTER_NS (10 min) since its last iteration ended (or since it arrived)
+ * counts as queue 0 from then on, and keeps queue 0 until it has had one quantum
+ * (POLICY_PROMOTION_QUANTUM_NS, 1 s: the first queue's width) more service; then it falls
+ * back to the queue of its attained service and waits again. So no job stays in a lower queue
+ * longer than the promotion time while it waits for a turn.
  *
  * Waiting jobs are admitted in the same order (a waiting job has attained nothing yet unless
  * it was switched in from another policy). */
@@ -25,13 +26,9 @@
 static const uint64_t LAS_THRESHOLD_NS[] = {1 * SECOND_NS,  4 * SECOND_NS,   16 * SECOND_NS,
                                             64 * SECOND_NS, 256 * SECOND_NS, 1024 * SECOND_NS};
 #define LAS_QUEUES (sizeof(LAS_THRESHOLD_NS) / sizeof(LAS_THRESHOLD_NS[0]) + 1)
-/* A runnable job that has waited this long is promoted to queue 0 for one quantum. */
-#define LAS_PROMOTE_AFTER_NS (600 * SECOND_NS)
 
 typedef struct las_state_s {
-    /* value: when the job's last iteration ended (or it arrived); credit: attained service
-     * up to which a promoted job stays in queue 0 (0: not promoted) */
-    policy_records_t records;
+    policy_records_t records; /* the promotion fields only */
 } las_state_t;
 
 uint32_t policy_las_queue_of(uint64_t attained_ns)
@@ -49,7 +46,7 @@ uint64_t policy_las_threshold_ns(uint32_t queue)
 
 uint64_t policy_las_promote_after_ns(void)
 {
-    return LAS_PROMOTE_AFTER_NS;
+    return POLICY_PROMOTE_AFTER_NS;
 }
 
 static void *las_init(const policy_config_t *config)
@@ -71,8 +68,8 @@ static void las_job_arrived(void *opaque, const policy_job_t *job, uint64_t now_
     if (policy_records_find(&state->records, job->id))
         return; /* known already: its wait goes on */
     policy_record_t *record = policy_records_get(&state->records, job->id);
-    if (record) /* out of memory: the job waits from its arrival (las_queue_at) */
-        record->value = now_ns;
+    if (record) /* out of memory: the job waits from its arrival (policy_promoted) */
+        policy_promotion_arrived(record, now_ns);
 }
 
 static void las_job_left(void *opaque, uint64_t job_id, uint64_t now_ns)
@@ -85,12 +82,8 @@ static void las_job_left(void *opaque, uint64_t job_id, uint64_t now_ns)
 /* The job's queue at now_ns, promotion included. */
 static uint32_t las_queue_at(const las_state_t *state, const policy_job_t *job, uint64_t now_ns)
 {
-    const policy_record_t *record = policy_records_find(&state->records, job->id);
-    uint64_t waited_since = record ? record->value : job->arrival_ns;
-    if (record && job->attained_ns < record->credit)
-        return 0; /* promoted, quantum not used up */
-    if (now_ns >= waited_since && now_ns - waited_since >= LAS_PROMOTE_AFTER_NS)
-        return 0; /* promoted now */
+    if (policy_promoted(policy_records_find(&state->records, job->id), job, now_ns))
+        return 0;
     return policy_las_queue_of(job->attained_ns);
 }
 
@@ -101,15 +94,7 @@ static void las_iteration_done(void *opaque, const policy_job_t *job, uint64_t d
     policy_record_t *record = policy_records_find(&state->records, job->id);
     if (!record)
         return;
-    /* The iteration started duration_ns ago: was the job promoted then? */
-    uint64_t started_ns = now_ns > duration_ns ? now_ns - duration_ns : 0;
-    uint64_t before_ns = job->attained_ns > duration_ns ? job->attained_ns - duration_ns : 0;
-    bool quantum_left = before_ns < record->credit;
-    bool starved = started_ns >= record->value &&
-                   started_ns - record->value >= LAS_PROMOTE_AFTER_NS;
-    if (!quantum_left) /* a new promotion gets one quantum of queue 0 */
-        record->credit = starved ? before_ns + LAS_THRESHOLD_NS[0] : 0;
-    record->value = now_ns;
+    policy_promotion_iteration_done(record, job, duration_ns, now_ns);
 }
 
 /* The key of the job's queue; the policy's pick has the clock, the key function not, so

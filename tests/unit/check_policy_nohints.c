@@ -213,6 +213,37 @@ START_TEST(test_gittins_learns_and_orders)
 }
 END_TEST
 
+/* Gittins promotes as LAS does: a job of low index waiting behind a stream of new jobs runs
+ * once it has waited the promotion time, for one second of service. */
+START_TEST(test_gittins_promotion)
+{
+    static const uint64_t sizes[] = {1 * S, 1 * S, 1 * S, 10 * S};
+    lane_t l;
+    lane_start(&l, "gittins");
+    teach(&l, sizes, 4);
+    size_t old = lane_add(&l, 1, 5 * S); /* index 1/5 per s */
+    lane_run(&l, old, 1 * S);
+    uint64_t last_ran = l.now_ns;
+    uint64_t next_id = 2;
+    size_t fresh = lane_add(&l, next_id++, 0); /* index 0.75 per s, and more as it runs */
+    while (lane_pick(&l) != 1) {
+        lane_run(&l, fresh, 500 * MS);
+        policy_job_left(&l.policy, l.jobs[fresh].id, l.now_ns);
+        l.jobs[fresh] = (policy_job_t){.id = next_id++, .arrival_ns = l.now_ns, .runnable = true};
+        policy_job_arrived(&l.policy, &l.jobs[fresh], l.now_ns);
+        ck_assert_uint_lt(l.now_ns, last_ran + 700 * S);
+    }
+    ck_assert_uint_ge(l.now_ns - last_ran, policy_las_promote_after_ns());
+    int promoted_turns = 0;
+    while (lane_pick(&l) == 1) {
+        lane_run(&l, old, 250 * MS);
+        ck_assert_int_le(++promoted_turns, 4);
+    }
+    ck_assert_int_eq(promoted_turns, 4);
+    policy_fini(&l.policy);
+}
+END_TEST
+
 START_TEST(test_gittins_state_round_trip)
 {
     static const uint64_t sizes[] = {1 * S, 1 * S, 1 * S, 10 * S, 3 * S};
@@ -269,6 +300,7 @@ TCase *policy_nohints_tcase(void)
     tcase_add_test(tc, test_las_promotion);
     tcase_add_test(tc, test_gittins_index_hand_computed);
     tcase_add_test(tc, test_gittins_learns_and_orders);
+    tcase_add_test(tc, test_gittins_promotion);
     tcase_add_test(tc, test_gittins_state_round_trip);
     return tc;
 }

@@ -35,12 +35,13 @@ LONG=$!
 until_jobs 30 "j.get('long', {}).get('gpu_time_ms', 0) >= 1200"
 pids=()
 for i in 1 2 3; do
-    synth "short$i" 15 &
+    synth "short$i" 30 & # ~0.7 s of GPU time: they stay in queue 0
     pids+=($!)
     until_jobs 10 "'short$i' in j" # registered in this order
 done
-# while they share the lane: the queues in ps --json and /metrics
-until_jobs 20 "j['long']['policy_rank_name'] == 'queue' and j['long']['policy_rank'] >= 1 and any(j[s]['state'] in ('running', 'paused') and j[s]['policy_rank'] == 0 for s in ('short1', 'short2', 'short3'))"
+# while they share the lane (short3 waits behind short1 and short2, then runs: about 2 s):
+# the queues in ps --json and /metrics
+until_jobs 20 "j['long']['policy_rank_name'] == 'queue' and j['long']['policy_rank'] >= 1 and j['short3']['state'] in ('running', 'paused') and j['short3']['policy_rank'] == 0"
 python3 -c 'import json,sys; print("ps --json while they share:", [(x["name"], x["state"], x["policy_rank_name"], x["policy_rank"], x["gpu_time_ms"]) for x in json.load(open(sys.argv[1]))])' "$WORK/ps.json"
 metrics=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' "http://$ADDR/metrics")
 qgrep '^salus_job_policy_rank{job_id="[0-9]*",name="long",uid="[0-9]*",rank="queue"} [1-9]' <<<"$metrics" ||

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs the three salus-sim comparisons and prints their tables next to Salus's figures.
+"""Runs the salus-sim comparisons and prints their tables next to Salus's figures.
 
 Called by run-sim-benchmarks.sh (which also draws the plots). Writes into --out:
   results.txt                   the tables as printed
@@ -156,6 +156,63 @@ def compare_inference(b, quick):
     b.say()
 
 
+# LAS promotes a job that has waited this long for its turn (scheduler-policies/las.c,
+# LAS_PROMOTE_AFTER_NS); the starvation bound below is checked against it.
+LAS_PROMOTE_AFTER_S = 600.0
+
+
+def compare_nohints(b, quick):
+    """4. Policies that need no job lengths (LAS, Gittins) against FIFO, FAIR and SRTF with
+    and without hints, on the mixed trace and on a heavier-tailed second one."""
+    a = b.args
+    jobs = 200 if quick else 1000
+    traces = [
+        ("mixed, seed 1", b.trace("mixed", "--scenario", "mixed", "--jobs", str(jobs),
+                                  "--seed", "1", "--gpus", str(a.gpus), "--load", "0.9")),
+        ("mixed, seed 2, sigma 1.6", b.trace("mixed-s2", "--scenario", "mixed", "--jobs",
+                                             str(jobs), "--seed", "2", "--sigma", "1.6",
+                                             "--gpus", str(a.gpus))),
+    ]
+    runs = [
+        ("fifo", "fifo", ()),
+        ("fair (no hints)", "fair", ("--hints", "none")),
+        ("srtf (full hints)", "srtf", ()),
+        ("srtf (iterations)", "srtf", ("--hints", "iterations")),
+        ("las (no hints)", "las", ("--hints", "none")),
+        ("gittins (no hints)", "gittins", ("--hints", "none")),
+    ]
+    b.say("4. Without job lengths: LAS and Gittins get no hints (no iteration counts, no times,")
+    b.say("   sizes learned); %d jobs, %d GPU(s) of %d MiB. Goal: >= 3.19x FIFO's average JCT"
+          % (jobs, a.gpus, a.gpu_mem_mb))
+    b.say("   (Salus's SRTF, with profiles) and within 25% of SRTF with full hints.")
+    for name, trace in traces:
+        b.say("   trace: %s" % name)
+        b.say("  %-22s %10s %10s %10s %14s %14s" % (
+            "run", "avg JCT s", "p95 s", "FIFO/run", "run/SRTF full", "longest wait s"))
+        rows = []
+        for label, policy, options in runs:
+            rows.append((label, b.sim(trace, policy, "--gpus", str(a.gpus),
+                                      "--gpu-mem-mb", str(a.gpu_mem_mb), *options)))
+        r = dict(rows)
+        fifo, srtf = r["fifo"]["avg_jct_s"], r["srtf (full hints)"]["avg_jct_s"]
+        for label, v in rows:
+            b.say("  %-22s %10.1f %10.1f %9.2fx %13.2fx %14.1f" % (
+                label, v["avg_jct_s"], v["p95_jct_s"], ratio(fifo, v["avg_jct_s"]),
+                ratio(v["avg_jct_s"], srtf), v["max_turn_wait_s"]))
+        best = min(("las (no hints)", "gittins (no hints)"), key=lambda k: r[k]["avg_jct_s"])
+        b.ratio_line("average JCT FIFO / %s" % best, ratio(fifo, r[best]["avg_jct_s"]), "3.19x")
+        b.say("  %-52s %7.1f%%  goal <= 25%%" % (
+            "%s above SRTF (full hints)" % best,
+            100 * (ratio(r[best]["avg_jct_s"], srtf) - 1)))
+        las = r["las (no hints)"]
+        low = las["max_lower_queue_wait_s"]
+        b.say("  LAS starvation bound: longest wait in a lower queue %.1f s (promotion after %g s:"
+              " %s), longest turn wait overall %.1f s" % (
+                  low, LAS_PROMOTE_AFTER_S, "held" if low <= LAS_PROMOTE_AFTER_S else "BROKEN",
+                  las["max_turn_wait_s"]))
+    b.say()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sim", required=True)
@@ -174,6 +231,7 @@ def main():
     compare_jct(b, args.quick)
     compare_hyperparam(b, args.quick)
     compare_inference(b, args.quick)
+    compare_nohints(b, args.quick)
     with open(os.path.join(args.out, "results.txt"), "w", encoding="ascii") as f:
         f.write("\n".join(b.lines) + "\n")
     return 0

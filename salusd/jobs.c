@@ -502,6 +502,8 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
         if (view.waiting_since_ns && view.waiting_since_ns <= now)
             info->wait_in_progress_ns = now - view.waiting_since_ns;
         info->lane_holder = view.lane_holder;
+        info->has_policy_rank = view.has_rank;
+        info->policy_rank = view.rank;
     }
     info->iterations = job->stats.iterations;
     info->iterations_expected = job->iterations_expected;

@@ -70,6 +70,8 @@ typedef struct jobs_info_s {
                                     progress included */
     uint64_t wait_in_progress_ns; /* waiting now (for admission or for its turn); else 0 */
     uint64_t lane_holder;        /* waiting for its turn: the job that holds its lane, 0 = none */
+    bool has_policy_rank;        /* the policy's view of the job (sched_rank_name says what) */
+    double policy_rank;
     uint64_t registered_ns, admitted_ns, finished_ns; /* 0 until it happens */
 } jobs_info_t;
 /* Where the job runs, from the scheduling core's books (the one source): its GPU and memory

@@ -89,12 +89,19 @@ int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
     view->holds_lane = info.phase == SCHED_CORE_RUNNING;
     view->waiting_since_ns = info.waiting_since_ns;
     view->lane_holder = info.lane_holder;
+    view->has_rank = sched_core_job_rank(d->sched->core, job->id, salusd_now_ns(),
+                                         &view->rank) == 0;
     return 0;
 }
 
 const char *sched_policy_name(const salusd_t *d)
 {
     return sched_core_policy_name(d->sched->core);
+}
+
+const char *sched_rank_name(const salusd_t *d)
+{
+    return sched_core_rank_name(d->sched->core);
 }
 
 int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size,

@@ -30,10 +30,14 @@ typedef struct sched_job_view_s {
     int holds_lane;             /* granted: runs its iteration now */
     uint64_t waiting_since_ns;  /* waiting for admission or for its turn; 0 = not waiting */
     uint64_t lane_holder;       /* waiting for its turn: who holds its lane (0 = none) */
+    bool has_rank;              /* the policy has a view of its jobs (LAS, Gittins) */
+    double rank;                /* that view now: LAS's queue, Gittins's index */
 } sched_job_view_t;
 /* 0, or -ENOENT when the core does not know the job (ended, or not registered yet). */
 int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view);
 const char *sched_policy_name(const salusd_t *d);
+/* What the policy's rank of a job means ("queue", "index"), NULL when it has none. */
+const char *sched_rank_name(const salusd_t *d);
 /* Switches the policy; the new one's init runs first (on failure the old stays: err says
  * why). */
 int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size,

@@ -1171,6 +1171,21 @@ const char *sched_core_policy_name(const sched_core_t *core)
     return policy_name(&core->policy);
 }
 
+const char *sched_core_rank_name(const sched_core_t *core)
+{
+    return policy_rank_name(&core->policy);
+}
+
+int sched_core_job_rank(const sched_core_t *core, uint64_t job_id, uint64_t now_ns, double *rank)
+{
+    const core_job_t *job = find(core, job_id);
+    if (!job)
+        return -ENOENT;
+    policy_job_t view;
+    view_of(job, &view);
+    return policy_job_rank(&core->policy, &view, now_ns, rank) ? 0 : -ENOTSUP;
+}
+
 size_t sched_core_job_count(const sched_core_t *core)
 {
     return core->count - core->gone_count;

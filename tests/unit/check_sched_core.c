@@ -499,6 +499,32 @@ START_TEST(test_leaving_holder_hands_the_lane_on)
 }
 END_TEST
 
+/* The policy's view of a job through the core: LAS's queue follows the GPU time the job
+ * reported at its boundaries; a policy without a view says so. */
+START_TEST(test_policy_rank_through_the_core)
+{
+    fake_t f;
+    double rank = -1;
+    fake_start(&f, "pack", 1 * GIB);
+    reg(&f, 1, 1000, 100 * MIB, 600 * MIB, 0, 0);
+    ck_assert_ptr_null(sched_core_rank_name(f.core));
+    ck_assert_int_eq(sched_core_job_rank(f.core, 1, f.now_ns, &rank), -ENOTSUP);
+    ck_assert_int_eq(sched_core_set_policy(f.core, "las", f.now_ns, &f.fx), 0);
+    apply(&f);
+    ck_assert_str_eq(sched_core_rank_name(f.core), "queue");
+    ck_assert_int_eq(sched_core_job_rank(f.core, 99, f.now_ns, &rank), -ENOENT);
+    ck_assert_int_eq(sched_core_job_rank(f.core, 1, f.now_ns, &rank), 0);
+    ck_assert_double_eq(rank, 0);
+    boundary(&f, 1, 0);
+    ck_assert(f.jobs[1].running);
+    f.now_ns += 1500 * MS;
+    boundary(&f, 1, 1500 * MS); /* 1.5 s of GPU time: past the first queue (1 s) */
+    ck_assert_int_eq(sched_core_job_rank(f.core, 1, f.now_ns, &rank), 0);
+    ck_assert_double_eq(rank, 1);
+    fake_stop(&f);
+}
+END_TEST
+
 /* ---- per-user quotas and the two-level pick ---------------------------------------------- */
 
 /* A 4 GiB GPU, share 0.75 (3 GiB): a job of all but 64 MiB is refused at once, naming the cap;
@@ -712,6 +738,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(t, test_wait_in_progress_is_visible);
     tcase_add_test(t, test_reserve_as_large_as_the_gpu_is_an_error);
     tcase_add_test(t, test_leaving_holder_hands_the_lane_on);
+    tcase_add_test(t, test_policy_rank_through_the_core);
     tcase_add_test(t, test_quota_refuses_a_job_over_the_share);
     tcase_add_test(t, test_quota_waits_at_the_cap);
     tcase_add_test(t, test_quota_admits_another_user_beside_a_greedy_one);

@@ -118,6 +118,31 @@ START_TEST(test_one_lane_takes_turns)
 }
 END_TEST
 
+/* Turn waits under LAS, one lane (1 GiB P each + one 4 GiB lane in 7 GiB): job 1 (20 x 100
+ * ms) has had 1.5 s (queue 1) when job 2 (5 x 100 ms) arrives at 1.55 s; job 2 gets the lane
+ * at 1.6 s (waited 0.05 s) and keeps it to 2.1 s, job 1 waits 1.6 -> 2.1 s (0.5 s) and ends at
+ * 2.5 s. The grants to job 2 at 1.6 .. 2.0 s see job 1 in queue 1 after 0 .. 0.4 s. */
+START_TEST(test_turn_waits_and_lower_queue)
+{
+    sim_trace_t trace;
+    sim_result_t result;
+    run("1,0,20,100,1,1024,4096,\n2,1.55,5,100,1,1024,4096,\n", "las", 1, 7 * 1024, 0, &trace,
+        &result);
+    ASSERT_NEAR(result.jobs[1].finished_s, 2.1);
+    ASSERT_NEAR(result.jobs[0].finished_s, 2.5);
+    ASSERT_NEAR(result.max_turn_wait_s, 0.5);
+    ck_assert(result.has_lower_queue_wait);
+    ASSERT_NEAR(result.max_lower_queue_wait_s, 0.4);
+    done(&trace, &result);
+    /* PACK alternates (each waits one iteration of the other) and has no queues */
+    run("1,0,10,100,1,1024,4096,\n2,0,10,100,1,1024,4096,\n", "pack", 1, 7 * 1024, 0, &trace,
+        &result);
+    ASSERT_NEAR(result.max_turn_wait_s, 0.1);
+    ck_assert(!result.has_lower_queue_wait);
+    done(&trace, &result);
+}
+END_TEST
+
 /* The same jobs in two lanes: both GPU parts run at once at half speed (processor sharing):
  * each iteration takes 200 ms, both end at 2.0 s. Same makespan, worse average JCT. */
 START_TEST(test_two_lanes_share_the_gpu)
@@ -650,6 +675,7 @@ static Suite *sim_suite(void)
     tcase_add_loop_test(model, test_one_job_alone, 0, (int)policies);
     tcase_add_test(model, test_late_submission);
     tcase_add_test(model, test_one_lane_takes_turns);
+    tcase_add_test(model, test_turn_waits_and_lower_queue);
     tcase_add_test(model, test_two_lanes_share_the_gpu);
     tcase_add_test(model, test_packing_gains_utilisation);
     tcase_add_test(model, test_exclusive_vs_pack_order);

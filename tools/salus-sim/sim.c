@@ -303,6 +303,7 @@ static void engine_free(sim_engine_t *e)
     free(e->mps_used_bytes);
     free(e->gpu_jobs);
     free(e->lane_last_job);
+    free(e->lane_members);
 }
 
 int sim_run(const sim_trace_t *trace, const sim_config_t *config, sim_result_t *result,

@@ -107,6 +107,13 @@ typedef struct sim_result_s {
     uint64_t iterations;
     uint64_t switches;
     size_t peak_jobs_resident; /* most jobs admitted at once, all GPUs */
+    /* Turn waits (lanes): the longest a job waited at a boundary for its lane; and, when the
+     * policy ranks jobs by queue (LAS), the longest wait of a job still in a lower queue
+     * (rank >= 1) seen when its lane was granted to another job (the starvation bound:
+     * promotion keeps it under the policy's promotion time). */
+    double max_turn_wait_s;
+    bool has_lower_queue_wait;
+    double max_lower_queue_wait_s;
     sim_job_result_t *jobs;    /* per trace row (trace order) */
     size_t job_count;
 } sim_result_t;

@@ -217,6 +217,7 @@ int sched_init(salusd_t *d, char *err, size_t err_size)
     config.user_gpu_share = d->config.user_gpu_share;
     config.user_max_jobs = (uint32_t)d->config.user_max_jobs;
     config.quota_exempt_uid = (uint32_t)geteuid(); /* root (uid 0) is exempt in the core */
+    config.persistent_grain_bytes = d->config.chunk_bytes; /* the least a shim maps at once */
     /* a job without hints starts on provisional sizes that fit the smallest GPU; learned
      * sizes are whole chunks of the coarsest granularity */
     for (int i = 0; i < d->devices.count; i++) {

@@ -54,6 +54,7 @@ struct sched_core_s {
     double user_gpu_share;
     uint32_t user_max_jobs, quota_exempt_uid;
     uint64_t size_grain;
+    uint64_t persistent_grain; /* >= size_grain */
     core_job_t *jobs; /* sorted by id; includes `gone` ones until compacted */
     size_t count, capacity, gone_count;
     uint64_t *waiting; /* ids, registration order */
@@ -828,12 +829,15 @@ static uint64_t whole_grains(uint64_t bytes, uint64_t grain)
  * ones (it stays in its lane, moves to another of its GPU, or keeps its books if they do not
  * fit now; it is retried at its next boundary). The sizes are rounded up to the grain memory
  * is handed out in: a job that keeps nothing between iterations and allocates a few KiB in
- * each still gets a budget of one whole grain, the least a chunk can be. */
+ * each still gets a budget of one whole grain, the least a chunk can be. The persistent size
+ * rounds up to whole chunks (persistent_grain_bytes): the blocks a job keeps hold the chunks
+ * they sit in, and a job whose next ephemeral block needs a chunk of its own beside them would
+ * otherwise be refused it by its own learned budget. */
 static void learn_sizes(sched_core_t *core, core_job_t *job)
 {
     if (!job->provisional || job->iterations < core->warmup_iterations)
         return;
-    uint64_t p = whole_grains(job->measured_persistent, core->size_grain);
+    uint64_t p = whole_grains(job->measured_persistent, core->persistent_grain);
     uint64_t e = whole_grains(job->measured_ephemeral ? job->measured_ephemeral : 1,
                               core->size_grain);
     lanes_placement_t now;
@@ -1053,6 +1057,9 @@ sched_core_t *sched_core_create(const sched_core_config_t *config, int *error)
                                                         : SCHED_CORE_DEFAULT_WARMUP_ITERATIONS;
     core->size_grain = config->size_grain_bytes ? config->size_grain_bytes
                                                 : SCHED_CORE_DEFAULT_SIZE_GRAIN_BYTES;
+    core->persistent_grain = config->persistent_grain_bytes > core->size_grain
+                                 ? config->persistent_grain_bytes
+                                 : core->size_grain;
     rc = -EINVAL;
     if (!(config->user_gpu_share >= 0 && config->user_gpu_share <= 1)) /* NaN too */
         goto fail;

@@ -73,6 +73,11 @@ typedef struct sched_core_config_s {
      * budget is never below what the job can be given (0: the default, 2 MiB, simgpu's and
      * CUDA's usual granularity). */
     uint64_t size_grain_bytes;
+    /* The least the shim maps at a time (the daemon's --chunk-bytes): memory a job keeps
+     * between iterations pins whole chunks of this size, and a large ephemeral block needs a
+     * chunk of its own beside them, so a learned persistent size is rounded up to it (0: the
+     * size grain; the simulator, which models no chunks, leaves it 0). */
+    uint64_t persistent_grain_bytes;
 } sched_core_config_t;
 
 /* Defaults: lanes_config_default(), policy "fifo", warm-up 3, size grain 2 MiB, no per-user

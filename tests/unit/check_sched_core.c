@@ -44,6 +44,7 @@ typedef struct fake_users_s {
     uint32_t max_jobs;
     bool share_lanes;
     uint64_t size_grain_bytes; /* the config's (0: the default) */
+    uint64_t persistent_grain_bytes;
 } fake_users_t;
 
 static void fake_start_users(fake_t *f, const char *policy, uint64_t gpu_bytes,
@@ -54,6 +55,7 @@ static void fake_start_users(fake_t *f, const char *policy, uint64_t gpu_bytes,
     memset(f, 0, sizeof(*f));
     sched_core_config_default(&config);
     config.size_grain_bytes = users->size_grain_bytes;
+    config.persistent_grain_bytes = users->persistent_grain_bytes;
     config.policy_name = policy;
     config.lanes.job_overhead_bytes = 0;
     config.user_gpu_share = users->share;
@@ -368,6 +370,14 @@ START_TEST(test_learned_sizes_whole_grains)
     fake_start_grain(&f, "pack", 4 * GIB, 64 * MIB);
     ck_assert_uint_eq(learn(&f, 1, 0, 4096), 64 * MIB);
     ck_assert_uint_eq(learn(&f, 2, 65 * MIB, 64 * MIB), 192 * MIB);
+    fake_stop(&f);
+
+    /* the shim's chunk (persistent grain): kept blocks pin whole chunks, ephemeral ones do not */
+    fake_users_t chunks = {.size_grain_bytes = 2 * MIB, .persistent_grain_bytes = 64 * MIB};
+    fake_start_users(&f, "pack", 4 * GIB, &chunks);
+    ck_assert_uint_eq(learn(&f, 1, 16 * MIB, 550 * MIB), 64 * MIB + 550 * MIB);
+    ck_assert_uint_eq(learn(&f, 2, 0, 3 * MIB), 4 * MIB);
+    ck_assert_uint_eq(learn(&f, 3, 65 * MIB, 1 * MIB), 128 * MIB + 2 * MIB);
     fake_stop(&f);
 }
 END_TEST

@@ -69,6 +69,7 @@ struct lanes_s {
     lanes_config_t config;
     lanes_state_t state;
     lanes_index_t index;
+    uint64_t version; /* commits so far (lanes_version) */
 };
 
 /* Deep copy with room for one more job, one more lane and one more GPU. 0 or -1 (ENOMEM). */

@@ -146,6 +146,12 @@ static void commit(lanes_t *lanes, lanes_state_t *next)
     lanes->state = *next;
     memset(next, 0, sizeof(*next));
     index_rebuild(lanes);
+    lanes->version++;
+}
+
+uint64_t lanes_version(const lanes_t *lanes)
+{
+    return lanes->version;
 }
 
 lanes_status_t lanes_add_gpu(lanes_t *lanes, int gpu, uint64_t total_bytes, uint64_t reserve_bytes)

@@ -184,6 +184,11 @@ lanes_status_t lanes_job_placement(const lanes_t *lanes, uint64_t job_id,
 lanes_status_t lanes_gpu_info(const lanes_t *lanes, int gpu, lanes_gpu_info_t *info);
 /* Fills up to `capacity` lanes (GPU order, then lane id); returns how many lanes exist. */
 size_t lanes_list(const lanes_t *lanes, lanes_lane_info_t *out, size_t capacity);
+/* Counts the changes of the books: it grows with every call that admits, releases, resizes,
+ * moves or merges (anything that may change which job is in which lane, a lane's size or the
+ * uid whose data a lane holds), and stays put across grants, yields and reads. A caller that
+ * keeps a copy of lane membership rebuilds it when the count moved. */
+uint64_t lanes_version(const lanes_t *lanes);
 /* Fills up to `capacity` job ids of a lane (admission order); returns how many it holds. */
 size_t lanes_lane_jobs(const lanes_t *lanes, uint32_t lane_id, uint64_t *job_ids,
                        size_t capacity);

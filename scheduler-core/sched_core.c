@@ -28,7 +28,7 @@ typedef struct core_job_s {
     uint64_t mean_iteration_ns; /* busy_ns / iterations, or the hint before the first one
                                    (kept: a 64-bit division per view was a share of a run) */
     uint64_t measured_persistent, measured_ephemeral;
-    uint64_t grant_generation; /* core->lanes_generation at its last lanes_grant */
+    uint64_t grant_version; /* lanes_version() at its last lanes_grant */
 } core_job_t;
 
 typedef struct core_gpu_s {
@@ -66,20 +66,17 @@ struct sched_core_s {
     size_t count, capacity, gone_count;
     uint64_t *admitted_ids; /* the admitted jobs, sorted by id (walked on re-layouts) */
     size_t admitted_count;
-    /* Counts the calls that may change the lane manager's books (admit, release, new sizes,
-     * new GPU): the lane books below and a deferred yield are valid while it is unchanged. */
-    uint64_t lanes_generation;
     /* The lane books: each lane's members in the lane manager's order (lanes_lane_jobs), as
      * pointers into core->jobs, so that a turn (dispatch_lane, once per iteration of every job)
      * walks its lane without asking the lane manager. Rebuilt when stale: the lane manager's
-     * books changed (lanes_generation) or core->jobs moved (add_job). */
+     * books changed (lanes_version) or core->jobs moved (add_job). */
     core_lane_t *lane_books;
     size_t lane_book_count, lane_book_capacity;
     core_job_t **lane_members;
     size_t lane_member_capacity;
     uint32_t *lane_slots; /* open addressing by lane id: index in lane_books + 1, 0 = empty */
     size_t lane_slot_mask, lane_slot_capacity;
-    uint64_t books_generation;
+    uint64_t books_version;
     bool books_stale;
     /* A job that gave its lane back at the boundary being handled: the lane manager's
      * lanes_yield is deferred to the end of the event, and dropped if the same job is granted
@@ -531,7 +528,7 @@ static int rebuild_lane_books(sched_core_t *core)
         core->lane_slots[s] = (uint32_t)(i + 1);
     }
     core->lane_book_count = lanes;
-    core->books_generation = core->lanes_generation;
+    core->books_version = lanes_version(core->lanes);
     core->books_stale = false;
     return 0;
 no_memory:
@@ -542,7 +539,7 @@ no_memory:
 /* The lane's books (rebuilt first when stale), or NULL when no lane has that id. */
 static const core_lane_t *lane_book(sched_core_t *core, uint32_t lane)
 {
-    if ((core->books_stale || core->books_generation != core->lanes_generation) &&
+    if ((core->books_stale || core->books_version != lanes_version(core->lanes)) &&
         rebuild_lane_books(core) < 0)
         return NULL;
     for (size_t s = lane_slot_of(lane, core->lane_slot_mask);; s = (s + 1) & core->lane_slot_mask) {
@@ -591,7 +588,7 @@ static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
         job = members[pick];
     }
     bool clear_needed = false;
-    if (core->yield_pending == job->id && job->grant_generation == core->lanes_generation) {
+    if (core->yield_pending == job->id && job->grant_version == lanes_version(core->lanes)) {
         /* the same job takes the lane it has just handed back, nothing changed meanwhile: the
          * lane manager still has it granted (the yield and this grant cancel out) */
         core->yield_pending = 0;
@@ -599,7 +596,7 @@ static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
         flush_yield(core);
         if (lanes_grant(core->lanes, job->id, &clear_needed) != LANES_OK)
             return;
-        job->grant_generation = core->lanes_generation;
+        job->grant_version = lanes_version(core->lanes);
     }
     job->holds_lane = true;
     job->ready = false;
@@ -861,7 +858,6 @@ static void admit_by_user(sched_core_t *core, size_t n, bool strict)
         lanes_status_t st = LANES_WAIT;
         if (!blocked && within_caps(core, job, user, &r->gpu)) {
             st = lanes_admit(core->lanes, r, NULL);
-            core->lanes_generation++;
             blocked = strict && st == LANES_WAIT;
         }
         if (st == LANES_OK) {
@@ -911,7 +907,6 @@ static void admission_round(sched_core_t *core, uint64_t now_ns)
             };
         }
         lanes_admit_in_order(core->lanes, core->requests, n, strict, core->statuses, NULL);
-        core->lanes_generation++;
     }
     /* Mark the admitted first, then read every placement back: a later admission of this
      * round may have merged an earlier one's lane (its lane and budget changed since). */
@@ -1003,7 +998,6 @@ static void learn_sizes(sched_core_t *core, core_job_t *job)
     lanes_placement_t now;
     flush_yield(core);
     lanes_status_t st = lanes_update_sizes(core->lanes, job->id, p, e, &now);
-    core->lanes_generation++;
     sched_core_effect_t fx = {.kind = SCHED_CORE_LEARNED, .job_id = job->id, .gpu = job->gpu,
                               .lane = job->lane, .persistent_bytes = p, .ephemeral_bytes = e};
     if (st == LANES_OK || st == LANES_MOVED) {
@@ -1150,7 +1144,6 @@ int sched_core_job_left(sched_core_t *core, uint64_t job_id, sched_core_exit_t h
         if (job->holds_lane)
             lanes_yield(core->lanes, job_id);
         lanes_release(core->lanes, job_id);
-        core->lanes_generation++;
         core->layout_changed = true;
         touch(core, lane);
     }
@@ -1287,7 +1280,6 @@ int sched_core_add_gpu(sched_core_t *core, int gpu, uint64_t total_bytes, uint64
         return -ENOMEM;
     core->gpus = gpus;
     lanes_status_t st = lanes_add_gpu(core->lanes, gpu, total_bytes, reserve_bytes);
-    core->lanes_generation++;
     if (st != LANES_OK)
         return st == LANES_ERROR_NO_MEMORY ? -ENOMEM : -EINVAL;
     core->gpus[core->gpu_count++] = (core_gpu_t){.gpu = gpu,

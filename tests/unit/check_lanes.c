@@ -486,7 +486,8 @@ END_TEST
 /* The index of the committed state (job look-ups, granted jobs per lane) agrees with the books
  * through random admissions, releases, updates (moves, merges), grants and yields: a grant is
  * refused exactly when another job of the lane is granted, lanes_list names the lane's first
- * granted job, and every job's placement is the lane that lists it. */
+ * granted job, and every job's placement is the lane that lists it. lanes_version moves with
+ * admissions and releases, not with grants, yields or a job left waiting. */
 START_TEST(test_random_grants)
 {
     uint64_t state = 0x9e3779b9u + (uint64_t)_i;
@@ -503,6 +504,8 @@ START_TEST(test_random_grants)
     for (int step = 0; step < 4000; step++) {
         uint64_t id = NEXT() % 48;
         unsigned what = (unsigned)(NEXT() % 8);
+        uint64_t version = lanes_version(l);
+        bool changes = false; /* admitted or released: the version must move */
         if (!present[id]) {
             lanes_request_t r = {id, (uint32_t)(1000 + NEXT() % 2), (NEXT() % 4) * 256 * M,
                                  (1 + NEXT() % 24) * 256 * M, LANES_ANY_GPU};
@@ -510,6 +513,7 @@ START_TEST(test_random_grants)
             ck_assert(st == LANES_OK || st == LANES_WAIT);
             present[id] = st == LANES_OK;
             granted[id] = false;
+            changes = st == LANES_OK;
         } else if (what < 3) {
             lanes_placement_t mine;
             ck_assert_int_eq(lanes_job_placement(l, id, &mine), LANES_OK);
@@ -539,7 +543,12 @@ START_TEST(test_random_grants)
         } else {
             ck_assert_int_eq(lanes_release(l, id), LANES_OK);
             present[id] = granted[id] = false;
+            changes = true;
         }
+        if (changes)
+            ck_assert_uint_gt(lanes_version(l), version);
+        else if (what < 6)
+            ck_assert_uint_eq(lanes_version(l), version); /* grants, yields, waits */
         lanes_lane_info_t infos[64];
         size_t n = lanes_list(l, infos, 64);
         ck_assert_uint_le(n, 64);

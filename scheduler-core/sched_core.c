@@ -283,6 +283,7 @@ static int grow_scratch(sched_core_t *core, size_t needed)
     GROW(user_busy);
     GROW(admitted_ids);
 #undef GROW
+    core->books_stale = true; /* core->jobs moved: the lane books point into it */
     core->scratch_capacity = n;
     core->capacity = n;
     return 0;
@@ -474,9 +475,10 @@ static size_t list_lanes(sched_core_t *core);
  * -ENOMEM (recorded). */
 static int rebuild_lane_books(sched_core_t *core)
 {
+    int error = core->error;
     size_t lanes = list_lanes(core), members = 0, slots = 16;
-    if (core->error)
-        return core->error;
+    if (core->error != error)
+        return core->error; /* out of memory listing the lanes */
     for (size_t i = 0; i < lanes; i++)
         members += core->lane_infos[i].job_count;
     while (slots < 2 * lanes)
@@ -516,11 +518,15 @@ static int rebuild_lane_books(sched_core_t *core)
         book->id = core->lane_infos[i].lane_id;
         book->first = (uint32_t)first;
         book->count = 0;
-        for (size_t k = 0; k < n; k++) {
+        bool unknown = false;
+        for (size_t k = 0; k < n && !unknown; k++) {
             core_job_t *job = find(core, core->members[k]);
+            unknown = job == NULL;
             if (job)
                 core->lane_members[first + book->count++] = job;
         }
+        if (unknown)
+            book->count = 0; /* a member the core does not know: the lane is not dispatched */
         first += book->count;
         size_t s = lane_slot_of(book->id, core->lane_slot_mask);
         while (core->lane_slots[s])
@@ -1040,7 +1046,7 @@ static int add_job(sched_core_t *core, const sched_core_job_hints_t *hints, uint
         compact(core);
     if (grow_scratch(core, core->count + 1) < 0)
         return -ENOMEM;
-    core->books_stale = true; /* core->jobs may move: the lane books point into it */
+    core->books_stale = true; /* core->jobs moves below: the lane books point into it */
     size_t at = lower_bound(core, hints->id);
     memmove(&core->jobs[at + 1], &core->jobs[at], (core->count - at) * sizeof(*core->jobs));
     core->count++;

@@ -46,7 +46,9 @@
  *   exceed the GPU). Its GPU never changes: its persistent memory lives there.
  *
  * Pure logic: no I/O, no clock, no driver calls, not thread-safe (the daemon's loop owns it).
- * Numbers of jobs per node are small (tens), so the structures are plain arrays. */
+ * Numbers of jobs per node are small (tens), so the structures are plain arrays; the calls made
+ * at every iteration (lanes_grant, lanes_yield, lanes_job_placement) find the job and its lane
+ * through an index of the committed books, rebuilt at each change (lanes-internal.h). */
 #ifndef SALUS_MEMORY_LANES_H
 #define SALUS_MEMORY_LANES_H
 

@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     --policies) policies="$2"; shift 2 ;;
     --no-callgrind) callgrind=0; shift ;;
     --cmake-args) cmake_args="$2"; shift 2 ;;
-    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "sim-speed: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done

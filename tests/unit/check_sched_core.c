@@ -535,6 +535,164 @@ START_TEST(test_policy_rank_through_the_core)
 }
 END_TEST
 
+/* The GRANT effect of the last event for job id (fails when there is none). */
+static const sched_core_effect_t *grant_of(const fake_t *f, uint64_t id)
+{
+    for (size_t i = 0; i < f->fx.count; i++)
+        if (f->fx.items[i].kind == SCHED_CORE_GRANT && f->fx.items[i].job_id == id)
+            return &f->fx.items[i];
+    ck_abort_msg("no grant for job %llu", (unsigned long long)id);
+    return NULL;
+}
+
+/* A boundary that does not ask for a turn (a host part follows). */
+static void boundary_not_ready(fake_t *f, uint64_t id, uint64_t iteration_ns)
+{
+    fake_job_t *j = &f->jobs[id];
+    if (j->running) {
+        j->iterations++;
+        j->busy_ns += iteration_ns;
+        j->running = 0;
+    }
+    sched_core_boundary_t b = {.iterations = j->iterations, .busy_ns = j->busy_ns,
+                               .last_iteration_ns = iteration_ns, .ready = false};
+    ck_assert_int_eq(sched_core_job_boundary(f->core, id, &b, f->now_ns, &f->fx), 0);
+    apply(f);
+}
+
+/* The lane's holder in the lane manager's books (0: none). */
+static uint64_t lanes_holder(const fake_t *f, uint32_t lane)
+{
+    lanes_lane_info_t infos[16];
+    size_t n = lanes_list(sched_core_lanes(f->core), infos, 16);
+    ck_assert_uint_le(n, 16);
+    for (size_t i = 0; i < n; i++)
+        if (infos[i].lane_id == lane)
+            return infos[i].active ? infos[i].active_job_id : 0;
+    ck_abort_msg("no lane %u", lane);
+    return 0;
+}
+
+/* A job that takes its lane again at its boundary (the core skips the lane manager's yield and
+ * grant then): between events the lane manager's books always name the holder, and a lane
+ * merged from other users' lanes while the job held it is reported for clearing at its next
+ * grant, even when the same job takes it again. */
+START_TEST(test_same_job_again_after_a_merge)
+{
+    fake_t f;
+    fake_users_t users = {.share_lanes = true};
+    fake_start_users(&f, "pack", 10 * GIB, &users);
+    reg(&f, 1, 1000, 0, 4 * GIB, 100, 0);
+    reg(&f, 2, 2000, 0, 4 * GIB, 100, 0);
+    ck_assert_uint_ne(f.jobs[1].lane, f.jobs[2].lane);
+    boundary(&f, 1, 0);
+    ck_assert(f.jobs[1].running);
+    ck_assert_uint_eq(lanes_holder(&f, f.jobs[1].lane), 1);
+    for (int i = 0; i < 3; i++) { /* alone: the same job again, the lane stays held */
+        f.now_ns += MS;
+        sched_core_boundary_t b = {.iterations = f.jobs[1].iterations + 1,
+                                   .busy_ns = f.jobs[1].busy_ns + MS,
+                                   .last_iteration_ns = MS, .ready = true};
+        f.jobs[1].iterations++;
+        f.jobs[1].busy_ns += MS;
+        f.jobs[1].running = 0;
+        ck_assert_int_eq(sched_core_job_boundary(f.core, 1, &b, f.now_ns, &f.fx), 0);
+        ck_assert(!grant_of(&f, 1)->clear_needed);
+        apply(&f);
+        ck_assert(f.jobs[1].running);
+        ck_assert_uint_eq(lanes_holder(&f, f.jobs[1].lane), 1);
+    }
+    /* job 2 runs once in its lane (its uid's data there), then runs host code */
+    boundary(&f, 2, 0);
+    ck_assert(f.jobs[2].running);
+    f.now_ns += MS;
+    boundary_not_ready(&f, 2, MS);
+    ck_assert_uint_eq(lanes_holder(&f, f.jobs[2].lane), 0);
+    /* job 3 fits only if lanes 1 and 2 merge (then grow): one lane of three users */
+    reg(&f, 3, 3000, 0, 7 * GIB, 100, 0);
+    ck_assert(f.jobs[3].admitted);
+    ck_assert_uint_eq(f.jobs[1].lane, f.jobs[2].lane);
+    ck_assert_uint_eq(f.jobs[3].lane, f.jobs[1].lane);
+    ck_assert_uint_eq(lanes_holder(&f, f.jobs[1].lane), 1); /* still held across the merge */
+    f.now_ns += MS;
+    f.jobs[1].iterations++;
+    f.jobs[1].busy_ns += MS;
+    f.jobs[1].running = 0;
+    sched_core_boundary_t b = {.iterations = f.jobs[1].iterations, .busy_ns = f.jobs[1].busy_ns,
+                               .last_iteration_ns = MS, .ready = true};
+    ck_assert_int_eq(sched_core_job_boundary(f.core, 1, &b, f.now_ns, &f.fx), 0);
+    ck_assert_msg(grant_of(&f, 1)->clear_needed, "merged lane not reported for clearing");
+    apply(&f);
+    ck_assert_uint_eq(lanes_holder(&f, f.jobs[1].lane), 1);
+    /* now the lane holds job 1's uid's data: no clearing for it again */
+    f.now_ns += MS;
+    f.jobs[1].iterations++;
+    f.jobs[1].busy_ns += MS;
+    f.jobs[1].running = 0;
+    b = (sched_core_boundary_t){.iterations = f.jobs[1].iterations,
+                                .busy_ns = f.jobs[1].busy_ns, .last_iteration_ns = MS,
+                                .ready = true};
+    ck_assert_int_eq(sched_core_job_boundary(f.core, 1, &b, f.now_ns, &f.fx), 0);
+    ck_assert(!grant_of(&f, 1)->clear_needed);
+    apply(&f);
+    /* a lane-mate parks behind it and sees it as the holder; job 1 then runs host code: the
+     * lane manager's books let the lane go, and the lane-mate gets it (with clearing) */
+    boundary(&f, 3, 0);
+    sched_core_job_info_t info;
+    ck_assert_int_eq(sched_core_job_info(f.core, 3, &info), 0);
+    ck_assert_int_eq(info.phase, SCHED_CORE_PARKED);
+    ck_assert_uint_eq(info.lane_holder, 1);
+    f.now_ns += MS;
+    f.jobs[1].iterations++;
+    f.jobs[1].busy_ns += MS;
+    f.jobs[1].running = 0;
+    b = (sched_core_boundary_t){.iterations = f.jobs[1].iterations,
+                                .busy_ns = f.jobs[1].busy_ns, .last_iteration_ns = MS,
+                                .ready = false};
+    ck_assert_int_eq(sched_core_job_boundary(f.core, 1, &b, f.now_ns, &f.fx), 0);
+    ck_assert(grant_of(&f, 3)->clear_needed);
+    apply(&f);
+    ck_assert(f.jobs[3].running && !f.jobs[1].running);
+    ck_assert_uint_eq(lanes_holder(&f, f.jobs[3].lane), 3);
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &info), 0);
+    ck_assert_int_eq(info.phase, SCHED_CORE_IDLE);
+    fake_stop(&f);
+}
+END_TEST
+
+/* Lane-mates follow re-layouts: jobs whose lanes merge take turns in the merged lane, and a
+ * job that leaves is no longer offered a turn. */
+START_TEST(test_turns_follow_a_merge)
+{
+    fake_t f;
+    fake_start(&f, "pack", 10 * GIB);
+    reg(&f, 1, 1000, 0, 4 * GIB, 100, 0);
+    reg(&f, 2, 1000, 0, 4 * GIB, 100, 0);
+    boundary(&f, 1, 0);
+    boundary(&f, 2, 0);
+    ck_assert(f.jobs[1].running && f.jobs[2].running); /* a lane each */
+    reg(&f, 3, 2000, 0, 3 * GIB, 100, 0); /* another user's: lanes 1 and 2 merge for it */
+    ck_assert(f.jobs[3].admitted);
+    ck_assert_uint_eq(f.jobs[1].lane, f.jobs[2].lane);
+    /* both still hold (the books changed at once, they follow at their boundaries) */
+    f.now_ns += MS;
+    boundary(&f, 1, MS);
+    f.now_ns += MS;
+    boundary(&f, 2, MS);
+    ck_assert_int_eq(f.jobs[1].running + f.jobs[2].running, 1); /* one lane: one at a time */
+    for (int i = 0; i < 6; i++)
+        ck_assert_uint_ne(run_one(&f, 1, 2, MS), 0);
+    ck_assert_int_eq(f.jobs[1].running + f.jobs[2].running, 1);
+    uint64_t holder = f.jobs[1].running ? 1 : 2, other = 3 - holder;
+    leave(&f, holder);
+    ck_assert(f.jobs[other].running);
+    f.now_ns += MS;
+    boundary(&f, other, MS);
+    ck_assert(f.jobs[other].running && f.jobs[other].free_run); /* alone in its lane now */
+    fake_stop(&f);
+}
+END_TEST
+
 /* ---- per-user quotas and the two-level pick ---------------------------------------------- */
 
 /* A 4 GiB GPU, share 0.75 (3 GiB): a job of all but 64 MiB is refused at once, naming the cap;
@@ -749,6 +907,8 @@ static Suite *sched_core_suite(void)
     tcase_add_test(t, test_reserve_as_large_as_the_gpu_is_an_error);
     tcase_add_test(t, test_leaving_holder_hands_the_lane_on);
     tcase_add_test(t, test_policy_rank_through_the_core);
+    tcase_add_test(t, test_same_job_again_after_a_merge);
+    tcase_add_test(t, test_turns_follow_a_merge);
     tcase_add_test(t, test_quota_refuses_a_job_over_the_share);
     tcase_add_test(t, test_quota_waits_at_the_cap);
     tcase_add_test(t, test_quota_admits_another_user_beside_a_greedy_one);

@@ -42,8 +42,7 @@ static void note_turn_waits(sim_engine_t *e, const sim_job_t *job)
     double waited_s = e->now_s - job->ready_s;
     if (waited_s > e->result->max_turn_wait_s)
         e->result->max_turn_wait_s = waited_s;
-    const char *rank_name = sched_core_rank_name(e->core);
-    if (!rank_name || strcmp(rank_name, "queue") != 0)
+    if (!e->queue_ranks)
         return;
     e->result->has_lower_queue_wait = true;
     if (!e->lane_members) {

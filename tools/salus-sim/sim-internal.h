@@ -114,6 +114,7 @@ typedef struct sim_engine_s {
     uint64_t *lane_last_job;  /* by lane id: the job that ran the lane's last iteration */
     size_t lane_slots;
     uint64_t *lane_members; /* scratch: a lane's job ids (turn-wait statistics) */
+    bool queue_ranks; /* the policy ranks jobs by queue (read once: a run never switches it) */
     size_t resident;
     double now_s;
     int error;

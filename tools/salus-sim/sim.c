@@ -256,6 +256,8 @@ static int engine_init(sim_engine_t *e, const sim_trace_t *trace)
         for (unsigned g = 0; g < c->gpus; g++)
             if (sched_core_add_gpu(e->core, (int)g, c->gpu_memory_bytes, 0) < 0)
                 return sim_fail(e, SIM_ERROR_INTERNAL, "sched_core_add_gpu(%u) failed", g);
+        const char *rank_name = sched_core_rank_name(e->core);
+        e->queue_ranks = rank_name && strcmp(rank_name, "queue") == 0;
     }
     e->jobs = calloc(n, sizeof(*e->jobs));
     e->waiting = calloc(n, sizeof(*e->waiting));

@@ -441,6 +441,8 @@ static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
             return;
         job = find(core, core->views[pick].id);
     }
+    /* gangs (sched_core.h): a member of a distributed group is granted only together with the
+     * other members' lanes; this is where that check goes, before the grant */
     bool clear_needed = false;
     if (lanes_grant(core->lanes, job->id, &clear_needed) != LANES_OK)
         return;

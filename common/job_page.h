@@ -14,7 +14,8 @@
  * (a synchronising call left none of the job's work outstanding, its live memory at its low
  * point) the shim ends the iteration and gives its lane up at once, through `lane`:
  *
- *   nobody waits (free_run):  lane = RELEASED (no daemon round trip); its next submission
+ *   nobody waits (free_run):  lane = RELEASED (no daemon round trip; unused chunks handed
+ *                             back first if lane_shared); its next submission
  *                             takes it back with CAS RELEASED -> HELD, unless the daemon took
  *                             it meanwhile (CAS RELEASED -> TAKEN when another job of the
  *                             lane asks, right after clearing free_run)
@@ -57,6 +58,8 @@ typedef struct job_page_s {
     /* lanes held for GPU time (above) */
     _Atomic uint32_t release_ok;         /* daemon -> shim: give the lane up at quiescent points */
     _Atomic uint32_t lane;               /* JOB_LANE_*: who may use the job's lane turn */
+    _Atomic uint32_t lane_shared;        /* daemon -> shim: other jobs are in its lane: hand
+                                            back unused chunks at every release */
 } job_page_t;
 
 enum {

@@ -281,13 +281,21 @@ static void release_at_quiescent_point(void)
     gate.work_since_boundary = 0;
     gate.released = 1;
     invalidate_fast_paths();
+    int trimmed = 0;
     if (atomic_load(&page->free_run)) {
+        /* alone in its lane it keeps its chunks; with lane-mates they go back now, as the
+         * daemon may hand the lane to one of them while this job is on the host */
+        if (atomic_load(&page->lane_shared)) {
+            shim_mem_trim();
+            trimmed = 1;
+        }
         atomic_store(&page->lane, JOB_LANE_RELEASED);
         if (atomic_load(&page->free_run))
             return; /* salusd clears free_run before it takes a released lane */
     }
     /* another job waits for the lane: its memory goes back before the lane does */
-    shim_mem_trim();
+    if (!trimmed)
+        shim_mem_trim();
     uint32_t lane = atomic_load(&page->lane);
     if (lane != JOB_LANE_TAKEN &&
         atomic_compare_exchange_strong(&page->lane, &lane, JOB_LANE_GIVEN))

@@ -23,6 +23,7 @@ static void grant(salusd_t *d, job_t *job, int free_run)
     if (!page)
         return;
     atomic_store(&page->release_ok, (uint32_t)(d->config.lane_hold_gpu != 0));
+    atomic_store(&page->lane_shared, (uint32_t)sched_lane_shared(d, job));
     atomic_store(&page->lane, JOB_LANE_HELD);
     atomic_store(&page->free_run, (uint32_t)free_run);
     atomic_store(&page->grant_seq, atomic_load(&page->boundary_seq));
@@ -97,6 +98,7 @@ static void apply(salusd_t *d, sched_core_effects_t *fx)
             break;
         case SCHED_CORE_STOP_FREE_RUN:
             if (jobs_page(job)) {
+                atomic_store(&jobs_page(job)->lane_shared, 1); /* another job waits for it */
                 atomic_store(&jobs_page(job)->free_run, 0); /* before the lane word is read */
                 take_released_lane(d, job, 1);
             }

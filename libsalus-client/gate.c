@@ -458,12 +458,16 @@ void shim_after_sync(int whole_context)
 }
 
 /* After a free, outside the memory lock: a free that brought a quiescent job's memory down
- * to its low point may end its iteration (its lane goes). Costs one load otherwise. */
+ * to its low point may end its iteration (its lane goes). Costs one load otherwise. The
+ * caller may hold its own lock (virtual-memory and charged frees) while another thread waits
+ * for a grant with the gate lock held: then the release waits for the next synchronising
+ * call or submission instead of this thread waiting for the grant. */
 void shim_gate_after_free(void)
 {
     if (!atomic_load(&gate.low_point_check) || shim.mode != SHIM_MODE_MANAGED)
         return;
-    pthread_mutex_lock(&gate.lock);
+    if (pthread_mutex_trylock(&gate.lock) != 0)
+        return;
     atomic_store(&gate.low_point_check, 0);
     if (gate.quiescent)
         release_at_quiescent_point();

@@ -107,6 +107,8 @@ static void apply(salusd_t *d, sched_core_effects_t *fx)
             jobs_set_budget(job, e->budget_bytes);
             break;
         case SCHED_CORE_MOVE:
+            if (jobs_page(job)) /* its new lane has other jobs (moves merge lanes) */
+                atomic_store(&jobs_page(job)->lane_shared, 1);
             LOG_DEBUG("job %llu moves to lane %u of GPU %d", (unsigned long long)job->id,
                       e->lane, e->gpu);
             break;
@@ -139,11 +141,24 @@ void jobs_sched_parked(salusd_t *d, job_t *job)
     apply(d, &fx);
 }
 
+/* After a departure or a move: each job's lane_shared follows its lane's members again (a
+ * job left alone stops handing back its chunks at every release). */
+static void refresh_lane_shared(salusd_t *d)
+{
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        job_t *job = registry_at(d->registry, i);
+        job_page_t *page = job->runtime ? jobs_page(job) : NULL;
+        if (page)
+            atomic_store(&page->lane_shared, (uint32_t)sched_lane_shared(d, job));
+    }
+}
+
 void jobs_sched_left(salusd_t *d, uint64_t job_id)
 {
     sched_core_effects_t fx = {0};
     sched_job_id_left(d, job_id, &fx);
     apply(d, &fx);
+    refresh_lane_shared(d);
 }
 
 int jobs_set_policy(salusd_t *d, const char *name, char *err, size_t err_size)

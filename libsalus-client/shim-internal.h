@@ -152,6 +152,8 @@ void shim_gate_done(shim_gate_ticket_t ticket);
 void shim_forget_stream(CUstream stream);
 void shim_after_sync(int whole_context);
 void shim_note_free(uint64_t live_bytes);
+/* After a free returned its memory (no memory lock held): may end the iteration there. */
+void shim_gate_after_free(void);
 void shim_note_alloc(uint64_t live_bytes);
 int shim_mark_iteration(int begin);
 

@@ -68,6 +68,29 @@ int sched_job_parked(salusd_t *d, const job_t *job, const job_page_t *page,
                   "boundary");
 }
 
+int sched_job_released(salusd_t *d, const job_t *job, const job_page_t *page,
+                       sched_core_effects_t *fx)
+{
+    sched_core_boundary_t b = {
+        .iterations = atomic_load(&page->iterations),
+        .busy_ns = atomic_load(&page->busy_ns),
+        .last_iteration_ns = atomic_load(&page->last_iteration_ns),
+        .persistent_bytes = atomic_load(&page->persistent_bytes),
+        .ephemeral_bytes = atomic_load(&page->ephemeral_peak_bytes),
+        .ready = false, /* it asks again at its next submission */
+    };
+    return report(sched_core_job_boundary(d->sched->core, job->id, &b, salusd_now_ns(), fx),
+                  "release");
+}
+
+int sched_lane_shared(const salusd_t *d, const job_t *job)
+{
+    sched_core_job_info_t info;
+    if (sched_core_job_info(d->sched->core, job->id, &info) < 0 || info.phase == SCHED_CORE_WAITING)
+        return 0;
+    return lanes_lane_jobs(sched_core_lanes(d->sched->core), info.lane, NULL, 0) > 1;
+}
+
 int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx)
 {
     return report(sched_core_job_left(d->sched->core, job_id, SCHED_CORE_EXIT_GONE,

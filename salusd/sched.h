@@ -19,6 +19,12 @@ int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx
  * reported (-EAGAIN: a stale notification, nothing reported). */
 int sched_job_parked(salusd_t *d, const job_t *job, const job_page_t *page,
                      sched_core_effects_t *fx);
+/* The job gave its lane up at a quiescent point (its page's lane word, taken by the caller):
+ * reported as a boundary after which it does not ask for a turn yet. */
+int sched_job_released(salusd_t *d, const job_t *job, const job_page_t *page,
+                       sched_core_effects_t *fx);
+/* 1 when other jobs share the job's lane. */
+int sched_lane_shared(const salusd_t *d, const job_t *job);
 /* The job is gone (its place and lane go to the others; an admission round runs). */
 int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx);
 /* What the core knows of a job, for the views (ps, top, metrics). */

@@ -610,6 +610,8 @@ static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
             return;
         job = members[pick];
     }
+    /* gangs (sched_core.h): a member of a distributed group is granted only together with the
+     * other members' lanes; this is where that check goes, before the grant */
     bool clear_needed = false;
     if (core->yield_pending == job->id && job->grant_version == lanes_version(core->lanes)) {
         /* the same job takes the lane it has just handed back, nothing changed meanwhile: the

@@ -31,9 +31,21 @@
  * admitted jobs; on a further tie, the policy's own order decides. This applies to the admission order (each next job of a round) and to the
  * turns of a lane shared across users. With one uid it reduces to the policy's choice.
  *
+ * Lanes held for GPU time: a job gives its lane up at each quiescent point of its program (a
+ * boundary with ready = false: the lane goes to the policy's pick among the others at once)
+ * and asks again at its next GPU submission (ready = true). busy_ns, and so attained_ns,
+ * mean_iteration_ns, the learned sizes' iterations and the per-user shares, is the time the
+ * job held its lane (GPU-holding time), not wall time. A job alone in its lane never stops
+ * (free_run): the daemon takes a lane it gave up only when another job asks (STOP_FREE_RUN).
+ *
  * Room for later events (not implemented yet; they go beside the ones below, with their own
  * effects): a job re-attaching after a daemon restart (its placement given back to the books),
- * gang slots of a distributed job (admit a set of jobs across nodes together). */
+ * gang slots of a distributed job (admit a set of jobs across nodes together). Gangs and
+ * lanes held for GPU time: members of a distributed group must not take turns independently
+ * (a rank that starts a collective on a free lane while its peer's lane went to another group
+ * is the circular wait gangs prevent). The rule goes in dispatch_lane (sched_core.c, marked
+ * "gangs"): a member is granted only when every member's lane can be granted in the same
+ * event, and a member's release (ready = false) frees its lane for its own group first. */
 #ifndef SALUS_SCHEDULER_CORE_SCHED_CORE_H
 #define SALUS_SCHEDULER_CORE_SCHED_CORE_H
 

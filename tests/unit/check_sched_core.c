@@ -162,6 +162,30 @@ static void boundary(fake_t *f, uint64_t id, uint64_t iteration_ns)
     apply(f);
 }
 
+/* Lanes held for GPU time: the job gives its lane up at a quiescent point after held_ns of
+ * GPU work and does not ask for a turn yet (its host part follows). */
+static void release(fake_t *f, uint64_t id, uint64_t held_ns)
+{
+    fake_job_t *j = &f->jobs[id];
+    ck_assert(j->running);
+    j->iterations++;
+    j->busy_ns += held_ns;
+    j->running = 0;
+    sched_core_boundary_t b = {.iterations = j->iterations, .busy_ns = j->busy_ns,
+                               .last_iteration_ns = held_ns, .ready = false};
+    ck_assert_int_eq(sched_core_job_boundary(f->core, id, &b, f->now_ns, &f->fx), 0);
+    apply(f);
+}
+
+/* ... and asks again at its next submission. */
+static void ask(fake_t *f, uint64_t id)
+{
+    fake_job_t *j = &f->jobs[id];
+    sched_core_boundary_t b = {.iterations = j->iterations, .busy_ns = j->busy_ns, .ready = true};
+    ck_assert_int_eq(sched_core_job_boundary(f->core, id, &b, f->now_ns, &f->fx), 0);
+    apply(f);
+}
+
 static void leave(fake_t *f, uint64_t id)
 {
     f->jobs[id].running = 0;
@@ -242,6 +266,52 @@ START_TEST(test_pack_shared_lane_takes_turns)
         ck_assert_uint_ne(run_one(&f, 1, 3, 10 * MS), 0);
     for (uint64_t id = 1; id <= 3; id++)
         ck_assert_uint_eq(f.jobs[id].iterations, 10);
+    fake_stop(&f);
+}
+END_TEST
+
+/* Lanes held for GPU time (the daemon's --lane-hold gpu): two jobs of one lane. A released
+ * lane goes at once to the lane-mate that asks; the holder then runs freely and is told to
+ * stop when the other asks again; a job that released and finds the lane free gets it
+ * back; what the core books as GPU time is what the jobs report (the held time), not the
+ * wall time between their boundaries. */
+START_TEST(test_released_lane_goes_to_the_job_that_asks)
+{
+    fake_t f;
+    sched_core_job_info_t info;
+    fake_start(&f, "pack", 1 * GIB);
+    reg(&f, 1, 1000, 100 * MIB, 600 * MIB, 100, 0);
+    reg(&f, 2, 1000, 100 * MIB, 600 * MIB, 100, 0);
+    ck_assert_uint_eq(f.jobs[1].lane, f.jobs[2].lane);
+    ask(&f, 1);
+    ck_assert(f.jobs[1].running && f.jobs[1].free_run);
+    ask(&f, 2); /* job 2 waits: job 1 must stop running freely */
+    ck_assert(!f.jobs[2].running && !f.jobs[1].free_run);
+    ck_assert_int_eq(sched_core_job_info(f.core, 2, &info), 0);
+    ck_assert_int_eq(info.phase, SCHED_CORE_PARKED);
+    ck_assert_uint_eq(info.lane_holder, 1);
+
+    f.now_ns += 4 * MS;
+    release(&f, 1, 4 * MS); /* GPU work done: the lane goes to job 2 at once */
+    ck_assert(f.jobs[2].running && f.jobs[2].free_run);
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &info), 0);
+    ck_assert_int_eq(info.phase, SCHED_CORE_IDLE); /* on the host, holding nothing */
+
+    f.now_ns += 36 * MS; /* job 1's host part; job 2 runs meanwhile */
+    ask(&f, 1);
+    ck_assert(!f.jobs[1].running && !f.jobs[2].free_run);
+    f.now_ns += 2 * MS;
+    release(&f, 2, 38 * MS);
+    ck_assert(f.jobs[1].running);
+
+    /* alone again: job 1 releases with nobody waiting and gets the lane back when it asks */
+    release(&f, 1, 3 * MS);
+    f.now_ns += 50 * MS;
+    ask(&f, 1);
+    ck_assert(f.jobs[1].running && !f.jobs[2].running);
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &info), 0);
+    ck_assert_uint_eq(info.iterations, 2);
+    ck_assert_uint_eq(info.busy_ns, 7 * MS); /* held 4 + 3 ms, over about 100 ms of wall time */
     fake_stop(&f);
 }
 END_TEST
@@ -897,6 +967,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(t, test_pack_jobs_that_fit_run_at_once);
     tcase_add_test(t, test_pack_shared_lane_takes_turns);
     tcase_add_test(t, test_srtf_short_overtakes_at_a_boundary);
+    tcase_add_test(t, test_released_lane_goes_to_the_job_that_asks);
     tcase_add_test(t, test_fair_equal_gpu_time);
     tcase_add_test(t, test_never_fits_is_refused);
     tcase_add_test(t, test_learned_sizes);

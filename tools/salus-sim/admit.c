@@ -208,8 +208,12 @@ void sim_submit(sim_engine_t *e, size_t from, size_t to)
             .persistent_bytes = c->hints ? s->persistent_bytes : LANES_SIZE_UNKNOWN,
             .ephemeral_bytes = c->hints ? s->ephemeral_bytes : LANES_SIZE_UNKNOWN,
             .iterations_expected = c->hints ? s->iterations : 0,
+            /* the time it will hold its lane per iteration: the whole iteration, or with
+             * --lane-hold gpu its GPU part (what the policies measure later) */
             .iteration_ns = c->hints && !c->hints_iterations_only
-                                ? sim_to_ns(s->iteration_ms / 1e3) : 0,
+                                ? sim_to_ns(c->lane_hold_gpu_only ? e->jobs[i].gpu_s
+                                                                  : s->iteration_ms / 1e3)
+                                : 0,
             .priority = s->priority,
         };
     }

@@ -91,6 +91,8 @@ void sim_report_text(FILE *out, const sim_config_t *config, const sim_result_t *
     fputc('\n', out);
     fprintf(out, "iterations        %llu (%llu lane switches)\n",
             (unsigned long long)result->iterations, (unsigned long long)result->switches);
+    fprintf(out, "throughput        %.3f iterations/s (all jobs, over the makespan)\n",
+            result->iterations_per_s);
 }
 
 /* Policy names are registry names or baselines: plain lower-case words, no escaping needed
@@ -117,13 +119,13 @@ void sim_report_json(FILE *out, const sim_config_t *config, const sim_result_t *
             ", \"gpus\": %u, \"jobs\": %zu, \"refused\": %zu, \"avg_jct_s\": %.6f, "
             "\"median_jct_s\": %.6f, \"p95_jct_s\": %.6f, \"makespan_s\": %.6f, "
             "\"utilization\": %.6f, \"mean_wait_s\": %.6f, \"peak_jobs_resident\": %zu, "
-            "\"iterations\": %llu, \"switches\": %llu, \"max_turn_wait_s\": %.6f, "
-            "\"max_lower_queue_wait_s\": ",
+            "\"iterations\": %llu, \"iterations_per_s\": %.6f, \"switches\": %llu, "
+            "\"max_turn_wait_s\": %.6f, \"max_lower_queue_wait_s\": ",
             config->gpus, result->jobs_completed, result->jobs_refused, result->avg_jct_s,
             result->median_jct_s, result->p95_jct_s, result->makespan_s,
             result->utilization, result->mean_wait_s, result->peak_jobs_resident,
-            (unsigned long long)result->iterations, (unsigned long long)result->switches,
-            result->max_turn_wait_s);
+            (unsigned long long)result->iterations, result->iterations_per_s,
+            (unsigned long long)result->switches, result->max_turn_wait_s);
     if (result->has_lower_queue_wait)
         fprintf(out, "%.6f}\n", result->max_lower_queue_wait_s);
     else

@@ -89,6 +89,7 @@ typedef struct sim_job_s {
     uint64_t busy_ns; /* sum of its iterations' durations */
     double iteration_start_s;
     double ready_s; /* when it last stopped at a boundary (its turn wait starts) */
+    double hold_start_s;  /* when it was last granted its lane */
     double host_s, gpu_s; /* its iterations' host and GPU parts (from the spec, once) */
 } sim_job_t;
 

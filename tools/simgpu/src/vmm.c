@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "simgpu-internal.h"
+#include "simgpu.h"
 
 typedef struct vmm_handle {
     uint32_t magic;
@@ -427,6 +428,33 @@ SIMGPU_API cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationH
         return CUDA_ERROR_OUT_OF_MEMORY;
     *(int *)shareable = fd;
     return CUDA_SUCCESS;
+}
+
+__attribute__((visibility("default"))) int simgpu_vmm_adopt_fd(int fd)
+{
+    struct stat want, st;
+    if (fd < 0 || fstat(fd, &want) < 0)
+        return -EINVAL;
+    int rc = -ENOENT;
+    pthread_mutex_lock(&vmm_lock);
+    for (vmm_mapping_t *m = mappings; m; m = m->next) {
+        vmm_handle_t *h = m->handle;
+        if (fstat(h->fd, &st) < 0 || st.st_dev != want.st_dev || st.st_ino != want.st_ino)
+            continue;
+        if (h->charged) {
+            rc = 0;
+            break;
+        }
+        if (simgpu_mem_charge(h->device, h->bytes) != CUDA_SUCCESS) {
+            rc = -ENOMEM;
+            break;
+        }
+        h->charged = true;
+        rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return rc;
 }
 
 /* The device an exported memfd belongs to, from its name "simgpu-vmm-d<N>"; -1 if foreign. */

@@ -24,6 +24,9 @@ typedef struct job_runtime_s {
     uint64_t grow_bytes;
     uint64_t grow_since_ns;
     uint64_t charged_bytes;      /* mem_charge: memory taken through the real driver */
+    uint64_t page_dev, page_ino; /* the job page's memfd (what a re-attach re-presents) */
+    int reattaching;             /* re-attach begun, its chunks not all checked yet */
+    uint32_t reattach_chunks;    /* chunks the job said it re-presents */
 } job_runtime_t;
 
 static inline job_runtime_t *runtime_of(const job_t *job)
@@ -36,6 +39,10 @@ static inline job_runtime_t *runtime_of(const job_t *job)
 void jobs_sched_registered(salusd_t *d, job_t *job);
 void jobs_sched_parked(salusd_t *d, job_t *job);
 void jobs_sched_left(salusd_t *d, uint64_t job_id); /* it ended: its place goes on */
+
+/* The job's registered process ended (its pidfd is readable); its eventfd was written. */
+void jobs_on_process_exit(int fd, short events, void *arg);
+void jobs_on_notify(int fd, short events, void *arg);
 
 /* The job a connection registered, or NULL. */
 job_t *jobs_of_conn(conn_t *c);
@@ -52,5 +59,9 @@ void jobs_exit_probe_free(job_t *job);
 /* job_memory.c: retries chunk requests that found the device full (after memory came back,
  * and from a timer); answers those that waited too long with out-of-memory. */
 void jobs_retry_pending_grows(salusd_t *d);
+
+/* job_reattach.c: writes the state file (--state-dir) now; call after every change a restarted
+ * daemon must know (an admission, a chunk handed out or back, a job's end, learned sizes). */
+void jobs_state_save(salusd_t *d);
 
 #endif

@@ -46,7 +46,7 @@ qgrep() { grep "$@" >/dev/null; }
 # start_daemon [ARGS...]: salusd in the foreground (as under systemd), in the background
 # of this script; waits until it answers. Sets DAEMON_PID.
 start_daemon() {
-    "$SALUSD" --foreground --socket "$SOCK" "$@" >>"$WORK/salusd.log" 2>&1 &
+    "$SALUSD" --foreground --socket "$SOCK" --state-dir "$WORK/state" "$@" >>"$WORK/salusd.log" 2>&1 &
     DAEMON_PID=$!
     DAEMON_PIDS+=("$DAEMON_PID")
     daemon_answers() {

@@ -434,7 +434,10 @@ int state_default_dir(char *out, size_t out_size)
 {
     int n;
     const char *xdg = getenv("XDG_STATE_HOME");
-    if (geteuid() == 0) {
+    const char *systemd = getenv("STATE_DIRECTORY"); /* the unit's StateDirectory= */
+    if (systemd && systemd[0] == '/' && !strchr(systemd, ':')) {
+        n = snprintf(out, out_size, "%s", systemd);
+    } else if (geteuid() == 0) {
         n = snprintf(out, out_size, "/var/lib/salus");
     } else if (xdg && xdg[0] == '/') {
         n = snprintf(out, out_size, "%s/salus", xdg);

@@ -73,8 +73,8 @@ int state_write_file(const char *path, const salusd_state_t *state, char *err, s
  * values with err naming the file and what is wrong (state left empty). */
 int state_read_file(const char *path, salusd_state_t *state, char *err, size_t err_size);
 
-/* The default state directory: /var/lib/salus as root, else $XDG_STATE_HOME/salus or
- * ~/.local/state/salus. */
+/* The default state directory: $STATE_DIRECTORY (systemd's StateDirectory=, one path), else
+ * /var/lib/salus as root, else $XDG_STATE_HOME/salus or ~/.local/state/salus. */
 int state_default_dir(char *out, size_t out_size);
 /* The state file of a daemon on socket_path inside dir: salusd.state for the default socket,
  * else salusd-<16 hex digits of the socket path's hash>.state (one file per control socket,

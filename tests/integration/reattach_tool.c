@@ -4,6 +4,7 @@
  * tests print while salusd is down.
  *
  *   salus-reattach-test used                            simgpu's used bytes of device 0
+ *   salus-reattach-test claim SOCKET JOB_ID             re-attach as a job of another process
  *   salus-reattach-test job SOCKET MIB GO_FILE MODE     MODE: honest | memfd | steal
  *
  * job: registers (persistent MIB, ephemeral 2 MiB), takes one chunk of MIB, prints
@@ -218,13 +219,43 @@ static int job(const char *sock, uint64_t mib, const char *go_file, const char *
     return rc;
 }
 
+/* Tries to re-attach as job_id, which is some other process's. */
+static int claim(const char *sock, uint64_t job_id)
+{
+    salus_client_t c;
+    char err[256] = "";
+    proto_msg_t reply;
+    if (salus_client_open(&c, sock, "reattach-test", 5000, err, sizeof(err)) < 0) {
+        fprintf(stderr, "connect: %s\n", err);
+        return 1;
+    }
+    int fds[2] = {memfd_create("salus-job-page", MFD_CLOEXEC), memfd_create("x", MFD_CLOEXEC)};
+    if (fds[0] < 0 || fds[1] < 0 || ftruncate(fds[0], JOB_PAGE_BYTES) < 0)
+        return 1;
+    msgpack_packer *pk = salus_client_begin(&c, "reattach", 2);
+    proto_pack_kv_uint(pk, "job_id", job_id);
+    proto_pack_kv_uint(pk, "chunks", 0);
+    int rc = salus_client_call_passing(&c, fds, 2, &reply, err, sizeof(err));
+    if (rc == 0) {
+        proto_msg_free(&reply);
+        printf("accepted\n");
+    } else {
+        printf("refused: %s\n", err[0] ? err : strerror(-rc));
+    }
+    salus_client_close(&c);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 2 && strcmp(argv[1], "used") == 0)
         return used();
+    if (argc == 4 && strcmp(argv[1], "claim") == 0)
+        return claim(argv[2], strtoull(argv[3], NULL, 10));
     if (argc == 6 && strcmp(argv[1], "job") == 0)
         return job(argv[2], strtoull(argv[3], NULL, 10), argv[4], argv[5]);
-    fprintf(stderr, "usage: salus-reattach-test used | job SOCKET MIB GO_FILE honest|memfd|steal\n");
+    fprintf(stderr, "usage: salus-reattach-test used | claim SOCKET JOB_ID |\n"
+                    "       job SOCKET MIB GO_FILE honest|memfd|steal\n");
     return 2;
 }

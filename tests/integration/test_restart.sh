@@ -167,6 +167,18 @@ wait_until 5 "grep -q 'job $D waits: jobs that survived' '$WORK/salusd.log'" || 
 show "grace period (survivors not back yet)"
 pass "during the grace period D waits although the empty books would fit it"
 
+# another process (here: of the same user) cannot take a survivor's place: the kernel's peer
+# credentials are not the recorded ones; the survivor can still re-attach afterwards
+claimed=$("$TOOL" claim "$SOCK" "$honest")
+echo "claim of job $honest by another process: $claimed"
+[[ $claimed == "refused: permission_denied: job $honest is not this process's" ]] ||
+    fail "a claim of job $honest by another process: $claimed"
+if id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null; then
+    chmod 0755 "$WORK"
+    claimed=$(setpriv --reuid nobody --regid nogroup --clear-groups "$TOOL" claim "$SOCK" "$honest" 2>&1 || true)
+    echo "claim of job $honest by uid nobody: $claimed"
+    [[ $claimed == "refused: permission_denied"* ]] || fail "a claim by uid nobody: $claimed"
+fi
 touch "$WORK/go-honest" "$WORK/go-forged" "$WORK/go-thief"
 wait_until 15 'grep -q "^refused" "$WORK/forged.out" && grep -q "^refused" "$WORK/thief.out" &&
                grep -q "^reattached" "$WORK/honest.out" && grep -q "^mate reattached" "$WORK/thief.out"' ||

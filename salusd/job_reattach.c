@@ -54,6 +54,8 @@ struct restart_s {
     uint64_t deadline_ns;
     struct event *grace_timer;
     uint64_t *reserved_bytes;    /* per GPU: what the driver says is in use beyond the books */
+    uint64_t *hold_job;          /* per GPU: the core's entry that keeps it out (0: none) */
+    struct event *recheck_timer; /* while memory is kept out: is it back? */
 };
 
 static struct restart_s *restart_of(const salusd_t *d)
@@ -155,27 +157,40 @@ out:
 /* Before the first admission after a restart: the driver's free memory against the books.
  * Memory in use that no job of the books holds (a survivor that did not come back but still
  * runs, another program) is logged and kept out of the lanes. */
+/* Memory of GPU g the driver reports in use beyond what the books account for (the jobs'
+ * chunks and charges, the reserve, the daemon's own context on a GPU); 0 within a grain. */
+static uint64_t unaccounted_bytes(salusd_t *d, int g, uint64_t *used_out, uint64_t *expected_out,
+                                  uint64_t *free_out)
+{
+    uint64_t free_bytes = 0, total = 0, held = 0;
+    *used_out = *expected_out = *free_out = 0;
+    if (devices_mem_info(&d->devices, g, &free_bytes, &total) < 0)
+        return 0;
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        job_t *job = registry_at(d->registry, i);
+        int gpu;
+        uint64_t budget;
+        if (job->runtime && jobs_placement(d, job, &gpu, &budget) == 0 && gpu == g)
+            held += job->committed_bytes;
+    }
+    uint64_t used = total > free_bytes ? total - free_bytes : 0;
+    uint64_t expected = held + d->config.gpu_reserve_bytes;
+    if (!d->devices.simulated)
+        expected += d->config.job_overhead_bytes; /* the daemon's own context, about */
+    *used_out = used;
+    *expected_out = expected;
+    *free_out = free_bytes;
+    return used > expected + d->devices.gpus[g].granularity_bytes ? used - expected : 0;
+}
+
 static void check_device_memory(salusd_t *d)
 {
     struct restart_s *r = restart_of(d);
     for (int g = 0; g < d->devices.count; g++) {
-        uint64_t free_bytes = 0, total = 0, held = 0;
-        if (devices_mem_info(&d->devices, g, &free_bytes, &total) < 0)
-            continue;
-        for (size_t i = 0; i < registry_count(d->registry); i++) {
-            job_t *job = registry_at(d->registry, i);
-            int gpu;
-            uint64_t budget;
-            if (job->runtime && jobs_placement(d, job, &gpu, &budget) == 0 && gpu == g)
-                held += job->committed_bytes;
-        }
-        uint64_t used = total > free_bytes ? total - free_bytes : 0;
-        uint64_t expected = held + d->config.gpu_reserve_bytes;
-        if (!d->devices.simulated)
-            expected += d->config.job_overhead_bytes; /* the daemon's own context, about */
-        uint64_t grain = d->devices.gpus[g].granularity_bytes;
-        if (used > expected + grain) {
-            r->reserved_bytes[g] = used - expected;
+        uint64_t used, expected, free_bytes;
+        uint64_t extra = unaccounted_bytes(d, g, &used, &expected, &free_bytes);
+        if (extra) {
+            r->reserved_bytes[g] = extra;
             LOG_WARN("GPU %d: the driver reports %llu MiB in use, the books account for %llu "
                      "MiB: %llu MiB are held outside salus (a job that did not re-attach?) "
                      "and are not handed out", g, (unsigned long long)(used >> 20),
@@ -188,8 +203,37 @@ static void check_device_memory(salusd_t *d)
     }
 }
 
-/* Keeps memory the driver says is in use out of the lanes: a survivor-like entry in the core
- * (never a job of the registry) with that much persistent memory. */
+/* Every few seconds while memory is kept out: once the driver has it back, the lanes get it. */
+static void on_recheck(evutil_socket_t fd, short events, void *arg)
+{
+    salusd_t *d = arg;
+    struct restart_s *r = restart_of(d);
+    int left = 0;
+    (void)fd;
+    (void)events;
+    for (int g = 0; g < d->devices.count; g++) {
+        uint64_t used, expected, free_bytes;
+        if (!r->hold_job[g])
+            continue;
+        if (unaccounted_bytes(d, g, &used, &expected, &free_bytes)) {
+            left = 1;
+            continue;
+        }
+        LOG_INFO("GPU %d: the %llu MiB held outside salus are free again; the lanes may use them",
+                 g, (unsigned long long)(r->reserved_bytes[g] >> 20));
+        uint64_t id = r->hold_job[g];
+        r->hold_job[g] = 0;
+        r->reserved_bytes[g] = 0;
+        registry_remove(d->registry, id);
+        jobs_sched_left(d, id); /* an admission round runs */
+    }
+    if (!left)
+        event_del(r->recheck_timer);
+}
+
+/* Keeps memory the driver says is in use out of the lanes: an entry in the core (listed by ps
+ * as 'unaccounted-memory', pid 0) with that much persistent memory, until the driver has it
+ * back. */
 static void reserve_unaccounted(salusd_t *d)
 {
     struct restart_s *r = restart_of(d);
@@ -207,12 +251,24 @@ static void reserve_unaccounted(salusd_t *d)
             .persistent_bytes = (r->reserved_bytes[g] + grain - 1) / grain * grain,
             .ephemeral_bytes = grain,
         };
-        if (sched_job_reattached(d, hold, &where, &fx) < 0)
+        if (sched_job_reattached(d, hold, &where, &fx) < 0) {
             LOG_WARN("GPU %d: could not keep the %llu MiB out of the lanes", g,
                      (unsigned long long)(r->reserved_bytes[g] >> 20));
+            registry_remove(d->registry, hold->id);
+            sched_core_effects_free(&fx);
+            continue;
+        }
         sched_core_effects_free(&fx);
         hold->state = JOB_PAUSED;
         hold->admitted_ns = salusd_now_ns();
+        hold->end_gpu = g; /* what ps shows of an entry without a process */
+        hold->end_budget_bytes = where.persistent_bytes;
+        r->hold_job[g] = hold->id;
+        struct timeval every = {.tv_sec = 2};
+        if (!r->recheck_timer)
+            r->recheck_timer = event_new(d->base, -1, EV_PERSIST, on_recheck, d);
+        if (r->recheck_timer)
+            event_add(r->recheck_timer, &every);
     }
 }
 
@@ -275,7 +331,8 @@ int jobs_restart_init(salusd_t *d)
     d->restart = r;
     r->reserved_bytes = calloc((size_t)(d->devices.count > 0 ? d->devices.count : 1),
                                sizeof(uint64_t));
-    if (!r->reserved_bytes)
+    r->hold_job = calloc((size_t)(d->devices.count > 0 ? d->devices.count : 1), sizeof(uint64_t));
+    if (!r->reserved_bytes || !r->hold_job)
         return -ENOMEM;
     if (d->config.state_dir[0])
         snprintf(dir, sizeof(dir), "%s", d->config.state_dir);
@@ -360,6 +417,9 @@ void jobs_restart_fini(salusd_t *d)
     jobs_state_save(d);
     if (r->grace_timer)
         event_free(r->grace_timer);
+    if (r->recheck_timer)
+        event_free(r->recheck_timer);
+    free(r->hold_job);
     state_free(&r->loaded);
     free(r->survivor);
     free(r->back_as);

@@ -10,6 +10,9 @@
 #     and fails; the job whose chunk was stolen and the others re-attach.
 #  4. salusd stays down longer than --reattach-grace-s: each job ends with one clear line and
 #     the driver has all of its memory back.
+#  5. Memory taken on the device while salusd was down by a program outside salus is found
+#     before the first admission (the driver's free memory against the books), logged, kept
+#     out of the lanes, and handed out again once that program ended.
 . "$(dirname "$0")/lib.sh"
 
 MLP="$BIN/salus-mlp"
@@ -239,3 +242,43 @@ for j in E F; do
 done
 wait_until 5 '[ "$(driver_used_mib)" = 0 ]' || fail "the driver still counts $(driver_used_mib) MiB"
 pass "salusd down past the grace period: each job ended with one line; the driver has its $used MiB back"
+
+# ---- 5. memory taken outside salus while salusd was down -------------------------------------
+start_daemon --policy pack
+"$SALUSCTL" run --name G -- "$MLP" --iterations 100000 --print-every 0 --seed 8 --host-ms 5 \
+    >"$WORK/G.out" 2>&1 &
+JG=$!
+TOOL_PIDS+=("$JG")
+wait_until 20 '[ -n "$(id_by_name G)" ] && [ "$(job_field "$(id_by_name G)" iterations)" -ge 5 ]' ||
+    fail "G did not run"
+used_g=$(driver_used_mib)
+kill -9 "$DAEMON_PID"
+wait "$DAEMON_PID" 2>/dev/null || true
+# a program straight on the driver (no shim) takes 512 MiB while salusd is away
+LD_LIBRARY_PATH="$SALUS_BUILD_DIR/lib/simgpu" "$BIN/salus-synth" --persistent-mb 512 \
+    --ephemeral-mb 0 --gpu-ms 1 --host-ms 20 --iterations 1000000 >"$WORK/outside.out" 2>&1 &
+OUTSIDE=$!
+TOOL_PIDS+=("$OUTSIDE")
+wait_until 10 '[ "$(driver_used_mib)" -ge $((used_g + 512)) ]' || fail "the outside program took no memory"
+start_daemon --policy pack
+wait_until 15 "grep -q 'held outside salus' '$WORK/salusd.log'" || fail "the shortfall was not found"
+grep 'held outside salus' "$WORK/salusd.log" | sed 's/^.*warn //'
+show "memory held outside salus"
+# H fits beside G, but not beside G and the 512 MiB held outside
+"$SALUSCTL" run --name H --persistent 512MiB --ephemeral 64MiB -- \
+    "$MLP" --iterations 20 --print-every 0 --seed 9 >"$WORK/H.out" 2>&1 &
+JH=$!
+TOOL_PIDS+=("$JH")
+wait_until 10 '[ -n "$(id_by_name H)" ]' || fail "H did not register"
+H=$(id_by_name H)
+[ "$(job_field "$H" state)" = waiting ] || fail "H is $(job_field "$H" state) beside memory held outside"
+pass "512 MiB held outside salus are kept out of the lanes: H waits"
+kill "$OUTSIDE"
+wait "$OUTSIDE" 2>/dev/null || true
+wait_until 15 "grep -q 'held outside salus are free again' '$WORK/salusd.log'" ||
+    fail "the memory held outside never came back to the lanes"
+wait "$JH" || fail "H failed: $(tail -3 "$WORK/H.out")"
+pass "once the outside program ended its memory went back to the lanes and H ran"
+kill "$JG"
+wait "$JG" 2>/dev/null || true
+stop_daemon

@@ -168,7 +168,7 @@ void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg)
         job->committed_bytes -= rt->chunks[i].bytes;
         devices_chunk_release(&d->devices, &rt->chunks[i]);
         rt->chunks[i] = rt->chunks[--rt->chunk_count];
-        jobs_state_save(d);
+        jobs_state_dirty(d); /* a chunk on file that the job no longer has is harmless */
         proto_enc_t *e = &d->enc;
         proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);
         proto_enc_finish(e);
@@ -212,7 +212,10 @@ void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg)
         rt->charged_bytes += bytes;
         job->committed_bytes += bytes;
     }
-    jobs_state_save(d);
+    if (release)
+        jobs_state_dirty(d);
+    else
+        jobs_state_save(d); /* on file before the job uses it */
     proto_enc_t *e = &d->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);
     proto_enc_finish(e);

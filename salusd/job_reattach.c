@@ -56,6 +56,8 @@ struct restart_s {
     uint64_t *reserved_bytes;    /* per GPU: what the driver says is in use beyond the books */
     uint64_t *hold_job;          /* per GPU: the core's entry that keeps it out (0: none) */
     struct event *recheck_timer; /* while memory is kept out: is it back? */
+    struct event *save_timer;    /* writes the file durably when it is dirty */
+    int dirty;                   /* changed since the last durable write */
 };
 
 static struct restart_s *restart_of(const salusd_t *d)
@@ -100,7 +102,29 @@ static int fill_job(salusd_t *d, job_t *job, state_job_t *out)
     return 0;
 }
 
+static void save(salusd_t *d, int durable);
+
 void jobs_state_save(salusd_t *d)
+{
+    save(d, 0);
+}
+
+void jobs_state_dirty(salusd_t *d)
+{
+    if (d->restart)
+        d->restart->dirty = 1;
+}
+
+static void on_save_timer(evutil_socket_t fd, short events, void *arg)
+{
+    salusd_t *d = arg;
+    (void)fd;
+    (void)events;
+    if (d->restart && d->restart->dirty)
+        save(d, 1);
+}
+
+static void save(salusd_t *d, int durable)
 {
     struct restart_s *r = restart_of(d);
     salusd_state_t st;
@@ -143,7 +167,9 @@ void jobs_state_save(salusd_t *d)
         }
         st.job_count++;
     }
-    if (state_write_file(r->path, &st, err, sizeof(err)) < 0) {
+    /* a fresh write is still due durably (the periodic timer), unless this one is */
+    r->dirty = !durable;
+    if (state_write_file(r->path, &st, durable, err, sizeof(err)) < 0) {
         LOG_ERROR("cannot keep salusd's state (--state-dir): %s; running jobs will not survive "
                   "a restart", err);
         r->disabled = 1;
@@ -246,9 +272,16 @@ static void reserve_unaccounted(salusd_t *d)
             continue;
         sched_core_effects_t fx = {0};
         uint64_t grain = d->devices.gpus[g].granularity_bytes;
+        uint64_t capacity, persistent, lane_bytes, lanes;
+        sched_gpu_books(d, g, &capacity, &persistent, &lane_bytes, &lanes);
+        uint64_t room = capacity > persistent + lane_bytes ? capacity - persistent - lane_bytes : 0;
+        uint64_t keep = (r->reserved_bytes[g] + grain - 1) / grain * grain;
+        /* the books may not have that much left: what they have left is kept out then */
+        if (keep + grain > room)
+            keep = room > grain ? (room - grain) / grain * grain : 0;
         sched_core_reattach_t where = {
             .gpu = g,
-            .persistent_bytes = (r->reserved_bytes[g] + grain - 1) / grain * grain,
+            .persistent_bytes = keep,
             .ephemeral_bytes = grain,
         };
         if (sched_job_reattached(d, hold, &where, &fx) < 0) {
@@ -292,7 +325,7 @@ static void end_hold(salusd_t *d, const char *why)
     LOG_INFO("admissions resume: %s", why);
     check_device_memory(d);
     reserve_unaccounted(d);
-    jobs_state_save(d);
+    save(d, 1);
     /* the jobs that registered meanwhile, in registration (id) order */
     for (size_t i = 0; i < registry_count(d->registry); i++) {
         job_t *job = registry_at(d->registry, i);
@@ -355,6 +388,10 @@ int jobs_restart_init(salusd_t *d)
         r->disabled = 1;
         return 0;
     }
+    r->save_timer = event_new(d->base, -1, EV_PERSIST, on_save_timer, d);
+    struct timeval every = {.tv_sec = 5};
+    if (!r->save_timer || event_add(r->save_timer, &every) < 0)
+        return -ENOMEM;
     int rc = state_read_file(r->path, &r->loaded, err, sizeof(err));
     if (rc == -ENOENT) {
         LOG_DEBUG("no state file at %s (a first start)", r->path);
@@ -414,7 +451,9 @@ void jobs_restart_fini(salusd_t *d)
     struct restart_s *r = restart_of(d);
     if (!r)
         return;
-    jobs_state_save(d);
+    save(d, 1);
+    if (r->save_timer)
+        event_free(r->save_timer);
     if (r->grace_timer)
         event_free(r->grace_timer);
     if (r->recheck_timer)

@@ -119,6 +119,6 @@ int jobs_set_policy(salusd_t *d, const char *name, char *err, size_t err_size)
     int rc = sched_set_policy(d, name, err, err_size, &fx);
     apply(d, &fx);
     if (rc == 0)
-        jobs_state_save(d);
+        jobs_state_dirty(d);
     return rc;
 }

@@ -60,8 +60,12 @@ void jobs_exit_probe_free(job_t *job);
  * and from a timer); answers those that waited too long with out-of-memory. */
 void jobs_retry_pending_grows(salusd_t *d);
 
-/* job_reattach.c: writes the state file (--state-dir) now; call after every change a restarted
- * daemon must know (an admission, a chunk handed out or back, a job's end, learned sizes). */
+/* job_reattach.c: the state file (--state-dir). jobs_state_save writes it now (atomic, not
+ * fsynced: what a restarted daemon must find after salusd itself crashed: an admission, a chunk
+ * before it is handed out, a job's end); jobs_state_dirty has it written durably (fsynced)
+ * within a few seconds (a chunk given back, learned sizes, a policy switch: a job may
+ * re-present fewer chunks than are on file, never more). Durable also at shutdown. */
 void jobs_state_save(salusd_t *d);
+void jobs_state_dirty(salusd_t *d);
 
 #endif

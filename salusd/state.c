@@ -317,7 +317,8 @@ static int make_parent(const char *path)
     return 0;
 }
 
-int state_write_file(const char *path, const salusd_state_t *state, char *err, size_t err_size)
+int state_write_file(const char *path, const salusd_state_t *state, int durable, char *err,
+                     size_t err_size)
 {
     char tmp[PATH_MAX];
     uint8_t *image = NULL;
@@ -354,7 +355,7 @@ int state_write_file(const char *path, const salusd_state_t *state, char *err, s
         }
         done += (size_t)n;
     }
-    if (fsync(fd) < 0 || close(fd) < 0) {
+    if ((durable && fsync(fd) < 0) || close(fd) < 0) {
         rc = -errno;
         fd = -1;
         snprintf(err, err_size, "%s: %s", tmp, strerror(-rc));
@@ -366,7 +367,8 @@ int state_write_file(const char *path, const salusd_state_t *state, char *err, s
         snprintf(err, err_size, "rename to %s: %s", path, strerror(-rc));
         goto out;
     }
-    fsync_dir_of(path);
+    if (durable)
+        fsync_dir_of(path);
 out:
     if (fd >= 0)
         close(fd);

@@ -8,8 +8,9 @@
  *
  * The file: a 24-byte header, then a msgpack body.
  *     magic "SALUSST\0" | format version (u32 LE) | body length (u32 LE) | FNV-1a 64 of the body
- * It is written whole (temporary file, fsync, rename, fsync of the directory), so that a crash
- * leaves the old file or the new one. A file with another magic (not a salus state file), a
+ * It is written whole (temporary file, rename), so that a crash of salusd leaves the old file or
+ * the new one; a durable write also fsyncs the file before the rename and the directory after
+ * it, so that the file survives a crash of the machine too. A file with another magic (not a salus state file), a
  * newer format, a wrong length or checksum, or a body that is not what this module writes is
  * refused with a message saying which; it is never trusted in part. Pure: no daemon state. */
 #ifndef SALUS_SALUSD_STATE_H
@@ -66,9 +67,11 @@ int state_decode(const uint8_t *image, size_t image_bytes, salusd_state_t *state
                  size_t err_size);
 void state_free(salusd_state_t *state);
 
-/* Writes path atomically (path.tmp, fsync, rename, fsync of the directory; the directory is
- * created 0700 when missing). 0 or a negative errno with err. */
-int state_write_file(const char *path, const salusd_state_t *state, char *err, size_t err_size);
+/* Writes path atomically (path.tmp, then rename; durable: fsync of the file before and of the
+ * directory after; the directory is created 0700 when missing). 0 or a negative errno with
+ * err. */
+int state_write_file(const char *path, const salusd_state_t *state, int durable, char *err,
+                     size_t err_size);
 /* Reads and checks path: 0; -ENOENT when there is no file (a first start); other negative
  * values with err naming the file and what is wrong (state left empty). */
 int state_read_file(const char *path, salusd_state_t *state, char *err, size_t err_size);

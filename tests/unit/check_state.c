@@ -93,7 +93,7 @@ START_TEST(test_round_trip_keeps_every_field)
     salusd_state_t in, out;
     char err[512] = "";
     sample(&in);
-    ck_assert_int_eq(state_write_file(path, &in, err, sizeof(err)), 0);
+    ck_assert_int_eq(state_write_file(path, &in, 1, err, sizeof(err)), 0);
     char tmp[160];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     ck_assert_int_ne(access(tmp, F_OK), 0); /* renamed into place */
@@ -132,7 +132,7 @@ START_TEST(test_round_trip_keeps_every_field)
     /* a second write replaces the first whole */
     in.job_count = 0;
     in.next_job_id = 12;
-    ck_assert_int_eq(state_write_file(path, &in, err, sizeof(err)), 0);
+    ck_assert_int_eq(state_write_file(path, &in, 0, err, sizeof(err)), 0);
     ck_assert_int_eq(state_read_file(path, &out, err, sizeof(err)), 0);
     ck_assert_uint_eq(out.next_job_id, 12);
     ck_assert_uint_eq(out.job_count, 0);

@@ -157,6 +157,7 @@ static int reattach(salus_client_t *c, const char *sock, const char *go_file, co
     snprintf(end_file, sizeof(end_file), "%s.end", go_file);
     while (!exists(end_file))
         sleep_ms(20);
+    salus_client_close(c);
     return 0;
 }
 
@@ -243,6 +244,8 @@ static int claim(const char *sock, uint64_t job_id)
         printf("refused: %s\n", err[0] ? err : strerror(-rc));
     }
     salus_client_close(&c);
+    close(fds[0]);
+    close(fds[1]);
     return 0;
 }
 

@@ -573,8 +573,9 @@ void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg)
                  (unsigned)rec->uid);
         return;
     }
-    if (chunks > rec->chunk_count) {
-        why = "it re-presents more chunks than salusd handed it";
+    if (rec->gpu >= d->devices.count || chunks > rec->chunk_count) {
+        why = rec->gpu >= d->devices.count ? "its GPU is not one of this salusd's"
+                                           : "it re-presents more chunks than salusd handed it";
         refuse(c, msg->id, NULL, "re-attach refused: %s", why);
         survivor_settled(d, (size_t)at, SURVIVOR_GONE, 0);
         return;

@@ -4,6 +4,7 @@
 
 #include "jobs.h"
 #include "job_page.h"
+#include "state.h"
 
 typedef struct job_runtime_s {
     salusd_t *daemon;
@@ -60,7 +61,17 @@ void jobs_exit_probe_free(job_t *job);
  * and from a timer); answers those that waited too long with out-of-memory. */
 void jobs_retry_pending_grows(salusd_t *d);
 
-/* job_reattach.c: the state file (--state-dir). jobs_state_save writes it now (atomic, not
+/* job_restart.c: the jobs that were running under the previous salusd (survivors), for the
+ * re-attach requests (job_reattach.c). jobs_survivor: the record of job id, or NULL;
+ * *pending: it may still re-attach. chunk_owner: the survivor a chunk file was handed to (0:
+ * none). lane_mate: a survivor back already that shared rec's lane (0: none). settled: it is
+ * back (back = 1) or refused; the hold on admissions ends with the last one. */
+const state_job_t *jobs_survivor(const salusd_t *d, uint64_t id, int *pending);
+uint64_t jobs_survivor_chunk_owner(const salusd_t *d, uint64_t dev, uint64_t ino);
+uint64_t jobs_survivor_lane_mate(const salusd_t *d, const state_job_t *rec);
+void jobs_survivor_settled(salusd_t *d, uint64_t id, int back);
+
+/* job_restart.c: the state file (--state-dir). jobs_state_save writes it now (atomic, not
  * fsynced: what a restarted daemon must find after salusd itself crashed: an admission, a chunk
  * before it is handed out, a job's end); jobs_state_dirty has it written durably (fsynced)
  * within a few seconds (a chunk given back, learned sizes, a policy switch: a job may

@@ -10,7 +10,7 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg);
 void jobs_connection_closed(conn_t *c);
-/* Jobs across a restart (job_reattach.c). jobs_restart_init reads the state file (a corrupt
+/* Jobs across a restart (job_restart.c, job_reattach.c). jobs_restart_init reads the state file (a corrupt
  * or foreign one is set aside with a message and not used): the job-id counter, the policy's
  * state and the jobs that were running; while some of those may still re-attach (until
  * --reattach-grace-s) no new job is admitted. 0 or a negative errno (logged). */

@@ -17,7 +17,7 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +34,7 @@ struct restart_s {
     salusd_state_t loaded;       /* what the previous daemon left */
     int *survivor;               /* per loaded job: SURVIVOR_* */
     uint64_t *back_as;           /* per loaded job: its id once back (lane mates join it) */
+    struct event **exit_events;  /* per loaded job: its process ended before it came back */
     size_t pending;
     int holding;
     uint64_t deadline_ns;
@@ -328,6 +329,16 @@ static void on_grace_over(evutil_socket_t fd, short events, void *arg)
     end_hold(arg, "the re-attach grace period is over");
 }
 
+/* The watch on survivors' processes ends (they are back, or settled otherwise). */
+static void stop_exit_watch(struct restart_s *r, size_t index)
+{
+    if (!r->exit_events || !r->exit_events[index])
+        return;
+    close(event_get_fd(r->exit_events[index]));
+    event_free(r->exit_events[index]);
+    r->exit_events[index] = NULL;
+}
+
 static void survivor_settled(salusd_t *d, size_t index, int how, uint64_t id)
 {
     struct restart_s *r = restart_of(d);
@@ -335,9 +346,29 @@ static void survivor_settled(salusd_t *d, size_t index, int how, uint64_t id)
         return;
     r->survivor[index] = how;
     r->back_as[index] = how == SURVIVOR_BACK ? id : 0;
+    stop_exit_watch(r, index);
     r->pending--;
     if (r->pending == 0)
         end_hold(d, "every job that survived the restart re-attached or was refused");
+}
+
+/* A survivor's process ended before it re-attached. */
+static void on_survivor_exit(evutil_socket_t fd, short events, void *arg)
+{
+    salusd_t *d = arg;
+    struct restart_s *r = restart_of(d);
+    (void)events;
+    for (size_t i = 0; i < r->loaded.job_count; i++) {
+        if (r->exit_events[i] && event_get_fd(r->exit_events[i]) == fd) {
+            stop_exit_watch(r, i);
+            if (r->survivor[i] == SURVIVOR_PENDING)
+                LOG_INFO("job %llu '%s' (pid %d) ended before it re-attached",
+                         (unsigned long long)r->loaded.jobs[i].id, r->loaded.jobs[i].name,
+                         (int)r->loaded.jobs[i].pid);
+            survivor_settled(d, i, SURVIVOR_GONE, 0);
+            return;
+        }
+    }
 }
 
 int jobs_restart_init(salusd_t *d)
@@ -409,10 +440,25 @@ int jobs_restart_init(salusd_t *d)
     if (!r->survivor || !r->back_as)
         return -ENOMEM;
     r->pending = n;
+    r->exit_events = calloc(n ? n : 1, sizeof(*r->exit_events));
+    if (!r->exit_events)
+        return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
-        if (kill(r->loaded.jobs[i].pid, 0) < 0 && errno == ESRCH) { /* gone already */
+        /* gone already, or goes before it re-attached: no need to wait for it */
+        int pidfd = (int)syscall(SYS_pidfd_open, r->loaded.jobs[i].pid, 0);
+        if (pidfd < 0 && errno == ESRCH) {
             r->survivor[i] = SURVIVOR_GONE;
             r->pending--;
+            continue;
+        }
+        if (pidfd < 0)
+            continue;
+        r->exit_events[i] = event_new(d->base, pidfd, EV_READ, on_survivor_exit, d);
+        if (!r->exit_events[i] || event_add(r->exit_events[i], NULL) < 0) {
+            close(pidfd);
+            if (r->exit_events[i])
+                event_free(r->exit_events[i]);
+            r->exit_events[i] = NULL;
         }
     }
     n = r->pending;
@@ -445,6 +491,9 @@ void jobs_restart_fini(salusd_t *d)
         event_free(r->recheck_timer);
     free(r->hold_job);
     state_free(&r->loaded);
+    for (size_t i = 0; r->exit_events && i < r->loaded.job_count; i++)
+        stop_exit_watch(r, i);
+    free(r->exit_events);
     free(r->survivor);
     free(r->back_as);
     free(r->reserved_bytes);

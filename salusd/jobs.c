@@ -206,8 +206,11 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     jobs_retry_pending_grows(d);
     /* last: its memory is back, so the jobs admitted now find it free, and they are
      * admitted after it finished (job may be forgotten below: only its id is used) */
-    jobs_sched_left(d, job->id);
+    /* a survivor of a restart that ended while re-attaching: no need to wait for it */
+    uint64_t id = job->id;
+    jobs_sched_left(d, id);
     forget_old_finished(d);
+    jobs_survivor_settled(d, id, 0);
     jobs_state_save(d);
 }
 

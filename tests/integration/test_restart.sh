@@ -10,6 +10,8 @@
 #     and fails; the job whose chunk was stolen and the others re-attach.
 #  4. salusd stays down longer than --reattach-grace-s: each job ends with one clear line and
 #     the driver has all of its memory back.
+#  6. A survivor whose process ends before it re-attached is not waited for: admissions resume
+#     at once, not after the grace period.
 #  5. Memory taken on the device while salusd was down by a program outside salus is found
 #     before the first admission (the driver's free memory against the books), logged, kept
 #     out of the lanes, and handed out again once that program ended.
@@ -282,4 +284,23 @@ wait "$JH" || fail "H failed: $(tail -3 "$WORK/H.out")"
 pass "once the outside program ended its memory went back to the lanes and H ran"
 kill "$JG"
 wait "$JG" 2>/dev/null || true
+stop_daemon
+
+# ---- 6. a survivor that ends before it re-attached ------------------------------------------
+start_daemon --policy pack
+tool_job late 64 honest
+wait_until 10 'grep -q "^admitted" "$WORK/late.out"' || fail "the tool was not admitted"
+kill -9 "$DAEMON_PID"
+wait "$DAEMON_PID" 2>/dev/null || true
+wait_until 10 'grep -q "^lost" "$WORK/late.out"' || fail "the tool did not see salusd go"
+start_daemon --policy pack
+started=$SECONDS
+kill -9 "$T_late"
+wait "$T_late" 2>/dev/null || true
+wait_until 10 "grep -q 'ended before it re-attached' '$WORK/salusd.log'" ||
+    fail "the end of a survivor's process went unnoticed"
+resumed() { sed -n '/ended before it re-attached/,$p' "$WORK/salusd.log" | qgrep 'admissions resume'; }
+wait_until 5 resumed || fail "admissions did not resume"
+[ $((SECONDS - started)) -lt 20 ] || fail "admissions resumed only after $((SECONDS - started)) s"
+pass "a survivor that ended before re-attaching: admissions resumed after $((SECONDS - started)) s, not 30"
 stop_daemon

@@ -749,6 +749,10 @@ START_TEST(test_reattach_restores_places_before_waiting_jobs)
     boundary(&f, 6, 0);
     boundary(&f, 7, 0);
     ck_assert(f.jobs[6].running != f.jobs[7].running);
+    /* the policy's state for the state file: the built-in policies keep none */
+    uint8_t buf[64];
+    ck_assert_int_eq(sched_core_policy_save_state(f.core, buf, sizeof(buf)), -ENOTSUP);
+    ck_assert_int_eq(sched_core_policy_load_state(f.core, buf, 1), -ENOTSUP);
     /* a job registered after the survivors waits for a round; it is admitted when it fits */
     reg(&f, 10, 1000, 2304 * MIB, 512 * MIB, 0, 0);
     ck_assert(!f.jobs[10].admitted);

@@ -194,6 +194,9 @@ static int map_page(int fd)
     return 0;
 }
 
+/* how long a job waiting for admission waits for a restarted salusd */
+#define SHIM_REREGISTER_S 30
+
 static int register_job(const char *socket_path)
 {
     char err[256] = "", driver_path[4096];
@@ -215,18 +218,47 @@ static int register_job(const char *socket_path)
     /* salusctl submit reserved the job: attach to it */
     const char *reserved = getenv("SALUS_JOB_ID");
     unsigned long long reserved_id = reserved && *reserved ? strtoull(reserved, NULL, 10) : 0;
-    msgpack_packer *pk = salus_client_begin(&shim.client, "register", reserved_id ? 6 : 5);
-    if (reserved_id)
-        proto_pack_kv_uint(pk, "job_id", reserved_id);
-    proto_pack_kv_str(pk, "name", name);
-    proto_pack_kv_uint(pk, "iterations", iterations ? strtoull(iterations, NULL, 10) : 0);
-    proto_pack_kv_uint(pk, "persistent_bytes", env_bytes("SALUS_MEM_PERSISTENT"));
-    proto_pack_kv_uint(pk, "ephemeral_bytes", env_bytes("SALUS_MEM_EPHEMERAL"));
-    proto_pack_kv_int(pk, "priority", priority ? strtoll(priority, NULL, 10) : 0);
-    LOG_DEBUG("registering as '%s'; waiting for admission", name);
-    /* admission may take as long as other jobs run: no timeout, the socket tells if the
-     * daemon dies */
-    rc = salus_client_call_fds(&shim.client, &reply, err, sizeof(err), -1, fds, 2, &nfds);
+    uint64_t lost_at_ns = 0; /* salusd went away while the job waited for admission */
+    for (;;) {
+        msgpack_packer *pk = salus_client_begin(&shim.client, "register", reserved_id ? 6 : 5);
+        if (reserved_id)
+            proto_pack_kv_uint(pk, "job_id", reserved_id);
+        proto_pack_kv_str(pk, "name", name);
+        proto_pack_kv_uint(pk, "iterations", iterations ? strtoull(iterations, NULL, 10) : 0);
+        proto_pack_kv_uint(pk, "persistent_bytes", env_bytes("SALUS_MEM_PERSISTENT"));
+        proto_pack_kv_uint(pk, "ephemeral_bytes", env_bytes("SALUS_MEM_EPHEMERAL"));
+        proto_pack_kv_int(pk, "priority", priority ? strtoll(priority, NULL, 10) : 0);
+        LOG_DEBUG("registering as '%s'; waiting for admission", name);
+        /* admission may take as long as other jobs run: no timeout, the socket tells if the
+         * daemon dies */
+        rc = salus_client_call_fds(&shim.client, &reply, err, sizeof(err), -1, fds, 2, &nfds);
+        if (rc == -EREMOTEIO && lost_at_ns && reserved_id) {
+            /* a restarted salusd does not know the reservation of a job not admitted yet */
+            reserved_id = 0;
+            continue;
+        }
+        if (rc != -ECONNRESET && rc != -EPIPE)
+            break;
+        /* salusd went away (a restart): register again with the next one, for a while */
+        if (!lost_at_ns) {
+            lost_at_ns = shim_now_ns();
+            fprintf(stderr, "salus: salusd went away while the job waited for admission; it "
+                            "registers again with a restarted salusd (at most %d s)\n",
+                    SHIM_REREGISTER_S);
+        }
+        salus_client_close(&shim.client);
+        while ((rc = salus_client_open(&shim.client, socket_path, "libsalus-client", 2000, err,
+                                       sizeof(err))) < 0 &&
+               shim_now_ns() - lost_at_ns < SHIM_REREGISTER_S * 1000000000ull) {
+            struct timespec pause = {.tv_nsec = 100000000};
+            nanosleep(&pause, NULL);
+        }
+        if (rc < 0) {
+            fprintf(stderr, "salus: salusd did not come back within %d s; the job fails closed\n",
+                    SHIM_REREGISTER_S);
+            return rc;
+        }
+    }
     if (rc < 0) {
         fprintf(stderr, "salus: salusd refused the job: %s\n", rc == -EREMOTEIO || rc == -ENOMEM ? err : strerror(-rc));
         return rc;

@@ -457,6 +457,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
         rt->daemon = d;
         rt->job_id = job->id;
         rt->notify_fd = -1;
+        jobs_state_dirty(d); /* the counter moved */
     }
     rt->conn = c;
     rt->register_request_id = msg->id;
@@ -563,6 +564,7 @@ job_t *jobs_reserve(conn_t *c, const jobs_fields_t *fields)
     apply_fields(job, fields);
     LOG_INFO("job %llu '%s' reserved (uid %u); waiting for its program to register",
              (unsigned long long)job->id, job->name, (unsigned)job->uid);
+    jobs_state_save(d); /* the id is handed out now: the counter never goes back */
     return job;
 }
 

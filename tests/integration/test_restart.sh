@@ -12,6 +12,8 @@
 #     the driver has all of its memory back.
 #  6. A survivor whose process ends before it re-attached is not waited for: admissions resume
 #     at once, not after the grace period.
+#  7. A job still waiting for admission when salusd goes registers again with the restarted
+#     one, waits there while it does not fit, and runs once it does.
 #  5. Memory taken on the device while salusd was down by a program outside salus is found
 #     before the first admission (the driver's free memory against the books), logged, kept
 #     out of the lanes, and handed out again once that program ended.
@@ -303,4 +305,35 @@ resumed() { sed -n '/ended before it re-attached/,$p' "$WORK/salusd.log" | qgrep
 wait_until 5 resumed || fail "admissions did not resume"
 [ $((SECONDS - started)) -lt 20 ] || fail "admissions resumed only after $((SECONDS - started)) s"
 pass "a survivor that ended before re-attaching: admissions resumed after $((SECONDS - started)) s, not 30"
+stop_daemon
+
+# ---- 7. a job waiting for admission across a restart --------------------------------------
+start_daemon --policy pack
+"$SALUSCTL" run --name K --persistent 900MiB --ephemeral 64MiB -- \
+    "$MLP" --iterations 100000 --print-every 0 --seed 10 --host-ms 5 >"$WORK/K.out" 2>&1 &
+JK=$!
+TOOL_PIDS+=("$JK")
+wait_until 10 '[ -n "$(id_by_name K)" ] && [ "$(job_field "$(id_by_name K)" state)" = running ]' ||
+    fail "K did not run"
+K=$(id_by_name K)
+"$SALUSCTL" run --name W --persistent 512MiB --ephemeral 64MiB -- \
+    "$MLP" --iterations 30 --print-every 0 --seed 11 >"$WORK/W.out" 2>&1 &
+JW=$!
+TOOL_PIDS+=("$JW")
+wait_until 10 '[ -n "$(id_by_name W)" ] && [ "$(job_field "$(id_by_name W)" state)" = waiting ]' ||
+    fail "W is not waiting beside K"
+kill -9 "$DAEMON_PID"
+wait "$DAEMON_PID" 2>/dev/null || true
+wait_until 10 "grep -q 'went away while the job waited for admission' '$WORK/W.out'" ||
+    fail "W did not notice: $(cat "$WORK/W.out")"
+start_daemon --policy pack
+wait_until 10 "grep -q 'job $K .K. re-attached' '$WORK/salusd.log'" || fail "K did not re-attach"
+wait_until 10 '[ -n "$(id_by_name W)" ] && [ "$(job_field "$(id_by_name W)" state)" = waiting ]' ||
+    fail "W did not register again and wait: $("$SALUSCTL" ps)"
+show "W registered again, waiting beside K"
+"$SALUSCTL" kill "$K" >/dev/null || fail "salusctl kill of the re-attached job $K"
+wait "$JK" 2>/dev/null || true
+wait "$JW" || fail "W failed: $(cat "$WORK/W.out")"
+grep -q '^final_loss=' "$WORK/W.out" || fail "W did not finish: $(cat "$WORK/W.out")"
+pass "a job waiting for admission registered again with the restarted salusd and ran once K ended"
 stop_daemon

@@ -5,6 +5,7 @@
  *
  *   salus-reattach-test used                            simgpu's used bytes of device 0
  *   salus-reattach-test claim SOCKET JOB_ID             re-attach as a job of another process
+ *   salus-reattach-test hello SOCKET VERSION MINOR|-    a hello of that version (- : no minor)
  *   salus-reattach-test job SOCKET MIB GO_FILE MODE     MODE: honest | memfd | steal
  *
  * job: registers (persistent MIB, ephemeral 2 MiB), takes one chunk of MIB, prints
@@ -25,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -249,16 +251,66 @@ static int claim(const char *sock, uint64_t job_id)
     return 0;
 }
 
+/* A hello as a client of protocol version.minor says it (minor < 0: no minor field, as
+ * clients before minor 1 sent it); prints the server's answer. */
+static int hello(const char *sock, uint32_t version, long minor)
+{
+    salus_client_t c;
+    char err[256] = "";
+    /* connect through the client (it checks the socket's owner), then speak by hand */
+    if (salus_client_open(&c, sock, "reattach-test", 5000, err, sizeof(err)) < 0) {
+        fprintf(stderr, "connect: %s\n", err);
+        return 1;
+    }
+    salus_client_close(&c);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", sock);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0)
+        return 1;
+    proto_enc_t e;
+    proto_enc_init(&e);
+    proto_enc_begin(&e, PROTO_HELLO, 0, "hello", minor < 0 ? 2 : 3);
+    proto_pack_kv_uint(&e.pk, "version", version);
+    if (minor >= 0)
+        proto_pack_kv_uint(&e.pk, "minor", (uint64_t)minor);
+    proto_pack_kv_str(&e.pk, "client", "reattach-test");
+    proto_enc_finish(&e);
+    int rc = salus_send_frame(fd, e.sbuf.data, e.sbuf.size, 5000);
+    proto_enc_destroy(&e);
+    proto_msg_t reply;
+    if (rc < 0 || salus_recv_msg(fd, &reply, 1 << 20, 5000) < 0) {
+        close(fd);
+        return 1;
+    }
+    char message[256] = "";
+    uint64_t server_minor = 0;
+    if (reply.kind == PROTO_ERROR) {
+        proto_get_str_copy(&reply.body, "message", message, sizeof(message));
+        printf("refused: %s\n", message);
+    } else {
+        proto_get_uint(&reply.body, "minor", &server_minor);
+        printf("accepted (server minor %llu)\n", (unsigned long long)server_minor);
+    }
+    proto_msg_free(&reply);
+    close(fd);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 2 && strcmp(argv[1], "used") == 0)
         return used();
+    if (argc == 5 && strcmp(argv[1], "hello") == 0)
+        return hello(argv[2], (uint32_t)strtoul(argv[3], NULL, 10),
+                     strcmp(argv[4], "-") == 0 ? -1 : strtol(argv[4], NULL, 10));
     if (argc == 4 && strcmp(argv[1], "claim") == 0)
         return claim(argv[2], strtoull(argv[3], NULL, 10));
     if (argc == 6 && strcmp(argv[1], "job") == 0)
         return job(argv[2], strtoull(argv[3], NULL, 10), argv[4], argv[5]);
     fprintf(stderr, "usage: salus-reattach-test used | claim SOCKET JOB_ID |\n"
+                    "       hello SOCKET VERSION MINOR|- |\n"
                     "       job SOCKET MIB GO_FILE honest|memfd|steal\n");
     return 2;
 }

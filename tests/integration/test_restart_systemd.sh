@@ -92,6 +92,17 @@ got=$(grep '^final_loss=' "$WORK/job.out" || true)
 [ "$got" = "$alone" ] || fail "the job ended with '$got', alone '$alone'"
 grep -q 're-attached to the restarted salusd' "$WORK/job.out" || fail "the job did not say it re-attached"
 pass "the job finished with the result it has alone ($got)"
+# the version rule that lets a newer salusd take back older jobs: any minor of major 1
+TOOL="$TBIN/salus-reattach-test"
+for v in "1 -" "1 0" "1 9"; do
+    got=$("$TOOL" hello "$SOCK" $v)
+    [[ $got == accepted* ]] || fail "hello $v: $got"
+    echo "hello version ${v% *} minor ${v#* }: $got"
+done
+got=$("$TOOL" hello "$SOCK" 2 0)
+[[ $got == refused:*"version 2"* ]] || fail "hello of major 2: $got"
+echo "hello version 2: $got"
+pass "a salusd accepts clients of its major version whatever their minor (older shims: none)"
 stop_daemon TERM
 echo "notifications: $(tr '\n' ' ' <"$RECORD")"
 kill "$LISTENER_PID" 2>/dev/null || true

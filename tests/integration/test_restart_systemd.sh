@@ -79,7 +79,8 @@ before=$(iterations)
 
 # systemctl restart salusd: stop (SIGTERM to the main process, wait), start
 stop_daemon TERM
-grep -qx 'STOPPING=1' "$RECORD" || fail "no STOPPING=1 on stop: $(cat "$RECORD")"
+# (the listener records the datagram on its own time)
+wait_until 5 "grep -qx 'STOPPING=1' '$RECORD'" || fail "no STOPPING=1 on stop: $(cat "$RECORD")"
 kill -0 "$JOB" 2>/dev/null || fail "the job did not survive salusd's stop: $(cat "$WORK/job.out")"
 [ -n "$(ls "$STATE_DIRECTORY")" ] || fail "nothing kept in StateDirectory"
 unit_start 2

@@ -388,7 +388,7 @@ int shim_session_grow(uint64_t bytes, uint64_t *chunk_id, uint64_t *chunk_bytes)
 {
     char err[256] = "";
     proto_msg_t reply;
-    int fd = -1, nfds = 0, rc;
+    int fd = -1, nfds = 0, rc, bad_reply = 0;
     pthread_mutex_lock(&shim.client_lock);
     do {
         msgpack_packer *pk = salus_client_begin(&shim.client, "mem_grow", 1);
@@ -397,20 +397,24 @@ int shim_session_grow(uint64_t bytes, uint64_t *chunk_id, uint64_t *chunk_bytes)
                                                          30000, &fd, 1, &nfds)
                                  : -ECONNRESET;
     } while (rc < 0 && again_after_restart(rc));
+    if (rc == 0 && (nfds != 1 || proto_get_uint(&reply.body, "chunk_id", chunk_id) < 0 ||
+                    proto_get_uint(&reply.body, "bytes", chunk_bytes) < 0)) {
+        proto_msg_free(&reply);
+        if (nfds == 1)
+            close(fd);
+        bad_reply = 1;
+    } else if (rc == 0) {
+        proto_msg_free(&reply);
+        /* kept before another thread may re-attach: it re-presents every chunk the job has */
+        shim_chunk_keep(*chunk_id, *chunk_bytes, fd);
+    }
     pthread_mutex_unlock(&shim.client_lock);
+    if (bad_reply)
+        return -EPROTO;
     if (rc < 0) {
         LOG_DEBUG("mem_grow(%llu) refused: %s", (unsigned long long)bytes, err);
         return rc == -ENOMEM ? -ENOMEM : -EIO;
     }
-    if (nfds != 1 || proto_get_uint(&reply.body, "chunk_id", chunk_id) < 0 ||
-        proto_get_uint(&reply.body, "bytes", chunk_bytes) < 0) {
-        proto_msg_free(&reply);
-        if (nfds == 1)
-            close(fd);
-        return -EPROTO;
-    }
-    proto_msg_free(&reply);
-    shim_chunk_keep(*chunk_id, *chunk_bytes, fd);
     return fd;
 }
 
@@ -426,13 +430,14 @@ int shim_session_release(uint64_t chunk_id)
         rc = shim.client.fd >= 0 ? salus_client_call(&shim.client, &reply, err, sizeof(err))
                                  : -ECONNRESET;
     } while (rc < 0 && again_after_restart(rc));
+    if (rc == 0)
+        shim_chunk_forget(chunk_id); /* before another thread may re-attach */
     pthread_mutex_unlock(&shim.client_lock);
     if (rc < 0) {
         LOG_WARN("mem_release(%llu) failed: %s", (unsigned long long)chunk_id, err);
         return rc;
     }
     proto_msg_free(&reply);
-    shim_chunk_forget(chunk_id);
     return 0;
 }
 

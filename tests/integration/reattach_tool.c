@@ -5,6 +5,7 @@
  *
  *   salus-reattach-test used                            simgpu's used bytes of device 0
  *   salus-reattach-test claim SOCKET JOB_ID             re-attach as a job of another process
+ *   salus-reattach-test bad SOCKET                      malformed re-attach requests
  *   salus-reattach-test hello SOCKET VERSION MINOR|-    a hello of that version (- : no minor)
  *   salus-reattach-test job SOCKET MIB GO_FILE MODE     MODE: honest | memfd | steal
  *
@@ -251,6 +252,67 @@ static int claim(const char *sock, uint64_t job_id)
     return 0;
 }
 
+/* Malformed re-attach requests, each on a connection of its own: prints each answer. */
+static int bad(const char *sock)
+{
+    static const char *const what[] = {"reattach without descriptors", "reattach of job 0",
+                                       "reattach_chunk before reattach",
+                                       "reattach_done before reattach",
+                                       "reattach with a string job_id"};
+    for (int i = 0; i < 5; i++) {
+        salus_client_t c;
+        char err[256] = "";
+        proto_msg_t reply;
+        if (salus_client_open(&c, sock, "reattach-test", 5000, err, sizeof(err)) < 0) {
+            fprintf(stderr, "connect: %s\n", err);
+            return 1;
+        }
+        int fds[2] = {memfd_create("x", MFD_CLOEXEC), memfd_create("y", MFD_CLOEXEC)};
+        msgpack_packer *pk;
+        int rc;
+        switch (i) {
+        case 0:
+            pk = salus_client_begin(&c, "reattach", 2);
+            proto_pack_kv_uint(pk, "job_id", 1);
+            proto_pack_kv_uint(pk, "chunks", 0);
+            rc = salus_client_call(&c, &reply, err, sizeof(err));
+            break;
+        case 1:
+            pk = salus_client_begin(&c, "reattach", 2);
+            proto_pack_kv_uint(pk, "job_id", 0);
+            proto_pack_kv_uint(pk, "chunks", 0);
+            rc = salus_client_call_passing(&c, fds, 2, &reply, err, sizeof(err));
+            break;
+        case 2:
+            pk = salus_client_begin(&c, "reattach_chunk", 2);
+            proto_pack_kv_uint(pk, "chunk_id", 1);
+            proto_pack_kv_uint(pk, "bytes", 2u << 20);
+            rc = salus_client_call_passing(&c, fds, 1, &reply, err, sizeof(err));
+            break;
+        case 3:
+            salus_client_begin(&c, "reattach_done", 0);
+            rc = salus_client_call(&c, &reply, err, sizeof(err));
+            break;
+        default:
+            pk = salus_client_begin(&c, "reattach", 2);
+            proto_pack_kv_str(pk, "job_id", "7");
+            proto_pack_kv_uint(pk, "chunks", 0);
+            rc = salus_client_call_passing(&c, fds, 2, &reply, err, sizeof(err));
+            break;
+        }
+        if (rc == 0) {
+            proto_msg_free(&reply);
+            printf("%s: accepted\n", what[i]);
+        } else {
+            printf("%s: refused: %s\n", what[i], err[0] ? err : strerror(-rc));
+        }
+        close(fds[0]);
+        close(fds[1]);
+        salus_client_close(&c);
+    }
+    return 0;
+}
+
 /* A hello as a client of protocol version.minor says it (minor < 0: no minor field, as
  * clients before minor 1 sent it); prints the server's answer. */
 static int hello(const char *sock, uint32_t version, long minor)
@@ -305,11 +367,13 @@ int main(int argc, char **argv)
     if (argc == 5 && strcmp(argv[1], "hello") == 0)
         return hello(argv[2], (uint32_t)strtoul(argv[3], NULL, 10),
                      strcmp(argv[4], "-") == 0 ? -1 : strtol(argv[4], NULL, 10));
+    if (argc == 3 && strcmp(argv[1], "bad") == 0)
+        return bad(argv[2]);
     if (argc == 4 && strcmp(argv[1], "claim") == 0)
         return claim(argv[2], strtoull(argv[3], NULL, 10));
     if (argc == 6 && strcmp(argv[1], "job") == 0)
         return job(argv[2], strtoull(argv[3], NULL, 10), argv[4], argv[5]);
-    fprintf(stderr, "usage: salus-reattach-test used | claim SOCKET JOB_ID |\n"
+    fprintf(stderr, "usage: salus-reattach-test used | claim SOCKET JOB_ID | bad SOCKET |\n"
                     "       hello SOCKET VERSION MINOR|- |\n"
                     "       job SOCKET MIB GO_FILE honest|memfd|steal\n");
     return 2;

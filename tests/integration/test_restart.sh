@@ -187,6 +187,11 @@ if id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null; then
     echo "claim of job $honest by uid nobody: $claimed"
     [[ $claimed == "refused: permission_denied"* ]] || fail "a claim by uid nobody: $claimed"
 fi
+# malformed re-attach requests get an error each; salusd goes on
+"$TOOL" bad "$SOCK" >"$WORK/bad.out" || fail "the malformed requests: $(cat "$WORK/bad.out")"
+cat "$WORK/bad.out"
+[ "$(grep -c ': refused: ' "$WORK/bad.out")" = 5 ] || fail "a malformed re-attach was accepted"
+kill -0 "$DAEMON_PID" || fail "salusd died of a malformed re-attach"
 touch "$WORK/go-honest" "$WORK/go-forged" "$WORK/go-thief"
 wait_until 15 'grep -q "^refused" "$WORK/forged.out" && grep -q "^refused" "$WORK/thief.out" &&
                grep -q "^reattached" "$WORK/honest.out" && grep -q "^mate reattached" "$WORK/thief.out"' ||

@@ -189,7 +189,8 @@ static CUresult park(uint32_t seq)
 {
     job_page_t *page = shim.page;
     atomic_store(&page->boundary_seq, seq);
-    if (atomic_load(&page->free_run) && atomic_load(&page->grant_seq) + 1 >= seq) {
+    if (atomic_load(&page->free_run) && atomic_load(&page->grant_seq) + 1 >= seq &&
+        !shim_daemon_lost()) {
         atomic_store(&page->grant_seq, seq); /* our own grant: nobody is waiting */
         return CUDA_SUCCESS;
     }
@@ -204,10 +205,13 @@ static CUresult park(uint32_t seq)
         uint32_t granted = atomic_load(&page->grant_seq);
         if (granted >= seq)
             break;
-        if (!shim_session_alive()) {
-            atomic_store(&page->waiting, 0);
-            LOG_ERROR("lost the connection to salusd while waiting for the GPU");
-            return CUDA_ERROR_SYSTEM_NOT_READY;
+        if (!shim_session_alive() || shim_daemon_lost()) {
+            /* salusd went away: wait here for a restarted one (reattach.c) */
+            if (shim_session_recover() < 0) {
+                atomic_store(&page->waiting, 0);
+                return CUDA_ERROR_SYSTEM_NOT_READY;
+            }
+            continue;
         }
         futex_wait(&page->grant_seq, granted);
     }

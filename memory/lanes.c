@@ -282,6 +282,49 @@ done:
     return status;
 }
 
+lanes_status_t lanes_admit_to_lane(lanes_t *lanes, const lanes_request_t *request,
+                                   uint32_t lane_id, lanes_placement_t *placement)
+{
+    const lanes_config_t *config = &lanes->config;
+    lanes_state_t next;
+    if (!request || request->persistent_bytes == LANES_SIZE_UNKNOWN ||
+        request->ephemeral_bytes == LANES_SIZE_UNKNOWN)
+        return LANES_ERROR_INVALID;
+    if (lanes_state_job(&lanes->state, request->job_id))
+        return LANES_ERROR_EXISTS;
+    const lanes_lane_t *lane = lanes_state_lane(&lanes->state, lane_id);
+    if (!lane)
+        return LANES_ERROR_UNKNOWN;
+    if ((request->gpu != LANES_ANY_GPU && request->gpu != lane->gpu) ||
+        (!config->share_lanes_across_users && lane->tenant_uid != request->uid))
+        return LANES_ERROR_INVALID;
+    const lanes_gpu_t *gpu = lanes_state_gpu(&lanes->state, lane->gpu);
+    uint64_t used = lanes_state_gpu_persistent_bytes(&lanes->state, config, lane->gpu) +
+                    lanes_state_gpu_lane_bytes(&lanes->state, lane->gpu);
+    uint64_t growth = request->ephemeral_bytes > lane->size_bytes
+                          ? request->ephemeral_bytes - lane->size_bytes : 0;
+    uint64_t need = footprint_bytes(config, request->persistent_bytes, 0);
+    if (need == UINT64_MAX || need + growth < need || used > gpu->capacity_bytes ||
+        need + growth > gpu->capacity_bytes - used)
+        return LANES_WAIT;
+    if (lanes_state_clone(&lanes->state, &next) < 0)
+        return LANES_ERROR_NO_MEMORY;
+    next.jobs[next.job_count++] = (lanes_job_t){
+        .id = request->job_id,
+        .uid = request->uid,
+        .persistent_bytes = request->persistent_bytes,
+        .ephemeral_bytes = request->ephemeral_bytes,
+        .gpu = lane->gpu,
+        .lane_id = lane_id,
+    };
+    lanes_lane_t *grown = lanes_state_lane(&next, lane_id);
+    if (grown->size_bytes < request->ephemeral_bytes)
+        grown->size_bytes = request->ephemeral_bytes;
+    commit(lanes, &next);
+    fill_placement(&lanes->state, lanes_state_job(&lanes->state, request->job_id), placement);
+    return LANES_OK;
+}
+
 size_t lanes_admit_in_order(lanes_t *lanes, const lanes_request_t *requests, size_t count,
                             bool strict_order, lanes_status_t *results,
                             lanes_placement_t *placements)

@@ -160,6 +160,14 @@ void lanes_set_max_jobs_per_gpu(lanes_t *lanes, uint32_t max_jobs_per_gpu);
 /* LANES_OK (placement filled), LANES_WAIT, LANES_NEVER_FITS or an error. */
 lanes_status_t lanes_admit(lanes_t *lanes, const lanes_request_t *request,
                            lanes_placement_t *placement);
+/* Places the job in lane lane_id (request->gpu: LANES_ANY_GPU or that lane's GPU), growing
+ * the lane to the job's E when the GPU has room: for a job that comes back after a daemon
+ * restart to the lane it shared. Sizes must be known. Ignores max_jobs_per_gpu (the job was
+ * admitted already). LANES_OK, LANES_WAIT (no room; nothing changed), LANES_ERROR_UNKNOWN (no
+ * such lane), LANES_ERROR_INVALID (unknown sizes, another GPU, or the lane's tenancy does not
+ * allow the uid), LANES_ERROR_EXISTS, LANES_ERROR_NO_MEMORY. */
+lanes_status_t lanes_admit_to_lane(lanes_t *lanes, const lanes_request_t *request,
+                                   uint32_t lane_id, lanes_placement_t *placement);
 /* Tries requests in the given order (the policy's admission order). results[i] gets each
  * status, placements[i] (optional array) each placement. With strict_order the first
  * LANES_WAIT blocks all later requests (they get LANES_WAIT untried); NEVER_FITS and errors

@@ -77,6 +77,12 @@ const option_def_t salusd_options[] = {
     ROW("metrics-job-labels", OPTION_BOOL, "no", 0, 0, metrics_job_labels,
         "add per-job samples (job names and uids as labels) to /metrics; anyone who can "
         "reach the endpoint reads them"),
+    ROW("state-dir", OPTION_STRING, NULL, 0, 0, state_dir,
+        "what a restarted salusd needs (job ids, running jobs, policy state) is kept here "
+        "(default: /var/lib/salus as root, else $XDG_STATE_HOME/salus)"),
+    ROW("reattach-grace-s", OPTION_INT, "30", 1, 3600, reattach_grace_s,
+        "after a restart, jobs that survived it have this long to re-attach; no new job is "
+        "admitted before they all did or the time is over"),
 };
 const size_t salusd_option_count = sizeof(salusd_options) / sizeof(salusd_options[0]);
 

@@ -54,6 +54,7 @@ static int grant_chunk(salusd_t *d, job_t *job, job_runtime_t *rt, uint64_t requ
     }
     rt->chunk_count++;
     job->committed_bytes += chunk->bytes;
+    jobs_state_save(d); /* on file before the job has it */
     proto_enc_t *e = &d->enc;
     proto_enc_begin(e, PROTO_REPLY, request_id, "", 3);
     proto_pack_kv_uint(&e->pk, "chunk_id", chunk->id);
@@ -167,6 +168,7 @@ void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg)
         job->committed_bytes -= rt->chunks[i].bytes;
         devices_chunk_release(&d->devices, &rt->chunks[i]);
         rt->chunks[i] = rt->chunks[--rt->chunk_count];
+        jobs_state_dirty(d); /* a chunk on file that the job no longer has is harmless */
         proto_enc_t *e = &d->enc;
         proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);
         proto_enc_finish(e);
@@ -210,6 +212,10 @@ void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg)
         rt->charged_bytes += bytes;
         job->committed_bytes += bytes;
     }
+    if (release)
+        jobs_state_dirty(d);
+    else
+        jobs_state_save(d); /* on file before the job uses it */
     proto_enc_t *e = &d->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);
     proto_enc_finish(e);

@@ -114,6 +114,8 @@ static void apply(salusd_t *d, sched_core_effects_t *fx)
             break;
         case SCHED_CORE_LEARNED:
             log_learned(job, e);
+            if (!e->reason)
+                jobs_state_save(d); /* learned sizes outlive a restart */
             break;
         }
     }
@@ -123,6 +125,11 @@ static void apply(salusd_t *d, sched_core_effects_t *fx)
 void jobs_sched_registered(salusd_t *d, job_t *job)
 {
     sched_core_effects_t fx = {0};
+    if (jobs_admission_held(d)) { /* survivors of a restart first: it waits (job_reattach.c) */
+        LOG_INFO("job %llu waits: jobs that survived salusd's restart are re-attaching",
+                 (unsigned long long)job->id);
+        return;
+    }
     sched_job_registered(d, job, &fx);
     apply(d, &fx);
 }
@@ -166,5 +173,7 @@ int jobs_set_policy(salusd_t *d, const char *name, char *err, size_t err_size)
     sched_core_effects_t fx = {0};
     int rc = sched_set_policy(d, name, err, err_size, &fx);
     apply(d, &fx);
+    if (rc == 0)
+        jobs_state_dirty(d);
     return rc;
 }

@@ -99,6 +99,49 @@ int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx)
 
 
 
+int sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_reattach_t *where,
+                         sched_core_effects_t *fx)
+{
+    sched_core_job_hints_t hints = {
+        .id = job->id,
+        .uid = (uint32_t)job->uid,
+        .persistent_bytes = where->persistent_bytes,
+        .ephemeral_bytes = where->ephemeral_bytes,
+        .iterations_expected = job->iterations_expected,
+        .priority = (int32_t)job->priority,
+        .arrival_ns = job->registered_ns,
+    };
+    int rc = sched_core_job_reattached(d->sched->core, &hints, where, salusd_now_ns(), fx);
+    return rc == -ENOSPC ? rc : report(rc, "re-attach");
+}
+
+int sched_admit(salusd_t *d, sched_core_effects_t *fx)
+{
+    return report(sched_core_admit(d->sched->core, salusd_now_ns(), fx), "admission round");
+}
+
+int sched_job_sizes(const salusd_t *d, const job_t *job, uint64_t *persistent_bytes,
+                    uint64_t *ephemeral_bytes, uint32_t *lane)
+{
+    lanes_placement_t pl;
+    if (lanes_job_placement(sched_core_lanes(d->sched->core), job->id, &pl) != LANES_OK)
+        return -ENOENT;
+    *persistent_bytes = pl.persistent_bytes;
+    *ephemeral_bytes = pl.ephemeral_bytes;
+    *lane = pl.lane_id;
+    return 0;
+}
+
+long sched_policy_save_state(salusd_t *d, void *buf, size_t cap)
+{
+    return sched_core_policy_save_state(d->sched->core, buf, cap);
+}
+
+int sched_policy_load_state(salusd_t *d, const void *buf, size_t len)
+{
+    return sched_core_policy_load_state(d->sched->core, buf, len);
+}
+
 int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
 {
     sched_core_job_info_t info;

@@ -27,6 +27,18 @@ int sched_job_released(salusd_t *d, const job_t *job, const job_page_t *page,
 int sched_lane_shared(const salusd_t *d, const job_t *job);
 /* The job is gone (its place and lane go to the others; an admission round runs). */
 int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx);
+/* A job that survived a restart is back (sched_core_job_reattached): -ENOSPC when it does
+ * not fit beside the jobs already back. */
+int sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_reattach_t *where,
+                         sched_core_effects_t *fx);
+/* An admission round (after a restart's hold on new admissions ended). */
+int sched_admit(salusd_t *d, sched_core_effects_t *fx);
+/* The sizes an admitted job's budget is made of (the lane manager's books) and its lane. */
+int sched_job_sizes(const salusd_t *d, const job_t *job, uint64_t *persistent_bytes,
+                    uint64_t *ephemeral_bytes, uint32_t *lane);
+/* The active policy's state for the state file (-ENOTSUP: it keeps none), and back. */
+long sched_policy_save_state(salusd_t *d, void *buf, size_t cap);
+int sched_policy_load_state(salusd_t *d, const void *buf, size_t len);
 /* What the core knows of a job, for the views (ps, top, metrics). */
 typedef struct sched_job_view_s {
     int admitted;

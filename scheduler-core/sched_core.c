@@ -1177,6 +1177,54 @@ int sched_core_job_left(sched_core_t *core, uint64_t job_id, sched_core_exit_t h
     return end(core, now_ns);
 }
 
+int sched_core_job_reattached(sched_core_t *core, const sched_core_job_hints_t *hints,
+                              const sched_core_reattach_t *where, uint64_t now_ns,
+                              sched_core_effects_t *effects)
+{
+    if (!where || where->persistent_bytes == LANES_SIZE_UNKNOWN ||
+        where->ephemeral_bytes == LANES_SIZE_UNKNOWN)
+        return -EINVAL;
+    int rc = add_job(core, hints, now_ns);
+    if (rc < 0)
+        return rc;
+    core->waiting_count--; /* add_job queued it last: it is admitted here instead */
+    core_job_t *job = find(core, hints->id);
+    lanes_request_t request = {.job_id = job->id, .uid = job->uid,
+                               .persistent_bytes = where->persistent_bytes,
+                               .ephemeral_bytes = where->ephemeral_bytes, .gpu = where->gpu};
+    lanes_placement_t pl;
+    begin(core, effects);
+    const core_job_t *mate = where->lane_of_job ? find(core, where->lane_of_job) : NULL;
+    lanes_status_t st = mate && mate->admitted
+                            ? lanes_admit_to_lane(core->lanes, &request, mate->lane, &pl)
+                            : lanes_admit(core->lanes, &request, &pl);
+    if (st != LANES_OK) {
+        forget(core, job->id);
+        core->effects = NULL;
+        return st == LANES_ERROR_NO_MEMORY ? -ENOMEM
+               : st == LANES_ERROR_UNKNOWN || st == LANES_ERROR_INVALID ? -EINVAL
+                                                                        : -ENOSPC;
+    }
+    /* the core's usage counts from its own start: a survivor's past GPU time is its own */
+    job->admitted = true;
+    job->gpu = pl.gpu;
+    job->lane = pl.lane_id;
+    job->provisional = false;
+    job->budget_bytes = pl.persistent_bytes + pl.lane_size_bytes;
+    job->iterations = where->iterations;
+    job->busy_ns = where->busy_ns;
+    job->mean_iteration_ns = where->iterations ? where->busy_ns / where->iterations
+                                               : job->iteration_hint_ns;
+    job->measured_persistent = where->persistent_bytes;
+    job->measured_ephemeral = where->ephemeral_bytes;
+    core->layout_changed = true;
+    policy_job_t v;
+    view_of(job, &v);
+    policy_job_arrived(&core->policy, &v, now_ns);
+    touch(core, job->lane);
+    return end(core, now_ns);
+}
+
 int sched_core_admit(sched_core_t *core, uint64_t now_ns, sched_core_effects_t *effects)
 {
     begin(core, effects);
@@ -1386,6 +1434,16 @@ int sched_core_job_rank(const sched_core_t *core, uint64_t job_id, uint64_t now_
 size_t sched_core_job_count(const sched_core_t *core)
 {
     return core->count - core->gone_count;
+}
+
+long sched_core_policy_save_state(sched_core_t *core, void *buf, size_t cap)
+{
+    return policy_save_state(&core->policy, buf, cap);
+}
+
+int sched_core_policy_load_state(sched_core_t *core, const void *buf, size_t len)
+{
+    return policy_load_state(&core->policy, buf, len);
 }
 
 uint64_t sched_core_gpu_budget_bytes(const sched_core_t *core, int gpu)

@@ -38,9 +38,13 @@
  * job held its lane (GPU-holding time), not wall time. A job alone in its lane never stops
  * (free_run): the daemon takes a lane it gave up only when another job asks (STOP_FREE_RUN).
  *
+ * Re-attach: a job that survived a daemon restart is given back its place
+ * (sched_core_job_reattached): admitted at once on its GPU with the sizes it had, before any
+ * waiting job, with no admission round (the caller holds new admissions until every survivor
+ * is back or its grace period is over, then runs sched_core_admit).
+ *
  * Room for later events (not implemented yet; they go beside the ones below, with their own
- * effects): a job re-attaching after a daemon restart (its placement given back to the books),
- * gang slots of a distributed job (admit a set of jobs across nodes together). Gangs and
+ * effects): gang slots of a distributed job (admit a set of jobs across nodes together). Gangs and
  * lanes held for GPU time: members of a distributed group must not take turns independently
  * (a rank that starts a collective on a free lane while its peer's lane went to another group
  * is the circular wait gangs prevent). The rule goes in dispatch_lane (sched_core.c, marked
@@ -216,6 +220,26 @@ typedef enum sched_core_exit_e {
 int sched_core_job_left(sched_core_t *core, uint64_t job_id, sched_core_exit_t how,
                         uint64_t now_ns, sched_core_effects_t *effects);
 
+/* A job that survived a daemon restart comes back (hints as at registration; sizes known):
+ * it is admitted at once on gpu with persistent_bytes + ephemeral_bytes as its sizes, ahead
+ * of every waiting job and without quota checks (it held that memory all along), with its
+ * iteration count and GPU time so far. It starts idle (not holding its lane); its next
+ * boundary asks for a turn. No admission round runs. The effects are those of the layout
+ * (a BUDGET when its lane is larger than its ephemeral size, others' MOVE). 0; -EEXIST,
+ * -EINVAL (no such GPU, id 0), -ENOSPC when it does not fit beside the jobs already back
+ * (nothing changed), -ENOMEM. */
+typedef struct sched_core_reattach_s {
+    int gpu;
+    /* a job re-attached before whose lane this one shared (it joins that lane, grown to its
+     * ephemeral size if needed); 0: a lane of its own where one fits */
+    uint64_t lane_of_job;
+    uint64_t persistent_bytes, ephemeral_bytes;
+    uint64_t iterations, busy_ns;
+} sched_core_reattach_t;
+int sched_core_job_reattached(sched_core_t *core, const sched_core_job_hints_t *hints,
+                              const sched_core_reattach_t *where, uint64_t now_ns,
+                              sched_core_effects_t *effects);
+
 /* Runs an admission round now (after something outside the core freed memory). */
 int sched_core_admit(sched_core_t *core, uint64_t now_ns, sched_core_effects_t *effects);
 
@@ -260,6 +284,10 @@ const char *sched_core_rank_name(const sched_core_t *core);
 int sched_core_job_rank(const sched_core_t *core, uint64_t job_id, uint64_t now_ns, double *rank);
 /* Jobs the core knows (waiting and admitted). */
 size_t sched_core_job_count(const sched_core_t *core);
+/* The active policy's state to keep across a restart (policy_save_state / policy_load_state:
+ * the length written, or a negative errno; -ENOTSUP: the policy keeps nothing). */
+long sched_core_policy_save_state(sched_core_t *core, void *buf, size_t cap);
+int sched_core_policy_load_state(sched_core_t *core, const void *buf, size_t len);
 /* Sum of the budgets of the jobs admitted on gpu (what the daemon reserved for them). */
 uint64_t sched_core_gpu_budget_bytes(const sched_core_t *core, int gpu);
 

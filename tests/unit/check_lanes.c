@@ -577,6 +577,47 @@ START_TEST(test_random_grants)
 }
 END_TEST
 
+/* A job coming back after a daemon restart joins the lane it shared (grown to its E when the
+ * GPU holds it); no room, another uid's lane or an unknown lane are refused, nothing changed. */
+START_TEST(test_admit_to_lane)
+{
+    lanes_config_t config;
+    lanes_config_default(&config);
+    config.job_overhead_bytes = 0;
+    lanes_t *lanes = lanes_create(&config);
+    ck_assert_ptr_nonnull(lanes);
+    ck_assert_int_eq(lanes_add_gpu(lanes, 0, 4 * G, 0), LANES_OK);
+    lanes_placement_t a, b;
+    lanes_request_t ra = {.job_id = 1, .uid = 7, .persistent_bytes = 1 * G,
+                          .ephemeral_bytes = 512 * M, .gpu = 0};
+    ck_assert_int_eq(lanes_admit(lanes, &ra, &a), LANES_OK);
+    /* B would open a lane of its own; to its old lane mate's it goes, the lane grows to 1 GiB */
+    lanes_request_t rb = {.job_id = 2, .uid = 7, .persistent_bytes = 512 * M,
+                          .ephemeral_bytes = 1 * G, .gpu = 0};
+    ck_assert_int_eq(lanes_admit_to_lane(lanes, &rb, a.lane_id, &b), LANES_OK);
+    ck_assert_uint_eq(b.lane_id, a.lane_id);
+    ck_assert_uint_eq(b.lane_size_bytes, 1 * G);
+    ck_assert_uint_eq(lanes_lane_jobs(lanes, a.lane_id, NULL, 0), 2);
+    lanes_gpu_info_t info;
+    ck_assert_int_eq(lanes_gpu_info(lanes, 0, &info), LANES_OK);
+    ck_assert_uint_eq(info.free_bytes, 4 * G - 1 * G - 512 * M - 1 * G);
+    /* 1.5 GiB left: a job with 1 GiB + growing the lane to 2 GiB does not fit */
+    lanes_request_t rc = {.job_id = 3, .uid = 7, .persistent_bytes = 1 * G,
+                          .ephemeral_bytes = 2 * G, .gpu = 0};
+    ck_assert_int_eq(lanes_admit_to_lane(lanes, &rc, a.lane_id, NULL), LANES_WAIT);
+    rc.uid = 8; /* another user's job never joins it (lanes not shared across users) */
+    rc.ephemeral_bytes = 1 * G;
+    ck_assert_int_eq(lanes_admit_to_lane(lanes, &rc, a.lane_id, NULL), LANES_ERROR_INVALID);
+    rc.uid = 7;
+    ck_assert_int_eq(lanes_admit_to_lane(lanes, &rc, 99, NULL), LANES_ERROR_UNKNOWN);
+    rc.ephemeral_bytes = LANES_SIZE_UNKNOWN;
+    ck_assert_int_eq(lanes_admit_to_lane(lanes, &rc, a.lane_id, NULL), LANES_ERROR_INVALID);
+    ck_assert_int_eq(lanes_admit_to_lane(lanes, &rb, a.lane_id, NULL), LANES_ERROR_EXISTS);
+    ck_assert_uint_eq(lanes_lane_jobs(lanes, a.lane_id, NULL, 0), 2);
+    lanes_destroy(lanes);
+}
+END_TEST
+
 static Suite *lanes_suite(void)
 {
     Suite *s = suite_create("lanes");
@@ -585,6 +626,7 @@ static Suite *lanes_suite(void)
     tcase_add_test(tc, test_provisional_flag);
     tcase_add_test(tc, test_admit_in_order);
     tcase_add_test(tc, test_change_reports);
+    tcase_add_test(tc, test_admit_to_lane);
     tcase_add_loop_test(tc, test_random_invariant, 0, 2);
     tcase_add_loop_test(tc, test_random_grants, 0, 2);
     suite_add_tcase(s, tc);

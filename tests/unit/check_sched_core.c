@@ -959,6 +959,73 @@ START_TEST(test_quota_share_out_of_range_is_an_error)
 }
 END_TEST
 
+/* Survivors of a daemon restart come back with their sizes, ahead of a waiting job and without
+ * an admission round; two that shared a lane share one again and take turns; one that no
+ * longer fits is refused with nothing changed. */
+START_TEST(test_reattach_restores_places_before_waiting_jobs)
+{
+    fake_t f;
+    fake_start(&f, "pack", 4 * GIB);
+    sched_core_reattach_t alone = {.gpu = 0, .persistent_bytes = 512 * MIB,
+                                   .ephemeral_bytes = 512 * MIB, .iterations = 7,
+                                   .busy_ns = 70 * MS};
+    sched_core_reattach_t shared = {.gpu = 0, .persistent_bytes = 256 * MIB,
+                                    .ephemeral_bytes = 1 * GIB, .iterations = 3};
+    sched_core_job_hints_t h = {.id = 5, .uid = 1000};
+    ck_assert_int_eq(sched_core_job_reattached(f.core, &h, &alone, f.now_ns, &f.fx), 0);
+    apply(&f);
+    h.id = 6;
+    ck_assert_int_eq(sched_core_job_reattached(f.core, &h, &shared, f.now_ns, &f.fx), 0);
+    apply(&f);
+    h.id = 7;
+    shared.lane_of_job = 6;
+    ck_assert_int_eq(sched_core_job_reattached(f.core, &h, &shared, f.now_ns, &f.fx), 0);
+    apply(&f);
+    ck_assert_int_eq(sched_core_job_reattached(f.core, &h, &shared, f.now_ns, &f.fx), -EEXIST);
+    ck_assert_uint_eq(f.admit_count, 0); /* no ADMIT: the daemon answers a re-attach itself */
+    sched_core_job_info_t i5, i6, i7;
+    ck_assert_int_eq(sched_core_job_info(f.core, 5, &i5), 0);
+    ck_assert_int_eq(sched_core_job_info(f.core, 6, &i6), 0);
+    ck_assert_int_eq(sched_core_job_info(f.core, 7, &i7), 0);
+    ck_assert_int_eq(i5.phase, SCHED_CORE_IDLE);
+    ck_assert_uint_eq(i5.iterations, 7);
+    ck_assert_uint_eq(i5.budget_bytes, 1 * GIB);
+    ck_assert_uint_eq(i6.lane, i7.lane);
+    ck_assert_uint_ne(i5.lane, i6.lane);
+    ck_assert_uint_eq(i6.budget_bytes, 256 * MIB + 1 * GIB);
+    /* 4 GiB - 1 GiB - (2 x 256 MiB + 1 GiB) = 1.5 GiB left, 2 GiB if the lanes merge: a
+     * survivor with 2.5 GiB of persistent memory does not fit; nothing changes */
+    sched_core_reattach_t big = {.gpu = 0, .persistent_bytes = 2560 * MIB,
+                                 .ephemeral_bytes = 512 * MIB};
+    h.id = 8;
+    ck_assert_int_eq(sched_core_job_reattached(f.core, &h, &big, f.now_ns, &f.fx), -ENOSPC);
+    ck_assert_int_eq(sched_core_job_info(f.core, 8, &i7), -ENOENT);
+    sched_core_reattach_t nowhere = {.gpu = 3, .persistent_bytes = MIB, .ephemeral_bytes = MIB};
+    h.id = 9;
+    ck_assert_int_eq(sched_core_job_reattached(f.core, &h, &nowhere, f.now_ns, &f.fx), -EINVAL);
+    /* the two of one lane take turns; the one alone runs freely */
+    f.jobs[5].admitted = f.jobs[6].admitted = f.jobs[7].admitted = 1;
+    f.jobs[5].iterations = 7;
+    f.jobs[5].busy_ns = 70 * MS;
+    f.jobs[6].iterations = f.jobs[7].iterations = 3;
+    boundary(&f, 5, 0);
+    ck_assert(f.jobs[5].running && f.jobs[5].free_run);
+    boundary(&f, 6, 0);
+    boundary(&f, 7, 0);
+    ck_assert(f.jobs[6].running != f.jobs[7].running);
+    /* the policy's state for the state file: the built-in policies keep none */
+    uint8_t buf[64];
+    ck_assert_int_eq(sched_core_policy_save_state(f.core, buf, sizeof(buf)), -ENOTSUP);
+    ck_assert_int_eq(sched_core_policy_load_state(f.core, buf, 1), -ENOTSUP);
+    /* a job registered after the survivors waits for a round; it is admitted when it fits */
+    reg(&f, 10, 1000, 2304 * MIB, 512 * MIB, 0, 0);
+    ck_assert(!f.jobs[10].admitted);
+    leave(&f, 5);
+    ck_assert(f.jobs[10].admitted);
+    fake_stop(&f);
+}
+END_TEST
+
 static Suite *sched_core_suite(void)
 {
     Suite *s = suite_create("sched_core");
@@ -987,6 +1054,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(t, test_fair_user_pick_for_turns);
     tcase_add_test(t, test_one_user_picks_unchanged);
     tcase_add_test(t, test_quota_share_out_of_range_is_an_error);
+    tcase_add_test(t, test_reattach_restores_places_before_waiting_jobs);
     suite_add_tcase(s, t);
     return s;
 }

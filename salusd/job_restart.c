@@ -114,7 +114,7 @@ static void save(salusd_t *d, int durable)
 {
     struct restart_s *r = restart_of(d);
     salusd_state_t st;
-    uint8_t policy_state[4096];
+    uint8_t policy_state[16384]; /* Gittins's 1,024 sizes take 8 KiB */
     char err[PATH_MAX + 256];
     if (!r || r->disabled)
         return;
@@ -418,10 +418,11 @@ int jobs_restart_init(salusd_t *d)
         snprintf(aside, sizeof(aside), "%s.refused", r->path);
         LOG_ERROR("state file refused: %s; it is moved to %s and not used (jobs that were "
                   "running cannot re-attach)", err, aside);
-        if (rename(r->path, aside) < 0)
+        int moved = rename(r->path, aside) == 0 ? 0 : errno;
+        if (moved != 0 && moved != ENOENT)
             LOG_ERROR("cannot move it aside (%s): nothing is kept across restarts",
-                      strerror(errno));
-        r->disabled = rename(r->path, aside) < 0 && errno != ENOENT;
+                      strerror(moved));
+        r->disabled = moved != 0 && moved != ENOENT;
         return 0;
     }
     registry_set_next_id(d->registry, r->loaded.next_job_id);

@@ -1,6 +1,7 @@
 /* salusd's state file (see state.h): encode, decode and check, atomic writes. */
 #include "state.h"
 
+#include "le_bytes.h"
 #include "proto.h"
 
 #include <errno.h>
@@ -13,30 +14,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static uint64_t fnv1a64(const uint8_t *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-static void put_le(uint8_t *at, uint64_t v, int bytes)
-{
-    for (int i = 0; i < bytes; i++)
-        at[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *at, int bytes)
-{
-    uint64_t v = 0;
-    for (int i = bytes - 1; i >= 0; i--)
-        v = (v << 8) | at[i];
-    return v;
-}
 
 static void pack_job(msgpack_packer *pk, const state_job_t *job)
 {
@@ -93,9 +70,9 @@ int state_encode(const salusd_state_t *state, uint8_t **out, size_t *out_bytes)
         goto out;
     }
     memcpy(image, STATE_MAGIC, 8);
-    put_le(image + 8, STATE_FORMAT_VERSION, 4);
-    put_le(image + 12, sbuf.size, 4);
-    put_le(image + 16, fnv1a64((const uint8_t *)sbuf.data, sbuf.size), 8);
+    le_put(image + 8, STATE_FORMAT_VERSION, 4);
+    le_put(image + 12, sbuf.size, 4);
+    le_put(image + 16, le_fnv1a64((const uint8_t *)sbuf.data, sbuf.size), 8);
     memcpy(image + STATE_HEADER_BYTES, sbuf.data, sbuf.size);
     *out = image;
     *out_bytes = total;
@@ -237,8 +214,8 @@ int state_decode(const uint8_t *image, size_t image_bytes, salusd_state_t *state
         snprintf(err, err_size, "not a salusd state file (no SALUSST magic)");
         return -EINVAL;
     }
-    uint32_t version = (uint32_t)get_le(image + 8, 4);
-    uint32_t body = (uint32_t)get_le(image + 12, 4);
+    uint32_t version = (uint32_t)le_get(image + 8, 4);
+    uint32_t body = (uint32_t)le_get(image + 12, 4);
     if (version != STATE_FORMAT_VERSION) {
         snprintf(err, err_size, "state format %u, this salusd reads format %u", version,
                  STATE_FORMAT_VERSION);
@@ -250,7 +227,7 @@ int state_decode(const uint8_t *image, size_t image_bytes, salusd_state_t *state
         return -EPROTO;
     }
     const uint8_t *payload = image + STATE_HEADER_BYTES;
-    if (fnv1a64(payload, body) != get_le(image + 16, 8)) {
+    if (le_fnv1a64(payload, body) != le_get(image + 16, 8)) {
         snprintf(err, err_size, "checksum mismatch (the file is corrupt)");
         return -EPROTO;
     }
@@ -463,7 +440,7 @@ int state_file_path(const char *dir, const char *socket_path, const char *defaul
         n = snprintf(out, out_size, "%s/salusd.state", dir);
     else
         n = snprintf(out, out_size, "%s/salusd-%016llx.state", dir,
-                     (unsigned long long)fnv1a64((const uint8_t *)socket_path,
+                     (unsigned long long)le_fnv1a64((const uint8_t *)socket_path,
                                                  strlen(socket_path)));
     return n < 0 || (size_t)n >= out_size ? -ENAMETOOLONG : 0;
 }

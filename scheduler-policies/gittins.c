@@ -20,6 +20,7 @@
  *
  * The sizes survive a daemon restart through save_state / load_state (a versioned,
  * checksummed little-endian record, below). */
+#include "le_bytes.h"
 #include "policy-internal.h"
 
 #include <errno.h>
@@ -223,28 +224,6 @@ static double gittins_job_rank(void *opaque, const policy_job_t *job, uint64_t n
 #define GITTINS_VERSION 1u
 #define GITTINS_HEADER_BYTES 16
 
-static void put_le(uint8_t *at, uint64_t v, unsigned bytes)
-{
-    for (unsigned i = 0; i < bytes; i++)
-        at[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *at, unsigned bytes)
-{
-    uint64_t v = 0;
-    for (unsigned i = 0; i < bytes; i++)
-        v |= (uint64_t)at[i] << (8 * i);
-    return v;
-}
-
-static uint64_t fnv1a(const uint8_t *bytes, size_t len)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ bytes[i]) * 0x100000001b3ull;
-    return h;
-}
-
 static long gittins_save_state(void *opaque, void *buf, size_t cap)
 {
     const gittins_state_t *state = opaque;
@@ -253,14 +232,14 @@ static long gittins_save_state(void *opaque, void *buf, size_t cap)
         return -ENOSPC;
     uint8_t *out = buf;
     memcpy(out, GITTINS_MAGIC, 4);
-    put_le(out + 4, GITTINS_VERSION, 4);
-    put_le(out + 8, state->count, 4);
-    put_le(out + 12, 0, 4);
+    le_put(out + 4, GITTINS_VERSION, 4);
+    le_put(out + 8, state->count, 4);
+    le_put(out + 12, 0, 4);
     size_t oldest = state->count < GITTINS_WINDOW ? 0 : state->next;
     for (size_t i = 0; i < state->count; i++)
-        put_le(out + GITTINS_HEADER_BYTES + 8 * i,
+        le_put(out + GITTINS_HEADER_BYTES + 8 * i,
                state->ring[(oldest + i) % GITTINS_WINDOW], 8);
-    put_le(out + len - 8, fnv1a(out, len - 8), 8);
+    le_put(out + len - 8, le_fnv1a64(out, len - 8), 8);
     return (long)len;
 }
 
@@ -270,17 +249,17 @@ static int gittins_load_state(void *opaque, const void *buf, size_t len)
     const uint8_t *in = buf;
     if (!in || len < GITTINS_HEADER_BYTES + 8 || memcmp(in, GITTINS_MAGIC, 4) != 0)
         return -EINVAL;
-    if (get_le(in + 4, 4) != GITTINS_VERSION)
+    if (le_get(in + 4, 4) != GITTINS_VERSION)
         return -EPROTO;
-    uint64_t count = get_le(in + 8, 4);
-    if (count > GITTINS_WINDOW || get_le(in + 12, 4) != 0 ||
-        len != GITTINS_HEADER_BYTES + count * 8 + 8 || fnv1a(in, len - 8) != get_le(in + len - 8, 8))
+    uint64_t count = le_get(in + 8, 4);
+    if (count > GITTINS_WINDOW || le_get(in + 12, 4) != 0 ||
+        len != GITTINS_HEADER_BYTES + count * 8 + 8 || le_fnv1a64(in, len - 8) != le_get(in + len - 8, 8))
         return -EINVAL;
     for (size_t i = 0; i < count; i++)
-        if (get_le(in + GITTINS_HEADER_BYTES + 8 * i, 8) == 0)
+        if (le_get(in + GITTINS_HEADER_BYTES + 8 * i, 8) == 0)
             return -EINVAL; /* a size is never 0 */
     for (size_t i = 0; i < count; i++)
-        state->ring[i] = get_le(in + GITTINS_HEADER_BYTES + 8 * i, 8);
+        state->ring[i] = le_get(in + GITTINS_HEADER_BYTES + 8 * i, 8);
     state->count = count;
     state->next = count % GITTINS_WINDOW;
     rebuild(state);

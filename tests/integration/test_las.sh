@@ -79,7 +79,15 @@ python3 -c 'import json,sys; print("ps --json under gittins:", [(x["name"], x["p
 # four sizes learned already? no: they left under LAS; Gittins starts with none (index 0),
 # and learns the sizes of the jobs that leave while it runs
 wait "$LONG2" || fail "long2 failed: $(tail -3 "$WORK/long2.out")"
+pass "salusctl policy gittins switches live; Gittins's index in ps --json"
+
+# --- what Gittins learned (long2's size) outlives a restart, through the state directory
+stop_daemon
+start_daemon --policy gittins --metrics 127.0.0.1:0 --metrics-job-labels
+qgrep "policy gittins took back its saved state" "$WORK/salusd.log" ||
+    fail "the restarted salusd did not take back Gittins's state: $(grep -i polic "$WORK/salusd.log" | tail -3)"
+pass "Gittins's learned sizes are kept across a restart"
 "$SALUSCTL" policy las >/dev/null || fail "salusctl policy las"
-"$SALUSCTL" policy | grep -q las || fail "salusctl policy does not show las: $("$SALUSCTL" policy)"
-pass "salusctl policy gittins|las switch live; Gittins's index in ps --json"
+"$SALUSCTL" policy | qgrep las || fail "salusctl policy does not show las: $("$SALUSCTL" policy)"
+pass "salusctl policy las switches back live"
 stop_daemon

@@ -79,7 +79,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-"$BIN/salusd" --foreground 2>"$RUN/salusd.log" &
+"$BIN/salusd" --foreground --state-dir "$RUN/state" 2>"$RUN/salusd.log" &
 DAEMON=$!
 for _ in $(seq 1 100); do "$BIN/salusctl" status >/dev/null 2>&1 && break; sleep 0.05; done
 "$BIN/salusctl" status >/dev/null 2>&1 || { cat "$RUN/salusd.log" >&2; echo "shim-hotpath: salusd did not start" >&2; exit 1; }

@@ -34,7 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$BIN/salusd" --foreground 2>"$RUN/salusd.log" &
+"$BIN/salusd" --foreground --state-dir "$RUN/state" 2>"$RUN/salusd.log" &
 DAEMON=$!
 for _ in $(seq 1 100); do "$BIN/salusctl" status >/dev/null 2>&1 && break; sleep 0.05; done
 device=$("$BIN/salusctl" status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])')

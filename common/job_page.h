@@ -13,7 +13,25 @@
  *
  * free_run = 1 means no other job waits for this job's GPU: the shim passes boundaries
  * without stopping. Iteration statistics flow the other way through the same page. Both
- * sides check magic and version before using it. All fields are accessed atomically. */
+ * sides check magic and version before using it. All fields are accessed atomically.
+ *
+ * Lanes held for GPU time (release_ok = 1, salusd --lane-hold gpu): at a quiescent point
+ * (a synchronising call left none of the job's work outstanding, its live memory at its low
+ * point) the shim ends the iteration and gives its lane up at once, through `lane`:
+ *
+ *   nobody waits (free_run):  lane = RELEASED (no daemon round trip; unused chunks handed
+ *                             back first if lane_shared); its next submission
+ *                             takes it back with CAS RELEASED -> HELD, unless the daemon took
+ *                             it meanwhile (CAS RELEASED -> TAKEN when another job of the
+ *                             lane asks, right after clearing free_run)
+ *   someone waits:            hands back unused chunks; lane = GIVEN; write(notify_fd); the
+ *                             daemon reports the release (CAS GIVEN -> TAKEN)
+ *   next submission, lane TAKEN or GIVEN: it asks for a grant as at a boundary (above)
+ *   daemon, to grant:         lane = HELD before grant_seq
+ *
+ * The shim stores RELEASED and then reads free_run; the daemon stores free_run = 0 and then
+ * tries its CAS: one of them sees the other (sequentially consistent), so a release is
+ * never missed while another job waits. */
 #ifndef SALUS_COMMON_JOB_PAGE_H
 #define SALUS_COMMON_JOB_PAGE_H
 
@@ -46,6 +64,11 @@ typedef struct job_page_s {
     _Atomic uint64_t persistent_bytes;   /* live memory at the last boundary */
     _Atomic uint64_t ephemeral_peak_bytes; /* max over iterations of peak - persistent */
     _Atomic uint64_t wait_ns;            /* time parked at boundaries */
+    /* lanes held for GPU time (above) */
+    _Atomic uint32_t release_ok;         /* daemon -> shim: give the lane up at quiescent points */
+    _Atomic uint32_t lane;               /* JOB_LANE_*: who may use the job's lane turn */
+    _Atomic uint32_t lane_shared;        /* daemon -> shim: other jobs are in its lane: hand
+                                            back unused chunks at every release */
     /* appended, daemon -> shim */
     _Atomic uint32_t features;           /* JOB_PAGE_FEATURE_* */
     _Atomic uint32_t wake_seq;           /* futex word of a parked shim: bumped by each grant
@@ -55,5 +78,12 @@ typedef struct job_page_s {
     _Atomic uint32_t trimmed_seq;        /* the boundary at whose park the unused chunks went
                                           * back (nothing more to ask for until it runs) */
 } job_page_t;
+
+enum {
+    JOB_LANE_HELD = 0,     /* the job holds its lane (granted, or taken back) */
+    JOB_LANE_RELEASED = 1, /* given up while nobody waited: the shim may take it back */
+    JOB_LANE_GIVEN = 2,    /* given up for a waiting job: the daemon reports it */
+    JOB_LANE_TAKEN = 3,    /* the daemon reported the release: the next turn needs a grant */
+};
 
 #endif

@@ -6,8 +6,17 @@
  *                               echoed by the reply), op: str (verb; "" for replies),
  *                               body: map with string keys (or nil = empty)
  *
- * The first message on a connection is PROTO_HELLO with body {version, client};
+ * The first message on a connection is PROTO_HELLO with body {version, minor, client};
  * a server refuses any other version with a PROTO_ERROR (code PROTO_EVERSION).
+ *
+ * Versions: `version` is the major version; peers of different majors never talk. Within a
+ * major, `minor` (absent = 0) counts additions that old peers can ignore or refuse one by one
+ * (a new op answered PROTO_EUNKNOWN_OP by an older server, a new reply field an older client
+ * skips): a daemon accepts every client of its major, whatever its minor, so a newer salusd
+ * accepts the shims of running jobs that were started against an older one (an upgrade under
+ * running jobs). Minor 1 added re-attach (reattach, reattach_chunk, reattach_done; the
+ * admission's reattach_grace_ms). Fields are never removed or retyped within a major.
+ *
  * Every frame from a peer is untrusted: proto_decode() rejects malformed input
  * (truncated, over the size cap, wrong types, unknown kinds, trailing bytes,
  * nesting too deep, element counts larger than the bytes that could hold them)
@@ -20,6 +29,7 @@
 #include <stdint.h>
 
 #define PROTO_VERSION 1
+#define PROTO_VERSION_MINOR 1
 #define PROTO_HEADER_BYTES 4
 #define PROTO_DEFAULT_MAX_FRAME_BYTES (1024u * 1024u)
 #define PROTO_MAX_DEPTH 16

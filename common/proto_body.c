@@ -171,8 +171,9 @@ void proto_enc_error(proto_enc_t *enc, uint64_t id, proto_error_code_t code, con
 
 void proto_enc_hello(proto_enc_t *enc, uint32_t version, const char *client)
 {
-    proto_enc_begin(enc, PROTO_HELLO, 0, "hello", 2);
+    proto_enc_begin(enc, PROTO_HELLO, 0, "hello", 3);
     proto_pack_kv_uint(&enc->pk, "version", version);
+    proto_pack_kv_uint(&enc->pk, "minor", PROTO_VERSION_MINOR);
     proto_pack_kv_str(&enc->pk, "client", client);
     proto_enc_finish(enc);
 }

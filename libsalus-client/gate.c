@@ -2,10 +2,15 @@
  *
  * A boundary is found without help: since the job's last submission a synchronising call
  * left none of its work outstanding, and its live memory since then came down to its low
- * point (no higher than at the previous boundary, within a tolerance). At the next
- * submission the iteration is over: it is reported through the job page and, unless the
- * daemon lets the job run freely, the job parks until salusd grants it again. Programs that
- * mark iterations with salus.h turn detection off.
+ * point (no higher than at the previous boundary, within a tolerance). When salusd holds
+ * lanes for GPU time (job_page.h, release_ok) the iteration ends right there, at the
+ * synchronising call or the free that reached the low point: the job gives its lane up at
+ * once (its host time holds nothing) and takes it back at its next submission or
+ * allocation, asking salusd for a grant only if the lane was taken meanwhile. Otherwise
+ * (salusd --lane-hold iteration, or a low point that only the re-baselining below accepts)
+ * the iteration is over at the next submission: it is reported through the job page and,
+ * unless the daemon lets the job run freely, the job parks until salusd grants it again.
+ * Programs that mark iterations with salus.h turn detection off.
  *
  * The hot path takes no lock. Each thread keeps its own record: its submissions in flight
  * (a counter on its own cache line) and what it learned the last time it passed the gate's
@@ -75,6 +80,8 @@ static struct {
     _Atomic int quiescent_flag;  /* mirrors quiescent for the allocation path */
     uint64_t boundary_live;      /* live memory at the last boundary */
     int have_boundary;
+    int released;                /* the lane was given up at a quiescent point */
+    _Atomic int low_point_check; /* a free while quiescent: see whether the lane can go */
 } gate = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Called with the gate lock held: what a thread learned may no longer hold. Sequentially
@@ -136,7 +143,7 @@ static int inflight_total(void)
 static void learn(gate_thread_t *me, CUstream stream, int ptds, int is_work)
 {
     uint64_t epoch = atomic_load(&gate_epoch.epoch);
-    if (gate.quiescent || gate.mark_pending || !gate.started) {
+    if (gate.quiescent || gate.mark_pending || !gate.started || gate.released) {
         me->epoch = 0;
         return;
     }
@@ -195,10 +202,13 @@ static int switch_baseline(const job_page_t *page)
     return baseline;
 }
 
-static CUresult lost_daemon(void)
+/* salusd went away while the job waits for a grant: it waits here for a restarted one
+ * (reattach.c), which gets the same job page; -1 if none came back */
+static int daemon_gone_recovered(void)
 {
-    LOG_ERROR("lost the connection to salusd while waiting for the GPU");
-    return CUDA_ERROR_SYSTEM_NOT_READY;
+    if (shim_session_alive() && !shim_daemon_lost())
+        return 0;
+    return shim_session_recover() < 0 ? -1 : 1;
 }
 
 /* The baseline wait: on grant_seq, which the daemon also wakes. */
@@ -208,9 +218,11 @@ static CUresult wait_for_grant_baseline(job_page_t *page, uint32_t seq)
         uint32_t granted = atomic_load(&page->grant_seq);
         if (granted >= seq)
             return CUDA_SUCCESS;
-        if (!shim_session_alive())
-            return lost_daemon();
-        futex_wait(&page->grant_seq, granted);
+        int gone = daemon_gone_recovered();
+        if (gone < 0)
+            return CUDA_ERROR_SYSTEM_NOT_READY;
+        if (gone == 0)
+            futex_wait(&page->grant_seq, granted);
     }
 }
 
@@ -238,9 +250,11 @@ static CUresult wait_for_grant(job_page_t *page, uint32_t seq)
             trim_parks_left = GATE_TRIM_PARKS;
             continue;
         }
-        if (!shim_session_alive())
-            return lost_daemon();
-        futex_wait(&page->wake_seq, wake);
+        int gone = daemon_gone_recovered();
+        if (gone < 0)
+            return CUDA_ERROR_SYSTEM_NOT_READY;
+        if (gone == 0)
+            futex_wait(&page->wake_seq, wake);
     }
 }
 
@@ -249,7 +263,8 @@ static CUresult park(uint32_t seq)
 {
     job_page_t *page = shim.page;
     atomic_store(&page->boundary_seq, seq);
-    if (atomic_load(&page->free_run) && atomic_load(&page->grant_seq) + 1 >= seq) {
+    if (atomic_load(&page->free_run) && atomic_load(&page->grant_seq) + 1 >= seq &&
+        !shim_daemon_lost()) {
         atomic_store(&page->grant_seq, seq); /* our own grant: nobody is waiting */
         return CUDA_SUCCESS;
     }
@@ -309,6 +324,77 @@ static void end_iteration(uint64_t now, int at_exit)
     atomic_store(&gate.peak_live, atomic_load(&shim.page->live_bytes));
 }
 
+/* ---- lanes held for GPU time (job_page.h): when the job gives its lane up, and takes it
+ * back. With the gate lock held. */
+
+/* The live memory is at its low point now: no higher than at the last boundary. No
+ * tolerance here: a release at the first of several frees within it would measure the
+ * persistent size a little high, and the next low point from there, creeping upwards.
+ * Without a previous boundary there is nothing to compare with: the first boundary is found
+ * at the next submission (below), which sees the frees that follow the synchronising call;
+ * so are boundaries within the tolerance, and re-baselining after persistent growth. */
+static int at_low_point_now(void)
+{
+    return gate.have_boundary && atomic_load(&gate.min_live_since_quiescent) <= gate.boundary_live;
+}
+
+/* At a quiescent point (after a synchronising call, or a free while quiescent): if the
+ * iteration's work is all done and its memory at its low point, the iteration ends and the
+ * lane goes: kept for an instant take-back while nobody waits, else given (unused chunks
+ * handed back first) and salusd told. */
+static void release_at_quiescent_point(void)
+{
+    job_page_t *page = shim.page;
+    if (!gate.started || gate.released || gate.explicit_marks || !gate.quiescent ||
+        !gate.work_since_boundary || !atomic_load(&page->release_ok) || inflight_total() > 0 ||
+        !at_low_point_now())
+        return;
+    end_iteration(shim_now_ns(), 0);
+    gate.seq++;
+    gate.work_since_boundary = 0;
+    gate.released = 1;
+    invalidate_fast_paths();
+    int trimmed = 0;
+    if (atomic_load(&page->free_run)) {
+        /* alone in its lane it keeps its chunks; with lane-mates they go back now, as the
+         * daemon may hand the lane to one of them while this job is on the host */
+        if (atomic_load(&page->lane_shared)) {
+            shim_mem_trim();
+            trimmed = 1;
+        }
+        atomic_store(&page->lane, JOB_LANE_RELEASED);
+        if (atomic_load(&page->free_run))
+            return; /* salusd clears free_run before it takes a released lane */
+    }
+    /* another job waits for the lane: its memory goes back before the lane does */
+    if (!trimmed)
+        shim_mem_trim();
+    uint32_t lane = atomic_load(&page->lane);
+    if (lane != JOB_LANE_TAKEN &&
+        atomic_compare_exchange_strong(&page->lane, &lane, JOB_LANE_GIVEN))
+        notify_daemon();
+}
+
+/* The first submission or allocation after a release: the lane back at once if nobody took
+ * it, else a wait for salusd's grant. The held time of the iteration starts now. */
+static CUresult take_lane_back(void)
+{
+    job_page_t *page = shim.page;
+    uint32_t released = JOB_LANE_RELEASED;
+    CUresult rc = CUDA_SUCCESS;
+    if (atomic_compare_exchange_strong(&page->lane, &released, JOB_LANE_HELD)) {
+        atomic_store(&page->boundary_seq, gate.seq);
+        atomic_store(&page->grant_seq, gate.seq); /* our own grant: nobody waits */
+    } else {
+        rc = park(gate.seq);
+    }
+    gate.released = 0;
+    gate.quiescent = 0;
+    atomic_store(&gate.quiescent_flag, 0);
+    gate.iteration_start_ns = shim_now_ns();
+    return rc;
+}
+
 /* Allocations pass the gate too (before the memory lock is taken): a job allocates device
  * memory only while it holds its lane, and an allocation that opens a new iteration (all
  * work done, memory at its low point) is a boundary like a submission. They are not work. */
@@ -347,6 +433,8 @@ static CUresult gate_enter_slow(CUstream stream, int ptds, int is_work, shim_gat
         rc = park(gate.seq);
         gate.started = rc == CUDA_SUCCESS;
         gate.iteration_start_ns = shim_now_ns();
+    } else if (gate.released) {
+        rc = take_lane_back();
     } else if (inflight_total() == 0 &&
                (gate.explicit_marks ? gate.mark_pending
                                     : (gate.quiescent && gate.work_since_boundary && at_low_point()))) {
@@ -437,7 +525,25 @@ void shim_after_sync(int whole_context)
         gate.per_thread_used = 0;
         atomic_store(&gate.min_live_since_quiescent, atomic_load(&shim.page->live_bytes));
         atomic_store(&gate.quiescent_flag, 1);
+        release_at_quiescent_point();
     }
+    pthread_mutex_unlock(&gate.lock);
+}
+
+/* After a free, outside the memory lock: a free that brought a quiescent job's memory down
+ * to its low point may end its iteration (its lane goes). Costs one load otherwise. The
+ * caller may hold its own lock (virtual-memory and charged frees) while another thread waits
+ * for a grant with the gate lock held: then the release waits for the next synchronising
+ * call or submission instead of this thread waiting for the grant. */
+void shim_gate_after_free(void)
+{
+    if (!atomic_load(&gate.low_point_check) || shim.mode != SHIM_MODE_MANAGED)
+        return;
+    if (pthread_mutex_trylock(&gate.lock) != 0)
+        return;
+    atomic_store(&gate.low_point_check, 0);
+    if (gate.quiescent)
+        release_at_quiescent_point();
     pthread_mutex_unlock(&gate.lock);
 }
 
@@ -487,6 +593,8 @@ void shim_note_free(uint64_t live_bytes)
     while (live_bytes < low &&
            !atomic_compare_exchange_weak(&gate.min_live_since_quiescent, &low, live_bytes))
         ;
+    if (atomic_load(&shim.page->release_ok))
+        atomic_store(&gate.low_point_check, 1);
 }
 
 int shim_mark_iteration(int begin)

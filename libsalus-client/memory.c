@@ -286,6 +286,8 @@ CUresult shim_mem_free(CUdeviceptr dptr, CUstream stream, int stream_ordered)
     shim_note_free(mem.live_bytes);
 out:
     pthread_mutex_unlock(&mem.lock);
+    if (rc == CUDA_SUCCESS)
+        shim_gate_after_free(); /* the release point: its memory may be at its low point */
     return rc;
 }
 
@@ -324,6 +326,8 @@ void shim_mem_note_extra(uint64_t bytes, int freed)
         shim_note_alloc(mem.live_bytes);
     }
     pthread_mutex_unlock(&mem.lock);
+    if (freed)
+        shim_gate_after_free(); /* virtual-memory, managed and charged memory: the same */
 }
 
 uint64_t shim_mem_live_bytes(void)

@@ -21,6 +21,7 @@
 shim_state_t shim = {.mode = SHIM_MODE_FAILED,
                      .init_error = CUDA_ERROR_NOT_INITIALIZED,
                      .client_lock = PTHREAD_MUTEX_INITIALIZER,
+                     .page_fd = -1,
                      .notify_fd = -1};
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
@@ -193,6 +194,9 @@ static int map_page(int fd)
     return 0;
 }
 
+/* how long a job waiting for admission waits for a restarted salusd */
+#define SHIM_REREGISTER_S 30
+
 static int register_job(const char *socket_path)
 {
     char err[256] = "", driver_path[4096];
@@ -214,18 +218,47 @@ static int register_job(const char *socket_path)
     /* salusctl submit reserved the job: attach to it */
     const char *reserved = getenv("SALUS_JOB_ID");
     unsigned long long reserved_id = reserved && *reserved ? strtoull(reserved, NULL, 10) : 0;
-    msgpack_packer *pk = salus_client_begin(&shim.client, "register", reserved_id ? 6 : 5);
-    if (reserved_id)
-        proto_pack_kv_uint(pk, "job_id", reserved_id);
-    proto_pack_kv_str(pk, "name", name);
-    proto_pack_kv_uint(pk, "iterations", iterations ? strtoull(iterations, NULL, 10) : 0);
-    proto_pack_kv_uint(pk, "persistent_bytes", env_bytes("SALUS_MEM_PERSISTENT"));
-    proto_pack_kv_uint(pk, "ephemeral_bytes", env_bytes("SALUS_MEM_EPHEMERAL"));
-    proto_pack_kv_int(pk, "priority", priority ? strtoll(priority, NULL, 10) : 0);
-    LOG_DEBUG("registering as '%s'; waiting for admission", name);
-    /* admission may take as long as other jobs run: no timeout, the socket tells if the
-     * daemon dies */
-    rc = salus_client_call_fds(&shim.client, &reply, err, sizeof(err), -1, fds, 2, &nfds);
+    uint64_t lost_at_ns = 0; /* salusd went away while the job waited for admission */
+    for (;;) {
+        msgpack_packer *pk = salus_client_begin(&shim.client, "register", reserved_id ? 6 : 5);
+        if (reserved_id)
+            proto_pack_kv_uint(pk, "job_id", reserved_id);
+        proto_pack_kv_str(pk, "name", name);
+        proto_pack_kv_uint(pk, "iterations", iterations ? strtoull(iterations, NULL, 10) : 0);
+        proto_pack_kv_uint(pk, "persistent_bytes", env_bytes("SALUS_MEM_PERSISTENT"));
+        proto_pack_kv_uint(pk, "ephemeral_bytes", env_bytes("SALUS_MEM_EPHEMERAL"));
+        proto_pack_kv_int(pk, "priority", priority ? strtoll(priority, NULL, 10) : 0);
+        LOG_DEBUG("registering as '%s'; waiting for admission", name);
+        /* admission may take as long as other jobs run: no timeout, the socket tells if the
+         * daemon dies */
+        rc = salus_client_call_fds(&shim.client, &reply, err, sizeof(err), -1, fds, 2, &nfds);
+        if (rc == -EREMOTEIO && lost_at_ns && reserved_id) {
+            /* a restarted salusd does not know the reservation of a job not admitted yet */
+            reserved_id = 0;
+            continue;
+        }
+        if (rc != -ECONNRESET && rc != -EPIPE)
+            break;
+        /* salusd went away (a restart): register again with the next one, for a while */
+        if (!lost_at_ns) {
+            lost_at_ns = shim_now_ns();
+            fprintf(stderr, "salus: salusd went away while the job waited for admission; it "
+                            "registers again with a restarted salusd (at most %d s)\n",
+                    SHIM_REREGISTER_S);
+        }
+        salus_client_close(&shim.client);
+        while ((rc = salus_client_open(&shim.client, socket_path, "libsalus-client", 2000, err,
+                                       sizeof(err))) < 0 &&
+               shim_now_ns() - lost_at_ns < SHIM_REREGISTER_S * 1000000000ull) {
+            struct timespec pause = {.tv_nsec = 100000000};
+            nanosleep(&pause, NULL);
+        }
+        if (rc < 0) {
+            fprintf(stderr, "salus: salusd did not come back within %d s; the job fails closed\n",
+                    SHIM_REREGISTER_S);
+            return rc;
+        }
+    }
     if (rc < 0) {
         fprintf(stderr, "salus: salusd refused the job: %s\n", rc == -EREMOTEIO || rc == -ENOMEM ? err : strerror(-rc));
         return rc;
@@ -243,6 +276,11 @@ static int register_job(const char *socket_path)
             close(fds[i]);
         return -EPROTO;
     }
+    /* how long a restarted salusd has to answer (older daemons do not say: 30 s) */
+    if (proto_get_uint(&reply.body, "reattach_grace_ms", &shim.reattach_grace_ms) < 0 ||
+        shim.reattach_grace_ms == 0)
+        shim.reattach_grace_ms = 30000;
+    snprintf(shim.socket_path, sizeof(shim.socket_path), "%s", socket_path);
     /* simgpu: the job's simulated devices are salusd's (a segment name, never a path) */
     char shm_name[256];
     if (simulated && proto_get_str_copy(&reply.body, "simgpu_shm", shm_name, sizeof(shm_name)) == 0 &&
@@ -253,9 +291,11 @@ static int register_job(const char *socket_path)
     shim.gpu = (int)gpu;
     shim.notify_fd = fds[1];
     rc = map_page(fds[0]);
-    close(fds[0]);
-    if (rc < 0)
+    if (rc < 0) {
+        close(fds[0]);
         return rc;
+    }
+    shim.page_fd = fds[0]; /* re-presented if the job re-attaches to a restarted salusd */
     if (find_driver(simulated, driver_path, sizeof(driver_path)) < 0) {
         fprintf(stderr, "salus: no CUDA driver found for this job (salusd runs on %s); set "
                         "SALUS_REAL_DRIVER\n", simulated ? "simgpu" : "a GPU");
@@ -264,6 +304,7 @@ static int register_job(const char *socket_path)
     rc = load_driver(driver_path);
     if (rc < 0)
         return rc;
+    shim_watch_start();
     LOG_INFO("job %llu admitted on GPU %d with a budget of %llu MiB",
              (unsigned long long)job_id, shim.gpu, (unsigned long long)(shim.budget_bytes >> 20));
     return 0;
@@ -324,38 +365,56 @@ static void session_broken(int rc)
 {
     if (rc != -ETIMEDOUT && rc != -EPROTO && rc != -ECONNRESET && rc != -EPIPE)
         return;
+    if (shim.mode != SHIM_MODE_MANAGED)
+        return;
     LOG_ERROR("the connection to salusd broke (%s); the job cannot go on", strerror(-rc));
     salus_client_close(&shim.client);
     shim.init_error = CUDA_ERROR_SYSTEM_NOT_READY;
     shim.mode = SHIM_MODE_FAILED;
 }
 
+/* With client_lock held, after a call failed: 1 when salusd had gone away and the job
+ * re-attached to a new one (the call is made again), else 0 (the session ends if it broke). */
+static int again_after_restart(int rc)
+{
+    if ((rc == -ECONNRESET || rc == -EPIPE || rc == -ENOTCONN) && shim.mode == SHIM_MODE_MANAGED &&
+        shim_reattach_locked() == 0)
+        return 1;
+    session_broken(rc);
+    return 0;
+}
+
 int shim_session_grow(uint64_t bytes, uint64_t *chunk_id, uint64_t *chunk_bytes)
 {
     char err[256] = "";
     proto_msg_t reply;
-    int fd = -1, nfds = 0;
+    int fd = -1, nfds = 0, rc, bad_reply = 0;
     pthread_mutex_lock(&shim.client_lock);
-    msgpack_packer *pk = salus_client_begin(&shim.client, "mem_grow", 1);
-    proto_pack_kv_uint(pk, "bytes", bytes);
-    int rc = shim.client.fd >= 0
-                 ? salus_client_call_fds(&shim.client, &reply, err, sizeof(err), 30000, &fd, 1, &nfds)
-                 : -ECONNRESET;
-    if (rc < 0)
-        session_broken(rc);
+    do {
+        msgpack_packer *pk = salus_client_begin(&shim.client, "mem_grow", 1);
+        proto_pack_kv_uint(pk, "bytes", bytes);
+        rc = shim.client.fd >= 0 ? salus_client_call_fds(&shim.client, &reply, err, sizeof(err),
+                                                         30000, &fd, 1, &nfds)
+                                 : -ECONNRESET;
+    } while (rc < 0 && again_after_restart(rc));
+    if (rc == 0 && (nfds != 1 || proto_get_uint(&reply.body, "chunk_id", chunk_id) < 0 ||
+                    proto_get_uint(&reply.body, "bytes", chunk_bytes) < 0)) {
+        proto_msg_free(&reply);
+        if (nfds == 1)
+            close(fd);
+        bad_reply = 1;
+    } else if (rc == 0) {
+        proto_msg_free(&reply);
+        /* kept before another thread may re-attach: it re-presents every chunk the job has */
+        shim_chunk_keep(*chunk_id, *chunk_bytes, fd);
+    }
     pthread_mutex_unlock(&shim.client_lock);
+    if (bad_reply)
+        return -EPROTO;
     if (rc < 0) {
         LOG_DEBUG("mem_grow(%llu) refused: %s", (unsigned long long)bytes, err);
         return rc == -ENOMEM ? -ENOMEM : -EIO;
     }
-    if (nfds != 1 || proto_get_uint(&reply.body, "chunk_id", chunk_id) < 0 ||
-        proto_get_uint(&reply.body, "bytes", chunk_bytes) < 0) {
-        proto_msg_free(&reply);
-        if (nfds == 1)
-            close(fd);
-        return -EPROTO;
-    }
-    proto_msg_free(&reply);
     return fd;
 }
 
@@ -363,13 +422,16 @@ int shim_session_release(uint64_t chunk_id)
 {
     char err[256] = "";
     proto_msg_t reply;
+    int rc;
     pthread_mutex_lock(&shim.client_lock);
-    msgpack_packer *pk = salus_client_begin(&shim.client, "mem_release", 1);
-    proto_pack_kv_uint(pk, "chunk_id", chunk_id);
-    int rc = shim.client.fd >= 0 ? salus_client_call(&shim.client, &reply, err, sizeof(err))
+    do {
+        msgpack_packer *pk = salus_client_begin(&shim.client, "mem_release", 1);
+        proto_pack_kv_uint(pk, "chunk_id", chunk_id);
+        rc = shim.client.fd >= 0 ? salus_client_call(&shim.client, &reply, err, sizeof(err))
                                  : -ECONNRESET;
-    if (rc < 0)
-        session_broken(rc);
+    } while (rc < 0 && again_after_restart(rc));
+    if (rc == 0)
+        shim_chunk_forget(chunk_id); /* before another thread may re-attach */
     pthread_mutex_unlock(&shim.client_lock);
     if (rc < 0) {
         LOG_WARN("mem_release(%llu) failed: %s", (unsigned long long)chunk_id, err);
@@ -383,14 +445,15 @@ int shim_session_charge(uint64_t bytes, int release)
 {
     char err[256] = "";
     proto_msg_t reply;
+    int rc;
     pthread_mutex_lock(&shim.client_lock);
-    msgpack_packer *pk = salus_client_begin(&shim.client, "mem_charge", 2);
-    proto_pack_kv_uint(pk, "bytes", bytes);
-    proto_pack_kv_uint(pk, "release", release ? 1 : 0);
-    int rc = shim.client.fd >= 0 ? salus_client_call(&shim.client, &reply, err, sizeof(err))
+    do {
+        msgpack_packer *pk = salus_client_begin(&shim.client, "mem_charge", 2);
+        proto_pack_kv_uint(pk, "bytes", bytes);
+        proto_pack_kv_uint(pk, "release", release ? 1 : 0);
+        rc = shim.client.fd >= 0 ? salus_client_call(&shim.client, &reply, err, sizeof(err))
                                  : -ECONNRESET;
-    if (rc < 0)
-        session_broken(rc);
+    } while (rc < 0 && again_after_restart(rc));
     pthread_mutex_unlock(&shim.client_lock);
     if (rc < 0) {
         LOG_DEBUG("mem_charge(%llu, release=%d) refused: %s", (unsigned long long)bytes, release,

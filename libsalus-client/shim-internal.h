@@ -96,7 +96,10 @@ typedef struct shim_state_s {
     uint64_t va_bytes;           /* address space to reserve: the largest budget possible */
     uint64_t chunk_bytes;
     job_page_t *page;
+    int page_fd;                 /* kept: re-presented when the job re-attaches */
     int notify_fd;
+    uint64_t reattach_grace_ms;  /* how long to wait for a restarted salusd */
+    char socket_path[108];
 } shim_state_t;
 
 extern shim_state_t shim;
@@ -113,6 +116,19 @@ int shim_session_release(uint64_t chunk_id);
 /* Charges bytes the job took through the real driver to its budget (release: gives them
  * back). -ENOMEM: over the budget. */
 int shim_session_charge(uint64_t bytes, int release);
+
+/* reattach.c: surviving a restart of salusd. The chunks the job holds (a descriptor of each,
+ * kept from shim_session_grow until shim_session_release); a watcher thread that notices the
+ * daemon's loss at once (the job then stops at its next boundary, and on simgpu takes the
+ * charge of its chunks, which the dead daemon's went with); re-attaching (with client_lock
+ * held: 0, or -1 when the job failed closed, with one line saying why). */
+void shim_chunk_keep(uint64_t id, uint64_t bytes, int fd);
+void shim_chunk_forget(uint64_t id);
+void shim_watch_start(void);
+int shim_daemon_lost(void);
+int shim_reattach_locked(void);
+/* The same, taking client_lock. */
+int shim_session_recover(void);
 
 /* memory.c */
 CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, CUstream stream, int stream_ordered);
@@ -152,6 +168,8 @@ void shim_gate_done(shim_gate_ticket_t ticket);
 void shim_forget_stream(CUstream stream);
 void shim_after_sync(int whole_context);
 void shim_note_free(uint64_t live_bytes);
+/* After a free returned its memory (no memory lock held): may end the iteration there. */
+void shim_gate_after_free(void);
 void shim_note_alloc(uint64_t live_bytes);
 int shim_mark_iteration(int begin);
 

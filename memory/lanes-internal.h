@@ -51,9 +51,25 @@ typedef struct lanes_state_s {
     uint32_t next_lane_id;
 } lanes_state_t;
 
+/* An index of the committed state, rebuilt by every commit (grants and yields only update
+ * `granted`): lanes_grant, lanes_yield and lanes_job_placement run once per iteration of every
+ * job (the daemon's turns, the simulator's events), so they look jobs up by hash instead of
+ * walking the state. When the index cannot be allocated, `valid` is false and every lookup
+ * walks the state as before. */
+typedef struct lanes_index_s {
+    bool valid;
+    uint32_t *slots;       /* open addressing by job id: job index + 1, 0 = empty */
+    size_t mask;           /* slot count - 1 (a power of two >= 2 * jobs) */
+    uint32_t *job_lane;    /* by job index: its lane's index in state.lanes (or UINT32_MAX) */
+    uint32_t *lane_granted; /* by lane index: how many of its jobs are granted */
+    size_t job_room, lane_room, slot_room;
+} lanes_index_t;
+
 struct lanes_s {
     lanes_config_t config;
     lanes_state_t state;
+    lanes_index_t index;
+    uint64_t version; /* commits so far (lanes_version) */
 };
 
 /* Deep copy with room for one more job, one more lane and one more GPU. 0 or -1 (ENOMEM). */

@@ -30,6 +30,8 @@ const char *lanes_status_name(lanes_status_t status)
     return "?";
 }
 
+static void index_free(lanes_index_t *x);
+
 lanes_t *lanes_create(const lanes_config_t *config)
 {
     lanes_t *lanes = calloc(1, sizeof(*lanes));
@@ -48,7 +50,92 @@ void lanes_destroy(lanes_t *lanes)
     if (!lanes)
         return;
     lanes_state_free(&lanes->state);
+    index_free(&lanes->index);
     free(lanes);
+}
+
+/* ---- the index of the committed state (lanes-internal.h) -------------------------------- */
+
+static size_t hash_slot(uint64_t job_id, size_t mask)
+{
+    return (size_t)((job_id * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+}
+
+/* *array holds at least `needed` elements of `size` bytes (room in *room). false: no memory. */
+static bool index_room(void *array, size_t *room, size_t needed, size_t size)
+{
+    void **p = array;
+    if (needed == 0)
+        needed = 1;
+    if (needed <= *room)
+        return true;
+    void *grown = realloc(*p, needed * size);
+    if (!grown)
+        return false;
+    *p = grown;
+    *room = needed;
+    return true;
+}
+
+static void index_rebuild(lanes_t *lanes)
+{
+    lanes_index_t *x = &lanes->index;
+    const lanes_state_t *state = &lanes->state;
+    size_t slots = 16;
+    x->valid = false;
+    if (state->job_count >= UINT32_MAX / 4 || state->lane_count >= UINT32_MAX)
+        return;
+    while (slots < 2 * state->job_count)
+        slots *= 2;
+    if (!index_room(&x->slots, &x->slot_room, slots, sizeof(*x->slots)) ||
+        !index_room(&x->job_lane, &x->job_room, state->job_count, sizeof(*x->job_lane)) ||
+        !index_room(&x->lane_granted, &x->lane_room, state->lane_count,
+                    sizeof(*x->lane_granted)))
+        return;
+    memset(x->slots, 0, slots * sizeof(*x->slots));
+    memset(x->lane_granted, 0, state->lane_count * sizeof(*x->lane_granted));
+    x->mask = slots - 1;
+    for (size_t i = 0; i < state->job_count; i++) {
+        const lanes_job_t *job = &state->jobs[i];
+        size_t s = hash_slot(job->id, x->mask);
+        while (x->slots[s])
+            s = (s + 1) & x->mask;
+        x->slots[s] = (uint32_t)(i + 1);
+        const lanes_lane_t *lane = lanes_state_lane(state, job->lane_id);
+        x->job_lane[i] = lane ? (uint32_t)(lane - state->lanes) : UINT32_MAX;
+        if (lane && job->granted)
+            x->lane_granted[x->job_lane[i]]++;
+    }
+    x->valid = true;
+}
+
+static void index_free(lanes_index_t *x)
+{
+    free(x->slots);
+    free(x->job_lane);
+    free(x->lane_granted);
+    memset(x, 0, sizeof(*x));
+}
+
+/* The committed state's job `job_id` (*at: its index), or NULL. */
+static inline lanes_job_t *committed_job(const lanes_t *lanes, uint64_t job_id, size_t *at)
+{
+    const lanes_state_t *state = &lanes->state;
+    if (!lanes->index.valid) {
+        lanes_job_t *job = lanes_state_job(state, job_id);
+        *at = job ? (size_t)(job - state->jobs) : 0;
+        return job;
+    }
+    const lanes_index_t *x = &lanes->index;
+    for (size_t s = hash_slot(job_id, x->mask);; s = (s + 1) & x->mask) {
+        uint32_t slot = x->slots[s];
+        if (slot == 0)
+            return NULL;
+        if (state->jobs[slot - 1].id == job_id) {
+            *at = slot - 1;
+            return &state->jobs[slot - 1];
+        }
+    }
 }
 
 /* Reports what changed between the current state and `next`, then makes `next` current. */
@@ -58,6 +145,13 @@ static void commit(lanes_t *lanes, lanes_state_t *next)
     lanes_state_free(&lanes->state);
     lanes->state = *next;
     memset(next, 0, sizeof(*next));
+    index_rebuild(lanes);
+    lanes->version++;
+}
+
+uint64_t lanes_version(const lanes_t *lanes)
+{
+    return lanes->version;
 }
 
 lanes_status_t lanes_add_gpu(lanes_t *lanes, int gpu, uint64_t total_bytes, uint64_t reserve_bytes)
@@ -122,7 +216,8 @@ lanes_status_t lanes_admit(lanes_t *lanes, const lanes_request_t *request,
 
     if (!request)
         return LANES_ERROR_INVALID;
-    if (lanes_state_job(&lanes->state, request->job_id))
+    size_t at;
+    if (committed_job(lanes, request->job_id, &at))
         return LANES_ERROR_EXISTS;
     if (request->gpu != LANES_ANY_GPU && !lanes_state_gpu(&lanes->state, request->gpu))
         return LANES_ERROR_UNKNOWN;
@@ -185,6 +280,49 @@ done:
     if (status == LANES_OK)
         fill_placement(&lanes->state, lanes_state_job(&lanes->state, request->job_id), placement);
     return status;
+}
+
+lanes_status_t lanes_admit_to_lane(lanes_t *lanes, const lanes_request_t *request,
+                                   uint32_t lane_id, lanes_placement_t *placement)
+{
+    const lanes_config_t *config = &lanes->config;
+    lanes_state_t next;
+    if (!request || request->persistent_bytes == LANES_SIZE_UNKNOWN ||
+        request->ephemeral_bytes == LANES_SIZE_UNKNOWN)
+        return LANES_ERROR_INVALID;
+    if (lanes_state_job(&lanes->state, request->job_id))
+        return LANES_ERROR_EXISTS;
+    const lanes_lane_t *lane = lanes_state_lane(&lanes->state, lane_id);
+    if (!lane)
+        return LANES_ERROR_UNKNOWN;
+    if ((request->gpu != LANES_ANY_GPU && request->gpu != lane->gpu) ||
+        (!config->share_lanes_across_users && lane->tenant_uid != request->uid))
+        return LANES_ERROR_INVALID;
+    const lanes_gpu_t *gpu = lanes_state_gpu(&lanes->state, lane->gpu);
+    uint64_t used = lanes_state_gpu_persistent_bytes(&lanes->state, config, lane->gpu) +
+                    lanes_state_gpu_lane_bytes(&lanes->state, lane->gpu);
+    uint64_t growth = request->ephemeral_bytes > lane->size_bytes
+                          ? request->ephemeral_bytes - lane->size_bytes : 0;
+    uint64_t need = footprint_bytes(config, request->persistent_bytes, 0);
+    if (need == UINT64_MAX || need + growth < need || used > gpu->capacity_bytes ||
+        need + growth > gpu->capacity_bytes - used)
+        return LANES_WAIT;
+    if (lanes_state_clone(&lanes->state, &next) < 0)
+        return LANES_ERROR_NO_MEMORY;
+    next.jobs[next.job_count++] = (lanes_job_t){
+        .id = request->job_id,
+        .uid = request->uid,
+        .persistent_bytes = request->persistent_bytes,
+        .ephemeral_bytes = request->ephemeral_bytes,
+        .gpu = lane->gpu,
+        .lane_id = lane_id,
+    };
+    lanes_lane_t *grown = lanes_state_lane(&next, lane_id);
+    if (grown->size_bytes < request->ephemeral_bytes)
+        grown->size_bytes = request->ephemeral_bytes;
+    commit(lanes, &next);
+    fill_placement(&lanes->state, lanes_state_job(&lanes->state, request->job_id), placement);
+    return LANES_OK;
 }
 
 size_t lanes_admit_in_order(lanes_t *lanes, const lanes_request_t *requests, size_t count,
@@ -296,19 +434,30 @@ done:
 
 lanes_status_t lanes_grant(lanes_t *lanes, uint64_t job_id, bool *clear_needed)
 {
-    lanes_job_t *job = lanes_state_job(&lanes->state, job_id);
+    size_t at;
+    lanes_job_t *job = committed_job(lanes, job_id, &at);
+    lanes_lane_t *lane;
     if (clear_needed)
         *clear_needed = false;
     if (!job)
         return LANES_ERROR_UNKNOWN;
     if (job->granted)
         return LANES_OK;
-    for (size_t i = 0; i < lanes->state.job_count; i++) {
-        const lanes_job_t *other = &lanes->state.jobs[i];
-        if (other != job && other->lane_id == job->lane_id && other->granted)
+    uint32_t lane_index = lanes->index.valid ? lanes->index.job_lane[at] : UINT32_MAX;
+    if (lane_index != UINT32_MAX) {
+        /* the index counts the lane's granted jobs (this one is not) */
+        if (lanes->index.lane_granted[lane_index] > 0)
             return LANES_ERROR_BUSY;
+        lane = &lanes->state.lanes[lane_index];
+        lanes->index.lane_granted[lane_index]++;
+    } else {
+        for (size_t i = 0; i < lanes->state.job_count; i++) {
+            const lanes_job_t *other = &lanes->state.jobs[i];
+            if (other != job && other->lane_id == job->lane_id && other->granted)
+                return LANES_ERROR_BUSY;
+        }
+        lane = lanes_state_lane(&lanes->state, job->lane_id);
     }
-    lanes_lane_t *lane = lanes_state_lane(&lanes->state, job->lane_id);
     if (clear_needed)
         *clear_needed = lane->memory_uid != LANES_MEMORY_FRESH &&
                         lane->memory_uid != (long long)job->uid;
@@ -319,9 +468,12 @@ lanes_status_t lanes_grant(lanes_t *lanes, uint64_t job_id, bool *clear_needed)
 
 lanes_status_t lanes_yield(lanes_t *lanes, uint64_t job_id)
 {
-    lanes_job_t *job = lanes_state_job(&lanes->state, job_id);
+    size_t at;
+    lanes_job_t *job = committed_job(lanes, job_id, &at);
     if (!job)
         return LANES_ERROR_UNKNOWN;
+    if (job->granted && lanes->index.valid && lanes->index.job_lane[at] != UINT32_MAX)
+        lanes->index.lane_granted[lanes->index.job_lane[at]]--;
     job->granted = false;
     return LANES_OK;
 }
@@ -329,7 +481,8 @@ lanes_status_t lanes_yield(lanes_t *lanes, uint64_t job_id)
 lanes_status_t lanes_job_placement(const lanes_t *lanes, uint64_t job_id,
                                    lanes_placement_t *placement)
 {
-    const lanes_job_t *job = lanes_state_job(&lanes->state, job_id);
+    size_t at;
+    const lanes_job_t *job = committed_job(lanes, job_id, &at);
     if (!job)
         return LANES_ERROR_UNKNOWN;
     fill_placement(&lanes->state, job, placement);
@@ -380,7 +533,9 @@ size_t lanes_list(const lanes_t *lanes, lanes_lane_info_t *out, size_t capacity)
             info->lane_id = lane->id;
             info->size_bytes = lane->size_bytes;
             info->job_count = lanes_state_lane_job_count(state, lane->id);
-            for (size_t j = 0; j < state->job_count && !info->active; j++) {
+            /* (the index knows lanes no job of which is granted) */
+            bool none = lanes->index.valid && lanes->index.lane_granted[i] == 0;
+            for (size_t j = 0; j < state->job_count && !info->active && !none; j++) {
                 if (state->jobs[j].lane_id == lane->id && state->jobs[j].granted) {
                     info->active = true;
                     info->active_job_id = state->jobs[j].id;

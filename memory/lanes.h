@@ -46,7 +46,9 @@
  *   exceed the GPU). Its GPU never changes: its persistent memory lives there.
  *
  * Pure logic: no I/O, no clock, no driver calls, not thread-safe (the daemon's loop owns it).
- * Numbers of jobs per node are small (tens), so the structures are plain arrays. */
+ * Numbers of jobs per node are small (tens), so the structures are plain arrays; the calls made
+ * at every iteration (lanes_grant, lanes_yield, lanes_job_placement) find the job and its lane
+ * through an index of the committed books, rebuilt at each change (lanes-internal.h). */
 #ifndef SALUS_MEMORY_LANES_H
 #define SALUS_MEMORY_LANES_H
 
@@ -158,6 +160,14 @@ void lanes_set_max_jobs_per_gpu(lanes_t *lanes, uint32_t max_jobs_per_gpu);
 /* LANES_OK (placement filled), LANES_WAIT, LANES_NEVER_FITS or an error. */
 lanes_status_t lanes_admit(lanes_t *lanes, const lanes_request_t *request,
                            lanes_placement_t *placement);
+/* Places the job in lane lane_id (request->gpu: LANES_ANY_GPU or that lane's GPU), growing
+ * the lane to the job's E when the GPU has room: for a job that comes back after a daemon
+ * restart to the lane it shared. Sizes must be known. Ignores max_jobs_per_gpu (the job was
+ * admitted already). LANES_OK, LANES_WAIT (no room; nothing changed), LANES_ERROR_UNKNOWN (no
+ * such lane), LANES_ERROR_INVALID (unknown sizes, another GPU, or the lane's tenancy does not
+ * allow the uid), LANES_ERROR_EXISTS, LANES_ERROR_NO_MEMORY. */
+lanes_status_t lanes_admit_to_lane(lanes_t *lanes, const lanes_request_t *request,
+                                   uint32_t lane_id, lanes_placement_t *placement);
 /* Tries requests in the given order (the policy's admission order). results[i] gets each
  * status, placements[i] (optional array) each placement. With strict_order the first
  * LANES_WAIT blocks all later requests (they get LANES_WAIT untried); NEVER_FITS and errors
@@ -184,6 +194,11 @@ lanes_status_t lanes_job_placement(const lanes_t *lanes, uint64_t job_id,
 lanes_status_t lanes_gpu_info(const lanes_t *lanes, int gpu, lanes_gpu_info_t *info);
 /* Fills up to `capacity` lanes (GPU order, then lane id); returns how many lanes exist. */
 size_t lanes_list(const lanes_t *lanes, lanes_lane_info_t *out, size_t capacity);
+/* Counts the changes of the books: it grows with every call that admits, releases, resizes,
+ * moves or merges (anything that may change which job is in which lane, a lane's size or the
+ * uid whose data a lane holds), and stays put across grants, yields and reads. A caller that
+ * keeps a copy of lane membership rebuilds it when the count moved. */
+uint64_t lanes_version(const lanes_t *lanes);
 /* Fills up to `capacity` job ids of a lane (admission order); returns how many it holds. */
 size_t lanes_lane_jobs(const lanes_t *lanes, uint32_t lane_id, uint64_t *job_ids,
                        size_t capacity);

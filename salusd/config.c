@@ -52,6 +52,9 @@ const option_def_t salusd_options[] = {
         "finished jobs listed by ps before the oldest are forgotten"),
     ROW("policy", OPTION_STRING, "pack", 0, 0, policy,
         "scheduling policy at start: fifo, srtf, pack or fair (salusctl policy switches it)"),
+    ROW("lane-hold", OPTION_STRING, "gpu", 0, 0, lane_hold_text,
+        "what a job holds its lane for: 'gpu' (its GPU work: it gives the lane up at each "
+        "quiescent point) or 'iteration' (its whole iteration, host time included)"),
     ROW("wait-log-s", OPTION_INT, "30", 0, 86400, wait_log_s,
         "a job waiting longer than this many seconds (for admission, or for its turn) is "
         "logged once per interval with the job that holds its lane; 0: never"),
@@ -74,6 +77,12 @@ const option_def_t salusd_options[] = {
     ROW("metrics-job-labels", OPTION_BOOL, "no", 0, 0, metrics_job_labels,
         "add per-job samples (job names and uids as labels) to /metrics; anyone who can "
         "reach the endpoint reads them"),
+    ROW("state-dir", OPTION_STRING, NULL, 0, 0, state_dir,
+        "what a restarted salusd needs (job ids, running jobs, policy state) is kept here "
+        "(default: /var/lib/salus as root, else $XDG_STATE_HOME/salus)"),
+    ROW("reattach-grace-s", OPTION_INT, "30", 1, 3600, reattach_grace_s,
+        "after a restart, jobs that survived it have this long to re-attach; no new job is "
+        "admitted before they all did or the time is over"),
 };
 const size_t salusd_option_count = sizeof(salusd_options) / sizeof(salusd_options[0]);
 
@@ -135,6 +144,12 @@ int salusd_config_load(salusd_config_t *cfg, int argc, char **argv)
                 cfg->user_gpu_share_text);
         return -1;
     }
+    if (strcmp(cfg->lane_hold_text, "gpu") != 0 && strcmp(cfg->lane_hold_text, "iteration") != 0) {
+        fprintf(stderr, "salusd: --lane-hold '%s': expected 'gpu' or 'iteration'\n",
+                cfg->lane_hold_text);
+        return -1;
+    }
+    cfg->lane_hold_gpu = strcmp(cfg->lane_hold_text, "gpu") == 0;
     if (!cfg->socket_path[0] && salus_default_socket_path(cfg->socket_path,
                                                           sizeof(cfg->socket_path)) < 0) {
         fprintf(stderr, "salusd: the socket path is too long for a Unix socket\n");

@@ -35,6 +35,10 @@ typedef struct salusd_config_s {
     char user_gpu_share_text[32]; /* --user-gpu-share as given */
     double user_gpu_share;       /* parsed from it: 0 < F <= 1 */
     long long user_max_jobs;     /* admitted jobs of one user at once */
+    char lane_hold_text[16];     /* --lane-hold as given */
+    int lane_hold_gpu;           /* 1: jobs give their lanes up at quiescent points */
+    char state_dir[4096];        /* what outlives a restart; empty: the default (state.h) */
+    int reattach_grace_s;        /* survivors of a restart re-attach within this */
 } salusd_config_t;
 
 extern const option_def_t salusd_options[];

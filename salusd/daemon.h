@@ -69,6 +69,7 @@ typedef struct salusd_s {
     proto_enc_t enc;          /* scratch encoder for replies (single-threaded loop) */
     struct metrics_s *metrics; /* the /metrics endpoint (metrics.c); NULL: off */
     struct jobctl_s *jobctl;  /* submitted jobs' logs, exit statuses, waiters (jobctl.c) */
+    struct restart_s *restart; /* the state file and the survivors of a restart (job_reattach.c) */
     /* Called when a job has ended (jobs.c, job_exit.c), by the layer below the request
      * handlers that wait for it: main sets it to jobctl_job_finished (answers the waits). */
     void (*job_finished)(struct salusd_s *d, job_t *job);

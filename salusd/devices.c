@@ -5,6 +5,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -155,7 +157,6 @@ static int clear_chunk(devices_t *devs, int gpu, CUmemGenericAllocationHandle ha
 int devices_chunk_create(devices_t *devs, int gpu, uint64_t bytes, int clear, chunk_t *chunk,
                          int *fd_out)
 {
-    static uint64_t next_id = 1;
     driver_t *d = &devs->driver;
     gpu_t *g = &devs->gpus[gpu];
     uint64_t size = (bytes + g->granularity_bytes - 1) / g->granularity_bytes * g->granularity_bytes;
@@ -187,7 +188,17 @@ int devices_chunk_create(devices_t *devs, int gpu, uint64_t bytes, int clear, ch
         LOG_WARN("cuMemExportToShareableHandle failed: %s", driver_error_name(d, rc));
         return -EIO;
     }
-    chunk->id = next_id++;
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        close(fd);
+        d->fn_cuMemRelease(chunk->handle);
+        return -EIO;
+    }
+    chunk->dev = (uint64_t)st.st_dev;
+    chunk->ino = (uint64_t)st.st_ino;
+    if (devs->next_chunk_id == 0)
+        devs->next_chunk_id = 1;
+    chunk->id = devs->next_chunk_id++;
     chunk->gpu = gpu;
     chunk->bytes = size;
     g->chunk_bytes += size;
@@ -202,6 +213,62 @@ void devices_chunk_release(devices_t *devs, chunk_t *chunk)
     devs->driver.fn_cuMemRelease(chunk->handle);
     g->chunk_bytes -= chunk->bytes;
     chunk->bytes = 0;
+}
+
+int devices_chunk_import(devices_t *devs, int gpu, int fd, uint64_t id, uint64_t bytes,
+                         chunk_t *chunk)
+{
+    driver_t *d = &devs->driver;
+    gpu_t *g = &devs->gpus[gpu];
+    struct stat st;
+    if (fstat(fd, &st) < 0 || bytes == 0 || bytes % g->granularity_bytes)
+        return -EINVAL;
+    d->fn_cuCtxSetCurrent(g->context);
+    CUresult rc = d->fn_cuMemImportFromShareableHandle(&chunk->handle, (void *)(intptr_t)fd,
+                                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (rc != CUDA_SUCCESS) {
+        LOG_DEBUG("cuMemImportFromShareableHandle: %s", driver_error_name(d, rc));
+        return -EINVAL;
+    }
+    /* a chunk maps whole: a mapping of its size must succeed, one granule more must not */
+    CUdeviceptr at = 0;
+    rc = d->fn_cuMemAddressReserve(&at, bytes + g->granularity_bytes, g->granularity_bytes, 0, 0);
+    int ok = rc == CUDA_SUCCESS;
+    if (ok) {
+        ok = d->fn_cuMemMap(at, bytes, 0, chunk->handle, 0) == CUDA_SUCCESS;
+        if (ok)
+            d->fn_cuMemUnmap(at, bytes);
+        if (ok && d->fn_cuMemMap(at, bytes + g->granularity_bytes, 0, chunk->handle, 0) ==
+                      CUDA_SUCCESS) {
+            d->fn_cuMemUnmap(at, bytes + g->granularity_bytes);
+            ok = 0;
+        }
+        d->fn_cuMemAddressFree(at, bytes + g->granularity_bytes);
+    }
+    if (!ok) {
+        d->fn_cuMemRelease(chunk->handle);
+        return -EINVAL;
+    }
+    chunk->id = id;
+    chunk->gpu = gpu;
+    chunk->bytes = bytes;
+    chunk->dev = (uint64_t)st.st_dev;
+    chunk->ino = (uint64_t)st.st_ino;
+    g->chunk_bytes += bytes;
+    if (id >= devs->next_chunk_id)
+        devs->next_chunk_id = id + 1;
+    return 0;
+}
+
+int devices_mem_info(devices_t *devs, int gpu, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    size_t free_now = 0, total = 0;
+    devs->driver.fn_cuCtxSetCurrent(devs->gpus[gpu].context);
+    if (devs->driver.fn_cuMemGetInfo(&free_now, &total) != CUDA_SUCCESS)
+        return -EIO;
+    *free_bytes = free_now;
+    *total_bytes = total;
+    return 0;
 }
 
 int devices_busy_ns(devices_t *devs, int gpu, uint64_t *busy_ns)

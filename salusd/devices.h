@@ -26,6 +26,7 @@ typedef struct devices_s {
     int count;
     gpu_t gpus[DEVICES_MAX_GPUS];
     int (*simgpu_stats)(int device, void *stats); /* simgpu_device_stats, when simulated */
+    uint64_t next_chunk_id;      /* above every chunk id handed out or taken back */
 } devices_t;
 
 typedef struct chunk_s {
@@ -33,6 +34,7 @@ typedef struct chunk_s {
     int gpu;
     uint64_t bytes;
     CUmemGenericAllocationHandle handle;
+    uint64_t dev, ino;           /* the file behind its exported descriptor (fstat) */
 } chunk_t;
 
 /* Loads driver_path, or (empty) the first working real driver, else simgpu found next to
@@ -45,6 +47,13 @@ void devices_close(devices_t *devs);
 int devices_chunk_create(devices_t *devs, int gpu, uint64_t bytes, int clear, chunk_t *chunk,
                          int *fd_out);
 void devices_chunk_release(devices_t *devs, chunk_t *chunk);
+/* Takes back a chunk a job re-presents after a restart (fd: its descriptor, the caller's):
+ * the driver must import it as memory of gpu, of exactly `bytes`; it becomes chunk `id`
+ * again. 0; -EINVAL when the driver does not take it as such (not a chunk of this device). */
+int devices_chunk_import(devices_t *devs, int gpu, int fd, uint64_t id, uint64_t bytes,
+                         chunk_t *chunk);
+/* Free and total memory of gpu as the driver reports it (cuMemGetInfo). */
+int devices_mem_info(devices_t *devs, int gpu, uint64_t *free_bytes, uint64_t *total_bytes);
 /* Device busy time so far (simgpu only; 0 and -ENOTSUP on a real GPU for now). */
 int devices_busy_ns(devices_t *devs, int gpu, uint64_t *busy_ns);
 

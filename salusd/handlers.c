@@ -124,6 +124,9 @@ static const struct {
     {"mem_grow", jobs_handle_mem_grow},
     {"mem_release", jobs_handle_mem_release},
     {"mem_charge", jobs_handle_mem_charge},
+    {"reattach", jobs_handle_reattach},
+    {"reattach_chunk", jobs_handle_reattach_chunk},
+    {"reattach_done", jobs_handle_reattach_done},
     {"submit", jobctl_handle_submit},
     {"job_exit", jobctl_handle_job_exit},
     {"kill", jobctl_handle_kill},
@@ -138,7 +141,8 @@ static int over_job_caps(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
     int submit = strcmp(msg->op, "submit") == 0;
-    if ((!submit && strcmp(msg->op, "register") != 0) || c->uid == 0 || c->uid == geteuid())
+    if ((!submit && strcmp(msg->op, "register") != 0 && strcmp(msg->op, "reattach") != 0) ||
+        c->uid == 0 || c->uid == geteuid())
         return 0;
     long long queued = 0, registered = 0;
     for (size_t i = 0; i < registry_count(d->registry); i++) {

@@ -55,6 +55,7 @@ static int grant_chunk(salusd_t *d, job_t *job, job_runtime_t *rt, uint64_t requ
     }
     rt->chunk_count++;
     job->committed_bytes += chunk->bytes;
+    jobs_state_save(d); /* on file before the job has it */
     proto_enc_t *e = &d->enc;
     proto_enc_begin(e, PROTO_REPLY, request_id, "", 3);
     proto_pack_kv_uint(&e->pk, "chunk_id", chunk->id);
@@ -184,6 +185,7 @@ void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg)
         uint64_t budget;
         if (jobs_placement(d, job, &gpu, &budget) == 0)
             jobs_set_budget(job, budget); /* down to the books' again if it was held above them */
+        jobs_state_dirty(d); /* a chunk on file that the job no longer has is harmless */
         proto_enc_t *e = &d->enc;
         proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);
         proto_enc_finish(e);
@@ -227,6 +229,10 @@ void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg)
         rt->charged_bytes += bytes;
         job->committed_bytes += bytes;
     }
+    if (release)
+        jobs_state_dirty(d);
+    else
+        jobs_state_save(d); /* on file before the job uses it */
     proto_enc_t *e = &d->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);
     proto_enc_finish(e);

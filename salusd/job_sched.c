@@ -1,8 +1,9 @@
 /* The jobs module's side of scheduling: it sends the scheduling core (through sched.c) what
  * happens to jobs and carries out what the core decides, on job pages, futexes and sockets:
  *   ADMIT -> jobs_admit (answers the register request), REFUSE -> jobs_fail,
- *   GRANT -> grant_seq, wake_seq + FUTEX_WAKE (free_run: the shim passes its boundaries
- *   without stopping), STOP_FREE_RUN -> free_run = 0 (it parks at its next boundary),
+ *   GRANT -> lane word HELD, grant_seq, wake_seq + FUTEX_WAKE (free_run: the shim passes
+ *   its boundaries without stopping), STOP_FREE_RUN -> free_run = 0 (it parks at its next
+ *   boundary; a lane it gave up meanwhile is taken: its release is reported now),
  *   BUDGET -> jobs_set_budget, MOVE and LEARNED -> logged.
  * A refusal or a failed admission ends the job (jobs_fail), which sends the core further
  * events: each event has its own effects list, and every effect looks its job up again. */
@@ -23,11 +24,14 @@ static void futex_wake_all(_Atomic uint32_t *word)
 
 /* wake_seq is what a parked shim waits on; grant_seq is woken too, for a shim that runs the
  * baseline mechanism (SALUS_SWITCH_BASELINE, libsalus-client/gate.c) */
-static void grant(job_t *job, int free_run)
+static void grant(salusd_t *d, job_t *job, int free_run)
 {
     job_page_t *page = jobs_page(job);
     if (!page)
         return;
+    atomic_store(&page->release_ok, (uint32_t)(d->config.lane_hold_gpu != 0));
+    atomic_store(&page->lane_shared, (uint32_t)sched_lane_shared(d, job));
+    atomic_store(&page->lane, JOB_LANE_HELD);
     atomic_store(&page->free_run, (uint32_t)free_run);
     atomic_store(&page->grant_seq, atomic_load(&page->boundary_seq));
     atomic_fetch_add(&page->wake_seq, 1);
@@ -76,6 +80,32 @@ static void log_learned(const job_t *job, const sched_core_effect_t *e)
                  e->reason);
 }
 
+static void apply(salusd_t *d, sched_core_effects_t *fx);
+
+/* ---- lanes held for GPU time (common/job_page.h) ---------------------------------------- */
+
+/* If the job gave its lane up at a quiescent point (given for a waiting job, or, with
+ * released_too, while it ran alone), the lane is taken (the shim asks for a grant at its
+ * next submission) and the core hears of the release (a boundary without a request for a
+ * turn; the core decides who runs next, gangs included: sched_core.h). */
+static void take_released_lane(salusd_t *d, job_t *job, int released_too)
+{
+    job_page_t *page = jobs_page(job);
+    if (!page)
+        return;
+    uint32_t lane = JOB_LANE_GIVEN;
+    int taken = atomic_compare_exchange_strong(&page->lane, &lane, JOB_LANE_TAKEN);
+    if (!taken && released_too) {
+        lane = JOB_LANE_RELEASED;
+        taken = atomic_compare_exchange_strong(&page->lane, &lane, JOB_LANE_TAKEN);
+    }
+    if (!taken)
+        return;
+    sched_core_effects_t fx = {0};
+    sched_job_released(d, job, page, &fx);
+    apply(d, &fx);
+}
+
 /* Carries out fx (and frees it). */
 static void apply(salusd_t *d, sched_core_effects_t *fx)
 {
@@ -101,21 +131,28 @@ static void apply(salusd_t *d, sched_core_effects_t *fx)
         case SCHED_CORE_GRANT:
             /* clear_needed asks for nothing: a job's chunks are its own, cleared when
              * created if lanes are shared across users (job_memory.c) */
-            grant(job, e->free_run);
+            grant(d, job, e->free_run);
             break;
         case SCHED_CORE_STOP_FREE_RUN:
-            if (jobs_page(job))
-                atomic_store(&jobs_page(job)->free_run, 0);
+            if (jobs_page(job)) {
+                atomic_store(&jobs_page(job)->lane_shared, 1); /* another job waits for it */
+                atomic_store(&jobs_page(job)->free_run, 0); /* before the lane word is read */
+                take_released_lane(d, job, 1);
+            }
             break;
         case SCHED_CORE_BUDGET:
             jobs_set_budget(job, e->budget_bytes);
             break;
         case SCHED_CORE_MOVE:
+            if (jobs_page(job)) /* its new lane has other jobs (moves merge lanes) */
+                atomic_store(&jobs_page(job)->lane_shared, 1);
             LOG_DEBUG("job %llu moves to lane %u of GPU %d", (unsigned long long)job->id,
                       e->lane, e->gpu);
             break;
         case SCHED_CORE_LEARNED:
             log_learned(job, e);
+            if (!e->reason)
+                jobs_state_save(d); /* learned sizes outlive a restart */
             break;
         }
     }
@@ -125,6 +162,11 @@ static void apply(salusd_t *d, sched_core_effects_t *fx)
 void jobs_sched_registered(salusd_t *d, job_t *job)
 {
     sched_core_effects_t fx = {0};
+    if (jobs_admission_held(d)) { /* survivors of a restart first: it waits (job_reattach.c) */
+        LOG_INFO("job %llu waits: jobs that survived salusd's restart are re-attaching",
+                 (unsigned long long)job->id);
+        return;
+    }
     sched_job_registered(d, job, &fx);
     apply(d, &fx);
 }
@@ -132,8 +174,27 @@ void jobs_sched_registered(salusd_t *d, job_t *job)
 void jobs_sched_parked(salusd_t *d, job_t *job)
 {
     sched_core_effects_t fx = {0};
+    job_page_t *page = jobs_page(job);
+    /* a release first: the job may have given its lane up and asked again since */
+    uint64_t id = job->id;
+    take_released_lane(d, job, page && !atomic_load(&page->free_run));
+    job = registry_find(d->registry, id); /* the effects may have ended it */
+    if (!job || !job->runtime)
+        return;
     sched_job_parked(d, job, jobs_page(job), &fx); /* running or not: the core's books */
     apply(d, &fx);
+}
+
+/* After a departure or a move: each job's lane_shared follows its lane's members again (a
+ * job left alone stops handing back its chunks at every release). */
+static void refresh_lane_shared(salusd_t *d)
+{
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        job_t *job = registry_at(d->registry, i);
+        job_page_t *page = job->runtime ? jobs_page(job) : NULL;
+        if (page)
+            atomic_store(&page->lane_shared, (uint32_t)sched_lane_shared(d, job));
+    }
 }
 
 void jobs_sched_left(salusd_t *d, uint64_t job_id)
@@ -141,6 +202,7 @@ void jobs_sched_left(salusd_t *d, uint64_t job_id)
     sched_core_effects_t fx = {0};
     sched_job_id_left(d, job_id, &fx);
     apply(d, &fx);
+    refresh_lane_shared(d);
 }
 
 int jobs_set_policy(salusd_t *d, const char *name, char *err, size_t err_size)
@@ -148,5 +210,7 @@ int jobs_set_policy(salusd_t *d, const char *name, char *err, size_t err_size)
     sched_core_effects_t fx = {0};
     int rc = sched_set_policy(d, name, err, err_size, &fx);
     apply(d, &fx);
+    if (rc == 0)
+        jobs_state_dirty(d);
     return rc;
 }

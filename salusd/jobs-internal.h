@@ -4,6 +4,7 @@
 
 #include "jobs.h"
 #include "job_page.h"
+#include "state.h"
 
 typedef struct job_runtime_s {
     salusd_t *daemon;
@@ -24,6 +25,9 @@ typedef struct job_runtime_s {
     uint64_t grow_bytes;
     uint64_t grow_since_ns;
     uint64_t charged_bytes;      /* mem_charge: memory taken through the real driver */
+    uint64_t page_dev, page_ino; /* the job page's memfd (what a re-attach re-presents) */
+    int reattaching;             /* re-attach begun, its chunks not all checked yet */
+    uint32_t reattach_chunks;    /* chunks the job said it re-presents */
 } job_runtime_t;
 
 static inline job_runtime_t *runtime_of(const job_t *job)
@@ -42,6 +46,10 @@ void jobs_request_trims(salusd_t *d, int gpu);
 /* The same for one job (when its budget fell below what it holds). */
 void jobs_request_trim(job_t *job);
 
+/* The job's registered process ended (its pidfd is readable); its eventfd was written. */
+void jobs_on_process_exit(int fd, short events, void *arg);
+void jobs_on_notify(int fd, short events, void *arg);
+
 /* The job a connection registered, or NULL. */
 job_t *jobs_of_conn(conn_t *c);
 /* Returns the job's chunks and closes what the daemon held for it; runtime is gone after. */
@@ -57,5 +65,23 @@ void jobs_exit_probe_free(job_t *job);
 /* job_memory.c: retries chunk requests that found the device full (after memory came back,
  * and from a timer); answers those that waited too long with out-of-memory. */
 void jobs_retry_pending_grows(salusd_t *d);
+
+/* job_restart.c: the jobs that were running under the previous salusd (survivors), for the
+ * re-attach requests (job_reattach.c). jobs_survivor: the record of job id, or NULL;
+ * *pending: it may still re-attach. chunk_owner: the survivor a chunk file was handed to (0:
+ * none). lane_mate: a survivor back already that shared rec's lane (0: none). settled: it is
+ * back (back = 1) or refused; the hold on admissions ends with the last one. */
+const state_job_t *jobs_survivor(const salusd_t *d, uint64_t id, int *pending);
+uint64_t jobs_survivor_chunk_owner(const salusd_t *d, uint64_t dev, uint64_t ino);
+uint64_t jobs_survivor_lane_mate(const salusd_t *d, const state_job_t *rec);
+void jobs_survivor_settled(salusd_t *d, uint64_t id, int back);
+
+/* job_restart.c: the state file (--state-dir). jobs_state_save writes it now (atomic, not
+ * fsynced: what a restarted daemon must find after salusd itself crashed: an admission, a chunk
+ * before it is handed out, a job's end); jobs_state_dirty has it written durably (fsynced)
+ * within a few seconds (a chunk given back, learned sizes, a policy switch: a job may
+ * re-present fewer chunks than are on file, never more). Durable also at shutdown. */
+void jobs_state_save(salusd_t *d);
+void jobs_state_dirty(salusd_t *d);
 
 #endif

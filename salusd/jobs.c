@@ -11,10 +11,12 @@
 
 #include <errno.h>
 #include <event2/event.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -204,14 +206,18 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     jobs_retry_pending_grows(d);
     /* last: its memory is back, so the jobs admitted now find it free, and they are
      * admitted after it finished (job may be forgotten below: only its id is used) */
-    jobs_sched_left(d, job->id);
+    /* a survivor of a restart that ended while re-attaching: no need to wait for it */
+    uint64_t id = job->id;
+    jobs_sched_left(d, id);
     forget_old_finished(d);
+    jobs_survivor_settled(d, id, 0);
+    jobs_state_save(d);
 }
 
 /* The registered process ended: the job is over at once. Its exit status: salusctl's report
  * when it came first, else the kernel's (pidfd, Linux >= 6.15), now or once the process is
  * reaped (exit probe); else "ended", status unknown. */
-static void on_process_exit(evutil_socket_t fd, short events, void *arg)
+void jobs_on_process_exit(evutil_socket_t fd, short events, void *arg)
 {
     job_runtime_t *rt = arg;
     salusd_t *d = rt->daemon;
@@ -229,7 +235,7 @@ static void on_process_exit(evutil_socket_t fd, short events, void *arg)
     finish_job(d, job, JOB_ENDED);
 }
 
-static void on_notify(evutil_socket_t fd, short events, void *arg)
+void jobs_on_notify(evutil_socket_t fd, short events, void *arg)
 {
     job_runtime_t *rt = arg;
     uint64_t count;
@@ -243,13 +249,19 @@ static void on_notify(evutil_socket_t fd, short events, void *arg)
 
 static int create_page(job_runtime_t *rt, int *page_fd)
 {
-    int fd = memfd_create("salus-job-page", MFD_CLOEXEC);
+    int fd = memfd_create("salus-job-page", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return -errno;
-    if (ftruncate(fd, JOB_PAGE_BYTES) < 0) {
+    /* sealed at its size: a mapping of it can never fault (a re-attach checks the seals) */
+    struct stat st;
+    if (ftruncate(fd, JOB_PAGE_BYTES) < 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
+        fstat(fd, &st) < 0) {
         close(fd);
         return -errno;
     }
+    rt->page_dev = (uint64_t)st.st_dev;
+    rt->page_ino = (uint64_t)st.st_ino;
     void *p = mmap(NULL, JOB_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         close(fd);
@@ -282,7 +294,7 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
         close(page_fd);
         return -errno;
     }
-    rt->notify_event = event_new(d->base, rt->notify_fd, EV_READ | EV_PERSIST, on_notify, rt);
+    rt->notify_event = event_new(d->base, rt->notify_fd, EV_READ | EV_PERSIST, jobs_on_notify, rt);
     if (!rt->notify_event || event_add(rt->notify_event, NULL) < 0) {
         close(page_fd);
         return -ENOMEM;
@@ -300,13 +312,15 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
         else
             snprintf(shm_name, sizeof(shm_name), "/simgpu-%u", (unsigned)getuid());
     }
-    proto_enc_begin(e, PROTO_REPLY, rt->register_request_id, "", shm_name[0] ? 8 : 7);
+    proto_enc_begin(e, PROTO_REPLY, rt->register_request_id, "", shm_name[0] ? 9 : 8);
     proto_pack_kv_uint(&e->pk, "job_id", job->id);
     proto_pack_kv_uint(&e->pk, "gpu", (uint64_t)gpu);
     proto_pack_kv_uint(&e->pk, "budget_bytes", budget_bytes);
     /* address space for the largest budget the job may get: the whole GPU */
     proto_pack_kv_uint(&e->pk, "va_bytes", d->devices.gpus[gpu].total_bytes);
     proto_pack_kv_uint(&e->pk, "chunk_bytes", d->config.chunk_bytes);
+    /* how long it may wait for a restarted salusd to re-attach to (job_reattach.c) */
+    proto_pack_kv_uint(&e->pk, "reattach_grace_ms", (uint64_t)d->config.reattach_grace_s * 1000);
     /* which kind of driver, not a path: the shim finds and loads the driver itself */
     proto_pack_kv_bool(&e->pk, "simulated", d->devices.simulated);
     if (shm_name[0]) /* the job's simgpu joins salusd's simulated devices */
@@ -314,6 +328,8 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     proto_pack_kv_uint(&e->pk, "fds", 2);
     proto_enc_finish(e);
     int fds[2] = {page_fd, rt->notify_fd};
+    /* on file before the job hears of it: a restart from now on finds it */
+    jobs_state_save(d);
     rc = server_send_fds(rt->conn, e, fds, 2);
     close(page_fd);
     rt->reply_pending = 0;
@@ -446,6 +462,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
         rt->daemon = d;
         rt->job_id = job->id;
         rt->notify_fd = -1;
+        jobs_state_dirty(d); /* the counter moved */
     }
     rt->conn = c;
     rt->register_request_id = msg->id;
@@ -455,7 +472,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     apply_fields(job, &fields);
     c->job_id = job->id;
     if (rt->pidfd >= 0) {
-        rt->pid_event = event_new(d->base, rt->pidfd, EV_READ, on_process_exit, rt);
+        rt->pid_event = event_new(d->base, rt->pidfd, EV_READ, jobs_on_process_exit, rt);
         if (rt->pid_event)
             event_add(rt->pid_event, NULL);
     } else {
@@ -507,6 +524,8 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
         if (view.waiting_since_ns && view.waiting_since_ns <= now)
             info->wait_in_progress_ns = now - view.waiting_since_ns;
         info->lane_holder = view.lane_holder;
+        info->has_policy_rank = view.has_rank;
+        info->policy_rank = view.rank;
     }
     info->iterations = job->stats.iterations;
     info->iterations_expected = job->iterations_expected;
@@ -552,6 +571,7 @@ job_t *jobs_reserve(conn_t *c, const jobs_fields_t *fields)
     apply_fields(job, fields);
     LOG_INFO("job %llu '%s' reserved (uid %u); waiting for its program to register",
              (unsigned long long)job->id, job->name, (unsigned)job->uid);
+    jobs_state_save(d); /* the id is handed out now: the counter never goes back */
     return job;
 }
 

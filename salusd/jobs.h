@@ -10,6 +10,20 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg);
 void jobs_connection_closed(conn_t *c);
+/* Jobs across a restart (job_restart.c, job_reattach.c). jobs_restart_init reads the state file (a corrupt
+ * or foreign one is set aside with a message and not used): the job-id counter, the policy's
+ * state and the jobs that were running; while some of those may still re-attach (until
+ * --reattach-grace-s) no new job is admitted. 0 or a negative errno (logged). */
+int jobs_restart_init(salusd_t *d);
+/* Writes the state file a last time (the running jobs stay in it) and frees. */
+void jobs_restart_fini(salusd_t *d);
+/* 1 while survivors of a restart may still re-attach: registrations wait. */
+int jobs_admission_held(const salusd_t *d);
+/* The re-attach requests: reattach {job_id, chunks} with the job page and eventfd, then one
+ * reattach_chunk {chunk_id, bytes} with each chunk's descriptor, then reattach_done. */
+void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg);
+void jobs_handle_reattach_chunk(conn_t *c, const proto_msg_t *msg);
+void jobs_handle_reattach_done(conn_t *c, const proto_msg_t *msg);
 /* The job's description that register and submit both take, each field optional. */
 typedef struct jobs_fields_s {
     char name[REGISTRY_NAME_BYTES];      /* "" when not given */
@@ -70,6 +84,8 @@ typedef struct jobs_info_s {
                                     progress included */
     uint64_t wait_in_progress_ns; /* waiting now (for admission or for its turn); else 0 */
     uint64_t lane_holder;        /* waiting for its turn: the job that holds its lane, 0 = none */
+    bool has_policy_rank;        /* the policy's view of the job (sched_rank_name says what) */
+    double policy_rank;
     uint64_t registered_ns, admitted_ns, finished_ns; /* 0 until it happens */
 } jobs_info_t;
 /* Where the job runs, from the scheduling core's books (the one source): its GPU and memory

@@ -143,6 +143,10 @@ int main(int argc, char **argv)
         LOG_ERROR("%s", err);
         goto out;
     }
+    if (jobs_restart_init(&d) < 0) {
+        LOG_ERROR("out of memory at start-up");
+        goto out;
+    }
     if (server_start(&d) < 0)
         goto out;
     if (metrics_start(&d) < 0)
@@ -158,6 +162,7 @@ int main(int argc, char **argv)
 
 out:
     tell_parent(&ready_fd, 1);
+    jobs_restart_fini(&d); /* the running jobs stay on file: they re-attach to the next one */
     server_stop(&d);
     metrics_stop(&d);
     jobs_shutdown(&d);

@@ -137,6 +137,8 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
         j->persistent_bytes = info.persistent_bytes;
         j->ephemeral_peak_bytes = info.ephemeral_peak_bytes;
         j->wait_ns = info.wait_ns;
+        j->has_policy_rank = info.has_policy_rank;
+        j->policy_rank = info.policy_rank;
         /* not admitted yet, or admitted and waiting for its turn: ps's "waiting" and
          * "paused" */
         snap->queue_length += strcmp(info.state, job_state_name(JOB_WAITING)) == 0 ||
@@ -146,6 +148,7 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
         snap->jobs_ended[st] = registry_ended(d->registry, (job_state_t)st);
     snap->version = SALUS_VERSION;
     snap->policy = d->sched ? sched_policy_name(d) : "none";
+    snap->rank_name = d->sched ? sched_rank_name(d) : NULL;
     snap->gpus = m->gpus;
     snap->gpu_count = (size_t)d->devices.count;
     snap->jobs = m->jobs;

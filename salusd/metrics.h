@@ -103,11 +103,14 @@ typedef struct metrics_job_sample_s {
     uint64_t persistent_bytes;
     uint64_t ephemeral_peak_bytes;
     uint64_t wait_ns;          /* waited in total, the wait in progress included */
+    int has_policy_rank;       /* the policy's view of the job (snapshot's rank_name) */
+    double policy_rank;
 } metrics_job_sample_t;
 
 typedef struct metrics_snapshot_s {
     const char *version;
     const char *policy;
+    const char *rank_name;     /* what the policy's rank of a job means; NULL: none */
     uint64_t queue_length;     /* jobs waiting for admission + jobs parked waiting for a GPU */
     uint64_t jobs_ended[JOB_STATE_COUNT]; /* by final state (done..ended), since start */
     const metrics_gpu_sample_t *gpus;

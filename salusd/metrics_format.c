@@ -436,5 +436,21 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
     job_value(t, s, "salus_job_wait_seconds", "gauge",
               "Time the job has waited, for admission and for its turns, the wait going on "
               "now included (ps: wait_time_ms).", offsetof(metrics_job_sample_t, wait_ns), 1);
+    if (s->rank_name) {
+        metrics_escape_label(s->rank_name, value, sizeof(value));
+        family(t, "salus_job_policy_rank", "gauge",
+               "The policy's view of the job, named by the rank label (las: its queue, lower "
+               "runs first; gittins: its Gittins index in 1/s, higher runs first).");
+        for (size_t i = 0; i < s->job_count; i++) {
+            const metrics_job_sample_t *j = &s->jobs[i];
+            char number[64];
+            if (!j->has_policy_rank)
+                continue;
+            metrics_escape_label(j->name, escaped, sizeof(escaped));
+            metrics_format_double(j->policy_rank, number, sizeof(number));
+            text_printf(t, "salus_job_policy_rank{job_id=\"%" PRIu64 "\",name=\"%s\",uid=\"%u\","
+                           "rank=\"%s\"} %s\n", j->id, escaped, j->uid, value, number);
+        }
+    }
     return t->failed ? -ENOMEM : 0;
 }

@@ -59,6 +59,39 @@ job_t *registry_add(registry_t *reg, const char *name, pid_t pid, uid_t uid, gid
     return job;
 }
 
+static size_t find_index(const registry_t *reg, uint64_t id);
+
+job_t *registry_add_with_id(registry_t *reg, uint64_t id, const char *name, pid_t pid,
+                            uid_t uid, gid_t gid, uint64_t now_ns, void *owner)
+{
+    if (id == 0 || registry_find(reg, id))
+        return NULL;
+    uint64_t next = reg->next_id;
+    job_t *job = registry_add(reg, name, pid, uid, gid, now_ns, owner);
+    reg->next_id = next > id ? next : id + 1;
+    if (!job)
+        return NULL;
+    job->id = id;
+    /* keep id order: move it from the end to its place */
+    reg->count--;
+    size_t at = find_index(reg, id);
+    memmove(&reg->jobs[at + 1], &reg->jobs[at], (reg->count - at) * sizeof(*reg->jobs));
+    reg->jobs[at] = job;
+    reg->count++;
+    return job;
+}
+
+uint64_t registry_next_id(const registry_t *reg)
+{
+    return reg->next_id;
+}
+
+void registry_set_next_id(registry_t *reg, uint64_t next_id)
+{
+    if (next_id > reg->next_id)
+        reg->next_id = next_id;
+}
+
 static size_t find_index(const registry_t *reg, uint64_t id)
 {
     size_t lo = 0, hi = reg->count;

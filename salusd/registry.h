@@ -72,6 +72,13 @@ void registry_destroy(registry_t *reg);
 /* Adds a job and returns it (owned by the registry), or NULL when out of memory. */
 job_t *registry_add(registry_t *reg, const char *name, pid_t pid, uid_t uid, gid_t gid,
                     uint64_t now_ns, void *owner);
+/* A job that keeps the id it had (re-attached after a restart); the counter moves past it.
+ * NULL when the id is taken (or 0) or out of memory. */
+job_t *registry_add_with_id(registry_t *reg, uint64_t id, const char *name, pid_t pid,
+                            uid_t uid, gid_t gid, uint64_t now_ns, void *owner);
+/* The id the next job gets; set_next_id only moves it up (the state file's counter). */
+uint64_t registry_next_id(const registry_t *reg);
+void registry_set_next_id(registry_t *reg, uint64_t next_id);
 job_t *registry_find(registry_t *reg, uint64_t id);
 /* Removes a job by id. Returns 0, or -ENOENT. */
 int registry_remove(registry_t *reg, uint64_t id);

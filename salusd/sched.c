@@ -68,6 +68,29 @@ int sched_job_parked(salusd_t *d, const job_t *job, const job_page_t *page,
                   "boundary");
 }
 
+int sched_job_released(salusd_t *d, const job_t *job, const job_page_t *page,
+                       sched_core_effects_t *fx)
+{
+    sched_core_boundary_t b = {
+        .iterations = atomic_load(&page->iterations),
+        .busy_ns = atomic_load(&page->busy_ns),
+        .last_iteration_ns = atomic_load(&page->last_iteration_ns),
+        .persistent_bytes = atomic_load(&page->persistent_bytes),
+        .ephemeral_bytes = atomic_load(&page->ephemeral_peak_bytes),
+        .ready = false, /* it asks again at its next submission */
+    };
+    return report(sched_core_job_boundary(d->sched->core, job->id, &b, salusd_now_ns(), fx),
+                  "release");
+}
+
+int sched_lane_shared(const salusd_t *d, const job_t *job)
+{
+    sched_core_job_info_t info;
+    if (sched_core_job_info(d->sched->core, job->id, &info) < 0 || info.phase == SCHED_CORE_WAITING)
+        return 0;
+    return lanes_lane_jobs(sched_core_lanes(d->sched->core), info.lane, NULL, 0) > 1;
+}
+
 int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx)
 {
     return report(sched_core_job_left(d->sched->core, job_id, SCHED_CORE_EXIT_GONE,
@@ -75,6 +98,49 @@ int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx)
 }
 
 
+
+int sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_reattach_t *where,
+                         sched_core_effects_t *fx)
+{
+    sched_core_job_hints_t hints = {
+        .id = job->id,
+        .uid = (uint32_t)job->uid,
+        .persistent_bytes = where->persistent_bytes,
+        .ephemeral_bytes = where->ephemeral_bytes,
+        .iterations_expected = job->iterations_expected,
+        .priority = (int32_t)job->priority,
+        .arrival_ns = job->registered_ns,
+    };
+    int rc = sched_core_job_reattached(d->sched->core, &hints, where, salusd_now_ns(), fx);
+    return rc == -ENOSPC ? rc : report(rc, "re-attach");
+}
+
+int sched_admit(salusd_t *d, sched_core_effects_t *fx)
+{
+    return report(sched_core_admit(d->sched->core, salusd_now_ns(), fx), "admission round");
+}
+
+int sched_job_sizes(const salusd_t *d, const job_t *job, uint64_t *persistent_bytes,
+                    uint64_t *ephemeral_bytes, uint32_t *lane)
+{
+    lanes_placement_t pl;
+    if (lanes_job_placement(sched_core_lanes(d->sched->core), job->id, &pl) != LANES_OK)
+        return -ENOENT;
+    *persistent_bytes = pl.persistent_bytes;
+    *ephemeral_bytes = pl.ephemeral_bytes;
+    *lane = pl.lane_id;
+    return 0;
+}
+
+long sched_policy_save_state(salusd_t *d, void *buf, size_t cap)
+{
+    return sched_core_policy_save_state(d->sched->core, buf, cap);
+}
+
+int sched_policy_load_state(salusd_t *d, const void *buf, size_t len)
+{
+    return sched_core_policy_load_state(d->sched->core, buf, len);
+}
 
 int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
 {
@@ -89,12 +155,19 @@ int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
     view->holds_lane = info.phase == SCHED_CORE_RUNNING;
     view->waiting_since_ns = info.waiting_since_ns;
     view->lane_holder = info.lane_holder;
+    view->has_rank = sched_core_job_rank(d->sched->core, job->id, salusd_now_ns(),
+                                         &view->rank) == 0;
     return 0;
 }
 
 const char *sched_policy_name(const salusd_t *d)
 {
     return sched_core_policy_name(d->sched->core);
+}
+
+const char *sched_rank_name(const salusd_t *d)
+{
+    return sched_core_rank_name(d->sched->core);
 }
 
 int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size,
@@ -210,6 +283,7 @@ int sched_init(salusd_t *d, char *err, size_t err_size)
     config.user_gpu_share = d->config.user_gpu_share;
     config.user_max_jobs = (uint32_t)d->config.user_max_jobs;
     config.quota_exempt_uid = (uint32_t)geteuid(); /* root (uid 0) is exempt in the core */
+    config.persistent_grain_bytes = d->config.chunk_bytes; /* the least a shim maps at once */
     /* a job without hints starts on provisional sizes that fit the smallest GPU; learned
      * sizes are whole chunks of the coarsest granularity */
     for (int i = 0; i < d->devices.count; i++) {

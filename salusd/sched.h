@@ -19,8 +19,26 @@ int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx
  * reported (-EAGAIN: a stale notification, nothing reported). */
 int sched_job_parked(salusd_t *d, const job_t *job, const job_page_t *page,
                      sched_core_effects_t *fx);
+/* The job gave its lane up at a quiescent point (its page's lane word, taken by the caller):
+ * reported as a boundary after which it does not ask for a turn yet. */
+int sched_job_released(salusd_t *d, const job_t *job, const job_page_t *page,
+                       sched_core_effects_t *fx);
+/* 1 when other jobs share the job's lane. */
+int sched_lane_shared(const salusd_t *d, const job_t *job);
 /* The job is gone (its place and lane go to the others; an admission round runs). */
 int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx);
+/* A job that survived a restart is back (sched_core_job_reattached): -ENOSPC when it does
+ * not fit beside the jobs already back. */
+int sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_reattach_t *where,
+                         sched_core_effects_t *fx);
+/* An admission round (after a restart's hold on new admissions ended). */
+int sched_admit(salusd_t *d, sched_core_effects_t *fx);
+/* The sizes an admitted job's budget is made of (the lane manager's books) and its lane. */
+int sched_job_sizes(const salusd_t *d, const job_t *job, uint64_t *persistent_bytes,
+                    uint64_t *ephemeral_bytes, uint32_t *lane);
+/* The active policy's state for the state file (-ENOTSUP: it keeps none), and back. */
+long sched_policy_save_state(salusd_t *d, void *buf, size_t cap);
+int sched_policy_load_state(salusd_t *d, const void *buf, size_t len);
 /* What the core knows of a job, for the views (ps, top, metrics). */
 typedef struct sched_job_view_s {
     int admitted;
@@ -30,10 +48,14 @@ typedef struct sched_job_view_s {
     int holds_lane;             /* granted: runs its iteration now */
     uint64_t waiting_since_ns;  /* waiting for admission or for its turn; 0 = not waiting */
     uint64_t lane_holder;       /* waiting for its turn: who holds its lane (0 = none) */
+    bool has_rank;              /* the policy has a view of its jobs (LAS, Gittins) */
+    double rank;                /* that view now: LAS's queue, Gittins's index */
 } sched_job_view_t;
 /* 0, or -ENOENT when the core does not know the job (ended, or not registered yet). */
 int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view);
 const char *sched_policy_name(const salusd_t *d);
+/* What the policy's rank of a job means ("queue", "index"), NULL when it has none. */
+const char *sched_rank_name(const salusd_t *d);
 /* Switches the policy; the new one's init runs first (on failure the old stays: err says
  * why). */
 int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size,

@@ -297,8 +297,9 @@ static void handle_hello(conn_t *c, const proto_msg_t *msg)
     c->hello_done = 1;
     event_free(c->hello_deadline); /* a registered job may idle for hours */
     c->hello_deadline = NULL;
-    proto_enc_begin(&d->enc, PROTO_REPLY, msg->id, "", 2);
+    proto_enc_begin(&d->enc, PROTO_REPLY, msg->id, "", 3);
     proto_pack_kv_uint(&d->enc.pk, "version", PROTO_VERSION);
+    proto_pack_kv_uint(&d->enc.pk, "minor", PROTO_VERSION_MINOR);
     proto_pack_kv_str(&d->enc.pk, "server", "salusd " SALUS_VERSION);
     proto_enc_finish(&d->enc);
     server_send(c, &d->enc);

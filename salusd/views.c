@@ -52,6 +52,17 @@ void views_pack_jobs(conn_t *viewer, msgpack_packer *pk)
         proto_map_uint(&map, "wait_in_progress_ms", info.wait_in_progress_ns / 1000000);
         proto_map_int_or_nil(&map, "lane_holder", (int64_t)info.lane_holder,
                              visible(viewer, info.lane_holder));
+        /* the policy's view (LAS: its queue, Gittins: its index); null when it has none */
+        const char *rank_name = info.has_policy_rank ? sched_rank_name(d) : NULL;
+        if (rank_name) {
+            proto_map_str(&map, "policy_rank_name", rank_name);
+            proto_pack_str(&map.pk, "policy_rank");
+            msgpack_pack_double(&map.pk, info.policy_rank);
+            map.count++;
+        } else {
+            proto_map_int_or_nil(&map, "policy_rank_name", 0, 0);
+            proto_map_int_or_nil(&map, "policy_rank", 0, 0);
+        }
         proto_map_uint(&map, "age_ms", (salusd_now_ns() - info.registered_ns) / 1000000);
         /* since salusd started; null until it happens */
         proto_map_uint(&map, "registered_at_ms", (info.registered_ns - d->started_ns) / 1000000);

@@ -28,6 +28,7 @@ typedef struct core_job_s {
     uint64_t mean_iteration_ns; /* busy_ns / iterations, or the hint before the first one
                                    (kept: a 64-bit division per view was a share of a run) */
     uint64_t measured_persistent, measured_ephemeral;
+    uint64_t grant_version; /* lanes_version() at its last lanes_grant */
 } core_job_t;
 
 typedef struct core_gpu_s {
@@ -35,6 +36,12 @@ typedef struct core_gpu_s {
     uint64_t charged_bytes, largest_lane_bytes, capacity_bytes;
     size_t jobs;
 } core_gpu_t;
+
+/* A lane's members (the lane books, see struct sched_core_s). */
+typedef struct core_lane_s {
+    uint32_t id;
+    uint32_t first, count; /* core->lane_members[first .. first + count) */
+} core_lane_t;
 
 /* A user with jobs among an admission round's candidates (the two-level pick). */
 typedef struct core_user_s {
@@ -54,8 +61,28 @@ struct sched_core_s {
     double user_gpu_share;
     uint32_t user_max_jobs, quota_exempt_uid;
     uint64_t size_grain;
+    uint64_t persistent_grain; /* >= size_grain */
     core_job_t *jobs; /* sorted by id; includes `gone` ones until compacted */
     size_t count, capacity, gone_count;
+    uint64_t *admitted_ids; /* the admitted jobs, sorted by id (walked on re-layouts) */
+    size_t admitted_count;
+    /* The lane books: each lane's members in the lane manager's order (lanes_lane_jobs), as
+     * pointers into core->jobs, so that a turn (dispatch_lane, once per iteration of every job)
+     * walks its lane without asking the lane manager. Rebuilt when stale: the lane manager's
+     * books changed (lanes_version) or core->jobs moved (add_job). */
+    core_lane_t *lane_books;
+    size_t lane_book_count, lane_book_capacity;
+    core_job_t **lane_members;
+    size_t lane_member_capacity;
+    uint32_t *lane_slots; /* open addressing by lane id: index in lane_books + 1, 0 = empty */
+    size_t lane_slot_mask, lane_slot_capacity;
+    uint64_t books_version;
+    bool books_stale;
+    /* A job that gave its lane back at the boundary being handled: the lane manager's
+     * lanes_yield is deferred to the end of the event, and dropped if the same job is granted
+     * the same lane again in it with the books unchanged since its last lanes_grant (the lane
+     * manager's answer would be the same: OK, no clearing). 0 = none. */
+    uint64_t yield_pending;
     uint64_t *waiting; /* ids, registration order */
     size_t waiting_count;
     core_gpu_t *gpus;
@@ -203,10 +230,32 @@ static void forget(sched_core_t *core, uint64_t id)
             if (core->waiting[i] != id)
                 core->waiting[kept++] = core->waiting[i];
         core->waiting_count = kept;
+    } else {
+        size_t at = 0;
+        while (at < core->admitted_count && core->admitted_ids[at] != id)
+            at++;
+        if (at < core->admitted_count) {
+            memmove(&core->admitted_ids[at], &core->admitted_ids[at + 1],
+                    (core->admitted_count - at - 1) * sizeof(*core->admitted_ids));
+            core->admitted_count--;
+        }
     }
     job->gone = true;
     job->admitted = false; /* every walk over the jobs looks at admitted ones only */
     core->gone_count++;
+}
+
+/* Inserts an admitted job's id in core->admitted_ids (room: grow_scratch keeps it as large as
+ * core->jobs). */
+static void add_admitted(sched_core_t *core, uint64_t id)
+{
+    size_t at = core->admitted_count;
+    while (at > 0 && core->admitted_ids[at - 1] > id)
+        at--;
+    memmove(&core->admitted_ids[at + 1], &core->admitted_ids[at],
+            (core->admitted_count - at) * sizeof(*core->admitted_ids));
+    core->admitted_ids[at] = id;
+    core->admitted_count++;
 }
 
 static int grow_scratch(sched_core_t *core, size_t needed)
@@ -232,7 +281,9 @@ static int grow_scratch(sched_core_t *core, size_t needed)
     GROW(requests);
     GROW(statuses);
     GROW(user_busy);
+    GROW(admitted_ids);
 #undef GROW
+    core->books_stale = true; /* core->jobs moved: the lane books point into it */
     core->scratch_capacity = n;
     core->capacity = n;
     return 0;
@@ -250,6 +301,23 @@ static inline void view_of(const core_job_t *job, policy_job_t *v)
         .priority = job->priority,
         .lane = job->admitted ? job->lane : 0,
         .runnable = job->admitted && job->ready && !job->holds_lane,
+    };
+}
+
+/* view_of() for a job known to be admitted (a lane's member at a turn: two tests fewer per
+ * member, and a turn builds a view of every member). */
+static inline void view_of_admitted(const core_job_t *job, policy_job_t *v)
+{
+    *v = (policy_job_t){
+        .id = job->id,
+        .arrival_ns = job->registered_ns,
+        .iterations_done = job->iterations,
+        .iterations_expected = job->iterations_expected,
+        .mean_iteration_ns = job->mean_iteration_ns,
+        .attained_ns = job->busy_ns,
+        .priority = job->priority,
+        .lane = job->lane,
+        .runnable = job->ready && !job->holds_lane,
     };
 }
 
@@ -311,9 +379,11 @@ static void on_layout_change(void *context, const lanes_change_t *change)
     } else if (change->kind == LANES_CHANGE_LANE_OPENED) {
         touch(core, change->lane_id);
     }
-    for (size_t i = 0; i < core->count; i++)
-        if (core->jobs[i].admitted && core->jobs[i].gpu == change->gpu)
-            stop_free_run(core, &core->jobs[i]);
+    for (size_t i = 0; i < core->admitted_count; i++) {
+        core_job_t *job = find(core, core->admitted_ids[i]);
+        if (job && job->gpu == change->gpu)
+            stop_free_run(core, job);
+    }
 }
 
 /* Every admitted job's budget follows its placement: persistent size plus its lane's size. */
@@ -322,10 +392,10 @@ static void refresh_budgets(sched_core_t *core)
     if (!core->layout_changed)
         return;
     core->layout_changed = false;
-    for (size_t i = 0; i < core->count; i++) {
-        core_job_t *job = &core->jobs[i];
+    for (size_t i = 0; i < core->admitted_count; i++) {
+        core_job_t *job = find(core, core->admitted_ids[i]);
         lanes_placement_t pl;
-        if (!job->admitted || lanes_job_placement(core->lanes, job->id, &pl) != LANES_OK)
+        if (!job || lanes_job_placement(core->lanes, job->id, &pl) != LANES_OK)
             continue;
         uint64_t budget = pl.persistent_bytes + pl.lane_size_bytes;
         if (budget != job->budget_bytes) {
@@ -371,7 +441,7 @@ static void add_usage(sched_core_t *core, uint32_t uid, uint64_t busy_ns)
 
 /* The two-level pick of a turn in a lane shared by several users: only the jobs of the users
  * whose jobs have held the GPU least stay runnable for the policy's pick among
- * core->views[0..n). With one user nothing changes. */
+ * core->views[0..n) (the views of core->member_jobs[0..n)). With one user nothing changes. */
 static void users_first(sched_core_t *core, size_t n)
 {
     uint64_t least = UINT64_MAX;
@@ -380,7 +450,7 @@ static void users_first(sched_core_t *core, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (!core->views[i].runnable)
             continue;
-        uint32_t uid = find(core, core->views[i].id)->uid;
+        uint32_t uid = core->member_jobs[i]->uid;
         several |= seen && uid != first_uid;
         if (!seen)
             first_uid = uid;
@@ -392,7 +462,7 @@ static void users_first(sched_core_t *core, size_t n)
         core->user_busy[i] = 0;
         if (!core->views[i].runnable)
             continue;
-        core->user_busy[i] = user_busy_ns(core, find(core, core->views[i].id)->uid);
+        core->user_busy[i] = user_busy_ns(core, core->member_jobs[i]->uid);
         if (core->user_busy[i] < least)
             least = core->user_busy[i];
     }
@@ -401,24 +471,121 @@ static void users_first(sched_core_t *core, size_t n)
             core->views[i].runnable = false;
 }
 
+/* Gives the lane manager the lane a job handed back at the boundary being handled (see
+ * core->yield_pending). */
+static void flush_yield(sched_core_t *core)
+{
+    if (core->yield_pending) {
+        lanes_yield(core->lanes, core->yield_pending);
+        core->yield_pending = 0;
+    }
+}
+
+static size_t lane_slot_of(uint32_t lane, size_t mask)
+{
+    return (size_t)((lane * 0x9E3779B9u) >> 7) & mask;
+}
+
+static size_t list_lanes(sched_core_t *core);
+
+/* Rebuilds the lane books from the lane manager (each lane's members in its order). 0, or
+ * -ENOMEM (recorded). */
+static int rebuild_lane_books(sched_core_t *core)
+{
+    int error = core->error;
+    size_t lanes = list_lanes(core), members = 0, slots = 16;
+    if (core->error != error)
+        return core->error; /* out of memory listing the lanes */
+    for (size_t i = 0; i < lanes; i++)
+        members += core->lane_infos[i].job_count;
+    while (slots < 2 * lanes)
+        slots *= 2;
+    if (lanes > core->lane_book_capacity) {
+        core_lane_t *p = realloc(core->lane_books, lanes * 2 * sizeof(*p));
+        if (!p)
+            goto no_memory;
+        core->lane_books = p;
+        core->lane_book_capacity = lanes * 2;
+    }
+    if (members > core->lane_member_capacity) {
+        core_job_t **p = realloc(core->lane_members, members * 2 * sizeof(*p));
+        if (!p)
+            goto no_memory;
+        core->lane_members = p;
+        core->lane_member_capacity = members * 2;
+    }
+    if (slots > core->lane_slot_capacity) {
+        uint32_t *p = realloc(core->lane_slots, slots * sizeof(*p));
+        if (!p)
+            goto no_memory;
+        core->lane_slots = p;
+        core->lane_slot_capacity = slots;
+    }
+    if (members > core->scratch_capacity && grow_scratch(core, members) < 0)
+        goto no_memory;
+    memset(core->lane_slots, 0, slots * sizeof(*core->lane_slots));
+    core->lane_slot_mask = slots - 1;
+    size_t first = 0;
+    for (size_t i = 0; i < lanes; i++) {
+        core_lane_t *book = &core->lane_books[i];
+        size_t n = lanes_lane_jobs(core->lanes, core->lane_infos[i].lane_id, core->members,
+                                   members - first);
+        if (n > members - first)
+            n = members - first; /* cannot happen: lanes_list counted them */
+        book->id = core->lane_infos[i].lane_id;
+        book->first = (uint32_t)first;
+        book->count = 0;
+        bool unknown = false;
+        for (size_t k = 0; k < n && !unknown; k++) {
+            core_job_t *job = find(core, core->members[k]);
+            unknown = job == NULL;
+            if (job)
+                core->lane_members[first + book->count++] = job;
+        }
+        if (unknown)
+            book->count = 0; /* a member the core does not know: the lane is not dispatched */
+        first += book->count;
+        size_t s = lane_slot_of(book->id, core->lane_slot_mask);
+        while (core->lane_slots[s])
+            s = (s + 1) & core->lane_slot_mask;
+        core->lane_slots[s] = (uint32_t)(i + 1);
+    }
+    core->lane_book_count = lanes;
+    core->books_version = lanes_version(core->lanes);
+    core->books_stale = false;
+    return 0;
+no_memory:
+    core->error = -ENOMEM;
+    return -ENOMEM;
+}
+
+/* The lane's books (rebuilt first when stale), or NULL when no lane has that id. */
+static const core_lane_t *lane_book(sched_core_t *core, uint32_t lane)
+{
+    if ((core->books_stale || core->books_version != lanes_version(core->lanes)) &&
+        rebuild_lane_books(core) < 0)
+        return NULL;
+    for (size_t s = lane_slot_of(lane, core->lane_slot_mask);; s = (s + 1) & core->lane_slot_mask) {
+        uint32_t slot = core->lane_slots[s];
+        if (slot == 0)
+            return NULL;
+        if (core->lane_books[slot - 1].id == lane)
+            return &core->lane_books[slot - 1];
+    }
+}
+
 /* If the lane is free, the policy picks among its ready jobs and the pick is granted. If a job
  * holds it and runs freely while others are ready, it must stop at its next boundary. */
 static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
 {
-    size_t n = lanes_lane_jobs(core->lanes, lane, core->members, core->scratch_capacity);
-    if (n > core->scratch_capacity) {
-        if (grow_scratch(core, n) < 0)
-            return;
-        n = lanes_lane_jobs(core->lanes, lane, core->members, n);
-    }
-    if (n == 0)
+    const core_lane_t *book = lane_book(core, lane);
+    if (!book || book->count == 0)
         return;
-    size_t ready = 0;
+    core_job_t *const *members = &core->lane_members[book->first];
+    size_t n = book->count, ready = 0;
     core_job_t *holder = NULL, *job = NULL;
     for (size_t i = 0; i < n; i++) {
-        core_job_t *member = core->member_jobs[i] = find(core, core->members[i]);
-        if (!member)
-            return;
+        core_job_t *member = members[i];
         if (member->holds_lane)
             holder = member;
         else if (member->ready) {
@@ -433,17 +600,29 @@ static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
         return;
     }
     if (ready > 1) { /* the policy's choice (with one, pick() can only return it) */
-        for (size_t i = 0; i < n; i++)
-            view_of(core->member_jobs[i], &core->views[i]);
+        for (size_t i = 0; i < n; i++) { /* (a lane's members are admitted) */
+            view_of_admitted(members[i], &core->views[i]);
+            core->member_jobs[i] = members[i];
+        }
         users_first(core, n);
         int pick = policy_pick(&core->policy, lane, core->views, n, now_ns);
         if (pick < 0 || (size_t)pick >= n || !core->views[pick].runnable)
             return;
-        job = find(core, core->views[pick].id);
+        job = members[pick];
     }
+    /* gangs (sched_core.h): a member of a distributed group is granted only together with the
+     * other members' lanes; this is where that check goes, before the grant */
     bool clear_needed = false;
-    if (lanes_grant(core->lanes, job->id, &clear_needed) != LANES_OK)
-        return;
+    if (core->yield_pending == job->id && job->grant_version == lanes_version(core->lanes)) {
+        /* the same job takes the lane it has just handed back, nothing changed meanwhile: the
+         * lane manager still has it granted (the yield and this grant cancel out) */
+        core->yield_pending = 0;
+    } else {
+        flush_yield(core);
+        if (lanes_grant(core->lanes, job->id, &clear_needed) != LANES_OK)
+            return;
+        job->grant_version = lanes_version(core->lanes);
+    }
     job->holds_lane = true;
     job->ready = false;
     job->ready_since_ns = 0;
@@ -759,8 +938,10 @@ static void admission_round(sched_core_t *core, uint64_t now_ns)
     for (size_t i = 0; i < n; i++) {
         core_job_t *job = find(core, core->requests[i].job_id);
         job->admitting = false;
-        if (core->statuses[i] == LANES_OK)
+        if (core->statuses[i] == LANES_OK) {
             job->admitted = true;
+            add_admitted(core, job->id);
+        }
     }
     for (size_t i = 0; i < n; i++) {
         uint64_t id = core->requests[i].job_id;
@@ -828,15 +1009,19 @@ static uint64_t whole_grains(uint64_t bytes, uint64_t grain)
  * ones (it stays in its lane, moves to another of its GPU, or keeps its books if they do not
  * fit now; it is retried at its next boundary). The sizes are rounded up to the grain memory
  * is handed out in: a job that keeps nothing between iterations and allocates a few KiB in
- * each still gets a budget of one whole grain, the least a chunk can be. */
+ * each still gets a budget of one whole grain, the least a chunk can be. The persistent size
+ * rounds up to whole chunks (persistent_grain_bytes): the blocks a job keeps hold the chunks
+ * they sit in, and a job whose next ephemeral block needs a chunk of its own beside them would
+ * otherwise be refused it by its own learned budget. */
 static void learn_sizes(sched_core_t *core, core_job_t *job)
 {
     if (!job->provisional || job->iterations < core->warmup_iterations)
         return;
-    uint64_t p = whole_grains(job->measured_persistent, core->size_grain);
+    uint64_t p = whole_grains(job->measured_persistent, core->persistent_grain);
     uint64_t e = whole_grains(job->measured_ephemeral ? job->measured_ephemeral : 1,
                               core->size_grain);
     lanes_placement_t now;
+    flush_yield(core);
     lanes_status_t st = lanes_update_sizes(core->lanes, job->id, p, e, &now);
     sched_core_effect_t fx = {.kind = SCHED_CORE_LEARNED, .job_id = job->id, .gpu = job->gpu,
                               .lane = job->lane, .persistent_bytes = p, .ephemeral_bytes = e};
@@ -864,6 +1049,7 @@ static int end(sched_core_t *core, uint64_t now_ns)
 {
     refresh_budgets(core);
     dispatch_touched(core, now_ns);
+    flush_yield(core);
     core->effects = NULL;
     return core->error;
 }
@@ -879,6 +1065,7 @@ static int add_job(sched_core_t *core, const sched_core_job_hints_t *hints, uint
         compact(core);
     if (grow_scratch(core, core->count + 1) < 0)
         return -ENOMEM;
+    core->books_stale = true; /* core->jobs moves below: the lane books point into it */
     size_t at = lower_bound(core, hints->id);
     memmove(&core->jobs[at + 1], &core->jobs[at], (core->count - at) * sizeof(*core->jobs));
     core->count++;
@@ -949,12 +1136,15 @@ int sched_core_job_boundary(sched_core_t *core, uint64_t job_id,
         return end(core, now_ns);
     }
     if (job->holds_lane) {
-        policy_job_t v;
         job->holds_lane = false;
         job->free_run = false;
-        lanes_yield(core->lanes, job->id);
-        view_of(job, &v);
-        policy_iteration_done(&core->policy, &v, job->last_iteration_ns, now_ns);
+        flush_yield(core);
+        core->yield_pending = job->id; /* lanes_yield, unless it takes its lane again now */
+        if (core->policy.ops->iteration_done) { /* (the view costs a share of an event) */
+            policy_job_t v;
+            view_of_admitted(job, &v);
+            policy_iteration_done(&core->policy, &v, job->last_iteration_ns, now_ns);
+        }
         touch(core, job->lane);
         learn_sizes(core, job);
     }
@@ -984,6 +1174,54 @@ int sched_core_job_left(sched_core_t *core, uint64_t job_id, sched_core_exit_t h
     }
     forget(core, job_id);
     admission_round(core, now_ns);
+    return end(core, now_ns);
+}
+
+int sched_core_job_reattached(sched_core_t *core, const sched_core_job_hints_t *hints,
+                              const sched_core_reattach_t *where, uint64_t now_ns,
+                              sched_core_effects_t *effects)
+{
+    if (!where || where->persistent_bytes == LANES_SIZE_UNKNOWN ||
+        where->ephemeral_bytes == LANES_SIZE_UNKNOWN)
+        return -EINVAL;
+    int rc = add_job(core, hints, now_ns);
+    if (rc < 0)
+        return rc;
+    core->waiting_count--; /* add_job queued it last: it is admitted here instead */
+    core_job_t *job = find(core, hints->id);
+    lanes_request_t request = {.job_id = job->id, .uid = job->uid,
+                               .persistent_bytes = where->persistent_bytes,
+                               .ephemeral_bytes = where->ephemeral_bytes, .gpu = where->gpu};
+    lanes_placement_t pl;
+    begin(core, effects);
+    const core_job_t *mate = where->lane_of_job ? find(core, where->lane_of_job) : NULL;
+    lanes_status_t st = mate && mate->admitted
+                            ? lanes_admit_to_lane(core->lanes, &request, mate->lane, &pl)
+                            : lanes_admit(core->lanes, &request, &pl);
+    if (st != LANES_OK) {
+        forget(core, job->id);
+        core->effects = NULL;
+        return st == LANES_ERROR_NO_MEMORY ? -ENOMEM
+               : st == LANES_ERROR_UNKNOWN || st == LANES_ERROR_INVALID ? -EINVAL
+                                                                        : -ENOSPC;
+    }
+    /* the core's usage counts from its own start: a survivor's past GPU time is its own */
+    job->admitted = true;
+    job->gpu = pl.gpu;
+    job->lane = pl.lane_id;
+    job->provisional = false;
+    job->budget_bytes = pl.persistent_bytes + pl.lane_size_bytes;
+    job->iterations = where->iterations;
+    job->busy_ns = where->busy_ns;
+    job->mean_iteration_ns = where->iterations ? where->busy_ns / where->iterations
+                                               : job->iteration_hint_ns;
+    job->measured_persistent = where->persistent_bytes;
+    job->measured_ephemeral = where->ephemeral_bytes;
+    core->layout_changed = true;
+    policy_job_t v;
+    view_of(job, &v);
+    policy_job_arrived(&core->policy, &v, now_ns);
+    touch(core, job->lane);
     return end(core, now_ns);
 }
 
@@ -1053,6 +1291,9 @@ sched_core_t *sched_core_create(const sched_core_config_t *config, int *error)
                                                         : SCHED_CORE_DEFAULT_WARMUP_ITERATIONS;
     core->size_grain = config->size_grain_bytes ? config->size_grain_bytes
                                                 : SCHED_CORE_DEFAULT_SIZE_GRAIN_BYTES;
+    core->persistent_grain = config->persistent_grain_bytes > core->size_grain
+                                 ? config->persistent_grain_bytes
+                                 : core->size_grain;
     rc = -EINVAL;
     if (!(config->user_gpu_share >= 0 && config->user_gpu_share <= 1)) /* NaN too */
         goto fail;
@@ -1094,6 +1335,10 @@ void sched_core_destroy(sched_core_t *core)
     free(core->statuses);
     free(core->user_busy);
     free(core->lane_infos);
+    free(core->admitted_ids);
+    free(core->lane_books);
+    free(core->lane_members);
+    free(core->lane_slots);
     free(core->users);
     free(core->usage);
     free(core);
@@ -1171,16 +1416,43 @@ const char *sched_core_policy_name(const sched_core_t *core)
     return policy_name(&core->policy);
 }
 
+const char *sched_core_rank_name(const sched_core_t *core)
+{
+    return policy_rank_name(&core->policy);
+}
+
+int sched_core_job_rank(const sched_core_t *core, uint64_t job_id, uint64_t now_ns, double *rank)
+{
+    const core_job_t *job = find(core, job_id);
+    if (!job)
+        return -ENOENT;
+    policy_job_t view;
+    view_of(job, &view);
+    return policy_job_rank(&core->policy, &view, now_ns, rank) ? 0 : -ENOTSUP;
+}
+
 size_t sched_core_job_count(const sched_core_t *core)
 {
     return core->count - core->gone_count;
 }
 
+long sched_core_policy_save_state(sched_core_t *core, void *buf, size_t cap)
+{
+    return policy_save_state(&core->policy, buf, cap);
+}
+
+int sched_core_policy_load_state(sched_core_t *core, const void *buf, size_t len)
+{
+    return policy_load_state(&core->policy, buf, len);
+}
+
 uint64_t sched_core_gpu_budget_bytes(const sched_core_t *core, int gpu)
 {
     uint64_t sum = 0;
-    for (size_t i = 0; i < core->count; i++)
-        if (core->jobs[i].admitted && core->jobs[i].gpu == gpu)
-            sum += core->jobs[i].budget_bytes;
+    for (size_t i = 0; i < core->admitted_count; i++) {
+        const core_job_t *job = find(core, core->admitted_ids[i]);
+        if (job && job->gpu == gpu)
+            sum += job->budget_bytes;
+    }
     return sum;
 }

@@ -31,9 +31,25 @@
  * admitted jobs; on a further tie, the policy's own order decides. This applies to the admission order (each next job of a round) and to the
  * turns of a lane shared across users. With one uid it reduces to the policy's choice.
  *
+ * Lanes held for GPU time: a job gives its lane up at each quiescent point of its program (a
+ * boundary with ready = false: the lane goes to the policy's pick among the others at once)
+ * and asks again at its next GPU submission (ready = true). busy_ns, and so attained_ns,
+ * mean_iteration_ns, the learned sizes' iterations and the per-user shares, is the time the
+ * job held its lane (GPU-holding time), not wall time. A job alone in its lane never stops
+ * (free_run): the daemon takes a lane it gave up only when another job asks (STOP_FREE_RUN).
+ *
+ * Re-attach: a job that survived a daemon restart is given back its place
+ * (sched_core_job_reattached): admitted at once on its GPU with the sizes it had, before any
+ * waiting job, with no admission round (the caller holds new admissions until every survivor
+ * is back or its grace period is over, then runs sched_core_admit).
+ *
  * Room for later events (not implemented yet; they go beside the ones below, with their own
- * effects): a job re-attaching after a daemon restart (its placement given back to the books),
- * gang slots of a distributed job (admit a set of jobs across nodes together). */
+ * effects): gang slots of a distributed job (admit a set of jobs across nodes together). Gangs and
+ * lanes held for GPU time: members of a distributed group must not take turns independently
+ * (a rank that starts a collective on a free lane while its peer's lane went to another group
+ * is the circular wait gangs prevent). The rule goes in dispatch_lane (sched_core.c, marked
+ * "gangs"): a member is granted only when every member's lane can be granted in the same
+ * event, and a member's release (ready = false) frees its lane for its own group first. */
 #ifndef SALUS_SCHEDULER_CORE_SCHED_CORE_H
 #define SALUS_SCHEDULER_CORE_SCHED_CORE_H
 
@@ -73,6 +89,11 @@ typedef struct sched_core_config_s {
      * budget is never below what the job can be given (0: the default, 2 MiB, simgpu's and
      * CUDA's usual granularity). */
     uint64_t size_grain_bytes;
+    /* The least the shim maps at a time (the daemon's --chunk-bytes): memory a job keeps
+     * between iterations pins whole chunks of this size, and a large ephemeral block needs a
+     * chunk of its own beside them, so a learned persistent size is rounded up to it (0: the
+     * size grain; the simulator, which models no chunks, leaves it 0). */
+    uint64_t persistent_grain_bytes;
 } sched_core_config_t;
 
 /* Defaults: lanes_config_default(), policy "fifo", warm-up 3, size grain 2 MiB, no per-user
@@ -199,6 +220,26 @@ typedef enum sched_core_exit_e {
 int sched_core_job_left(sched_core_t *core, uint64_t job_id, sched_core_exit_t how,
                         uint64_t now_ns, sched_core_effects_t *effects);
 
+/* A job that survived a daemon restart comes back (hints as at registration; sizes known):
+ * it is admitted at once on gpu with persistent_bytes + ephemeral_bytes as its sizes, ahead
+ * of every waiting job and without quota checks (it held that memory all along), with its
+ * iteration count and GPU time so far. It starts idle (not holding its lane); its next
+ * boundary asks for a turn. No admission round runs. The effects are those of the layout
+ * (a BUDGET when its lane is larger than its ephemeral size, others' MOVE). 0; -EEXIST,
+ * -EINVAL (no such GPU, id 0), -ENOSPC when it does not fit beside the jobs already back
+ * (nothing changed), -ENOMEM. */
+typedef struct sched_core_reattach_s {
+    int gpu;
+    /* a job re-attached before whose lane this one shared (it joins that lane, grown to its
+     * ephemeral size if needed); 0: a lane of its own where one fits */
+    uint64_t lane_of_job;
+    uint64_t persistent_bytes, ephemeral_bytes;
+    uint64_t iterations, busy_ns;
+} sched_core_reattach_t;
+int sched_core_job_reattached(sched_core_t *core, const sched_core_job_hints_t *hints,
+                              const sched_core_reattach_t *where, uint64_t now_ns,
+                              sched_core_effects_t *effects);
+
 /* Runs an admission round now (after something outside the core freed memory). */
 int sched_core_admit(sched_core_t *core, uint64_t now_ns, sched_core_effects_t *effects);
 
@@ -237,8 +278,16 @@ const char *sched_core_phase_name(sched_core_job_phase_t phase);
 /* The lane manager's books, for reading (lanes_list, lanes_gpu_info, lanes_lane_jobs). */
 const lanes_t *sched_core_lanes(const sched_core_t *core);
 const char *sched_core_policy_name(const sched_core_t *core);
+/* The policy's view of a job (policy.h, job_rank): its name ("queue", "index"), NULL when the
+ * policy has none; and the job's value at now_ns: 0, -ENOENT (unknown job) or -ENOTSUP. */
+const char *sched_core_rank_name(const sched_core_t *core);
+int sched_core_job_rank(const sched_core_t *core, uint64_t job_id, uint64_t now_ns, double *rank);
 /* Jobs the core knows (waiting and admitted). */
 size_t sched_core_job_count(const sched_core_t *core);
+/* The active policy's state to keep across a restart (policy_save_state / policy_load_state:
+ * the length written, or a negative errno; -ENOTSUP: the policy keeps nothing). */
+long sched_core_policy_save_state(sched_core_t *core, void *buf, size_t cap);
+int sched_core_policy_load_state(sched_core_t *core, const void *buf, size_t len);
 /* Sum of the budgets of the jobs admitted on gpu (what the daemon reserved for them). */
 uint64_t sched_core_gpu_budget_bytes(const sched_core_t *core, int gpu);
 

@@ -8,6 +8,19 @@ extern const policy_ops_t policy_fifo_ops;
 extern const policy_ops_t policy_srtf_ops;
 extern const policy_ops_t policy_pack_ops;
 extern const policy_ops_t policy_fair_ops;
+extern const policy_ops_t policy_las_ops;
+extern const policy_ops_t policy_gittins_ops;
+
+/* LAS's queues (las.c), exposed for its tests: the queue of an attained service (promotion
+ * aside), the upper bound of a queue (UINT64_MAX for the last), the promotion wait. */
+uint32_t policy_las_queue_of(uint64_t attained_ns);
+uint64_t policy_las_threshold_ns(uint32_t queue);
+uint64_t policy_las_promote_after_ns(void);
+
+/* The Gittins index (gittins.c) of a job that has attained attained_ns, over the job sizes
+ * sizes_ns[0..count) sorted ascending: sup over d > 0 of P(S - a <= d | S > a) /
+ * E[min(S - a, d) | S > a], in 1/s. 0 when no size exceeds attained_ns. */
+double policy_gittins_index(const uint64_t *sizes_ns, size_t count, uint64_t attained_ns);
 
 /* A policy's ordering rule: a key per job, lower first. */
 typedef uint64_t (*policy_key_fn)(const void *state, const policy_job_t *job);
@@ -32,6 +45,9 @@ typedef struct policy_record_s {
     uint32_t lane;
     uint64_t value;  /* meaning is the policy's */
     uint64_t credit; /* meaning is the policy's */
+    /* promotion against starvation (policy_promoted), for the policies that use it */
+    uint64_t waiting_since_ns;  /* the end of the job's last iteration, or its arrival */
+    uint64_t promoted_until_ns; /* attained service up to which a promotion lasts; 0: none */
 } policy_record_t;
 
 typedef struct policy_records_s {
@@ -48,5 +64,21 @@ policy_record_t *policy_records_find(const policy_records_t *records, uint64_t j
 policy_record_t *policy_records_get(policy_records_t *records, uint64_t job_id);
 void policy_records_remove(policy_records_t *records, uint64_t job_id);
 void policy_records_free(policy_records_t *records);
+
+/* Promotion against starvation (LAS, Gittins; Tiresias's rule): a runnable job that has
+ * waited POLICY_PROMOTE_AFTER_NS since its last iteration ended (or since it arrived) goes
+ * before every job that is not promoted, and stays so until it has had
+ * POLICY_PROMOTION_QUANTUM_NS more service; then it takes its own rank again and waits anew.
+ * record may be NULL (a job the policy could not record: its wait counts from arrival). */
+#define POLICY_PROMOTE_AFTER_NS (600ull * 1000000000ull)
+#define POLICY_PROMOTION_QUANTUM_NS (1000000000ull)
+/* The job arrived (record new): its wait starts now. */
+void policy_promotion_arrived(policy_record_t *record, uint64_t now_ns);
+/* Whether the job counts as promoted at now_ns. */
+bool policy_promoted(const policy_record_t *record, const policy_job_t *job, uint64_t now_ns);
+/* iteration_done: the iteration of duration_ns that just ended started a promotion (or used
+ * up some of one); the job's next wait starts now. */
+void policy_promotion_iteration_done(policy_record_t *record, const policy_job_t *job,
+                                     uint64_t duration_ns, uint64_t now_ns);
 
 #endif

@@ -11,6 +11,8 @@ static const policy_ops_t *const registry[] = {
     &policy_srtf_ops,
     &policy_pack_ops,
     &policy_fair_ops,
+    &policy_las_ops,
+    &policy_gittins_ops,
 };
 
 #define REGISTRY_SIZE (sizeof(registry) / sizeof(registry[0]))
@@ -240,6 +242,39 @@ void policy_records_remove(policy_records_t *records, uint64_t job_id)
             (records->count - i - 1) * sizeof(records->items[0]));
     records->count--;
     index_rebuild(records);
+}
+
+void policy_promotion_arrived(policy_record_t *record, uint64_t now_ns)
+{
+    record->waiting_since_ns = now_ns;
+    record->promoted_until_ns = 0;
+}
+
+static bool starved(uint64_t waiting_since_ns, uint64_t at_ns)
+{
+    return at_ns >= waiting_since_ns && at_ns - waiting_since_ns >= POLICY_PROMOTE_AFTER_NS;
+}
+
+bool policy_promoted(const policy_record_t *record, const policy_job_t *job, uint64_t now_ns)
+{
+    if (!record)
+        return starved(job->arrival_ns, now_ns);
+    return job->attained_ns < record->promoted_until_ns ||
+           starved(record->waiting_since_ns, now_ns);
+}
+
+void policy_promotion_iteration_done(policy_record_t *record, const policy_job_t *job,
+                                     uint64_t duration_ns, uint64_t now_ns)
+{
+    /* The iteration started duration_ns ago (the grant; the caller's duration is the
+     * iteration's): was the job promoted then? */
+    uint64_t started_ns = now_ns > duration_ns ? now_ns - duration_ns : 0;
+    uint64_t before_ns = job->attained_ns > duration_ns ? job->attained_ns - duration_ns : 0;
+    if (before_ns >= record->promoted_until_ns) /* no quantum left: a new promotion? */
+        record->promoted_until_ns = starved(record->waiting_since_ns, started_ns)
+                                        ? before_ns + POLICY_PROMOTION_QUANTUM_NS
+                                        : 0;
+    record->waiting_since_ns = now_ns;
 }
 
 void policy_records_free(policy_records_t *records)

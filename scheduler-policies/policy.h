@@ -94,6 +94,14 @@ typedef struct policy_ops_s {
      * leaves its state as init made it. Neither blocks. */
     long (*save_state)(void *state, void *buf, size_t cap);
     int (*load_state)(void *state, const void *buf, size_t len);
+
+    /* Optional. The policy's view of one job, shown by `salusctl ps --json` and the metrics:
+     * one number, named rank_name (LAS: "queue", lower runs first; Gittins: "index", higher
+     * runs first). job is the caller's current view; now_ns the caller's clock. Called when
+     * the daemon builds a view or the simulator gathers statistics, never to schedule; it
+     * must not change the policy's state. Never blocks. rank_name is set when job_rank is. */
+    const char *rank_name;
+    double (*job_rank)(void *state, const policy_job_t *job, uint64_t now_ns);
 } policy_ops_t;
 
 /* A running policy: its vtable and its state. */
@@ -180,6 +188,22 @@ static inline long policy_save_state(policy_t *policy, void *buf, size_t cap)
 static inline int policy_load_state(policy_t *policy, const void *buf, size_t len)
 {
     return policy->ops->load_state ? policy->ops->load_state(policy->state, buf, len) : -ENOTSUP;
+}
+
+/* The policy's rank of a job (job_rank): true and *rank set, or false when the policy has no
+ * such view. */
+static inline bool policy_job_rank(const policy_t *policy, const policy_job_t *job, uint64_t now_ns,
+                                   double *rank)
+{
+    if (!policy->ops->job_rank)
+        return false;
+    *rank = policy->ops->job_rank(policy->state, job, now_ns);
+    return true;
+}
+
+static inline const char *policy_rank_name(const policy_t *policy)
+{
+    return policy->ops->job_rank ? policy->ops->rank_name : NULL;
 }
 
 #endif

@@ -11,6 +11,9 @@ WIRE="$TBIN/salus-wire-test"
 WORK=$(mktemp -d /tmp/salus-it.XXXXXX)
 SOCK="$WORK/salusd.sock"
 export SALUS_SOCKET="$SOCK"
+# what salusd keeps across restarts goes here, not to /var/lib/salus (as systemd's
+# StateDirectory= tells it, salusd reads STATE_DIRECTORY)
+export STATE_DIRECTORY="$WORK/state"
 # the simulated GPU of this test alone (salusd and its jobs share it); named after WORK, which
 # is unique on the machine ($$ alone is not: a test in a pid namespace has a small pid)
 export SIMGPU_SHM_NAME="salus-it-${WORK##*.}"

@@ -164,6 +164,14 @@ PY
 grep -q "learned sizes" "$WORK/salusd.log" || fail "the daemon did not apply the learned sizes"
 pass "learned sizes without hints: $(grep -o 'learned sizes.*' "$WORK/salusd.log" | tail -1)"
 
+# --- Learned sizes leave room for the chunks a job holds: 16 MiB kept between iterations pins
+# a whole chunk (--chunk-bytes, 64 MiB), and each 550 MiB ephemeral block needs one of its own
+# beside it; a budget of the live bytes alone (566 MiB) refused the block after learning
+"$SALUSCTL" run --name chunky -- "$SYNTH" --iterations 8 --gpu-ms 5 --persistent-mb 16 \
+    --ephemeral-mb 550 >"$WORK/chunky.out" 2>&1 || fail "chunky: $(tail -3 "$WORK/chunky.out")"
+qgrep "^synth_done iterations=8 " "$WORK/chunky.out" || fail "chunky: $(tail -3 "$WORK/chunky.out")"
+pass "a job's learned budget holds its chunks: $(grep -o 'learned sizes.*' "$WORK/salusd.log" | tail -1)"
+
 # --- policy switch at run time
 "$SALUSCTL" policy | qgrep "^policy fair" || fail "policy shows $("$SALUSCTL" policy)"
 "$SALUSCTL" policy pack >/dev/null || fail "switch to pack"

@@ -1,6 +1,7 @@
 /* Unit tests for memory/lanes: table-driven scenarios (admission, best fit, release,
  * defragmentation, multi-GPU placement, tenancy, never-fits refusal, learned sizes), plus
- * ordered admission and change reports. */
+ * ordered admission, change reports, and random sequences checking the invariant and the
+ * grants against the books. */
 #include "lanes.h"
 
 #include <check.h>
@@ -482,6 +483,141 @@ START_TEST(test_random_invariant)
 }
 END_TEST
 
+/* The index of the committed state (job look-ups, granted jobs per lane) agrees with the books
+ * through random admissions, releases, updates (moves, merges), grants and yields: a grant is
+ * refused exactly when another job of the lane is granted, lanes_list names the lane's first
+ * granted job, and every job's placement is the lane that lists it. lanes_version moves with
+ * admissions and releases, not with grants, yields or a job left waiting. */
+START_TEST(test_random_grants)
+{
+    uint64_t state = 0x9e3779b9u + (uint64_t)_i;
+#define NEXT() random_next(&state)
+    lanes_config_t config;
+    lanes_config_default(&config);
+    config.job_overhead_bytes = 0;
+    config.share_lanes_across_users = _i % 2;
+    lanes_t *l = lanes_create(&config);
+    ck_assert_int_eq(lanes_add_gpu(l, 0, 12 * G, 0), LANES_OK);
+    ck_assert_int_eq(lanes_add_gpu(l, 1, 8 * G, 0), LANES_OK);
+    bool present[48] = {false}, granted[48] = {false};
+    int refused = 0, grants = 0;
+    for (int step = 0; step < 4000; step++) {
+        uint64_t id = NEXT() % 48;
+        unsigned what = (unsigned)(NEXT() % 8);
+        uint64_t version = lanes_version(l);
+        bool changes = false; /* admitted or released: the version must move */
+        if (!present[id]) {
+            lanes_request_t r = {id, (uint32_t)(1000 + NEXT() % 2), (NEXT() % 4) * 256 * M,
+                                 (1 + NEXT() % 24) * 256 * M, LANES_ANY_GPU};
+            lanes_status_t st = lanes_admit(l, &r, NULL);
+            ck_assert(st == LANES_OK || st == LANES_WAIT);
+            present[id] = st == LANES_OK;
+            granted[id] = false;
+            changes = st == LANES_OK;
+        } else if (what < 3) {
+            lanes_placement_t mine;
+            ck_assert_int_eq(lanes_job_placement(l, id, &mine), LANES_OK);
+            bool other = false;
+            for (uint64_t j = 0; j < 48; j++) {
+                lanes_placement_t pl;
+                if (j != id && present[j] && granted[j] &&
+                    lanes_job_placement(l, j, &pl) == LANES_OK && pl.lane_id == mine.lane_id)
+                    other = true;
+            }
+            lanes_status_t st = lanes_grant(l, id, NULL);
+            if (granted[id])
+                ck_assert_int_eq(st, LANES_OK);
+            else
+                ck_assert_int_eq(st, other ? LANES_ERROR_BUSY : LANES_OK);
+            refused += st == LANES_ERROR_BUSY;
+            grants += st == LANES_OK;
+            granted[id] = st == LANES_OK;
+        } else if (what < 6) {
+            ck_assert_int_eq(lanes_yield(l, id), LANES_OK);
+            granted[id] = false;
+        } else if (what == 6) {
+            lanes_status_t st = lanes_update_sizes(l, id, (NEXT() % 4) * 256 * M,
+                                                   (1 + NEXT() % 24) * 256 * M, NULL);
+            ck_assert(st == LANES_OK || st == LANES_MOVED || st == LANES_NO_LONGER_FITS ||
+                      st == LANES_NEVER_FITS);
+        } else {
+            ck_assert_int_eq(lanes_release(l, id), LANES_OK);
+            present[id] = granted[id] = false;
+            changes = true;
+        }
+        if (changes)
+            ck_assert_uint_gt(lanes_version(l), version);
+        else if (what < 6)
+            ck_assert_uint_eq(lanes_version(l), version); /* grants, yields, waits */
+        lanes_lane_info_t infos[64];
+        size_t n = lanes_list(l, infos, 64);
+        ck_assert_uint_le(n, 64);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t ids[48];
+            size_t jobs = lanes_lane_jobs(l, infos[i].lane_id, ids, 48);
+            uint64_t first_granted = 0;
+            for (size_t j = 0; j < jobs; j++) {
+                lanes_placement_t pl;
+                ck_assert(present[ids[j]]);
+                ck_assert_int_eq(lanes_job_placement(l, ids[j], &pl), LANES_OK);
+                ck_assert_uint_eq(pl.lane_id, infos[i].lane_id);
+                if (granted[ids[j]] && !first_granted)
+                    first_granted = ids[j] + 1;
+            }
+            ck_assert_msg(infos[i].active == (first_granted != 0), "step %d: lane %u active %d",
+                          step, infos[i].lane_id, infos[i].active);
+            if (first_granted)
+                ck_assert_uint_eq(infos[i].active_job_id, first_granted - 1);
+        }
+    }
+    ck_assert_int_gt(refused, 0); /* both answers were exercised */
+    ck_assert_int_gt(grants, 0);
+#undef NEXT
+    lanes_destroy(l);
+}
+END_TEST
+
+/* A job coming back after a daemon restart joins the lane it shared (grown to its E when the
+ * GPU holds it); no room, another uid's lane or an unknown lane are refused, nothing changed. */
+START_TEST(test_admit_to_lane)
+{
+    lanes_config_t config;
+    lanes_config_default(&config);
+    config.job_overhead_bytes = 0;
+    lanes_t *lanes = lanes_create(&config);
+    ck_assert_ptr_nonnull(lanes);
+    ck_assert_int_eq(lanes_add_gpu(lanes, 0, 4 * G, 0), LANES_OK);
+    lanes_placement_t a, b;
+    lanes_request_t ra = {.job_id = 1, .uid = 7, .persistent_bytes = 1 * G,
+                          .ephemeral_bytes = 512 * M, .gpu = 0};
+    ck_assert_int_eq(lanes_admit(lanes, &ra, &a), LANES_OK);
+    /* B would open a lane of its own; to its old lane mate's it goes, the lane grows to 1 GiB */
+    lanes_request_t rb = {.job_id = 2, .uid = 7, .persistent_bytes = 512 * M,
+                          .ephemeral_bytes = 1 * G, .gpu = 0};
+    ck_assert_int_eq(lanes_admit_to_lane(lanes, &rb, a.lane_id, &b), LANES_OK);
+    ck_assert_uint_eq(b.lane_id, a.lane_id);
+    ck_assert_uint_eq(b.lane_size_bytes, 1 * G);
+    ck_assert_uint_eq(lanes_lane_jobs(lanes, a.lane_id, NULL, 0), 2);
+    lanes_gpu_info_t info;
+    ck_assert_int_eq(lanes_gpu_info(lanes, 0, &info), LANES_OK);
+    ck_assert_uint_eq(info.free_bytes, 4 * G - 1 * G - 512 * M - 1 * G);
+    /* 1.5 GiB left: a job with 1 GiB + growing the lane to 2 GiB does not fit */
+    lanes_request_t rc = {.job_id = 3, .uid = 7, .persistent_bytes = 1 * G,
+                          .ephemeral_bytes = 2 * G, .gpu = 0};
+    ck_assert_int_eq(lanes_admit_to_lane(lanes, &rc, a.lane_id, NULL), LANES_WAIT);
+    rc.uid = 8; /* another user's job never joins it (lanes not shared across users) */
+    rc.ephemeral_bytes = 1 * G;
+    ck_assert_int_eq(lanes_admit_to_lane(lanes, &rc, a.lane_id, NULL), LANES_ERROR_INVALID);
+    rc.uid = 7;
+    ck_assert_int_eq(lanes_admit_to_lane(lanes, &rc, 99, NULL), LANES_ERROR_UNKNOWN);
+    rc.ephemeral_bytes = LANES_SIZE_UNKNOWN;
+    ck_assert_int_eq(lanes_admit_to_lane(lanes, &rc, a.lane_id, NULL), LANES_ERROR_INVALID);
+    ck_assert_int_eq(lanes_admit_to_lane(lanes, &rb, a.lane_id, NULL), LANES_ERROR_EXISTS);
+    ck_assert_uint_eq(lanes_lane_jobs(lanes, a.lane_id, NULL, 0), 2);
+    lanes_destroy(lanes);
+}
+END_TEST
+
 static Suite *lanes_suite(void)
 {
     Suite *s = suite_create("lanes");
@@ -490,7 +626,9 @@ static Suite *lanes_suite(void)
     tcase_add_test(tc, test_provisional_flag);
     tcase_add_test(tc, test_admit_in_order);
     tcase_add_test(tc, test_change_reports);
+    tcase_add_test(tc, test_admit_to_lane);
     tcase_add_loop_test(tc, test_random_invariant, 0, 2);
+    tcase_add_loop_test(tc, test_random_grants, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -241,6 +241,34 @@ START_TEST(test_render)
 }
 END_TEST
 
+/* The policy's view: one series per job that has one, labelled with what the number means. */
+START_TEST(test_render_policy_rank)
+{
+    metrics_job_sample_t jobs[3] = {
+        {.id = 1, .name = "long", .uid = 0, .state = "paused", .has_policy_rank = 1,
+         .policy_rank = 3},
+        {.id = 2, .name = "short", .uid = 0, .state = "running", .has_policy_rank = 1,
+         .policy_rank = 0},
+        {.id = 3, .name = "gone", .uid = 0, .state = "done"},
+    };
+    metrics_snapshot_t s = {.version = "0", .policy = "las", .rank_name = "queue", .jobs = jobs,
+                            .job_count = 3};
+    metrics_text_t t = {0};
+    ck_assert_int_eq(metrics_render(&s, &t), 0);
+    ck_assert_ptr_nonnull(strstr(
+        t.data, "salus_job_policy_rank{job_id=\"1\",name=\"long\",uid=\"0\",rank=\"queue\"} 3\n"));
+    ck_assert_ptr_nonnull(strstr(
+        t.data, "salus_job_policy_rank{job_id=\"2\",name=\"short\",uid=\"0\",rank=\"queue\"} 0\n"));
+    ck_assert_int_eq(count_lines_starting(t.data, "salus_job_policy_rank{"), 2);
+    ck_assert_int_eq(count_lines_starting(t.data, "# TYPE salus_job_policy_rank gauge"), 1);
+    metrics_text_reset(&t);
+    s.rank_name = NULL; /* a policy without a view: no family */
+    ck_assert_int_eq(metrics_render(&s, &t), 0);
+    ck_assert_ptr_null(strstr(t.data, "salus_job_policy_rank"));
+    metrics_text_free(&t);
+}
+END_TEST
+
 START_TEST(test_render_empty)
 {
     metrics_snapshot_t s = {.version = "0", .policy = "fifo"};
@@ -258,6 +286,7 @@ int main(void)
     TCase *tc = tcase_create("format");
     tcase_add_test(tc, test_parse_address);
     tcase_add_test(tc, test_loopback);
+    tcase_add_test(tc, test_render_policy_rank);
     tcase_add_test(tc, test_escape);
     tcase_add_test(tc, test_numbers);
     tcase_add_test(tc, test_render);

@@ -8,12 +8,15 @@
 
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MS 1000000ull
 #define MAX_JOBS 16
+
+TCase *policy_nohints_tcase(void); /* check_policy_nohints.c: LAS and Gittins */
 
 /* ---- a tiny deterministic driver: pick -> run one iteration -> iteration_done ------------ */
 
@@ -224,6 +227,45 @@ START_TEST(test_generic_switch_into)
 }
 END_TEST
 
+/* The optional view and persistence hooks come in pairs and behave. */
+START_TEST(test_generic_view_and_state)
+{
+    const policy_ops_t *ops = policy_find(generic_name);
+    ck_assert((ops->rank_name == NULL) == (ops->job_rank == NULL));
+    ck_assert((ops->save_state == NULL) == (ops->load_state == NULL));
+    policy_t p = {0};
+    sim_t s = {0};
+    start(&p, generic_name);
+    for (uint64_t id = 1; id <= 6; id++)
+        sim_add(&p, &s, id, 0, id * MS, 5);
+    for (int k = 0; k < 12; k++)
+        sim_step(&p, &s, 0);
+    sim_remove(&p, &s, 0);
+    sim_remove(&p, &s, 0);
+    for (size_t i = 0; i < s.count; i++) {
+        double rank = NAN;
+        ck_assert(policy_job_rank(&p, &s.jobs[i], s.now_ns, &rank) == (ops->job_rank != NULL));
+        ck_assert(ops->job_rank == NULL || isfinite(rank));
+    }
+    static unsigned char saved[1 << 16], again[1 << 16];
+    long len = policy_save_state(&p, saved, sizeof(saved));
+    if (!ops->save_state) {
+        ck_assert_int_eq(len, -ENOTSUP);
+    } else {
+        ck_assert_int_gt(len, 0);
+        policy_t q = {0};
+        start(&q, generic_name);
+        ck_assert_int_eq(policy_load_state(&q, saved, (size_t)len), 0);
+        ck_assert_int_eq(policy_save_state(&q, again, sizeof(again)), len);
+        ck_assert_mem_eq(saved, again, (size_t)len);
+        memset(again, 0, (size_t)len);
+        ck_assert_int_lt(policy_load_state(&q, again, (size_t)len), 0);
+        policy_fini(&q);
+    }
+    policy_fini(&p);
+}
+END_TEST
+
 static Suite *generic_suite(const char *name)
 {
     static char suite_name[64];
@@ -236,6 +278,7 @@ static Suite *generic_suite(const char *name)
     tcase_add_loop_test(tc, test_generic_random_events, 0, 4);
     tcase_add_test(tc, test_generic_admission_order_is_a_permutation);
     tcase_add_loop_test(tc, test_generic_switch_into, 0, (int)policy_count());
+    tcase_add_test(tc, test_generic_view_and_state);
     suite_add_tcase(s, tc);
     return s;
 }
@@ -244,16 +287,17 @@ static Suite *generic_suite(const char *name)
 
 START_TEST(test_registry)
 {
-    static const char *const expected[] = {"fifo", "srtf", "pack", "fair"};
-    ck_assert_uint_eq(policy_count(), 4);
-    for (size_t i = 0; i < 4; i++) {
+    static const char *const expected[] = {"fifo", "srtf", "pack", "fair", "las", "gittins"};
+    ck_assert_uint_eq(policy_count(), 6);
+    for (size_t i = 0; i < 6; i++) {
         ck_assert_str_eq(policy_at(i)->name, expected[i]);
         ck_assert_ptr_eq(policy_find(expected[i]), policy_at(i));
     }
     ck_assert_ptr_eq(policy_find("FAIR"), policy_find("fair"));
     ck_assert_ptr_null(policy_find("lottery"));
     ck_assert_ptr_null(policy_find(NULL));
-    ck_assert_ptr_null(policy_at(4));
+    ck_assert_ptr_eq(policy_find("Gittins"), policy_find("gittins"));
+    ck_assert_ptr_null(policy_at(6));
     policy_t p = {0};
     ck_assert_int_eq(policy_init(&p, "lottery", NULL), -ENOENT);
     ck_assert_ptr_null(p.ops);
@@ -551,6 +595,7 @@ static Suite *specific_suite(void)
     tcase_add_test(tc, test_records_find_get_remove);
     tcase_add_test(tc, test_fair_equal_attained_time);
     suite_add_tcase(s, tc);
+    suite_add_tcase(s, policy_nohints_tcase());
     return s;
 }
 

@@ -44,6 +44,7 @@ typedef struct fake_users_s {
     uint32_t max_jobs;
     bool share_lanes;
     uint64_t size_grain_bytes; /* the config's (0: the default) */
+    uint64_t persistent_grain_bytes;
 } fake_users_t;
 
 static void fake_start_users(fake_t *f, const char *policy, uint64_t gpu_bytes,
@@ -54,6 +55,7 @@ static void fake_start_users(fake_t *f, const char *policy, uint64_t gpu_bytes,
     memset(f, 0, sizeof(*f));
     sched_core_config_default(&config);
     config.size_grain_bytes = users->size_grain_bytes;
+    config.persistent_grain_bytes = users->persistent_grain_bytes;
     config.policy_name = policy;
     config.lanes.job_overhead_bytes = 0;
     config.user_gpu_share = users->share;
@@ -160,6 +162,30 @@ static void boundary(fake_t *f, uint64_t id, uint64_t iteration_ns)
     apply(f);
 }
 
+/* Lanes held for GPU time: the job gives its lane up at a quiescent point after held_ns of
+ * GPU work and does not ask for a turn yet (its host part follows). */
+static void release(fake_t *f, uint64_t id, uint64_t held_ns)
+{
+    fake_job_t *j = &f->jobs[id];
+    ck_assert(j->running);
+    j->iterations++;
+    j->busy_ns += held_ns;
+    j->running = 0;
+    sched_core_boundary_t b = {.iterations = j->iterations, .busy_ns = j->busy_ns,
+                               .last_iteration_ns = held_ns, .ready = false};
+    ck_assert_int_eq(sched_core_job_boundary(f->core, id, &b, f->now_ns, &f->fx), 0);
+    apply(f);
+}
+
+/* ... and asks again at its next submission. */
+static void ask(fake_t *f, uint64_t id)
+{
+    fake_job_t *j = &f->jobs[id];
+    sched_core_boundary_t b = {.iterations = j->iterations, .busy_ns = j->busy_ns, .ready = true};
+    ck_assert_int_eq(sched_core_job_boundary(f->core, id, &b, f->now_ns, &f->fx), 0);
+    apply(f);
+}
+
 static void leave(fake_t *f, uint64_t id)
 {
     f->jobs[id].running = 0;
@@ -240,6 +266,52 @@ START_TEST(test_pack_shared_lane_takes_turns)
         ck_assert_uint_ne(run_one(&f, 1, 3, 10 * MS), 0);
     for (uint64_t id = 1; id <= 3; id++)
         ck_assert_uint_eq(f.jobs[id].iterations, 10);
+    fake_stop(&f);
+}
+END_TEST
+
+/* Lanes held for GPU time (the daemon's --lane-hold gpu): two jobs of one lane. A released
+ * lane goes at once to the lane-mate that asks; the holder then runs freely and is told to
+ * stop when the other asks again; a job that released and finds the lane free gets it
+ * back; what the core books as GPU time is what the jobs report (the held time), not the
+ * wall time between their boundaries. */
+START_TEST(test_released_lane_goes_to_the_job_that_asks)
+{
+    fake_t f;
+    sched_core_job_info_t info;
+    fake_start(&f, "pack", 1 * GIB);
+    reg(&f, 1, 1000, 100 * MIB, 600 * MIB, 100, 0);
+    reg(&f, 2, 1000, 100 * MIB, 600 * MIB, 100, 0);
+    ck_assert_uint_eq(f.jobs[1].lane, f.jobs[2].lane);
+    ask(&f, 1);
+    ck_assert(f.jobs[1].running && f.jobs[1].free_run);
+    ask(&f, 2); /* job 2 waits: job 1 must stop running freely */
+    ck_assert(!f.jobs[2].running && !f.jobs[1].free_run);
+    ck_assert_int_eq(sched_core_job_info(f.core, 2, &info), 0);
+    ck_assert_int_eq(info.phase, SCHED_CORE_PARKED);
+    ck_assert_uint_eq(info.lane_holder, 1);
+
+    f.now_ns += 4 * MS;
+    release(&f, 1, 4 * MS); /* GPU work done: the lane goes to job 2 at once */
+    ck_assert(f.jobs[2].running && f.jobs[2].free_run);
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &info), 0);
+    ck_assert_int_eq(info.phase, SCHED_CORE_IDLE); /* on the host, holding nothing */
+
+    f.now_ns += 36 * MS; /* job 1's host part; job 2 runs meanwhile */
+    ask(&f, 1);
+    ck_assert(!f.jobs[1].running && !f.jobs[2].free_run);
+    f.now_ns += 2 * MS;
+    release(&f, 2, 38 * MS);
+    ck_assert(f.jobs[1].running);
+
+    /* alone again: job 1 releases with nobody waiting and gets the lane back when it asks */
+    release(&f, 1, 3 * MS);
+    f.now_ns += 50 * MS;
+    ask(&f, 1);
+    ck_assert(f.jobs[1].running && !f.jobs[2].running);
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &info), 0);
+    ck_assert_uint_eq(info.iterations, 2);
+    ck_assert_uint_eq(info.busy_ns, 7 * MS); /* held 4 + 3 ms, over about 100 ms of wall time */
     fake_stop(&f);
 }
 END_TEST
@@ -369,6 +441,14 @@ START_TEST(test_learned_sizes_whole_grains)
     ck_assert_uint_eq(learn(&f, 1, 0, 4096), 64 * MIB);
     ck_assert_uint_eq(learn(&f, 2, 65 * MIB, 64 * MIB), 192 * MIB);
     fake_stop(&f);
+
+    /* the shim's chunk (persistent grain): kept blocks pin whole chunks, ephemeral ones do not */
+    fake_users_t chunks = {.size_grain_bytes = 2 * MIB, .persistent_grain_bytes = 64 * MIB};
+    fake_start_users(&f, "pack", 4 * GIB, &chunks);
+    ck_assert_uint_eq(learn(&f, 1, 16 * MIB, 550 * MIB), 64 * MIB + 550 * MIB);
+    ck_assert_uint_eq(learn(&f, 2, 0, 3 * MIB), 4 * MIB);
+    ck_assert_uint_eq(learn(&f, 3, 65 * MIB, 1 * MIB), 128 * MIB + 2 * MIB);
+    fake_stop(&f);
 }
 END_TEST
 
@@ -495,6 +575,190 @@ START_TEST(test_leaving_holder_hands_the_lane_on)
     ck_assert_int_eq(sched_core_job_boundary(f.core, 77, &b, f.now_ns, &f.fx), -ENOENT);
     ck_assert_int_eq(sched_core_set_policy(f.core, "nope", f.now_ns, &f.fx), -ENOENT);
     ck_assert_str_eq(sched_core_policy_name(f.core), "pack");
+    fake_stop(&f);
+}
+END_TEST
+
+/* The policy's view of a job through the core: LAS's queue follows the GPU time the job
+ * reported at its boundaries; a policy without a view says so. */
+START_TEST(test_policy_rank_through_the_core)
+{
+    fake_t f;
+    double rank = -1;
+    fake_start(&f, "pack", 1 * GIB);
+    reg(&f, 1, 1000, 100 * MIB, 600 * MIB, 0, 0);
+    ck_assert_ptr_null(sched_core_rank_name(f.core));
+    ck_assert_int_eq(sched_core_job_rank(f.core, 1, f.now_ns, &rank), -ENOTSUP);
+    ck_assert_int_eq(sched_core_set_policy(f.core, "las", f.now_ns, &f.fx), 0);
+    apply(&f);
+    ck_assert_str_eq(sched_core_rank_name(f.core), "queue");
+    ck_assert_int_eq(sched_core_job_rank(f.core, 99, f.now_ns, &rank), -ENOENT);
+    ck_assert_int_eq(sched_core_job_rank(f.core, 1, f.now_ns, &rank), 0);
+    ck_assert_double_eq(rank, 0);
+    boundary(&f, 1, 0);
+    ck_assert(f.jobs[1].running);
+    f.now_ns += 1500 * MS;
+    boundary(&f, 1, 1500 * MS); /* 1.5 s of GPU time: past the first queue (1 s) */
+    ck_assert_int_eq(sched_core_job_rank(f.core, 1, f.now_ns, &rank), 0);
+    ck_assert_double_eq(rank, 1);
+    fake_stop(&f);
+}
+END_TEST
+
+/* The GRANT effect of the last event for job id (fails when there is none). */
+static const sched_core_effect_t *grant_of(const fake_t *f, uint64_t id)
+{
+    for (size_t i = 0; i < f->fx.count; i++)
+        if (f->fx.items[i].kind == SCHED_CORE_GRANT && f->fx.items[i].job_id == id)
+            return &f->fx.items[i];
+    ck_abort_msg("no grant for job %llu", (unsigned long long)id);
+    return NULL;
+}
+
+/* A boundary that does not ask for a turn (a host part follows). */
+static void boundary_not_ready(fake_t *f, uint64_t id, uint64_t iteration_ns)
+{
+    fake_job_t *j = &f->jobs[id];
+    if (j->running) {
+        j->iterations++;
+        j->busy_ns += iteration_ns;
+        j->running = 0;
+    }
+    sched_core_boundary_t b = {.iterations = j->iterations, .busy_ns = j->busy_ns,
+                               .last_iteration_ns = iteration_ns, .ready = false};
+    ck_assert_int_eq(sched_core_job_boundary(f->core, id, &b, f->now_ns, &f->fx), 0);
+    apply(f);
+}
+
+/* The lane's holder in the lane manager's books (0: none). */
+static uint64_t lanes_holder(const fake_t *f, uint32_t lane)
+{
+    lanes_lane_info_t infos[16];
+    size_t n = lanes_list(sched_core_lanes(f->core), infos, 16);
+    ck_assert_uint_le(n, 16);
+    for (size_t i = 0; i < n; i++)
+        if (infos[i].lane_id == lane)
+            return infos[i].active ? infos[i].active_job_id : 0;
+    ck_abort_msg("no lane %u", lane);
+    return 0;
+}
+
+/* A job that takes its lane again at its boundary (the core skips the lane manager's yield and
+ * grant then): between events the lane manager's books always name the holder, and a lane
+ * merged from other users' lanes while the job held it is reported for clearing at its next
+ * grant, even when the same job takes it again. */
+START_TEST(test_same_job_again_after_a_merge)
+{
+    fake_t f;
+    fake_users_t users = {.share_lanes = true};
+    fake_start_users(&f, "pack", 10 * GIB, &users);
+    reg(&f, 1, 1000, 0, 4 * GIB, 100, 0);
+    reg(&f, 2, 2000, 0, 4 * GIB, 100, 0);
+    ck_assert_uint_ne(f.jobs[1].lane, f.jobs[2].lane);
+    boundary(&f, 1, 0);
+    ck_assert(f.jobs[1].running);
+    ck_assert_uint_eq(lanes_holder(&f, f.jobs[1].lane), 1);
+    for (int i = 0; i < 3; i++) { /* alone: the same job again, the lane stays held */
+        f.now_ns += MS;
+        sched_core_boundary_t b = {.iterations = f.jobs[1].iterations + 1,
+                                   .busy_ns = f.jobs[1].busy_ns + MS,
+                                   .last_iteration_ns = MS, .ready = true};
+        f.jobs[1].iterations++;
+        f.jobs[1].busy_ns += MS;
+        f.jobs[1].running = 0;
+        ck_assert_int_eq(sched_core_job_boundary(f.core, 1, &b, f.now_ns, &f.fx), 0);
+        ck_assert(!grant_of(&f, 1)->clear_needed);
+        apply(&f);
+        ck_assert(f.jobs[1].running);
+        ck_assert_uint_eq(lanes_holder(&f, f.jobs[1].lane), 1);
+    }
+    /* job 2 runs once in its lane (its uid's data there), then runs host code */
+    boundary(&f, 2, 0);
+    ck_assert(f.jobs[2].running);
+    f.now_ns += MS;
+    boundary_not_ready(&f, 2, MS);
+    ck_assert_uint_eq(lanes_holder(&f, f.jobs[2].lane), 0);
+    /* job 3 fits only if lanes 1 and 2 merge (then grow): one lane of three users */
+    reg(&f, 3, 3000, 0, 7 * GIB, 100, 0);
+    ck_assert(f.jobs[3].admitted);
+    ck_assert_uint_eq(f.jobs[1].lane, f.jobs[2].lane);
+    ck_assert_uint_eq(f.jobs[3].lane, f.jobs[1].lane);
+    ck_assert_uint_eq(lanes_holder(&f, f.jobs[1].lane), 1); /* still held across the merge */
+    f.now_ns += MS;
+    f.jobs[1].iterations++;
+    f.jobs[1].busy_ns += MS;
+    f.jobs[1].running = 0;
+    sched_core_boundary_t b = {.iterations = f.jobs[1].iterations, .busy_ns = f.jobs[1].busy_ns,
+                               .last_iteration_ns = MS, .ready = true};
+    ck_assert_int_eq(sched_core_job_boundary(f.core, 1, &b, f.now_ns, &f.fx), 0);
+    ck_assert_msg(grant_of(&f, 1)->clear_needed, "merged lane not reported for clearing");
+    apply(&f);
+    ck_assert_uint_eq(lanes_holder(&f, f.jobs[1].lane), 1);
+    /* now the lane holds job 1's uid's data: no clearing for it again */
+    f.now_ns += MS;
+    f.jobs[1].iterations++;
+    f.jobs[1].busy_ns += MS;
+    f.jobs[1].running = 0;
+    b = (sched_core_boundary_t){.iterations = f.jobs[1].iterations,
+                                .busy_ns = f.jobs[1].busy_ns, .last_iteration_ns = MS,
+                                .ready = true};
+    ck_assert_int_eq(sched_core_job_boundary(f.core, 1, &b, f.now_ns, &f.fx), 0);
+    ck_assert(!grant_of(&f, 1)->clear_needed);
+    apply(&f);
+    /* a lane-mate parks behind it and sees it as the holder; job 1 then runs host code: the
+     * lane manager's books let the lane go, and the lane-mate gets it (with clearing) */
+    boundary(&f, 3, 0);
+    sched_core_job_info_t info;
+    ck_assert_int_eq(sched_core_job_info(f.core, 3, &info), 0);
+    ck_assert_int_eq(info.phase, SCHED_CORE_PARKED);
+    ck_assert_uint_eq(info.lane_holder, 1);
+    f.now_ns += MS;
+    f.jobs[1].iterations++;
+    f.jobs[1].busy_ns += MS;
+    f.jobs[1].running = 0;
+    b = (sched_core_boundary_t){.iterations = f.jobs[1].iterations,
+                                .busy_ns = f.jobs[1].busy_ns, .last_iteration_ns = MS,
+                                .ready = false};
+    ck_assert_int_eq(sched_core_job_boundary(f.core, 1, &b, f.now_ns, &f.fx), 0);
+    ck_assert(grant_of(&f, 3)->clear_needed);
+    apply(&f);
+    ck_assert(f.jobs[3].running && !f.jobs[1].running);
+    ck_assert_uint_eq(lanes_holder(&f, f.jobs[3].lane), 3);
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &info), 0);
+    ck_assert_int_eq(info.phase, SCHED_CORE_IDLE);
+    fake_stop(&f);
+}
+END_TEST
+
+/* Lane-mates follow re-layouts: jobs whose lanes merge take turns in the merged lane, and a
+ * job that leaves is no longer offered a turn. */
+START_TEST(test_turns_follow_a_merge)
+{
+    fake_t f;
+    fake_start(&f, "pack", 10 * GIB);
+    reg(&f, 1, 1000, 0, 4 * GIB, 100, 0);
+    reg(&f, 2, 1000, 0, 4 * GIB, 100, 0);
+    boundary(&f, 1, 0);
+    boundary(&f, 2, 0);
+    ck_assert(f.jobs[1].running && f.jobs[2].running); /* a lane each */
+    reg(&f, 3, 2000, 0, 3 * GIB, 100, 0); /* another user's: lanes 1 and 2 merge for it */
+    ck_assert(f.jobs[3].admitted);
+    ck_assert_uint_eq(f.jobs[1].lane, f.jobs[2].lane);
+    /* both still hold (the books changed at once, they follow at their boundaries) */
+    f.now_ns += MS;
+    boundary(&f, 1, MS);
+    f.now_ns += MS;
+    boundary(&f, 2, MS);
+    ck_assert_int_eq(f.jobs[1].running + f.jobs[2].running, 1); /* one lane: one at a time */
+    for (int i = 0; i < 6; i++)
+        ck_assert_uint_ne(run_one(&f, 1, 2, MS), 0);
+    ck_assert_int_eq(f.jobs[1].running + f.jobs[2].running, 1);
+    uint64_t holder = f.jobs[1].running ? 1 : 2, other = 3 - holder;
+    leave(&f, holder);
+    ck_assert(f.jobs[other].running);
+    f.now_ns += MS;
+    boundary(&f, other, MS);
+    ck_assert(f.jobs[other].running && f.jobs[other].free_run); /* alone in its lane now */
     fake_stop(&f);
 }
 END_TEST
@@ -695,6 +959,73 @@ START_TEST(test_quota_share_out_of_range_is_an_error)
 }
 END_TEST
 
+/* Survivors of a daemon restart come back with their sizes, ahead of a waiting job and without
+ * an admission round; two that shared a lane share one again and take turns; one that no
+ * longer fits is refused with nothing changed. */
+START_TEST(test_reattach_restores_places_before_waiting_jobs)
+{
+    fake_t f;
+    fake_start(&f, "pack", 4 * GIB);
+    sched_core_reattach_t alone = {.gpu = 0, .persistent_bytes = 512 * MIB,
+                                   .ephemeral_bytes = 512 * MIB, .iterations = 7,
+                                   .busy_ns = 70 * MS};
+    sched_core_reattach_t shared = {.gpu = 0, .persistent_bytes = 256 * MIB,
+                                    .ephemeral_bytes = 1 * GIB, .iterations = 3};
+    sched_core_job_hints_t h = {.id = 5, .uid = 1000};
+    ck_assert_int_eq(sched_core_job_reattached(f.core, &h, &alone, f.now_ns, &f.fx), 0);
+    apply(&f);
+    h.id = 6;
+    ck_assert_int_eq(sched_core_job_reattached(f.core, &h, &shared, f.now_ns, &f.fx), 0);
+    apply(&f);
+    h.id = 7;
+    shared.lane_of_job = 6;
+    ck_assert_int_eq(sched_core_job_reattached(f.core, &h, &shared, f.now_ns, &f.fx), 0);
+    apply(&f);
+    ck_assert_int_eq(sched_core_job_reattached(f.core, &h, &shared, f.now_ns, &f.fx), -EEXIST);
+    ck_assert_uint_eq(f.admit_count, 0); /* no ADMIT: the daemon answers a re-attach itself */
+    sched_core_job_info_t i5, i6, i7;
+    ck_assert_int_eq(sched_core_job_info(f.core, 5, &i5), 0);
+    ck_assert_int_eq(sched_core_job_info(f.core, 6, &i6), 0);
+    ck_assert_int_eq(sched_core_job_info(f.core, 7, &i7), 0);
+    ck_assert_int_eq(i5.phase, SCHED_CORE_IDLE);
+    ck_assert_uint_eq(i5.iterations, 7);
+    ck_assert_uint_eq(i5.budget_bytes, 1 * GIB);
+    ck_assert_uint_eq(i6.lane, i7.lane);
+    ck_assert_uint_ne(i5.lane, i6.lane);
+    ck_assert_uint_eq(i6.budget_bytes, 256 * MIB + 1 * GIB);
+    /* 4 GiB - 1 GiB - (2 x 256 MiB + 1 GiB) = 1.5 GiB left, 2 GiB if the lanes merge: a
+     * survivor with 2.5 GiB of persistent memory does not fit; nothing changes */
+    sched_core_reattach_t big = {.gpu = 0, .persistent_bytes = 2560 * MIB,
+                                 .ephemeral_bytes = 512 * MIB};
+    h.id = 8;
+    ck_assert_int_eq(sched_core_job_reattached(f.core, &h, &big, f.now_ns, &f.fx), -ENOSPC);
+    ck_assert_int_eq(sched_core_job_info(f.core, 8, &i7), -ENOENT);
+    sched_core_reattach_t nowhere = {.gpu = 3, .persistent_bytes = MIB, .ephemeral_bytes = MIB};
+    h.id = 9;
+    ck_assert_int_eq(sched_core_job_reattached(f.core, &h, &nowhere, f.now_ns, &f.fx), -EINVAL);
+    /* the two of one lane take turns; the one alone runs freely */
+    f.jobs[5].admitted = f.jobs[6].admitted = f.jobs[7].admitted = 1;
+    f.jobs[5].iterations = 7;
+    f.jobs[5].busy_ns = 70 * MS;
+    f.jobs[6].iterations = f.jobs[7].iterations = 3;
+    boundary(&f, 5, 0);
+    ck_assert(f.jobs[5].running && f.jobs[5].free_run);
+    boundary(&f, 6, 0);
+    boundary(&f, 7, 0);
+    ck_assert(f.jobs[6].running != f.jobs[7].running);
+    /* the policy's state for the state file: the built-in policies keep none */
+    uint8_t buf[64];
+    ck_assert_int_eq(sched_core_policy_save_state(f.core, buf, sizeof(buf)), -ENOTSUP);
+    ck_assert_int_eq(sched_core_policy_load_state(f.core, buf, 1), -ENOTSUP);
+    /* a job registered after the survivors waits for a round; it is admitted when it fits */
+    reg(&f, 10, 1000, 2304 * MIB, 512 * MIB, 0, 0);
+    ck_assert(!f.jobs[10].admitted);
+    leave(&f, 5);
+    ck_assert(f.jobs[10].admitted);
+    fake_stop(&f);
+}
+END_TEST
+
 static Suite *sched_core_suite(void)
 {
     Suite *s = suite_create("sched_core");
@@ -703,6 +1034,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(t, test_pack_jobs_that_fit_run_at_once);
     tcase_add_test(t, test_pack_shared_lane_takes_turns);
     tcase_add_test(t, test_srtf_short_overtakes_at_a_boundary);
+    tcase_add_test(t, test_released_lane_goes_to_the_job_that_asks);
     tcase_add_test(t, test_fair_equal_gpu_time);
     tcase_add_test(t, test_never_fits_is_refused);
     tcase_add_test(t, test_learned_sizes);
@@ -712,6 +1044,9 @@ static Suite *sched_core_suite(void)
     tcase_add_test(t, test_wait_in_progress_is_visible);
     tcase_add_test(t, test_reserve_as_large_as_the_gpu_is_an_error);
     tcase_add_test(t, test_leaving_holder_hands_the_lane_on);
+    tcase_add_test(t, test_policy_rank_through_the_core);
+    tcase_add_test(t, test_same_job_again_after_a_merge);
+    tcase_add_test(t, test_turns_follow_a_merge);
     tcase_add_test(t, test_quota_refuses_a_job_over_the_share);
     tcase_add_test(t, test_quota_waits_at_the_cap);
     tcase_add_test(t, test_quota_admits_another_user_beside_a_greedy_one);
@@ -719,6 +1054,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(t, test_fair_user_pick_for_turns);
     tcase_add_test(t, test_one_user_picks_unchanged);
     tcase_add_test(t, test_quota_share_out_of_range_is_an_error);
+    tcase_add_test(t, test_reattach_restores_places_before_waiting_jobs);
     suite_add_tcase(s, t);
     return s;
 }

@@ -50,6 +50,21 @@ static void run(const char *rows, const char *policy, unsigned gpus, uint64_t me
     ck_assert_msg(rc == SIM_OK, "sim_run(%s): %s", policy, err);
 }
 
+/* run() with a lane held for whole iterations (--lane-hold iteration) */
+static void run_whole(const char *rows, const char *policy, uint64_t memory_mib,
+                      sim_trace_t *trace, sim_result_t *result)
+{
+    sim_config_t config;
+    char err[256] = "";
+    sim_config_default(&config);
+    config.policy = policy;
+    config.gpu_memory_bytes = memory_mib * MIB;
+    config.lane_hold_gpu_only = false;
+    load(rows, trace);
+    int rc = sim_run(trace, &config, result, err, sizeof(err));
+    ck_assert_msg(rc == SIM_OK, "sim_run(%s): %s", policy, err);
+}
+
 static void done(sim_trace_t *trace, sim_result_t *result)
 {
     sim_result_free(result);
@@ -114,6 +129,34 @@ START_TEST(test_one_lane_takes_turns)
     ASSERT_NEAR(result.utilization, 1.0);
     ck_assert_uint_eq(result.switches, 19);
     ck_assert_uint_eq(result.peak_jobs_resident, 2);
+    done(&trace, &result);
+}
+END_TEST
+
+/* Turn waits under LAS, one lane (1 GiB P each + one 4 GiB lane in 7 GiB): job 1 (20 x 100
+ * ms) has had 1.5 s (queue 1) when job 2 (5 x 100 ms) arrives at 1.55 s; job 2 gets the lane
+ * at 1.6 s (waited 0.05 s) and keeps it to 2.1 s, job 1 waits 1.6 -> 2.1 s (0.5 s) and ends at
+ * 2.5 s. The grants to job 2 at 1.6 .. 2.0 s see job 1 in queue 1 after 0 .. 0.4 s. */
+START_TEST(test_turn_waits_and_lower_queue)
+{
+    sim_trace_t trace;
+    sim_result_t result;
+    /* held for whole iterations: with lanes held for GPU time (the default) a release hands
+     * the lane to a waiting lane-mate whatever the policy's order, so these jobs without host
+     * time alternate (the policy orders the waiters only) */
+    run_whole("1,0,20,100,1,1024,4096,\n2,1.55,5,100,1,1024,4096,\n", "las", 7 * 1024, &trace,
+              &result);
+    ASSERT_NEAR(result.jobs[1].finished_s, 2.1);
+    ASSERT_NEAR(result.jobs[0].finished_s, 2.5);
+    ASSERT_NEAR(result.max_turn_wait_s, 0.5);
+    ck_assert(result.has_lower_queue_wait);
+    ASSERT_NEAR(result.max_lower_queue_wait_s, 0.4);
+    done(&trace, &result);
+    /* PACK alternates (each waits one iteration of the other) and has no queues */
+    run("1,0,10,100,1,1024,4096,\n2,0,10,100,1,1024,4096,\n", "pack", 1, 7 * 1024, 0, &trace,
+        &result);
+    ASSERT_NEAR(result.max_turn_wait_s, 0.1);
+    ck_assert(!result.has_lower_queue_wait);
     done(&trace, &result);
 }
 END_TEST
@@ -195,12 +238,20 @@ START_TEST(test_exclusive_vs_pack_order)
     ASSERT_NEAR(result.jobs[0].finished_s, 2.5);
     done(&trace, &result);
 
-    /* srtf, one shared lane: the short job takes the lane at the long one's next boundary and
-     * keeps it: 0.1-0.6 */
-    run(rows, "srtf", 1, 7 * 1024, 0, &trace, &result);
+    /* srtf, one shared lane, lanes held for whole iterations: the short job takes the lane at
+     * the long one's next boundary and keeps it (it asks again at once): 0.1-0.6 */
+    run_whole(rows, "srtf", 7 * 1024, &trace, &result);
     ASSERT_NEAR(result.jobs[1].finished_s, 0.6);
     ASSERT_NEAR(result.jobs[0].finished_s, 2.5);
     ck_assert_uint_eq(result.switches, 2);
+    done(&trace, &result);
+
+    /* the default (--lane-hold gpu): a job gives its lane up at each boundary, before it asks
+     * for its next turn, so a waiting job gets it whatever the policy's order: they
+     * alternate as under pack */
+    run(rows, "srtf", 1, 7 * 1024, 0, &trace, &result);
+    ASSERT_NEAR(result.jobs[1].finished_s, 1.0);
+    ASSERT_NEAR(result.jobs[0].finished_s, 2.5);
     done(&trace, &result);
 }
 END_TEST
@@ -245,7 +296,7 @@ START_TEST(test_lanes_fit_more_than_mps)
 }
 END_TEST
 
-/* --lane-hold gpu: the lane is held only for GPU parts, so two jobs of one lane interleave:
+/* --lane-hold gpu (the default): the lane is held only for GPU parts, so two jobs of one lane interleave:
  * gpu_frac = 0.5, 10 x 100 ms. Both host parts run 0-0.05; A's GPU part 0.05-0.10, B's
  * 0.10-0.15 (while A's next host part runs), and so on: A ends at 1.0 s, B at 1.05 s. Held
  * for whole iterations they alternate: 2.0 s. */
@@ -257,14 +308,19 @@ START_TEST(test_lane_hold_gpu_interleaves)
     sim_config_t config;
     char err[256] = "";
 
-    run(rows, "pack", 1, 7 * 1024, 0, &trace, &result);
+    sim_config_default(&config);
+    config.policy = "pack";
+    config.gpu_memory_bytes = 7 * GIB;
+    config.lane_hold_gpu_only = false; /* --lane-hold iteration */
+    load(rows, &trace);
+    ck_assert_int_eq(sim_run(&trace, &config, &result, err, sizeof(err)), SIM_OK);
     ASSERT_NEAR(result.makespan_s, 2.0);
     ASSERT_NEAR(result.utilization, 0.5);
     done(&trace, &result);
 
-    sim_config_default(&config);
-    config.policy = "pack";
-    config.gpu_memory_bytes = 7 * GIB;
+    run(rows, "pack", 1, 7 * 1024, 0, &trace, &result); /* the default: --lane-hold gpu */
+    sim_result_free(&result);
+    sim_trace_free(&trace);
     config.lane_hold_gpu_only = true;
     load(rows, &trace);
     ck_assert_int_eq(sim_run(&trace, &config, &result, err, sizeof(err)), SIM_OK);
@@ -623,6 +679,8 @@ START_TEST(test_daemon_and_sim_adapters_grant_alike)
     config.policy = policy;
     config.gpu_memory_bytes = 1 * GIB;
     config.hints_iterations_only = false;
+    /* host-only iterations: the replay below holds lanes for whole iterations */
+    config.lane_hold_gpu_only = false;
     config.on_grant = record_grant;
     config.on_grant_context = by_sim;
     ck_assert_msg(sim_run(&trace, &config, &result, err, sizeof(err)) == SIM_OK, "%s", err);
@@ -650,6 +708,7 @@ static Suite *sim_suite(void)
     tcase_add_loop_test(model, test_one_job_alone, 0, (int)policies);
     tcase_add_test(model, test_late_submission);
     tcase_add_test(model, test_one_lane_takes_turns);
+    tcase_add_test(model, test_turn_waits_and_lower_queue);
     tcase_add_test(model, test_two_lanes_share_the_gpu);
     tcase_add_test(model, test_packing_gains_utilisation);
     tcase_add_test(model, test_exclusive_vs_pack_order);

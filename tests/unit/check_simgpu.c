@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <cuda.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdbool.h>
@@ -561,6 +562,59 @@ START_TEST(test_vmm)
     CU_OK(cuMemUnmap(va, size));
     CU_OK(cuMemGetInfo(&free1, &total));
     ck_assert_uint_eq(free1, free0);
+    CU_OK(cuMemAddressFree(va, size));
+    CU_OK(cuMemAddressFree(vb, size));
+}
+END_TEST
+
+/* simgpu_vmm_adopt_fd: a process that maps a chunk whose creator is gone takes its charge */
+START_TEST(test_vmm_adopt)
+{
+    setup();
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    size_t gran, free0, free1, total;
+    CU_OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    size_t size = 2 * gran;
+    CU_OK(cuMemGetInfo(&free0, &total));
+    CUmemGenericAllocationHandle handle, imported;
+    CUdeviceptr va, vb;
+    int fd = -1;
+    CU_OK(cuMemCreate(&handle, size, &prop, 0));
+    CU_OK(cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    CU_OK(cuMemImportFromShareableHandle(&imported, (void *)(uintptr_t)fd,
+                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    CU_OK(cuMemAddressReserve(&va, size, 0, 0, 0));
+    CU_OK(cuMemAddressReserve(&vb, size, 0, 0, 0));
+    CU_OK(cuMemMap(va, size, 0, handle, 0));
+    CU_OK(cuMemMap(vb, size, 0, imported, 0));
+    /* the creator's mapping is charged: adopting charges nothing more */
+    ck_assert_int_eq(simgpu_vmm_adopt_fd(fd), 0);
+    CU_OK(cuMemGetInfo(&free1, &total));
+    ck_assert_uint_eq(free0 - free1, size);
+    /* the creator's handle goes: the bytes stay mapped at vb but are counted by nobody */
+    CU_OK(cuMemUnmap(va, size));
+    CU_OK(cuMemRelease(handle));
+    CU_OK(cuMemGetInfo(&free1, &total));
+    ck_assert_uint_eq(free1, free0);
+    ck_assert_int_eq(simgpu_vmm_adopt_fd(fd), 0); /* now the importer is charged */
+    CU_OK(cuMemGetInfo(&free1, &total));
+    ck_assert_uint_eq(free0 - free1, size);
+    ck_assert_int_eq(simgpu_vmm_adopt_fd(fd), 0); /* once */
+    CU_OK(cuMemGetInfo(&free1, &total));
+    ck_assert_uint_eq(free0 - free1, size);
+    int plain = memfd_create("simgpu-vmm-d0", MFD_CLOEXEC);
+    ck_assert_int_ge(plain, 0);
+    ck_assert_int_eq(simgpu_vmm_adopt_fd(plain), -ENOENT); /* no mapping of it here */
+    ck_assert_int_eq(simgpu_vmm_adopt_fd(-1), -EINVAL);
+    close(plain);
+    /* the charge goes with the importer's last reference */
+    CU_OK(cuMemUnmap(vb, size));
+    CU_OK(cuMemRelease(imported));
+    CU_OK(cuMemGetInfo(&free1, &total));
+    ck_assert_uint_eq(free1, free0);
+    close(fd);
     CU_OK(cuMemAddressFree(va, size));
     CU_OK(cuMemAddressFree(vb, size));
 }
@@ -1199,6 +1253,7 @@ static Suite *simgpu_suite(void)
     tcase_add_test(tc, test_kernel_time_speed);
     tcase_add_test(tc, test_modules_and_launch);
     tcase_add_test(tc, test_vmm);
+    tcase_add_test(tc, test_vmm_adopt);
     tcase_add_test(tc, test_get_proc_address);
     tcase_add_test(tc, test_exported_stubs);
     tcase_add_test(tc, test_device_attributes);

@@ -36,6 +36,36 @@ static void check(sim_engine_t *e, int rc, const char *what, const sim_job_t *jo
                  job ? (unsigned long long)job->spec->trace_id : 0ull, rc);
 }
 
+/* The turn-wait statistics (sim.h): the job is granted its lane now. */
+static void note_turn_waits(sim_engine_t *e, const sim_job_t *job)
+{
+    double waited_s = e->now_s - job->ready_s;
+    if (waited_s > e->result->max_turn_wait_s)
+        e->result->max_turn_wait_s = waited_s;
+    if (!e->queue_ranks)
+        return;
+    e->result->has_lower_queue_wait = true;
+    if (!e->lane_members) {
+        e->lane_members = calloc(e->count + 1, sizeof(*e->lane_members));
+        if (!e->lane_members) {
+            sim_fail(e, SIM_ERROR_NO_MEMORY, "out of memory");
+            return;
+        }
+    }
+    uint64_t now_ns = sim_to_ns(e->now_s);
+    size_t n = lanes_lane_jobs(sched_core_lanes(e->core), job->lane, e->lane_members,
+                               e->count + 1);
+    for (size_t k = 0; k < n && k <= e->count; k++) {
+        const sim_job_t *other = sim_job_by_id(e, e->lane_members[k]);
+        double rank;
+        if (!other || other == job || other->phase != PHASE_READY ||
+            sched_core_job_rank(e->core, other->id, now_ns, &rank) < 0 || rank < 1)
+            continue;
+        if (e->now_s - other->ready_s > e->result->max_lower_queue_wait_s)
+            e->result->max_lower_queue_wait_s = e->now_s - other->ready_s;
+    }
+}
+
 /* Carries out the effects from index `from` on (those of the event just sent), in order. An
  * effect may send a further event (a grant whose iteration ends at once): its effects are
  * appended after these, carried out by the nested call and dropped, so the walk goes on
@@ -65,6 +95,7 @@ static void apply_from(sim_engine_t *e, size_t from)
             break;
         case SCHED_CORE_GRANT:
             job->lane = e->effects.items[i].lane;
+            note_turn_waits(e, job);
             if (e->config->on_grant)
                 e->config->on_grant(e->config->on_grant_context, job->spec->trace_id, e->now_s);
             sim_granted(e, job, job->lane);
@@ -108,6 +139,7 @@ void sim_boundary(sim_engine_t *e, sim_job_t *job, bool ready)
     };
     size_t from = e->effects.count;
     job->phase = PHASE_READY;
+    job->ready_s = e->now_s;
     check(e, sched_core_job_boundary(e->core, job->id, &b, sim_to_ns(e->now_s), &e->effects),
           "boundary", job);
     apply_from(e, from);
@@ -176,8 +208,12 @@ void sim_submit(sim_engine_t *e, size_t from, size_t to)
             .persistent_bytes = c->hints ? s->persistent_bytes : LANES_SIZE_UNKNOWN,
             .ephemeral_bytes = c->hints ? s->ephemeral_bytes : LANES_SIZE_UNKNOWN,
             .iterations_expected = c->hints ? s->iterations : 0,
+            /* the time it will hold its lane per iteration: the whole iteration, or with
+             * --lane-hold gpu its GPU part (what the policies measure later) */
             .iteration_ns = c->hints && !c->hints_iterations_only
-                                ? sim_to_ns(s->iteration_ms / 1e3) : 0,
+                                ? sim_to_ns(c->lane_hold_gpu_only ? e->jobs[i].gpu_s
+                                                                  : s->iteration_ms / 1e3)
+                                : 0,
             .priority = s->priority,
         };
     }

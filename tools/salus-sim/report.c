@@ -85,8 +85,14 @@ void sim_report_text(FILE *out, const sim_config_t *config, const sim_result_t *
     fprintf(out, "mean queueing     %.3f s (submission to first iteration)\n",
             result->mean_wait_s);
     fprintf(out, "peak resident     %zu jobs\n", result->peak_jobs_resident);
+    fprintf(out, "longest turn wait %.3f s", result->max_turn_wait_s);
+    if (result->has_lower_queue_wait)
+        fprintf(out, " (in a lower queue: %.3f s)", result->max_lower_queue_wait_s);
+    fputc('\n', out);
     fprintf(out, "iterations        %llu (%llu lane switches)\n",
             (unsigned long long)result->iterations, (unsigned long long)result->switches);
+    fprintf(out, "throughput        %.3f iterations/s (all jobs, over the makespan)\n",
+            result->iterations_per_s);
 }
 
 /* Policy names are registry names or baselines: plain lower-case words, no escaping needed
@@ -113,11 +119,17 @@ void sim_report_json(FILE *out, const sim_config_t *config, const sim_result_t *
             ", \"gpus\": %u, \"jobs\": %zu, \"refused\": %zu, \"avg_jct_s\": %.6f, "
             "\"median_jct_s\": %.6f, \"p95_jct_s\": %.6f, \"makespan_s\": %.6f, "
             "\"utilization\": %.6f, \"mean_wait_s\": %.6f, \"peak_jobs_resident\": %zu, "
-            "\"iterations\": %llu, \"switches\": %llu}\n",
+            "\"iterations\": %llu, \"iterations_per_s\": %.6f, \"switches\": %llu, "
+            "\"max_turn_wait_s\": %.6f, \"max_lower_queue_wait_s\": ",
             config->gpus, result->jobs_completed, result->jobs_refused, result->avg_jct_s,
             result->median_jct_s, result->p95_jct_s, result->makespan_s,
             result->utilization, result->mean_wait_s, result->peak_jobs_resident,
-            (unsigned long long)result->iterations, (unsigned long long)result->switches);
+            (unsigned long long)result->iterations, result->iterations_per_s,
+            (unsigned long long)result->switches, result->max_turn_wait_s);
+    if (result->has_lower_queue_wait)
+        fprintf(out, "%.6f}\n", result->max_lower_queue_wait_s);
+    else
+        fputs("null}\n", out);
 }
 
 int sim_report_jobs_csv(FILE *out, const sim_trace_t *trace, const sim_result_t *result)

@@ -88,6 +88,8 @@ typedef struct sim_job_s {
     uint64_t last_iteration_ns;
     uint64_t busy_ns; /* sum of its iterations' durations */
     double iteration_start_s;
+    double ready_s; /* when it last stopped at a boundary (its turn wait starts) */
+    double hold_start_s;  /* when it was last granted its lane */
     double host_s, gpu_s; /* its iterations' host and GPU parts (from the spec, once) */
 } sim_job_t;
 
@@ -112,6 +114,8 @@ typedef struct sim_engine_s {
     size_t *gpu_jobs;         /* mps: jobs per GPU */
     uint64_t *lane_last_job;  /* by lane id: the job that ran the lane's last iteration */
     size_t lane_slots;
+    uint64_t *lane_members; /* scratch: a lane's job ids (turn-wait statistics) */
+    bool queue_ranks; /* the policy ranks jobs by queue (read once: a run never switches it) */
     size_t resident;
     double now_s;
     int error;

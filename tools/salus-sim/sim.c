@@ -32,6 +32,7 @@ void sim_config_default(sim_config_t *config)
     config->gpu_memory_bytes = 16ull << 30;
     config->switch_s = 0;
     config->hints = true;
+    config->lane_hold_gpu_only = true;
 }
 
 bool sim_policy_known(const char *name)
@@ -99,7 +100,9 @@ static void start_gpu_part(sim_engine_t *e, sim_job_t *job)
  * --lane-hold gpu: the host part runs without the lane; the job then waits for its lane. */
 void sim_start_iteration(sim_engine_t *e, sim_job_t *job, double switch_s)
 {
-    if (job->iterations_done == 0)
+    /* with --lane-hold gpu a job that waits for its first grant started its first iteration
+     * its host part before that grant (sim_granted); the wait is queueing */
+    if (job->iterations_done == 0 && (hold_whole_iteration(e) || job->spec->gpu_fraction <= 0))
         job->out->started_s = e->now_s;
     job->iteration_start_s = e->now_s;
     double host_s = job->host_s;
@@ -131,6 +134,9 @@ void sim_granted(sim_engine_t *e, sim_job_t *job, uint32_t lane)
         e->result->switches++;
     }
     *last = job->id;
+    job->hold_start_s = e->now_s;
+    if (job->iterations_done == 0 && !hold_whole_iteration(e))
+        job->out->started_s = e->now_s - job->host_s;
     if (hold_whole_iteration(e))
         sim_start_iteration(e, job, switch_s);
     else if (switch_s > 0)
@@ -154,7 +160,11 @@ static void timer_done(sim_engine_t *e, sim_job_t *job)
 
 static void end_iteration(sim_engine_t *e, sim_job_t *job)
 {
+    /* what the job reports is the time it held its lane: its whole iteration, or with
+     * --lane-hold gpu from its grant to the end of its GPU part (none without a GPU part) */
     double duration_s = e->now_s - job->iteration_start_s;
+    if (!hold_whole_iteration(e))
+        duration_s = job->spec->gpu_fraction > 0 ? e->now_s - job->hold_start_s : 0;
     job->iterations_done++;
     job->last_iteration_ns = sim_to_ns(duration_s);
     job->busy_ns += job->last_iteration_ns;
@@ -256,6 +266,8 @@ static int engine_init(sim_engine_t *e, const sim_trace_t *trace)
         for (unsigned g = 0; g < c->gpus; g++)
             if (sched_core_add_gpu(e->core, (int)g, c->gpu_memory_bytes, 0) < 0)
                 return sim_fail(e, SIM_ERROR_INTERNAL, "sched_core_add_gpu(%u) failed", g);
+        const char *rank_name = sched_core_rank_name(e->core);
+        e->queue_ranks = rank_name && strcmp(rank_name, "queue") == 0;
     }
     e->jobs = calloc(n, sizeof(*e->jobs));
     e->waiting = calloc(n, sizeof(*e->waiting));
@@ -303,6 +315,7 @@ static void engine_free(sim_engine_t *e)
     free(e->mps_used_bytes);
     free(e->gpu_jobs);
     free(e->lane_last_job);
+    free(e->lane_members);
 }
 
 int sim_run(const sim_trace_t *trace, const sim_config_t *config, sim_result_t *result,
@@ -322,8 +335,10 @@ int sim_run(const sim_trace_t *trace, const sim_config_t *config, sim_result_t *
         rc = run_events(&e);
     if (rc == SIM_OK)
         rc = sim_result_summarise(trace, result);
-    if (rc == SIM_OK && result->makespan_s > 0)
+    if (rc == SIM_OK && result->makespan_s > 0) {
         result->utilization = result->gpu_busy_s / (result->makespan_s * (double)config->gpus);
+        result->iterations_per_s = (double)result->iterations / result->makespan_s;
+    }
 
 done:
     engine_free(&e);

@@ -75,8 +75,11 @@ typedef struct sim_config_s {
      * measured), as in salusd, whose jobs hint their iteration count (salusctl run
      * --iterations) but not their iteration time. */
     bool hints_iterations_only;
-    /* false (default, as Salus): a lane is held for its job's whole iteration. true: only
-     * for the GPU part (and the switch before it); the host part runs without the lane. */
+    /* true (default, what salusd does): a lane is held only for the GPU part of an iteration
+     * (and the switch before it); the host part runs without the lane, and the time a job
+     * reports to the policies is the time it held its lane. false (--lane-hold iteration, as
+     * Salus and salusd before it released lanes at quiescent points): for the whole
+     * iteration, host part included. */
     bool lane_hold_gpu_only;
     /* false (default): GPU parts running at once share the GPU (processor sharing, as a GPU
      * time-slicing contexts does). true: one at a time, whole, in start order (simgpu's
@@ -105,8 +108,16 @@ typedef struct sim_result_s {
     double mean_wait_s; /* submission -> start of the first iteration, mean */
     double gpu_busy_s;  /* summed over GPUs */
     uint64_t iterations;
+    double iterations_per_s; /* throughput: iterations of all jobs / makespan */
     uint64_t switches;
     size_t peak_jobs_resident; /* most jobs admitted at once, all GPUs */
+    /* Turn waits (lanes): the longest a job waited at a boundary for its lane; and, when the
+     * policy ranks jobs by queue (LAS), the longest wait of a job still in a lower queue
+     * (rank >= 1) seen when its lane was granted to another job (the starvation bound:
+     * promotion keeps it under the policy's promotion time). */
+    double max_turn_wait_s;
+    bool has_lower_queue_wait;
+    double max_lower_queue_wait_s;
     sim_job_result_t *jobs;    /* per trace row (trace order) */
     size_t job_count;
 } sim_result_t;

@@ -216,7 +216,7 @@ static int verb_lanes(ctl_t *ctl, int argc, char **argv)
 
 static const verb_t verbs[] = {
     {"policy", 0, 1, verb_policy, "policy [NAME] [--json]",
-     "show the scheduling policy, or switch to NAME (fifo, srtf, pack, fair)"},
+     "show the scheduling policy, or switch to NAME (fifo, srtf, pack, fair, las, gittins)"},
     {"lanes", 0, 0, verb_lanes, "lanes [--json]", "list the memory lanes of each GPU"},
     {"run", 1, -1, verb_run, "run [--name N] [--iterations N] [--persistent B] [--ephemeral B] "
      "[--priority N] -- CMD [ARGS]", "run a command as a salus job, in the foreground"},

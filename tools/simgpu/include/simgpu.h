@@ -40,6 +40,17 @@ typedef int (*simgpu_device_stats_fn)(int device, simgpu_device_stats_t *stats);
  * be opened. */
 int simgpu_device_stats(int device, simgpu_device_stats_t *stats);
 
+/* Charges to this process the memory of the virtual-memory handle it imported from fd
+ * (an exported chunk: the same memfd), when no handle of this process is charged for it
+ * yet. On a GPU, memory that a process maps stays in use until its last mapping is gone,
+ * whoever created it; simgpu charges the creator only, so a program whose chunks outlive
+ * the process that created them (salus jobs while salusd restarts) adopts them to keep the
+ * device's books true. The charge goes with the handle's last reference (or the process).
+ * Returns 0 (charged now, or already), -ENOENT when no handle of this process maps that
+ * memfd, -ENOMEM when the device is full, -EINVAL for a bad fd. */
+typedef int (*simgpu_vmm_adopt_fd_fn)(int fd);
+int simgpu_vmm_adopt_fd(int fd);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "simgpu-internal.h"
+#include "simgpu.h"
 
 typedef struct vmm_handle {
     uint32_t magic;
@@ -427,6 +428,41 @@ SIMGPU_API cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationH
         return CUDA_ERROR_OUT_OF_MEMORY;
     *(int *)shareable = fd;
     return CUDA_SUCCESS;
+}
+
+__attribute__((visibility("default"))) int simgpu_vmm_adopt_fd(int fd)
+{
+    struct stat want, st;
+    if (fd < 0 || fstat(fd, &want) < 0)
+        return -EINVAL;
+    vmm_handle_t *uncharged = NULL;
+    int rc = -ENOENT;
+    pthread_mutex_lock(&vmm_lock);
+    /* every mapped handle of that memfd: charged once already, or the first is charged now
+     * (a handle created here but no longer mapped is not seen: the creator keeps its charge
+     * and has no reason to adopt) */
+    for (vmm_mapping_t *m = mappings; m; m = m->next) {
+        vmm_handle_t *h = m->handle;
+        if (fstat(h->fd, &st) < 0 || st.st_dev != want.st_dev || st.st_ino != want.st_ino)
+            continue;
+        if (h->charged) {
+            uncharged = NULL;
+            rc = 0;
+            break;
+        }
+        if (!uncharged)
+            uncharged = h;
+    }
+    if (uncharged) {
+        if (simgpu_mem_charge(uncharged->device, uncharged->bytes) != CUDA_SUCCESS) {
+            rc = -ENOMEM;
+        } else {
+            uncharged->charged = true;
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return rc;
 }
 
 /* The device an exported memfd belongs to, from its name "simgpu-vmm-d<N>"; -1 if foreign. */

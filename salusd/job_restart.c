@@ -1,0 +1,546 @@
+/* Jobs across a restart of salusd, the daemon's side (see job_reattach.c for the re-attach
+ * requests): the state file (state.h) in --state-dir, rewritten after every change a new
+ * daemon must know (the job-id counter, the policy's state, each admitted job's identity,
+ * place and what it holds: its job page and chunks by the file behind each descriptor);
+ * at start, the jobs that were running under the old daemon (survivors) and the hold on new
+ * admissions until every survivor is back, refused, or --reattach-grace-s has passed; then
+ * the device's free memory as the driver reports it against the books, a shortfall logged
+ * and kept out of the lanes until the driver has it back. */
+#include "jobs-internal.h"
+
+#include "log.h"
+#include "paths.h"
+#include "sched.h"
+#include "state.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/syscall.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+
+enum { SURVIVOR_PENDING = 0, SURVIVOR_BACK, SURVIVOR_GONE };
+
+struct restart_s {
+    char path[PATH_MAX];
+    int disabled;                /* no state directory: logged once, nothing kept */
+    salusd_state_t loaded;       /* what the previous daemon left */
+    int *survivor;               /* per loaded job: SURVIVOR_* */
+    uint64_t *back_as;           /* per loaded job: its id once back (lane mates join it) */
+    struct event **exit_events;  /* per loaded job: its process ended before it came back */
+    size_t pending;
+    int holding;
+    uint64_t deadline_ns;
+    struct event *grace_timer;
+    uint64_t *reserved_bytes;    /* per GPU: what the driver says is in use beyond the books */
+    uint64_t *hold_job;          /* per GPU: the core's entry that keeps it out (0: none) */
+    struct event *recheck_timer; /* while memory is kept out: is it back? */
+    struct event *save_timer;    /* writes the file durably when it is dirty */
+    int dirty;                   /* changed since the last durable write */
+};
+
+static struct restart_s *restart_of(const salusd_t *d)
+{
+    return d->restart;
+}
+
+int jobs_admission_held(const salusd_t *d)
+{
+    return d->restart && d->restart->holding;
+}
+
+/* ---- the state file --------------------------------------------------------------------- */
+
+static int fill_job(salusd_t *d, job_t *job, state_job_t *out)
+{
+    job_runtime_t *rt = runtime_of(job);
+    sched_job_view_t view;
+    if (!rt || !rt->page || rt->reattaching || sched_job_view(d, job, &view) < 0 || !view.admitted)
+        return -ENOENT;
+    memset(out, 0, sizeof(*out));
+    if (sched_job_sizes(d, job, &out->persistent_bytes, &out->ephemeral_bytes, &out->lane) < 0)
+        return -ENOENT;
+    out->id = job->id;
+    out->uid = (uint32_t)job->uid;
+    out->gid = (uint32_t)job->gid;
+    out->pid = (int32_t)job->pid;
+    snprintf(out->name, sizeof(out->name), "%s", job->name);
+    out->gpu = view.gpu;
+    out->iterations_expected = job->iterations_expected;
+    out->priority = job->priority;
+    out->page_dev = rt->page_dev;
+    out->page_ino = rt->page_ino;
+    out->charged_bytes = rt->charged_bytes;
+    out->chunk_count = rt->chunk_count;
+    out->chunks = rt->chunk_count ? calloc(rt->chunk_count, sizeof(*out->chunks)) : NULL;
+    if (rt->chunk_count && !out->chunks)
+        return -ENOMEM;
+    for (size_t i = 0; i < rt->chunk_count; i++)
+        out->chunks[i] = (state_chunk_t){.id = rt->chunks[i].id, .bytes = rt->chunks[i].bytes,
+                                         .dev = rt->chunks[i].dev, .ino = rt->chunks[i].ino};
+    return 0;
+}
+
+static void save(salusd_t *d, int durable);
+
+void jobs_state_save(salusd_t *d)
+{
+    save(d, 0);
+}
+
+void jobs_state_dirty(salusd_t *d)
+{
+    if (d->restart)
+        d->restart->dirty = 1;
+}
+
+static void on_save_timer(evutil_socket_t fd, short events, void *arg)
+{
+    salusd_t *d = arg;
+    (void)fd;
+    (void)events;
+    if (d->restart && d->restart->dirty)
+        save(d, 1);
+}
+
+static void save(salusd_t *d, int durable)
+{
+    struct restart_s *r = restart_of(d);
+    salusd_state_t st;
+    uint8_t policy_state[16384]; /* Gittins's 1,024 sizes take 8 KiB */
+    char err[PATH_MAX + 256];
+    if (!r || r->disabled)
+        return;
+    memset(&st, 0, sizeof(st));
+    st.next_job_id = registry_next_id(d->registry);
+    snprintf(st.policy, sizeof(st.policy), "%s", sched_policy_name(d));
+    long n = sched_policy_save_state(d, policy_state, sizeof(policy_state));
+    if (n > 0) {
+        st.policy_state = malloc((size_t)n);
+        if (st.policy_state) {
+            memcpy(st.policy_state, policy_state, (size_t)n);
+            st.policy_state_bytes = (size_t)n;
+        }
+    } else if (n < 0 && n != -ENOTSUP) {
+        LOG_WARN("policy %s could not save its state: %s", st.policy, strerror((int)-n));
+    }
+    size_t total = registry_count(d->registry) + r->pending;
+    st.jobs = total ? calloc(total, sizeof(*st.jobs)) : NULL;
+    if (total && !st.jobs)
+        goto out;
+    for (size_t i = 0; i < registry_count(d->registry); i++)
+        if (fill_job(d, registry_at(d->registry, i), &st.jobs[st.job_count]) == 0)
+            st.job_count++;
+    /* survivors that may still come back stay on file, as they were */
+    for (size_t i = 0; i < r->loaded.job_count && st.job_count < total; i++) {
+        if (r->survivor[i] != SURVIVOR_PENDING)
+            continue;
+        state_job_t *to = &st.jobs[st.job_count];
+        *to = r->loaded.jobs[i];
+        to->chunks = NULL;
+        if (to->chunk_count) {
+            to->chunks = malloc(to->chunk_count * sizeof(*to->chunks));
+            if (!to->chunks)
+                goto out;
+            memcpy(to->chunks, r->loaded.jobs[i].chunks, to->chunk_count * sizeof(*to->chunks));
+        }
+        st.job_count++;
+    }
+    /* a fresh write is still due durably (the periodic timer), unless this one is */
+    r->dirty = !durable;
+    if (state_write_file(r->path, &st, durable, err, sizeof(err)) < 0) {
+        LOG_ERROR("cannot keep salusd's state (--state-dir): %s; running jobs will not survive "
+                  "a restart", err);
+        r->disabled = 1;
+    }
+out:
+    state_free(&st);
+}
+
+/* ---- the hold on admissions ------------------------------------------------------------- */
+
+/* Before the first admission after a restart: the driver's free memory against the books.
+ * Memory in use that no job of the books holds (a survivor that did not come back but still
+ * runs, another program) is logged and kept out of the lanes. */
+/* Memory of GPU g the driver reports in use beyond what the books account for (the jobs'
+ * chunks and charges, the reserve, the daemon's own context on a GPU); 0 within a grain. */
+static uint64_t unaccounted_bytes(salusd_t *d, int g, uint64_t *used_out, uint64_t *expected_out,
+                                  uint64_t *free_out)
+{
+    uint64_t free_bytes = 0, total = 0, held = 0;
+    *used_out = *expected_out = *free_out = 0;
+    if (devices_mem_info(&d->devices, g, &free_bytes, &total) < 0)
+        return 0;
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        job_t *job = registry_at(d->registry, i);
+        int gpu;
+        uint64_t budget;
+        if (job->runtime && jobs_placement(d, job, &gpu, &budget) == 0 && gpu == g)
+            held += job->committed_bytes;
+    }
+    uint64_t used = total > free_bytes ? total - free_bytes : 0;
+    uint64_t expected = held + d->config.gpu_reserve_bytes;
+    if (!d->devices.simulated)
+        expected += d->config.job_overhead_bytes; /* the daemon's own context, about */
+    *used_out = used;
+    *expected_out = expected;
+    *free_out = free_bytes;
+    return used > expected + d->devices.gpus[g].granularity_bytes ? used - expected : 0;
+}
+
+static void check_device_memory(salusd_t *d)
+{
+    struct restart_s *r = restart_of(d);
+    for (int g = 0; g < d->devices.count; g++) {
+        uint64_t used, expected, free_bytes;
+        uint64_t extra = unaccounted_bytes(d, g, &used, &expected, &free_bytes);
+        if (extra) {
+            r->reserved_bytes[g] = extra;
+            LOG_WARN("GPU %d: the driver reports %llu MiB in use, the books account for %llu "
+                     "MiB: %llu MiB are held outside salus (a job that did not re-attach?) "
+                     "and are not handed out", g, (unsigned long long)(used >> 20),
+                     (unsigned long long)(expected >> 20),
+                     (unsigned long long)(r->reserved_bytes[g] >> 20));
+        } else {
+            LOG_INFO("GPU %d: the driver's free memory (%llu MiB) agrees with the books",
+                     g, (unsigned long long)(free_bytes >> 20));
+        }
+    }
+}
+
+/* Every few seconds while memory is kept out: once the driver has it back, the lanes get it. */
+static void on_recheck(evutil_socket_t fd, short events, void *arg)
+{
+    salusd_t *d = arg;
+    struct restart_s *r = restart_of(d);
+    int left = 0;
+    (void)fd;
+    (void)events;
+    for (int g = 0; g < d->devices.count; g++) {
+        uint64_t used, expected, free_bytes;
+        if (!r->hold_job[g])
+            continue;
+        if (unaccounted_bytes(d, g, &used, &expected, &free_bytes)) {
+            left = 1;
+            continue;
+        }
+        LOG_INFO("GPU %d: the %llu MiB held outside salus are free again; the lanes may use them",
+                 g, (unsigned long long)(r->reserved_bytes[g] >> 20));
+        uint64_t id = r->hold_job[g];
+        r->hold_job[g] = 0;
+        r->reserved_bytes[g] = 0;
+        registry_remove(d->registry, id);
+        jobs_sched_left(d, id); /* an admission round runs */
+    }
+    if (!left)
+        event_del(r->recheck_timer);
+}
+
+/* Keeps memory the driver says is in use out of the lanes: an entry in the core (listed by ps
+ * as 'unaccounted-memory', pid 0) with that much persistent memory, until the driver has it
+ * back. */
+static void reserve_unaccounted(salusd_t *d)
+{
+    struct restart_s *r = restart_of(d);
+    for (int g = 0; g < d->devices.count; g++) {
+        if (!r->reserved_bytes[g])
+            continue;
+        job_t *hold = registry_add(d->registry, "unaccounted-memory", 0, 0, 0, salusd_now_ns(),
+                                   NULL);
+        if (!hold)
+            continue;
+        sched_core_effects_t fx = {0};
+        uint64_t grain = d->devices.gpus[g].granularity_bytes;
+        uint64_t capacity, persistent, lane_bytes, lanes;
+        sched_gpu_books(d, g, &capacity, &persistent, &lane_bytes, &lanes);
+        uint64_t room = capacity > persistent + lane_bytes ? capacity - persistent - lane_bytes : 0;
+        uint64_t keep = (r->reserved_bytes[g] + grain - 1) / grain * grain;
+        /* the books may not have that much left: what they have left is kept out then */
+        if (keep + grain > room)
+            keep = room > grain ? (room - grain) / grain * grain : 0;
+        sched_core_reattach_t where = {
+            .gpu = g,
+            .persistent_bytes = keep,
+            .ephemeral_bytes = grain,
+        };
+        if (sched_job_reattached(d, hold, &where, &fx) < 0) {
+            LOG_WARN("GPU %d: could not keep the %llu MiB out of the lanes", g,
+                     (unsigned long long)(r->reserved_bytes[g] >> 20));
+            registry_remove(d->registry, hold->id);
+            sched_core_effects_free(&fx);
+            continue;
+        }
+        sched_core_effects_free(&fx);
+        hold->state = JOB_PAUSED;
+        hold->admitted_ns = salusd_now_ns();
+        hold->end_gpu = g; /* what ps shows of an entry without a process */
+        hold->end_budget_bytes = where.persistent_bytes;
+        r->hold_job[g] = hold->id;
+        struct timeval every = {.tv_sec = 2};
+        if (!r->recheck_timer)
+            r->recheck_timer = event_new(d->base, -1, EV_PERSIST, on_recheck, d);
+        if (r->recheck_timer)
+            event_add(r->recheck_timer, &every);
+    }
+}
+
+static void end_hold(salusd_t *d, const char *why)
+{
+    struct restart_s *r = restart_of(d);
+    if (!r->holding)
+        return;
+    r->holding = 0;
+    if (r->grace_timer)
+        event_del(r->grace_timer);
+    for (size_t i = 0; i < r->loaded.job_count; i++) {
+        if (r->survivor[i] != SURVIVOR_PENDING)
+            continue;
+        r->survivor[i] = SURVIVOR_GONE;
+        LOG_WARN("job %llu '%s' did not re-attach within %d s; its place is given up",
+                 (unsigned long long)r->loaded.jobs[i].id, r->loaded.jobs[i].name,
+                 d->config.reattach_grace_s);
+    }
+    r->pending = 0;
+    LOG_INFO("admissions resume: %s", why);
+    check_device_memory(d);
+    reserve_unaccounted(d);
+    save(d, 1);
+    /* the jobs that registered meanwhile, in registration (id) order */
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        job_t *job = registry_at(d->registry, i);
+        sched_job_view_t view;
+        if (jobs_waiting_admission(job) && !jobs_is_reserved(job) &&
+            sched_job_view(d, job, &view) < 0)
+            jobs_sched_registered(d, job);
+    }
+}
+
+static void on_grace_over(evutil_socket_t fd, short events, void *arg)
+{
+    (void)fd;
+    (void)events;
+    end_hold(arg, "the re-attach grace period is over");
+}
+
+/* The watch on survivors' processes ends (they are back, or settled otherwise). */
+static void stop_exit_watch(struct restart_s *r, size_t index)
+{
+    if (!r->exit_events || !r->exit_events[index])
+        return;
+    close(event_get_fd(r->exit_events[index]));
+    event_free(r->exit_events[index]);
+    r->exit_events[index] = NULL;
+}
+
+static void survivor_settled(salusd_t *d, size_t index, int how, uint64_t id)
+{
+    struct restart_s *r = restart_of(d);
+    if (r->survivor[index] != SURVIVOR_PENDING)
+        return;
+    r->survivor[index] = how;
+    r->back_as[index] = how == SURVIVOR_BACK ? id : 0;
+    stop_exit_watch(r, index);
+    r->pending--;
+    if (r->pending == 0)
+        end_hold(d, "every job that survived the restart re-attached or was refused");
+}
+
+/* A survivor's process ended before it re-attached. */
+static void on_survivor_exit(evutil_socket_t fd, short events, void *arg)
+{
+    salusd_t *d = arg;
+    struct restart_s *r = restart_of(d);
+    (void)events;
+    for (size_t i = 0; i < r->loaded.job_count; i++) {
+        if (r->exit_events[i] && event_get_fd(r->exit_events[i]) == fd) {
+            stop_exit_watch(r, i);
+            if (r->survivor[i] == SURVIVOR_PENDING)
+                LOG_INFO("job %llu '%s' (pid %d) ended before it re-attached",
+                         (unsigned long long)r->loaded.jobs[i].id, r->loaded.jobs[i].name,
+                         (int)r->loaded.jobs[i].pid);
+            survivor_settled(d, i, SURVIVOR_GONE, 0);
+            return;
+        }
+    }
+}
+
+int jobs_restart_init(salusd_t *d)
+{
+    struct restart_s *r = calloc(1, sizeof(*r));
+    char dir[PATH_MAX], default_socket[108], err[PATH_MAX + 256];
+    if (!r)
+        return -ENOMEM;
+    d->restart = r;
+    r->reserved_bytes = calloc((size_t)(d->devices.count > 0 ? d->devices.count : 1),
+                               sizeof(uint64_t));
+    r->hold_job = calloc((size_t)(d->devices.count > 0 ? d->devices.count : 1), sizeof(uint64_t));
+    if (!r->reserved_bytes || !r->hold_job)
+        return -ENOMEM;
+    if (d->config.state_dir[0])
+        snprintf(dir, sizeof(dir), "%s", d->config.state_dir);
+    else if (state_default_dir(dir, sizeof(dir)) < 0) {
+        LOG_WARN("no state directory (set --state-dir): running jobs will not survive a "
+                 "restart");
+        r->disabled = 1;
+        return 0;
+    }
+    /* the default socket's file is salusd.state; another socket's is named after it */
+    const char *env = getenv("SALUS_SOCKET");
+    if (env)
+        unsetenv("SALUS_SOCKET");
+    int have_default = salus_default_socket_path(default_socket, sizeof(default_socket)) == 0;
+    if (env)
+        setenv("SALUS_SOCKET", env, 1);
+    if (state_file_path(dir, d->config.socket_path, have_default ? default_socket : NULL,
+                        r->path, sizeof(r->path)) < 0) {
+        LOG_WARN("the state directory path is too long: nothing kept across restarts");
+        r->disabled = 1;
+        return 0;
+    }
+    r->save_timer = event_new(d->base, -1, EV_PERSIST, on_save_timer, d);
+    struct timeval every = {.tv_sec = 5};
+    if (!r->save_timer || event_add(r->save_timer, &every) < 0)
+        return -ENOMEM;
+    int rc = state_read_file(r->path, &r->loaded, err, sizeof(err));
+    if (rc == -ENOENT) {
+        LOG_DEBUG("no state file at %s (a first start)", r->path);
+        return 0;
+    }
+    if (rc < 0) {
+        char aside[PATH_MAX + 16];
+        snprintf(aside, sizeof(aside), "%s.refused", r->path);
+        LOG_ERROR("state file refused: %s; it is moved to %s and not used (jobs that were "
+                  "running cannot re-attach)", err, aside);
+        int moved = rename(r->path, aside) == 0 ? 0 : errno;
+        if (moved != 0 && moved != ENOENT)
+            LOG_ERROR("cannot move it aside (%s): nothing is kept across restarts",
+                      strerror(moved));
+        r->disabled = moved != 0 && moved != ENOENT;
+        return 0;
+    }
+    registry_set_next_id(d->registry, r->loaded.next_job_id);
+    if (r->loaded.policy_state_bytes && strcmp(r->loaded.policy, sched_policy_name(d)) == 0) {
+        int prc = sched_policy_load_state(d, r->loaded.policy_state,
+                                          r->loaded.policy_state_bytes);
+        if (prc < 0 && prc != -ENOTSUP)
+            LOG_WARN("policy %s refused its saved state (%s); it starts afresh", r->loaded.policy,
+                     strerror(-prc));
+        else if (prc == 0)
+            LOG_INFO("policy %s took back its saved state", r->loaded.policy);
+    }
+    size_t n = r->loaded.job_count;
+    r->survivor = calloc(n ? n : 1, sizeof(*r->survivor));
+    r->back_as = calloc(n ? n : 1, sizeof(*r->back_as));
+    if (!r->survivor || !r->back_as)
+        return -ENOMEM;
+    r->pending = n;
+    r->exit_events = calloc(n ? n : 1, sizeof(*r->exit_events));
+    if (!r->exit_events)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        /* gone already, or goes before it re-attached: no need to wait for it */
+        int pidfd = (int)syscall(SYS_pidfd_open, r->loaded.jobs[i].pid, 0);
+        if (pidfd < 0 && errno == ESRCH) {
+            r->survivor[i] = SURVIVOR_GONE;
+            r->pending--;
+            continue;
+        }
+        if (pidfd < 0)
+            continue;
+        r->exit_events[i] = event_new(d->base, pidfd, EV_READ, on_survivor_exit, d);
+        if (!r->exit_events[i] || event_add(r->exit_events[i], NULL) < 0) {
+            close(pidfd);
+            if (r->exit_events[i])
+                event_free(r->exit_events[i]);
+            r->exit_events[i] = NULL;
+        }
+    }
+    n = r->pending;
+    LOG_INFO("state from %s: next job id %llu, %zu job%s to re-attach", r->path,
+             (unsigned long long)r->loaded.next_job_id, n, n == 1 ? "" : "s");
+    if (n == 0)
+        return 0;
+    r->holding = 1;
+    r->deadline_ns = salusd_now_ns() + (uint64_t)d->config.reattach_grace_s * 1000000000ull;
+    r->grace_timer = event_new(d->base, -1, 0, on_grace_over, d);
+    struct timeval grace = {.tv_sec = d->config.reattach_grace_s};
+    if (!r->grace_timer || event_add(r->grace_timer, &grace) < 0)
+        return -ENOMEM;
+    LOG_INFO("no new job is admitted until they re-attach (at most %d s)",
+             d->config.reattach_grace_s);
+    return 0;
+}
+
+void jobs_restart_fini(salusd_t *d)
+{
+    struct restart_s *r = restart_of(d);
+    if (!r)
+        return;
+    save(d, 1);
+    if (r->save_timer)
+        event_free(r->save_timer);
+    if (r->grace_timer)
+        event_free(r->grace_timer);
+    if (r->recheck_timer)
+        event_free(r->recheck_timer);
+    free(r->hold_job);
+    state_free(&r->loaded);
+    for (size_t i = 0; r->exit_events && i < r->loaded.job_count; i++)
+        stop_exit_watch(r, i);
+    free(r->exit_events);
+    free(r->survivor);
+    free(r->back_as);
+    free(r->reserved_bytes);
+    free(r);
+    d->restart = NULL;
+}
+
+/* ---- the survivors, for the re-attach requests ------------------------------------------- */
+
+const state_job_t *jobs_survivor(const salusd_t *d, uint64_t id, int *pending)
+{
+    const struct restart_s *r = restart_of(d);
+    *pending = 0;
+    for (size_t i = 0; r && r->survivor && i < r->loaded.job_count; i++) {
+        if (r->loaded.jobs[i].id == id) {
+            *pending = r->survivor[i] == SURVIVOR_PENDING;
+            return &r->loaded.jobs[i];
+        }
+    }
+    return NULL;
+}
+
+uint64_t jobs_survivor_chunk_owner(const salusd_t *d, uint64_t dev, uint64_t ino)
+{
+    const struct restart_s *r = restart_of(d);
+    for (size_t j = 0; r && j < r->loaded.job_count; j++)
+        for (size_t k = 0; k < r->loaded.jobs[j].chunk_count; k++)
+            if (r->loaded.jobs[j].chunks[k].dev == dev && r->loaded.jobs[j].chunks[k].ino == ino)
+                return r->loaded.jobs[j].id;
+    return 0;
+}
+
+uint64_t jobs_survivor_lane_mate(const salusd_t *d, const state_job_t *rec)
+{
+    const struct restart_s *r = restart_of(d);
+    for (size_t i = 0; r && r->survivor && i < r->loaded.job_count; i++)
+        if (r->survivor[i] == SURVIVOR_BACK && r->loaded.jobs[i].gpu == rec->gpu &&
+            r->loaded.jobs[i].lane == rec->lane)
+            return r->back_as[i];
+    return 0;
+}
+
+void jobs_survivor_settled(salusd_t *d, uint64_t id, int back)
+{
+    struct restart_s *r = restart_of(d);
+    for (size_t i = 0; r && r->survivor && i < r->loaded.job_count; i++)
+        if (r->loaded.jobs[i].id == id)
+            survivor_settled(d, i, back ? SURVIVOR_BACK : SURVIVOR_GONE, id);
+}

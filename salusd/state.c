@@ -1,0 +1,446 @@
+/* salusd's state file (see state.h): encode, decode and check, atomic writes. */
+#include "state.h"
+
+#include "le_bytes.h"
+#include "proto.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <msgpack.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void pack_job(msgpack_packer *pk, const state_job_t *job)
+{
+    msgpack_pack_map(pk, 16);
+    proto_pack_kv_uint(pk, "id", job->id);
+    proto_pack_kv_uint(pk, "uid", job->uid);
+    proto_pack_kv_uint(pk, "gid", job->gid);
+    proto_pack_kv_int(pk, "pid", job->pid);
+    proto_pack_kv_str(pk, "name", job->name);
+    proto_pack_kv_int(pk, "gpu", job->gpu);
+    proto_pack_kv_uint(pk, "lane", job->lane);
+    proto_pack_kv_uint(pk, "persistent_bytes", job->persistent_bytes);
+    proto_pack_kv_uint(pk, "ephemeral_bytes", job->ephemeral_bytes);
+    proto_pack_kv_uint(pk, "iterations_expected", job->iterations_expected);
+    proto_pack_kv_int(pk, "priority", job->priority);
+    proto_pack_kv_uint(pk, "page_dev", job->page_dev);
+    proto_pack_kv_uint(pk, "page_ino", job->page_ino);
+    proto_pack_kv_uint(pk, "charged_bytes", job->charged_bytes);
+    proto_pack_kv_uint(pk, "chunk_count", job->chunk_count);
+    proto_pack_str(pk, "chunks");
+    msgpack_pack_array(pk, (uint32_t)job->chunk_count);
+    for (size_t i = 0; i < job->chunk_count; i++) {
+        msgpack_pack_array(pk, 4);
+        msgpack_pack_uint64(pk, job->chunks[i].id);
+        msgpack_pack_uint64(pk, job->chunks[i].bytes);
+        msgpack_pack_uint64(pk, job->chunks[i].dev);
+        msgpack_pack_uint64(pk, job->chunks[i].ino);
+    }
+}
+
+int state_encode(const salusd_state_t *state, uint8_t **out, size_t *out_bytes)
+{
+    msgpack_sbuffer sbuf;
+    msgpack_packer pk;
+    if (!state || state->job_count > STATE_MAX_JOBS)
+        return -EINVAL;
+    msgpack_sbuffer_init(&sbuf);
+    msgpack_packer_init(&pk, &sbuf, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 4);
+    proto_pack_kv_uint(&pk, "next_job_id", state->next_job_id);
+    proto_pack_kv_str(&pk, "policy", state->policy);
+    proto_pack_str(&pk, "policy_state");
+    msgpack_pack_bin(&pk, state->policy_state_bytes);
+    msgpack_pack_bin_body(&pk, state->policy_state, state->policy_state_bytes);
+    proto_pack_str(&pk, "jobs");
+    msgpack_pack_array(&pk, (uint32_t)state->job_count);
+    for (size_t i = 0; i < state->job_count; i++)
+        pack_job(&pk, &state->jobs[i]);
+    int rc = 0;
+    size_t total = STATE_HEADER_BYTES + sbuf.size;
+    uint8_t *image = sbuf.size <= STATE_MAX_BYTES ? malloc(total) : NULL;
+    if (!image) {
+        rc = sbuf.size > STATE_MAX_BYTES ? -EINVAL : -ENOMEM;
+        goto out;
+    }
+    memcpy(image, STATE_MAGIC, 8);
+    le_put(image + 8, STATE_FORMAT_VERSION, 4);
+    le_put(image + 12, sbuf.size, 4);
+    le_put(image + 16, le_fnv1a64((const uint8_t *)sbuf.data, sbuf.size), 8);
+    memcpy(image + STATE_HEADER_BYTES, sbuf.data, sbuf.size);
+    *out = image;
+    *out_bytes = total;
+out:
+    msgpack_sbuffer_destroy(&sbuf);
+    return rc;
+}
+
+void state_free(salusd_state_t *state)
+{
+    if (!state)
+        return;
+    for (size_t i = 0; i < state->job_count; i++)
+        free(state->jobs[i].chunks);
+    free(state->jobs);
+    free(state->policy_state);
+    memset(state, 0, sizeof(*state));
+}
+
+/* A uint field that must be present and at most max. */
+static int need_uint(const msgpack_object *map, const char *key, uint64_t max, uint64_t *value)
+{
+    return proto_get_uint(map, key, value) == 0 && *value <= max ? 0 : -EPROTO;
+}
+
+static int need_int(const msgpack_object *map, const char *key, int64_t lo, int64_t hi,
+                    int64_t *value)
+{
+    return proto_get_int(map, key, value) == 0 && *value >= lo && *value <= hi ? 0 : -EPROTO;
+}
+
+static int decode_job(const msgpack_object *o, state_job_t *job, const char **what)
+{
+    uint64_t u[11];
+    int64_t pid, gpu, priority;
+    *what = "a job record";
+    if (o->type != MSGPACK_OBJECT_MAP)
+        return -EPROTO;
+    if (need_uint(o, "id", UINT64_MAX, &u[0]) < 0 || u[0] == 0 ||
+        need_uint(o, "uid", UINT32_MAX, &u[1]) < 0 || need_uint(o, "gid", UINT32_MAX, &u[2]) < 0 ||
+        need_int(o, "pid", 1, INT32_MAX, &pid) < 0 ||
+        need_int(o, "gpu", 0, 1023, &gpu) < 0 || need_uint(o, "lane", UINT32_MAX, &u[3]) < 0 ||
+        need_uint(o, "persistent_bytes", 1ull << 50, &u[4]) < 0 ||
+        need_uint(o, "ephemeral_bytes", 1ull << 50, &u[5]) < 0 ||
+        need_uint(o, "iterations_expected", UINT64_MAX, &u[6]) < 0 ||
+        need_int(o, "priority", INT64_MIN, INT64_MAX, &priority) < 0 ||
+        need_uint(o, "page_dev", UINT64_MAX, &u[7]) < 0 ||
+        need_uint(o, "page_ino", UINT64_MAX, &u[8]) < 0 ||
+        need_uint(o, "charged_bytes", 1ull << 50, &u[9]) < 0 ||
+        need_uint(o, "chunk_count", STATE_MAX_CHUNKS, &u[10]) < 0 ||
+        proto_get_str_copy(o, "name", job->name, sizeof(job->name)) < 0)
+        return -EPROTO;
+    job->id = u[0];
+    job->uid = (uint32_t)u[1];
+    job->gid = (uint32_t)u[2];
+    job->pid = (int32_t)pid;
+    job->gpu = (int32_t)gpu;
+    job->lane = (uint32_t)u[3];
+    job->persistent_bytes = u[4];
+    job->ephemeral_bytes = u[5];
+    job->iterations_expected = u[6];
+    job->priority = priority;
+    job->page_dev = u[7];
+    job->page_ino = u[8];
+    job->charged_bytes = u[9];
+    const msgpack_object *chunks = proto_get(o, "chunks");
+    *what = "a job's chunks";
+    if (!chunks || chunks->type != MSGPACK_OBJECT_ARRAY || chunks->via.array.size != u[10])
+        return -EPROTO;
+    job->chunk_count = chunks->via.array.size;
+    job->chunks = job->chunk_count ? calloc(job->chunk_count, sizeof(*job->chunks)) : NULL;
+    if (job->chunk_count && !job->chunks)
+        return -ENOMEM;
+    for (size_t i = 0; i < job->chunk_count; i++) {
+        const msgpack_object *c = &chunks->via.array.ptr[i];
+        if (c->type != MSGPACK_OBJECT_ARRAY || c->via.array.size != 4)
+            return -EPROTO;
+        uint64_t f[4];
+        for (int k = 0; k < 4; k++) {
+            if (c->via.array.ptr[k].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+                return -EPROTO;
+            f[k] = c->via.array.ptr[k].via.u64;
+        }
+        if (f[1] == 0 || f[1] > (1ull << 50))
+            return -EPROTO;
+        job->chunks[i] = (state_chunk_t){.id = f[0], .bytes = f[1], .dev = f[2], .ino = f[3]};
+    }
+    return 0;
+}
+
+static int decode_body(const msgpack_object *root, salusd_state_t *state, const char **what)
+{
+    *what = "the body";
+    if (root->type != MSGPACK_OBJECT_MAP)
+        return -EPROTO;
+    *what = "next_job_id";
+    if (need_uint(root, "next_job_id", UINT64_MAX - 1, &state->next_job_id) < 0 ||
+        state->next_job_id == 0)
+        return -EPROTO;
+    *what = "policy";
+    if (proto_get_str_copy(root, "policy", state->policy, sizeof(state->policy)) < 0)
+        return -EPROTO;
+    const msgpack_object *ps = proto_get(root, "policy_state");
+    if (!ps || ps->type != MSGPACK_OBJECT_BIN)
+        return -EPROTO;
+    if (ps->via.bin.size) {
+        state->policy_state = malloc(ps->via.bin.size);
+        if (!state->policy_state)
+            return -ENOMEM;
+        memcpy(state->policy_state, ps->via.bin.ptr, ps->via.bin.size);
+        state->policy_state_bytes = ps->via.bin.size;
+    }
+    const msgpack_object *jobs = proto_get(root, "jobs");
+    *what = "jobs";
+    if (!jobs || jobs->type != MSGPACK_OBJECT_ARRAY || jobs->via.array.size > STATE_MAX_JOBS)
+        return -EPROTO;
+    size_t n = jobs->via.array.size;
+    state->jobs = n ? calloc(n, sizeof(*state->jobs)) : NULL;
+    if (n && !state->jobs)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        state->job_count = i + 1; /* what state_free must release */
+        int rc = decode_job(&jobs->via.array.ptr[i], &state->jobs[i], what);
+        if (rc < 0)
+            return rc;
+        if (state->jobs[i].id >= state->next_job_id) {
+            *what = "a job id at or past next_job_id";
+            return -EPROTO;
+        }
+    }
+    return 0;
+}
+
+int state_decode(const uint8_t *image, size_t image_bytes, salusd_state_t *state, char *err,
+                 size_t err_size)
+{
+    memset(state, 0, sizeof(*state));
+    if (image_bytes < STATE_HEADER_BYTES || memcmp(image, STATE_MAGIC, 8) != 0) {
+        snprintf(err, err_size, "not a salusd state file (no SALUSST magic)");
+        return -EINVAL;
+    }
+    uint32_t version = (uint32_t)le_get(image + 8, 4);
+    uint32_t body = (uint32_t)le_get(image + 12, 4);
+    if (version != STATE_FORMAT_VERSION) {
+        snprintf(err, err_size, "state format %u, this salusd reads format %u", version,
+                 STATE_FORMAT_VERSION);
+        return -EPROTO;
+    }
+    if (body != image_bytes - STATE_HEADER_BYTES) {
+        snprintf(err, err_size, "truncated or padded: the header says %u bytes of body, the "
+                                "file has %zu", body, image_bytes - STATE_HEADER_BYTES);
+        return -EPROTO;
+    }
+    const uint8_t *payload = image + STATE_HEADER_BYTES;
+    if (le_fnv1a64(payload, body) != le_get(image + 16, 8)) {
+        snprintf(err, err_size, "checksum mismatch (the file is corrupt)");
+        return -EPROTO;
+    }
+    if (proto_scan(payload, body) < 0) {
+        snprintf(err, err_size, "the body is not one well-formed msgpack value");
+        return -EPROTO;
+    }
+    msgpack_unpacked unpacked;
+    msgpack_unpacked_init(&unpacked);
+    size_t offset = 0;
+    int rc;
+    const char *what = "the body";
+    if (msgpack_unpack_next(&unpacked, (const char *)payload, body, &offset) !=
+            MSGPACK_UNPACK_SUCCESS || offset != body) {
+        rc = -EPROTO;
+    } else {
+        rc = decode_body(&unpacked.data, state, &what);
+    }
+    msgpack_unpacked_destroy(&unpacked);
+    if (rc < 0) {
+        snprintf(err, err_size, rc == -ENOMEM ? "out of memory" : "bad %s", what);
+        state_free(state);
+    }
+    return rc;
+}
+
+static int fsync_dir_of(const char *path)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+static int make_parent(const char *path)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return 0;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+int state_write_file(const char *path, const salusd_state_t *state, int durable, char *err,
+                     size_t err_size)
+{
+    char tmp[PATH_MAX];
+    uint8_t *image = NULL;
+    size_t bytes = 0;
+    int fd = -1, rc;
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+        snprintf(err, err_size, "%s: path too long", path);
+        return -ENAMETOOLONG;
+    }
+    rc = state_encode(state, &image, &bytes);
+    if (rc < 0) {
+        snprintf(err, err_size, "cannot encode the state: %s", strerror(-rc));
+        return rc;
+    }
+    rc = make_parent(path);
+    if (rc < 0) {
+        snprintf(err, err_size, "cannot create the directory of %s: %s", path, strerror(-rc));
+        goto out;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        rc = -errno;
+        snprintf(err, err_size, "%s: %s", tmp, strerror(-rc));
+        goto out;
+    }
+    for (size_t done = 0; done < bytes;) {
+        ssize_t n = write(fd, image + done, bytes - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = n < 0 ? -errno : -EIO;
+            snprintf(err, err_size, "%s: %s", tmp, strerror(-rc));
+            goto out;
+        }
+        done += (size_t)n;
+    }
+    if ((durable && fsync(fd) < 0) || close(fd) < 0) {
+        rc = -errno;
+        fd = -1;
+        snprintf(err, err_size, "%s: %s", tmp, strerror(-rc));
+        goto out;
+    }
+    fd = -1;
+    if (rename(tmp, path) < 0) {
+        rc = -errno;
+        snprintf(err, err_size, "rename to %s: %s", path, strerror(-rc));
+        goto out;
+    }
+    if (durable)
+        fsync_dir_of(path);
+out:
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0)
+        unlink(tmp);
+    free(image);
+    return rc;
+}
+
+int state_read_file(const char *path, salusd_state_t *state, char *err, size_t err_size)
+{
+    memset(state, 0, sizeof(*state));
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        int rc = -errno;
+        snprintf(err, err_size, "%s: %s", path, strerror(-rc));
+        return rc;
+    }
+    struct stat st;
+    uint8_t *image = NULL;
+    int rc = 0;
+    char why[256] = "";
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        rc = -EINVAL;
+        snprintf(err, err_size, "%s: not a regular file", path);
+        goto out;
+    }
+    if (st.st_uid != geteuid()) {
+        rc = -EPERM;
+        snprintf(err, err_size, "%s belongs to uid %u, not to salusd's user (%u): refused", path,
+                 (unsigned)st.st_uid, (unsigned)geteuid());
+        goto out;
+    }
+    if ((uint64_t)st.st_size > STATE_MAX_BYTES + STATE_HEADER_BYTES) {
+        rc = -EFBIG;
+        snprintf(err, err_size, "%s: %lld bytes, larger than a state file can be", path,
+                 (long long)st.st_size);
+        goto out;
+    }
+    image = malloc((size_t)st.st_size + 1);
+    if (!image) {
+        rc = -ENOMEM;
+        snprintf(err, err_size, "out of memory");
+        goto out;
+    }
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, image + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    rc = state_decode(image, got, state, why, sizeof(why));
+    if (rc < 0)
+        snprintf(err, err_size, "%s: %s", path, why);
+out:
+    free(image);
+    close(fd);
+    return rc;
+}
+
+int state_default_dir(char *out, size_t out_size)
+{
+    int n;
+    const char *xdg = getenv("XDG_STATE_HOME");
+    const char *systemd = getenv("STATE_DIRECTORY"); /* the unit's StateDirectory= */
+    if (systemd && systemd[0] == '/' && !strchr(systemd, ':')) {
+        n = snprintf(out, out_size, "%s", systemd);
+    } else if (geteuid() == 0) {
+        n = snprintf(out, out_size, "/var/lib/salus");
+    } else if (xdg && xdg[0] == '/') {
+        n = snprintf(out, out_size, "%s/salus", xdg);
+    } else {
+        const char *home = getenv("HOME");
+        struct passwd *pw = (!home || home[0] != '/') ? getpwuid(getuid()) : NULL;
+        if (pw)
+            home = pw->pw_dir;
+        if (!home || home[0] != '/')
+            return -ENOENT;
+        n = snprintf(out, out_size, "%s/.local/state/salus", home);
+    }
+    return n < 0 || (size_t)n >= out_size ? -ENAMETOOLONG : 0;
+}
+
+int state_file_path(const char *dir, const char *socket_path, const char *default_socket,
+                    char *out, size_t out_size)
+{
+    int n;
+    if (!default_socket || strcmp(socket_path, default_socket) == 0)
+        n = snprintf(out, out_size, "%s/salusd.state", dir);
+    else
+        n = snprintf(out, out_size, "%s/salusd-%016llx.state", dir,
+                     (unsigned long long)le_fnv1a64((const uint8_t *)socket_path,
+                                                 strlen(socket_path)));
+    return n < 0 || (size_t)n >= out_size ? -ENAMETOOLONG : 0;
+}

@@ -1,0 +1,88 @@
+/* What salusd keeps across its own restarts (--state-dir), and the file it keeps it in.
+ *
+ * A restarted (or upgraded) daemon cannot learn from its jobs what only it knew: the job-id
+ * counter, the policy's state (policy_save_state), and, for each live job, what the job will
+ * re-present when it re-attaches and must be checked against: its uid and pid, its GPU and
+ * sizes (learned ones included) and which lane it shared, its job page and each chunk it was
+ * handed (size and the identity of the file behind its descriptor: st_dev, st_ino).
+ *
+ * The file: a 24-byte header, then a msgpack body.
+ *     magic "SALUSST\0" | format version (u32 LE) | body length (u32 LE) | FNV-1a 64 of the body
+ * It is written whole (temporary file, rename), so that a crash of salusd leaves the old file or
+ * the new one; a durable write also fsyncs the file before the rename and the directory after
+ * it, so that the file survives a crash of the machine too. A file with another magic (not a salus state file), a
+ * newer format, a wrong length or checksum, or a body that is not what this module writes is
+ * refused with a message saying which; it is never trusted in part. Pure: no daemon state. */
+#ifndef SALUS_SALUSD_STATE_H
+#define SALUS_SALUSD_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STATE_MAGIC "SALUSST"  /* 8 bytes with its NUL */
+#define STATE_FORMAT_VERSION 1u
+#define STATE_HEADER_BYTES 24u
+#define STATE_MAX_BYTES (16u << 20)
+#define STATE_MAX_JOBS 65536u
+#define STATE_MAX_CHUNKS 65536u
+#define STATE_NAME_BYTES 64
+#define STATE_POLICY_BYTES 32
+
+typedef struct state_chunk_s {
+    uint64_t id;
+    uint64_t bytes;
+    uint64_t dev, ino;  /* the file behind the chunk's descriptor */
+} state_chunk_t;
+
+typedef struct state_job_s {
+    uint64_t id;
+    uint32_t uid, gid;
+    int32_t pid;
+    char name[STATE_NAME_BYTES];
+    int32_t gpu;
+    uint32_t lane;                     /* its lane then (jobs with the same lane shared it) */
+    uint64_t persistent_bytes, ephemeral_bytes; /* the sizes its budget was made of */
+    uint64_t iterations_expected;
+    int64_t priority;
+    uint64_t page_dev, page_ino;       /* its job page */
+    uint64_t charged_bytes;            /* memory taken through the driver (mem_charge) */
+    state_chunk_t *chunks;
+    size_t chunk_count;
+} state_job_t;
+
+typedef struct salusd_state_s {
+    uint64_t next_job_id;
+    char policy[STATE_POLICY_BYTES];   /* the policy whose state follows ("" none) */
+    uint8_t *policy_state;
+    size_t policy_state_bytes;
+    state_job_t *jobs;
+    size_t job_count;
+} salusd_state_t;
+
+/* The whole file image (header + body) in *out (malloc'd). 0 or -ENOMEM, -EINVAL. */
+int state_encode(const salusd_state_t *state, uint8_t **out, size_t *out_bytes);
+/* Reads a file image into *state (release with state_free). 0, or -EINVAL / -EPROTO /
+ * -ENOMEM with err saying what is wrong with it (nothing to free then). */
+int state_decode(const uint8_t *image, size_t image_bytes, salusd_state_t *state, char *err,
+                 size_t err_size);
+void state_free(salusd_state_t *state);
+
+/* Writes path atomically (path.tmp, then rename; durable: fsync of the file before and of the
+ * directory after; the directory is created 0700 when missing). 0 or a negative errno with
+ * err. */
+int state_write_file(const char *path, const salusd_state_t *state, int durable, char *err,
+                     size_t err_size);
+/* Reads and checks path: 0; -ENOENT when there is no file (a first start); other negative
+ * values with err naming the file and what is wrong (state left empty). */
+int state_read_file(const char *path, salusd_state_t *state, char *err, size_t err_size);
+
+/* The default state directory: $STATE_DIRECTORY (systemd's StateDirectory=, one path), else
+ * /var/lib/salus as root, else $XDG_STATE_HOME/salus or ~/.local/state/salus. */
+int state_default_dir(char *out, size_t out_size);
+/* The state file of a daemon on socket_path inside dir: salusd.state for the default socket,
+ * else salusd-<16 hex digits of the socket path's hash>.state (one file per control socket,
+ * so that daemons on different sockets never share one). */
+int state_file_path(const char *dir, const char *socket_path, const char *default_socket,
+                    char *out, size_t out_size);
+
+#endif

@@ -1,0 +1,144 @@
+/* LAS: least attained service, discretised (Tiresias's multi-level queues). Needs no job
+ * lengths: a job's queue follows the GPU time it has had (attained_ns), so new and short jobs
+ * run before the long ones that have already had their share.
+ *
+ * Queue q holds the jobs whose attained service lies in [LAS_THRESHOLD_NS[q-1],
+ * LAS_THRESHOLD_NS[q]); lower queues run first, FIFO within a queue (ties: priority, arrival,
+ * id). Preemption happens only at iteration boundaries (pick runs at each one).
+ *
+ * Promotion (no starvation; policy_promoted, policy.c): a runnable job that has waited
+ * POLICY_PROMOTE_AFTER_NS (10 min) since its last iteration ended (or since it arrived)
+ * counts as queue 0 from then on, and keeps queue 0 until it has had one quantum
+ * (POLICY_PROMOTION_QUANTUM_NS, 1 s: the first queue's width) more service; then it falls
+ * back to the queue of its attained service and waits again. So no job stays in a lower queue
+ * longer than the promotion time while it waits for a turn.
+ *
+ * Waiting jobs are admitted in the same order (a waiting job has attained nothing yet unless
+ * it was switched in from another policy). */
+#include "policy-internal.h"
+
+#include <stdlib.h>
+
+#define SECOND_NS 1000000000ull
+
+/* Upper bounds of queues 0..LAS_QUEUES-2; the last queue is unbounded. */
+/* Tuned on the simulator's mixed traces (benchmarks/README.md): geometric, x4 from 1 s. */
+static const uint64_t LAS_THRESHOLD_NS[] = {1 * SECOND_NS,  4 * SECOND_NS,   16 * SECOND_NS,
+                                            64 * SECOND_NS, 256 * SECOND_NS, 1024 * SECOND_NS};
+#define LAS_QUEUES (sizeof(LAS_THRESHOLD_NS) / sizeof(LAS_THRESHOLD_NS[0]) + 1)
+
+typedef struct las_state_s {
+    policy_records_t records; /* the promotion fields only */
+} las_state_t;
+
+uint32_t policy_las_queue_of(uint64_t attained_ns)
+{
+    uint32_t q = 0;
+    while (q + 1 < LAS_QUEUES && attained_ns >= LAS_THRESHOLD_NS[q])
+        q++;
+    return q;
+}
+
+uint64_t policy_las_threshold_ns(uint32_t queue)
+{
+    return queue + 1 < LAS_QUEUES ? LAS_THRESHOLD_NS[queue] : UINT64_MAX;
+}
+
+uint64_t policy_las_promote_after_ns(void)
+{
+    return POLICY_PROMOTE_AFTER_NS;
+}
+
+static void *las_init(const policy_config_t *config)
+{
+    (void)config;
+    return calloc(1, sizeof(las_state_t));
+}
+
+static void las_fini(void *opaque)
+{
+    las_state_t *state = opaque;
+    policy_records_free(&state->records);
+    free(state);
+}
+
+static void las_job_arrived(void *opaque, const policy_job_t *job, uint64_t now_ns)
+{
+    las_state_t *state = opaque;
+    if (policy_records_find(&state->records, job->id))
+        return; /* known already: its wait goes on */
+    policy_record_t *record = policy_records_get(&state->records, job->id);
+    if (record) /* out of memory: the job waits from its arrival (policy_promoted) */
+        policy_promotion_arrived(record, now_ns);
+}
+
+static void las_job_left(void *opaque, uint64_t job_id, uint64_t now_ns)
+{
+    las_state_t *state = opaque;
+    (void)now_ns;
+    policy_records_remove(&state->records, job_id);
+}
+
+/* The job's queue at now_ns, promotion included. */
+static uint32_t las_queue_at(const las_state_t *state, const policy_job_t *job, uint64_t now_ns)
+{
+    if (policy_promoted(policy_records_find(&state->records, job->id), job, now_ns))
+        return 0;
+    return policy_las_queue_of(job->attained_ns);
+}
+
+static void las_iteration_done(void *opaque, const policy_job_t *job, uint64_t duration_ns,
+                               uint64_t now_ns)
+{
+    las_state_t *state = opaque;
+    policy_record_t *record = policy_records_find(&state->records, job->id);
+    if (!record)
+        return;
+    policy_promotion_iteration_done(record, job, duration_ns, now_ns);
+}
+
+/* The key of the job's queue; the policy's pick has the clock, the key function not, so
+ * pick and admission go through these two thin wrappers that carry it. */
+typedef struct las_clock_s {
+    const las_state_t *state;
+    uint64_t now_ns;
+} las_clock_t;
+
+static uint64_t las_key(const void *opaque, const policy_job_t *job)
+{
+    const las_clock_t *clock = opaque;
+    return las_queue_at(clock->state, job, clock->now_ns);
+}
+
+static int las_pick(void *state, uint32_t lane, const policy_job_t *jobs, size_t count,
+                    uint64_t now_ns)
+{
+    las_clock_t clock = {state, now_ns};
+    return policy_pick_lowest(&clock, las_key, lane, jobs, count);
+}
+
+static void las_admission_order(void *state, const policy_job_t *waiting, size_t count,
+                                size_t *order, uint64_t now_ns)
+{
+    las_clock_t clock = {state, now_ns};
+    policy_order_by_key(&clock, las_key, waiting, count, order);
+}
+
+static double las_job_rank(void *state, const policy_job_t *job, uint64_t now_ns)
+{
+    return (double)las_queue_at(state, job, now_ns);
+}
+
+const policy_ops_t policy_las_ops = {
+    .name = "las",
+    .description = "least attained service in 7 queues, FIFO within a queue, no job lengths",
+    .rank_name = "queue",
+    .init = las_init,
+    .fini = las_fini,
+    .job_arrived = las_job_arrived,
+    .job_left = las_job_left,
+    .iteration_done = las_iteration_done,
+    .pick = las_pick,
+    .admission_order = las_admission_order,
+    .job_rank = las_job_rank,
+};

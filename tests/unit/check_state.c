@@ -1,0 +1,278 @@
+/* Unit tests for salusd's state file (salusd/state.c): a round trip keeps every field; the
+ * write is atomic (no temporary file left, an old file replaced whole); a corrupt, truncated,
+ * foreign, newer or malformed file is refused with a message saying which, and nothing of it
+ * is used. */
+#include "check_run.h"
+#include "proto.h"
+#include "state.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[64];
+static char path[128];
+
+static void setup(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/check-state.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/sub/salusd.state", dir);
+}
+
+static void teardown(void)
+{
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Two jobs, one with two chunks, and a policy state of 5 bytes. */
+static void sample(salusd_state_t *st)
+{
+    static state_chunk_t chunks[2] = {{.id = 3, .bytes = 64u << 20, .dev = 7, .ino = 1001},
+                                      {.id = 9, .bytes = 2u << 20, .dev = 7, .ino = 1002}};
+    static state_job_t jobs[2];
+    static uint8_t policy_state[5] = {1, 2, 3, 4, 5};
+    memset(st, 0, sizeof(*st));
+    memset(jobs, 0, sizeof(jobs));
+    jobs[0] = (state_job_t){.id = 4, .uid = 1000, .gid = 100, .pid = 4242, .name = "train",
+                            .gpu = 0, .lane = 2, .persistent_bytes = 128u << 20,
+                            .ephemeral_bytes = 256u << 20, .iterations_expected = 500,
+                            .priority = -3, .page_dev = 7, .page_ino = 999,
+                            .charged_bytes = 4096, .chunks = chunks, .chunk_count = 2};
+    jobs[1] = (state_job_t){.id = 6, .uid = 0, .pid = 1, .name = "infer", .gpu = 1, .lane = 5,
+                            .persistent_bytes = 1, .ephemeral_bytes = 2};
+    st->next_job_id = 11;
+    snprintf(st->policy, sizeof(st->policy), "pack");
+    st->policy_state = policy_state;
+    st->policy_state_bytes = sizeof(policy_state);
+    st->jobs = jobs;
+    st->job_count = 2;
+}
+
+static uint8_t *encode(size_t *bytes)
+{
+    salusd_state_t st;
+    uint8_t *image = NULL;
+    sample(&st);
+    ck_assert_int_eq(state_encode(&st, &image, bytes), 0);
+    return image;
+}
+
+static void write_raw(const uint8_t *image, size_t bytes)
+{
+    char sub[96];
+    snprintf(sub, sizeof(sub), "%s/sub", dir);
+    mkdir(sub, 0700);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(image, 1, bytes, f), bytes);
+    fclose(f);
+}
+
+/* Reads path back and expects a refusal whose message contains want. */
+static void expect_refused(const char *want)
+{
+    salusd_state_t st;
+    char err[512] = "";
+    int rc = state_read_file(path, &st, err, sizeof(err));
+    ck_assert_int_lt(rc, 0);
+    ck_assert_msg(strstr(err, want) != NULL, "message '%s' lacks '%s'", err, want);
+    ck_assert_msg(strstr(err, path) != NULL, "message '%s' does not name the file", err);
+    ck_assert_uint_eq(st.job_count, 0);
+    ck_assert_ptr_null(st.jobs);
+}
+
+START_TEST(test_round_trip_keeps_every_field)
+{
+    salusd_state_t in, out;
+    char err[512] = "";
+    sample(&in);
+    ck_assert_int_eq(state_write_file(path, &in, 1, err, sizeof(err)), 0);
+    char tmp[160];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    ck_assert_int_ne(access(tmp, F_OK), 0); /* renamed into place */
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0600);
+    ck_assert_int_eq(state_read_file(path, &out, err, sizeof(err)), 0);
+    ck_assert_uint_eq(out.next_job_id, 11);
+    ck_assert_str_eq(out.policy, "pack");
+    ck_assert_uint_eq(out.policy_state_bytes, 5);
+    ck_assert_int_eq(memcmp(out.policy_state, in.policy_state, 5), 0);
+    ck_assert_uint_eq(out.job_count, 2);
+    const state_job_t *a = &out.jobs[0], *b = &out.jobs[1];
+    ck_assert_uint_eq(a->id, 4);
+    ck_assert_uint_eq(a->uid, 1000);
+    ck_assert_uint_eq(a->gid, 100);
+    ck_assert_int_eq(a->pid, 4242);
+    ck_assert_str_eq(a->name, "train");
+    ck_assert_int_eq(a->gpu, 0);
+    ck_assert_uint_eq(a->lane, 2);
+    ck_assert_uint_eq(a->persistent_bytes, 128u << 20);
+    ck_assert_uint_eq(a->ephemeral_bytes, 256u << 20);
+    ck_assert_uint_eq(a->iterations_expected, 500);
+    ck_assert_int_eq(a->priority, -3);
+    ck_assert_uint_eq(a->page_dev, 7);
+    ck_assert_uint_eq(a->page_ino, 999);
+    ck_assert_uint_eq(a->charged_bytes, 4096);
+    ck_assert_uint_eq(a->chunk_count, 2);
+    ck_assert_uint_eq(a->chunks[1].id, 9);
+    ck_assert_uint_eq(a->chunks[1].bytes, 2u << 20);
+    ck_assert_uint_eq(a->chunks[1].ino, 1002);
+    ck_assert_uint_eq(b->id, 6);
+    ck_assert_int_eq(b->gpu, 1);
+    ck_assert_uint_eq(b->chunk_count, 0);
+    state_free(&out);
+    /* a second write replaces the first whole */
+    in.job_count = 0;
+    in.next_job_id = 12;
+    ck_assert_int_eq(state_write_file(path, &in, 0, err, sizeof(err)), 0);
+    ck_assert_int_eq(state_read_file(path, &out, err, sizeof(err)), 0);
+    ck_assert_uint_eq(out.next_job_id, 12);
+    ck_assert_uint_eq(out.job_count, 0);
+    state_free(&out);
+}
+END_TEST
+
+START_TEST(test_missing_file_is_a_first_start)
+{
+    salusd_state_t st;
+    char err[512];
+    ck_assert_int_eq(state_read_file(path, &st, err, sizeof(err)), -ENOENT);
+}
+END_TEST
+
+START_TEST(test_corrupt_byte_is_refused)
+{
+    size_t bytes;
+    uint8_t *image = encode(&bytes);
+    image[bytes - 3] ^= 0x40;
+    write_raw(image, bytes);
+    free(image);
+    expect_refused("checksum mismatch");
+}
+END_TEST
+
+START_TEST(test_truncated_file_is_refused)
+{
+    size_t bytes;
+    uint8_t *image = encode(&bytes);
+    write_raw(image, bytes - 10);
+    free(image);
+    expect_refused("truncated");
+}
+END_TEST
+
+START_TEST(test_foreign_file_is_refused)
+{
+    const char *text = "name = value\nthis is some other program's file\n";
+    write_raw((const uint8_t *)text, strlen(text));
+    expect_refused("not a salusd state file");
+    write_raw((const uint8_t *)"SAL", 3);
+    expect_refused("not a salusd state file");
+}
+END_TEST
+
+START_TEST(test_newer_format_is_refused)
+{
+    size_t bytes;
+    uint8_t *image = encode(&bytes);
+    image[8] = 2; /* format version 2 */
+    write_raw(image, bytes);
+    free(image);
+    expect_refused("state format 2");
+}
+END_TEST
+
+/* A body with a valid header and checksum but the wrong shape: never trusted in part. */
+START_TEST(test_well_sealed_nonsense_is_refused)
+{
+    msgpack_sbuffer sbuf;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sbuf);
+    msgpack_packer_init(&pk, &sbuf, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 4);
+    proto_pack_kv_uint(&pk, "next_job_id", 5);
+    proto_pack_kv_str(&pk, "policy", "pack");
+    proto_pack_str(&pk, "policy_state");
+    msgpack_pack_bin(&pk, 0);
+    proto_pack_str(&pk, "jobs");
+    msgpack_pack_array(&pk, 1);
+    msgpack_pack_map(&pk, 1);
+    proto_pack_kv_uint(&pk, "id", 9); /* a job record without its fields, past next_job_id */
+    uint8_t *image = malloc(24 + sbuf.size);
+    ck_assert_ptr_nonnull(image);
+    memcpy(image, "SALUSST", 8);
+    uint32_t version = 1, size = (uint32_t)sbuf.size;
+    memcpy(image + 8, &version, 4);
+    memcpy(image + 12, &size, 4);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < sbuf.size; i++) {
+        h ^= (uint8_t)sbuf.data[i];
+        h *= 0x100000001b3ull;
+    }
+    memcpy(image + 16, &h, 8);
+    memcpy(image + 24, sbuf.data, sbuf.size);
+    write_raw(image, 24 + sbuf.size);
+    free(image);
+    msgpack_sbuffer_destroy(&sbuf);
+    expect_refused("bad a job record");
+}
+END_TEST
+
+START_TEST(test_file_of_another_user_is_refused)
+{
+    if (geteuid() != 0)
+        return; /* only root can give a file away */
+    size_t bytes;
+    uint8_t *image = encode(&bytes);
+    write_raw(image, bytes);
+    free(image);
+    ck_assert_int_eq(chown(path, 65534, 65534), 0);
+    expect_refused("belongs to uid 65534");
+}
+END_TEST
+
+START_TEST(test_file_names)
+{
+    char out[256], other[256];
+    ck_assert_int_eq(state_file_path("/var/lib/salus", "/run/salus/salusd.sock",
+                                     "/run/salus/salusd.sock", out, sizeof(out)), 0);
+    ck_assert_str_eq(out, "/var/lib/salus/salusd.state");
+    ck_assert_int_eq(state_file_path("/s", "/tmp/a.sock", "/run/salus/salusd.sock", out,
+                                     sizeof(out)), 0);
+    ck_assert_int_eq(state_file_path("/s", "/tmp/b.sock", "/run/salus/salusd.sock", other,
+                                     sizeof(other)), 0);
+    ck_assert_int_eq(strncmp(out, "/s/salusd-", 10), 0);
+    ck_assert_str_ne(out, other);
+}
+END_TEST
+
+static Suite *state_suite(void)
+{
+    Suite *s = suite_create("state");
+    TCase *t = tcase_create("file");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, test_round_trip_keeps_every_field);
+    tcase_add_test(t, test_missing_file_is_a_first_start);
+    tcase_add_test(t, test_corrupt_byte_is_refused);
+    tcase_add_test(t, test_truncated_file_is_refused);
+    tcase_add_test(t, test_foreign_file_is_refused);
+    tcase_add_test(t, test_newer_format_is_refused);
+    tcase_add_test(t, test_well_sealed_nonsense_is_refused);
+    tcase_add_test(t, test_file_of_another_user_is_refused);
+    tcase_add_test(t, test_file_names);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    return check_run_suite(state_suite());
+}

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Switch latency: two jobs forced into one lane of a real salusd on simgpu, with the shim
-# preloaded, taking turns. Measures, over SWITCHES switches, the time from job A's iteration
-# boundary (where its shim gives the lane up) to job B's boundary call returning (its gate,
-# and with the memory hand-over its regrown memory): p50, p99 and max, without the memory
-# hand-over (the jobs keep their memory) and with it (each iteration allocates and frees
-# EPHEMERAL_MB MiB: the chunks go back at the park and are regrown after it). Baseline
-# (SALUS_SWITCH_BASELINE=1: the hand-over as it was before it was made fast) and the current
-# mechanism run alternately in one run, side by side. Then the floors (two processes taking
-# turns through a futex, without salus: directly, or relayed by a third process as the daemon
-# does) and salus-synth (0.2 ms GPU, 300 MiB ephemeral per iteration) alone and two in a lane.
+# preloaded, taking turns. Measures, over SWITCHES switches, the time from job A's release of
+# the lane to job B's gate call returning (with the memory hand-over, its memory regrown):
+# p50, p99 and max, without the memory hand-over (the jobs keep their memory) and with it
+# (each iteration allocates and frees EPHEMERAL_MB MiB), under salusd's default --lane-hold gpu
+# (the lane goes at the quiescent point: the synchronising call, or the free that brings memory
+# down) and --lane-hold iteration (at the next submission). Baseline (SALUS_SWITCH_BASELINE=1:
+# the hand-over before parked and released jobs kept their chunks, and before wake_seq) and the
+# current mechanism run alternately in one run, side by side. Then the floors (two processes
+# taking turns through a futex, without salus: directly, or relayed by a third process as the
+# daemon does) and salus-synth (0.2 ms GPU, 300 MiB ephemeral per iteration) alone and two in
+# a lane.
 #   benchmarks/switch-latency.sh [--build-dir DIR] [--switches N] [--ephemeral-mb M]
-#       [--gpu-us U] [--no-synth] [--check]
+#       [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check]
+# --host-us: host time after each release in the extra --lane-hold gpu row (default 1000).
+# SWITCH_ROWS (e.g. "gpu.none iteration.room") measures a subset; SWITCH_DAEMON_ARGS is added to
+# salusd's command line (e.g. --log-level debug).
 # --check: exit 1 when the current mechanism's p50 without the memory hand-over is over 50 us.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,9 +24,11 @@ SWITCHES=10000
 EPHEMERAL_MB=300
 GPU_US=100
 SYNTH=1
+ITERATION=1
+HOST_US=1000
 CHECK=0
 usage() {
-    echo "usage: $0 [--build-dir DIR] [--switches N] [--ephemeral-mb M] [--gpu-us U] [--no-synth] [--check]" >&2
+    echo "usage: $0 [--build-dir DIR] [--switches N] [--ephemeral-mb M] [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check]" >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -30,7 +37,9 @@ while [ $# -gt 0 ]; do
         --switches) SWITCHES=${2:?}; shift 2 ;;
         --ephemeral-mb) EPHEMERAL_MB=${2:?}; shift 2 ;;
         --gpu-us) GPU_US=${2:?}; shift 2 ;;
+        --host-us) HOST_US=${2:?}; shift 2 ;;
         --no-synth) SYNTH=0; shift ;;
+        --no-iteration) ITERATION=0; shift ;;
         --check) CHECK=1; shift ;;
         *) usage ;;
     esac
@@ -65,9 +74,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-# start_daemon: a fresh salusd (the mechanism comes from SALUS_SWITCH_BASELINE in the environment)
+# start_daemon [LANE_HOLD]: a fresh salusd (the mechanism comes from SALUS_SWITCH_BASELINE in
+# the environment)
 start_daemon() {
-    "$BIN/salusd" --foreground --policy pack 2>>"$RUN/salusd.log" &
+    rm -rf "$RUN/state" # learned sizes of an earlier measurement would change this one
+    "$BIN/salusd" --foreground --policy pack --lane-hold "${1:-gpu}" --state-dir "$RUN/state" ${SWITCH_DAEMON_ARGS:-} \
+        2>>"$RUN/salusd.log" &
     DAEMON=$!
     for _ in $(seq 1 200); do "$BIN/salusctl" status >/dev/null 2>&1 && return 0; sleep 0.05; done
     cat "$RUN/salusd.log" >&2
@@ -75,17 +87,18 @@ start_daemon() {
     exit 1
 }
 
-# pair MECH EPHEMERAL_MB [full]: one measurement; prints "p50 p99 max count ms_per_iteration".
-# full: a GPU too small for both jobs' ephemeral memory at once, so that it must move.
+# pair LANE_HOLD MECH EPHEMERAL_MB [full|room] [HOST_US]: one measurement; prints "p50 p99 max
+# count ms_per_iteration". full: a GPU too small for both jobs' ephemeral memory at once, so
+# that it must move.
 pair() {
-    local mech=$1 eph=$2 side out
+    local hold=$1 mech=$2 eph=$3 side out host=${5:-0}
     local baseline=0 hints=(--persistent 64MiB --ephemeral 600MiB) gpu_mb=1024
     [ "$mech" = baseline ] && baseline=1
-    if [ "${3:-}" = full ]; then
+    if [ "${4:-}" = full ]; then
         # persistent: a 64 MiB chunk each (the default chunk size); one lane, not two
         gpu_mb=$((eph + 128 + eph / 2)); hints=(--persistent 64MiB --ephemeral "$((eph + 8))MiB")
     fi
-    SIMGPU_MEMORY_MB=$gpu_mb SALUS_SWITCH_BASELINE=$baseline start_daemon
+    SIMGPU_MEMORY_MB=$gpu_mb SALUS_SWITCH_BASELINE=$baseline start_daemon "$hold"
     rm -f "$RUN/shared" && truncate -s 4096 "$RUN/shared"
     JOBS=()
     for side in 0 1; do
@@ -93,6 +106,7 @@ pair() {
         SALUS_SWITCH_BASELINE=$baseline "$BIN/salusctl" run --name "switch-$side" "${hints[@]}" -- \
             "$BENCH" --side "$side" --shared "$RUN/shared" --switches "$SWITCHES" \
             --gpu-us "$GPU_US" --ephemeral-mb "$eph" --persistent-mb 16 \
+            --lane-hold "$hold" --host-us "$host" \
             --out "$RUN/samples.$side" >"$RUN/side.$side" 2>&1 &
         JOBS+=("$!")
     done
@@ -149,9 +163,23 @@ PY
 
 # (not in $(...): a subshell would leave its jobs and daemon behind when it fails)
 declare -A R
-for mech in baseline current; do pair "$mech" 0 >"$RUN/result"; R[$mech.none]=$(cat "$RUN/result"); done
-for mech in baseline current; do pair "$mech" "$EPHEMERAL_MB" >"$RUN/result"; R[$mech.room]=$(cat "$RUN/result"); done
-for mech in baseline current; do pair "$mech" "$EPHEMERAL_MB" full >"$RUN/result"; R[$mech.full]=$(cat "$RUN/result"); done
+ROWS=(gpu.none gpu.room gpu.full gpu.host)
+[ "$ITERATION" = 1 ] && ROWS+=(iteration.none iteration.room iteration.full)
+[ -n "${SWITCH_ROWS:-}" ] && read -r -a ROWS <<<"$SWITCH_ROWS" # a subset, while trying things
+for row in "${ROWS[@]}"; do
+    hold=${row%%.*}
+    for mech in baseline current; do
+        case ${row#*.} in
+            none) pair "$hold" "$mech" 0 >"$RUN/result" ;;
+            room) pair "$hold" "$mech" "$EPHEMERAL_MB" >"$RUN/result" ;;
+            full) pair "$hold" "$mech" "$EPHEMERAL_MB" full >"$RUN/result" ;;
+            host) pair "$hold" "$mech" "$EPHEMERAL_MB" full "$HOST_US" >"$RUN/result" ;;
+        esac
+        R[$mech.$row]=$(cat "$RUN/result")
+    done
+done
+ARGS=()
+for row in "${ROWS[@]}"; do ARGS+=("$row" "${R[baseline.$row]}" "${R[current.$row]}"); done
 FLOOR_DIRECT=$("$BENCH" --floor direct --switches "$SWITCHES")
 FLOOR_RELAY=$("$BENCH" --floor relay --switches "$SWITCHES")
 SYNTH_LINE=""
@@ -162,35 +190,46 @@ if [ "$SYNTH" = 1 ]; then
     SYNTH_LINE="$alone $two_base $two_cur"
 fi
 
-python3 - "$SWITCHES" "$EPHEMERAL_MB" "$GPU_US" "$CHECK" "${R[baseline.none]}" "${R[current.none]}" \
-    "${R[baseline.room]}" "${R[current.room]}" "${R[baseline.full]}" "${R[current.full]}" \
-    "$FLOOR_DIRECT" "$FLOOR_RELAY" "$SYNTH_LINE" <<'PY'
-import re, sys
-switches, eph, gpu_us, check = sys.argv[1:5]
-rows = [list(map(float, a.split())) for a in sys.argv[5:11]]
-floors, synth = sys.argv[11:13], sys.argv[13]
-print(f"switch latency, us: job A's boundary -> job B's boundary call returned (2 jobs in one lane, "
-      f"salusd --policy pack on simgpu, {gpu_us} us of device work per iteration)")
-print(f"{'':32} {'baseline':>26} {'current':>26}")
-print(f"{'':32} {'p50':>8} {'p99':>8} {'max':>8} {'p50':>8} {'p99':>8} {'max':>8} {'switches':>9} {'ms/iter b/c':>12}")
-for name, (b, c) in (("without the memory hand-over", rows[0:2]),
-                     ("with the memory hand-over", rows[2:4]),
-                     ("  and a GPU too small for both", rows[4:6])):
-    print(f"{name:32} {b[0]:8.1f} {b[1]:8.1f} {b[2]:8.1f} {c[0]:8.1f} {c[1]:8.1f} {c[2]:8.1f} "
-          f"{int(min(b[3], c[3])):9d} {b[4]:5.3f}/{c[4]:5.3f}")
-print(f"  (memory hand-over: {eph} MiB ephemeral allocated and freed per iteration; baseline: its chunks go back\n"
-      f"   at every park and are regrown; current: they stay while the GPU has room, and move when it is too small)")
+python3 - "$SWITCHES" "$EPHEMERAL_MB" "$GPU_US" "$HOST_US" "$CHECK" "$FLOOR_DIRECT" "$FLOOR_RELAY" \
+    "$SYNTH_LINE" "${ARGS[@]}" <<'PY'
+import sys
+switches, eph, gpu_us, host_us, check = sys.argv[1:6]
+floors, synth = sys.argv[6:8], sys.argv[8]
+rest = sys.argv[9:]
+rows = {rest[i]: (list(map(float, rest[i + 1].split())), list(map(float, rest[i + 2].split())))
+        for i in range(0, len(rest), 3)}
+names = {"none": "without the memory hand-over", "room": "with the memory hand-over",
+         "full": "  and a GPU too small for both", "host": f"  too small, {host_us} us host time"}
+print(f"switch latency, us: job A gives the lane up -> job B's gate call returned (2 jobs in one "
+      f"lane, salusd --policy pack on simgpu, {gpu_us} us of device work per iteration)")
+print(f"{'':34} {'baseline':>26} {'current':>26}")
+print(f"{'':34} {'p50':>8} {'p99':>8} {'max':>8} {'p50':>8} {'p99':>8} {'max':>8} {'switches':>9} {'ms/iter b/c':>12}")
+for hold, title in (("gpu", "--lane-hold gpu (default): A gives the lane up at its sync / free"),
+                    ("iteration", "--lane-hold iteration: A gives the lane up at its next gate call")):
+    if not any(r.startswith(hold + ".") for r in rows):
+        continue
+    print(title)
+    for kind in ("none", "room", "full", "host"):
+        if f"{hold}.{kind}" not in rows:
+            continue
+        b, c = rows[f"{hold}.{kind}"]
+        print(f"  {names[kind]:32} {b[0]:8.1f} {b[1]:8.1f} {b[2]:8.1f} {c[0]:8.1f} {c[1]:8.1f} {c[2]:8.1f} "
+              f"{int(min(b[3], c[3])):9d} {b[4]:5.3f}/{c[4]:5.3f}")
+print(f"  (memory hand-over: {eph} MiB ephemeral allocated and freed per iteration; baseline: the unused\n"
+      f"   chunks go back at every release or park and are regrown; current: they stay while the GPU has\n"
+      f"   room, and move when it is too small; the host-time row: each job spends that long on the host\n"
+      f"   after its release, where it cannot answer a request for its chunks)")
 for f in floors:
     m = dict(kv.split("=") for kv in f.split()[1:])
     print(f"floor without salus, {m['kind']:6} futex hand-over: p50 {float(m['p50_us']):.1f} us, "
           f"p99 {float(m['p99_us']):.1f} us, max {float(m['max_us']):.1f} us")
 if synth:
-    print("salus-synth, 0.2 ms GPU and 300 MiB ephemeral per iteration, ms per iteration (mean / median):")
+    print("salus-synth, 0.2 ms GPU and 300 MiB ephemeral per iteration, --lane-hold gpu, ms per iteration (mean / median):")
     (a, am), (b, bm), (c, cm) = (map(float, x.split(",")) for x in synth.split())
     print(f"  alone {a:.3f} / {am:.3f}; two in one lane: baseline {b:.3f} / {bm:.3f}, current {c:.3f} / {cm:.3f}")
     print(f"  per switch, (two in one lane - 2 x alone) / 2: baseline {(b - 2 * a) / 2:.3f} / {(bm - 2 * am) / 2:.3f}, "
           f"current {(c - 2 * a) / 2:.3f} / {(cm - 2 * am) / 2:.3f}")
-if check == "1" and rows[1][0] > 50:
+if check == "1" and rows["gpu.none"][1][0] > 50:
     print("switch-latency: goal missed: p50 over 50 us without the memory hand-over")
     sys.exit(1)
 PY

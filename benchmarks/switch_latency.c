@@ -2,23 +2,28 @@
  * the floors of a hand-over between processes without salus.
  *
  *   salus-switch-latency --side 0|1 --shared FILE --switches N [--gpu-us U]
- *                        [--ephemeral-mb M] [--persistent-mb P] --out FILE
+ *                        [--ephemeral-mb M] [--persistent-mb P] [--host-us H]
+ *                        [--lane-hold gpu|iteration] --out FILE
  *   salus-switch-latency --floor direct|relay --switches N
  *
  * --side: a job of a lane shared with the other side (run both under salusctl run). Each
- * iteration: the call that opens it (the iteration boundary, where the shim parks until the
- * job's next turn), device work (a host function busy for U us), a synchronisation. With
- * --ephemeral-mb the iteration allocates M MiB first and frees them after the synchronisation
- * (the allocation is then the boundary: the shim hands the chunks back at the park and regrows
- * them after it). Before the boundary call each side writes a CLOCK_MONOTONIC timestamp into
- * FILE (a page both map); when its own boundary call returns after the other side's boundary
- * happened during it, the difference is one switch: from the other job's boundary to this
- * job's call returning (its gate, and with --ephemeral-mb its regrown memory). The side stops
- * once it measured N/2 switches or the other side stopped; it writes one latency in ns per
- * line to --out and prints "switch_side_done side=S switches=K iterations=I ms_per_iteration=X
- * overlaps=O": O counts the turns this side began while the other side was inside its own
- * turn (between its boundary call's return and its next boundary): 0 when the lane is held
- * by one job at a time.
+ * iteration: the call that opens it (its gate: where the shim waits until the job's next
+ * turn), device work (a host function busy for U us), a synchronisation, H us on the host.
+ * With --ephemeral-mb the iteration allocates M MiB first and frees them after the
+ * synchronisation (the allocation is then the gate; the chunks go back and are regrown, or
+ * stay, as the mechanism decides). Where the job gives its lane up depends on salusd's
+ * --lane-hold (the side is told the same): gpu (the default), at the quiescent point, i.e.
+ * the synchronisation (the free with --ephemeral-mb, which brings memory to its low point);
+ * iteration, at the next gate call. Just before that call each side writes a CLOCK_MONOTONIC
+ * timestamp into FILE (a page both map); when its own gate call returns after the other
+ * side's release happened during it, the difference is one switch: from the other job's
+ * release to this job's gate returning (with --ephemeral-mb, its memory regrown). The side
+ * stops once it measured N/2 switches or the other side stopped; it writes one latency in ns
+ * per line to --out and prints "switch_side_done side=S switches=K iterations=I
+ * ms_per_iteration=X overlaps=O": O counts the turns this side began while the other side was
+ * in its GPU work (from its gate's return to the end of its synchronisation, work done): 0
+ * when the GPU is used by one job of the lane at a time. (Host code after a release runs
+ * while the other job holds the lane, legitimately; it is not counted.)
  *
  * --floor: two processes alternating turns through a futex in shared memory, without CUDA:
  * direct (the outgoing process wakes the next one) or relay (it writes an eventfd that a
@@ -28,6 +33,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -54,11 +60,23 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void CUDA_CB busy(void *arg)
+typedef struct {
+    uint64_t ns;
+    _Atomic int done;
+} busy_t;
+
+static void spin_ns(uint64_t ns)
 {
-    uint64_t until = now_ns() + *(const uint64_t *)arg;
+    uint64_t until = now_ns() + ns;
     while (now_ns() < until)
         ;
+}
+
+static void CUDA_CB busy(void *arg)
+{
+    busy_t *b = arg;
+    spin_ns(b->ns);
+    atomic_store(&b->done, 1);
 }
 
 static int check(CUresult rc, const char *what)
@@ -81,8 +99,9 @@ typedef struct {
     int side;
     const char *shared_path, *out_path;
     long switches;
-    uint64_t gpu_ns;
+    uint64_t gpu_ns, host_ns;
     size_t ephemeral_bytes, persistent_bytes;
+    int release_at_sync; /* --lane-hold gpu */
 } side_args_t;
 
 static int run_side(const side_args_t *a)
@@ -114,32 +133,45 @@ static int run_side(const side_args_t *a)
         goto out;
     uint64_t first_ns = 0;
     long overlaps = 0;
+    busy_t work = {.ns = a->gpu_ns};
     while (count < want && !atomic_load(&sh->done[other])) {
-        atomic_store(&sh->in_lane[a->side], 0);
         uint64_t start = now_ns();
-        atomic_store(&sh->boundary_ns[a->side], start);
+        if (!a->release_at_sync) /* the gate call is the boundary */
+            atomic_store(&sh->boundary_ns[a->side], start);
+        atomic_store(&work.done, 0);
         CUresult r = a->ephemeral_bytes ? cuMemAlloc(&ephemeral, a->ephemeral_bytes)
-                                        : cuLaunchHostFunc(stream, busy, (void *)&a->gpu_ns);
+                                        : cuLaunchHostFunc(stream, busy, &work);
         uint64_t back = now_ns();
         if (check(r, a->ephemeral_bytes ? "cuMemAlloc (ephemeral)" : "cuLaunchHostFunc"))
             goto out;
-        /* the other side must be parked (or gone) whenever this one holds the lane */
+        /* the other side's GPU work must be done (it released, or it waits) whenever this
+         * one holds the lane */
         atomic_store(&sh->in_lane[a->side], 1);
         overlaps += atomic_load(&sh->in_lane[other]) != 0;
         if (!first_ns)
             first_ns = start;
         uint64_t theirs = atomic_load(&sh->boundary_ns[other]);
-        if (theirs > start && iterations > 0)
+        /* the first boundaries are found at a gate in either mode (nothing to compare with) */
+        if (theirs > start && iterations > 2)
             samples[count++] = back - theirs;
         if (a->ephemeral_bytes) {
             if (check(cuMemsetD8Async(ephemeral, 1, 4096, stream), "cuMemsetD8Async") ||
-                check(cuLaunchHostFunc(stream, busy, (void *)&a->gpu_ns), "cuLaunchHostFunc"))
+                check(cuLaunchHostFunc(stream, busy, &work), "cuLaunchHostFunc") ||
+                check(cuStreamSynchronize(stream), "cuStreamSynchronize"))
                 goto out;
+        } else {
+            /* the work done before the synchronisation, which is then the release alone */
+            while (!atomic_load(&work.done))
+                sched_yield();
         }
-        if (check(cuStreamSynchronize(stream), "cuStreamSynchronize"))
+        atomic_store(&sh->in_lane[a->side], 0);
+        if (a->release_at_sync) /* the synchronisation (the free) gives the lane up */
+            atomic_store(&sh->boundary_ns[a->side], now_ns());
+        if (a->ephemeral_bytes ? check(cuMemFree(ephemeral), "cuMemFree")
+                               : check(cuStreamSynchronize(stream), "cuStreamSynchronize"))
             goto out;
-        if (a->ephemeral_bytes && check(cuMemFree(ephemeral), "cuMemFree"))
-            goto out;
+        if (a->host_ns)
+            spin_ns(a->host_ns);
         iterations++;
     }
     double ms = iterations ? (double)(now_ns() - first_ns) / 1e6 / (double)iterations : 0;
@@ -280,7 +312,8 @@ static int run_floor(const char *kind, long switches)
 static void usage(void)
 {
     fprintf(stderr, "usage: salus-switch-latency --side 0|1 --shared FILE --switches N --out FILE "
-                    "[--gpu-us U] [--ephemeral-mb M] [--persistent-mb P]\n"
+                    "[--gpu-us U] [--ephemeral-mb M] [--persistent-mb P] [--host-us H]\n"
+                    "       [--lane-hold gpu|iteration]\n"
                     "       salus-switch-latency --floor direct|relay --switches N\n");
     exit(2);
 }
@@ -293,14 +326,17 @@ int main(int argc, char **argv)
         {"ephemeral-mb", required_argument, NULL, 'e'},
         {"persistent-mb", required_argument, NULL, 'p'},
         {"out", required_argument, NULL, 'o'},      {"floor", required_argument, NULL, 'F'},
+        {"host-us", required_argument, NULL, 'h'},  {"lane-hold", required_argument, NULL, 'l'},
         {NULL, 0, NULL, 0}};
-    side_args_t a = {.side = -1, .switches = 10000, .gpu_ns = 100000, .persistent_bytes = 16u << 20};
+    side_args_t a = {.side = -1, .switches = 10000, .gpu_ns = 100000, .persistent_bytes = 16u << 20,
+                     .release_at_sync = 1};
     const char *floor_kind = NULL;
     int opt;
     while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
         char *end = NULL;
         long v = optarg ? strtol(optarg, &end, 10) : 0;
-        if (opt != 'f' && opt != 'o' && opt != 'F' && (opt == '?' || !end || *end || v < 0))
+        if (opt != 'f' && opt != 'o' && opt != 'F' && opt != 'l' &&
+            (opt == '?' || !end || *end || v < 0))
             usage();
         switch (opt) {
         case 's': a.side = (int)v; break;
@@ -311,6 +347,12 @@ int main(int argc, char **argv)
         case 'p': a.persistent_bytes = (size_t)v << 20; break;
         case 'o': a.out_path = optarg; break;
         case 'F': floor_kind = optarg; break;
+        case 'h': a.host_ns = (uint64_t)v * 1000u; break;
+        case 'l':
+            if (strcmp(optarg, "gpu") != 0 && strcmp(optarg, "iteration") != 0)
+                usage();
+            a.release_at_sync = strcmp(optarg, "gpu") == 0;
+            break;
         default: usage();
         }
     }

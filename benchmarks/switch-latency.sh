@@ -12,11 +12,13 @@
 # daemon does) and salus-synth (0.2 ms GPU, 300 MiB ephemeral per iteration) alone and two in
 # a lane.
 #   benchmarks/switch-latency.sh [--build-dir DIR] [--switches N] [--ephemeral-mb M]
-#       [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check]
+#       [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check] [--check-kept]
 # --host-us: host time after each release in the extra --lane-hold gpu row (default 1000).
 # SWITCH_ROWS (e.g. "gpu.none iteration.room") measures a subset; SWITCH_DAEMON_ARGS is added to
 # salusd's command line (e.g. --log-level debug).
 # --check: exit 1 when the current mechanism's p50 without the memory hand-over is over 50 us.
+# --check-kept: exit 1 unless, with the memory hand-over on a GPU with room, the current
+# mechanism's p50 is below half the baseline's in each mode (its chunks stay: nothing regrown).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD="$ROOT/build"
@@ -27,8 +29,9 @@ SYNTH=1
 ITERATION=1
 HOST_US=1000
 CHECK=0
+CHECK_KEPT=0
 usage() {
-    echo "usage: $0 [--build-dir DIR] [--switches N] [--ephemeral-mb M] [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check]" >&2
+    echo "usage: $0 [--build-dir DIR] [--switches N] [--ephemeral-mb M] [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check] [--check-kept]" >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -41,6 +44,7 @@ while [ $# -gt 0 ]; do
         --no-synth) SYNTH=0; shift ;;
         --no-iteration) ITERATION=0; shift ;;
         --check) CHECK=1; shift ;;
+        --check-kept) CHECK_KEPT=1; shift ;;
         *) usage ;;
     esac
 done
@@ -190,12 +194,12 @@ if [ "$SYNTH" = 1 ]; then
     SYNTH_LINE="$alone $two_base $two_cur"
 fi
 
-python3 - "$SWITCHES" "$EPHEMERAL_MB" "$GPU_US" "$HOST_US" "$CHECK" "$FLOOR_DIRECT" "$FLOOR_RELAY" \
-    "$SYNTH_LINE" "${ARGS[@]}" <<'PY'
+python3 - "$SWITCHES" "$EPHEMERAL_MB" "$GPU_US" "$HOST_US" "$CHECK" "$CHECK_KEPT" "$FLOOR_DIRECT" \
+    "$FLOOR_RELAY" "$SYNTH_LINE" "${ARGS[@]}" <<'PY'
 import sys
-switches, eph, gpu_us, host_us, check = sys.argv[1:6]
-floors, synth = sys.argv[6:8], sys.argv[8]
-rest = sys.argv[9:]
+switches, eph, gpu_us, host_us, check, check_kept = sys.argv[1:7]
+floors, synth = sys.argv[7:9], sys.argv[9]
+rest = sys.argv[10:]
 rows = {rest[i]: (list(map(float, rest[i + 1].split())), list(map(float, rest[i + 2].split())))
         for i in range(0, len(rest), 3)}
 names = {"none": "without the memory hand-over", "room": "with the memory hand-over",
@@ -229,7 +233,15 @@ if synth:
     print(f"  alone {a:.3f} / {am:.3f}; two in one lane: baseline {b:.3f} / {bm:.3f}, current {c:.3f} / {cm:.3f}")
     print(f"  per switch, (two in one lane - 2 x alone) / 2: baseline {(b - 2 * a) / 2:.3f} / {(bm - 2 * am) / 2:.3f}, "
           f"current {(c - 2 * a) / 2:.3f} / {(cm - 2 * am) / 2:.3f}")
+failed = False
 if check == "1" and rows["gpu.none"][1][0] > 50:
     print("switch-latency: goal missed: p50 over 50 us without the memory hand-over")
-    sys.exit(1)
+    failed = True
+for row in (r for r in rows if r.endswith(".room") and check_kept == "1"):
+    b, c = rows[row]
+    if not c[0] < b[0] / 2:
+        print(f"switch-latency: {row}: the current p50 ({c[0]:.1f} us) is not below half the "
+              f"baseline's ({b[0]:.1f} us): the chunks seem to move at each switch")
+        failed = True
+sys.exit(1 if failed else 0)
 PY

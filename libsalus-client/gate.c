@@ -234,6 +234,25 @@ static CUresult wait_for_grant_baseline(job_page_t *page, uint32_t seq)
 #define GATE_TRIM_PARKS 16
 static int trim_parks_left; /* under the gate lock */
 
+/* Whether the unused chunks go back now, at a park or at a release with lane-mates: always
+ * in the baseline; else when the daemon asked (trim_request, left pending while the job ran
+ * or was on the host after a release, where it cannot answer) and for GATE_TRIM_PARKS
+ * turns after that. */
+static int trim_now(job_page_t *page)
+{
+    if (switch_baseline(page))
+        return 1;
+    if (atomic_load(&page->trim_request) && atomic_exchange(&page->trim_request, 0)) {
+        trim_parks_left = GATE_TRIM_PARKS;
+        return 1;
+    }
+    if (trim_parks_left > 0) {
+        trim_parks_left--;
+        return 1;
+    }
+    return 0;
+}
+
 /* Waits on wake_seq, which the daemon bumps for a grant and for a trim request, so neither
  * is missed between the checks and the futex wait. A request left when the grant came is
  * kept: the job then trims at its next park. */
@@ -273,10 +292,7 @@ static CUresult park(uint32_t seq)
     /* hand back the chunks this job does not use now, so that the lane's memory serves the
      * next job: at every park in the baseline; now only while the GPU is short of memory
      * (else when the daemon asks, in wait_for_grant) */
-    if (baseline && seq > 1) {
-        shim_mem_trim();
-    } else if (!baseline && trim_parks_left > 0) {
-        trim_parks_left--;
+    if (seq > 1 && trim_now(page)) {
         shim_mem_trim();
         atomic_store(&page->trimmed_seq, seq);
     }
@@ -354,11 +370,13 @@ static void release_at_quiescent_point(void)
     gate.work_since_boundary = 0;
     gate.released = 1;
     invalidate_fast_paths();
+    /* alone in its lane it keeps its chunks; with lane-mates it keeps them too while the GPU
+     * has room (trim_now; the baseline hands them back at every release), as a switch then
+     * moves no memory. A job that keeps them cannot answer a trim request while it is on the
+     * host: a lane-mate short of memory waits until this job's next submission (park). */
     int trimmed = 0;
     if (atomic_load(&page->free_run)) {
-        /* alone in its lane it keeps its chunks; with lane-mates they go back now, as the
-         * daemon may hand the lane to one of them while this job is on the host */
-        if (atomic_load(&page->lane_shared)) {
+        if (atomic_load(&page->lane_shared) && trim_now(page)) {
             shim_mem_trim();
             trimmed = 1;
         }
@@ -366,8 +384,9 @@ static void release_at_quiescent_point(void)
         if (atomic_load(&page->free_run))
             return; /* salusd clears free_run before it takes a released lane */
     }
-    /* another job waits for the lane: its memory goes back before the lane does */
-    if (!trimmed)
+    /* another job waits for the lane: while memory is short its unused chunks go back
+     * before the lane does */
+    if (!trimmed && trim_now(page))
         shim_mem_trim();
     uint32_t lane = atomic_load(&page->lane);
     if (lane != JOB_LANE_TAKEN &&
@@ -385,6 +404,9 @@ static CUresult take_lane_back(void)
     if (atomic_compare_exchange_strong(&page->lane, &released, JOB_LANE_HELD)) {
         atomic_store(&page->boundary_seq, gate.seq);
         atomic_store(&page->grant_seq, gate.seq); /* our own grant: nobody waits */
+        /* asked for its unused chunks while on the host (another lane of the GPU is short) */
+        if (atomic_load(&page->trim_request) && !switch_baseline(page) && trim_now(page))
+            shim_mem_trim();
     } else {
         rc = park(gate.seq);
     }

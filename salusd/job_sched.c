@@ -39,15 +39,19 @@ static void grant(salusd_t *d, job_t *job, int free_run)
     futex_wake_all(&page->grant_seq);
 }
 
-/* Asks a parked job for its unused chunks: it trims and sends mem_release for each, and the
- * pending requests are retried then (job_memory.c). Not a job that runs (it may use them),
- * nor one that trimmed at this park already. */
+/* Asks a parked job, or one that gave its lane up at a quiescent point (lanes held for GPU
+ * time), for its unused chunks: it trims and sends mem_release for each, and the pending
+ * requests are retried then (job_memory.c). A parked job answers at once; a released one is
+ * on the host and answers at its next submission or release. Not a job that holds its lane
+ * (it may use them), nor one that trimmed at this park already. */
 void jobs_request_trim(job_t *job)
 {
     job_page_t *page = jobs_page(job);
     uint32_t boundary = page ? atomic_load(&page->boundary_seq) : 0;
-    if (!page || !atomic_load(&page->waiting) || atomic_load(&page->grant_seq) >= boundary ||
-        atomic_load(&page->trimmed_seq) == boundary ||
+    int parked = page && atomic_load(&page->waiting) && atomic_load(&page->grant_seq) < boundary;
+    int released = page && atomic_load(&page->lane) != JOB_LANE_HELD;
+    if (!page || !(parked || released) ||
+        (parked && atomic_load(&page->trimmed_seq) == boundary) ||
         atomic_load(&page->mapped_bytes) <= atomic_load(&page->live_bytes) ||
         atomic_exchange(&page->trim_request, 1))
         return;

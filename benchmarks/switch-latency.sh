@@ -13,9 +13,9 @@
 # a lane.
 #   benchmarks/switch-latency.sh [--build-dir DIR] [--switches N] [--ephemeral-mb M]
 #       [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check] [--check-kept]
-# --host-us: host time after each release in the extra --lane-hold gpu row (default 1000).
+# --host-us: host time after each release in the extra --lane-hold gpu rows (default 1000).
 # SWITCH_ROWS (e.g. "gpu.none iteration.room") measures a subset; SWITCH_DAEMON_ARGS is added to
-# salusd's command line (e.g. --log-level debug).
+# salusd's command line (e.g. --log-level debug); SWITCH_KEEP_LOG=FILE keeps salusd's log.
 # --check: exit 1 when the current mechanism's p50 without the memory hand-over is over 50 us.
 # --check-kept: exit 1 unless, with the memory hand-over on a GPU with room, the current
 # mechanism's p50 is below half the baseline's in each mode (its chunks stay: nothing regrown).
@@ -73,6 +73,8 @@ cleanup() {
     for pid in "${JOBS[@]}"; do kill "$pid" 2>/dev/null || true; done
     for pid in "${JOBS[@]}"; do wait "$pid" 2>/dev/null || true; done
     stop_daemon
+    [ -n "${SWITCH_KEEP_LOG:-}" ] && cp "$RUN/salusd.log" "$SWITCH_KEEP_LOG"
+    [ -n "${SWITCH_KEEP_SAMPLES:-}" ] && cp "$RUN"/samples.* "$SWITCH_KEEP_SAMPLES"/ 2>/dev/null
     rm -rf "$RUN"
 }
 trap cleanup EXIT
@@ -167,7 +169,7 @@ PY
 
 # (not in $(...): a subshell would leave its jobs and daemon behind when it fails)
 declare -A R
-ROWS=(gpu.none gpu.room gpu.full gpu.host)
+ROWS=(gpu.none gpu.room gpu.roomhost gpu.full gpu.host)
 [ "$ITERATION" = 1 ] && ROWS+=(iteration.none iteration.room iteration.full)
 [ -n "${SWITCH_ROWS:-}" ] && read -r -a ROWS <<<"$SWITCH_ROWS" # a subset, while trying things
 for row in "${ROWS[@]}"; do
@@ -176,6 +178,7 @@ for row in "${ROWS[@]}"; do
         case ${row#*.} in
             none) pair "$hold" "$mech" 0 >"$RUN/result" ;;
             room) pair "$hold" "$mech" "$EPHEMERAL_MB" >"$RUN/result" ;;
+            roomhost) pair "$hold" "$mech" "$EPHEMERAL_MB" room "$HOST_US" >"$RUN/result" ;;
             full) pair "$hold" "$mech" "$EPHEMERAL_MB" full >"$RUN/result" ;;
             host) pair "$hold" "$mech" "$EPHEMERAL_MB" full "$HOST_US" >"$RUN/result" ;;
         esac
@@ -203,7 +206,8 @@ rest = sys.argv[10:]
 rows = {rest[i]: (list(map(float, rest[i + 1].split())), list(map(float, rest[i + 2].split())))
         for i in range(0, len(rest), 3)}
 names = {"none": "without the memory hand-over", "room": "with the memory hand-over",
-         "full": "  and a GPU too small for both", "host": f"  too small, {host_us} us host time"}
+         "roomhost": f"  and {host_us} us host time", "full": "  and a GPU too small for both",
+         "host": f"  too small, {host_us} us host time"}
 print(f"switch latency, us: job A gives the lane up -> job B's gate call returned (2 jobs in one "
       f"lane, salusd --policy pack on simgpu, {gpu_us} us of device work per iteration)")
 print(f"{'':34} {'baseline':>26} {'current':>26}")
@@ -213,7 +217,7 @@ for hold, title in (("gpu", "--lane-hold gpu (default): A gives the lane up at i
     if not any(r.startswith(hold + ".") for r in rows):
         continue
     print(title)
-    for kind in ("none", "room", "full", "host"):
+    for kind in ("none", "room", "roomhost", "full", "host"):
         if f"{hold}.{kind}" not in rows:
             continue
         b, c = rows[f"{hold}.{kind}"]

@@ -8,7 +8,10 @@
  *
  * --side: a job of a lane shared with the other side (run both under salusctl run). Each
  * iteration: the call that opens it (its gate: where the shim waits until the job's next
- * turn), device work (a host function busy for U us), a synchronisation, H us on the host.
+ * turn), device work (a host function busy for U us), a synchronisation, H us asleep on the
+ * host. The synchronisation is a cuCtxSynchronize: after a cuStreamSynchronize the shim
+ * judges the job idle by querying the streams it saw, and in some runs it did not find the
+ * quiescent point there (the lane then went at the next gate call, under --lane-hold gpu too).
  * With --ephemeral-mb the iteration allocates M MiB first and frees them after the
  * synchronisation (the allocation is then the gate; the chunks go back and are regrown, or
  * stay, as the mechanism decides). Where the job gives its lane up depends on salusd's
@@ -157,7 +160,7 @@ static int run_side(const side_args_t *a)
         if (a->ephemeral_bytes) {
             if (check(cuMemsetD8Async(ephemeral, 1, 4096, stream), "cuMemsetD8Async") ||
                 check(cuLaunchHostFunc(stream, busy, &work), "cuLaunchHostFunc") ||
-                check(cuStreamSynchronize(stream), "cuStreamSynchronize"))
+                check(cuCtxSynchronize(), "cuCtxSynchronize"))
                 goto out;
         } else {
             /* the work done before the synchronisation, which is then the release alone */
@@ -168,10 +171,13 @@ static int run_side(const side_args_t *a)
         if (a->release_at_sync) /* the synchronisation (the free) gives the lane up */
             atomic_store(&sh->boundary_ns[a->side], now_ns());
         if (a->ephemeral_bytes ? check(cuMemFree(ephemeral), "cuMemFree")
-                               : check(cuStreamSynchronize(stream), "cuStreamSynchronize"))
+                               : check(cuCtxSynchronize(), "cuCtxSynchronize"))
             goto out;
-        if (a->host_ns)
-            spin_ns(a->host_ns);
+        if (a->host_ns) { /* idle on the host, as a server between requests */
+            struct timespec pause = {.tv_sec = (time_t)(a->host_ns / 1000000000u),
+                                     .tv_nsec = (long)(a->host_ns % 1000000000u)};
+            nanosleep(&pause, NULL);
+        }
         iterations++;
     }
     double ms = iterations ? (double)(now_ns() - first_ns) / 1e6 / (double)iterations : 0;

@@ -15,7 +15,8 @@
 #       [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check] [--check-kept]
 # --host-us: host time after each release in the extra --lane-hold gpu rows (default 1000).
 # SWITCH_ROWS (e.g. "gpu.none iteration.room") measures a subset; SWITCH_DAEMON_ARGS is added to
-# salusd's command line (e.g. --log-level debug); SWITCH_KEEP_LOG=FILE keeps salusd's log.
+# salusd's command line (e.g. --log-level debug); SWITCH_KEEP_LOG=FILE keeps salusd's log and
+# SWITCH_KEEP_SAMPLES=DIR the last measurement's samples and side outputs.
 # --check: exit 1 when the current mechanism's p50 without the memory hand-over is over 50 us.
 # --check-kept: exit 1 unless, with the memory hand-over on a GPU with room, the current
 # mechanism's p50 is below half the baseline's in each mode (its chunks stay: nothing regrown).
@@ -74,7 +75,7 @@ cleanup() {
     for pid in "${JOBS[@]}"; do wait "$pid" 2>/dev/null || true; done
     stop_daemon
     [ -n "${SWITCH_KEEP_LOG:-}" ] && cp "$RUN/salusd.log" "$SWITCH_KEEP_LOG"
-    [ -n "${SWITCH_KEEP_SAMPLES:-}" ] && cp "$RUN"/samples.* "$SWITCH_KEEP_SAMPLES"/ 2>/dev/null
+    [ -n "${SWITCH_KEEP_SAMPLES:-}" ] && cp "$RUN"/samples.* "$RUN"/side.* "$SWITCH_KEEP_SAMPLES"/ 2>/dev/null
     rm -rf "$RUN"
 }
 trap cleanup EXIT

@@ -1,6 +1,6 @@
 /* Device memory for jobs: chunks handed out on request (mem_grow), given back (mem_release),
  * and requests that wait while the device is full but the job is within its budget (the
- * parked jobs of its GPU are asked for their unused chunks then). */
+ * parked and released jobs of its GPU are asked for their unused chunks then). */
 #include "jobs-internal.h"
 
 #include "log.h"
@@ -71,7 +71,7 @@ static int grant_chunk(salusd_t *d, job_t *job, job_runtime_t *rt, uint64_t requ
 
 #define GROW_WAIT_NS (20ull * 1000000000ull)
 
-/* parked jobs keep their chunks until memory is short (job_sched.c) */
+/* parked and released jobs keep their chunks until memory is short (job_sched.c) */
 static void request_trims_for(salusd_t *d, const job_t *job)
 {
     int gpu;

@@ -303,7 +303,7 @@ static void end_hold(salusd_t *d, const char *why)
         if (r->survivor[i] != SURVIVOR_PENDING)
             continue;
         r->survivor[i] = SURVIVOR_GONE;
-        LOG_WARN("job %llu '%s' did not re-attach within %d s; its place is given up",
+        LOG_WARN("job %llu '%s' did not re-attach within %lld s; its place is given up",
                  (unsigned long long)r->loaded.jobs[i].id, r->loaded.jobs[i].name,
                  d->config.reattach_grace_s);
     }
@@ -473,7 +473,7 @@ int jobs_restart_init(salusd_t *d)
     struct timeval grace = {.tv_sec = d->config.reattach_grace_s};
     if (!r->grace_timer || event_add(r->grace_timer, &grace) < 0)
         return -ENOMEM;
-    LOG_INFO("no new job is admitted until they re-attach (at most %d s)",
+    LOG_INFO("no new job is admitted until they re-attach (at most %lld s)",
              d->config.reattach_grace_s);
     return 0;
 }

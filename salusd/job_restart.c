@@ -491,9 +491,10 @@ void jobs_restart_fini(salusd_t *d)
     if (r->recheck_timer)
         event_free(r->recheck_timer);
     free(r->hold_job);
-    state_free(&r->loaded);
+    /* the watches first: state_free empties the list they are counted by */
     for (size_t i = 0; r->exit_events && i < r->loaded.job_count; i++)
         stop_exit_watch(r, i);
+    state_free(&r->loaded);
     free(r->exit_events);
     free(r->survivor);
     free(r->back_as);

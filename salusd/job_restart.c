@@ -313,12 +313,20 @@ static void end_hold(salusd_t *d, const char *why)
     reserve_unaccounted(d);
     save(d, 1);
     /* the jobs that registered meanwhile, in registration (id) order */
-    for (size_t i = 0; i < registry_count(d->registry); i++) {
+    for (size_t i = 0; i < registry_count(d->registry);) {
         job_t *job = registry_at(d->registry, i);
+        uint64_t id = job->id;
         sched_job_view_t view;
         if (jobs_waiting_admission(job) && !jobs_is_reserved(job) &&
             sched_job_view(d, job, &view) < 0)
             jobs_sched_registered(d, job);
+        /* its effects may have forgotten finished jobs (a refused one, at once with
+         * --finished-jobs-kept 0), which moves the later ones down: on from the first job
+         * after it */
+        size_t next = i + 1 < registry_count(d->registry) ? i + 1 : registry_count(d->registry);
+        while (next > 0 && registry_at(d->registry, next - 1)->id > id)
+            next--;
+        i = next;
     }
 }
 
@@ -491,9 +499,10 @@ void jobs_restart_fini(salusd_t *d)
     if (r->recheck_timer)
         event_free(r->recheck_timer);
     free(r->hold_job);
-    state_free(&r->loaded);
+    /* the watches first: state_free empties the list they are counted by */
     for (size_t i = 0; r->exit_events && i < r->loaded.job_count; i++)
         stop_exit_watch(r, i);
+    state_free(&r->loaded);
     free(r->exit_events);
     free(r->survivor);
     free(r->back_as);

@@ -67,6 +67,16 @@ static int set_row(const option_def_t *row, void *config, const char *value, cha
 {
     char *field = (char *)config + row->offset;
     const char *v = value ? value : "";
+    size_t need = row->type == OPTION_INT     ? sizeof(long long)
+                  : row->type == OPTION_BYTES ? sizeof(unsigned long long)
+                  : row->type == OPTION_STRING ? 1
+                                               : sizeof(int);
+    if (row->size < need || (row->type != OPTION_STRING && row->size != need)) {
+        /* a table whose field does not have its type's size would write past it */
+        snprintf(err, err_size, "--%s: the option table gives it a %zu-byte field, its type needs %zu",
+                 row->name, row->size, need);
+        return -EINVAL;
+    }
     switch (row->type) {
     case OPTION_STRING:
         if (strlen(v) >= row->size) {

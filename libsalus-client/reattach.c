@@ -113,8 +113,9 @@ static void *watch(void *arg)
     for (;;) {
         if (atomic_load(&re.stop))
             return NULL;
-        int fd = atomic_load(&re.watched_fd);
-        if (fd < 0 || atomic_load(&re.lost)) {
+        int lost = atomic_load(&re.lost);
+        int fd = atomic_load(&re.watched_fd); /* read after lost: see shim_reattach_locked */
+        if (fd < 0 || lost) {
             struct timespec pause = {.tv_nsec = 100000000};
             nanosleep(&pause, NULL);
             continue;
@@ -247,8 +248,10 @@ int shim_reattach_locked(void)
             if (rc == 0) {
                 salus_client_close(&shim.client);
                 shim.client = next;
-                atomic_store(&re.lost, 0);
+                /* the new connection first: a watcher that sees lost cleared polls it, not
+                 * the closed one's number, which the program may have reused meanwhile */
                 atomic_store(&re.watched_fd, shim.client.fd);
+                atomic_store(&re.lost, 0);
                 LOG_INFO("job %llu re-attached to salusd (budget %llu MiB)",
                          (unsigned long long)shim.job_id, (unsigned long long)(budget >> 20));
                 fprintf(stderr, "salus: job %llu re-attached to the restarted salusd\n",

@@ -30,7 +30,7 @@ typedef struct salusd_config_s {
     char admin_group[64];        /* members see and control every job (access.c) */
     char allow_group[64];        /* empty: every local user may connect; else this group */
     long long metrics_timeout_ms;
-    int wait_log_s;              /* log jobs waiting longer than this (0: never) */
+    long long wait_log_s;        /* log jobs waiting longer than this (0: never) */
     int metrics_job_labels;      /* per-job samples (names, uids) in /metrics */
     char user_gpu_share_text[32]; /* --user-gpu-share as given */
     double user_gpu_share;       /* parsed from it: 0 < F <= 1 */
@@ -38,7 +38,7 @@ typedef struct salusd_config_s {
     char lane_hold_text[16];     /* --lane-hold as given */
     int lane_hold_gpu;           /* 1: jobs give their lanes up at quiescent points */
     char state_dir[4096];        /* what outlives a restart; empty: the default (state.h) */
-    int reattach_grace_s;        /* survivors of a restart re-attach within this */
+    long long reattach_grace_s;  /* survivors of a restart re-attach within this */
 } salusd_config_t;
 
 extern const option_def_t salusd_options[];

@@ -113,7 +113,7 @@ void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg)
     if (!rec || !pending) {
         server_reply_error(c, msg->id, PROTO_ENOTFOUND, 1,
                            "job %llu is not a job that survived salusd's restart (or its grace "
-                           "period of %d s is over)", (unsigned long long)id,
+                           "period of %lld s is over)", (unsigned long long)id,
                            d->config.reattach_grace_s);
         LOG_WARN("pid %d (uid %u) tried to re-attach as job %llu, which is not waiting to "
                  "re-attach", (int)c->pid, (unsigned)c->uid, (unsigned long long)id);

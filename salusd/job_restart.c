@@ -303,7 +303,7 @@ static void end_hold(salusd_t *d, const char *why)
         if (r->survivor[i] != SURVIVOR_PENDING)
             continue;
         r->survivor[i] = SURVIVOR_GONE;
-        LOG_WARN("job %llu '%s' did not re-attach within %d s; its place is given up",
+        LOG_WARN("job %llu '%s' did not re-attach within %lld s; its place is given up",
                  (unsigned long long)r->loaded.jobs[i].id, r->loaded.jobs[i].name,
                  d->config.reattach_grace_s);
     }
@@ -313,12 +313,20 @@ static void end_hold(salusd_t *d, const char *why)
     reserve_unaccounted(d);
     save(d, 1);
     /* the jobs that registered meanwhile, in registration (id) order */
-    for (size_t i = 0; i < registry_count(d->registry); i++) {
+    for (size_t i = 0; i < registry_count(d->registry);) {
         job_t *job = registry_at(d->registry, i);
+        uint64_t id = job->id;
         sched_job_view_t view;
         if (jobs_waiting_admission(job) && !jobs_is_reserved(job) &&
             sched_job_view(d, job, &view) < 0)
             jobs_sched_registered(d, job);
+        /* its effects may have forgotten finished jobs (a refused one, at once with
+         * --finished-jobs-kept 0), which moves the later ones down: on from the first job
+         * after it */
+        size_t next = i + 1 < registry_count(d->registry) ? i + 1 : registry_count(d->registry);
+        while (next > 0 && registry_at(d->registry, next - 1)->id > id)
+            next--;
+        i = next;
     }
 }
 
@@ -473,7 +481,7 @@ int jobs_restart_init(salusd_t *d)
     struct timeval grace = {.tv_sec = d->config.reattach_grace_s};
     if (!r->grace_timer || event_add(r->grace_timer, &grace) < 0)
         return -ENOMEM;
-    LOG_INFO("no new job is admitted until they re-attach (at most %d s)",
+    LOG_INFO("no new job is admitted until they re-attach (at most %lld s)",
              d->config.reattach_grace_s);
     return 0;
 }
@@ -491,9 +499,10 @@ void jobs_restart_fini(salusd_t *d)
     if (r->recheck_timer)
         event_free(r->recheck_timer);
     free(r->hold_job);
-    state_free(&r->loaded);
+    /* the watches first: state_free empties the list they are counted by */
     for (size_t i = 0; r->exit_events && i < r->loaded.job_count; i++)
         stop_exit_watch(r, i);
+    state_free(&r->loaded);
     free(r->exit_events);
     free(r->survivor);
     free(r->back_as);

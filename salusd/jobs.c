@@ -492,6 +492,16 @@ void jobs_connection_closed(conn_t *c)
     if (!rt)
         return;
     rt->conn = NULL;
+    /* a re-attach cut short (its connection closed before reattach_done): undone, so that the
+     * survivor, still waited for, may re-attach on a new connection; its chunks stay its own */
+    if (rt->reattaching) {
+        uint64_t id = job->id;
+        LOG_INFO("job %llu (pid %d): its connection closed during its re-attach; it may try "
+                 "again", (unsigned long long)id, (int)job->pid);
+        jobs_release_runtime(d, job);
+        registry_remove(d->registry, id);
+        return;
+    }
     /* not yet admitted, or no pidfd to wait on: the job is over now */
     if (rt->reply_pending || rt->pidfd < 0)
         finish_job(d, job, rt->reply_pending ? JOB_FAILED : JOB_ENDED);

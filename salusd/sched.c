@@ -51,36 +51,35 @@ int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx
                   "registration");
 }
 
+/* What the page says at a boundary: ready asks for the lane again, !ready gives it up (a
+ * release at a quiescent point: it asks again at its next submission). */
+static int report_boundary(salusd_t *d, const job_t *job, const job_page_t *page, bool ready,
+                           sched_core_effects_t *fx)
+{
+    sched_core_boundary_t b = {
+        .iterations = atomic_load(&page->iterations),
+        .busy_ns = atomic_load(&page->busy_ns),
+        .last_iteration_ns = atomic_load(&page->last_iteration_ns),
+        .persistent_bytes = atomic_load(&page->persistent_bytes),
+        .ephemeral_bytes = atomic_load(&page->ephemeral_peak_bytes),
+        .ready = ready,
+    };
+    return report(sched_core_job_boundary(d->sched->core, job->id, &b, salusd_now_ns(), fx),
+                  ready ? "boundary" : "release");
+}
+
 int sched_job_parked(salusd_t *d, const job_t *job, const job_page_t *page,
                      sched_core_effects_t *fx)
 {
     if (!parked(page))
         return -EAGAIN; /* a stale notification: nothing to report */
-    sched_core_boundary_t b = {
-        .iterations = atomic_load(&page->iterations),
-        .busy_ns = atomic_load(&page->busy_ns),
-        .last_iteration_ns = atomic_load(&page->last_iteration_ns),
-        .persistent_bytes = atomic_load(&page->persistent_bytes),
-        .ephemeral_bytes = atomic_load(&page->ephemeral_peak_bytes),
-        .ready = true,
-    };
-    return report(sched_core_job_boundary(d->sched->core, job->id, &b, salusd_now_ns(), fx),
-                  "boundary");
+    return report_boundary(d, job, page, true, fx);
 }
 
 int sched_job_released(salusd_t *d, const job_t *job, const job_page_t *page,
                        sched_core_effects_t *fx)
 {
-    sched_core_boundary_t b = {
-        .iterations = atomic_load(&page->iterations),
-        .busy_ns = atomic_load(&page->busy_ns),
-        .last_iteration_ns = atomic_load(&page->last_iteration_ns),
-        .persistent_bytes = atomic_load(&page->persistent_bytes),
-        .ephemeral_bytes = atomic_load(&page->ephemeral_peak_bytes),
-        .ready = false, /* it asks again at its next submission */
-    };
-    return report(sched_core_job_boundary(d->sched->core, job->id, &b, salusd_now_ns(), fx),
-                  "release");
+    return report_boundary(d, job, page, false, fx);
 }
 
 int sched_lane_shared(const salusd_t *d, const job_t *job)

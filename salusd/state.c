@@ -294,6 +294,34 @@ static int make_parent(const char *path)
     return 0;
 }
 
+/* The state file's directory must be salusd's own and writable by nobody else: another user
+ * who can create names there could plant the temporary file salusd writes through. */
+static int check_parent(const char *path, char *err, size_t err_size)
+{
+    char dir[PATH_MAX];
+    struct stat st;
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    if (lstat(dir, &st) < 0) {
+        snprintf(err, err_size, "%s: %s", dir, strerror(errno));
+        return -errno;
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        snprintf(err, err_size, "the state directory %s must be a directory of uid %u that "
+                 "only it can write (it is %s of uid %u, mode %03o)", dir, (unsigned)geteuid(),
+                 S_ISDIR(st.st_mode) ? "a directory" : "not a directory", (unsigned)st.st_uid,
+                 (unsigned)(st.st_mode & 0777));
+        return -EPERM;
+    }
+    return 0;
+}
+
 int state_write_file(const char *path, const salusd_state_t *state, int durable, char *err,
                      size_t err_size)
 {
@@ -315,6 +343,9 @@ int state_write_file(const char *path, const salusd_state_t *state, int durable,
         snprintf(err, err_size, "cannot create the directory of %s: %s", path, strerror(-rc));
         goto out;
     }
+    rc = check_parent(path, err, err_size);
+    if (rc < 0)
+        goto out;
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
         rc = -errno;

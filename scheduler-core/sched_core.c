@@ -289,21 +289,6 @@ static int grow_scratch(sched_core_t *core, size_t needed)
     return 0;
 }
 
-static inline void view_of(const core_job_t *job, policy_job_t *v)
-{
-    *v = (policy_job_t){
-        .id = job->id,
-        .arrival_ns = job->registered_ns,
-        .iterations_done = job->iterations,
-        .iterations_expected = job->iterations_expected,
-        .mean_iteration_ns = job->mean_iteration_ns,
-        .attained_ns = job->busy_ns,
-        .priority = job->priority,
-        .lane = job->admitted ? job->lane : 0,
-        .runnable = job->admitted && job->ready && !job->holds_lane,
-    };
-}
-
 /* view_of() for a job known to be admitted (a lane's member at a turn: two tests fewer per
  * member, and a turn builds a view of every member). */
 static inline void view_of_admitted(const core_job_t *job, policy_job_t *v)
@@ -319,6 +304,16 @@ static inline void view_of_admitted(const core_job_t *job, policy_job_t *v)
         .lane = job->lane,
         .runnable = job->ready && !job->holds_lane,
     };
+}
+
+/* A job's view for the policy, admitted or not. */
+static inline void view_of(const core_job_t *job, policy_job_t *v)
+{
+    view_of_admitted(job, v);
+    if (!job->admitted) {
+        v->lane = 0;
+        v->runnable = false;
+    }
 }
 
 static void touch_slow(sched_core_t *core, uint32_t lane)

@@ -7,14 +7,16 @@
  *   salus-reattach-test claim SOCKET JOB_ID             re-attach as a job of another process
  *   salus-reattach-test bad SOCKET                      malformed re-attach requests
  *   salus-reattach-test hello SOCKET VERSION MINOR|-    a hello of that version (- : no minor)
- *   salus-reattach-test job SOCKET MIB GO_FILE MODE     MODE: honest | memfd | steal
+ *   salus-reattach-test job SOCKET MIB GO_FILE MODE     MODE: honest | memfd | steal | cut
  *
  * job: registers (persistent MIB, ephemeral 2 MiB), takes one chunk of MIB, prints
  * "admitted job=N chunk=C bytes=B", waits for salusd to go away ("lost"), then for GO_FILE to
  * exist, re-attaches and prints "reattached" or "refused: <reason>" (exit 0 either way), then
  * waits for GO_FILE.end and exits. memfd re-presents a plain memfd of the chunk's size named
  * as simgpu names its chunks; steal forks a second honest job first and re-presents that
- * job's chunk as its own (the second job prints its lines prefixed "mate "). */
+ * job's chunk as its own (the second job prints its lines prefixed "mate "); cut sends the
+ * first re-attach request, closes that connection (printing "cut") and re-attaches honestly on
+ * a new one. */
 #include "client.h"
 #include "job_page.h"
 
@@ -111,7 +113,7 @@ static int admit(salus_client_t *c, const char *sock, uint64_t mib, held_t *h)
 
 /* Waits for salusd to go, then for go_file, then re-attaches presenting chunk_fd. */
 static int reattach(salus_client_t *c, const char *sock, const char *go_file, const held_t *h,
-                    int chunk_fd)
+                    int chunk_fd, int cut)
 {
     char err[256] = "", end_file[4200];
     proto_msg_t reply;
@@ -133,10 +135,30 @@ static int reattach(salus_client_t *c, const char *sock, const char *go_file, co
         fprintf(stderr, "%sreconnect: %s\n", prefix, err);
         return 1;
     }
-    msgpack_packer *pk = salus_client_begin(c, "reattach", 2);
+    msgpack_packer *pk;
+    int fds[2] = {h->page_fd, h->notify_fd};
+    if (cut) { /* a re-attach begun, its connection closed, then the whole re-attach again */
+        pk = salus_client_begin(c, "reattach", 2);
+        proto_pack_kv_uint(pk, "job_id", h->job_id);
+        proto_pack_kv_uint(pk, "chunks", 1);
+        rc = salus_client_call_passing(c, fds, 2, &reply, err, sizeof(err));
+        if (rc < 0) {
+            printf("%srefused at the first try: %s\n", prefix, err[0] ? err : strerror(-rc));
+            fflush(stdout);
+            return 1;
+        }
+        proto_msg_free(&reply);
+        salus_client_close(c);
+        printf("%scut\n", prefix);
+        fflush(stdout);
+        if (salus_client_open(c, sock, "reattach-test", 2000, err, sizeof(err)) < 0) {
+            fprintf(stderr, "%sreconnect: %s\n", prefix, err);
+            return 1;
+        }
+    }
+    pk = salus_client_begin(c, "reattach", 2);
     proto_pack_kv_uint(pk, "job_id", h->job_id);
     proto_pack_kv_uint(pk, "chunks", 1);
-    int fds[2] = {h->page_fd, h->notify_fd};
     rc = salus_client_call_passing(c, fds, 2, &reply, err, sizeof(err));
     if (rc == 0) {
         proto_msg_free(&reply);
@@ -191,7 +213,7 @@ static int job(const char *sock, uint64_t mib, const char *go_file, const char *
             memcpy(CMSG_DATA(cm), &h.chunk_fd, sizeof(int));
             if (sendmsg(pair[1], &m, 0) != 1)
                 _exit(1);
-            _exit(reattach(&c, sock, go_file, &h, h.chunk_fd));
+            _exit(reattach(&c, sock, go_file, &h, h.chunk_fd, 0));
         }
         close(pair[1]);
         char one;
@@ -213,7 +235,7 @@ static int job(const char *sock, uint64_t mib, const char *go_file, const char *
     } else if (strcmp(mode, "steal") == 0) {
         present = mate_fd;
     }
-    int rc = reattach(&c, sock, go_file, &h, present);
+    int rc = reattach(&c, sock, go_file, &h, present, strcmp(mode, "cut") == 0);
     if (mate > 0) {
         int st = 0;
         waitpid(mate, &st, 0);
@@ -375,6 +397,6 @@ int main(int argc, char **argv)
         return job(argv[2], strtoull(argv[3], NULL, 10), argv[4], argv[5]);
     fprintf(stderr, "usage: salus-reattach-test used | claim SOCKET JOB_ID | bad SOCKET |\n"
                     "       hello SOCKET VERSION MINOR|- |\n"
-                    "       job SOCKET MIB GO_FILE honest|memfd|steal\n");
+                    "       job SOCKET MIB GO_FILE honest|memfd|steal|cut\n");
     return 2;
 }

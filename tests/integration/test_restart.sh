@@ -14,6 +14,11 @@
 #     at once, not after the grace period.
 #  7. A job still waiting for admission when salusd goes registers again with the restarted
 #     one, waits there while it does not fit, and runs once it does.
+#  8. A survivor's re-attach whose connection closes half-way is undone: the job re-attaches
+#     on a new connection. A salusd stopped while a survivor is still awaited exits cleanly
+#     (under the sanitizers: nothing leaked).
+#  9. Jobs that registered during the hold are all taken up when it ends, also when the first
+#     of them is refused and forgotten at once (--finished-jobs-kept 0).
 #  5. Memory taken on the device while salusd was down by a program outside salus is found
 #     before the first admission (the driver's free memory against the books), logged, kept
 #     out of the lanes, and handed out again once that program ended.
@@ -341,4 +346,60 @@ wait "$JK" 2>/dev/null || true
 wait "$JW" || fail "W failed: $(cat "$WORK/W.out")"
 grep -q '^final_loss=' "$WORK/W.out" || fail "W did not finish: $(cat "$WORK/W.out")"
 pass "a job waiting for admission registered again with the restarted salusd and ran once K ended"
+stop_daemon
+
+# ---- 8. a re-attach cut half-way; a stop while a survivor is awaited -----------------------
+start_daemon --policy pack
+tool_job cut 64 cut
+wait_until 10 'grep -q "^admitted" "$WORK/cut.out"' || fail "the tool was not admitted"
+C=$(id_of cut '')
+kill -9 "$DAEMON_PID"
+wait "$DAEMON_PID" 2>/dev/null || true
+wait_until 10 'grep -q "^lost" "$WORK/cut.out"' || fail "the tool did not see salusd go"
+start_daemon --policy pack
+stop_daemon # job C not back yet: its watch ends with salusd
+start_daemon --policy pack
+touch "$WORK/go-cut"
+wait_until 15 'grep -q "^reattached\|^refused" "$WORK/cut.out"' ||
+    fail "the cut re-attach has no outcome: $(cat "$WORK/cut.out")"
+echo "cut re-attach: $(grep -v '^admitted' "$WORK/cut.out" | tr '\n' ' ')"
+grep -q "^cut" "$WORK/cut.out" || fail "the tool did not cut its first re-attach"
+grep -q "^reattached" "$WORK/cut.out" || fail "job $C did not re-attach after the cut: $(cat "$WORK/cut.out")"
+grep -q "job $C (pid [0-9]*): its connection closed during its re-attach" "$WORK/salusd.log" ||
+    fail "salusd did not log the cut re-attach"
+case "$(job_field "$C" state)" in running | paused) ;; *) fail "job $C is $(job_field "$C" state)" ;; esac
+touch "$WORK/go-cut.end"
+wait "$T_cut" || fail "the tool failed: $(cat "$WORK/cut.out")"
+pass "a re-attach whose connection closed half-way was undone; job $C re-attached on a new connection"
+stop_daemon
+
+# ---- 9. the hold ends: a refused job forgotten at once does not hide the next one -----------
+start_daemon --policy pack --finished-jobs-kept 0
+tool_job held 64 honest
+wait_until 10 'grep -q "^admitted" "$WORK/held.out"' || fail "the tool was not admitted"
+kill -9 "$DAEMON_PID"
+wait "$DAEMON_PID" 2>/dev/null || true
+wait_until 10 'grep -q "^lost" "$WORK/held.out"' || fail "the tool did not see salusd go"
+start_daemon --policy pack --finished-jobs-kept 0
+"$SALUSCTL" run --name X --persistent 4GiB --ephemeral 64MiB -- "$MLP" --iterations 5 \
+    --print-every 0 >"$WORK/X.out" 2>&1 &
+JX=$!
+TOOL_PIDS+=("$JX")
+wait_until 10 '[ -n "$(id_by_name X)" ]' || fail "X did not register"
+"$SALUSCTL" run --name Y --persistent 64MiB --ephemeral 64MiB -- "$MLP" --iterations 5 \
+    --print-every 0 >"$WORK/Y.out" 2>&1 &
+JY=$!
+TOOL_PIDS+=("$JY")
+wait_until 10 '[ -n "$(id_by_name Y)" ]' || fail "Y did not register"
+show "X and Y registered during the hold"
+touch "$WORK/go-held"
+wait_until 10 'grep -q "^reattached" "$WORK/held.out"' || fail "the tool did not re-attach: $(cat "$WORK/held.out")"
+wait "$JX" && fail "X (4 GiB on a 1 GiB device) was not refused"
+echo "X: $(tail -1 "$WORK/X.out")"
+wait_until 15 'grep -q "^final_loss=" "$WORK/Y.out"' ||
+    fail "Y was not admitted after the hold: $("$SALUSCTL" ps)"
+wait "$JY" || fail "Y failed: $(cat "$WORK/Y.out")"
+touch "$WORK/go-held.end"
+wait "$T_held" || fail "the tool failed: $(cat "$WORK/held.out")"
+pass "the hold ended: X refused and forgotten, Y admitted and finished"
 stop_daemon

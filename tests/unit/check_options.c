@@ -29,6 +29,31 @@ static const option_def_t table[] = {
 };
 #define N (sizeof(table) / sizeof(table[0]))
 
+/* A row whose field does not have its type's size (an int for OPTION_INT) is refused before
+ * anything is written past the field: defaults and set both fail and the neighbour stays. */
+typedef struct {
+    int small;
+    int neighbour;
+} narrow_t;
+
+START_TEST(test_field_of_the_wrong_size)
+{
+    const option_def_t narrow[] = {
+        {"small", OPTION_INT, "7", 0, 100, offsetof(narrow_t, small), sizeof(int), "help"},
+    };
+    narrow_t c = {.small = 1, .neighbour = 42};
+    char err[256] = "";
+    ck_assert_int_eq(options_set_defaults(narrow, 1, &c), -EINVAL);
+    ck_assert_int_eq(options_set(narrow, 1, &c, "small", "3", err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "4-byte field") != NULL, "%s", err);
+    ck_assert_int_eq(c.small, 1);
+    ck_assert_int_eq(c.neighbour, 42);
+    /* every row of the test table has the right size */
+    cfg_t ok;
+    ck_assert_int_eq(options_set_defaults(table, N, &ok), 0);
+}
+END_TEST
+
 START_TEST(test_defaults_and_set)
 {
     cfg_t c;
@@ -159,6 +184,7 @@ int main(void)
     Suite *s = suite_create("options");
     TCase *tc = tcase_create("table");
     tcase_add_test(tc, test_defaults_and_set);
+    tcase_add_test(tc, test_field_of_the_wrong_size);
     tcase_add_test(tc, test_bytes);
     tcase_add_test(tc, test_args);
     tcase_add_test(tc, test_file);

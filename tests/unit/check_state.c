@@ -239,6 +239,24 @@ START_TEST(test_file_of_another_user_is_refused)
 }
 END_TEST
 
+/* A state directory others can write to (or not salusd's own) is refused before anything is
+ * written there: another user could plant the temporary file salusd writes through. */
+START_TEST(test_loose_state_directory_is_refused)
+{
+    salusd_state_t in;
+    char err[512] = "", sub[160];
+    sample(&in);
+    snprintf(sub, sizeof(sub), "%s/sub", dir);
+    ck_assert_int_eq(mkdir(sub, 0777), 0);
+    ck_assert_int_eq(chmod(sub, 0777), 0);
+    ck_assert_int_eq(state_write_file(path, &in, 0, err, sizeof(err)), -EPERM);
+    ck_assert_msg(strstr(err, "only it can write") && strstr(err, "mode 777"), "%s", err);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    ck_assert_int_eq(chmod(sub, 0755), 0);
+    ck_assert_int_eq(state_write_file(path, &in, 0, err, sizeof(err)), 0);
+}
+END_TEST
+
 START_TEST(test_file_names)
 {
     char out[256], other[256];
@@ -268,6 +286,7 @@ static Suite *state_suite(void)
     tcase_add_test(t, test_well_sealed_nonsense_is_refused);
     tcase_add_test(t, test_file_of_another_user_is_refused);
     tcase_add_test(t, test_file_names);
+    tcase_add_test(t, test_loose_state_directory_is_refused);
     suite_add_tcase(s, t);
     return s;
 }

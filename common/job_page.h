@@ -3,8 +3,16 @@
  * a switch at an iteration boundary needs no socket round trip:
  *
  *   shim, at a boundary:  boundary_seq = k; if (!free_run) { waiting = 1; write(notify_fd);
- *                         futex-wait until grant_seq >= k; waiting = 0 }
- *   daemon, to grant:     grant_seq = boundary_seq; FUTEX_WAKE(&grant_seq)
+ *                         futex-wait on wake_seq until grant_seq >= k; waiting = 0 }
+ *   daemon, to grant:     grant_seq = boundary_seq; wake_seq++; FUTEX_WAKE(&wake_seq)
+ *
+ * A parked job keeps its chunks: a switch moves no memory while the device has room. When a
+ * chunk request finds the device full, the daemon asks the parked jobs of that GPU that hold
+ * unused chunks to hand them back: trim_request = 1; wake_seq++; FUTEX_WAKE(&wake_seq). So
+ * does a job that gave its lane up at a quiescent point (below): it is on the host then, and
+ * answers at its next submission (or release); after a request a job hands its unused chunks
+ * back at its next turns unasked, as memory is short.
+ * (Without JOB_PAGE_FEATURE_WAKE_SEQ the shim waits on grant_seq and trims at every park.)
  *
  * free_run = 1 means no other job waits for this job's GPU: the shim passes boundaries
  * without stopping. Iteration statistics flow the other way through the same page. Both
@@ -15,11 +23,12 @@
  * point) the shim ends the iteration and gives its lane up at once, through `lane`:
  *
  *   nobody waits (free_run):  lane = RELEASED (no daemon round trip; unused chunks handed
- *                             back first if lane_shared); its next submission
- *                             takes it back with CAS RELEASED -> HELD, unless the daemon took
+ *                             back first if lane_shared and memory is short, above); its
+ *                             next submission takes it back with CAS RELEASED -> HELD,
+ *                             unless the daemon took
  *                             it meanwhile (CAS RELEASED -> TAKEN when another job of the
  *                             lane asks, right after clearing free_run)
- *   someone waits:            hands back unused chunks; lane = GIVEN; write(notify_fd); the
+ *   someone waits:            (unused chunks as above); lane = GIVEN; write(notify_fd); the
  *                             daemon reports the release (CAS GIVEN -> TAKEN)
  *   next submission, lane TAKEN or GIVEN: it asks for a grant as at a boundary (above)
  *   daemon, to grant:         lane = HELD before grant_seq
@@ -34,7 +43,11 @@
 #include <stdint.h>
 
 #define JOB_PAGE_MAGIC 0x53414c55u /* "SALU" */
+/* Fields are only appended, so the version stays: a reader of the first layout ignores what
+ * follows it, and a daemon that does not know a later field leaves it 0 (the memfd is zeroed).
+ * features says what the daemon serves. */
 #define JOB_PAGE_VERSION 1u
+#define JOB_PAGE_FEATURE_WAKE_SEQ 1u /* grants and trim requests bump wake_seq */
 #define JOB_PAGE_BYTES 4096u
 
 typedef struct job_page_s {
@@ -58,8 +71,17 @@ typedef struct job_page_s {
     /* lanes held for GPU time (above) */
     _Atomic uint32_t release_ok;         /* daemon -> shim: give the lane up at quiescent points */
     _Atomic uint32_t lane;               /* JOB_LANE_*: who may use the job's lane turn */
-    _Atomic uint32_t lane_shared;        /* daemon -> shim: other jobs are in its lane: hand
-                                            back unused chunks at every release */
+    _Atomic uint32_t lane_shared;        /* daemon -> shim: other jobs are in its lane: unused
+                                            chunks may be wanted after a release */
+    /* appended, daemon -> shim */
+    _Atomic uint32_t features;           /* JOB_PAGE_FEATURE_* */
+    _Atomic uint32_t wake_seq;           /* futex word of a parked shim: bumped by each grant
+                                          * and trim request (grant_seq is woken too) */
+    _Atomic uint32_t trim_request;       /* 1: hand the unused chunks back (parked: now;
+                                          * released: at the next submission or release) */
+    /* appended, shim -> daemon */
+    _Atomic uint32_t trimmed_seq;        /* the boundary at whose park the unused chunks went
+                                          * back (nothing more to ask for until it runs) */
 } job_page_t;
 
 enum {

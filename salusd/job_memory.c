@@ -1,5 +1,6 @@
 /* Device memory for jobs: chunks handed out on request (mem_grow), given back (mem_release),
- * and requests that wait while the device is full but the job is within its budget. */
+ * and requests that wait while the device is full but the job is within its budget (the
+ * parked and released jobs of its GPU are asked for their unused chunks then). */
 #include "jobs-internal.h"
 
 #include "log.h"
@@ -70,6 +71,15 @@ static int grant_chunk(salusd_t *d, job_t *job, job_runtime_t *rt, uint64_t requ
 
 #define GROW_WAIT_NS (20ull * 1000000000ull)
 
+/* parked and released jobs keep their chunks until memory is short (job_sched.c) */
+static void request_trims_for(salusd_t *d, const job_t *job)
+{
+    int gpu;
+    uint64_t budget;
+    if (jobs_placement(d, job, &gpu, &budget) == 0)
+        jobs_request_trims(d, gpu);
+}
+
 /* Retries the chunk requests that found the device full; answers those that waited too
  * long with out-of-memory. Runs after memory came back and from a timer. */
 void jobs_retry_pending_grows(salusd_t *d)
@@ -81,8 +91,10 @@ void jobs_retry_pending_grows(salusd_t *d)
         if (!rt || !rt->grow_pending || !rt->conn)
             continue;
         int rc = grant_chunk(d, job, rt, rt->grow_request_id, rt->grow_bytes);
-        if (rc == -ENOMEM && now - rt->grow_since_ns < GROW_WAIT_NS)
+        if (rc == -ENOMEM && now - rt->grow_since_ns < GROW_WAIT_NS) {
+            request_trims_for(d, job); /* jobs that parked since */
             continue;
+        }
         if (rc == -ENOMEM)
             server_reply_error(rt->conn, rt->grow_request_id, PROTO_ENOMEM, 0,
                                "the GPU had no room for %llu MiB for %llu s",
@@ -141,6 +153,7 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
     rt->grow_request_id = msg->id;
     rt->grow_bytes = bytes;
     rt->grow_since_ns = salusd_now_ns();
+    request_trims_for(d, job);
     if (!d->grow_timer) {
         struct timeval period = {.tv_sec = 0, .tv_usec = 200000};
         d->grow_timer = event_new(d->base, -1, EV_PERSIST, on_grow_timer, d);
@@ -168,6 +181,10 @@ void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg)
         job->committed_bytes -= rt->chunks[i].bytes;
         devices_chunk_release(&d->devices, &rt->chunks[i]);
         rt->chunks[i] = rt->chunks[--rt->chunk_count];
+        int gpu;
+        uint64_t budget;
+        if (jobs_placement(d, job, &gpu, &budget) == 0)
+            jobs_set_budget(job, budget); /* down to the books' again if it was held above them */
         jobs_state_dirty(d); /* a chunk on file that the job no longer has is harmless */
         proto_enc_t *e = &d->enc;
         proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);

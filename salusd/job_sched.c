@@ -1,8 +1,8 @@
 /* The jobs module's side of scheduling: it sends the scheduling core (through sched.c) what
  * happens to jobs and carries out what the core decides, on job pages, futexes and sockets:
  *   ADMIT -> jobs_admit (answers the register request), REFUSE -> jobs_fail,
- *   GRANT -> lane word HELD, grant_seq + FUTEX_WAKE (free_run: the shim passes its
- *   boundaries without stopping), STOP_FREE_RUN -> free_run = 0 (it parks at its next
+ *   GRANT -> lane word HELD, grant_seq, wake_seq + FUTEX_WAKE (free_run: the shim passes
+ *   its boundaries without stopping), STOP_FREE_RUN -> free_run = 0 (it parks at its next
  *   boundary; a lane it gave up meanwhile is taken: its release is reported now),
  *   BUDGET -> jobs_set_budget, MOVE and LEARNED -> logged.
  * A refusal or a failed admission ends the job (jobs_fail), which sends the core further
@@ -17,6 +17,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+static void futex_wake_all(_Atomic uint32_t *word)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+}
+
+/* wake_seq is what a parked shim waits on; grant_seq is woken too, for a shim that runs the
+ * baseline mechanism (SALUS_SWITCH_BASELINE, libsalus-client/gate.c) */
 static void grant(salusd_t *d, job_t *job, int free_run)
 {
     job_page_t *page = jobs_page(job);
@@ -27,7 +34,41 @@ static void grant(salusd_t *d, job_t *job, int free_run)
     atomic_store(&page->lane, JOB_LANE_HELD);
     atomic_store(&page->free_run, (uint32_t)free_run);
     atomic_store(&page->grant_seq, atomic_load(&page->boundary_seq));
-    syscall(SYS_futex, (uint32_t *)&page->grant_seq, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+    atomic_fetch_add(&page->wake_seq, 1);
+    futex_wake_all(&page->wake_seq);
+    futex_wake_all(&page->grant_seq);
+}
+
+/* Asks a parked job, or one that gave its lane up at a quiescent point (lanes held for GPU
+ * time), for its unused chunks: it trims and sends mem_release for each, and the pending
+ * requests are retried then (job_memory.c). A parked job answers at once; a released one is
+ * on the host and answers at its next submission or release. Not a job that holds its lane
+ * (it may use them), nor one that trimmed at this park already. */
+void jobs_request_trim(job_t *job)
+{
+    job_page_t *page = jobs_page(job);
+    uint32_t boundary = page ? atomic_load(&page->boundary_seq) : 0;
+    int parked = page && atomic_load(&page->waiting) && atomic_load(&page->grant_seq) < boundary;
+    int released = page && atomic_load(&page->lane) != JOB_LANE_HELD;
+    if (!page || !(parked || released) ||
+        (parked && atomic_load(&page->trimmed_seq) == boundary) ||
+        atomic_load(&page->mapped_bytes) <= atomic_load(&page->live_bytes) ||
+        atomic_exchange(&page->trim_request, 1))
+        return;
+    LOG_DEBUG("job %llu is asked for its unused chunks", (unsigned long long)job->id);
+    atomic_fetch_add(&page->wake_seq, 1);
+    futex_wake_all(&page->wake_seq);
+}
+
+void jobs_request_trims(salusd_t *d, int gpu)
+{
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        job_t *job = registry_at(d->registry, i);
+        int on;
+        uint64_t budget;
+        if (job->runtime && jobs_placement(d, job, &on, &budget) == 0 && on == gpu)
+            jobs_request_trim(job);
+    }
 }
 
 static void log_learned(const job_t *job, const sched_core_effect_t *e)

@@ -40,6 +40,12 @@ static inline job_runtime_t *runtime_of(const job_t *job)
 void jobs_sched_registered(salusd_t *d, job_t *job);
 void jobs_sched_parked(salusd_t *d, job_t *job);
 void jobs_sched_left(salusd_t *d, uint64_t job_id); /* it ended: its place goes on */
+/* A chunk request found GPU gpu full: the jobs on it that hold unused chunks and do not hold
+ * their lane (parked, or released at a quiescent point) are asked to hand them back
+ * (trim_request on their page); asking twice is harmless. */
+void jobs_request_trims(salusd_t *d, int gpu);
+/* The same for one job (when its budget fell below what it holds). */
+void jobs_request_trim(job_t *job);
 
 /* The job's registered process ended (its pidfd is readable); its eventfd was written. */
 void jobs_on_process_exit(int fd, short events, void *arg);

@@ -270,6 +270,7 @@ static int create_page(job_runtime_t *rt, int *page_fd)
     rt->page = p;
     rt->page->magic = JOB_PAGE_MAGIC;
     rt->page->version = JOB_PAGE_VERSION;
+    atomic_store(&rt->page->features, JOB_PAGE_FEATURE_WAKE_SEQ); /* job_sched.c */
     *page_fd = fd;
     return 0;
 }
@@ -343,9 +344,13 @@ void jobs_set_budget(job_t *job, uint64_t budget_bytes)
     job_runtime_t *rt = runtime_of(job);
     if (!rt || !rt->page) /* not admitted: the budget comes with the admission */
         return;
-    /* never below what the job already holds (chunk rounding, or a page that lies) */
-    if (budget_bytes < job->committed_bytes)
+    /* never below what the job already holds (chunk rounding, or a page that lies); a parked
+     * job that keeps chunks it does not use is asked for them, and its budget comes down as
+     * they come back (job_memory.c) */
+    if (budget_bytes < job->committed_bytes) {
         budget_bytes = job->committed_bytes;
+        jobs_request_trim(job);
+    }
     atomic_store(&rt->page->budget_bytes, budget_bytes);
 }
 

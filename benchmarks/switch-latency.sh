@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# Switch latency: two jobs forced into one lane of a real salusd on simgpu, with the shim
+# preloaded, taking turns. Measures, over SWITCHES switches, the time from job A's release of
+# the lane to job B's gate call returning (with the memory hand-over, its memory regrown):
+# p50, p99 and max, without the memory hand-over (the jobs keep their memory) and with it
+# (each iteration allocates and frees EPHEMERAL_MB MiB), under salusd's default --lane-hold gpu
+# (the lane goes at the quiescent point: the synchronising call, or the free that brings memory
+# down) and --lane-hold iteration (at the next submission). Baseline (SALUS_SWITCH_BASELINE=1:
+# the hand-over before parked and released jobs kept their chunks, and before wake_seq) and the
+# current mechanism run alternately in one run, side by side. Then the floors (two processes
+# taking turns through a futex, without salus: directly, or relayed by a third process as the
+# daemon does) and salus-synth (0.2 ms GPU, 300 MiB ephemeral per iteration) alone and two in
+# a lane.
+#   benchmarks/switch-latency.sh [--build-dir DIR] [--switches N] [--ephemeral-mb M]
+#       [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check] [--check-kept]
+# --host-us: host time after each release in the extra --lane-hold gpu rows (default 1000).
+# SWITCH_ROWS (e.g. "gpu.none iteration.room") measures a subset; SWITCH_DAEMON_ARGS is added to
+# salusd's command line (e.g. --log-level debug); SWITCH_KEEP_LOG=FILE keeps salusd's log and
+# SWITCH_KEEP_SAMPLES=DIR the last measurement's samples and side outputs.
+# --check: exit 1 when the current mechanism's p50 without the memory hand-over is over 50 us.
+# --check-kept: exit 1 unless, with the memory hand-over on a GPU with room, the current
+# mechanism's p50 is below half the baseline's in each mode (its chunks stay: nothing regrown).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD="$ROOT/build"
+SWITCHES=10000
+EPHEMERAL_MB=300
+GPU_US=100
+SYNTH=1
+ITERATION=1
+HOST_US=1000
+CHECK=0
+CHECK_KEPT=0
+usage() {
+    echo "usage: $0 [--build-dir DIR] [--switches N] [--ephemeral-mb M] [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check] [--check-kept]" >&2
+    exit 2
+}
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --build-dir) BUILD=${2:?}; shift 2 ;;
+        --switches) SWITCHES=${2:?}; shift 2 ;;
+        --ephemeral-mb) EPHEMERAL_MB=${2:?}; shift 2 ;;
+        --gpu-us) GPU_US=${2:?}; shift 2 ;;
+        --host-us) HOST_US=${2:?}; shift 2 ;;
+        --no-synth) SYNTH=0; shift ;;
+        --no-iteration) ITERATION=0; shift ;;
+        --check) CHECK=1; shift ;;
+        --check-kept) CHECK_KEPT=1; shift ;;
+        *) usage ;;
+    esac
+done
+BUILD=$(cd "$BUILD" && pwd)
+BIN="$BUILD/bin"
+BENCH="$BUILD/benchmarks/salus-switch-latency"
+for f in "$BENCH" "$BIN/salusd" "$BIN/salusctl"; do
+    [ -e "$f" ] || { echo "switch-latency: $f is missing (build first)" >&2; exit 1; }
+done
+PACKS_FILE="$BUILD/lib/packs/salus-workloads.packs"
+[ -f "$PACKS_FILE" ] && export SIMGPU_KERNEL_PACKS="$(cat "$PACKS_FILE")"
+
+RUN=$(mktemp -d /tmp/salus-switch.XXXXXX)
+export SALUS_SOCKET="$RUN/salusd.sock"
+export SIMGPU_SHM_NAME="salus-switch-${RUN##*.}"
+
+DAEMON=""
+JOBS=()
+stop_daemon() {
+    if [ -n "$DAEMON" ]; then kill "$DAEMON" 2>/dev/null || true; wait "$DAEMON" 2>/dev/null || true; fi
+    DAEMON=""
+    rm -f "/dev/shm/$SIMGPU_SHM_NAME"
+}
+cleanup() {
+    local pid
+    for pid in "${JOBS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${JOBS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    stop_daemon
+    [ -n "${SWITCH_KEEP_LOG:-}" ] && cp "$RUN/salusd.log" "$SWITCH_KEEP_LOG"
+    [ -n "${SWITCH_KEEP_SAMPLES:-}" ] && cp "$RUN"/samples.* "$RUN"/side.* "$SWITCH_KEEP_SAMPLES"/ 2>/dev/null
+    rm -rf "$RUN"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# start_daemon [LANE_HOLD]: a fresh salusd (the mechanism comes from SALUS_SWITCH_BASELINE in
+# the environment)
+start_daemon() {
+    rm -rf "$RUN/state" # learned sizes of an earlier measurement would change this one
+    "$BIN/salusd" --foreground --policy pack --lane-hold "${1:-gpu}" --state-dir "$RUN/state" ${SWITCH_DAEMON_ARGS:-} \
+        2>>"$RUN/salusd.log" &
+    DAEMON=$!
+    for _ in $(seq 1 200); do "$BIN/salusctl" status >/dev/null 2>&1 && return 0; sleep 0.05; done
+    cat "$RUN/salusd.log" >&2
+    echo "switch-latency: salusd did not start" >&2
+    exit 1
+}
+
+# pair LANE_HOLD MECH EPHEMERAL_MB [full|room] [HOST_US]: one measurement; prints "p50 p99 max
+# count ms_per_iteration". full: a GPU too small for both jobs' ephemeral memory at once, so
+# that it must move.
+pair() {
+    local hold=$1 mech=$2 eph=$3 side out host=${5:-0}
+    local baseline=0 hints=(--persistent 64MiB --ephemeral 600MiB) gpu_mb=1024
+    [ "$mech" = baseline ] && baseline=1
+    if [ "${4:-}" = full ]; then
+        # persistent: a 64 MiB chunk each (the default chunk size); one lane, not two
+        gpu_mb=$((eph + 128 + eph / 2)); hints=(--persistent 64MiB --ephemeral "$((eph + 8))MiB")
+    fi
+    SIMGPU_MEMORY_MB=$gpu_mb SALUS_SWITCH_BASELINE=$baseline start_daemon "$hold"
+    rm -f "$RUN/shared" && truncate -s 4096 "$RUN/shared"
+    JOBS=()
+    for side in 0 1; do
+        # hints that do not fit two lanes of the 1 GiB GPU: the two jobs share one
+        SALUS_SWITCH_BASELINE=$baseline "$BIN/salusctl" run --name "switch-$side" "${hints[@]}" -- \
+            "$BENCH" --side "$side" --shared "$RUN/shared" --switches "$SWITCHES" \
+            --gpu-us "$GPU_US" --ephemeral-mb "$eph" --persistent-mb 16 \
+            --lane-hold "$hold" --host-us "$host" \
+            --out "$RUN/samples.$side" >"$RUN/side.$side" 2>&1 &
+        JOBS+=("$!")
+    done
+    for side in 0 1; do
+        wait "${JOBS[$side]}" || { cat "$RUN/side.$side" "$RUN/salusd.log" >&2; echo "switch-latency: side $side failed" >&2; exit 1; }
+    done
+    JOBS=()
+    stop_daemon
+    python3 - "$RUN/samples.0" "$RUN/samples.1" "$RUN/side.0" "$RUN/side.1" <<'PY'
+import re, sys
+s = sorted(int(x) for f in sys.argv[1:3] for x in open(f).read().split())
+outs = [open(f).read() for f in sys.argv[3:5]]
+ms = [float(re.search(r"ms_per_iteration=([0-9.]+)", o).group(1)) for o in outs]
+overlaps = sum(int(re.search(r"overlaps=([0-9]+)", o).group(1)) for o in outs)
+if overlaps:
+    sys.exit(f"switch-latency: the two jobs held the lane at once {overlaps} time(s)")
+if not s:
+    sys.exit("switch-latency: no switch measured")
+n = len(s)
+print(f"{s[n // 2] / 1e3:.1f} {s[min(n - 1, n * 99 // 100)] / 1e3:.1f} {s[-1] / 1e3:.1f} {n} {sum(ms) / 2:.3f}")
+PY
+}
+
+# synth COUNT MECH: COUNT salus-synth jobs at once; prints their mean ms per iteration
+synth() {
+    local count=$1 mech=$2 i baseline=0 iters=2000
+    [ "$mech" = baseline ] && baseline=1
+    SIMGPU_MEMORY_MB=1024 SALUS_SWITCH_BASELINE=$baseline start_daemon
+    JOBS=()
+    for i in $(seq 1 "$count"); do
+        SALUS_SWITCH_BASELINE=$baseline "$BIN/salusctl" run --name "synth-$i" \
+            --persistent 64MiB --ephemeral 600MiB -- \
+            "$BIN/salus-synth" --iterations "$iters" --gpu-ms 0.2 --host-ms 0 --persistent-mb 16 \
+            --ephemeral-mb 300 >"$RUN/synth.$i" 2>&1 &
+        JOBS+=("$!")
+    done
+    for i in $(seq 1 "$count"); do
+        wait "${JOBS[$((i - 1))]}" || { cat "$RUN/synth.$i" >&2; echo "switch-latency: salus-synth failed" >&2; exit 1; }
+    done
+    JOBS=()
+    stop_daemon
+    # the mean (salus-synth's own figure) and the median of the iterations of all the jobs
+    python3 - "$RUN"/synth.* <<'PY'
+import re, statistics, sys
+means, iters = [], []
+for f in sys.argv[1:]:
+    text = open(f).read()
+    means.append(float(re.search(r"mean_iter_ms=([0-9.]+)", text).group(1)))
+    iters += [float(x) for x in re.findall(r"^iter=[0-9]+ ms=([0-9.]+)", text, re.M)]
+print(f"{statistics.mean(means):.3f},{statistics.median(iters):.3f}")
+PY
+    rm -f "$RUN"/synth.*
+}
+
+# (not in $(...): a subshell would leave its jobs and daemon behind when it fails)
+declare -A R
+ROWS=(gpu.none gpu.room gpu.roomhost gpu.full gpu.host)
+[ "$ITERATION" = 1 ] && ROWS+=(iteration.none iteration.room iteration.full)
+[ -n "${SWITCH_ROWS:-}" ] && read -r -a ROWS <<<"$SWITCH_ROWS" # a subset, while trying things
+for row in "${ROWS[@]}"; do
+    hold=${row%%.*}
+    for mech in baseline current; do
+        case ${row#*.} in
+            none) pair "$hold" "$mech" 0 >"$RUN/result" ;;
+            room) pair "$hold" "$mech" "$EPHEMERAL_MB" >"$RUN/result" ;;
+            roomhost) pair "$hold" "$mech" "$EPHEMERAL_MB" room "$HOST_US" >"$RUN/result" ;;
+            full) pair "$hold" "$mech" "$EPHEMERAL_MB" full >"$RUN/result" ;;
+            host) pair "$hold" "$mech" "$EPHEMERAL_MB" full "$HOST_US" >"$RUN/result" ;;
+        esac
+        R[$mech.$row]=$(cat "$RUN/result")
+    done
+done
+ARGS=()
+for row in "${ROWS[@]}"; do ARGS+=("$row" "${R[baseline.$row]}" "${R[current.$row]}"); done
+FLOOR_DIRECT=$("$BENCH" --floor direct --switches "$SWITCHES")
+FLOOR_RELAY=$("$BENCH" --floor relay --switches "$SWITCHES")
+SYNTH_LINE=""
+if [ "$SYNTH" = 1 ]; then
+    synth 1 current >"$RUN/result"; alone=$(cat "$RUN/result")
+    synth 2 baseline >"$RUN/result"; two_base=$(cat "$RUN/result")
+    synth 2 current >"$RUN/result"; two_cur=$(cat "$RUN/result")
+    SYNTH_LINE="$alone $two_base $two_cur"
+fi
+
+python3 - "$SWITCHES" "$EPHEMERAL_MB" "$GPU_US" "$HOST_US" "$CHECK" "$CHECK_KEPT" "$FLOOR_DIRECT" \
+    "$FLOOR_RELAY" "$SYNTH_LINE" "${ARGS[@]}" <<'PY'
+import sys
+switches, eph, gpu_us, host_us, check, check_kept = sys.argv[1:7]
+floors, synth = sys.argv[7:9], sys.argv[9]
+rest = sys.argv[10:]
+rows = {rest[i]: (list(map(float, rest[i + 1].split())), list(map(float, rest[i + 2].split())))
+        for i in range(0, len(rest), 3)}
+names = {"none": "without the memory hand-over", "room": "with the memory hand-over",
+         "roomhost": f"  and {host_us} us host time", "full": "  and a GPU too small for both",
+         "host": f"  too small, {host_us} us host time"}
+print(f"switch latency, us: job A gives the lane up -> job B's gate call returned (2 jobs in one "
+      f"lane, salusd --policy pack on simgpu, {gpu_us} us of device work per iteration)")
+print(f"{'':34} {'baseline':>26} {'current':>26}")
+print(f"{'':34} {'p50':>8} {'p99':>8} {'max':>8} {'p50':>8} {'p99':>8} {'max':>8} {'switches':>9} {'ms/iter b/c':>12}")
+for hold, title in (("gpu", "--lane-hold gpu (default): A gives the lane up at its sync / free"),
+                    ("iteration", "--lane-hold iteration: A gives the lane up at its next gate call")):
+    if not any(r.startswith(hold + ".") for r in rows):
+        continue
+    print(title)
+    for kind in ("none", "room", "roomhost", "full", "host"):
+        if f"{hold}.{kind}" not in rows:
+            continue
+        b, c = rows[f"{hold}.{kind}"]
+        print(f"  {names[kind]:32} {b[0]:8.1f} {b[1]:8.1f} {b[2]:8.1f} {c[0]:8.1f} {c[1]:8.1f} {c[2]:8.1f} "
+              f"{int(min(b[3], c[3])):9d} {b[4]:5.3f}/{c[4]:5.3f}")
+print(f"  (memory hand-over: {eph} MiB ephemeral allocated and freed per iteration; baseline: the unused\n"
+      f"   chunks go back at every release or park and are regrown; current: they stay while the GPU has\n"
+      f"   room, and move when it is too small; the host-time row: each job spends that long on the host\n"
+      f"   after its release, where it cannot answer a request for its chunks)")
+for f in floors:
+    m = dict(kv.split("=") for kv in f.split()[1:])
+    print(f"floor without salus, {m['kind']:6} futex hand-over: p50 {float(m['p50_us']):.1f} us, "
+          f"p99 {float(m['p99_us']):.1f} us, max {float(m['max_us']):.1f} us")
+if synth:
+    print("salus-synth, 0.2 ms GPU and 300 MiB ephemeral per iteration, --lane-hold gpu, ms per iteration (mean / median):")
+    (a, am), (b, bm), (c, cm) = (map(float, x.split(",")) for x in synth.split())
+    print(f"  alone {a:.3f} / {am:.3f}; two in one lane: baseline {b:.3f} / {bm:.3f}, current {c:.3f} / {cm:.3f}")
+    print(f"  per switch, (two in one lane - 2 x alone) / 2: baseline {(b - 2 * a) / 2:.3f} / {(bm - 2 * am) / 2:.3f}, "
+          f"current {(c - 2 * a) / 2:.3f} / {(cm - 2 * am) / 2:.3f}")
+failed = False
+if check == "1" and rows["gpu.none"][1][0] > 50:
+    print("switch-latency: goal missed: p50 over 50 us without the memory hand-over")
+    failed = True
+for row in (r for r in rows if r.endswith(".room") and check_kept == "1"):
+    b, c = rows[row]
+    if not c[0] < b[0] / 2:
+        print(f"switch-latency: {row}: the current p50 ({c[0]:.1f} us) is not below half the "
+              f"baseline's ({b[0]:.1f} us): the chunks seem to move at each switch")
+        failed = True
+sys.exit(1 if failed else 0)
+PY

@@ -227,9 +227,9 @@ for hold, title in (("gpu", "--lane-hold gpu (default): A gives the lane up at i
         print(f"  {names[kind]:32} {b[0]:8.1f} {b[1]:8.1f} {b[2]:8.1f} {c[0]:8.1f} {c[1]:8.1f} {c[2]:8.1f} "
               f"{int(min(b[3], c[3])):9d} {b[4]:5.3f}/{c[4]:5.3f}")
 print(f"  (memory hand-over: {eph} MiB ephemeral allocated and freed per iteration; baseline: the unused\n"
-      f"   chunks go back at every release or park and are regrown; current: they stay while the GPU has\n"
-      f"   room, and move when it is too small; the host-time row: each job spends that long on the host\n"
-      f"   after its release, where it cannot answer a request for its chunks)")
+      f"   chunks go back at every release or park and are regrown; current: at a park they stay while\n"
+      f"   the GPU has room and move when it is too small; at a release with lane-mates they go back, as\n"
+      f"   in the baseline; the host-time row: each job spends that long on the host after its release)")
 for f in floors:
     m = dict(kv.split("=") for kv in f.split()[1:])
     print(f"floor without salus, {m['kind']:6} futex hand-over: p50 {float(m['p50_us']):.1f} us, "

@@ -254,17 +254,23 @@ int state_decode(const uint8_t *image, size_t image_bytes, salusd_state_t *state
     return rc;
 }
 
-static int fsync_dir_of(const char *path)
+/* The directory part of path ("." for a bare name, "/" for a name at the root). */
+static void dir_of(const char *path, char *dir, size_t size)
 {
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", path);
+    snprintf(dir, size, "%s", path);
     char *slash = strrchr(dir, '/');
     if (!slash)
-        snprintf(dir, sizeof(dir), ".");
+        snprintf(dir, size, ".");
     else if (slash == dir)
         dir[1] = '\0';
     else
         *slash = '\0';
+}
+
+static int fsync_dir_of(const char *path)
+{
+    char dir[PATH_MAX];
+    dir_of(path, dir, sizeof(dir));
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
@@ -300,14 +306,7 @@ static int check_parent(const char *path, char *err, size_t err_size)
 {
     char dir[PATH_MAX];
     struct stat st;
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, sizeof(dir), ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
+    dir_of(path, dir, sizeof(dir));
     if (lstat(dir, &st) < 0) {
         snprintf(err, err_size, "%s: %s", dir, strerror(errno));
         return -errno;

@@ -34,7 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$BIN/salusd" --foreground --policy pack 2>"$RUN_DIR/salusd.log" &
+"$BIN/salusd" --foreground --policy pack --state-dir "$RUN_DIR/state" 2>"$RUN_DIR/salusd.log" &
 PID=$!
 for _ in $(seq 1 100); do "$BIN/salusctl" status >/dev/null 2>&1 && break; sleep 0.05; done
 "$BIN/salusctl" status >/dev/null || { cat "$RUN_DIR/salusd.log" >&2; echo "demo: salusd did not start" >&2; exit 1; }

@@ -25,7 +25,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
     { tail -30 "$OUT_DIR/setup.log"; echo "gpu-check: build failed"; exit 1; }
 BIN="$BUILD/bin"
 export SALUS_SOCKET="$OUT_DIR/salusd.sock"
-"$BIN/salusd" --foreground --log-level info 2>"$OUT_DIR/salusd.log" &
+"$BIN/salusd" --foreground --log-level info --state-dir "$OUT_DIR/state" 2>"$OUT_DIR/salusd.log" &
 DAEMON=$!
 trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null' EXIT
 for _ in $(seq 1 100); do "$BIN/salusctl" status >/dev/null 2>&1 && break; sleep 0.1; done

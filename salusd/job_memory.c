@@ -186,10 +186,7 @@ void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg)
         if (jobs_placement(d, job, &gpu, &budget) == 0)
             jobs_set_budget(job, budget); /* down to the books' again if it was held above them */
         jobs_state_dirty(d); /* a chunk on file that the job no longer has is harmless */
-        proto_enc_t *e = &d->enc;
-        proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);
-        proto_enc_finish(e);
-        server_send(c, e);
+        server_reply_done(c, msg->id);
         jobs_retry_pending_grows(d);
         return;
     }
@@ -233,10 +230,7 @@ void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg)
         jobs_state_dirty(d);
     else
         jobs_state_save(d); /* on file before the job uses it */
-    proto_enc_t *e = &d->enc;
-    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);
-    proto_enc_finish(e);
-    server_send(c, e);
+    server_reply_done(c, msg->id);
     if (release)
         jobs_retry_pending_grows(d);
 }

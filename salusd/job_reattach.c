@@ -182,10 +182,7 @@ void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg)
     rt->notify_fd = notify_fd;
     rt->charged_bytes = rec->charged_bytes;
     job->committed_bytes = rec->charged_bytes;
-    proto_enc_t *e = &d->enc;
-    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);
-    proto_enc_finish(e);
-    server_send(c, e);
+    server_reply_done(c, msg->id);
 }
 
 void jobs_handle_reattach_chunk(conn_t *c, const proto_msg_t *msg)
@@ -250,10 +247,7 @@ void jobs_handle_reattach_chunk(conn_t *c, const proto_msg_t *msg)
     }
     rt->chunk_count++;
     job->committed_bytes += bytes;
-    proto_enc_t *e = &d->enc;
-    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 0);
-    proto_enc_finish(e);
-    server_send(c, e);
+    server_reply_done(c, msg->id);
 }
 
 void jobs_handle_reattach_done(conn_t *c, const proto_msg_t *msg)

@@ -253,6 +253,13 @@ static void conn_close_after_write(conn_t *c)
                             BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
+void server_reply_done(conn_t *c, uint64_t id)
+{
+    proto_enc_begin(&c->daemon->enc, PROTO_REPLY, id, "", 0);
+    proto_enc_finish(&c->daemon->enc);
+    server_send(c, &c->daemon->enc);
+}
+
 void server_reply_error(conn_t *c, uint64_t id, proto_error_code_t code, int close_after,
                         const char *fmt, ...)
 {

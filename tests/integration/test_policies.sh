@@ -121,7 +121,7 @@ assert short_run < 1000, j
 PY
 pass "SRTF: the short job overtook the long one"
 
-# --- FAIR: two jobs in one lane get GPU time within 10% of each other
+# --- FAIR: two identical jobs in one lane get the same share (iterations within 10%)
 restart_daemon 1024 --policy fair
 synth fairA 64MiB 600MiB 100000 10 16 64 &
 A=$!
@@ -136,10 +136,15 @@ j = {x["name"]: x for x in json.load(open(sys.argv[1]))}
 a, b = j["fairA"], j["fairB"]
 assert a["lane"] == b["lane"], (a, b)
 ta, tb = a["gpu_time_ms"], b["gpu_time_ms"]
-print(f"gpu time A={ta} ms B={tb} ms, iterations {a['iterations']} / {b['iterations']}")
-assert min(ta, tb) > 0 and abs(ta - tb) <= 0.10 * max(ta, tb), (ta, tb)
+ia, ib = a["iterations"], b["iterations"]
+print(f"gpu time A={ta} ms B={tb} ms, iterations {ia} / {ib}")
+# The two jobs are identical, so an equal share of the GPU is an equal number of iterations.
+# The held time they report is not compared: on simgpu their kernels run on the CPU cores the
+# other tests share, so an iteration's held time swings with the load (a CI run measured 1036
+# against 1409 ms at 93 / 93 iterations).
+assert min(ia, ib) > 0 and abs(ia - ib) <= 0.10 * max(ia, ib), (ia, ib, ta, tb)
 PY
-pass "FAIR: two jobs of one lane had GPU time within 10%"
+pass "FAIR: two identical jobs of one lane had the same share (iterations within 10%)"
 
 # --- A job that can never fit is refused at once
 rc=0

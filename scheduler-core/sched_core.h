@@ -43,13 +43,26 @@
  * waiting job, with no admission round (the caller holds new admissions until every survivor
  * is back or its grace period is over, then runs sched_core_admit).
  *
- * Room for later events (not implemented yet; they go beside the ones below, with their own
- * effects): gang slots of a distributed job (admit a set of jobs across nodes together). Gangs and
- * lanes held for GPU time: members of a distributed group must not take turns independently
- * (a rank that starts a collective on a free lane while its peer's lane went to another group
- * is the circular wait gangs prevent). The rule goes in dispatch_lane (sched_core.c, marked
- * "gangs"): a member is granted only when every member's lane can be granted in the same
- * event, and a member's release (ready = false) frees its lane for its own group first. */
+ * Groups (distributed jobs, one node): a job registered with hints.group.id != 0 is rank
+ * hints.group.rank of a group of hints.group.world ranks (sched_core_group_t). A group is
+ * admitted all or nothing: its ranks wait (no memory held) until all world ranks have
+ * registered and every one has a place; ranks of one group go to distinct GPUs unless the
+ * group has share_gpus. A group that can never be placed (more ranks than GPUs without
+ * share_gpus, or a rank whose sizes fit no GPU) is refused, every rank (REFUSE).
+ * Gang turns (BSP groups, unless config.gang_turns_off): the ranks of a group are granted
+ * their lanes together, in the same event, or not at all. Groups whose ranks share lanes take
+ * gang slots in one global order (least recently served group first, then the lower group
+ * id): the first group in that order whose ranks are all ready reserves their lanes; a
+ * reserved lane is granted to nobody else (its holder is told STOP_FREE_RUN) until the whole
+ * gang is granted, so no two groups wait on each other in a circle. A slot lasts
+ * config.gang_slot_iterations iterations of each rank (a rank that reaches a boundary
+ * inside its slot is granted again at once; a release, ready = false, keeps its lane reserved
+ * for its group); then the lanes go back to the policy. SSP groups (staleness S): ranks take
+ * turns as single jobs do, but a rank more than S iterations ahead of the group's slowest
+ * rank is not granted until it catches up. ASP groups, and BSP groups with gang_turns_off:
+ * ranks take turns as single jobs do. Single jobs fill lanes that gangs leave unreserved.
+ * A rank that leaves does not make its group wait for it: the remaining ranks are the gang
+ * (the daemon ends a failed group's other ranks itself). */
 #ifndef SALUS_SCHEDULER_CORE_SCHED_CORE_H
 #define SALUS_SCHEDULER_CORE_SCHED_CORE_H
 
@@ -64,6 +77,25 @@ typedef struct sched_core_s sched_core_t;
 
 #define SCHED_CORE_DEFAULT_WARMUP_ITERATIONS 3
 #define SCHED_CORE_DEFAULT_SIZE_GRAIN_BYTES (2ull << 20)
+
+/* How a group's ranks keep step (salusctl run --sync). */
+typedef enum sched_core_sync_e {
+    SCHED_CORE_SYNC_BSP = 0, /* gang turns: all ranks granted together */
+    SCHED_CORE_SYNC_SSP,     /* ranks at most `staleness` iterations apart */
+    SCHED_CORE_SYNC_ASP,     /* turns not coordinated */
+} sched_core_sync_t;
+
+/* A job's group (all zero: not in a group). */
+typedef struct sched_core_group_s {
+    uint64_t id;            /* the caller's key of the group, > 0, the same for all its ranks */
+    uint32_t world;         /* ranks in the group, >= 1, the same for all its ranks */
+    uint32_t rank;          /* < world, unique in the group */
+    sched_core_sync_t sync; /* the same for all its ranks */
+    uint32_t staleness;     /* SSP: S */
+    bool share_gpus;        /* its ranks may share a GPU (default: distinct GPUs) */
+} sched_core_group_t;
+
+#define SCHED_CORE_DEFAULT_GANG_SLOT_ITERATIONS 1
 
 typedef struct sched_core_config_s {
     /* The lane manager's settings; on_change / on_change_context are the core's own and are
@@ -94,6 +126,11 @@ typedef struct sched_core_config_s {
      * chunk of its own beside them, so a learned persistent size is rounded up to it (0: the
      * size grain; the simulator, which models no chunks, leaves it 0). */
     uint64_t persistent_grain_bytes;
+    /* Iterations of each rank in one gang slot (0: SCHED_CORE_DEFAULT_GANG_SLOT_ITERATIONS). */
+    uint32_t gang_slot_iterations;
+    /* BSP groups take turns rank by rank, as ASP groups do (salusd --gang-turns off: exists
+     * only to show what gang turns prevent; collectives can deadlock). */
+    bool gang_turns_off;
 } sched_core_config_t;
 
 /* Defaults: lanes_config_default(), policy "fifo", warm-up 3, size grain 2 MiB, no per-user
@@ -176,6 +213,7 @@ typedef struct sched_core_job_hints_s {
     int32_t priority;
     uint64_t arrival_ns;          /* when it arrived (a submit may precede its registration);
                                      0 = now */
+    sched_core_group_t group;     /* zero: a single job */
 } sched_core_job_hints_t;
 
 /* A job registered: it waits for admission; an admission round runs. -EEXIST, -EINVAL,
@@ -270,6 +308,11 @@ typedef struct sched_core_job_info_s {
     uint64_t lane_holder;      /* PARKED: the job that holds its lane now, 0 = none */
     uint64_t iterations;
     uint64_t busy_ns;
+    /* groups: the job's group (zero when single); gang_wait_ns: the time it has spent ready
+     * but held back for its group (waiting for the other ranks to register or be placed, for
+     * its gang's slot, or for SSP's slowest rank), the current wait included */
+    sched_core_group_t group;
+    uint64_t gang_wait_ns;
 } sched_core_job_info_t;
 
 /* 0, or -ENOENT when the core does not know the job. */

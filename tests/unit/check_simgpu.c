@@ -28,6 +28,8 @@
 
 #define CU_OK(call) ck_assert_int_eq((call), CUDA_SUCCESS)
 
+Suite *simgpu_collective_suite(void); /* check_simgpu_collective.c */
+
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -1286,10 +1288,13 @@ int main(int argc, char **argv)
     setenv("SIMGPU_SHM_NAME", shm_name, 1);
     snprintf(suite_shm_name, sizeof(suite_shm_name), "%s", shm_name);
     setenv("SIMGPU_MEMORY_MB", memory, 1);
-    setenv("SIMGPU_KERNEL_PACKS", SIMGPU_TESTPACK_PATH, 1);
+    setenv("SIMGPU_KERNEL_PACKS",
+           SIMGPU_TESTPACK_PATH ":" SIMGPU_TESTPACK_ABI1_PATH ":" SIMGPU_COLLECTIVE_PACK_PATH, 1);
+    unsetenv("SIMGPU_COLLECTIVE_TIMEOUT_S");
     unsetenv("SIMGPU_SPEED");
     unsetenv("SIMGPU_DEVICES");
     SRunner *runner = srunner_create(simgpu_suite());
+    srunner_add_suite(runner, simgpu_collective_suite());
     srunner_run_all(runner, CK_NORMAL);
     int failed = srunner_ntests_failed(runner);
     srunner_free(runner);

@@ -6,6 +6,8 @@
 
 #include "simgpu_kernel.h"
 
+#ifndef SIMGPU_TESTPACK_ABI1
+
 /* a global the tests reach through cuModuleGetGlobal */
 __attribute__((visibility("default"))) float simgpu_test_scale = 2.0f;
 
@@ -83,6 +85,29 @@ static void spin(const simgpu_launch *l)
     } while (now - start < ns);
 }
 
+/* wait_word(unsigned *word, unsigned value, unsigned long long timeout_ns, int *result,
+ *           unsigned long long cost_ns): waits off the engine while *word == value (at
+ * most timeout_ns), stores wait_off_engine's answer in *result; modelled cost_ns */
+static void wait_word(const simgpu_launch *l)
+{
+    const volatile uint32_t *word = *(uint32_t **)l->params[0];
+    uint32_t value = *(unsigned *)l->params[1];
+    unsigned long long timeout_ns = *(unsigned long long *)l->params[2];
+    int *result = *(int **)l->params[3];
+    *result = l->host->wait_off_engine(l, word, value, timeout_ns);
+}
+
+static double wait_word_cost(const simgpu_launch *l)
+{
+    return (double)*(unsigned long long *)l->params[4];
+}
+
+/* fail_with(int cuda_error): the kernel fails with that error */
+static void fail_with(const simgpu_launch *l)
+{
+    l->host->fail(l, *(int *)l->params[0]);
+}
+
 static const simgpu_kernel kernels[] = {
     {"vector_add", vector_add, NULL},
     {"scale", scale, NULL},
@@ -90,12 +115,30 @@ static const simgpu_kernel kernels[] = {
     {"signal_busy", signal_busy, signal_busy_cost},
     {"stamp", stamp, stamp_cost},
     {"spin", spin, NULL},
+    {"wait_word", wait_word, wait_word_cost},
+    {"fail_with", fail_with, NULL},
 };
+#define TESTPACK_ABI SIMGPU_KERNEL_ABI
+#else
+/* built as an ABI-1 pack: what a pack made before host services existed declares */
+static void abi1_double(const simgpu_launch *l)
+{
+    float *p = *(float **)l->params[0];
+    int n = *(int *)l->params[1];
+    for (int i = 0; i < n; i++)
+        p[i] *= 2.0f;
+}
+
+static const simgpu_kernel kernels[] = {
+    {"abi1_double", abi1_double, NULL},
+};
+#define TESTPACK_ABI 1
+#endif
 
 __attribute__((visibility("default"))) const simgpu_kernel *simgpu_kernel_pack(unsigned *count,
                                                                                unsigned *abi)
 {
     *count = sizeof(kernels) / sizeof(kernels[0]);
-    *abi = SIMGPU_KERNEL_ABI;
+    *abi = TESTPACK_ABI;
     return kernels;
 }

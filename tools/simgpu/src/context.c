@@ -80,7 +80,12 @@ CUresult simgpu_ctx_synchronize(CUcontext ctx)
     for (struct CUstream_st *s = ctx->streams; s; s = s->next)
         simgpu_stream_synchronize(s);
     pthread_mutex_unlock(&ctx->lock);
-    return CUDA_SUCCESS;
+    return simgpu_ctx_error(ctx);
+}
+
+CUresult simgpu_ctx_error(CUcontext ctx)
+{
+    return (CUresult)__atomic_load_n(&ctx->sticky_error, __ATOMIC_ACQUIRE);
 }
 
 static CUresult ctx_push(CUcontext ctx)

@@ -354,13 +354,23 @@ void simgpu_engine_acquire(int device)
     d->engine_holder = getpid();
 }
 
-void simgpu_engine_release(int device, uint64_t busy_ns)
+static void engine_let_go(int device, uint64_t busy_ns, uint64_t kernels)
 {
     shm_device_t *d = device_at(segment, device);
     __atomic_add_fetch(&d->busy_ns, busy_ns, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&d->kernels, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&d->kernels, kernels, __ATOMIC_RELAXED);
     d->engine_holder = 0;
     pthread_mutex_unlock(&d->engine);
+}
+
+void simgpu_engine_release(int device, uint64_t busy_ns)
+{
+    engine_let_go(device, busy_ns, 1);
+}
+
+void simgpu_engine_yield(int device, uint64_t busy_ns)
+{
+    engine_let_go(device, busy_ns, 0);
 }
 
 /* ---- the read-only stats API (simgpu.h) ---- */

@@ -9,9 +9,19 @@
  *
  * kernelParams point at the caller's argument storage and simgpu cannot know
  * their sizes (the image is not parsed), so the caller is held until run() has
- * returned; the modelled remainder of the kernel then passes asynchronously. */
+ * returned; the modelled remainder of the kernel then passes asynchronously.
+ *
+ * Host services (ABI 2, simgpu_kernel.h): a kernel may wait off the engine
+ * (release it, sleep on a futex, take it again; its parameters count as consumed
+ * from then on, so the launch returns) and may fail, which makes the error sticky
+ * in its context. The modelled duration and the busy time count engine time
+ * only. */
 #include <errno.h>
+#include <linux/futex.h>
+#include <stddef.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "simgpu-internal.h"
 
@@ -32,39 +42,116 @@ static void sleep_until(uint64_t deadline_ns)
         ;
 }
 
-void simgpu_kernel_execute(simgpu_op_t *op, CUstream stream, pthread_mutex_t *lock,
-                           pthread_cond_t *cond)
+/* ---- host services (simgpu_kernel.h, ABI 2) ---- */
+
+static simgpu_op_t *op_of_launch(const simgpu_launch *launch)
+{
+    return (simgpu_op_t *)(void *)((char *)launch - offsetof(simgpu_op_t, u.kernel.launch));
+}
+
+/* the launch's parameters have been read: let cuLaunchKernel return (once: the
+ * flag lives in the launching call's frame, gone after it returned) */
+static void launch_consumed(simgpu_op_t *op)
+{
+    CUstream stream = op->u.kernel.stream;
+    if (!op->u.kernel.consumed)
+        return;
+    pthread_mutex_lock(&stream->lock);
+    *op->u.kernel.consumed = true;
+    op->u.kernel.consumed = NULL;
+    pthread_cond_broadcast(&stream->cond);
+    pthread_mutex_unlock(&stream->lock);
+}
+
+static int host_wait_off_engine(const simgpu_launch *launch, const volatile uint32_t *word,
+                                uint32_t value, uint64_t timeout_ns)
+{
+    simgpu_op_t *op = op_of_launch(launch);
+    int device = op->u.kernel.stream->ctx->device;
+    launch_consumed(op);
+    uint64_t now = simgpu_now_ns();
+    uint64_t held = now - op->u.kernel.segment_start_ns;
+    op->u.kernel.held_ns += held;
+    simgpu_engine_yield(device, held);
+
+    int rc = 0;
+    uint64_t deadline = timeout_ns ? now + timeout_ns : 0;
+    while (__atomic_load_n(word, __ATOMIC_ACQUIRE) == value) {
+        struct timespec relative, *limit = NULL;
+        if (deadline) {
+            now = simgpu_now_ns();
+            if (now >= deadline) {
+                rc = -ETIMEDOUT;
+                break;
+            }
+            relative.tv_sec = (time_t)((deadline - now) / 1000000000ull);
+            relative.tv_nsec = (long)((deadline - now) % 1000000000ull);
+            limit = &relative;
+        }
+        /* a shared futex (no FUTEX_PRIVATE_FLAG): the word may live in a segment
+         * that other processes change and wake */
+        syscall(SYS_futex, word, FUTEX_WAIT, value, limit, NULL, 0);
+    }
+
+    simgpu_engine_acquire(device);
+    op->u.kernel.segment_start_ns = simgpu_now_ns();
+    return rc;
+}
+
+static void host_fail(const simgpu_launch *launch, int cuda_error)
+{
+    simgpu_op_t *op = op_of_launch(launch);
+    int expected = 0;
+    if (cuda_error == 0)
+        cuda_error = CUDA_ERROR_LAUNCH_FAILED;
+    __atomic_compare_exchange_n(&op->u.kernel.stream->ctx->sticky_error, &expected, cuda_error,
+                                false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+static const simgpu_host host_services = {
+    .size = sizeof(simgpu_host),
+    .wait_off_engine = host_wait_off_engine,
+    .fail = host_fail,
+};
+
+/* ---- execution ---- */
+
+void simgpu_kernel_execute(simgpu_op_t *op, CUstream stream)
 {
     const simgpu_kernel *kernel = op->u.kernel.function->kernel;
-    const simgpu_launch *launch = &op->u.kernel.launch;
+    simgpu_launch *launch = &op->u.kernel.launch;
     int device = stream->ctx->device;
+    launch->host = &host_services;
+    op->u.kernel.stream = stream;
+    op->u.kernel.held_ns = 0;
     double cost_ns = kernel->cost_ns ? kernel->cost_ns(launch) : -1.0;
 
     simgpu_engine_acquire(device);
-    uint64_t start = simgpu_now_ns();
+    op->u.kernel.segment_start_ns = simgpu_now_ns();
     uint64_t cpu_start = thread_cpu_ns();
     if (kernel->run)
         kernel->run(launch);
     uint64_t cpu_ns = thread_cpu_ns() - cpu_start;
 
-    /* the parameters have been read: let the caller go on */
-    pthread_mutex_lock(lock);
-    *op->u.kernel.consumed = true;
-    pthread_cond_broadcast(cond);
-    pthread_mutex_unlock(lock);
+    launch_consumed(op);  /* unless the kernel did so when it waited off the engine */
 
     if (!(cost_ns >= 0.0))  /* NULL cost_ns, or a NaN/negative answer */
         cost_ns = (double)cpu_ns;
     double modelled = cost_ns / simgpu_config.speed;
-    if (modelled > 0.0)
-        sleep_until(start + (uint64_t)modelled);
-    simgpu_engine_release(device, simgpu_now_ns() - start);
+    /* the model counts engine time only: what earlier segments held, then this one */
+    double remaining = modelled - (double)op->u.kernel.held_ns;
+    if (remaining > 0.0)
+        sleep_until(op->u.kernel.segment_start_ns + (uint64_t)remaining);
+    simgpu_engine_release(device, simgpu_now_ns() - op->u.kernel.segment_start_ns);
 }
 
 static CUresult launch(CUfunction f, const simgpu_launch *shape, CUstream stream, bool per_thread,
                        void **extra)
 {
     CUresult rc = simgpu_stream_resolve(stream, per_thread, &stream);
+    if (rc)
+        return rc;
+    rc = simgpu_ctx_error(stream->ctx);  /* a failed kernel poisons its context */
     if (rc)
         return rc;
     struct CUfunc_st *function = simgpu_function_from_handle(f);

@@ -59,11 +59,12 @@ static void packs_load(void)
             (const simgpu_kernel *(*)(unsigned *, unsigned *))dlsym(handle, "simgpu_kernel_pack");
         unsigned count = 0, abi = 0;
         const simgpu_kernel *kernels = entry ? entry(&count, &abi) : NULL;
-        if (!entry || abi != SIMGPU_KERNEL_ABI || (!kernels && count)) {
+        if (!entry || abi < SIMGPU_KERNEL_ABI_OLDEST || abi > SIMGPU_KERNEL_ABI ||
+            (!kernels && count)) {
             fprintf(stderr,
-                    "simgpu[%d]: refusing kernel pack %s: %s (pack ABI %u, simgpu ABI %u)\n",
+                    "simgpu[%d]: refusing kernel pack %s: %s (pack ABI %u, simgpu ABI %u..%u)\n",
                     (int)getpid(), path, entry ? "ABI mismatch" : "no simgpu_kernel_pack symbol",
-                    abi, SIMGPU_KERNEL_ABI);
+                    abi, SIMGPU_KERNEL_ABI_OLDEST, SIMGPU_KERNEL_ABI);
             dlclose(handle);
             continue;
         }

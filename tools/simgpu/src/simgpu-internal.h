@@ -77,6 +77,9 @@ void simgpu_mem_info(int device, uint64_t *used_bytes, uint64_t *total_bytes);
 /* The engine: one kernel at a time per device across all processes. */
 void simgpu_engine_acquire(int device);
 void simgpu_engine_release(int device, uint64_t busy_ns);
+/* Lets the engine go in the middle of a kernel (a wait off the engine): busy_ns
+ * is added to the device's busy time, the kernel is not counted yet. */
+void simgpu_engine_yield(int device, uint64_t busy_ns);
 int simgpu_shm_device_count(void);
 
 /* ---- contexts (context.c) ---- */
@@ -90,12 +93,15 @@ struct CUctx_st {
     struct CUstream_st *streams;   /* every stream of the context, including default ones */
     struct CUstream_st *legacy_stream;
     size_t limits[16];
+    int sticky_error;              /* atomic: a kernel's failure (simgpu_host.fail), 0 if none */
 };
 
 /* The calling thread's current context, or CUDA_ERROR_INVALID_CONTEXT. */
 CUresult simgpu_ctx_current(CUcontext *out);
 bool simgpu_ctx_valid(CUcontext ctx);
 CUresult simgpu_ctx_synchronize(CUcontext ctx);
+/* The context's sticky error (a failed kernel), CUDA_SUCCESS if none. */
+CUresult simgpu_ctx_error(CUcontext ctx);
 
 /* ---- streams and markers (stream.c) ---- */
 /* A marker completes when its stream reaches it; events and waits hold references. */
@@ -150,6 +156,10 @@ typedef struct simgpu_op {
             struct CUfunc_st *function;
             simgpu_launch launch;
             bool *consumed;            /* set once run() returned (params read) */
+            /* the execution, for the host services (launch.c) */
+            struct CUstream_st *stream;
+            uint64_t held_ns;          /* engine time of the segments before the current one */
+            uint64_t segment_start_ns; /* when the engine was last taken */
         } kernel;
     } u;
 } simgpu_op_t;
@@ -246,6 +256,6 @@ struct CUfunc_st {
 struct CUfunc_st *simgpu_function_from_handle(const void *handle);
 
 /* ---- launches (launch.c) ---- */
-void simgpu_kernel_execute(simgpu_op_t *op, CUstream stream, pthread_mutex_t *lock, pthread_cond_t *cond);
+void simgpu_kernel_execute(simgpu_op_t *op, CUstream stream);
 
 #endif

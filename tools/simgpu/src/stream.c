@@ -128,7 +128,7 @@ static void op_execute(CUstream s, simgpu_op_t *op)
         simgpu_marker_unref(op->u.marker);
         break;
     case SIMGPU_OP_KERNEL:
-        simgpu_kernel_execute(op, s, &s->lock, &s->cond);
+        simgpu_kernel_execute(op, s);
         break;
     case SIMGPU_OP_FREE:
         simgpu_device_free(op->u.free.ptr);
@@ -257,7 +257,7 @@ CUresult simgpu_stream_submit(CUstream s, simgpu_op_t *op, bool wait)
     while (s->completed < seq)
         pthread_cond_wait(&s->cond, &s->lock);
     pthread_mutex_unlock(&s->lock);
-    return CUDA_SUCCESS;
+    return simgpu_ctx_error(s->ctx);
 }
 
 CUresult simgpu_stream_submit_until(CUstream s, simgpu_op_t *op, bool *flag)
@@ -425,9 +425,10 @@ SIMGPU_API cuStreamDestroy(CUstream stream)
 static CUresult stream_synchronize(CUstream stream, bool per_thread_default)
 {
     CUresult rc = simgpu_stream_resolve(stream, per_thread_default, &stream);
-    if (!rc)
-        simgpu_stream_synchronize(stream);
-    return rc;
+    if (rc)
+        return rc;
+    simgpu_stream_synchronize(stream);
+    return simgpu_ctx_error(stream->ctx);
 }
 
 SIMGPU_API cuStreamSynchronize(CUstream stream) { return stream_synchronize(stream, false); }

@@ -165,6 +165,32 @@ extern "C" __global__ void mlp_layer_update(float *weights, float *biases, const
     *weight = mlp_sgd_value(*weight, g, learning_rate);
 }
 
+/* Data-parallel training (--data-parallel): the gradient of one layer's weight or bias
+ * e (as mlp_layer_update numbers them) into gradients[e], without the update ... */
+extern "C" __global__ void mlp_layer_gradient(float *gradients, const float *delta, const float *activations,
+                                              unsigned first_row, unsigned rows, unsigned batch, unsigned fan_in,
+                                              unsigned units)
+{
+    unsigned e = MLP_ELEMENT();
+    if (e >= units * (fan_in + 1))
+        return;
+    unsigned unit = e / (fan_in + 1), i = e % (fan_in + 1);
+    gradients[e] = mlp_weight_gradient_value(delta, unit, units, activations, i, fan_in, first_row, rows, batch);
+}
+
+/* ... and, once the ranks' gradients are summed, the SGD step with their mean:
+ * gradient_sum * scale, scale = 1 / world */
+extern "C" __global__ void mlp_layer_step(float *weights, float *biases, const float *gradient_sums,
+                                          unsigned fan_in, unsigned units, float learning_rate, float scale)
+{
+    unsigned e = MLP_ELEMENT();
+    if (e >= units * (fan_in + 1))
+        return;
+    unsigned unit = e / (fan_in + 1), i = e % (fan_in + 1);
+    float *weight = i < fan_in ? &weights[(size_t)unit * fan_in + i] : &biases[unit];
+    *weight = mlp_sgd_value(*weight, gradient_sums[e] * scale, learning_rate);
+}
+
 #if defined(SIMGPU_PACK)
 /* ---- simgpu kernel pack: the kernels above, charged their measured CPU time ----------- */
 #include "workload_pack.h"
@@ -173,6 +199,7 @@ static const simgpu_kernel mlp_pack[] = {
     WORKLOAD_PACK_KERNEL(mlp_hidden_forward, NULL), WORKLOAD_PACK_KERNEL(mlp_output_forward, NULL),
     WORKLOAD_PACK_KERNEL(mlp_loss, NULL),           WORKLOAD_PACK_KERNEL(mlp_output_delta, NULL),
     WORKLOAD_PACK_KERNEL(mlp_hidden_delta, NULL),   WORKLOAD_PACK_KERNEL(mlp_layer_update, NULL),
+    WORKLOAD_PACK_KERNEL(mlp_layer_gradient, NULL), WORKLOAD_PACK_KERNEL(mlp_layer_step, NULL),
 };
 WORKLOAD_PACK_EXPORT(mlp_pack)
 
@@ -184,6 +211,8 @@ WORKLOAD_PACK_EXPORT(mlp_pack)
 
 #include <vector>
 
+#include "mlp_data_parallel.h"
+
 /* the kernels for real GPUs (a fatbin), or a placeholder where nvcc was missing */
 extern "C" const unsigned char salus_workload_mlp_image[];
 
@@ -194,7 +223,10 @@ typedef struct mlp_config {
     bool keep_activations, async_alloc, cpu_reference;
     int device;
     double host_ms; /* host time per iteration before its GPU work (data loading) */
+    bool device_given;
 } mlp_config;
+
+static mlp_parallel parallel = {MLP_SINGLE, -1, -1, std::string(), NULL};
 
 /* data set and initial parameters, made on the host from the seed */
 typedef struct mlp_model {
@@ -257,10 +289,13 @@ static bool mlp_prints(const mlp_config *config, unsigned iteration)
     return iteration == config->iterations || (config->print_every != 0 && iteration % config->print_every == 0);
 }
 
-/* the batch of iteration `iteration` starts at this sample and wraps around */
+/* the batch of iteration `iteration` starts at this sample and wraps around; a rank of
+ * a data-parallel run takes its `batch` rows of the world's global batch */
 static unsigned mlp_first_sample(const mlp_config *config, unsigned iteration)
 {
-    return (unsigned)((unsigned long long)(iteration - 1) * config->batch % config->samples);
+    unsigned long long world = parallel.mode == MLP_SINGLE ? 1 : (unsigned long long)parallel.world;
+    unsigned long long rank = parallel.mode == MLP_SINGLE ? 0 : (unsigned long long)parallel.rank;
+    return (unsigned)(((unsigned long long)(iteration - 1) * world + rank) * config->batch % config->samples);
 }
 
 static void mlp_report(const mlp_config *config, unsigned iteration, float loss)
@@ -368,7 +403,21 @@ static CUdeviceptr mlp_upload(const workload_device *device, const std::vector<f
 static void mlp_train_on_device(const mlp_config *config, const mlp_model *model)
 {
     workload_device device;
-    workload_device_open(&device, config->device, salus_workload_mlp_image);
+    int ordinal = config->device;
+    if (parallel.mode != MLP_SINGLE && !config->device_given) { /* rank r on device r % count */
+        int count = 0;
+        CHECK_CU(cuInit(0));
+        CHECK_CU(cuDeviceGetCount(&count));
+        ordinal = count > 0 ? (int)(parallel.rank % count) : 0;
+    }
+    workload_device_open(&device, ordinal, salus_workload_mlp_image);
+    if (parallel.mode != MLP_SINGLE) {
+        printf("data_parallel=%s rank=%ld world=%ld device=%d%s%s\n",
+               parallel.mode == MLP_PARALLEL_MPI ? "mpi" : "simgpu", parallel.rank, parallel.world, ordinal,
+               parallel.mode == MLP_PARALLEL_SIMGPU ? " comm=" : "",
+               parallel.mode == MLP_PARALLEL_SIMGPU ? parallel.communicator.c_str() : "");
+        fflush(stdout);
+    }
 
     CUfunction hidden_forward, output_forward, loss_kernel, output_delta, hidden_delta, layer_update;
     CHECK_CU(cuModuleGetFunction(&hidden_forward, device.module, "mlp_hidden_forward"));
@@ -377,12 +426,32 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
     CHECK_CU(cuModuleGetFunction(&output_delta, device.module, "mlp_output_delta"));
     CHECK_CU(cuModuleGetFunction(&hidden_delta, device.module, "mlp_hidden_delta"));
     CHECK_CU(cuModuleGetFunction(&layer_update, device.module, "mlp_layer_update"));
+    CUfunction layer_gradient = NULL, layer_step = NULL;
+    if (parallel.mode != MLP_SINGLE) {
+        CHECK_CU(cuModuleGetFunction(&layer_gradient, device.module, "mlp_layer_gradient"));
+        CHECK_CU(cuModuleGetFunction(&layer_step, device.module, "mlp_layer_step"));
+    }
+    if (parallel.mode == MLP_PARALLEL_SIMGPU) /* a simgpu kernel pack's, not in the image */
+        CHECK_CU(cuModuleGetFunction(&parallel.allreduce, device.module, "allreduce_sum_f32"));
 
     CUdeviceptr x = mlp_upload(&device, model->x, "data set x"),
                 targets = mlp_upload(&device, model->targets, "data set targets");
     CUdeviceptr w1 = mlp_upload(&device, model->w1, "weights w1"), b1 = mlp_upload(&device, model->b1, "biases b1");
     CUdeviceptr w2 = mlp_upload(&device, model->w2, "weights w2"), b2 = mlp_upload(&device, model->b2, "biases b2");
     CUdeviceptr loss_on_device = workload_alloc(&device, sizeof(float), false, "loss");
+    /* data-parallel: one buffer of sums, the output layer's gradients, the hidden layer's, the loss */
+    const unsigned long long output_parameters = (unsigned long long)config->outputs * (config->hidden + 1),
+                             hidden_parameters = (unsigned long long)config->hidden * (config->inputs + 1),
+                             sum_count = output_parameters + hidden_parameters + 1;
+    CUdeviceptr sums = 0, output_sums = 0, hidden_sums = 0;
+    std::vector<float> host_sums;
+    float scale = parallel.mode == MLP_SINGLE ? 1.0f : 1.0f / (float)parallel.world;
+    if (parallel.mode != MLP_SINGLE) {
+        sums = workload_alloc(&device, sum_count * sizeof(float), false, "gradient sums");
+        output_sums = sums;
+        hidden_sums = sums + output_parameters * sizeof(float);
+        loss_on_device = sums + (output_parameters + hidden_parameters) * sizeof(float);
+    }
 
     unsigned batch = config->batch, inputs = config->inputs, hidden = config->hidden, outputs = config->outputs,
              samples = config->samples, zero = 0;
@@ -406,17 +475,31 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
         if (mlp_prints(config, iteration)) {
             void *loss_args[] = {&a.y, &targets, &loss_on_device, &first, &samples, &batch, &outputs};
             CHECK_CU(cuLaunchKernel(loss_kernel, 1, 1, 1, 1, 1, 1, 0, device.stream, loss_args, NULL));
+        } else if (parallel.mode != MLP_SINGLE) { /* the summed loss slot must not grow */
+            CHECK_CU(cuMemsetD32Async(loss_on_device, 0, 1, device.stream));
         }
         void *output_delta_args[] = {&a.y, &targets, &a.dy, &first, &samples, &batch, &outputs};
         workload_launch_1d(&device, output_delta, batch * outputs, output_delta_args);
         void *hidden_delta_args[] = {&a.dy, &w2, &a.h, &a.dh, &batch, &hidden, &outputs};
         workload_launch_1d(&device, hidden_delta, batch * hidden, hidden_delta_args);
-        void *output_update_args[] = {&w2,   &b2,     &a.dy,   &a.h,    &zero,
-                                      &batch, &batch, &hidden, &outputs, &learning_rate};
-        workload_launch_1d(&device, layer_update, outputs * (hidden + 1), output_update_args);
-        void *hidden_update_args[] = {&w1,    &b1,     &a.dh,   &x,      &first,
-                                      &samples, &batch, &inputs, &hidden, &learning_rate};
-        workload_launch_1d(&device, layer_update, hidden * (inputs + 1), hidden_update_args);
+        if (parallel.mode == MLP_SINGLE) {
+            void *output_update_args[] = {&w2,   &b2,     &a.dy,   &a.h,    &zero,
+                                          &batch, &batch, &hidden, &outputs, &learning_rate};
+            workload_launch_1d(&device, layer_update, outputs * (hidden + 1), output_update_args);
+            void *hidden_update_args[] = {&w1,    &b1,     &a.dh,   &x,      &first,
+                                          &samples, &batch, &inputs, &hidden, &learning_rate};
+            workload_launch_1d(&device, layer_update, hidden * (inputs + 1), hidden_update_args);
+        } else { /* gradients, their sum over the ranks, then the step with their mean */
+            void *output_gradient_args[] = {&output_sums, &a.dy, &a.h, &zero, &batch, &batch, &hidden, &outputs};
+            workload_launch_1d(&device, layer_gradient, outputs * (hidden + 1), output_gradient_args);
+            void *hidden_gradient_args[] = {&hidden_sums, &a.dh, &x, &first, &samples, &batch, &inputs, &hidden};
+            workload_launch_1d(&device, layer_gradient, hidden * (inputs + 1), hidden_gradient_args);
+            mlp_parallel_allreduce(&parallel, &device, sums, sum_count, &host_sums);
+            void *output_step_args[] = {&w2, &b2, &output_sums, &hidden, &outputs, &learning_rate, &scale};
+            workload_launch_1d(&device, layer_step, outputs * (hidden + 1), output_step_args);
+            void *hidden_step_args[] = {&w1, &b1, &hidden_sums, &inputs, &hidden, &learning_rate, &scale};
+            workload_launch_1d(&device, layer_step, hidden * (inputs + 1), hidden_step_args);
+        }
 
         if (config->async_alloc && !config->keep_activations)
             mlp_activations_free(&device, config, &a);
@@ -425,6 +508,7 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
             mlp_activations_free(&device, config, &a);
         if (mlp_prints(config, iteration)) {
             CHECK_CU(cuMemcpyDtoH(&loss, loss_on_device, sizeof loss));
+            loss *= scale; /* data-parallel: the sum of the ranks' means -> the global batch's mean */
             mlp_report(config, iteration, loss);
         }
     }
@@ -434,7 +518,7 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
         mlp_activations_free(&device, config, &a);
         CHECK_CU(cuStreamSynchronize(device.stream));
     }
-    CUdeviceptr persistent[] = {x, targets, w1, b1, w2, b2, loss_on_device};
+    CUdeviceptr persistent[] = {x, targets, w1, b1, w2, b2, parallel.mode == MLP_SINGLE ? loss_on_device : sums};
     for (CUdeviceptr pointer : persistent)
         CHECK_CU(cuMemFree(pointer));
     workload_device_close(&device);
@@ -463,6 +547,13 @@ static void mlp_usage(FILE *out)
             "  --device N           device ordinal (default 0)\n"
             "  --host-ms X          host time per iteration before its GPU work, as data loading\n"
             "                       would take (default 0; not with --cpu-reference)\n"
+            "  --data-parallel M    data-parallel training, gradients summed by M: 'simgpu' (the\n"
+            "                       simgpu collective kernel) or 'mpi' (MPI_Allreduce; salus-mlp-mpi);\n"
+            "                       --batch is per rank, rank r takes rows r*batch.. of the global batch\n"
+            "  --rank R, --world N  this rank and the number of ranks (default: SALUS_RANK/SALUS_WORLD,\n"
+            "                       then OMPI_COMM_WORLD_RANK/SIZE; with mpi: MPI's)\n"
+            "  --comm NAME          the simgpu communicator (default: SALUS_GROUP, then salus-mlp);\n"
+            "                       without --device, rank r uses device r %% count\n"
             "  --help               this text\n"
             "\n"
             "Ends with 'mlp_done ...' and 'final_loss=<v>' (the loss of the last iteration).\n"
@@ -472,7 +563,7 @@ static void mlp_usage(FILE *out)
 static void mlp_parse(int argc, char **argv, mlp_config *config)
 {
     enum { SEED = 256, INPUTS, HIDDEN, OUTPUTS, BATCH, SAMPLES, ITERATIONS, LR, PRINT_EVERY, KEEP, ASYNC, CPU,
-           DEVICE, HOST_MS, HELP };
+           DEVICE, HOST_MS, DATA_PARALLEL, RANK, WORLD, COMM, HELP };
     static const struct option options[] = {
         {"seed", required_argument, NULL, SEED},
         {"inputs", required_argument, NULL, INPUTS},
@@ -488,11 +579,15 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         {"cpu-reference", no_argument, NULL, CPU},
         {"device", required_argument, NULL, DEVICE},
         {"host-ms", required_argument, NULL, HOST_MS},
+        {"data-parallel", required_argument, NULL, DATA_PARALLEL},
+        {"rank", required_argument, NULL, RANK},
+        {"world", required_argument, NULL, WORLD},
+        {"comm", required_argument, NULL, COMM},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
     };
     const unsigned long long size_limit = 1u << 16;
-    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0, 0.0};
+    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0, 0.0, false};
     int option;
     while ((option = getopt_long(argc, argv, "", options, NULL)) != -1) {
         const char *name = option >= SEED && option <= HELP ? options[option - SEED].name : "";
@@ -509,8 +604,15 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         case KEEP: config->keep_activations = true; break;
         case ASYNC: config->async_alloc = true; break;
         case CPU: config->cpu_reference = true; break;
-        case DEVICE: config->device = (int)workload_parse_unsigned(name, optarg, 0, 1023); break;
+        case DEVICE:
+            config->device = (int)workload_parse_unsigned(name, optarg, 0, 1023);
+            config->device_given = true;
+            break;
         case HOST_MS: config->host_ms = workload_parse_double(name, optarg, 0.0, 60000.0); break;
+        case DATA_PARALLEL: mlp_parallel_select(&parallel, optarg); break;
+        case RANK: parallel.rank = (long)workload_parse_unsigned(name, optarg, 0, 63); break;
+        case WORLD: parallel.world = (long)workload_parse_unsigned(name, optarg, 1, 64); break;
+        case COMM: parallel.communicator = optarg; break;
         case HELP: mlp_usage(stdout); exit(0);
         default: mlp_usage(stderr); exit(WORKLOAD_EXIT_USAGE);
         }
@@ -531,12 +633,16 @@ int main(int argc, char **argv)
     workload_program = "salus-mlp";
     mlp_config config;
     mlp_parse(argc, argv, &config);
+    if (config.cpu_reference && parallel.mode != MLP_SINGLE)
+        workload_usage_error("--cpu-reference is a single process: not with --data-parallel");
+    mlp_parallel_start(&parallel, &argc, &argv);
     mlp_model model;
     mlp_model_make(&config, &model);
     if (config.cpu_reference)
         mlp_train_on_cpu(&config, &model);
     else
         mlp_train_on_device(&config, &model);
+    mlp_parallel_finish(&parallel);
     return 0;
 }
 #endif

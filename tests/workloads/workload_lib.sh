@@ -27,6 +27,44 @@ workload_use_simgpu() {
     export SIMGPU_SPEED=1
 }
 
+# workload_mlp_compare A B TOLERANCE: two salus-mlp outputs print the same iterations, each
+# loss (and final_loss) within a relative difference of TOLERANCE; prints the largest one
+workload_mlp_compare() {
+    awk -v tolerance="$3" '
+        function key_value(line,    parts) {
+            if (line ~ /^iter=[0-9]+ loss=/) { split(line, parts, /[= ]/); key = "iter=" parts[2]; value = parts[4]; return 1 }
+            if (line ~ /^final_loss=/) { key = "final"; value = substr(line, 12); return 1 }
+            return 0
+        }
+        FNR == NR { if (key_value($0)) { expected[key] = value; order[++count] = key }; next }
+        key_value($0) { actual[key] = value }
+        END {
+            if (count < 2) { print "no losses in " ARGV[1]; exit 1 }
+            worst = 0; bad = 0
+            for (n = 1; n <= count; n++) {
+                k = order[n]
+                if (!(k in actual)) { print "missing " k " in " ARGV[2]; bad = 1; continue }
+                a = expected[k] + 0; b = actual[k] + 0
+                scale = (a < 0 ? -a : a) > (b < 0 ? -b : b) ? (a < 0 ? -a : a) : (b < 0 ? -b : b)
+                d = a - b; if (d < 0) d = -d
+                relative = scale > 0 ? d / scale : 0
+                if (relative > worst) worst = relative
+                if (relative > tolerance) { printf "%s: %s vs %s (relative difference %.3g)\n", k, expected[k], actual[k], relative; bad = 1 }
+            }
+            for (k in actual) if (!(k in expected)) { print "unexpected " k " in " ARGV[2]; bad = 1 }
+            printf "compared %d losses, largest relative difference %.3g (tolerance %g)\n", count, worst, tolerance
+            exit bad
+        }' "$1" "$2"
+}
+
+# workload_mpirun -n N [mpirun options] program [args]: Open MPI on this machine only
+# (tools/mpirun-local holds the flags: root, oversubscription, loopback), ended after
+# WORKLOAD_MPIRUN_TIMEOUT_S seconds (default 300; mpirun then ends its ranks)
+WORKLOAD_MPIRUN="${SALUS_SOURCE_DIR:-$(dirname "${BASH_SOURCE[0]}")/../..}/tools/mpirun-local"
+workload_mpirun() {
+    timeout "${WORKLOAD_MPIRUN_TIMEOUT_S:-300}" "$WORKLOAD_MPIRUN" "$@"
+}
+
 # a scratch directory removed on exit
 WORKLOAD_TMP="$(mktemp -d "${TMPDIR:-/tmp}/salus-workload-test.XXXXXX")"
 trap 'rm -rf "$WORKLOAD_TMP"; [[ -n "${SIMGPU_SHM_NAME:-}" ]] && rm -f "/dev/shm/$SIMGPU_SHM_NAME"' EXIT

@@ -11,35 +11,6 @@ ARGS=(--seed 7 --inputs 24 --hidden 48 --outputs 6 --batch 16 --samples 200 --it
       --print-every 10)
 TOLERANCE=1e-5
 
-# mlp_compare A B: same printed iterations, each loss (and final_loss) within TOLERANCE
-mlp_compare() {
-    awk -v tolerance="$TOLERANCE" '
-        function key_value(line,    parts) {
-            if (line ~ /^iter=[0-9]+ loss=/) { split(line, parts, /[= ]/); key = "iter=" parts[2]; value = parts[4]; return 1 }
-            if (line ~ /^final_loss=/) { key = "final"; value = substr(line, 12); return 1 }
-            return 0
-        }
-        FNR == NR { if (key_value($0)) { expected[key] = value; order[++count] = key }; next }
-        key_value($0) { actual[key] = value }
-        END {
-            if (count < 2) { print "no losses in " ARGV[1]; exit 1 }
-            worst = 0; bad = 0
-            for (n = 1; n <= count; n++) {
-                k = order[n]
-                if (!(k in actual)) { print "missing " k " in " ARGV[2]; bad = 1; continue }
-                a = expected[k] + 0; b = actual[k] + 0
-                scale = (a < 0 ? -a : a) > (b < 0 ? -b : b) ? (a < 0 ? -a : a) : (b < 0 ? -b : b)
-                d = a - b; if (d < 0) d = -d
-                relative = scale > 0 ? d / scale : 0
-                if (relative > worst) worst = relative
-                if (relative > tolerance) { printf "%s: %s vs %s (relative difference %.3g)\n", k, expected[k], actual[k], relative; bad = 1 }
-            }
-            for (k in actual) if (!(k in expected)) { print "unexpected " k " in " ARGV[2]; bad = 1 }
-            printf "compared %d losses, largest relative difference %.3g (tolerance %g)\n", count, worst, tolerance
-            exit bad
-        }' "$1" "$2"
-}
-
 "$MLP" "${ARGS[@]}" --cpu-reference > "$WORKLOAD_TMP/cpu.out" || workload_fail "salus-mlp --cpu-reference"
 grep -q '^final_loss=' "$WORKLOAD_TMP/cpu.out" || workload_fail "no final_loss line from the CPU reference"
 
@@ -53,12 +24,12 @@ echo "CPU reference: first printed loss $first_loss, final $last_loss"
 for mode in "" --keep-activations --async-alloc; do
     echo "simgpu ${mode:-(per-iteration cuMemAlloc)}:"
     "$MLP" "${ARGS[@]}" $mode > "$WORKLOAD_TMP/simgpu.out" || workload_fail "salus-mlp $mode on simgpu"
-    mlp_compare "$WORKLOAD_TMP/cpu.out" "$WORKLOAD_TMP/simgpu.out" || workload_fail "simgpu $mode differs from the CPU reference"
+    workload_mlp_compare "$WORKLOAD_TMP/cpu.out" "$WORKLOAD_TMP/simgpu.out" "$TOLERANCE" || workload_fail "simgpu $mode differs from the CPU reference"
 done
 
 # the check must be able to fail
 "$MLP" "${ARGS[@]/#0.05/0.04}" --cpu-reference > "$WORKLOAD_TMP/other.out" || workload_fail "salus-mlp --lr 0.04 --cpu-reference"
-if mlp_compare "$WORKLOAD_TMP/other.out" "$WORKLOAD_TMP/simgpu.out" > "$WORKLOAD_TMP/negative.txt"; then
+if workload_mlp_compare "$WORKLOAD_TMP/other.out" "$WORKLOAD_TMP/simgpu.out" "$TOLERANCE" > "$WORKLOAD_TMP/negative.txt"; then
     workload_fail "a reference with another learning rate was accepted"
 fi
 echo "negative check: --lr 0.04 reference rejected ($(tail -1 "$WORKLOAD_TMP/negative.txt"))"

@@ -20,6 +20,10 @@ export SIMGPU_SHM_NAME="salus-it-${WORK##*.}"
 PACKS_FILE="$SALUS_BUILD_DIR/lib/packs/salus-workloads.packs"
 [ -f "$PACKS_FILE" ] && export SIMGPU_KERNEL_PACKS="$(cat "$PACKS_FILE")"
 DAEMON_PIDS=()
+# mpirun_local -n N [mpirun options] program [args]: Open MPI on this machine only; the flags
+# (root, oversubscription, loopback) live in tools/mpirun-local
+MPIRUN_LOCAL="${SALUS_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}/tools/mpirun-local"
+mpirun_local() { "$MPIRUN_LOCAL" "$@"; }
 
 cleanup() {
     local pid

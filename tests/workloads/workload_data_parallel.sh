@@ -15,7 +15,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/workload_lib.sh"
 workload_use_simgpu
 export SIMGPU_DEVICES=4
 export SIMGPU_COLLECTIVE_TIMEOUT_S=60 # a lost rank must fail the test, not hang it
-COMM="dp-test-$$"
+COMM="dp-test-${WORKLOAD_TMP##*.}" # unique on the machine, as the scratch directory is
 RANK_PIDS=()
 cleanup() {
     for pid in "${RANK_PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done

@@ -31,8 +31,11 @@
  * 600) the waiting kernel gives up, marks the communicator failed (every rank's
  * later call fails at once), unlinks its name, says on stderr which ranks were
  * missing and fails with CUDA_ERROR_LAUNCH_TIMEOUT (702), which the next
- * cuStreamSynchronize / cuCtxSynchronize of that process returns. The buffer's
- * content is then undefined, as after a failed NCCL call.
+ * cuStreamSynchronize / cuCtxSynchronize of that process returns. A rank that
+ * attached and died is noticed sooner: a waiting rank wakes once a second to look
+ * (kill(pid, 0); ranks in one pid namespace, as simgpu's devices need anyway) and
+ * fails with CUDA_ERROR_LAUNCH_FAILED (719), as do the ranks of a communicator
+ * that failed. The buffer's content is then undefined, as after a failed NCCL call.
  *
  * Modelled device time: 10 us + 0.02 ns per byte of the buffer (2 x bytes at
  * 100 GB/s: a ring allreduce moves each byte about twice over links of that
@@ -63,6 +66,7 @@
 #define CHUNK_FLOATS (256u * 1024u)            /* 1 MiB per rank per round */
 #define DATA_OFFSET 4096u
 #define DEFAULT_TIMEOUT_S 600.0
+#define LIVENESS_CHECK_NS 1000000000ull     /* a waiting rank looks for dead peers once a second */
 #define LATENCY_NS 10000.0
 #define NS_PER_BYTE 0.02
 
@@ -278,8 +282,26 @@ static void report_missing(const comm_local *c, double waited_s)
             c->name, c->world, c->rank, waited_s, used ? missing : " (none: the communicator failed)");
 }
 
+/* A rank that attached but is gone while the others wait for it: says so, true. */
+static bool dead_peer_report(const comm_local *c)
+{
+    for (unsigned r = 0; r < c->world; r++) {
+        int32_t pid = __atomic_load_n(&c->shared->rank_pid[r], __ATOMIC_ACQUIRE);
+        if (pid == 0 || __atomic_load_n(&c->shared->rank_round[r], __ATOMIC_ACQUIRE) >= c->round + 1)
+            continue;
+        if (kill(pid, 0) == -1 && errno == ESRCH) {
+            fprintf(stderr,
+                    "simgpu allreduce: communicator '%s' (world %u): rank %u (pid %d) is gone; rank %u gives up "
+                    "(CUDA_ERROR_LAUNCH_FAILED)\n",
+                    c->name, c->world, r, (int)pid, c->rank);
+            return true;
+        }
+    }
+    return false;
+}
+
 /* One round: publish `n` floats of `values`, wait for every rank, sum in rank order.
- * 0, or -ETIMEDOUT / -EPIPE (the communicator failed). */
+ * 0, or -ETIMEDOUT, -ESRCH (a peer died) or -EPIPE (the communicator failed before). */
 static int allreduce_round(const simgpu_launch *launch, comm_local *c, float *values, size_t n,
                            uint64_t deadline, uint64_t started)
 {
@@ -298,11 +320,18 @@ static int allreduce_round(const simgpu_launch *launch, comm_local *c, float *va
     } else {
         while (__atomic_load_n(&shared->generation, __ATOMIC_ACQUIRE) == generation) {
             uint64_t now = now_ns();
-            if (now >= deadline ||
-                launch->host->wait_off_engine(launch, &shared->generation, generation, deadline - now) ==
-                    -ETIMEDOUT) {
-                if (__atomic_load_n(&shared->generation, __ATOMIC_ACQUIRE) != generation)
-                    break; /* completed just as the time ran out */
+            uint64_t slice = deadline > now ? deadline - now : 0;
+            if (slice > LIVENESS_CHECK_NS)
+                slice = LIVENESS_CHECK_NS;
+            if (slice && launch->host->wait_off_engine(launch, &shared->generation, generation, slice) == 0)
+                continue;
+            if (__atomic_load_n(&shared->generation, __ATOMIC_ACQUIRE) != generation)
+                break; /* completed just as the time ran out */
+            if (dead_peer_report(c)) {
+                comm_break(c);
+                return -ESRCH;
+            }
+            if (now_ns() >= deadline) {
                 report_missing(c, (double)(now_ns() - started) / 1e9);
                 comm_break(c);
                 return -ETIMEDOUT;
@@ -374,7 +403,8 @@ static void allreduce_sum_f32(const simgpu_launch *launch)
             fprintf(stderr, "simgpu allreduce: communicator '%s' (world %u) failed earlier; rank %u gives up\n",
                     c->name, c->world, c->rank);
         if (rc) {
-            host->fail(launch, 702 /* CUDA_ERROR_LAUNCH_TIMEOUT */);
+            host->fail(launch, rc == -ETIMEDOUT ? 702 /* CUDA_ERROR_LAUNCH_TIMEOUT */
+                                                : 719 /* CUDA_ERROR_LAUNCH_FAILED */);
             break;
         }
         if (n)

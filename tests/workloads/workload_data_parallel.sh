@@ -8,8 +8,10 @@
 # moves the loss after 60 steps by about 1e-7 relative; any real difference in the training
 # (another batch, a missed or doubled step) moves it by far more than 1e-5, as the negative
 # check shows. Also: every rank prints the same losses, rank r runs on device r, the
-# communicator's segment is gone afterwards, and a rank whose peer never comes fails with
-# CUDA_ERROR_LAUNCH_TIMEOUT after SIMGPU_COLLECTIVE_TIMEOUT_S instead of hanging.
+# communicator's segment is gone afterwards; across processes a waiting rank leaves the device
+# to another process's kernels and burns no CPU; a rank whose peer dies fails within seconds
+# (CUDA_ERROR_LAUNCH_FAILED), one whose peer never comes fails with CUDA_ERROR_LAUNCH_TIMEOUT
+# after SIMGPU_COLLECTIVE_TIMEOUT_S instead of hanging.
 # salus-mlp-mpi missing (MPI not found at build time) is a failure, not a skip.
 source "$(dirname "${BASH_SOURCE[0]}")/workload_lib.sh"
 workload_use_simgpu
@@ -19,7 +21,7 @@ COMM="dp-test-${WORKLOAD_TMP##*.}" # unique on the machine, as the scratch direc
 RANK_PIDS=()
 cleanup() {
     for pid in "${RANK_PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-    rm -f /dev/shm/simgpu-comm-*-"$COMM" /dev/shm/simgpu-comm-*-"$COMM-lonely"
+    rm -f /dev/shm/simgpu-comm-*-"$COMM" /dev/shm/simgpu-comm-*-"$COMM"-*
     rm -rf "$WORKLOAD_TMP"
     rm -f "/dev/shm/$SIMGPU_SHM_NAME"
 }
@@ -89,6 +91,66 @@ if workload_mlp_compare "$WORKLOAD_TMP/small.out" "$WORKLOAD_TMP/simgpu-0.out" "
     workload_fail "a single process with batch $BATCH matched the data-parallel run"
 fi
 echo "negative check: batch $BATCH single process rejected ($(tail -1 "$WORKLOAD_TMP/negative.txt"))"
+
+# Across processes: rank 0 of 2 waits for rank 1 off the engine and burns no CPU. While it
+# waits, another process's kernels (salus-synth, 4 x 50 ms) run on the same device and finish.
+rank_cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }  # utime + stime, clock ticks
+"$MLP" "${ARGS[@]}" --batch $BATCH --data-parallel simgpu --rank 0 --world 2 --comm "$COMM-pair" --device 0 \
+    > "$WORKLOAD_TMP/pair-0.out" 2> "$WORKLOAD_TMP/pair-0.err" &
+pair0=$!
+RANK_PIDS+=($pair0)
+deadline=$((SECONDS + 60))
+until compgen -G "/dev/shm/simgpu-comm-*-2-$COMM-pair" > /dev/null; do  # it waits once the communicator exists
+    kill -0 $pair0 2> /dev/null || workload_fail "rank 0 of the pair ended early: $(cat "$WORKLOAD_TMP/pair-0.err")"
+    ((SECONDS < deadline)) || workload_fail "rank 0 of the pair never reached its allreduce"
+    sleep 0.05
+done
+ticks_before=$(rank_cpu_ticks $pair0)
+waited_from=$(date +%s%N)
+timeout 60 "$WORKLOAD_BIN/salus-synth" --device 0 --gpu-ms 50 --iterations 4 > "$WORKLOAD_TMP/synth.out" ||
+    workload_fail "salus-synth on the device where rank 0 waits did not finish"
+sleep 0.3  # the measuring window goes on a little after the other process's kernels
+kill -0 $pair0 2> /dev/null || workload_fail "rank 0 of the pair did not wait for rank 1"
+ticks=$(($(rank_cpu_ticks $pair0) - ticks_before))
+waited_ms=$((($(date +%s%N) - waited_from) / 1000000))
+hz=$(getconf CLK_TCK)
+echo "engine free across processes: while rank 0 waited ${waited_ms} ms for rank 1 on device 0, salus-synth's" \
+     "kernels ran there ($(grep -o 'mean_iter_ms=[0-9.]*' "$WORKLOAD_TMP/synth.out") for 50 ms of kernel each);" \
+     "rank 0 used $ticks clock ticks of CPU (1/$hz s each)"
+((ticks <= 3)) || workload_fail "rank 0 burnt $ticks ticks of CPU while waiting (a busy wait?)"
+"$MLP" "${ARGS[@]}" --batch $BATCH --data-parallel simgpu --rank 1 --world 2 --comm "$COMM-pair" --device 1 \
+    > "$WORKLOAD_TMP/pair-1.out" 2> "$WORKLOAD_TMP/pair-1.err" || workload_fail "rank 1 of the pair failed"
+wait $pair0 || workload_fail "rank 0 of the pair failed: $(cat "$WORKLOAD_TMP/pair-0.err")"
+RANK_PIDS=()
+workload_mlp_compare "$WORKLOAD_TMP/pair-0.out" "$WORKLOAD_TMP/pair-1.out" 0 > /dev/null ||
+    workload_fail "the pair's ranks printed different losses"
+
+# A peer that dies: rank 1 (1 s of host time per step) is killed while rank 0 waits in the
+# allreduce of step 2; rank 0 notices within about a second and fails, it does not wait 60 s
+"$MLP" "${ARGS[@]}" --batch $BATCH --data-parallel simgpu --rank 0 --world 2 --comm "$COMM-dead" \
+    > /dev/null 2> "$WORKLOAD_TMP/dead-0.err" &
+dead0=$!
+"$MLP" "${ARGS[@]}" --batch $BATCH --data-parallel simgpu --rank 1 --world 2 --comm "$COMM-dead" --host-ms 1000 \
+    --print-every 1 > "$WORKLOAD_TMP/dead-1.out" 2> /dev/null &
+dead1=$!
+RANK_PIDS+=($dead0 $dead1)
+deadline=$((SECONDS + 60))
+until grep -q '^iter=1 ' "$WORKLOAD_TMP/dead-1.out"; do
+    ((SECONDS < deadline)) || workload_fail "rank 1 never finished step 1"
+    sleep 0.05
+done
+kill -9 $dead1
+killed_at=$(date +%s%N)
+{ wait $dead1; } 2> /dev/null || true
+rc=0
+wait $dead0 || rc=$?
+noticed_ms=$((($(date +%s%N) - killed_at) / 1000000))
+RANK_PIDS=()
+[[ $rc -eq 1 ]] || workload_fail "rank 0 ended with status $rc after its peer died, expected 1"
+grep -q "is gone" "$WORKLOAD_TMP/dead-0.err" && grep -q CUDA_ERROR_LAUNCH_FAILED "$WORKLOAD_TMP/dead-0.err" ||
+    workload_fail "rank 0 did not report its dead peer: $(cat "$WORKLOAD_TMP/dead-0.err")"
+((noticed_ms < 10000)) || workload_fail "rank 0 took $noticed_ms ms to notice its dead peer"
+echo "dead peer: rank 0 ended $noticed_ms ms after kill -9 of rank 1: $(grep -m1 'is gone' "$WORKLOAD_TMP/dead-0.err")"
 
 # a peer that never comes: rank 0 of 2 gives up after the timeout with a clear error
 rc=0

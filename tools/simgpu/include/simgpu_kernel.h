@@ -59,7 +59,8 @@ typedef struct simgpu_host {
      * CUDA_ERROR_LAUNCH_TIMEOUT): the error becomes sticky in the launching
      * context, as a device fault is, and the next synchronising call of that
      * context (cuStreamSynchronize, cuCtxSynchronize, a synchronous copy or set)
-     * and every later launch in it returns it. The first error wins. */
+     * and every later launch in it returns it. The first error wins; 0 stands for
+     * 719 CUDA_ERROR_LAUNCH_FAILED. */
     void (*fail)(const simgpu_launch *launch, int cuda_error);
 } simgpu_host;
 

@@ -133,6 +133,7 @@ dead0=$!
 "$MLP" "${ARGS[@]}" --batch $BATCH --data-parallel simgpu --rank 1 --world 2 --comm "$COMM-dead" --host-ms 1000 \
     --print-every 1 > "$WORKLOAD_TMP/dead-1.out" 2> /dev/null &
 dead1=$!
+disown $dead1  # killed on purpose below: no job notice from bash
 RANK_PIDS+=($dead0 $dead1)
 deadline=$((SECONDS + 60))
 until grep -q '^iter=1 ' "$WORKLOAD_TMP/dead-1.out"; do
@@ -141,7 +142,6 @@ until grep -q '^iter=1 ' "$WORKLOAD_TMP/dead-1.out"; do
 done
 kill -9 $dead1
 killed_at=$(date +%s%N)
-{ wait $dead1; } 2> /dev/null || true
 rc=0
 wait $dead0 || rc=$?
 noticed_ms=$((($(date +%s%N) - killed_at) / 1000000))

@@ -208,6 +208,7 @@ WORKLOAD_PACK_EXPORT(mlp_pack)
 #include "workload_host.h"
 
 #include <getopt.h>
+#include <unistd.h>
 
 #include <vector>
 
@@ -224,6 +225,7 @@ typedef struct mlp_config {
     int device;
     double host_ms; /* host time per iteration before its GPU work (data loading) */
     bool device_given;
+    const char *start_after; /* wait until this file exists before the first iteration */
 } mlp_config;
 
 static mlp_parallel parallel = {MLP_SINGLE, -1, -1, std::string(), NULL};
@@ -459,6 +461,13 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
     mlp_activations a{};
     if (config->keep_activations)
         mlp_activations_alloc(&device, config, &a);
+    if (config->start_after) { /* a test's hook: it decides when each rank starts */
+        CHECK_CU(cuCtxSynchronize());
+        printf("start_wait file=%s\n", config->start_after);
+        fflush(stdout);
+        while (access(config->start_after, F_OK) != 0)
+            workload_sleep_ns(5000000);
+    }
     uint64_t start_ns = workload_now_ns();
 
     for (unsigned iteration = 1; iteration <= config->iterations; iteration++) {
@@ -552,6 +561,8 @@ static void mlp_usage(FILE *out)
             "                       --batch is per rank, rank r takes rows r*batch.. of the global batch\n"
             "  --rank R, --world N  this rank and the number of ranks (default: SALUS_RANK/SALUS_WORLD,\n"
             "                       then OMPI_COMM_WORLD_RANK/SIZE; with mpi: MPI's)\n"
+            "  --start-after FILE   wait until FILE exists before the first iteration (after the\n"
+            "                       uploads; prints 'start_wait'): lets a test order the ranks' starts\n"
             "  --comm NAME          the simgpu communicator (default: SALUS_GROUP, then salus-mlp);\n"
             "                       without --device, rank r uses device r %% count\n"
             "  --help               this text\n"
@@ -563,7 +574,7 @@ static void mlp_usage(FILE *out)
 static void mlp_parse(int argc, char **argv, mlp_config *config)
 {
     enum { SEED = 256, INPUTS, HIDDEN, OUTPUTS, BATCH, SAMPLES, ITERATIONS, LR, PRINT_EVERY, KEEP, ASYNC, CPU,
-           DEVICE, HOST_MS, DATA_PARALLEL, RANK, WORLD, COMM, HELP };
+           DEVICE, HOST_MS, DATA_PARALLEL, RANK, WORLD, COMM, START_AFTER, HELP };
     static const struct option options[] = {
         {"seed", required_argument, NULL, SEED},
         {"inputs", required_argument, NULL, INPUTS},
@@ -583,11 +594,12 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         {"rank", required_argument, NULL, RANK},
         {"world", required_argument, NULL, WORLD},
         {"comm", required_argument, NULL, COMM},
+        {"start-after", required_argument, NULL, START_AFTER},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
     };
     const unsigned long long size_limit = 1u << 16;
-    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0, 0.0, false};
+    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0, 0.0, false, NULL};
     int option;
     while ((option = getopt_long(argc, argv, "", options, NULL)) != -1) {
         const char *name = option >= SEED && option <= HELP ? options[option - SEED].name : "";
@@ -613,6 +625,7 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         case RANK: parallel.rank = (long)workload_parse_unsigned(name, optarg, 0, 63); break;
         case WORLD: parallel.world = (long)workload_parse_unsigned(name, optarg, 1, 64); break;
         case COMM: parallel.communicator = optarg; break;
+        case START_AFTER: config->start_after = optarg; break;
         case HELP: mlp_usage(stdout); exit(0);
         default: mlp_usage(stderr); exit(WORKLOAD_EXIT_USAGE);
         }

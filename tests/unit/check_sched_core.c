@@ -1459,28 +1459,39 @@ START_TEST(test_gang_release_keeps_the_reservation)
 }
 END_TEST
 
-/* A rank that leaves is no longer part of its gang: the rest are still granted. */
+/* A rank that leaves is no longer part of its gang: the rest are still granted, whether it
+ * leaves before asking (no wait for a departed rank) or in the middle of a slot. */
 START_TEST(test_gang_member_leaves)
 {
     fake_t f;
     fake_start_gpus(&f, "pack", 2, 1 * GIB, 1, false);
     reg_rank(&f, 1, 100, 2, 0, SCHED_CORE_SYNC_BSP, 0);
     reg_rank(&f, 2, 100, 2, 1, SCHED_CORE_SYNC_BSP, 0);
-    reg(&f, 3, 1000, 100 * MIB, 600 * MIB, 100, 0); /* keeps the gang from running freely */
-    ask(&f, 3);
     ask(&f, 1);
-    ask(&f, 2);
-    boundary(&f, 3, 1 * MS);
-    ck_assert(f.jobs[1].running && f.jobs[2].running);
-    leave(&f, 2); /* in the middle of the slot */
+    ck_assert(!f.jobs[1].running); /* waits for rank 1 */
+    leave(&f, 2);
+    ck_assert(f.jobs[1].running); /* a gang of one */
+    fake_stop(&f);
+
+    fake_start_gpus(&f, "pack", 3, 1 * GIB, 1, false);
+    reg_rank(&f, 1, 100, 3, 0, SCHED_CORE_SYNC_BSP, 0);
+    reg_rank(&f, 2, 100, 3, 1, SCHED_CORE_SYNC_BSP, 0);
+    reg_rank(&f, 3, 100, 3, 2, SCHED_CORE_SYNC_BSP, 0);
+    reg(&f, 4, 1000, 100 * MIB, 600 * MIB, 100, 0); /* beside rank 0: no free runs */
+    ck_assert_uint_eq(f.jobs[4].lane, f.jobs[1].lane);
+    ask(&f, 4);
+    for (uint64_t id = 1; id <= 3; id++)
+        ask(&f, id);
+    boundary(&f, 4, 1 * MS);
+    ck_assert(f.jobs[1].running && f.jobs[2].running && f.jobs[3].running);
+    leave(&f, 3); /* in the middle of the slot */
     boundary(&f, 1, 1 * MS);
-    ck_assert(f.jobs[3].running); /* slot over: the single job's turn */
-    boundary(&f, 3, 1 * MS);
-    ck_assert(f.jobs[1].running); /* the gang of one goes on */
-    boundary(&f, 1, 1 * MS);
-    boundary(&f, 3, 1 * MS);
-    ck_assert(f.jobs[1].running);
-    ck_assert_uint_eq(f.jobs[1].iterations, 2);
+    ck_assert(!f.jobs[4].running);
+    boundary(&f, 2, 1 * MS);
+    ck_assert(f.jobs[4].running); /* slot over: the single job's turn */
+    boundary(&f, 4, 1 * MS);
+    ck_assert(f.jobs[1].running && f.jobs[2].running); /* the gang of two goes on */
+    ck_assert_uint_eq(f.jobs[1].iterations, 1);
     fake_stop(&f);
 }
 END_TEST

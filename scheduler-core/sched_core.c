@@ -1961,6 +1961,7 @@ int sched_core_job_reattached(sched_core_t *core, const sched_core_job_hints_t *
                                                : job->iteration_hint_ns;
     job->measured_persistent = where->persistent_bytes;
     job->measured_ephemeral = where->ephemeral_bytes;
+    job->gang_wait_since_ns = 0; /* (a rank: it held its place all along) */
     core->layout_changed = true;
     policy_job_t v;
     view_of(job, &v);

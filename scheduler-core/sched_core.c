@@ -6,6 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* For the few helpers of the per-iteration path (dispatch_lane) that the gangs' code calls
+ * too: GCC would otherwise stop inlining them there (callgrind on salus-sim: +5 % instructions
+ * per event for a core without groups). */
+#define CORE_ALWAYS_INLINE inline __attribute__((always_inline))
+
 typedef struct core_job_s {
     uint64_t id;
     bool gone; /* left; removed at the next compaction */
@@ -489,7 +494,7 @@ static inline void touch(sched_core_t *core, uint32_t lane)
     touch_slow(core, lane);
 }
 
-static void stop_free_run(sched_core_t *core, core_job_t *job)
+static CORE_ALWAYS_INLINE void stop_free_run(sched_core_t *core, core_job_t *job)
 {
     if (!job->free_run)
         return;
@@ -580,7 +585,7 @@ static void add_usage(sched_core_t *core, uint32_t uid, uint64_t busy_ns)
 /* The two-level pick of a turn in a lane shared by several users: only the jobs of the users
  * whose jobs have held the GPU least stay runnable for the policy's pick among
  * core->views[0..n) (the views of core->member_jobs[0..n)). With one user nothing changes. */
-static void users_first(sched_core_t *core, size_t n)
+static CORE_ALWAYS_INLINE void users_first(sched_core_t *core, size_t n)
 {
     uint64_t least = UINT64_MAX;
     uint32_t first_uid = 0;
@@ -698,7 +703,7 @@ no_memory:
 }
 
 /* The lane's books (rebuilt first when stale), or NULL when no lane has that id. */
-static const core_lane_t *lane_book(sched_core_t *core, uint32_t lane)
+static CORE_ALWAYS_INLINE const core_lane_t *lane_book(sched_core_t *core, uint32_t lane)
 {
     if ((core->books_stale || core->books_version != lanes_version(core->lanes)) &&
         rebuild_lane_books(core) < 0)
@@ -713,7 +718,7 @@ static const core_lane_t *lane_book(sched_core_t *core, uint32_t lane)
 }
 
 /* Grants the job its lane (free: the caller checked). false when the lane manager says no. */
-static inline bool grant_job(sched_core_t *core, core_job_t *job, bool free_run)
+static CORE_ALWAYS_INLINE bool grant_job(sched_core_t *core, core_job_t *job, bool free_run)
 {
     bool clear_needed = false;
     if (core->yield_pending == job->id && job->grant_version == lanes_version(core->lanes)) {
@@ -736,16 +741,10 @@ static inline bool grant_job(sched_core_t *core, core_job_t *job, bool free_run)
     return true;
 }
 
-static void dispatch_lane_groups(sched_core_t *core, uint32_t lane, uint64_t now_ns);
-
 /* If the lane is free, the policy picks among its ready jobs and the pick is granted. If a job
  * holds it and runs freely while others are ready, it must stop at its next boundary. */
-static void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
+static CORE_ALWAYS_INLINE void dispatch_lane(sched_core_t *core, uint32_t lane, uint64_t now_ns)
 {
-    if (core->group_count) { /* gangs (sched_core.h): their rules apply on every lane */
-        dispatch_lane_groups(core, lane, now_ns);
-        return;
-    }
     const core_lane_t *book = lane_book(core, lane);
     if (!book || book->count == 0)
         return;
@@ -1164,11 +1163,15 @@ static void gang_pass(sched_core_t *core, uint64_t now_ns)
 
 static void dispatch_touched(sched_core_t *core, uint64_t now_ns)
 {
-    if (core->group_count)
-        gang_pass(core, now_ns);
     /* dispatch_lane may touch nothing (grants change no layout): the list is stable */
-    for (size_t i = 0; i < core->touched_count; i++)
-        dispatch_lane(core, core->touched[i], now_ns);
+    if (core->group_count) { /* gangs (sched_core.h): their rules apply on every lane */
+        gang_pass(core, now_ns);
+        for (size_t i = 0; i < core->touched_count; i++)
+            dispatch_lane_groups(core, core->touched[i], now_ns);
+    } else {
+        for (size_t i = 0; i < core->touched_count; i++)
+            dispatch_lane(core, core->touched[i], now_ns);
+    }
     core->touched_count = 0;
 }
 

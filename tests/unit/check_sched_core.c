@@ -1537,6 +1537,36 @@ START_TEST(test_asp_ranks_take_single_turns)
 }
 END_TEST
 
+/* Ranks that survive a daemon restart come back into their group: they take gang turns again
+ * (one rank alone is not granted), with no gang wait for the time they held their places. */
+START_TEST(test_gang_reattached_ranks)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 2, 1 * GIB, 1, false);
+    for (uint32_t r = 0; r < 2; r++) {
+        sched_core_job_hints_t h = {.id = 1 + r, .uid = 1000,
+                                    .group = {.id = 100, .world = 2, .rank = r}};
+        sched_core_reattach_t where = {.gpu = (int)r, .persistent_bytes = 100 * MIB,
+                                       .ephemeral_bytes = 600 * MIB, .iterations = 4};
+        ck_assert_int_eq(sched_core_job_reattached(f.core, &h, &where, f.now_ns, &f.fx), 0);
+        apply(&f);
+        f.jobs[1 + r].admitted = 1; /* (the daemon answers a re-attach itself) */
+        f.jobs[1 + r].iterations = 4;
+    }
+    f.now_ns += 5 * MS;
+    ask(&f, 1);
+    ck_assert(!f.jobs[1].running);
+    ask(&f, 2);
+    ck_assert(f.jobs[1].running && f.jobs[2].running);
+    sched_core_job_info_t ji;
+    ck_assert_int_eq(sched_core_job_info(f.core, 2, &ji), 0);
+    ck_assert_uint_eq(ji.gang_wait_ns, 0);
+    ck_assert_uint_eq(ji.group.id, 100);
+    ck_assert_uint_eq(ji.group.rank, 1);
+    fake_stop(&f);
+}
+END_TEST
+
 static Suite *sched_core_suite(void)
 {
     Suite *s = suite_create("sched_core");
@@ -1580,6 +1610,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(g, test_gang_member_leaves);
     tcase_add_test(g, test_ssp_holds_a_rank_too_far_ahead);
     tcase_add_test(g, test_asp_ranks_take_single_turns);
+    tcase_add_test(g, test_gang_reattached_ranks);
     suite_add_tcase(s, g);
     return s;
 }

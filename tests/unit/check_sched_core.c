@@ -1282,16 +1282,24 @@ static uint64_t prng_next(uint64_t *state)
     return *state;
 }
 
-/* Gang turns: randomised interleavings of asks and boundaries (1000 seeds): never the circle,
- * each slot's grants come in one event, and both groups make progress. */
+/* Gang turns: randomised interleavings of asks and boundaries (1000 seeds with slots of one
+ * iteration, 300 with slots of three, 300 with a single job sharing GPU 0's lane): never the
+ * circle, a new slot's grants come in one event, and both groups (and the single job) make
+ * progress. */
 START_TEST(test_gang_turns_never_circle)
 {
-    enum { ITERATIONS = 20, MAX_STEPS = 400 };
-    for (uint64_t seed = 1; seed <= 1000; seed++) {
+    enum { ITERATIONS = 20, MAX_STEPS = 600, SINGLE = 5 };
+    const uint32_t slot = _i == 1 ? 3 : 1;
+    for (uint64_t seed = 1; seed <= (_i == 0 ? 1000u : 300u); seed++) {
         fake_t f;
         gang_sim_t g;
         uint64_t rng = seed * 0x9E3779B97F4A7C15ull;
-        gang_setup(&f, &g, 1, false);
+        gang_setup(&f, &g, slot, false);
+        bool single = _i == 2, single_started = false;
+        if (single) {
+            reg(&f, SINGLE, 1000, 100 * MIB, 600 * MIB, 1000, 0);
+            ck_assert_uint_eq(f.jobs[SINGLE].lane, f.jobs[1].lane);
+        }
         int steps = 0;
         for (;;) {
             uint64_t done = UINT64_MAX;
@@ -1299,7 +1307,7 @@ START_TEST(test_gang_turns_never_circle)
                 for (int r = 0; r < 2; r++)
                     if (f.jobs[g.ids[h][r]].iterations < done)
                         done = f.jobs[g.ids[h][r]].iterations;
-            if (done >= ITERATIONS)
+            if (done >= ITERATIONS && (!single || f.jobs[SINGLE].iterations >= ITERATIONS / 2))
                 break;
             ck_assert_msg(steps++ < MAX_STEPS, "seed %llu: no progress in %d steps (%llu done)",
                           (unsigned long long)seed, MAX_STEPS, (unsigned long long)done);
@@ -1311,6 +1319,8 @@ START_TEST(test_gang_turns_never_circle)
                     else if (gang_can_finish(&f, &g, h, r))
                         memcpy(actions[count++], (int[3]){1, h, r}, sizeof(actions[0]));
                 }
+            if (single && (!single_started || f.jobs[SINGLE].running))
+                memcpy(actions[count++], (int[3]){2, 0, 0}, sizeof(actions[0]));
             ck_assert_msg(count > 0, "seed %llu: deadlock", (unsigned long long)seed);
             int *a = actions[prng_next(&rng) % (uint64_t)count];
             size_t grants_before = f.grant_count;
@@ -1318,7 +1328,14 @@ START_TEST(test_gang_turns_never_circle)
             for (int h = 0; h < 2; h++)
                 for (int r = 0; r < 2; r++)
                     running_before[h] += f.jobs[g.ids[h][r]].running;
-            if (a[0] == 0) {
+            if (a[0] == 2 && !single_started) {
+                single_started = true;
+                ask(&f, SINGLE);
+            } else if (a[0] == 2 && f.jobs[SINGLE].free_run) {
+                f.jobs[SINGLE].iterations++; /* it goes on without stopping */
+            } else if (a[0] == 2) {
+                boundary(&f, SINGLE, 1 * MS);
+            } else if (a[0] == 0) {
                 g.started[a[1] * 2 + a[2]] = 1;
                 ask(&f, g.ids[a[1]][a[2]]);
             } else {
@@ -1327,7 +1344,8 @@ START_TEST(test_gang_turns_never_circle)
             ck_assert_msg(!gang_circle(&f, &g), "seed %llu: circular wait", (unsigned long long)seed);
             int granted[2] = {0, 0};
             for (size_t i = grants_before; i < f.grant_count; i++)
-                granted[f.grants[i] == 1 || f.grants[i] == 2 ? 0 : 1]++;
+                if (f.grants[i] != SINGLE)
+                    granted[f.grants[i] == 1 || f.grants[i] == 2 ? 0 : 1]++;
             for (int h = 0; h < 2; h++) /* a new slot's grants: both ranks in one event */
                 ck_assert_msg(running_before[h] > 0 || granted[h] == 0 || granted[h] == 2,
                               "seed %llu: %d grant(s)", (unsigned long long)seed, granted[h]);
@@ -1602,7 +1620,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(g, test_group_all_or_nothing);
     tcase_add_test(g, test_group_waits_for_its_ranks);
     tcase_add_test(g, test_group_invalid_hints);
-    tcase_add_test(g, test_gang_turns_never_circle);
+    tcase_add_loop_test(g, test_gang_turns_never_circle, 0, 3);
     tcase_add_test(g, test_gang_turns_off_reaches_the_circle);
     tcase_add_test(g, test_gang_single_jobs_fill_in);
     tcase_add_test(g, test_gang_slot_length);

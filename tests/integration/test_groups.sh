@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Groups of ranks (distributed jobs) on one node with two simulated GPUs: the launch contract
+# from flags and from mpirun's variables, the group records (salusctl groups), groups of two
+# users that share a name, refused contracts, and failure: kill -9 of one rank's program ends
+# the others within 10 s, marks the group failed with that rank, and gives all memory back.
+# Needs root (a throwaway user) and Open MPI's mpirun.
+. "$(dirname "$0")/lib.sh"
+
+[ "$(id -u)" -eq 0 ] || fail "this test must run as root (it creates a throwaway user)"
+command -v runuser >/dev/null || fail "runuser is missing"
+command -v mpirun >/dev/null || fail "mpirun (Open MPI) is missing"
+USER_B="salus-grp-$$"
+useradd -M -N -s /usr/sbin/nologin "$USER_B" || fail "useradd"
+RUN_PIDS=()
+cleanup_groups() {
+    local pid
+    for pid in "${RUN_PIDS[@]}"; do
+        kill -9 "$pid" 2>/dev/null || true
+    done
+    for pid in "${RUN_PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    userdel "$USER_B" 2>/dev/null || true
+    cleanup
+}
+trap cleanup_groups EXIT
+
+export SIMGPU_DEVICES=2
+chmod 0755 "$WORK"
+start_daemon
+SYNTH="$BIN/salus-synth"
+# a rank that runs until it is ended
+LONG=(--iterations 1000000 --gpu-ms 2 --host-ms 1 --persistent-mb 16 --ephemeral-mb 16)
+
+# groups_py PYTHON ARGS...: runs PYTHON (with sys.argv[1:] = ARGS) on g, the groups list;
+# q(name, uid=0) are the groups named name of uid
+groups_py() {
+    local code=$1
+    shift
+    "$SALUSCTL" --json groups | python3 -c '
+import json, sys
+g = json.load(sys.stdin)
+def q(name, uid=0): return [x for x in g if x["name"] == name and x["uid"] == uid]
+'"$code" "$@"
+}
+
+# ---- explicit flags: a group of 2, each rank on a GPU ----
+G="it-g-$$"
+for r in 0 1; do
+    "$SALUSCTL" run --name "rank$r" --group "$G" --world 2 --rank "$r" --local-rank "$r" \
+        -- "$SYNTH" "${LONG[@]}" >"$WORK/r$r.out" 2>&1 &
+    RUN_PIDS+=($!)
+    eval "RUN$r=$!"
+done
+both_running() {
+    groups_py '
+[x] = q(sys.argv[1])
+assert x["state"] == "running" and x["world"] == 2 and x["sync"] == "bsp", x
+assert [r["rank"] for r in x["ranks"]] == [0, 1], x
+assert all(r["job_id"] and r["pid"] and r["gpu"] is not None for r in x["ranks"]), x
+assert [r["local_rank"] for r in x["ranks"]] == [0, 1], x' "$G" 2>/dev/null
+}
+wait_until 20 both_running || fail "the group did not run: $("$SALUSCTL" groups)"
+"$SALUSCTL" groups
+"$SALUSCTL" ps --json | python3 -c '
+import json, sys
+ranks = sorted((j["rank"], j["group"]) for j in json.load(sys.stdin) if j["group"])
+assert ranks == [(0, sys.argv[1]), (1, sys.argv[1])], ranks' "$G" || fail "ps: $("$SALUSCTL" ps)"
+"$SALUSCTL" ps | qgrep " $G:1 " || fail "ps shows no GROUP:RANK: $("$SALUSCTL" ps)"
+"$SALUSCTL" --json stats | python3 -c '
+import json, sys
+ranks = sorted(j["rank"] for j in json.load(sys.stdin)["jobs"] if j["group"] == sys.argv[1])
+assert ranks == [0, 1], ranks' "$G" || fail "stats (top) lacks the ranks"
+pass "explicit flags: group $G of 2 running, ranks shown by groups, ps and stats"
+
+# ---- another user's group of the same name is a group of its own ----
+mkdir "$WORK/b" && chown "$USER_B" "$WORK/b"
+runuser -u "$USER_B" -- "$SALUSCTL" --socket "$SOCK" run --group "$G" --world 3 --rank 1 \
+    -- sleep 600 >"$WORK/b/out" 2>&1 &
+B_RUN=$!
+RUN_PIDS+=($B_RUN)
+b_group() {
+    groups_py '
+xs = [x for x in g if x["name"] == sys.argv[1]]
+assert len(xs) == 2 and {x["uid"] for x in xs} == {0, int(sys.argv[2])}, xs
+[b] = [x for x in xs if x["uid"] != 0]
+assert b["world"] == 3 and b["state"] == "forming" and b["ranks"][1]["job_id"], b
+assert all(r["job_id"] is None for i, r in enumerate(b["ranks"]) if i != 1), b' \
+        "$G" "$(id -u "$USER_B")" 2>/dev/null
+}
+wait_until 10 b_group || fail "user B's group: $("$SALUSCTL" groups)"
+runuser -u "$USER_B" -- "$SALUSCTL" --socket "$SOCK" --json groups | python3 -c '
+import json, sys
+g = json.load(sys.stdin)
+assert len(g) == 1 and g[0]["world"] == 3, g' || fail "user B sees root's group"
+pass "a group of another user with the same name did not join it (world 3, forming)"
+
+# ---- refused contracts ----
+refused() { # refused RC MESSAGE ARGS...: salusctl run ARGS exits RC with MESSAGE on stderr
+    local want=$1 message=$2 rc=0
+    shift 2
+    "$SALUSCTL" run "$@" -- true >/dev/null 2>"$WORK/err" || rc=$?
+    [ "$rc" -eq "$want" ] && qgrep -F -- "$message" "$WORK/err" ||
+        fail "run $*: rc $rc, wanted $want and '$message': $(cat "$WORK/err")"
+    echo "  refused ($rc): $(cat "$WORK/err")"
+}
+refused 1 "group $G has world 2, not 3" --group "$G" --world 3 --rank 2
+refused 1 "rank 1 of group $G is taken" --group "$G" --world 2 --rank 1
+refused 1 "group $G syncs bsp, not ssp:2" --group "$G" --world 2 --rank 1 --sync ssp:2
+refused 1 "was declared without --share-gpus" --group "$G" --world 2 --rank 1 --share-gpus
+refused 2 "must be a number from 0 to 1 (world 2), got '2'" --group "$G" --world 2 --rank 2
+refused 2 "from 1 to 4096, got '0'" --group "$G" --world 0 --rank 0
+refused 2 "got 'x'" --group "$G" --world x --rank 0
+refused 2 "--sync takes bsp, ssp:S" --group "$G" --world 2 --rank 0 --sync ssp
+refused 2 "letters, digits and" --group 'bad/name' --world 2 --rank 0
+refused 2 "give --group NAME" --world 2 --rank 0
+pass "invalid contracts are refused with their message"
+
+# ---- failure: kill -9 of rank 1's program ----
+# a third rank of another group only submitted (its command never uses the GPU) ends too
+G3="it-g3-$$"
+"$SALUSCTL" run --group "$G3" --world 2 --rank 0 -- "$SYNTH" "${LONG[@]}" >"$WORK/g3r0.out" 2>&1 &
+RUN_PIDS+=($!)
+G3R0=$!
+"$SALUSCTL" run --group "$G3" --world 2 --rank 1 -- sleep 600 >"$WORK/g3r1.out" 2>&1 &
+RUN_PIDS+=($!)
+G3R1=$!
+g3_formed() { groups_py 'assert all(r["job_id"] for r in q(sys.argv[1])[0]["ranks"])' "$G3" 2>/dev/null; }
+wait_until 20 g3_formed || fail "group $G3 did not form: $("$SALUSCTL" groups)"
+rank1_pid=$("$SALUSCTL" ps --json | python3 -c '
+import json, sys
+[p] = [j["pid"] for j in json.load(sys.stdin) if j["group"] == sys.argv[1] and j["rank"] == 1
+       and j["state"] in ("running", "paused")]
+print(p)' "$G") || fail "no live rank 1 in ps: $("$SALUSCTL" ps)"
+start_ns=$(date +%s%N)
+kill -9 "$rank1_pid"
+ended() { ! kill -0 "$RUN0" 2>/dev/null && ! kill -0 "$RUN1" 2>/dev/null; }
+wait_until 15 ended || fail "the other rank did not end: $("$SALUSCTL" ps)"
+took_ms=$((($(date +%s%N) - start_ns) / 1000000))
+echo "  the other rank ended ${took_ms} ms after kill -9 of rank 1 (pid $rank1_pid)"
+[ "$took_ms" -lt 10000 ] || fail "the other rank took ${took_ms} ms to end (limit 10 s)"
+group_failed() {
+    groups_py '
+[x] = q(sys.argv[1])
+assert x["state"] == "failed" and x["failed_rank"] == 1, x
+assert x["failure"] == "rank 1: killed by signal 9", x
+assert all(r["state"] in ("killed", "failed", "done", "ended") for r in x["ranks"]), x' "$G" 2>/dev/null
+}
+wait_until 10 group_failed || fail "group not marked failed: $("$SALUSCTL" --json groups)"
+"$SALUSCTL" groups | sed -n "/^$G /,/rank 1/p"
+memory_back() {
+    "$SALUSCTL" --json status | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert all(g["used_bytes"] == 0 and g["reserved_bytes"] == 0 for g in s["gpus"]), s["gpus"]'
+}
+# group G3 is still running: kill -9 its GPU rank, and its submitted-only rank ends too
+g3_pid=$("$SALUSCTL" ps --json | python3 -c '
+import json, sys
+[p] = [j["pid"] for j in json.load(sys.stdin) if j["group"] == sys.argv[1] and j["rank"] == 0
+       and j["state"] in ("running", "paused")]
+print(p)' "$G3") || fail "no live rank 0 of $G3: $("$SALUSCTL" ps)"
+start_ns=$(date +%s%N)
+kill -9 "$g3_pid"
+wait_until 15 '! kill -0 "$G3R1" 2>/dev/null' || fail "the submitted rank of $G3 did not end"
+echo "  the submitted-only rank ended $((($(date +%s%N) - start_ns) / 1000000)) ms after kill -9"
+wait_until 10 memory_back || fail "memory not back: $("$SALUSCTL" --json status)"
+refused 1 "group $G failed (rank 1: killed by signal 9)" --group "$G" --world 2 --rank 1
+pass "failure: the other ranks ended within 10 s, group failed with rank 1, memory back"
+
+# ---- a launcher: mpirun without flags forms one group of 2 ----
+before=$("$SALUSCTL" --json groups | python3 -c 'import json,sys; print(" ".join(x["name"] for x in json.load(sys.stdin)))')
+mpirun_local -n 2 -x SALUS_SOCKET -x SIMGPU_SHM_NAME -x SIMGPU_DEVICES -x SIMGPU_KERNEL_PACKS \
+    "$SALUSCTL" run -- "$SYNTH" --iterations 10 --gpu-ms 2 --host-ms 1 --persistent-mb 16 \
+    --ephemeral-mb 16 >"$WORK/mpi.out" 2>&1 || fail "mpirun: $(tail -5 "$WORK/mpi.out")"
+"$SALUSCTL" --json groups | python3 -c '
+import json, sys
+before = set(sys.argv[1].split())
+new = [x for x in json.load(sys.stdin) if x["name"] not in before]
+assert len(new) == 1, new
+[x] = new
+assert x["world"] == 2 and x["state"] == "done" and x["failure"] is None, x
+assert all(r["job_id"] and r["state"] == "done" for r in x["ranks"]), x
+print("  mpirun formed group %s: %s" % (x["name"], [(r["rank"], r["job_id"], r["gpu"]) for r in x["ranks"]]))
+' "$before" || fail "mpirun's ranks: $("$SALUSCTL" groups)"
+pass "mpirun -n 2 salusctl run -- salus-synth: one group of 2 without flags, done"
+
+kill "$B_RUN" 2>/dev/null || true
+wait "$B_RUN" 2>/dev/null || true
+stop_daemon TERM

@@ -27,7 +27,9 @@ trap cleanup_groups EXIT
 
 export SIMGPU_DEVICES=2
 chmod 0755 "$WORK"
-start_daemon
+start_daemon --metrics 127.0.0.1:0 --metrics-job-labels
+METRICS_URL="http://$("$SALUSCTL" --json status | python3 -c 'import json,sys; print(json.load(sys.stdin)["metrics"])')/metrics"
+scrape() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' "$METRICS_URL"; }
 SYNTH="$BIN/salus-synth"
 # a rank that runs until it is ended
 LONG=(--iterations 1000000 --gpu-ms 2 --host-ms 1 --persistent-mb 16 --ephemeral-mb 16)
@@ -71,7 +73,17 @@ assert ranks == [(0, sys.argv[1]), (1, sys.argv[1])], ranks' "$G" || fail "ps: $
 import json, sys
 ranks = sorted(j["rank"] for j in json.load(sys.stdin)["jobs"] if j["group"] == sys.argv[1])
 assert ranks == [0, 1], ranks' "$G" || fail "stats (top) lacks the ranks"
-pass "explicit flags: group $G of 2 running, ranks shown by groups, ps and stats"
+body=$(scrape)
+grep -qx "salus_group_ranks{group=\"$G\",uid=\"0\"} 2" <<<"$body" || fail "metrics: $(grep salus_group <<<"$body")"
+grep -qx "salus_group_failed{group=\"$G\",uid=\"0\"} 0" <<<"$body" || fail "metrics: no salus_group_failed 0"
+grep -qx 'salus_groups{state="running"} 1' <<<"$body" || fail "metrics: $(grep salus_groups <<<"$body")"
+pass "explicit flags: group $G of 2 running, ranks shown by groups, ps, stats and /metrics"
+
+# the job's environment says which rank it is
+out=$("$SALUSCTL" run --group "env-$$" --world 1 --rank 0 --local-rank 0 -- \
+      sh -c 'echo "$SALUS_GROUP $SALUS_WORLD $SALUS_RANK $SALUS_LOCAL_RANK"') || fail "env rank"
+[ "$out" = "env-$$ 1 0 0" ] || fail "the job's SALUS_* variables: '$out'"
+pass "the job sees SALUS_GROUP SALUS_WORLD SALUS_RANK SALUS_LOCAL_RANK = $out"
 
 # ---- another user's group of the same name is a group of its own ----
 mkdir "$WORK/b" && chown "$USER_B" "$WORK/b"
@@ -147,7 +159,7 @@ assert x["failure"] == "rank 1: killed by signal 9", x
 assert all(r["state"] in ("killed", "failed", "done", "ended") for r in x["ranks"]), x' "$G" 2>/dev/null
 }
 wait_until 10 group_failed || fail "group not marked failed: $("$SALUSCTL" --json groups)"
-"$SALUSCTL" groups | sed -n "/^$G /,/rank 1/p"
+"$SALUSCTL" groups | grep -A2 "^$G  *0 "
 memory_back() {
     "$SALUSCTL" --json status | python3 -c '
 import json, sys
@@ -166,13 +178,18 @@ wait_until 15 '! kill -0 "$G3R1" 2>/dev/null' || fail "the submitted rank of $G3
 echo "  the submitted-only rank ended $((($(date +%s%N) - start_ns) / 1000000)) ms after kill -9"
 wait_until 10 memory_back || fail "memory not back: $("$SALUSCTL" --json status)"
 refused 1 "group $G failed (rank 1: killed by signal 9)" --group "$G" --world 2 --rank 1
+body=$(scrape)
+grep -qx "salus_group_failed{group=\"$G\",uid=\"0\"} 1" <<<"$body" || fail "metrics: $(grep salus_group_failed <<<"$body")"
+grep -qx "salus_group_ranks{group=\"$G\",uid=\"0\"} 0" <<<"$body" || fail "metrics: ranks left"
 pass "failure: the other ranks ended within 10 s, group failed with rank 1, memory back"
 
 # ---- a launcher: mpirun without flags forms one group of 2 ----
 before=$("$SALUSCTL" --json groups | python3 -c 'import json,sys; print(" ".join(x["name"] for x in json.load(sys.stdin)))')
 mpirun_local -n 2 -x SALUS_SOCKET -x SIMGPU_SHM_NAME -x SIMGPU_DEVICES -x SIMGPU_KERNEL_PACKS \
-    "$SALUSCTL" run -- "$SYNTH" --iterations 10 --gpu-ms 2 --host-ms 1 --persistent-mb 16 \
+    "$SALUSCTL" run -- sh -c 'echo "rank $SALUS_RANK of $SALUS_WORLD in $SALUS_GROUP"
+        exec "$@"' sh "$SYNTH" --iterations 10 --gpu-ms 2 --host-ms 1 --persistent-mb 16 \
     --ephemeral-mb 16 >"$WORK/mpi.out" 2>&1 || fail "mpirun: $(tail -5 "$WORK/mpi.out")"
+grep "^rank " "$WORK/mpi.out" | sort
 "$SALUSCTL" --json groups | python3 -c '
 import json, sys
 before = set(sys.argv[1].split())

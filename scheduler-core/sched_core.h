@@ -315,8 +315,12 @@ typedef struct sched_core_job_info_s {
     uint64_t gang_wait_ns;
 } sched_core_job_info_t;
 
-/* 0, or -ENOENT when the core does not know the job. */
+/* 0, or -ENOENT when the core does not know the job. gang_wait_ns counts the current wait up
+ * to the core's last event; sched_core_job_info_at counts it up to now_ns (the caller's clock,
+ * as given to the events). */
 int sched_core_job_info(const sched_core_t *core, uint64_t job_id, sched_core_job_info_t *info);
+int sched_core_job_info_at(const sched_core_t *core, uint64_t job_id, uint64_t now_ns,
+                           sched_core_job_info_t *info);
 const char *sched_core_phase_name(sched_core_job_phase_t phase);
 /* The lane manager's books, for reading (lanes_list, lanes_gpu_info, lanes_lane_jobs). */
 const lanes_t *sched_core_lanes(const sched_core_t *core);

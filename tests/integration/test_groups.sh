@@ -129,16 +129,6 @@ refused 2 "give --group NAME" --world 2 --rank 0
 pass "invalid contracts are refused with their message"
 
 # ---- failure: kill -9 of rank 1's program ----
-# a third rank of another group only submitted (its command never uses the GPU) ends too
-G3="it-g3-$$"
-"$SALUSCTL" run --group "$G3" --world 2 --rank 0 -- "$SYNTH" "${LONG[@]}" >"$WORK/g3r0.out" 2>&1 &
-RUN_PIDS+=($!)
-G3R0=$!
-"$SALUSCTL" run --group "$G3" --world 2 --rank 1 -- sleep 600 >"$WORK/g3r1.out" 2>&1 &
-RUN_PIDS+=($!)
-G3R1=$!
-g3_formed() { groups_py 'assert all(r["job_id"] for r in q(sys.argv[1])[0]["ranks"])' "$G3" 2>/dev/null; }
-wait_until 20 g3_formed || fail "group $G3 did not form: $("$SALUSCTL" groups)"
 rank1_pid=$("$SALUSCTL" ps --json | python3 -c '
 import json, sys
 [p] = [j["pid"] for j in json.load(sys.stdin) if j["group"] == sys.argv[1] and j["rank"] == 1
@@ -166,22 +156,76 @@ import json, sys
 s = json.load(sys.stdin)
 assert all(g["used_bytes"] == 0 and g["reserved_bytes"] == 0 for g in s["gpus"]), s["gpus"]'
 }
-# group G3 is still running: kill -9 its GPU rank, and its submitted-only rank ends too
-g3_pid=$("$SALUSCTL" ps --json | python3 -c '
-import json, sys
-[p] = [j["pid"] for j in json.load(sys.stdin) if j["group"] == sys.argv[1] and j["rank"] == 0
-       and j["state"] in ("running", "paused")]
-print(p)' "$G3") || fail "no live rank 0 of $G3: $("$SALUSCTL" ps)"
-start_ns=$(date +%s%N)
-kill -9 "$g3_pid"
-wait_until 15 '! kill -0 "$G3R1" 2>/dev/null' || fail "the submitted rank of $G3 did not end"
-echo "  the submitted-only rank ended $((($(date +%s%N) - start_ns) / 1000000)) ms after kill -9"
 wait_until 10 memory_back || fail "memory not back: $("$SALUSCTL" --json status)"
 refused 1 "group $G failed (rank 1: killed by signal 9)" --group "$G" --world 2 --rank 1
 body=$(scrape)
 grep -qx "salus_group_failed{group=\"$G\",uid=\"0\"} 1" <<<"$body" || fail "metrics: $(grep salus_group_failed <<<"$body")"
 grep -qx "salus_group_ranks{group=\"$G\",uid=\"0\"} 0" <<<"$body" || fail "metrics: ranks left"
-pass "failure: the other ranks ended within 10 s, group failed with rank 1, memory back"
+pass "failure: the other rank ended within 10 s, group failed with rank 1, memory back"
+
+# ---- all or nothing: rank 0 alone waits and holds nothing; rank 1 comes: both run ----
+G3="it-g3-$$"
+SHORT=(--iterations 150 --gpu-ms 2 --host-ms 1 --persistent-mb 16 --ephemeral-mb 16)
+"$SALUSCTL" run --group "$G3" --world 2 --rank 0 -- "$SYNTH" "${SHORT[@]}" >"$WORK/g3r0.out" 2>&1 &
+G3R0=$!
+RUN_PIDS+=($G3R0)
+rank0_waits() {
+    "$SALUSCTL" ps --json | python3 -c '
+import json, sys
+[j] = [j for j in json.load(sys.stdin) if j["group"] == sys.argv[1]]
+assert j["state"] == "waiting" and j["pid"] and j["gpu"] is None and j["memory_bytes"] == 0, j
+' "$G3" 2>/dev/null
+}
+wait_until 10 rank0_waits || fail "rank 0 alone: $("$SALUSCTL" ps)"
+memory_back || fail "rank 0 alone holds memory: $("$SALUSCTL" --json status)"
+groups_py '[x] = q(sys.argv[1]); assert x["state"] == "forming", x' "$G3" || fail "not forming"
+echo "  rank 0 alone: $("$SALUSCTL" ps | grep " $G3:0 ")"
+"$SALUSCTL" run --group "$G3" --world 2 --rank 1 -- "$SYNTH" "${SHORT[@]}" >"$WORK/g3r1.out" 2>&1 &
+G3R1=$!
+RUN_PIDS+=($G3R1)
+both_admitted() {
+    groups_py '
+[x] = q(sys.argv[1])
+gpus = [r["gpu"] for r in x["ranks"]]
+assert None not in gpus and len(set(gpus)) == 2, x' "$G3" 2>/dev/null
+}
+wait_until 20 both_admitted || fail "rank 1 came, but: $("$SALUSCTL" groups)"
+echo "  rank 1 came: $("$SALUSCTL" groups | grep -A2 "^$G3 " | tail -2 | tr -s ' ' | tr '\n' ';')"
+wait "$G3R0" || fail "rank 0 of $G3 failed: $(tail -3 "$WORK/g3r0.out")"
+wait "$G3R1" || fail "rank 1 of $G3 failed: $(tail -3 "$WORK/g3r1.out")"
+groups_py '[x] = q(sys.argv[1]); assert x["state"] == "done" and x["failure"] is None, x' "$G3" ||
+    fail "$G3 did not end done: $("$SALUSCTL" groups)"
+pass "all or nothing: rank 0 alone waited holding no memory; with rank 1 both ran on distinct GPUs; done"
+
+# ---- a rank waiting for admission ends when another rank fails ----
+G4="it-g4-$$"
+"$SALUSCTL" run --group "$G4" --world 2 --rank 0 -- "$SYNTH" "${LONG[@]}" >"$WORK/g4r0.out" 2>&1 &
+G4R0=$!
+RUN_PIDS+=($G4R0)
+"$SALUSCTL" run --group "$G4" --world 2 --rank 1 -- sleep 600 >"$WORK/g4r1.out" 2>&1 &
+G4R1=$!
+RUN_PIDS+=($G4R1)
+g4_ready() {
+    "$SALUSCTL" ps --json | python3 -c '
+import json, sys
+js = {j["rank"]: j for j in json.load(sys.stdin) if j["group"] == sys.argv[1]}
+assert js[0]["state"] == "waiting" and js[0]["pid"] and 1 in js, js' "$G4" 2>/dev/null
+}
+wait_until 10 g4_ready || fail "$G4: $("$SALUSCTL" ps)"
+sleep_pid=$(pgrep -P "$G4R1" -x sleep) || fail "no sleep under rank 1's salusctl run"
+start_ns=$(date +%s%N)
+kill -9 "$sleep_pid"
+wait_until 15 '! kill -0 "$G4R0" 2>/dev/null' || fail "the waiting rank 0 did not end"
+echo "  the waiting rank 0 ended $((($(date +%s%N) - start_ns) / 1000000)) ms after kill -9 of rank 1"
+qgrep -F "group $G4 failed (rank 1: killed by signal 9)" "$WORK/g4r0.out" ||
+    fail "rank 0 was not told: $(tail -3 "$WORK/g4r0.out")"
+grep -F "group $G4 failed" "$WORK/g4r0.out" | head -1
+groups_py '
+[x] = q(sys.argv[1])
+assert x["state"] == "failed" and x["failure"] == "rank 1: killed by signal 9", x' "$G4" ||
+    fail "$G4: $("$SALUSCTL" groups)"
+wait_until 10 memory_back || fail "memory not back"
+pass "a rank waiting for admission ended, told which rank failed"
 
 # ---- a launcher: mpirun without flags forms one group of 2 ----
 before=$("$SALUSCTL" --json groups | python3 -c 'import json,sys; print(" ".join(x["name"] for x in json.load(sys.stdin)))')

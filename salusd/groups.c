@@ -116,12 +116,12 @@ int groups_fields_parse(const msgpack_object *body, groups_fields_t *f, char *wh
     char sync[8] = "bsp";
     memset(f, 0, sizeof(*f));
     f->local_rank = -1;
-    int rc = proto_get_str_copy(body, "group", f->name, sizeof(f->name));
-    if (rc == -ENOENT)
-        return proto_get(body, "world") || proto_get(body, "rank") ? -EINVAL : 0;
     snprintf(why, why_size, "submit: a rank takes group (a name), world (1..%d), rank (< "
              "world), local_rank (-1 or < world), sync (bsp, ssp, asp), staleness (ssp: "
              "1..%d) and share_gpus (bool)", LAUNCH_MAX_WORLD, LAUNCH_MAX_STALENESS);
+    int rc = proto_get_str_copy(body, "group", f->name, sizeof(f->name));
+    if (rc == -ENOENT)
+        return proto_get(body, "world") || proto_get(body, "rank") ? -EINVAL : 0;
     if (rc < 0 || proto_get_uint(body, "world", &world) < 0 ||
         proto_get_uint(body, "rank", &rank) < 0 ||
         proto_get_int(body, "local_rank", &local) == -EINVAL ||

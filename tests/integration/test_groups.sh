@@ -84,6 +84,19 @@ out=$("$SALUSCTL" run --group "env-$$" --world 1 --rank 0 --local-rank 0 -- \
       sh -c 'echo "$SALUS_GROUP $SALUS_WORLD $SALUS_RANK $SALUS_LOCAL_RANK"') || fail "env rank"
 [ "$out" = "env-$$ 1 0 0" ] || fail "the job's SALUS_* variables: '$out'"
 pass "the job sees SALUS_GROUP SALUS_WORLD SALUS_RANK SALUS_LOCAL_RANK = $out"
+id=$("$SALUSCTL" submit --log "$WORK/sub.log" --group "sub-$$" --world 1 --rank 0 -- \
+     sh -c 'echo "$SALUS_GROUP $SALUS_RANK"') || fail "submit of a rank"
+"$SALUSCTL" wait "$id" >/dev/null || fail "the submitted rank failed"
+[ "$(cat "$WORK/sub.log")" = "sub-$$ 0" ] || fail "submitted rank's log: $(cat "$WORK/sub.log")"
+groups_py '[x] = q(sys.argv[1]); assert x["state"] == "done" and x["ranks"][0]["job_id"] == int(sys.argv[2]), x' \
+    "sub-$$" "$id" || fail "the submitted rank's group: $("$SALUSCTL" groups)"
+pass "salusctl submit takes the group's flags too (job $id, group sub-$$ done)"
+# the daemon's options for groups are checked
+for bad in "--gang-turns maybe" "--gang-slot-iterations 0" "--group-kill-grace-s 10"; do
+    rc=0; "$SALUSD" --foreground --socket "$WORK/bad.sock" $bad >"$WORK/bad.out" 2>&1 || rc=$?
+    [ "$rc" -eq 2 ] && qgrep -- "${bad%% *}" "$WORK/bad.out" || fail "salusd $bad: rc $rc: $(cat "$WORK/bad.out")"
+done
+pass "salusd refuses --gang-turns maybe, --gang-slot-iterations 0, --group-kill-grace-s 10"
 
 # ---- another user's group of the same name is a group of its own ----
 mkdir "$WORK/b" && chown "$USER_B" "$WORK/b"

@@ -15,7 +15,12 @@
  * skips): a daemon accepts every client of its major, whatever its minor, so a newer salusd
  * accepts the shims of running jobs that were started against an older one (an upgrade under
  * running jobs). Minor 1 added re-attach (reattach, reattach_chunk, reattach_done; the
- * admission's reattach_grace_ms). Fields are never removed or retyped within a major.
+ * admission's reattach_grace_ms). Minor 2 added groups (distributed jobs): submit's optional
+ * fields group (name), world, rank, local_rank (-1: unknown), sync ("bsp", "ssp", "asp"),
+ * staleness (ssp's S) and share_gpus; a daemon that took them echoes group in its reply (an
+ * older one ignores them, so a client that sent a group treats a reply without the echo as a
+ * refusal); the op groups; ps's group, rank and gang_wait_ms. Fields are never removed or
+ * retyped within a major.
  *
  * Every frame from a peer is untrusted: proto_decode() rejects malformed input
  * (truncated, over the size cap, wrong types, unknown kinds, trailing bytes,
@@ -29,7 +34,7 @@
 #include <stdint.h>
 
 #define PROTO_VERSION 1
-#define PROTO_VERSION_MINOR 1
+#define PROTO_VERSION_MINOR 2
 #define PROTO_HEADER_BYTES 4
 #define PROTO_DEFAULT_MAX_FRAME_BYTES (1024u * 1024u)
 #define PROTO_MAX_DEPTH 16

@@ -83,6 +83,14 @@ const option_def_t salusd_options[] = {
     ROW("reattach-grace-s", OPTION_INT, "30", 1, 3600, reattach_grace_s,
         "after a restart, jobs that survived it have this long to re-attach; no new job is "
         "admitted before they all did or the time is over"),
+    ROW("gang-turns", OPTION_STRING, "on", 0, 0, gang_turns_text,
+        "'on': the ranks of a BSP group are granted their GPUs together; 'off' exists only "
+        "to compare: ranks take turns one by one, and collectives may deadlock"),
+    ROW("gang-slot-iterations", OPTION_INT, "1", 1, 1000, gang_slot_iterations,
+        "iterations of each rank in one gang slot before the lanes go back to the policy"),
+    ROW("group-kill-grace-s", OPTION_INT, "5", 0, 9, group_kill_grace_s,
+        "when a rank fails, the group's other ranks get SIGTERM, then SIGKILL this many "
+        "seconds later"),
 };
 const size_t salusd_option_count = sizeof(salusd_options) / sizeof(salusd_options[0]);
 
@@ -150,6 +158,12 @@ int salusd_config_load(salusd_config_t *cfg, int argc, char **argv)
         return -1;
     }
     cfg->lane_hold_gpu = strcmp(cfg->lane_hold_text, "gpu") == 0;
+    if (strcmp(cfg->gang_turns_text, "on") != 0 && strcmp(cfg->gang_turns_text, "off") != 0) {
+        fprintf(stderr, "salusd: --gang-turns '%s': expected 'on' or 'off'\n",
+                cfg->gang_turns_text);
+        return -1;
+    }
+    cfg->gang_turns_off = strcmp(cfg->gang_turns_text, "off") == 0;
     if (!cfg->socket_path[0] && salus_default_socket_path(cfg->socket_path,
                                                           sizeof(cfg->socket_path)) < 0) {
         fprintf(stderr, "salusd: the socket path is too long for a Unix socket\n");

@@ -39,6 +39,10 @@ typedef struct salusd_config_s {
     int lane_hold_gpu;           /* 1: jobs give their lanes up at quiescent points */
     char state_dir[4096];        /* what outlives a restart; empty: the default (state.h) */
     long long reattach_grace_s;  /* survivors of a restart re-attach within this */
+    char gang_turns_text[8];     /* --gang-turns as given */
+    int gang_turns_off;          /* --gang-turns off: BSP ranks take turns one by one */
+    long long gang_slot_iterations; /* iterations of each rank in one gang slot */
+    long long group_kill_grace_s; /* a failed group's other ranks: SIGTERM, then SIGKILL */
 } salusd_config_t;
 
 extern const option_def_t salusd_options[];

@@ -73,6 +73,13 @@ typedef struct salusd_s {
     /* Called when a job has ended (jobs.c, job_exit.c), by the layer below the request
      * handlers that wait for it: main sets it to jobctl_job_finished (answers the waits). */
     void (*job_finished)(struct salusd_s *d, job_t *job);
+    struct groups_s *groups;  /* groups of ranks (groups.c) */
+    /* Set by main. For jobs.c, below groups.c: group_refuses (groups_refuses) says whether a
+     * rank's registration is refused because its group failed (1, err: why). For groups.c,
+     * below jobctl.c: terminate_job (jobctl_terminate) ends a job's processes (SIGTERM,
+     * SIGKILL after grace_ms). */
+    int (*group_refuses)(const struct salusd_s *d, const job_t *job, char *err, size_t size);
+    int (*terminate_job)(struct salusd_s *d, job_t *job, uint64_t grace_ms);
 } salusd_t;
 
 uint64_t salusd_now_ns(void);

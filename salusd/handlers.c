@@ -1,5 +1,6 @@
 /* Request handlers: one row per op. Each handler writes exactly one reply or error. */
 #include "daemon.h"
+#include "groups.h"
 #include "jobctl.h"
 #include "jobs.h"
 #include "policy.h"
@@ -133,6 +134,7 @@ static const struct {
     {"wait", jobctl_handle_wait},
     {"logs", jobctl_handle_logs},
     {"stats", views_handle_stats},
+    {"groups", groups_handle_list},
 };
 
 /* Per-user caps on live jobs, checked before submit and register: a user cannot fill the

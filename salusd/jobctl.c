@@ -1,6 +1,7 @@
 /* Jobs controlled from salusctl (see jobctl.h). */
 #include "jobctl.h"
 
+#include "groups.h"
 #include "job_cgroup.h"
 #include "jobs.h"
 
@@ -174,9 +175,12 @@ static void reply_wait(salusd_t *d, conn_t *c, uint64_t request_id, const job_t 
     server_send(c, enc);
 }
 
-/* Answers the waits on job_id that are over. */
+/* Answers the waits on job_id that are over; a rank's settled end goes to its group. */
 static void notify_waiters(salusd_t *d, uint64_t job_id)
 {
+    job_t *over = registry_find(d->registry, job_id);
+    if (over && over->group_id && ended(d, over))
+        groups_rank_over(d, over);
     if (!d->jobctl)
         return;
     for (jobctl_waiter_t **p = &d->jobctl->waiters; *p;) {
@@ -390,7 +394,8 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
     jobs_fields_t fields;
-    char log_path[JOBCTL_LOG_PATH_BYTES] = "";
+    groups_fields_t group;
+    char log_path[JOBCTL_LOG_PATH_BYTES] = "", group_err[256];
     int fds[2] = {-1, -1};
     const char *why = NULL;
     struct stat st;
@@ -405,6 +410,15 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
                            "persistent_bytes, ephemeral_bytes (unsigned), priority (integer) "
                            "log (an absolute path) and fds (the passed descriptors' roles)",
                            REGISTRY_NAME_BYTES - 1);
+        return;
+    }
+    int grouped = groups_fields_parse(b, &group, group_err, sizeof(group_err));
+    if (grouped == 0 || grouped == 1)
+        grouped = grouped ? groups_check_join(d, c->uid, &group, group_err, sizeof(group_err))
+                          : -1;
+    if (grouped < -1) {
+        server_reply_error(c, msg->id, grouped == -EBUSY ? PROTO_ESTATE : PROTO_EBADARG, 0,
+                           "%s", group_err);
         return;
     }
     if (proto_get(b, "log_fd")) {
@@ -441,7 +455,7 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
     jobctl_entry_t *e = job ? entry_get(d, job->id) : NULL;
     if (e && log_path[0])
         e->log_path = strdup(log_path);
-    if (!e || (log_path[0] && !e->log_path)) {
+    if (!e || (log_path[0] && !e->log_path) || (grouped == 0 && groups_join(d, job, &group) < 0)) {
         close_submit_fds(fds);
         if (job)
             jobs_end_reserved(d, job, JOB_FAILED);
@@ -483,9 +497,11 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
     fds[JOBCTL_FD_LOG] = -1;
     close_submit_fds(fds);
     proto_enc_t *enc = &d->enc;
-    proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 2);
+    proto_enc_begin(enc, PROTO_REPLY, msg->id, "", grouped == 0 ? 3 : 2);
     proto_pack_kv_uint(&enc->pk, "job_id", job->id);
     proto_pack_kv_bool(&enc->pk, "cgroup", e->cgroup[0] != '\0');
+    if (grouped == 0) /* the echo that tells salusctl this daemon took the group */
+        proto_pack_kv_str(&enc->pk, "group", group.name);
     proto_enc_finish(enc);
     server_send(c, enc);
 }
@@ -558,8 +574,30 @@ static void on_grace_over(evutil_socket_t fd, short events, void *arg)
     event_free(e->kill_timer);
     e->kill_timer = NULL;
     job_t *job = registry_find(d->registry, e->job_id);
-    if (job && (!finished(job) || cgroup_running(d, job)) && signal_job(d, job, SIGKILL) == 0)
+    /* a supervisor that has not reported still waits for the command (it may outlive its
+     * registered program's end, e.g. a rank refused while it waited for admission) */
+    int command_left = e->supervised && e->supervisor_pidfd >= 0 && !e->reported;
+    if (job && (!finished(job) || cgroup_running(d, job) || command_left) &&
+        signal_job(d, job, SIGKILL) == 0)
         LOG_INFO("job %llu did not end after SIGTERM; sent SIGKILL", (unsigned long long)job->id);
+}
+
+int jobctl_terminate(salusd_t *d, job_t *job, uint64_t grace_ms)
+{
+    int rc = signal_job(d, job, SIGTERM);
+    if (rc < 0)
+        return rc;
+    jobctl_entry_t *e = entry_get(d, job->id);
+    if (e && !e->kill_timer) {
+        struct timeval tv = {.tv_sec = (time_t)(grace_ms / 1000),
+                             .tv_usec = (suseconds_t)(grace_ms % 1000) * 1000};
+        e->kill_timer = evtimer_new(d->base, on_grace_over, e);
+        if (e->kill_timer && evtimer_add(e->kill_timer, &tv) < 0) {
+            event_free(e->kill_timer);
+            e->kill_timer = NULL;
+        }
+    }
+    return 0;
 }
 
 /* kill {id, force?, grace_ms?}: SIGTERM, then SIGKILL after grace_ms (default 10 s) if the
@@ -585,8 +623,7 @@ void jobctl_handle_kill(conn_t *c, const proto_msg_t *msg)
                            (unsigned long long)job->id);
         return;
     }
-    int sig = force ? SIGKILL : SIGTERM;
-    int rc = signal_job(d, job, sig);
+    int rc = force ? signal_job(d, job, SIGKILL) : jobctl_terminate(d, job, grace_ms);
     if (rc < 0) {
         server_reply_error(c, msg->id, PROTO_ESTATE, 0, "cannot signal job %llu: %s",
                            (unsigned long long)job->id,
@@ -595,16 +632,6 @@ void jobctl_handle_kill(conn_t *c, const proto_msg_t *msg)
     }
     LOG_INFO("job %llu: %s sent at the request of uid %u", (unsigned long long)job->id,
              force ? "SIGKILL" : "SIGTERM", (unsigned)c->uid);
-    jobctl_entry_t *e = !force ? entry_get(d, job->id) : NULL;
-    if (e && !e->kill_timer) {
-        struct timeval tv = {.tv_sec = (time_t)(grace_ms / 1000),
-                             .tv_usec = (suseconds_t)(grace_ms % 1000) * 1000};
-        e->kill_timer = evtimer_new(d->base, on_grace_over, e);
-        if (e->kill_timer && evtimer_add(e->kill_timer, &tv) < 0) {
-            event_free(e->kill_timer);
-            e->kill_timer = NULL;
-        }
-    }
     proto_enc_t *enc = &d->enc;
     proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 2);
     proto_pack_kv_uint(&enc->pk, "id", job->id);

@@ -16,6 +16,9 @@ void jobctl_handle_kill(conn_t *c, const proto_msg_t *msg);
 void jobctl_handle_wait(conn_t *c, const proto_msg_t *msg);
 void jobctl_handle_logs(conn_t *c, const proto_msg_t *msg);
 
+/* Ends a job's processes as kill does: SIGTERM now, SIGKILL after grace_ms if it has not
+ * ended or its supervisor has not reported its command's end. 0, or a negative errno (-ESRCH: no process known). */
+int jobctl_terminate(salusd_t *d, job_t *job, uint64_t grace_ms);
 /* jobs.c: the job's run-time state is gone (done or failed). */
 void jobctl_job_finished(salusd_t *d, job_t *job);
 /* The connection goes away: forget its waits. */

@@ -188,8 +188,11 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     /* the record of where it ran, before the core forgets it (jobs_sched_left below) */
     jobs_placement(d, job, &job->end_gpu, &job->end_budget_bytes);
     sched_job_view_t last;
-    if (sched_job_view(d, job, &last) == 0 && last.admitted)
-        job->end_lane = (int)last.lane;
+    if (sched_job_view(d, job, &last) == 0) {
+        if (last.admitted)
+            job->end_lane = (int)last.lane;
+        job->end_gang_wait_ns = last.gang_wait_ns;
+    }
     if (rt->conn)
         rt->conn->job_id = 0;
     jobs_release_runtime(d, job);
@@ -436,6 +439,12 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
                                (unsigned long long)reserved_id);
             return;
         }
+        char why[256];
+        if (d->group_refuses && d->group_refuses(d, job, why, sizeof(why))) {
+            close(pidfd);
+            server_reply_error(c, msg->id, PROTO_ESTATE, 0, "%s", why);
+            return;
+        }
         if (!rt->reserved) { /* a second process of the job: it becomes a job of its own */
             LOG_INFO("job %llu is already registered; pid %d registers as a new job",
                      (unsigned long long)reserved_id, (int)c->pid);
@@ -534,9 +543,14 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
         if (view.waiting_since_ns && view.waiting_since_ns <= now)
             info->wait_in_progress_ns = now - view.waiting_since_ns;
         info->lane_holder = view.lane_holder;
+        info->gang_wait_ns = view.gang_wait_ns;
         info->has_policy_rank = view.has_rank;
         info->policy_rank = view.rank;
     }
+    if (!job->runtime)
+        info->gang_wait_ns = job->end_gang_wait_ns;
+    info->group_id = job->group_id;
+    info->group_rank = job->group_rank;
     info->iterations = job->stats.iterations;
     info->iterations_expected = job->iterations_expected;
     info->persistent_bytes = job->stats.persistent_bytes;

@@ -1,5 +1,6 @@
 /* salusd: the per-node daemon. Start-up, detaching, signals, shutdown. */
 #include "daemon.h"
+#include "groups.h"
 #include "jobctl.h"
 #include "jobs.h"
 #include "metrics.h"
@@ -115,6 +116,8 @@ int main(int argc, char **argv)
     d.started_ns = salusd_now_ns();
     d.base = event_base_new();
     d.job_finished = jobctl_job_finished;
+    d.group_refuses = groups_refuses;
+    d.terminate_job = jobctl_terminate;
     d.registry = registry_create();
     if (!d.base || !d.registry) {
         LOG_ERROR("out of memory at start-up");
@@ -167,6 +170,7 @@ out:
     metrics_stop(&d);
     jobs_shutdown(&d);
     jobctl_shutdown(&d);
+    groups_fini(&d);
     if (d.grow_timer)
         event_free(d.grow_timer);
     sched_fini(&d);

@@ -4,6 +4,7 @@
 #include "metrics.h"
 
 #include "daemon.h"
+#include "groups.h"
 #include "jobs.h"
 #include "log.h"
 #include "sched.h"
@@ -52,6 +53,8 @@ typedef struct metrics_s {
     metrics_gpu_sample_t gpus[DEVICES_MAX_GPUS];
     metrics_job_sample_t *jobs;
     size_t job_capacity;
+    metrics_group_sample_t *groups;
+    size_t group_capacity;
     metrics_text_t text;
     uint64_t scrapes;
     metrics_conn_t *conns;
@@ -144,6 +147,29 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
         snap->queue_length += strcmp(info.state, job_state_name(JOB_WAITING)) == 0 ||
                               strcmp(info.state, job_state_name(JOB_PAUSED)) == 0;
     }
+    size_t group_count = groups_count(d);
+    if (group_count > m->group_capacity) {
+        metrics_group_sample_t *groups = realloc(m->groups, group_count * sizeof(*groups));
+        if (!groups)
+            return -ENOMEM;
+        m->groups = groups;
+        m->group_capacity = group_count;
+    }
+    for (size_t i = 0; i < group_count; i++) {
+        groups_sample_t g;
+        metrics_group_sample_t *out = &m->groups[i];
+        if (groups_sample_at(d, i, &g) < 0)
+            return -EIO;
+        snprintf(out->name, sizeof(out->name), "%s", g.name);
+        out->uid = g.uid;
+        out->state = g.state;
+        out->world = g.world;
+        out->ranks = g.ranks_live;
+        out->failed = g.failed != 0;
+        out->gang_wait_ns = g.gang_wait_ns;
+    }
+    snap->groups = m->groups;
+    snap->group_count = group_count;
     for (int st = JOB_DONE; st < JOB_STATE_COUNT; st++)
         snap->jobs_ended[st] = registry_ended(d->registry, (job_state_t)st);
     snap->version = SALUS_VERSION;
@@ -392,6 +418,7 @@ void metrics_stop(salusd_t *d)
         conn_forget(m->conns);
     metrics_text_free(&m->text);
     free(m->jobs);
+    free(m->groups);
     free(m);
     d->metrics = NULL;
 }

@@ -107,6 +107,17 @@ typedef struct metrics_job_sample_s {
     double policy_rank;
 } metrics_job_sample_t;
 
+/* A group of ranks (groups.c). */
+typedef struct metrics_group_sample_s {
+    char name[64];
+    unsigned uid;
+    const char *state;         /* forming, waiting, running, failed, done */
+    uint64_t world;
+    uint64_t ranks;            /* ranks submitted and not ended */
+    uint64_t failed;           /* 1 when a rank failed it */
+    uint64_t gang_wait_ns;     /* its ranks' time held back for the group, summed */
+} metrics_group_sample_t;
+
 typedef struct metrics_snapshot_s {
     const char *version;
     const char *policy;
@@ -117,7 +128,10 @@ typedef struct metrics_snapshot_s {
     size_t gpu_count;
     const metrics_job_sample_t *jobs;
     size_t job_count;
-    int omit_jobs;             /* no salus_job_* families (names and uids stay private) */
+    const metrics_group_sample_t *groups;
+    size_t group_count;
+    int omit_jobs;             /* no salus_job_* or per-group families (names and uids stay
+                                  private); salus_groups (counts by state) stays */
 } metrics_snapshot_t;
 
 /* Appends the snapshot to out in the Prometheus text format (version 0.0.4): every family

@@ -325,6 +325,25 @@ static void job_value(metrics_text_t *t, const metrics_snapshot_t *s, const char
     }
 }
 
+/* field_offset: a uint64_t field of metrics_group_sample_t; seconds: as in job_value */
+static void group_value(metrics_text_t *t, const metrics_snapshot_t *s, const char *name,
+                        const char *type, const char *help, size_t field_offset, int seconds)
+{
+    char escaped[64 * 3 + 1], value[32];
+    family(t, name, type, help);
+    for (size_t i = 0; i < s->group_count; i++) {
+        const metrics_group_sample_t *g = &s->groups[i];
+        uint64_t v;
+        memcpy(&v, (const char *)g + field_offset, sizeof(v));
+        metrics_escape_label(g->name, escaped, sizeof(escaped));
+        if (seconds)
+            metrics_format_ns_as_seconds(v, value, sizeof(value));
+        else
+            snprintf(value, sizeof(value), "%" PRIu64, v);
+        text_printf(t, "%s{group=\"%s\",uid=\"%u\"} %s\n", name, escaped, g->uid, value);
+    }
+}
+
 int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
 {
     char escaped[1024], value[64];
@@ -397,8 +416,29 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
         text_printf(t, "salus_gpu_utilization{gpu=\"%d\"} %s\n", s->gpus[i].index, value);
     }
 
+    static const char *const group_states[] = {"forming", "waiting", "running", "failed", "done"};
+    family(t, "salus_groups", "gauge",
+           "Groups of ranks (distributed jobs) by state: forming (not every rank submitted), "
+           "waiting (a rank not admitted), running, failed, done (ended groups: the last few).");
+    for (size_t k = 0; k < sizeof(group_states) / sizeof(group_states[0]); k++) {
+        uint64_t n = 0;
+        for (size_t i = 0; i < s->group_count; i++)
+            n += s->groups[i].state && strcmp(s->groups[i].state, group_states[k]) == 0;
+        text_printf(t, "salus_groups{state=\"%s\"} %" PRIu64 "\n", group_states[k], n);
+    }
     if (s->omit_jobs)
         return t->failed ? -ENOMEM : 0;
+    group_value(t, s, "salus_group_world", "gauge", "Ranks the group was declared with.",
+                offsetof(metrics_group_sample_t, world), 0);
+    group_value(t, s, "salus_group_ranks", "gauge", "The group's ranks submitted and not ended.",
+                offsetof(metrics_group_sample_t, ranks), 0);
+    group_value(t, s, "salus_group_failed", "gauge",
+                "1 when one of the group's ranks failed it (salusctl groups says which and how).",
+                offsetof(metrics_group_sample_t, failed), 0);
+    group_value(t, s, "salus_group_gang_wait_seconds_total", "counter",
+                "Time the group's ranks were held back for the group (waiting for the other "
+                "ranks, for their gang's slot, or for the slowest rank), summed over ranks.",
+                offsetof(metrics_group_sample_t, gang_wait_ns), 1);
     /* A state set, as kube-state-metrics does for pod phases: one series per job and state,
      * 1 for the job's state and 0 for the others, so that no series vanishes when a job
      * changes state. */

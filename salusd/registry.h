@@ -61,6 +61,13 @@ typedef struct job_s {
     int end_lane;
     uint64_t end_budget_bytes;
     void *exit_probe;         /* jobs.c: asks the kernel for the exit status; NULL: done */
+    /* a rank of a group (groups.c; group_id 0: a single job): what the scheduling core is
+     * told at registration (sched.c), and its gang wait when it left the core */
+    uint64_t group_id;
+    uint32_t group_world, group_rank, group_staleness;
+    int group_sync;           /* sched_core_sync_t */
+    int group_share_gpus;
+    uint64_t end_gang_wait_ns;
     job_stats_t stats;
     void *runtime;            /* the daemon's live state of the job (jobs.c) */
 } job_t;

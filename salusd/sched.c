@@ -46,6 +46,12 @@ int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx
         .iterations_expected = job->iterations_expected,
         .priority = (int32_t)job->priority,
         .arrival_ns = job->registered_ns,
+        .group = {.id = job->group_id,
+                  .world = job->group_world,
+                  .rank = job->group_rank,
+                  .sync = (sched_core_sync_t)job->group_sync,
+                  .staleness = job->group_staleness,
+                  .share_gpus = job->group_share_gpus != 0},
     };
     return report(sched_core_job_registered(d->sched->core, &hints, salusd_now_ns(), fx),
                   "registration");
@@ -154,6 +160,7 @@ int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
     view->holds_lane = info.phase == SCHED_CORE_RUNNING;
     view->waiting_since_ns = info.waiting_since_ns;
     view->lane_holder = info.lane_holder;
+    view->gang_wait_ns = info.gang_wait_ns;
     view->has_rank = sched_core_job_rank(d->sched->core, job->id, salusd_now_ns(),
                                          &view->rank) == 0;
     return 0;
@@ -283,6 +290,8 @@ int sched_init(salusd_t *d, char *err, size_t err_size)
     config.user_max_jobs = (uint32_t)d->config.user_max_jobs;
     config.quota_exempt_uid = (uint32_t)geteuid(); /* root (uid 0) is exempt in the core */
     config.persistent_grain_bytes = d->config.chunk_bytes; /* the least a shim maps at once */
+    config.gang_turns_off = d->config.gang_turns_off != 0;
+    config.gang_slot_iterations = (uint32_t)d->config.gang_slot_iterations;
     /* a job without hints starts on provisional sizes that fit the smallest GPU; learned
      * sizes are whole chunks of the coarsest granularity */
     for (int i = 0; i < d->devices.count; i++) {

@@ -50,6 +50,7 @@ typedef struct sched_job_view_s {
     uint64_t lane_holder;       /* waiting for its turn: who holds its lane (0 = none) */
     bool has_rank;              /* the policy has a view of its jobs (LAS, Gittins) */
     double rank;                /* that view now: LAS's queue, Gittins's index */
+    uint64_t gang_wait_ns;      /* a rank: held back for its group so far (sched_core.h) */
 } sched_job_view_t;
 /* 0, or -ENOENT when the core does not know the job (ended, or not registered yet). */
 int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view);

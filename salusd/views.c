@@ -2,6 +2,7 @@
 #include "views.h"
 
 #include "access.h"
+#include "groups.h"
 #include "jobs.h"
 #include "sched.h"
 
@@ -63,6 +64,16 @@ void views_pack_jobs(conn_t *viewer, msgpack_packer *pk)
             proto_map_int_or_nil(&map, "policy_rank_name", 0, 0);
             proto_map_int_or_nil(&map, "policy_rank", 0, 0);
         }
+        /* a rank: its group's name and its rank (null: a single job); gang_wait_ms: time
+         * held back for its group (the other ranks, its gang's slot) */
+        uint32_t rank = 0;
+        const char *group = groups_of_job(d, job, &rank);
+        if (group)
+            proto_map_str(&map, "group", group);
+        else
+            proto_map_int_or_nil(&map, "group", 0, 0);
+        proto_map_int_or_nil(&map, "rank", rank, group != NULL);
+        proto_map_uint(&map, "gang_wait_ms", info.gang_wait_ns / 1000000);
         proto_map_uint(&map, "age_ms", (salusd_now_ns() - info.registered_ns) / 1000000);
         /* since salusd started; null until it happens */
         proto_map_uint(&map, "registered_at_ms", (info.registered_ns - d->started_ns) / 1000000);
@@ -114,7 +125,8 @@ void views_pack_lanes(conn_t *viewer, msgpack_packer *pk)
 /* stats: raw counters; salusctl turns them into rates between two samples.
  * {now_ms, gpus: [{index, name, total_bytes, used_bytes, reserved_bytes, busy_ms|nil, lanes,
  *  jobs}], jobs: [{id, name, uid, state, gpu|nil, iterations, iterations_expected,
- *  memory_bytes, gpu_time_ms, wait_in_progress_ms}]} (jobs: those the requester may see) */
+ *  memory_bytes, gpu_time_ms, wait_in_progress_ms, group|nil, rank|nil, gang_wait_ms}]}
+ * (jobs: those the requester may see) */
 void views_handle_stats(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
@@ -175,6 +187,15 @@ void views_handle_stats(conn_t *c, const proto_msg_t *msg)
         proto_map_uint(&map, "memory_bytes", info->memory_bytes);
         proto_map_uint(&map, "gpu_time_ms", info->busy_ns / 1000000);
         proto_map_uint(&map, "wait_in_progress_ms", info->wait_in_progress_ns / 1000000);
+        job_t *job = registry_find(reg, info->id);
+        uint32_t rank = 0;
+        const char *group = job ? groups_of_job(d, job, &rank) : NULL;
+        if (group)
+            proto_map_str(&map, "group", group);
+        else
+            proto_map_int_or_nil(&map, "group", 0, 0);
+        proto_map_int_or_nil(&map, "rank", rank, group != NULL);
+        proto_map_uint(&map, "gang_wait_ms", info->gang_wait_ns / 1000000);
         proto_map_end(&map);
     }
     proto_enc_finish(enc);

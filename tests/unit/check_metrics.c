@@ -176,9 +176,15 @@ START_TEST(test_render)
          .persistent_bytes = 1024, .ephemeral_peak_bytes = 2048, .wait_ns = 3500000000ull},
         {.id = 8, .name = "plain", .uid = 0, .state = "done", .iterations = 3},
     };
+    metrics_group_sample_t groups[2] = {
+        {.name = "run-7f3a", .uid = 1000, .state = "running", .world = 4, .ranks = 4,
+         .gang_wait_ns = 1250000000ull},
+        {.name = "9.0", .uid = 0, .state = "failed", .world = 2, .ranks = 1, .failed = 1},
+    };
     metrics_snapshot_t s = {.version = "1.2.3", .policy = "pack", .queue_length = 1,
                             .jobs_ended = {[JOB_DONE] = 5, [JOB_KILLED] = 2},
-                            .gpus = gpus, .gpu_count = 2, .jobs = jobs, .job_count = 2};
+                            .gpus = gpus, .gpu_count = 2, .jobs = jobs, .job_count = 2,
+                            .groups = groups, .group_count = 2};
     metrics_text_t t = {0};
     ck_assert_int_eq(metrics_render(&s, &t), 0);
     ck_assert_ptr_nonnull(t.data);
@@ -224,7 +230,17 @@ START_TEST(test_render)
     /* every family has one HELP and one TYPE line, and no line is empty */
     int help = count_lines_starting(text, "# HELP "), type = count_lines_starting(text, "# TYPE ");
     ck_assert_int_eq(help, type);
-    ck_assert_int_eq(help, 22);
+    ck_assert_int_eq(help, 27);
+    /* groups: counted by state, and per group (name and uid as labels) */
+    ck_assert_ptr_nonnull(strstr(text, "salus_groups{state=\"running\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "salus_groups{state=\"failed\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "salus_groups{state=\"forming\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(text, "salus_group_world{group=\"run-7f3a\",uid=\"1000\"} 4\n"));
+    ck_assert_ptr_nonnull(strstr(text, "salus_group_ranks{group=\"9.0\",uid=\"0\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "salus_group_failed{group=\"9.0\",uid=\"0\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "salus_group_failed{group=\"run-7f3a\",uid=\"1000\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(
+        text, "salus_group_gang_wait_seconds_total{group=\"run-7f3a\",uid=\"1000\"} 1.250000000\n"));
     /* jobs ended, counted by how */
     ck_assert_ptr_nonnull(strstr(text, "salus_jobs_ended_total{state=\"killed\"} 2\n"));
     ck_assert_ptr_nonnull(strstr(text, "salus_jobs_ended_total{state=\"ended\"} 0\n"));
@@ -276,6 +292,16 @@ START_TEST(test_render_empty)
     ck_assert_int_eq(metrics_render(&s, &t), 0);
     ck_assert_ptr_nonnull(strstr(t.data, "salus_queue_length 0\n"));
     ck_assert_ptr_null(strstr(t.data, "salus_job_state{"));
+    ck_assert_ptr_nonnull(strstr(t.data, "salus_groups{state=\"running\"} 0\n"));
+    metrics_text_free(&t);
+    /* without job labels: the counts by state, no group's name */
+    metrics_group_sample_t g = {.name = "secret", .uid = 5, .state = "waiting", .world = 2};
+    s.groups = &g;
+    s.group_count = 1;
+    s.omit_jobs = 1;
+    ck_assert_int_eq(metrics_render(&s, &t), 0);
+    ck_assert_ptr_nonnull(strstr(t.data, "salus_groups{state=\"waiting\"} 1\n"));
+    ck_assert_ptr_null(strstr(t.data, "secret"));
     metrics_text_free(&t);
 }
 END_TEST

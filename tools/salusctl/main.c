@@ -110,8 +110,9 @@ static int verb_ps(ctl_t *ctl, int argc, char **argv)
         json_print(stdout, jobs);
         putchar('\n');
     } else {
-        printf("%-5s %-20s %-8s %-6s %-8s %-4s %-5s %7s %9s %9s %9s\n", "ID", "NAME", "PID",
-               "UID", "STATE", "GPU", "LANE", "ITER", "MEM_MIB", "GPU_S", "WAIT_S");
+        printf("%-5s %-20s %-8s %-6s %-8s %-4s %-5s %7s %9s %9s %9s %-16s %6s\n", "ID", "NAME",
+               "PID", "UID", "STATE", "GPU", "LANE", "ITER", "MEM_MIB", "GPU_S", "WAIT_S",
+               "GROUP:RANK", "GANG_S");
         for (uint32_t i = 0; i < jobs->via.array.size; i++) {
             const msgpack_object *j = &jobs->via.array.ptr[i];
             char name[64], state[16], gpu[8] = "-", lane[12] = "-";
@@ -120,14 +121,22 @@ static int verb_ps(ctl_t *ctl, int argc, char **argv)
                 snprintf(gpu, sizeof(gpu), "%llu", (unsigned long long)g->via.u64);
             if (l && l->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
                 snprintf(lane, sizeof(lane), "%llu", (unsigned long long)l->via.u64);
-            printf("%-5llu %-20.20s %-8llu %-6llu %-8s %-4s %-5s %7llu %9.1f %9.1f %9.1f\n",
+            char group[96] = "-";
+            const char *gname;
+            size_t glen;
+            if (proto_get_str(j, "group", &gname, &glen) == 0)
+                snprintf(group, sizeof(group), "%.*s:%llu", (int)glen, gname,
+                         (unsigned long long)get_u(j, "rank"));
+            printf("%-5llu %-20.20s %-8llu %-6llu %-8s %-4s %-5s %7llu %9.1f %9.1f %9.1f %-16.16s "
+                   "%6.1f\n",
                    (unsigned long long)get_u(j, "id"), get_s(j, "name", name, sizeof(name)),
                    (unsigned long long)get_u(j, "pid"), (unsigned long long)get_u(j, "uid"),
                    get_s(j, "state", state, sizeof(state)), gpu, lane,
                    (unsigned long long)get_u(j, "iterations"),
                    (double)get_u(j, "memory_bytes") / 1048576.0,
                    (double)get_u(j, "gpu_time_ms") / 1000.0,
-                   (double)get_u(j, "wait_time_ms") / 1000.0);
+                   (double)get_u(j, "wait_time_ms") / 1000.0, group,
+                   (double)get_u(j, "gang_wait_ms") / 1000.0);
         }
     }
     proto_msg_free(&reply);
@@ -219,11 +228,17 @@ static const verb_t verbs[] = {
      "show the scheduling policy, or switch to NAME (fifo, srtf, pack, fair, las, gittins)"},
     {"lanes", 0, 0, verb_lanes, "lanes [--json]", "list the memory lanes of each GPU"},
     {"run", 1, -1, verb_run, "run [--name N] [--iterations N] [--persistent B] [--ephemeral B] "
-     "[--priority N] -- CMD [ARGS]", "run a command as a salus job, in the foreground"},
+     "[--priority N] [--group G --world N --rank R [--local-rank L] [--sync bsp|ssp:S|asp] "
+     "[--share-gpus]] -- CMD [ARGS]",
+     "run a command as a salus job, in the foreground (a rank of group G: from the flags, or "
+     "from mpirun's, srun's or torchrun's variables)"},
     {"status", 0, 0, verb_status, "status [--json]", "show the daemon's state"},
     {"ps", 0, 0, verb_ps, "ps [--json]", "list jobs"},
+    {"groups", 0, 0, verb_groups, "groups [--json]",
+     "list groups (distributed jobs): state, failed rank, and each rank's job, pid and GPU"},
     {"submit", 1, -1, verb_submit, "submit [--log FILE] [--name N] [--iterations N] "
-     "[--persistent B] [--ephemeral B] [--priority N] -- CMD [ARGS]",
+     "[--persistent B] [--ephemeral B] [--priority N] [--group G --world N --rank R "
+     "[--local-rank L] [--sync bsp|ssp:S|asp] [--share-gpus]] -- CMD [ARGS]",
      "run a command as a detached job (output to a log file); prints its id"},
     {"kill", 1, -1, verb_kill, "kill [--force] [--grace S] JOB",
      "end a job: SIGTERM, then SIGKILL after S seconds (10); --force: SIGKILL at once"},

@@ -7,6 +7,7 @@
 #include "run.h"
 
 #include "client.h"
+#include "launch.h"
 #include "options.h"
 
 #include <errno.h>
@@ -57,7 +58,68 @@ static int prepend_env(const char *name, const char *value, char sep)
 static void usage_run(void)
 {
     fprintf(stderr, "usage: salusctl run [--name NAME] [--iterations N] [--persistent BYTES] "
-                    "[--ephemeral BYTES] [--priority N] -- COMMAND [ARGS...]\n");
+                    "[--ephemeral BYTES] [--priority N] [--group NAME --world N --rank R "
+                    "[--local-rank L] [--sync bsp|ssp:S|asp] [--share-gpus]] "
+                    "-- COMMAND [ARGS...]\n");
+}
+
+/* The group this process is a rank of (launch.h): worked out by salusctl_job_options,
+ * sent with the submit request. A fork (submit's supervisor) keeps it. */
+static launch_contract_t job_contract;
+
+static const char *contract_getenv(const char *name, void *context)
+{
+    (void)context;
+    return getenv(name);
+}
+
+/* Takes one of the group's flags at argv[*i]: 1 taken, 0 not a group flag, 2 usage error. */
+static int group_flag(const char *verb, int argc, char **argv, int *i, launch_flags_t *flags)
+{
+    static const char *const names[] = {"--group", "--world", "--rank", "--local-rank",
+                                        "--sync"};
+    const char **fields[] = {&flags->group, &flags->world, &flags->rank, &flags->local_rank,
+                             &flags->sync};
+    if (strcmp(argv[*i], "--share-gpus") == 0) {
+        flags->share_gpus = 1;
+        return 1;
+    }
+    for (size_t n = 0; n < sizeof(names) / sizeof(names[0]); n++) {
+        if (strcmp(argv[*i], names[n]) != 0)
+            continue;
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "salusctl: %s: %s needs a value\n", verb, argv[*i]);
+            return 2;
+        }
+        *fields[n] = argv[++*i];
+        return 1;
+    }
+    return 0;
+}
+
+/* Works the contract out and exports it to the job (SALUS_GROUP, SALUS_WORLD, SALUS_RANK,
+ * SALUS_LOCAL_RANK). 0, or 2 after a usage message. */
+static int resolve_contract(const char *verb, const launch_flags_t *flags)
+{
+    char err[256], text[16];
+    if (launch_resolve(flags, contract_getenv, NULL, &job_contract, err, sizeof(err)) < 0) {
+        fprintf(stderr, "salusctl: %s: %s\n", verb, err);
+        return 2;
+    }
+    if (!job_contract.group[0])
+        return 0;
+    setenv("SALUS_GROUP", job_contract.group, 1);
+    snprintf(text, sizeof(text), "%u", job_contract.world);
+    setenv("SALUS_WORLD", text, 1);
+    snprintf(text, sizeof(text), "%u", job_contract.rank);
+    setenv("SALUS_RANK", text, 1);
+    if (job_contract.local_rank >= 0) {
+        snprintf(text, sizeof(text), "%d", job_contract.local_rank);
+        setenv("SALUS_LOCAL_RANK", text, 1);
+    } else {
+        unsetenv("SALUS_LOCAL_RANK");
+    }
+    return 0;
 }
 
 int salusctl_job_options(const char *verb, int argc, char **argv, const char **log_path,
@@ -69,11 +131,17 @@ int salusctl_job_options(const char *verb, int argc, char **argv, const char **l
         {"--priority", "SALUS_PRIORITY"},
     };
     int i = 0;
+    launch_flags_t group = {0};
     for (; i < argc; i++) {
         if (strcmp(argv[i], "--") == 0) {
             i++;
             break;
         }
+        int taken = group_flag(verb, argc, argv, &i, &group);
+        if (taken == 2)
+            return 2;
+        if (taken)
+            continue;
         size_t h = 0;
         for (; h < sizeof(hints) / sizeof(hints[0]); h++)
             if (strcmp(argv[i], hints[h][0]) == 0)
@@ -126,7 +194,7 @@ int salusctl_job_options(const char *verb, int argc, char **argv, const char **l
         return 2;
     }
     *command_index = i;
-    return 0;
+    return resolve_contract(verb, &group);
 }
 
 int salusctl_job_environment(const char *socket_path, int timeout_ms)
@@ -174,7 +242,10 @@ int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
     int rc = salus_client_open(&c, socket_path, "salusctl", timeout_ms, err, err_size);
     if (rc < 0)
         return rc;
-    msgpack_packer *pk = salus_client_begin(&c, "submit", 5 + (log_path != NULL) + (nfds > 0));
+    const launch_contract_t *g = &job_contract;
+    int grouped = g->group[0] != '\0';
+    msgpack_packer *pk = salus_client_begin(&c, "submit", 5 + (log_path != NULL) + (nfds > 0) +
+                                                              (grouped ? 7 : 0));
     proto_pack_kv_str(pk, "name", given && *given ? given : name);
     proto_pack_kv_uint(pk, "iterations", env_u("SALUS_ITERATIONS"));
     proto_pack_kv_uint(pk, "persistent_bytes", env_u("SALUS_MEM_PERSISTENT"));
@@ -188,10 +259,19 @@ int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
         for (int i = 0; i < nfds; i++)
             proto_pack_str(pk, roles[i]);
     }
+    if (grouped) { /* protocol minor 2 (proto.h) */
+        proto_pack_kv_str(pk, "group", g->group);
+        proto_pack_kv_uint(pk, "world", g->world);
+        proto_pack_kv_uint(pk, "rank", g->rank);
+        proto_pack_kv_int(pk, "local_rank", g->local_rank);
+        proto_pack_kv_str(pk, "sync", launch_sync_name(g->sync));
+        proto_pack_kv_uint(pk, "staleness", g->staleness);
+        proto_pack_kv_bool(pk, "share_gpus", g->share_gpus);
+    }
     rc = nfds > 0 ? salus_client_call_passing(&c, fds, nfds, &reply, err, err_size)
                   : salus_client_call(&c, &reply, err, err_size);
-    salus_client_close(&c);
     if (rc < 0) {
+        salus_client_close(&c);
         if (rc != -EREMOTEIO && rc != -ENOMEM)
             snprintf(err, err_size, "%s", strerror(-rc));
         return rc;
@@ -199,6 +279,18 @@ int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
     rc = proto_get_uint(&reply.body, "job_id", id) < 0 ? -EPROTO : 0;
     if (rc < 0)
         snprintf(err, err_size, "salusd sent no job id");
+    salus_client_close(&c);
+    /* a daemon older than groups (minor < 2) ignores the fields: its job would run alone */
+    char echoed[LAUNCH_GROUP_BYTES] = "";
+    if (rc == 0 && grouped &&
+        (proto_get_str_copy(&reply.body, "group", echoed, sizeof(echoed)) < 0 ||
+         strcmp(echoed, g->group) != 0)) {
+        snprintf(err, err_size, "salusd (%s) does not know groups (protocol minor 2): job %llu "
+                 "would run as a single job; upgrade salusd", c.server,
+                 (unsigned long long)*id);
+        salusctl_report_exit(socket_path, timeout_ms, *id, 1, 0);
+        rc = -EPROTO;
+    }
     proto_msg_free(&reply);
     return rc;
 }

@@ -133,8 +133,9 @@ static void render(FILE *out, const proto_msg_t *now, const proto_msg_t *prev, c
                 (double)get_u(g, "reserved_bytes") / 1048576.0, util,
                 (unsigned long long)get_u(g, "lanes"), (unsigned long long)get_u(g, "jobs"), eol);
     }
-    fprintf(out, "%s%-5s %-20s %-6s %-8s %-4s %9s %9s %9s %8s%s", eol, "ID", "NAME", "UID",
-            "STATE", "GPU", "ITER", "ITER/S", "MEM_MIB", "WAIT_S", eol);
+    fprintf(out, "%s%-5s %-20s %-6s %-8s %-4s %9s %9s %9s %8s %-16s %6s%s", eol, "ID", "NAME",
+            "UID", "STATE", "GPU", "ITER", "ITER/S", "MEM_MIB", "WAIT_S", "GROUP:RANK", "GANG_S",
+            eol);
     int rows = 0;
     /* newest first, so that the live ones stay on a small screen */
     for (uint32_t k = jobs ? jobs->via.array.size : 0; k-- > 0 && rows < max_job_rows; rows++) {
@@ -152,10 +153,17 @@ static void render(FILE *out, const proto_msg_t *now, const proto_msg_t *prev, c
         fprintf(out, " %-6llu ", (unsigned long long)get_u(j, "uid"));
         print_str(out, j, "state", 8);
         /* WAIT_S: the wait going on now (for admission or for its turn) */
-        fprintf(out, " %-4s %9llu %9s %9.1f %8.1f%s", gpu,
+        char group[96] = "-";
+        const char *gname;
+        size_t glen;
+        if (proto_get_str(j, "group", &gname, &glen) == 0)
+            snprintf(group, sizeof(group), "%.*s:%llu", (int)glen, gname,
+                     (unsigned long long)get_u(j, "rank"));
+        fprintf(out, " %-4s %9llu %9s %9.1f %8.1f %-16.16s %6.1f%s", gpu,
                 (unsigned long long)get_u(j, "iterations"), rate_text,
                 (double)get_u(j, "memory_bytes") / 1048576.0,
-                (double)get_u(j, "wait_in_progress_ms") / 1000.0, eol);
+                (double)get_u(j, "wait_in_progress_ms") / 1000.0, group,
+                (double)get_u(j, "gang_wait_ms") / 1000.0, eol);
     }
 }
 

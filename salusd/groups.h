@@ -1,0 +1,81 @@
+/* Groups: the ranks of one distributed job (salusctl run --group, or a launcher's variables:
+ * common/launch.h).
+ *
+ * A group is keyed by (uid, name): a group never mixes users, and two users' groups of the
+ * same name are two groups. It gets a numeric id for the scheduling core (hints.group, given
+ * when a rank's program registers), and checks each rank as it is submitted: the world, sync
+ * mode and share_gpus of every rank must be the group's, a rank is taken once, rank < world.
+ *
+ * Failure: a rank that ends badly (its command exits non-zero or is killed by a signal, its
+ * program is refused, or it goes away without a known exit status) fails its group: the
+ * record keeps which rank and how ("rank 1: killed by signal 9"); every other rank still
+ * live is ended through the kill machinery (d->terminate_job: SIGTERM, SIGKILL after
+ * --group-kill-grace-s); a rank waiting for admission has its registration answered with an
+ * error naming the failed rank; a rank submitted later is refused with it. A rank that exits
+ * 0 does not fail its group.
+ *
+ * Life: forming (fewer ranks submitted than its world), waiting (some rank not admitted yet),
+ * running, then failed or done once every rank it had has ended. An ended group's name is
+ * free again at once when it is done, GROUPS_FAILED_LINGER_S after its end when it failed
+ * (ranks of the same launch that come late hear of the failure); the last GROUPS_ENDED_KEPT
+ * ended groups stay listed (salusctl groups). */
+#ifndef SALUS_SALUSD_GROUPS_H
+#define SALUS_SALUSD_GROUPS_H
+
+#include "daemon.h"
+#include "launch.h"
+#include "sched_core.h"
+
+#define GROUPS_ENDED_KEPT 16
+#define GROUPS_FAILED_LINGER_S 10
+
+/* The group fields of a submit request (protocol minor 2). */
+typedef struct groups_fields_s {
+    char name[LAUNCH_GROUP_BYTES];
+    uint32_t world, rank;
+    int32_t local_rank; /* -1: unknown */
+    launch_sync_t sync;
+    uint32_t staleness;
+    int share_gpus;
+} groups_fields_t;
+
+/* Reads the group fields of a submit body: 1 when present, 0 when the body has none, -EINVAL
+ * with why when they are malformed or invalid (the message is the reply). */
+int groups_fields_parse(const msgpack_object *body, groups_fields_t *fields, char *why,
+                        size_t why_size);
+/* Whether uid may add this rank (world, sync, share_gpus as the group's; rank free; the group
+ * not failed). 0, or -EINVAL / -EBUSY with err the reply's message. */
+int groups_check_join(salusd_t *d, uid_t uid, const groups_fields_t *fields, char *err,
+                      size_t err_size);
+/* Records the (reserved) job as the rank, after groups_check_join, and gives the job what
+ * the scheduling core is told of its group when it registers (job->group_*). 0 or -ENOMEM. */
+int groups_join(salusd_t *d, job_t *job, const groups_fields_t *fields);
+/* 1 when the job is a rank of a failed group (err: why, for its register request). */
+int groups_refuses(const salusd_t *d, const job_t *job, char *err, size_t err_size);
+/* The job ended and how is settled (its exit status known, or given up on): a bad end fails
+ * its group. Idempotent. */
+void groups_rank_over(salusd_t *d, job_t *job);
+/* The group name and rank of a job, for ps (NULL: not in a group). */
+const char *groups_of_job(const salusd_t *d, const job_t *job, uint32_t *rank);
+/* The groups op: {groups: [{id, name, uid, world, sync, staleness, share_gpus, state,
+ * failed_rank|nil, failure|nil, ranks: [{rank, job_id|nil, pid|nil, local_rank|nil,
+ * gpu|nil, state, gang_wait_ms}]}]}, those the requester may see. */
+void groups_handle_list(conn_t *c, const proto_msg_t *msg);
+
+/* One group as the metrics endpoint shows it. */
+typedef struct groups_sample_s {
+    const char *name;
+    unsigned uid;
+    const char *state;
+    uint32_t world;
+    uint32_t ranks_live;      /* ranks submitted and not ended */
+    int failed;
+    uint64_t gang_wait_ns;    /* its ranks' gang waits, summed (the ended ranks' included) */
+} groups_sample_t;
+/* The i-th group (0 <= i < groups_count). */
+size_t groups_count(const salusd_t *d);
+int groups_sample_at(salusd_t *d, size_t index, groups_sample_t *sample);
+
+void groups_fini(salusd_t *d);
+
+#endif

@@ -1,0 +1,77 @@
+/* salusctl groups: the groups of ranks (distributed jobs) the caller may see. */
+#include "ctl.h"
+#include "json.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void print_field(const msgpack_object *map, const char *key, char *out, size_t size)
+{
+    const msgpack_object *v = proto_get(map, key);
+    if (v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+        snprintf(out, size, "%llu", (unsigned long long)v->via.u64);
+    else if (v && v->type == MSGPACK_OBJECT_STR)
+        snprintf(out, size, "%.*s", (int)v->via.str.size, v->via.str.ptr);
+    else
+        snprintf(out, size, "-");
+}
+
+int verb_groups(ctl_t *ctl, int argc, char **argv)
+{
+    salus_client_t c;
+    proto_msg_t reply;
+    (void)argc;
+    (void)argv;
+    if (ctl_open(ctl, &c) != EXIT_OK)
+        return EXIT_DAEMON;
+    salus_client_begin(&c, "groups", 0);
+    int rc = ctl_finish(ctl, &c, "groups", &reply, ctl->timeout_ms);
+    if (rc != EXIT_OK)
+        return rc;
+    const msgpack_object *groups = proto_get(&reply.body, "groups");
+    if (!groups || groups->type != MSGPACK_OBJECT_ARRAY) {
+        fprintf(stderr, "salusctl: groups: salusd sent a reply without a groups list\n");
+        proto_msg_free(&reply);
+        return EXIT_DAEMON;
+    }
+    if (ctl->json) {
+        json_print(stdout, groups);
+        putchar('\n');
+        proto_msg_free(&reply);
+        return EXIT_OK;
+    }
+    printf("%-20s %-6s %5s %-9s %-8s %7s  %s\n", "GROUP", "UID", "WORLD", "SYNC", "STATE",
+           "GANG_S", "FAILURE");
+    for (uint32_t i = 0; i < groups->via.array.size; i++) {
+        const msgpack_object *g = &groups->via.array.ptr[i];
+        char name[72], uid[16], world[16], sync[24], state[16], gang[24], failure[192];
+        uint64_t gang_ms = 0;
+        print_field(g, "name", name, sizeof(name));
+        print_field(g, "uid", uid, sizeof(uid));
+        print_field(g, "world", world, sizeof(world));
+        print_field(g, "sync", sync, sizeof(sync));
+        print_field(g, "state", state, sizeof(state));
+        print_field(g, "failure", failure, sizeof(failure));
+        proto_get_uint(g, "gang_wait_ms", &gang_ms);
+        snprintf(gang, sizeof(gang), "%.1f", (double)gang_ms / 1000.0);
+        printf("%-20s %-6s %5s %-9s %-8s %7s  %s\n", name, uid, world, sync, state, gang,
+               failure);
+        const msgpack_object *ranks = proto_get(g, "ranks");
+        for (uint32_t k = 0; ranks && ranks->type == MSGPACK_OBJECT_ARRAY &&
+                             k < ranks->via.array.size; k++) {
+            const msgpack_object *r = &ranks->via.array.ptr[k];
+            char rank[16], job[24], pid[16], gpu[16], rstate[24];
+            print_field(r, "rank", rank, sizeof(rank));
+            print_field(r, "job_id", job, sizeof(job));
+            print_field(r, "pid", pid, sizeof(pid));
+            print_field(r, "gpu", gpu, sizeof(gpu));
+            print_field(r, "state", rstate, sizeof(rstate));
+            uint64_t rank_gang_ms = 0;
+            proto_get_uint(r, "gang_wait_ms", &rank_gang_ms);
+            printf("  rank %-4s job %-6s pid %-8s gpu %-3s %-13s gang %.1f s\n", rank, job, pid,
+                   gpu, rstate, (double)rank_gang_ms / 1000.0);
+        }
+    }
+    proto_msg_free(&reply);
+    return EXIT_OK;
+}

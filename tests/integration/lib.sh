@@ -88,10 +88,3 @@ stop_daemon() {
 }
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
-
-# mpirun_local ARGS...: Open MPI's mpirun on this machine alone, as root too, with more ranks
-# than cores allowed, and all its traffic on loopback.
-mpirun_local() {
-    mpirun --allow-run-as-root --oversubscribe --mca btl self,vader \
-        --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo "$@"
-}

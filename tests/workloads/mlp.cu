@@ -225,7 +225,7 @@ typedef struct mlp_config {
     int device;
     double host_ms; /* host time per iteration before its GPU work (data loading) */
     bool device_given;
-    const char *start_after; /* wait until this file exists before the first iteration */
+    const char *start_after; /* wait until this file exists before the first GPU work */
 } mlp_config;
 
 static mlp_parallel parallel = {MLP_SINGLE, -1, -1, std::string(), NULL};
@@ -436,6 +436,12 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
     if (parallel.mode == MLP_PARALLEL_SIMGPU) /* a simgpu kernel pack's, not in the image */
         CHECK_CU(cuModuleGetFunction(&parallel.allreduce, device.module, "allreduce_sum_f32"));
 
+    if (config->start_after) { /* a test's hook: it decides when each rank's GPU work starts */
+        printf("start_wait file=%s\n", config->start_after);
+        fflush(stdout);
+        while (access(config->start_after, F_OK) != 0)
+            workload_sleep_ns(5000000);
+    }
     CUdeviceptr x = mlp_upload(&device, model->x, "data set x"),
                 targets = mlp_upload(&device, model->targets, "data set targets");
     CUdeviceptr w1 = mlp_upload(&device, model->w1, "weights w1"), b1 = mlp_upload(&device, model->b1, "biases b1");
@@ -461,13 +467,6 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
     mlp_activations a{};
     if (config->keep_activations)
         mlp_activations_alloc(&device, config, &a);
-    if (config->start_after) { /* a test's hook: it decides when each rank starts */
-        CHECK_CU(cuCtxSynchronize());
-        printf("start_wait file=%s\n", config->start_after);
-        fflush(stdout);
-        while (access(config->start_after, F_OK) != 0)
-            workload_sleep_ns(5000000);
-    }
     uint64_t start_ns = workload_now_ns();
 
     for (unsigned iteration = 1; iteration <= config->iterations; iteration++) {
@@ -561,8 +560,8 @@ static void mlp_usage(FILE *out)
             "                       --batch is per rank, rank r takes rows r*batch.. of the global batch\n"
             "  --rank R, --world N  this rank and the number of ranks (default: SALUS_RANK/SALUS_WORLD,\n"
             "                       then OMPI_COMM_WORLD_RANK/SIZE; with mpi: MPI's)\n"
-            "  --start-after FILE   wait until FILE exists before the first iteration (after the\n"
-            "                       uploads; prints 'start_wait'): lets a test order the ranks' starts\n"
+            "  --start-after FILE   wait until FILE exists before the first GPU work (after the context\n"
+            "                       and module; prints 'start_wait'): lets a test order the ranks' starts\n"
             "  --comm NAME          the simgpu communicator (default: SALUS_GROUP, then salus-mlp);\n"
             "                       without --device, rank r uses device r %% count\n"
             "  --help               this text\n"

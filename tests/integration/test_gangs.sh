@@ -187,15 +187,14 @@ if [ "$OFF_RUNS" -gt 0 ]; then
             check_done "$B"
         else
             stuck=$((stuck + 1))
-            for p in "$PID_A0" "$PID_A1" "$PID_B0" "$PID_B1"; do kill -9 "$p" 2>/dev/null || true; done
-            for name in "$A.0" "$A.1" "$B.0" "$B.1"; do # their programs too (salusctl run's children)
-                ps_json
-                p=$(py 'print(j[sys.argv[2]]["pid"])' "$name" 2>/dev/null) && kill -9 "$p" 2>/dev/null || true
+            ps_json
+            for name in "$A.0" "$A.1" "$B.0" "$B.1"; do # the programs (salusctl run's children)
+                p=$(py 'print(j[sys.argv[2]]["pid"])' "$name") && kill -9 "$p" 2>/dev/null || true
             done
         fi
         for p in "$PID_A0" "$PID_A1" "$PID_B0" "$PID_B1"; do wait "$p" 2>/dev/null || true; done
         RUN_PIDS=()
     done
     echo "gang turns off: $stuck of $OFF_RUNS randomised runs deadlocked"
-    stop_daemon KILL 2>/dev/null || true
+    stop_daemon
 fi

@@ -437,6 +437,10 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
         server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "salusd has no GPU");
         return;
     }
+    if (jobs_reply_bad_gpus(c, msg->id, "submit", &fields)) {
+        close_submit_fds(fds);
+        return;
+    }
     job_t *job = jobs_reserve(c, &fields);
     jobctl_entry_t *e = job ? entry_get(d, job->id) : NULL;
     if (e && log_path[0])

@@ -92,6 +92,11 @@ typedef struct shim_state_s {
     salus_client_t client;
     uint64_t job_id;
     int gpu;                     /* the real device ordinal the job was placed on */
+    /* every GPU of the job (salusctl run --gpus N), in order; gpus[0] == gpu. The job sees
+     * exactly these, as devices 0 .. gpu_count - 1 (device.c) */
+#define SHIM_MAX_GPUS 32
+    int gpus[SHIM_MAX_GPUS];
+    int gpu_count;
     uint64_t budget_bytes;       /* at admission; the page has the current one */
     uint64_t va_bytes;           /* address space to reserve: the largest budget possible */
     uint64_t chunk_bytes;

@@ -120,9 +120,17 @@ static CUresult grow(uint64_t bytes)
         /* the mapping keeps the memory alive; the handle is no longer needed */
         shim.drv.fn_cuMemRelease(handle);
     }
-    CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = shim.gpu},
-                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    if (rc == CUDA_SUCCESS && (rc = shim.drv.fn_cuMemSetAccess(at, chunk_bytes, &access, 1)) != CUDA_SUCCESS)
+    /* a job on several GPUs (--gpus) has its memory on its first one; every one of its GPUs
+     * may reach it (peer access on a real GPU) */
+    CUmemAccessDesc access[SHIM_MAX_GPUS];
+    size_t devices = shim.gpu_count > 1 ? (size_t)shim.gpu_count : 1;
+    for (size_t k = 0; k < devices; k++)
+        access[k] = (CUmemAccessDesc){
+            .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE,
+                         .id = devices > 1 ? shim.gpus[k] : shim.gpu},
+            .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    if (rc == CUDA_SUCCESS &&
+        (rc = shim.drv.fn_cuMemSetAccess(at, chunk_bytes, access, devices)) != CUDA_SUCCESS)
         shim.drv.fn_cuMemUnmap(at, chunk_bytes);
     if (rc == CUDA_SUCCESS && (allocator_range_add(mem.allocator, at, chunk_bytes) < 0 ||
                                remember_chunk(chunk_id, at, chunk_bytes) < 0)) {

@@ -203,6 +203,18 @@ int job_gpus_holds_lanes(const job_gpus_t *t, const sched_core_t *core, uint64_t
     return 1;
 }
 
+uint64_t job_gpus_lane_holder(const job_gpus_t *t, const sched_core_t *core, uint64_t job_id)
+{
+    uint32_t gpus = job_gpus_count(t, job_id);
+    for (uint32_t k = 0; k < gpus; k++) {
+        sched_core_job_info_t info;
+        if (sched_core_job_info(core, job_id + k, &info) == 0 && info.lane_holder &&
+            job_gpus_owner(t, info.lane_holder, NULL) != job_id)
+            return job_gpus_owner(t, info.lane_holder, NULL);
+    }
+    return 0;
+}
+
 /* ---- effects ----------------------------------------------------------------------------- */
 
 /* 1 when every member's GRANT is among fx->items[0 .. index]: granted in one event. */

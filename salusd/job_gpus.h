@@ -75,6 +75,10 @@ int job_gpus_left(job_gpus_t *t, sched_core_t *core, uint64_t job_id, sched_core
  * it does). */
 int job_gpus_holds_lanes(const job_gpus_t *t, const sched_core_t *core, uint64_t job_id);
 
+/* The job another job's member or the job itself waits behind: the first member's lane
+ * holder that is not 0, as its job (0: none). */
+uint64_t job_gpus_lane_holder(const job_gpus_t *t, const sched_core_t *core, uint64_t job_id);
+
 /* ---- the core's effects ------------------------------------------------------------------ */
 
 enum { JOB_GPUS_CARRY_OUT = 0, JOB_GPUS_CONSUMED = 1 };

@@ -156,7 +156,7 @@ int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
     view->budget_bytes = info.budget_bytes;
     view->holds_lane = job_gpus_holds_lanes(d->sched->gpus, d->sched->core, job->id);
     view->waiting_since_ns = info.waiting_since_ns;
-    view->lane_holder = info.lane_holder;
+    view->lane_holder = job_gpus_lane_holder(d->sched->gpus, d->sched->core, job->id);
     view->has_rank = sched_core_job_rank(d->sched->core, job->id, salusd_now_ns(),
                                          &view->rank) == 0;
     return 0;

@@ -402,7 +402,7 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
         memchr(log_path, '\n', strlen(log_path))) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
                            "submit takes name (string of at most %d bytes), iterations, "
-                           "persistent_bytes, ephemeral_bytes (unsigned), priority (integer) "
+                           "persistent_bytes, ephemeral_bytes, gpus (unsigned), priority (integer) "
                            "log (an absolute path) and fds (the passed descriptors' roles)",
                            REGISTRY_NAME_BYTES - 1);
         return;

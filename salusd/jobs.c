@@ -412,8 +412,8 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     if (frc == -EINVAL || proto_get_uint(&msg->body, "job_id", &reserved_id) == -EINVAL) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
                            "register takes name (string of at most %d bytes), iterations, "
-                           "persistent_bytes, ephemeral_bytes, job_id (unsigned) and priority "
-                           "(integer)",
+                           "persistent_bytes, ephemeral_bytes, job_id, gpus (unsigned) and "
+                           "priority (integer)",
                            REGISTRY_NAME_BYTES - 1);
         return;
     }

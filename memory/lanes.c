@@ -45,6 +45,25 @@ lanes_t *lanes_create(const lanes_config_t *config)
     return lanes;
 }
 
+static void index_rebuild(lanes_t *lanes);
+
+lanes_t *lanes_clone(const lanes_t *lanes)
+{
+    lanes_t *copy = calloc(1, sizeof(*copy));
+    if (!copy)
+        return NULL;
+    copy->config = lanes->config;
+    copy->config.on_change = NULL;
+    copy->config.on_change_context = NULL;
+    copy->version = lanes->version;
+    if (lanes_state_clone(&lanes->state, &copy->state) < 0) {
+        free(copy);
+        return NULL;
+    }
+    index_rebuild(copy); /* (an invalid index only makes lookups walk the state) */
+    return copy;
+}
+
 void lanes_destroy(lanes_t *lanes)
 {
     if (!lanes)

@@ -151,6 +151,11 @@ const char *lanes_status_name(lanes_status_t status);
 /* Copies the config. NULL config = defaults. Returns NULL when out of memory. */
 lanes_t *lanes_create(const lanes_config_t *config);
 void lanes_destroy(lanes_t *lanes); /* NULL ok */
+/* A scratch copy of the books (same layout, lane ids, grants and config, but no on_change):
+ * to try a change, e.g. several admissions that must all succeed, without reporting
+ * anything; the same calls made on the original then give the same results. NULL when out of
+ * memory. Free with lanes_destroy. */
+lanes_t *lanes_clone(const lanes_t *lanes);
 
 /* Adds GPU `gpu` (the daemon's index) with capacity total - reserve. */
 lanes_status_t lanes_add_gpu(lanes_t *lanes, int gpu, uint64_t total_bytes, uint64_t reserve_bytes);

@@ -44,25 +44,44 @@
  * is back or its grace period is over, then runs sched_core_admit).
  *
  * Groups (distributed jobs, one node): a job registered with hints.group.id != 0 is rank
- * hints.group.rank of a group of hints.group.world ranks (sched_core_group_t). A group is
- * admitted all or nothing: its ranks wait (no memory held) until all world ranks have
- * registered and every one has a place; ranks of one group go to distinct GPUs unless the
- * group has share_gpus. A group that can never be placed (more ranks than GPUs without
- * share_gpus, or a rank whose sizes fit no GPU) is refused, every rank (REFUSE).
+ * hints.group.rank of a group of hints.group.world ranks (sched_core_group_t). Registration
+ * checks a rank against its group's first: world, sync, share_gpus (and staleness for SSP)
+ * the same, rank < world and not taken: else -EINVAL, nothing changed. A group is admitted all
+ * or nothing: its ranks wait (no memory held, no ADMIT) until all world ranks have registered
+ * and every one has a place; then, in the admission round, at the position of its first rank
+ * in the policy's order, all its ranks are admitted in that one event (ADMIT each), the ranks
+ * of one group on distinct GPUs unless the group has share_gpus (the free GPU with the fewest
+ * jobs first). A placement that does not fit whole is tried on a scratch copy of the books only
+ * (no MOVE, BUDGET or ADMIT comes out of it). While a group waits, the jobs after it are
+ * admitted under a non-blocking policy and wait behind it under a blocking one (FIFO), as
+ * behind a single job. A group that can never be placed (more ranks than GPUs without
+ * share_gpus, or a rank whose sizes fit no GPU) is refused at once, every rank registered so
+ * far (REFUSE, with the reason); a later rank of it registers as a new group and is judged
+ * again. In a round with groups the policy's order is used as it is (the users' two-level pick
+ * is not; user_max_jobs counts a group's ranks, user_gpu_share is not applied to them).
  * Gang turns (BSP groups, unless config.gang_turns_off): the ranks of a group are granted
  * their lanes together, in the same event, or not at all. Groups whose ranks share lanes take
- * gang slots in one global order (least recently served group first, then the lower group
- * id): the first group in that order whose ranks are all ready reserves their lanes; a
- * reserved lane is granted to nobody else (its holder is told STOP_FREE_RUN) until the whole
+ * gang slots in one global order (least recently served group first: the time its last slot
+ * started; then the lower group id): the first group in that order whose ranks are all ready
+ * reserves their lanes (a later ready group whose lanes meet an earlier one's claims them for
+ * itself, so that no group after it takes them); a reserved lane is granted to nobody else
+ * (its holder is told STOP_FREE_RUN) and is kept for the gang when it frees, until the whole
  * gang is granted, so no two groups wait on each other in a circle. A slot lasts
  * config.gang_slot_iterations iterations of each rank (a rank that reaches a boundary
- * inside its slot is granted again at once; a release, ready = false, keeps its lane reserved
- * for its group); then the lanes go back to the policy. SSP groups (staleness S): ranks take
- * turns as single jobs do, but a rank more than S iterations ahead of the group's slowest
- * rank is not granted until it catches up. ASP groups, and BSP groups with gang_turns_off:
- * ranks take turns as single jobs do. Single jobs fill lanes that gangs leave unreserved.
- * A rank that leaves does not make its group wait for it: the remaining ranks are the gang
- * (the daemon ends a failed group's other ranks itself). */
+ * inside its slot is granted again at once, also while a rank of its slot that ran freely may
+ * still wait for it in a collective; a release, ready = false, keeps its lane reserved for its
+ * group); when every rank has done them and none holds its lane, the lanes go back to the
+ * policy: a single job that waits on one of them then has its turn before the group's next
+ * slot. A gang runs freely (GRANT free_run for all its ranks) only when nobody else waits on
+ * any of its lanes; when someone does, every rank is told STOP_FREE_RUN. Ranks of a
+ * share_gpus group that the lane manager put in one lane cannot hold it together: such a
+ * group's ranks take turns as single jobs. SSP groups (staleness S): ranks take turns as
+ * single jobs do (never freely), but a rank more than S iterations ahead of the group's
+ * slowest admitted rank is not granted (it stays ready) until the slowest reports a boundary.
+ * ASP groups, and BSP groups with gang_turns_off: ranks take turns as single jobs do. Single
+ * jobs fill lanes that gangs leave unreserved. A rank that leaves (any exit) does not make its
+ * group wait for it: the remaining ranks are the gang (the daemon ends a failed group's other
+ * ranks itself). sched_core_job_info shows a rank's group and its gang wait. */
 #ifndef SALUS_SCHEDULER_CORE_SCHED_CORE_H
 #define SALUS_SCHEDULER_CORE_SCHED_CORE_H
 
@@ -315,8 +334,12 @@ typedef struct sched_core_job_info_s {
     uint64_t gang_wait_ns;
 } sched_core_job_info_t;
 
-/* 0, or -ENOENT when the core does not know the job. */
+/* 0, or -ENOENT when the core does not know the job. gang_wait_ns counts the current wait up
+ * to the core's last event; sched_core_job_info_at counts it up to now_ns (the caller's clock,
+ * as given to the events). */
 int sched_core_job_info(const sched_core_t *core, uint64_t job_id, sched_core_job_info_t *info);
+int sched_core_job_info_at(const sched_core_t *core, uint64_t job_id, uint64_t now_ns,
+                           sched_core_job_info_t *info);
 const char *sched_core_phase_name(sched_core_job_phase_t phase);
 /* The lane manager's books, for reading (lanes_list, lanes_gpu_info, lanes_lane_jobs). */
 const lanes_t *sched_core_lanes(const sched_core_t *core);

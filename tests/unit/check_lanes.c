@@ -618,6 +618,49 @@ START_TEST(test_admit_to_lane)
 }
 END_TEST
 
+/* A scratch copy tries admissions silently; the original is untouched, and the same calls on it
+ * give the same placements (the core's all-or-nothing group admission relies on both). */
+START_TEST(test_clone_is_a_silent_scratch_copy)
+{
+    change_log_t log = {0};
+    lanes_config_t config;
+    lanes_config_default(&config);
+    config.job_overhead_bytes = 0;
+    config.on_change = record_change;
+    config.on_change_context = &log;
+    lanes_t *l = lanes_create(&config);
+    ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
+    ck_assert_int_eq(lanes_add_gpu(l, 1, 10 * G, 0), LANES_OK);
+    lanes_request_t a = {1, 1000, 1 * G, 3 * G, LANES_ANY_GPU};
+    lanes_request_t b = {2, 1000, 1 * G, 3 * G, 1};
+    lanes_request_t c = {3, 2000, 1 * G, 4 * G, 1};
+    ck_assert_int_eq(lanes_admit(l, &a, NULL), LANES_OK);
+    ck_assert_int_eq(lanes_grant(l, 1, NULL), LANES_OK);
+    log.count = 0;
+    uint64_t version = lanes_version(l);
+    lanes_t *scratch = lanes_clone(l);
+    ck_assert_ptr_nonnull(scratch);
+    lanes_placement_t pa, pb, pc, qb, qc;
+    ck_assert_int_eq(lanes_job_placement(scratch, 1, &pa), LANES_OK);
+    ck_assert_int_eq(lanes_grant(scratch, 1, NULL), LANES_OK); /* granted in the copy too */
+    ck_assert_int_eq(lanes_admit(scratch, &b, &pb), LANES_OK);
+    ck_assert_int_eq(lanes_admit(scratch, &c, &pc), LANES_OK); /* merges on GPU 1 */
+    ck_assert_int_eq(log.count, 0);                            /* nothing reported */
+    ck_assert_uint_eq(lanes_version(l), version);
+    ck_assert_int_eq(lanes_job_placement(l, 2, &qb), LANES_ERROR_UNKNOWN);
+    lanes_destroy(scratch);
+    ck_assert_int_eq(lanes_admit(l, &b, &qb), LANES_OK);
+    ck_assert_int_eq(lanes_admit(l, &c, &qc), LANES_OK);
+    ck_assert(log.count > 0);
+    ck_assert_int_eq(qb.gpu, pb.gpu);
+    ck_assert_uint_eq(qb.lane_id, pb.lane_id);
+    ck_assert_int_eq(qc.gpu, pc.gpu);
+    ck_assert_uint_eq(qc.lane_id, pc.lane_id);
+    ck_assert_uint_eq(qc.lane_size_bytes, pc.lane_size_bytes);
+    lanes_destroy(l);
+}
+END_TEST
+
 static Suite *lanes_suite(void)
 {
     Suite *s = suite_create("lanes");
@@ -627,6 +670,7 @@ static Suite *lanes_suite(void)
     tcase_add_test(tc, test_admit_in_order);
     tcase_add_test(tc, test_change_reports);
     tcase_add_test(tc, test_admit_to_lane);
+    tcase_add_test(tc, test_clone_is_a_silent_scratch_copy);
     tcase_add_loop_test(tc, test_random_invariant, 0, 2);
     tcase_add_loop_test(tc, test_random_grants, 0, 2);
     suite_add_tcase(s, tc);

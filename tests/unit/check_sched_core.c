@@ -1026,6 +1026,517 @@ START_TEST(test_reattach_restores_places_before_waiting_jobs)
 }
 END_TEST
 
+/* ---- groups: gang admission and gang turns (sched_core.h, "Groups") ---------------------- */
+
+/* A fake node of `gpus` GPUs of gpu_bytes each. */
+static void fake_start_gpus(fake_t *f, const char *policy, int gpus, uint64_t gpu_bytes,
+                            uint32_t slot_iterations, bool gang_turns_off)
+{
+    sched_core_config_t config;
+    int rc = 0;
+    memset(f, 0, sizeof(*f));
+    sched_core_config_default(&config);
+    config.policy_name = policy;
+    config.lanes.job_overhead_bytes = 0;
+    config.gang_slot_iterations = slot_iterations;
+    config.gang_turns_off = gang_turns_off;
+    sched_core_config_fit_gpu(&config, gpu_bytes);
+    f->core = sched_core_create(&config, &rc);
+    ck_assert_msg(f->core != NULL, "sched_core_create(%s): %d", policy, rc);
+    for (int g = 0; g < gpus; g++)
+        ck_assert_int_eq(sched_core_add_gpu(f->core, g, gpu_bytes, 0), 0);
+    f->now_ns = 1000 * MS;
+}
+
+/* Registers rank `rank` of group `group` (world ranks, sync); returns the core's answer. */
+static int reg_rank_rc(fake_t *f, uint64_t id, uint64_t group, uint32_t world, uint32_t rank,
+                       sched_core_sync_t sync, uint32_t staleness, uint64_t p, uint64_t e)
+{
+    sched_core_job_hints_t h = {.id = id, .uid = 1000, .persistent_bytes = p,
+                                .ephemeral_bytes = e, .iterations_expected = 1000,
+                                .group = {.id = group, .world = world, .rank = rank,
+                                          .sync = sync, .staleness = staleness}};
+    int rc = sched_core_job_registered(f->core, &h, f->now_ns, &f->fx);
+    apply(f);
+    return rc;
+}
+
+static void reg_rank(fake_t *f, uint64_t id, uint64_t group, uint32_t world, uint32_t rank,
+                     sched_core_sync_t sync, uint32_t staleness)
+{
+    ck_assert_int_eq(reg_rank_rc(f, id, group, world, rank, sync, staleness, 100 * MIB,
+                                 600 * MIB), 0);
+}
+
+/* Counts the effects of a kind in the current (not yet applied) list. */
+static size_t effects_of(const fake_t *f, sched_core_effect_kind_t kind)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < f->fx.count; i++)
+        n += f->fx.items[i].kind == kind;
+    return n;
+}
+
+/* All or nothing: two ranks on two GPUs, one GPU taken by another user's job (its lane
+ * cannot be shared): nothing is admitted, the lane manager's books do not move, and no
+ * effect leaks; when the GPU frees, both ranks are admitted in that event, on distinct GPUs.
+ * A world of 3 on 2 GPUs, or a rank larger than any GPU, is refused, every rank. */
+START_TEST(test_group_all_or_nothing)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 2, 1 * GIB, 0, false);
+    sched_core_job_hints_t big = {.id = 1, .uid = 2000, .persistent_bytes = 100 * MIB,
+                                  .ephemeral_bytes = 800 * MIB};
+    ck_assert_int_eq(sched_core_job_registered(f.core, &big, f.now_ns, &f.fx), 0);
+    apply(&f);
+    ck_assert(f.jobs[1].admitted);
+    reg_rank(&f, 2, 7, 2, 0, SCHED_CORE_SYNC_BSP, 0);
+    uint64_t version = lanes_version(sched_core_lanes(f.core));
+    sched_core_job_hints_t h = {.id = 3, .uid = 1000, .persistent_bytes = 100 * MIB,
+                                .ephemeral_bytes = 600 * MIB,
+                                .group = {.id = 7, .world = 2, .rank = 1}};
+    ck_assert_int_eq(sched_core_job_registered(f.core, &h, f.now_ns, &f.fx), 0);
+    ck_assert_uint_eq(f.fx.count, 0); /* no ADMIT, no MOVE, no BUDGET */
+    apply(&f);
+    ck_assert(!f.jobs[2].admitted && !f.jobs[3].admitted);
+    ck_assert_uint_eq(lanes_version(sched_core_lanes(f.core)), version);
+    lanes_gpu_info_t info;
+    for (int g = 0; g < 2; g++) {
+        ck_assert_int_eq(lanes_gpu_info(sched_core_lanes(f.core), g, &info), LANES_OK);
+        ck_assert_uint_eq(info.job_count, g == 0 ? 1 : 0);
+    }
+    sched_core_job_info_t ji;
+    ck_assert_int_eq(sched_core_job_info(f.core, 2, &ji), 0);
+    ck_assert_int_eq(ji.phase, SCHED_CORE_WAITING);
+    ck_assert_uint_eq(ji.group.id, 7);
+    ck_assert_uint_eq(ji.group.world, 2);
+    ck_assert_uint_eq(ji.group.rank, 0);
+    f.now_ns += 10 * MS;
+    ck_assert_int_eq(sched_core_job_left(f.core, 1, SCHED_CORE_EXIT_DONE, f.now_ns, &f.fx), 0);
+    ck_assert_uint_eq(effects_of(&f, SCHED_CORE_ADMIT), 2);
+    apply(&f);
+    ck_assert(f.jobs[2].admitted && f.jobs[3].admitted);
+    ck_assert_int_ne(f.jobs[2].gpu, f.jobs[3].gpu);
+    ck_assert_int_eq(sched_core_job_info(f.core, 2, &ji), 0);
+    ck_assert_uint_eq(ji.gang_wait_ns, 10 * MS); /* waited for its place */
+    /* world 3 on 2 GPUs: refused, every rank, with a reason */
+    for (uint32_t r = 0; r < 3; r++) {
+        reg_rank(&f, 10 + r, 8, 3, r, SCHED_CORE_SYNC_BSP, 0);
+        ck_assert(f.jobs[10 + r].refused);
+        ck_assert_ptr_nonnull(strstr(f.last_refusal, "more ranks than"));
+    }
+    /* a rank that fits no GPU: the group is refused whole */
+    reg_rank(&f, 20, 9, 2, 0, SCHED_CORE_SYNC_BSP, 0);
+    ck_assert_int_eq(reg_rank_rc(&f, 21, 9, 2, 1, SCHED_CORE_SYNC_BSP, 0, 100 * MIB, 2 * GIB), 0);
+    ck_assert(f.jobs[20].refused && f.jobs[21].refused);
+    ck_assert_int_eq(sched_core_job_info(f.core, 20, &ji), -ENOENT);
+    ck_assert_uint_eq(sched_core_job_count(f.core), 2);
+    fake_stop(&f);
+}
+END_TEST
+
+/* A group waits for all its ranks; its waiting ranks do not hold up single jobs behind them
+ * under a non-blocking policy, and do under a blocking one (FIFO). */
+START_TEST(test_group_waits_for_its_ranks)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 2, 4 * GIB, 0, false);
+    reg_rank(&f, 1, 5, 2, 1, SCHED_CORE_SYNC_BSP, 0);
+    ck_assert(!f.jobs[1].admitted);
+    reg(&f, 2, 1000, 100 * MIB, 100 * MIB, 10, 0); /* a single job behind it */
+    ck_assert(f.jobs[2].admitted);
+    f.now_ns += 5 * MS;
+    reg_rank(&f, 3, 5, 2, 0, SCHED_CORE_SYNC_BSP, 0);
+    ck_assert(f.jobs[1].admitted && f.jobs[3].admitted);
+    ck_assert_int_ne(f.jobs[1].gpu, f.jobs[3].gpu);
+    sched_core_job_info_t ji;
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &ji), 0);
+    ck_assert_uint_eq(ji.gang_wait_ns, 5 * MS);
+    ck_assert_int_eq(sched_core_job_info(f.core, 3, &ji), 0);
+    ck_assert_uint_eq(ji.gang_wait_ns, 0);
+    fake_stop(&f);
+
+    fake_start_gpus(&f, "fifo", 2, 4 * GIB, 0, false);
+    reg_rank(&f, 1, 5, 2, 0, SCHED_CORE_SYNC_BSP, 0);
+    reg(&f, 2, 1000, 100 * MIB, 100 * MIB, 10, 0);
+    ck_assert(!f.jobs[1].admitted && !f.jobs[2].admitted); /* blocked behind the group */
+    reg_rank(&f, 3, 5, 2, 1, SCHED_CORE_SYNC_BSP, 0);
+    ck_assert(f.jobs[1].admitted && f.jobs[3].admitted && !f.jobs[2].admitted);
+    fake_stop(&f);
+}
+END_TEST
+
+/* Inconsistent ranks: -EINVAL and nothing changed. */
+START_TEST(test_group_invalid_hints)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 2, 4 * GIB, 0, false);
+    reg_rank(&f, 1, 5, 2, 0, SCHED_CORE_SYNC_BSP, 0);
+    const struct {
+        uint32_t world, rank;
+        sched_core_sync_t sync;
+        uint64_t group;
+    } bad[] = {
+        {2, 0, SCHED_CORE_SYNC_BSP, 5},           /* rank 0 twice */
+        {2, 2, SCHED_CORE_SYNC_BSP, 5},           /* rank >= world */
+        {3, 1, SCHED_CORE_SYNC_BSP, 5},           /* another world */
+        {2, 1, SCHED_CORE_SYNC_ASP, 5},           /* another sync */
+        {0, 0, SCHED_CORE_SYNC_BSP, 6},           /* world 0 */
+        {2, 0, (sched_core_sync_t)9, 6},          /* no such sync */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_int_eq(reg_rank_rc(&f, 2, bad[i].group, bad[i].world, bad[i].rank, bad[i].sync,
+                                     0, 100 * MIB, 600 * MIB),
+                         -EINVAL);
+        ck_assert_uint_eq(sched_core_job_count(f.core), 1);
+        ck_assert_uint_eq(f.admit_count, 0);
+        ck_assert(!f.jobs[2].refused);
+    }
+    /* the group is as it was: its rank 1 completes it */
+    reg_rank(&f, 2, 5, 2, 1, SCHED_CORE_SYNC_BSP, 0);
+    ck_assert(f.jobs[1].admitted && f.jobs[2].admitted);
+    fake_stop(&f);
+}
+END_TEST
+
+/* The collective model of the gang tests: a rank that holds its lane finishes its iteration
+ * only when every rank of its group has started that iteration (NCCL's kernels spin until
+ * their peers arrive). */
+typedef struct gang_sim_s {
+    uint64_t ids[2][2]; /* [group][rank] */
+    int started[8];     /* asked for its first turn */
+} gang_sim_t;
+
+static bool gang_can_finish(const fake_t *f, const gang_sim_t *g, int group, int rank)
+{
+    const fake_job_t *j = &f->jobs[g->ids[group][rank]];
+    if (!j->running)
+        return false;
+    for (int r = 0; r < 2; r++) {
+        const fake_job_t *peer = &f->jobs[g->ids[group][r]];
+        if (!(peer->iterations > j->iterations ||
+              (peer->running && peer->iterations == j->iterations)))
+            return false;
+    }
+    return true;
+}
+
+static void gang_finish(fake_t *f, const gang_sim_t *g, int group, int rank)
+{
+    uint64_t id = g->ids[group][rank];
+    fake_job_t *j = &f->jobs[id];
+    f->now_ns += 1 * MS;
+    if (j->free_run) { /* it goes on without stopping */
+        j->iterations++;
+        j->busy_ns += 1 * MS;
+    } else {
+        boundary(f, id, 1 * MS);
+    }
+}
+
+/* The circle: a rank of each group holds a lane that a rank of the other waits for. */
+static bool gang_circle(const fake_t *f, const gang_sim_t *g)
+{
+    bool waits_on[2] = {false, false}; /* [h]: a rank of h waits for a lane the other holds */
+    for (int h = 0; h < 2; h++)
+        for (int r = 0; r < 2; r++) {
+            const fake_job_t *w = &f->jobs[g->ids[h][r]];
+            if (w->running || !g->started[h * 2 + r])
+                continue;
+            for (int r2 = 0; r2 < 2; r2++) {
+                const fake_job_t *o = &f->jobs[g->ids[1 - h][r2]];
+                waits_on[h] |= o->running && o->lane == w->lane;
+            }
+        }
+    return waits_on[0] && waits_on[1];
+}
+
+/* Two 2-rank BSP groups on 2 GPUs of one lane each, placed in opposite rank order: A's rank 0
+ * and B's rank 1 share GPU 0's lane, A's rank 1 and B's rank 0 GPU 1's. */
+static void gang_setup(fake_t *f, gang_sim_t *g, uint32_t slot, bool turns_off)
+{
+    memset(g, 0, sizeof(*g));
+    fake_start_gpus(f, "pack", 2, 1 * GIB, slot, turns_off);
+    reg_rank(f, 1, 100, 2, 0, SCHED_CORE_SYNC_BSP, 0);
+    reg_rank(f, 2, 100, 2, 1, SCHED_CORE_SYNC_BSP, 0);
+    reg_rank(f, 3, 200, 2, 1, SCHED_CORE_SYNC_BSP, 0);
+    reg_rank(f, 4, 200, 2, 0, SCHED_CORE_SYNC_BSP, 0);
+    g->ids[0][0] = 1;
+    g->ids[0][1] = 2;
+    g->ids[1][0] = 4;
+    g->ids[1][1] = 3;
+    for (uint64_t id = 1; id <= 4; id++)
+        ck_assert(f->jobs[id].admitted);
+    ck_assert_int_eq(f->jobs[1].gpu, f->jobs[3].gpu); /* A0 beside B1 */
+    ck_assert_int_eq(f->jobs[2].gpu, f->jobs[4].gpu); /* A1 beside B0 */
+    ck_assert_int_ne(f->jobs[1].gpu, f->jobs[2].gpu);
+    ck_assert_uint_eq(f->jobs[1].lane, f->jobs[3].lane);
+    ck_assert_uint_eq(f->jobs[2].lane, f->jobs[4].lane);
+}
+
+static uint64_t prng_next(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
+/* Gang turns: randomised interleavings of asks and boundaries (1000 seeds): never the circle,
+ * each slot's grants come in one event, and both groups make progress. */
+START_TEST(test_gang_turns_never_circle)
+{
+    enum { ITERATIONS = 20, MAX_STEPS = 400 };
+    for (uint64_t seed = 1; seed <= 1000; seed++) {
+        fake_t f;
+        gang_sim_t g;
+        uint64_t rng = seed * 0x9E3779B97F4A7C15ull;
+        gang_setup(&f, &g, 1, false);
+        int steps = 0;
+        for (;;) {
+            uint64_t done = UINT64_MAX;
+            for (int h = 0; h < 2; h++)
+                for (int r = 0; r < 2; r++)
+                    if (f.jobs[g.ids[h][r]].iterations < done)
+                        done = f.jobs[g.ids[h][r]].iterations;
+            if (done >= ITERATIONS)
+                break;
+            ck_assert_msg(steps++ < MAX_STEPS, "seed %llu: no progress in %d steps (%llu done)",
+                          (unsigned long long)seed, MAX_STEPS, (unsigned long long)done);
+            int actions[8][3], count = 0; /* kind (0 ask, 1 finish), group, rank */
+            for (int h = 0; h < 2; h++)
+                for (int r = 0; r < 2; r++) {
+                    if (!g.started[h * 2 + r])
+                        memcpy(actions[count++], (int[3]){0, h, r}, sizeof(actions[0]));
+                    else if (gang_can_finish(&f, &g, h, r))
+                        memcpy(actions[count++], (int[3]){1, h, r}, sizeof(actions[0]));
+                }
+            ck_assert_msg(count > 0, "seed %llu: deadlock", (unsigned long long)seed);
+            int *a = actions[prng_next(&rng) % (uint64_t)count];
+            size_t grants_before = f.grant_count;
+            int running_before[2] = {0, 0};
+            for (int h = 0; h < 2; h++)
+                for (int r = 0; r < 2; r++)
+                    running_before[h] += f.jobs[g.ids[h][r]].running;
+            if (a[0] == 0) {
+                g.started[a[1] * 2 + a[2]] = 1;
+                ask(&f, g.ids[a[1]][a[2]]);
+            } else {
+                gang_finish(&f, &g, a[1], a[2]);
+            }
+            ck_assert_msg(!gang_circle(&f, &g), "seed %llu: circular wait", (unsigned long long)seed);
+            int granted[2] = {0, 0};
+            for (size_t i = grants_before; i < f.grant_count; i++)
+                granted[f.grants[i] == 1 || f.grants[i] == 2 ? 0 : 1]++;
+            for (int h = 0; h < 2; h++) /* a new slot's grants: both ranks in one event */
+                ck_assert_msg(running_before[h] > 0 || granted[h] == 0 || granted[h] == 2,
+                              "seed %llu: %d grant(s)", (unsigned long long)seed, granted[h]);
+        }
+        fake_stop(&f);
+    }
+}
+END_TEST
+
+/* The same set-up with gang turns off reaches the circle (a deterministic sequence), and
+ * with gang turns on the same sequence goes on. */
+START_TEST(test_gang_turns_off_reaches_the_circle)
+{
+    for (int off = 1; off >= 0; off--) {
+        fake_t f;
+        gang_sim_t g;
+        gang_setup(&f, &g, 1, off);
+        const int order[4][2] = {{0, 0}, {1, 0}, {0, 1}, {1, 1}}; /* A0, B0, A1, B1 ask */
+        for (int k = 0; k < 4; k++) {
+            g.started[order[k][0] * 2 + order[k][1]] = 1;
+            ask(&f, g.ids[order[k][0]][order[k][1]]);
+        }
+        int finishable = 0;
+        for (int h = 0; h < 2; h++)
+            for (int r = 0; r < 2; r++)
+                finishable += gang_can_finish(&f, &g, h, r);
+        if (off) {
+            ck_assert(gang_circle(&f, &g));
+            ck_assert_int_eq(finishable, 0); /* deadlock */
+        } else {
+            ck_assert(!gang_circle(&f, &g));
+            ck_assert_int_eq(finishable, 2); /* A holds both lanes */
+            ck_assert(f.jobs[1].running && f.jobs[2].running);
+        }
+        fake_stop(&f);
+    }
+}
+END_TEST
+
+/* Single jobs fill what gangs leave: one on a lane no gang reserves runs on; one on a lane
+ * the gang reserves is told to stop running freely, the gang gets the lane at its boundary,
+ * and the single job has its turn when the gang's slot is over. */
+START_TEST(test_gang_single_jobs_fill_in)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 2, 1 * GIB, 1, false);
+    reg_rank(&f, 1, 100, 2, 0, SCHED_CORE_SYNC_BSP, 0);
+    reg_rank(&f, 2, 100, 2, 1, SCHED_CORE_SYNC_BSP, 0);
+    reg(&f, 3, 1000, 100 * MIB, 600 * MIB, 100, 0); /* shares rank 0's lane */
+    reg(&f, 4, 1000, 50 * MIB, 100 * MIB, 100, 0);  /* a lane of its own on GPU 1 */
+    ck_assert_uint_eq(f.jobs[3].lane, f.jobs[1].lane);
+    ck_assert_int_eq(f.jobs[4].gpu, f.jobs[2].gpu);
+    ck_assert_uint_ne(f.jobs[4].lane, f.jobs[2].lane);
+    ask(&f, 3);
+    ask(&f, 4);
+    ck_assert(f.jobs[3].running && f.jobs[3].free_run && f.jobs[4].running && f.jobs[4].free_run);
+    ask(&f, 1);
+    ck_assert(!f.jobs[1].running && f.jobs[3].free_run); /* rank 1 not ready: no reservation */
+    ask(&f, 2);
+    ck_assert(!f.jobs[3].free_run && f.jobs[3].running); /* reserved: stop at the boundary */
+    ck_assert(!f.jobs[1].running && !f.jobs[2].running);
+    ck_assert(f.jobs[4].running && f.jobs[4].free_run);  /* not reserved: runs on */
+    f.now_ns += 3 * MS;
+    boundary(&f, 3, 3 * MS); /* the lane frees: the gang gets both lanes now */
+    ck_assert(f.jobs[1].running && f.jobs[2].running && !f.jobs[3].running);
+    sched_core_job_info_t ji;
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &ji), 0);
+    ck_assert_uint_eq(ji.gang_wait_ns, 3 * MS);
+    boundary(&f, 1, 1 * MS);
+    ck_assert(!f.jobs[3].running); /* the slot goes on: rank 1 is still in it */
+    boundary(&f, 2, 1 * MS);
+    ck_assert(f.jobs[3].running);  /* the slot is over: the single job's turn */
+    ck_assert(!f.jobs[1].running && !f.jobs[2].running);
+    boundary(&f, 3, 1 * MS);       /* then the gang's next slot */
+    ck_assert(f.jobs[1].running && f.jobs[2].running && !f.jobs[3].running);
+    fake_stop(&f);
+}
+END_TEST
+
+/* gang_slot_iterations = 3: the gang keeps its lanes 3 iterations per rank while the other
+ * group waits, then the other group has its slot. */
+START_TEST(test_gang_slot_length)
+{
+    fake_t f;
+    gang_sim_t g;
+    gang_setup(&f, &g, 3, false);
+    ask(&f, 1);
+    ask(&f, 2); /* A is complete first: its slot */
+    ask(&f, 3);
+    ask(&f, 4);
+    ck_assert(f.jobs[1].running && f.jobs[2].running && !f.jobs[3].running && !f.jobs[4].running);
+    ck_assert(!f.jobs[1].free_run && !f.jobs[2].free_run); /* B waits: they stop */
+    for (int k = 0; k < 3; k++) {
+        for (uint64_t id = 1; id <= 2; id++) {
+            ck_assert_msg(f.jobs[id].running, "rank %llu, iteration %d", (unsigned long long)id, k);
+            boundary(&f, id, 1 * MS);
+            if (k < 2 || id < 2)
+                ck_assert(!f.jobs[3].running && !f.jobs[4].running);
+        }
+    }
+    ck_assert_uint_eq(f.jobs[1].iterations, 3);
+    ck_assert_uint_eq(f.jobs[2].iterations, 3);
+    ck_assert(!f.jobs[1].running && !f.jobs[2].running); /* slot over ... */
+    ck_assert(f.jobs[3].running && f.jobs[4].running);   /* ... B's slot */
+    fake_stop(&f);
+}
+END_TEST
+
+/* A release (ready = false) inside the slot keeps the lane for the gang: the single job that
+ * waits on it is not granted; the rank gets it back when it asks. */
+START_TEST(test_gang_release_keeps_the_reservation)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 2, 1 * GIB, 2, false);
+    reg_rank(&f, 1, 100, 2, 0, SCHED_CORE_SYNC_BSP, 0);
+    reg_rank(&f, 2, 100, 2, 1, SCHED_CORE_SYNC_BSP, 0);
+    reg(&f, 3, 1000, 100 * MIB, 600 * MIB, 100, 0);
+    ck_assert_uint_eq(f.jobs[3].lane, f.jobs[1].lane);
+    ask(&f, 1);
+    ask(&f, 2);
+    ck_assert(f.jobs[1].running && f.jobs[1].free_run); /* alone: it runs freely */
+    ask(&f, 3);
+    ck_assert(!f.jobs[1].free_run && !f.jobs[2].free_run); /* both stop */
+    release(&f, 1, 1 * MS);
+    ck_assert(!f.jobs[3].running);
+    ask(&f, 1);
+    ck_assert(f.jobs[1].running && !f.jobs[3].running);
+    fake_stop(&f);
+}
+END_TEST
+
+/* A rank that leaves is no longer part of its gang: the rest are still granted, whether it
+ * leaves before asking (no wait for a departed rank) or in the middle of a slot. */
+START_TEST(test_gang_member_leaves)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 2, 1 * GIB, 1, false);
+    reg_rank(&f, 1, 100, 2, 0, SCHED_CORE_SYNC_BSP, 0);
+    reg_rank(&f, 2, 100, 2, 1, SCHED_CORE_SYNC_BSP, 0);
+    ask(&f, 1);
+    ck_assert(!f.jobs[1].running); /* waits for rank 1 */
+    leave(&f, 2);
+    ck_assert(f.jobs[1].running); /* a gang of one */
+    fake_stop(&f);
+
+    fake_start_gpus(&f, "pack", 3, 1 * GIB, 1, false);
+    reg_rank(&f, 1, 100, 3, 0, SCHED_CORE_SYNC_BSP, 0);
+    reg_rank(&f, 2, 100, 3, 1, SCHED_CORE_SYNC_BSP, 0);
+    reg_rank(&f, 3, 100, 3, 2, SCHED_CORE_SYNC_BSP, 0);
+    reg(&f, 4, 1000, 100 * MIB, 600 * MIB, 100, 0); /* beside rank 0: no free runs */
+    ck_assert_uint_eq(f.jobs[4].lane, f.jobs[1].lane);
+    ask(&f, 4);
+    for (uint64_t id = 1; id <= 3; id++)
+        ask(&f, id);
+    boundary(&f, 4, 1 * MS);
+    ck_assert(f.jobs[1].running && f.jobs[2].running && f.jobs[3].running);
+    leave(&f, 3); /* in the middle of the slot */
+    boundary(&f, 1, 1 * MS);
+    ck_assert(!f.jobs[4].running);
+    boundary(&f, 2, 1 * MS);
+    ck_assert(f.jobs[4].running); /* slot over: the single job's turn */
+    boundary(&f, 4, 1 * MS);
+    ck_assert(f.jobs[1].running && f.jobs[2].running); /* the gang of two goes on */
+    ck_assert_uint_eq(f.jobs[1].iterations, 1);
+    fake_stop(&f);
+}
+END_TEST
+
+/* SSP, staleness 1: a rank two iterations ahead of the slowest is held (and its wait
+ * counted) until the slowest reports a boundary. */
+START_TEST(test_ssp_holds_a_rank_too_far_ahead)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 2, 1 * GIB, 1, false);
+    reg_rank(&f, 1, 100, 2, 0, SCHED_CORE_SYNC_SSP, 1);
+    reg_rank(&f, 2, 100, 2, 1, SCHED_CORE_SYNC_SSP, 1);
+    ask(&f, 1);
+    ck_assert(f.jobs[1].running && !f.jobs[1].free_run); /* SSP ranks never run freely */
+    boundary(&f, 1, 1 * MS);
+    ck_assert(f.jobs[1].running); /* 1 ahead: fine */
+    boundary(&f, 1, 1 * MS);
+    ck_assert(!f.jobs[1].running); /* 2 ahead: held */
+    f.now_ns += 4 * MS;
+    ask(&f, 2);
+    ck_assert(f.jobs[2].running && !f.jobs[1].running);
+    boundary(&f, 2, 1 * MS); /* the slowest reports: rank 0 goes on */
+    ck_assert(f.jobs[1].running);
+    sched_core_job_info_t ji;
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &ji), 0);
+    ck_assert_uint_eq(ji.gang_wait_ns, 4 * MS);
+    ck_assert_int_eq(ji.group.sync, SCHED_CORE_SYNC_SSP);
+    ck_assert_uint_eq(ji.group.staleness, 1);
+    fake_stop(&f);
+}
+END_TEST
+
+/* ASP ranks take turns as single jobs: one runs while its peer waits for nothing. */
+START_TEST(test_asp_ranks_take_single_turns)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 2, 1 * GIB, 1, false);
+    reg_rank(&f, 1, 100, 2, 0, SCHED_CORE_SYNC_ASP, 0);
+    reg_rank(&f, 2, 100, 2, 1, SCHED_CORE_SYNC_ASP, 0);
+    ask(&f, 1);
+    ck_assert(f.jobs[1].running && f.jobs[1].free_run && !f.jobs[2].running);
+    fake_stop(&f);
+}
+END_TEST
+
 static Suite *sched_core_suite(void)
 {
     Suite *s = suite_create("sched_core");
@@ -1056,6 +1567,20 @@ static Suite *sched_core_suite(void)
     tcase_add_test(t, test_quota_share_out_of_range_is_an_error);
     tcase_add_test(t, test_reattach_restores_places_before_waiting_jobs);
     suite_add_tcase(s, t);
+    TCase *g = tcase_create("groups");
+    tcase_set_timeout(g, 120);
+    tcase_add_test(g, test_group_all_or_nothing);
+    tcase_add_test(g, test_group_waits_for_its_ranks);
+    tcase_add_test(g, test_group_invalid_hints);
+    tcase_add_test(g, test_gang_turns_never_circle);
+    tcase_add_test(g, test_gang_turns_off_reaches_the_circle);
+    tcase_add_test(g, test_gang_single_jobs_fill_in);
+    tcase_add_test(g, test_gang_slot_length);
+    tcase_add_test(g, test_gang_release_keeps_the_reservation);
+    tcase_add_test(g, test_gang_member_leaves);
+    tcase_add_test(g, test_ssp_holds_a_rank_too_far_ahead);
+    tcase_add_test(g, test_asp_ranks_take_single_turns);
+    suite_add_tcase(s, g);
     return s;
 }
 

@@ -34,6 +34,7 @@ int main(int argc, char **argv)
     CUcontext ctx[MAX_DEVICES];
     CUfunction busy[MAX_DEVICES];
     CUdeviceptr buffer[MAX_DEVICES];
+    CUmodule module[MAX_DEVICES];
     static const char image[] = "simgpu finds kernels in its packs, by name";
 
     CHECK(cuInit(0));
@@ -56,10 +57,9 @@ int main(int argc, char **argv)
     printf("device_out_of_range %s\n", name);
     fflush(stdout);
     for (int k = 0; k < count; k++) {
-        CUmodule module;
         CHECK(cuCtxSetCurrent(ctx[k]));
-        CHECK(cuModuleLoadData(&module, image));
-        CHECK(cuModuleGetFunction(&busy[k], module, "synth_busy"));
+        CHECK(cuModuleLoadData(&module[k], image));
+        CHECK(cuModuleGetFunction(&busy[k], module[k], "synth_busy"));
         CHECK(cuMemAlloc(&buffer[k], 1 << 20));
     }
     for (int i = 0; i < iterations; i++) {
@@ -79,6 +79,10 @@ int main(int argc, char **argv)
     for (int k = 0; k < count; k++) {
         CHECK(cuCtxSetCurrent(ctx[k]));
         CHECK(cuMemFree(buffer[k]));
+        CHECK(cuModuleUnload(module[k]));
+        CUdevice dev;
+        CHECK(cuDeviceGet(&dev, k));
+        CHECK(cuDevicePrimaryCtxRelease(dev));
     }
     printf("done\n");
     return 0;

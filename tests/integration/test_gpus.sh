@@ -107,3 +107,4 @@ assert g["iterations"] >= 5 and g["gang_grants"] >= 1
 assert g["gang_grants_split"] == 0   # every grant: both members in one event
 PY
 pass "--gpus 2 waited while another job held one of its lanes, then was granted on both together"
+stop_daemon # exits 0: nothing leaked (under the sanitizers)

@@ -190,6 +190,7 @@ START_TEST(test_core_members)
     ck_assert(info.admitted);
     ck_assert_int_ge(info.gpu[0], 0);
     ck_assert_int_ge(info.gpu[1], 0);
+    ck_assert_int_ne(info.gpu[0], info.gpu[1]); /* distinct GPUs */
     /* a boundary goes to every member; both then run their turn: one GRANT of the job */
     sched_core_effects_clear(&fx);
     sched_core_boundary_t b = {.iterations = 1, .busy_ns = 1000, .last_iteration_ns = 1000,

@@ -408,15 +408,17 @@ static int again_after_restart(int rc)
     return 0;
 }
 
-int shim_session_grow(uint64_t bytes, uint64_t *chunk_id, uint64_t *chunk_bytes)
+int shim_session_grow(uint64_t bytes, uint32_t device, uint64_t *chunk_id, uint64_t *chunk_bytes)
 {
     char err[256] = "";
     proto_msg_t reply;
     int fd = -1, nfds = 0, rc, bad_reply = 0;
     pthread_mutex_lock(&shim.client_lock);
     do {
-        msgpack_packer *pk = salus_client_begin(&shim.client, "mem_grow", 1);
+        msgpack_packer *pk = salus_client_begin(&shim.client, "mem_grow", 1 + (device > 0));
         proto_pack_kv_uint(pk, "bytes", bytes);
+        if (device > 0) /* another GPU of the job (--gpus) */
+            proto_pack_kv_uint(pk, "device", device);
         rc = shim.client.fd >= 0 ? salus_client_call_fds(&shim.client, &reply, err, sizeof(err),
                                                          30000, &fd, 1, &nfds)
                                  : -ECONNRESET;

@@ -112,9 +112,11 @@ extern shim_state_t shim;
 /* session.c: connects, registers, loads the real driver. Idempotent and thread-safe. */
 CUresult shim_init(void);
 void *shim_real_dlsym(void *handle, const char *symbol);
-/* Asks the daemon for a chunk of at least bytes; returns the chunk's fd (to import) or a
- * negative errno (-ENOMEM: over the job's budget or the device is full). */
-int shim_session_grow(uint64_t bytes, uint64_t *chunk_id, uint64_t *chunk_bytes);
+/* Asks the daemon for a chunk of at least bytes on the job's device-th GPU (0: its first;
+ * --gpus N: 0 .. N - 1); returns the chunk's fd (to import) or a negative errno (-ENOMEM:
+ * over the budget there or the device is full). */
+int shim_session_grow(uint64_t bytes, uint32_t device, uint64_t *chunk_id,
+                      uint64_t *chunk_bytes);
 int shim_session_alive(void);
 /* Gives chunk_id back to salusd (after it was unmapped). */
 int shim_session_release(uint64_t chunk_id);

@@ -11,6 +11,7 @@ typedef struct job_gpus_entry_s {
     sched_core_effect_t admit0; /* member 0's ADMIT, carried out when the last member's came */
     uint32_t admitted_mask;
     uint32_t free_run_mask;     /* members granted with free_run */
+    uint64_t committed[JOB_GPUS_MAX]; /* chunks held on member k's GPU (k >= 1) */
 } job_gpus_entry_t;
 
 struct job_gpus_s {
@@ -213,6 +214,42 @@ uint64_t job_gpus_lane_holder(const job_gpus_t *t, const sched_core_t *core, uin
             return job_gpus_owner(t, info.lane_holder, NULL);
     }
     return 0;
+}
+
+int job_gpus_place(const job_gpus_t *t, const sched_core_t *core, uint64_t job_id, uint32_t k,
+                   int *gpu, uint64_t *budget_bytes)
+{
+    sched_core_job_info_t info;
+    if (k >= job_gpus_count(t, job_id) || sched_core_job_info(core, job_id + k, &info) < 0 ||
+        info.phase == SCHED_CORE_WAITING)
+        return -ENOENT;
+    *gpu = info.gpu;
+    *budget_bytes = info.budget_bytes;
+    return 0;
+}
+
+uint64_t *job_gpus_committed(job_gpus_t *t, uint64_t job_id, uint32_t k)
+{
+    job_gpus_entry_t *e = entry_of(t, job_id);
+    return e && e->info.job_id == job_id && k >= 1 && k < e->info.gpus ? &e->committed[k] : NULL;
+}
+
+uint32_t job_gpus_member_on(const job_gpus_t *t, uint64_t job_id, int gpu)
+{
+    const job_gpus_entry_t *e = entry_of(t, job_id);
+    for (uint32_t k = 1; e && e->info.job_id == job_id && k < e->info.gpus; k++)
+        if (e->info.gpu[k] == gpu)
+            return k;
+    return 0;
+}
+
+uint64_t job_gpus_committed_total(const job_gpus_t *t, uint64_t job_id)
+{
+    const job_gpus_entry_t *e = entry_of(t, job_id);
+    uint64_t sum = 0;
+    for (uint32_t k = 1; e && e->info.job_id == job_id && k < e->info.gpus; k++)
+        sum += e->committed[k];
+    return sum;
 }
 
 /* ---- effects ----------------------------------------------------------------------------- */

@@ -79,6 +79,17 @@ int job_gpus_holds_lanes(const job_gpus_t *t, const sched_core_t *core, uint64_t
  * holder that is not 0, as its job (0: none). */
 uint64_t job_gpus_lane_holder(const job_gpus_t *t, const sched_core_t *core, uint64_t job_id);
 
+/* Memory on the job's other GPUs (member k >= 1: mem_grow's "device"; member 0's is the
+ * job's own committed_bytes). job_gpus_place: member k's GPU and budget in the core's books
+ * (0, or -ENOENT); job_gpus_committed: what it holds there (NULL: k is 0 or no member);
+ * job_gpus_member_on: the member on gpu (0 when none); job_gpus_committed_total: members
+ * 1 .. N - 1 together. */
+int job_gpus_place(const job_gpus_t *t, const sched_core_t *core, uint64_t job_id, uint32_t k,
+                   int *gpu, uint64_t *budget_bytes);
+uint64_t *job_gpus_committed(job_gpus_t *t, uint64_t job_id, uint32_t k);
+uint32_t job_gpus_member_on(const job_gpus_t *t, uint64_t job_id, int gpu);
+uint64_t job_gpus_committed_total(const job_gpus_t *t, uint64_t job_id);
+
 /* ---- the core's effects ------------------------------------------------------------------ */
 
 enum { JOB_GPUS_CARRY_OUT = 0, JOB_GPUS_CONSUMED = 1 };

@@ -586,7 +586,8 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
     info->iterations_expected = job->iterations_expected;
     info->persistent_bytes = job->stats.persistent_bytes;
     info->ephemeral_peak_bytes = job->stats.ephemeral_peak_bytes;
-    info->memory_bytes = job->committed_bytes;
+    info->memory_bytes = job->committed_bytes + /* and on its other GPUs (--gpus) */
+                         job_gpus_committed_total(sched_job_gpus(d), job->id);
     info->live_bytes = job->runtime ? job->stats.live_bytes : 0;
     info->busy_ns = job->stats.busy_ns;
     /* the shim adds a turn's wait when it ends: the one going on is added here */

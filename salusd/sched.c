@@ -167,6 +167,12 @@ job_gpus_t *sched_job_gpus(const salusd_t *d)
     return d->sched ? d->sched->gpus : NULL;
 }
 
+int sched_job_member(const salusd_t *d, const job_t *job, uint32_t k, int *gpu,
+                     uint64_t *budget_bytes)
+{
+    return job_gpus_place(d->sched->gpus, d->sched->core, job->id, k, gpu, budget_bytes);
+}
+
 const char *sched_policy_name(const salusd_t *d)
 {
     return sched_core_policy_name(d->sched->core);

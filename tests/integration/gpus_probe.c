@@ -1,12 +1,15 @@
 /* gpus-probe: what a program run with salusctl run --gpus N sees, and work on every device.
  *
- *   gpus-probe [ITERATIONS [GPU_MS]]
+ *   gpus-probe [ITERATIONS [GPU_MS [LAST_MB [FIRST_MB]]]]
  *
  * Prints "device_count N"; for each device k: "device k bus BUS_ID" (simgpu's bus id is
  * 0x10 + the real ordinal: the device's identity); "device_out_of_range NAME" (the error of
  * cuDeviceGet(N)); then runs ITERATIONS iterations (default 0), each a kernel of GPU_MS
  * (default 20) on every device, on a buffer allocated in that device's context, with both
- * devices synchronised at its end; prints "iteration I" after each and "done" at the end.
+ * devices synchronised at its end; prints "iteration I" after each; with LAST_MB, allocates
+ * LAST_MB MiB on the last device and prints "alloc_last RESULT" (CUDA_SUCCESS or the error's
+ * name), after FIRST_MB MiB on the first device ("alloc_first RESULT"), both held until then;
+ * "done" at the end.
  * Uses simgpu's synth_busy kernel (the workload pack of salus-synth). Exit 0 when every call
  * succeeded. */
 #include <cuda.h>
@@ -75,6 +78,26 @@ int main(int argc, char **argv)
         }
         printf("iteration %d\n", i + 1);
         fflush(stdout);
+    }
+    CUdeviceptr first = 0;
+    if (argc > 4) {
+        CHECK(cuCtxSetCurrent(ctx[0]));
+        rc = cuMemAlloc(&first, strtoull(argv[4], NULL, 10) << 20);
+        cuGetErrorName(rc, &name);
+        printf("alloc_first %s\n", name);
+    }
+    if (argc > 3) {
+        CUdeviceptr big;
+        CHECK(cuCtxSetCurrent(ctx[count - 1]));
+        rc = cuMemAlloc(&big, strtoull(argv[3], NULL, 10) << 20);
+        cuGetErrorName(rc, &name);
+        printf("alloc_last %s\n", name);
+        if (rc == CUDA_SUCCESS)
+            CHECK(cuMemFree(big));
+    }
+    if (first) {
+        CHECK(cuCtxSetCurrent(ctx[0]));
+        CHECK(cuMemFree(first));
     }
     for (int k = 0; k < count; k++) {
         CHECK(cuCtxSetCurrent(ctx[k]));

@@ -23,7 +23,8 @@ TWO=$!
 wait_until 30 "ps_has \"j.get('two', {}).get('iterations', 0) >= 2\"" ||
     fail "the --gpus 2 job never ran: $(cat "$WORK/two.out")"
 "$SALUSCTL" ps >"$WORK/ps.txt"
-python3 - "$WORK/ps.json" "$WORK/two.out" <<'PY' || fail "--gpus 2: $(cat "$WORK/two.out") $(cat "$WORK/ps.json")"
+"$SALUSCTL" --json status >"$WORK/status.json"
+python3 - "$WORK/ps.json" "$WORK/two.out" "$WORK/status.json" <<'PY' || fail "--gpus 2: $(cat "$WORK/two.out") $(cat "$WORK/ps.json")"
 import json, sys
 job = {x["name"]: x for x in json.load(open(sys.argv[1]))}["two"]
 out = open(sys.argv[2]).read().split("\n")
@@ -37,6 +38,12 @@ gpus = job["gpus"]
 print("probe sees real GPUs", seen, "; ps --json gpus", gpus, "gpu", job["gpu"])
 assert len(gpus) == 2 and len(set(gpus)) == 2, gpus      # two distinct GPUs
 assert seen == gpus and job["gpu"] == gpus[0], (seen, gpus)
+# its memory: a chunk on each of its GPUs (each context allocated 1 MiB), none on the third
+used = {g["index"]: g["used_bytes"] for g in json.load(open(sys.argv[3]))["gpus"]}
+print("device memory in use per GPU:", used, "; the job's memory_bytes", job["memory_bytes"])
+assert all(used[g] > 0 for g in gpus), used
+assert all(used[g] == 0 for g in used if g not in gpus), used
+assert job["memory_bytes"] == sum(used.values()), (job, used)
 PY
 gpus_text=$(python3 -c 'import json,sys; print(",".join(map(str, {x["name"]: x for x in json.load(open(sys.argv[1]))}["two"]["gpus"])))' "$WORK/ps.json")
 grep -q " two .* $gpus_text " "$WORK/ps.txt" || fail "ps does not show GPUs $gpus_text: $(cat "$WORK/ps.txt")"
@@ -54,6 +61,18 @@ pass "--gpus 4 on 3 GPUs refused: $(cat "$WORK/four.out")"
 rc=0
 "$SALUSCTL" run --gpus 0 -- "$PROBE" >"$WORK/zero.out" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && grep -q "expects a number of GPUs" "$WORK/zero.out" || fail "--gpus 0: $(cat "$WORK/zero.out")"
+# --- memory on its second GPU is that member's, within that member's budget (P + E)
+"$SALUSCTL" run --gpus 2 --persistent 64MiB --ephemeral 192MiB -- "$PROBE" 0 1 512 >"$WORK/big.out" 2>&1 ||
+    fail "--gpus 2, 512 MiB on device 1: $(cat "$WORK/big.out")"
+grep -q "^alloc_last CUDA_ERROR_OUT_OF_MEMORY$" "$WORK/big.out" || fail "over budget on device 1: $(cat "$WORK/big.out")"
+# 150 MiB on each GPU (beside a 64 MiB chunk on each): each fits its member's 256 MiB, the
+# two together would not fit one budget
+"$SALUSCTL" run --gpus 2 --persistent 64MiB --ephemeral 192MiB -- "$PROBE" 0 1 150 150 >"$WORK/fits.out" 2>&1 ||
+    fail "--gpus 2, 150 MiB on each device: $(cat "$WORK/fits.out")"
+grep -q "^alloc_first CUDA_SUCCESS$" "$WORK/fits.out" && grep -q "^alloc_last CUDA_SUCCESS$" "$WORK/fits.out" ||
+    fail "within each member's budget: $(cat "$WORK/fits.out")"
+pass "--gpus 2 with a budget of 256 MiB per GPU: 150 MiB more on each GPU fit, 512 MiB on one did not"
+
 # --- a program that preloads the shim itself asks with SALUS_GPUS (its register request)
 SHIM="$SALUS_BUILD_DIR/lib/salus/libcuda.so.1"
 SALUS_GPUS=3 LD_PRELOAD="$SHIM" "$PROBE" 1 >"$WORK/direct.out" 2>&1 || fail "SALUS_GPUS=3: $(cat "$WORK/direct.out")"

@@ -184,7 +184,10 @@ int job_gpus_left(job_gpus_t *t, sched_core_t *core, uint64_t job_id, sched_core
                   uint64_t now_ns, sched_core_effects_t *fx)
 {
     uint32_t gpus = job_gpus_count(t, job_id);
+    job_gpus_entry_t *e = entry_of(t, job_id);
     int first = 0;
+    if (e && e->info.job_id == job_id) /* its chunks went back with it */
+        memset(e->committed, 0, sizeof(e->committed));
     for (uint32_t k = 0; k < gpus; k++) {
         int rc = sched_core_job_left(core, job_id + k, how, now_ns, fx);
         if (rc < 0 && first == 0)

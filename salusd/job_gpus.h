@@ -68,7 +68,7 @@ int job_gpus_register(job_gpus_t *t, sched_core_t *core, const sched_core_job_hi
 int job_gpus_boundary(job_gpus_t *t, sched_core_t *core, uint64_t job_id,
                       const sched_core_boundary_t *boundary, uint64_t now_ns,
                       sched_core_effects_t *fx);
-/* The job left: every member leaves. */
+/* The job left: every member leaves (what it held on its other GPUs is back: 0). */
 int job_gpus_left(job_gpus_t *t, sched_core_t *core, uint64_t job_id, sched_core_exit_t how,
                   uint64_t now_ns, sched_core_effects_t *fx);
 /* 1 when every member of the job holds its lane in the core's books (a job on one GPU: when

@@ -191,6 +191,19 @@ START_TEST(test_core_members)
     ck_assert_int_ge(info.gpu[0], 0);
     ck_assert_int_ge(info.gpu[1], 0);
     ck_assert_int_ne(info.gpu[0], info.gpu[1]); /* distinct GPUs */
+    /* member 1's place and budget are its own; what it holds is counted apart */
+    int gpu = -1;
+    uint64_t budget = 0;
+    ck_assert_int_eq(job_gpus_place(t, core, 10, 1, &gpu, &budget), 0);
+    ck_assert_int_eq(gpu, info.gpu[1]);
+    ck_assert_uint_ge(budget, 512u << 20);
+    ck_assert_int_eq(job_gpus_place(t, core, 10, 2, &gpu, &budget), -ENOENT);
+    ck_assert_ptr_null(job_gpus_committed(t, 10, 0));
+    ck_assert_ptr_null(job_gpus_committed(t, 10, 2));
+    *job_gpus_committed(t, 10, 1) += 64u << 20;
+    ck_assert_uint_eq(job_gpus_committed_total(t, 10), 64u << 20);
+    ck_assert_uint_eq(job_gpus_member_on(t, 10, info.gpu[1]), 1);
+    ck_assert_uint_eq(job_gpus_member_on(t, 10, info.gpu[0]), 0);
     /* a boundary goes to every member; both then run their turn: one GRANT of the job */
     sched_core_effects_clear(&fx);
     sched_core_boundary_t b = {.iterations = 1, .busy_ns = 1000, .last_iteration_ns = 1000,
@@ -213,6 +226,7 @@ START_TEST(test_core_members)
     ck_assert_int_eq(job_gpus_left(t, core, 10, SCHED_CORE_EXIT_DONE, 3000, &fx), 0);
     ck_assert_uint_eq(sched_core_job_count(core), 0);
     ck_assert(!job_gpus_holds_lanes(t, core, 10));
+    ck_assert_uint_eq(job_gpus_committed_total(t, 10), 0); /* its memory went back */
     sched_core_effects_free(&fx);
     sched_core_destroy(core);
     job_gpus_destroy(t);

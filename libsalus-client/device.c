@@ -11,7 +11,8 @@ CUresult CUDAAPI cuInit(unsigned int flags)
     return shim.real.cuInit(flags);
 }
 
-/* A job sees only the GPU it was placed on, as CUDA_VISIBLE_DEVICES would show it. */
+/* A job sees only the GPUs it was placed on (one, or N with salusctl run --gpus N), as
+ * CUDA_VISIBLE_DEVICES would show them: device k is the job's k-th GPU. */
 CUresult CUDAAPI cuDeviceGetCount(int *count)
 {
     CUresult rc = shim_init();
@@ -21,7 +22,7 @@ CUresult CUDAAPI cuDeviceGetCount(int *count)
         return shim.real.cuDeviceGetCount(count);
     if (!count)
         return CUDA_ERROR_INVALID_VALUE;
-    *count = 1;
+    *count = shim.gpu_count > 0 ? shim.gpu_count : 1;
     return CUDA_SUCCESS;
 }
 
@@ -32,9 +33,10 @@ CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
         return rc;
     if (shim.mode != SHIM_MODE_MANAGED)
         return shim.real.cuDeviceGet(device, ordinal);
-    if (ordinal != 0)
+    int count = shim.gpu_count > 0 ? shim.gpu_count : 1;
+    if (ordinal < 0 || ordinal >= count)
         return CUDA_ERROR_INVALID_DEVICE;
-    return shim.real.cuDeviceGet(device, shim.gpu);
+    return shim.real.cuDeviceGet(device, count > 1 ? shim.gpus[ordinal] : shim.gpu);
 }
 
 CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)

@@ -204,6 +204,7 @@ static int register_job(const char *socket_path)
     const char *name = getenv("SALUS_JOB_NAME");
     const char *priority = getenv("SALUS_PRIORITY");
     const char *iterations = getenv("SALUS_ITERATIONS");
+    uint64_t gpus = env_bytes("SALUS_GPUS"); /* a plain count (no suffix expected) */
     proto_msg_t reply;
     int fds[2], nfds = 0, rc;
 
@@ -220,7 +221,10 @@ static int register_job(const char *socket_path)
     unsigned long long reserved_id = reserved && *reserved ? strtoull(reserved, NULL, 10) : 0;
     uint64_t lost_at_ns = 0; /* salusd went away while the job waited for admission */
     for (;;) {
-        msgpack_packer *pk = salus_client_begin(&shim.client, "register", reserved_id ? 6 : 5);
+        msgpack_packer *pk = salus_client_begin(&shim.client, "register",
+                                                (reserved_id ? 6 : 5) + (gpus > 1));
+        if (gpus > 1) /* a job that salusctl reserved keeps the GPUs it asked for there */
+            proto_pack_kv_uint(pk, "gpus", gpus);
         if (reserved_id)
             proto_pack_kv_uint(pk, "job_id", reserved_id);
         proto_pack_kv_str(pk, "name", name);
@@ -286,6 +290,26 @@ static int register_job(const char *socket_path)
     if (simulated && proto_get_str_copy(&reply.body, "simgpu_shm", shm_name, sizeof(shm_name)) == 0 &&
         shm_name[0] == '/' && !strchr(shm_name + 1, '/'))
         setenv("SIMGPU_SHM_NAME", shm_name, 1);
+    /* every GPU of the job (older daemons send only gpu) */
+    const msgpack_object *list = proto_get(&reply.body, "gpus");
+    shim.gpus[0] = (int)gpu;
+    shim.gpu_count = 1;
+    if (list && list->type == MSGPACK_OBJECT_ARRAY && list->via.array.size >= 1 &&
+        list->via.array.size <= SHIM_MAX_GPUS) {
+        for (uint32_t k = 0; k < list->via.array.size; k++) {
+            const msgpack_object *o = &list->via.array.ptr[k];
+            if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 > INT32_MAX ||
+                (k == 0 && o->via.u64 != gpu)) {
+                fprintf(stderr, "salus: salusd sent a malformed GPU list\n");
+                proto_msg_free(&reply);
+                close(fds[0]);
+                close(fds[1]);
+                return -EPROTO;
+            }
+            shim.gpus[k] = (int)o->via.u64;
+        }
+        shim.gpu_count = (int)list->via.array.size;
+    }
     proto_msg_free(&reply);
     shim.job_id = job_id;
     shim.gpu = (int)gpu;
@@ -384,15 +408,17 @@ static int again_after_restart(int rc)
     return 0;
 }
 
-int shim_session_grow(uint64_t bytes, uint64_t *chunk_id, uint64_t *chunk_bytes)
+int shim_session_grow(uint64_t bytes, uint32_t device, uint64_t *chunk_id, uint64_t *chunk_bytes)
 {
     char err[256] = "";
     proto_msg_t reply;
     int fd = -1, nfds = 0, rc, bad_reply = 0;
     pthread_mutex_lock(&shim.client_lock);
     do {
-        msgpack_packer *pk = salus_client_begin(&shim.client, "mem_grow", 1);
+        msgpack_packer *pk = salus_client_begin(&shim.client, "mem_grow", 1 + (device > 0));
         proto_pack_kv_uint(pk, "bytes", bytes);
+        if (device > 0) /* another GPU of the job (--gpus) */
+            proto_pack_kv_uint(pk, "device", device);
         rc = shim.client.fd >= 0 ? salus_client_call_fds(&shim.client, &reply, err, sizeof(err),
                                                          30000, &fd, 1, &nfds)
                                  : -ECONNRESET;

@@ -92,6 +92,11 @@ typedef struct shim_state_s {
     salus_client_t client;
     uint64_t job_id;
     int gpu;                     /* the real device ordinal the job was placed on */
+    /* every GPU of the job (salusctl run --gpus N), in order; gpus[0] == gpu. The job sees
+     * exactly these, as devices 0 .. gpu_count - 1 (device.c) */
+#define SHIM_MAX_GPUS 32
+    int gpus[SHIM_MAX_GPUS];
+    int gpu_count;
     uint64_t budget_bytes;       /* at admission; the page has the current one */
     uint64_t va_bytes;           /* address space to reserve: the largest budget possible */
     uint64_t chunk_bytes;
@@ -107,9 +112,11 @@ extern shim_state_t shim;
 /* session.c: connects, registers, loads the real driver. Idempotent and thread-safe. */
 CUresult shim_init(void);
 void *shim_real_dlsym(void *handle, const char *symbol);
-/* Asks the daemon for a chunk of at least bytes; returns the chunk's fd (to import) or a
- * negative errno (-ENOMEM: over the job's budget or the device is full). */
-int shim_session_grow(uint64_t bytes, uint64_t *chunk_id, uint64_t *chunk_bytes);
+/* Asks the daemon for a chunk of at least bytes on the job's device-th GPU (0: its first;
+ * --gpus N: 0 .. N - 1); returns the chunk's fd (to import) or a negative errno (-ENOMEM:
+ * over the budget there or the device is full). */
+int shim_session_grow(uint64_t bytes, uint32_t device, uint64_t *chunk_id,
+                      uint64_t *chunk_bytes);
 int shim_session_alive(void);
 /* Gives chunk_id back to salusd (after it was unmapped). */
 int shim_session_release(uint64_t chunk_id);

@@ -96,7 +96,7 @@ static CUresult create_from_chunk(CUmemGenericAllocationHandle *handle, size_t s
                                   vmm_alloc_t *a)
 {
     uint64_t chunk_bytes = 0;
-    int fd = shim_session_grow(size, &a->chunk_id, &chunk_bytes);
+    int fd = shim_session_grow(size, 0, &a->chunk_id, &chunk_bytes);
     if (fd < 0)
         return fd == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_SYSTEM_NOT_READY;
     CUresult rc = CUDA_ERROR_NOT_FOUND;

@@ -4,17 +4,33 @@
 #include "jobs-internal.h"
 
 #include "log.h"
+#include "sched.h"
 
 #include <errno.h>
 #include <event2/event.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+/* Where the job's device-th GPU is (0: its first; --gpus N: 0 .. N - 1), its budget there and
+ * what it holds there (the job's committed_bytes on its first GPU). 0 or -ENOENT. */
+static int device_place(salusd_t *d, job_t *job, uint32_t device, int *gpu, uint64_t *budget,
+                        uint64_t **committed)
+{
+    if (device == 0) {
+        *committed = &job->committed_bytes;
+        return jobs_placement(d, job, gpu, budget);
+    }
+    *committed = job_gpus_committed(sched_job_gpus(d), job->id, device);
+    if (!*committed || !jobs_page(job))
+        return -ENOENT;
+    return sched_job_member(d, job, device, gpu, budget);
+}
+
 /* Creates a chunk for the job and sends it. -ENOMEM: the device has no room now (the books
  * say the job may have it: memory that other jobs still hold comes back at their
  * boundaries); other negative values: the request was answered with an error. */
 static int grant_chunk(salusd_t *d, job_t *job, job_runtime_t *rt, uint64_t request_id,
-                       uint64_t bytes)
+                       uint64_t bytes, uint32_t device)
 {
     conn_t *c = rt->conn;
     if (rt->chunk_count == rt->chunk_capacity) {
@@ -29,8 +45,8 @@ static int grant_chunk(salusd_t *d, job_t *job, job_runtime_t *rt, uint64_t requ
     }
     chunk_t *chunk = &rt->chunks[rt->chunk_count];
     int fd = -1, gpu;
-    uint64_t budget;
-    if (jobs_placement(d, job, &gpu, &budget) < 0) {
+    uint64_t budget, *committed;
+    if (device_place(d, job, device, &gpu, &budget, &committed) < 0) {
         server_reply_error(c, request_id, PROTO_ESTATE, 0, "job %llu is not admitted",
                            (unsigned long long)job->id);
         return -EIO;
@@ -46,7 +62,7 @@ static int grant_chunk(salusd_t *d, job_t *job, job_runtime_t *rt, uint64_t requ
                            (unsigned long long)(bytes >> 20));
         return -EIO;
     }
-    if (job->committed_bytes > budget || chunk->bytes > budget - job->committed_bytes) {
+    if (*committed > budget || chunk->bytes > budget - *committed) {
         /* granularity rounding went past the budget */
         devices_chunk_release(&d->devices, chunk);
         close(fd);
@@ -54,7 +70,7 @@ static int grant_chunk(salusd_t *d, job_t *job, job_runtime_t *rt, uint64_t requ
         return -EIO;
     }
     rt->chunk_count++;
-    job->committed_bytes += chunk->bytes;
+    *committed += chunk->bytes;
     jobs_state_save(d); /* on file before the job has it */
     proto_enc_t *e = &d->enc;
     proto_enc_begin(e, PROTO_REPLY, request_id, "", 3);
@@ -90,7 +106,7 @@ void jobs_retry_pending_grows(salusd_t *d)
         job_runtime_t *rt = runtime_of(job);
         if (!rt || !rt->grow_pending || !rt->conn)
             continue;
-        int rc = grant_chunk(d, job, rt, rt->grow_request_id, rt->grow_bytes);
+        int rc = grant_chunk(d, job, rt, rt->grow_request_id, rt->grow_bytes, rt->grow_device);
         if (rc == -ENOMEM && now - rt->grow_since_ns < GROW_WAIT_NS) {
             request_trims_for(d, job); /* jobs that parked since */
             continue;
@@ -113,16 +129,17 @@ static void on_grow_timer(evutil_socket_t fd, short events, void *arg)
 
 /* Replies PROTO_ENOMEM and returns 1 when `bytes` more would take the job past its budget
  * (also when it already holds more than its budget: no unsigned wrap). */
-static int refuse_over_budget(conn_t *c, const proto_msg_t *msg, const job_t *job, uint64_t bytes)
+static int refuse_over_budget(conn_t *c, const proto_msg_t *msg, job_t *job, uint64_t bytes,
+                              uint32_t device)
 {
     int gpu;
-    uint64_t budget = 0; /* the core's books: the one source of the job's budget */
-    if (jobs_placement(c->daemon, job, &gpu, &budget) == 0 && job->committed_bytes <= budget &&
-        bytes <= budget - job->committed_bytes)
+    uint64_t budget = 0, none = 0, *committed = &none; /* the core's books: the one source */
+    if (device_place(c->daemon, job, device, &gpu, &budget, &committed) == 0 &&
+        *committed <= budget && bytes <= budget - *committed)
         return 0;
     server_reply_error(c, msg->id, PROTO_ENOMEM, 0,
                        "over the job's budget: %llu of %llu MiB in use, %llu MiB more asked",
-                       (unsigned long long)(job->committed_bytes >> 20),
+                       (unsigned long long)(*committed >> 20),
                        (unsigned long long)(budget >> 20),
                        (unsigned long long)(bytes >> 20));
     return 1;
@@ -133,7 +150,7 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
     salusd_t *d = c->daemon;
     job_t *job = jobs_of_conn(c);
     job_runtime_t *rt = runtime_of(job);
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, device = 0;
     if (!rt || rt->reply_pending || rt->grow_pending) {
         server_reply_error(c, msg->id, PROTO_ESTATE, 0,
                            "mem_grow needs an admitted job with no request outstanding");
@@ -143,15 +160,24 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
         server_reply_error(c, msg->id, PROTO_EBADARG, 0, "mem_grow takes bytes (> 0)");
         return;
     }
-    if (refuse_over_budget(c, msg, job, bytes))
+    /* device: the job's k-th GPU (--gpus N: 0 .. N - 1) */
+    if (proto_get_uint(&msg->body, "device", &device) == -EINVAL ||
+        device >= job_gpus_count(sched_job_gpus(d), job->id)) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "mem_grow: device must be one of the job's %u GPUs (0 ..)",
+                           (unsigned)job_gpus_count(sched_job_gpus(d), job->id));
         return;
-    if (grant_chunk(d, job, rt, msg->id, bytes) != -ENOMEM)
+    }
+    if (refuse_over_budget(c, msg, job, bytes, (uint32_t)device))
+        return;
+    if (grant_chunk(d, job, rt, msg->id, bytes, (uint32_t)device) != -ENOMEM)
         return;
     /* within its budget but the device is full: other jobs still hold memory that the lane
      * layout already gave to this one; it comes back when they reach a boundary */
     rt->grow_pending = 1;
     rt->grow_request_id = msg->id;
     rt->grow_bytes = bytes;
+    rt->grow_device = (uint32_t)device;
     rt->grow_since_ns = salusd_now_ns();
     request_trims_for(d, job);
     if (!d->grow_timer) {
@@ -178,7 +204,11 @@ void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg)
     for (size_t i = 0; i < rt->chunk_count; i++) {
         if (rt->chunks[i].id != id)
             continue;
-        job->committed_bytes -= rt->chunks[i].bytes;
+        /* a chunk on another GPU of the job (--gpus) is that member's */
+        uint32_t k = job_gpus_member_on(sched_job_gpus(d), job->id, rt->chunks[i].gpu);
+        uint64_t *committed = k ? job_gpus_committed(sched_job_gpus(d), job->id, k)
+                                : &job->committed_bytes;
+        *committed -= rt->chunks[i].bytes;
         devices_chunk_release(&d->devices, &rt->chunks[i]);
         rt->chunks[i] = rt->chunks[--rt->chunk_count];
         int gpu;
@@ -221,7 +251,7 @@ void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg)
         rt->charged_bytes -= bytes;
         job->committed_bytes -= bytes;
     } else {
-        if (refuse_over_budget(c, msg, job, bytes))
+        if (refuse_over_budget(c, msg, job, bytes, 0))
             return;
         rt->charged_bytes += bytes;
         job->committed_bytes += bytes;

@@ -114,7 +114,10 @@ static void take_released_lane(salusd_t *d, job_t *job, int released_too)
 static void apply(salusd_t *d, sched_core_effects_t *fx)
 {
     for (size_t i = 0; i < fx->count; i++) {
-        const sched_core_effect_t *e = &fx->items[i];
+        sched_core_effect_t mapped; /* a member's effect as its job's (job_gpus.h) */
+        if (job_gpus_effect(sched_job_gpus(d), fx, i, &mapped) == JOB_GPUS_CONSUMED)
+            continue;
+        const sched_core_effect_t *e = &mapped;
         job_t *job = registry_find(d->registry, e->job_id);
         if (!job || !job->runtime) {
             if (e->kind == SCHED_CORE_ADMIT) { /* gone meanwhile: give its place back */

@@ -407,7 +407,7 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
         memchr(log_path, '\n', strlen(log_path))) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
                            "submit takes name (string of at most %d bytes), iterations, "
-                           "persistent_bytes, ephemeral_bytes (unsigned), priority (integer) "
+                           "persistent_bytes, ephemeral_bytes, gpus (unsigned), priority (integer) "
                            "log (an absolute path) and fds (the passed descriptors' roles)",
                            REGISTRY_NAME_BYTES - 1);
         return;
@@ -419,6 +419,12 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
     if (grouped < -1) {
         server_reply_error(c, msg->id, grouped == -EBUSY ? PROTO_ESTATE : PROTO_EBADARG, 0,
                            "%s", group_err);
+        return;
+    }
+    if (grouped == 0 && fields.gpus > 1) { /* its members' gang would replace its group's */
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "submit: a rank of a group takes one GPU (gpus with group is not "
+                           "supported)");
         return;
     }
     if (proto_get(b, "log_fd")) {
@@ -449,6 +455,10 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
     if (d->devices.count == 0) {
         close_submit_fds(fds);
         server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "salusd has no GPU");
+        return;
+    }
+    if (jobs_reply_bad_gpus(c, msg->id, "submit", &fields)) {
+        close_submit_fds(fds);
         return;
     }
     job_t *job = jobs_reserve(c, &fields);

@@ -23,6 +23,7 @@ typedef struct job_runtime_s {
     int grow_pending;            /* a mem_grow waits for device memory */
     uint64_t grow_request_id;
     uint64_t grow_bytes;
+    uint32_t grow_device;        /* the job's k-th GPU (--gpus; 0: its first) */
     uint64_t grow_since_ns;
     uint64_t charged_bytes;      /* mem_charge: memory taken through the real driver */
     uint64_t page_dev, page_ino; /* the job page's memfd (what a re-attach re-presents) */

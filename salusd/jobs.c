@@ -63,11 +63,40 @@ int jobs_fields_parse(const msgpack_object *body, jobs_fields_t *f)
         proto_get_uint(body, "persistent_bytes", &f->persistent_bytes) == -EINVAL ||
         proto_get_uint(body, "ephemeral_bytes", &f->ephemeral_bytes) == -EINVAL ||
         proto_get_int(body, "priority", &f->priority) == -EINVAL ||
+        proto_get_uint(body, "gpus", &f->gpus) == -EINVAL ||
         f->persistent_bytes > JOBS_MAX_HINT_BYTES || f->ephemeral_bytes > JOBS_MAX_HINT_BYTES)
         return -EINVAL;
     if (!jobs_name_valid(f->name))
         return -EILSEQ;
     return 0;
+}
+
+int jobs_reply_bad_gpus(conn_t *c, uint64_t request_id, const char *verb,
+                        const jobs_fields_t *f)
+{
+    int count = c->daemon->devices.count;
+    if (f->gpus <= 1 || f->gpus <= (uint64_t)count)
+        return 0;
+    server_reply_error(c, request_id, PROTO_EBADARG, 0,
+                       "%s: the job asks for %llu GPUs (--gpus); this node has %d", verb,
+                       (unsigned long long)f->gpus, count);
+    return 1;
+}
+
+/* A job on several GPUs: the ids after its own are its members' (job_gpus.h), never another
+ * job's. 0 or a negative errno. */
+static int reserve_gpus(salusd_t *d, job_t *job, uint64_t gpus)
+{
+    if (gpus <= 1)
+        return 0;
+    int rc = job_gpus_add(sched_job_gpus(d), d->registry, job->id, (uint32_t)gpus);
+    if (rc == 0) {
+        registry_set_next_id(d->registry, job->id + gpus);
+        LOG_INFO("job %llu runs on %llu GPUs (its members: ids %llu to %llu)",
+                 (unsigned long long)job->id, (unsigned long long)gpus,
+                 (unsigned long long)job->id, (unsigned long long)(job->id + gpus - 1));
+    }
+    return rc;
 }
 
 void jobs_reply_bad_name(conn_t *c, uint64_t request_id, const char *verb)
@@ -315,9 +344,16 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
         else
             snprintf(shm_name, sizeof(shm_name), "/simgpu-%u", (unsigned)getuid());
     }
-    proto_enc_begin(e, PROTO_REPLY, rt->register_request_id, "", shm_name[0] ? 9 : 8);
+    proto_enc_begin(e, PROTO_REPLY, rt->register_request_id, "", shm_name[0] ? 10 : 9);
     proto_pack_kv_uint(&e->pk, "job_id", job->id);
     proto_pack_kv_uint(&e->pk, "gpu", (uint64_t)gpu);
+    /* every GPU of the job, in member order (the first is gpu): what it may see */
+    job_gpus_info_t multi;
+    int is_multi = job_gpus_info(sched_job_gpus(d), job->id, &multi) == 0;
+    proto_pack_str(&e->pk, "gpus");
+    msgpack_pack_array(&e->pk, is_multi ? multi.gpus : 1);
+    for (uint32_t k = 0; k < (is_multi ? multi.gpus : 1); k++)
+        msgpack_pack_uint64(&e->pk, (uint64_t)(is_multi ? multi.gpu[k] : gpu));
     proto_pack_kv_uint(&e->pk, "budget_bytes", budget_bytes);
     /* address space for the largest budget the job may get: the whole GPU */
     proto_pack_kv_uint(&e->pk, "va_bytes", d->devices.gpus[gpu].total_bytes);
@@ -379,8 +415,8 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     if (frc == -EINVAL || proto_get_uint(&msg->body, "job_id", &reserved_id) == -EINVAL) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
                            "register takes name (string of at most %d bytes), iterations, "
-                           "persistent_bytes, ephemeral_bytes, job_id (unsigned) and priority "
-                           "(integer)",
+                           "persistent_bytes, ephemeral_bytes, job_id, gpus (unsigned) and "
+                           "priority (integer)",
                            REGISTRY_NAME_BYTES - 1);
         return;
     }
@@ -388,6 +424,8 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
         jobs_reply_bad_name(c, msg->id, "register");
         return;
     }
+    if (jobs_reply_bad_gpus(c, msg->id, "register", &fields))
+        return;
     if (c->job_id) {
         server_reply_error(c, msg->id, PROTO_ESTATE, 0,
                            "this connection is already registered as job %llu",
@@ -471,6 +509,13 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
         rt->daemon = d;
         rt->job_id = job->id;
         rt->notify_fd = -1;
+        if (reserve_gpus(d, job, fields.gpus) < 0) {
+            registry_remove(d->registry, job->id);
+            free(rt);
+            close(pidfd);
+            server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
+            return;
+        }
         jobs_state_dirty(d); /* the counter moved */
     }
     rt->conn = c;
@@ -555,7 +600,8 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
     info->iterations_expected = job->iterations_expected;
     info->persistent_bytes = job->stats.persistent_bytes;
     info->ephemeral_peak_bytes = job->stats.ephemeral_peak_bytes;
-    info->memory_bytes = job->committed_bytes;
+    info->memory_bytes = job->committed_bytes + /* and on its other GPUs (--gpus) */
+                         job_gpus_committed_total(sched_job_gpus(d), job->id);
     info->live_bytes = job->runtime ? job->stats.live_bytes : 0;
     info->busy_ns = job->stats.busy_ns;
     /* the shim adds a turn's wait when it ends: the one going on is added here */
@@ -591,6 +637,11 @@ job_t *jobs_reserve(conn_t *c, const jobs_fields_t *fields)
     rt->pidfd = -1;
     rt->notify_fd = -1;
     rt->reserved = 1;
+    if (reserve_gpus(d, job, fields->gpus) < 0) {
+        registry_remove(d->registry, job->id);
+        free(rt);
+        return NULL;
+    }
     job->runtime = rt;
     apply_fields(job, fields);
     LOG_INFO("job %llu '%s' reserved (uid %u); waiting for its program to register",

@@ -6,6 +6,7 @@
  * logged here (--wait-log-s). */
 #include "sched.h"
 
+#include "job_gpus.h"
 #include "job_page.h"
 #include "log.h"
 #include "sched_core.h"
@@ -20,6 +21,7 @@
 struct sched_s {
     sched_core_t *core;
     struct event *wait_timer; /* --wait-log-s: logs long waits */
+    job_gpus_t *gpus;         /* jobs on several GPUs: their members (job_gpus.h) */
 };
 
 static int parked(const job_page_t *page)
@@ -53,7 +55,7 @@ int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx
                   .staleness = job->group_staleness,
                   .share_gpus = job->group_share_gpus != 0},
     };
-    return report(sched_core_job_registered(d->sched->core, &hints, salusd_now_ns(), fx),
+    return report(job_gpus_register(d->sched->gpus, d->sched->core, &hints, salusd_now_ns(), fx),
                   "registration");
 }
 
@@ -70,7 +72,8 @@ static int report_boundary(salusd_t *d, const job_t *job, const job_page_t *page
         .ephemeral_bytes = atomic_load(&page->ephemeral_peak_bytes),
         .ready = ready,
     };
-    return report(sched_core_job_boundary(d->sched->core, job->id, &b, salusd_now_ns(), fx),
+    return report(job_gpus_boundary(d->sched->gpus, d->sched->core, job->id, &b, salusd_now_ns(),
+                                    fx),
                   ready ? "boundary" : "release");
 }
 
@@ -98,8 +101,8 @@ int sched_lane_shared(const salusd_t *d, const job_t *job)
 
 int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx)
 {
-    return report(sched_core_job_left(d->sched->core, job_id, SCHED_CORE_EXIT_GONE,
-                                      salusd_now_ns(), fx), "departure");
+    return report(job_gpus_left(d->sched->gpus, d->sched->core, job_id, SCHED_CORE_EXIT_GONE,
+                                salusd_now_ns(), fx), "departure");
 }
 
 
@@ -157,13 +160,24 @@ int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
     view->gpu = info.gpu;
     view->lane = info.lane;
     view->budget_bytes = info.budget_bytes;
-    view->holds_lane = info.phase == SCHED_CORE_RUNNING;
+    view->holds_lane = job_gpus_holds_lanes(d->sched->gpus, d->sched->core, job->id);
     view->waiting_since_ns = info.waiting_since_ns;
-    view->lane_holder = info.lane_holder;
+    view->lane_holder = job_gpus_lane_holder(d->sched->gpus, d->sched->core, job->id);
     view->gang_wait_ns = info.gang_wait_ns;
     view->has_rank = sched_core_job_rank(d->sched->core, job->id, salusd_now_ns(),
                                          &view->rank) == 0;
     return 0;
+}
+
+job_gpus_t *sched_job_gpus(const salusd_t *d)
+{
+    return d->sched ? d->sched->gpus : NULL;
+}
+
+int sched_job_member(const salusd_t *d, const job_t *job, uint32_t k, int *gpu,
+                     uint64_t *budget_bytes)
+{
+    return job_gpus_place(d->sched->gpus, d->sched->core, job->id, k, gpu, budget_bytes);
 }
 
 const char *sched_policy_name(const salusd_t *d)
@@ -228,6 +242,10 @@ int sched_lanes(const salusd_t *d, sched_lane_view_t **out, size_t *count)
             goto fail;
         }
         views[i].job_count = lanes_lane_jobs(lanes, info[i].lane_id, views[i].jobs, jobs);
+        /* a member of a job on several GPUs is shown as its job */
+        for (size_t k = 0; k < views[i].job_count; k++)
+            views[i].jobs[k] = job_gpus_owner(d->sched->gpus, views[i].jobs[k], NULL);
+        views[i].active_job = job_gpus_owner(d->sched->gpus, views[i].active_job, NULL);
     }
     free(info);
     *out = views;
@@ -300,6 +318,12 @@ int sched_init(salusd_t *d, char *err, size_t err_size)
             config.size_grain_bytes = d->devices.gpus[i].granularity_bytes;
     }
     s->core = sched_core_create(&config, &rc);
+    s->gpus = s->core ? job_gpus_create() : NULL;
+    if (s->core && !s->gpus) {
+        sched_core_destroy(s->core);
+        s->core = NULL;
+        rc = -ENOMEM;
+    }
     if (!s->core) {
         if (rc == -ENOENT)
             snprintf(err, err_size, "unknown scheduling policy '%s'", d->config.policy);
@@ -319,6 +343,7 @@ int sched_init(salusd_t *d, char *err, size_t err_size)
             if (rc == -ENOMEM)
                 snprintf(err, err_size, "out of memory");
             sched_core_destroy(s->core);
+            job_gpus_destroy(s->gpus);
             free(s);
             return rc;
         }
@@ -340,6 +365,7 @@ void sched_fini(salusd_t *d)
     if (d->sched->wait_timer)
         event_free(d->sched->wait_timer);
     sched_core_destroy(d->sched->core);
+    job_gpus_destroy(d->sched->gpus);
     free(d->sched);
     d->sched = NULL;
 }

@@ -4,6 +4,7 @@
 #define SALUS_SALUSD_SCHED_H
 
 #include "daemon.h"
+#include "job_gpus.h"
 #include "job_page.h"
 #include "sched_core.h"
 
@@ -54,6 +55,11 @@ typedef struct sched_job_view_s {
 } sched_job_view_t;
 /* 0, or -ENOENT when the core does not know the job (ended, or not registered yet). */
 int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view);
+/* Jobs on several GPUs (salusctl run --gpus): their members in the core (job_gpus.h). */
+job_gpus_t *sched_job_gpus(const salusd_t *d);
+/* Where member k of a job on several GPUs runs, and its budget (job_gpus_place). */
+int sched_job_member(const salusd_t *d, const job_t *job, uint32_t k, int *gpu,
+                     uint64_t *budget_bytes);
 const char *sched_policy_name(const salusd_t *d);
 /* What the policy's rank of a job means ("queue", "index"), NULL when it has none. */
 const char *sched_rank_name(const salusd_t *d);

@@ -15,6 +15,25 @@ static int visible(conn_t *viewer, uint64_t job_id)
     return job && access_may_control(viewer, job->uid);
 }
 
+/* "gpus": every GPU of the job in member order ([] until admitted); a job on several GPUs
+ * (--gpus) also shows how its grants came: gang_grants, and of those gang_grants_split, the
+ * ones whose members were not granted in one event */
+static void pack_gpus(salusd_t *d, proto_map_t *map, const jobs_info_t *info)
+{
+    job_gpus_info_t multi;
+    int is_multi = job_gpus_info(sched_job_gpus(d), info->id, &multi) == 0;
+    uint32_t n = is_multi ? (multi.admitted ? multi.gpus : 0) : info->gpu >= 0;
+    proto_pack_str(&map->pk, "gpus");
+    msgpack_pack_array(&map->pk, n);
+    for (uint32_t k = 0; k < n; k++)
+        msgpack_pack_int64(&map->pk, is_multi ? multi.gpu[k] : info->gpu);
+    map->count++;
+    if (is_multi) {
+        proto_map_uint(map, "gang_grants", multi.grants);
+        proto_map_uint(map, "gang_grants_split", multi.grants_split);
+    }
+}
+
 void views_pack_jobs(conn_t *viewer, msgpack_packer *pk)
 {
     salusd_t *d = viewer->daemon;
@@ -39,6 +58,7 @@ void views_pack_jobs(conn_t *viewer, msgpack_packer *pk)
         proto_map_uint(&map, "uid", (uint64_t)info.uid);
         proto_map_str(&map, "state", info.state);
         proto_map_int_or_nil(&map, "gpu", info.gpu, info.gpu >= 0);
+        pack_gpus(d, &map, &info);
         proto_map_int_or_nil(&map, "lane", info.lane, info.lane >= 0);
         proto_map_uint(&map, "iterations", info.iterations);
         proto_map_uint(&map, "iterations_expected", info.iterations_expected);

@@ -139,6 +139,7 @@ refused 2 "got 'x'" --group "$G" --world x --rank 0
 refused 2 "--sync takes bsp, ssp:S" --group "$G" --world 2 --rank 0 --sync ssp
 refused 2 "letters, digits and" --group 'bad/name' --world 2 --rank 0
 refused 2 "give --group NAME" --world 2 --rank 0
+refused 2 "a rank of a group takes one GPU" --group "$G" --world 2 --rank 1 --gpus 2
 pass "invalid contracts are refused with their message"
 
 # ---- failure: kill -9 of rank 1's program ----

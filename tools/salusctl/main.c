@@ -115,10 +115,15 @@ static int verb_ps(ctl_t *ctl, int argc, char **argv)
                "GROUP:RANK", "GANG_S");
         for (uint32_t i = 0; i < jobs->via.array.size; i++) {
             const msgpack_object *j = &jobs->via.array.ptr[i];
-            char name[64], state[16], gpu[8] = "-", lane[12] = "-";
+            char name[64], state[16], gpu[32] = "-", lane[12] = "-";
             const msgpack_object *g = proto_get(j, "gpu"), *l = proto_get(j, "lane");
             if (g && g->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
                 snprintf(gpu, sizeof(gpu), "%llu", (unsigned long long)g->via.u64);
+            const msgpack_object *gs = proto_get(j, "gpus"); /* --gpus N: every one, "0,1" */
+            for (uint32_t k = 0; gs && gs->type == MSGPACK_OBJECT_ARRAY && gs->via.array.size > 1 &&
+                                 k < gs->via.array.size; k++)
+                snprintf(gpu + (k ? strlen(gpu) : 0), sizeof(gpu) - (k ? strlen(gpu) : 0),
+                         "%s%llu", k ? "," : "", (unsigned long long)gs->via.array.ptr[k].via.u64);
             if (l && l->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
                 snprintf(lane, sizeof(lane), "%llu", (unsigned long long)l->via.u64);
             char group[96] = "-";

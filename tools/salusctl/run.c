@@ -58,7 +58,7 @@ static int prepend_env(const char *name, const char *value, char sep)
 static void usage_run(void)
 {
     fprintf(stderr, "usage: salusctl run [--name NAME] [--iterations N] [--persistent BYTES] "
-                    "[--ephemeral BYTES] [--priority N] [--group NAME --world N --rank R "
+                    "[--ephemeral BYTES] [--priority N] [--gpus N] [--group NAME --world N --rank R "
                     "[--local-rank L] [--sync bsp|ssp:S|asp] [--share-gpus]] "
                     "-- COMMAND [ARGS...]\n");
 }
@@ -128,7 +128,7 @@ int salusctl_job_options(const char *verb, int argc, char **argv, const char **l
     static const char *const hints[][2] = {
         {"--name", "SALUS_JOB_NAME"},          {"--iterations", "SALUS_ITERATIONS"},
         {"--persistent", "SALUS_MEM_PERSISTENT"}, {"--ephemeral", "SALUS_MEM_EPHEMERAL"},
-        {"--priority", "SALUS_PRIORITY"},
+        {"--priority", "SALUS_PRIORITY"},      {"--gpus", "SALUS_GPUS"}, /* one process, N GPUs */
     };
     int i = 0;
     launch_flags_t group = {0};
@@ -177,13 +177,13 @@ int salusctl_job_options(const char *verb, int argc, char **argv, const char **l
         if (h == 2 || h == 3) {
             snprintf(text, sizeof(text), "%llu", bytes);
             value = text;
-        } else if (h == 1 || h == 4) {
+        } else if (h == 1 || h == 4 || h == 5) {
             char *end;
             errno = 0;
             long long v = strtoll(value, &end, 10);
-            if (*end || errno || (h == 1 && v < 0)) {
-                fprintf(stderr, "salusctl: %s: %s expects an integer, got '%s'\n", verb,
-                        hints[h][0], value);
+            if (*end || errno || (h == 1 && v < 0) || (h == 5 && (v < 1 || v > 1024))) {
+                fprintf(stderr, "salusctl: %s: %s expects %s, got '%s'\n", verb, hints[h][0],
+                        h == 5 ? "a number of GPUs (1 or more)" : "an integer", value);
                 return 2;
             }
         }
@@ -194,7 +194,14 @@ int salusctl_job_options(const char *verb, int argc, char **argv, const char **l
         return 2;
     }
     *command_index = i;
-    return resolve_contract(verb, &group);
+    int rc = resolve_contract(verb, &group);
+    const char *gpus = getenv("SALUS_GPUS");
+    if (rc == 0 && job_contract.group[0] && gpus && strtoull(gpus, NULL, 10) > 1) {
+        fprintf(stderr, "salusctl: %s: a rank of a group takes one GPU: --gpus with --group (or "
+                        "a launcher's ranks) is not supported\n", verb);
+        return 2;
+    }
+    return rc;
 }
 
 int salusctl_job_environment(const char *socket_path, int timeout_ms)
@@ -244,8 +251,11 @@ int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
         return rc;
     const launch_contract_t *g = &job_contract;
     int grouped = g->group[0] != '\0';
+    uint64_t gpus = env_u("SALUS_GPUS");
     msgpack_packer *pk = salus_client_begin(&c, "submit", 5 + (log_path != NULL) + (nfds > 0) +
-                                                              (grouped ? 7 : 0));
+                                                              (grouped ? 7 : 0) + (gpus > 1));
+    if (gpus > 1) /* salusd refuses more than the node has */
+        proto_pack_kv_uint(pk, "gpus", gpus);
     proto_pack_kv_str(pk, "name", given && *given ? given : name);
     proto_pack_kv_uint(pk, "iterations", env_u("SALUS_ITERATIONS"));
     proto_pack_kv_uint(pk, "persistent_bytes", env_u("SALUS_MEM_PERSISTENT"));

@@ -29,8 +29,7 @@ SIZE_A=(--inputs 128 --hidden 256 --batch 64)
 SIZE_B=(--inputs 128 --hidden 128 --batch 64)
 RUN_PIDS=()
 end_all() {
-    local p
-    for p in "${RUN_PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    kill_tree "${RUN_PIDS[@]}"
     cleanup
 }
 trap end_all EXIT
@@ -60,7 +59,8 @@ launch() {
 }
 # iter_ms OUT...: the mean time per iteration of the ranks (mlp_done's mean_iter_ms)
 iter_ms() { sed -n 's/^mlp_done .*mean_iter_ms=\([0-9.]*\).*/\1/p' "$@" | awk '{s += $1} END {if (NR) printf "%.2f", s / NR}'; }
-# measure COLL A|B|AB: one run; prints "ms_a ms_b" (- when not run, X when deadlocked)
+# measure COLL A|B|AB: one run; sets MA and MB (ms per iteration; - when not run, X when
+# deadlocked)
 measure() {
     local coll=$1 which=$2 a=- b=-
     PIDS=() OUTS=()
@@ -72,18 +72,16 @@ measure() {
     wait_until 60 at_start "${OUTS[@]}" || fail "$coll $which: the ranks did not reach their start"
     touch "$WORK/go"
     if ! wait_until "$DEADLINE" finished "${PIDS[@]}"; then
-        "$SALUSCTL" ps --json | python3 -c 'import json,sys; [print(j["pid"]) for j in json.load(sys.stdin) if j["state"] in ("running","paused","waiting")]' |
-            while read -r p; do kill -9 "$p" 2>/dev/null || true; done
-        for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+        kill_tree "${PIDS[@]}"
         for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-        echo "X X"
+        MA=X MB=X
         RUN=$((RUN + 1))
         return
     fi
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
     [ "$na" -gt "$first" ] && a=$(iter_ms "${OUTS[@]:0:$na}")
     [ "${#OUTS[@]}" -gt "$na" ] && b=$(iter_ms "${OUTS[@]:$na}")
-    echo "$a $b"
+    MA=$a MB=$b
     RUN=$((RUN + 1))
 }
 RUN=1
@@ -95,12 +93,15 @@ for round in $(seq 1 "$REPEAT"); do
         if [ "$mode" = on ]; then start_daemon --policy pack; else start_daemon --policy pack --gang-turns off; fi
         for coll in "${COLLS[@]}"; do
             if [ "$mode" = on ]; then
-                read -r a _ < <(measure "$coll" A)
-                read -r _ b < <(measure "$coll" B)
+                measure "$coll" A
+                a=$MA
+                measure "$coll" B
+                b=$MB
                 echo "round $round $coll solo: A $a ms, B $b ms" >&2
                 SUM[$coll.soloA]+=" $a" SUM[$coll.soloB]+=" $b"
             fi
-            read -r a b < <(measure "$coll" AB)
+            measure "$coll" AB
+            a=$MA b=$MB
             echo "round $round $coll together, gang turns $mode: A $a ms, B $b ms" >&2
             SUM[$coll.$mode.A]+=" $a" SUM[$coll.$mode.B]+=" $b"
         done

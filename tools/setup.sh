@@ -33,7 +33,7 @@ fi
 
 # Build tools and the libraries of DESIGN.md, all from Debian's packages.
 PACKAGES=(build-essential cmake pkg-config python3 libevent-dev libjemalloc-dev libmsgpack-dev
-          check libsubunit-dev openmpi-bin libopenmpi-dev)
+          check libsubunit-dev openmpi-bin libopenmpi-dev procps)
 OPTIONAL=(libsystemd-dev clang gnuplot-nox)
 
 missing=()

@@ -87,4 +87,14 @@ stop_daemon() {
     [ "$rc" -eq 0 ] || fail "salusd exited with status $rc after SIG$sig"
 }
 
+# kill_tree PID...: SIGKILL to each PID and all its descendants (children first found, then
+# killed from the top: a killed salusctl run cannot pass SIGKILL on to its program)
+kill_tree() {
+    local pid child
+    for pid in "$@"; do
+        for child in $(pgrep -P "$pid" 2>/dev/null); do kill_tree "$child"; done
+        kill -9 "$pid" 2>/dev/null || true
+    done
+}
+
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }

@@ -19,10 +19,16 @@ export SIMGPU_DEVICES=2 SIMGPU_MEMORY_MB=1024
 # a rank that never comes must not leave the test's processes behind for long
 export SIMGPU_COLLECTIVE_TIMEOUT_S=120
 RUN_PIDS=()
-end_all() {
+# end_ranks: every rank started and not reaped yet ends, its program (salusctl run's child)
+# first: killed, salusctl run could not pass SIGKILL on
+end_ranks() {
     local pid
-    for pid in "${RUN_PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+    kill_tree "${RUN_PIDS[@]}"
     for pid in "${RUN_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    RUN_PIDS=()
+}
+end_all() {
+    end_ranks
     cleanup
 }
 trap end_all EXIT
@@ -168,6 +174,7 @@ after=$(py 'print(sum(j[n]["iterations"] for n in j))')
 finished "$PID_A0" || finished "$PID_B0" && fail "a rank ended during the circular wait"
 "$SALUSCTL" ps
 pass "gang turns off: the forced start deadlocks (${FAST[*]} spin holding their lanes, ${SLOW[*]} wait behind them; no iteration in 5 s)"
+end_ranks
 stop_daemon
 
 # ---- 4. (benchmarks/gang-deadlock.sh) randomised starts with gang turns off: how many of
@@ -187,13 +194,8 @@ if [ "$OFF_RUNS" -gt 0 ]; then
             check_done "$B"
         else
             stuck=$((stuck + 1))
-            ps_json
-            for name in "$A.0" "$A.1" "$B.0" "$B.1"; do # the programs (salusctl run's children)
-                p=$(py 'print(j[sys.argv[2]]["pid"])' "$name") && kill -9 "$p" 2>/dev/null || true
-            done
         fi
-        for p in "$PID_A0" "$PID_A1" "$PID_B0" "$PID_B1"; do wait "$p" 2>/dev/null || true; done
-        RUN_PIDS=()
+        end_ranks
     done
     echo "gang turns off: $stuck of $OFF_RUNS randomised runs deadlocked"
     stop_daemon

@@ -439,8 +439,12 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
     if (config->start_after) { /* a test's hook: it decides when each rank's GPU work starts */
         printf("start_wait file=%s\n", config->start_after);
         fflush(stdout);
-        while (access(config->start_after, F_OK) != 0)
+        /* bounded: a test that went away must not leave the rank waiting for ever */
+        for (unsigned waited_ms = 0; access(config->start_after, F_OK) != 0; waited_ms += 5) {
+            if (waited_ms >= 600000)
+                workload_usage_error("--start-after: %s did not appear within 600 s", config->start_after);
             workload_sleep_ns(5000000);
+        }
     }
     CUdeviceptr x = mlp_upload(&device, model->x, "data set x"),
                 targets = mlp_upload(&device, model->targets, "data set targets");

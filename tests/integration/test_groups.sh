@@ -14,9 +14,7 @@ useradd -M -N -s /usr/sbin/nologin "$USER_B" || fail "useradd"
 RUN_PIDS=()
 cleanup_groups() {
     local pid
-    for pid in "${RUN_PIDS[@]}"; do
-        kill -9 "$pid" 2>/dev/null || true
-    done
+    kill_tree "${RUN_PIDS[@]}" # runuser, salusctl run, its program: all of them
     for pid in "${RUN_PIDS[@]}"; do
         wait "$pid" 2>/dev/null || true
     done

@@ -28,8 +28,11 @@ export SIMGPU_DEVICES=2 SIMGPU_MEMORY_MB=1024 SIMGPU_COLLECTIVE_TIMEOUT_S=$((DEA
 SIZE_A=(--inputs 128 --hidden 256 --batch 64)
 SIZE_B=(--inputs 128 --hidden 128 --batch 64)
 RUN_PIDS=()
+GROUPS_MADE=() # their collectives' segments: a deadlocked run leaves its segment
 end_all() {
+    local g
     kill_tree "${RUN_PIDS[@]}"
+    for g in "${GROUPS_MADE[@]}"; do rm -f "/dev/shm/simgpu-comm-$(id -u)-2-$g"; done
     cleanup
 }
 trap end_all EXIT
@@ -38,8 +41,9 @@ at_start() { local f; for f in "$@"; do [ -f "$f" ] && qgrep '^start_wait' "$f" 
 finished() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
 # launch TAG COLLECTIVE SIZE...: a group of 2 ranks (background); sets PIDS, OUTS
 launch() {
-    local tag=$1 coll=$2 r
+    local tag=$1-$$ coll=$2 r
     shift 2
+    GROUPS_MADE+=("$tag")
     if [ "$coll" = simgpu ]; then
         for r in ${RANK_ORDER:-0 1}; do
             "$SALUSCTL" run --name "$tag.$r" --group "$tag" --world 2 --rank "$r" \

@@ -8,10 +8,11 @@
 # <= 1.1 x the sum of the solo times. With the spinning collective and gang turns off a run may
 # deadlock; it is ended after --deadline-s and shown as such.
 #   benchmarks/gang-efficiency.sh [--build-dir DIR] [--iterations N] [--repeat R] [--deadline-s S]
-#       [--no-mpi]
+#       [--no-mpi] [--no-simgpu] [--slot-iterations K]
+# --slot-iterations: salusd --gang-slot-iterations K (default 1).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD="$ROOT/build" ITERATIONS=40 REPEAT=3 DEADLINE=60 MPI=1
+BUILD="$ROOT/build" ITERATIONS=40 REPEAT=3 DEADLINE=60 MPI=1 SIMGPU=1 SLOT=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --build-dir) BUILD=${2:?}; shift 2 ;;
@@ -19,7 +20,9 @@ while [ $# -gt 0 ]; do
         --repeat) REPEAT=${2:?}; shift 2 ;;
         --deadline-s) DEADLINE=${2:?}; shift 2 ;;
         --no-mpi) MPI=0; shift ;;
-        *) echo "usage: $0 [--build-dir DIR] [--iterations N] [--repeat R] [--deadline-s S] [--no-mpi]" >&2; exit 2 ;;
+        --no-simgpu) SIMGPU=0; shift ;;
+        --slot-iterations) SLOT=${2:?}; shift 2 ;;
+        *) echo "usage: $0 [--build-dir DIR] [--iterations N] [--repeat R] [--deadline-s S] [--no-mpi] [--no-simgpu] [--slot-iterations K]" >&2; exit 2 ;;
     esac
 done
 export SALUS_BUILD_DIR="$BUILD"
@@ -89,12 +92,13 @@ measure() {
     RUN=$((RUN + 1))
 }
 RUN=1
-COLLS=(simgpu)
+COLLS=()
+[ "$SIMGPU" -eq 1 ] && COLLS+=(simgpu)
 [ "$MPI" -eq 1 ] && COLLS+=(mpi)
 declare -A SUM
 for round in $(seq 1 "$REPEAT"); do
     for mode in on off; do
-        if [ "$mode" = on ]; then start_daemon --policy pack; else start_daemon --policy pack --gang-turns off; fi
+        start_daemon --policy pack --gang-turns "$mode" --gang-slot-iterations "$SLOT"
         for coll in "${COLLS[@]}"; do
             if [ "$mode" = on ]; then
                 measure "$coll" A
@@ -115,7 +119,7 @@ done
 median() { tr ' ' '\n' | grep -v '^$' | { grep -v X || true; } | sort -g | awk '{v[NR]=$1} END {if (NR) printf "%.2f", v[int((NR+1)/2)]; else printf "-"}'; }
 deadlocks() { tr ' ' '\n' | grep -c '^X$' || true; }
 echo
-echo "time per iteration (ms, median of $REPEAT rounds; $ITERATIONS iterations; two groups of 2 ranks on 2 simulated GPUs)"
+echo "time per iteration (ms, median of $REPEAT rounds; $ITERATIONS iterations; two groups of 2 ranks on 2 simulated GPUs; gang slots of $SLOT iteration(s))"
 printf '%-8s %8s %8s %8s | %-22s %-22s | %s\n' collective "solo A" "solo B" "sum" "together, gang turns" "ratio to sum (A, B)" "uncoordinated (turns off)"
 for coll in "${COLLS[@]}"; do
     sa=$(median <<<"${SUM[$coll.soloA]}") sb=$(median <<<"${SUM[$coll.soloB]}")

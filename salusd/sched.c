@@ -153,7 +153,7 @@ int sched_policy_load_state(salusd_t *d, const void *buf, size_t len)
 int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
 {
     sched_core_job_info_t info;
-    if (sched_core_job_info(d->sched->core, job->id, &info) < 0)
+    if (sched_core_job_info_at(d->sched->core, job->id, salusd_now_ns(), &info) < 0)
         return -ENOENT;
     memset(view, 0, sizeof(*view));
     view->admitted = info.phase != SCHED_CORE_WAITING;

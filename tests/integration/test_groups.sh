@@ -191,6 +191,13 @@ assert j["state"] == "waiting" and j["pid"] and j["gpu"] is None and j["memory_b
 wait_until 10 rank0_waits || fail "rank 0 alone: $("$SALUSCTL" ps)"
 memory_back || fail "rank 0 alone holds memory: $("$SALUSCTL" --json status)"
 groups_py '[x] = q(sys.argv[1]); assert x["state"] == "forming", x' "$G3" || fail "not forming"
+gang_wait_grows() { # its wait for the other rank shows as gang wait while it lasts
+    "$SALUSCTL" ps --json | python3 -c '
+import json, sys
+[j] = [j for j in json.load(sys.stdin) if j["group"] == sys.argv[1]]
+assert j["gang_wait_ms"] >= 300, j["gang_wait_ms"]' "$G3" 2>/dev/null
+}
+wait_until 10 gang_wait_grows || fail "rank 0's gang wait does not grow while it waits: $("$SALUSCTL" ps)"
 echo "  rank 0 alone: $("$SALUSCTL" ps | grep " $G3:0 ")"
 "$SALUSCTL" run --group "$G3" --world 2 --rank 1 -- "$SYNTH" "${SHORT[@]}" >"$WORK/g3r1.out" 2>&1 &
 G3R1=$!

@@ -23,7 +23,7 @@ DAEMON_PIDS=()
 # mpirun_local -n N [mpirun options] program [args]: Open MPI on this machine only; the flags
 # (root, oversubscription, loopback) live in tools/mpirun-local
 MPIRUN_LOCAL="${SALUS_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}/tools/mpirun-local"
-mpirun_local() { "$MPIRUN_LOCAL" "$@"; }
+mpirun_local() { SALUS_MPI_SHM_DIR="$WORK" "$MPIRUN_LOCAL" "$@"; }
 
 cleanup() {
     local pid

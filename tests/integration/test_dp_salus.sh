@@ -19,6 +19,7 @@ RUN_PIDS=()
 end_all() {
     kill_tree "${RUN_PIDS[@]}"
     rm -f "/dev/shm/simgpu-comm-$(id -u)-$WORLD-$G"
+    rm -rf "$WORKLOAD_TMP" # (workload_lib.sh's scratch directory: its trap is replaced here)
     cleanup
 }
 trap end_all EXIT

@@ -62,7 +62,7 @@ workload_mlp_compare() {
 # WORKLOAD_MPIRUN_TIMEOUT_S seconds (default 300; mpirun then ends its ranks)
 WORKLOAD_MPIRUN="${SALUS_SOURCE_DIR:-$(dirname "${BASH_SOURCE[0]}")/../..}/tools/mpirun-local"
 workload_mpirun() {
-    timeout "${WORKLOAD_MPIRUN_TIMEOUT_S:-300}" "$WORKLOAD_MPIRUN" "$@"
+    SALUS_MPI_SHM_DIR="$WORKLOAD_TMP" timeout "${WORKLOAD_MPIRUN_TIMEOUT_S:-300}" "$WORKLOAD_MPIRUN" "$@"
 }
 
 # a scratch directory removed on exit

@@ -315,7 +315,9 @@ void groups_rank_over(salusd_t *d, job_t *job)
         if (!g)
             return;
     }
-    if (!g->ended_ns && g->over == g->joined && (g->failed || g->joined == g->world)) {
+    /* every rank it had ended: over, also while forming (a rank that never comes must not
+     * keep the group, and its name with the ranks taken, forever) */
+    if (!g->ended_ns && g->over == g->joined) {
         g->ended_ns = salusd_now_ns();
         LOG_INFO("group %s of uid %u ended: %s", g->name, (unsigned)g->uid,
                  g->failed ? "failed" : "done");

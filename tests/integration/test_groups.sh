@@ -91,6 +91,14 @@ id=$("$SALUSCTL" submit --log "$WORK/sub.log" --group "sub-$$" --world 1 --rank 
 groups_py '[x] = q(sys.argv[1]); assert x["state"] == "done" and x["ranks"][0]["job_id"] == int(sys.argv[2]), x' \
     "sub-$$" "$id" || fail "the submitted rank's group: $("$SALUSCTL" groups)"
 pass "salusctl submit takes the group's flags too (job $id, group sub-$$ done)"
+# ---- a forming group whose every submitted rank ended cleanly is over: its name is free ----
+G5="it-g5-$$"
+"$SALUSCTL" run --group "$G5" --world 2 --rank 0 -- true || fail "rank 0 of $G5 failed"
+g5_over() { groups_py '[x] = q(sys.argv[1]); assert x["state"] == "done", x' "$G5" 2>/dev/null; }
+wait_until 10 g5_over || fail "$G5 (rank 0 ended, rank 1 never came) never ends: $("$SALUSCTL" --json groups)"
+"$SALUSCTL" run --group "$G5" --world 2 --rank 0 -- true 2>"$WORK/g5.err" ||
+    fail "a new launch of $G5 is refused: $(cat "$WORK/g5.err")"
+pass "a forming group ends when every rank it had ended cleanly; the name is free again"
 # the daemon's options for groups are checked
 for bad in "--gang-turns maybe" "--gang-slot-iterations 0" "--group-kill-grace-s 10"; do
     rc=0; "$SALUSD" --foreground --socket "$WORK/bad.sock" $bad >"$WORK/bad.out" 2>&1 || rc=$?

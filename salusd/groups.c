@@ -426,10 +426,13 @@ void groups_handle_list(conn_t *c, const proto_msg_t *msg)
         else
             proto_map_int_or_nil(&map, "failure", 0, 0);
         proto_map_uint(&map, "gang_wait_ms", group_gang_wait_ns(d, g) / 1000000);
+        /* the ranks submitted only: a world of thousands whose ranks never came would make
+         * the list larger than a frame (and unreadable by everyone who may see it) */
         proto_pack_str(&map.pk, "ranks");
-        msgpack_pack_array(&map.pk, g->world);
+        msgpack_pack_array(&map.pk, g->joined);
         for (uint32_t i = 0; i < g->world; i++)
-            pack_rank(d, &map.pk, g, i);
+            if (g->ranks[i].job_id)
+                pack_rank(d, &map.pk, g, i);
         map.count++;
         proto_map_end(&map);
     }

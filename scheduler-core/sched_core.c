@@ -1513,6 +1513,10 @@ static void admit_group(sched_core_t *core, const core_group_t *group, size_t fi
     if (!group->hints.share_gpus && group->hints.world > core->gpu_count)
         refusal = "the group has more ranks than this node has GPUs (and its ranks may not "
                   "share a GPU)";
+    else if (capped(core, core->requests[first].uid) && core->user_max_jobs &&
+             group->hints.world > core->user_max_jobs)
+        refusal = "the group has more ranks than its user may have jobs admitted at once "
+                  "(user-max-jobs)";
     for (size_t i = 0; i < count && !refusal; i++) {
         const core_job_t *rank = find(core, core->requests[first + i].job_id);
         bool fits = false;

@@ -28,8 +28,12 @@ export SIMGPU_DEVICES=2 SIMGPU_MEMORY_MB=1024 SIMGPU_COLLECTIVE_TIMEOUT_S=$((DEA
 SIZE_A=(--inputs 128 --hidden 256 --batch 64)
 SIZE_B=(--inputs 128 --hidden 128 --batch 64)
 RUN_PIDS=()
+# the groups' names (and so their communicators' segments, /dev/shm/simgpu-comm-UID-2-NAME)
+# end in this run's unique suffix; a deadlocked run's ranks leave their segments behind
+SUFFIX=${WORK##*.}
 end_all() {
     kill_tree "${RUN_PIDS[@]}"
+    rm -f /dev/shm/simgpu-comm-*-"$SUFFIX"
     cleanup
 }
 trap end_all EXIT
@@ -66,9 +70,9 @@ measure() {
     PIDS=() OUTS=()
     rm -f "$WORK/go"
     local first=${#OUTS[@]}
-    case "$which" in *A*) RANK_ORDER="0 1" launch "A$RUN" "$coll" "${SIZE_A[@]}" ;; esac
+    case "$which" in *A*) RANK_ORDER="0 1" launch "A$RUN-$SUFFIX" "$coll" "${SIZE_A[@]}" ;; esac
     local na=${#OUTS[@]}
-    case "$which" in *B*) RANK_ORDER="1 0" launch "B$RUN" "$coll" "${SIZE_B[@]}" ;; esac
+    case "$which" in *B*) RANK_ORDER="1 0" launch "B$RUN-$SUFFIX" "$coll" "${SIZE_B[@]}" ;; esac
     wait_until 60 at_start "${OUTS[@]}" || fail "$coll $which: the ranks did not reach their start"
     touch "$WORK/go"
     if ! wait_until "$DEADLINE" finished "${PIDS[@]}"; then

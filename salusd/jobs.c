@@ -167,7 +167,8 @@ static void forget_old_finished(salusd_t *d)
     for (size_t i = 0; finished > (size_t)d->config.finished_jobs_kept &&
                        i < registry_count(d->registry);) {
         job_t *job = registry_at(d->registry, i);
-        if (JOB_STATE_IS_FINAL(job->state)) {
+        /* (one whose end is not settled yet stays: its waits and its group still need it) */
+        if (JOB_STATE_IS_FINAL(job->state) && (!d->job_settled || d->job_settled(d, job))) {
             jobs_exit_probe_free(job);
             registry_remove(d->registry, job->id);
             finished--;

@@ -291,3 +291,29 @@ pass "four groups of world 4096 are listed (the ranks not submitted are left out
 kill "$B_RUN" 2>/dev/null || true
 wait "$B_RUN" 2>/dev/null || true
 stop_daemon TERM
+
+# ---- failure when finished jobs are forgotten at once (--finished-jobs-kept 0): the rank's
+# end still reaches its group (its job is kept until its end is settled) ----
+start_daemon --finished-jobs-kept 0
+G6="it-g6-$$"
+for r in 0 1; do
+    "$SALUSCTL" run --name "g6r$r" --group "$G6" --world 2 --rank "$r" \
+        -- "$SYNTH" "${LONG[@]}" >"$WORK/g6r$r.out" 2>&1 &
+    RUN_PIDS+=($!)
+    eval "G6R$r=$!"
+done
+g6_running() { groups_py '[x] = q(sys.argv[1]); assert x["state"] == "running", x' "$G6" 2>/dev/null; }
+wait_until 20 g6_running || fail "$G6 did not run: $("$SALUSCTL" groups)"
+synth1=$(pgrep -P "$G6R1" -f salus-synth) || fail "no salus-synth under rank 1's salusctl run"
+start_ns=$(date +%s%N)
+kill -9 "$synth1"
+wait_until 15 '! kill -0 "$G6R0" 2>/dev/null' ||
+    fail "rank 0 did not end after rank 1 was killed: $("$SALUSCTL" --json groups)"
+took_ms=$((($(date +%s%N) - start_ns) / 1000000))
+[ "$took_ms" -lt 10000 ] || fail "rank 0 took ${took_ms} ms to end"
+groups_py '
+[x] = q(sys.argv[1])
+assert x["state"] == "failed" and x["failure"] == "rank 1: killed by signal 9", x' "$G6" ||
+    fail "$G6: $("$SALUSCTL" --json groups)"
+pass "--finished-jobs-kept 0: rank 0 ended ${took_ms} ms after kill -9 of rank 1; the group failed with it"
+stop_daemon TERM

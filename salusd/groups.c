@@ -292,7 +292,9 @@ static void end_other_ranks(salusd_t *d, uint64_t group_id)
 
 void groups_rank_over(salusd_t *d, job_t *job)
 {
-    group_t *g = group_by_id(d, job->group_id);
+    /* (ending the other ranks may forget this job: only these copies are used after it) */
+    uint64_t group_id = job->group_id;
+    group_t *g = group_by_id(d, group_id);
     if (!g || job->group_rank >= g->world || g->ranks[job->group_rank].job_id != job->id ||
         g->ranks[job->group_rank].over)
         return;
@@ -311,7 +313,7 @@ void groups_rank_over(salusd_t *d, job_t *job)
         LOG_WARN("group %s of uid %u failed: %s; its other ranks are ended", g->name,
                  (unsigned)g->uid, g->failure);
         end_other_ranks(d, g->id);
-        g = group_by_id(d, job->group_id);
+        g = group_by_id(d, group_id);
         if (!g)
             return;
     }

@@ -316,4 +316,29 @@ groups_py '
 assert x["state"] == "failed" and x["failure"] == "rank 1: killed by signal 9", x' "$G6" ||
     fail "$G6: $("$SALUSCTL" --json groups)"
 pass "--finished-jobs-kept 0: rank 0 ended ${took_ms} ms after kill -9 of rank 1; the group failed with it"
+# the same with rank 0 waiting for admission and rank 1 never registered: failing rank 0 (and
+# forgetting jobs) happens while rank 1's end is being handled
+G7="it-g7-$$"
+"$SALUSCTL" run --group "$G7" --world 2 --rank 0 -- "$SYNTH" "${LONG[@]}" >"$WORK/g7r0.out" 2>&1 &
+G7R0=$!
+RUN_PIDS+=($G7R0)
+"$SALUSCTL" run --group "$G7" --world 2 --rank 1 -- sleep 600 >"$WORK/g7r1.out" 2>&1 &
+G7R1=$!
+RUN_PIDS+=($G7R1)
+g7_ready() {
+    "$SALUSCTL" ps --json | python3 -c '
+import json, sys
+js = {j["rank"]: j for j in json.load(sys.stdin) if j["group"] == sys.argv[1]}
+assert js[0]["state"] == "waiting" and js[0]["pid"] and 1 in js, js' "$G7" 2>/dev/null
+}
+wait_until 10 g7_ready || fail "$G7: $("$SALUSCTL" ps)"
+sleep_pid=$(pgrep -P "$G7R1" -x sleep) || fail "no sleep under rank 1's salusctl run"
+kill -9 "$sleep_pid"
+wait_until 15 '! kill -0 "$G7R0" 2>/dev/null' || fail "the waiting rank 0 of $G7 did not end"
+kill -0 "$DAEMON_PID" 2>/dev/null || fail "salusd died: $(tail -5 "$WORK/salusd.log")"
+groups_py '
+[x] = q(sys.argv[1])
+assert x["state"] == "failed" and x["failure"] == "rank 1: killed by signal 9", x' "$G7" ||
+    fail "$G7: $("$SALUSCTL" --json groups)"
+pass "--finished-jobs-kept 0: the waiting rank 0 ended when rank 1 (never registered) was killed"
 stop_daemon TERM

@@ -31,11 +31,13 @@ export SIMGPU_DEVICES=2 SIMGPU_MEMORY_MB=1024 SIMGPU_COLLECTIVE_TIMEOUT_S=$((DEA
 SIZE_A=(--inputs 128 --hidden 256 --batch 64)
 SIZE_B=(--inputs 128 --hidden 128 --batch 64)
 RUN_PIDS=()
-GROUPS_MADE=() # their collectives' segments: a deadlocked run leaves its segment
+# the groups' names (and so their communicators' segments, /dev/shm/simgpu-comm-UID-2-NAME)
+# end in this run's unique suffix; a deadlocked run's ranks leave their segments behind
+SUFFIX=${WORK##*.}
 end_all() {
     local g
     kill_tree "${RUN_PIDS[@]}"
-    for g in "${GROUPS_MADE[@]}"; do rm -f "/dev/shm/simgpu-comm-$(id -u)-2-$g"; done
+    rm -f /dev/shm/simgpu-comm-*-"$SUFFIX"
     cleanup
 }
 trap end_all EXIT
@@ -44,9 +46,8 @@ at_start() { local f; for f in "$@"; do [ -f "$f" ] && qgrep '^start_wait' "$f" 
 finished() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
 # launch TAG COLLECTIVE SIZE...: a group of 2 ranks (background); sets PIDS, OUTS
 launch() {
-    local tag=$1-$$ coll=$2 r
+    local tag=$1 coll=$2 r
     shift 2
-    GROUPS_MADE+=("$tag")
     if [ "$coll" = simgpu ]; then
         for r in ${RANK_ORDER:-0 1}; do
             "$SALUSCTL" run --name "$tag.$r" --group "$tag" --world 2 --rank "$r" \
@@ -73,9 +74,9 @@ measure() {
     PIDS=() OUTS=()
     rm -f "$WORK/go"
     local first=${#OUTS[@]}
-    case "$which" in *A*) RANK_ORDER="0 1" launch "A$RUN" "$coll" "${SIZE_A[@]}" ;; esac
+    case "$which" in *A*) RANK_ORDER="0 1" launch "A$RUN-$SUFFIX" "$coll" "${SIZE_A[@]}" ;; esac
     local na=${#OUTS[@]}
-    case "$which" in *B*) RANK_ORDER="1 0" launch "B$RUN" "$coll" "${SIZE_B[@]}" ;; esac
+    case "$which" in *B*) RANK_ORDER="1 0" launch "B$RUN-$SUFFIX" "$coll" "${SIZE_B[@]}" ;; esac
     wait_until 60 at_start "${OUTS[@]}" || fail "$coll $which: the ranks did not reach their start"
     touch "$WORK/go"
     if ! wait_until "$DEADLINE" finished "${PIDS[@]}"; then

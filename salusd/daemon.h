@@ -80,6 +80,10 @@ typedef struct salusd_s {
      * SIGKILL after grace_ms). */
     int (*group_refuses)(const struct salusd_s *d, const job_t *job, char *err, size_t size);
     int (*terminate_job)(struct salusd_s *d, job_t *job, uint64_t grace_ms);
+    /* Set by main (jobctl_job_settled): 0 while a finished job's end is not settled yet (its
+     * exit status may still come, its supervisor has not reported): jobs.c keeps it until
+     * then, so that its waits and its group hear how it ended. NULL: always settled. */
+    int (*job_settled)(struct salusd_s *d, const job_t *job);
 } salusd_t;
 
 uint64_t salusd_now_ns(void);

@@ -292,7 +292,9 @@ static void end_other_ranks(salusd_t *d, uint64_t group_id)
 
 void groups_rank_over(salusd_t *d, job_t *job)
 {
-    group_t *g = group_by_id(d, job->group_id);
+    /* (ending the other ranks may forget this job: only these copies are used after it) */
+    uint64_t group_id = job->group_id;
+    group_t *g = group_by_id(d, group_id);
     if (!g || job->group_rank >= g->world || g->ranks[job->group_rank].job_id != job->id ||
         g->ranks[job->group_rank].over)
         return;
@@ -311,11 +313,13 @@ void groups_rank_over(salusd_t *d, job_t *job)
         LOG_WARN("group %s of uid %u failed: %s; its other ranks are ended", g->name,
                  (unsigned)g->uid, g->failure);
         end_other_ranks(d, g->id);
-        g = group_by_id(d, job->group_id);
+        g = group_by_id(d, group_id);
         if (!g)
             return;
     }
-    if (!g->ended_ns && g->over == g->joined && (g->failed || g->joined == g->world)) {
+    /* every rank it had ended: over, also while forming (a rank that never comes must not
+     * keep the group, and its name with the ranks taken, forever) */
+    if (!g->ended_ns && g->over == g->joined) {
         g->ended_ns = salusd_now_ns();
         LOG_INFO("group %s of uid %u ended: %s", g->name, (unsigned)g->uid,
                  g->failed ? "failed" : "done");
@@ -424,10 +428,13 @@ void groups_handle_list(conn_t *c, const proto_msg_t *msg)
         else
             proto_map_int_or_nil(&map, "failure", 0, 0);
         proto_map_uint(&map, "gang_wait_ms", group_gang_wait_ns(d, g) / 1000000);
+        /* the ranks submitted only: a world of thousands whose ranks never came would make
+         * the list larger than a frame (and unreadable by everyone who may see it) */
         proto_pack_str(&map.pk, "ranks");
-        msgpack_pack_array(&map.pk, g->world);
+        msgpack_pack_array(&map.pk, g->joined);
         for (uint32_t i = 0; i < g->world; i++)
-            pack_rank(d, &map.pk, g, i);
+            if (g->ranks[i].job_id)
+                pack_rank(d, &map.pk, g, i);
         map.count++;
         proto_map_end(&map);
     }

@@ -58,8 +58,9 @@ void groups_rank_over(salusd_t *d, job_t *job);
 /* The group name and rank of a job, for ps (NULL: not in a group). */
 const char *groups_of_job(const salusd_t *d, const job_t *job, uint32_t *rank);
 /* The groups op: {groups: [{id, name, uid, world, sync, staleness, share_gpus, state,
- * failed_rank|nil, failure|nil, ranks: [{rank, job_id|nil, pid|nil, local_rank|nil,
- * gpu|nil, state, gang_wait_ms}]}]}, those the requester may see. */
+ * failed_rank|nil, failure|nil, ranks: [{rank, job_id, pid|nil, local_rank|nil, gpu|nil,
+ * state, gang_wait_ms}]}]}, those the requester may see; ranks lists the ranks submitted,
+ * by rank (those not submitted are left out: the list stays within a frame). */
 void groups_handle_list(conn_t *c, const proto_msg_t *msg);
 
 /* One group as the metrics endpoint shows it. */

@@ -201,6 +201,11 @@ static void notify_waiters(salusd_t *d, uint64_t job_id)
     }
 }
 
+int jobctl_job_settled(salusd_t *d, const job_t *job)
+{
+    return ended(d, job);
+}
+
 void jobctl_job_finished(salusd_t *d, job_t *job)
 {
     jobctl_entry_t *e = entry_find(d, job->id);

@@ -21,6 +21,9 @@ void jobctl_handle_logs(conn_t *c, const proto_msg_t *msg);
 int jobctl_terminate(salusd_t *d, job_t *job, uint64_t grace_ms);
 /* jobs.c: the job's run-time state is gone (done or failed). */
 void jobctl_job_finished(salusd_t *d, job_t *job);
+/* 1 when the finished job's end is settled (as wait answers it): its exit status known or
+ * given up on, a submitted job's supervisor reported or gone (daemon.h, job_settled). */
+int jobctl_job_settled(salusd_t *d, const job_t *job);
 /* The connection goes away: forget its waits. */
 void jobctl_connection_closed(conn_t *c);
 /* Shutdown: answers nobody, frees everything. */

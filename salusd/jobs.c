@@ -167,7 +167,8 @@ static void forget_old_finished(salusd_t *d)
     for (size_t i = 0; finished > (size_t)d->config.finished_jobs_kept &&
                        i < registry_count(d->registry);) {
         job_t *job = registry_at(d->registry, i);
-        if (JOB_STATE_IS_FINAL(job->state)) {
+        /* (one whose end is not settled yet stays: its waits and its group still need it) */
+        if (JOB_STATE_IS_FINAL(job->state) && (!d->job_settled || d->job_settled(d, job))) {
             jobs_exit_probe_free(job);
             registry_remove(d->registry, job->id);
             finished--;
@@ -233,13 +234,15 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     job->finished_ns = salusd_now_ns();
     LOG_INFO("job %llu '%s' %s; its memory is returned", (unsigned long long)job->id, job->name,
              job_state_name(job->state));
+    /* job may be forgotten from here on (also by jobs that job_finished ends, a group's
+     * other ranks): only its id is used */
+    uint64_t id = job->id;
     if (d->job_finished)
         d->job_finished(d, job);
     jobs_retry_pending_grows(d);
     /* last: its memory is back, so the jobs admitted now find it free, and they are
-     * admitted after it finished (job may be forgotten below: only its id is used) */
+     * admitted after it finished */
     /* a survivor of a restart that ended while re-attaching: no need to wait for it */
-    uint64_t id = job->id;
     jobs_sched_left(d, id);
     forget_old_finished(d);
     jobs_survivor_settled(d, id, 0);

@@ -118,6 +118,7 @@ int main(int argc, char **argv)
     d.job_finished = jobctl_job_finished;
     d.group_refuses = groups_refuses;
     d.terminate_job = jobctl_terminate;
+    d.job_settled = jobctl_job_settled;
     d.registry = registry_create();
     if (!d.base || !d.registry) {
         LOG_ERROR("out of memory at start-up");

@@ -1440,7 +1440,11 @@ static bool place_group(sched_core_t *core, const core_group_t *group, lanes_req
     int *used = malloc((group->member_count + 1) * sizeof(*used)); /* GPUs the group holds */
     int *gpus = malloc((core->gpu_count + 1) * sizeof(*gpus));
     size_t *jobs = malloc((core->gpu_count + 1) * sizeof(*jobs));
-    if (!scratch || !used || !gpus || !jobs) {
+    /* a capped user's ranks stay within its share of each GPU, as its single jobs do
+     * (within_caps): what the user holds there, and what this group's ranks placed before */
+    bool by_share = count > 0 && core->user_gpu_share > 0 && capped(core, requests[0].uid);
+    uint64_t *extra = calloc(core->gpu_count + 1, sizeof(*extra));
+    if (!scratch || !used || !gpus || !jobs || !extra) {
         core->error = -ENOMEM;
         goto done;
     }
@@ -1452,7 +1456,8 @@ static bool place_group(sched_core_t *core, const core_group_t *group, lanes_req
     for (size_t i = 0; i < count; i++) {
         lanes_request_t *r = &requests[i];
         lanes_status_t st = LANES_WAIT;
-        if (group->hints.share_gpus) {
+        uint64_t need = by_share ? need_bytes(core, find(core, r->job_id)) : 0;
+        if (group->hints.share_gpus && !by_share) {
             r->gpu = LANES_ANY_GPU;
             st = lanes_admit(scratch, r, NULL);
         } else {
@@ -1461,8 +1466,11 @@ static bool place_group(sched_core_t *core, const core_group_t *group, lanes_req
                 int gpu = core->gpus[g].gpu;
                 lanes_gpu_info_t info;
                 bool taken = false;
-                for (size_t u = 0; u < used_count && !taken; u++)
+                for (size_t u = 0; u < used_count && !taken && !group->hints.share_gpus; u++)
                     taken = used[u] == gpu;
+                if (!taken && by_share)
+                    taken = user_gpu_bytes(core, r->uid, gpu) + extra[g] + need >
+                            share_bytes(core, &core->gpus[g]);
                 if (taken || lanes_gpu_info(scratch, gpu, &info) != LANES_OK)
                     continue;
                 size_t at = n++;
@@ -1484,6 +1492,9 @@ static bool place_group(sched_core_t *core, const core_group_t *group, lanes_req
         if (st != LANES_OK || lanes_job_placement(scratch, r->job_id, &pl) != LANES_OK)
             goto done;
         used[used_count++] = pl.gpu;
+        for (size_t g = 0; g < core->gpu_count && by_share; g++)
+            if (core->gpus[g].gpu == pl.gpu)
+                extra[g] += need;
     }
     for (size_t i = 0; i < count; i++) {
         if (lanes_admit(core->lanes, &requests[i], NULL) != LANES_OK) {
@@ -1496,6 +1507,7 @@ static bool place_group(sched_core_t *core, const core_group_t *group, lanes_req
     placed = true;
 done:
     lanes_destroy(scratch);
+    free(extra);
     free(used);
     free(gpus);
     free(jobs);
@@ -1513,6 +1525,10 @@ static void admit_group(sched_core_t *core, const core_group_t *group, size_t fi
     if (!group->hints.share_gpus && group->hints.world > core->gpu_count)
         refusal = "the group has more ranks than this node has GPUs (and its ranks may not "
                   "share a GPU)";
+    else if (capped(core, core->requests[first].uid) && core->user_max_jobs &&
+             group->hints.world > core->user_max_jobs)
+        refusal = "the group has more ranks than its user may have jobs admitted at once "
+                  "(user-max-jobs)";
     for (size_t i = 0; i < count && !refusal; i++) {
         const core_job_t *rank = find(core, core->requests[first + i].job_id);
         bool fits = false;
@@ -1521,6 +1537,12 @@ static void admit_group(sched_core_t *core, const core_group_t *group, size_t fi
         if (!fits)
             refusal = "a rank of the group needs more memory (persistent + ephemeral) than "
                       "any GPU of this node has";
+        fits = !(core->user_gpu_share > 0 && capped(core, rank->uid));
+        for (size_t g = 0; g < core->gpu_count && !fits && !refusal; g++)
+            fits = need_bytes(core, rank) <= share_bytes(core, &core->gpus[g]);
+        if (!fits && !refusal)
+            refusal = "a rank of the group needs more memory (persistent + ephemeral) than its "
+                      "user's share of any GPU of this node (user-gpu-share)";
     }
     if (refusal) {
         for (size_t i = 0; i < count; i++) {

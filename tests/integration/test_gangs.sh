@@ -27,11 +27,13 @@ end_ranks() {
     for pid in "${RUN_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
     RUN_PIDS=()
 }
-GROUPS_MADE=() # their collectives' segments: a deadlocked or killed run leaves its segment
+# the groups' names (and so their communicators' segments, /dev/shm/simgpu-comm-UID-2-NAME)
+# end in this test's unique suffix; a rank ended before every rank attached leaves its segment
+SUFFIX=${WORK##*.}
 end_all() {
     local g
     end_ranks
-    for g in "${GROUPS_MADE[@]}"; do rm -f "/dev/shm/simgpu-comm-$(id -u)-2-$g"; done
+    rm -f /dev/shm/simgpu-comm-*-"$SUFFIX"
     cleanup
 }
 trap end_all EXIT
@@ -83,8 +85,7 @@ check_done() { # check_done GROUP: both ranks exited 0 with the same final loss
 # sets A, B, and FAST/SLOW (a rank of each group on different GPUs: the bad interleaving
 # starts FAST first)
 start_pair() {
-    A="a$1-$$" B="b$1-$$"
-    GROUPS_MADE+=("$A" "$B")
+    A="a$1-$SUFFIX" B="b$1-$SUFFIX"
     # one at a time, B's ranks the other way round: a group's ranks are placed in the order
     # they registered, so A's rank 0 and B's rank 1 share a GPU (opposite rank order)
     rank "$A" 0 A0

@@ -89,6 +89,14 @@ id=$("$SALUSCTL" submit --log "$WORK/sub.log" --group "sub-$$" --world 1 --rank 
 groups_py '[x] = q(sys.argv[1]); assert x["state"] == "done" and x["ranks"][0]["job_id"] == int(sys.argv[2]), x' \
     "sub-$$" "$id" || fail "the submitted rank's group: $("$SALUSCTL" groups)"
 pass "salusctl submit takes the group's flags too (job $id, group sub-$$ done)"
+# ---- a forming group whose every submitted rank ended cleanly is over: its name is free ----
+G5="it-g5-$$"
+"$SALUSCTL" run --group "$G5" --world 2 --rank 0 -- true || fail "rank 0 of $G5 failed"
+g5_over() { groups_py '[x] = q(sys.argv[1]); assert x["state"] == "done", x' "$G5" 2>/dev/null; }
+wait_until 10 g5_over || fail "$G5 (rank 0 ended, rank 1 never came) never ends: $("$SALUSCTL" --json groups)"
+"$SALUSCTL" run --group "$G5" --world 2 --rank 0 -- true 2>"$WORK/g5.err" ||
+    fail "a new launch of $G5 is refused: $(cat "$WORK/g5.err")"
+pass "a forming group ends when every rank it had ended cleanly; the name is free again"
 # the daemon's options for groups are checked
 for bad in "--gang-turns maybe" "--gang-slot-iterations 0" "--group-kill-grace-s 10"; do
     rc=0; "$SALUSD" --foreground --socket "$WORK/bad.sock" $bad >"$WORK/bad.out" 2>&1 || rc=$?
@@ -107,8 +115,8 @@ b_group() {
 xs = [x for x in g if x["name"] == sys.argv[1]]
 assert len(xs) == 2 and {x["uid"] for x in xs} == {0, int(sys.argv[2])}, xs
 [b] = [x for x in xs if x["uid"] != 0]
-assert b["world"] == 3 and b["state"] == "forming" and b["ranks"][1]["job_id"], b
-assert all(r["job_id"] is None for i, r in enumerate(b["ranks"]) if i != 1), b' \
+assert b["world"] == 3 and b["state"] == "forming" and b["ranks"][0]["job_id"], b
+assert [r["rank"] for r in b["ranks"]] == [1], b' \
         "$G" "$(id -u "$USER_B")" 2>/dev/null
 }
 wait_until 10 b_group || fail "user B's group: $("$SALUSCTL" groups)"
@@ -288,6 +296,77 @@ print("  mpirun formed group %s: %s" % (x["name"], [(r["rank"], r["job_id"], r["
 ' "$before" || fail "mpirun's ranks: $("$SALUSCTL" groups)"
 pass "mpirun -n 2 salusctl run -- salus-synth: one group of 2 without flags, done"
 
+# ---- big worlds: the list stays readable (ranks not submitted are not listed one by one) ----
+BIG_PIDS=()
+for i in 0 1 2 3; do
+    "$SALUSCTL" run --group "big$i-$$" --world 4096 --rank 0 -- sleep 600 >/dev/null 2>&1 &
+    BIG_PIDS+=($!)
+    RUN_PIDS+=($!)
+done
+big_listed() {
+    groups_py '
+big = [x for x in g if x["name"].startswith("big") and x["world"] == 4096]
+assert len(big) == 4, big
+assert all([r["rank"] for r in x["ranks"]] == [0] and x["ranks"][0]["job_id"] for x in big), big' 2>/dev/null
+}
+wait_until 10 big_listed || fail "four groups of world 4096: $("$SALUSCTL" groups 2>&1 | tail -2)"
+for pid in "${BIG_PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+done
+pass "four groups of world 4096 are listed (the ranks not submitted are left out)"
+
 kill "$B_RUN" 2>/dev/null || true
 wait "$B_RUN" 2>/dev/null || true
+stop_daemon TERM
+
+# ---- failure when finished jobs are forgotten at once (--finished-jobs-kept 0): the rank's
+# end still reaches its group (its job is kept until its end is settled) ----
+start_daemon --finished-jobs-kept 0
+G6="it-g6-$$"
+for r in 0 1; do
+    "$SALUSCTL" run --name "g6r$r" --group "$G6" --world 2 --rank "$r" \
+        -- "$SYNTH" "${LONG[@]}" >"$WORK/g6r$r.out" 2>&1 &
+    RUN_PIDS+=($!)
+    eval "G6R$r=$!"
+done
+g6_running() { groups_py '[x] = q(sys.argv[1]); assert x["state"] == "running", x' "$G6" 2>/dev/null; }
+wait_until 20 g6_running || fail "$G6 did not run: $("$SALUSCTL" groups)"
+synth1=$(pgrep -P "$G6R1" -f salus-synth) || fail "no salus-synth under rank 1's salusctl run"
+start_ns=$(date +%s%N)
+kill -9 "$synth1"
+wait_until 15 '! kill -0 "$G6R0" 2>/dev/null' ||
+    fail "rank 0 did not end after rank 1 was killed: $("$SALUSCTL" --json groups)"
+took_ms=$((($(date +%s%N) - start_ns) / 1000000))
+[ "$took_ms" -lt 10000 ] || fail "rank 0 took ${took_ms} ms to end"
+groups_py '
+[x] = q(sys.argv[1])
+assert x["state"] == "failed" and x["failure"] == "rank 1: killed by signal 9", x' "$G6" ||
+    fail "$G6: $("$SALUSCTL" --json groups)"
+pass "--finished-jobs-kept 0: rank 0 ended ${took_ms} ms after kill -9 of rank 1; the group failed with it"
+# the same with rank 0 waiting for admission and rank 1 never registered: failing rank 0 (and
+# forgetting jobs) happens while rank 1's end is being handled
+G7="it-g7-$$"
+"$SALUSCTL" run --group "$G7" --world 2 --rank 0 -- "$SYNTH" "${LONG[@]}" >"$WORK/g7r0.out" 2>&1 &
+G7R0=$!
+RUN_PIDS+=($G7R0)
+"$SALUSCTL" run --group "$G7" --world 2 --rank 1 -- sleep 600 >"$WORK/g7r1.out" 2>&1 &
+G7R1=$!
+RUN_PIDS+=($G7R1)
+g7_ready() {
+    "$SALUSCTL" ps --json | python3 -c '
+import json, sys
+js = {j["rank"]: j for j in json.load(sys.stdin) if j["group"] == sys.argv[1]}
+assert js[0]["state"] == "waiting" and js[0]["pid"] and 1 in js, js' "$G7" 2>/dev/null
+}
+wait_until 10 g7_ready || fail "$G7: $("$SALUSCTL" ps)"
+sleep_pid=$(pgrep -P "$G7R1" -x sleep) || fail "no sleep under rank 1's salusctl run"
+kill -9 "$sleep_pid"
+wait_until 15 '! kill -0 "$G7R0" 2>/dev/null' || fail "the waiting rank 0 of $G7 did not end"
+kill -0 "$DAEMON_PID" 2>/dev/null || fail "salusd died: $(tail -5 "$WORK/salusd.log")"
+groups_py '
+[x] = q(sys.argv[1])
+assert x["state"] == "failed" and x["failure"] == "rank 1: killed by signal 9", x' "$G7" ||
+    fail "$G7: $("$SALUSCTL" --json groups)"
+pass "--finished-jobs-kept 0: the waiting rank 0 ended when rank 1 (never registered) was killed"
 stop_daemon TERM

@@ -1166,6 +1166,67 @@ START_TEST(test_group_waits_for_its_ranks)
 }
 END_TEST
 
+/* A group of more ranks than its user may have admitted at once (--user-max-jobs) can never
+ * be placed: it is refused whole, naming the cap, instead of waiting forever. */
+START_TEST(test_group_over_the_job_cap_is_refused)
+{
+    fake_t f;
+    fake_users_t users = {.share = 0, .max_jobs = 1};
+    fake_start_users(&f, "pack", 4 * GIB, &users);
+    for (uint64_t r = 0; r < 2; r++) {
+        sched_core_job_hints_t h = {.id = 1 + r, .uid = 1000, .persistent_bytes = 64 * MIB,
+                                    .ephemeral_bytes = 64 * MIB, .iterations_expected = 10,
+                                    .group = {.id = 5, .world = 2, .rank = (uint32_t)r,
+                                              .share_gpus = true}};
+        ck_assert_int_eq(sched_core_job_registered(f.core, &h, f.now_ns, &f.fx), 0);
+        apply(&f);
+    }
+    ck_assert(f.jobs[1].refused && f.jobs[2].refused);
+    ck_assert_ptr_nonnull(strstr(f.last_refusal, "user-max-jobs"));
+    ck_assert_uint_eq(sched_core_job_count(f.core), 0);
+    /* root is not capped: the same group is placed */
+    for (uint64_t r = 0; r < 2; r++) {
+        sched_core_job_hints_t h = {.id = 3 + r, .uid = 0, .persistent_bytes = 64 * MIB,
+                                    .ephemeral_bytes = 64 * MIB, .iterations_expected = 10,
+                                    .group = {.id = 6, .world = 2, .rank = (uint32_t)r,
+                                              .share_gpus = true}};
+        ck_assert_int_eq(sched_core_job_registered(f.core, &h, f.now_ns, &f.fx), 0);
+        apply(&f);
+    }
+    ck_assert(f.jobs[3].admitted && f.jobs[4].admitted);
+    fake_stop(&f);
+}
+END_TEST
+
+/* A group's ranks are under their user's share of each GPU (--user-gpu-share) as single jobs
+ * are: a rank over the share of every GPU has its group refused, naming the cap; a rank that
+ * fits the share alone but not beside its user's other jobs waits until they leave. */
+START_TEST(test_group_within_the_user_share)
+{
+    fake_t f;
+    fake_users_t users = {.share = 0.5, .max_jobs = 32};
+    fake_start_users(&f, "pack", 4 * GIB, &users);
+    sched_core_job_hints_t h = {.id = 1, .uid = 1000, .persistent_bytes = 2 * GIB,
+                                .ephemeral_bytes = 1 * GIB, .iterations_expected = 10,
+                                .group = {.id = 5, .world = 1, .rank = 0}};
+    ck_assert_int_eq(sched_core_job_registered(f.core, &h, f.now_ns, &f.fx), 0);
+    apply(&f);
+    ck_assert(f.jobs[1].refused && !f.jobs[1].admitted);
+    ck_assert_ptr_nonnull(strstr(f.last_refusal, "user-gpu-share"));
+    reg(&f, 2, 1000, 1 * GIB, 512 * MIB, 10, 0); /* 1.5 of the user's 2 GiB */
+    ck_assert(f.jobs[2].admitted);
+    h = (sched_core_job_hints_t){.id = 3, .uid = 1000, .persistent_bytes = 768 * MIB,
+                                 .ephemeral_bytes = 512 * MIB, .iterations_expected = 10,
+                                 .group = {.id = 6, .world = 1, .rank = 0}};
+    ck_assert_int_eq(sched_core_job_registered(f.core, &h, f.now_ns, &f.fx), 0);
+    apply(&f);
+    ck_assert(!f.jobs[3].admitted && !f.jobs[3].refused); /* over the share beside job 2 */
+    leave(&f, 2);
+    ck_assert(f.jobs[3].admitted);
+    fake_stop(&f);
+}
+END_TEST
+
 /* Inconsistent ranks: -EINVAL and nothing changed. */
 START_TEST(test_group_invalid_hints)
 {
@@ -1620,6 +1681,8 @@ static Suite *sched_core_suite(void)
     tcase_add_test(g, test_group_all_or_nothing);
     tcase_add_test(g, test_group_waits_for_its_ranks);
     tcase_add_test(g, test_group_invalid_hints);
+    tcase_add_test(g, test_group_over_the_job_cap_is_refused);
+    tcase_add_test(g, test_group_within_the_user_share);
     tcase_add_loop_test(g, test_gang_turns_never_circle, 0, 3);
     tcase_add_test(g, test_gang_turns_off_reaches_the_circle);
     tcase_add_test(g, test_gang_single_jobs_fill_in);

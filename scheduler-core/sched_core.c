@@ -464,22 +464,29 @@ static inline void view_of(const core_job_t *job, policy_job_t *v)
     }
 }
 
+/* Appends lane to a list of lanes (grown as needed; out of memory: core->error). */
+static void lane_list_push(sched_core_t *core, uint32_t **items, size_t *count, size_t *capacity,
+                           uint32_t lane)
+{
+    if (*count == *capacity) {
+        size_t grown = *capacity ? *capacity * 2 : 16;
+        uint32_t *p = realloc(*items, grown * sizeof(*p));
+        if (!p) {
+            core->error = -ENOMEM;
+            return;
+        }
+        *items = p;
+        *capacity = grown;
+    }
+    (*items)[(*count)++] = lane;
+}
+
 static void touch_slow(sched_core_t *core, uint32_t lane)
 {
     for (size_t i = 0; i < core->touched_count; i++)
         if (core->touched[i] == lane)
             return;
-    if (core->touched_count == core->touched_capacity) {
-        size_t capacity = core->touched_capacity ? core->touched_capacity * 2 : 16;
-        uint32_t *t = realloc(core->touched, capacity * sizeof(*t));
-        if (!t) {
-            core->error = -ENOMEM;
-            return;
-        }
-        core->touched = t;
-        core->touched_capacity = capacity;
-    }
-    core->touched[core->touched_count++] = lane;
+    lane_list_push(core, &core->touched, &core->touched_count, &core->touched_capacity, lane);
 }
 
 /* Inlined: most events touch one lane, often twice (a boundary's lane). */
@@ -997,17 +1004,8 @@ static void take_gang_lanes(sched_core_t *core, const core_group_t *group)
         const core_job_t *m = find(core, group->members[i]);
         if (!m || !m->admitted || lane_taken(core, m->lane))
             continue;
-        if (core->taken_count == core->taken_capacity) {
-            size_t capacity = core->taken_capacity ? core->taken_capacity * 2 : 16;
-            uint32_t *p = realloc(core->taken_lanes, capacity * sizeof(*p));
-            if (!p) {
-                core->error = -ENOMEM;
-                return;
-            }
-            core->taken_lanes = p;
-            core->taken_capacity = capacity;
-        }
-        core->taken_lanes[core->taken_count++] = m->lane;
+        lane_list_push(core, &core->taken_lanes, &core->taken_count, &core->taken_capacity,
+                       m->lane);
     }
 }
 

@@ -184,24 +184,24 @@ grep -qx "salus_group_ranks{group=\"$G\",uid=\"0\"} 0" <<<"$body" || fail "metri
 pass "failure: the other rank ended within 10 s, group failed with rank 1, memory back"
 
 # ---- a rank that ignores SIGTERM is killed after the grace (--group-kill-grace-s, 5 s) ----
-G5="it-g5-$$"
-"$SALUSCTL" run --group "$G5" --world 2 --rank 0 -- sh -c "trap '' TERM; exec sleep 600" \
+GT="it-gterm-$$"
+"$SALUSCTL" run --group "$GT" --world 2 --rank 0 -- sh -c "trap '' TERM; exec sleep 600" \
     >"$WORK/g5r0.out" 2>&1 &
-G5R0=$!
-RUN_PIDS+=($G5R0)
-wait_until 10 "groups_py '[x] = q(sys.argv[1]); assert x[\"ranks\"][0][\"job_id\"], x' $G5 2>/dev/null" ||
-    fail "rank 0 of $G5 was not submitted: $("$SALUSCTL" groups)"
+GTR0=$!
+RUN_PIDS+=($GTR0)
+wait_until 10 "groups_py '[x] = q(sys.argv[1]); assert x[\"ranks\"][0][\"job_id\"], x' $GT 2>/dev/null" ||
+    fail "rank 0 of $GT was not submitted: $("$SALUSCTL" groups)"
 start_ns=$(date +%s%N)
 rc=0
-"$SALUSCTL" run --group "$G5" --world 2 --rank 1 -- sh -c 'exit 3' || rc=$?
+"$SALUSCTL" run --group "$GT" --world 2 --rank 1 -- sh -c 'exit 3' || rc=$?
 [ "$rc" -eq 3 ] || fail "rank 1 should exit 3, got $rc"
-wait_until 15 "! kill -0 $G5R0 2>/dev/null" || fail "rank 0 (ignoring SIGTERM) still runs 15 s later"
+wait_until 15 "! kill -0 $GTR0 2>/dev/null" || fail "rank 0 (ignoring SIGTERM) still runs 15 s later"
 took_ms=$((($(date +%s%N) - start_ns) / 1000000))
 echo "  rank 0, which ignores SIGTERM, ended ${took_ms} ms after rank 1 exited with status 3"
 [ "$took_ms" -ge 4000 ] && [ "$took_ms" -lt 10000 ] ||
     fail "rank 0 ended after ${took_ms} ms: SIGKILL must come after the 5 s grace and within 10 s"
-wait_until 10 "groups_py '[x] = q(sys.argv[1]); assert x[\"state\"] == \"failed\" and x[\"failure\"] == \"rank 1: exited with status 3\", x' $G5 2>/dev/null" ||
-    fail "group $G5: $("$SALUSCTL" --json groups)"
+wait_until 10 "groups_py '[x] = q(sys.argv[1]); assert x[\"state\"] == \"failed\" and x[\"failure\"] == \"rank 1: exited with status 3\", x' $GT 2>/dev/null" ||
+    fail "group $GT: $("$SALUSCTL" --json groups)"
 pass "a rank that ignores SIGTERM is killed after the grace, within 10 s; the group failed with rank 1"
 
 # ---- all or nothing: rank 0 alone waits and holds nothing; rank 1 comes: both run ----

@@ -100,9 +100,10 @@ wait_until 30 "ps_has \"j.get('holder', {}).get('state') == 'running'\"" || fail
 "$SALUSCTL" run --gpus 2 --name gang --persistent 64MiB --ephemeral 600MiB -- \
     "$PROBE" 5 20 >"$WORK/gang.out" 2>&1 &
 GANG=$!
-# admitted on both GPUs, not running, while the holder runs
+# admitted on both GPUs, asking for its turn (waiting behind the holder: before its first
+# submission it is paused too, without a lane holder), not running, while the holder runs
 held() {
-    ps_has "len(j.get('gang', {}).get('gpus', [])) == 2 and j['gang']['state'] == 'paused' and j['holder']['state'] == 'running'"
+    ps_has "len(j.get('gang', {}).get('gpus', [])) == 2 and j['gang']['state'] == 'paused' and j['holder']['state'] == 'running' and j['gang']['lane_holder'] == j['holder']['id']"
 }
 wait_until 30 held || fail "the --gpus job was never seen waiting: $(cat "$WORK/ps.json")"
 cp "$WORK/ps.json" "$WORK/ps-held.json"

@@ -246,21 +246,29 @@ groups_py '[x] = q(sys.argv[1]); assert x["state"] == "done" and x["failure"] is
 pass "all or nothing: rank 0 alone waited holding no memory; with rank 1 both ran on distinct GPUs; done"
 
 # ---- a rank waiting for admission ends when another rank fails ----
-G4="it-g4-$$"
-"$SALUSCTL" run --group "$G4" --world 2 --rank 0 -- "$SYNTH" "${LONG[@]}" >"$WORK/g4r0.out" 2>&1 &
-G4R0=$!
-RUN_PIDS+=($G4R0)
-"$SALUSCTL" run --group "$G4" --world 2 --rank 1 -- sleep 600 >"$WORK/g4r1.out" 2>&1 &
-G4R1=$!
-RUN_PIDS+=($G4R1)
-g4_ready() {
-    "$SALUSCTL" ps --json | python3 -c '
+# waiting_pair GROUP OUT: rank 0 (salus-synth, registered, waiting for admission) and rank 1
+# (sleep: submitted, never registers) of GROUP, outputs OUT-r0.out and OUT-r1.out; sets
+# PAIR_R0 (rank 0's salusctl run) and PAIR_SLEEP (rank 1's program)
+waiting_pair() {
+    "$SALUSCTL" run --group "$1" --world 2 --rank 0 -- "$SYNTH" "${LONG[@]}" >"$2-r0.out" 2>&1 &
+    PAIR_R0=$!
+    RUN_PIDS+=($PAIR_R0)
+    "$SALUSCTL" run --group "$1" --world 2 --rank 1 -- sleep 600 >"$2-r1.out" 2>&1 &
+    local r1=$!
+    RUN_PIDS+=($r1)
+    pair_ready() {
+        "$SALUSCTL" ps --json | python3 -c '
 import json, sys
 js = {j["rank"]: j for j in json.load(sys.stdin) if j["group"] == sys.argv[1]}
-assert js[0]["state"] == "waiting" and js[0]["pid"] and 1 in js, js' "$G4" 2>/dev/null
+assert js[0]["state"] == "waiting" and js[0]["pid"] and 1 in js, js' "$1" 2>/dev/null
+    }
+    wait_until 10 pair_ready "$1" || fail "$1: $("$SALUSCTL" ps)"
+    PAIR_SLEEP=$(pgrep -P "$r1" -x sleep) || fail "no sleep under rank 1's salusctl run"
 }
-wait_until 10 g4_ready || fail "$G4: $("$SALUSCTL" ps)"
-sleep_pid=$(pgrep -P "$G4R1" -x sleep) || fail "no sleep under rank 1's salusctl run"
+G4="it-g4-$$"
+waiting_pair "$G4" "$WORK/g4"
+G4R0=$PAIR_R0
+sleep_pid=$PAIR_SLEEP
 start_ns=$(date +%s%N)
 kill -9 "$sleep_pid"
 wait_until 15 '! kill -0 "$G4R0" 2>/dev/null' || fail "the waiting rank 0 did not end"
@@ -269,7 +277,7 @@ echo "  the waiting rank 0 ended $((($(date +%s%N) - start_ns) / 1000000)) ms af
 # follows the answer ends the program first)
 qgrep -F "refused: group $G4 failed (rank 1: killed by signal 9)" "$WORK/salusd.log" ||
     fail "rank 0's registration was not answered with the failure"
-grep -F "group $G4 failed" "$WORK/g4r0.out" | head -1 || true
+grep -F "group $G4 failed" "$WORK/g4-r0.out" | head -1 || true
 groups_py '
 [x] = q(sys.argv[1])
 assert x["state"] == "failed" and x["failure"] == "rank 1: killed by signal 9", x' "$G4" ||
@@ -347,20 +355,9 @@ pass "--finished-jobs-kept 0: rank 0 ended ${took_ms} ms after kill -9 of rank 1
 # the same with rank 0 waiting for admission and rank 1 never registered: failing rank 0 (and
 # forgetting jobs) happens while rank 1's end is being handled
 G7="it-g7-$$"
-"$SALUSCTL" run --group "$G7" --world 2 --rank 0 -- "$SYNTH" "${LONG[@]}" >"$WORK/g7r0.out" 2>&1 &
-G7R0=$!
-RUN_PIDS+=($G7R0)
-"$SALUSCTL" run --group "$G7" --world 2 --rank 1 -- sleep 600 >"$WORK/g7r1.out" 2>&1 &
-G7R1=$!
-RUN_PIDS+=($G7R1)
-g7_ready() {
-    "$SALUSCTL" ps --json | python3 -c '
-import json, sys
-js = {j["rank"]: j for j in json.load(sys.stdin) if j["group"] == sys.argv[1]}
-assert js[0]["state"] == "waiting" and js[0]["pid"] and 1 in js, js' "$G7" 2>/dev/null
-}
-wait_until 10 g7_ready || fail "$G7: $("$SALUSCTL" ps)"
-sleep_pid=$(pgrep -P "$G7R1" -x sleep) || fail "no sleep under rank 1's salusctl run"
+waiting_pair "$G7" "$WORK/g7"
+G7R0=$PAIR_R0
+sleep_pid=$PAIR_SLEEP
 kill -9 "$sleep_pid"
 wait_until 15 '! kill -0 "$G7R0" 2>/dev/null' || fail "the waiting rank 0 of $G7 did not end"
 kill -0 "$DAEMON_PID" 2>/dev/null || fail "salusd died: $(tail -5 "$WORK/salusd.log")"

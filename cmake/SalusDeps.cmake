@@ -6,6 +6,11 @@ pkg_check_modules(LIBEVENT REQUIRED IMPORTED_TARGET libevent_core libevent_extra
 pkg_check_modules(MSGPACK REQUIRED IMPORTED_TARGET msgpack)
 pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
 pkg_check_modules(CHECK REQUIRED IMPORTED_TARGET check)   # Debian ships no CMake config for Check
+# the cluster role (salusd --cluster): etcd's JSON gateway over libcurl, JSON by json-c, the
+# daemon links' HMAC and random nonces by OpenSSL's libcrypto
+pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)
+pkg_check_modules(JSONC REQUIRED IMPORTED_TARGET json-c)
+pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)
 pkg_check_modules(SYSTEMD IMPORTED_TARGET libsystemd)      # optional: sd_notify
 
 if(NOT EXISTS "${SALUS_CUDA_HOME}/include/cuda.h")

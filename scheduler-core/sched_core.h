@@ -112,6 +112,11 @@ typedef struct sched_core_group_s {
     sched_core_sync_t sync; /* the same for all its ranks */
     uint32_t staleness;     /* SSP: S */
     bool share_gpus;        /* its ranks may share a GPU (default: distinct GPUs) */
+    /* Its ranks span nodes (salusd --cluster): only the ranks on this node register here;
+     * the group is admitted when the caller releases it (sched_core_group_release) and,
+     * when BSP with gang turns, takes gang slots only as the caller grants them
+     * (sched_core_group_slot). The same for all its ranks. */
+    bool cluster;
 } sched_core_group_t;
 
 #define SCHED_CORE_DEFAULT_GANG_SLOT_ITERATIONS 1
@@ -178,6 +183,10 @@ typedef enum sched_core_effect_kind_e {
     /* The lane manager moved the job to another lane (gpu, lane: the new one). It follows at
      * its next boundary; the caller only updates what it shows. */
     SCHED_CORE_MOVE,
+    /* A cluster group's gang slot (granted by sched_core_group_slot) is over on this node:
+     * every local rank has done its iterations and none holds its lane, or the group has no
+     * rank here any more. job_id: the group's id; seq: the slot's. */
+    SCHED_CORE_SLOT_DONE,
     /* For the record (nothing to carry out): a provisional job's measured sizes
      * (persistent_bytes, ephemeral_bytes) were applied (reason NULL; a BUDGET and maybe a
      * MOVE come with it), or do not fit now (reason: why; it keeps its provisional books and
@@ -192,6 +201,7 @@ typedef struct sched_core_effect_s {
     uint32_t lane;
     uint64_t budget_bytes;
     uint64_t persistent_bytes, ephemeral_bytes; /* LEARNED */
+    uint64_t seq;                               /* SLOT_DONE */
     bool free_run;
     bool clear_needed;
     const char *reason;
@@ -296,6 +306,45 @@ typedef struct sched_core_reattach_s {
 int sched_core_job_reattached(sched_core_t *core, const sched_core_job_hints_t *hints,
                               const sched_core_reattach_t *where, uint64_t now_ns,
                               sched_core_effects_t *effects);
+
+/* ---- cluster groups (group.cluster: ranks on several nodes) ----------------------------
+
+ * A cluster group's local ranks wait (no memory held) until the caller releases the group:
+ * every rank of it, on every node, has registered (the caller learns it from etcd). From then
+ * on its local ranks are admitted as a local group whose ranks have all registered: all or
+ * nothing, in the admission round, at the position of its first rank in the policy's order
+ * (distinct GPUs unless share_gpus; a group that can never be placed here is refused, every
+ * local rank, at registration already). Ranks registered before the release are counted
+ * against world and checked as for a local group (rank < world, not taken here).
+ *
+ * Gang slots of BSP cluster groups (gang turns on) come from outside, in one global order
+ * that the caller gets from the cluster (every node receives its slots in that order): the
+ * core keeps them in a FIFO of (group, seq) and serves them in that order, never the local
+ * least-recently-served order. The head slot's group reserves its local ranks' lanes (as a
+ * local gang's slot does; a holder is told STOP_FREE_RUN; single jobs fill lanes no slot
+ * reserves); its ranks are granted together when all are ready; the slot lasts
+ * gang_slot_iterations iterations of each local rank; then (every local rank done, none
+ * holding its lane) SLOT_DONE comes out, the lanes go back to the policy (a single job that
+ * waits on one of them has its turn first) and the next slot in the FIFO is served. A slot of
+ * a group that is not admitted yet waits at the head of the FIFO until it is (slots are
+ * granted only to admitted groups, so this is short). A cluster gang never runs freely. When
+ * every local rank of a group has left, its slots in the FIFO are dropped, each with its
+ * SLOT_DONE. SSP and ASP cluster groups, and BSP ones with gang_turns_off, take turns as
+ * single jobs (no slots; SSP's staleness is kept among the local ranks only). */
+
+/* Releases cluster group group_id for admission; an admission round runs. 0; -ENOENT when no
+ * local rank of that group is registered (nothing changed); -EINVAL when the group is not a
+ * cluster group. Releasing twice is 0. */
+int sched_core_group_release(sched_core_t *core, uint64_t group_id, uint64_t now_ns,
+                             sched_core_effects_t *effects);
+/* Appends gang slot seq of cluster group group_id to the FIFO; when it is at the head, it is
+ * served. 0; -ENOENT (no local rank of that group), -EINVAL (not a BSP cluster group with
+ * gang turns, or seq not larger than the group's last slot's: a duplicate is ignored with
+ * -EALREADY and nothing changed), -ENOMEM. */
+int sched_core_group_slot(sched_core_t *core, uint64_t group_id, uint64_t seq, uint64_t now_ns,
+                          sched_core_effects_t *effects);
+/* The slot being served (*group_id, *seq; 0, 0 when none) and the slots queued behind it. */
+size_t sched_core_slots_queued(const sched_core_t *core, uint64_t *group_id, uint64_t *seq);
 
 /* Runs an admission round now (after something outside the core freed memory). */
 int sched_core_admit(sched_core_t *core, uint64_t now_ns, sched_core_effects_t *effects);

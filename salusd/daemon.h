@@ -84,6 +84,10 @@ typedef struct salusd_s {
      * exit status may still come, its supervisor has not reported): jobs.c keeps it until
      * then, so that its waits and its group hear how it ended. NULL: always settled. */
     int (*job_settled)(struct salusd_s *d, const job_t *job);
+    /* Set by main when the daemon is a cluster member (cluster.c): a cluster group's gang
+     * slot seq is over on this node (the core's SLOT_DONE). NULL: no cluster. */
+    void (*slot_done)(struct salusd_s *d, uint64_t group_id, uint64_t seq);
+    struct cluster_s *cluster; /* the cluster role (cluster.c); NULL: a single node */
 } salusd_t;
 
 uint64_t salusd_now_ns(void);

@@ -114,6 +114,11 @@ static void take_released_lane(salusd_t *d, job_t *job, int released_too)
 static void apply(salusd_t *d, sched_core_effects_t *fx)
 {
     for (size_t i = 0; i < fx->count; i++) {
+        if (fx->items[i].kind == SCHED_CORE_SLOT_DONE) { /* job_id: a cluster group's id */
+            if (d->slot_done)
+                d->slot_done(d, fx->items[i].job_id, fx->items[i].seq);
+            continue;
+        }
         sched_core_effect_t mapped; /* a member's effect as its job's (job_gpus.h) */
         if (job_gpus_effect(sched_job_gpus(d), fx, i, &mapped) == JOB_GPUS_CONSUMED)
             continue;
@@ -160,6 +165,8 @@ static void apply(salusd_t *d, sched_core_effects_t *fx)
             log_learned(job, e);
             if (!e->reason)
                 jobs_state_save(d); /* learned sizes outlive a restart */
+            break;
+        case SCHED_CORE_SLOT_DONE: /* taken above */
             break;
         }
     }

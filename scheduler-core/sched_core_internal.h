@@ -183,7 +183,7 @@ void core_admit_with_groups(sched_core_t *core, size_t n, bool strict, bool by_u
 void core_group_boundary(sched_core_t *core, core_job_t *job, uint64_t now_ns);
 
 /* emit() copies every field of sched_core_effect_t: a new field must be added there. */
-_Static_assert(sizeof(sched_core_effect_t) == 64, "a new effect field: copy it in emit()");
+_Static_assert(sizeof(sched_core_effect_t) == 72, "a new effect field: copy it in emit()");
 
 /* Inlined: one or two effects per event (performance: salus-sim sends ~10^6 events). The
  * fields are copied one by one: the call's compound literal then stays in registers (built on
@@ -202,6 +202,7 @@ static inline void emit(sched_core_t *core, sched_core_effect_t effect)
     slot->budget_bytes = effect.budget_bytes;
     slot->persistent_bytes = effect.persistent_bytes;
     slot->ephemeral_bytes = effect.ephemeral_bytes;
+    slot->seq = effect.seq;
     slot->free_run = effect.free_run;
     slot->clear_needed = effect.clear_needed;
     slot->reason = effect.reason;

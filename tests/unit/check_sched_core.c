@@ -129,6 +129,8 @@ static void apply(fake_t *f)
         case SCHED_CORE_LEARNED:
             j->learned += e->reason == NULL;
             break;
+        case SCHED_CORE_SLOT_DONE: /* cluster groups: none here */
+            break;
         }
     }
     sched_core_effects_clear(&f->fx);

@@ -106,6 +106,7 @@ static void apply_from(sim_engine_t *e, size_t from)
         case SCHED_CORE_STOP_FREE_RUN: /* the model stops at every boundary anyway */
         case SCHED_CORE_BUDGET:        /* the model does not allocate */
         case SCHED_CORE_LEARNED:
+        case SCHED_CORE_SLOT_DONE: /* the simulator has no cluster groups */
             break;
         }
     }

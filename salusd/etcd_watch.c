@@ -204,7 +204,7 @@ void etcd_watch_transfer_done(etcd_watch_t *watch, CURLcode code)
     if (code == CURLE_OK && status != 200) {
         report(watch, -EIO, "etcd at %s: the watch got HTTP %ld", endpoint, status);
     } else if (code == CURLE_OK) {
-        report(watch, -ECONNRESET, "etcd at %s ended the watch stream", endpoint);
+        report(watch, -EIO, "etcd at %s ended the watch stream", endpoint);
     } else if (!watch->failed) {
         char why[256];
         int error = etcd_curl_error(etcd, watch->easy, code, watch->errbuf, why, sizeof(why));

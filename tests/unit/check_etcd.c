@@ -800,6 +800,140 @@ START_TEST(test_tls_client_certificate)
 }
 END_TEST
 
+/* ---- a stream cut at odd places, from a fake server ------------------------------------ */
+
+/* Serves (in a child process) two watch connections on a loopback port: the first sends
+ * its results split in the middle of an object and several to a write, then closes; the
+ * second answers with text that is not JSON; its request body goes back through a pipe. */
+typedef struct fake_s {
+    int listen_fd, port;
+    char second_body[1024];
+} fake_t;
+
+static void fake_read_request(int fd, char *body, size_t body_size)
+{
+    char req[4096];
+    size_t len = 0;
+    char *end = NULL;
+    while (len < sizeof(req) - 1 && !end) {
+        ssize_t n = read(fd, req + len, sizeof(req) - 1 - len);
+        if (n <= 0)
+            return;
+        len += (size_t)n;
+        req[len] = 0;
+        end = strstr(req, "\r\n\r\n");
+    }
+    const char *cl = strcasestr(req, "content-length:");
+    size_t want = cl ? strtoul(cl + 15, NULL, 10) : 0;
+    size_t have = end ? len - (size_t)(end + 4 - req) : 0;
+    while (end && have < want && len < sizeof(req) - 1) {
+        ssize_t n = read(fd, req + len, sizeof(req) - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        have += (size_t)n;
+        req[len] = 0;
+    }
+    if (end)
+        snprintf(body, body_size, "%s", end + 4);
+}
+
+static void fake_write(int fd, const char *text)
+{
+    ssize_t n = write(fd, text, strlen(text));
+    (void)n;
+    usleep(50 * 1000); /* pacing, so that the client reads the pieces apart */
+}
+
+static void fake_serve(fake_t *fake)
+{
+    char ignored[1024];
+    const char *head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                       "Connection: close\r\n\r\n";
+    int fd = accept(fake->listen_fd, NULL, NULL);
+    if (fd >= 0) {
+        fake_read_request(fd, ignored, sizeof(ignored));
+        fake_write(fd, head);
+        fake_write(fd, "{\"result\":{\"header\":{\"revision\":\"10\"},\"created\":true}}\n"
+                       "{\"result\":{\"header\":{\"revision\":\"11\"},\"events\":[{\"kv\":"
+                       "{\"key\":\"L3cvYQ==\",\"value\":\"MQ==\",\"mod_revision\":\"11\"}}]}}\n"
+                       "{\"result\":{\"header\":{\"rev");
+        fake_write(fd, "ision\":\"12\"},\"events\":[{\"type\":\"DELETE\",\"kv\":{\"key\":"
+                       "\"L3cvYQ==\",\"mod_revision\":\"12\"}}]}}");
+        fake_write(fd, "\n{\"result\":{\"header\":{\"revision\":\"12\"}}}\n");
+        close(fd);
+    }
+    fd = accept(fake->listen_fd, NULL, NULL);
+    if (fd >= 0) {
+        fake_read_request(fd, fake->second_body, sizeof(fake->second_body));
+        fake_write(fd, head);
+        fake_write(fd, "this is not json\n");
+        close(fd);
+    }
+}
+
+START_TEST(test_watch_stream_split_and_bad)
+{
+    base = event_base_new();
+    fake_t fake = {0};
+    fake.listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    ck_assert_int_eq(bind(fake.listen_fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(fake.listen_fd, 4), 0);
+    ck_assert_int_eq(getsockname(fake.listen_fd, (struct sockaddr *)&sa, &len), 0);
+    char endpoint[64];
+    snprintf(endpoint, sizeof(endpoint), "127.0.0.1:%d", ntohs(sa.sin_port));
+    int pipe_fds[2];
+    ck_assert_int_eq(pipe(pipe_fds), 0);
+    fflush(NULL);
+    pid_t server = fork();
+    ck_assert_int_ge(server, 0);
+    if (server == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(pipe_fds[0]);
+        fake_serve(&fake);
+        ssize_t n = write(pipe_fds[1], fake.second_body, strlen(fake.second_body) + 1);
+        _exit(n > 0 ? 0 : 1);
+    }
+    close(pipe_fds[1]);
+
+    etcd_t *etcd = client_for(endpoint, NULL);
+    seen_t s = {0};
+    etcd_watch_t *w = etcd_watch(etcd, "/w/", 0, on_watch, &s);
+    long long deadline = now_ms() + STEP_MS;
+    while ((s.count < 2 || s.last_error != -EPROTO) && now_ms() < deadline) {
+        bool never = false;
+        run_until(&never, 100);
+    }
+    ck_assert_uint_eq(s.count, 2);
+    ck_assert_int_eq(s.kinds[0], ETCD_EVENT_PUT);
+    ck_assert_str_eq(s.keys[0], "/w/a");
+    ck_assert_str_eq(s.values[0], "1");
+    ck_assert_int_eq(s.kinds[1], ETCD_EVENT_DELETE);
+    ck_assert_int_eq(s.revisions[1], 12);
+    ck_assert_int_ge(s.batches, 4); /* created, 2 events, a progress */
+    ck_assert_int_eq(s.errors, 2);  /* the end of the first stream, the bad second one */
+    ck_assert_int_eq(s.last_error, -EPROTO);
+    ck_assert_msg(strstr(s.message, endpoint), "message: %s", s.message);
+    int status;
+    ck_assert_int_eq(waitpid(server, &status, 0), server);
+    ck_assert_int_eq(status, 0);
+    ssize_t got = read(pipe_fds[0], fake.second_body, sizeof(fake.second_body) - 1);
+    ck_assert_int_gt(got, 0);
+    fake.second_body[got] = 0;
+    close(pipe_fds[0]);
+    /* the second stream asked for the revision after the last event */
+    ck_assert_msg(strstr(fake.second_body, "\"start_revision\":\"13\""), "request: %s",
+                  fake.second_body);
+    etcd_watch_cancel(w);
+    etcd_destroy(etcd);
+    close(fake.listen_fd);
+    event_base_free(base);
+    base = NULL;
+}
+END_TEST
+
 /* ---- replies, without a server ---------------------------------------------------------- */
 
 static int parse(etcd_reply_kind_t kind, long status, const char *body, etcd_reply_t *reply)
@@ -880,6 +1014,7 @@ static Suite *etcd_suite(void)
     TCase *offline = tcase_create("offline");
     tcase_add_test(offline, test_bad_replies_are_errors);
     tcase_add_test(offline, test_base64_round_trip);
+    tcase_add_test(offline, test_watch_stream_split_and_bad);
     suite_add_tcase(s, offline);
 
     TCase *live = tcase_create("live");

@@ -441,6 +441,13 @@ static void request_finish(etcd_request_t *req, const etcd_result_t *result)
         cb(ctx, result);
 }
 
+static void add_failure(etcd_request_t *req, const char *endpoint, const char *why)
+{
+    size_t used = strlen(req->failures);
+    snprintf(req->failures + used, sizeof(req->failures) - used, "%s%s: %s",
+             used ? "; " : "", endpoint, why);
+}
+
 /* A transfer of req ended with code. */
 static void request_done(etcd_request_t *req, CURLcode code)
 {
@@ -449,20 +456,27 @@ static void request_done(etcd_request_t *req, CURLcode code)
     if (code == CURLE_OK) {
         long status = 0;
         curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
-        etcd->preferred = req->endpoint;
         etcd_reply_t reply;
         etcd_json_parse_reply(req->kind, status, req->reply.data, req->reply.len, endpoint,
                               &reply);
-        request_finish(req, &reply.result);
+        /* 503: this member cannot serve now (no leader, its gRPC side down): the next one
+         * may; the last one's answer is the result */
+        if (status != 503 || req->tries + 1 >= etcd->endpoint_count) {
+            if (status != 503)
+                etcd->preferred = req->endpoint;
+            request_finish(req, &reply.result);
+            etcd_reply_free(&reply);
+            return;
+        }
+        req->error = reply.result.error;
+        add_failure(req, endpoint, reply.result.message);
         etcd_reply_free(&reply);
-        return;
+    } else {
+        char why[256];
+        req->error = etcd_curl_error(etcd, req->easy, code, req->errbuf, why, sizeof(why));
+        add_failure(req, endpoint, why);
+        LOG_DEBUG("etcd: %s%s: %s (curl %d)", endpoint, req->path, why, (int)code);
     }
-    char why[256];
-    req->error = etcd_curl_error(etcd, req->easy, code, req->errbuf, why, sizeof(why));
-    size_t used = strlen(req->failures);
-    snprintf(req->failures + used, sizeof(req->failures) - used, "%s%s: %s",
-             used ? "; " : "", endpoint, why);
-    LOG_DEBUG("etcd: %s%s: %s (curl %d)", endpoint, req->path, why, (int)code);
     if (++req->tries < etcd->endpoint_count) {
         req->endpoint = (req->endpoint + 1) % etcd->endpoint_count;
         if (request_start(req) == 0)
@@ -471,7 +485,10 @@ static void request_done(etcd_request_t *req, CURLcode code)
     etcd_result_t result = {.error = req->error};
     char message[600];
     snprintf(message, sizeof(message), "etcd %s at %s",
-             req->error == -EACCES ? "refused TLS" : "unreachable", req->failures);
+             req->error == -EACCES ? "refused TLS"
+             : req->error == -EIO  ? "answered no"
+                                   : "unreachable",
+             req->failures);
     result.message = message;
     request_finish(req, &result);
 }

@@ -282,8 +282,10 @@ static bool deliver_message(etcd_watch_t *watch, json_object *root)
         else if (watch->next_revision == 0 || !created)
             watch->next_revision =
                 revision + 1 > watch->next_revision ? revision + 1 : watch->next_revision;
-        if (created)
+        if (created) {
             watch->backoff_ms = WATCH_BACKOFF_FIRST_MS;
+            watch->etcd->preferred = watch->endpoint;
+        }
         if (!watch->cancelled && !watch->etcd->destroyed)
             watch->cb(watch->ctx, list, n, revision, 0, "");
     }

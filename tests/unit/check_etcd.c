@@ -934,6 +934,59 @@ START_TEST(test_watch_stream_split_and_bad)
 }
 END_TEST
 
+/* A member that answers 503 (no leader): the request goes on to the next endpoint; with
+ * no next one, etcd's message is the error. */
+START_TEST(test_failover_on_503)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(fd, 4), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    fflush(NULL);
+    pid_t server = fork();
+    ck_assert_int_ge(server, 0);
+    if (server == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        const char *body = "{\"error\":\"etcdserver: no leader\",\"code\":14}";
+        char head[256], ignored[1024];
+        snprintf(head, sizeof(head), "HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
+                 "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                 strlen(body));
+        for (int i = 0; i < 2; i++) {
+            int c = accept(fd, NULL, NULL);
+            if (c < 0)
+                _exit(1);
+            fake_read_request(c, ignored, sizeof(ignored));
+            fake_write(c, head);
+            fake_write(c, body);
+            close(c);
+        }
+        _exit(0);
+    }
+    close(fd);
+    char endpoints[160], fake[64];
+    snprintf(fake, sizeof(fake), "127.0.0.1:%d", ntohs(sa.sin_port));
+    snprintf(endpoints, sizeof(endpoints), "%s,%s", fake, plain.endpoint);
+    etcd_t *etcd = client_for(endpoints, NULL);
+    outcome_t o;
+    RUN_OK(o, etcd_put(etcd, "/503/k", "v", 1, 0, on_result, &o));
+    RUN_OK(o, etcd_get(client, "/503/k", 0, on_result, &o));
+    ck_assert_uint_eq(o.count, 1);
+    etcd_destroy(etcd);
+
+    etcd = client_for(fake, NULL);
+    RUN(o, etcd_get(etcd, "/503/k", 0, on_result, &o));
+    ck_assert_int_eq(o.error, -EIO);
+    ck_assert_msg(strstr(o.message, "no leader") && strstr(o.message, fake), "%s", o.message);
+    etcd_destroy(etcd);
+    int status;
+    ck_assert_int_eq(waitpid(server, &status, 0), server);
+    ck_assert_int_eq(status, 0);
+}
+END_TEST
+
 /* ---- replies, without a server ---------------------------------------------------------- */
 
 static int parse(etcd_reply_kind_t kind, long status, const char *body, etcd_reply_t *reply)
@@ -1030,6 +1083,7 @@ static Suite *etcd_suite(void)
     tcase_add_test(live, test_watch_survives_restart);
     tcase_add_test(live, test_unreachable_endpoint_is_named);
     tcase_add_test(live, test_failover_to_second_endpoint);
+    tcase_add_test(live, test_failover_on_503);
     tcase_add_test(live, test_bad_endpoints_refused);
     tcase_add_test(live, test_not_etcd_is_an_error);
     tcase_add_test(live, test_destroy_drops_callbacks);

@@ -33,6 +33,8 @@ typedef struct node_s {
     const char *name;
     links_t *links;
     const char *deny;            /* is_member says no to this node */
+    int destroy_on_message;      /* the hook destroys its own links */
+    int forget_on_up, forget_on_down; /* the hook forgets the node */
     int ups, downs, messages, wrong_sender;
     char last_down[256];
     char expect_from[LINKS_NODE_BYTES];
@@ -60,8 +62,10 @@ static int hook_is_member(void *ctx, const char *node)
 
 static void hook_on_up(void *ctx, const char *node)
 {
-    (void)node;
-    ((node_t *)ctx)->ups++;
+    node_t *n = ctx;
+    n->ups++;
+    if (n->forget_on_up)
+        links_forget(n->links, node);
 }
 
 static void hook_on_down(void *ctx, const char *node, const char *why)
@@ -70,6 +74,8 @@ static void hook_on_down(void *ctx, const char *node, const char *why)
     node_t *n = ctx;
     n->downs++;
     snprintf(n->last_down, sizeof(n->last_down), "%s", why);
+    if (n->forget_on_down)
+        links_forget(n->links, node);
 }
 
 static void hook_on_message(void *ctx, const char *node, const proto_msg_t *msg)
@@ -80,6 +86,10 @@ static void hook_on_message(void *ctx, const char *node, const proto_msg_t *msg)
     if (n->messages < MAX_MESSAGES)
         n->ids[n->messages] = msg->id;
     n->messages++;
+    if (n->destroy_on_message) {
+        links_destroy(n->links);
+        n->links = NULL;
+    }
 }
 
 static const links_hooks_t hooks = {hook_is_member, hook_on_up, hook_on_down, hook_on_message};
@@ -328,7 +338,8 @@ static void raw_connect(raw_t *r, int port)
 
 static void raw_send(raw_t *r, const void *data, size_t bytes)
 {
-    ck_assert_int_eq(send(r->fd, data, bytes, MSG_NOSIGNAL), (ssize_t)bytes);
+    ssize_t n = send(r->fd, data, bytes, MSG_NOSIGNAL);
+    ck_assert_msg(n == (ssize_t)bytes, "send: %zd (%s)", n, strerror(errno));
 }
 
 static void raw_send_enc(raw_t *r, proto_enc_t *enc)
@@ -549,6 +560,48 @@ START_TEST(test_raw_hello_without_proof)
 }
 END_TEST
 
+/* A hello that comes in pieces is answered; one over the handshake's small frame cap
+ * closes the connection. */
+START_TEST(test_raw_frames_in_pieces_and_handshake_cap)
+{
+    raw_t r;
+    raw_to_acceptor(&r);
+    uint8_t nonce[LINK_AUTH_NONCE_BYTES] = {7};
+    proto_enc_t enc;
+    proto_enc_init(&enc);
+    proto_enc_begin(&enc, PROTO_HELLO, 0, "link", 3);
+    proto_pack_kv_uint(&enc.pk, "version", PROTO_VERSION);
+    proto_pack_kv_str(&enc.pk, "node", "node-r");
+    pack_bin(&enc.pk, "nonce", nonce, sizeof(nonce));
+    proto_enc_finish(&enc);
+    /* the header a byte at a time, then the rest in 7-byte pieces: a handful of loop turns,
+     * well within the deadline */
+    for (size_t i = 0, piece; i < enc.sbuf.size; i += piece) {
+        piece = i < PROTO_HEADER_BYTES ? 1 : 7;
+        if (piece > enc.sbuf.size - i)
+            piece = enc.sbuf.size - i;
+        raw_send(&r, enc.sbuf.data + i, piece);
+        run_for(1);
+    }
+    proto_enc_destroy(&enc);
+    proto_msg_t msg;
+    raw_read_frame(&r, &msg);
+    ck_assert_str_eq(msg.op, "challenge");
+    proto_msg_free(&msg);
+    raw_close(&r);
+
+    raw_connect(&r, links_listen_port(acceptor.links));
+    static const uint8_t over_cap[] = {0, 0, 0x04, 0x01}; /* 1025 bytes before the handshake */
+    raw_send(&r, over_cap, sizeof(over_cap));
+    expect_closed(&r);
+    links_stats_t st;
+    links_get_stats(acceptor.links, &st);
+    ck_assert_uint_eq(st.frames_rejected, 1);
+    ck_assert_int_eq(acceptor.messages, 0);
+    finish_raw(&r);
+}
+END_TEST
+
 START_TEST(test_raw_wrong_mac)
 {
     raw_t r;
@@ -698,6 +751,44 @@ START_TEST(test_redial_after_acceptor_restart)
 }
 END_TEST
 
+/* Hooks that forget the link they report on, or destroy the whole set from on_message, leave
+ * nothing dangling (the sanitizer run checks the memory). */
+START_TEST(test_hooks_forget_and_destroy)
+{
+    node_t a = {0}, b = {0}, c = {0};
+    char addr[64];
+    start_node(&a, "node-a", key_one, "127.0.0.1:0");
+    start_node(&b, "node-b", key_one, NULL);
+    start_node(&c, "node-c", key_two, NULL);
+    b.forget_on_up = 1;
+    c.forget_on_down = 1;
+    listen_addr(&a, addr, sizeof(addr));
+    ck_assert_int_eq(links_connect(b.links, "node-a", addr), 0);
+    ck_assert_int_eq(links_connect(c.links, "node-a", addr), 0);
+    ck_assert(run_until(is_up_once, &b, 5000));
+    ck_assert(run_until(down_once, &c, 5000));
+    run_for(300); /* forgotten: neither dials again */
+    ck_assert_int_eq(b.ups, 1);
+    ck_assert_int_eq(c.downs, 1);
+    ck_assert(!links_is_up(b.links, "node-a"));
+    links_stats_t st;
+    links_get_stats(b.links, &st);
+    ck_assert_uint_eq(st.up, 0);
+
+    /* node-a destroys its links in on_message, with more frames queued behind the first */
+    a.destroy_on_message = 1;
+    b.forget_on_up = 0;
+    ck_assert_int_eq(links_connect(b.links, "node-a", addr), 0);
+    ck_assert(run_until(up_twice, &b, 5000));
+    send_requests(&b, "node-a", 20, 1);
+    ck_assert(run_until(down_once, &b, 5000));
+    ck_assert_int_eq(a.messages, 1);
+    ck_assert_ptr_null(a.links);
+    links_destroy(b.links);
+    links_destroy(c.links);
+}
+END_TEST
+
 START_TEST(test_bad_arguments)
 {
     node_t a = {0};
@@ -819,11 +910,13 @@ static Suite *links_suite(void)
     tcase_add_test(tc, test_raw_request_first);
     tcase_add_test(tc, test_raw_bad_node_name);
     tcase_add_test(tc, test_raw_hello_without_proof);
+    tcase_add_test(tc, test_raw_frames_in_pieces_and_handshake_cap);
     tcase_add_test(tc, test_raw_wrong_mac);
     tcase_add_test(tc, test_raw_silent_dropped_at_deadline);
     tcase_add_test(tc, test_raw_member_then_second_hello);
     tcase_add_test(tc, test_raw_member_frame_over_cap);
     tcase_add_test(tc, test_redial_after_acceptor_restart);
+    tcase_add_test(tc, test_hooks_forget_and_destroy);
     tcase_add_test(tc, test_bad_arguments);
     suite_add_tcase(s, tc);
     TCase *keys = tcase_create("key file");

@@ -1,6 +1,5 @@
 /* The cryptography of daemon links (links.h): nonces from getrandom(2), the handshake's
- * HMAC-SHA256 proofs (OpenSSL libcrypto) checked in constant time. links_key_load (links.h)
- * lives in link_auth.c too. */
+ * HMAC-SHA256 proofs (OpenSSL libcrypto) checked in constant time. */
 #ifndef SALUS_SALUSD_LINK_AUTH_H
 #define SALUS_SALUSD_LINK_AUTH_H
 
@@ -9,6 +8,7 @@
 
 #define LINK_AUTH_NONCE_BYTES 32
 #define LINK_AUTH_MAC_BYTES 32
+#define LINK_AUTH_NODE_MAX_BYTES 255 /* node names longer than links.h's are refused anyway */
 
 typedef enum link_auth_role {
     LINK_AUTH_ACCEPTOR, /* the challenge's mac: the acceptor proves the key */
@@ -25,7 +25,7 @@ int link_auth_nonce(uint8_t nonce[LINK_AUTH_NONCE_BYTES]);
  *   HMAC-SHA256(key, label 0 answered_nonce sender_nonce sender_node 0 receiver_node)
  * label "salus-link-acceptor" or "salus-link-dialer"; answered_nonce is the receiver's nonce.
  * The zero bytes keep the variable-length fields apart (node names never hold one). 0, or
- * -EINVAL (a node name of LINKS_NODE_BYTES or more), -EIO (libcrypto failed). */
+ * -EINVAL (a node name over LINK_AUTH_NODE_MAX_BYTES), -EIO (libcrypto failed). */
 int link_auth_mac(link_auth_role_t role, const uint8_t *key, size_t key_len,
                   const uint8_t answered_nonce[LINK_AUTH_NONCE_BYTES],
                   const uint8_t sender_nonce[LINK_AUTH_NONCE_BYTES], const char *sender_node,

@@ -17,6 +17,8 @@
 #define LINKS_REDIAL_FIRST_MS 100u
 #define LINKS_REDIAL_MAX_MS 1000u
 
+_Static_assert(LINKS_NODE_BYTES - 1 <= LINK_AUTH_NODE_MAX_BYTES, "node names fit the macs");
+
 typedef enum links_conn_state {
     LINKS_CONN_DIALING,        /* dialer: the TCP connect is under way */
     LINKS_CONN_WAIT_CHALLENGE, /* dialer: hello sent */

@@ -321,19 +321,17 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     links_conn_t *c = arg;
-    switch (c->state) {
-    case LINKS_CONN_DIALING:
-        SALUS_LOG(c->peer->failures ? SALUS_LOG_DEBUG : SALUS_LOG_INFO,
-                  "link to %s (%s): no connection within the handshake deadline", c->node,
-                  c->addr);
-        links_peer_failed(c->peer, "no connection within the handshake deadline");
-        return;
-    case LINKS_CONN_CLOSING:
+    if (c->peer) { /* a far end that is silent or away: said once while it stays so */
+        const char *why = c->state == LINKS_CONN_DIALING
+                              ? "no connection within the handshake deadline"
+                              : "no answer within the handshake deadline";
+        SALUS_LOG(c->peer->failures ? SALUS_LOG_DEBUG : SALUS_LOG_WARN, "link to %s (%s): %s",
+                  c->node, c->addr, why);
+        links_peer_failed(c->peer, why);
+    } else if (c->state == LINKS_CONN_CLOSING) {
         links_conn_free(c);
-        return;
-    default:
+    } else {
         refuse(c, "the handshake did not go on within its deadline");
-        return;
     }
 }
 

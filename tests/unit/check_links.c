@@ -789,6 +789,71 @@ START_TEST(test_hooks_forget_and_destroy)
 }
 END_TEST
 
+static int downs_twice(void *arg)
+{
+    return ((node_t *)arg)->downs >= 2;
+}
+
+/* A listener that never answers (the kernel accepts, nobody reads): the dialer gives up at
+ * the deadline, and dials again. */
+START_TEST(test_silent_acceptor_dropped_at_deadline)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(sa);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(fd, 8), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    node_t b = {0};
+    char addr[64];
+    start_node(&b, "node-b", key_one, NULL);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+    double start = now_ms();
+    ck_assert_int_eq(links_connect(b.links, "node-a", addr), 0);
+    ck_assert(run_until(down_once, &b, 3 * HANDSHAKE_MS + 2000));
+    double waited = now_ms() - start;
+    ck_assert_msg(waited >= 0.8 * HANDSHAKE_MS, "dropped after %.0f ms", waited);
+    ck_assert_msg(strstr(b.last_down, "deadline"), "why: %s", b.last_down);
+    ck_assert(run_until(downs_twice, &b, 3 * HANDSHAKE_MS + 3000));
+    ck_assert_int_eq(b.ups, 0);
+    links_destroy(b.links);
+    close(fd);
+}
+END_TEST
+
+static int ipv6_loopback_works(void)
+{
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+START_TEST(test_ipv6)
+{
+    if (!ipv6_loopback_works()) { /* containers often run without IPv6 */
+        fprintf(stderr, "check_links: no IPv6 loopback here, test_ipv6 tries nothing\n");
+        return;
+    }
+    node_t a = {0}, b = {0};
+    char addr[64];
+    start_node(&a, "node-a", key_one, "[::1]:0");
+    start_node(&b, "node-b", key_one, NULL);
+    snprintf(addr, sizeof(addr), "[::1]:%d", links_listen_port(a.links));
+    ck_assert_int_eq(links_connect(b.links, "node-a", addr), 0);
+    ck_assert(run_until(is_up_once, &b, 5000));
+    send_requests(&b, "node-a", 3, 60);
+    ck_assert(run_until(two_messages, &a, 3000));
+    ck_assert_uint_eq(a.ids[0], 60);
+    ck_assert_uint_eq(a.ids[1], 61);
+    links_destroy(a.links);
+    links_destroy(b.links);
+}
+END_TEST
+
 START_TEST(test_bad_arguments)
 {
     node_t a = {0};
@@ -808,6 +873,10 @@ START_TEST(test_bad_arguments)
     ck_assert_ptr_nonnull(a.links);
     ck_assert_int_eq(links_connect(a.links, "node-b", "127.0.0.1"), -EINVAL);
     ck_assert_int_eq(links_connect(a.links, "node-b", "example.org:80"), -EINVAL);
+    ck_assert_int_eq(links_connect(a.links, "node-b", "127.0.0.1:0"), -EINVAL);
+    ck_assert_int_eq(links_connect(a.links, "node-b", "127.0.0.1:65536"), -EINVAL);
+    ck_assert_int_eq(links_connect(a.links, "node-b", "::1:80"), -EINVAL); /* [::1]:80 */
+    ck_assert_int_eq(links_connect(a.links, "node-b", "127.0.0.1:8x"), -EINVAL);
     ck_assert_int_eq(links_connect(a.links, "", "127.0.0.1:80"), -EINVAL);
     ck_assert_int_eq(links_connect(a.links, "a/b", "127.0.0.1:80"), -EINVAL);
     links_forget(a.links, "never-dialed");
@@ -917,6 +986,8 @@ static Suite *links_suite(void)
     tcase_add_test(tc, test_raw_member_frame_over_cap);
     tcase_add_test(tc, test_redial_after_acceptor_restart);
     tcase_add_test(tc, test_hooks_forget_and_destroy);
+    tcase_add_test(tc, test_silent_acceptor_dropped_at_deadline);
+    tcase_add_test(tc, test_ipv6);
     tcase_add_test(tc, test_bad_arguments);
     suite_add_tcase(s, tc);
     TCase *keys = tcase_create("key file");

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 int links_node_valid(const char *node)
 {
@@ -129,7 +131,14 @@ static void on_redial(evutil_socket_t fd, short what, void *arg);
 static void dial(links_peer_t *p)
 {
     links_t *l = p->links;
-    struct bufferevent *bev = bufferevent_socket_new(l->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    struct bufferevent *bev = NULL;
+    /* close-on-exec: a job salusd starts must not hold a link open */
+    int fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+        bev = bufferevent_socket_new(l->base, fd, BEV_OPT_CLOSE_ON_FREE);
+        if (!bev)
+            close(fd);
+    }
     /* callbacks are set after the connect call: one failing at once runs none */
     if (bev && bufferevent_socket_connect(bev, (struct sockaddr *)&p->sa, p->sa_len) == 0) {
         p->conn = links_conn_new(l, p, bev, p->addr);

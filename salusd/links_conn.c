@@ -8,6 +8,8 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -413,6 +415,9 @@ links_conn_t *links_conn_new(links_t *links, links_peer_t *peer, struct bufferev
         links->accepted = c;
         links->handshakes++;
     }
+    /* a slot's hand-off is one small frame: send it now, not after Nagle's wait */
+    int one = 1;
+    setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     bufferevent_setcb(bev, on_read, NULL, on_event, c);
     set_read_cap(c);
     if (!peer)

@@ -15,6 +15,7 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +173,29 @@ static void send_requests(node_t *from, const char *to, int count, uint64_t firs
     proto_enc_destroy(&enc);
 }
 
+/* Every socket of this process is close-on-exec (salusd starts jobs); every connected TCP
+ * one sends without Nagle's delay. The count of connected TCP sockets. */
+static int check_sockets(void)
+{
+    int connected = 0;
+    for (int fd = 3; fd < 1024; fd++) {
+        struct stat st;
+        if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+            continue;
+        ck_assert_msg(fcntl(fd, F_GETFD) & FD_CLOEXEC, "socket %d is not close-on-exec", fd);
+        int protocol = 0, listening = 0, nodelay = 0;
+        socklen_t len = sizeof(int);
+        ck_assert_int_eq(getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len), 0);
+        ck_assert_int_eq(getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len), 0);
+        if (protocol != IPPROTO_TCP || listening)
+            continue;
+        ck_assert_int_eq(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, &len), 0);
+        ck_assert_msg(nodelay, "socket %d waits for Nagle", fd);
+        connected++;
+    }
+    return connected;
+}
+
 START_TEST(test_members_link_both_ways)
 {
     node_t a = {0}, b = {0};
@@ -187,6 +211,7 @@ START_TEST(test_members_link_both_ways)
     ck_assert(run_until(both_up, &p, 5000));
     ck_assert(links_is_up(a.links, "node-b"));
     ck_assert(links_is_up(b.links, "node-a"));
+    ck_assert_int_eq(check_sockets(), 4); /* two links, two ends each */
     send_requests(&a, "node-b", 500, 1000);
     send_requests(&b, "node-a", 500, 5000);
     ck_assert(run_until(both_received, &p, 10000));

@@ -127,6 +127,18 @@ int links_call_on_message(links_t *l, const char *node, const proto_msg_t *msg)
 
 static void on_redial(evutil_socket_t fd, short what, void *arg);
 
+/* One more attempt did not come up: dial again after the backoff, which doubles up to
+ * LINKS_REDIAL_MAX_MS. */
+static void schedule_redial(links_peer_t *p)
+{
+    struct timeval tv = {.tv_sec = p->backoff_ms / 1000,
+                         .tv_usec = (suseconds_t)(p->backoff_ms % 1000) * 1000};
+    p->failures++;
+    event_add(p->redial, &tv);
+    p->backoff_ms = p->backoff_ms * 2 > LINKS_REDIAL_MAX_MS ? LINKS_REDIAL_MAX_MS
+                                                            : p->backoff_ms * 2;
+}
+
 /* Dials peer now. Never runs a hook: a connect that fails at once is dialed again later. */
 static void dial(links_peer_t *p)
 {
@@ -151,11 +163,7 @@ static void dial(links_peer_t *p)
         bufferevent_free(bev);
     SALUS_LOG(p->failures ? SALUS_LOG_DEBUG : SALUS_LOG_WARN, "link to %s (%s): cannot dial: %s",
               p->node, p->addr, err ? evutil_socket_error_to_string(err) : "out of memory");
-    p->failures++;
-    struct timeval tv = {.tv_sec = 0, .tv_usec = (suseconds_t)p->backoff_ms * 1000};
-    event_add(p->redial, &tv);
-    p->backoff_ms = p->backoff_ms * 2 > LINKS_REDIAL_MAX_MS ? LINKS_REDIAL_MAX_MS
-                                                            : p->backoff_ms * 2;
+    schedule_redial(p);
 }
 
 static void on_redial(evutil_socket_t fd, short what, void *arg)
@@ -190,11 +198,7 @@ int links_peer_failed(links_peer_t *p, const char *why)
         p->backoff_ms = LINKS_REDIAL_FIRST_MS;
         p->failures = 0;
     }
-    p->failures++;
-    struct timeval tv = {.tv_sec = 0, .tv_usec = (suseconds_t)p->backoff_ms * 1000};
-    event_add(p->redial, &tv);
-    p->backoff_ms = p->backoff_ms * 2 > LINKS_REDIAL_MAX_MS ? LINKS_REDIAL_MAX_MS
-                                                            : p->backoff_ms * 2;
+    schedule_redial(p);
     /* last: the hook may forget p, or destroy links */
     if (l->hooks.on_down) {
         hook_enter(l);
@@ -213,13 +217,12 @@ int links_peer_up(links_peer_t *p)
     p->failures = 0;
     l->stats.up++;
     LOG_INFO("link to %s (%s) is up", p->node, p->addr);
-    if (!l->hooks.on_up)
-        return 0;
-    hook_enter(l);
-    l->hooks.on_up(l->ctx, node);
-    if (hook_leave(l) < 0)
-        return -1;
-    return -1; /* the hook may have forgotten p: read on at the next event */
+    if (l->hooks.on_up) {
+        hook_enter(l);
+        l->hooks.on_up(l->ctx, node);
+        hook_leave(l);
+    }
+    return -1; /* the hook may have forgotten p or destroyed links: read on at the next event */
 }
 
 static links_peer_t *find_peer(const links_t *l, const char *node)

@@ -6,6 +6,7 @@
  * rules. Every wait runs the loop in slices bounded by event_base_loopexit, up to a deadline. */
 #include "check_run.h"
 #include "link_auth.h"
+#include "links-internal.h" /* LINKS_MAX_HANDSHAKES */
 #include "links.h"
 #include "proto.h"
 
@@ -627,6 +628,42 @@ START_TEST(test_raw_frames_in_pieces_and_handshake_cap)
 }
 END_TEST
 
+typedef struct raws_s {
+    raw_t r[LINKS_MAX_HANDSHAKES + 1];
+    int closed;
+} raws_t;
+
+static int any_closed(void *arg)
+{
+    raws_t *rs = arg;
+    rs->closed = 0;
+    for (int i = 0; i <= LINKS_MAX_HANDSHAKES; i++)
+        rs->closed += raw_poll(&rs->r[i]);
+    return rs->closed > 0;
+}
+
+/* Connections that say nothing are held at most LINKS_MAX_HANDSHAKES at a time: one more is
+ * closed at once, not at the deadline. */
+START_TEST(test_raw_handshakes_limited)
+{
+    static raws_t rs;
+    raw_to_acceptor(&rs.r[0]);
+    for (int i = 1; i <= LINKS_MAX_HANDSHAKES; i++)
+        raw_connect(&rs.r[i], links_listen_port(acceptor.links));
+    double start = now_ms();
+    ck_assert(run_until(any_closed, &rs, 3000));
+    double waited = now_ms() - start;
+    ck_assert_int_eq(rs.closed, 1);
+    ck_assert_msg(waited < 0.8 * HANDSHAKE_MS, "the first close after %.0f ms", waited);
+    links_stats_t st;
+    links_get_stats(acceptor.links, &st);
+    ck_assert_uint_eq(st.refused, 1);
+    for (int i = 1; i <= LINKS_MAX_HANDSHAKES; i++)
+        raw_close(&rs.r[i]);
+    finish_raw(&rs.r[0]);
+}
+END_TEST
+
 START_TEST(test_raw_wrong_mac)
 {
     raw_t r;
@@ -1005,6 +1042,7 @@ static Suite *links_suite(void)
     tcase_add_test(tc, test_raw_bad_node_name);
     tcase_add_test(tc, test_raw_hello_without_proof);
     tcase_add_test(tc, test_raw_frames_in_pieces_and_handshake_cap);
+    tcase_add_test(tc, test_raw_handshakes_limited);
     tcase_add_test(tc, test_raw_wrong_mac);
     tcase_add_test(tc, test_raw_silent_dropped_at_deadline);
     tcase_add_test(tc, test_raw_member_then_second_hello);

@@ -11,6 +11,8 @@
  *               mac = HMAC-SHA256(key, "salus-link-dialer" | acceptor nonce | dialer nonce |
  *                                  dialer node | acceptor node)
  *   acceptor -> PROTO_REPLY  op "welcome"  {}
+ * ("|": the fields one after the other, a zero byte after the label and after the first node
+ * name; nonces and macs are msgpack bin values.)
  * Each side checks the other's mac in constant time (CRYPTO_memcmp) and the acceptor asks the
  * is_member hook whether the dialer's node is a member (listed in etcd) before it welcomes
  * it; the dialer checks that the acceptor is the node it dialed. Anything else (a bad or
@@ -43,6 +45,8 @@ typedef struct links_s links_t;
 #define LINKS_KEY_MIN_BYTES 16
 #define LINKS_KEY_MAX_BYTES 4096
 
+/* The hooks run on the loop, never from inside a links_ call; they may call any links_
+ * function (a links_destroy from a hook takes effect when the hook returns). */
 typedef struct links_hooks_s {
     /* Whether node may link to us (a cluster member now). 1 yes, 0 no. */
     int (*is_member)(void *ctx, const char *node);
@@ -99,7 +103,8 @@ void links_forget(links_t *links, const char *node);
 /* 1 when the link to node is up (handshake done). */
 int links_is_up(const links_t *links, const char *node);
 /* Sends one request frame (enc: a finished PROTO_REQUEST) on the link to node. 0, or
- * -ENOTCONN when that link is not up (nothing sent). */
+ * -ENOTCONN when that link is not up (nothing sent); -EMSGSIZE (a frame over
+ * max_frame_bytes) and -ENOMEM also send nothing. */
 int links_send(links_t *links, const char *node, const proto_enc_t *enc);
 void links_get_stats(const links_t *links, links_stats_t *stats);
 

@@ -961,6 +961,17 @@ int sched_core_job_reattached(sched_core_t *core, const sched_core_job_hints_t *
     return end(core, now_ns);
 }
 
+/* An event of the cluster's (sched_core_cluster.c): an admission round when asked, then what
+ * ends every event (the gang pass serves the slots). */
+int core_run_event(sched_core_t *core, bool admit, uint64_t now_ns,
+                   sched_core_effects_t *effects)
+{
+    begin(core, effects);
+    if (admit)
+        admission_round(core, now_ns);
+    return end(core, now_ns);
+}
+
 int sched_core_admit(sched_core_t *core, uint64_t now_ns, sched_core_effects_t *effects)
 {
     begin(core, effects);
@@ -1084,6 +1095,7 @@ void sched_core_destroy(sched_core_t *core)
         free(core->groups[g].members);
     free(core->groups);
     free(core->group_order);
+    free(core->slots);
     free(core->taken_lanes);
     free(core);
 }

@@ -315,22 +315,26 @@ int sched_core_job_reattached(sched_core_t *core, const sched_core_job_hints_t *
  * nothing, in the admission round, at the position of its first rank in the policy's order
  * (distinct GPUs unless share_gpus; a group that can never be placed here is refused, every
  * local rank, at registration already). Ranks registered before the release are counted
- * against world and checked as for a local group (rank < world, not taken here).
+ * against world and checked as for a local group (rank < world, not taken here; cluster
+ * the same as its first rank's). "Can never be placed here" counts the ranks registered here,
+ * not world: more of them than GPUs without share_gpus is refused.
  *
  * Gang slots of BSP cluster groups (gang turns on) come from outside, in one global order
  * that the caller gets from the cluster (every node receives its slots in that order): the
  * core keeps them in a FIFO of (group, seq) and serves them in that order, never the local
- * least-recently-served order. The head slot's group reserves its local ranks' lanes (as a
- * local gang's slot does; a holder is told STOP_FREE_RUN; single jobs fill lanes no slot
- * reserves); its ranks are granted together when all are ready; the slot lasts
- * gang_slot_iterations iterations of each local rank; then (every local rank done, none
- * holding its lane) SLOT_DONE comes out, the lanes go back to the policy (a single job that
- * waits on one of them has its turn first) and the next slot in the FIFO is served. A slot of
- * a group that is not admitted yet waits at the head of the FIFO until it is (slots are
+ * least-recently-served order (only the head slot's group takes part in the gang pass,
+ * placed among local gangs by that order as a local gang is). The head slot's group reserves
+ * its local ranks' lanes (as a local gang's slot does; a holder is told STOP_FREE_RUN; single
+ * jobs fill lanes no slot reserves); its ranks are granted together when all are ready; the
+ * slot lasts gang_slot_iterations iterations of each local rank; then (every local rank
+ * done, none holding its lane) SLOT_DONE comes out, the lanes go back to the policy (a single
+ * job that waits on one of them has its turn first) and the next slot in the FIFO is served.
+ * A slot of a group that is not admitted yet waits at the head of the FIFO until it is (slots are
  * granted only to admitted groups, so this is short). A cluster gang never runs freely. When
  * every local rank of a group has left, its slots in the FIFO are dropped, each with its
- * SLOT_DONE. SSP and ASP cluster groups, and BSP ones with gang_turns_off, take turns as
- * single jobs (no slots; SSP's staleness is kept among the local ranks only). */
+ * SLOT_DONE. A slot of a group whose ranks here were put in one lane (share_gpus: they take
+ * single turns) ends at once. SSP and ASP cluster groups, and BSP ones with gang_turns_off,
+ * take turns as single jobs (no slots; SSP's staleness is kept among the local ranks only). */
 
 /* Releases cluster group group_id for admission; an admission round runs. 0; -ENOENT when no
  * local rank of that group is registered (nothing changed); -EINVAL when the group is not a
@@ -339,11 +343,12 @@ int sched_core_group_release(sched_core_t *core, uint64_t group_id, uint64_t now
                              sched_core_effects_t *effects);
 /* Appends gang slot seq of cluster group group_id to the FIFO; when it is at the head, it is
  * served. 0; -ENOENT (no local rank of that group), -EINVAL (not a BSP cluster group with
- * gang turns, or seq not larger than the group's last slot's: a duplicate is ignored with
- * -EALREADY and nothing changed), -ENOMEM. */
+ * gang turns, seq 0, or seq below the group's last slot's), -EALREADY (seq equal to the
+ * group's last slot's: a duplicate, ignored), -ENOMEM; on an error nothing changed. */
 int sched_core_group_slot(sched_core_t *core, uint64_t group_id, uint64_t seq, uint64_t now_ns,
                           sched_core_effects_t *effects);
-/* The slot being served (*group_id, *seq; 0, 0 when none) and the slots queued behind it. */
+/* The slot being served, the FIFO's head (*group_id, *seq; 0, 0 when none; either pointer may
+ * be NULL); returns how many slots are queued behind it. */
 size_t sched_core_slots_queued(const sched_core_t *core, uint64_t *group_id, uint64_t *seq);
 
 /* Runs an admission round now (after something outside the core freed memory). */

@@ -23,7 +23,7 @@ int core_group_check(const sched_core_t *core, const sched_core_group_t *g)
     if (!group)
         return 0;
     if (g->world != group->hints.world || g->sync != group->hints.sync ||
-        g->share_gpus != group->hints.share_gpus ||
+        g->share_gpus != group->hints.share_gpus || g->cluster != group->hints.cluster ||
         (g->sync == SCHED_CORE_SYNC_SSP && g->staleness != group->hints.staleness))
         return -EINVAL;
     for (uint32_t i = 0; i < group->member_count; i++) {
@@ -57,6 +57,7 @@ int core_group_join(sched_core_t *core, const sched_core_group_t *g, uint64_t id
         group = &core->groups[core->group_count++];
         *group = (core_group_t){.hints = *g, .members = members,
                                 .gang = g->sync == SCHED_CORE_SYNC_BSP && !core->gang_turns_off};
+        group->slots = g->cluster && group->gang;
         group->hints.rank = 0;
     }
     group->members[group->member_count++] = id;
@@ -77,6 +78,8 @@ void core_group_leave(sched_core_t *core, const core_job_t *job)
             group->members[kept++] = group->members[i];
     group->member_count = kept;
     if (kept == 0) {
+        if (group->slots)
+            core_cluster_drop_slots(core, group->hints.id);
         size_t at = (size_t)(group - core->groups);
         free(group->members);
         memmove(&core->groups[at], &core->groups[at + 1],
@@ -346,7 +349,7 @@ static void gang_start_slot(sched_core_t *core, core_group_t *group, uint64_t no
         const core_lane_t *book = m && m->admitted ? lane_book(core, m->lane) : NULL;
         if (!book)
             continue;
-        alone &= !m->provisional;
+        alone &= !m->provisional && !group->hints.cluster; /* (a cluster gang never) */
         for (size_t k = 0; k < book->count; k++) {
             core_job_t *other = core->lane_members[book->first + k];
             if (other->group_id == group->hints.id)
@@ -423,15 +426,16 @@ static void gang_continue_slot(sched_core_t *core, core_group_t *group, uint64_t
  * slots that are over give their lanes back; then, in the global order (least recently served
  * first, then the lower group id), each gang whose ranks are all ready reserves their lanes
  * unless an earlier gang holds or claims one of them (then it claims them, so that no later
- * gang takes them from it); reserved gangs are granted together or go on with their slot. */
+ * gang takes them from it); reserved gangs are granted together or go on with their slot.
+ * Cluster gangs take part only with the slot at the head of the FIFO (sched_core_cluster.c),
+ * placed in that order by the time their last slot started, as a local gang is. */
 void core_gang_pass(sched_core_t *core, uint64_t now_ns)
 {
     size_t count = 0;
     for (size_t g = 0; g < core->group_count; g++) {
         core_group_t *group = &core->groups[g];
-        if (!group->gang)
-            continue;
-        if (group->reserved && group->slot_granted && gang_slot_over(core, group)) {
+        if (group->gang && group->reserved && group->slot_granted &&
+            gang_slot_over(core, group)) {
             group->reserved = group->slot_granted = false;
             for (uint32_t i = 0; i < group->member_count; i++) {
                 core_job_t *m = find(core, group->members[i]);
@@ -441,7 +445,16 @@ void core_gang_pass(sched_core_t *core, uint64_t now_ns)
                 m->owes_turn = single_waits(core, m->lane, now_ns);
                 touch(core, m->lane); /* back to the policy */
             }
+            if (group->slots)
+                core_cluster_slot_done(core, group); /* the next slot is served */
         }
+    }
+    /* cluster gangs: only the group of the slot at the FIFO's head takes part */
+    const core_group_t *head = core->slot_count ? core_cluster_head(core) : NULL;
+    for (size_t g = 0; g < core->group_count; g++) {
+        core_group_t *group = &core->groups[g];
+        if (!group->gang || (group->slots && group != head))
+            continue;
         /* insertion sort: least recently served first, then the lower id */
         size_t at = count++;
         while (at > 0) {
@@ -575,11 +588,13 @@ static void admit_group(sched_core_t *core, const core_group_t *group, size_t fi
                         size_t count, core_user_t *user, bool strict, bool *blocked)
 {
     const char *refusal = NULL;
-    if (!group->hints.share_gpus && group->hints.world > core->gpu_count)
+    /* (a cluster group: its ranks here, the others are placed on their nodes) */
+    uint32_t ranks = group->hints.cluster ? group->member_count : group->hints.world;
+    if (!group->hints.share_gpus && ranks > core->gpu_count)
         refusal = "the group has more ranks than this node has GPUs (and its ranks may not "
                   "share a GPU)";
     else if (capped(core, core->requests[first].uid) && core->user_max_jobs &&
-             group->hints.world > core->user_max_jobs)
+             ranks > core->user_max_jobs)
         refusal = "the group has more ranks than its user may have jobs admitted at once "
                   "(user-max-jobs)";
     for (size_t i = 0; i < count && !refusal; i++) {
@@ -607,7 +622,9 @@ static void admit_group(sched_core_t *core, const core_group_t *group, size_t fi
         return;
     }
     const core_job_t *lead = find(core, core->requests[first].job_id);
-    if (*blocked || group->member_count < group->hints.world ||
+    bool complete = group->hints.cluster ? group->released
+                                         : group->member_count == group->hints.world;
+    if (*blocked || !complete ||
         (user && capped(core, lead->uid) && core->user_max_jobs &&
          user->admitted + count > core->user_max_jobs) ||
         !place_group(core, group, &core->requests[first], count)) {

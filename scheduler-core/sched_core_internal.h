@@ -56,6 +56,10 @@ typedef struct core_group_s {
     bool slot_granted;        /* the slot's members were granted together */
     bool round_seen;          /* handled in the current admission round */
     uint64_t served_ns;       /* when its last slot started (0: never) */
+    /* cluster groups (hints.cluster): released for admission; takes its slots from the FIFO
+     * (core->slots: BSP with gang turns); the last slot's seq given to it */
+    bool released, slots;
+    uint64_t last_seq;
     uint64_t *members;        /* ids of its registered ranks (waiting or admitted) */
     uint32_t member_count;    /* <= hints.world */
 } core_group_t;
@@ -149,6 +153,11 @@ struct sched_core_s {
     size_t *group_order;     /* core_gang_pass: groups in slot order */
     uint32_t *taken_lanes;   /* core_gang_pass: lanes reserved or claimed by earlier groups */
     size_t taken_count, taken_capacity;
+    /* cluster groups' gang slots, in the order the caller gave them; [0] is served */
+    struct core_slot_s {
+        uint64_t group_id, seq;
+    } *slots;
+    size_t slot_count, slot_capacity;
     uint64_t now_ns;         /* the last event's time (sched_core_job_info) */
     /* GPU time of each user's jobs since the core started (the fair share between users) */
     struct core_usage_s {
@@ -169,6 +178,8 @@ uint64_t core_user_gpu_bytes(sched_core_t *core, uint32_t uid, int gpu);
 bool core_within_caps(sched_core_t *core, const core_job_t *job, const core_user_t *user,
                       int *gpu);
 size_t core_round_users(sched_core_t *core, size_t n);
+int core_run_event(sched_core_t *core, bool admit, uint64_t now_ns,
+                   sched_core_effects_t *effects);
 
 /* sched_core_groups.c */
 core_group_t *core_group_find(const sched_core_t *core, uint64_t id);
@@ -181,6 +192,11 @@ void core_dispatch_lane_groups(sched_core_t *core, uint32_t lane, uint64_t now_n
 void core_gang_pass(sched_core_t *core, uint64_t now_ns);
 void core_admit_with_groups(sched_core_t *core, size_t n, bool strict, bool by_user);
 void core_group_boundary(sched_core_t *core, core_job_t *job, uint64_t now_ns);
+
+/* sched_core_cluster.c */
+void core_cluster_slot_done(sched_core_t *core, const core_group_t *group);
+core_group_t *core_cluster_head(sched_core_t *core);
+void core_cluster_drop_slots(sched_core_t *core, uint64_t group_id);
 
 /* emit() copies every field of sched_core_effect_t: a new field must be added there. */
 _Static_assert(sizeof(sched_core_effect_t) == 72, "a new effect field: copy it in emit()");

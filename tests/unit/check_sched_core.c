@@ -36,6 +36,8 @@ typedef struct fake_s {
     uint64_t admits[512]; /* job ids, in admission order */
     size_t admit_count;
     const char *last_refusal;
+    uint64_t done_groups[1024], done_seqs[1024]; /* SLOT_DONE effects, in order */
+    size_t done_count;
 } fake_t;
 
 /* Per-user caps and lanes shared across users for fake_start_users (0: none). */
@@ -129,7 +131,10 @@ static void apply(fake_t *f)
         case SCHED_CORE_LEARNED:
             j->learned += e->reason == NULL;
             break;
-        case SCHED_CORE_SLOT_DONE: /* cluster groups: none here */
+        case SCHED_CORE_SLOT_DONE: /* cluster groups (job_id: the group's) */
+            ck_assert_uint_lt(f->done_count, 1024);
+            f->done_groups[f->done_count] = e->job_id;
+            f->done_seqs[f->done_count++] = e->seq;
             break;
         }
     }
@@ -1648,6 +1653,528 @@ START_TEST(test_gang_reattached_ranks)
 }
 END_TEST
 
+/* ---- cluster groups: release and externally ordered gang slots (sched_core.h) ------------ */
+
+/* Registers rank `rank` of cluster group `group` (world ranks across the cluster). */
+static int reg_cluster_rc(fake_t *f, uint64_t id, uint64_t group, uint32_t world, uint32_t rank,
+                          sched_core_sync_t sync, uint64_t p, uint64_t e)
+{
+    sched_core_job_hints_t h = {.id = id, .uid = 1000, .persistent_bytes = p,
+                                .ephemeral_bytes = e, .iterations_expected = 1000,
+                                .group = {.id = group, .world = world, .rank = rank,
+                                          .sync = sync, .cluster = true}};
+    int rc = sched_core_job_registered(f->core, &h, f->now_ns, &f->fx);
+    apply(f);
+    return rc;
+}
+
+static void reg_cluster(fake_t *f, uint64_t id, uint64_t group, uint32_t world, uint32_t rank)
+{
+    ck_assert_int_eq(reg_cluster_rc(f, id, group, world, rank, SCHED_CORE_SYNC_BSP, 100 * MIB,
+                                    600 * MIB), 0);
+}
+
+static int group_release(fake_t *f, uint64_t group)
+{
+    int rc = sched_core_group_release(f->core, group, f->now_ns, &f->fx);
+    apply(f);
+    return rc;
+}
+
+static int group_slot(fake_t *f, uint64_t group, uint64_t seq)
+{
+    int rc = sched_core_group_slot(f->core, group, seq, f->now_ns, &f->fx);
+    apply(f);
+    return rc;
+}
+
+/* Two of a world of 3 here: checked like local ranks, not admitted until the release, then
+ * both in that event on distinct GPUs; a cluster group with more ranks here than GPUs is
+ * refused at registration (one with more in its world is not); release of an unknown group
+ * or of a local one is an error. */
+START_TEST(test_cluster_waits_for_release)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 2, 1 * GIB, 1, false);
+    reg_cluster(&f, 1, 7, 3, 0);
+    reg_cluster(&f, 2, 7, 3, 2);
+    ck_assert(!f.jobs[1].admitted && !f.jobs[2].admitted);
+    ck_assert_int_eq(reg_cluster_rc(&f, 3, 7, 3, 2, SCHED_CORE_SYNC_BSP, MIB, MIB), -EINVAL);
+    ck_assert_int_eq(reg_cluster_rc(&f, 3, 7, 3, 3, SCHED_CORE_SYNC_BSP, MIB, MIB), -EINVAL);
+    ck_assert_int_eq(reg_cluster_rc(&f, 3, 7, 4, 1, SCHED_CORE_SYNC_BSP, MIB, MIB), -EINVAL);
+    ck_assert_int_eq(reg_cluster_rc(&f, 3, 7, 3, 1, SCHED_CORE_SYNC_ASP, MIB, MIB), -EINVAL);
+    ck_assert_int_eq(reg_rank_rc(&f, 3, 7, 3, 1, SCHED_CORE_SYNC_BSP, 0, MIB, MIB), -EINVAL);
+    ck_assert_int_eq(group_release(&f, 99), -ENOENT);
+    ck_assert_int_eq(group_slot(&f, 99, 1), -ENOENT);
+    ck_assert(!f.jobs[1].admitted && !f.jobs[2].admitted);
+    sched_core_job_info_t ji;
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &ji), 0);
+    ck_assert_int_eq(ji.phase, SCHED_CORE_WAITING);
+    ck_assert(ji.group.cluster);
+    f.now_ns += 5 * MS;
+    ck_assert_int_eq(sched_core_group_release(f.core, 7, f.now_ns, &f.fx), 0);
+    ck_assert_uint_eq(effects_of(&f, SCHED_CORE_ADMIT), 2);
+    apply(&f);
+    ck_assert(f.jobs[1].admitted && f.jobs[2].admitted);
+    ck_assert_int_ne(f.jobs[1].gpu, f.jobs[2].gpu);
+    ck_assert_int_eq(sched_core_job_info(f.core, 2, &ji), 0);
+    ck_assert_uint_eq(ji.gang_wait_ns, 5 * MS);
+    ck_assert_int_eq(group_release(&f, 7), 0); /* twice: 0, nothing more */
+    ck_assert_uint_eq(f.admit_count, 2);
+    /* a local group cannot be released */
+    reg_rank(&f, 10, 8, 2, 0, SCHED_CORE_SYNC_BSP, 0);
+    ck_assert_int_eq(group_release(&f, 8), -EINVAL);
+    /* world 5 with 2 ranks here fits 2 GPUs (it waits); a third rank here is refused, all */
+    reg_cluster(&f, 20, 9, 5, 0);
+    reg_cluster(&f, 21, 9, 5, 3);
+    ck_assert(!f.jobs[20].refused && !f.jobs[21].refused);
+    reg_cluster(&f, 22, 9, 5, 4);
+    ck_assert(f.jobs[20].refused && f.jobs[21].refused && f.jobs[22].refused);
+    ck_assert_ptr_nonnull(strstr(f.last_refusal, "more ranks than"));
+    ck_assert_int_eq(group_release(&f, 9), -ENOENT);
+    fake_stop(&f);
+}
+END_TEST
+
+/* Two cluster groups sharing both lanes (A's rank 0 beside B's rank 1, as gang_setup): slots
+ * are served in the order given (B's first, although A has the lower id and neither was
+ * served: the local order would pick A), each for gang_slot_iterations (2) iterations of every
+ * rank, granted together and never freely; SLOT_DONE carries the group and seq; a duplicate
+ * seq is -EALREADY, an older one -EINVAL, as is a slot for a local group or an ASP one. */
+START_TEST(test_cluster_slots_in_fifo_order)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 2, 1 * GIB, 2, false);
+    reg_cluster(&f, 1, 100, 4, 0);
+    reg_cluster(&f, 2, 100, 4, 1);
+    reg_cluster(&f, 3, 200, 4, 3);
+    reg_cluster(&f, 4, 200, 4, 2);
+    ck_assert_int_eq(group_release(&f, 100), 0);
+    ck_assert_int_eq(group_release(&f, 200), 0);
+    for (uint64_t id = 1; id <= 4; id++)
+        ck_assert(f.jobs[id].admitted);
+    ck_assert_uint_eq(f.jobs[1].lane, f.jobs[3].lane);
+    ck_assert_uint_eq(f.jobs[2].lane, f.jobs[4].lane);
+    for (uint64_t id = 1; id <= 4; id++)
+        ask(&f, id);
+    ck_assert_uint_eq(f.grant_count, 0); /* no slot, no turn */
+    uint64_t head_group = 1, head_seq = 1;
+    ck_assert_uint_eq(sched_core_slots_queued(f.core, &head_group, &head_seq), 0);
+    ck_assert_uint_eq(head_group, 0);
+    ck_assert_uint_eq(head_seq, 0);
+    ck_assert_int_eq(sched_core_group_slot(f.core, 200, 1, f.now_ns, &f.fx), 0);
+    ck_assert_uint_eq(effects_of(&f, SCHED_CORE_GRANT), 2); /* together, in one event */
+    apply(&f);
+    ck_assert_int_eq(group_slot(&f, 100, 1), 0);
+    ck_assert_int_eq(group_slot(&f, 200, 2), 0);
+    ck_assert_int_eq(group_slot(&f, 200, 2), -EALREADY);
+    ck_assert_int_eq(group_slot(&f, 200, 1), -EINVAL);
+    ck_assert_int_eq(group_slot(&f, 100, 0), -EINVAL);
+    ck_assert_uint_eq(sched_core_slots_queued(f.core, &head_group, &head_seq), 2);
+    ck_assert_uint_eq(head_group, 200);
+    ck_assert_uint_eq(head_seq, 1);
+    ck_assert(f.jobs[3].running && f.jobs[4].running && !f.jobs[1].running && !f.jobs[2].running);
+    ck_assert(!f.jobs[3].free_run && !f.jobs[4].free_run);
+    for (int k = 0; k < 2; k++) {
+        boundary(&f, 3, 1 * MS);
+        ck_assert_uint_eq(f.done_count, 0);
+        ck_assert(f.jobs[3].running == (k == 0)); /* granted again inside its slot */
+        boundary(&f, 4, 1 * MS);
+    }
+    ck_assert_uint_eq(f.done_count, 1);
+    ck_assert_uint_eq(f.done_groups[0], 200);
+    ck_assert_uint_eq(f.done_seqs[0], 1);
+    ck_assert(f.jobs[1].running && f.jobs[2].running); /* A's slot, in the same event */
+    ck_assert(!f.jobs[1].free_run && !f.jobs[2].free_run);
+    ck_assert(!f.jobs[3].running && !f.jobs[4].running);
+    for (int k = 0; k < 2; k++)
+        for (uint64_t id = 1; id <= 2; id++)
+            boundary(&f, id, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 2);
+    ck_assert_uint_eq(f.done_groups[1], 100);
+    ck_assert_uint_eq(f.done_seqs[1], 1);
+    ck_assert(f.jobs[3].running && f.jobs[4].running); /* B's second slot */
+    for (int k = 0; k < 2; k++)
+        for (uint64_t id = 3; id <= 4; id++)
+            boundary(&f, id, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 3);
+    ck_assert_uint_eq(f.done_seqs[2], 2);
+    ck_assert_uint_eq(sched_core_slots_queued(f.core, &head_group, &head_seq), 0);
+    ck_assert_uint_eq(head_group, 0);
+    size_t grants = f.grant_count;
+    for (uint64_t id = 1; id <= 4; id++)
+        ck_assert(!f.jobs[id].running); /* no slot: nobody runs, all ready */
+    f.now_ns += 1 * MS;
+    ck_assert_int_eq(sched_core_admit(f.core, f.now_ns, &f.fx), 0);
+    apply(&f);
+    ck_assert_uint_eq(f.grant_count, grants);
+    ck_assert_int_eq(group_slot(&f, 100, 7), 0); /* seqs need not be dense */
+    ck_assert(f.jobs[1].running && f.jobs[2].running);
+    /* only BSP cluster groups take slots */
+    reg_rank(&f, 10, 300, 2, 0, SCHED_CORE_SYNC_BSP, 0);
+    ck_assert_int_eq(group_slot(&f, 300, 1), -EINVAL);
+    ck_assert_int_eq(reg_cluster_rc(&f, 11, 400, 2, 0, SCHED_CORE_SYNC_ASP, MIB, MIB), 0);
+    ck_assert_int_eq(group_slot(&f, 400, 1), -EINVAL);
+    fake_stop(&f);
+}
+END_TEST
+
+/* A single job waiting on a lane that a cluster slot reserves has its turn between two slots
+ * of the group (even with the next slot queued already); a cluster rank alone in its lane is
+ * not granted freely (it must report the boundaries that end its slot). */
+START_TEST(test_cluster_single_job_between_slots)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 1, 1 * GIB, 1, false);
+    reg_cluster(&f, 1, 100, 2, 1);
+    ck_assert_int_eq(group_release(&f, 100), 0);
+    reg(&f, 2, 1000, 100 * MIB, 600 * MIB, 100, 0);
+    ck_assert(f.jobs[1].admitted && f.jobs[2].admitted);
+    ck_assert_uint_eq(f.jobs[1].lane, f.jobs[2].lane);
+    ask(&f, 1);
+    ck_assert_int_eq(group_slot(&f, 100, 1), 0);
+    ck_assert(f.jobs[1].running && !f.jobs[1].free_run);
+    ask(&f, 2);
+    ck_assert(!f.jobs[2].running); /* the lane is the slot's */
+    ck_assert_int_eq(group_slot(&f, 100, 2), 0);
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 1);
+    ck_assert(f.jobs[2].running && !f.jobs[1].running); /* its turn first */
+    boundary(&f, 2, 1 * MS);
+    ck_assert(f.jobs[1].running && !f.jobs[2].running); /* then slot 2 */
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 2);
+    ck_assert_uint_eq(f.done_seqs[1], 2);
+    ck_assert(f.jobs[2].running); /* no slot left: its turn */
+    ck_assert_uint_eq(f.grant_count, 4);
+    ck_assert_uint_eq(f.grants[0], 1);
+    ck_assert_uint_eq(f.grants[1], 2);
+    ck_assert_uint_eq(f.grants[2], 1);
+    ck_assert_uint_eq(f.grants[3], 2);
+    fake_stop(&f);
+}
+END_TEST
+
+/* Ranks leaving: the slot goes on with the ranks left; when the group's last local rank has
+ * gone, its slots (the one served and the queued ones) are dropped, each with its SLOT_DONE
+ * in order, and the next group's slot is served. */
+START_TEST(test_cluster_ranks_leave_drop_slots)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 2, 1 * GIB, 1, false);
+    reg_cluster(&f, 1, 100, 4, 0);
+    reg_cluster(&f, 2, 100, 4, 1);
+    reg_cluster(&f, 3, 200, 4, 3);
+    reg_cluster(&f, 4, 200, 4, 2);
+    ck_assert_int_eq(group_release(&f, 100), 0);
+    ck_assert_int_eq(group_release(&f, 200), 0);
+    for (uint64_t id = 1; id <= 4; id++)
+        ask(&f, id);
+    ck_assert_int_eq(group_slot(&f, 100, 1), 0);
+    ck_assert_int_eq(group_slot(&f, 100, 2), 0);
+    ck_assert_int_eq(group_slot(&f, 200, 1), 0);
+    ck_assert_int_eq(group_slot(&f, 100, 3), 0);
+    ck_assert(f.jobs[1].running && f.jobs[2].running);
+    leave(&f, 2);
+    ck_assert_uint_eq(f.done_count, 0); /* rank 0 still runs the slot */
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 1);
+    ck_assert(f.jobs[1].running); /* slot 2: a gang of one here */
+    ck_assert(!f.jobs[3].running && !f.jobs[4].running);
+    leave(&f, 1);
+    ck_assert_uint_eq(f.done_count, 3);
+    ck_assert_uint_eq(f.done_groups[1], 100);
+    ck_assert_uint_eq(f.done_seqs[1], 2);
+    ck_assert_uint_eq(f.done_groups[2], 100);
+    ck_assert_uint_eq(f.done_seqs[2], 3);
+    ck_assert(f.jobs[3].running && f.jobs[4].running); /* B's slot */
+    uint64_t head_group = 0, head_seq = 0;
+    ck_assert_uint_eq(sched_core_slots_queued(f.core, &head_group, &head_seq), 0);
+    ck_assert_uint_eq(head_group, 200);
+    ck_assert_uint_eq(head_seq, 1);
+    ck_assert_int_eq(group_slot(&f, 100, 4), -ENOENT); /* no rank here any more */
+    fake_stop(&f);
+}
+END_TEST
+
+/* Local gangs beside a cluster group: they take slots in the local order (least recently
+ * served first) whether or not the cluster group has a slot; the cluster group runs only in
+ * its slot, placed among them by the time its last slot started. */
+START_TEST(test_cluster_beside_local_gangs)
+{
+    fake_t f;
+    gang_sim_t g;
+    gang_setup(&f, &g, 1, false);
+    ck_assert_int_eq(reg_cluster_rc(&f, 5, 300, 3, 1, SCHED_CORE_SYNC_BSP, 10 * MIB, 600 * MIB),
+                     0);
+    ck_assert_int_eq(group_release(&f, 300), 0);
+    ck_assert(f.jobs[5].admitted);
+    ck_assert_uint_eq(f.jobs[5].lane, f.jobs[1].lane);
+    ask(&f, 5); /* (the others wait: no gang runs freely) */
+    ask(&f, 3);
+    ask(&f, 4);
+    ask(&f, 1);
+    ask(&f, 2);
+    /* B (complete first), A, B, A: the local order; 300 has no slot */
+    uint64_t expect[5][2] = {{3, 4}, {1, 2}, {3, 4}, {1, 2}, {3, 4}};
+    for (int s = 0; s < 5; s++) {
+        ck_assert_msg(f.jobs[expect[s][0]].running && f.jobs[expect[s][1]].running, "slot %d", s);
+        ck_assert(!f.jobs[5].running);
+        ck_assert(!f.jobs[expect[s][0]].free_run && !f.jobs[expect[s][1]].free_run);
+        if (s == 4)
+            break;
+        f.now_ns += 1 * MS;
+        boundary(&f, expect[s][0], 1 * MS);
+        boundary(&f, expect[s][1], 1 * MS);
+    }
+    ck_assert_int_eq(group_slot(&f, 300, 1), 0);
+    ck_assert(!f.jobs[5].running); /* B holds the lane */
+    f.now_ns += 1 * MS;
+    boundary(&f, 3, 1 * MS);
+    boundary(&f, 4, 1 * MS);
+    /* 300 (never served) before A (served 1 ms ago), which claims its lanes and waits */
+    ck_assert(f.jobs[5].running);
+    for (uint64_t id = 1; id <= 4; id++)
+        ck_assert(!f.jobs[id].running);
+    boundary(&f, 5, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 1);
+    ck_assert_uint_eq(f.done_groups[0], 300);
+    ck_assert_uint_eq(f.done_seqs[0], 1);
+    ck_assert(!f.jobs[5].running && f.jobs[1].running && f.jobs[2].running);
+    fake_stop(&f);
+}
+END_TEST
+
+/* Three nodes (three cores of 2 GPUs) with ranks of 2 or 3 cluster groups in random
+ * placements (worlds of 2 to 4, at most 2 ranks of a group per node) and a single job per
+ * node, all sharing lanes; one driver issues every group's slots in one global order and
+ * delivers each node its slots in that order, at random times (also before the node released
+ * the group). A rank's iteration completes only when every rank of its group, on every node,
+ * has been granted that iteration (a collective). Over 200 seeds: every group does its N
+ * iterations (no deadlock) within a bounded number of steps, each node's SLOT_DONEs come in
+ * the order its slots were given, and every slot given ends. */
+enum { CL_NODES = 3, CL_GROUPS = 3, CL_WORLD = 4, CL_N = 8, CL_SINGLE = 5 };
+
+typedef struct cl_rank_s {
+    int node;
+    uint64_t id; /* the job id on its node */
+} cl_rank_t;
+
+typedef struct cl_sim_s {
+    fake_t *nodes[CL_NODES];
+    int groups;
+    uint32_t world[CL_GROUPS];
+    cl_rank_t ranks[CL_GROUPS][CL_WORLD];
+    bool has[CL_NODES][CL_GROUPS];
+    bool released[CL_NODES][CL_GROUPS];
+    bool asked[CL_GROUPS][CL_WORLD]; /* asked for a turn, not finished since */
+    uint64_t order[CL_GROUPS * CL_N][2]; /* the global order: (group id, seq) */
+    size_t order_count;
+    size_t delivered[CL_NODES];            /* position in the order of each node's next slot */
+    uint64_t given[CL_NODES][CL_GROUPS * CL_N][2]; /* what each node was given, in order */
+    size_t given_count[CL_NODES];
+    bool single_started[CL_NODES];
+} cl_sim_t;
+
+static uint64_t cl_group_id(int g)
+{
+    return 100 + (uint64_t)g;
+}
+
+static bool cl_can_finish(const cl_sim_t *c, int g, int r)
+{
+    const fake_job_t *j = &c->nodes[c->ranks[g][r].node]->jobs[c->ranks[g][r].id];
+    if (!j->running)
+        return false;
+    for (uint32_t p = 0; p < c->world[g]; p++) {
+        const fake_job_t *peer = &c->nodes[c->ranks[g][p].node]->jobs[c->ranks[g][p].id];
+        if (!(peer->iterations > j->iterations ||
+              (peer->running && peer->iterations == j->iterations)))
+            return false;
+    }
+    return true;
+}
+
+static void cl_setup(cl_sim_t *c, uint64_t *rng)
+{
+    memset(c, 0, sizeof(*c));
+    uint64_t next_id[CL_NODES];
+    for (int n = 0; n < CL_NODES; n++) {
+        c->nodes[n] = calloc(1, sizeof(fake_t));
+        ck_assert_ptr_nonnull(c->nodes[n]);
+        fake_start_gpus(c->nodes[n], "pack", 2, 1 * GIB, 1, false);
+        next_id[n] = 10;
+    }
+    c->groups = 2 + (int)(prng_next(rng) % 2);
+    for (int g = 0; g < c->groups; g++) {
+        c->world[g] = 2 + (uint32_t)(prng_next(rng) % 3);
+        int per_node[CL_NODES] = {0};
+        for (uint32_t r = 0; r < c->world[g]; r++) {
+            int n;
+            do
+                n = (int)(prng_next(rng) % CL_NODES);
+            while (per_node[n] == 2);
+            per_node[n]++;
+            c->ranks[g][r] = (cl_rank_t){.node = n, .id = next_id[n]++};
+            c->has[n][g] = true;
+            ck_assert_int_eq(reg_cluster_rc(c->nodes[n], c->ranks[g][r].id, cl_group_id(g),
+                                            c->world[g], r, SCHED_CORE_SYNC_BSP, 50 * MIB,
+                                            600 * MIB), 0);
+        }
+    }
+    for (int n = 0; n < CL_NODES; n++)
+        reg(c->nodes[n], CL_SINGLE, 1000, 50 * MIB, 600 * MIB, 100, 0);
+    /* the global order: rounds of every group's next slot, each round in a random order */
+    uint64_t seq = 1;
+    for (int round = 0; round < CL_N; round++) {
+        int perm[CL_GROUPS] = {0, 1, 2};
+        for (int i = c->groups - 1; i > 0; i--) {
+            int k = (int)(prng_next(rng) % (uint64_t)(i + 1)), t = perm[i];
+            perm[i] = perm[k];
+            perm[k] = t;
+        }
+        for (int i = 0; i < c->groups; i++) {
+            c->order[c->order_count][0] = cl_group_id(perm[i]);
+            c->order[c->order_count++][1] = seq++;
+        }
+    }
+}
+
+/* The node's next slot in the global order (skipping groups it has no rank of), or -1. */
+static long cl_next_slot(const cl_sim_t *c, int n)
+{
+    for (size_t i = c->delivered[n]; i < c->order_count; i++)
+        if (c->has[n][c->order[i][0] - 100])
+            return (long)i;
+    return -1;
+}
+
+static bool cl_done(const cl_sim_t *c)
+{
+    for (int g = 0; g < c->groups; g++)
+        for (uint32_t r = 0; r < c->world[g]; r++)
+            if (c->nodes[c->ranks[g][r].node]->jobs[c->ranks[g][r].id].iterations < CL_N)
+                return false;
+    for (int n = 0; n < CL_NODES; n++)
+        if (c->nodes[n]->jobs[CL_SINGLE].iterations < CL_N)
+            return false;
+    return true;
+}
+
+/* Do two groups share a lane on at least `nodes` nodes? */
+static bool cl_groups_share_lanes(const cl_sim_t *c, int nodes)
+{
+    for (int g = 0; g < c->groups; g++)
+        for (int h = g + 1; h < c->groups; h++) {
+            bool on[CL_NODES] = {false};
+            for (uint32_t r = 0; r < c->world[g]; r++)
+                for (uint32_t q = 0; q < c->world[h]; q++) {
+                    const cl_rank_t *a = &c->ranks[g][r], *b = &c->ranks[h][q];
+                    const fake_job_t *ja = &c->nodes[a->node]->jobs[a->id];
+                    const fake_job_t *jb = &c->nodes[b->node]->jobs[b->id];
+                    on[a->node] |= a->node == b->node && ja->gpu == jb->gpu &&
+                                   ja->lane == jb->lane;
+                }
+            int count = 0;
+            for (int n = 0; n < CL_NODES; n++)
+                count += on[n];
+            if (count >= nodes)
+                return true;
+        }
+    return false;
+}
+
+START_TEST(test_cluster_three_nodes_never_deadlock)
+{
+    enum { MAX_STEPS = 4000 };
+    int contended = 0; /* seeds where two groups share lanes on two nodes (a circle could form) */
+    for (uint64_t seed = 1; seed <= 200; seed++) {
+        cl_sim_t c;
+        uint64_t rng = seed * 0x9E3779B97F4A7C15ull;
+        cl_setup(&c, &rng);
+        int steps = 0;
+        while (!cl_done(&c)) {
+            ck_assert_msg(steps++ < MAX_STEPS, "seed %llu: not done in %d steps",
+                          (unsigned long long)seed, MAX_STEPS);
+            /* kind (0 release, 1 deliver, 2 ask, 3 finish, 4 single), node/group, rank/node */
+            int actions[64][3], count = 0;
+            for (int n = 0; n < CL_NODES; n++) {
+                for (int g = 0; g < c.groups; g++)
+                    if (c.has[n][g] && !c.released[n][g])
+                        memcpy(actions[count++], (int[3]){0, n, g}, sizeof(actions[0]));
+                if (cl_next_slot(&c, n) >= 0)
+                    memcpy(actions[count++], (int[3]){1, n, 0}, sizeof(actions[0]));
+                const fake_job_t *s = &c.nodes[n]->jobs[CL_SINGLE];
+                if (s->iterations < CL_N && (!c.single_started[n] || s->running))
+                    memcpy(actions[count++], (int[3]){4, n, 0}, sizeof(actions[0]));
+            }
+            for (int g = 0; g < c.groups; g++)
+                for (uint32_t r = 0; r < c.world[g]; r++) {
+                    const fake_job_t *j = &c.nodes[c.ranks[g][r].node]->jobs[c.ranks[g][r].id];
+                    if (!c.asked[g][r] && j->admitted && j->iterations < CL_N)
+                        memcpy(actions[count++], (int[3]){2, g, (int)r}, sizeof(actions[0]));
+                    else if (j->iterations < CL_N && cl_can_finish(&c, g, (int)r))
+                        memcpy(actions[count++], (int[3]){3, g, (int)r}, sizeof(actions[0]));
+                }
+            ck_assert_msg(count > 0, "seed %llu: deadlock after %d steps",
+                          (unsigned long long)seed, steps);
+            int *a = actions[prng_next(&rng) % (uint64_t)count];
+            if (a[0] == 0) {
+                c.released[a[1]][a[2]] = true;
+                ck_assert_int_eq(group_release(c.nodes[a[1]], cl_group_id(a[2])), 0);
+            } else if (a[0] == 1) {
+                int n = a[1];
+                size_t i = (size_t)cl_next_slot(&c, n);
+                ck_assert_int_eq(group_slot(c.nodes[n], c.order[i][0], c.order[i][1]), 0);
+                memcpy(c.given[n][c.given_count[n]++], c.order[i], sizeof(c.order[i]));
+                c.delivered[n] = i + 1;
+            } else if (a[0] == 2) {
+                c.asked[a[1]][a[2]] = true;
+                ask(c.nodes[c.ranks[a[1]][a[2]].node], c.ranks[a[1]][a[2]].id);
+            } else if (a[0] == 3) {
+                fake_t *f = c.nodes[c.ranks[a[1]][a[2]].node];
+                ck_assert(!f->jobs[c.ranks[a[1]][a[2]].id].free_run);
+                f->now_ns += 1 * MS;
+                if (prng_next(&rng) % 2) { /* asks again at once */
+                    boundary(f, c.ranks[a[1]][a[2]].id, 1 * MS);
+                } else { /* a host part first: it asks in a later step */
+                    release(f, c.ranks[a[1]][a[2]].id, 1 * MS);
+                    c.asked[a[1]][a[2]] = false;
+                }
+            } else {
+                fake_t *f = c.nodes[a[1]];
+                f->now_ns += 1 * MS;
+                if (!c.single_started[a[1]]) {
+                    c.single_started[a[1]] = true;
+                    ask(f, CL_SINGLE);
+                } else if (f->jobs[CL_SINGLE].free_run) {
+                    f->jobs[CL_SINGLE].iterations++; /* it goes on without stopping */
+                } else {
+                    boundary(f, CL_SINGLE, 1 * MS);
+                }
+                if (f->jobs[CL_SINGLE].iterations >= CL_N)
+                    leave(f, CL_SINGLE); /* its work is done */
+            }
+        }
+        contended += cl_groups_share_lanes(&c, 2);
+        for (int n = 0; n < CL_NODES; n++) {
+            fake_t *f = c.nodes[n];
+            /* every slot given ended, in the order given */
+            ck_assert_msg(f->done_count == c.given_count[n], "seed %llu node %d: %zu of %zu",
+                          (unsigned long long)seed, n, f->done_count, c.given_count[n]);
+            for (size_t i = 0; i < f->done_count; i++) {
+                ck_assert_uint_eq(f->done_groups[i], c.given[n][i][0]);
+                ck_assert_uint_eq(f->done_seqs[i], c.given[n][i][1]);
+            }
+            ck_assert_uint_eq(sched_core_slots_queued(f->core, NULL, NULL), 0);
+            fake_stop(f);
+            free(f);
+        }
+    }
+    ck_assert_int_ge(contended, 50);
+}
+END_TEST
+
 static Suite *sched_core_suite(void)
 {
     Suite *s = suite_create("sched_core");
@@ -1695,6 +2222,15 @@ static Suite *sched_core_suite(void)
     tcase_add_test(g, test_asp_ranks_take_single_turns);
     tcase_add_test(g, test_gang_reattached_ranks);
     suite_add_tcase(s, g);
+    TCase *c = tcase_create("cluster");
+    tcase_set_timeout(c, 120);
+    tcase_add_test(c, test_cluster_waits_for_release);
+    tcase_add_test(c, test_cluster_slots_in_fifo_order);
+    tcase_add_test(c, test_cluster_single_job_between_slots);
+    tcase_add_test(c, test_cluster_ranks_leave_drop_slots);
+    tcase_add_test(c, test_cluster_beside_local_gangs);
+    tcase_add_test(c, test_cluster_three_nodes_never_deadlock);
+    suite_add_tcase(s, c);
     return s;
 }
 

@@ -444,9 +444,15 @@ void cluster_groups_event(cluster_t *cl, const etcd_kv_t *kv, int deleted)
         g = group_get(cl, key);
         if (!g)
             return;
-        const char *slash = strchr(key, '/');
+        const char *name = strchr(key, '/');
+        name = name ? name + 1 : key;
         g->uid = (uint32_t)strtoul(key, NULL, 10);
-        snprintf(g->name, sizeof(g->name), "%s", slash ? slash + 1 : key);
+        size_t len = strlen(name);
+        memcpy(g->name, name, len < sizeof(g->name) ? len + 1 : 0);
+        if (len >= sizeof(g->name)) { /* no group of ours has such a name */
+            group_drop(cl, g);
+            return;
+        }
     }
     if (g->local_id && g->over && g->epoch && g->epoch != kv->create_revision) {
         /* a new run of the name while the old one is still kept here: forget the old */

@@ -52,6 +52,7 @@ typedef struct cluster_group_s {
     int failure_ours_pending;    /* failure to be written into the record */
     int released;
     int over;                    /* every local rank ended */
+    int record_gone;             /* over here and the record deleted: kept for the views */
     int write_busy;              /* a transaction on the record is in flight */
     int write_again;             /* something changed meanwhile: write again after it */
     uint64_t last_seq;           /* the last slot served here (0: none) */

@@ -61,6 +61,20 @@ void cluster_groups_free(cluster_t *cl)
     }
 }
 
+/* Forgets the local part of an ended run. */
+static void detach_local(cluster_group_t *g)
+{
+    free(g->local_job);
+    free(g->local_reg);
+    g->local_job = NULL;
+    g->local_reg = NULL;
+    g->local_id = 0;
+    g->local_ranks = g->local_registered = g->local_admitted = 0;
+    g->released = g->over = g->local_failed = g->ready_sent = g->record_gone = 0;
+    g->failure_ours_pending = 0;
+    g->last_seq = g->pending_seq = 0;
+}
+
 /* A group by key, made when unknown (world 0: not read yet). */
 static cluster_group_t *group_get(cluster_t *cl, const char *key)
 {
@@ -385,6 +399,8 @@ static void on_written(void *ctx, const etcd_result_t *r)
 
 static void write_record(cluster_t *cl, cluster_group_t *g)
 {
+    if (g->record_gone)
+        return; /* over everywhere, deleted: nothing to write */
     if (g->write_busy) {
         g->write_again = 1;
         return;
@@ -408,9 +424,15 @@ static void write_record(cluster_t *cl, cluster_group_t *g)
 
 void cluster_groups_retry(cluster_t *cl)
 {
-    for (cluster_group_t *g = cl->groups; g; g = g->next)
-        if (g->write_again && !g->write_busy)
+    for (cluster_group_t *g = cl->groups, *next; g; g = next) {
+        next = g->next;
+        groups_desc_t desc;
+        char sync[16];
+        if (g->record_gone && groups_describe(cl->d, g->local_id, &desc, sync, sizeof(sync)) < 0)
+            group_drop(cl, g); /* groups.c no longer lists it */
+        else if (g->write_again && !g->write_busy && !g->record_gone)
             consider(cl, g);
+    }
 }
 
 /* ---- events from etcd ---------------------------------------------------------------------- */
@@ -431,9 +453,15 @@ void cluster_groups_event(cluster_t *cl, const etcd_kv_t *kv, int deleted)
             fail_local(cl, g, "its cluster record was deleted", &cl->stats.groups_failed_rank);
             return;
         }
-        if (!g->local_id || g->over) {
+        if (!g->local_id) {
             cluster_slots_forget(cl, g);
             group_drop(cl, g);
+        } else if (g->over) { /* kept while groups.c lists the group: its ranks' nodes */
+            cluster_slots_forget(cl, g);
+            g->record_gone = 1;
+            g->failure_ours_pending = 0;
+            g->epoch = 0;
+            g->mod_revision = 0;
         } else {
             g->epoch = 0;
             g->mod_revision = 0;
@@ -454,9 +482,10 @@ void cluster_groups_event(cluster_t *cl, const etcd_kv_t *kv, int deleted)
             return;
         }
     }
-    if (g->local_id && g->over && g->epoch && g->epoch != kv->create_revision) {
+    if (g->local_id && g->over &&
+        (g->record_gone || (g->epoch && g->epoch != kv->create_revision))) {
         /* a new run of the name while the old one is still kept here: forget the old */
-        g->local_id = 0;
+        detach_local(g);
     }
     if (parse_record(cl, g, kv) < 0) {
         LOG_WARN("cluster: %.*s is not a group record: ignored", (int)kv->key_len, kv->key);
@@ -514,19 +543,8 @@ static cluster_group_t *local_group(cluster_t *cl, uint64_t group_id)
     g = group_get(cl, key);
     if (!g)
         return NULL;
-    if (g->local_id && g->local_id != group_id) {
-        /* the record's former local run is over; this is a new one */
-        g->local_id = 0;
-    }
-    if (!g->local_id && g->local_job) {
-        free(g->local_job);
-        free(g->local_reg);
-        g->local_job = NULL;
-        g->local_reg = NULL;
-        g->local_ranks = g->local_registered = g->local_admitted = 0;
-        g->released = g->over = g->local_failed = g->ready_sent = 0;
-        g->last_seq = g->pending_seq = 0;
-    }
+    if (g->local_id && g->local_id != group_id)
+        detach_local(g); /* the record's former local run is over; this is a new one */
     if (g->world && g->world != desc.world) {
         LOG_WARN("cluster: group %s has world %u on other nodes, not %u", desc.name, g->world,
                  desc.world);

@@ -44,7 +44,7 @@ static void node_slot(cluster_t *cl, cluster_group_t *g, uint64_t seq)
     g->pending_seq = seq;
     int rc = jobs_group_slot(cl->d, g->local_id, seq);
     if (rc < 0 && rc != -EALREADY) {
-        LOG_WARN("cluster: group %s: slot %llx refused by the scheduling core (%s): reported "
+        LOG_DEBUG("cluster: group %s: slot %llx refused by the scheduling core (%s): reported "
                  "over", g->name, (unsigned long long)seq, strerror(-rc));
         cluster_slot_done(cl->d, g->local_id, seq);
     }

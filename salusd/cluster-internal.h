@@ -55,6 +55,7 @@ typedef struct cluster_group_s {
     int record_gone;             /* over here and the record deleted: kept for the views */
     int write_busy;              /* a transaction on the record is in flight */
     int write_again;             /* something changed meanwhile: write again after it */
+    int read_busy;               /* a read of the record is in flight */
     uint64_t last_seq;           /* the last slot served here (0: none) */
     uint64_t pending_seq;        /* a slot received and not over yet (0: none) */
     int ready_sent;              /* admitted here and the leader told so */

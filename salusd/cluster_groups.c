@@ -422,13 +422,40 @@ static void write_record(cluster_t *cl, cluster_group_t *g)
     free(value);
 }
 
+static void on_reread(void *ctx, const etcd_result_t *r)
+{
+    cluster_group_t *g = ctx;
+    cluster_t *cl = g->cl;
+    g->read_busy = 0;
+    if (r->error || g->write_busy || r->count != 1)
+        return;
+    if ((int64_t)r->kvs[0].mod_revision > g->mod_revision) {
+        LOG_DEBUG("cluster: group %s: the record read again is newer than the watch's (%lld > "
+                  "%lld)", g->name, (long long)r->kvs[0].mod_revision, (long long)g->mod_revision);
+        if (parse_record(cl, g, &r->kvs[0]) == 0)
+            consider(cl, g);
+    }
+}
+
 void cluster_groups_retry(cluster_t *cl)
 {
+    /* a group that waits here for the other nodes reads its record again: a change the watch
+     * missed (a stream that broke and came back) is seen within a tick */
+    for (cluster_group_t *g = cl->groups; g; g = g->next) {
+        if (!g->local_id || g->released || g->local_failed || g->over || g->record_gone ||
+            g->write_busy || g->read_busy || !g->epoch)
+            continue;
+        char key[300];
+        cluster_key(cl, key, sizeof(key), "groups/");
+        snprintf(key + strlen(key), sizeof(key) - strlen(key), "%s", g->key);
+        g->cl = cl;
+        g->read_busy = etcd_get(cl->etcd, key, 0, on_reread, g) == 0;
+    }
     for (cluster_group_t *g = cl->groups, *next; g; g = next) {
         next = g->next;
         groups_desc_t desc;
         char sync[16];
-        if (g->record_gone && groups_describe(cl->d, g->local_id, &desc, sync, sizeof(sync)) < 0)
+        if (g->record_gone && !g->write_busy && !g->read_busy && groups_describe(cl->d, g->local_id, &desc, sync, sizeof(sync)) < 0)
             group_drop(cl, g); /* groups.c no longer lists it */
         else if (g->write_again && !g->write_busy && !g->record_gone)
             consider(cl, g);

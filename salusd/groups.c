@@ -381,13 +381,15 @@ static job_t *rank_job(salusd_t *d, const group_rank_t *r)
     return r->job_id && !r->over ? registry_find(d->registry, r->job_id) : NULL;
 }
 
+static uint32_t remote_ranks(const salusd_t *d, const group_t *g);
+
 static const char *group_state(salusd_t *d, const group_t *g)
 {
     if (g->failed)
         return "failed";
     if (g->ended_ns)
         return "done";
-    if (g->joined < g->world)
+    if (g->joined + remote_ranks(d, g) < g->world) /* (in a cluster, the other nodes' too) */
         return "forming";
     for (uint32_t i = 0; i < g->world; i++) {
         job_t *job = rank_job(d, &g->ranks[i]);

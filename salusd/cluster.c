@@ -330,9 +330,19 @@ static void on_listing(void *ctx, const etcd_result_t *r)
         start_failed(cl, "%s", r->message);
         return;
     }
-    for (size_t i = 0; i < r->count; i++)
-        key_event(cl, &r->kvs[i], 0);
-    cl->members_read = 1;
+    /* members and the leader first (the listing is sorted: groups/ comes before them), so
+     * that the groups are judged against the members */
+    char groups[256];
+    cluster_key(cl, groups, sizeof(groups), "groups/");
+    size_t glen = strlen(groups);
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < r->count; i++) {
+            int is_group = r->kvs[i].key_len >= glen && memcmp(r->kvs[i].key, groups, glen) == 0;
+            if (is_group == pass)
+                key_event(cl, &r->kvs[i], 0);
+        }
+        cl->members_read = 1;
+    }
     char prefix[256];
     cluster_key(cl, prefix, sizeof(prefix), "");
     cl->w_members = etcd_watch(cl->etcd, prefix, r->revision + 1, on_watch, cl);

@@ -308,7 +308,7 @@ static int all_over(const cluster_t *cl, const cluster_group_t *g)
     const char *nodes[CLUSTER_GROUP_MAX_NODES];
     uint32_t n = cluster_group_nodes(g, nodes, CLUSTER_GROUP_MAX_NODES);
     for (uint32_t i = 0; i < n; i++)
-        if (!node_over(g, nodes[i]) && cluster_is_member(cl, nodes[i]) &&
+        if (!node_over(g, nodes[i]) && (!cl->members_read || cluster_is_member(cl, nodes[i])) &&
             !(strcmp(nodes[i], cl->node) == 0 && g->over))
             return 0;
     return n > 0;

@@ -83,6 +83,7 @@ all_exited() {
 # the rest by cluster_cleanup (rm /dev/shm/*SUFFIX*)
 nodes_cleanup() {
     kill_tree "${RANK_PIDS[@]}" 2>/dev/null || true
+    [ -z "${WORKLOAD_TMP:-}" ] || rm -rf "$WORKLOAD_TMP" # workload_lib.sh's, when sourced
     cluster_cleanup
 }
 trap nodes_cleanup EXIT

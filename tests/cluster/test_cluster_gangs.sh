@@ -16,8 +16,8 @@
 #     A.1, which waits for n2's lane, held by B.1 spinning for B.0, which waits for n1's lane):
 #     the test shows no rank finishing for 20 s and then ends them.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../workloads/workload_lib.sh" # (its EXIT trap is replaced by nodes.sh's)
 . "$(dirname "$0")/nodes.sh"
-. "$(dirname "$0")/../workloads/workload_lib.sh"
 
 RUNS="${CLUSTER_GANG_RUNS:-3}"
 ITERATIONS=20

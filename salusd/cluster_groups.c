@@ -364,6 +364,8 @@ static void on_written(void *ctx, const etcd_result_t *r)
     cluster_group_t *g = ctx;
     cluster_t *cl = g->cl;
     g->write_busy = 0;
+    LOG_DEBUG("cluster: group %s: record written: error %d, succeeded %d, revision %lld, %zu kv",
+              g->name, r->error, r->succeeded, (long long)r->revision, r->count);
     if (r->error) {
         cl->stats.etcd_errors++;
         LOG_WARN("cluster: group %s: the record could not be written: %s", g->name, r->message);
@@ -419,6 +421,8 @@ static void write_record(cluster_t *cl, cluster_group_t *g)
                       .failure = {.kind = ETCD_OP_GET}};
     g->cl = cl;
     g->write_busy = etcd_txn(cl->etcd, &txn, on_written, g) == 0;
+    LOG_DEBUG("cluster: group %s: writing the record (if %s revision %lld): %s", g->name,
+              g->mod_revision ? "mod" : "create", (long long)g->mod_revision, value);
     free(value);
 }
 
@@ -514,6 +518,8 @@ void cluster_groups_event(cluster_t *cl, const etcd_kv_t *kv, int deleted)
         /* a new run of the name while the old one is still kept here: forget the old */
         detach_local(g);
     }
+    LOG_DEBUG("cluster: group %s: record at revision %lld: %.*s", g->name,
+              (long long)kv->mod_revision, (int)kv->value_len, kv->value);
     if (parse_record(cl, g, kv) < 0) {
         LOG_WARN("cluster: %.*s is not a group record: ignored", (int)kv->key_len, kv->key);
         return;

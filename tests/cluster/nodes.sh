@@ -48,6 +48,7 @@ nodes_up() {
     local n="$1" i want
     shift
     NODE_EXTRA=("$@")
+    [ -z "${CLUSTER_DEBUG:-}" ] || NODE_EXTRA+=(--log-level debug)
     cluster_up "$n"
     etcd_start
     cluster_key_make "$KEY"

@@ -22,7 +22,7 @@
 RUNS="${CLUSTER_GANG_RUNS:-3}"
 ITERATIONS=20
 export SIMGPU_DEVICES=1 SIMGPU_MEMORY_MB=1024 SIMGPU_COLLECTIVE_TIMEOUT_S=120
-nodes_up 3 ${CLUSTER_DEBUG:+--log-level debug}
+nodes_up 3
 
 # ---- 1. correctness: MPI across the nodes, each rank under its node's salusd
 MLP_MPI="$BIN/salus-mlp-mpi"

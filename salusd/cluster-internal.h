@@ -61,6 +61,8 @@ typedef struct cluster_group_s {
     int ready_sent;              /* admitted here and the leader told so */
     /* the leader's part */
     uint64_t cur_seq;            /* the slot issued last */
+    uint64_t cur_target;         /* the iterations each rank has done at its end */
+    uint64_t round_iters;        /* the most iterations a node reported ready with */
     char (*ready_nodes)[LINKS_NODE_BYTES]; /* the nodes ready for the next slot */
     uint32_t ready_count;
     struct cluster_group_s *next;

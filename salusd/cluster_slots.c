@@ -16,14 +16,15 @@
 static cluster_t *cl_of(const salusd_t *d) { return (cluster_t *)d->cluster; }
 
 static void send_to(cluster_t *cl, const char *node, const char *op, const cluster_group_t *g,
-                    const char *seq_key, uint64_t seq)
+                    const char *seq_key, uint64_t seq, uint64_t iters)
 {
     proto_enc_t enc;
     proto_enc_init(&enc);
-    proto_enc_begin(&enc, PROTO_REQUEST, 0, op, 3);
+    proto_enc_begin(&enc, PROTO_REQUEST, 0, op, 4);
     proto_pack_kv_str(&enc.pk, "group", g->key);
     proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)g->epoch);
     proto_pack_kv_uint(&enc.pk, seq_key, seq);
+    proto_pack_kv_uint(&enc.pk, "iters", iters);
     proto_enc_finish(&enc);
     if (links_send(cl->links, node, &enc) == 0)
         cl->stats.messages_sent++;
@@ -42,6 +43,7 @@ static void node_slot(cluster_t *cl, cluster_group_t *g, uint64_t seq)
     if (seq <= g->last_seq || seq == g->pending_seq)
         return; /* a slot sent again that this node has had */
     g->pending_seq = seq;
+    LOG_DEBUG("cluster: group %s: slot %llx here", g->name, (unsigned long long)seq);
     int rc = jobs_group_slot(cl->d, g->local_id, seq);
     if (rc < 0 && rc != -EALREADY) {
         LOG_DEBUG("cluster: group %s: slot %llx refused by the scheduling core (%s): reported "
@@ -50,16 +52,33 @@ static void node_slot(cluster_t *cl, cluster_group_t *g, uint64_t seq)
     }
 }
 
-static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, uint64_t last);
+static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, uint64_t last,
+                         uint64_t iters);
+
+/* The fewest iterations a live local rank of g has done (what survives a restart of salusd:
+ * the ranks' own count). */
+static uint64_t local_iters(cluster_t *cl, const cluster_group_t *g)
+{
+    uint64_t least = UINT64_MAX;
+    for (uint32_t i = 0; g->local_job && i < g->world; i++) {
+        job_t *job = g->local_job[i] ? registry_find(cl->d->registry, g->local_job[i]) : NULL;
+        if (job && job->runtime) {
+            uint64_t n = jobs_iterations(job);
+            least = n < least ? n : least;
+        }
+    }
+    return least == UINT64_MAX ? 0 : least;
+}
 
 void cluster_slots_ready(cluster_t *cl, cluster_group_t *g)
 {
     if (!cl->leader[0] || cl->lease_lost)
         return; /* sent when a leader is known (cluster_slots_resync) */
+    uint64_t iters = local_iters(cl, g);
     if (cluster_is_leader(cl))
-        leader_ready(cl, cl->node, g, g->last_seq);
+        leader_ready(cl, cl->node, g, g->last_seq, iters);
     else
-        send_to(cl, cl->leader, "ready", g, "last", g->last_seq);
+        send_to(cl, cl->leader, "ready", g, "last", g->last_seq, iters);
 }
 
 void cluster_slot_done(salusd_t *d, uint64_t group_id, uint64_t seq)
@@ -112,29 +131,43 @@ void cluster_slots_check(cluster_t *cl, cluster_group_t *g)
         if (!is_ready(g, nodes[i]))
             return;
     uint64_t seq = ((uint64_t)cl->leader_epoch << 32) | ++cl->slot_counter;
+    uint64_t k = cl->d->config.gang_slot_iterations > 0 ? (uint64_t)cl->d->config.gang_slot_iterations : 1;
     g->cur_seq = seq;
+    g->cur_target = g->round_iters + k;
     g->ready_count = 0;
+    g->round_iters = 0;
     cl->stats.slots_issued++;
+    LOG_DEBUG("cluster: group %s: slot %llx issued to %u node%s (ranks reach %llu iterations)",
+              g->name, (unsigned long long)seq, n, n == 1 ? "" : "s",
+              (unsigned long long)g->cur_target);
     for (uint32_t i = 0; i < n; i++) {
         if (strcmp(nodes[i], cl->node) == 0)
             node_slot(cl, g, seq);
         else
-            send_to(cl, nodes[i], "slot", g, "seq", seq);
+            send_to(cl, nodes[i], "slot", g, "seq", seq, g->cur_target);
     }
 }
 
-static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, uint64_t last)
+static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, uint64_t last,
+                         uint64_t iters)
 {
     if (g->failed)
         return;
-    if (g->cur_seq && last < g->cur_seq && !is_ready(g, node)) {
-        /* it has not had the slot issued last (lost with a link, or it restarted) */
+    if (g->cur_seq && last < g->cur_seq && iters < g->cur_target && !is_ready(g, node)) {
+        /* it has not had the slot issued last (lost with a link, or it restarted before its
+         * ranks did the slot's iterations: a restarted daemon knows no seq, its ranks know
+         * their count) */
+        LOG_DEBUG("cluster: group %s: node %s missed slot %llx (at %llu of %llu iterations): "
+                  "sent again", g->name, node, (unsigned long long)g->cur_seq,
+                  (unsigned long long)iters, (unsigned long long)g->cur_target);
         if (strcmp(node, cl->node) == 0)
             node_slot(cl, g, g->cur_seq);
         else
-            send_to(cl, node, "slot", g, "seq", g->cur_seq);
+            send_to(cl, node, "slot", g, "seq", g->cur_seq, g->cur_target);
         return;
     }
+    if (iters > g->round_iters)
+        g->round_iters = iters;
     if (!is_ready(g, node)) {
         if (!g->ready_nodes) {
             g->ready_nodes = calloc(CLUSTER_GROUP_MAX_NODES, sizeof(*g->ready_nodes));
@@ -151,6 +184,8 @@ void cluster_slots_forget(cluster_t *cl, cluster_group_t *g)
 {
     (void)cl;
     g->cur_seq = 0;
+    g->cur_target = 0;
+    g->round_iters = 0;
     g->ready_count = 0;
 }
 
@@ -163,7 +198,7 @@ void cluster_slots_link_up(cluster_t *cl, const char *node)
             continue;
         for (uint32_t i = 0; g->ranks && i < g->world; i++)
             if (strcmp(g->ranks[i].node, node) == 0) {
-                send_to(cl, node, "slot", g, "seq", g->cur_seq);
+                send_to(cl, node, "slot", g, "seq", g->cur_seq, g->cur_target);
                 break;
             }
     }
@@ -174,12 +209,13 @@ void cluster_slots_link_up(cluster_t *cl, const char *node)
 void cluster_slots_message(cluster_t *cl, const char *from, const proto_msg_t *msg)
 {
     char key[sizeof(((cluster_group_t *)0)->key)];
-    uint64_t epoch = 0, value = 0;
+    uint64_t epoch = 0, value = 0, iters = 0;
     int is_slot = strcmp(msg->op, "slot") == 0, is_ready_msg = strcmp(msg->op, "ready") == 0;
     if ((!is_slot && !is_ready_msg) ||
         proto_get_str_copy(&msg->body, "group", key, sizeof(key)) < 0 ||
         proto_get_uint(&msg->body, "epoch", &epoch) < 0 ||
-        proto_get_uint(&msg->body, is_slot ? "seq" : "last", &value) < 0) {
+        proto_get_uint(&msg->body, is_slot ? "seq" : "last", &value) < 0 ||
+        proto_get_uint(&msg->body, "iters", &iters) < 0) {
         LOG_WARN("cluster: a malformed message '%s' from %s: ignored", msg->op, from);
         return;
     }
@@ -196,6 +232,6 @@ void cluster_slots_message(cluster_t *cl, const char *from, const proto_msg_t *m
         }
         node_slot(cl, g, value);
     } else if (cluster_is_leader(cl)) {
-        leader_ready(cl, from, g, value);
+        leader_ready(cl, from, g, value, iters);
     }
 }

@@ -79,6 +79,7 @@ typedef struct cluster_s {
     int64_t ttl_s;
     uint64_t lease_ok_ns;        /* the last time etcd confirmed the lease */
     int lease_lost;              /* the lease has expired (or would have): out of the cluster */
+    int relist;                  /* lost it: read everything again when back */
     int keepalive_busy;
     uint64_t last_resync_ns, last_grant_ns;
     struct event *tick;          /* keepalive every TTL/3, lease-loss check, retries */

@@ -78,6 +78,7 @@ static int64_t lease_file_read(const cluster_t *cl)
 
 static void put_member(cluster_t *cl);
 static void campaign(cluster_t *cl);
+static void relist(cluster_t *cl);
 
 static void start_failed(cluster_t *cl, const char *fmt, const char *what)
 {
@@ -151,6 +152,7 @@ static void on_keepalive(void *ctx, const etcd_result_t *r)
         LOG_WARN("cluster: etcd says the lease of node %s has expired", cl->node);
         if (!cl->lease_lost) {
             cl->lease_lost = 1;
+            cl->relist = 1;
             cluster_groups_lease_lost(cl);
         }
         grant(cl);
@@ -169,6 +171,9 @@ static void on_member_put(void *ctx, const etcd_result_t *r)
     }
     if (!cl->start_done) {
         cl->start_done = 1; /* the listing and the watch follow (cluster_start) */
+    } else if (cl->relist) {
+        relist(cl);
+        return;
     }
     campaign(cl);
 }
@@ -256,6 +261,7 @@ static void member_event(cluster_t *cl, const char *node, const etcd_kv_t *kv, i
         if (strcmp(node, cl->node) == 0) {
             if (!cl->lease_lost) {
                 cl->lease_lost = 1;
+                cl->relist = 1;
                 cluster_groups_lease_lost(cl);
             }
             return;
@@ -351,6 +357,26 @@ static void on_listing(void *ctx, const etcd_result_t *r)
     campaign(cl);
 }
 
+/* Back in the cluster after the lease was lost (etcd away, or a new etcd): what this node
+ * knew may be stale (members gone, another leader, an etcd whose revisions started again):
+ * the watch stops, everything is read again, the watch starts after that listing. */
+static void relist(cluster_t *cl)
+{
+    cl->relist = 0;
+    etcd_watch_cancel(cl->w_members);
+    cl->w_members = NULL;
+    cl->member_count = 0;
+    cl->leader[0] = 0;
+    cl->leader_epoch = 0;
+    cl->members_read = 0;
+    char prefix[256];
+    cluster_key(cl, prefix, sizeof(prefix), "");
+    LOG_INFO("cluster: node %s is back in the cluster (lease %llx): reading it again", cl->node,
+             (unsigned long long)cl->lease_id);
+    if (etcd_get(cl->etcd, prefix, 1, on_listing, cl) < 0)
+        cl->relist = 1;
+}
+
 /* ---- the tick: keepalive, lease loss ----------------------------------------------------- */
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -365,6 +391,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
                  "expired; its cluster groups fail", etcd_endpoints(cl->etcd),
                  (long long)cl->ttl_s, cl->node);
         cl->lease_lost = 1;
+        cl->relist = 1; /* when back: read everything again (relist) */
         cl->leader[0] = 0;
         cluster_groups_lease_lost(cl);
     }

@@ -152,4 +152,4 @@ node_exec 1 timeout 30 "$SALUSD" --foreground --socket "$WORK/unreachable.sock" 
 [ "$rc" -eq 1 ] || fail "row 6: salusd exited with status $rc, not 1: $(tail -3 "$WORK/unreachable.log")"
 qgrep -E "etcd.*10\.77\.0\.100:2399" "$WORK/unreachable.log" ||
     fail "row 6: the error does not name etcd at 10.77.0.100:2399: $(tail -3 "$WORK/unreachable.log")"
-pass "row 6, etcd unreachable at start: $(grep -E 'etcd.*10\.77\.0\.100:2399' "$WORK/unreachable.log" | head -1 | sed 's/^.*ERROR[^:]*: //')"
+pass "row 6, etcd unreachable at start: $(grep -E 'etcd.*10\.77\.0\.100:2399' "$WORK/unreachable.log" | head -1 | sed 's/^.* error //')"

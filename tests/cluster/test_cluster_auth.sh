@@ -32,9 +32,10 @@ wait_until 15 link_up 1 n2 && wait_until 15 link_up 2 n1 || fail "n1 and n2 did 
 cluster_key_make "$WORK/other.key"
 NODE_KEY="$WORK/other.key" node_start 3
 wait_until 15 '[ "$(members_of 1)" = "n1 n2 n3" ]' || fail "node 3 is not listed in etcd"
-refused() { qgrep -E "refus" "$WORK/n$1/salusd.log"; }
-wait_until 15 refused 1 || fail "node 1 did not refuse node 3's link"
-wait_until 15 refused 3 || fail "node 3 did not refuse node 1's link"
+# each side dials the other and finds that the other's answer does not prove the key
+refused() { qgrep -F "link to n$2 ($(node_ip "$2"):7373): the mac does not prove the cluster key" "$WORK/n$1/salusd.log"; }
+wait_until 15 refused 1 3 || fail "node 1 did not refuse node 3's answer"
+wait_until 15 refused 3 1 || fail "node 3 did not refuse node 1's answer"
 sleep 1
 link_up 1 n3 && fail "node 1's link to n3 is up without the key"
 link_up 3 n1 && fail "node 3's link to n1 is up without the key"
@@ -46,17 +47,19 @@ done
 sleep 5
 for t in K0 K1; do qgrep '^mlp_done' "$WORK/$t.out" && fail "a rank of $G finished although node 3 cannot talk to the others"; done
 kill_tree "$PID_K0" "$PID_K1" "$PID_K2"
-echo "node 1 log: $(grep -E 'refus' "$WORK/n1/salusd.log" | head -1 | sed 's/^.*\(WARN\|warn\)[^:]*: //')"
-echo "node 3 log: $(grep -E 'refus' "$WORK/n3/salusd.log" | head -1 | sed 's/^.*\(WARN\|warn\)[^:]*: //')"
+echo "node 1 log: $(grep -F 'does not prove' "$WORK/n1/salusd.log" | head -1 | sed 's/^.* warn //')"
+echo "node 3 log: $(grep -F 'does not prove' "$WORK/n3/salusd.log" | head -1 | sed 's/^.* warn //')"
 pass "a daemon with another key: links refused both ways, logged; its group never ran"
 salusd_node_stop 3
 
 # ---- 2. a process that is not a daemon
-before=$(grep -c -E "refus" "$WORK/n2/salusd.log" || true)
+attacks() { grep -c -F "refusing the link from $(node_ip 3):" "$WORK/n2/salusd.log" || true; }
+before=$(attacks)
 node_exec 3 python3 "$CLUSTER_SOURCE_DIR/tests/cluster/link_attacker.py" "$(node_ip 2)" 7373 >"$WORK/attack.out" 2>&1 ||
     fail "a raw client was not refused: $(cat "$WORK/attack.out")"
 cat "$WORK/attack.out"
-after=$(grep -c -E "refus" "$WORK/n2/salusd.log" || true)
+after=$(attacks)
+grep -F "refusing the link from $(node_ip 3):" "$WORK/n2/salusd.log" | sed 's/^.* warn //' | tail -5
 [ "$after" -ge $((before + 5)) ] || fail "node 2 logged $((after - before)) refusals for 5 attempts"
 ctl 2 status >/dev/null || fail "salusd on node 2 does not answer after the attempts"
 link_up 1 n2 || wait_until 10 link_up 1 n2 || fail "n1's link to n2 broke"

@@ -19,7 +19,7 @@ import struct
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from hardening_wire import HELLO, REQUEST, pack, recv_msg  # noqa: E402
+from hardening_wire import HELLO, REQUEST, pack, recv_exact  # noqa: E402
 
 
 def packb(v):
@@ -68,9 +68,10 @@ def attempt(addr, port, name):
     elif name == "wrongproof":
         s.sendall(hello)
         s.settimeout(5)
-        challenge = recv_msg(s)
-        if challenge[2] != "challenge":
-            return "expected a challenge, got %r" % (challenge[:3],)
+        n = struct.unpack(">I", recv_exact(s, 4))[0]
+        challenge = recv_exact(s, n)  # [kind, id, "challenge", {node, nonce, mac}]
+        if b"challenge" not in challenge:
+            return "expected a challenge, got %r" % challenge[:40]
         s.sendall(frame(REQUEST, 1, "prove", {"mac": os.urandom(32)}))
     closed, got = closed_by_peer(s)
     s.close()

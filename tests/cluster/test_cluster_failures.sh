@@ -12,6 +12,8 @@
 #     have expired; the link back, node 3 is a member again;
 #  5. etcd lost later (etcd stopped): the running group keeps running until the lease would
 #     expire, then fails on every node, every rank ends; etcd back, the nodes join again;
+#  3b. the gone daemon led the slots: a group without ranks there goes on under the leader etcd
+#     elects next and finishes;
 #  6. etcd unreachable at start: salusd --cluster exits with status 1 and an error naming it.
 . "$(dirname "$0")/lib.sh"
 TTL=${TTL:-3}
@@ -143,6 +145,31 @@ for i in 1 2 3; do member_of "$i" && fail "row 5: node $i still says it is a mem
 etcd_start
 for i in 1 2 3; do wait_until $((TTL + 15)) member_of "$i" || fail "row 5: node $i did not join again"; done
 pass "row 5, etcd lost later: the group still ran ${keeps} ms after (iterations $before -> $after), failed on n1, n2, n3 after $t_fail ms (TTL $TTL s), every rank ended after $t_end ms; etcd back, all three joined again"
+
+# ---- 3 again, the gone daemon being the leader: a group without ranks there goes on under the
+# leader etcd elects next, and finishes
+leader_of() { ctl "$1" status --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["cluster"]["leader"])'; }
+wait_until 15 '[ -n "$(leader_of 2)" ]' || fail "row 3b: no leader after etcd came back"
+lead=$(leader_of 2)
+lead_i=${lead#n}
+others=()
+for i in 1 2 3; do [ "$i" = "$lead_i" ] || others+=("$i"); done
+G="heir-$SUFFIX"
+for r in 0 1; do
+    rank_start "${others[$r]}" "$G" 2 $r "H$r" --iterations 1500 "${SMALL[@]}"
+    touch "$WORK/go.H$r"
+done
+wait_until 60 '[ "$(group_state '"${others[0]}"' "$G")" = running ]' || fail "row 3b: group $G is not running"
+t0=$(now_ms)
+salusd_node_stop "$lead_i" KILL
+ranks_ended H0 && fail "row 3b: the group ended before its leader went (make it longer)"
+wait_until $((TTL + 15)) '[ -n "$(leader_of '"${others[0]}"')" ] && [ "$(leader_of '"${others[0]}"')" != "$lead" ]' ||
+    fail "row 3b: no new leader after $lead went"
+new_lead=$(leader_of "${others[0]}")
+t_lead=$(since "$t0")
+wait_until 120 ranks_ended H0 H1 || fail "row 3b: the group did not finish under the new leader"
+for r in 0 1; do qgrep '^mlp_done' "$WORK/H$r.out" || fail "row 3b: rank $r did not finish: $(tail -3 "$WORK/H$r.out")"; done
+pass "row 3b, the gone daemon was the leader ($lead): $new_lead leads after $t_lead ms, group $G (ranks on n${others[0]}, n${others[1]}) finished"
 
 # ---- 6. etcd unreachable at start
 rc=0

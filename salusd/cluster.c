@@ -319,6 +319,11 @@ static void on_watch(void *ctx, const etcd_event_t *events, size_t count, int64_
 {
     cluster_t *cl = ctx;
     (void)revision;
+    if (error == -ERANGE) { /* compacted past what this node has seen: read it all again */
+        LOG_WARN("cluster: the watch fell behind etcd's compaction (%s): reading again", message);
+        relist(cl);
+        return;
+    }
     if (error) {
         cl->stats.etcd_errors++;
         LOG_DEBUG("cluster: watch: %s", message);

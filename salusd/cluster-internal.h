@@ -54,6 +54,8 @@ typedef struct cluster_group_s {
     int over;                    /* every local rank ended */
     int record_gone;             /* over here and the record deleted: kept for the views */
     int write_busy;              /* a transaction on the record is in flight */
+    char *written;               /* the value it writes */
+    int written_failed;          /* with the failure */
     int write_again;             /* something changed meanwhile: write again after it */
     int read_busy;               /* a read of the record is in flight */
     uint64_t last_seq;           /* the last slot served here (0: none) */

@@ -35,6 +35,7 @@ cluster_group_t *cluster_group_by_local(cluster_t *cl, uint64_t local_id)
 
 static void group_free(cluster_group_t *g)
 {
+    free(g->written);
     free(g->ranks);
     free(g->local_job);
     free(g->local_reg);
@@ -370,32 +371,33 @@ static void on_written(void *ctx, const etcd_result_t *r)
         cl->stats.etcd_errors++;
         LOG_WARN("cluster: group %s: the record could not be written: %s", g->name, r->message);
         g->write_again = 1; /* the tick tries again */
+        free(g->written);
+        g->written = NULL;
         return;
     }
-    if (r->succeeded) {
+    char *written = g->written;
+    g->written = NULL;
+    if (r->succeeded && written) {
+        /* the record is now exactly what was written (not what this node knows since: a
+         * rank that registered meanwhile is written next, by consider) */
+        etcd_kv_t kv = {.value = written, .value_len = strlen(written),
+                        .create_revision = g->epoch ? g->epoch : r->revision,
+                        .mod_revision = r->revision};
         if (!g->epoch)
             g->epoch = r->revision;
-        g->mod_revision = r->revision;
-        g->failure_ours_pending = 0;
-        /* the watch brings the record as written; meanwhile this node's view is the one
-         * written */
-        for (uint32_t i = 0; g->local_job && i < g->world; i++)
-            if (g->local_job[i]) {
-                snprintf(g->ranks[i].node, sizeof(g->ranks[i].node), "%s", cl->node);
-                g->ranks[i].job = g->local_job[i];
-                g->ranks[i].registered = g->local_reg[i];
-            }
-        if (g->over && !node_over(g, cl->node) && g->nodes_over_count < CLUSTER_GROUP_MAX_NODES)
-            snprintf(g->nodes_over[g->nodes_over_count++], LINKS_NODE_BYTES, "%s", cl->node);
+        if (g->written_failed)
+            g->failure_ours_pending = 0;
+        parse_record(cl, g, &kv);
     } else if (r->count == 1) {
         parse_record(cl, g, &r->kvs[0]);
-    } else { /* deleted meanwhile: make it again */
+    } else if (!r->succeeded) { /* deleted meanwhile: make it again */
         g->epoch = 0;
         g->mod_revision = 0;
         if (g->ranks)
             memset(g->ranks, 0, g->world * sizeof(*g->ranks));
         g->nodes_over_count = 0;
     }
+    free(written);
     consider(cl, g);
 }
 
@@ -423,7 +425,12 @@ static void write_record(cluster_t *cl, cluster_group_t *g)
     g->write_busy = etcd_txn(cl->etcd, &txn, on_written, g) == 0;
     LOG_DEBUG("cluster: group %s: writing the record (if %s revision %lld): %s", g->name,
               g->mod_revision ? "mod" : "create", (long long)g->mod_revision, value);
-    free(value);
+    if (g->write_busy) {
+        g->written = value; /* what etcd holds once it succeeds */
+        g->written_failed = g->failed;
+    }
+    else
+        free(value);
 }
 
 static void on_reread(void *ctx, const etcd_result_t *r)

@@ -16,6 +16,8 @@ struct json_object;
 typedef struct cluster_member_s {
     char node[LINKS_NODE_BYTES];
     char addr[64];
+    uint64_t down_since;         /* its link is down since (0: up) */
+    int declared_gone;           /* down longer than the TTL: its groups failed */
 } cluster_member_t;
 
 /* What a node knows of one rank of a record. */
@@ -25,7 +27,7 @@ typedef struct cluster_rank_s {
     int registered;
 } cluster_rank_t;
 
-#define CLUSTER_GROUP_MAX_NODES 64
+#define CLUSTER_GROUP_MAX_NODES CLUSTER_MAX_MEMBERS
 
 /* A group as this node knows it: from its record, and its local part (local_id != 0). */
 typedef struct cluster_group_s {
@@ -49,6 +51,11 @@ typedef struct cluster_group_s {
     uint8_t *local_reg;          /* world entries: registered */
     uint32_t local_ranks, local_registered, local_admitted;
     int local_failed;            /* the local part failed (groups_fail or a rank) */
+    char local_failure[200];     /* why, as this node writes it into the record */
+    uint32_t local_world;        /* the world the local ranks were declared with */
+    int conflict;                /* the record's world is another: this node writes nothing */
+    int await_fresh;             /* a new local run waits for a former run's record to go */
+    int dropped;                 /* forgotten; freed when its request in flight answers */
     int failure_ours_pending;    /* failure to be written into the record */
     int released;
     int over;                    /* every local rank ended */
@@ -64,6 +71,7 @@ typedef struct cluster_group_s {
     /* the leader's part */
     uint64_t cur_seq;            /* the slot issued last */
     uint64_t cur_target;         /* the iterations each rank has done at its end */
+    uint64_t max_last;           /* the latest slot a node said it is in (a former leader's) */
     uint64_t round_iters;        /* the most iterations a node reported ready with */
     char (*ready_nodes)[LINKS_NODE_BYTES]; /* the nodes ready for the next slot */
     uint32_t ready_count;
@@ -82,6 +90,9 @@ typedef struct cluster_s {
     uint64_t lease_ok_ns;        /* the last time etcd confirmed the lease */
     int lease_lost;              /* the lease has expired (or would have): out of the cluster */
     int relist;                  /* lost it: read everything again when back */
+    int listing_busy, put_busy;
+    int member_ok;               /* this node's member key is written */
+    int returns_checked;         /* the restart's survivors were checked (tick) */
     int keepalive_busy;
     uint64_t last_resync_ns, last_grant_ns;
     struct event *tick;          /* keepalive every TTL/3, lease-loss check, retries */
@@ -92,7 +103,8 @@ typedef struct cluster_s {
     char leader[LINKS_NODE_BYTES];
     int64_t leader_epoch;        /* P/leader's create revision */
     int campaign_busy;
-    uint64_t slot_counter;       /* as leader: the low half of the next seq */
+    uint64_t slot_counter;       /* as leader: the low half of the last seq issued */
+    int64_t counter_epoch;       /* the term slot_counter counts in */
     cluster_group_t *groups;
     /* start-up */
     int start_done, start_error;
@@ -111,12 +123,21 @@ void cluster_key(const cluster_t *cl, char *out, size_t size, const char *part);
 cluster_group_t *cluster_group_by_key(cluster_t *cl, const char *key);
 cluster_group_t *cluster_group_by_local(cluster_t *cl, uint64_t local_id);
 void cluster_groups_event(cluster_t *cl, const etcd_kv_t *kv, int deleted);
-void cluster_groups_node_gone(cluster_t *cl, const char *node);
+/* every group with ranks on node fails (how: "left the cluster (...)", for the message) */
+void cluster_groups_node_gone(cluster_t *cl, const char *node, const char *how);
+/* after a restart's re-attach: groups whose ranks here did not come back fail */
+void cluster_groups_check_returns(cluster_t *cl);
+/* after a listing: groups with ranks on nodes that are no members fail */
+void cluster_groups_check_members(cluster_t *cl);
+/* groups whose local ranks are all admitted and that told the leader nothing yet do */
+void cluster_groups_ready_all(cluster_t *cl);
 void cluster_groups_lease_lost(cluster_t *cl);
 void cluster_groups_free(cluster_t *cl);
 void cluster_groups_retry(cluster_t *cl); /* writes that failed, again (the tick) */
 /* the distinct nodes of a record (up to max), in rank order; their count */
 uint32_t cluster_group_nodes(const cluster_group_t *g, const char **nodes, uint32_t max);
+/* node's ranks of g have all ended (the record's "over", or this node's own part) */
+int cluster_group_node_over(const cluster_t *cl, const cluster_group_t *g, const char *node);
 
 /* cluster_slots.c */
 void cluster_slots_message(cluster_t *cl, const char *from, const proto_msg_t *msg);

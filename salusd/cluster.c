@@ -1,6 +1,7 @@
 /* The cluster role: membership, the node's lease, the leader, the links (see cluster.h). */
 #include "cluster-internal.h"
 
+#include "jobs.h"
 #include "log.h"
 #include "state.h"
 
@@ -78,6 +79,8 @@ static int64_t lease_file_read(const cluster_t *cl)
 
 static void put_member(cluster_t *cl);
 static void campaign(cluster_t *cl);
+static void on_old_renewed(void *ctx, const etcd_result_t *r);
+static void watch_links(cluster_t *cl, uint64_t now, uint64_t ttl_ns);
 static void relist(cluster_t *cl);
 
 static void start_failed(cluster_t *cl, const char *fmt, const char *what)
@@ -128,15 +131,32 @@ static void on_old_lease(void *ctx, const etcd_result_t *r)
         return;
     }
     if (r->ttl > 0) {
-        cl->lease_ok_ns = salusd_now_ns();
-        cl->keepalive_busy = 0;
+        /* renewed at once: what was left of it may be less than a keepalive period */
         LOG_INFO("cluster: node %s keeps lease %llx across its restart (%lld s were left)",
                  cl->node, (unsigned long long)cl->lease_id, (long long)r->ttl);
-        put_member(cl);
+        if (etcd_lease_keepalive(cl->etcd, cl->lease_id, on_old_renewed, cl) < 0)
+            start_failed(cl, "%s", "out of memory");
         return;
     }
     LOG_INFO("cluster: the lease of the previous start has expired: a new one");
     grant(cl);
+}
+
+static void on_old_renewed(void *ctx, const etcd_result_t *r)
+{
+    cluster_t *cl = ctx;
+    cl->keepalive_busy = 0;
+    if (r->error) {
+        start_failed(cl, "%s", r->message);
+        return;
+    }
+    if (r->ttl <= 0) {
+        LOG_INFO("cluster: the lease of the previous start expired just now: a new one");
+        grant(cl);
+        return;
+    }
+    cl->lease_ok_ns = salusd_now_ns();
+    put_member(cl);
 }
 
 static void on_keepalive(void *ctx, const etcd_result_t *r)
@@ -164,11 +184,16 @@ static void on_keepalive(void *ctx, const etcd_result_t *r)
 static void on_member_put(void *ctx, const etcd_result_t *r)
 {
     cluster_t *cl = ctx;
+    cl->put_busy = 0;
     if (r->error) {
         cl->stats.etcd_errors++;
+        if (cl->start_done)
+            LOG_WARN("cluster: node %s could not list itself (%s): trying again", cl->node,
+                     r->message);
         start_failed(cl, "%s", r->message);
         return;
     }
+    cl->member_ok = 1;
     if (!cl->start_done) {
         cl->start_done = 1; /* the listing and the watch follow (cluster_start) */
     } else if (cl->relist) {
@@ -185,7 +210,10 @@ static void put_member(cluster_t *cl)
     snprintf(key + strlen(key), sizeof(key) - strlen(key), "%s", cl->node);
     snprintf(value, sizeof(value), "{\"addr\":\"%s\",\"pid\":%d}", cl->d->config.cluster_listen,
              (int)getpid());
-    if (etcd_put(cl->etcd, key, value, strlen(value), cl->lease_id, on_member_put, cl) < 0)
+    cl->member_ok = 0;
+    cl->put_busy = etcd_put(cl->etcd, key, value, strlen(value), cl->lease_id, on_member_put,
+                            cl) == 0;
+    if (!cl->put_busy)
         start_failed(cl, "%s", "out of memory");
 }
 
@@ -234,11 +262,14 @@ static void leader_event(cluster_t *cl, const etcd_kv_t *kv, int deleted)
         snprintf(cl->leader, sizeof(cl->leader), "%s", json_object_get_string(n));
         cl->leader_epoch = kv->create_revision;
         json_object_put(o);
+        if (cl->counter_epoch != cl->leader_epoch) { /* a new term: its slots count afresh */
+            cl->counter_epoch = cl->leader_epoch;
+            cl->slot_counter = 0;
+        }
     }
     if (strcmp(was, cl->leader) != 0) {
         LOG_INFO("cluster: leader %s%s", cl->leader[0] ? cl->leader : "(none)",
                  cluster_is_leader(cl) ? " (this node)" : "");
-        cl->slot_counter = 0;
         if (cl->leader[0])
             cluster_slots_resync(cl);
         else
@@ -267,7 +298,7 @@ static void member_event(cluster_t *cl, const char *node, const etcd_kv_t *kv, i
             return;
         }
         links_forget(cl->links, node);
-        cluster_groups_node_gone(cl, node);
+        cluster_groups_node_gone(cl, node, "left the cluster (its lease expired)");
         return;
     }
     struct json_object *o = cluster_json_parse(kv->value, kv->value_len), *a;
@@ -336,8 +367,13 @@ static void on_watch(void *ctx, const etcd_event_t *events, size_t count, int64_
 static void on_listing(void *ctx, const etcd_result_t *r)
 {
     cluster_t *cl = ctx;
+    cl->listing_busy = 0;
     if (r->error) {
         cl->stats.etcd_errors++;
+        if (cl->start_done) {
+            LOG_WARN("cluster: reading the cluster again failed (%s): trying again", r->message);
+            cl->relist = 1; /* the tick does (no watch meanwhile) */
+        }
         start_failed(cl, "%s", r->message);
         return;
     }
@@ -354,6 +390,7 @@ static void on_listing(void *ctx, const etcd_result_t *r)
         }
         cl->members_read = 1;
     }
+    cluster_groups_check_members(cl);
     char prefix[256];
     cluster_key(cl, prefix, sizeof(prefix), "");
     cl->w_members = etcd_watch(cl->etcd, prefix, r->revision + 1, on_watch, cl);
@@ -370,16 +407,21 @@ static void relist(cluster_t *cl)
     cl->relist = 0;
     etcd_watch_cancel(cl->w_members);
     cl->w_members = NULL;
+    for (uint32_t i = 0; i < cl->member_count; i++) /* the listing dials those still there */
+        if (strcmp(cl->members[i].node, cl->node) != 0)
+            links_forget(cl->links, cl->members[i].node);
     cl->member_count = 0;
     cl->leader[0] = 0;
-    cl->leader_epoch = 0;
     cl->members_read = 0;
+    cl->listing_busy = 1;
     char prefix[256];
     cluster_key(cl, prefix, sizeof(prefix), "");
     LOG_INFO("cluster: node %s is back in the cluster (lease %llx): reading it again", cl->node,
              (unsigned long long)cl->lease_id);
-    if (etcd_get(cl->etcd, prefix, 1, on_listing, cl) < 0)
+    if (etcd_get(cl->etcd, prefix, 1, on_listing, cl) < 0) {
+        cl->listing_busy = 0;
         cl->relist = 1;
+    }
 }
 
 /* ---- the tick: keepalive, lease loss ----------------------------------------------------- */
@@ -399,6 +441,19 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         cl->relist = 1; /* when back: read everything again (relist) */
         cl->leader[0] = 0;
         cluster_groups_lease_lost(cl);
+    }
+    if (!cl->lease_lost && cl->start_done) {
+        if (!cl->member_ok && !cl->put_busy && cl->lease_id)
+            put_member(cl); /* a put that failed */
+        else if (cl->member_ok && cl->relist && !cl->listing_busy)
+            relist(cl); /* a read again that failed */
+        watch_links(cl, now, ttl_ns);
+        if (!cl->returns_checked && !jobs_admission_held(cl->d)) {
+            /* the survivors of a restart are back (or will not be): ready where all are */
+            cl->returns_checked = 1;
+            cluster_groups_check_returns(cl);
+            cluster_groups_ready_all(cl);
+        }
     }
     if (!cl->lease_lost && now - cl->last_resync_ns >= 1000000000ull) {
         /* a ready or a slot lost on the way (a link that broke, a record the leader had
@@ -423,6 +478,29 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
     if (!cl->leader[0])
         campaign(cl);
+}
+
+/* A member whose link stays down longer than the lease TTL (etcd still listing it: a cut
+ * between the daemons only) is treated as gone: its groups fail, as for an expired lease. */
+static void watch_links(cluster_t *cl, uint64_t now, uint64_t ttl_ns)
+{
+    for (uint32_t i = 0; i < cl->member_count; i++) {
+        cluster_member_t *m = &cl->members[i];
+        if (strcmp(m->node, cl->node) == 0 || links_is_up(cl->links, m->node)) {
+            m->down_since = 0;
+            m->declared_gone = 0;
+            continue;
+        }
+        if (!m->down_since)
+            m->down_since = now;
+        else if (!m->declared_gone && now - m->down_since >= ttl_ns) {
+            m->declared_gone = 1;
+            LOG_WARN("cluster: no link to %s for %lld s: its groups fail", m->node,
+                     (long long)cl->ttl_s);
+            cluster_groups_node_gone(cl, m->node, "cannot be reached over its link (down "
+                                     "longer than the lease TTL)");
+        }
+    }
 }
 
 /* ---- the links' hooks ---------------------------------------------------------------------- */
@@ -504,7 +582,11 @@ int cluster_start(salusd_t *d)
     etcd_config_t ec = {.endpoints = cfg->cluster,
                         .tls = {.ca_file = cfg->etcd_cacert[0] ? cfg->etcd_cacert : NULL,
                                 .cert_file = cfg->etcd_cert[0] ? cfg->etcd_cert : NULL,
-                                .key_file = cfg->etcd_key[0] ? cfg->etcd_key : NULL}};
+                                .key_file = cfg->etcd_key[0] ? cfg->etcd_key : NULL},
+                        /* a request that hangs must not outlast a keepalive period */
+                        .timeout_ms = (uint32_t)(cfg->cluster_lease_ttl_s * 1000 / 3 > 1000
+                                                     ? cfg->cluster_lease_ttl_s * 1000 / 3
+                                                     : 1000)};
     cl->etcd = etcd_create(d->base, &ec, err, sizeof(err));
     if (!cl->etcd) {
         LOG_ERROR("cluster: %s", err);

@@ -20,7 +20,7 @@ static cluster_t *cl_of(const salusd_t *d) { return (cluster_t *)d->cluster; }
 cluster_group_t *cluster_group_by_key(cluster_t *cl, const char *key)
 {
     for (cluster_group_t *g = cl->groups; g; g = g->next)
-        if (strcmp(g->key, key) == 0)
+        if (!g->dropped && strcmp(g->key, key) == 0)
             return g;
     return NULL;
 }
@@ -28,7 +28,7 @@ cluster_group_t *cluster_group_by_key(cluster_t *cl, const char *key)
 cluster_group_t *cluster_group_by_local(cluster_t *cl, uint64_t local_id)
 {
     for (cluster_group_t *g = local_id ? cl->groups : NULL; g; g = g->next)
-        if (g->local_id == local_id)
+        if (!g->dropped && g->local_id == local_id)
             return g;
     return NULL;
 }
@@ -43,8 +43,14 @@ static void group_free(cluster_group_t *g)
     free(g);
 }
 
+/* Forgets g; with a request in flight (its ctx is g) only marks it, and the request's
+ * callback drops it. */
 static void group_drop(cluster_t *cl, cluster_group_t *g)
 {
+    if (g->write_busy || g->read_busy) {
+        g->dropped = 1;
+        return;
+    }
     for (cluster_group_t **p = &cl->groups; *p; p = &(*p)->next)
         if (*p == g) {
             *p = g->next;
@@ -72,7 +78,9 @@ static void detach_local(cluster_group_t *g)
     g->local_id = 0;
     g->local_ranks = g->local_registered = g->local_admitted = 0;
     g->released = g->over = g->local_failed = g->ready_sent = g->record_gone = 0;
-    g->failure_ours_pending = 0;
+    g->failure_ours_pending = g->conflict = g->await_fresh = 0;
+    g->local_failure[0] = 0;
+    g->local_world = 0;
     g->last_seq = g->pending_seq = 0;
 }
 
@@ -133,6 +141,7 @@ static void fail_local(cluster_t *cl, cluster_group_t *g, const char *why, uint6
         g->failed = 1;
         g->failure_ours_pending = 1;
         snprintf(g->failure, sizeof(g->failure), "%s", why);
+        snprintf(g->local_failure, sizeof(g->local_failure), "%s", why);
     }
     groups_fail(cl->d, g->local_id, why);
 }
@@ -154,6 +163,17 @@ static int parse_record(cluster_t *cl, cluster_group_t *g, const etcd_kv_t *kv)
     int64_t world = json_object_get_int64(v);
     if (world < 1 || world > LAUNCH_MAX_WORLD)
         goto out;
+    if (g->local_job && (uint32_t)world != g->local_world) {
+        /* another world than this node's ranks were declared with: they fail here, and
+         * this node writes nothing into that record */
+        char why[200];
+        snprintf(why, sizeof(why), "group %s has world %lld on other nodes, not %u", g->name,
+                 (long long)world, g->local_world);
+        g->conflict = 1;
+        fail_local(cl, g, why, &cl->stats.groups_failed_rank);
+        rc = -EINVAL;
+        goto out;
+    }
     if (g->epoch != kv->create_revision) { /* another run of the name: start afresh */
         free(g->ranks);
         g->ranks = NULL;
@@ -164,14 +184,8 @@ static int parse_record(cluster_t *cl, cluster_group_t *g, const etcd_kv_t *kv)
         g->cur_seq = 0;
         g->ready_count = 0;
     }
-    if (group_size(g, (uint32_t)world) < 0) {
-        /* the local part's world differs from the record's: the local part fails */
-        char why[200];
-        snprintf(why, sizeof(why), "group %s has world %" PRId64 " on other nodes, not %u",
-                 g->name, world, g->world);
-        fail_local(cl, g, why, &cl->stats.groups_failed_rank);
+    if (group_size(g, (uint32_t)world) < 0)
         goto out;
-    }
     g->epoch = kv->create_revision;
     g->mod_revision = kv->mod_revision;
     if (json_object_object_get_ex(o, "sync", &v) && json_object_is_type(v, json_type_string)) {
@@ -228,6 +242,11 @@ static int node_over(const cluster_group_t *g, const char *node)
     return 0;
 }
 
+int cluster_group_node_over(const cluster_t *cl, const cluster_group_t *g, const char *node)
+{
+    return node_over(g, node) || (strcmp(node, cl->node) == 0 && g->local_id && g->over);
+}
+
 /* The record as this node wants it: what was read, with this node's ranks, its end and its
  * failure laid over it. NULL on -ENOMEM. */
 static char *build_record(cluster_t *cl, const cluster_group_t *g)
@@ -243,8 +262,13 @@ static char *build_record(cluster_t *cl, const cluster_group_t *g)
     json_object_object_add(o, "world", json_object_new_int64(g->world));
     json_object_object_add(o, "sync", json_object_new_string(g->sync));
     json_object_object_add(o, "share", json_object_new_boolean(g->share_gpus));
-    if (g->failed)
-        json_object_object_add(o, "failed", json_object_new_string(g->failure));
+    /* the record's failure, else this node's own still to be written (a record read since
+     * may have been another run's, which cleared g->failed) */
+    const char *failure = g->failed ? g->failure
+                          : g->failure_ours_pending && g->local_failure[0] ? g->local_failure
+                                                                          : NULL;
+    if (failure)
+        json_object_object_add(o, "failed", json_object_new_string(failure));
     for (uint32_t i = 0; i < g->world; i++) {
         const char *node = g->ranks[i].node;
         uint64_t job = g->ranks[i].job;
@@ -278,7 +302,7 @@ static char *build_record(cluster_t *cl, const cluster_group_t *g)
 /* Whether the record lacks something of this node's. */
 static int needs_write(const cluster_t *cl, const cluster_group_t *g)
 {
-    if (!g->ranks)
+    if (!g->ranks || g->conflict || g->await_fresh)
         return 0;
     if (g->failure_ours_pending)
         return 1;
@@ -326,8 +350,10 @@ static void on_deleted(void *ctx, const etcd_result_t *r)
 /* After the record changed (read or written): conflicts, failure, release, clean-up. */
 static void consider(cluster_t *cl, cluster_group_t *g)
 {
-    if (!g->ranks)
+    if (!g->ranks || g->dropped || g->conflict)
         return;
+    if (g->await_fresh) /* a new run here waits for the old run's record to go (local_group) */
+        goto cleanup;
     /* a local rank whose place another node holds */
     for (uint32_t i = 0; g->local_job && i < g->world; i++)
         if (g->local_job[i] && g->ranks[i].node[0] && strcmp(g->ranks[i].node, cl->node) != 0) {
@@ -348,6 +374,7 @@ static void consider(cluster_t *cl, cluster_group_t *g)
     }
     if (cluster_is_leader(cl))
         cluster_slots_check(cl, g);
+cleanup:
     if (needs_write(cl, g))
         write_record(cl, g);
     else if (!g->write_busy && all_over(cl, g) && g->mod_revision) {
@@ -365,6 +392,10 @@ static void on_written(void *ctx, const etcd_result_t *r)
     cluster_group_t *g = ctx;
     cluster_t *cl = g->cl;
     g->write_busy = 0;
+    if (g->dropped) {
+        group_drop(cl, g);
+        return;
+    }
     LOG_DEBUG("cluster: group %s: record written: error %d, succeeded %d, revision %lld, %zu kv",
               g->name, r->error, r->succeeded, (long long)r->revision, r->count);
     if (r->error) {
@@ -427,9 +458,11 @@ static void write_record(cluster_t *cl, cluster_group_t *g)
               g->mod_revision ? "mod" : "create", (long long)g->mod_revision, value);
     if (g->write_busy) {
         g->written = value; /* what etcd holds once it succeeds */
-        g->written_failed = g->failed;
+        g->written_failed = strstr(value, "\"failed\":") != NULL;
+    } else {
+        g->write_again = 1; /* not queued: the tick tries again */
     }
-    else
+    if (!g->write_busy)
         free(value);
 }
 
@@ -438,6 +471,10 @@ static void on_reread(void *ctx, const etcd_result_t *r)
     cluster_group_t *g = ctx;
     cluster_t *cl = g->cl;
     g->read_busy = 0;
+    if (g->dropped) {
+        group_drop(cl, g);
+        return;
+    }
     if (r->error || g->write_busy || r->count != 1)
         return;
     if ((int64_t)r->kvs[0].mod_revision > g->mod_revision) {
@@ -487,6 +524,18 @@ void cluster_groups_event(cluster_t *cl, const etcd_kv_t *kv, int deleted)
     if (deleted) {
         if (!g)
             return;
+        if (g->await_fresh) { /* the old run's record is gone: the new run's is made now */
+            g->await_fresh = 0;
+            g->epoch = 0;
+            g->mod_revision = 0;
+            memset(g->ranks, 0, g->world * sizeof(*g->ranks));
+            g->nodes_over_count = 0;
+            g->failed = 0;
+            g->failure[0] = 0;
+            cluster_slots_forget(cl, g);
+            write_record(cl, g);
+            return;
+        }
         if (g->local_id && !g->over && !g->local_failed && g->epoch) {
             fail_local(cl, g, "its cluster record was deleted", &cl->stats.groups_failed_rank);
             return;
@@ -534,18 +583,21 @@ void cluster_groups_event(cluster_t *cl, const etcd_kv_t *kv, int deleted)
     consider(cl, g);
 }
 
-void cluster_groups_node_gone(cluster_t *cl, const char *node)
+void cluster_groups_node_gone(cluster_t *cl, const char *node, const char *how)
 {
     for (cluster_group_t *g = cl->groups; g; g = g->next) {
+        if (g->dropped || g->await_fresh || g->conflict)
+            continue;
         int there = 0;
         for (uint32_t i = 0; g->ranks && i < g->world; i++)
             there |= strcmp(g->ranks[i].node, node) == 0;
         if (!there || g->failed || node_over(g, node))
             continue;
         char why[200];
-        snprintf(why, sizeof(why), "node %s left the cluster (its lease expired)", node);
+        snprintf(why, sizeof(why), "node %s %s", node, how);
         g->failed = 1;
         snprintf(g->failure, sizeof(g->failure), "%s", why);
+        snprintf(g->local_failure, sizeof(g->local_failure), "%s", why);
         if (g->local_id && !g->local_failed) {
             g->local_failed = 1;
             cl->stats.groups_failed_node++;
@@ -554,6 +606,62 @@ void cluster_groups_node_gone(cluster_t *cl, const char *node)
         g->failure_ours_pending = 1;
         write_record(cl, g);
     }
+}
+
+void cluster_groups_check_returns(cluster_t *cl)
+{
+    /* after a restart: a rank the record places here that did not come back (its process
+     * ended while salusd was away, or missed the grace period) fails its group */
+    for (cluster_group_t *g = cl->groups; g; g = g->next) {
+        if (g->dropped || g->failed || !g->ranks || node_over(g, cl->node))
+            continue;
+        for (uint32_t i = 0; i < g->world; i++) {
+            if (strcmp(g->ranks[i].node, cl->node) != 0 || !g->ranks[i].registered ||
+                (g->local_job && g->local_job[i] == g->ranks[i].job))
+                continue;
+            char why[200];
+            snprintf(why, sizeof(why), "rank %u on node %s did not come back after salusd "
+                     "restarted there", i, cl->node);
+            LOG_WARN("cluster: group %s: %s: the group fails", g->name, why);
+            g->failed = 1;
+            snprintf(g->failure, sizeof(g->failure), "%s", why);
+            snprintf(g->local_failure, sizeof(g->local_failure), "%s", why);
+            g->failure_ours_pending = 1;
+            if (g->local_id && !g->local_failed) {
+                g->local_failed = 1;
+                cl->stats.groups_failed_rank++;
+                groups_fail(cl->d, g->local_id, why);
+            }
+            write_record(cl, g);
+            break;
+        }
+    }
+}
+
+void cluster_groups_check_members(cluster_t *cl)
+{
+    /* nodes named in records that are not members (they left while this node was away) */
+    for (cluster_group_t *g = cl->groups; g; g = g->next) {
+        const char *nodes[CLUSTER_GROUP_MAX_NODES];
+        uint32_t n = g->dropped ? 0 : cluster_group_nodes(g, nodes, CLUSTER_GROUP_MAX_NODES);
+        for (uint32_t i = 0; i < n; i++)
+            if (!cluster_is_member(cl, nodes[i]) && !node_over(g, nodes[i])) {
+                char node[LINKS_NODE_BYTES];
+                snprintf(node, sizeof(node), "%s", nodes[i]);
+                cluster_groups_node_gone(cl, node, "is not in the cluster (its lease expired)");
+                break;
+            }
+    }
+}
+
+void cluster_groups_ready_all(cluster_t *cl)
+{
+    for (cluster_group_t *g = cl->groups; g; g = g->next)
+        if (!g->dropped && g->local_id && g->released && !g->ready_sent && !g->local_failed &&
+            !g->over && g->local_ranks && g->local_admitted >= g->local_ranks) {
+            g->ready_sent = 1;
+            cluster_slots_ready(cl, g);
+        }
 }
 
 void cluster_groups_lease_lost(cluster_t *cl)
@@ -597,6 +705,11 @@ static cluster_group_t *local_group(cluster_t *cl, uint64_t group_id)
         g->local_reg = calloc(desc.world, sizeof(*g->local_reg));
         if (!g->local_job || !g->local_reg)
             return NULL;
+        g->local_world = desc.world;
+        /* the record of a former run of the name (failed, or over here) is not this run's:
+         * it waits until that record is deleted (every node over), then makes its own */
+        if (g->epoch && (g->failed || node_over(g, cl->node)))
+            g->await_fresh = 1;
     }
     g->local_id = group_id;
     g->uid = (uint32_t)desc.uid;
@@ -657,7 +770,9 @@ void cluster_rank_admitted(salusd_t *d, const job_t *job)
     if (!g)
         return;
     g->local_admitted++;
-    if (g->local_admitted >= g->local_ranks && !g->ready_sent && !g->local_failed) {
+    /* not while survivors of a restart may still come back (the tick does it then) */
+    if (g->local_admitted >= g->local_ranks && !g->ready_sent && !g->local_failed &&
+        !jobs_admission_held(d)) {
         g->ready_sent = 1;
         cluster_slots_ready(cl, g);
     }
@@ -674,6 +789,7 @@ void cluster_group_failed(salusd_t *d, uint64_t group_id, const char *failure)
     if (!g->failed) {
         g->failed = 1;
         snprintf(g->failure, sizeof(g->failure), "%s on node %s", failure, cl->node);
+        snprintf(g->local_failure, sizeof(g->local_failure), "%s", g->failure);
         g->failure_ours_pending = 1;
     }
     write_record(cl, g);

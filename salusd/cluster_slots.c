@@ -46,14 +46,20 @@ static void node_slot(cluster_t *cl, cluster_group_t *g, uint64_t seq)
     LOG_DEBUG("cluster: group %s: slot %llx here", g->name, (unsigned long long)seq);
     int rc = jobs_group_slot(cl->d, g->local_id, seq);
     if (rc < 0 && rc != -EALREADY) {
-        LOG_DEBUG("cluster: group %s: slot %llx refused by the scheduling core (%s): reported "
-                 "over", g->name, (unsigned long long)seq, strerror(-rc));
-        cluster_slot_done(cl->d, g->local_id, seq);
+        /* never a ready from here (the leader, this node, would issue the next slot inside
+         * this call): -ENOENT, no local rank left in the core, says nothing more; another
+         * refusal is said again by the next resync, a second later */
+        LOG_DEBUG("cluster: group %s: slot %llx refused by the scheduling core (%s)", g->name,
+                  (unsigned long long)seq, strerror(-rc));
+        g->pending_seq = 0;
+        g->last_seq = seq;
+        if (rc == -ENOENT)
+            g->ready_sent = 0;
     }
 }
 
 static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, uint64_t last,
-                         uint64_t iters);
+                         uint64_t iters, int pending);
 
 /* The fewest iterations a live local rank of g has done (what survives a restart of salusd:
  * the ranks' own count). */
@@ -76,9 +82,32 @@ void cluster_slots_ready(cluster_t *cl, cluster_group_t *g)
         return; /* sent when a leader is known (cluster_slots_resync) */
     uint64_t iters = local_iters(cl, g);
     if (cluster_is_leader(cl))
-        leader_ready(cl, cl->node, g, g->last_seq, iters);
+        leader_ready(cl, cl->node, g, g->last_seq, iters, 0);
     else
         send_to(cl, cl->leader, "ready", g, "last", g->last_seq, iters);
+}
+
+/* A node in a slot tells the leader which (a new leader learns how far the old one got). */
+static void report_pending(cluster_t *cl, cluster_group_t *g)
+{
+    if (!cl->leader[0] || cl->lease_lost)
+        return;
+    if (cluster_is_leader(cl)) {
+        leader_ready(cl, cl->node, g, g->pending_seq, 0, 1);
+        return;
+    }
+    proto_enc_t enc;
+    proto_enc_init(&enc);
+    proto_enc_begin(&enc, PROTO_REQUEST, 0, "ready", 5);
+    proto_pack_kv_str(&enc.pk, "group", g->key);
+    proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)g->epoch);
+    proto_pack_kv_uint(&enc.pk, "last", g->pending_seq);
+    proto_pack_kv_uint(&enc.pk, "iters", 0);
+    proto_pack_kv_bool(&enc.pk, "pending", 1);
+    proto_enc_finish(&enc);
+    if (links_send(cl->links, cl->leader, &enc) == 0)
+        cl->stats.messages_sent++;
+    proto_enc_destroy(&enc);
 }
 
 void cluster_slot_done(salusd_t *d, uint64_t group_id, uint64_t seq)
@@ -98,9 +127,14 @@ void cluster_slot_done(salusd_t *d, uint64_t group_id, uint64_t seq)
 
 void cluster_slots_resync(cluster_t *cl)
 {
-    for (cluster_group_t *g = cl->groups; g; g = g->next)
-        if (g->local_id && g->ready_sent && !g->pending_seq && !g->local_failed && !g->over)
+    for (cluster_group_t *g = cl->groups; g; g = g->next) {
+        if (!g->local_id || !g->ready_sent || g->local_failed || g->over)
+            continue;
+        if (g->pending_seq)
+            report_pending(cl, g);
+        else
             cluster_slots_ready(cl, g);
+    }
 }
 
 /* ---- the leader ------------------------------------------------------------------------------ */
@@ -127,9 +161,17 @@ void cluster_slots_check(cluster_t *cl, cluster_group_t *g)
     for (uint32_t i = 0; i < g->world; i++)
         if (!g->ranks[i].node[0])
             return; /* not every rank is known yet */
-    for (uint32_t i = 0; i < n; i++)
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        /* a node whose ranks have all ended gives no ready again: the others go on */
+        if (cluster_group_node_over(cl, g, nodes[i]))
+            continue;
+        live++;
         if (!is_ready(g, nodes[i]))
             return;
+    }
+    if (!live)
+        return;
     uint64_t seq = ((uint64_t)cl->leader_epoch << 32) | ++cl->slot_counter;
     uint64_t k = cl->d->config.gang_slot_iterations > 0 ? (uint64_t)cl->d->config.gang_slot_iterations : 1;
     g->cur_seq = seq;
@@ -141,6 +183,8 @@ void cluster_slots_check(cluster_t *cl, cluster_group_t *g)
               g->name, (unsigned long long)seq, n, n == 1 ? "" : "s",
               (unsigned long long)g->cur_target);
     for (uint32_t i = 0; i < n; i++) {
+        if (cluster_group_node_over(cl, g, nodes[i]))
+            continue;
         if (strcmp(nodes[i], cl->node) == 0)
             node_slot(cl, g, seq);
         else
@@ -149,10 +193,29 @@ void cluster_slots_check(cluster_t *cl, cluster_group_t *g)
 }
 
 static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, uint64_t last,
-                         uint64_t iters)
+                         uint64_t iters, int pending)
 {
     if (g->failed)
         return;
+    /* this leader's own slots, from before a restart of it or a re-read: numbers go on */
+    if ((last >> 32) == (uint64_t)cl->leader_epoch && (last & 0xffffffffu) > cl->slot_counter)
+        cl->slot_counter = last & 0xffffffffu;
+    if (pending) { /* in a slot: ready when it ends; others behind it are sent it (below) */
+        if (last > g->max_last)
+            g->max_last = last;
+        return;
+    }
+    if (g->max_last > g->cur_seq && last < g->max_last) {
+        /* a slot of a former leader that reached some nodes and not this one (the leader
+         * went between its sends): the others wait in it for this node's ranks */
+        LOG_DEBUG("cluster: group %s: node %s missed slot %llx of the former leader: sent",
+                  g->name, node, (unsigned long long)g->max_last);
+        if (strcmp(node, cl->node) == 0)
+            node_slot(cl, g, g->max_last);
+        else
+            send_to(cl, node, "slot", g, "seq", g->max_last, 0);
+        return;
+    }
     if (g->cur_seq && last < g->cur_seq && iters < g->cur_target && !is_ready(g, node)) {
         /* it has not had the slot issued last (lost with a link, or it restarted before its
          * ranks did the slot's iterations: a restarted daemon knows no seq, its ranks know
@@ -184,6 +247,7 @@ void cluster_slots_forget(cluster_t *cl, cluster_group_t *g)
 {
     (void)cl;
     g->cur_seq = 0;
+    g->max_last = 0;
     g->cur_target = 0;
     g->round_iters = 0;
     g->ready_count = 0;
@@ -210,12 +274,14 @@ void cluster_slots_message(cluster_t *cl, const char *from, const proto_msg_t *m
 {
     char key[sizeof(((cluster_group_t *)0)->key)];
     uint64_t epoch = 0, value = 0, iters = 0;
+    int pending = 0;
     int is_slot = strcmp(msg->op, "slot") == 0, is_ready_msg = strcmp(msg->op, "ready") == 0;
     if ((!is_slot && !is_ready_msg) ||
         proto_get_str_copy(&msg->body, "group", key, sizeof(key)) < 0 ||
         proto_get_uint(&msg->body, "epoch", &epoch) < 0 ||
         proto_get_uint(&msg->body, is_slot ? "seq" : "last", &value) < 0 ||
-        proto_get_uint(&msg->body, "iters", &iters) < 0) {
+        proto_get_uint(&msg->body, "iters", &iters) < 0 ||
+        proto_get_bool(&msg->body, "pending", &pending) == -EINVAL) {
         LOG_WARN("cluster: a malformed message '%s' from %s: ignored", msg->op, from);
         return;
     }
@@ -232,6 +298,6 @@ void cluster_slots_message(cluster_t *cl, const char *from, const proto_msg_t *m
         }
         node_slot(cl, g, value);
     } else if (cluster_is_leader(cl)) {
-        leader_ready(cl, from, g, value, iters);
+        leader_ready(cl, from, g, value, iters, pending);
     }
 }

@@ -4,9 +4,11 @@
 #include "paths.h"
 #include "proto.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ROW(name, type, def, lo, hi, field, help)                                              \
     {name, type, def, lo, hi, offsetof(salusd_config_t, field),                                \
@@ -91,6 +93,27 @@ const option_def_t salusd_options[] = {
     ROW("group-kill-grace-s", OPTION_INT, "5", 0, 9, group_kill_grace_s,
         "when a rank fails, the group's other ranks get SIGTERM, then SIGKILL this many "
         "seconds later"),
+    ROW("cluster", OPTION_STRING, NULL, 0, 0, cluster,
+        "join the cluster coordinated by this etcd (etcd://HOST:PORT[,HOST:PORT...]): "
+        "groups span nodes; default: a single node"),
+    ROW("cluster-node", OPTION_STRING, NULL, 0, 0, cluster_node,
+        "this node's name in the cluster (letters, digits, . _ -; default: the host name)"),
+    ROW("cluster-listen", OPTION_STRING, NULL, 0, 0, cluster_listen,
+        "ADDR:PORT on which the other daemons link to this one (ADDR must be an address "
+        "they reach: it is published in etcd); required with --cluster"),
+    ROW("cluster-key", OPTION_STRING, NULL, 0, 0, cluster_key,
+        "file with the cluster's shared key (owned by salusd's user, mode 0600 or 0400); "
+        "daemons prove it to each other; required with --cluster"),
+    ROW("cluster-lease-ttl-s", OPTION_INT, "5", 2, 300, cluster_lease_ttl_s,
+        "TTL of this node's etcd lease: a node gone (or cut off) this long leaves the cluster "
+        "and its groups fail elsewhere"),
+    ROW("cluster-prefix", OPTION_STRING, "/salus", 0, 0, cluster_prefix,
+        "etcd key prefix under which the cluster keeps its members and groups"),
+    ROW("etcd-cacert", OPTION_STRING, NULL, 0, 0, etcd_cacert,
+        "CA certificate that etcd's server certificate is checked against (https)"),
+    ROW("etcd-cert", OPTION_STRING, NULL, 0, 0, etcd_cert,
+        "client certificate salusd presents to etcd (etcd --client-cert-auth)"),
+    ROW("etcd-key", OPTION_STRING, NULL, 0, 0, etcd_key, "the client certificate's key"),
 };
 const size_t salusd_option_count = sizeof(salusd_options) / sizeof(salusd_options[0]);
 
@@ -164,6 +187,32 @@ int salusd_config_load(salusd_config_t *cfg, int argc, char **argv)
         return -1;
     }
     cfg->gang_turns_off = strcmp(cfg->gang_turns_text, "off") == 0;
+    if (cfg->cluster[0] && (!cfg->cluster_listen[0] || !cfg->cluster_key[0])) {
+        fprintf(stderr, "salusd: --cluster needs --cluster-listen ADDR:PORT and --cluster-key "
+                "FILE\n");
+        return -1;
+    }
+    if (!cfg->cluster[0] && (cfg->cluster_listen[0] || cfg->cluster_key[0])) {
+        fprintf(stderr, "salusd: --cluster-listen and --cluster-key need --cluster\n");
+        return -1;
+    }
+    if (cfg->cluster[0] && !cfg->cluster_node[0] &&
+        (gethostname(cfg->cluster_node, sizeof(cfg->cluster_node) - 1) < 0 ||
+         !cfg->cluster_node[0])) {
+        fprintf(stderr, "salusd: no host name to name this node: give --cluster-node\n");
+        return -1;
+    }
+    for (const char *p = cfg->cluster_node; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_' && *p != '-') {
+            fprintf(stderr, "salusd: --cluster-node '%s': letters, digits, '.', '_' and '-' "
+                    "only\n", cfg->cluster_node);
+            return -1;
+        }
+    if (cfg->cluster_prefix[0] != '/' || strchr(cfg->cluster_prefix, ' ')) {
+        fprintf(stderr, "salusd: --cluster-prefix '%s': expected a key prefix starting with "
+                "'/'\n", cfg->cluster_prefix);
+        return -1;
+    }
     if (!cfg->socket_path[0] && salus_default_socket_path(cfg->socket_path,
                                                           sizeof(cfg->socket_path)) < 0) {
         fprintf(stderr, "salusd: the socket path is too long for a Unix socket\n");

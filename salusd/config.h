@@ -43,6 +43,14 @@ typedef struct salusd_config_s {
     int gang_turns_off;          /* --gang-turns off: BSP ranks take turns one by one */
     long long gang_slot_iterations; /* iterations of each rank in one gang slot */
     long long group_kill_grace_s; /* a failed group's other ranks: SIGTERM, then SIGKILL */
+    /* the cluster role (cluster.h): empty cluster = a single node */
+    char cluster[1024];          /* etcd endpoints: etcd://HOST:PORT[,HOST:PORT...] */
+    char cluster_node[64];       /* this node's name (empty: the host name) */
+    char cluster_listen[64];     /* ADDR:PORT for links from the other daemons */
+    char cluster_key[4096];      /* the shared cluster key's file (root-only) */
+    long long cluster_lease_ttl_s; /* etcd lease of this node's membership */
+    char cluster_prefix[128];    /* etcd key prefix of the cluster */
+    char etcd_cacert[4096], etcd_cert[4096], etcd_key[4096]; /* TLS to etcd */
 } salusd_config_t;
 
 extern const option_def_t salusd_options[];

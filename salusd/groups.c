@@ -2,6 +2,7 @@
 #include "groups.h"
 
 #include "access.h"
+#include "cluster.h"
 #include "jobs.h"
 #include "sched.h"
 
@@ -229,6 +230,10 @@ int groups_join(salusd_t *d, job_t *job, const groups_fields_t *f)
                                                    : SCHED_CORE_SYNC_BSP;
     job->group_staleness = g->staleness;
     job->group_share_gpus = g->share_gpus;
+    job->group_cluster = d->cluster != NULL;
+    snprintf(job->group_name, sizeof(job->group_name), "%s", g->name);
+    job->group_local_rank = f->local_rank;
+    cluster_rank_submitted(d, g->id, f->rank, job->id);
     return 0;
 }
 
@@ -316,6 +321,7 @@ void groups_rank_over(salusd_t *d, job_t *job)
         g = group_by_id(d, group_id);
         if (!g)
             return;
+        cluster_group_failed(d, g->id, g->failure);
     }
     /* every rank it had ended: over, also while forming (a rank that never comes must not
      * keep the group, and its name with the ranks taken, forever) */
@@ -323,7 +329,50 @@ void groups_rank_over(salusd_t *d, job_t *job)
         g->ended_ns = salusd_now_ns();
         LOG_INFO("group %s of uid %u ended: %s", g->name, (unsigned)g->uid,
                  g->failed ? "failed" : "done");
+        cluster_group_over(d, g->id);
     }
+}
+
+int groups_describe(const salusd_t *d, uint64_t id, groups_desc_t *desc, char *sync_buf,
+                    size_t sync_size)
+{
+    const group_t *g = group_by_id(d, id);
+    if (!g)
+        return -ENOENT;
+    desc->uid = g->uid;
+    desc->name = g->name;
+    desc->world = g->world;
+    desc->sync = sync_text(g->sync, g->staleness, sync_buf, sync_size);
+    desc->share_gpus = g->share_gpus;
+    return 0;
+}
+
+void groups_fail(salusd_t *d, uint64_t id, const char *failure)
+{
+    group_t *g = group_by_id(d, id);
+    if (!g || g->failed || g->ended_ns)
+        return;
+    g->failed = 1;
+    g->failed_rank = -1;
+    snprintf(g->failure, sizeof(g->failure), "%s", failure);
+    LOG_WARN("group %s of uid %u failed: %s; its ranks here are ended", g->name,
+             (unsigned)g->uid, g->failure);
+    end_other_ranks(d, id);
+    g = group_by_id(d, id);
+    if (g && !g->ended_ns && g->over == g->joined) {
+        g->ended_ns = salusd_now_ns();
+        cluster_group_over(d, g->id);
+    }
+}
+
+uint32_t groups_live_jobs(salusd_t *d, uint64_t id, uint64_t *jobs, uint32_t max)
+{
+    const group_t *g = group_by_id(d, id);
+    uint32_t n = 0;
+    for (uint32_t i = 0; g && i < g->world && n < max; i++)
+        if (g->ranks[i].job_id && !g->ranks[i].over)
+            jobs[n++] = g->ranks[i].job_id;
+    return n;
 }
 
 /* A live rank's job (NULL: not submitted, ended, or forgotten). */
@@ -332,13 +381,15 @@ static job_t *rank_job(salusd_t *d, const group_rank_t *r)
     return r->job_id && !r->over ? registry_find(d->registry, r->job_id) : NULL;
 }
 
+static uint32_t remote_ranks(const salusd_t *d, const group_t *g);
+
 static const char *group_state(salusd_t *d, const group_t *g)
 {
     if (g->failed)
         return "failed";
     if (g->ended_ns)
         return "done";
-    if (g->joined < g->world)
+    if (g->joined + remote_ranks(d, g) < g->world) /* (in a cluster, the other nodes' too) */
         return "forming";
     for (uint32_t i = 0; i < g->world; i++) {
         job_t *job = rank_job(d, &g->ranks[i]);
@@ -391,7 +442,29 @@ static void pack_rank(salusd_t *d, msgpack_packer *pk, const group_t *g, uint32_
     proto_map_int_or_nil(&map, "gpu", gpu, gpu >= 0);
     proto_map_str(&map, "state", state);
     proto_map_uint(&map, "gang_wait_ms", gang_wait_ns / 1000000);
+    const char *node = cluster_rank_node(d, g->id, i);
+    if (node)
+        proto_map_str(&map, "node", node);
     proto_map_end(&map);
+}
+
+/* A rank of a cluster group that runs on another node (what its record says). */
+static void pack_remote_rank(msgpack_packer *pk, uint32_t i, const char *node)
+{
+    proto_map_t map;
+    proto_map_begin(&map, pk);
+    proto_map_uint(&map, "rank", i);
+    proto_map_str(&map, "node", node);
+    proto_map_str(&map, "state", "remote");
+    proto_map_end(&map);
+}
+
+static uint32_t remote_ranks(const salusd_t *d, const group_t *g)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; d->cluster && i < g->world; i++)
+        n += !g->ranks[i].job_id && cluster_rank_node(d, g->id, i) != NULL;
+    return n;
 }
 
 void groups_handle_list(conn_t *c, const proto_msg_t *msg)
@@ -422,7 +495,7 @@ void groups_handle_list(conn_t *c, const proto_msg_t *msg)
             msgpack_pack_false(&map.pk);
         map.count++;
         proto_map_str(&map, "state", group_state(d, g));
-        proto_map_int_or_nil(&map, "failed_rank", g->failed_rank, g->failed);
+        proto_map_int_or_nil(&map, "failed_rank", g->failed_rank, g->failed && g->failed_rank >= 0);
         if (g->failed)
             proto_map_str(&map, "failure", g->failure);
         else
@@ -431,10 +504,12 @@ void groups_handle_list(conn_t *c, const proto_msg_t *msg)
         /* the ranks submitted only: a world of thousands whose ranks never came would make
          * the list larger than a frame (and unreadable by everyone who may see it) */
         proto_pack_str(&map.pk, "ranks");
-        msgpack_pack_array(&map.pk, g->joined);
+        msgpack_pack_array(&map.pk, g->joined + remote_ranks(d, g));
         for (uint32_t i = 0; i < g->world; i++)
             if (g->ranks[i].job_id)
                 pack_rank(d, &map.pk, g, i);
+            else if (d->cluster && cluster_rank_node(d, g->id, i))
+                pack_remote_rank(&map.pk, i, cluster_rank_node(d, g->id, i));
         map.count++;
         proto_map_end(&map);
     }

@@ -77,6 +77,22 @@ typedef struct groups_sample_s {
 size_t groups_count(const salusd_t *d);
 int groups_sample_at(salusd_t *d, size_t index, groups_sample_t *sample);
 
+/* A group's identity, for the cluster role (cluster.h). 0 or -ENOENT. */
+typedef struct groups_desc_s {
+    uid_t uid;
+    const char *name;
+    uint32_t world;
+    const char *sync;          /* "bsp", "ssp:S", "asp" */
+    int share_gpus;
+} groups_desc_t;
+int groups_describe(const salusd_t *d, uint64_t id, groups_desc_t *desc, char *sync_buf,
+                    size_t sync_size);
+/* The group failed elsewhere (another node, a node gone, the cluster lost): it fails here
+ * as when one of its ranks ends badly (failure: why), its live ranks are ended. Idempotent. */
+void groups_fail(salusd_t *d, uint64_t id, const char *failure);
+/* The job ids of a group's live ranks here (at most max); their count. */
+uint32_t groups_live_jobs(salusd_t *d, uint64_t id, uint64_t *jobs, uint32_t max);
+
 void groups_fini(salusd_t *d);
 
 #endif

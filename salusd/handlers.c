@@ -1,4 +1,5 @@
 /* Request handlers: one row per op. Each handler writes exactly one reply or error. */
+#include "cluster.h"
 #include "daemon.h"
 #include "groups.h"
 #include "jobctl.h"
@@ -28,7 +29,7 @@ static void reply_status(conn_t *c, const proto_msg_t *msg)
     salusd_t *d = c->daemon;
     proto_enc_t *e = &d->enc;
     const char *metrics = metrics_bound_address(d);
-    proto_enc_begin(e, PROTO_REPLY, msg->id, "", metrics ? 13 : 12);
+    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 12 + (metrics != NULL) + (d->cluster != NULL));
     proto_pack_kv_str(&e->pk, "server", "salusd " SALUS_VERSION);
     proto_pack_kv_uint(&e->pk, "protocol", PROTO_VERSION);
     proto_pack_kv_uint(&e->pk, "pid", (uint64_t)getpid());
@@ -56,6 +57,10 @@ static void reply_status(conn_t *c, const proto_msg_t *msg)
     proto_pack_kv_uint(&e->pk, "frames_rejected", d->frames_rejected);
     if (metrics)
         proto_pack_kv_str(&e->pk, "metrics", metrics);
+    if (d->cluster) {
+        proto_pack_str(&e->pk, "cluster");
+        cluster_pack_status(d, &e->pk);
+    }
     proto_enc_finish(e);
     server_send(c, e);
 }

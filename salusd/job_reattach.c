@@ -22,6 +22,8 @@
  * checked against the books, and a shortfall is logged and kept out of the lanes. */
 #include "jobs-internal.h"
 
+#include "cluster.h"
+#include "groups.h"
 #include "log.h"
 #include "sched.h"
 #include "state.h"
@@ -182,6 +184,19 @@ void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg)
     rt->notify_fd = notify_fd;
     rt->charged_bytes = rec->charged_bytes;
     job->committed_bytes = rec->charged_bytes;
+    if (rec->group[0]) { /* a rank: back in its group (and, in a cluster, in its record) */
+        groups_fields_t f = {.world = rec->group_world, .rank = rec->group_rank,
+                             .local_rank = rec->group_local_rank,
+                             .sync = (launch_sync_t)rec->group_sync,
+                             .staleness = rec->group_staleness,
+                             .share_gpus = (int)rec->group_share_gpus};
+        char err[256] = "out of memory";
+        snprintf(f.name, sizeof(f.name), "%s", rec->group);
+        if (groups_check_join(d, job->uid, &f, err, sizeof(err)) < 0 ||
+            groups_join(d, job, &f) < 0)
+            LOG_WARN("job %llu re-attaches outside its group %s: %s", (unsigned long long)id,
+                     rec->group, err);
+    }
     server_reply_done(c, msg->id);
 }
 
@@ -311,6 +326,10 @@ void jobs_handle_reattach_done(conn_t *c, const proto_msg_t *msg)
              (unsigned long long)atomic_load(&page->iterations));
     jobs_survivor_settled(d, job->id, 1);
     jobs_state_save(d);
+    if (job->group_cluster) { /* registered and admitted here again: the record says so */
+        cluster_rank_registered(d, job);
+        cluster_rank_admitted(d, job);
+    }
     /* parked at its boundary while salusd was away: it asks for its turn now */
     jobs_sched_parked(d, job);
 }

@@ -8,6 +8,7 @@
  * and kept out of the lanes until the driver has it back. */
 #include "jobs-internal.h"
 
+#include "launch.h"
 #include "log.h"
 #include "paths.h"
 #include "sched.h"
@@ -78,6 +79,17 @@ static int fill_job(salusd_t *d, job_t *job, state_job_t *out)
     out->page_dev = rt->page_dev;
     out->page_ino = rt->page_ino;
     out->charged_bytes = rt->charged_bytes;
+    if (job->group_id && job->group_name[0]) {
+        snprintf(out->group, sizeof(out->group), "%s", job->group_name);
+        out->group_world = job->group_world;
+        out->group_rank = job->group_rank;
+        out->group_local_rank = job->group_local_rank;
+        out->group_sync = job->group_sync == SCHED_CORE_SYNC_SSP   ? LAUNCH_SYNC_SSP
+                          : job->group_sync == SCHED_CORE_SYNC_ASP ? LAUNCH_SYNC_ASP
+                                                                   : LAUNCH_SYNC_BSP;
+        out->group_staleness = job->group_staleness;
+        out->group_share_gpus = job->group_share_gpus != 0;
+    }
     out->chunk_count = rt->chunk_count;
     out->chunks = rt->chunk_count ? calloc(rt->chunk_count, sizeof(*out->chunks)) : NULL;
     if (rt->chunk_count && !out->chunks)

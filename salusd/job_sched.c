@@ -9,6 +9,7 @@
  * events: each event has its own effects list, and every effect looks its job up again. */
 #include "jobs-internal.h"
 
+#include "cluster.h"
 #include "log.h"
 #include "sched.h"
 
@@ -136,6 +137,8 @@ static void apply(salusd_t *d, sched_core_effects_t *fx)
         case SCHED_CORE_ADMIT:
             if (jobs_admit(d, job, e->gpu, e->budget_bytes, e->lane) < 0)
                 jobs_fail(d, job, NULL);
+            else if (job->group_cluster)
+                cluster_rank_admitted(d, job);
             break;
         case SCHED_CORE_REFUSE:
             jobs_fail(d, job, e->reason);
@@ -176,6 +179,7 @@ static void apply(salusd_t *d, sched_core_effects_t *fx)
 void jobs_sched_registered(salusd_t *d, job_t *job)
 {
     sched_core_effects_t fx = {0};
+    uint64_t id = job->id;
     if (jobs_admission_held(d)) { /* survivors of a restart first: it waits (job_reattach.c) */
         LOG_INFO("job %llu waits: jobs that survived salusd's restart are re-attaching",
                  (unsigned long long)job->id);
@@ -183,6 +187,25 @@ void jobs_sched_registered(salusd_t *d, job_t *job)
     }
     sched_job_registered(d, job, &fx);
     apply(d, &fx);
+    job = registry_find(d->registry, id);
+    if (job && job->runtime && job->group_cluster)
+        cluster_rank_registered(d, job); /* after the core knows it: a release may follow */
+}
+
+int jobs_group_release(salusd_t *d, uint64_t group_id)
+{
+    sched_core_effects_t fx = {0};
+    int rc = sched_group_release(d, group_id, &fx);
+    apply(d, &fx);
+    return rc;
+}
+
+int jobs_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq)
+{
+    sched_core_effects_t fx = {0};
+    int rc = sched_group_slot(d, group_id, seq, &fx);
+    apply(d, &fx);
+    return rc;
 }
 
 void jobs_sched_parked(salusd_t *d, job_t *job)

@@ -121,6 +121,12 @@ job_t *jobs_of_conn(conn_t *c)
     return c->job_id ? registry_find(c->daemon->registry, c->job_id) : NULL;
 }
 
+uint64_t jobs_iterations(const job_t *job)
+{
+    const job_runtime_t *rt = runtime_of(job);
+    return rt && rt->page ? atomic_load(&rt->page->iterations) : job->stats.iterations;
+}
+
 static void refresh_stats(job_t *job)
 {
     const job_runtime_t *rt = runtime_of(job);

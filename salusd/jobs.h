@@ -111,6 +111,12 @@ void jobs_shutdown(salusd_t *d);
 /* Switches the scheduling policy (sched_set_policy) and carries out what follows. 0, or a
  * negative errno with err saying why (the policy stays). */
 int jobs_set_policy(salusd_t *d, const char *name, char *err, size_t err_size);
+/* The cluster role's events for the scheduling core, carried out (sched_core_group_release,
+ * sched_core_group_slot): 0 or the core's negative errno. */
+int jobs_group_release(salusd_t *d, uint64_t group_id);
+/* Iterations the job has done (its page's count; 0 before it has one). */
+uint64_t jobs_iterations(const job_t *job);
+int jobs_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq);
 
 /* For job_sched.c */
 struct job_page_s;

@@ -1,4 +1,5 @@
 /* salusd: the per-node daemon. Start-up, detaching, signals, shutdown. */
+#include "cluster.h"
 #include "daemon.h"
 #include "groups.h"
 #include "jobctl.h"
@@ -151,6 +152,8 @@ int main(int argc, char **argv)
         LOG_ERROR("out of memory at start-up");
         goto out;
     }
+    if (cluster_start(&d) < 0)
+        goto out;
     if (server_start(&d) < 0)
         goto out;
     if (metrics_start(&d) < 0)
@@ -167,6 +170,7 @@ int main(int argc, char **argv)
 out:
     tell_parent(&ready_fd, 1);
     jobs_restart_fini(&d); /* the running jobs stay on file: they re-attach to the next one */
+    cluster_stop(&d);      /* the lease stays: a restart within its TTL keeps it */
     server_stop(&d);
     metrics_stop(&d);
     jobs_shutdown(&d);

@@ -3,6 +3,7 @@
  * rendered by metrics_format.c. Everything runs on the loop's thread. */
 #include "metrics.h"
 
+#include "cluster.h"
 #include "daemon.h"
 #include "groups.h"
 #include "jobs.h"
@@ -55,6 +56,7 @@ typedef struct metrics_s {
     size_t job_capacity;
     metrics_group_sample_t *groups;
     size_t group_capacity;
+    metrics_cluster_sample_t cluster;
     metrics_text_t text;
     uint64_t scrapes;
     metrics_conn_t *conns;
@@ -170,6 +172,19 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
     }
     snap->groups = m->groups;
     snap->group_count = group_count;
+    cluster_sample_t cs;
+    snap->cluster = NULL;
+    if (cluster_sample(d, &cs) == 0) {
+        m->cluster = (metrics_cluster_sample_t){
+            .member = (uint64_t)cs.member, .members = cs.members, .leader = (uint64_t)cs.leader,
+            .links_up = cs.links_up, .links_refused = cs.links_refused,
+            .links_frames_rejected = cs.links_frames_rejected, .messages_sent = cs.messages_sent,
+            .messages_received = cs.messages_received, .slots_issued = cs.slots_issued,
+            .slots_served = cs.slots_served, .failed_rank = cs.groups_failed_rank,
+            .failed_node = cs.groups_failed_node, .failed_etcd = cs.groups_failed_etcd,
+            .etcd_errors = cs.etcd_errors};
+        snap->cluster = &m->cluster;
+    }
     for (int st = JOB_DONE; st < JOB_STATE_COUNT; st++)
         snap->jobs_ended[st] = registry_ended(d->registry, (job_state_t)st);
     snap->version = SALUS_VERSION;

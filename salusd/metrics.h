@@ -118,6 +118,15 @@ typedef struct metrics_group_sample_s {
     uint64_t gang_wait_ns;     /* its ranks' time held back for the group, summed */
 } metrics_group_sample_t;
 
+/* The cluster role (cluster.h), when the daemon is a member. */
+typedef struct metrics_cluster_sample_s {
+    uint64_t member, members, leader;
+    uint64_t links_up, links_refused, links_frames_rejected, messages_sent, messages_received;
+    uint64_t slots_issued, slots_served;
+    uint64_t failed_rank, failed_node, failed_etcd;
+    uint64_t etcd_errors;
+} metrics_cluster_sample_t;
+
 typedef struct metrics_snapshot_s {
     const char *version;
     const char *policy;
@@ -130,6 +139,7 @@ typedef struct metrics_snapshot_s {
     size_t job_count;
     const metrics_group_sample_t *groups;
     size_t group_count;
+    const metrics_cluster_sample_t *cluster; /* NULL: not a cluster member */
     int omit_jobs;             /* no salus_job_* or per-group families (names and uids stay
                                   private); salus_groups (counts by state) stays */
 } metrics_snapshot_t;

@@ -67,6 +67,9 @@ typedef struct job_s {
     uint32_t group_world, group_rank, group_staleness;
     int group_sync;           /* sched_core_sync_t */
     int group_share_gpus;
+    int group_cluster;        /* its group spans nodes (cluster.h) */
+    char group_name[64];      /* kept in the state file: a survivor of a restart rejoins */
+    int32_t group_local_rank;
     uint64_t end_gang_wait_ns;
     job_stats_t stats;
     void *runtime;            /* the daemon's live state of the job (jobs.c) */

@@ -53,7 +53,8 @@ int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx
                   .rank = job->group_rank,
                   .sync = (sched_core_sync_t)job->group_sync,
                   .staleness = job->group_staleness,
-                  .share_gpus = job->group_share_gpus != 0},
+                  .share_gpus = job->group_share_gpus != 0,
+                  .cluster = job->group_cluster != 0},
     };
     return report(job_gpus_register(d->sched->gpus, d->sched->core, &hints, salusd_now_ns(), fx),
                   "registration");
@@ -118,6 +119,13 @@ int sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_reattac
         .iterations_expected = job->iterations_expected,
         .priority = (int32_t)job->priority,
         .arrival_ns = job->registered_ns,
+        .group = {.id = job->group_id,
+                  .world = job->group_world,
+                  .rank = job->group_rank,
+                  .sync = (sched_core_sync_t)job->group_sync,
+                  .staleness = job->group_staleness,
+                  .share_gpus = job->group_share_gpus != 0,
+                  .cluster = job->group_cluster != 0},
     };
     int rc = sched_core_job_reattached(d->sched->core, &hints, where, salusd_now_ns(), fx);
     return rc == -ENOSPC ? rc : report(rc, "re-attach");
@@ -368,4 +376,14 @@ void sched_fini(salusd_t *d)
     job_gpus_destroy(d->sched->gpus);
     free(d->sched);
     d->sched = NULL;
+}
+
+int sched_group_release(salusd_t *d, uint64_t group_id, sched_core_effects_t *fx)
+{
+    return sched_core_group_release(d->sched->core, group_id, salusd_now_ns(), fx);
+}
+
+int sched_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq, sched_core_effects_t *fx)
+{
+    return sched_core_group_slot(d->sched->core, group_id, seq, salusd_now_ns(), fx);
 }

@@ -32,6 +32,9 @@ int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx);
  * not fit beside the jobs already back. */
 int sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_reattach_t *where,
                          sched_core_effects_t *fx);
+/* A cluster group's release and its gang slots (sched_core_group_release, _slot). */
+int sched_group_release(salusd_t *d, uint64_t group_id, sched_core_effects_t *fx);
+int sched_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq, sched_core_effects_t *fx);
 /* An admission round (after a restart's hold on new admissions ended). */
 int sched_admit(salusd_t *d, sched_core_effects_t *fx);
 /* The sizes an admitted job's budget is made of (the lane manager's books) and its lane. */

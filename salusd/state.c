@@ -17,7 +17,16 @@
 
 static void pack_job(msgpack_packer *pk, const state_job_t *job)
 {
-    msgpack_pack_map(pk, 16);
+    msgpack_pack_map(pk, job->group[0] ? 23 : 16);
+    if (job->group[0]) {
+        proto_pack_kv_str(pk, "group", job->group);
+        proto_pack_kv_uint(pk, "group_world", job->group_world);
+        proto_pack_kv_uint(pk, "group_rank", job->group_rank);
+        proto_pack_kv_int(pk, "group_local_rank", job->group_local_rank);
+        proto_pack_kv_uint(pk, "group_sync", job->group_sync);
+        proto_pack_kv_uint(pk, "group_staleness", job->group_staleness);
+        proto_pack_kv_uint(pk, "group_share_gpus", job->group_share_gpus);
+    }
     proto_pack_kv_uint(pk, "id", job->id);
     proto_pack_kv_uint(pk, "uid", job->uid);
     proto_pack_kv_uint(pk, "gid", job->gid);
@@ -138,6 +147,29 @@ static int decode_job(const msgpack_object *o, state_job_t *job, const char **wh
     job->page_dev = u[7];
     job->page_ino = u[8];
     job->charged_bytes = u[9];
+    *what = "a job's group";
+    int have_group = proto_get_str_copy(o, "group", job->group, sizeof(job->group));
+    if (have_group == 0) {
+        uint64_t g[5];
+        int64_t local;
+        if (need_uint(o, "group_world", 1u << 20, &g[0]) < 0 || g[0] == 0 ||
+            need_uint(o, "group_rank", g[0] - 1, &g[1]) < 0 ||
+            need_int(o, "group_local_rank", -1, (int64_t)g[0] - 1, &local) < 0 ||
+            need_uint(o, "group_sync", 2, &g[2]) < 0 ||
+            need_uint(o, "group_staleness", 1u << 20, &g[3]) < 0 ||
+            need_uint(o, "group_share_gpus", 1, &g[4]) < 0 || !job->group[0])
+            return -EPROTO;
+        job->group_world = (uint32_t)g[0];
+        job->group_rank = (uint32_t)g[1];
+        job->group_local_rank = (int32_t)local;
+        job->group_sync = (uint32_t)g[2];
+        job->group_staleness = (uint32_t)g[3];
+        job->group_share_gpus = (uint32_t)g[4];
+    } else if (have_group != -ENOENT) {
+        return -EPROTO;
+    } else {
+        job->group[0] = 0;
+    }
     const msgpack_object *chunks = proto_get(o, "chunks");
     *what = "a job's chunks";
     if (!chunks || chunks->type != MSGPACK_OBJECT_ARRAY || chunks->via.array.size != u[10])

@@ -48,6 +48,12 @@ typedef struct state_job_s {
     uint64_t charged_bytes;            /* memory taken through the driver (mem_charge) */
     state_chunk_t *chunks;
     size_t chunk_count;
+    /* a rank of a group ("" : a single job): it rejoins its group when it re-attaches */
+    char group[STATE_NAME_BYTES];
+    uint32_t group_world, group_rank, group_staleness;
+    int32_t group_local_rank;
+    uint32_t group_sync;              /* launch_sync_t */
+    uint32_t group_share_gpus;
 } state_job_t;
 
 typedef struct salusd_state_s {

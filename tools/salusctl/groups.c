@@ -60,16 +60,17 @@ int verb_groups(ctl_t *ctl, int argc, char **argv)
         for (uint32_t k = 0; ranks && ranks->type == MSGPACK_OBJECT_ARRAY &&
                              k < ranks->via.array.size; k++) {
             const msgpack_object *r = &ranks->via.array.ptr[k];
-            char rank[16], job[24], pid[16], gpu[16], rstate[24];
+            char rank[16], job[24], pid[16], gpu[16], rstate[24], node[72];
             print_field(r, "rank", rank, sizeof(rank));
             print_field(r, "job_id", job, sizeof(job));
             print_field(r, "pid", pid, sizeof(pid));
             print_field(r, "gpu", gpu, sizeof(gpu));
             print_field(r, "state", rstate, sizeof(rstate));
+            print_field(r, "node", node, sizeof(node));
             uint64_t rank_gang_ms = 0;
             proto_get_uint(r, "gang_wait_ms", &rank_gang_ms);
-            printf("  rank %-4s job %-6s pid %-8s gpu %-3s %-13s gang %.1f s\n", rank, job, pid,
-                   gpu, rstate, (double)rank_gang_ms / 1000.0);
+            printf("  rank %-4s node %-10s job %-6s pid %-8s gpu %-3s %-13s gang %.1f s\n", rank,
+                   node, job, pid, gpu, rstate, (double)rank_gang_ms / 1000.0);
         }
     }
     proto_msg_free(&reply);

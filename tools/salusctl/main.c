@@ -92,6 +92,27 @@ static int verb_status(ctl_t *ctl, int argc, char **argv)
         printf("  device       %s\n", get_s(&reply.body, "device", dev, sizeof(dev)));
         printf("  jobs         %llu\n", (unsigned long long)get_u(&reply.body, "jobs"));
         printf("  connections  %llu\n", (unsigned long long)get_u(&reply.body, "connections"));
+        const msgpack_object *cl = proto_get(&reply.body, "cluster");
+        if (cl && cl->type == MSGPACK_OBJECT_MAP) {
+            int member = 0;
+            proto_get_bool(cl, "member", &member);
+            printf("  cluster      node %s, %s, etcd %s\n", get_s(cl, "node", a, sizeof(a)),
+                   member ? "member" : "NOT A MEMBER (lease lost)", get_s(cl, "etcd", b, sizeof(b)));
+            printf("  lease        %llx, TTL %llu s, %.1f s left\n",
+                   (unsigned long long)get_u(cl, "lease_id"),
+                   (unsigned long long)get_u(cl, "lease_ttl_s"),
+                   (double)get_u(cl, "lease_left_ms") / 1000.0);
+            printf("  leader       %s\n", get_s(cl, "leader", a, sizeof(a)));
+            const msgpack_object *ms = proto_get(cl, "members");
+            for (uint32_t i = 0; ms && ms->type == MSGPACK_OBJECT_ARRAY && i < ms->via.array.size;
+                 i++) {
+                const msgpack_object *m = &ms->via.array.ptr[i];
+                int up = 0;
+                proto_get_bool(m, "link_up", &up);
+                printf("  member       %-12s %-22s link %s\n", get_s(m, "node", a, sizeof(a)),
+                       get_s(m, "addr", b, sizeof(b)), up ? "up" : "down");
+            }
+        }
     }
     proto_msg_free(&reply);
     return EXIT_OK;

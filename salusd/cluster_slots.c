@@ -1,0 +1,303 @@
+/* The cluster's gang slots (see cluster.h): one leader orders them; the nodes tell it when
+ * they are ready for a group's next slot ("ready" {group, epoch, last}) and it sends each
+ * node of the group the slot ("slot" {group, epoch, seq}) once all are. Each node hands its
+ * slots to the scheduling core in the order they arrive (sched_core_group_slot), which serves
+ * them in that order: one global order of slots, so no two gangs wait on each other in a
+ * circle across nodes. A slot costs a message per node, not an etcd transaction. */
+#include "cluster-internal.h"
+
+#include "jobs.h"
+#include "log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cluster_t *cl_of(const salusd_t *d) { return (cluster_t *)d->cluster; }
+
+static void send_to(cluster_t *cl, const char *node, const char *op, const cluster_group_t *g,
+                    const char *seq_key, uint64_t seq, uint64_t iters)
+{
+    proto_enc_t enc;
+    proto_enc_init(&enc);
+    proto_enc_begin(&enc, PROTO_REQUEST, 0, op, 4);
+    proto_pack_kv_str(&enc.pk, "group", g->key);
+    proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)g->epoch);
+    proto_pack_kv_uint(&enc.pk, seq_key, seq);
+    proto_pack_kv_uint(&enc.pk, "iters", iters);
+    proto_enc_finish(&enc);
+    if (links_send(cl->links, node, &enc) == 0)
+        cl->stats.messages_sent++;
+    else
+        LOG_DEBUG("cluster: %s of group %s to %s not sent (link down): sent again when it is "
+                  "back", op, g->name, node);
+    proto_enc_destroy(&enc);
+}
+
+/* ---- this node: slots in, ready out --------------------------------------------------------- */
+
+static void node_slot(cluster_t *cl, cluster_group_t *g, uint64_t seq)
+{
+    if (!g->local_id || g->local_failed || g->over)
+        return;
+    if (seq <= g->last_seq || seq == g->pending_seq)
+        return; /* a slot sent again that this node has had */
+    g->pending_seq = seq;
+    LOG_DEBUG("cluster: group %s: slot %llx here", g->name, (unsigned long long)seq);
+    int rc = jobs_group_slot(cl->d, g->local_id, seq);
+    if (rc < 0 && rc != -EALREADY) {
+        /* never a ready from here (the leader, this node, would issue the next slot inside
+         * this call): -ENOENT, no local rank left in the core, says nothing more; another
+         * refusal is said again by the next resync, a second later */
+        LOG_DEBUG("cluster: group %s: slot %llx refused by the scheduling core (%s)", g->name,
+                  (unsigned long long)seq, strerror(-rc));
+        g->pending_seq = 0;
+        g->last_seq = seq;
+        if (rc == -ENOENT)
+            g->ready_sent = 0;
+    }
+}
+
+static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, uint64_t last,
+                         uint64_t iters, int pending);
+
+/* The fewest iterations a live local rank of g has done (what survives a restart of salusd:
+ * the ranks' own count). */
+static uint64_t local_iters(cluster_t *cl, const cluster_group_t *g)
+{
+    uint64_t least = UINT64_MAX;
+    for (uint32_t i = 0; g->local_job && i < g->world; i++) {
+        job_t *job = g->local_job[i] ? registry_find(cl->d->registry, g->local_job[i]) : NULL;
+        if (job && job->runtime) {
+            uint64_t n = jobs_iterations(job);
+            least = n < least ? n : least;
+        }
+    }
+    return least == UINT64_MAX ? 0 : least;
+}
+
+void cluster_slots_ready(cluster_t *cl, cluster_group_t *g)
+{
+    if (!cl->leader[0] || cl->lease_lost)
+        return; /* sent when a leader is known (cluster_slots_resync) */
+    uint64_t iters = local_iters(cl, g);
+    if (cluster_is_leader(cl))
+        leader_ready(cl, cl->node, g, g->last_seq, iters, 0);
+    else
+        send_to(cl, cl->leader, "ready", g, "last", g->last_seq, iters);
+}
+
+/* A node in a slot tells the leader which (a new leader learns how far the old one got). */
+static void report_pending(cluster_t *cl, cluster_group_t *g)
+{
+    if (!cl->leader[0] || cl->lease_lost)
+        return;
+    if (cluster_is_leader(cl)) {
+        leader_ready(cl, cl->node, g, g->pending_seq, 0, 1);
+        return;
+    }
+    proto_enc_t enc;
+    proto_enc_init(&enc);
+    proto_enc_begin(&enc, PROTO_REQUEST, 0, "ready", 5);
+    proto_pack_kv_str(&enc.pk, "group", g->key);
+    proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)g->epoch);
+    proto_pack_kv_uint(&enc.pk, "last", g->pending_seq);
+    proto_pack_kv_uint(&enc.pk, "iters", 0);
+    proto_pack_kv_bool(&enc.pk, "pending", 1);
+    proto_enc_finish(&enc);
+    if (links_send(cl->links, cl->leader, &enc) == 0)
+        cl->stats.messages_sent++;
+    proto_enc_destroy(&enc);
+}
+
+void cluster_slot_done(salusd_t *d, uint64_t group_id, uint64_t seq)
+{
+    cluster_t *cl = cl_of(d);
+    cluster_group_t *g = cl ? cluster_group_by_local(cl, group_id) : NULL;
+    if (!g)
+        return;
+    if (seq > g->last_seq)
+        g->last_seq = seq;
+    if (g->pending_seq == seq)
+        g->pending_seq = 0;
+    cl->stats.slots_served++;
+    if (!g->local_failed && !g->over && g->ready_sent)
+        cluster_slots_ready(cl, g);
+}
+
+void cluster_slots_resync(cluster_t *cl)
+{
+    for (cluster_group_t *g = cl->groups; g; g = g->next) {
+        if (!g->local_id || !g->ready_sent || g->local_failed || g->over)
+            continue;
+        if (g->pending_seq)
+            report_pending(cl, g);
+        else
+            cluster_slots_ready(cl, g);
+    }
+}
+
+/* ---- the leader ------------------------------------------------------------------------------ */
+
+static int is_ready(const cluster_group_t *g, const char *node)
+{
+    for (uint32_t i = 0; i < g->ready_count; i++)
+        if (strcmp(g->ready_nodes[i], node) == 0)
+            return 1;
+    return 0;
+}
+
+static int bsp_with_turns(const cluster_t *cl, const cluster_group_t *g)
+{
+    return strcmp(g->sync, "bsp") == 0 && !cl->d->config.gang_turns_off;
+}
+
+void cluster_slots_check(cluster_t *cl, cluster_group_t *g)
+{
+    if (!cluster_is_leader(cl) || !g->ranks || g->failed || !bsp_with_turns(cl, g))
+        return;
+    const char *nodes[CLUSTER_GROUP_MAX_NODES];
+    uint32_t n = cluster_group_nodes(g, nodes, CLUSTER_GROUP_MAX_NODES);
+    for (uint32_t i = 0; i < g->world; i++)
+        if (!g->ranks[i].node[0])
+            return; /* not every rank is known yet */
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        /* a node whose ranks have all ended gives no ready again: the others go on */
+        if (cluster_group_node_over(cl, g, nodes[i]))
+            continue;
+        live++;
+        if (!is_ready(g, nodes[i]))
+            return;
+    }
+    if (!live)
+        return;
+    uint64_t seq = ((uint64_t)cl->leader_epoch << 32) | ++cl->slot_counter;
+    uint64_t k = cl->d->config.gang_slot_iterations > 0 ? (uint64_t)cl->d->config.gang_slot_iterations : 1;
+    g->cur_seq = seq;
+    g->cur_target = g->round_iters + k;
+    g->ready_count = 0;
+    g->round_iters = 0;
+    cl->stats.slots_issued++;
+    LOG_DEBUG("cluster: group %s: slot %llx issued to %u node%s (ranks reach %llu iterations)",
+              g->name, (unsigned long long)seq, n, n == 1 ? "" : "s",
+              (unsigned long long)g->cur_target);
+    for (uint32_t i = 0; i < n; i++) {
+        if (cluster_group_node_over(cl, g, nodes[i]))
+            continue;
+        if (strcmp(nodes[i], cl->node) == 0)
+            node_slot(cl, g, seq);
+        else
+            send_to(cl, nodes[i], "slot", g, "seq", seq, g->cur_target);
+    }
+}
+
+static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, uint64_t last,
+                         uint64_t iters, int pending)
+{
+    if (g->failed)
+        return;
+    /* this leader's own slots, from before a restart of it or a re-read: numbers go on */
+    if ((last >> 32) == (uint64_t)cl->leader_epoch && (last & 0xffffffffu) > cl->slot_counter)
+        cl->slot_counter = last & 0xffffffffu;
+    if (pending) { /* in a slot: ready when it ends; others behind it are sent it (below) */
+        if (last > g->max_last)
+            g->max_last = last;
+        return;
+    }
+    if (g->max_last > g->cur_seq && last < g->max_last) {
+        /* a slot of a former leader that reached some nodes and not this one (the leader
+         * went between its sends): the others wait in it for this node's ranks */
+        LOG_DEBUG("cluster: group %s: node %s missed slot %llx of the former leader: sent",
+                  g->name, node, (unsigned long long)g->max_last);
+        if (strcmp(node, cl->node) == 0)
+            node_slot(cl, g, g->max_last);
+        else
+            send_to(cl, node, "slot", g, "seq", g->max_last, 0);
+        return;
+    }
+    if (g->cur_seq && last < g->cur_seq && iters < g->cur_target && !is_ready(g, node)) {
+        /* it has not had the slot issued last (lost with a link, or it restarted before its
+         * ranks did the slot's iterations: a restarted daemon knows no seq, its ranks know
+         * their count) */
+        LOG_DEBUG("cluster: group %s: node %s missed slot %llx (at %llu of %llu iterations): "
+                  "sent again", g->name, node, (unsigned long long)g->cur_seq,
+                  (unsigned long long)iters, (unsigned long long)g->cur_target);
+        if (strcmp(node, cl->node) == 0)
+            node_slot(cl, g, g->cur_seq);
+        else
+            send_to(cl, node, "slot", g, "seq", g->cur_seq, g->cur_target);
+        return;
+    }
+    if (iters > g->round_iters)
+        g->round_iters = iters;
+    if (!is_ready(g, node)) {
+        if (!g->ready_nodes) {
+            g->ready_nodes = calloc(CLUSTER_GROUP_MAX_NODES, sizeof(*g->ready_nodes));
+            if (!g->ready_nodes)
+                return;
+        }
+        if (g->ready_count < CLUSTER_GROUP_MAX_NODES)
+            snprintf(g->ready_nodes[g->ready_count++], LINKS_NODE_BYTES, "%s", node);
+    }
+    cluster_slots_check(cl, g);
+}
+
+void cluster_slots_forget(cluster_t *cl, cluster_group_t *g)
+{
+    (void)cl;
+    g->cur_seq = 0;
+    g->max_last = 0;
+    g->cur_target = 0;
+    g->round_iters = 0;
+    g->ready_count = 0;
+}
+
+void cluster_slots_link_up(cluster_t *cl, const char *node)
+{
+    if (!cluster_is_leader(cl))
+        return;
+    for (cluster_group_t *g = cl->groups; g; g = g->next) {
+        if (!g->cur_seq || g->failed || is_ready(g, node))
+            continue;
+        for (uint32_t i = 0; g->ranks && i < g->world; i++)
+            if (strcmp(g->ranks[i].node, node) == 0) {
+                send_to(cl, node, "slot", g, "seq", g->cur_seq, g->cur_target);
+                break;
+            }
+    }
+}
+
+/* ---- messages from other daemons ------------------------------------------------------------ */
+
+void cluster_slots_message(cluster_t *cl, const char *from, const proto_msg_t *msg)
+{
+    char key[sizeof(((cluster_group_t *)0)->key)];
+    uint64_t epoch = 0, value = 0, iters = 0;
+    int pending = 0;
+    int is_slot = strcmp(msg->op, "slot") == 0, is_ready_msg = strcmp(msg->op, "ready") == 0;
+    if ((!is_slot && !is_ready_msg) ||
+        proto_get_str_copy(&msg->body, "group", key, sizeof(key)) < 0 ||
+        proto_get_uint(&msg->body, "epoch", &epoch) < 0 ||
+        proto_get_uint(&msg->body, is_slot ? "seq" : "last", &value) < 0 ||
+        proto_get_uint(&msg->body, "iters", &iters) < 0 ||
+        proto_get_bool(&msg->body, "pending", &pending) == -EINVAL) {
+        LOG_WARN("cluster: a malformed message '%s' from %s: ignored", msg->op, from);
+        return;
+    }
+    cluster_group_t *g = cluster_group_by_key(cl, key);
+    if (!g || !g->epoch || (uint64_t)g->epoch != epoch) {
+        LOG_DEBUG("cluster: %s of group %s (epoch %llu) from %s: not known here (yet)", msg->op,
+                  key, (unsigned long long)epoch, from);
+        return; /* the sender says it again when it resyncs; a record not read yet comes */
+    }
+    if (is_slot) {
+        if (strcmp(from, cl->leader) != 0) {
+            LOG_WARN("cluster: a slot from %s, which does not lead: ignored", from);
+            return;
+        }
+        node_slot(cl, g, value);
+    } else if (cluster_is_leader(cl)) {
+        leader_ready(cl, from, g, value, iters, pending);
+    }
+}

@@ -326,6 +326,53 @@ static void job_value(metrics_text_t *t, const metrics_snapshot_t *s, const char
 }
 
 /* field_offset: a uint64_t field of metrics_group_sample_t; seconds: as in job_value */
+/* The cluster role's families: one row per sample (a family's later rows, help NULL, add
+ * samples under the previous row's family). */
+static void cluster_families(metrics_text_t *t, const metrics_cluster_sample_t *c)
+{
+    static const struct {
+        const char *family, *type, *help, *labels;
+        size_t offset;
+    } rows[] = {
+#define CL(field) offsetof(metrics_cluster_sample_t, field)
+        {"salus_cluster_member", "gauge",
+         "1 while this node is in the cluster (its etcd lease is alive).", "", CL(member)},
+        {"salus_cluster_members", "gauge", "Nodes listed in etcd as members.", "", CL(members)},
+        {"salus_cluster_leader", "gauge", "1 when this node orders the gang slots.", "",
+         CL(leader)},
+        {"salus_cluster_links_up", "gauge", "Links this daemon dialed that are up.", "",
+         CL(links_up)},
+        {"salus_cluster_links_refused_total", "counter",
+         "Link connections refused (no proof of the cluster key, not a member, bad frames).", "",
+         CL(links_refused)},
+        {"salus_cluster_link_frames_rejected_total", "counter",
+         "Frames from linked daemons that did not decode.", "", CL(links_frames_rejected)},
+        {"salus_cluster_messages_total", "counter", "Messages on the daemon links.",
+         "{direction=\"sent\"}", CL(messages_sent)},
+        {"salus_cluster_messages_total", NULL, NULL, "{direction=\"received\"}",
+         CL(messages_received)},
+        {"salus_cluster_slots_total", "counter",
+         "Gang slots: issued by this node as leader, served on this node.", "{kind=\"issued\"}",
+         CL(slots_issued)},
+        {"salus_cluster_slots_total", NULL, NULL, "{kind=\"served\"}", CL(slots_served)},
+        {"salus_cluster_group_failures_total", "counter",
+         "Cluster groups failed here, by cause: a rank, a node gone, etcd lost.",
+         "{cause=\"rank\"}", CL(failed_rank)},
+        {"salus_cluster_group_failures_total", NULL, NULL, "{cause=\"node\"}", CL(failed_node)},
+        {"salus_cluster_group_failures_total", NULL, NULL, "{cause=\"etcd\"}", CL(failed_etcd)},
+        {"salus_cluster_etcd_errors_total", "counter",
+         "etcd requests that failed (unreachable, refused).", "", CL(etcd_errors)},
+#undef CL
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        if (rows[i].help)
+            family(t, rows[i].family, rows[i].type, rows[i].help);
+        uint64_t value;
+        memcpy(&value, (const char *)c + rows[i].offset, sizeof(value));
+        text_printf(t, "%s%s %" PRIu64 "\n", rows[i].family, rows[i].labels, value);
+    }
+}
+
 static void group_value(metrics_text_t *t, const metrics_snapshot_t *s, const char *name,
                         const char *type, const char *help, size_t field_offset, int seconds)
 {
@@ -426,48 +473,8 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
             n += s->groups[i].state && strcmp(s->groups[i].state, group_states[k]) == 0;
         text_printf(t, "salus_groups{state=\"%s\"} %" PRIu64 "\n", group_states[k], n);
     }
-    if (s->cluster) {
-        const metrics_cluster_sample_t *c = s->cluster;
-        family(t, "salus_cluster_member", "gauge",
-               "1 while this node is in the cluster (its etcd lease is alive).");
-        text_printf(t, "salus_cluster_member %" PRIu64 "\n", c->member);
-        family(t, "salus_cluster_members", "gauge", "Nodes listed in etcd as members.");
-        text_printf(t, "salus_cluster_members %" PRIu64 "\n", c->members);
-        family(t, "salus_cluster_leader", "gauge", "1 when this node orders the gang slots.");
-        text_printf(t, "salus_cluster_leader %" PRIu64 "\n", c->leader);
-        family(t, "salus_cluster_links_up", "gauge", "Links this daemon dialed that are up.");
-        text_printf(t, "salus_cluster_links_up %" PRIu64 "\n", c->links_up);
-        family(t, "salus_cluster_links_refused_total", "counter",
-               "Link connections refused (no proof of the cluster key, not a member, bad "
-               "frames).");
-        text_printf(t, "salus_cluster_links_refused_total %" PRIu64 "\n", c->links_refused);
-        family(t, "salus_cluster_link_frames_rejected_total", "counter",
-               "Frames from linked daemons that did not decode.");
-        text_printf(t, "salus_cluster_link_frames_rejected_total %" PRIu64 "\n",
-                    c->links_frames_rejected);
-        family(t, "salus_cluster_messages_total", "counter", "Messages on the daemon links.");
-        text_printf(t, "salus_cluster_messages_total{direction=\"sent\"} %" PRIu64 "\n",
-                    c->messages_sent);
-        text_printf(t, "salus_cluster_messages_total{direction=\"received\"} %" PRIu64 "\n",
-                    c->messages_received);
-        family(t, "salus_cluster_slots_total", "counter",
-               "Gang slots: issued by this node as leader, served on this node.");
-        text_printf(t, "salus_cluster_slots_total{kind=\"issued\"} %" PRIu64 "\n",
-                    c->slots_issued);
-        text_printf(t, "salus_cluster_slots_total{kind=\"served\"} %" PRIu64 "\n",
-                    c->slots_served);
-        family(t, "salus_cluster_group_failures_total", "counter",
-               "Cluster groups failed here, by cause: a rank, a node gone, etcd lost.");
-        text_printf(t, "salus_cluster_group_failures_total{cause=\"rank\"} %" PRIu64 "\n",
-                    c->failed_rank);
-        text_printf(t, "salus_cluster_group_failures_total{cause=\"node\"} %" PRIu64 "\n",
-                    c->failed_node);
-        text_printf(t, "salus_cluster_group_failures_total{cause=\"etcd\"} %" PRIu64 "\n",
-                    c->failed_etcd);
-        family(t, "salus_cluster_etcd_errors_total", "counter",
-               "etcd requests that failed (unreachable, refused).");
-        text_printf(t, "salus_cluster_etcd_errors_total %" PRIu64 "\n", c->etcd_errors);
-    }
+    if (s->cluster)
+        cluster_families(t, s->cluster);
     if (s->omit_jobs)
         return t->failed ? -ENOMEM : 0;
     group_value(t, s, "salus_group_world", "gauge", "Ranks the group was declared with.",

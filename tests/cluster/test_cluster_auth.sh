@@ -18,7 +18,7 @@ cluster_up 3
 etcd_start
 cluster_key_make "$KEY"
 node_start 1
-node_start 2
+node_start 2 --metrics 127.0.0.1:9400 # (the loopback of node 2's namespace)
 wait_until 15 '[ "$(members_of 1)" = "n1 n2" ]' || fail "n1 and n2 did not form the cluster"
 link_up() { # link_up I NODE: node I's link to NODE is up (salusctl status)
     ctl "$1" status --json | python3 -c '
@@ -62,6 +62,12 @@ after=$(attacks)
 grep -F "refusing the link from $(node_ip 3):" "$WORK/n2/salusd.log" | sed 's/^.* warn //' | tail -5
 [ "$after" -ge $((before + 5)) ] || fail "node 2 logged $((after - before)) refusals for 5 attempts"
 ctl 2 status >/dev/null || fail "salusd on node 2 does not answer after the attempts"
+node_exec 2 curl -s --max-time 5 http://127.0.0.1:9400/metrics >"$WORK/metrics.txt" ||
+    fail "node 2's /metrics did not answer"
+grep -E '^salus_cluster_(member|members|links_refused_total) ' "$WORK/metrics.txt"
+awk '$1 == "salus_cluster_links_refused_total" && $2 >= 5 {ok = 1} END {exit !ok}' "$WORK/metrics.txt" ||
+    fail "node 2's /metrics does not count the 5 refusals: $(grep salus_cluster "$WORK/metrics.txt")"
+qgrep -x 'salus_cluster_member 1' "$WORK/metrics.txt" || fail "node 2's /metrics: not a member"
 link_up 1 n2 || wait_until 10 link_up 1 n2 || fail "n1's link to n2 broke"
 pass "a process that is not a daemon: 5 attempts refused and logged, salusd on n2 answers, n1-n2 link up"
 for i in 1 2; do salusd_node_stop "$i"; done

@@ -1681,6 +1681,20 @@ static int group_release(fake_t *f, uint64_t group)
     return rc;
 }
 
+/* Two released cluster groups of two ranks here (world 4), 100 (jobs 1, 2) and 200 (jobs 3,
+ * 4), on two 1 GiB GPUs, A's rank 0 beside B's rank 1 (as gang_setup); slots of
+ * slot_iterations iterations. */
+static void cluster_pair(fake_t *f, uint32_t slot_iterations)
+{
+    fake_start_gpus(f, "pack", 2, 1 * GIB, slot_iterations, false);
+    reg_cluster(f, 1, 100, 4, 0);
+    reg_cluster(f, 2, 100, 4, 1);
+    reg_cluster(f, 3, 200, 4, 3);
+    reg_cluster(f, 4, 200, 4, 2);
+    ck_assert_int_eq(group_release(f, 100), 0);
+    ck_assert_int_eq(group_release(f, 200), 0);
+}
+
 static int group_slot(fake_t *f, uint64_t group, uint64_t seq)
 {
     int rc = sched_core_group_slot(f->core, group, seq, f->now_ns, &f->fx);
@@ -1744,13 +1758,7 @@ END_TEST
 START_TEST(test_cluster_slots_in_fifo_order)
 {
     fake_t f;
-    fake_start_gpus(&f, "pack", 2, 1 * GIB, 2, false);
-    reg_cluster(&f, 1, 100, 4, 0);
-    reg_cluster(&f, 2, 100, 4, 1);
-    reg_cluster(&f, 3, 200, 4, 3);
-    reg_cluster(&f, 4, 200, 4, 2);
-    ck_assert_int_eq(group_release(&f, 100), 0);
-    ck_assert_int_eq(group_release(&f, 200), 0);
+    cluster_pair(&f, 2);
     for (uint64_t id = 1; id <= 4; id++)
         ck_assert(f.jobs[id].admitted);
     ck_assert_uint_eq(f.jobs[1].lane, f.jobs[3].lane);
@@ -1861,13 +1869,7 @@ END_TEST
 START_TEST(test_cluster_ranks_leave_drop_slots)
 {
     fake_t f;
-    fake_start_gpus(&f, "pack", 2, 1 * GIB, 1, false);
-    reg_cluster(&f, 1, 100, 4, 0);
-    reg_cluster(&f, 2, 100, 4, 1);
-    reg_cluster(&f, 3, 200, 4, 3);
-    reg_cluster(&f, 4, 200, 4, 2);
-    ck_assert_int_eq(group_release(&f, 100), 0);
-    ck_assert_int_eq(group_release(&f, 200), 0);
+    cluster_pair(&f, 1);
     for (uint64_t id = 1; id <= 4; id++)
         ask(&f, id);
     ck_assert_int_eq(group_slot(&f, 100, 1), 0);

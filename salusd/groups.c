@@ -225,9 +225,7 @@ int groups_join(salusd_t *d, job_t *job, const groups_fields_t *f)
     job->group_id = g->id;
     job->group_rank = f->rank;
     job->group_world = g->world;
-    job->group_sync = g->sync == LAUNCH_SYNC_SSP   ? SCHED_CORE_SYNC_SSP
-                      : g->sync == LAUNCH_SYNC_ASP ? SCHED_CORE_SYNC_ASP
-                                                   : SCHED_CORE_SYNC_BSP;
+    job->group_sync = groups_core_sync(g->sync);
     job->group_staleness = g->staleness;
     job->group_share_gpus = g->share_gpus;
     job->group_cluster = d->cluster != NULL;

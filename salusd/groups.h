@@ -29,6 +29,20 @@
 #define GROUPS_ENDED_KEPT 16
 #define GROUPS_FAILED_LINGER_S 10
 
+/* A sync mode as the launch contract names it and as the scheduling core does. */
+static inline sched_core_sync_t groups_core_sync(launch_sync_t sync)
+{
+    return sync == LAUNCH_SYNC_SSP   ? SCHED_CORE_SYNC_SSP
+           : sync == LAUNCH_SYNC_ASP ? SCHED_CORE_SYNC_ASP
+                                     : SCHED_CORE_SYNC_BSP;
+}
+static inline launch_sync_t groups_launch_sync(sched_core_sync_t sync)
+{
+    return sync == SCHED_CORE_SYNC_SSP   ? LAUNCH_SYNC_SSP
+           : sync == SCHED_CORE_SYNC_ASP ? LAUNCH_SYNC_ASP
+                                         : LAUNCH_SYNC_BSP;
+}
+
 /* The group fields of a submit request (protocol minor 2). */
 typedef struct groups_fields_s {
     char name[LAUNCH_GROUP_BYTES];

@@ -8,7 +8,7 @@
  * and kept out of the lanes until the driver has it back. */
 #include "jobs-internal.h"
 
-#include "launch.h"
+#include "groups.h"
 #include "log.h"
 #include "paths.h"
 #include "sched.h"
@@ -84,9 +84,7 @@ static int fill_job(salusd_t *d, job_t *job, state_job_t *out)
         out->group_world = job->group_world;
         out->group_rank = job->group_rank;
         out->group_local_rank = job->group_local_rank;
-        out->group_sync = job->group_sync == SCHED_CORE_SYNC_SSP   ? LAUNCH_SYNC_SSP
-                          : job->group_sync == SCHED_CORE_SYNC_ASP ? LAUNCH_SYNC_ASP
-                                                                   : LAUNCH_SYNC_BSP;
+        out->group_sync = groups_launch_sync((sched_core_sync_t)job->group_sync);
         out->group_staleness = job->group_staleness;
         out->group_share_gpus = job->group_share_gpus != 0;
     }

@@ -37,6 +37,18 @@ static int report(int rc, const char *what)
     return rc;
 }
 
+/* What the core is told of a job's group (zero: a single job), at registration and at re-attach. */
+static sched_core_group_t group_of(const job_t *job)
+{
+    return (sched_core_group_t){.id = job->group_id,
+                                .world = job->group_world,
+                                .rank = job->group_rank,
+                                .sync = (sched_core_sync_t)job->group_sync,
+                                .staleness = job->group_staleness,
+                                .share_gpus = job->group_share_gpus != 0,
+                                .cluster = job->group_cluster != 0};
+}
+
 int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx)
 {
     int hinted = job->persistent_hint_bytes || job->ephemeral_hint_bytes;
@@ -48,13 +60,7 @@ int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx
         .iterations_expected = job->iterations_expected,
         .priority = (int32_t)job->priority,
         .arrival_ns = job->registered_ns,
-        .group = {.id = job->group_id,
-                  .world = job->group_world,
-                  .rank = job->group_rank,
-                  .sync = (sched_core_sync_t)job->group_sync,
-                  .staleness = job->group_staleness,
-                  .share_gpus = job->group_share_gpus != 0,
-                  .cluster = job->group_cluster != 0},
+        .group = group_of(job),
     };
     return report(job_gpus_register(d->sched->gpus, d->sched->core, &hints, salusd_now_ns(), fx),
                   "registration");
@@ -119,13 +125,7 @@ int sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_reattac
         .iterations_expected = job->iterations_expected,
         .priority = (int32_t)job->priority,
         .arrival_ns = job->registered_ns,
-        .group = {.id = job->group_id,
-                  .world = job->group_world,
-                  .rank = job->group_rank,
-                  .sync = (sched_core_sync_t)job->group_sync,
-                  .staleness = job->group_staleness,
-                  .share_gpus = job->group_share_gpus != 0,
-                  .cluster = job->group_cluster != 0},
+        .group = group_of(job),
     };
     int rc = sched_core_job_reattached(d->sched->core, &hints, where, salusd_now_ns(), fx);
     return rc == -ENOSPC ? rc : report(rc, "re-attach");

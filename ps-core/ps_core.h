@@ -1,0 +1,144 @@
+/* The parameter server's pure logic: update rules, sync modes, how a table is cut into shards,
+ * the consistent-hash ring that places shards on servers, a shard's state on its server, and a
+ * node's aggregation of its co-located workers' pushes. No I/O, no clock, no globals: the
+ * daemon (salusd/ps*.c) moves the bytes and calls these; unit tests drive them directly.
+ *
+ * Clocks. A worker's clock starts at 0; it pulls, computes, pushes its contribution for its
+ * current clock c, then clocks (c -> c + 1). A shard's `done` counts the clocks whose
+ * contributions from every source are applied (clocks 0 .. done-1). A read by a worker at
+ * clock c must see a state with done >= ps_sync_min_done(sync, c):
+ *     BSP     c          (every update of the clocks before c; exact: never more, see below)
+ *     SSP:s   c - s      (Bösen: every update up to clock c - s - 1), 0 when c <= s
+ *     ASP     0          (no waiting)
+ * Under BSP and SSP a shard buffers a clock's contributions and applies the clock whole, in
+ * clock order, once every source has closed it (so a BSP read sees exactly clocks < c); under
+ * ASP each contribution is applied when it arrives.
+ *
+ * Sources. A shard's contributions come from `sources` numbered 0 .. sources-1 (the nodes that
+ * run workers of the group); each source sends, per clock, zero or more contributions (each
+ * with a sequence number, strictly increasing per source, at most one in flight: a retry
+ * repeats the last seq and is recognised as a duplicate), then closes the clock. */
+#ifndef SALUS_PS_CORE_H
+#define SALUS_PS_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PS_NAME_BYTES 64          /* table names: [A-Za-z0-9._-]{1,63} */
+#define PS_MAX_SOURCES 256
+#define PS_MAX_LOCAL_WORKERS 256
+#define PS_MAX_STALENESS 1000
+#define PS_SHARD_MAX_ELEMS (256u * 1024u)  /* 1 MiB of float32 */
+#define PS_SHARDS_PER_SERVER 8            /* at least this many shards per server, when
+                                           * the table has the elements for them */
+#define PS_RING_VNODES 64                 /* virtual nodes per server on the ring */
+#define PS_MAX_SERVERS 256
+
+/* ---- update rules ---------------------------------------------------------------------- */
+typedef enum ps_rule_kind_e { PS_RULE_ADD, PS_RULE_ASSIGN, PS_RULE_SGD } ps_rule_kind_t;
+typedef struct ps_rule_s {
+    ps_rule_kind_t kind;
+    float lr;                 /* sgd only: value -= lr * (sum of the clock's contributions) */
+} ps_rule_t;
+/* "add", "assign", "sgd:LR" (LR a finite float > 0). 0, or -EINVAL with err set. */
+int ps_rule_parse(const char *text, ps_rule_t *rule, char *err, size_t err_size);
+/* The canonical text ("sgd:0.05" as %g); the length written, or -ENOSPC. */
+int ps_rule_format(const ps_rule_t *rule, char *buf, size_t size);
+
+/* ---- sync modes ------------------------------------------------------------------------ */
+typedef enum ps_sync_kind_e { PS_SYNC_BSP, PS_SYNC_SSP, PS_SYNC_ASP } ps_sync_kind_t;
+typedef struct ps_sync_s {
+    ps_sync_kind_t kind;
+    uint32_t staleness;       /* ssp only: s, 0 .. PS_MAX_STALENESS */
+} ps_sync_t;
+/* "bsp", "ssp:S", "asp". 0, or -EINVAL with err set. */
+int ps_sync_parse(const char *text, ps_sync_t *sync, char *err, size_t err_size);
+int ps_sync_format(const ps_sync_t *sync, char *buf, size_t size);
+/* The least `done` a read at clock c may see (above). */
+uint64_t ps_sync_min_done(const ps_sync_t *sync, uint64_t clock);
+
+/* 1 when name is a valid table name, else 0. */
+int ps_name_valid(const char *name);
+
+/* ---- layout: a table of `count` float32 elements cut into shards ------------------------ */
+typedef struct ps_layout_s {
+    uint64_t count;           /* elements */
+    uint32_t shards;          /* >= 1 */
+} ps_layout_t;
+/* shards = min(count, max(servers * PS_SHARDS_PER_SERVER, ceil(count / PS_SHARD_MAX_ELEMS))),
+ * at least 1. -EINVAL when count is 0 or servers is 0. */
+int ps_layout_init(ps_layout_t *layout, uint64_t count, uint32_t servers);
+/* Shard i holds elements [first, first + elems): even cuts (the first count % shards shards
+ * one element longer). */
+void ps_layout_shard(const ps_layout_t *layout, uint32_t shard, uint64_t *first, uint64_t *elems);
+/* The shard holding element index (index < count). */
+uint32_t ps_layout_shard_of(const ps_layout_t *layout, uint64_t index);
+
+/* ---- the consistent-hash ring ------------------------------------------------------------ */
+typedef struct ps_ring_s ps_ring_t;
+/* A ring over `n` distinct server names (each hashed at `vnodes` points; 0: PS_RING_VNODES).
+ * The ring does not depend on the order of names. NULL on bad input (n == 0, n >
+ * PS_MAX_SERVERS, a duplicate or empty name) or no memory. */
+ps_ring_t *ps_ring_create(const char *const *names, size_t n, uint32_t vnodes);
+void ps_ring_destroy(ps_ring_t *ring); /* NULL ok */
+size_t ps_ring_size(const ps_ring_t *ring);
+const char *ps_ring_name(const ps_ring_t *ring, size_t index); /* sorted by name */
+/* The index (into ps_ring_name's order) of the server that owns `shard` of table `table`
+ * (the first ring point at or after the hash of "table/shard", wrapping). */
+size_t ps_ring_owner(const ps_ring_t *ring, const char *table, uint32_t shard);
+/* Of the table's shards, how many have a different owner's name in b than in a. */
+uint32_t ps_ring_moved(const ps_ring_t *a, const ps_ring_t *b, const char *table,
+                       uint32_t shards);
+
+/* ---- a shard on its server ---------------------------------------------------------------- */
+typedef struct ps_shard_s ps_shard_t;
+/* A shard of `elems` elements, all 0, with `sources` contributors. NULL on bad input or no
+ * memory. */
+ps_shard_t *ps_shard_create(uint64_t elems, const ps_rule_t *rule, const ps_sync_t *sync,
+                            uint32_t sources);
+void ps_shard_destroy(ps_shard_t *shard); /* NULL ok */
+/* A contribution of source for clock: n values for elements [offset, offset + n) of the shard
+ * (keys == NULL), or for the n element indices keys[] (each < elems). Returns 1 taken
+ * (applied, or buffered for its clock), 0 a duplicate (seq <= the source's last: nothing
+ * changed), -EINVAL bad input (source, range, key, a clock the source has closed already, a
+ * clock beyond done + PS_MAX_STALENESS + 2, a non-finite value): nothing changed. */
+int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64_t clock,
+                        uint64_t offset, uint64_t n, const uint64_t *keys, const float *values);
+/* Source has closed clock (clocks close in order: a repeat of the last closed clock returns 0,
+ * a gap returns -EINVAL). Returns 1 when it was new; may advance done (apply whole clocks). */
+int ps_shard_close(ps_shard_t *shard, uint32_t source, uint64_t clock);
+uint64_t ps_shard_done(const ps_shard_t *shard);
+uint64_t ps_shard_elems(const ps_shard_t *shard);
+const float *ps_shard_values(const ps_shard_t *shard);
+/* Bytes the shard holds now (values and pending clocks), for the quota and metrics. */
+uint64_t ps_shard_bytes(const ps_shard_t *shard);
+
+/* ---- a node's aggregation of its local workers ------------------------------------------ */
+/* BSP and SSP only (under ASP the daemon forwards each push at once; ps_agg_create refuses
+ * ASP). Local workers are numbered 0 .. workers-1 (their order among the group's ranks on this
+ * node). Each push carries the worker's sequence number (strictly increasing per worker; a
+ * retried push repeats it) and its clock, which must be the worker's current clock. Several
+ * clocks may be open at once (SSP: fast workers ahead). A clock's sum is complete once every
+ * local worker has closed it. */
+typedef struct ps_agg_s ps_agg_t;
+ps_agg_t *ps_agg_create(uint64_t count, const ps_sync_t *sync, uint32_t workers);
+void ps_agg_destroy(ps_agg_t *agg); /* NULL ok */
+/* 1 taken (added into the clock's sum), 0 duplicate (seq <= the worker's last seq: nothing
+ * changed), -EINVAL bad input (worker, range, key, clock other than the worker's current one,
+ * a non-finite value): nothing changed. keys == NULL: n values for [offset, offset + n). */
+int ps_agg_push(ps_agg_t *agg, uint32_t worker, uint64_t seq, uint64_t clock, uint64_t offset,
+                uint64_t n, const uint64_t *keys, const float *values);
+/* Worker closes its current clock (it must be `clock`; a repeat of the last closed one returns
+ * 0). Returns 1 when this made clock complete on this node (every worker closed it), 2 when
+ * new but not complete, 0 repeat, -EINVAL bad. */
+int ps_agg_close(ps_agg_t *agg, uint32_t worker, uint64_t clock);
+/* The worker's current clock. */
+uint64_t ps_agg_clock_of(const ps_agg_t *agg, uint32_t worker);
+/* The sum of a complete clock's contributions (count values; zeros where nobody pushed), or
+ * NULL when that clock is not complete or was released. Stays valid until released. */
+const float *ps_agg_sum(const ps_agg_t *agg, uint64_t clock);
+/* Frees a complete clock's sum (after it was sent to every shard's server). */
+void ps_agg_release(ps_agg_t *agg, uint64_t clock);
+uint64_t ps_agg_bytes(const ps_agg_t *agg);
+
+#endif

@@ -181,15 +181,16 @@ static void check_cuts(uint64_t count, uint32_t servers)
     if (want > count)
         want = count;
     ck_assert_uint_eq(l.shards, want);
+    /* plain comparisons in the loop (a ck_assert per shard is slow at 2^16 shards) */
     uint64_t next = 0, least = UINT64_MAX, most = 0;
     for (uint32_t s = 0; s < l.shards; s++) {
         uint64_t first, elems;
         ps_layout_shard(&l, s, &first, &elems);
-        ck_assert_uint_eq(first, next);
-        ck_assert_uint_ge(elems, 1);
-        ck_assert_uint_le(elems, PS_SHARD_MAX_ELEMS);
-        ck_assert_uint_eq(ps_layout_shard_of(&l, first), s);
-        ck_assert_uint_eq(ps_layout_shard_of(&l, first + elems - 1), s);
+        if (first != next || elems < 1 || elems > PS_SHARD_MAX_ELEMS ||
+            ps_layout_shard_of(&l, first) != s || ps_layout_shard_of(&l, first + elems - 1) != s)
+            ck_abort_msg("count %lu servers %u: shard %u holds [%lu, +%lu), expected at %lu",
+                         (unsigned long)count, servers, s, (unsigned long)first,
+                         (unsigned long)elems, (unsigned long)next);
         least = elems < least ? elems : least;
         most = elems > most ? elems : most;
         next = first + elems;
@@ -429,8 +430,10 @@ START_TEST(test_shard_create_bad)
     ps_shard_t *ok = ps_shard_create(PS_SHARD_MAX_ELEMS, &add, &bsp, PS_MAX_SOURCES);
     ck_assert_ptr_nonnull(ok);
     ck_assert_uint_eq(ps_shard_done(ok), 0);
+    uint64_t nonzero = 0;
     for (uint64_t i = 0; i < PS_SHARD_MAX_ELEMS; i++)
-        ck_assert(ps_shard_values(ok)[i] == 0.0f);
+        nonzero += ps_shard_values(ok)[i] != 0.0f;
+    ck_assert_uint_eq(nonzero, 0);
     ck_assert_uint_ge(ps_shard_bytes(ok), PS_SHARD_MAX_ELEMS * sizeof(float));
     ps_shard_destroy(ok);
     ps_shard_destroy(NULL);

@@ -296,6 +296,69 @@ START_TEST(test_ring_order_independent)
 }
 END_TEST
 
+/* The ring's hash is part of the cluster's contract (every daemon must place a shard on the same
+ * server), so the test pins it with its own copy: FNV-1a 64 of the text, then splitmix64's
+ * finaliser; servers at "name#v", shards at "table/shard"; the owner is the first point at or
+ * after the shard's hash, wrapping; found here by a plain scan over every point. */
+static uint64_t ref_hash(const char *text)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (const char *c = text; *c; c++) {
+        h ^= (uint8_t)*c;
+        h *= 1099511628211ull;
+    }
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    return h ^ (h >> 31);
+}
+
+static const char *ref_owner(const char *const *names, size_t n, uint32_t vnodes,
+                             const char *table, uint32_t shard, int *wrapped)
+{
+    char text[128];
+    snprintf(text, sizeof(text), "%s/%u", table, shard);
+    uint64_t key = ref_hash(text);
+    const char *after = NULL, *lowest = NULL;
+    uint64_t after_hash = 0, lowest_hash = 0;
+    for (size_t s = 0; s < n; s++)
+        for (uint32_t v = 0; v < vnodes; v++) {
+            snprintf(text, sizeof(text), "%s#%u", names[s], v);
+            uint64_t h = ref_hash(text);
+            if (h >= key && (after == NULL || h < after_hash)) {
+                after = names[s];
+                after_hash = h;
+            }
+            if (lowest == NULL || h < lowest_hash) {
+                lowest = names[s];
+                lowest_hash = h;
+            }
+        }
+    *wrapped = after == NULL;
+    return after ? after : lowest;
+}
+
+START_TEST(test_ring_reference)
+{
+    const char *names[] = {"beta", "alpha", "gamma"};
+    static const uint32_t vnodes[] = {1, 2, 5, 64};
+    uint32_t wraps = 0;
+    for (size_t v = 0; v < sizeof(vnodes) / sizeof(vnodes[0]); v++) {
+        ps_ring_t *r = ps_ring_create(names, 3, vnodes[v]);
+        ck_assert_ptr_nonnull(r);
+        for (uint32_t s = 0; s < 3000; s++) {
+            int wrapped;
+            const char *want = ref_owner(names, 3, vnodes[v], "t.w", s, &wrapped);
+            const char *got = ps_ring_name(r, ps_ring_owner(r, "t.w", s));
+            if (strcmp(want, got) != 0)
+                ck_abort_msg("vnodes %u shard %u: %s, want %s", vnodes[v], s, got, want);
+            wraps += (uint32_t)wrapped;
+        }
+        ps_ring_destroy(r);
+    }
+    ck_assert_uint_gt(wraps, 0); /* the wrap past the last point was exercised */
+}
+END_TEST
+
 START_TEST(test_ring_bad)
 {
     const char *dup[] = {"n1", "n2", "n1"};
@@ -904,6 +967,7 @@ static Suite *ps_core_suite(void)
     tcase_add_test(placement, test_layout_cuts);
     tcase_add_test(placement, test_layout_bad);
     tcase_add_test(placement, test_ring_order_independent);
+    tcase_add_test(placement, test_ring_reference);
     tcase_add_test(placement, test_ring_bad);
     tcase_add_test(placement, test_ring_balance);
     tcase_add_test(placement, test_ring_join);

@@ -171,6 +171,11 @@ void ps_agg_release(ps_agg_t *agg, uint64_t clock)
     free(agg->open[at].sum);
     agg->nopen--;
     memmove(&agg->open[at], &agg->open[at + 1], (agg->nopen - at) * sizeof(*agg->open));
+    if (agg->nopen == 0) { /* nothing open: no list either (bytes says so) */
+        free(agg->open);
+        agg->open = NULL;
+        agg->open_cap = 0;
+    }
 }
 
 uint64_t ps_agg_bytes(const ps_agg_t *agg)

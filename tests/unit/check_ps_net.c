@@ -21,7 +21,7 @@
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
-#define MAX_MSGS 64
+#define MAX_MSGS 512
 #define MAX_SENDS 4096
 #define MIB (1024 * 1024)
 
@@ -235,6 +235,47 @@ START_TEST(test_sizes_arrive_intact_in_order)
     ck_assert(a.got[0].payload_ok);
     ck_assert_str_eq(a.got[0].node, "node-b");
     free(back);
+}
+END_TEST
+
+/* Both ways at once, sizes mixed so that eager messages queue behind rendezvous ones still
+ * arriving: every message in order, intact. */
+START_TEST(test_mixed_sizes_both_ways_in_order)
+{
+    link_nets(&a, "node-a", &b, "node-b", 1111, 1111);
+    enum { N = 200 };
+    static const size_t sizes[] = {0, 100, 9000, 70000, 1 * MIB, 5, 300000, 2 * MIB + 3};
+    enum { K = sizeof(sizes) / sizeof(sizes[0]) };
+    uint8_t *payloads[K];
+    for (uint32_t k = 0; k < K; k++)
+        payloads[k] = make_payload(sizes[k], k);
+    for (uint32_t i = 0; i < N; i++) {
+        /* seq i uses payload (i % K), made with seq (i % K): the check uses seq, so the seq
+         * in the header is i % K and the order check uses the position */
+        uint32_t k = i % K;
+        ck_assert_int_eq(send_msg(a.net, "node-b", k, 8 + (i % 50), sizes[k] ? payloads[k] : NULL,
+                                  sizes[k], &sends[i]), 0);
+        ck_assert_int_eq(send_msg(b.net, "node-a", k, 8, sizes[k] ? payloads[k] : NULL, sizes[k],
+                                  &sends[N + i]), 0);
+    }
+    want_t w = {&b, N, 2 * N};
+    ck_assert_msg(run_until(enough, &w, 60000), "b received %d of %d", b.received, N);
+    want_t w2 = {&a, N, 2 * N};
+    ck_assert_msg(run_until(enough, &w2, 60000), "a received %d of %d", a.received, N);
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t k = i % K;
+        ck_assert_int_eq(sends[i].status, 0);
+        ck_assert_int_eq(sends[N + i].status, 0);
+        ck_assert_uint_eq(b.got[i].seq, k);
+        ck_assert_uint_eq(b.got[i].payload_len, sizes[k]);
+        ck_assert_uint_eq(b.got[i].header_len, 8 + (i % 50));
+        ck_assert(b.got[i].payload_ok);
+        ck_assert_uint_eq(a.got[i].seq, k);
+        ck_assert_uint_eq(a.got[i].payload_len, sizes[k]);
+        ck_assert(a.got[i].payload_ok);
+    }
+    for (uint32_t k = 0; k < K; k++)
+        free(payloads[k]);
 }
 END_TEST
 
@@ -668,6 +709,7 @@ static Suite *ps_net_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_sizes_arrive_intact_in_order);
+    tcase_add_test(tc, test_mixed_sizes_both_ways_in_order);
     tcase_add_test(tc, test_bad_arguments);
     tcase_add_test(tc, test_wrong_token_dropped);
     tcase_add_test(tc, test_unknown_sender_dropped);

@@ -15,6 +15,8 @@
  *   close                          -> close rc=0
  *   touch FILE                     creates FILE       -> touch FILE
  *   wait FILE                      waits (at most 60 s) until FILE exists -> wait FILE
+ * `ps-tool -f FILE` reads the steps from FILE instead (words separated by white space: salusctl
+ * run passes a limited number of arguments).
  * A failed call prints `error op=OP rc=RC msg=MESSAGE` and the script goes on. Exit status: 0
  * (also when a call failed: a rank that exits non-zero fails its group, and the tests expect
  * some calls to fail; they read the lines), 2 on a bad script. */
@@ -63,8 +65,34 @@ static uint32_t crc32_of(const void *data, size_t bytes)
         return 2;                                                                              \
     }
 
+/* The words of path as an argv (argv[0] kept); exits on error. */
+static char **read_script(const char *prog, const char *path, int *argc)
+{
+    FILE *f = fopen(path, "r");
+    char word[4096];
+    int n = 1, cap = 64;
+    char **v = malloc(cap * sizeof(*v));
+    if (!f || !v) {
+        fprintf(stderr, "ps-tool: cannot read %s\n", path);
+        exit(2);
+    }
+    v[0] = (char *)prog;
+    while (fscanf(f, "%4095s", word) == 1) {
+        if (n + 1 >= cap && !(v = realloc(v, (cap *= 2) * sizeof(*v))))
+            exit(2);
+        if (!(v[n++] = strdup(word)))
+            exit(2);
+    }
+    fclose(f);
+    v[n] = NULL;
+    *argc = n;
+    return v;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "-f") == 0)
+        argv = read_script(argv[0], argv[2], &argc);
     salus_ps_table_t *t = NULL;
     float *last = NULL;
     uint64_t last_n = 0;

@@ -297,9 +297,11 @@ static int push_locked(salus_ps_table_t *t, uint64_t offset, uint64_t n, int key
         proto_pack_kv_uint(pk, "seq", seq);
         rc = exchange_locked("push", -1, timeout_ms, &reply);
         if (rc < 0) {
-            if (broken(rc))
-                continue; /* the same id again */
-            return rc;
+            if (!broken(rc))
+                return rc;
+            LOG_INFO("ps: push %llu of '%s' goes again (try %d of %d): %s",
+                     (unsigned long long)seq, t->name, attempt + 2, PS_PUSH_TRIES, ps_error);
+            continue; /* the same id again */
         }
         int duplicate = 0;
         proto_get_bool(&reply.body, "duplicate", &duplicate);

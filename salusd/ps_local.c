@@ -235,7 +235,7 @@ static void open_done(void *arg, int rc, const char *err)
 static int map_region(conn_t *c, const proto_msg_t *msg, int fd, uint64_t count,
                       ps_local_table_t *t)
 {
-    struct stat st;
+    struct stat st = {0};
     int seals = fcntl(fd, F_GET_SEALS);
     size_t need = (size_t)PS_LOCAL_REGION_BYTES(count);
     if (seals < 0 || !(seals & F_SEAL_SHRINK)) {

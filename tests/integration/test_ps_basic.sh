@@ -3,7 +3,9 @@
 # pulls through salus_ps.h (ps-tool under the shim); the values are right for `add` (two
 # clocks, ranges) and `sgd:LR` (a range, then keys). Rank 1 loses its first push's
 # acknowledgement (SALUS_PS_DROP_ACK=1): the library sends the push again with the same id,
-# salusd says it was a duplicate, and the `add` table holds each push exactly once.
+# salusd says it was a duplicate, and the `add` table holds each push exactly once. A push
+# whose acknowledgement does not come in time (salusd stopped) goes again on a new connection
+# (the table re-opened) and is applied once.
 . "$(dirname "$0")/lib.sh"
 
 export SIMGPU_DEVICES=2
@@ -76,4 +78,25 @@ if [ -n "$dups" ]; then
     [ "$(awk '{s += $2} END {print s}' <<<"$dups")" = 1 ] || fail "metrics count duplicates: $dups"
 fi
 pass "a lost acknowledgement: the push sent again, applied once (the add table holds 3 then 6), one duplicate"
+
+# ---- no acknowledgement in time: salusd is stopped while the push is on its way ----
+RUN_PIDS=()
+SALUS_PS_ACK_TIMEOUT_MS=300 SALUS_LOG_LEVEL=info \
+    "$SALUSCTL" run --name psr --group "$G-r" --world 1 --rank 0 -- \
+    "$TOOL" open r 4 add bsp wait "$WORK/go" push 0 4 1 clock pull 0 4 >"$WORK/rr.out" 2>"$WORK/rr.err" &
+RUN_PIDS+=($!)
+wait_until 20 "grep -q '^open name=r' '$WORK/rr.out'" || fail "no open: $(cat "$WORK/rr.out" "$WORK/rr.err")"
+kill -STOP "$DAEMON_PID"
+touch "$WORK/go"
+again=0
+wait_until 20 "grep -q \"push 1 of 'r' goes again (try 2 of 6)\" '$WORK/rr.err'" || again=1
+kill -CONT "$DAEMON_PID"
+[ "$again" -eq 0 ] || fail "the push did not go again: $(cat "$WORK/rr.err")"
+wait "${RUN_PIDS[0]}" || fail "the rank failed: $(cat "$WORK/rr.out" "$WORK/rr.err")"
+cat "$WORK/rr.out"
+grep "goes again" "$WORK/rr.err"
+qgrep -x "failures" <"$WORK/rr.out" && fail "a call failed: $(cat "$WORK/rr.out" "$WORK/rr.err")"
+qgrep -E "^pull clock=1 done=1 .* sum=4 first=1 last=1$" <"$WORK/rr.out" ||
+    fail "the retried push was not applied exactly once: $(cat "$WORK/rr.out")"
+pass "a push without an acknowledgement in 300 ms: sent again on a new connection, applied once"
 kill -0 "$DAEMON_PID" || fail "salusd died"

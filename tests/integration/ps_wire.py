@@ -166,6 +166,12 @@ def rank(path, table, big, ready, go):
                                        "keyed": True, "clock": 1, "seq": 1})
     said("bad raw-push-huge", kind, reply)
     check("raw-push-huge")
+    for _ in range(63):  # the same table again: 64 handles on this connection
+        kind, reply = raw.open(table, job_id, fd)
+        assert kind == REPLY, reply
+    kind, reply = raw.open(table, job_id, fd)
+    said("bad too-many", kind, reply)
+    check("too-many")
     kind, reply = Raw(path).open(table, job_id + 1000, fd)  # a new connection, not bound yet
     said("bad other-job", kind, reply)
     check("other-job")

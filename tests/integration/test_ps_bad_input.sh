@@ -2,7 +2,7 @@
 # Parameter-server tables, bad input: each gets a clear error and changes nothing (the table
 # is pulled before and after, bit for bit). A push beyond the table (range and keys), an
 # unknown table handle, a table reopened with another size, a table over the user's quota
-# (--ps-user-bytes), a memfd without seals or too small, a job_id that is not the caller's;
+# (--ps-user-bytes), a 65th table handle on one connection, a memfd without seals or too small, a job_id that is not the caller's;
 # a rank of another user's group of the same name and a rank of another group get their own
 # table; another user forging the job_id of a rank gets EPERM, and so does a job that is not
 # a rank of a group. Needs root (a throwaway user).
@@ -66,6 +66,8 @@ expect raw-push-beyond "code=4 msg=ps_push: 8 values at offset 1 are beyond the 
 same raw-push-beyond
 expect raw-push-huge "code=4 msg=ps_push: 1099511627776 keys"
 same raw-push-huge
+expect too-many "code=8 msg=ps_open: at most 64 tables open per connection"
+same too-many
 expect other-job "code=6 msg=ps_open: job [0-9]+ is not a registered rank of a group of this process"
 same other-job
 pass "bad pushes, an unknown handle, another size, over quota, unsealed or small regions, another job id: clear errors, the table bit for bit the same"

@@ -19,9 +19,10 @@
  * only the order of the float sums and the W0 + table split differ (rounding).
  *
  * The loss: a second table "mlp-loss" (rule add, the same sync), one element per iteration,
- * to which each rank pushes its rows' mean loss / N at its clock: the element holds the global
- * batch's loss once every rank pushed. The loss lines ('iter=K loss=V', as the data-parallel
- * mode prints them) come at the end, read from that table once it holds every clock.
+ * to which each rank pushes its rows' mean loss / N at its clock (before its gradient): the
+ * element holds the global batch's loss once every rank pushed. The loss lines ('iter=K
+ * loss=V', as the data-parallel mode prints them) come at the end, read from that table once
+ * it holds every clock.
  *
  * The end: after its last clock a rank pulls both tables until they hold every rank's every
  * clock (bounded; a read at clock K may see less under ssp/asp), so every rank of every mode
@@ -29,7 +30,9 @@
  * with --dump-weights FILE one value per line, as without --ps).
  *
  * --ps-log FILE: one line per pull of "mlp-w", 'read rank=R clock=C done=D done_at_request=A
- * waited=W waited_ns=NS t_ns=T' (salus_ps_read_t; T: CLOCK_MONOTONIC when the pull returned).
+ * waited=W waited_ns=NS t_ns=T' (salus_ps_read_t; T: CLOCK_MONOTONIC when the pull returned);
+ * one per push to "mlp-loss", 'push rank=R clock=C loss_part=V'; at the end the final
+ * "mlp-loss", 'loss_table clock=C value=V' (a test recomputes each element from the pushes).
  * --ps-slow-ms MS: sleep MS before each push (a slowed worker).
  *
  * Rank and world: --rank/--world, else SALUS_RANK/SALUS_WORLD (salusctl run --group ...), else
@@ -177,12 +180,18 @@ static inline void mlp_ps_push(mlp_ps *ps, std::vector<float> *gradient, float l
     float loss_part = loss * scale;
     if (ps->slow_ms > 0)
         workload_sleep_ns((uint64_t)(ps->slow_ms * 1e6));
-    int rc = salus_ps_push(ps->weights, 0, ps->count, gradient->data());
-    if (rc < 0)
-        mlp_ps_fail(rc, "salus_ps_push(mlp-w) of iteration %u", iteration);
-    rc = salus_ps_push(ps->losses, iteration - 1, 1, &loss_part);
+    /* the loss first: the first push of the program goes to the add table, whose values a test
+     * can recompute from the log (SALUS_PS_DROP_ACK: a retried first push is applied once) */
+    int rc = salus_ps_push(ps->losses, iteration - 1, 1, &loss_part);
     if (rc < 0)
         mlp_ps_fail(rc, "salus_ps_push(mlp-loss) of iteration %u", iteration);
+    if (ps->log) {
+        fprintf(ps->log, "push rank=%ld clock=%u loss_part=%.9g\n", ps->rank, iteration - 1, (double)loss_part);
+        fflush(ps->log);
+    }
+    rc = salus_ps_push(ps->weights, 0, ps->count, gradient->data());
+    if (rc < 0)
+        mlp_ps_fail(rc, "salus_ps_push(mlp-w) of iteration %u", iteration);
     if ((rc = salus_ps_clock(ps->weights)) < 0)
         mlp_ps_fail(rc, "salus_ps_clock(mlp-w) of iteration %u", iteration);
     if ((rc = salus_ps_clock(ps->losses)) < 0)
@@ -223,6 +232,10 @@ static inline void mlp_ps_finish(mlp_ps *ps, std::vector<float> *weights, std::v
             exit(WORKLOAD_EXIT_DRIVER_ERROR);
         }
         workload_sleep_ns(10000000);
+    }
+    if (ps->log) {
+        for (unsigned c = 0; c < ps->iterations; c++)
+            fprintf(ps->log, "loss_table clock=%u value=%.9g\n", c, (double)(*losses)[c]);
     }
     int rc = salus_ps_close(ps->weights);
     if (rc < 0)

@@ -115,7 +115,13 @@ PS_SYNC=asp ps_group asp asp --ps-slow-ms 150
 pass "ASP: no read waited"
 
 # ---- 3. the retried push: rank 2 on n2 drops its first acknowledgement
-RANK2_ENV=SALUS_PS_DROP_ACK=1 ps_group retry bsp
+RANK2_ENV="SALUS_PS_DROP_ACK=1 SALUS_LOG_LEVEL=info" ps_group retry bsp
+qgrep "dropping push acknowledgement 1 (SALUS_PS_DROP_ACK)" "$WORK/retry2.out" ||
+    fail "rank 2 did not drop its first acknowledgement: $(tail -5 "$WORK/retry2.out")"
+qgrep "was a duplicate (applied once)" "$WORK/retry2.out" ||
+    fail "salusd did not answer rank 2's second copy as a duplicate: $(tail -5 "$WORK/retry2.out")"
+echo "rank 2: $(grep -m1 'dropping push acknowledgement' "$WORK/retry2.out" | sed 's/.*ps: /ps: /')," \
+    "then: $(grep -m1 'was a duplicate' "$WORK/retry2.out" | sed 's/.*ps: /ps: /')"
 "${CHECK[@]}" adds "$WORK"/retry{0,1,2,3}.log || fail "the retried push: the add table is off (above)"
 "${CHECK[@]}" weights "$WORK/single.w" "$WORK/retry0.w" "$RTOL" ||
     fail "the retried push: the weights differ from the single process's"

@@ -1034,13 +1034,19 @@ START_TEST(test_agg_sums)
     ck_assert_int_eq(ps_agg_close(agg, 1, 0), 1);
     const float want[] = {1 + 16, 2 + 0.5f, 3, 4 + 0.5f, 5 + 0.25f + 8};
     assert_sum(ps_agg_sum(agg, 0), want, 5);
+    const uint8_t *written = ps_agg_written(agg, 0);
+    ck_assert_ptr_nonnull(written);
+    ck_assert_uint_eq(written[0], 0x1f); /* worker 0 wrote all five */
     /* a clock nobody pushed into: zeros once complete */
     ck_assert_int_eq(ps_agg_close(agg, 0, 1), 2);
     ck_assert_int_eq(ps_agg_close(agg, 1, 1), 2);
     ck_assert_ptr_null(ps_agg_sum(agg, 1));
+    ck_assert_ptr_null(ps_agg_written(agg, 1));
     ck_assert_int_eq(ps_agg_close(agg, 2, 1), 1);
     const float zeros[5] = {0};
     assert_sum(ps_agg_sum(agg, 1), zeros, 5);
+    ck_assert_ptr_nonnull(ps_agg_written(agg, 1));
+    ck_assert_uint_eq(ps_agg_written(agg, 1)[0], 0); /* nobody wrote: send no values */
     assert_sum(ps_agg_sum(agg, 0), want, 5); /* clock 0 stays until released */
     ps_agg_destroy(agg);
 }
@@ -1069,6 +1075,8 @@ START_TEST(test_agg_ssp_fast_worker)
     ck_assert_int_eq(ps_agg_close(agg, 1, 1), 1);
     const float want1[] = {10, 0};
     assert_sum(ps_agg_sum(agg, 1), want1, 2);
+    ck_assert_uint_eq(ps_agg_written(agg, 0)[0], 0x3); /* both elements, by two workers */
+    ck_assert_uint_eq(ps_agg_written(agg, 1)[0], 0x3); /* worker 0 pushed the whole range */
     ck_assert_ptr_null(ps_agg_sum(agg, 2));
     ck_assert_int_eq(ps_agg_close(agg, 0, 2), 2);
     ck_assert_int_eq(ps_agg_close(agg, 1, 2), 1);
@@ -1119,6 +1127,27 @@ START_TEST(test_agg_duplicates_and_bad)
 }
 END_TEST
 
+START_TEST(test_agg_written_keys)
+{
+    ps_agg_t *agg = agg_new(20, "bsp", 1);
+    const uint64_t keys[] = {0, 9, 19, 9};
+    const float v[] = {1, 2, 3, 4};
+    ck_assert_int_eq(ps_agg_push(agg, 0, 1, 0, 0, 4, keys, v), 1);
+    ck_assert_ptr_null(ps_agg_written(agg, 0));
+    ck_assert_int_eq(ps_agg_close(agg, 0, 0), 1);
+    const uint8_t *w = ps_agg_written(agg, 0);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_uint_eq(w[0], 0x01);
+    ck_assert_uint_eq(w[1], 0x02);
+    ck_assert_uint_eq(w[2], 0x08);
+    const float *sum = ps_agg_sum(agg, 0);
+    ck_assert(sum[9] == 6.0f && sum[19] == 3.0f && sum[0] == 1.0f && sum[1] == 0.0f);
+    ps_agg_release(agg, 0);
+    ck_assert_ptr_null(ps_agg_written(agg, 0));
+    ps_agg_destroy(agg);
+}
+END_TEST
+
 START_TEST(test_agg_release)
 {
     ps_agg_t *agg = agg_new(1024, "ssp:1", 2);
@@ -1137,7 +1166,7 @@ START_TEST(test_agg_release)
     ps_agg_release(agg, 0);
     ck_assert_ptr_null(ps_agg_sum(agg, 0));
     ck_assert_ptr_nonnull(ps_agg_sum(agg, 1));
-    ck_assert_uint_eq(ps_agg_bytes(agg), two - 1024 * sizeof(float));
+    ck_assert_uint_eq(ps_agg_bytes(agg), two - 1024 * sizeof(float) - 1024 / 8);
     ps_agg_release(agg, 0); /* twice: nothing */
     ps_agg_release(agg, 1);
     ps_agg_release(agg, 99); /* never existed */
@@ -1189,6 +1218,7 @@ static Suite *ps_core_suite(void)
     tcase_add_test(agg, test_agg_sums);
     tcase_add_test(agg, test_agg_ssp_fast_worker);
     tcase_add_test(agg, test_agg_duplicates_and_bad);
+    tcase_add_test(agg, test_agg_written_keys);
     tcase_add_test(agg, test_agg_release);
     suite_add_tcase(s, agg);
     return s;

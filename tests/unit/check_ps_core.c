@@ -1176,6 +1176,131 @@ START_TEST(test_agg_release)
 }
 END_TEST
 
+/* The aggregator against a model, 300 random interleavings of 3 workers: the model keeps every
+ * taken push element by element; a clock is complete below the least worker clock; a complete
+ * clock's sum (and written bits) must match the log, until the test releases it. */
+#define AGG_MODEL_WORKERS 3
+#define AGG_MODEL_CLOCKS 6
+
+static void agg_model_check(const ps_agg_t *agg, const model_entry_t *log, size_t nlog,
+                            const uint64_t *clock, const int *released, uint64_t count,
+                            int trial, int step)
+{
+    uint64_t least = clock[0];
+    for (int w = 1; w < AGG_MODEL_WORKERS; w++)
+        least = clock[w] < least ? clock[w] : least;
+    for (uint64_t c = 0; c < AGG_MODEL_CLOCKS + 1; c++) {
+        const float *sum = ps_agg_sum(agg, c);
+        const uint8_t *written = ps_agg_written(agg, c);
+        if (c >= least || released[c]) {
+            if (sum != NULL || written != NULL)
+                ck_abort_msg("case %d step %d: clock %lu has a sum", trial, step,
+                             (unsigned long)c);
+            continue;
+        }
+        if (sum == NULL || written == NULL)
+            ck_abort_msg("case %d step %d: complete clock %lu has no sum", trial, step,
+                         (unsigned long)c);
+        float want[MODEL_MAX_ELEMS] = {0};
+        int wrote[MODEL_MAX_ELEMS] = {0};
+        for (size_t e = 0; e < nlog; e++)
+            if (log[e].clock == c) {
+                want[log[e].element] += log[e].value;
+                wrote[log[e].element] = 1;
+            }
+        for (uint64_t i = 0; i < count; i++)
+            if (memcmp(&sum[i], &want[i], sizeof(float)) != 0 ||
+                !!(written[i / 8] & (1u << (i % 8))) != wrote[i])
+                ck_abort_msg("case %d step %d: clock %lu element %lu: %g (written %d), model "
+                             "%g (%d)", trial, step, (unsigned long)c, (unsigned long)i, sum[i],
+                             !!(written[i / 8] & (1u << (i % 8))), want[i], wrote[i]);
+    }
+}
+
+START_TEST(test_agg_random_interleavings)
+{
+    rng_t rng = {.state = 1818};
+    for (int trial = 0; trial < 300; trial++) {
+        uint64_t count = 1 + rng_below(&rng, MODEL_MAX_ELEMS);
+        ps_agg_t *agg = agg_new(count, trial % 2 ? "bsp" : "ssp:3", AGG_MODEL_WORKERS);
+        uint64_t empty = ps_agg_bytes(agg);
+        model_entry_t log[MODEL_MAX_LOG];
+        size_t nlog = 0;
+        uint64_t clock[AGG_MODEL_WORKERS] = {0}, seq[AGG_MODEL_WORKERS] = {0};
+        int released[AGG_MODEL_CLOCKS + 1] = {0};
+        for (int step = 0;; step++) {
+            int live[AGG_MODEL_WORKERS], nlive = 0;
+            for (int w = 0; w < AGG_MODEL_WORKERS; w++)
+                if (clock[w] < AGG_MODEL_CLOCKS)
+                    live[nlive++] = w;
+            if (nlive == 0)
+                break;
+            int w = live[rng_below(&rng, (uint32_t)nlive)];
+            uint32_t move = rng_below(&rng, 10);
+            if (move < 5 && nlog + MODEL_MAX_ELEMS <= MODEL_MAX_LOG) {
+                float values[4];
+                uint64_t keys[4], offset = 0, n;
+                int use_keys = rng_below(&rng, 2);
+                if (use_keys) {
+                    n = 1 + rng_below(&rng, 4);
+                    for (uint64_t i = 0; i < n; i++)
+                        keys[i] = rng_below(&rng, (uint32_t)count);
+                } else {
+                    offset = rng_below(&rng, (uint32_t)count);
+                    n = 1 + rng_below(&rng, (uint32_t)(count - offset));
+                    n = n > 4 ? 4 : n;
+                }
+                for (uint64_t i = 0; i < n; i++)
+                    values[i] = ((float)rng_below(&rng, 33) - 16.0f) / 4.0f;
+                seq[w]++;
+                ck_assert_int_eq(ps_agg_push(agg, (uint32_t)w, seq[w], clock[w], offset, n,
+                                             use_keys ? keys : NULL, values), 1);
+                if (rng_below(&rng, 4) == 0) /* the retry */
+                    ck_assert_int_eq(ps_agg_push(agg, (uint32_t)w, seq[w], clock[w], offset, n,
+                                                 use_keys ? keys : NULL, values), 0);
+                for (uint64_t i = 0; i < n; i++)
+                    log[nlog++] = (model_entry_t){
+                        .clock = clock[w],
+                        .element = (uint32_t)(use_keys ? keys[i] : offset + i),
+                        .value = values[i]};
+            } else if (move == 5) {
+                /* bad: a clock not the worker's, a key out of range */
+                const float one[] = {1};
+                const uint64_t out[] = {count};
+                ck_assert_int_eq(ps_agg_push(agg, (uint32_t)w, seq[w] + 1, clock[w] + 1, 0, 1,
+                                             NULL, one), -EINVAL);
+                ck_assert_int_eq(ps_agg_push(agg, (uint32_t)w, seq[w] + 1, clock[w], 0, 1, out,
+                                             one), -EINVAL);
+                ck_assert_int_eq(ps_agg_close(agg, (uint32_t)w, clock[w] + 1), -EINVAL);
+            } else if (move == 6) {
+                /* the daemon releases a random clock (nothing when not complete) */
+                uint64_t c = rng_below(&rng, AGG_MODEL_CLOCKS);
+                uint64_t least = clock[0];
+                for (int o = 1; o < AGG_MODEL_WORKERS; o++)
+                    least = clock[o] < least ? clock[o] : least;
+                ps_agg_release(agg, c);
+                if (c < least)
+                    released[c] = 1;
+            } else {
+                int others_past = 1;
+                for (int o = 0; o < AGG_MODEL_WORKERS; o++)
+                    if (o != w && clock[o] <= clock[w])
+                        others_past = 0;
+                ck_assert_int_eq(ps_agg_close(agg, (uint32_t)w, clock[w]), others_past ? 1 : 2);
+                clock[w]++;
+                ck_assert_int_eq(ps_agg_close(agg, (uint32_t)w, clock[w] - 1), 0);
+                ck_assert_uint_eq(ps_agg_clock_of(agg, (uint32_t)w), clock[w]);
+            }
+            agg_model_check(agg, log, nlog, clock, released, count, trial, step);
+        }
+        for (uint64_t c = 0; c < AGG_MODEL_CLOCKS; c++)
+            ps_agg_release(agg, c);
+        ck_assert_uint_eq(ps_agg_bytes(agg), empty);
+        ps_agg_destroy(agg);
+    }
+}
+END_TEST
+
 static Suite *ps_core_suite(void)
 {
     Suite *s = suite_create("ps_core");
@@ -1220,6 +1345,7 @@ static Suite *ps_core_suite(void)
     tcase_add_test(agg, test_agg_duplicates_and_bad);
     tcase_add_test(agg, test_agg_written_keys);
     tcase_add_test(agg, test_agg_release);
+    tcase_add_test(agg, test_agg_random_interleavings);
     suite_add_tcase(s, agg);
     return s;
 }

@@ -694,10 +694,12 @@ START_TEST(test_peer_process_killed)
     /* still refused until added again */
     ck_assert_int_eq(send_msg(a.net, "node-child", 1, 4, NULL, 0, &sends[MAX_SENDS - 1]),
                      -ECONNRESET);
-    ck_assert(ps_net_has_peer(a.net, "node-child"));
+    ck_assert(!ps_net_has_peer(a.net, "node-child")); /* failed: known, not usable */
     ps_net_stats_t st;
     ps_net_get_stats(a.net, &st);
     ck_assert_uint_eq(st.send_errors, (uint64_t)failed);
+    ps_net_remove_peer(a.net, "node-child");
+    ck_assert_int_eq(send_msg(a.net, "node-child", 1, 4, NULL, 0, &sends[MAX_SENDS - 1]), -ENOENT);
     free(payload);
 }
 END_TEST

@@ -77,13 +77,23 @@ typedef struct ps_wait_s {
     struct ps_wait_s *next;
 } ps_wait_t;
 
-/* A slice asked of a remote server: its answer fills pull->out at out_index. */
+/* A pull waiting for a fetch: where the slice goes in its buffer. */
+typedef struct ps_rider_s {
+    ps_pull_t *pull;
+    uint64_t out_index;
+    struct ps_rider_s *next;
+} ps_rider_t;
+
+/* A slice asked of a remote server. Co-located workers that read the same slice with the
+ * same bound while it is on its way ride along: one network read per node per slice per
+ * clock (the hierarchical scheme). */
 typedef struct ps_fetch_s {
     uint64_t req;
     char node[PS_NODE_BYTES];
     ps_table_t *table;
-    ps_pull_t *pull;
-    uint64_t out_index, n;
+    uint32_t shard;
+    uint64_t min_done, first, n; /* shard-local */
+    ps_rider_t *riders;
     struct ps_fetch_s *next;
 } ps_fetch_t;
 
@@ -220,6 +230,9 @@ int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t
 void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
                    const float *values, uint64_t n, uint64_t done, uint64_t done_at_request,
                    uint64_t waited_ns, int waited);
+/* A fetch's answer (or failure) goes to each of its riders; the fetch is freed. */
+void ps_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values,
+                     uint64_t done, uint64_t done_at_request, uint64_t waited_ns, int waited);
 /* Fails every update stream and fetch that waits on node (peer down). */
 void ps_worker_node_down(ps_t *ps, const char *node);
 
@@ -238,8 +251,7 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
                  const void *payload, size_t payload_len);
 int ps_msg_send_open(ps_table_t *t, const char *node);
 int ps_msg_send_update(ps_table_t *t, uint32_t shard, const ps_update_t *u);
-int ps_msg_send_pull(ps_table_t *t, const ps_fetch_t *f, uint32_t shard, uint64_t min_done,
-                     uint64_t first);
+int ps_msg_send_pull(ps_table_t *t, const ps_fetch_t *f);
 void ps_msg_send_pull_reply(ps_table_t *t, const ps_wait_t *w, int rc, const char *err);
 void ps_msg_send_bye(ps_table_t *t);
 

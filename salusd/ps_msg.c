@@ -182,15 +182,14 @@ int ps_msg_send_update(ps_table_t *t, uint32_t shard, const ps_update_t *u)
     return rc;
 }
 
-int ps_msg_send_pull(ps_table_t *t, const ps_fetch_t *f, uint32_t shard, uint64_t min_done,
-                     uint64_t first)
+int ps_msg_send_pull(ps_table_t *t, const ps_fetch_t *f)
 {
     wbuf_t w;
     begin(&w, MSG_PULL, t);
     put(&w, f->req, 8);
-    put(&w, shard, 4);
-    put(&w, min_done, 8);
-    put(&w, first, 8);
+    put(&w, f->shard, 4);
+    put(&w, f->min_done, 8);
+    put(&w, f->first, 8);
     put(&w, f->n, 8);
     return send_msg(t->ps, f->node, &w, NULL, 0);
 }
@@ -414,7 +413,7 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         int keyed = (int)get(&r, 1);
         u.offset = get(&r, 8);
         u.n = get(&r, 8);
-        if (r.bad || !t || t->state != PS_TABLE_READY || source >= t->sources ||
+        if (r.bad || !t || !t->ring || source >= t->sources ||
             strcmp(t->source_names[source], node) != 0 || shard >= t->layout.shards ||
             !t->shards[shard] || u.n > ps_shard_elems(t->shards[shard]) || u.close > 1 ||
             keyed > 1 ||
@@ -460,7 +459,7 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         w->first = get(&r, 8);
         w->n = get(&r, 8);
         snprintf(w->node, sizeof(w->node), "%s", node);
-        if (r.bad || !t || t->state != PS_TABLE_READY || source_index(t, node) < 0 ||
+        if (r.bad || !t || !t->ring || source_index(t, node) < 0 ||
             w->shard >= t->layout.shards || !t->shards[w->shard] || w->n == 0) {
             drop(ps, node, "bad pull");
             free(w);
@@ -486,14 +485,13 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
             return;
         }
         *fp = f->next;
-        float *values = rc == 0 ? malloc(n * sizeof(float)) : NULL;
+        float *values = rc == 0 ? malloc(n * sizeof(float) + 1) : NULL;
         if (values)
             memcpy(values, payload, n * sizeof(float));
         snprintf(err, sizeof(err), "server %s refused the read", node);
-        ps_pull_slice(f->pull, rc < 0 ? rc : values ? 0 : -ENOMEM, err, f->out_index, values,
-                      n, done, at_request, waited_ns, waited != 0);
+        ps_fetch_finish(f, rc < 0 ? rc : values ? 0 : -ENOMEM, err, values, done, at_request,
+                        waited_ns, waited != 0);
         free(values);
-        free(f);
         return;
     }
     case MSG_BYE: {

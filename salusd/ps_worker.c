@@ -72,8 +72,7 @@ void ps_worker_fini(ps_table_t *t)
         ps_fetch_t *f = *fp;
         if (f->table == t) {
             *fp = f->next;
-            ps_pull_slice(f->pull, -ECANCELED, "the table is gone", 0, NULL, 0, 0, 0, 0, 0);
-            free(f);
+            ps_fetch_finish(f, -ECANCELED, "the table is gone", NULL, 0, 0, 0, 0);
         } else
             fp = &f->next;
     }
@@ -144,7 +143,8 @@ void ps_worker_retry(ps_t *ps)
     uint64_t now = salusd_now_ns();
     for (ps_table_t *t = ps->tables, *next; t; t = next) {
         next = t->next;
-        for (uint32_t s = 0; t->streams && s < t->layout.shards; s++) {
+        for (uint32_t s = 0; t->streams && t->state != PS_TABLE_FAILED && s < t->layout.shards;
+             s++) {
             ps_stream_t *st = &t->streams[s];
             if (!st->in_flight || now - st->sent_ns < PS_UPDATE_RETRY_MS * 1000000ull)
                 continue;
@@ -363,6 +363,60 @@ void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
     free(p);
 }
 
+void ps_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values,
+                     uint64_t done, uint64_t done_at_request, uint64_t waited_ns, int waited)
+{
+    while (f->riders) {
+        ps_rider_t *r = f->riders;
+        f->riders = r->next;
+        ps_pull_slice(r->pull, rc, err, r->out_index, values, f->n, done, done_at_request,
+                      waited_ns, waited);
+        free(r);
+    }
+    free(f);
+}
+
+/* A slice of a shard served elsewhere: rides along a fetch of the same slice and bound on
+ * its way, or asks the server. 0, or a negative errno (the pull's slice is not counted). */
+static int fetch_slice(ps_table_t *t, ps_pull_t *p, uint32_t shard, uint64_t min_done,
+                       uint64_t first, uint64_t n, uint64_t out_index)
+{
+    ps_t *ps = t->ps;
+    ps_rider_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    r->pull = p;
+    r->out_index = out_index;
+    for (ps_fetch_t *f = ps->fetches; f; f = f->next)
+        if (f->table == t && f->shard == shard && f->min_done == min_done && f->first == first &&
+            f->n == n) {
+            r->next = f->riders;
+            f->riders = r;
+            return 0;
+        }
+    ps_fetch_t *f = calloc(1, sizeof(*f));
+    if (!f) {
+        free(r);
+        return -ENOMEM;
+    }
+    f->req = ps->next_req++;
+    snprintf(f->node, sizeof(f->node), "%s", ps_ring_name(t->ring, t->owner[shard]));
+    f->table = t;
+    f->shard = shard;
+    f->min_done = min_done;
+    f->first = first;
+    f->n = n;
+    f->riders = r;
+    if (ps_msg_send_pull(t, f) < 0) {
+        free(r);
+        free(f);
+        return -EHOSTUNREACH;
+    }
+    f->next = ps->fetches;
+    ps->fetches = f;
+    return 0;
+}
+
 int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
                    uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
                    size_t err_size)
@@ -422,27 +476,12 @@ int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t
                 ps_pull_slice(p, -EIO, "the shard refused the read", 0, NULL, 0, 0, 0, 0, 0);
             continue;
         }
-        ps_fetch_t *f = calloc(1, sizeof(*f));
-        if (!f) {
-            ps_pull_slice(p, -ENOMEM, "out of memory", 0, NULL, 0, 0, 0, 0, 0);
-            continue;
-        }
-        f->req = ps->next_req++;
-        snprintf(f->node, sizeof(f->node), "%s", ps_ring_name(t->ring, t->owner[s]));
-        f->table = t;
-        f->pull = p;
-        f->out_index = from - offset;
-        f->n = to - from;
-        if (ps_msg_send_pull(t, f, s, min_done, from - first) < 0) {
+        if (fetch_slice(t, p, s, min_done, from - first, to - from, from - offset) < 0) {
             char why[PS_ERR_BYTES];
             snprintf(why, sizeof(why), "table '%s': server %s is unreachable", t->name,
-                     f->node);
+                     ps_ring_name(t->ring, t->owner[s]));
             ps_pull_slice(p, -EHOSTUNREACH, why, 0, NULL, 0, 0, 0, 0, 0);
-            free(f);
-            continue;
         }
-        f->next = ps->fetches;
-        ps->fetches = f;
     }
     ps_pull_slice(p, 0, NULL, 0, NULL, 0, UINT64_MAX, UINT64_MAX, 0, 0);
     return 0;
@@ -456,8 +495,7 @@ void ps_worker_node_down(ps_t *ps, const char *node)
         ps_fetch_t *f = *fp;
         if (strcmp(f->node, node) == 0) {
             *fp = f->next;
-            ps_pull_slice(f->pull, -EHOSTUNREACH, err, 0, NULL, 0, 0, 0, 0, 0);
-            free(f);
+            ps_fetch_finish(f, -EHOSTUNREACH, err, NULL, 0, 0, 0, 0);
         } else
             fp = &f->next;
     }

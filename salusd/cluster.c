@@ -298,6 +298,8 @@ static void member_event(cluster_t *cl, const char *node, const etcd_kv_t *kv, i
             return;
         }
         links_forget(cl->links, node);
+        if (cl->ps_hooks)
+            cl->ps_hooks->node_gone(cl, node, "left the cluster (its lease expired)");
         cluster_groups_node_gone(cl, node, "left the cluster (its lease expired)");
         return;
     }
@@ -497,6 +499,8 @@ static void watch_links(cluster_t *cl, uint64_t now, uint64_t ttl_ns)
             m->declared_gone = 1;
             LOG_WARN("cluster: no link to %s for %lld s: its groups fail", m->node,
                      (long long)cl->ttl_s);
+            if (cl->ps_hooks)
+                cl->ps_hooks->node_gone(cl, m->node, "no link for longer than the lease TTL");
             cluster_groups_node_gone(cl, m->node, "cannot be reached over its link (down "
                                      "longer than the lease TTL)");
         }
@@ -517,6 +521,8 @@ static void hook_up(void *ctx, const char *node)
     if (strcmp(node, cl->leader) == 0)
         cluster_slots_resync(cl);
     cluster_slots_link_up(cl, node);
+    if (cl->ps_hooks)
+        cl->ps_hooks->link_up(cl, node);
 }
 
 static void hook_down(void *ctx, const char *node, const char *why)
@@ -529,6 +535,11 @@ static void hook_message(void *ctx, const char *node, const proto_msg_t *msg)
 {
     cluster_t *cl = ctx;
     cl->stats.messages_received++;
+    if (strncmp(msg->op, "ps_", 3) == 0) {
+        if (cl->ps_hooks)
+            cl->ps_hooks->message(cl, node, msg);
+        return;
+    }
     cluster_slots_message(cl, node, msg);
 }
 
@@ -653,6 +664,9 @@ void cluster_stop(salusd_t *d)
     etcd_watch_cancel(cl->w_members);
     links_destroy(cl->links);
     etcd_destroy(cl->etcd);
+    cl->etcd = NULL;
+    if (cl->ps_hooks)
+        cl->ps_hooks->free(cl);
     cluster_groups_free(cl);
     free(cl);
     d->cluster = NULL;
@@ -670,7 +684,7 @@ void cluster_pack_status(salusd_t *d, msgpack_packer *pk)
                           : 0;
     links_stats_t ls;
     links_get_stats(cl->links, &ls);
-    msgpack_pack_map(pk, 9);
+    msgpack_pack_map(pk, 10);
     proto_pack_kv_str(pk, "node", cl->node);
     proto_pack_kv_str(pk, "etcd", etcd_endpoints(cl->etcd));
     proto_pack_kv_uint(pk, "lease_id", (uint64_t)cl->lease_id);
@@ -679,6 +693,11 @@ void cluster_pack_status(salusd_t *d, msgpack_packer *pk)
     proto_pack_kv_bool(pk, "member", !cl->lease_lost);
     proto_pack_kv_str(pk, "leader", cl->leader);
     proto_pack_kv_uint(pk, "links_up", ls.up);
+    proto_pack_str(pk, "ps_peers"); /* the UCX peers of the parameter servers */
+    if (cl->ps_hooks)
+        cl->ps_hooks->pack_peers(cl, pk);
+    else
+        msgpack_pack_array(pk, 0);
     proto_pack_str(pk, "members");
     msgpack_pack_array(pk, cl->member_count);
     for (uint32_t i = 0; i < cl->member_count; i++) {

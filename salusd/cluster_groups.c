@@ -384,6 +384,8 @@ cleanup:
         etcd_txn_t txn = {.key = key, .target = ETCD_CMP_MOD_REVISION, .rev = g->mod_revision,
                           .success = {.kind = ETCD_OP_DELETE}};
         etcd_txn(cl->etcd, &txn, on_deleted, cl);
+        if (cl->ps_hooks) /* the run's parameter-server rings go with it */
+            cl->ps_hooks->ring_forget(cl, g->uid, g->name, g->epoch);
     }
 }
 

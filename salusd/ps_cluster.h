@@ -8,7 +8,7 @@
  * UCX peers: when the link this daemon dialed to a member comes up, it sends that member its
  * UCX worker address and a fresh token over the link (op "ps_hello"); a member's ps_hello adds
  * it as a ps_net peer (ps_net_add_peer) with the tokens of both sides; a member that leaves
- * (lease gone) or whose link is down is removed (ps_net_remove_peer), and ps_cluster tells the
+ * (lease gone) or whose link is down longer than the lease TTL is removed (ps_net_remove_peer), and ps_cluster tells the
  * service (peer_down) so that requests waiting on it fail instead of hanging. */
 #ifndef SALUS_SALUSD_PS_CLUSTER_H
 #define SALUS_SALUSD_PS_CLUSTER_H
@@ -39,6 +39,13 @@ const char *ps_cluster_self(const salusd_t *d);
 ps_net_t *ps_cluster_net(salusd_t *d);
 /* 1 when node is this daemon, or a peer reachable over the net now. */
 int ps_cluster_reachable(salusd_t *d, const char *node);
+/* A send to node completed with status < 0 (the service's ps_net_sent_fn): an endpoint
+ * failure (any status but -ECANCELED and -ECONNRESET, which removal and destroy give) makes
+ * the peer down (peer_down is called before this returns) until a new exchange over the link
+ * (asked for at once when the link is up). Added after the interface was declared; a
+ * service that never calls it still sees a dead node go down with its link (TTL) or its
+ * lease. */
+void ps_cluster_send_failed(salusd_t *d, const char *node, int status);
 
 /* The distinct nodes that run ranks of local group group_id (sorted by name; self included
  * when it runs one), and for each the number of the group's ranks there; their count (0:
@@ -48,8 +55,12 @@ uint32_t ps_cluster_group_nodes(salusd_t *d, uint64_t group_id, const char **nod
 /* The index of `rank` among the group's ranks on this node (0-based, rank order), or -1. */
 int ps_cluster_local_index(salusd_t *d, uint64_t group_id, uint32_t rank);
 
-/* The agreement on a table: what the first opener wrote under P/ps/UID/GROUP/TABLE (a
- * transaction that creates the key only when absent), or what it finds there. */
+/* The agreement on a table: what the first opener wrote under P/ps/UID/GROUP/EPOCH/TABLE
+ * (EPOCH: the group record's create revision, so that a rerun of the group's name never finds
+ * an old run's ring; a transaction that creates the key only when absent), or what it finds
+ * there: {"count", "rule", "sync", "servers": [...], "vnodes"}, every field checked (a bad
+ * record is an error, -EPROTO). The group's records go when its cluster record is deleted
+ * (the last node over). */
 typedef struct ps_ring_record_s {
     uint64_t epoch;            /* the key's create revision (1 without a cluster) */
     uint64_t count;

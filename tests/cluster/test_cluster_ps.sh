@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# The parameter servers across three nodes (network namespaces, a salusd --cluster each with a
+# lease TTL of $TTL s, a real etcd):
+#  1. UCX peers: every node lists the two others as ps_peers in `salusctl status --json` (their
+#     worker addresses and tokens went over the authenticated links: ps_hello);
+#  2. a group of 3 ranks, one per node (ps-tool under salusctl run), opens an `add` table of
+#     1000 elements (BSP), each rank r pushes r+1 everywhere, clocks and pulls: every rank reads
+#     1+2+3 = 6 everywhere; meanwhile the ring record is in etcd under
+#     P/ps/UID/GROUP/EPOCH/TABLE, EPOCH the group record's create revision, with the table's
+#     spec and the servers n1,n2,n3; once the group is over everywhere the record goes;
+#  3. a table whose servers are only n3 (which runs no rank of that group): 2 ranks on n1 and
+#     n2 push 1 and 2 and pull 3 everywhere; its ring record names n3 alone;
+#  4. a node killed (kill -9 of n2's salusd) while n1's rank waits in a BSP pull for n2's rank:
+#     the pull fails with an error within TTL + 5 s (never hangs).
+. "$(dirname "$0")/lib.sh"
+TTL=${TTL:-3}
+. "$(dirname "$0")/nodes.sh"
+
+TOOL="$TBIN/ps-tool"
+SERVERS_PY="$(dirname "$0")/ps_servers.py"
+PREFIX=/salus
+[ -x "$TOOL" ] || fail "ps-tool was not built"
+# the ranks use no GPU; the nodes still run their simulated one
+export SIMGPU_DEVICES=1 SIMGPU_MEMORY_MB=256
+nodes_up 3
+
+# ps_rank I GROUP WORLD RANK TAG CMD...: CMD as rank RANK of GROUP on node I under salusctl run
+# (output $WORK/TAG.out, pid PID_TAG), in the background
+ps_rank() {
+    local i="$1" group="$2" world="$3" rank="$4" tag="$5"
+    shift 5
+    node_argv "$i"
+    "${NODE_ARGV[@]}" "$SALUSCTL" run --name "$group.$rank" --group "$group" --world "$world" \
+        --rank "$rank" -- "$@" >"$WORK/$tag.out" 2>"$WORK/$tag.err" &
+    RANK_PIDS+=($!)
+    eval "PID_$tag=$!"
+}
+pid_of() { eval "echo \$PID_$1"; }
+
+# etcd_range I PREFIX: every key under PREFIX as lines "KEY CREATE_REVISION VALUE"
+etcd_range() {
+    local key end
+    key=$(printf '%s' "$2" | base64 -w0)
+    end=$(python3 -c 'import base64,sys; p=sys.argv[1].encode(); print(base64.b64encode(p[:-1] + bytes([p[-1] + 1])).decode())' "$2")
+    etcd_curl "$1" /v3/kv/range "{\"key\":\"$key\",\"range_end\":\"$end\"}" | python3 -c '
+import base64, json, sys
+for kv in json.load(sys.stdin).get("kvs", []):
+    print(base64.b64decode(kv["key"]).decode(), kv.get("create_revision", "0"),
+          base64.b64decode(kv.get("value", "")).decode())'
+}
+
+# ---- 1. UCX peers over the links
+peers_of() {
+    ctl "$1" status --json 2>/dev/null | python3 -c '
+import json, sys
+print(" ".join(sorted(json.load(sys.stdin).get("cluster", {}).get("ps_peers", []))))'
+}
+for i in 1 2 3; do
+    want=$(for j in 1 2 3; do [ "$j" = "$i" ] || echo "n$j"; done | tr '\n' ' ' | sed 's/ $//')
+    wait_until 20 '[ "$(peers_of '"$i"')" = "'"$want"'" ]' ||
+        fail "node $i has UCX peers '$(peers_of "$i")', not '$want': $(grep 'ps:' "$WORK/n$i/salusd.log" | tail -5)"
+    echo "node n$i: ps_peers $want"
+done
+pass "every node has the two others as UCX peers (addresses and tokens over the links)"
+
+# ---- 2. one rank per node, an add table
+G="ps-$SUFFIX"
+for r in 0 1 2; do
+    ps_rank $((r + 1)) "$G" 3 $r "a$r" "$TOOL" open w 1000 add bsp push 0 1000 $((r + 1)) clock \
+        pull 0 1000 touch "$WORK/pulled.$r" wait "$WORK/go.a" close
+done
+wait_until 60 '[ -e "$WORK/pulled.0" ] && [ -e "$WORK/pulled.1" ] && [ -e "$WORK/pulled.2" ]' ||
+    fail "the ranks did not all pull: $(cat "$WORK"/a?.out "$WORK"/a?.err)"
+for r in 0 1 2; do
+    out=$(cat "$WORK/a$r.out")
+    qgrep '^error' <<<"$out" && fail "rank $r: $out"
+    line=$(grep '^pull ' <<<"$out") || fail "rank $r pulled nothing: $out"
+    qgrep -E '^pull clock=1 done=1 .* sum=6000 first=6 last=6$' <<<"$line" || fail "rank $r: $line"
+    echo "rank $r on n$((r + 1)): $line"
+done
+pass "3 ranks on 3 nodes: an add table of 1000 holds 1+2+3 everywhere"
+
+uid=$(id -u)
+group_rev=$(etcd_range 1 "$PREFIX/groups/$uid/$G" | awk -v k="$PREFIX/groups/$uid/$G" '$1 == k {print $2}')
+[ -n "$group_rev" ] || fail "no group record for $G in etcd"
+records=$(etcd_range 1 "$PREFIX/ps/$uid/$G/")
+echo "$records"
+key="$PREFIX/ps/$uid/$G/$group_rev/w"
+rec=$(awk -v k="$key" '$1 == k' <<<"$records")
+[ -n "$rec" ] || fail "no ring record at $key (the group's epoch $group_rev): $records"
+python3 -c '
+import json, sys
+key, rev, value = sys.argv[1].split(" ", 2)
+v = json.loads(value)
+assert v["count"] == 1000 and v["rule"] == "add" and v["sync"] == "bsp", v
+assert v["servers"] == ["n1", "n2", "n3"], v
+assert isinstance(v["vnodes"], int) and v["vnodes"] > 0, v
+assert int(rev) > 0
+print("ring record of table w: epoch %s (the key'"'"'s create revision), %s" % (rev, value))' "$rec" ||
+    fail "the ring record: $rec"
+touch "$WORK/go.a"
+wait_until 30 all_exited "$PID_a0" "$PID_a1" "$PID_a2" || fail "the ranks did not end"
+wait_until 15 '[ -z "$(etcd_range 1 "$PREFIX/ps/$uid/$G/")" ]' ||
+    fail "the ring records outlived the group: $(etcd_range 1 "$PREFIX/ps/$uid/$G/")"
+pass "the ring record in etcd at P/ps/UID/GROUP/EPOCH/TABLE with the group's epoch; gone with the group"
+
+# ---- 3. a table served by n3 alone
+H="psn3-$SUFFIX"
+for r in 0 1; do
+    ps_rank $((r + 1)) "$H" 2 $r "b$r" python3 "$SERVERS_PY" only3 4096 n3 $((r + 1)) \
+        "$WORK/b$r.pulled" "$WORK/go.b"
+done
+wait_until 60 '[ -e "$WORK/b0.pulled" ] && [ -e "$WORK/b1.pulled" ]' ||
+    fail "the ranks of $H did not pull: $(cat "$WORK"/b?.out "$WORK"/b?.err)"
+for r in 0 1; do
+    out=$(cat "$WORK/b$r.out" "$WORK/b$r.err")
+    qgrep -E '^pull clock=1 done=1 sum=12288 first=3 last=3$' "$WORK/b$r.out" || fail "rank $r of $H: $out"
+    echo "rank $r on n$((r + 1)): $(grep '^pull' "$WORK/b$r.out")"
+done
+records=$(etcd_range 1 "$PREFIX/ps/$uid/$H/")
+echo "$records"
+python3 -c '
+import json, sys
+lines = [l for l in sys.argv[1].splitlines() if l.strip()]
+assert len(lines) == 1, lines
+key, rev, value = lines[0].split(" ", 2)
+assert key.endswith("/only3"), key
+assert json.loads(value)["servers"] == ["n3"], value' "$records" || fail "the ring record of only3: $records"
+touch "$WORK/go.b"
+wait_until 30 all_exited "$PID_b0" "$PID_b1" || fail "the ranks of $H did not end"
+pass "a table whose servers are n3 alone (no rank there): 1+2 everywhere"
+
+# ---- 4. a node killed while another node's rank pulls
+K="pskill-$SUFFIX"
+# rank 1 opens and waits; it never clocks: rank 0's BSP pull at clock 1 waits for it. The
+# command ignores SIGTERM (SIGKILL after the group's kill grace) so that the error the pull
+# gets when n2 is declared gone is printed before the group's failure ends the rank.
+ps_rank 1 "$K" 2 0 k0 sh -c 'trap "" TERM; exec "$0" "$@"' "$TOOL" open t 64 add bsp push 0 64 1 \
+    clock touch "$WORK/k0.pulling" pull 0 64 touch "$WORK/k0.pulled"
+ps_rank 2 "$K" 2 1 k1 "$TOOL" open t 64 add bsp touch "$WORK/k1.open" wait "$WORK/go.k"
+wait_until 60 '[ -e "$WORK/k0.pulling" ] && [ -e "$WORK/k1.open" ]' ||
+    fail "the ranks of $K did not start: $(cat "$WORK"/k?.out "$WORK"/k?.err)"
+sleep 1 # (not a check: the pull is on its way to the servers)
+[ -e "$WORK/k0.pulled" ] && fail "the pull did not wait for rank 1: $(cat "$WORK/k0.out")"
+t0=$(date +%s.%N)
+salusd_node_stop 2 KILL
+wait_until $((TTL + 5)) 'qgrep "^error op=pull" "$WORK/k0.out"' ||
+    fail "no error for the pull within $((TTL + 5)) s of n2's death: $(cat "$WORK/k0.out")"
+t1=$(date +%s.%N)
+echo "$(grep '^error op=pull' "$WORK/k0.out")"
+echo "the pull failed $(python3 -c "print('%.1f' % ($t1 - $t0))" ) s after n2's salusd was killed (TTL $TTL s)"
+pass "a node killed during a pull: the pull fails with an error within TTL + 5 s"

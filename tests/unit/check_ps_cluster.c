@@ -1,0 +1,365 @@
+/* ps_cluster's pure parts: the ring record's JSON (format, parse, every field checked) and
+ * the token exchange that makes two members UCX peers (ps_cluster-internal.h). */
+#include "check_run.h"
+#include "ps_cluster-internal.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static ps_ring_record_t good(void)
+{
+    ps_ring_record_t r;
+    memset(&r, 0, sizeof(r));
+    r.count = 1000;
+    snprintf(r.rule, sizeof(r.rule), "sgd:0.05");
+    snprintf(r.sync, sizeof(r.sync), "ssp:2");
+    snprintf(r.servers, sizeof(r.servers), "n1,n2,n3");
+    r.vnodes = 64;
+    return r;
+}
+
+START_TEST(test_record_round_trip)
+{
+    ps_ring_record_t r = good(), back;
+    char buf[2048], err[200];
+    int n = ps_ring_record_format(&r, buf, sizeof(buf), err, sizeof(err));
+    ck_assert_int_gt(n, 0);
+    ck_assert_uint_eq(strlen(buf), (size_t)n);
+    ck_assert_str_eq(buf, "{\"count\":1000,\"rule\":\"sgd:0.05\",\"sync\":\"ssp:2\","
+                          "\"servers\":[\"n1\",\"n2\",\"n3\"],\"vnodes\":64}");
+    back.epoch = 99;
+    ck_assert_int_eq(ps_ring_record_parse(buf, (size_t)n, &back, err, sizeof(err)), 0);
+    ck_assert_uint_eq(back.epoch, 0);
+    ck_assert_uint_eq(back.count, 1000);
+    ck_assert_str_eq(back.rule, "sgd:0.05");
+    ck_assert_str_eq(back.sync, "ssp:2");
+    ck_assert_str_eq(back.servers, "n1,n2,n3");
+    ck_assert_uint_eq(back.vnodes, 64);
+    /* one server; a buffer too small */
+    snprintf(r.servers, sizeof(r.servers), "only");
+    n = ps_ring_record_format(&r, buf, sizeof(buf), err, sizeof(err));
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_eq(ps_ring_record_parse(buf, (size_t)n, &back, err, sizeof(err)), 0);
+    ck_assert_str_eq(back.servers, "only");
+    ck_assert_int_eq(ps_ring_record_format(&r, buf, 20, err, sizeof(err)), -ENOSPC);
+}
+END_TEST
+
+START_TEST(test_record_check_refuses)
+{
+    char err[200];
+    ps_ring_record_t r = good();
+    ck_assert_int_eq(ps_ring_record_check(&r, err, sizeof(err)), 0);
+    r.count = 0;
+    ck_assert_int_eq(ps_ring_record_check(&r, err, sizeof(err)), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "count"));
+    r = good();
+    r.vnodes = 0;
+    ck_assert_int_eq(ps_ring_record_check(&r, err, sizeof(err)), -EINVAL);
+    r = good();
+    r.rule[0] = 0;
+    ck_assert_int_eq(ps_ring_record_check(&r, err, sizeof(err)), -EINVAL);
+    r = good();
+    snprintf(r.sync, sizeof(r.sync), "bsp\"}");
+    ck_assert_int_eq(ps_ring_record_check(&r, err, sizeof(err)), -EINVAL);
+    const char *bad_servers[] = {"", "n2,n1", "n1,n1", "n1,,n2", "n1,", ",n1", "n 1", "n1,n\"2",
+                                 "a/b"};
+    for (size_t i = 0; i < sizeof(bad_servers) / sizeof(bad_servers[0]); i++) {
+        r = good();
+        snprintf(r.servers, sizeof(r.servers), "%s", bad_servers[i]);
+        ck_assert_msg(ps_ring_record_check(&r, err, sizeof(err)) == -EINVAL, "servers '%s'",
+                      bad_servers[i]);
+        char buf[2048];
+        ck_assert_int_eq(ps_ring_record_format(&r, buf, sizeof(buf), err, sizeof(err)), -EINVAL);
+    }
+    r = good();
+    memset(r.servers, 'a', 64); /* a name of 64 bytes */
+    r.servers[64] = 0;
+    ck_assert_int_eq(ps_ring_record_check(&r, err, sizeof(err)), -EINVAL);
+    r.servers[63] = 0;
+    ck_assert_int_eq(ps_ring_record_check(&r, err, sizeof(err)), 0);
+    /* "n1" < "n10" (a prefix sorts first) */
+    snprintf(r.servers, sizeof(r.servers), "n1,n10,n2");
+    ck_assert_int_eq(ps_ring_record_check(&r, err, sizeof(err)), 0);
+    snprintf(r.servers, sizeof(r.servers), "n10,n1");
+    ck_assert_int_eq(ps_ring_record_check(&r, err, sizeof(err)), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_record_parse_refuses)
+{
+    const char *bad[] = {
+        "",
+        "not json",
+        "[1,2]",
+        "{\"count\":1000,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n1\"]}",
+        "{\"count\":0,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n1\"],\"vnodes\":64}",
+        "{\"count\":-5,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n1\"],\"vnodes\":64}",
+        "{\"count\":1.5,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n1\"],\"vnodes\":64}",
+        "{\"count\":\"10\",\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n1\"],\"vnodes\":64}",
+        "{\"count\":99999999999999999999,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n1\"],"
+        "\"vnodes\":64}",
+        "{\"count\":10,\"rule\":7,\"sync\":\"bsp\",\"servers\":[\"n1\"],\"vnodes\":64}",
+        "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":\"n1\",\"vnodes\":64}",
+        "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[],\"vnodes\":64}",
+        "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[1],\"vnodes\":64}",
+        "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n2\",\"n1\"],\"vnodes\":64}",
+        "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"a,b\"],\"vnodes\":64}",
+        "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n1\"],\"vnodes\":0}",
+        "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n1\"],\"vnodes\":9999999}",
+        "{\"count\":10,\"rule\":\"a rule that is much too long for its field\",\"sync\":\"bsp\","
+        "\"servers\":[\"n1\"],\"vnodes\":64}",
+        "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n1\"],\"vnodes\":64",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ps_ring_record_t r;
+        char err[200] = "";
+        ck_assert_msg(ps_ring_record_parse(bad[i], strlen(bad[i]), &r, err, sizeof(err)) ==
+                          -EINVAL, "accepted: %s", bad[i]);
+        ck_assert_msg(err[0], "no reason for: %s", bad[i]);
+    }
+    /* a NUL inside the value */
+    const char nul[] = "{\"count\":10,\"rule\":\"add\"\0}";
+    ps_ring_record_t r;
+    char err[200];
+    ck_assert_int_eq(ps_ring_record_parse(nul, sizeof(nul) - 1, &r, err, sizeof(err)), -EINVAL);
+    /* too many servers for the field */
+    char big[8192];
+    size_t at = (size_t)snprintf(big, sizeof(big),
+                                 "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[");
+    for (int i = 0; i < 200; i++)
+        at += (size_t)snprintf(big + at, sizeof(big) - at, "%s\"node%03d\"", i ? "," : "", i);
+    snprintf(big + at, sizeof(big) - at, "],\"vnodes\":64}");
+    ck_assert_int_eq(ps_ring_record_parse(big, strlen(big), &r, err, sizeof(err)), -EINVAL);
+    /* extra fields are allowed (a later version's) */
+    const char extra[] = "{\"count\":10,\"rule\":\"add\",\"sync\":\"asp\",\"servers\":[\"x\"],"
+                         "\"vnodes\":8,\"later\":true}";
+    ck_assert_int_eq(ps_ring_record_parse(extra, sizeof(extra) - 1, &r, err, sizeof(err)), 0);
+    ck_assert_str_eq(r.sync, "asp");
+}
+END_TEST
+
+/* ---- the token exchange, simulated: two daemons A and B, each with a link it dialed to the
+ * other (up or down), hellos in flight per link in order; whatever the order of events, once
+ * everything in flight is delivered both hold peers with matching tokens. */
+
+typedef struct hello_s {
+    uint64_t token;
+    int have;
+} hello_t;
+
+typedef struct side_s {
+    ps_hello_peer_t p;
+    int link_up;                 /* the link this side dialed */
+    hello_t q[64];               /* hellos sent on it, not delivered yet */
+    int qn;
+    int added;
+    uint64_t add_send, add_recv;
+    uint64_t next_token;
+} side_t;
+
+static uint64_t fresh(side_t *s)
+{
+    return ++s->next_token;
+}
+
+static void take(side_t *s, const ps_hello_out_t *out)
+{
+    if (out->send) {
+        ck_assert_msg(s->link_up, "a hello on a link that is down");
+        ck_assert_uint_ne(out->send_token, 0);
+        ck_assert_int_lt(s->qn, 64);
+        s->q[s->qn++] = (hello_t){out->send_token, out->send_have};
+    }
+    if (out->add) {
+        s->added = 1;
+        s->add_send = out->add_send;
+        s->add_recv = out->add_recv;
+    }
+}
+
+static void up(side_t *s)
+{
+    ps_hello_out_t out;
+    s->link_up = 1;
+    s->qn = 0; /* a new connection: what the old one held is lost */
+    ps_hello_link_up(&s->p, fresh(s), &out);
+    take(s, &out);
+}
+
+static void down(side_t *s)
+{
+    s->link_up = 0;
+    s->qn = 0;
+}
+
+/* delivers the first hello in flight from `from` to `to`; 0 when none */
+static int deliver(side_t *from, side_t *to)
+{
+    if (!from->qn)
+        return 0;
+    hello_t h = from->q[0];
+    memmove(from->q, from->q + 1, (size_t)(from->qn - 1) * sizeof(h));
+    from->qn--;
+    ps_hello_out_t out;
+    ps_hello_received(&to->p, h.token, h.have, to->link_up, fresh(to), &out);
+    take(to, &out);
+    return 1;
+}
+
+static void drain(side_t *a, side_t *b)
+{
+    for (int i = 0; i < 1000 && (a->qn || b->qn); i++) {
+        deliver(a, b);
+        deliver(b, a);
+    }
+    ck_assert_int_eq(a->qn + b->qn, 0); /* no endless exchange */
+}
+
+static void assert_matched(const side_t *a, const side_t *b)
+{
+    ck_assert(a->added && b->added);
+    ck_assert_uint_eq(a->add_send, b->add_recv);
+    ck_assert_uint_eq(b->add_send, a->add_recv);
+    ck_assert_uint_eq(a->add_recv, a->p.mine);
+    ck_assert_uint_eq(b->add_recv, b->p.mine);
+}
+
+static void restart(side_t *s, uint64_t token_base)
+{
+    memset(s, 0, sizeof(*s));
+    s->next_token = token_base;
+}
+
+START_TEST(test_exchange_orders)
+{
+    /* 0: A's link first, delivered before B's link; 1: both links, then deliveries;
+     * 2: B's hello reaches A while A's link is still down */
+    for (int order = 0; order < 3; order++) {
+        side_t a, b;
+        restart(&a, 1000);
+        restart(&b, 2000);
+        if (order == 0) {
+            up(&a);
+            drain(&a, &b);
+            ck_assert(!a.added && !b.added); /* B cannot answer before its link is up */
+            up(&b);
+        } else if (order == 1) {
+            up(&a);
+            up(&b);
+        } else {
+            up(&b);
+            drain(&b, &a);
+            ck_assert(!a.added);
+            up(&a);
+        }
+        drain(&a, &b);
+        assert_matched(&a, &b);
+    }
+}
+END_TEST
+
+START_TEST(test_exchange_restarts)
+{
+    side_t a, b;
+    restart(&a, 1000);
+    restart(&b, 2000);
+    up(&a);
+    up(&b);
+    drain(&a, &b);
+    assert_matched(&a, &b);
+    for (int round = 0; round < 4; round++) {
+        /* B restarts: both links break; they come back in either order, with the new B's
+         * hello sometimes delivered before A's link is back */
+        restart(&b, 5000 + 1000 * (uint64_t)round);
+        down(&a);
+        if (round % 2 == 0) {
+            up(&b);
+            deliver(&b, &a);
+            ck_assert(!(a.added && b.added && a.add_send == b.add_recv &&
+                        b.add_send == a.add_recv));
+            up(&a);
+        } else {
+            up(&a);
+            deliver(&a, &b); /* B's link is not up yet: it answers at its link-up */
+            up(&b);
+        }
+        drain(&a, &b);
+        assert_matched(&a, &b);
+    }
+    /* a blip of one link only: a fresh token, still matched */
+    uint64_t old = a.p.mine;
+    down(&a);
+    up(&a);
+    ck_assert_uint_ne(a.p.mine, old);
+    drain(&a, &b);
+    assert_matched(&a, &b);
+}
+END_TEST
+
+START_TEST(test_exchange_down_and_again)
+{
+    side_t a, b;
+    restart(&a, 1000);
+    restart(&b, 2000);
+    up(&a);
+    up(&b);
+    drain(&a, &b);
+    assert_matched(&a, &b);
+    /* A's sends to B failed: A asks B again over its link (B's link never broke) */
+    ps_hello_out_t out;
+    a.added = 0;
+    ps_hello_down(&a.p, 1, fresh(&a), &out);
+    ck_assert(out.send && !out.send_have && !out.add);
+    take(&a, &out);
+    drain(&a, &b);
+    assert_matched(&a, &b);
+    /* B gone (link down): nothing sent; back only with a new exchange */
+    a.added = 0;
+    down(&a);
+    ps_hello_down(&a.p, 0, 0, &out);
+    ck_assert(!out.send && !out.add);
+    ck_assert_uint_eq(a.p.mine, 0);
+    ck_assert_uint_eq(a.p.theirs, 0);
+    restart(&b, 9000);
+    up(&b);
+    drain(&a, &b);
+    ck_assert(!a.added);
+    up(&a);
+    drain(&a, &b);
+    assert_matched(&a, &b);
+}
+END_TEST
+
+START_TEST(test_token_nonzero_and_random)
+{
+    uint64_t t1 = ps_cluster_token(), t2 = ps_cluster_token();
+    ck_assert_uint_ne(t1, 0);
+    ck_assert_uint_ne(t2, 0);
+    ck_assert_uint_ne(t1, t2);
+}
+END_TEST
+
+static Suite *ps_cluster_suite(void)
+{
+    Suite *s = suite_create("ps_cluster");
+    TCase *tc = tcase_create("record");
+    tcase_add_test(tc, test_record_round_trip);
+    tcase_add_test(tc, test_record_check_refuses);
+    tcase_add_test(tc, test_record_parse_refuses);
+    suite_add_tcase(s, tc);
+    TCase *ex = tcase_create("exchange");
+    tcase_add_test(ex, test_exchange_orders);
+    tcase_add_test(ex, test_exchange_restarts);
+    tcase_add_test(ex, test_exchange_down_and_again);
+    tcase_add_test(ex, test_token_nonzero_and_random);
+    suite_add_tcase(s, ex);
+    return s;
+}
+
+int main(void)
+{
+    return check_run_suite(ps_cluster_suite());
+}

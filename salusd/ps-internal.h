@@ -14,7 +14,6 @@
 #define SALUS_SALUSD_PS_INTERNAL_H
 
 #include "ps.h"
-#include "ps_cluster.h"
 
 #include <stdint.h>
 #include <sys/queue.h>
@@ -195,7 +194,9 @@ int ps_table_open(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
                   uint64_t *handle, ps_done_fn done, void *arg, char *err, size_t err_size);
 /* Builds layout, ring, sources and local shards from an agreed record (the server side
  * for a remote open: group_id 0). 0 or a negative errno with err. */
-int ps_table_build(ps_table_t *t, const ps_ring_record_t *rec, const char *const *sources,
+struct ps_ring_record_s; /* ps_cluster.h (not included here: ps_cluster.c includes groups.h,
+                          * which includes ps.h) */
+int ps_table_build(ps_table_t *t, const struct ps_ring_record_s *rec, const char *const *sources,
                    uint32_t nsources, char *err, size_t err_size);
 ps_table_t *ps_table_new(ps_t *ps, uid_t uid, uint64_t group_id, const char *group,
                          const char *name);

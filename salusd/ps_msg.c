@@ -17,6 +17,7 @@
  * (str: u8 length, then the bytes; floats in the host's order, little-endian on every
  * platform salus builds for.) */
 #include "ps-internal.h"
+#include "ps_cluster.h"
 
 #include "log.h"
 
@@ -110,11 +111,22 @@ static void begin(wbuf_t *w, int type, const ps_table_t *t)
     put_str(w, t->name);
 }
 
+/* A send on its way: the payload's copy, and where it went (a failed endpoint makes that
+ * node down: ps_cluster_send_failed). */
+typedef struct sending_s {
+    ps_t *ps;
+    char node[PS_NODE_BYTES];
+    unsigned char payload[];
+} sending_t;
+
 static void on_sent(void *ctx, int status)
 {
-    (void)status; /* a lost message is covered: updates are resent, peers going down fail
-                   * what waits on them */
-    free(ctx);
+    sending_t *s = ctx;
+    /* a lost message is covered: updates are resent, and a node that went down fails what
+     * waits on it */
+    if (status < 0 && s->ps->d->ps == s->ps)
+        ps_cluster_send_failed(s->ps->d, s->node, status);
+    free(s);
 }
 
 /* Sends header w and a copy of payload (the state it came from may change before UCX has
@@ -125,14 +137,16 @@ static int send_msg(ps_t *ps, const char *node, const wbuf_t *w, const void *pay
     ps_net_t *net = ps_cluster_net(ps->d);
     if (!net || w->bad)
         return -EHOSTUNREACH;
-    void *copy = len ? malloc(len) : NULL;
-    if (len && !copy)
+    sending_t *s = malloc(sizeof(*s) + len);
+    if (!s)
         return -ENOMEM;
+    s->ps = ps;
+    snprintf(s->node, sizeof(s->node), "%s", node);
     if (len)
-        memcpy(copy, payload, len);
-    int rc = ps_net_send(net, node, w->b, w->len, copy, len, on_sent, copy);
+        memcpy(s->payload, payload, len);
+    int rc = ps_net_send(net, node, w->b, w->len, len ? s->payload : NULL, len, on_sent, s);
     if (rc < 0)
-        free(copy);
+        free(s);
     return rc;
 }
 

@@ -3,6 +3,7 @@
  * (pushes, clocks, pulls), ps_server.c (shards served here), ps_msg.c (messages between
  * daemons) and ps_view.c (salusctl groups, /metrics). */
 #include "ps-internal.h"
+#include "ps_cluster.h"
 
 #include "log.h"
 

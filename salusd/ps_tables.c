@@ -1,6 +1,7 @@
 /* Tables: lookup, open (validation, agreement on the ring record, layout, quota, making sure
  * every server has the table), failure and freeing. */
 #include "ps-internal.h"
+#include "ps_cluster.h"
 
 #include "log.h"
 

@@ -3,6 +3,7 @@
  * resent with the same seq when not acknowledged in time), and pulls (a slice per shard,
  * from this daemon's shards directly or from their servers over the net). */
 #include "ps-internal.h"
+#include "ps_cluster.h"
 
 #include "log.h"
 

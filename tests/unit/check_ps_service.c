@@ -5,6 +5,7 @@
 #include "groups.h"
 #include "ps-internal.h" /* ps_msg_recv: messages from other daemons */
 #include "ps.h"
+#include "ps_net.h"
 
 #include "check_run.h"
 

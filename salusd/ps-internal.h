@@ -234,6 +234,8 @@ void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
 /* A fetch's answer (or failure) goes to each of its riders; the fetch is freed. */
 void ps_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values,
                      uint64_t done, uint64_t done_at_request, uint64_t waited_ns, int waited);
+/* The table's fetches on their way fail (rc, err). */
+void ps_worker_fail_fetches(ps_table_t *t, int rc, const char *err);
 /* Fails every update stream and fetch that waits on node (peer down). */
 void ps_worker_node_down(ps_t *ps, const char *node);
 
@@ -244,6 +246,8 @@ int ps_server_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_up
 int ps_server_read(ps_table_t *t, ps_wait_t *w);
 void ps_server_wake(ps_table_t *t, uint32_t shard);
 void ps_server_drop_waits(ps_table_t *t, const char *node, const ps_pull_t *pull);
+/* Every read kept on the table's shards fails (a source is gone: the bound is out of reach). */
+void ps_server_fail_waits(ps_table_t *t, int rc, const char *err);
 /* The slice of a kept or answered read goes to its reader. */
 void ps_server_answer(ps_table_t *t, ps_wait_t *w);
 

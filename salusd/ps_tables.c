@@ -112,8 +112,13 @@ void ps_table_fail(ps_table_t *t, int rc, const char *err)
         ps_call_done(ps, w->owner, w->done, w->arg, rc, err);
         free(w);
     }
-    if (opening) /* never opened: a later open starts again */
+    if (opening) { /* never opened: a later open starts again */
         ps_table_free(t);
+        return;
+    }
+    /* what waits on the table fails now rather than never */
+    ps_server_fail_waits(t, rc, err);
+    ps_worker_fail_fetches(t, rc, err);
 }
 
 void ps_table_ready(ps_table_t *t)

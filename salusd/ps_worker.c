@@ -69,11 +69,16 @@ void ps_worker_fini(ps_table_t *t)
     t->asp_seq = t->asp_clock = NULL;
     t->local_workers = 0;
     /* pulls of this table's workers waiting on other servers: their answers go nowhere */
+    ps_worker_fail_fetches(t, -ECANCELED, "the table is gone");
+}
+
+void ps_worker_fail_fetches(ps_table_t *t, int rc, const char *err)
+{
     for (ps_fetch_t **fp = &t->ps->fetches; *fp;) {
         ps_fetch_t *f = *fp;
         if (f->table == t) {
             *fp = f->next;
-            ps_fetch_finish(f, -ECANCELED, "the table is gone", NULL, 0, 0, 0, 0);
+            ps_fetch_finish(f, rc, err, NULL, 0, 0, 0, 0);
         } else
             fp = &f->next;
     }

@@ -154,6 +154,7 @@ struct ps_table_s {
     int worker_over;          /* the local group ended (or never had workers here) */
     ps_agg_t *agg;            /* BSP/SSP */
     uint64_t *asp_seq, *asp_clock; /* ASP: per local worker */
+    uint64_t asp_closed;      /* ASP: clocks every local worker has closed (sent as closes) */
     ps_stream_t *streams;     /* per shard */
     uint64_t charged_bytes;   /* what the quota counts for this table here */
     /* server side */

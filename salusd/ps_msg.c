@@ -188,7 +188,8 @@ int ps_msg_send_update(ps_table_t *t, uint32_t shard, const ps_update_t *u)
     uint8_t *payload = malloc(len ? len : 1);
     if (!payload)
         return -ENOMEM;
-    memcpy(payload, u->values, u->n * sizeof(float));
+    if (u->n) /* (a bare close has no values) */
+        memcpy(payload, u->values, u->n * sizeof(float));
     if (u->keys)
         memcpy(payload + u->n * sizeof(float), u->keys, u->n * sizeof(uint64_t));
     int rc = send_msg(t->ps, ps_ring_name(t->ring, t->owner[shard]), &w, payload, len);

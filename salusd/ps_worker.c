@@ -192,7 +192,9 @@ static int check_values(const ps_table_t *t, uint64_t offset, uint64_t n, const 
     return 0;
 }
 
-/* ASP: the push goes to each shard it touches as one contribution, at once. */
+/* ASP: the push goes to each shard it touches as one contribution, at once. Its clock is
+ * the node's oldest open one (ASP applies on arrival; the clock only has to be one the node
+ * has not closed). */
 static int asp_push(ps_table_t *t, const uint64_t *keys, uint64_t offset, uint64_t n,
                     const float *values)
 {
@@ -236,7 +238,7 @@ static int asp_push(ps_table_t *t, const uint64_t *keys, uint64_t offset, uint64
         }
         u->n = m;
         u->values = u->owned;
-        u->clock = 0; /* ASP applies on arrival: the clock plays no part (ps_core.h) */
+        u->clock = t->asp_closed;
         enqueue(t, s, u);
     }
     return 1;
@@ -316,6 +318,25 @@ int ps_worker_clock(ps_table_t *t, uint32_t worker, uint64_t clock, char *err, s
         if (clock != t->asp_clock[worker])
             goto bad;
         t->asp_clock[worker]++;
+        /* clocks every local worker closed: each shard hears it (a bare close), so that the
+         * shards' done counts them as under BSP (readers see how far everyone got) */
+        uint64_t least = UINT64_MAX;
+        for (uint32_t i = 0; i < t->local_workers; i++)
+            if (t->asp_clock[i] < least)
+                least = t->asp_clock[i];
+        while (t->asp_closed < least && t->state == PS_TABLE_READY) {
+            for (uint32_t s = 0; s < t->layout.shards && t->state == PS_TABLE_READY; s++) {
+                ps_update_t *u = calloc(1, sizeof(*u));
+                if (!u) {
+                    ps_table_fail(t, -ENOMEM, "out of memory sending a clock's closes");
+                    break;
+                }
+                u->clock = t->asp_closed;
+                u->close = 1;
+                enqueue(t, s, u);
+            }
+            t->asp_closed++;
+        }
         return 0;
     }
     int rc = ps_agg_close(t->agg, worker, clock);

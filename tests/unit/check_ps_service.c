@@ -321,6 +321,15 @@ START_TEST(test_asp_never_waits)
     ck_assert_float_eq(out[3], 15);
     ck_assert_float_eq(out[97], 25);
     ck_assert_float_eq(out[4], 5);
+    ck_assert_uint_eq(p.read.done, 0); /* w1 has closed no clock yet */
+    /* done counts the clocks every worker closed, under ASP too */
+    clock_ok(&w1, h, 0);
+    clock_ok(&w1, h, 1);
+    memset(&p, 0, sizeof(p));
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 5, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    wait_for(&p);
+    ck_assert_uint_eq(p.read.done, 2);
+    ck_assert_int_eq(p.read.waited, 0);
     ps_sample_t s;
     ps_sample(&d, &s);
     ck_assert_uint_eq(s.staleness_waits, 0);

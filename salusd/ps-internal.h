@@ -1,6 +1,6 @@
-/* The parameter-server service's parts (ps.h): what ps_service.c, ps_tables.c, ps_worker.c,
- * ps_server.c, ps_msg.c and ps_view.c share. Single-threaded: everything runs on the daemon's
- * loop.
+/* The parameter-server service's parts (ps.h): what ps_service.c, ps_tables.c, ps_open.c,
+ * ps_worker.c, ps_pull.c, ps_server.c, ps_msg.c and ps_view.c share. Single-threaded:
+ * everything runs on the daemon's loop.
  *
  * One ps_table_t per table this daemon knows, keyed (uid, group name, table name, ring
  * epoch). A table has two sides, either or both:
@@ -187,7 +187,7 @@ void ps_call_done(ps_t *ps, const void *owner, ps_done_fn done, void *arg, int r
 void ps_call_pull(ps_t *ps, const void *owner, ps_pull_fn fn, void *arg, int rc,
                   const char *err, const ps_read_t *read);
 
-/* ps_tables.c */
+/* ps_tables.c, ps_open.c (ps_table_open) */
 ps_table_t *ps_table_by_handle(ps_t *ps, const ps_worker_t *w, uint64_t handle);
 ps_table_t *ps_table_find(ps_t *ps, uid_t uid, const char *group, const char *name,
                           uint64_t epoch);
@@ -206,6 +206,10 @@ void ps_table_ready(ps_table_t *t);
 void ps_table_free(ps_table_t *t);
 /* Frees the table when neither side needs it any more (workers over, every source over). */
 void ps_table_maybe_free(ps_table_t *t);
+/* "b, a,a" -> "a,b" in out (sorted, distinct names); names[] point into store. The count,
+ * or -EINVAL with err. */
+int ps_parse_servers(const char *text, char *store, size_t store_size, const char **names,
+                     char *out, size_t out_size, char *err, size_t err_size);
 /* Bytes the quota counts for uid on this daemon, and what this table would add. */
 uint64_t ps_user_bytes(ps_t *ps, uid_t uid);
 int ps_quota_check(ps_t *ps, uid_t uid, uint64_t more, const char *table, char *err,
@@ -213,7 +217,7 @@ int ps_quota_check(ps_t *ps, uid_t uid, uint64_t more, const char *table, char *
 /* The element bytes of this table's shards served here. */
 uint64_t ps_table_shard_bytes(const ps_table_t *t);
 
-/* ps_worker.c */
+/* ps_worker.c, ps_pull.c (ps_worker_pull, ps_pull_slice, fetches) */
 int ps_worker_init(ps_table_t *t);   /* agg / ASP books / streams; 0 or -ENOMEM */
 void ps_worker_fini(ps_table_t *t);
 int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint64_t offset,

@@ -117,8 +117,10 @@ typedef struct ps_update_s {
 typedef struct ps_stream_s {
     ps_update_t *head, *tail; /* head: in flight while in_flight */
     int in_flight;
+    int sent;                 /* the head's send completed (UCX has it all out) */
     uint64_t next_seq;        /* the seq of the next update made */
-    uint64_t sent_ns;
+    uint64_t sent_ns;         /* when it completed: the retry counts from there, so that a
+                               * large update still on its way is never sent twice */
 } ps_stream_t;
 
 typedef enum ps_table_state_e { PS_TABLE_OPENING, PS_TABLE_READY, PS_TABLE_FAILED } ps_table_state_t;
@@ -227,7 +229,9 @@ int ps_worker_clock(ps_table_t *t, uint32_t worker, uint64_t clock, char *err,
                     size_t err_size);
 /* The head of a shard's stream was acknowledged (seq): the next goes. */
 void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc);
-/* Resends the updates not acknowledged within PS_UPDATE_RETRY_MS. */
+/* The send of update seq of a shard's stream completed (ps_msg.c's sent callback). */
+void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq);
+/* Resends the updates not acknowledged within PS_UPDATE_RETRY_MS of their send. */
 void ps_worker_retry(ps_t *ps);
 int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
                    uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,

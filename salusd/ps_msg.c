@@ -116,12 +116,17 @@ static void begin(wbuf_t *w, int type, const ps_table_t *t)
 typedef struct sending_s {
     ps_t *ps;
     char node[PS_NODE_BYTES];
+    uint64_t update_table;    /* an update's table handle (0: not an update), shard, seq */
+    uint32_t update_shard;
+    uint64_t update_seq;
     unsigned char payload[];
 } sending_t;
 
 static void on_sent(void *ctx, int status)
 {
     sending_t *s = ctx;
+    if (status == 0 && s->update_table)
+        ps_worker_update_sent(s->ps, s->update_table, s->update_shard, s->update_seq);
     /* a lost message is covered: updates are resent, and a node that went down fails what
      * waits on it */
     if (status < 0 && s->ps->d->ps == s->ps)
@@ -131,8 +136,8 @@ static void on_sent(void *ctx, int status)
 
 /* Sends header w and a copy of payload (the state it came from may change before UCX has
  * sent it). 0 or a negative errno. */
-static int send_msg(ps_t *ps, const char *node, const wbuf_t *w, const void *payload,
-                    size_t len)
+static int send_msg_update(ps_t *ps, const char *node, const wbuf_t *w, const void *payload,
+                           size_t len, const ps_table_t *t, uint32_t shard, uint64_t seq)
 {
     ps_net_t *net = ps_cluster_net(ps->d);
     if (!net || w->bad)
@@ -141,6 +146,9 @@ static int send_msg(ps_t *ps, const char *node, const wbuf_t *w, const void *pay
     if (!s)
         return -ENOMEM;
     s->ps = ps;
+    s->update_table = t ? t->handle : 0;
+    s->update_shard = shard;
+    s->update_seq = seq;
     snprintf(s->node, sizeof(s->node), "%s", node);
     if (len)
         memcpy(s->payload, payload, len);
@@ -148,6 +156,12 @@ static int send_msg(ps_t *ps, const char *node, const wbuf_t *w, const void *pay
     if (rc < 0)
         free(s);
     return rc;
+}
+
+static int send_msg(ps_t *ps, const char *node, const wbuf_t *w, const void *payload,
+                    size_t len)
+{
+    return send_msg_update(ps, node, w, payload, len, NULL, 0, 0);
 }
 
 int ps_msg_send_open(ps_table_t *t, const char *node)
@@ -184,15 +198,17 @@ int ps_msg_send_update(ps_table_t *t, uint32_t shard, const ps_update_t *u)
     put(&w, u->keys != NULL, 1);
     put(&w, u->offset, 8);
     put(&w, u->n, 8);
-    size_t len = u->n * sizeof(float) + (u->keys ? u->n * sizeof(uint64_t) : 0);
-    uint8_t *payload = malloc(len ? len : 1);
+    const char *node = ps_ring_name(t->ring, t->owner[shard]);
+    if (!u->keys) /* the values as they are (send_msg copies them once) */
+        return send_msg_update(t->ps, node, &w, u->values, u->n * sizeof(float), t, shard,
+                               u->seq);
+    size_t len = u->n * (sizeof(float) + sizeof(uint64_t));
+    uint8_t *payload = malloc(len);
     if (!payload)
         return -ENOMEM;
-    if (u->n) /* (a bare close has no values) */
-        memcpy(payload, u->values, u->n * sizeof(float));
-    if (u->keys)
-        memcpy(payload + u->n * sizeof(float), u->keys, u->n * sizeof(uint64_t));
-    int rc = send_msg(t->ps, ps_ring_name(t->ring, t->owner[shard]), &w, payload, len);
+    memcpy(payload, u->values, u->n * sizeof(float));
+    memcpy(payload + u->n * sizeof(float), u->keys, u->n * sizeof(uint64_t));
+    int rc = send_msg_update(t->ps, node, &w, payload, len, t, shard, u->seq);
     free(payload);
     return rc;
 }

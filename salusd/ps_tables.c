@@ -103,6 +103,8 @@ void ps_table_fail(ps_table_t *t, int rc, const char *err)
         free(w);
     }
     if (opening) { /* never opened: a later open starts again */
+        if (t->open_req) /* the servers that took the open need not keep it for us */
+            ps_msg_send_bye(t);
         ps_table_free(t);
         return;
     }

@@ -95,7 +95,7 @@ static void pump(ps_table_t *t, uint32_t shard)
             continue;
         }
         st->in_flight = 1;
-        st->sent_ns = salusd_now_ns();
+        st->sent = 0;
         if (ps_msg_send_update(t, shard, u) < 0) {
             char err[PS_ERR_BYTES];
             snprintf(err, sizeof(err), "table '%s': server %s is unreachable", t->name,
@@ -143,6 +143,19 @@ void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
         pump(t, shard);
 }
 
+void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq)
+{
+    for (ps_table_t *t = ps->tables; t; t = t->next) {
+        if (t->handle != handle || !t->streams || shard >= t->layout.shards)
+            continue;
+        ps_stream_t *st = &t->streams[shard];
+        if (st->in_flight && st->head && st->head->seq == seq) {
+            st->sent = 1;
+            st->sent_ns = salusd_now_ns();
+        }
+    }
+}
+
 void ps_worker_retry(ps_t *ps)
 {
     uint64_t now = salusd_now_ns();
@@ -151,11 +164,12 @@ void ps_worker_retry(ps_t *ps)
         for (uint32_t s = 0; t->streams && t->state != PS_TABLE_FAILED && s < t->layout.shards;
              s++) {
             ps_stream_t *st = &t->streams[s];
-            if (!st->in_flight || now - st->sent_ns < PS_UPDATE_RETRY_MS * 1000000ull)
+            if (!st->in_flight || !st->sent ||
+                now - st->sent_ns < PS_UPDATE_RETRY_MS * 1000000ull)
                 continue;
             LOG_DEBUG("ps: table '%s' shard %u: update %llu resent", t->name, s,
                       (unsigned long long)st->head->seq);
-            st->sent_ns = now;
+            st->sent = 0;
             if (ps_msg_send_update(t, s, st->head) < 0)
                 break;
         }

@@ -195,12 +195,14 @@ ps_table_t *ps_table_find(ps_t *ps, uid_t uid, const char *group, const char *na
                           uint64_t epoch);
 int ps_table_open(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
                   uint64_t *handle, ps_done_fn done, void *arg, char *err, size_t err_size);
-/* Builds layout, ring, sources and local shards from an agreed record (the server side
- * for a remote open: group_id 0). 0 or a negative errno with err. */
+/* Builds layout, ring, owners and sources from an agreed record (the server side for a
+ * remote open: group_id 0); the shards served here come with ps_table_create_shards, after
+ * the quota was checked. 0 or a negative errno with err. */
 struct ps_ring_record_s; /* ps_cluster.h (not included here: ps_cluster.c includes groups.h,
                           * which includes ps.h) */
 int ps_table_build(ps_table_t *t, const struct ps_ring_record_s *rec, const char *const *sources,
                    uint32_t nsources, char *err, size_t err_size);
+int ps_table_create_shards(ps_table_t *t, char *err, size_t err_size);
 ps_table_t *ps_table_new(ps_t *ps, uid_t uid, uint64_t group_id, const char *group,
                          const char *name);
 void ps_table_fail(ps_table_t *t, int rc, const char *err);
@@ -216,7 +218,8 @@ int ps_parse_servers(const char *text, char *store, size_t store_size, const cha
 uint64_t ps_user_bytes(ps_t *ps, uid_t uid);
 int ps_quota_check(ps_t *ps, uid_t uid, uint64_t more, const char *table, char *err,
                    size_t err_size);
-/* The element bytes of this table's shards served here. */
+/* The element bytes of this table's shards served here (from the owners: also before they
+ * are created). */
 uint64_t ps_table_shard_bytes(const ps_table_t *t);
 
 /* ps_worker.c, ps_pull.c (ps_worker_pull, ps_pull_slice, fetches) */

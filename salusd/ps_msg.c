@@ -341,11 +341,13 @@ static int recv_open(ps_t *ps, const char *node, uid_t uid, const char *group,
                  name);
         rc = -EINVAL;
     }
-    if (rc == 0) {
+    if (rc == 0) { /* before the shards take memory */
         uint64_t more = ps_table_shard_bytes(t);
         rc = ps_quota_check(ps, uid, more, name, err, err_size);
         t->charged_bytes = rc == 0 ? more : 0;
     }
+    if (rc == 0)
+        rc = ps_table_create_shards(t, err, err_size);
     free(list);
     if (rc < 0) {
         if (t)

@@ -66,20 +66,22 @@ static void on_open_timeout(evutil_socket_t fd, short what, void *arg)
 /* Another daemon's open reached this one before its own workers' open was agreed: that
  * table (the server side only) holds the shards served here, with what the other sources
  * sent already. The workers' table takes them over, and the other goes. */
-static void adopt_served(ps_table_t *t)
+/* The server side's table of the same run, if any (see adopt_served). */
+static ps_table_t *served_only(ps_table_t *t)
 {
-    ps_table_t *old = NULL;
     for (ps_table_t *x = t->ps->tables; x; x = x->next)
         if (x != t && x->group_id == 0 && x->state == PS_TABLE_READY && x->uid == t->uid &&
             x->epoch == t->epoch && strcmp(x->group, t->group) == 0 &&
             strcmp(x->name, t->name) == 0 && x->layout.shards == t->layout.shards &&
             x->sources == t->sources)
-            old = x;
-    if (!old)
-        return;
+            return x;
+    return NULL;
+}
+
+static void adopt_served(ps_table_t *t, ps_table_t *old)
+{
     for (uint32_t i = 0; i < t->layout.shards; i++)
-        if (old->shards[i] && t->shards[i]) {
-            ps_shard_destroy(t->shards[i]);
+        if (old->shards[i] && !t->shards[i] && (int)t->owner[i] == t->self_server) {
             t->shards[i] = old->shards[i];
             old->shards[i] = NULL;
         }
@@ -125,15 +127,21 @@ static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t
     }
     if (rc == 0)
         rc = ps_table_build(t, rec, sources, nsources, err, sizeof(err));
-    if (rc == 0)
-        adopt_served(t);
+    ps_table_t *served = rc == 0 ? served_only(t) : NULL;
     if (rc == 0) {
-        /* the table's elements where its workers run, and the shards here */
+        /* the table's elements where its workers run (the shards here included; what a
+         * server-side table of this run holds already goes into this one) */
         uint64_t more = t->spec.count * sizeof(float);
-        rc = ps_quota_check(ps, t->uid, more, t->name, err, sizeof(err));
+        uint64_t credit = served ? served->charged_bytes : 0;
+        rc = ps_quota_check(ps, t->uid, more - (credit < more ? credit : more), t->name, err,
+                            sizeof(err));
         if (rc == 0)
             t->charged_bytes = more;
     }
+    if (rc == 0 && served)
+        adopt_served(t, served);
+    if (rc == 0)
+        rc = ps_table_create_shards(t, err, sizeof(err));
     if (rc == 0)
         rc = ps_worker_init(t) < 0 ? -ENOMEM : 0;
     if (rc < 0) {

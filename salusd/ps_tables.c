@@ -129,9 +129,12 @@ void ps_table_ready(ps_table_t *t)
 uint64_t ps_table_shard_bytes(const ps_table_t *t)
 {
     uint64_t sum = 0;
-    for (uint32_t i = 0; t->shards && i < t->layout.shards; i++)
-        if (t->shards[i])
-            sum += ps_shard_elems(t->shards[i]) * sizeof(float);
+    for (uint32_t i = 0; t->owner && i < t->layout.shards; i++)
+        if ((int)t->owner[i] == t->self_server) {
+            uint64_t first, elems;
+            ps_layout_shard(&t->layout, i, &first, &elems);
+            sum += elems * sizeof(float);
+        }
     return sum;
 }
 
@@ -249,18 +252,26 @@ int ps_table_build(ps_table_t *t, const ps_ring_record_t *rec, const char *const
         if (strcmp(sources[s], self) == 0 && t->group_id)
             t->self_source = (int)s;
     }
-    for (uint32_t i = 0; i < t->layout.shards; i++) {
+    for (uint32_t i = 0; i < t->layout.shards; i++)
         t->owner[i] = (uint32_t)ps_ring_owner(t->ring, t->name, i);
-        if ((int)t->owner[i] != t->self_server)
-            continue;
-        uint64_t first, elems;
-        ps_layout_shard(&t->layout, i, &first, &elems);
-        t->shards[i] = ps_shard_create(elems, &t->spec.rule, &t->spec.sync, nsources);
-        if (!t->shards[i])
-            goto nomem;
-    }
     return 0;
 nomem:
     snprintf(err, err_size, "table '%s': out of memory", t->name);
     return -ENOMEM;
+}
+
+int ps_table_create_shards(ps_table_t *t, char *err, size_t err_size)
+{
+    for (uint32_t i = 0; i < t->layout.shards; i++) {
+        if ((int)t->owner[i] != t->self_server || t->shards[i])
+            continue;
+        uint64_t first, elems;
+        ps_layout_shard(&t->layout, i, &first, &elems);
+        t->shards[i] = ps_shard_create(elems, &t->spec.rule, &t->spec.sync, t->sources);
+        if (!t->shards[i]) {
+            snprintf(err, err_size, "table '%s': out of memory", t->name);
+            return -ENOMEM;
+        }
+    }
+    return 0;
 }

@@ -712,6 +712,73 @@ START_TEST(test_messages_untrusted)
 }
 END_TEST
 
+/* An open from another daemon (node n2 runs the ranks, this daemon only serves): the table's
+ * shards here, updates from n2 applied, a bye frees it; over the quota nothing is made. */
+static void msg_open(msg_t *m, const char *group, const char *table, uint64_t epoch,
+                     uint64_t count)
+{
+    msg_begin(m, 1, 1000, epoch, group, table);
+    msg_put(m, 1, 8);     /* req */
+    msg_put(m, count, 8);
+    msg_put(m, 64, 4);    /* vnodes */
+    msg_str(m, "add");
+    msg_str(m, "bsp");
+}
+
+START_TEST(test_remote_open_served_here)
+{
+    ps_t *ps = d.ps;
+    msg_t m;
+    const char payload[] = "local\0n2"; /* servers "local", sources "n2" */
+    d.config.ps_user_bytes = 4000;
+    msg_open(&m, "rg", "big", 7, 1001); /* 4004 bytes here: over the quota */
+    ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1);
+    ck_assert_ptr_null(ps_table_find(ps, 1000, "rg", "big", 7));
+    msg_open(&m, "rg", "t", 7, 1000);
+    ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1);
+    ps_table_t *t = ps_table_find(ps, 1000, "rg", "t", 7);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_uint_eq(t->charged_bytes, 4000);
+    ck_assert_uint_eq(t->local_workers, 0);
+    ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1); /* a retry: the same */
+    ck_assert_ptr_eq(ps_table_find(ps, 1000, "rg", "t", 7), t);
+    ps_sample_t s;
+    ps_sample(&d, &s);
+    ck_assert_uint_eq(s.tables, 1);
+    ck_assert_uint_eq(s.shards, t->layout.shards);
+    /* n2's clock 0 to shard 0 (its values), then shard 0 is done with clock 0 */
+    uint64_t first, elems;
+    ps_layout_shard(&t->layout, 0, &first, &elems);
+    float values[1000];
+    fill(values, elems, 2);
+    msg_begin(&m, 4, 1000, 7, "rg", "t");
+    msg_put(&m, 0, 4);     /* shard */
+    msg_put(&m, 0, 4);     /* source: n2 */
+    msg_put(&m, 1, 8);     /* seq */
+    msg_put(&m, 0, 8);     /* clock */
+    msg_put(&m, 1, 1);     /* close */
+    msg_put(&m, 0, 1);
+    msg_put(&m, 0, 8);
+    msg_put(&m, elems, 8);
+    ps_msg_recv(ps, "n2", m.b, m.len, values, elems * sizeof(float));
+    ps_msg_recv(ps, "n2", m.b, m.len, values, elems * sizeof(float)); /* a resend: once */
+    ck_assert_uint_eq(ps_shard_done(t->shards[0]), 1);
+    ck_assert_float_eq(ps_shard_values(t->shards[0])[0], 2);
+    ck_assert_uint_eq(ps_shard_done(t->shards[1]), 0);
+    /* the same update from a node that is no source of the table: dropped */
+    uint64_t dropped = ps->dropped;
+    ps_msg_recv(ps, "n3", m.b, m.len, values, elems * sizeof(float));
+    ck_assert_uint_eq(ps->dropped, dropped + 1);
+    /* n2's bye: its only source is over, the table goes */
+    msg_begin(&m, 8, 1000, 7, "rg", "t");
+    msg_put(&m, 0, 4);
+    ps_msg_recv(ps, "n2", m.b, m.len, NULL, 0);
+    ck_assert_ptr_null(ps_table_find(ps, 1000, "rg", "t", 7));
+    ps_sample(&d, &s);
+    ck_assert_uint_eq(s.tables, 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_service");
@@ -727,6 +794,7 @@ int main(void)
     tcase_add_test(tc, test_forget_owner_pending_pull);
     tcase_add_test(tc, test_view_and_group_over);
     tcase_add_test(tc, test_messages_untrusted);
+    tcase_add_test(tc, test_remote_open_served_here);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

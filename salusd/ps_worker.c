@@ -178,7 +178,7 @@ void ps_worker_retry(ps_t *ps)
 
 /* Bad input with a clear message: nothing is taken. */
 static int check_values(const ps_table_t *t, uint64_t offset, uint64_t n, const uint64_t *keys,
-                        const float *values, char *err, size_t err_size)
+                        const float *values, int finite, char *err, size_t err_size)
 {
     if (n == 0 || !values) {
         snprintf(err, err_size, "an empty push");
@@ -196,7 +196,7 @@ static int check_values(const ps_table_t *t, uint64_t offset, uint64_t n, const 
                      (unsigned long long)keys[i], t->name, (unsigned long long)t->spec.count);
             return -EINVAL;
         }
-    for (uint64_t i = 0; i < n; i++)
+    for (uint64_t i = 0; finite && i < n; i++)
         if (!isfinite(values[i])) {
             snprintf(err, err_size, "value %llu of the push is not finite",
                      (unsigned long long)i);
@@ -261,7 +261,11 @@ int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint6
                    uint64_t n, const uint64_t *keys, const float *values, char *err,
                    size_t err_size)
 {
-    int rc = check_values(t, offset, n, keys, values, err, err_size);
+    /* the values' finiteness: checked here under ASP (the push goes to several shards: all
+     * or nothing), by the aggregation itself under BSP/SSP (a scan less per push; its refusal
+     * is explained below) */
+    int asp = t->spec.sync.kind == PS_SYNC_ASP;
+    int rc = check_values(t, offset, n, keys, values, asp, err, err_size);
     if (rc < 0)
         return rc;
     if (id->seq == 0) {
@@ -286,6 +290,8 @@ int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint6
         return 1;
     }
     rc = ps_agg_push(t->agg, worker, id->seq, id->clock, offset, n, keys, values);
+    if (rc < 0 && check_values(t, offset, n, keys, values, 1, err, err_size) < 0)
+        return rc; /* err says which value */
     if (rc < 0)
         snprintf(err, err_size, "push (seq %llu) for clock %llu refused: rank %u is at clock %llu",
                  (unsigned long long)id->seq, (unsigned long long)id->clock, id->rank,

@@ -11,6 +11,8 @@ pkg_check_modules(CHECK REQUIRED IMPORTED_TARGET check)   # Debian ships no CMak
 pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)
 pkg_check_modules(JSONC REQUIRED IMPORTED_TARGET json-c)
 pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)
+# the parameter servers' data plane between daemons (salusd/ps_net*.c): UCX's UCP
+pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx)
 pkg_check_modules(SYSTEMD IMPORTED_TARGET libsystemd)      # optional: sd_notify
 
 if(NOT EXISTS "${SALUS_CUDA_HOME}/include/cuda.h")

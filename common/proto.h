@@ -19,7 +19,15 @@
  * fields group (name), world, rank, local_rank (-1: unknown), sync ("bsp", "ssp", "asp"),
  * staleness (ssp's S) and share_gpus; a daemon that took them echoes group in its reply (an
  * older one ignores them, so a client that sent a group treats a reply without the echo as a
- * refusal); the op groups; ps's group, rank and gang_wait_ms. Fields are never removed or
+ * refusal); the op groups; ps's group, rank and gang_wait_ms. Minor 3 added parameter-server tables (a worker's own
+ * second connection; salusd/ps_local.c): ps_open {name, count, rule, sync, servers?, job_id}
+ * passing one descriptor, a memfd sealed at least with F_SEAL_SHRINK of at least count * 12
+ * bytes (count float32 values, then count uint64 keys) that both sides map, reply {handle,
+ * count, clock}; ps_push {handle, offset, n, keyed, clock, seq} (the values in the region's
+ * floats [offset, offset + n), or keyed: the first n floats and the first n keys), reply
+ * {duplicate}; ps_pull {handle, offset, n, clock}, reply {clock, done, done_at_request,
+ * waited_ns, waited} once the values are in the region's floats [offset, offset + n);
+ * ps_clock {handle, clock}, reply {clock} (the next one); ps_close {handle}. Fields are never removed or
  * retyped within a major.
  *
  * Every frame from a peer is untrusted: proto_decode() rejects malformed input
@@ -34,7 +42,7 @@
 #include <stdint.h>
 
 #define PROTO_VERSION 1
-#define PROTO_VERSION_MINOR 2
+#define PROTO_VERSION_MINOR 3
 #define PROTO_HEADER_BYTES 4
 #define PROTO_DEFAULT_MAX_FRAME_BYTES (1024u * 1024u)
 #define PROTO_MAX_DEPTH 16

@@ -40,9 +40,16 @@ typedef struct ps_rule_s {
     ps_rule_kind_t kind;
     float lr;                 /* sgd only: value -= lr * (sum of the clock's contributions) */
 } ps_rule_t;
-/* "add", "assign", "sgd:LR" (LR a finite float > 0). 0, or -EINVAL with err set. */
+/* Under BSP and SSP a clock's contributions are summed, then applied once: add: value += sum;
+ * assign: value = sum, only for the elements some contribution of that clock wrote; sgd: value
+ * -= lr * sum (float arithmetic). Under ASP each contribution is applied on arrival the same
+ * way. */
+/* "add", "assign", "sgd:LR" (LR a finite float > 0, plain decimal: no sign, spaces, hex, inf
+ * or nan). 0, or -EINVAL with err set (when err is not NULL; truncated to err_size) and *rule
+ * unchanged. */
 int ps_rule_parse(const char *text, ps_rule_t *rule, char *err, size_t err_size);
-/* The canonical text ("sgd:0.05" as %g); the length written, or -ENOSPC. */
+/* The canonical text ("sgd:0.05" as %g, with up to 9 digits when 6 would not read back as the
+ * same float); the length written, or -ENOSPC (buf too small), -EINVAL (not a valid rule). */
 int ps_rule_format(const ps_rule_t *rule, char *buf, size_t size);
 
 /* ---- sync modes ------------------------------------------------------------------------ */
@@ -51,8 +58,10 @@ typedef struct ps_sync_s {
     ps_sync_kind_t kind;
     uint32_t staleness;       /* ssp only: s, 0 .. PS_MAX_STALENESS */
 } ps_sync_t;
-/* "bsp", "ssp:S", "asp". 0, or -EINVAL with err set. */
+/* "bsp", "ssp:S" (S decimal digits, 0 .. PS_MAX_STALENESS), "asp". 0, or -EINVAL with err set
+ * and *sync unchanged. */
 int ps_sync_parse(const char *text, ps_sync_t *sync, char *err, size_t err_size);
+/* The canonical text; the length written, -ENOSPC or -EINVAL as ps_rule_format. */
 int ps_sync_format(const ps_sync_t *sync, char *buf, size_t size);
 /* The least `done` a read at clock c may see (above). */
 uint64_t ps_sync_min_done(const ps_sync_t *sync, uint64_t clock);
@@ -66,19 +75,23 @@ typedef struct ps_layout_s {
     uint32_t shards;          /* >= 1 */
 } ps_layout_t;
 /* shards = min(count, max(servers * PS_SHARDS_PER_SERVER, ceil(count / PS_SHARD_MAX_ELEMS))),
- * at least 1. -EINVAL when count is 0 or servers is 0. */
+ * at least 1; so no shard holds more than PS_SHARD_MAX_ELEMS. -EINVAL when count is 0 or
+ * servers is 0 (or the table would need more than UINT32_MAX shards). */
 int ps_layout_init(ps_layout_t *layout, uint64_t count, uint32_t servers);
 /* Shard i holds elements [first, first + elems): even cuts (the first count % shards shards
- * one element longer). */
+ * one element longer). shard >= shards: first = count, elems = 0. */
 void ps_layout_shard(const ps_layout_t *layout, uint32_t shard, uint64_t *first, uint64_t *elems);
-/* The shard holding element index (index < count). */
+/* The shard holding element index; index >= count: layout->shards (no shard). */
 uint32_t ps_layout_shard_of(const ps_layout_t *layout, uint64_t index);
 
 /* ---- the consistent-hash ring ------------------------------------------------------------ */
 typedef struct ps_ring_s ps_ring_t;
 /* A ring over `n` distinct server names (each hashed at `vnodes` points; 0: PS_RING_VNODES).
  * The ring does not depend on the order of names. NULL on bad input (n == 0, n >
- * PS_MAX_SERVERS, a duplicate or empty name) or no memory. */
+ * PS_MAX_SERVERS, a duplicate, empty or NULL name, vnodes > 4096) or no memory.
+ * The hash is part of the cluster's contract (every daemon places a shard alike): hash(text)
+ * = splitmix64's finaliser of the 64-bit FNV-1a of text; server s's points are hash("s#v"),
+ * v = 0 .. vnodes-1 in decimal; a shard's key is hash("table/shard"). check_ps_core pins it. */
 ps_ring_t *ps_ring_create(const char *const *names, size_t n, uint32_t vnodes);
 void ps_ring_destroy(ps_ring_t *ring); /* NULL ok */
 size_t ps_ring_size(const ps_ring_t *ring);
@@ -92,20 +105,24 @@ uint32_t ps_ring_moved(const ps_ring_t *a, const ps_ring_t *b, const char *table
 
 /* ---- a shard on its server ---------------------------------------------------------------- */
 typedef struct ps_shard_s ps_shard_t;
-/* A shard of `elems` elements, all 0, with `sources` contributors. NULL on bad input or no
- * memory. */
+/* A shard of `elems` elements (1 .. PS_SHARD_MAX_ELEMS), all 0, with `sources` contributors
+ * (1 .. PS_MAX_SOURCES), a valid rule and sync mode. NULL on bad input or no memory. */
 ps_shard_t *ps_shard_create(uint64_t elems, const ps_rule_t *rule, const ps_sync_t *sync,
                             uint32_t sources);
 void ps_shard_destroy(ps_shard_t *shard); /* NULL ok */
 /* A contribution of source for clock: n values for elements [offset, offset + n) of the shard
- * (keys == NULL), or for the n element indices keys[] (each < elems). Returns 1 taken
- * (applied, or buffered for its clock), 0 a duplicate (seq <= the source's last: nothing
- * changed), -EINVAL bad input (source, range, key, a clock the source has closed already, a
- * clock beyond done + PS_MAX_STALENESS + 2, a non-finite value): nothing changed. */
+ * (keys == NULL), or for the n element indices keys[] (each < elems; offset is then ignored;
+ * a key given twice adds twice). Returns 1 taken (applied, or buffered for its clock), 0 a
+ * duplicate (seq <= the source's last: nothing changed), -EINVAL bad input (source, range,
+ * key, a clock the source has closed already, a clock beyond done + PS_MAX_STALENESS + 2, a
+ * non-finite value, values NULL with n > 0): nothing changed, -ENOMEM (a new clock's buffer):
+ * nothing changed. The shape (source, range, keys, values) is checked before the duplicate
+ * test, the clock after it: a retry of a taken contribution is 0 even after its clock closed. */
 int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64_t clock,
                         uint64_t offset, uint64_t n, const uint64_t *keys, const float *values);
 /* Source has closed clock (clocks close in order: a repeat of the last closed clock returns 0,
- * a gap returns -EINVAL). Returns 1 when it was new; may advance done (apply whole clocks). */
+ * a gap or an older clock returns -EINVAL). Returns 1 when it was new; may advance done (apply
+ * whole clocks, in order, each once every source has closed it). */
 int ps_shard_close(ps_shard_t *shard, uint32_t source, uint64_t clock);
 uint64_t ps_shard_done(const ps_shard_t *shard);
 uint64_t ps_shard_elems(const ps_shard_t *shard);
@@ -125,19 +142,24 @@ ps_agg_t *ps_agg_create(uint64_t count, const ps_sync_t *sync, uint32_t workers)
 void ps_agg_destroy(ps_agg_t *agg); /* NULL ok */
 /* 1 taken (added into the clock's sum), 0 duplicate (seq <= the worker's last seq: nothing
  * changed), -EINVAL bad input (worker, range, key, clock other than the worker's current one,
- * a non-finite value): nothing changed. keys == NULL: n values for [offset, offset + n). */
+ * a clock more than PS_MAX_STALENESS + 2 ahead of the slowest local worker's, a non-finite
+ * value): nothing changed, -ENOMEM (a new clock's sum): nothing changed. keys == NULL: n values
+ * for [offset, offset + n); else n values for keys[] (offset ignored). Shape before duplicate
+ * before clock, as ps_shard_contribute. */
 int ps_agg_push(ps_agg_t *agg, uint32_t worker, uint64_t seq, uint64_t clock, uint64_t offset,
                 uint64_t n, const uint64_t *keys, const float *values);
 /* Worker closes its current clock (it must be `clock`; a repeat of the last closed one returns
  * 0). Returns 1 when this made clock complete on this node (every worker closed it), 2 when
- * new but not complete, 0 repeat, -EINVAL bad. */
+ * new but not complete, 0 repeat, -EINVAL bad (worker, any other clock), -ENOMEM (the zero sum
+ * of a complete clock nobody pushed into): nothing changed. */
 int ps_agg_close(ps_agg_t *agg, uint32_t worker, uint64_t clock);
-/* The worker's current clock. */
+/* The worker's current clock (0 for a bad worker). */
 uint64_t ps_agg_clock_of(const ps_agg_t *agg, uint32_t worker);
 /* The sum of a complete clock's contributions (count values; zeros where nobody pushed), or
  * NULL when that clock is not complete or was released. Stays valid until released. */
 const float *ps_agg_sum(const ps_agg_t *agg, uint64_t clock);
-/* Frees a complete clock's sum (after it was sent to every shard's server). */
+/* Frees a complete clock's sum (after it was sent to every shard's server); nothing for a clock
+ * not complete or already released. */
 void ps_agg_release(ps_agg_t *agg, uint64_t clock);
 uint64_t ps_agg_bytes(const ps_agg_t *agg);
 

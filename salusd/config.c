@@ -93,6 +93,9 @@ const option_def_t salusd_options[] = {
     ROW("group-kill-grace-s", OPTION_INT, "5", 0, 9, group_kill_grace_s,
         "when a rank fails, the group's other ranks get SIGTERM, then SIGKILL this many "
         "seconds later"),
+    ROW("ps-user-bytes", OPTION_BYTES, "1GiB", 0, 1LL << 50, ps_user_bytes,
+        "parameter-server tables: memory one user's tables may hold on this daemon (table "
+        "elements where its workers run, shards where it serves); more is refused"),
     ROW("cluster", OPTION_STRING, NULL, 0, 0, cluster,
         "join the cluster coordinated by this etcd (etcd://HOST:PORT[,HOST:PORT...]): "
         "groups span nodes; default: a single node"),

@@ -88,6 +88,7 @@ typedef struct salusd_s {
      * slot seq is over on this node (the core's SLOT_DONE). NULL: no cluster. */
     void (*slot_done)(struct salusd_s *d, uint64_t group_id, uint64_t seq);
     struct cluster_s *cluster; /* the cluster role (cluster.c); NULL: a single node */
+    struct ps_s *ps;          /* the parameter-server role (ps.h); NULL: not started */
 } salusd_t;
 
 uint64_t salusd_now_ns(void);

@@ -4,6 +4,7 @@
 #include "access.h"
 #include "cluster.h"
 #include "jobs.h"
+#include "ps.h"
 #include "sched.h"
 
 #include "log.h"
@@ -327,6 +328,7 @@ void groups_rank_over(salusd_t *d, job_t *job)
         g->ended_ns = salusd_now_ns();
         LOG_INFO("group %s of uid %u ended: %s", g->name, (unsigned)g->uid,
                  g->failed ? "failed" : "done");
+        ps_group_over(d, g->id); /* its parameter-server tables here go */
         cluster_group_over(d, g->id);
     }
 }
@@ -359,6 +361,7 @@ void groups_fail(salusd_t *d, uint64_t id, const char *failure)
     g = group_by_id(d, id);
     if (g && !g->ended_ns && g->over == g->joined) {
         g->ended_ns = salusd_now_ns();
+        ps_group_over(d, g->id);
         cluster_group_over(d, g->id);
     }
 }
@@ -508,6 +511,9 @@ void groups_handle_list(conn_t *c, const proto_msg_t *msg)
                 pack_rank(d, &map.pk, g, i);
             else if (d->cluster && cluster_rank_node(d, g->id, i))
                 pack_remote_rank(&map.pk, i, cluster_rank_node(d, g->id, i));
+        map.count++;
+        proto_pack_str(&map.pk, "tables"); /* its parameter-server tables here (ps.h) */
+        ps_pack_group_tables(d, g->id, &map.pk);
         map.count++;
         proto_map_end(&map);
     }

@@ -5,6 +5,7 @@
 #include "jobctl.h"
 #include "jobs.h"
 #include "policy.h"
+#include "ps_local.h"
 #include "metrics.h"
 #include "sched.h"
 #include "views.h"
@@ -140,6 +141,11 @@ static const struct {
     {"logs", jobctl_handle_logs},
     {"stats", views_handle_stats},
     {"groups", groups_handle_list},
+    {"ps_open", ps_local_handle_open},
+    {"ps_push", ps_local_handle_push},
+    {"ps_pull", ps_local_handle_pull},
+    {"ps_clock", ps_local_handle_clock},
+    {"ps_close", ps_local_handle_close},
 };
 
 /* Per-user caps on live jobs, checked before submit and register: a user cannot fill the
@@ -191,6 +197,7 @@ void handlers_dispatch(conn_t *c, const proto_msg_t *msg)
 
 void handlers_connection_closed(conn_t *c)
 {
+    ps_local_connection_closed(c);
     jobctl_connection_closed(c);
     jobs_connection_closed(c);
 }

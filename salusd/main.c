@@ -8,6 +8,7 @@
 
 #include "log.h"
 #include "notify.h"
+#include "ps.h"
 #include "sched.h"
 
 #include <errno.h>
@@ -154,6 +155,8 @@ int main(int argc, char **argv)
     }
     if (cluster_start(&d) < 0)
         goto out;
+    if (ps_start(&d) < 0)
+        goto out;
     if (server_start(&d) < 0)
         goto out;
     if (metrics_start(&d) < 0)
@@ -170,6 +173,7 @@ int main(int argc, char **argv)
 out:
     tell_parent(&ready_fd, 1);
     jobs_restart_fini(&d); /* the running jobs stay on file: they re-attach to the next one */
+    ps_stop(&d);
     cluster_stop(&d);      /* the lease stays: a restart within its TTL keeps it */
     server_stop(&d);
     metrics_stop(&d);

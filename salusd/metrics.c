@@ -8,6 +8,7 @@
 #include "groups.h"
 #include "jobs.h"
 #include "log.h"
+#include "ps.h"
 #include "sched.h"
 
 #include <errno.h>
@@ -57,6 +58,7 @@ typedef struct metrics_s {
     metrics_group_sample_t *groups;
     size_t group_capacity;
     metrics_cluster_sample_t cluster;
+    metrics_ps_sample_t ps;
     metrics_text_t text;
     uint64_t scrapes;
     metrics_conn_t *conns;
@@ -184,6 +186,19 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
             .failed_node = cs.groups_failed_node, .failed_etcd = cs.groups_failed_etcd,
             .etcd_errors = cs.etcd_errors};
         snap->cluster = &m->cluster;
+    }
+    ps_sample_t pss;
+    snap->ps = NULL;
+    if (ps_sample(d, &pss) == 0) {
+        m->ps = (metrics_ps_sample_t){
+            .tables = pss.tables, .shards = pss.shards, .bytes = pss.bytes,
+            .pushes = pss.pushes, .pushes_duplicate = pss.pushes_duplicate, .pulls = pss.pulls,
+            .push_bytes = pss.push_bytes, .pull_bytes = pss.pull_bytes,
+            .net_bytes_sent = pss.net_bytes_sent, .net_bytes_received = pss.net_bytes_received,
+            .updates_sent = pss.updates_sent, .updates_applied = pss.updates_applied,
+            .staleness_waits = pss.staleness_waits, .staleness_wait_ns = pss.staleness_wait_ns,
+            .refused = pss.refused};
+        snap->ps = &m->ps;
     }
     for (int st = JOB_DONE; st < JOB_STATE_COUNT; st++)
         snap->jobs_ended[st] = registry_ended(d->registry, (job_state_t)st);

@@ -127,6 +127,17 @@ typedef struct metrics_cluster_sample_s {
     uint64_t etcd_errors;
 } metrics_cluster_sample_t;
 
+/* The parameter-server role (ps.h): tables, shards and their memory here, what the workers
+ * and the servers moved. */
+typedef struct metrics_ps_sample_s {
+    uint64_t tables, shards, bytes;
+    uint64_t pushes, pushes_duplicate, pulls, push_bytes, pull_bytes;
+    uint64_t net_bytes_sent, net_bytes_received;
+    uint64_t updates_sent, updates_applied;
+    uint64_t staleness_waits, staleness_wait_ns;
+    uint64_t refused;
+} metrics_ps_sample_t;
+
 typedef struct metrics_snapshot_s {
     const char *version;
     const char *policy;
@@ -140,6 +151,7 @@ typedef struct metrics_snapshot_s {
     const metrics_group_sample_t *groups;
     size_t group_count;
     const metrics_cluster_sample_t *cluster; /* NULL: not a cluster member */
+    const metrics_ps_sample_t *ps; /* NULL: the parameter-server role is not running */
     int omit_jobs;             /* no salus_job_* or per-group families (names and uids stay
                                   private); salus_groups (counts by state) stays */
 } metrics_snapshot_t;

@@ -373,6 +373,61 @@ static void cluster_families(metrics_text_t *t, const metrics_cluster_sample_t *
     }
 }
 
+/* The parameter-server role's families, in the same table form as the cluster's (seconds:
+ * a nanosecond field shown in seconds). */
+static void ps_families(metrics_text_t *t, const metrics_ps_sample_t *p)
+{
+    static const struct {
+        const char *family, *type, *help, *labels;
+        size_t offset;
+        int seconds;
+    } rows[] = {
+#define PSF(field) offsetof(metrics_ps_sample_t, field)
+        {"salus_ps_tables", "gauge", "Parameter-server tables open on this daemon.", "",
+         PSF(tables), 0},
+        {"salus_ps_shards", "gauge", "Table shards this daemon serves.", "", PSF(shards), 0},
+        {"salus_ps_bytes", "gauge",
+         "Memory of the tables here: shards served and the clocks being summed.", "",
+         PSF(bytes), 0},
+        {"salus_ps_pushes_total", "counter", "Workers' pushes taken, and retried ones.",
+         "{kind=\"new\"}", PSF(pushes), 0},
+        {"salus_ps_pushes_total", NULL, NULL, "{kind=\"duplicate\"}", PSF(pushes_duplicate), 0},
+        {"salus_ps_pulls_total", "counter", "Workers' pulls answered.", "", PSF(pulls), 0},
+        {"salus_ps_payload_bytes_total", "counter", "Bytes of the workers' pushes and pulls.",
+         "{op=\"push\"}", PSF(push_bytes), 0},
+        {"salus_ps_payload_bytes_total", NULL, NULL, "{op=\"pull\"}", PSF(pull_bytes), 0},
+        {"salus_ps_net_bytes_total", "counter", "Bytes between daemons over UCX.",
+         "{direction=\"sent\"}", PSF(net_bytes_sent), 0},
+        {"salus_ps_net_bytes_total", NULL, NULL, "{direction=\"received\"}",
+         PSF(net_bytes_received), 0},
+        {"salus_ps_updates_total", "counter",
+         "Per-shard updates: made by this node's workers, applied to the shards here.",
+         "{kind=\"sent\"}", PSF(updates_sent), 0},
+        {"salus_ps_updates_total", NULL, NULL, "{kind=\"applied\"}", PSF(updates_applied), 0},
+        {"salus_ps_staleness_waits_total", "counter",
+         "Pulls held back by their table's sync bound.", "", PSF(staleness_waits), 0},
+        {"salus_ps_staleness_wait_seconds_total", "counter",
+         "Time pulls were held back by their table's sync bound.", "", PSF(staleness_wait_ns),
+         1},
+        {"salus_ps_refused_total", "counter",
+         "Requests refused: bad input, quota, access, bad messages from other daemons.", "",
+         PSF(refused), 0},
+#undef PSF
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        if (rows[i].help)
+            family(t, rows[i].family, rows[i].type, rows[i].help);
+        uint64_t v;
+        char value[32];
+        memcpy(&v, (const char *)p + rows[i].offset, sizeof(v));
+        if (rows[i].seconds)
+            metrics_format_ns_as_seconds(v, value, sizeof(value));
+        else
+            snprintf(value, sizeof(value), "%" PRIu64, v);
+        text_printf(t, "%s%s %s\n", rows[i].family, rows[i].labels, value);
+    }
+}
+
 static void group_value(metrics_text_t *t, const metrics_snapshot_t *s, const char *name,
                         const char *type, const char *help, size_t field_offset, int seconds)
 {
@@ -475,6 +530,8 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
     }
     if (s->cluster)
         cluster_families(t, s->cluster);
+    if (s->ps)
+        ps_families(t, s->ps);
     if (s->omit_jobs)
         return t->failed ? -ENOMEM : 0;
     group_value(t, s, "salus_group_world", "gauge", "Ranks the group was declared with.",

@@ -48,7 +48,9 @@ typedef struct ps_net_stats_s {
  * fd with base. 0, or a negative errno with err set ("UCX: ucp_init: ..."). */
 int ps_net_create(struct event_base *base, const char *self, ps_net_recv_fn recv, void *ctx,
                   ps_net_t **out, char *err, size_t err_size);
-void ps_net_destroy(ps_net_t *net); /* NULL ok; pending sends complete with -ECANCELED */
+/* NULL ok; pending sends complete with -ECANCELED, their `sent` called from inside destroy (the
+ * one exception to "later"). Not from inside ps_net's own callbacks. */
+void ps_net_destroy(ps_net_t *net);
 /* This worker's address, to send to peers (valid until destroy). */
 int ps_net_address(const ps_net_t *net, const void **addr, size_t *len);
 /* Adds (or replaces) peer node: its worker address, the token it expects on our messages

@@ -34,7 +34,8 @@ fi
 # Build tools and the libraries of DESIGN.md, all from Debian's packages.
 PACKAGES=(build-essential cmake pkg-config python3 libevent-dev libjemalloc-dev libmsgpack-dev
           check libsubunit-dev openmpi-bin libopenmpi-dev procps
-          libcurl4-openssl-dev libjson-c-dev libssl-dev etcd-server iproute2 openssl curl)
+          libcurl4-openssl-dev libjson-c-dev libssl-dev etcd-server iproute2 openssl curl
+          libucx-dev)
 OPTIONAL=(libsystemd-dev clang gnuplot-nox)
 
 missing=()

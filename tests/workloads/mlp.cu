@@ -213,6 +213,7 @@ WORKLOAD_PACK_EXPORT(mlp_pack)
 #include <vector>
 
 #include "mlp_data_parallel.h"
+#include "mlp_ps.h"
 
 /* the kernels for real GPUs (a fatbin), or a placeholder where nvcc was missing */
 extern "C" const unsigned char salus_workload_mlp_image[];
@@ -226,9 +227,11 @@ typedef struct mlp_config {
     double host_ms; /* host time per iteration before its GPU work (data loading) */
     bool device_given;
     const char *start_after; /* wait until this file exists before the first GPU work */
+    const char *dump_weights; /* --dump-weights: the final weights, one a line */
 } mlp_config;
 
 static mlp_parallel parallel = {MLP_SINGLE, -1, -1, std::string(), NULL};
+static mlp_ps ps = {false, std::string(), -1, -1, NULL, NULL, 0.0, NULL, NULL, 0, 0, {}, {}};
 
 /* data set and initial parameters, made on the host from the seed */
 typedef struct mlp_model {
@@ -285,6 +288,46 @@ static void mlp_model_make(const mlp_config *config, mlp_model *model)
     model->b2.assign(config->outputs, 0.0f);
 }
 
+/* All parameters as one flat array in the gradient buffer's order (mlp_layer_gradient's
+ * numbering): the output layer (per output k: w2[k][..], b2[k]), then the hidden layer (per
+ * hidden unit j: w1[j][..], b1[j]). The parameter-server table's layout and --dump-weights'. */
+static void mlp_flatten(const mlp_config *config, const mlp_model *model, std::vector<float> *flat)
+{
+    const unsigned inputs = config->inputs, hidden = config->hidden, outputs = config->outputs;
+    flat->clear();
+    flat->reserve((size_t)outputs * (hidden + 1) + (size_t)hidden * (inputs + 1));
+    for (unsigned k = 0; k < outputs; k++) {
+        flat->insert(flat->end(), model->w2.begin() + (ptrdiff_t)k * hidden,
+                     model->w2.begin() + (ptrdiff_t)(k + 1) * hidden);
+        flat->push_back(model->b2[k]);
+    }
+    for (unsigned j = 0; j < hidden; j++) {
+        flat->insert(flat->end(), model->w1.begin() + (ptrdiff_t)j * inputs,
+                     model->w1.begin() + (ptrdiff_t)(j + 1) * inputs);
+        flat->push_back(model->b1[j]);
+    }
+}
+
+static void mlp_unflatten(const mlp_config *config, const std::vector<float> &flat, mlp_model *model)
+{
+    const unsigned inputs = config->inputs, hidden = config->hidden, outputs = config->outputs;
+    model->w2.resize((size_t)outputs * hidden);
+    model->b2.resize(outputs);
+    model->w1.resize((size_t)hidden * inputs);
+    model->b1.resize(hidden);
+    size_t e = 0;
+    for (unsigned k = 0; k < outputs; k++) {
+        for (unsigned j = 0; j < hidden; j++)
+            model->w2[(size_t)k * hidden + j] = flat[e++];
+        model->b2[k] = flat[e++];
+    }
+    for (unsigned j = 0; j < hidden; j++) {
+        for (unsigned i = 0; i < inputs; i++)
+            model->w1[(size_t)j * inputs + i] = flat[e++];
+        model->b1[j] = flat[e++];
+    }
+}
+
 /* whether iteration `iteration` (1-based) reports its loss */
 static bool mlp_prints(const mlp_config *config, unsigned iteration)
 {
@@ -295,8 +338,12 @@ static bool mlp_prints(const mlp_config *config, unsigned iteration)
  * a data-parallel run takes its `batch` rows of the world's global batch */
 static unsigned mlp_first_sample(const mlp_config *config, unsigned iteration)
 {
-    unsigned long long world = parallel.mode == MLP_SINGLE ? 1 : (unsigned long long)parallel.world;
-    unsigned long long rank = parallel.mode == MLP_SINGLE ? 0 : (unsigned long long)parallel.rank;
+    unsigned long long world = ps.enabled ? (unsigned long long)ps.world
+                               : parallel.mode == MLP_SINGLE ? 1
+                                                             : (unsigned long long)parallel.world;
+    unsigned long long rank = ps.enabled ? (unsigned long long)ps.rank
+                              : parallel.mode == MLP_SINGLE ? 0
+                                                            : (unsigned long long)parallel.rank;
     return (unsigned)(((unsigned long long)(iteration - 1) * world + rank) * config->batch % config->samples);
 }
 
@@ -363,6 +410,9 @@ static void mlp_train_on_cpu(const mlp_config *config, mlp_model *model)
             mlp_report(config, iteration, loss);
     }
     mlp_report_end(config, workload_now_ns() - start_ns, loss);
+    std::vector<float> flat;
+    mlp_flatten(config, model, &flat);
+    mlp_weights_report(flat, config->dump_weights);
 }
 
 /* per-iteration buffers: what a framework without a caching allocator allocates and
@@ -429,7 +479,9 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
     CHECK_CU(cuModuleGetFunction(&hidden_delta, device.module, "mlp_hidden_delta"));
     CHECK_CU(cuModuleGetFunction(&layer_update, device.module, "mlp_layer_update"));
     CUfunction layer_gradient = NULL, layer_step = NULL;
-    if (parallel.mode != MLP_SINGLE) {
+    /* data-parallel and parameter-server modes: the gradients apart from the step */
+    const bool gradients_apart = parallel.mode != MLP_SINGLE || ps.enabled;
+    if (gradients_apart) {
         CHECK_CU(cuModuleGetFunction(&layer_gradient, device.module, "mlp_layer_gradient"));
         CHECK_CU(cuModuleGetFunction(&layer_step, device.module, "mlp_layer_step"));
     }
@@ -458,7 +510,15 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
     CUdeviceptr sums = 0, output_sums = 0, hidden_sums = 0;
     std::vector<float> host_sums;
     float scale = parallel.mode == MLP_SINGLE ? 1.0f : 1.0f / (float)parallel.world;
-    if (parallel.mode != MLP_SINGLE) {
+    /* parameter server: W0 flat, then each iteration's weights (flat, and as layers) */
+    std::vector<float> ps_weights, ps_losses;
+    mlp_model ps_layers;
+    if (ps.enabled) {
+        std::vector<float> initial;
+        mlp_flatten(config, model, &initial);
+        mlp_ps_open(&ps, initial, config->learning_rate);
+    }
+    if (gradients_apart) {
         sums = workload_alloc(&device, sum_count * sizeof(float), false, "gradient sums");
         output_sums = sums;
         hidden_sums = sums + output_parameters * sizeof(float);
@@ -479,22 +539,35 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
             workload_sleep_ns((uint64_t)(config->host_ms * 1e6));
         if (!config->keep_activations)
             mlp_activations_alloc(&device, config, &a);
+        if (ps.enabled) { /* this clock's weights: W0 + the table as this sync mode reads it */
+            mlp_ps_pull(&ps, &ps_weights);
+            mlp_unflatten(config, ps_weights, &ps_layers);
+            CHECK_CU(cuMemcpyHtoD(w1, ps_layers.w1.data(), ps_layers.w1.size() * sizeof(float)));
+            CHECK_CU(cuMemcpyHtoD(b1, ps_layers.b1.data(), ps_layers.b1.size() * sizeof(float)));
+            CHECK_CU(cuMemcpyHtoD(w2, ps_layers.w2.data(), ps_layers.w2.size() * sizeof(float)));
+            CHECK_CU(cuMemcpyHtoD(b2, ps_layers.b2.data(), ps_layers.b2.size() * sizeof(float)));
+        }
 
         void *hidden_forward_args[] = {&x, &w1, &b1, &a.h, &first, &samples, &batch, &inputs, &hidden};
         workload_launch_1d(&device, hidden_forward, batch * hidden, hidden_forward_args);
         void *output_forward_args[] = {&a.h, &w2, &b2, &a.y, &batch, &hidden, &outputs};
         workload_launch_1d(&device, output_forward, batch * outputs, output_forward_args);
-        if (mlp_prints(config, iteration)) {
+        if (ps.enabled || mlp_prints(config, iteration)) { /* ps: every clock's loss goes to "mlp-loss" */
             void *loss_args[] = {&a.y, &targets, &loss_on_device, &first, &samples, &batch, &outputs};
             CHECK_CU(cuLaunchKernel(loss_kernel, 1, 1, 1, 1, 1, 1, 0, device.stream, loss_args, NULL));
-        } else if (parallel.mode != MLP_SINGLE) { /* the summed loss slot must not grow */
+        } else if (gradients_apart) { /* the summed loss slot must not grow */
             CHECK_CU(cuMemsetD32Async(loss_on_device, 0, 1, device.stream));
         }
         void *output_delta_args[] = {&a.y, &targets, &a.dy, &first, &samples, &batch, &outputs};
         workload_launch_1d(&device, output_delta, batch * outputs, output_delta_args);
         void *hidden_delta_args[] = {&a.dy, &w2, &a.h, &a.dh, &batch, &hidden, &outputs};
         workload_launch_1d(&device, hidden_delta, batch * hidden, hidden_delta_args);
-        if (parallel.mode == MLP_SINGLE) {
+        if (ps.enabled) { /* gradients to the host, pushed; the servers make the step */
+            void *output_gradient_args[] = {&output_sums, &a.dy, &a.h, &zero, &batch, &batch, &hidden, &outputs};
+            workload_launch_1d(&device, layer_gradient, outputs * (hidden + 1), output_gradient_args);
+            void *hidden_gradient_args[] = {&hidden_sums, &a.dh, &x, &first, &samples, &batch, &inputs, &hidden};
+            workload_launch_1d(&device, layer_gradient, hidden * (inputs + 1), hidden_gradient_args);
+        } else if (parallel.mode == MLP_SINGLE) {
             void *output_update_args[] = {&w2,   &b2,     &a.dy,   &a.h,    &zero,
                                           &batch, &batch, &hidden, &outputs, &learning_rate};
             workload_launch_1d(&device, layer_update, outputs * (hidden + 1), output_update_args);
@@ -518,11 +591,25 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
         CHECK_CU(cuStreamSynchronize(device.stream));
         if (!config->async_alloc && !config->keep_activations)
             mlp_activations_free(&device, config, &a);
-        if (mlp_prints(config, iteration)) {
+        if (ps.enabled) { /* the gradient and this rank's loss */
+            host_sums.resize(sum_count);
+            CHECK_CU(cuMemcpyDtoH(host_sums.data(), sums, sum_count * sizeof(float)));
+            float rank_loss = host_sums.back();
+            host_sums.pop_back();
+            mlp_ps_push(&ps, &host_sums, rank_loss, iteration);
+        } else if (mlp_prints(config, iteration)) {
             CHECK_CU(cuMemcpyDtoH(&loss, loss_on_device, sizeof loss));
             loss *= scale; /* data-parallel: the sum of the ranks' means -> the global batch's mean */
             mlp_report(config, iteration, loss);
         }
+    }
+    std::vector<float> final_weights;
+    if (ps.enabled) { /* every clock of every rank, then the losses as the other modes print them */
+        mlp_ps_finish(&ps, &final_weights, &ps_losses);
+        for (unsigned iteration = 1; iteration <= config->iterations; iteration++)
+            if (mlp_prints(config, iteration))
+                mlp_report(config, iteration, ps_losses[iteration - 1]);
+        loss = ps_losses.back();
     }
     uint64_t elapsed_ns = workload_now_ns() - start_ns;
 
@@ -530,11 +617,24 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
         mlp_activations_free(&device, config, &a);
         CHECK_CU(cuStreamSynchronize(device.stream));
     }
-    CUdeviceptr persistent[] = {x, targets, w1, b1, w2, b2, parallel.mode == MLP_SINGLE ? loss_on_device : sums};
+    if (!ps.enabled) { /* the final weights from the device */
+        mlp_model layers;
+        layers.w1.resize((size_t)config->hidden * config->inputs);
+        layers.b1.resize(config->hidden);
+        layers.w2.resize((size_t)config->outputs * config->hidden);
+        layers.b2.resize(config->outputs);
+        CHECK_CU(cuMemcpyDtoH(layers.w1.data(), w1, layers.w1.size() * sizeof(float)));
+        CHECK_CU(cuMemcpyDtoH(layers.b1.data(), b1, layers.b1.size() * sizeof(float)));
+        CHECK_CU(cuMemcpyDtoH(layers.w2.data(), w2, layers.w2.size() * sizeof(float)));
+        CHECK_CU(cuMemcpyDtoH(layers.b2.data(), b2, layers.b2.size() * sizeof(float)));
+        mlp_flatten(config, &layers, &final_weights);
+    }
+    CUdeviceptr persistent[] = {x, targets, w1, b1, w2, b2, gradients_apart ? sums : loss_on_device};
     for (CUdeviceptr pointer : persistent)
         CHECK_CU(cuMemFree(pointer));
     workload_device_close(&device);
     mlp_report_end(config, elapsed_ns, loss);
+    mlp_weights_report(final_weights, config->dump_weights);
 }
 
 static void mlp_usage(FILE *out)
@@ -568,16 +668,26 @@ static void mlp_usage(FILE *out)
             "                       and module; prints 'start_wait'): lets a test order the ranks' starts\n"
             "  --comm NAME          the simgpu communicator (default: SALUS_GROUP, then salus-mlp);\n"
             "                       without --device, rank r uses device r %% count\n"
+            "  --ps bsp|ssp:S|asp   parameter-server training under salus (tests/workloads/mlp_ps.h): the\n"
+            "                       weights in the group's table 'mlp-w' (rule sgd:LR), each rank pulls,\n"
+            "                       pushes its rows' gradient / world and clocks; --batch is per rank,\n"
+            "                       rank and world as with --data-parallel\n"
+            "  --ps-log FILE        one line per pull: 'read rank= clock= done= done_at_request= waited=\n"
+            "                       waited_ns= t_ns='\n"
+            "  --ps-slow-ms X       sleep X ms before each push (a slowed worker)\n"
+            "  --dump-weights FILE  the final weights, one %%.9g a line (the flat order of mlp_ps.h)\n"
             "  --help               this text\n"
             "\n"
-            "Ends with 'mlp_done ...' and 'final_loss=<v>' (the loss of the last iteration).\n"
+            "Ends with 'mlp_done ...', 'final_loss=<v>' (the loss of the last iteration) and\n"
+            "'mlp_weights_digest n=<parameters> sum=<v> l2=<v>' (of the final weights).\n"
             "Exit status: 0 done, 1 a driver call failed (named on stderr), 2 bad usage.\n");
 }
 
 static void mlp_parse(int argc, char **argv, mlp_config *config)
 {
     enum { SEED = 256, INPUTS, HIDDEN, OUTPUTS, BATCH, SAMPLES, ITERATIONS, LR, PRINT_EVERY, KEEP, ASYNC, CPU,
-           DEVICE, HOST_MS, DATA_PARALLEL, RANK, WORLD, COMM, START_AFTER, HELP };
+           DEVICE, HOST_MS, DATA_PARALLEL, RANK, WORLD, COMM, START_AFTER, PS, PS_LOG, PS_SLOW_MS, DUMP_WEIGHTS,
+           HELP };
     static const struct option options[] = {
         {"seed", required_argument, NULL, SEED},
         {"inputs", required_argument, NULL, INPUTS},
@@ -598,11 +708,15 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         {"world", required_argument, NULL, WORLD},
         {"comm", required_argument, NULL, COMM},
         {"start-after", required_argument, NULL, START_AFTER},
+        {"ps", required_argument, NULL, PS},
+        {"ps-log", required_argument, NULL, PS_LOG},
+        {"ps-slow-ms", required_argument, NULL, PS_SLOW_MS},
+        {"dump-weights", required_argument, NULL, DUMP_WEIGHTS},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
     };
     const unsigned long long size_limit = 1u << 16;
-    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0, 0.0, false, NULL};
+    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0, 0.0, false, NULL, NULL};
     int option;
     while ((option = getopt_long(argc, argv, "", options, NULL)) != -1) {
         const char *name = option >= SEED && option <= HELP ? options[option - SEED].name : "";
@@ -629,6 +743,10 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         case WORLD: parallel.world = (long)workload_parse_unsigned(name, optarg, 1, 64); break;
         case COMM: parallel.communicator = optarg; break;
         case START_AFTER: config->start_after = optarg; break;
+        case PS: mlp_ps_select(&ps, optarg); break;
+        case PS_LOG: ps.log_path = optarg; break;
+        case PS_SLOW_MS: ps.slow_ms = workload_parse_double(name, optarg, 0.0, 60000.0); break;
+        case DUMP_WEIGHTS: config->dump_weights = optarg; break;
         case HELP: mlp_usage(stdout); exit(0);
         default: mlp_usage(stderr); exit(WORKLOAD_EXIT_USAGE);
         }
@@ -651,6 +769,14 @@ int main(int argc, char **argv)
     mlp_parse(argc, argv, &config);
     if (config.cpu_reference && parallel.mode != MLP_SINGLE)
         workload_usage_error("--cpu-reference is a single process: not with --data-parallel");
+    if (ps.enabled && (config.cpu_reference || parallel.mode != MLP_SINGLE))
+        workload_usage_error("--ps: not with --cpu-reference or --data-parallel");
+    if (ps.enabled) { /* --rank/--world are the parameter server's, not the data-parallel mode's */
+        mlp_ps_start(&ps, parallel.rank, parallel.world, config.iterations);
+        parallel.rank = parallel.world = -1;
+    } else {
+        mlp_ps_start(&ps, -1, -1, config.iterations);
+    }
     mlp_parallel_start(&parallel, &argc, &argv);
     mlp_model model;
     mlp_model_make(&config, &model);

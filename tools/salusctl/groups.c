@@ -72,6 +72,27 @@ int verb_groups(ctl_t *ctl, int argc, char **argv)
             printf("  rank %-4s node %-10s job %-6s pid %-8s gpu %-3s %-13s gang %.1f s\n", rank,
                    node, job, pid, gpu, rstate, (double)rank_gang_ms / 1000.0);
         }
+        /* its parameter-server tables on this daemon (a daemon without them sends none) */
+        const msgpack_object *tables = proto_get(g, "tables");
+        for (uint32_t k = 0; tables && tables->type == MSGPACK_OBJECT_ARRAY &&
+                             k < tables->via.array.size; k++) {
+            const msgpack_object *t = &tables->via.array.ptr[k];
+            char tname[72], count[24], rule[40], tsync[40], servers[256], epoch[24], here[16],
+                shards[16], bytes[24], done[24];
+            print_field(t, "name", tname, sizeof(tname));
+            print_field(t, "count", count, sizeof(count));
+            print_field(t, "rule", rule, sizeof(rule));
+            print_field(t, "sync", tsync, sizeof(tsync));
+            print_field(t, "servers", servers, sizeof(servers));
+            print_field(t, "epoch", epoch, sizeof(epoch));
+            print_field(t, "shards", shards, sizeof(shards));
+            print_field(t, "shards_here", here, sizeof(here));
+            print_field(t, "bytes_here", bytes, sizeof(bytes));
+            print_field(t, "done", done, sizeof(done));
+            printf("  table %-16s count %-10s rule %-10s sync %-7s epoch %-6s shards %s/%s here, "
+                   "%s bytes, done %s, servers %s\n",
+                   tname, count, rule, tsync, epoch, here, shards, bytes, done, servers);
+        }
     }
     proto_msg_free(&reply);
     return EXIT_OK;

@@ -261,7 +261,8 @@ static const verb_t verbs[] = {
     {"status", 0, 0, verb_status, "status [--json]", "show the daemon's state"},
     {"ps", 0, 0, verb_ps, "ps [--json]", "list jobs"},
     {"groups", 0, 0, verb_groups, "groups [--json]",
-     "list groups (distributed jobs): state, failed rank, and each rank's job, pid and GPU"},
+     "list groups (distributed jobs): state, failed rank, each rank's job, pid and GPU, "
+     "and the parameter-server tables here"},
     {"submit", 1, -1, verb_submit, "submit [--log FILE] [--name N] [--iterations N] "
      "[--persistent B] [--ephemeral B] [--priority N] [--group G --world N --rank R "
      "[--local-rank L] [--sync bsp|ssp:S|asp] [--share-gpus]] -- CMD [ARGS]",

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Parameter servers against MPI_Allreduce across nodes: N workers, one per node (network
+# namespaces, a salusd --cluster each, a real etcd: tests/cluster/lib.sh, nodes.sh), each round
+# one push + clock + pull of a whole tensor of S bytes (salus-ps-bench: table "t", rule add,
+# bsp; the servers are the group's nodes' daemons) and, measured in the same run right after it,
+# MPI_Allreduce(SUM, float) of the same S bytes by N ranks on the same nodes
+# (salus-mpi-allreduce-bench). Both pinned to TCP: UCX_TLS=tcp for the daemons (on the veths
+# only), mpirun --mca btl tcp,self --mca pml ob1 on the namespaces' subnet (cluster_mpirun).
+# Prints per nodes and size: the median time of a round and its algbw (tensor bytes / round
+# time) for both, and the ratio PS algbw / MPI algbw (goal: >= 1.0 at >= 4 MiB).
+#   benchmarks/ps-allreduce.sh [--build-dir DIR] [--nodes "2 4"] [--sizes "1 4 16 64 256"]
+#       [--rounds R] [--no-ps] [--no-mpi]
+# Sizes in MiB. --no-ps / --no-mpi leave a side out (its columns print "-").
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD="$ROOT/build" NODES="2 4" SIZES="1 4 16 64 256" ROUNDS=10 DO_PS=1 DO_MPI=1
+usage() {
+    echo "usage: $0 [--build-dir DIR] [--nodes \"2 4\"] [--sizes \"1 4 16 64 256\"] [--rounds R] [--no-ps] [--no-mpi]" >&2
+    exit 2
+}
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --build-dir) BUILD=${2:?}; shift 2 ;;
+        --nodes) NODES=${2:?}; shift 2 ;;
+        --sizes) SIZES=${2:?}; shift 2 ;;
+        --rounds) ROUNDS=${2:?}; shift 2 ;;
+        --no-ps) DO_PS=0; shift ;;
+        --no-mpi) DO_MPI=0; shift ;;
+        *) usage ;;
+    esac
+done
+for v in $NODES $SIZES $ROUNDS; do [[ "$v" =~ ^[1-9][0-9]*$ ]] || usage; done
+export SALUS_BUILD_DIR="$BUILD"
+. "$ROOT/tests/cluster/lib.sh"
+. "$ROOT/tests/cluster/nodes.sh"
+PS_BENCH="$BUILD/benchmarks/salus-ps-bench"
+MPI_BENCH="$BUILD/benchmarks/salus-mpi-allreduce-bench"
+[ "$DO_PS" -eq 0 ] || [ -x "$PS_BENCH" ] || fail "$PS_BENCH not built"
+[ "$DO_MPI" -eq 0 ] || [ -x "$MPI_BENCH" ] || fail "$MPI_BENCH not built (Open MPI missing?)"
+
+MAXN=$(tr ' ' '\n' <<<"$NODES" | sort -n | tail -1)
+# UCX between the daemons: TCP only, on the veths only (the namespaces' loopbacks look alike:
+# 127.0.0.1 in one namespace is not the other's)
+export UCX_TLS=tcp
+UCX_NET_DEVICES=$(for ((i = 1; i <= MAXN; i++)); do echo "vn$i"; done | paste -sd,)
+export UCX_NET_DEVICES UCX_WARN_UNUSED_ENV_VARS=n UCX_LOG_LEVEL=error
+nodes_up "$MAXN"
+
+RUN_S=$((120 + ROUNDS * 20))
+# ps N BYTES: sets PS_MS (the slowest rank's median round)
+ps_run() {
+    local n=$1 bytes=$2 r pids=() group="ps$1x$(($2 >> 20))-$SUFFIX" rc ms
+    PS_MS=-
+    for ((r = 0; r < n; r++)); do
+        node_argv $((r + 1))
+        "${NODE_ARGV[@]}" timeout -k 5 "$RUN_S" "$SALUSCTL" run --name "$group.$r" --group "$group" \
+            --world "$n" --rank "$r" -- "$PS_BENCH" --bytes "$bytes" --rounds "$ROUNDS" \
+            >"$WORK/$group.$r.out" 2>&1 &
+        pids+=($!)
+        RANK_PIDS+=($!)
+    done
+    for ((r = 0; r < n; r++)); do
+        rc=0
+        wait "${pids[$r]}" || rc=$?
+        [ "$rc" -eq 0 ] || fail "PS rank $r of $n ($bytes bytes) exited with $rc: $(tail -5 "$WORK/$group.$r.out")"
+    done
+    PS_MS=$(sed -n 's/^ps_bench .*median_round_ms=\([0-9.]*\).*/\1/p' "$WORK/$group".*.out |
+        sort -g | tail -1)
+    ms=$(grep -c '^ps_bench ' "$WORK/$group".*.out | awk -F: '{s += $NF} END {print s}')
+    [ "$ms" -eq "$n" ] || fail "PS: $ms of $n ranks printed their result"
+}
+
+# mpi N BYTES: sets MPI_MS
+mpi_run() {
+    local n=$1 bytes=$2 hosts out="$WORK/mpi$1x$(($2 >> 20))"
+    MPI_MS=-
+    hosts=$(for ((i = 1; i <= n; i++)); do echo "n$i"; done | paste -sd,)
+    CLUSTER_MPIRUN_TIMEOUT_S=$RUN_S cluster_mpirun -H "$hosts" -n "$n" "$MPI_BENCH" \
+        --bytes "$bytes" --rounds "$ROUNDS" >"$out.out" 2>"$out.err" ||
+        fail "mpirun ($n ranks, $bytes bytes): $(tail -5 "$out.err")"
+    MPI_MS=$(sed -n 's/^mpi_bench .*median_round_ms=\([0-9.]*\).*/\1/p' "$out.out")
+    [ -n "$MPI_MS" ] || fail "mpirun printed no result: $(tail -5 "$out.out")"
+}
+
+algbw() { # BYTES MS -> GB/s (10^9 bytes per second)
+    [ "$2" = - ] && { echo -; return; }
+    awk -v b="$1" -v ms="$2" 'BEGIN {printf "%.3f", b / (ms / 1e3) / 1e9}'
+}
+
+echo "push+clock+pull (PS, bsp, rule add) vs MPI_Allreduce (SUM, float), TCP only, one worker per node;"
+echo "median of $ROUNDS rounds after one warm-up; algbw = tensor bytes / round time (GB/s)"
+printf '%5s %8s | %10s %8s | %10s %8s | %7s\n' nodes MiB "PS ms" "PS GB/s" "MPI ms" "MPI GB/s" "PS/MPI"
+for n in $NODES; do
+    for mib in $SIZES; do
+        bytes=$((mib << 20))
+        PS_MS=- MPI_MS=-
+        [ "$DO_PS" -eq 0 ] || ps_run "$n" "$bytes"
+        [ "$DO_MPI" -eq 0 ] || mpi_run "$n" "$bytes"
+        pbw=$(algbw "$bytes" "$PS_MS") mbw=$(algbw "$bytes" "$MPI_MS")
+        ratio=-
+        [ "$pbw" = - ] || [ "$mbw" = - ] || ratio=$(awk -v p="$pbw" -v m="$mbw" 'BEGIN {printf "%.2f", p / m}')
+        printf '%5s %8s | %10s %8s | %10s %8s | %7s\n' "$n" "$mib" "$PS_MS" "$pbw" "$MPI_MS" "$mbw" "$ratio"
+    done
+done

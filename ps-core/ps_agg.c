@@ -1,0 +1,182 @@
+/* A node's aggregation of its co-located workers' pushes (BSP, SSP): per open clock, the sum of
+ * every local worker's contributions over the whole table; a clock is complete once every
+ * worker has closed it, and its sum stays until the daemon releases it. */
+#include "ps_core.h"
+#include "ps_core_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct agg_worker_s {
+    uint64_t last_seq;
+    int have_seq;        /* no push yet: every seq is new */
+    uint64_t clock;      /* current: clocks 0 .. clock-1 closed */
+} agg_worker_t;
+
+typedef struct agg_clock_s {
+    uint64_t clock;
+    float *sum;          /* count values */
+} agg_clock_t;
+
+struct ps_agg_s {
+    uint64_t count;
+    ps_sync_t sync;
+    uint32_t workers;
+    agg_worker_t *worker;
+    agg_clock_t *open;   /* sorted by clock: open ones and complete ones not yet released */
+    size_t nopen, open_cap;
+};
+
+ps_agg_t *ps_agg_create(uint64_t count, const ps_sync_t *sync, uint32_t workers)
+{
+    if (count == 0 || count > SIZE_MAX / sizeof(float) || !ps_sync_valid(sync) ||
+        sync->kind == PS_SYNC_ASP || workers == 0 || workers > PS_MAX_LOCAL_WORKERS)
+        return NULL;
+    ps_agg_t *agg = calloc(1, sizeof(*agg));
+    if (agg == NULL)
+        return NULL;
+    agg->count = count;
+    agg->sync = *sync;
+    agg->workers = workers;
+    agg->worker = calloc(workers, sizeof(*agg->worker));
+    if (agg->worker == NULL) {
+        free(agg);
+        return NULL;
+    }
+    return agg;
+}
+
+void ps_agg_destroy(ps_agg_t *agg)
+{
+    if (agg == NULL)
+        return;
+    for (size_t i = 0; i < agg->nopen; i++)
+        free(agg->open[i].sum);
+    free(agg->open);
+    free(agg->worker);
+    free(agg);
+}
+
+/* The least current clock of the local workers: clocks below it are complete. */
+static uint64_t min_clock(const ps_agg_t *agg)
+{
+    uint64_t least = agg->worker[0].clock;
+    for (uint32_t w = 1; w < agg->workers; w++)
+        if (agg->worker[w].clock < least)
+            least = agg->worker[w].clock;
+    return least;
+}
+
+static size_t find_slot(const ps_agg_t *agg, uint64_t clock)
+{
+    size_t at = 0;
+    while (at < agg->nopen && agg->open[at].clock < clock)
+        at++;
+    return at;
+}
+
+static agg_clock_t *find_clock(const ps_agg_t *agg, uint64_t clock)
+{
+    size_t at = find_slot(agg, clock);
+    return at < agg->nopen && agg->open[at].clock == clock ? &agg->open[at] : NULL;
+}
+
+/* The sum of clock, made (zeros) when absent; NULL when out of memory (nothing changed). */
+static agg_clock_t *clock_get(ps_agg_t *agg, uint64_t clock)
+{
+    size_t at = find_slot(agg, clock);
+    if (at < agg->nopen && agg->open[at].clock == clock)
+        return &agg->open[at];
+    if (agg->nopen == agg->open_cap) {
+        size_t cap = agg->open_cap ? agg->open_cap * 2 : 4;
+        agg_clock_t *grown = realloc(agg->open, cap * sizeof(*grown));
+        if (grown == NULL)
+            return NULL;
+        agg->open = grown;
+        agg->open_cap = cap;
+    }
+    float *sum = calloc(agg->count, sizeof(float));
+    if (sum == NULL)
+        return NULL;
+    memmove(&agg->open[at + 1], &agg->open[at], (agg->nopen - at) * sizeof(*agg->open));
+    agg->open[at] = (agg_clock_t){.clock = clock, .sum = sum};
+    agg->nopen++;
+    return &agg->open[at];
+}
+
+int ps_agg_push(ps_agg_t *agg, uint32_t worker, uint64_t seq, uint64_t clock, uint64_t offset,
+                uint64_t n, const uint64_t *keys, const float *values)
+{
+    if (agg == NULL || worker >= agg->workers ||
+        !ps_span_valid(agg->count, offset, n, keys, values))
+        return -EINVAL;
+    agg_worker_t *w = &agg->worker[worker];
+    if (w->have_seq && seq <= w->last_seq)
+        return 0; /* a retry of a push taken already */
+    /* the worker's own clock, at most PS_MAX_STALENESS + 2 ahead of the slowest (memory) */
+    if (clock != w->clock || clock - min_clock(agg) > PS_MAX_STALENESS + 2)
+        return -EINVAL;
+    agg_clock_t *c = clock_get(agg, clock);
+    if (c == NULL)
+        return -ENOMEM;
+    ps_span_add(c->sum, NULL, offset, n, keys, values);
+    w->last_seq = seq;
+    w->have_seq = 1;
+    return 1;
+}
+
+int ps_agg_close(ps_agg_t *agg, uint32_t worker, uint64_t clock)
+{
+    if (agg == NULL || worker >= agg->workers)
+        return -EINVAL;
+    agg_worker_t *w = &agg->worker[worker];
+    if (w->clock > 0 && clock == w->clock - 1)
+        return 0; /* a repeat */
+    if (clock != w->clock)
+        return -EINVAL;
+    int completes = 1;
+    for (uint32_t o = 0; o < agg->workers; o++)
+        if (o != worker && agg->worker[o].clock <= clock)
+            completes = 0;
+    /* a complete clock always has its sum (zeros when nobody pushed) until released */
+    if (completes && clock_get(agg, clock) == NULL)
+        return -ENOMEM;
+    w->clock++;
+    return completes ? 1 : 2;
+}
+
+uint64_t ps_agg_clock_of(const ps_agg_t *agg, uint32_t worker)
+{
+    if (agg == NULL || worker >= agg->workers)
+        return 0;
+    return agg->worker[worker].clock;
+}
+
+const float *ps_agg_sum(const ps_agg_t *agg, uint64_t clock)
+{
+    if (agg == NULL || clock >= min_clock(agg))
+        return NULL;
+    const agg_clock_t *c = find_clock(agg, clock);
+    return c ? c->sum : NULL;
+}
+
+void ps_agg_release(ps_agg_t *agg, uint64_t clock)
+{
+    if (agg == NULL || clock >= min_clock(agg))
+        return; /* not complete: its sum is still being made */
+    size_t at = find_slot(agg, clock);
+    if (at >= agg->nopen || agg->open[at].clock != clock)
+        return;
+    free(agg->open[at].sum);
+    agg->nopen--;
+    memmove(&agg->open[at], &agg->open[at + 1], (agg->nopen - at) * sizeof(*agg->open));
+}
+
+uint64_t ps_agg_bytes(const ps_agg_t *agg)
+{
+    if (agg == NULL)
+        return 0;
+    return sizeof(*agg) + (uint64_t)agg->workers * sizeof(*agg->worker) +
+           agg->open_cap * sizeof(*agg->open) + agg->nopen * agg->count * sizeof(float);
+}

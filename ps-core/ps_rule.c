@@ -1,0 +1,192 @@
+/* Update rules, sync modes and table names: parsing and canonical text. */
+#include "ps_core.h"
+#include "ps_core_internal.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(char *err, size_t err_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t err_size, const char *fmt, ...)
+{
+    if (err && err_size > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_size, fmt, ap);
+        va_end(ap);
+    }
+    return -EINVAL;
+}
+
+/* A decimal float "1", "0.05", "5e-3", ".5" (no sign but an exponent's, no spaces, no hex,
+ * no inf/nan); 0 and *out set, or -EINVAL. */
+static int parse_decimal_float(const char *text, float *out)
+{
+    if (*text == '\0' || strspn(text, "0123456789.eE+-") != strlen(text))
+        return -EINVAL;
+    if (*text == '+' || *text == '-')
+        return -EINVAL;
+    char *end = NULL;
+    errno = 0;
+    double d = strtod(text, &end);
+    if (end == text || *end != '\0' || errno == ERANGE || !isfinite(d))
+        return -EINVAL;
+    float f = (float)d;
+    if (!isfinite(f))
+        return -EINVAL;
+    *out = f;
+    return 0;
+}
+
+int ps_rule_valid(const ps_rule_t *rule)
+{
+    if (rule == NULL)
+        return 0;
+    switch (rule->kind) {
+    case PS_RULE_ADD:
+    case PS_RULE_ASSIGN:
+        return 1;
+    case PS_RULE_SGD:
+        return isfinite(rule->lr) && rule->lr > 0.0f;
+    }
+    return 0;
+}
+
+int ps_rule_parse(const char *text, ps_rule_t *rule, char *err, size_t err_size)
+{
+    if (text == NULL || rule == NULL)
+        return fail(err, err_size, "no rule given");
+    if (strcmp(text, "add") == 0) {
+        *rule = (ps_rule_t){.kind = PS_RULE_ADD, .lr = 0.0f};
+        return 0;
+    }
+    if (strcmp(text, "assign") == 0) {
+        *rule = (ps_rule_t){.kind = PS_RULE_ASSIGN, .lr = 0.0f};
+        return 0;
+    }
+    if (strncmp(text, "sgd:", 4) == 0) {
+        float lr;
+        if (parse_decimal_float(text + 4, &lr) < 0 || !(lr > 0.0f))
+            return fail(err, err_size,
+                        "bad learning rate in rule '%.40s': want sgd:LR with LR a finite "
+                        "number > 0", text);
+        *rule = (ps_rule_t){.kind = PS_RULE_SGD, .lr = lr};
+        return 0;
+    }
+    return fail(err, err_size, "unknown update rule '%.40s': want add, assign or sgd:LR", text);
+}
+
+/* "sgd:" and the shortest %g text (6 to 9 significant digits) that reads back as lr. */
+int ps_rule_format(const ps_rule_t *rule, char *buf, size_t size)
+{
+    if (!ps_rule_valid(rule) || (buf == NULL && size > 0))
+        return -EINVAL;
+    int len;
+    if (rule->kind == PS_RULE_ADD) {
+        len = snprintf(buf, size, "add");
+    } else if (rule->kind == PS_RULE_ASSIGN) {
+        len = snprintf(buf, size, "assign");
+    } else {
+        char text[48];
+        for (int digits = 6; digits <= 9; digits++) {
+            snprintf(text, sizeof(text), "%.*g", digits, (double)rule->lr);
+            if (strtof(text, NULL) == rule->lr)
+                break;
+        }
+        len = snprintf(buf, size, "sgd:%s", text);
+    }
+    if (len < 0 || (size_t)len >= size)
+        return -ENOSPC;
+    return len;
+}
+
+int ps_sync_valid(const ps_sync_t *sync)
+{
+    if (sync == NULL)
+        return 0;
+    switch (sync->kind) {
+    case PS_SYNC_BSP:
+    case PS_SYNC_ASP:
+        return 1;
+    case PS_SYNC_SSP:
+        return sync->staleness <= PS_MAX_STALENESS;
+    }
+    return 0;
+}
+
+int ps_sync_parse(const char *text, ps_sync_t *sync, char *err, size_t err_size)
+{
+    if (text == NULL || sync == NULL)
+        return fail(err, err_size, "no sync mode given");
+    if (strcmp(text, "bsp") == 0) {
+        *sync = (ps_sync_t){.kind = PS_SYNC_BSP, .staleness = 0};
+        return 0;
+    }
+    if (strcmp(text, "asp") == 0) {
+        *sync = (ps_sync_t){.kind = PS_SYNC_ASP, .staleness = 0};
+        return 0;
+    }
+    if (strncmp(text, "ssp:", 4) == 0) {
+        const char *digits = text + 4;
+        size_t len = strspn(digits, "0123456789");
+        uint32_t s = 0;
+        if (len == 0 || digits[len] != '\0' || len > 9)
+            goto bad_ssp;
+        for (size_t i = 0; i < len; i++)
+            s = s * 10 + (uint32_t)(digits[i] - '0');
+        if (s > PS_MAX_STALENESS)
+            goto bad_ssp;
+        *sync = (ps_sync_t){.kind = PS_SYNC_SSP, .staleness = s};
+        return 0;
+bad_ssp:
+        return fail(err, err_size,
+                    "bad staleness in sync mode '%.40s': want ssp:S with S an integer 0..%d",
+                    text, PS_MAX_STALENESS);
+    }
+    return fail(err, err_size, "unknown sync mode '%.40s': want bsp, ssp:S or asp", text);
+}
+
+int ps_sync_format(const ps_sync_t *sync, char *buf, size_t size)
+{
+    if (!ps_sync_valid(sync) || (buf == NULL && size > 0))
+        return -EINVAL;
+    int len;
+    if (sync->kind == PS_SYNC_BSP)
+        len = snprintf(buf, size, "bsp");
+    else if (sync->kind == PS_SYNC_ASP)
+        len = snprintf(buf, size, "asp");
+    else
+        len = snprintf(buf, size, "ssp:%u", (unsigned)sync->staleness);
+    if (len < 0 || (size_t)len >= size)
+        return -ENOSPC;
+    return len;
+}
+
+uint64_t ps_sync_min_done(const ps_sync_t *sync, uint64_t clock)
+{
+    if (sync == NULL)
+        return clock; /* the strictest answer */
+    switch (sync->kind) {
+    case PS_SYNC_ASP:
+        return 0;
+    case PS_SYNC_SSP:
+        return clock > sync->staleness ? clock - sync->staleness : 0;
+    case PS_SYNC_BSP:
+        break;
+    }
+    return clock;
+}
+
+int ps_name_valid(const char *name)
+{
+    if (name == NULL)
+        return 0;
+    size_t len = strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                              "0123456789._-");
+    return len >= 1 && len < PS_NAME_BYTES && name[len] == '\0';
+}

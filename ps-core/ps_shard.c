@@ -1,0 +1,209 @@
+/* A shard on its server: its values, each source's last sequence number and closed clocks,
+ * and (BSP, SSP) the summed contributions of every clock not yet applied, applied whole and in
+ * clock order once every source has closed the clock. Under ASP a contribution is applied when
+ * it arrives; closes still count `done`. */
+#include "ps_core.h"
+#include "ps_core_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct shard_source_s {
+    uint64_t last_seq;
+    int have_seq;        /* no contribution yet: every seq is new */
+    uint64_t closed;     /* clocks 0 .. closed-1 closed */
+} shard_source_t;
+
+/* A clock's contributions, summed (BSP, SSP). */
+typedef struct shard_pending_s {
+    uint64_t clock;
+    float *sum;          /* elems values */
+    uint8_t *touched;    /* assign only: a bit per element some contribution wrote */
+} shard_pending_t;
+
+struct ps_shard_s {
+    uint64_t elems;
+    ps_rule_t rule;
+    ps_sync_t sync;
+    uint32_t sources;
+    float *values;
+    uint64_t done;
+    shard_source_t *source;
+    shard_pending_t *pending; /* sorted by clock, all >= done */
+    size_t npending, pending_cap;
+};
+
+static uint64_t touched_bytes(uint64_t elems)
+{
+    return (elems + 7) / 8;
+}
+
+ps_shard_t *ps_shard_create(uint64_t elems, const ps_rule_t *rule, const ps_sync_t *sync,
+                            uint32_t sources)
+{
+    if (elems == 0 || elems > PS_SHARD_MAX_ELEMS || !ps_rule_valid(rule) ||
+        !ps_sync_valid(sync) || sources == 0 || sources > PS_MAX_SOURCES)
+        return NULL;
+    ps_shard_t *shard = calloc(1, sizeof(*shard));
+    if (shard == NULL)
+        return NULL;
+    shard->elems = elems;
+    shard->rule = *rule;
+    shard->sync = *sync;
+    shard->sources = sources;
+    shard->values = calloc(elems, sizeof(float));
+    shard->source = calloc(sources, sizeof(*shard->source));
+    if (shard->values == NULL || shard->source == NULL) {
+        ps_shard_destroy(shard);
+        return NULL;
+    }
+    return shard;
+}
+
+static void pending_free(shard_pending_t *p)
+{
+    free(p->sum);
+    free(p->touched);
+}
+
+void ps_shard_destroy(ps_shard_t *shard)
+{
+    if (shard == NULL)
+        return;
+    for (size_t i = 0; i < shard->npending; i++)
+        pending_free(&shard->pending[i]);
+    free(shard->pending);
+    free(shard->source);
+    free(shard->values);
+    free(shard);
+}
+
+/* The pending entry of clock, made (zeros) when absent; NULL when out of memory (nothing
+ * changed then). */
+static shard_pending_t *pending_get(ps_shard_t *shard, uint64_t clock)
+{
+    size_t at = 0;
+    while (at < shard->npending && shard->pending[at].clock < clock)
+        at++;
+    if (at < shard->npending && shard->pending[at].clock == clock)
+        return &shard->pending[at];
+
+    if (shard->npending == shard->pending_cap) {
+        size_t cap = shard->pending_cap ? shard->pending_cap * 2 : 4;
+        shard_pending_t *grown = realloc(shard->pending, cap * sizeof(*grown));
+        if (grown == NULL)
+            return NULL;
+        shard->pending = grown;
+        shard->pending_cap = cap;
+    }
+    shard_pending_t fresh = {.clock = clock};
+    fresh.sum = calloc(shard->elems, sizeof(float));
+    if (shard->rule.kind == PS_RULE_ASSIGN)
+        fresh.touched = calloc(touched_bytes(shard->elems), 1);
+    if (fresh.sum == NULL || (shard->rule.kind == PS_RULE_ASSIGN && fresh.touched == NULL)) {
+        pending_free(&fresh);
+        return NULL;
+    }
+    memmove(&shard->pending[at + 1], &shard->pending[at],
+            (shard->npending - at) * sizeof(*shard->pending));
+    shard->pending[at] = fresh;
+    shard->npending++;
+    return &shard->pending[at];
+}
+
+int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64_t clock,
+                        uint64_t offset, uint64_t n, const uint64_t *keys, const float *values)
+{
+    if (shard == NULL || source >= shard->sources ||
+        !ps_span_valid(shard->elems, offset, n, keys, values))
+        return -EINVAL;
+    shard_source_t *src = &shard->source[source];
+    if (src->have_seq && seq <= src->last_seq)
+        return 0; /* a retry of a contribution taken already */
+    /* clock >= closed >= done, so the difference cannot wrap */
+    if (clock < src->closed || clock - shard->done > PS_MAX_STALENESS + 2)
+        return -EINVAL;
+
+    if (shard->sync.kind == PS_SYNC_ASP) {
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t at = keys ? keys[i] : offset + i;
+            shard->values[at] = ps_rule_apply(&shard->rule, shard->values[at], values[i]);
+        }
+    } else {
+        shard_pending_t *p = pending_get(shard, clock);
+        if (p == NULL)
+            return -ENOMEM;
+        ps_span_add(p->sum, p->touched, offset, n, keys, values);
+    }
+    src->last_seq = seq;
+    src->have_seq = 1;
+    return 1;
+}
+
+/* Applies clock `done` (its pending sum, if any contribution came) and counts it done. */
+static void apply_done_clock(ps_shard_t *shard)
+{
+    if (shard->npending > 0 && shard->pending[0].clock == shard->done) {
+        shard_pending_t *p = &shard->pending[0];
+        for (uint64_t i = 0; i < shard->elems; i++) {
+            if (p->touched && !(p->touched[i >> 3] & (1u << (i & 7))))
+                continue; /* assign: nobody wrote this element in this clock */
+            shard->values[i] = ps_rule_apply(&shard->rule, shard->values[i], p->sum[i]);
+        }
+        pending_free(p);
+        shard->npending--;
+        memmove(&shard->pending[0], &shard->pending[1],
+                shard->npending * sizeof(*shard->pending));
+    }
+    shard->done++;
+}
+
+static int every_source_closed(const ps_shard_t *shard, uint64_t clock)
+{
+    for (uint32_t s = 0; s < shard->sources; s++)
+        if (shard->source[s].closed <= clock)
+            return 0;
+    return 1;
+}
+
+int ps_shard_close(ps_shard_t *shard, uint32_t source, uint64_t clock)
+{
+    if (shard == NULL || source >= shard->sources)
+        return -EINVAL;
+    shard_source_t *src = &shard->source[source];
+    if (src->closed > 0 && clock == src->closed - 1)
+        return 0; /* a repeat */
+    if (clock != src->closed)
+        return -EINVAL; /* a gap, or older than the last */
+    src->closed++;
+    while (every_source_closed(shard, shard->done))
+        apply_done_clock(shard);
+    return 1;
+}
+
+uint64_t ps_shard_done(const ps_shard_t *shard)
+{
+    return shard ? shard->done : 0;
+}
+
+uint64_t ps_shard_elems(const ps_shard_t *shard)
+{
+    return shard ? shard->elems : 0;
+}
+
+const float *ps_shard_values(const ps_shard_t *shard)
+{
+    return shard ? shard->values : NULL;
+}
+
+uint64_t ps_shard_bytes(const ps_shard_t *shard)
+{
+    if (shard == NULL)
+        return 0;
+    uint64_t per_pending = shard->elems * sizeof(float) +
+                           (shard->rule.kind == PS_RULE_ASSIGN ? touched_bytes(shard->elems) : 0);
+    return sizeof(*shard) + shard->elems * sizeof(float) +
+           (uint64_t)shard->sources * sizeof(*shard->source) +
+           shard->pending_cap * sizeof(*shard->pending) + shard->npending * per_pending;
+}

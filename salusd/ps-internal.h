@@ -1,0 +1,246 @@
+/* The parameter-server service's parts (ps.h): what ps_service.c, ps_tables.c, ps_worker.c,
+ * ps_server.c, ps_msg.c and ps_view.c share. Single-threaded: everything runs on the daemon's
+ * loop.
+ *
+ * One ps_table_t per table this daemon knows, keyed (uid, group name, table name, ring
+ * epoch). A table has two sides, either or both:
+ *   - the worker side (local_workers > 0): the node's workers push, clock and pull; their
+ *     pushes are summed per clock (ps_agg, BSP/SSP) and each complete clock goes to every
+ *     shard as one update through the shard's stream (at most one update in flight);
+ *   - the server side (shards[i] != NULL for the shards whose ring owner is this daemon): the
+ *     shards' state, updates applied from the sources (the nodes that run the group's
+ *     ranks), pulls answered or kept until the shard's done reaches the reader's bound. */
+#ifndef SALUS_SALUSD_PS_INTERNAL_H
+#define SALUS_SALUSD_PS_INTERNAL_H
+
+#include "ps.h"
+#include "ps_cluster.h"
+
+#include <stdint.h>
+#include <sys/queue.h>
+
+#define PS_NODE_BYTES 64
+#define PS_ERR_BYTES 256
+#define PS_GROUP_BYTES 64
+#define PS_UPDATE_RETRY_MS 2000  /* an update not acknowledged by then is sent again */
+#define PS_OPEN_TIMEOUT_MS 15000 /* a server that does not answer an open by then fails it */
+
+typedef struct ps_s ps_t;
+typedef struct ps_table_s ps_table_t;
+
+/* A callback to call on a later loop turn (never from inside a ps.h call). */
+typedef struct ps_call_s {
+    const void *owner;
+    ps_done_fn done;          /* one of done, pull */
+    ps_pull_fn pull;
+    void *arg;
+    int rc;
+    char err[PS_ERR_BYTES];
+    ps_read_t read;
+    TAILQ_ENTRY(ps_call_s) link;
+} ps_call_t;
+
+/* A worker's open waiting for the table to be agreed and created everywhere. */
+typedef struct ps_open_wait_s {
+    const void *owner;
+    ps_done_fn done;
+    void *arg;
+    struct ps_open_wait_s *next;
+} ps_open_wait_t;
+
+/* One worker's pull: its slices come from the shards covering the range. */
+typedef struct ps_pull_s {
+    ps_t *ps;
+    const void *owner;        /* NULL once forgotten: the slices still come, no callback */
+    ps_pull_fn done;
+    void *arg;
+    float *out;               /* the caller's; NULL once forgotten */
+    uint64_t offset, n;
+    uint32_t slices_left;
+    int rc;
+    char err[PS_ERR_BYTES];
+    ps_read_t read;           /* done, done_at_request: the least over the slices */
+    uint64_t started_ns;
+    LIST_ENTRY(ps_pull_s) link;
+} ps_pull_t;
+
+/* A slice of a shard served here, kept until the shard's done reaches min_done: for a local
+ * pull (pull != NULL) or for a remote one (node, req). */
+typedef struct ps_wait_s {
+    uint32_t shard;
+    uint64_t min_done, first, n;  /* shard-local range */
+    uint64_t done_at_request, since_ns;
+    ps_pull_t *pull;
+    uint64_t out_index;           /* where the slice goes in pull->out */
+    char node[PS_NODE_BYTES];
+    uint64_t req;
+    struct ps_wait_s *next;
+} ps_wait_t;
+
+/* A slice asked of a remote server: its answer fills pull->out at out_index. */
+typedef struct ps_fetch_s {
+    uint64_t req;
+    char node[PS_NODE_BYTES];
+    ps_table_t *table;
+    ps_pull_t *pull;
+    uint64_t out_index, n;
+    struct ps_fetch_s *next;
+} ps_fetch_t;
+
+/* A clock's sum on its way to the shards: released when every shard has acknowledged. */
+typedef struct ps_outgoing_s {
+    uint64_t clock;
+    uint32_t pending;         /* shards not acknowledged yet */
+} ps_outgoing_t;
+
+/* One update of a shard's stream (this node as the source -> the shard's owner). */
+typedef struct ps_update_s {
+    uint64_t seq, clock;
+    int close;                /* the update closes clock (BSP/SSP); ASP: a bare contribution */
+    uint64_t offset, n;       /* shard-local; keys (shard-local) when not NULL */
+    uint64_t *keys;
+    const float *values;      /* into the clock's sum (outgoing), or owned (ASP) */
+    float *owned;
+    ps_outgoing_t *outgoing;
+    struct ps_update_s *next;
+} ps_update_t;
+
+typedef struct ps_stream_s {
+    ps_update_t *head, *tail; /* head: in flight while in_flight */
+    int in_flight;
+    uint64_t next_seq;        /* the seq of the next update made */
+    uint64_t sent_ns;
+} ps_stream_t;
+
+typedef enum ps_table_state_e { PS_TABLE_OPENING, PS_TABLE_READY, PS_TABLE_FAILED } ps_table_state_t;
+
+struct ps_table_s {
+    ps_t *ps;
+    uint64_t handle;
+    uid_t uid;
+    uint64_t group_id;        /* the local group; 0: served for another node's group only */
+    char group[PS_GROUP_BYTES];
+    char name[PS_NAME_BYTES];
+    uint64_t epoch;
+    ps_table_spec_t spec;     /* count, rule, sync; servers as agreed (sorted) */
+    char rule_text[32], sync_text[32];
+    ps_table_state_t state;
+    int error;                /* PS_TABLE_FAILED: why */
+    char error_text[PS_ERR_BYTES];
+    ps_open_wait_t *waiters;
+    uint32_t opens_pending;   /* remote servers not answered yet */
+    uint64_t open_req;        /* the id the open messages carry */
+    struct event *open_timer;
+    ps_layout_t layout;
+    ps_ring_t *ring;
+    uint32_t *owner;          /* per shard: its server's index in the ring */
+    int self_server;          /* this daemon's index in the ring, -1: not a server */
+    /* the sources: the group's nodes that run ranks (sorted), this node's index */
+    uint32_t sources;
+    char (*source_names)[PS_NODE_BYTES];
+    uint8_t *source_over;     /* said bye or is gone */
+    int self_source;          /* -1: no local workers */
+    /* worker side */
+    uint32_t local_workers;
+    int worker_over;          /* the local group ended (or never had workers here) */
+    ps_agg_t *agg;            /* BSP/SSP */
+    uint64_t *asp_seq, *asp_clock; /* ASP: per local worker */
+    ps_stream_t *streams;     /* per shard */
+    uint64_t charged_bytes;   /* what the quota counts for this table here */
+    /* server side */
+    ps_shard_t **shards;      /* per shard; NULL where another server owns it */
+    ps_wait_t *waits;
+    ps_table_t *next;
+};
+
+struct ps_s {
+    salusd_t *d;
+    ps_table_t *tables;
+    uint64_t next_handle, next_req;
+    TAILQ_HEAD(ps_call_list, ps_call_s) calls;
+    struct event *call_event;
+    struct event *retry_timer;  /* resends updates not acknowledged in time */
+    LIST_HEAD(ps_pull_list, ps_pull_s) pulls;
+    ps_fetch_t *fetches;
+    ps_sample_t stats;          /* counters (tables, shards, bytes: computed by ps_sample) */
+    uint64_t dropped;           /* bad messages from peers */
+};
+
+static inline ps_t *ps_of(const salusd_t *d)
+{
+    return d ? (ps_t *)d->ps : NULL;
+}
+
+/* ps_service.c: deferred callbacks */
+void ps_call_done(ps_t *ps, const void *owner, ps_done_fn done, void *arg, int rc,
+                  const char *err);
+void ps_call_pull(ps_t *ps, const void *owner, ps_pull_fn fn, void *arg, int rc,
+                  const char *err, const ps_read_t *read);
+
+/* ps_tables.c */
+ps_table_t *ps_table_by_handle(ps_t *ps, const ps_worker_t *w, uint64_t handle);
+ps_table_t *ps_table_find(ps_t *ps, uid_t uid, const char *group, const char *name,
+                          uint64_t epoch);
+int ps_table_open(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
+                  uint64_t *handle, ps_done_fn done, void *arg, char *err, size_t err_size);
+/* Builds layout, ring, sources and local shards from an agreed record (the server side
+ * for a remote open: group_id 0). 0 or a negative errno with err. */
+int ps_table_build(ps_table_t *t, const ps_ring_record_t *rec, const char *const *sources,
+                   uint32_t nsources, char *err, size_t err_size);
+ps_table_t *ps_table_new(ps_t *ps, uid_t uid, uint64_t group_id, const char *group,
+                         const char *name);
+void ps_table_fail(ps_table_t *t, int rc, const char *err);
+void ps_table_ready(ps_table_t *t);
+void ps_table_free(ps_table_t *t);
+/* Frees the table when neither side needs it any more (workers over, every source over). */
+void ps_table_maybe_free(ps_table_t *t);
+/* Bytes the quota counts for uid on this daemon, and what this table would add. */
+uint64_t ps_user_bytes(ps_t *ps, uid_t uid);
+int ps_quota_check(ps_t *ps, uid_t uid, uint64_t more, const char *table, char *err,
+                   size_t err_size);
+/* The element bytes of this table's shards served here. */
+uint64_t ps_table_shard_bytes(const ps_table_t *t);
+
+/* ps_worker.c */
+int ps_worker_init(ps_table_t *t);   /* agg / ASP books / streams; 0 or -ENOMEM */
+void ps_worker_fini(ps_table_t *t);
+int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint64_t offset,
+                   uint64_t n, const uint64_t *keys, const float *values, char *err,
+                   size_t err_size);
+int ps_worker_clock(ps_table_t *t, uint32_t worker, uint64_t clock, char *err,
+                    size_t err_size);
+/* The head of a shard's stream was acknowledged (seq): the next goes. */
+void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc);
+/* Resends the updates not acknowledged within PS_UPDATE_RETRY_MS. */
+void ps_worker_retry(ps_t *ps);
+int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
+                   uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
+                   size_t err_size);
+/* A slice of a pull arrived (or failed: rc < 0). */
+void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
+                   const float *values, uint64_t n, uint64_t done, uint64_t done_at_request,
+                   uint64_t waited_ns, int waited);
+/* Fails every update stream and fetch that waits on node (peer down). */
+void ps_worker_node_down(ps_t *ps, const char *node);
+
+/* ps_server.c */
+/* Applies an update from source to a shard served here: 1 applied, 0 duplicate, < 0 bad. */
+int ps_server_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_update_t *u);
+/* A slice read: answered now (1) or kept (0), or a negative errno. */
+int ps_server_read(ps_table_t *t, ps_wait_t *w);
+void ps_server_wake(ps_table_t *t, uint32_t shard);
+void ps_server_drop_waits(ps_table_t *t, const char *node, const ps_pull_t *pull);
+/* The slice of a kept or answered read goes to its reader. */
+void ps_server_answer(ps_table_t *t, ps_wait_t *w);
+
+/* ps_msg.c: the messages between daemons */
+void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_len,
+                 const void *payload, size_t payload_len);
+int ps_msg_send_open(ps_table_t *t, const char *node);
+int ps_msg_send_update(ps_table_t *t, uint32_t shard, const ps_update_t *u);
+int ps_msg_send_pull(ps_table_t *t, const ps_fetch_t *f, uint32_t shard, uint64_t min_done,
+                     uint64_t first);
+void ps_msg_send_pull_reply(ps_table_t *t, const ps_wait_t *w, int rc, const char *err);
+void ps_msg_send_bye(ps_table_t *t);
+
+#endif

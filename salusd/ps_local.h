@@ -1,0 +1,20 @@
+/* The workers' parameter-server requests on the daemon's socket (protocol minor 3; the ops
+ * are described in common/proto.h): a worker's own second connection, next to its shim's
+ * session, opens tables of its group and pushes, pulls and clocks them through the service
+ * (ps.h). Values travel in a sealed memfd the worker passes at open and both sides map. */
+#ifndef SALUS_SALUSD_PS_LOCAL_H
+#define SALUS_SALUSD_PS_LOCAL_H
+
+#include "daemon.h"
+
+#define PS_LOCAL_MAX_TABLES 64 /* tables open at once per connection */
+
+void ps_local_handle_open(conn_t *c, const proto_msg_t *msg);
+void ps_local_handle_push(conn_t *c, const proto_msg_t *msg);
+void ps_local_handle_pull(conn_t *c, const proto_msg_t *msg);
+void ps_local_handle_clock(conn_t *c, const proto_msg_t *msg);
+void ps_local_handle_close(conn_t *c, const proto_msg_t *msg);
+/* The connection goes away: its requests in flight are forgotten, its mappings go. */
+void ps_local_connection_closed(conn_t *c);
+
+#endif

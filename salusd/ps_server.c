@@ -1,0 +1,100 @@
+/* The shards this daemon serves: updates applied from the sources, reads answered at once
+ * when the shard's done satisfies the reader's bound, else kept until it does. */
+#include "ps-internal.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ps_server_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_update_t *u)
+{
+    if (shard >= t->layout.shards || !t->shards || !t->shards[shard] || source >= t->sources)
+        return -EINVAL;
+    ps_shard_t *sh = t->shards[shard];
+    uint64_t before = ps_shard_done(sh);
+    int rc = 1;
+    if (u->n > 0)
+        rc = ps_shard_contribute(sh, source, u->seq, u->clock, u->offset, u->n, u->keys,
+                                 u->values);
+    if (rc < 0)
+        return rc;
+    /* a BSP/SSP update closes its clock; a duplicate's close repeats (0) harmlessly */
+    if (u->close && rc == 1 && ps_shard_close(sh, source, u->clock) < 0)
+        return -EINVAL;
+    if (rc == 1)
+        t->ps->stats.updates_applied++;
+    if (ps_shard_done(sh) != before)
+        ps_server_wake(t, shard);
+    return rc;
+}
+
+void ps_server_answer(ps_table_t *t, ps_wait_t *w)
+{
+    ps_shard_t *sh = t->shards[w->shard];
+    uint64_t waited_ns = w->since_ns ? salusd_now_ns() - w->since_ns : 0;
+    if (w->pull) {
+        ps_pull_slice(w->pull, 0, NULL, w->out_index, ps_shard_values(sh) + w->first, w->n,
+                      ps_shard_done(sh), w->done_at_request, waited_ns, w->since_ns != 0);
+        return;
+    }
+    ps_msg_send_pull_reply(t, w, 0, NULL);
+}
+
+int ps_server_read(ps_table_t *t, ps_wait_t *w)
+{
+    if (w->shard >= t->layout.shards || !t->shards || !t->shards[w->shard]) {
+        free(w);
+        return -EINVAL;
+    }
+    ps_shard_t *sh = t->shards[w->shard];
+    if (w->first > ps_shard_elems(sh) || w->n > ps_shard_elems(sh) - w->first) {
+        free(w);
+        return -EINVAL;
+    }
+    w->done_at_request = ps_shard_done(sh);
+    if (w->done_at_request >= w->min_done) {
+        ps_server_answer(t, w);
+        free(w);
+        return 1;
+    }
+    w->since_ns = salusd_now_ns();
+    w->next = t->waits;
+    t->waits = w;
+    return 0;
+}
+
+void ps_server_wake(ps_table_t *t, uint32_t shard)
+{
+    uint64_t done = ps_shard_done(t->shards[shard]);
+    /* taken off the list first: an answer may complete a pull whose callback is deferred,
+     * but nothing here runs a worker's code, so the list does not change under us */
+    for (ps_wait_t **wp = &t->waits; *wp;) {
+        ps_wait_t *w = *wp;
+        if (w->shard == shard && done >= w->min_done) {
+            *wp = w->next;
+            ps_server_answer(t, w);
+            free(w);
+        } else
+            wp = &w->next;
+    }
+}
+
+void ps_server_drop_waits(ps_table_t *t, const char *node, const ps_pull_t *pull)
+{
+    for (ps_wait_t **wp = &t->waits; *wp;) {
+        ps_wait_t *w = *wp;
+        int match = (!node && !pull) || (node && !w->pull && strcmp(w->node, node) == 0) ||
+                    (pull && w->pull == pull);
+        if (!match) {
+            wp = &w->next;
+            continue;
+        }
+        *wp = w->next;
+        if (w->pull)
+            ps_pull_slice(w->pull, -ECANCELED, "the table is gone", 0, NULL, 0, 0, 0, 0, 0);
+        free(w);
+    }
+}

@@ -1,0 +1,85 @@
+/* What salusctl groups and /metrics show of the parameter servers. */
+#include "ps-internal.h"
+
+#include "proto.h"
+
+#include <msgpack.h>
+#include <string.h>
+
+static uint64_t table_done(const ps_table_t *t)
+{
+    uint64_t done = UINT64_MAX;
+    for (uint32_t i = 0; t->shards && i < t->layout.shards; i++)
+        if (t->shards[i] && ps_shard_done(t->shards[i]) < done)
+            done = ps_shard_done(t->shards[i]);
+    return done;
+}
+
+static uint32_t table_shards_here(const ps_table_t *t)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; t->shards && i < t->layout.shards; i++)
+        n += t->shards[i] != NULL;
+    return n;
+}
+
+static uint64_t table_bytes_here(const ps_table_t *t)
+{
+    uint64_t sum = t->agg ? ps_agg_bytes(t->agg) : 0;
+    for (uint32_t i = 0; t->shards && i < t->layout.shards; i++)
+        if (t->shards[i])
+            sum += ps_shard_bytes(t->shards[i]);
+    return sum;
+}
+
+void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer *pk)
+{
+    ps_t *ps = ps_of(d);
+    uint32_t n = 0;
+    for (ps_table_t *t = ps ? ps->tables : NULL; t; t = t->next)
+        n += group_id && t->group_id == group_id && t->state == PS_TABLE_READY;
+    msgpack_pack_array(pk, n);
+    for (ps_table_t *t = ps ? ps->tables : NULL; t; t = t->next) {
+        if (!group_id || t->group_id != group_id || t->state != PS_TABLE_READY)
+            continue;
+        uint64_t done = table_done(t);
+        proto_map_t map;
+        proto_map_begin(&map, pk);
+        proto_map_str(&map, "name", t->name);
+        proto_map_uint(&map, "count", t->spec.count);
+        proto_map_str(&map, "rule", t->rule_text);
+        proto_map_str(&map, "sync", t->sync_text);
+        proto_map_str(&map, "servers", t->spec.servers);
+        proto_map_uint(&map, "epoch", t->epoch);
+        proto_map_uint(&map, "shards", t->layout.shards);
+        proto_map_uint(&map, "shards_here", table_shards_here(t));
+        proto_map_uint(&map, "bytes_here", table_bytes_here(t));
+        /* the least done among the shards served here (nil: none here) */
+        proto_map_int_or_nil(&map, "done", (int64_t)done, done != UINT64_MAX);
+        proto_map_end(&map);
+    }
+}
+
+int ps_sample(const salusd_t *d, ps_sample_t *s)
+{
+    const ps_t *ps = ps_of(d);
+    if (!ps)
+        return -1;
+    *s = ps->stats;
+    s->tables = s->shards = s->bytes = 0;
+    for (const ps_table_t *t = ps->tables; t; t = t->next) {
+        if (t->state != PS_TABLE_READY)
+            continue;
+        s->tables++;
+        s->shards += table_shards_here(t);
+        s->bytes += table_bytes_here(t);
+    }
+    ps_net_t *net = ps_cluster_net((salusd_t *)d);
+    if (net) {
+        ps_net_stats_t ns;
+        ps_net_get_stats(net, &ns);
+        s->net_bytes_sent = ns.bytes_sent;
+        s->net_bytes_received = ns.bytes_received;
+    }
+    return 0;
+}

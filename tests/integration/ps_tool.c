@@ -1,0 +1,221 @@
+/* ps-tool: runs a script of parameter-server calls (salus_ps.h) given on its command line,
+ * one line of output per step, for the integration tests. Run it as a rank of a group under
+ * the shim (salusctl run --group G --world N --rank R -- ps-tool ...).
+ *
+ * Grammar (steps in order; the table is the one the last `open` opened):
+ *   open NAME COUNT RULE SYNC      -> open name=NAME count=COUNT rc=0
+ *   push OFF N VALUE               n values, all VALUE, to [OFF, OFF + N)
+ *                                  -> push off=OFF n=N clock=C rc=0
+ *   pushk VALUE KEY[,KEY...]       VALUE to each key   -> pushk n=K clock=C rc=0
+ *   clock                          -> clock now=C rc=0
+ *   pull OFF N                     -> pull clock=C done=D done_at_request=A waited=W
+ *                                     waited_ns=T sum=S first=F last=L
+ *   dump                           the last pull's values, bit for bit (hex of each float):
+ *                                  -> dump n=N crc=X values=v0,v1,...  (the first 64)
+ *   close                          -> close rc=0
+ *   touch FILE                     creates FILE       -> touch FILE
+ *   wait FILE                      waits (at most 60 s) until FILE exists -> wait FILE
+ * `ps-tool -f FILE` reads the steps from FILE instead (words separated by white space: salusctl
+ * run passes a limited number of arguments).
+ * A failed call prints `error op=OP rc=RC msg=MESSAGE` and the script goes on. Exit status: 0
+ * (also when a call failed: a rank that exits non-zero fails its group, and the tests expect
+ * some calls to fail; they read the lines), 2 on a bad script. */
+#include "salus_ps.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t num(const char *s)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end) {
+        fprintf(stderr, "ps-tool: '%s' is not a number\n", s);
+        exit(2);
+    }
+    return v;
+}
+
+static int report(const char *op, int rc)
+{
+    if (rc < 0)
+        printf("error op=%s rc=%d msg=%s\n", op, rc, salus_ps_last_error());
+    fflush(stdout);
+    return rc < 0;
+}
+
+static uint32_t crc32_of(const void *data, size_t bytes)
+{
+    const uint8_t *p = data;
+    uint32_t crc = 0xffffffffu;
+    for (size_t i = 0; i < bytes; i++) {
+        crc ^= p[i];
+        for (int k = 0; k < 8; k++)
+            crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}
+
+#define NEED(k)                                                                                \
+    if (i + (k) >= argc) {                                                                     \
+        fprintf(stderr, "ps-tool: %s needs %d arguments\n", argv[i], k);                      \
+        return 2;                                                                              \
+    }
+
+/* The words of path as an argv (argv[0] kept); exits on error. */
+static char **read_script(const char *prog, const char *path, int *argc)
+{
+    FILE *f = fopen(path, "r");
+    char word[4096];
+    int n = 1, cap = 64;
+    char **v = malloc(cap * sizeof(*v));
+    if (!f || !v) {
+        fprintf(stderr, "ps-tool: cannot read %s\n", path);
+        exit(2);
+    }
+    v[0] = (char *)prog;
+    while (fscanf(f, "%4095s", word) == 1) {
+        if (n + 1 >= cap && !(v = realloc(v, (cap *= 2) * sizeof(*v))))
+            exit(2);
+        if (!(v[n++] = strdup(word)))
+            exit(2);
+    }
+    fclose(f);
+    v[n] = NULL;
+    *argc = n;
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "-f") == 0)
+        argv = read_script(argv[0], argv[2], &argc);
+    salus_ps_table_t *t = NULL;
+    float *last = NULL;
+    uint64_t last_n = 0;
+    int failed = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *op = argv[i];
+        if (strcmp(op, "open") == 0) {
+            NEED(4);
+            salus_ps_options_t o = {.rule = argv[i + 3], .sync = argv[i + 4]};
+            uint64_t count = num(argv[i + 2]);
+            int rc = salus_ps_open(argv[i + 1], count, &o, &t);
+            if (rc == 0)
+                printf("open name=%s count=%llu rc=0\n", argv[i + 1], (unsigned long long)count);
+            failed |= report(op, rc);
+            i += 4;
+        } else if (strcmp(op, "push") == 0) {
+            NEED(3);
+            uint64_t off = num(argv[i + 1]), n = num(argv[i + 2]);
+            float v = strtof(argv[i + 3], NULL);
+            float *vals = malloc((n ? n : 1) * sizeof(float));
+            if (!vals)
+                return 2;
+            for (uint64_t k = 0; k < n; k++)
+                vals[k] = v;
+            uint64_t clock = salus_ps_clock_of(t);
+            int rc = salus_ps_push(t, off, n, vals);
+            free(vals);
+            if (rc == 0)
+                printf("push off=%llu n=%llu clock=%llu rc=0\n", (unsigned long long)off,
+                       (unsigned long long)n, (unsigned long long)clock);
+            failed |= report(op, rc);
+            i += 3;
+        } else if (strcmp(op, "pushk") == 0) {
+            NEED(2);
+            float v = strtof(argv[i + 1], NULL);
+            uint64_t keys[1024], n = 0;
+            float vals[1024];
+            char *list = strdup(argv[i + 2]), *save = NULL;
+            for (char *k = strtok_r(list, ",", &save); k && n < 1024; k = strtok_r(NULL, ",", &save)) {
+                keys[n] = num(k);
+                vals[n++] = v;
+            }
+            free(list);
+            uint64_t clock = salus_ps_clock_of(t);
+            int rc = salus_ps_push_keys(t, keys, n, vals);
+            if (rc == 0)
+                printf("pushk n=%llu clock=%llu rc=0\n", (unsigned long long)n,
+                       (unsigned long long)clock);
+            failed |= report(op, rc);
+            i += 2;
+        } else if (strcmp(op, "clock") == 0) {
+            int rc = salus_ps_clock(t);
+            if (rc == 0)
+                printf("clock now=%llu rc=0\n", (unsigned long long)salus_ps_clock_of(t));
+            failed |= report(op, rc);
+        } else if (strcmp(op, "pull") == 0) {
+            NEED(2);
+            uint64_t off = num(argv[i + 1]), n = num(argv[i + 2]);
+            float *out = calloc(n ? n : 1, sizeof(float));
+            salus_ps_read_t r = {0};
+            if (!out)
+                return 2;
+            int rc = salus_ps_pull(t, off, n, out, &r);
+            if (rc == 0) {
+                double sum = 0;
+                for (uint64_t k = 0; k < n; k++)
+                    sum += out[k];
+                printf("pull clock=%llu done=%llu done_at_request=%llu waited=%d waited_ns=%llu "
+                       "sum=%.6g first=%.9g last=%.9g\n",
+                       (unsigned long long)r.clock, (unsigned long long)r.done,
+                       (unsigned long long)r.done_at_request, r.waited,
+                       (unsigned long long)r.waited_ns, sum, out[0], out[n - 1]);
+                free(last);
+                last = out;
+                last_n = n;
+            } else {
+                free(out);
+            }
+            failed |= report(op, rc);
+            i += 2;
+        } else if (strcmp(op, "dump") == 0) {
+            printf("dump n=%llu crc=%08x values=", (unsigned long long)last_n,
+                   crc32_of(last, last_n * sizeof(float)));
+            for (uint64_t k = 0; k < last_n && k < 64; k++) {
+                uint32_t bits;
+                memcpy(&bits, &last[k], sizeof(bits));
+                printf("%s%08x", k ? "," : "", bits);
+            }
+            printf("\n");
+        } else if (strcmp(op, "close") == 0) {
+            int rc = salus_ps_close(t);
+            t = NULL;
+            if (rc == 0)
+                printf("close rc=0\n");
+            failed |= report(op, rc);
+        } else if (strcmp(op, "touch") == 0) {
+            NEED(1);
+            FILE *f = fopen(argv[i + 1], "w");
+            if (!f)
+                return 2;
+            fclose(f);
+            printf("touch %s\n", argv[++i]);
+        } else if (strcmp(op, "wait") == 0) {
+            NEED(1);
+            struct timespec pause = {.tv_nsec = 20000000};
+            int tries = 0;
+            while (access(argv[i + 1], F_OK) != 0 && tries++ < 3000)
+                nanosleep(&pause, NULL);
+            if (access(argv[i + 1], F_OK) != 0) {
+                printf("error op=wait rc=-110 msg=%s did not appear\n", argv[i + 1]);
+                failed = 1;
+            } else {
+                printf("wait %s\n", argv[i + 1]);
+            }
+            i++;
+        } else {
+            fprintf(stderr, "ps-tool: unknown step '%s' (see the top of ps_tool.c)\n", op);
+            return 2;
+        }
+        fflush(stdout);
+    }
+    free(last);
+    if (failed)
+        printf("failures\n");
+    return 0;
+}

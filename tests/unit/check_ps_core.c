@@ -1,0 +1,1003 @@
+/* Unit tests of the parameter server's pure core (ps-core/ps_core.h): rule and sync texts,
+ * table names, the layout's cuts, the consistent-hash ring (order, balance, a server joining),
+ * a shard under BSP / SSP / ASP (clock order, buffering, duplicates, bad input changing
+ * nothing, exact arithmetic) and a node's aggregation. Nothing here sleeps or prints. */
+#include "check_run.h"
+#include "ps_core.h"
+
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- rules and sync modes ------------------------------------------------------------- */
+
+START_TEST(test_rule_parse_good)
+{
+    ps_rule_t r;
+    char err[128] = "";
+    ck_assert_int_eq(ps_rule_parse("add", &r, err, sizeof(err)), 0);
+    ck_assert_int_eq(r.kind, PS_RULE_ADD);
+    ck_assert_int_eq(ps_rule_parse("assign", &r, err, sizeof(err)), 0);
+    ck_assert_int_eq(r.kind, PS_RULE_ASSIGN);
+    ck_assert_int_eq(ps_rule_parse("sgd:0.05", &r, err, sizeof(err)), 0);
+    ck_assert_int_eq(r.kind, PS_RULE_SGD);
+    ck_assert(r.lr == 0.05f);
+    ck_assert_int_eq(ps_rule_parse("sgd:1", &r, err, sizeof(err)), 0);
+    ck_assert(r.lr == 1.0f);
+    ck_assert_int_eq(ps_rule_parse("sgd:5e-3", &r, err, sizeof(err)), 0);
+    ck_assert(r.lr == 5e-3f);
+    ck_assert_int_eq(ps_rule_parse("sgd:.5", &r, err, sizeof(err)), 0);
+    ck_assert(r.lr == 0.5f);
+    ck_assert_str_eq(err, ""); /* untouched on success */
+}
+END_TEST
+
+START_TEST(test_rule_parse_bad)
+{
+    static const char *const bad[] = {
+        "", "sgd:", "sgd:-1", "sgd:0", "sgd:0.0", "sgd:nan", "sgd:inf", "sgd:-inf",
+        "sgd:0x1p-3", "sgd:0.1x", "sgd: 0.1", "sgd:0.1 ", "sgd:+0.1", "sgd:1e39", "sgd:1e-50",
+        "sgd:1e", "sgd:..5", "add ", " add", "addx", "Add", "assign:1", "sgd", "sgd0.1", "mul",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ps_rule_t r = {.kind = PS_RULE_ASSIGN, .lr = 7.0f}, before = r;
+        char err[128] = "";
+        ck_assert_msg(ps_rule_parse(bad[i], &r, err, sizeof(err)) == -EINVAL, "'%s'", bad[i]);
+        ck_assert_msg(err[0] != '\0', "no error text for '%s'", bad[i]);
+        ck_assert_msg(memcmp(&r, &before, sizeof(r)) == 0, "'%s' changed the rule", bad[i]);
+    }
+    ps_rule_t r;
+    ck_assert_int_eq(ps_rule_parse(NULL, &r, NULL, 0), -EINVAL);
+    ck_assert_int_eq(ps_rule_parse("add", NULL, NULL, 0), -EINVAL);
+    char tiny[4];
+    ck_assert_int_eq(ps_rule_parse("bogus-rule", &r, tiny, sizeof(tiny)), -EINVAL);
+    ck_assert_uint_eq(strlen(tiny), 3); /* truncated, terminated */
+}
+END_TEST
+
+START_TEST(test_rule_format)
+{
+    char buf[64];
+    ps_rule_t r = {.kind = PS_RULE_SGD, .lr = 0.05f};
+    ck_assert_int_eq(ps_rule_format(&r, buf, sizeof(buf)), 8);
+    ck_assert_str_eq(buf, "sgd:0.05");
+    r = (ps_rule_t){.kind = PS_RULE_ADD};
+    ck_assert_int_eq(ps_rule_format(&r, buf, sizeof(buf)), 3);
+    ck_assert_str_eq(buf, "add");
+    r = (ps_rule_t){.kind = PS_RULE_ASSIGN};
+    ck_assert_int_eq(ps_rule_format(&r, buf, sizeof(buf)), 6);
+    ck_assert_str_eq(buf, "assign");
+    ck_assert_int_eq(ps_rule_format(&r, buf, 6), -ENOSPC); /* no room for the NUL */
+    ck_assert_int_eq(ps_rule_format(&r, buf, 7), 6);
+    /* every float reads back as itself, also ones %g's 6 digits would round */
+    static const float lrs[] = {0.05f, 0.1234567f, 1e-7f, 3.0f, 123456789.0f, 0.3333333f};
+    for (size_t i = 0; i < sizeof(lrs) / sizeof(lrs[0]); i++) {
+        ps_rule_t in = {.kind = PS_RULE_SGD, .lr = lrs[i]}, out;
+        ck_assert_int_gt(ps_rule_format(&in, buf, sizeof(buf)), 4);
+        ck_assert_int_eq(ps_rule_parse(buf, &out, NULL, 0), 0);
+        ck_assert_msg(memcmp(&in.lr, &out.lr, sizeof(float)) == 0, "%s", buf);
+    }
+    ps_rule_t bad = {.kind = PS_RULE_SGD, .lr = -1.0f};
+    ck_assert_int_eq(ps_rule_format(&bad, buf, sizeof(buf)), -EINVAL);
+    bad = (ps_rule_t){.kind = (ps_rule_kind_t)9};
+    ck_assert_int_eq(ps_rule_format(&bad, buf, sizeof(buf)), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_sync_parse_format)
+{
+    ps_sync_t s;
+    char err[128] = "", buf[32];
+    ck_assert_int_eq(ps_sync_parse("bsp", &s, err, sizeof(err)), 0);
+    ck_assert_int_eq(s.kind, PS_SYNC_BSP);
+    ck_assert_int_eq(ps_sync_parse("asp", &s, err, sizeof(err)), 0);
+    ck_assert_int_eq(s.kind, PS_SYNC_ASP);
+    ck_assert_int_eq(ps_sync_parse("ssp:0", &s, err, sizeof(err)), 0);
+    ck_assert_int_eq(s.kind, PS_SYNC_SSP);
+    ck_assert_uint_eq(s.staleness, 0);
+    ck_assert_int_eq(ps_sync_parse("ssp:1000", &s, err, sizeof(err)), 0);
+    ck_assert_uint_eq(s.staleness, 1000);
+    ck_assert_int_eq(ps_sync_parse("ssp:2", &s, err, sizeof(err)), 0);
+    ck_assert_uint_eq(s.staleness, 2);
+    ck_assert_int_eq(ps_sync_format(&s, buf, sizeof(buf)), 5);
+    ck_assert_str_eq(buf, "ssp:2");
+    ck_assert_int_eq(ps_sync_format(&s, buf, 5), -ENOSPC);
+    ck_assert_str_eq(err, "");
+
+    static const char *const bad[] = {
+        "", "ssp:", "ssp:x", "ssp:1001", "ssp:-1", "ssp:+1", "ssp:2x", "ssp: 2", "ssp:2 ",
+        "ssp:99999999999999999999", "ssp:4294967298", "bsp ", "BSP", "ssp", "asp:1", "bsp:0",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ps_sync_t t = {.kind = PS_SYNC_ASP, .staleness = 77}, before = t;
+        char e[128] = "";
+        ck_assert_msg(ps_sync_parse(bad[i], &t, e, sizeof(e)) == -EINVAL, "'%s'", bad[i]);
+        ck_assert_msg(e[0] != '\0', "no error text for '%s'", bad[i]);
+        ck_assert_msg(memcmp(&t, &before, sizeof(t)) == 0, "'%s' changed the mode", bad[i]);
+    }
+    static const char *const round[] = {"bsp", "asp", "ssp:0", "ssp:17", "ssp:1000"};
+    for (size_t i = 0; i < sizeof(round) / sizeof(round[0]); i++) {
+        ck_assert_int_eq(ps_sync_parse(round[i], &s, NULL, 0), 0);
+        ck_assert_int_eq(ps_sync_format(&s, buf, sizeof(buf)), (int)strlen(round[i]));
+        ck_assert_str_eq(buf, round[i]);
+    }
+    ps_sync_t over = {.kind = PS_SYNC_SSP, .staleness = 1001};
+    ck_assert_int_eq(ps_sync_format(&over, buf, sizeof(buf)), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_sync_min_done)
+{
+    ps_sync_t bsp = {.kind = PS_SYNC_BSP}, asp = {.kind = PS_SYNC_ASP};
+    ps_sync_t ssp = {.kind = PS_SYNC_SSP, .staleness = 2};
+    ps_sync_t ssp0 = {.kind = PS_SYNC_SSP, .staleness = 0};
+    ck_assert_uint_eq(ps_sync_min_done(&bsp, 0), 0);
+    ck_assert_uint_eq(ps_sync_min_done(&bsp, 7), 7);
+    ck_assert_uint_eq(ps_sync_min_done(&asp, 7), 0);
+    ck_assert_uint_eq(ps_sync_min_done(&ssp, 0), 0);
+    ck_assert_uint_eq(ps_sync_min_done(&ssp, 2), 0);
+    ck_assert_uint_eq(ps_sync_min_done(&ssp, 3), 1);
+    ck_assert_uint_eq(ps_sync_min_done(&ssp, 10), 8);
+    ck_assert_uint_eq(ps_sync_min_done(&ssp0, 10), 10); /* ssp:0 is BSP */
+}
+END_TEST
+
+START_TEST(test_name_valid)
+{
+    char longest[PS_NAME_BYTES], too_long[PS_NAME_BYTES + 1];
+    memset(longest, 'a', sizeof(longest) - 1);
+    longest[sizeof(longest) - 1] = '\0';
+    memset(too_long, 'a', sizeof(too_long) - 1);
+    too_long[sizeof(too_long) - 1] = '\0';
+    ck_assert_int_eq(ps_name_valid("w"), 1);
+    ck_assert_int_eq(ps_name_valid("mlp.layer-1_W"), 1);
+    ck_assert_int_eq(ps_name_valid(longest), 1);
+    ck_assert_int_eq(ps_name_valid(too_long), 0);
+    ck_assert_int_eq(ps_name_valid(""), 0);
+    ck_assert_int_eq(ps_name_valid(NULL), 0);
+    ck_assert_int_eq(ps_name_valid("a/b"), 0);
+    ck_assert_int_eq(ps_name_valid("a b"), 0);
+    ck_assert_int_eq(ps_name_valid("caf\xc3\xa9"), 0);
+}
+END_TEST
+
+/* ---- layout --------------------------------------------------------------------------- */
+
+/* Every element in exactly one shard, shards contiguous and in order, sizes within one of each
+ * other and at most PS_SHARD_MAX_ELEMS, shard_of agreeing at every shard's ends. */
+static void check_cuts(uint64_t count, uint32_t servers)
+{
+    ps_layout_t l;
+    ck_assert_int_eq(ps_layout_init(&l, count, servers), 0);
+    ck_assert_uint_eq(l.count, count);
+    uint64_t want = (uint64_t)servers * PS_SHARDS_PER_SERVER;
+    uint64_t by_size = (count + PS_SHARD_MAX_ELEMS - 1) / PS_SHARD_MAX_ELEMS;
+    if (by_size > want)
+        want = by_size;
+    if (want > count)
+        want = count;
+    ck_assert_uint_eq(l.shards, want);
+    /* plain comparisons in the loop (a ck_assert per shard is slow at 2^16 shards) */
+    uint64_t next = 0, least = UINT64_MAX, most = 0;
+    for (uint32_t s = 0; s < l.shards; s++) {
+        uint64_t first, elems;
+        ps_layout_shard(&l, s, &first, &elems);
+        if (first != next || elems < 1 || elems > PS_SHARD_MAX_ELEMS ||
+            ps_layout_shard_of(&l, first) != s || ps_layout_shard_of(&l, first + elems - 1) != s)
+            ck_abort_msg("count %lu servers %u: shard %u holds [%lu, +%lu), expected at %lu",
+                         (unsigned long)count, servers, s, (unsigned long)first,
+                         (unsigned long)elems, (unsigned long)next);
+        least = elems < least ? elems : least;
+        most = elems > most ? elems : most;
+        next = first + elems;
+    }
+    ck_assert_uint_eq(next, count);
+    ck_assert_uint_le(most - least, 1);
+    ck_assert_uint_eq(ps_layout_shard_of(&l, count), l.shards); /* past the end: no shard */
+}
+
+START_TEST(test_layout_cuts)
+{
+    static const uint64_t counts[] = {1, 2, 7, 31, 32, 33, 100, 1000, 262144, 262145,
+                                      1u << 26, (1ull << 26) + 13, (1ull << 34) + 5};
+    static const uint32_t servers[] = {1, 2, 3, 4, 7, 256};
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+        for (size_t s = 0; s < sizeof(servers) / sizeof(servers[0]); s++)
+            check_cuts(counts[c], servers[s]);
+
+    /* a small table element by element: each in exactly one shard, the one shard_of names */
+    ps_layout_t l;
+    ck_assert_int_eq(ps_layout_init(&l, 1001, 3), 0);
+    ck_assert_uint_eq(l.shards, 24);
+    int hits[1001] = {0};
+    for (uint32_t s = 0; s < l.shards; s++) {
+        uint64_t first, elems;
+        ps_layout_shard(&l, s, &first, &elems);
+        for (uint64_t i = first; i < first + elems; i++) {
+            hits[i]++;
+            ck_assert_uint_eq(ps_layout_shard_of(&l, i), s);
+        }
+    }
+    for (int i = 0; i < 1001; i++)
+        ck_assert_int_eq(hits[i], 1);
+    /* 1001 = 24 * 41 + 17: the first 17 shards one longer */
+    uint64_t first, elems;
+    ps_layout_shard(&l, 16, &first, &elems);
+    ck_assert_uint_eq(elems, 42);
+    ps_layout_shard(&l, 17, &first, &elems);
+    ck_assert_uint_eq(first, 17 * 42);
+    ck_assert_uint_eq(elems, 41);
+    ps_layout_shard(&l, 24, &first, &elems); /* no such shard: empty */
+    ck_assert_uint_eq(elems, 0);
+
+    /* 256 MiB of float32 on 2 servers: 256 shards of 1 MiB; 4 MiB on 2 servers: 16 */
+    ck_assert_int_eq(ps_layout_init(&l, 64ull << 20, 2), 0);
+    ck_assert_uint_eq(l.shards, 256);
+    ck_assert_int_eq(ps_layout_init(&l, 1ull << 20, 2), 0);
+    ck_assert_uint_eq(l.shards, 16);
+}
+END_TEST
+
+START_TEST(test_layout_bad)
+{
+    ps_layout_t l = {.count = 5, .shards = 5}, before = l;
+    ck_assert_int_eq(ps_layout_init(&l, 0, 1), -EINVAL);
+    ck_assert_int_eq(ps_layout_init(&l, 10, 0), -EINVAL);
+    ck_assert_int_eq(ps_layout_init(&l, UINT64_MAX, 1), -EINVAL); /* > 2^32 shards */
+    ck_assert_int_eq(ps_layout_init(NULL, 10, 1), -EINVAL);
+    ck_assert_int_eq(memcmp(&l, &before, sizeof(l)), 0);
+}
+END_TEST
+
+/* ---- the ring ------------------------------------------------------------------------- */
+
+START_TEST(test_ring_order_independent)
+{
+    const char *a[] = {"node-a", "node-b", "node-c", "node-d"};
+    const char *b[] = {"node-c", "node-a", "node-d", "node-b"};
+    const char *c[] = {"node-d", "node-c", "node-b", "node-a"};
+    ps_ring_t *ra = ps_ring_create(a, 4, 0), *rb = ps_ring_create(b, 4, 0),
+              *rc = ps_ring_create(c, 4, 64);
+    ck_assert_ptr_nonnull(ra);
+    ck_assert_ptr_nonnull(rb);
+    ck_assert_ptr_nonnull(rc);
+    ck_assert_uint_eq(ps_ring_size(ra), 4);
+    for (size_t i = 0; i < 4; i++) {
+        ck_assert_str_eq(ps_ring_name(ra, i), a[i]); /* sorted by name */
+        ck_assert_str_eq(ps_ring_name(rb, i), a[i]);
+        ck_assert_str_eq(ps_ring_name(rc, i), a[i]);
+    }
+    ck_assert_ptr_null(ps_ring_name(ra, 4));
+    for (uint32_t s = 0; s < 2000; s++) {
+        size_t oa = ps_ring_owner(ra, "weights", s);
+        ck_assert_uint_lt(oa, 4);
+        ck_assert_uint_eq(ps_ring_owner(rb, "weights", s), oa);
+        ck_assert_uint_eq(ps_ring_owner(rc, "weights", s), oa);
+    }
+    ck_assert_uint_eq(ps_ring_moved(ra, rb, "weights", 2000), 0);
+    /* another table's shards land elsewhere: the table name is in the hash */
+    uint32_t differ = 0;
+    for (uint32_t s = 0; s < 256; s++)
+        differ += ps_ring_owner(ra, "weights", s) != ps_ring_owner(ra, "bias", s);
+    ck_assert_uint_gt(differ, 64);
+    /* fewer virtual nodes: another ring */
+    ps_ring_t *few = ps_ring_create(a, 4, 2);
+    ck_assert_ptr_nonnull(few);
+    ck_assert_uint_gt(ps_ring_moved(ra, few, "weights", 256), 0);
+    ps_ring_destroy(few);
+    ps_ring_destroy(ra);
+    ps_ring_destroy(rb);
+    ps_ring_destroy(rc);
+    ps_ring_destroy(NULL);
+}
+END_TEST
+
+/* The ring's hash is part of the cluster's contract (every daemon must place a shard on the same
+ * server), so the test pins it with its own copy: FNV-1a 64 of the text, then splitmix64's
+ * finaliser; servers at "name#v", shards at "table/shard"; the owner is the first point at or
+ * after the shard's hash, wrapping; found here by a plain scan over every point. */
+static uint64_t ref_hash(const char *text)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (const char *c = text; *c; c++) {
+        h ^= (uint8_t)*c;
+        h *= 1099511628211ull;
+    }
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    return h ^ (h >> 31);
+}
+
+static const char *ref_owner(const char *const *names, size_t n, uint32_t vnodes,
+                             const char *table, uint32_t shard, int *wrapped)
+{
+    char text[128];
+    snprintf(text, sizeof(text), "%s/%u", table, shard);
+    uint64_t key = ref_hash(text);
+    const char *after = NULL, *lowest = NULL;
+    uint64_t after_hash = 0, lowest_hash = 0;
+    for (size_t s = 0; s < n; s++)
+        for (uint32_t v = 0; v < vnodes; v++) {
+            snprintf(text, sizeof(text), "%s#%u", names[s], v);
+            uint64_t h = ref_hash(text);
+            if (h >= key && (after == NULL || h < after_hash)) {
+                after = names[s];
+                after_hash = h;
+            }
+            if (lowest == NULL || h < lowest_hash) {
+                lowest = names[s];
+                lowest_hash = h;
+            }
+        }
+    *wrapped = after == NULL;
+    return after ? after : lowest;
+}
+
+START_TEST(test_ring_reference)
+{
+    const char *names[] = {"beta", "alpha", "gamma"};
+    static const uint32_t vnodes[] = {1, 2, 5, 64};
+    uint32_t wraps = 0;
+    for (size_t v = 0; v < sizeof(vnodes) / sizeof(vnodes[0]); v++) {
+        ps_ring_t *r = ps_ring_create(names, 3, vnodes[v]);
+        ck_assert_ptr_nonnull(r);
+        for (uint32_t s = 0; s < 3000; s++) {
+            int wrapped;
+            const char *want = ref_owner(names, 3, vnodes[v], "t.w", s, &wrapped);
+            const char *got = ps_ring_name(r, ps_ring_owner(r, "t.w", s));
+            if (strcmp(want, got) != 0)
+                ck_abort_msg("vnodes %u shard %u: %s, want %s", vnodes[v], s, got, want);
+            wraps += (uint32_t)wrapped;
+        }
+        ps_ring_destroy(r);
+    }
+    ck_assert_uint_gt(wraps, 0); /* the wrap past the last point was exercised */
+}
+END_TEST
+
+START_TEST(test_ring_bad)
+{
+    const char *dup[] = {"n1", "n2", "n1"};
+    const char *empty[] = {"n1", ""};
+    const char *null[] = {"n1", NULL};
+    const char *one[] = {"n1"};
+    ck_assert_ptr_null(ps_ring_create(dup, 3, 0));
+    ck_assert_ptr_null(ps_ring_create(empty, 2, 0));
+    ck_assert_ptr_null(ps_ring_create(null, 2, 0));
+    ck_assert_ptr_null(ps_ring_create(one, 0, 0));
+    ck_assert_ptr_null(ps_ring_create(NULL, 1, 0));
+    ck_assert_ptr_null(ps_ring_create(one, 1, 1u << 20)); /* absurd vnodes */
+    char names[PS_MAX_SERVERS + 1][8];
+    const char *many[PS_MAX_SERVERS + 1];
+    for (int i = 0; i <= PS_MAX_SERVERS; i++) {
+        snprintf(names[i], sizeof(names[i]), "s%d", i);
+        many[i] = names[i];
+    }
+    ck_assert_ptr_null(ps_ring_create(many, PS_MAX_SERVERS + 1, 0));
+    ps_ring_t *full = ps_ring_create(many, PS_MAX_SERVERS, 0);
+    ck_assert_ptr_nonnull(full);
+    ps_ring_destroy(full);
+    /* one server owns everything */
+    ps_ring_t *single = ps_ring_create(one, 1, 0);
+    for (uint32_t s = 0; s < 100; s++)
+        ck_assert_uint_eq(ps_ring_owner(single, "t", s), 0);
+    ps_ring_destroy(single);
+}
+END_TEST
+
+START_TEST(test_ring_balance)
+{
+    const char *names[] = {"node1", "node2", "node3", "node4"};
+    ps_ring_t *r = ps_ring_create(names, 4, 64);
+    ck_assert_ptr_nonnull(r);
+    static const char *const tables[] = {"weights", "mlp.w1", "mlp.b1", "emb"};
+    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
+        uint32_t per[4] = {0};
+        for (uint32_t s = 0; s < 256; s++)
+            per[ps_ring_owner(r, tables[t], s)]++;
+        for (int i = 0; i < 4; i++) {
+            ck_assert_msg(per[i] <= 2 * 256 / 4, "%s: %s owns %u of 256", tables[t], names[i],
+                          per[i]);
+            ck_assert_msg(per[i] > 0, "%s: %s owns nothing", tables[t], names[i]);
+        }
+    }
+    ps_ring_destroy(r);
+}
+END_TEST
+
+START_TEST(test_ring_join)
+{
+    const char *four[] = {"node1", "node2", "node3", "node4"};
+    const char *five[] = {"node1", "node2", "node5", "node3", "node4"};
+    ps_ring_t *a = ps_ring_create(four, 4, 64), *b = ps_ring_create(five, 5, 64);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    static const char *const tables[] = {"weights", "mlp.w1", "emb"};
+    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
+        uint32_t moved = 0;
+        for (uint32_t s = 0; s < 256; s++) {
+            const char *was = ps_ring_name(a, ps_ring_owner(a, tables[t], s));
+            const char *now = ps_ring_name(b, ps_ring_owner(b, tables[t], s));
+            if (strcmp(was, now) != 0) {
+                moved++;
+                ck_assert_msg(strcmp(now, "node5") == 0, "%s/%u moved %s -> %s", tables[t], s,
+                              was, now);
+            }
+        }
+        ck_assert_uint_eq(ps_ring_moved(a, b, tables[t], 256), moved);
+        ck_assert_uint_eq(ps_ring_moved(b, a, tables[t], 256), moved);
+        double fraction = moved / 256.0;
+        ck_assert_msg(fraction >= 0.1 && fraction <= 0.35, "%s: %.3f moved", tables[t],
+                      fraction);
+    }
+    ps_ring_destroy(a);
+    ps_ring_destroy(b);
+}
+END_TEST
+
+/* ---- a shard -------------------------------------------------------------------------- */
+
+static ps_rule_t rule_of(const char *text)
+{
+    ps_rule_t r;
+    ck_assert_int_eq(ps_rule_parse(text, &r, NULL, 0), 0);
+    return r;
+}
+
+static ps_sync_t sync_of(const char *text)
+{
+    ps_sync_t s;
+    ck_assert_int_eq(ps_sync_parse(text, &s, NULL, 0), 0);
+    return s;
+}
+
+static ps_shard_t *shard_new(uint64_t elems, const char *rule, const char *sync, uint32_t sources)
+{
+    ps_rule_t r = rule_of(rule);
+    ps_sync_t s = sync_of(sync);
+    ps_shard_t *shard = ps_shard_create(elems, &r, &s, sources);
+    ck_assert_ptr_nonnull(shard);
+    return shard;
+}
+
+static void assert_values(const ps_shard_t *shard, const float *want, uint64_t n)
+{
+    ck_assert_uint_eq(ps_shard_elems(shard), n);
+    const float *got = ps_shard_values(shard);
+    for (uint64_t i = 0; i < n; i++)
+        ck_assert_msg(memcmp(&got[i], &want[i], sizeof(float)) == 0,
+                      "element %lu: %.9g, want %.9g", (unsigned long)i, got[i], want[i]);
+}
+
+START_TEST(test_shard_create_bad)
+{
+    ps_rule_t add = rule_of("add"), lr0 = {.kind = PS_RULE_SGD, .lr = 0.0f};
+    ps_rule_t lrnan = {.kind = PS_RULE_SGD, .lr = NAN}, odd = {.kind = (ps_rule_kind_t)7};
+    ps_sync_t bsp = sync_of("bsp"), over = {.kind = PS_SYNC_SSP, .staleness = 1001};
+    ps_sync_t oddsync = {.kind = (ps_sync_kind_t)9};
+    ck_assert_ptr_null(ps_shard_create(0, &add, &bsp, 1));
+    ck_assert_ptr_null(ps_shard_create(PS_SHARD_MAX_ELEMS + 1, &add, &bsp, 1));
+    ck_assert_ptr_null(ps_shard_create(4, &add, &bsp, 0));
+    ck_assert_ptr_null(ps_shard_create(4, &add, &bsp, PS_MAX_SOURCES + 1));
+    ck_assert_ptr_null(ps_shard_create(4, &lr0, &bsp, 1));
+    ck_assert_ptr_null(ps_shard_create(4, &lrnan, &bsp, 1));
+    ck_assert_ptr_null(ps_shard_create(4, &odd, &bsp, 1));
+    ck_assert_ptr_null(ps_shard_create(4, &add, &over, 1));
+    ck_assert_ptr_null(ps_shard_create(4, &add, &oddsync, 1));
+    ck_assert_ptr_null(ps_shard_create(4, NULL, &bsp, 1));
+    ck_assert_ptr_null(ps_shard_create(4, &add, NULL, 1));
+    ps_shard_t *ok = ps_shard_create(PS_SHARD_MAX_ELEMS, &add, &bsp, PS_MAX_SOURCES);
+    ck_assert_ptr_nonnull(ok);
+    ck_assert_uint_eq(ps_shard_done(ok), 0);
+    uint64_t nonzero = 0;
+    for (uint64_t i = 0; i < PS_SHARD_MAX_ELEMS; i++)
+        nonzero += ps_shard_values(ok)[i] != 0.0f;
+    ck_assert_uint_eq(nonzero, 0);
+    ck_assert_uint_ge(ps_shard_bytes(ok), PS_SHARD_MAX_ELEMS * sizeof(float));
+    ps_shard_destroy(ok);
+    ps_shard_destroy(NULL);
+}
+END_TEST
+
+START_TEST(test_shard_bsp_every_source)
+{
+    ps_shard_t *sh = shard_new(4, "add", "bsp", 3);
+    const float a[] = {1, 2, 3, 4}, b[] = {10, 20, 30, 40}, c[] = {100, 200};
+    const float zero[4] = {0};
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 1, 0, 0, 4, NULL, a), 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 1, 1, 0, 0, 4, NULL, b), 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 2, 1, 0, 1, 2, NULL, c), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 0), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 2, 0), 1);
+    ck_assert_uint_eq(ps_shard_done(sh), 0); /* source 1 has not closed */
+    assert_values(sh, zero, 4);
+    ck_assert_int_eq(ps_shard_close(sh, 1, 0), 1);
+    ck_assert_uint_eq(ps_shard_done(sh), 1);
+    const float want[] = {11, 122, 233, 44};
+    assert_values(sh, want, 4);
+    /* a clock nobody contributed to still counts once every source closed it */
+    ck_assert_int_eq(ps_shard_close(sh, 0, 1), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 1, 1), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 2, 1), 1);
+    ck_assert_uint_eq(ps_shard_done(sh), 2);
+    assert_values(sh, want, 4);
+    ps_shard_destroy(sh);
+}
+END_TEST
+
+/* assign makes the order visible: a clock applied early would leave the wrong value */
+START_TEST(test_shard_bsp_clock_order)
+{
+    ps_shard_t *sh = shard_new(2, "assign", "bsp", 2);
+    const float v10[] = {10}, v20[] = {20}, v30[] = {30};
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 1, 0, 0, 1, NULL, v10), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 0), 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 2, 1, 0, 1, NULL, v20), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 1), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 1, 0), 1);
+    ck_assert_uint_eq(ps_shard_done(sh), 1);
+    const float after0[] = {10, 0};
+    assert_values(sh, after0, 2);
+    /* source 0 closes clock 2 while clock 1 is incomplete: nothing applied */
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 3, 2, 0, 1, NULL, v30), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 2), 1);
+    ck_assert_uint_eq(ps_shard_done(sh), 1);
+    assert_values(sh, after0, 2);
+    /* source 1 cannot skip clock 1 */
+    ck_assert_int_eq(ps_shard_close(sh, 1, 2), -EINVAL);
+    ck_assert_uint_eq(ps_shard_done(sh), 1);
+    assert_values(sh, after0, 2);
+    ck_assert_int_eq(ps_shard_close(sh, 1, 1), 1);
+    ck_assert_uint_eq(ps_shard_done(sh), 2);
+    const float after1[] = {20, 0};
+    assert_values(sh, after1, 2);
+    ck_assert_int_eq(ps_shard_close(sh, 1, 2), 1);
+    ck_assert_uint_eq(ps_shard_done(sh), 3);
+    const float after2[] = {30, 0}; /* element 1: never written, assign leaves it */
+    assert_values(sh, after2, 2);
+    ps_shard_destroy(sh);
+}
+END_TEST
+
+START_TEST(test_shard_ssp_buffers)
+{
+    ps_shard_t *sh = shard_new(3, "add", "ssp:2", 2);
+    uint64_t empty_bytes = ps_shard_bytes(sh);
+    const float zero[3] = {0};
+    /* the fast source runs 4 clocks ahead: all buffered, nothing applied */
+    for (uint64_t c = 0; c < 4; c++) {
+        const float v[] = {(float)(c + 1), 0, 0};
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, c + 1, c, 0, 3, NULL, v), 1);
+        ck_assert_int_eq(ps_shard_close(sh, 0, c), 1);
+    }
+    ck_assert_uint_eq(ps_shard_done(sh), 0);
+    assert_values(sh, zero, 3);
+    ck_assert_uint_ge(ps_shard_bytes(sh), empty_bytes + 4 * 3 * sizeof(float));
+    /* the window: up to done + PS_MAX_STALENESS + 2, not beyond */
+    const float one[] = {1};
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 10, PS_MAX_STALENESS + 3, 2, 1, NULL, one),
+                     -EINVAL);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 10, PS_MAX_STALENESS + 2, 2, 1, NULL, one), 1);
+    /* the slow source: clock 0, then each clock applies in order */
+    const float s0[] = {0, 5, 0};
+    ck_assert_int_eq(ps_shard_contribute(sh, 1, 1, 0, 0, 3, NULL, s0), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 1, 0), 1);
+    ck_assert_uint_eq(ps_shard_done(sh), 1);
+    const float want0[] = {1, 5, 0};
+    assert_values(sh, want0, 3);
+    for (uint64_t c = 1; c < 4; c++)
+        ck_assert_int_eq(ps_shard_close(sh, 1, c), 1);
+    ck_assert_uint_eq(ps_shard_done(sh), 4);
+    const float want3[] = {1 + 2 + 3 + 4, 5, 0}; /* the far clock still pending */
+    assert_values(sh, want3, 3);
+    ps_shard_destroy(sh);
+}
+END_TEST
+
+START_TEST(test_shard_asp_at_once)
+{
+    ps_shard_t *sh = shard_new(2, "add", "asp", 2);
+    const float a[] = {1.5f, 2}, b[] = {0.25f};
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 1, 0, 0, 2, NULL, a), 1);
+    const float want1[] = {1.5f, 2};
+    assert_values(sh, want1, 2);
+    ck_assert_uint_eq(ps_shard_done(sh), 0);
+    ck_assert_int_eq(ps_shard_contribute(sh, 1, 1, 3, 1, 1, NULL, b), 1); /* any open clock */
+    const float want2[] = {1.5f, 2.25f};
+    assert_values(sh, want2, 2);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 0), 1);
+    ck_assert_uint_eq(ps_shard_done(sh), 0);
+    ck_assert_int_eq(ps_shard_close(sh, 1, 0), 1);
+    ck_assert_uint_eq(ps_shard_done(sh), 1);
+    assert_values(sh, want2, 2);
+    /* a closed clock is refused under ASP too */
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 2, 0, 0, 2, NULL, a), -EINVAL);
+    assert_values(sh, want2, 2);
+    ps_shard_destroy(sh);
+}
+END_TEST
+
+START_TEST(test_shard_duplicates)
+{
+    static const char *const syncs[] = {"bsp", "ssp:1", "asp"};
+    for (size_t m = 0; m < 3; m++) {
+        ps_shard_t *sh = shard_new(2, "add", syncs[m], 1);
+        const float a[] = {1, 2};
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 5, 0, 0, 2, NULL, a), 1);
+        uint64_t bytes = ps_shard_bytes(sh);
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 5, 0, 0, 2, NULL, a), 0); /* the retry */
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 4, 0, 0, 2, NULL, a), 0); /* older */
+        ck_assert_uint_eq(ps_shard_bytes(sh), bytes);
+        ck_assert_int_eq(ps_shard_close(sh, 0, 0), 1);
+        ck_assert_int_eq(ps_shard_close(sh, 0, 0), 0); /* a repeated close */
+        ck_assert_uint_eq(ps_shard_done(sh), 1);
+        assert_values(sh, a, 2); /* applied once */
+        /* a retry after the clock closed is still only a duplicate */
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 5, 0, 0, 2, NULL, a), 0);
+        assert_values(sh, a, 2);
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 6, 1, 0, 2, NULL, a), 1);
+        ck_assert_int_eq(ps_shard_close(sh, 0, 1), 1);
+        const float twice[] = {2, 4};
+        assert_values(sh, twice, 2);
+        ps_shard_destroy(sh);
+    }
+    /* seq 0 is a valid first sequence number */
+    ps_shard_t *sh = shard_new(1, "add", "asp", 1);
+    const float one[] = {1};
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 0, 0, 0, 1, NULL, one), 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 0, 0, 0, 1, NULL, one), 0);
+    assert_values(sh, one, 1);
+    ps_shard_destroy(sh);
+}
+END_TEST
+
+START_TEST(test_shard_keys_and_ranges)
+{
+    ps_shard_t *sh = shard_new(6, "add", "bsp", 1);
+    const uint64_t keys[] = {3, 1, 3, 5};
+    const float kv[] = {1, 2, 4, 8}, rv[] = {0.5f, 0.25f, 0.125f};
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 1, 0, 0, 4, keys, kv), 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 2, 0, 2, 3, NULL, rv), 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 3, 0, 6, 0, NULL, NULL), 1); /* empty, at end */
+    /* with keys the offset does not matter */
+    const uint64_t k0[] = {0};
+    const float v0[] = {16};
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 4, 0, 99, 1, k0, v0), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 0), 1);
+    const float want[] = {16, 2, 0.5f, 5.25f, 0.125f, 8};
+    assert_values(sh, want, 6);
+    ps_shard_destroy(sh);
+}
+END_TEST
+
+/* Every bad call returns -EINVAL and leaves the values, done, the pending sums (checked by
+ * what clock 0 applies in the end) and the sequence numbers exactly as they were. */
+START_TEST(test_shard_bad_input)
+{
+    static const char *const syncs[] = {"bsp", "asp"};
+    for (size_t m = 0; m < 2; m++) {
+        ps_shard_t *sh = shard_new(4, "add", syncs[m], 2);
+        const float good[] = {1, 2, 3, 4};
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 1, 0, 0, 4, NULL, good), 1);
+        ck_assert_int_eq(ps_shard_close(sh, 1, 0), 1);
+        float before[4];
+        memcpy(before, ps_shard_values(sh), sizeof(before));
+        uint64_t done = ps_shard_done(sh), bytes = ps_shard_bytes(sh);
+
+        const float nan_v[] = {1, NAN}, inf_v[] = {INFINITY}, ninf_v[] = {-INFINITY};
+        const uint64_t far_key[] = {0, 4}, huge_key[] = {UINT64_MAX};
+        ck_assert_int_eq(ps_shard_contribute(sh, 2, 9, 0, 0, 4, NULL, good), -EINVAL);
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, 0, 1, 4, NULL, good), -EINVAL);
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, 0, 5, 0, NULL, good), -EINVAL);
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, 0, UINT64_MAX, 2, NULL, good), -EINVAL);
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, 0, 0, UINT64_MAX, NULL, good), -EINVAL);
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, 0, 0, 2, far_key, good), -EINVAL);
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, 0, 0, 1, huge_key, good), -EINVAL);
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, 0, 0, 2, NULL, nan_v), -EINVAL);
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, 0, 3, 1, NULL, inf_v), -EINVAL);
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, 0, 3, 1, NULL, ninf_v), -EINVAL);
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, 0, 0, 2, NULL, NULL), -EINVAL);
+        ck_assert_int_eq(ps_shard_contribute(sh, 1, 9, 0, 0, 4, NULL, good), -EINVAL); /* closed */
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, PS_MAX_STALENESS + 3, 0, 4, NULL, good),
+                         -EINVAL);
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, UINT64_MAX, 0, 4, NULL, good), -EINVAL);
+        ck_assert_int_eq(ps_shard_contribute(NULL, 0, 9, 0, 0, 4, NULL, good), -EINVAL);
+        ck_assert_int_eq(ps_shard_close(sh, 2, 0), -EINVAL);
+        ck_assert_int_eq(ps_shard_close(sh, 0, 1), -EINVAL); /* a gap */
+        ck_assert_int_eq(ps_shard_close(sh, 1, 2), -EINVAL); /* a gap */
+        ck_assert_int_eq(ps_shard_close(NULL, 0, 0), -EINVAL);
+
+        ck_assert_int_eq(memcmp(before, ps_shard_values(sh), sizeof(before)), 0);
+        ck_assert_uint_eq(ps_shard_done(sh), done);
+        ck_assert_uint_eq(ps_shard_bytes(sh), bytes);
+        /* seq 9 was never recorded: it is taken now */
+        const float tenth[] = {0.5f};
+        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, 0, 0, 1, NULL, tenth), 1);
+        ck_assert_int_eq(ps_shard_close(sh, 0, 0), 1);
+        ck_assert_uint_eq(ps_shard_done(sh), 1);
+        const float want[] = {1.5f, 2, 3, 4};
+        assert_values(sh, want, 4);
+        ps_shard_destroy(sh);
+    }
+}
+END_TEST
+
+START_TEST(test_shard_arithmetic)
+{
+    /* add: sums of the clock's contributions, exact on small binary fractions */
+    ps_shard_t *add = shard_new(2, "add", "bsp", 2);
+    const float a0[] = {1.5f, -2}, a1[] = {2.25f, 0.5f};
+    ck_assert_int_eq(ps_shard_contribute(add, 0, 1, 0, 0, 2, NULL, a0), 1);
+    ck_assert_int_eq(ps_shard_contribute(add, 1, 1, 0, 0, 2, NULL, a1), 1);
+    ck_assert_int_eq(ps_shard_close(add, 0, 0), 1);
+    ck_assert_int_eq(ps_shard_close(add, 1, 0), 1);
+    const float add_want[] = {3.75f, -1.5f};
+    assert_values(add, add_want, 2);
+    ps_shard_destroy(add);
+
+    /* sgd: value -= lr * sum */
+    ps_shard_t *sgd = shard_new(2, "sgd:0.5", "bsp", 2);
+    const float g0[] = {2, 1}, g1[] = {4, -3};
+    ck_assert_int_eq(ps_shard_contribute(sgd, 0, 1, 0, 0, 2, NULL, g0), 1);
+    ck_assert_int_eq(ps_shard_contribute(sgd, 1, 1, 0, 0, 2, NULL, g1), 1);
+    ck_assert_int_eq(ps_shard_close(sgd, 0, 0), 1);
+    ck_assert_int_eq(ps_shard_close(sgd, 1, 0), 1);
+    const float sgd_want0[] = {-3, 1};
+    assert_values(sgd, sgd_want0, 2);
+    const float g2[] = {-2};
+    ck_assert_int_eq(ps_shard_contribute(sgd, 0, 2, 1, 0, 1, NULL, g2), 1);
+    ck_assert_int_eq(ps_shard_close(sgd, 0, 1), 1);
+    ck_assert_int_eq(ps_shard_close(sgd, 1, 1), 1);
+    const float sgd_want1[] = {-2, 1};
+    assert_values(sgd, sgd_want1, 2);
+    ps_shard_destroy(sgd);
+
+    /* sgd under ASP: each contribution at once */
+    ps_shard_t *asgd = shard_new(1, "sgd:0.25", "asp", 1);
+    const float g[] = {8};
+    ck_assert_int_eq(ps_shard_contribute(asgd, 0, 1, 0, 0, 1, NULL, g), 1);
+    const float asgd_want[] = {-2};
+    assert_values(asgd, asgd_want, 1);
+    ps_shard_destroy(asgd);
+
+    /* assign under BSP: the clock's sum where written, the old value elsewhere */
+    ps_shard_t *as = shard_new(3, "assign", "bsp", 2);
+    const float s0[] = {1, 2}, s1[] = {4};
+    ck_assert_int_eq(ps_shard_contribute(as, 0, 1, 0, 0, 2, NULL, s0), 1);
+    ck_assert_int_eq(ps_shard_contribute(as, 1, 1, 0, 0, 1, NULL, s1), 1);
+    ck_assert_int_eq(ps_shard_close(as, 0, 0), 1);
+    ck_assert_int_eq(ps_shard_close(as, 1, 0), 1);
+    const float as_want0[] = {5, 2, 0};
+    assert_values(as, as_want0, 3);
+    const uint64_t k[] = {2};
+    const float s2[] = {-7}, zero[] = {0};
+    ck_assert_int_eq(ps_shard_contribute(as, 0, 2, 1, 0, 1, k, s2), 1);
+    ck_assert_int_eq(ps_shard_contribute(as, 1, 2, 1, 1, 1, NULL, zero), 1); /* assigns 0 */
+    ck_assert_int_eq(ps_shard_close(as, 0, 1), 1);
+    ck_assert_int_eq(ps_shard_close(as, 1, 1), 1);
+    const float as_want1[] = {5, 0, -7};
+    assert_values(as, as_want1, 3);
+    ps_shard_destroy(as);
+}
+END_TEST
+
+/* ---- aggregation ---------------------------------------------------------------------- */
+
+static ps_agg_t *agg_new(uint64_t count, const char *sync, uint32_t workers)
+{
+    ps_sync_t s = sync_of(sync);
+    ps_agg_t *agg = ps_agg_create(count, &s, workers);
+    ck_assert_ptr_nonnull(agg);
+    return agg;
+}
+
+static void assert_sum(const float *got, const float *want, uint64_t n)
+{
+    ck_assert_ptr_nonnull(got);
+    for (uint64_t i = 0; i < n; i++)
+        ck_assert_msg(memcmp(&got[i], &want[i], sizeof(float)) == 0,
+                      "element %lu: %.9g, want %.9g", (unsigned long)i, got[i], want[i]);
+}
+
+START_TEST(test_agg_create_bad)
+{
+    ps_sync_t bsp = sync_of("bsp"), asp = sync_of("asp");
+    ps_sync_t over = {.kind = PS_SYNC_SSP, .staleness = PS_MAX_STALENESS + 1};
+    ck_assert_ptr_null(ps_agg_create(4, &asp, 2));
+    ck_assert_ptr_null(ps_agg_create(0, &bsp, 2));
+    ck_assert_ptr_null(ps_agg_create(4, &bsp, 0));
+    ck_assert_ptr_null(ps_agg_create(4, &bsp, PS_MAX_LOCAL_WORKERS + 1));
+    ck_assert_ptr_null(ps_agg_create(4, &over, 2));
+    ck_assert_ptr_null(ps_agg_create(4, NULL, 2));
+    ps_agg_t *ok = ps_agg_create(4, &bsp, PS_MAX_LOCAL_WORKERS);
+    ck_assert_ptr_nonnull(ok);
+    ps_agg_destroy(ok);
+    ps_agg_destroy(NULL);
+}
+END_TEST
+
+START_TEST(test_agg_sums)
+{
+    ps_agg_t *agg = agg_new(5, "bsp", 3);
+    const float w0[] = {1, 2, 3, 4, 5}, w1[] = {0.5f, 0.25f}, w2[] = {8, 16};
+    const uint64_t k2[] = {4, 0};
+    ck_assert_int_eq(ps_agg_push(agg, 0, 1, 0, 0, 5, NULL, w0), 1);
+    ck_assert_int_eq(ps_agg_push(agg, 1, 1, 0, 3, 2, NULL, w1), 1);
+    ck_assert_int_eq(ps_agg_push(agg, 2, 1, 0, 0, 2, k2, w2), 1);
+    ck_assert_int_eq(ps_agg_push(agg, 0, 2, 0, 1, 1, NULL, w1), 1); /* a second push, same clock */
+    ck_assert_ptr_null(ps_agg_sum(agg, 0));
+    ck_assert_int_eq(ps_agg_close(agg, 0, 0), 2);
+    ck_assert_int_eq(ps_agg_close(agg, 2, 0), 2);
+    ck_assert_ptr_null(ps_agg_sum(agg, 0)); /* worker 1 still open */
+    ck_assert_uint_eq(ps_agg_clock_of(agg, 0), 1);
+    ck_assert_uint_eq(ps_agg_clock_of(agg, 1), 0);
+    ck_assert_int_eq(ps_agg_close(agg, 1, 0), 1);
+    const float want[] = {1 + 16, 2 + 0.5f, 3, 4 + 0.5f, 5 + 0.25f + 8};
+    assert_sum(ps_agg_sum(agg, 0), want, 5);
+    /* a clock nobody pushed into: zeros once complete */
+    ck_assert_int_eq(ps_agg_close(agg, 0, 1), 2);
+    ck_assert_int_eq(ps_agg_close(agg, 1, 1), 2);
+    ck_assert_ptr_null(ps_agg_sum(agg, 1));
+    ck_assert_int_eq(ps_agg_close(agg, 2, 1), 1);
+    const float zeros[5] = {0};
+    assert_sum(ps_agg_sum(agg, 1), zeros, 5);
+    assert_sum(ps_agg_sum(agg, 0), want, 5); /* clock 0 stays until released */
+    ps_agg_destroy(agg);
+}
+END_TEST
+
+START_TEST(test_agg_ssp_fast_worker)
+{
+    ps_agg_t *agg = agg_new(2, "ssp:2", 2);
+    const float one[] = {1, 0}, ten[] = {10, 0}, hundred[] = {100, 0}, slow[] = {0, 5};
+    ck_assert_int_eq(ps_agg_push(agg, 0, 1, 0, 0, 2, NULL, one), 1);
+    ck_assert_int_eq(ps_agg_close(agg, 0, 0), 2);
+    ck_assert_int_eq(ps_agg_push(agg, 0, 2, 1, 0, 2, NULL, ten), 1);
+    ck_assert_int_eq(ps_agg_close(agg, 0, 1), 2);
+    ck_assert_int_eq(ps_agg_push(agg, 0, 3, 2, 0, 2, NULL, hundred), 1);
+    /* worker 0 at clock 2 with clocks 0, 1 and 2 open */
+    ck_assert_uint_eq(ps_agg_clock_of(agg, 0), 2);
+    ck_assert_ptr_null(ps_agg_sum(agg, 0));
+    ck_assert_ptr_null(ps_agg_sum(agg, 1));
+    /* worker 1 may not push into a clock other than its own */
+    ck_assert_int_eq(ps_agg_push(agg, 1, 1, 1, 0, 2, NULL, slow), -EINVAL);
+    ck_assert_int_eq(ps_agg_push(agg, 1, 1, 0, 0, 2, NULL, slow), 1);
+    ck_assert_int_eq(ps_agg_close(agg, 1, 0), 1);
+    const float want0[] = {1, 5};
+    assert_sum(ps_agg_sum(agg, 0), want0, 2);
+    ck_assert_ptr_null(ps_agg_sum(agg, 1));
+    ck_assert_int_eq(ps_agg_close(agg, 1, 1), 1);
+    const float want1[] = {10, 0};
+    assert_sum(ps_agg_sum(agg, 1), want1, 2);
+    ck_assert_ptr_null(ps_agg_sum(agg, 2));
+    ck_assert_int_eq(ps_agg_close(agg, 0, 2), 2);
+    ck_assert_int_eq(ps_agg_close(agg, 1, 2), 1);
+    const float want2[] = {100, 0};
+    assert_sum(ps_agg_sum(agg, 2), want2, 2);
+    ps_agg_destroy(agg);
+}
+END_TEST
+
+START_TEST(test_agg_duplicates_and_bad)
+{
+    ps_agg_t *agg = agg_new(3, "bsp", 2);
+    const float a[] = {1, 2, 3};
+    ck_assert_int_eq(ps_agg_push(agg, 0, 7, 0, 0, 3, NULL, a), 1);
+    uint64_t bytes = ps_agg_bytes(agg);
+    ck_assert_int_eq(ps_agg_push(agg, 0, 7, 0, 0, 3, NULL, a), 0);
+    ck_assert_int_eq(ps_agg_push(agg, 0, 6, 0, 0, 3, NULL, a), 0);
+
+    const float nan_v[] = {NAN}, inf_v[] = {1, INFINITY};
+    const uint64_t far[] = {3}, huge[] = {UINT64_MAX};
+    ck_assert_int_eq(ps_agg_push(agg, 2, 8, 0, 0, 3, NULL, a), -EINVAL);   /* worker */
+    ck_assert_int_eq(ps_agg_push(agg, 0, 8, 1, 0, 3, NULL, a), -EINVAL);   /* not its clock */
+    ck_assert_int_eq(ps_agg_push(agg, 0, 8, 0, 1, 3, NULL, a), -EINVAL);   /* range */
+    ck_assert_int_eq(ps_agg_push(agg, 0, 8, 0, UINT64_MAX, 2, NULL, a), -EINVAL);
+    ck_assert_int_eq(ps_agg_push(agg, 0, 8, 0, 0, 1, far, a), -EINVAL);    /* key */
+    ck_assert_int_eq(ps_agg_push(agg, 0, 8, 0, 0, 1, huge, a), -EINVAL);
+    ck_assert_int_eq(ps_agg_push(agg, 0, 8, 0, 0, 1, NULL, nan_v), -EINVAL);
+    ck_assert_int_eq(ps_agg_push(agg, 0, 8, 0, 0, 2, NULL, inf_v), -EINVAL);
+    ck_assert_int_eq(ps_agg_push(agg, 0, 8, 0, 0, 2, NULL, NULL), -EINVAL);
+    ck_assert_int_eq(ps_agg_push(NULL, 0, 8, 0, 0, 3, NULL, a), -EINVAL);
+    ck_assert_int_eq(ps_agg_close(agg, 2, 0), -EINVAL);
+    ck_assert_int_eq(ps_agg_close(agg, 0, 1), -EINVAL); /* not its clock */
+    ck_assert_int_eq(ps_agg_close(NULL, 0, 0), -EINVAL);
+    ck_assert_uint_eq(ps_agg_bytes(agg), bytes);
+    ck_assert_uint_eq(ps_agg_clock_of(agg, 0), 0);
+
+    /* seq 8 was never recorded */
+    const float b[] = {0.5f};
+    ck_assert_int_eq(ps_agg_push(agg, 0, 8, 0, 2, 1, NULL, b), 1);
+    ck_assert_int_eq(ps_agg_close(agg, 0, 0), 2);
+    ck_assert_int_eq(ps_agg_close(agg, 0, 0), 0); /* a repeat */
+    ck_assert_int_eq(ps_agg_push(agg, 0, 9, 0, 0, 3, NULL, a), -EINVAL); /* closed clock */
+    ck_assert_int_eq(ps_agg_close(agg, 1, 0), 1);
+    ck_assert_int_eq(ps_agg_close(agg, 1, 0), 0);
+    const float want[] = {1, 2, 3.5f};
+    assert_sum(ps_agg_sum(agg, 0), want, 3);
+    ps_agg_destroy(agg);
+}
+END_TEST
+
+START_TEST(test_agg_release)
+{
+    ps_agg_t *agg = agg_new(1024, "ssp:1", 2);
+    uint64_t empty = ps_agg_bytes(agg);
+    const float v[] = {1};
+    ck_assert_int_eq(ps_agg_push(agg, 0, 1, 0, 0, 1, NULL, v), 1);
+    ck_assert_uint_ge(ps_agg_bytes(agg), empty + 1024 * sizeof(float));
+    ck_assert_int_eq(ps_agg_close(agg, 0, 0), 2);
+    ps_agg_release(agg, 0); /* not complete: nothing */
+    ck_assert_int_eq(ps_agg_close(agg, 1, 0), 1);
+    ck_assert_ptr_nonnull(ps_agg_sum(agg, 0));
+    ck_assert_int_eq(ps_agg_close(agg, 0, 1), 2);
+    ck_assert_int_eq(ps_agg_close(agg, 1, 1), 1);
+    ck_assert_ptr_nonnull(ps_agg_sum(agg, 1));
+    uint64_t two = ps_agg_bytes(agg);
+    ps_agg_release(agg, 0);
+    ck_assert_ptr_null(ps_agg_sum(agg, 0));
+    ck_assert_ptr_nonnull(ps_agg_sum(agg, 1));
+    ck_assert_uint_eq(ps_agg_bytes(agg), two - 1024 * sizeof(float));
+    ps_agg_release(agg, 0); /* twice: nothing */
+    ps_agg_release(agg, 1);
+    ps_agg_release(agg, 99); /* never existed */
+    ck_assert_ptr_null(ps_agg_sum(agg, 1));
+    ck_assert_uint_eq(ps_agg_bytes(agg), two - 2 * 1024 * sizeof(float));
+    ps_agg_destroy(agg);
+}
+END_TEST
+
+static Suite *ps_core_suite(void)
+{
+    Suite *s = suite_create("ps_core");
+    TCase *text = tcase_create("text");
+    tcase_add_test(text, test_rule_parse_good);
+    tcase_add_test(text, test_rule_parse_bad);
+    tcase_add_test(text, test_rule_format);
+    tcase_add_test(text, test_sync_parse_format);
+    tcase_add_test(text, test_sync_min_done);
+    tcase_add_test(text, test_name_valid);
+    suite_add_tcase(s, text);
+
+    TCase *placement = tcase_create("placement");
+    tcase_add_test(placement, test_layout_cuts);
+    tcase_add_test(placement, test_layout_bad);
+    tcase_add_test(placement, test_ring_order_independent);
+    tcase_add_test(placement, test_ring_reference);
+    tcase_add_test(placement, test_ring_bad);
+    tcase_add_test(placement, test_ring_balance);
+    tcase_add_test(placement, test_ring_join);
+    tcase_set_timeout(placement, 60);
+    suite_add_tcase(s, placement);
+
+    TCase *shard = tcase_create("shard");
+    tcase_add_test(shard, test_shard_create_bad);
+    tcase_add_test(shard, test_shard_bsp_every_source);
+    tcase_add_test(shard, test_shard_bsp_clock_order);
+    tcase_add_test(shard, test_shard_ssp_buffers);
+    tcase_add_test(shard, test_shard_asp_at_once);
+    tcase_add_test(shard, test_shard_duplicates);
+    tcase_add_test(shard, test_shard_keys_and_ranges);
+    tcase_add_test(shard, test_shard_bad_input);
+    tcase_add_test(shard, test_shard_arithmetic);
+    tcase_set_timeout(shard, 60);
+    suite_add_tcase(s, shard);
+
+    TCase *agg = tcase_create("agg");
+    tcase_add_test(agg, test_agg_create_bad);
+    tcase_add_test(agg, test_agg_sums);
+    tcase_add_test(agg, test_agg_ssp_fast_worker);
+    tcase_add_test(agg, test_agg_duplicates_and_bad);
+    tcase_add_test(agg, test_agg_release);
+    suite_add_tcase(s, agg);
+    return s;
+}
+
+int main(void)
+{
+    return check_run_suite(ps_core_suite());
+}

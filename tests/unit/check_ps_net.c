@@ -1,0 +1,729 @@
+/* Unit tests of the parameter servers' data plane (salusd/ps_net*.c) over UCX's tcp transport
+ * on the loopback interface: two nets in one process on one event loop exchange addresses and
+ * messages of 0 B to 64 MiB that arrive intact and in order; a wrong token, an unknown sender
+ * and malformed headers (sent with raw UCP) are dropped and counted; removing a peer and
+ * destroying the net fail the pending sends; `sent` is never called inside ps_net_send; and a
+ * peer in another process that gets killed makes the sends fail instead of hang. Every wait
+ * runs the loop in slices up to a deadline. */
+#include "check_run.h"
+#include "ps_net-internal.h" /* the wire header, to forge malformed ones */
+#include "ps_net.h"
+
+#include <check.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#define MAX_MSGS 512
+#define MAX_SENDS 4096
+#define MIB (1024 * 1024)
+
+typedef struct got_s {
+    char node[PS_NET_NODE_BYTES];
+    uint32_t seq; /* the first 4 bytes of the caller's header */
+    size_t header_len, payload_len;
+    int payload_ok;
+} got_t;
+
+typedef struct side_s {
+    ps_net_t *net;
+    int received;
+    got_t got[MAX_MSGS];
+    int echo; /* send every message back to its sender */
+} side_t;
+
+typedef struct send_rec_s {
+    int calls;
+    int status;
+} send_rec_t;
+
+static struct event_base *base;
+static side_t a, b;
+static send_rec_t sends[MAX_SENDS];
+static int in_send;          /* set while ps_net_send runs */
+static int sent_inside_send; /* `sent` called while in_send: must stay 0 */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint8_t pattern(size_t i, uint32_t seq)
+{
+    return (uint8_t)(i * 7 + seq * 13 + (i >> 12));
+}
+
+static void on_recv(void *ctx, const char *node, const void *header, size_t header_len,
+                    const void *payload, size_t payload_len)
+{
+    side_t *s = ctx;
+    ck_assert_int_lt(s->received, MAX_MSGS);
+    got_t *g = &s->got[s->received++];
+    snprintf(g->node, sizeof(g->node), "%s", node);
+    g->header_len = header_len;
+    g->payload_len = payload_len;
+    if (header_len >= 4)
+        memcpy(&g->seq, header, 4);
+    g->payload_ok = 1;
+    const uint8_t *p = payload;
+    for (size_t i = 0; i < payload_len; i++) {
+        if (p[i] != pattern(i, g->seq)) {
+            g->payload_ok = 0;
+            break;
+        }
+    }
+    if (header_len > 4) { /* the rest of the header: bytes 4.. are (i & 0xff) */
+        const uint8_t *h = header;
+        for (size_t i = 4; i < header_len; i++)
+            if (h[i] != (uint8_t)i)
+                g->payload_ok = 0;
+    }
+}
+
+static void on_sent(void *ctx, int status)
+{
+    send_rec_t *r = ctx;
+    if (in_send)
+        sent_inside_send++;
+    r->calls++;
+    r->status = status;
+}
+
+static int run_until(int (*done)(void *), void *arg, int timeout_ms)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    while (!done(arg)) {
+        if (now_ms() >= deadline)
+            return 0;
+        struct timeval slice = {0, 10000};
+        event_base_loopexit(base, &slice);
+        event_base_dispatch(base);
+    }
+    return 1;
+}
+
+static uint8_t *make_payload(size_t len, uint32_t seq)
+{
+    uint8_t *p = malloc(len ? len : 1);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < len; i++)
+        p[i] = pattern(i, seq);
+    return p;
+}
+
+/* Sends seq's message: a header of header_len bytes (seq, then i & 0xff) and payload. */
+static int send_msg(ps_net_t *net, const char *to, uint32_t seq, size_t header_len,
+                    const void *payload, size_t payload_len, send_rec_t *rec)
+{
+    uint8_t header[PS_NET_MAX_HEADER + 8];
+    ck_assert_uint_ge(header_len, 4);
+    memcpy(header, &seq, 4);
+    for (size_t i = 4; i < header_len; i++)
+        header[i] = (uint8_t)i;
+    in_send = 1;
+    int rc = ps_net_send(net, to, header, header_len, payload, payload_len, on_sent, rec);
+    in_send = 0;
+    if (rc == 0)
+        ck_assert_int_eq(rec->calls, 0); /* never from inside ps_net_send */
+    return rc;
+}
+
+static void make_net(side_t *s, const char *name)
+{
+    char err[256] = "";
+    memset(s, 0, sizeof(*s));
+    int rc = ps_net_create(base, name, on_recv, s, &s->net, err, sizeof(err));
+    ck_assert_msg(rc == 0, "ps_net_create: %d %s", rc, err);
+}
+
+/* a and b know each other: a's messages carry b's token for a (1111), b's carry a's (2222). */
+static void link_nets(side_t *x, const char *xname, side_t *y, const char *yname,
+                      uint64_t x_send, uint64_t y_recv)
+{
+    const void *addr;
+    size_t len;
+    ck_assert_int_eq(ps_net_address(y->net, &addr, &len), 0);
+    ck_assert_int_eq(ps_net_add_peer(x->net, yname, addr, len, x_send, 2222), 0);
+    ck_assert_int_eq(ps_net_address(x->net, &addr, &len), 0);
+    ck_assert_int_eq(ps_net_add_peer(y->net, xname, addr, len, 2222, y_recv), 0);
+    ck_assert(ps_net_has_peer(x->net, yname));
+    ck_assert(ps_net_has_peer(y->net, xname));
+}
+
+static void setup(void)
+{
+    setenv("UCX_TLS", "tcp", 1);
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    base = event_base_new();
+    ck_assert_ptr_nonnull(base);
+    memset(sends, 0, sizeof(sends));
+    in_send = sent_inside_send = 0;
+    make_net(&a, "node-a");
+    make_net(&b, "node-b");
+}
+
+static void teardown(void)
+{
+    ps_net_destroy(a.net);
+    ps_net_destroy(b.net);
+    a.net = b.net = NULL;
+    event_base_free(base);
+    ck_assert_int_eq(sent_inside_send, 0);
+}
+
+typedef struct want_s {
+    side_t *side;
+    int received;
+    int sends;
+} want_t;
+
+static int enough(void *arg)
+{
+    want_t *w = arg;
+    for (int i = 0; i < w->sends; i++)
+        if (sends[i].calls == 0)
+            return 0;
+    return !w->side || w->side->received >= w->received;
+}
+
+START_TEST(test_sizes_arrive_intact_in_order)
+{
+    link_nets(&a, "node-a", &b, "node-b", 1111, 1111);
+    const size_t sizes[] = {0, 1024, MIB, 64 * MIB, 1024, 0, 3 * MIB + 7};
+    const size_t headers[] = {4, 100, PS_NET_MAX_HEADER, 4, 16, PS_NET_MAX_HEADER, 9};
+    enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+    uint8_t *payloads[N];
+    for (uint32_t i = 0; i < N; i++) {
+        payloads[i] = make_payload(sizes[i], i);
+        ck_assert_int_eq(send_msg(a.net, "node-b", i, headers[i], sizes[i] ? payloads[i] : NULL,
+                                  sizes[i], &sends[i]), 0);
+    }
+    want_t w = {&b, N, N};
+    ck_assert_msg(run_until(enough, &w, 60000), "received %d of %d", b.received, N);
+    for (uint32_t i = 0; i < N; i++) {
+        ck_assert_int_eq(sends[i].calls, 1);
+        ck_assert_int_eq(sends[i].status, 0);
+        ck_assert_str_eq(b.got[i].node, "node-a");
+        ck_assert_uint_eq(b.got[i].seq, i); /* in order, also behind the 64 MiB one */
+        ck_assert_uint_eq(b.got[i].header_len, headers[i]);
+        ck_assert_uint_eq(b.got[i].payload_len, sizes[i]);
+        ck_assert_msg(b.got[i].payload_ok, "message %u arrived damaged", i);
+        free(payloads[i]);
+    }
+    ps_net_stats_t st;
+    ps_net_get_stats(b.net, &st);
+    ck_assert_uint_eq(st.messages_received, N);
+    ck_assert_uint_eq(st.dropped, 0);
+    ps_net_get_stats(a.net, &st);
+    ck_assert_uint_eq(st.messages_sent, N);
+    ck_assert_uint_eq(st.send_errors, 0);
+
+    /* and back: b to a */
+    uint8_t *back = make_payload(MIB, 9);
+    ck_assert_int_eq(send_msg(b.net, "node-a", 9, 4, back, MIB, &sends[N]), 0);
+    want_t w2 = {&a, 1, N + 1};
+    ck_assert(run_until(enough, &w2, 20000));
+    ck_assert(a.got[0].payload_ok);
+    ck_assert_str_eq(a.got[0].node, "node-b");
+    free(back);
+}
+END_TEST
+
+/* Both ways at once, sizes mixed so that eager messages queue behind rendezvous ones still
+ * arriving: every message in order, intact. */
+START_TEST(test_mixed_sizes_both_ways_in_order)
+{
+    link_nets(&a, "node-a", &b, "node-b", 1111, 1111);
+    enum { N = 200 };
+    static const size_t sizes[] = {0, 100, 9000, 70000, 1 * MIB, 5, 300000, 2 * MIB + 3};
+    enum { K = sizeof(sizes) / sizeof(sizes[0]) };
+    uint8_t *payloads[K];
+    for (uint32_t k = 0; k < K; k++)
+        payloads[k] = make_payload(sizes[k], k);
+    for (uint32_t i = 0; i < N; i++) {
+        /* seq i uses payload (i % K), made with seq (i % K): the check uses seq, so the seq
+         * in the header is i % K and the order check uses the position */
+        uint32_t k = i % K;
+        ck_assert_int_eq(send_msg(a.net, "node-b", k, 8 + (i % 50), sizes[k] ? payloads[k] : NULL,
+                                  sizes[k], &sends[i]), 0);
+        ck_assert_int_eq(send_msg(b.net, "node-a", k, 8, sizes[k] ? payloads[k] : NULL, sizes[k],
+                                  &sends[N + i]), 0);
+    }
+    want_t w = {&b, N, 2 * N};
+    ck_assert_msg(run_until(enough, &w, 60000), "b received %d of %d", b.received, N);
+    want_t w2 = {&a, N, 2 * N};
+    ck_assert_msg(run_until(enough, &w2, 60000), "a received %d of %d", a.received, N);
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t k = i % K;
+        ck_assert_int_eq(sends[i].status, 0);
+        ck_assert_int_eq(sends[N + i].status, 0);
+        ck_assert_uint_eq(b.got[i].seq, k);
+        ck_assert_uint_eq(b.got[i].payload_len, sizes[k]);
+        ck_assert_uint_eq(b.got[i].header_len, 8 + (i % 50));
+        ck_assert(b.got[i].payload_ok);
+        ck_assert_uint_eq(a.got[i].seq, k);
+        ck_assert_uint_eq(a.got[i].payload_len, sizes[k]);
+        ck_assert(a.got[i].payload_ok);
+    }
+    for (uint32_t k = 0; k < K; k++)
+        free(payloads[k]);
+}
+END_TEST
+
+START_TEST(test_bad_arguments)
+{
+    link_nets(&a, "node-a", &b, "node-b", 1111, 1111);
+    uint8_t h[PS_NET_MAX_HEADER + 1] = {0};
+    ck_assert_int_eq(ps_net_send(a.net, "node-x", h, 4, NULL, 0, on_sent, &sends[0]), -ENOENT);
+    ck_assert_int_eq(ps_net_send(a.net, "node-b", h, sizeof(h), NULL, 0, on_sent, &sends[0]),
+                     -EMSGSIZE);
+    ck_assert_int_eq(ps_net_send(a.net, "node-b", h, 4, h, PS_NET_MAX_PAYLOAD + 1, on_sent,
+                                 &sends[0]), -EMSGSIZE);
+    ck_assert_int_eq(ps_net_send(a.net, "node-b", h, 4, NULL, 8, on_sent, &sends[0]), -EINVAL);
+    ck_assert_int_eq(sends[0].calls, 0);
+    ck_assert_int_eq(ps_net_add_peer(a.net, "", h, 4, 1, 1), -EINVAL);
+    char longname[PS_NET_NODE_BYTES + 1];
+    memset(longname, 'x', sizeof(longname) - 1);
+    longname[PS_NET_NODE_BYTES] = '\0';
+    ck_assert_int_eq(ps_net_add_peer(a.net, longname, h, 4, 1, 1), -EINVAL);
+    ck_assert_int_eq(ps_net_add_peer(a.net, "node-c", NULL, 0, 1, 1), -EINVAL);
+    ps_net_remove_peer(a.net, "nobody"); /* no-op */
+    ck_assert(ps_net_has_peer(a.net, "node-b"));
+    ps_net_t *net = NULL;
+    char err[128];
+    ck_assert_int_eq(ps_net_create(base, "", on_recv, NULL, &net, err, sizeof(err)), -EINVAL);
+    ck_assert_ptr_null(net);
+}
+END_TEST
+
+static int dropped_at_least(void *arg)
+{
+    const uint64_t *want = arg;
+    ps_net_stats_t st;
+    ps_net_get_stats(b.net, &st);
+    return st.dropped >= *want && sends[0].calls && sends[1].calls;
+}
+
+START_TEST(test_wrong_token_dropped)
+{
+    link_nets(&a, "node-a", &b, "node-b", 1111, 9999); /* b expects 9999, a sends 1111 */
+    uint8_t *big = make_payload(MIB, 1);
+    ck_assert_int_eq(send_msg(a.net, "node-b", 0, 8, NULL, 0, &sends[0]), 0);
+    ck_assert_int_eq(send_msg(a.net, "node-b", 1, 8, big, MIB, &sends[1]), 0); /* rendezvous */
+    uint64_t want = 2;
+    ck_assert(run_until(dropped_at_least, &want, 20000));
+    ck_assert_int_eq(b.received, 0);
+    ps_net_stats_t st;
+    ps_net_get_stats(b.net, &st);
+    ck_assert_uint_eq(st.dropped, 2);
+    ck_assert_uint_eq(st.messages_received, 0);
+    ck_assert_int_eq(sends[0].calls, 1);
+    ck_assert_int_eq(sends[1].calls, 1);
+    free(big);
+}
+END_TEST
+
+START_TEST(test_unknown_sender_dropped)
+{
+    /* a knows b, b does not know a */
+    const void *addr;
+    size_t len;
+    ck_assert_int_eq(ps_net_address(b.net, &addr, &len), 0);
+    ck_assert_int_eq(ps_net_add_peer(a.net, "node-b", addr, len, 1111, 2222), 0);
+    uint8_t *big = make_payload(2 * MIB, 1);
+    ck_assert_int_eq(send_msg(a.net, "node-b", 0, 8, NULL, 0, &sends[0]), 0);
+    ck_assert_int_eq(send_msg(a.net, "node-b", 1, 8, big, 2 * MIB, &sends[1]), 0);
+    uint64_t want = 2;
+    ck_assert(run_until(dropped_at_least, &want, 20000));
+    ck_assert_int_eq(b.received, 0);
+    ps_net_stats_t st;
+    ps_net_get_stats(b.net, &st);
+    ck_assert_uint_eq(st.dropped, 2);
+    /* the refused rendezvous reports an error to its sender */
+    ck_assert_int_lt(sends[1].status, 0);
+    free(big);
+}
+END_TEST
+
+/* Raw UCP, outside ps_net, to put malformed headers on the wire. */
+typedef struct raw_s {
+    ucp_context_h context;
+    ucp_worker_h worker;
+    ucp_ep_h ep;
+    int done;
+} raw_t;
+
+static void raw_sent(void *request, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    ((raw_t *)user_data)->done++;
+    ucp_request_free(request);
+}
+
+static void raw_send(raw_t *raw, const void *header, size_t header_len, size_t payload_len)
+{
+    static uint8_t payload[64 * 1024];
+    ucp_request_param_t param = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = raw_sent,
+        .user_data = raw,
+    };
+    ucs_status_ptr_t r = ucp_am_send_nbx(raw->ep, PS_NET_AM_ID, header, header_len, payload,
+                                         payload_len, &param);
+    ck_assert(!UCS_PTR_IS_ERR(r));
+    if (!r)
+        raw->done++;
+}
+
+static int raw_progress_dropped(void *arg)
+{
+    raw_t *raw = arg;
+    ucp_worker_progress(raw->worker);
+    ps_net_stats_t st;
+    ps_net_get_stats(b.net, &st);
+    return st.dropped >= 5 && raw->done >= 5;
+}
+
+START_TEST(test_malformed_headers_dropped)
+{
+    link_nets(&a, "node-a", &b, "node-b", 1111, 1111); /* node-a is a known sender */
+    raw_t raw = {0};
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+    ck_assert_int_eq(ucp_init(&params, NULL, &raw.context), UCS_OK);
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    ck_assert_int_eq(ucp_worker_create(raw.context, &wp, &raw.worker), UCS_OK);
+    const void *addr;
+    size_t len;
+    ck_assert_int_eq(ps_net_address(b.net, &addr, &len), 0);
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS, .address = addr};
+    ck_assert_int_eq(ucp_ep_create(raw.worker, &ep, &raw.ep), UCS_OK);
+
+    uint8_t good[PS_NET_WIRE_FIXED + 8] = {0};
+    uint32_t magic = PS_NET_WIRE_MAGIC; /* the tests run on little-endian machines */
+    uint16_t version = PS_NET_WIRE_VERSION, caller = 8;
+    uint64_t token = 1111;
+    memcpy(good, &magic, 4);
+    memcpy(good + 4, &version, 2);
+    memcpy(good + 6, &caller, 2);
+    strcpy((char *)good + 8, "node-a");
+    memcpy(good + 8 + PS_NET_NODE_BYTES, &token, 8);
+
+    uint8_t bad[sizeof(good)];
+    raw_send(&raw, good, 10, 0); /* too short for our header */
+    memcpy(bad, good, sizeof(bad));
+    uint16_t huge = 60000;
+    memcpy(bad + 6, &huge, 2); /* claims a caller header longer than what came */
+    raw_send(&raw, bad, sizeof(bad), 100);
+    memcpy(bad, good, sizeof(bad));
+    memset(bad + 8, 'x', PS_NET_NODE_BYTES); /* a sender name without its NUL */
+    raw_send(&raw, bad, sizeof(bad), 0);
+    memcpy(bad, good, sizeof(bad));
+    bad[0] ^= 0xff; /* wrong magic */
+    raw_send(&raw, bad, sizeof(bad), 0);
+    memcpy(bad, good, sizeof(bad));
+    caller = 7;
+    memcpy(bad + 6, &caller, 2); /* one byte more came than it says */
+    raw_send(&raw, bad, sizeof(bad), 64 * 1024);
+    ck_assert_msg(run_until(raw_progress_dropped, &raw, 20000), "not all dropped");
+    ps_net_stats_t st;
+    ps_net_get_stats(b.net, &st);
+    ck_assert_uint_eq(st.dropped, 5);
+    ck_assert_int_eq(b.received, 0);
+
+    /* the well-formed one is taken */
+    raw_send(&raw, good, sizeof(good), 0);
+    int64_t deadline = now_ms() + 20000;
+    while (b.received < 1 && now_ms() < deadline) {
+        ucp_worker_progress(raw.worker);
+        struct timeval slice = {0, 1000};
+        event_base_loopexit(base, &slice);
+        event_base_dispatch(base);
+    }
+    ck_assert_int_eq(b.received, 1);
+    ck_assert_str_eq(b.got[0].node, "node-a");
+
+    ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                              .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    ucs_status_ptr_t r = ucp_ep_close_nbx(raw.ep, &cp);
+    while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
+        ucp_worker_progress(raw.worker);
+    if (UCS_PTR_IS_PTR(r))
+        ucp_request_free(r);
+    ucp_worker_destroy(raw.worker);
+    ucp_cleanup(raw.context);
+}
+END_TEST
+
+START_TEST(test_remove_peer_fails_pending)
+{
+    link_nets(&a, "node-a", &b, "node-b", 1111, 1111);
+    enum { N = 3 };
+    uint8_t *big = make_payload(64 * MIB, 0);
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(send_msg(a.net, "node-b", 0, 4, big, 64 * MIB, &sends[i]), 0);
+    ps_net_remove_peer(a.net, "node-b");
+    ck_assert(!ps_net_has_peer(a.net, "node-b"));
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(sends[i].calls, 0); /* later, from the loop */
+    want_t w = {NULL, 0, N};
+    ck_assert(run_until(enough, &w, 20000));
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(sends[i].calls, 1);
+        ck_assert_int_eq(sends[i].status, -ECONNRESET);
+    }
+    ck_assert_int_eq(send_msg(a.net, "node-b", 0, 4, NULL, 0, &sends[N]), -ENOENT);
+    /* added again, it works again */
+    const void *addr;
+    size_t len;
+    ck_assert_int_eq(ps_net_address(b.net, &addr, &len), 0);
+    ck_assert_int_eq(ps_net_add_peer(a.net, "node-b", addr, len, 1111, 2222), 0);
+    ck_assert_int_eq(send_msg(a.net, "node-b", 5, 4, big, MIB, &sends[N]), 0);
+    want_t w2 = {&b, 1, N + 1};
+    ck_assert(run_until(enough, &w2, 20000));
+    ck_assert_int_eq(sends[N].status, 0);
+    ck_assert_uint_eq(b.got[b.received - 1].seq, 5);
+    free(big);
+}
+END_TEST
+
+START_TEST(test_destroy_with_pending_sends)
+{
+    link_nets(&a, "node-a", &b, "node-b", 1111, 1111);
+    enum { N = 3 };
+    uint8_t *big = make_payload(64 * MIB, 0);
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(send_msg(a.net, "node-b", 0, 4, big, 64 * MIB, &sends[i]), 0);
+    ck_assert_int_eq(send_msg(a.net, "node-b", 1, 4, NULL, 0, &sends[N]), 0);
+    ps_net_destroy(a.net);
+    a.net = NULL;
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(sends[i].calls, 1);
+        ck_assert_int_eq(sends[i].status, -ECANCELED);
+    }
+    ck_assert_int_eq(sends[N].calls, 1); /* sent already or cancelled, but called once */
+    /* b survives its peer's going: its loop runs on */
+    struct timeval slice = {0, 100000};
+    event_base_loopexit(base, &slice);
+    event_base_dispatch(base);
+    free(big);
+}
+END_TEST
+
+/* The child process (this program run again with --ps-net-child): a net named node-child
+ * that echoes every message back, its address to stdout, the parent's from stdin. */
+static int write_all(int fd, const void *p, size_t len)
+{
+    const uint8_t *c = p;
+    while (len) {
+        ssize_t n = write(fd, c, len);
+        if (n <= 0)
+            return -1;
+        c += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *p, size_t len)
+{
+    uint8_t *c = p;
+    while (len) {
+        ssize_t n = read(fd, c, len);
+        if (n <= 0)
+            return -1;
+        c += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static side_t child;
+static uint8_t echo_buf[MIB];
+
+static void child_sent(void *ctx, int status)
+{
+    (void)ctx;
+    (void)status;
+}
+
+static void child_recv(void *ctx, const char *node, const void *header, size_t header_len,
+                       const void *payload, size_t payload_len)
+{
+    (void)ctx;
+    if (payload_len > sizeof(echo_buf))
+        payload_len = sizeof(echo_buf);
+    if (payload_len)
+        memcpy(echo_buf, payload, payload_len);
+    ps_net_send(child.net, node, header, header_len, payload_len ? echo_buf : NULL, payload_len,
+                child_sent, NULL);
+}
+
+static int child_main(void)
+{
+    base = event_base_new();
+    char err[256];
+    if (!base || ps_net_create(base, "node-child", child_recv, NULL, &child.net, err,
+                               sizeof(err)) != 0) {
+        fprintf(stderr, "child: %s\n", err);
+        return 1;
+    }
+    const void *addr;
+    size_t len;
+    ps_net_address(child.net, &addr, &len);
+    uint64_t n = len;
+    if (write_all(1, &n, 8) || write_all(1, addr, len))
+        return 1;
+    if (read_all(0, &n, 8) || n > 65536)
+        return 1;
+    void *parent = malloc(n);
+    if (!parent || read_all(0, parent, n))
+        return 1;
+    if (ps_net_add_peer(child.net, "node-a", parent, n, 2222, 1111) != 0)
+        return 1;
+    free(parent);
+    event_base_dispatch(base); /* until killed */
+    return 0;
+}
+
+static int got_echo(void *arg)
+{
+    (void)arg;
+    return a.received >= 1;
+}
+
+typedef struct failing_s {
+    int accepted;
+    int refused_rc;
+    uint8_t *payload;
+} failing_t;
+
+/* Sends one 1 MiB message per slice until ps_net_send refuses (the peer is marked failed). */
+static int send_until_refused(void *arg)
+{
+    failing_t *f = arg;
+    if (f->accepted >= MAX_SENDS - 1)
+        return 1;
+    int rc = send_msg(a.net, "node-child", 100, 4, f->payload, MIB, &sends[f->accepted]);
+    if (rc == 0) {
+        f->accepted++;
+        return 0;
+    }
+    f->refused_rc = rc;
+    return 1;
+}
+
+static int all_called(void *arg)
+{
+    failing_t *f = arg;
+    for (int i = 0; i < f->accepted; i++)
+        if (sends[i].calls == 0)
+            return 0;
+    return 1;
+}
+
+START_TEST(test_peer_process_killed)
+{
+    int to_child[2], from_child[2];
+    ck_assert_int_eq(pipe(to_child), 0);
+    ck_assert_int_eq(pipe(from_child), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(to_child[0], 0);
+        dup2(from_child[1], 1);
+        close(to_child[1]);
+        close(from_child[0]);
+        execl("/proc/self/exe", "check_ps_net", "--ps-net-child", (char *)NULL);
+        _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    uint64_t n = 0;
+    int ok = read_all(from_child[0], &n, 8) == 0 && n > 0 && n <= 65536;
+    void *caddr = ok ? malloc(n) : NULL;
+    ok = ok && caddr && read_all(from_child[0], caddr, n) == 0;
+    if (!ok) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        ck_abort_msg("the child did not send its address");
+    }
+    ck_assert_int_eq(ps_net_add_peer(a.net, "node-child", caddr, n, 1111, 2222), 0);
+    free(caddr);
+    const void *addr;
+    size_t len;
+    ck_assert_int_eq(ps_net_address(a.net, &addr, &len), 0);
+    uint64_t len64 = len;
+    ck_assert_int_eq(write_all(to_child[1], &len64, 8), 0);
+    ck_assert_int_eq(write_all(to_child[1], addr, len), 0);
+
+    /* the link works: a message comes back */
+    uint8_t *payload = make_payload(MIB, 100);
+    ck_assert_int_eq(send_msg(a.net, "node-child", 100, 4, payload, 4096, &sends[0]), 0);
+    int echoed = run_until(got_echo, NULL, 20000);
+    if (!echoed)
+        kill(pid, SIGKILL);
+    ck_assert_msg(echoed, "no echo from the child");
+    ck_assert_str_eq(a.got[0].node, "node-child");
+    ck_assert(a.got[0].payload_ok);
+    memset(sends, 0, sizeof(sends));
+
+    kill(pid, SIGKILL);
+    ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+    close(to_child[1]);
+    close(from_child[0]);
+
+    failing_t f = {.payload = payload};
+    ck_assert_msg(run_until(send_until_refused, &f, 30000), "the failure was never noticed");
+    ck_assert_int_eq(f.refused_rc, -ECONNRESET);
+    ck_assert_msg(run_until(all_called, &f, 20000), "sends hang after the peer died");
+    int failed = 0;
+    for (int i = 0; i < f.accepted; i++) {
+        ck_assert_int_eq(sends[i].calls, 1);
+        failed += sends[i].status != 0;
+    }
+    /* still refused until added again */
+    ck_assert_int_eq(send_msg(a.net, "node-child", 1, 4, NULL, 0, &sends[MAX_SENDS - 1]),
+                     -ECONNRESET);
+    ck_assert(ps_net_has_peer(a.net, "node-child"));
+    ps_net_stats_t st;
+    ps_net_get_stats(a.net, &st);
+    ck_assert_uint_eq(st.send_errors, (uint64_t)failed);
+    free(payload);
+}
+END_TEST
+
+static Suite *ps_net_suite(void)
+{
+    Suite *s = suite_create("ps_net");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_sizes_arrive_intact_in_order);
+    tcase_add_test(tc, test_mixed_sizes_both_ways_in_order);
+    tcase_add_test(tc, test_bad_arguments);
+    tcase_add_test(tc, test_wrong_token_dropped);
+    tcase_add_test(tc, test_unknown_sender_dropped);
+    tcase_add_test(tc, test_malformed_headers_dropped);
+    tcase_add_test(tc, test_remove_peer_fails_pending);
+    tcase_add_test(tc, test_destroy_with_pending_sends);
+    tcase_add_test(tc, test_peer_process_killed);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--ps-net-child") == 0)
+        return child_main();
+    return check_run_suite(ps_net_suite());
+}

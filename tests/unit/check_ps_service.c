@@ -1,0 +1,568 @@
+/* Unit tests of the parameter-server service (salusd/ps.h) on a single node (no cluster): a
+ * real salusd_t with its event loop, groups made as the daemon makes them (groups_join), and
+ * the service driven through ps.h only; callbacks are awaited by running the loop until they
+ * came, with a deadline. */
+#include "groups.h"
+#include "ps.h"
+
+#include "check_run.h"
+
+#include <check.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <math.h>
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+uint64_t salusd_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static salusd_t d;
+static job_t jobs[4];
+
+static void setup(void)
+{
+    memset(&d, 0, sizeof(d));
+    memset(jobs, 0, sizeof(jobs));
+    ck_assert_int_eq(options_set_defaults(salusd_options, salusd_option_count, &d.config), 0);
+    d.base = event_base_new();
+    ck_assert_ptr_nonnull(d.base);
+    ck_assert_int_eq(ps_start(&d), 0);
+}
+
+static void teardown(void)
+{
+    ps_stop(&d);
+    groups_fini(&d);
+    event_base_free(d.base);
+}
+
+/* Ranks 0 .. world-1 of group `name` of uid as jobs[first ..]; the group's id. */
+static uint64_t make_group(const char *name, uid_t uid, uint32_t world, launch_sync_t sync,
+                           uint32_t staleness, int first)
+{
+    for (uint32_t r = 0; r < world; r++) {
+        groups_fields_t f = {.world = world, .rank = r, .local_rank = -1, .sync = sync,
+                             .staleness = staleness};
+        snprintf(f.name, sizeof(f.name), "%s", name);
+        job_t *job = &jobs[first + (int)r];
+        job->id = 100 + (uint64_t)first + r;
+        job->uid = uid;
+        char err[256] = "";
+        ck_assert_int_eq(groups_check_join(&d, uid, &f, err, sizeof(err)), 0);
+        ck_assert_int_eq(groups_join(&d, job, &f), 0);
+    }
+    return jobs[first].group_id;
+}
+
+static ps_worker_t worker_of(int job, const char *group, const void *owner)
+{
+    return (ps_worker_t){.uid = jobs[job].uid, .group_id = jobs[job].group_id, .group = group,
+                         .rank = jobs[job].group_rank, .world = jobs[job].group_world,
+                         .job_id = jobs[job].id, .owner = owner};
+}
+
+/* ---- callbacks -------------------------------------------------------------------------- */
+typedef struct result_s {
+    int called, rc;
+    char err[256];
+    ps_read_t read;
+} result_t;
+
+static void on_done(void *arg, int rc, const char *err)
+{
+    result_t *r = arg;
+    r->called++;
+    r->rc = rc;
+    snprintf(r->err, sizeof(r->err), "%s", err ? err : "");
+}
+
+static void on_pull(void *arg, int rc, const char *err, const ps_read_t *read)
+{
+    result_t *r = arg;
+    r->called++;
+    r->rc = rc;
+    snprintf(r->err, sizeof(r->err), "%s", err ? err : "");
+    if (read)
+        r->read = *read;
+}
+
+/* Runs the loop until r was called (deadline 5 s). */
+static void wait_for(result_t *r)
+{
+    uint64_t deadline = salusd_now_ns() + 5000000000ull;
+    while (!r->called && salusd_now_ns() < deadline)
+        event_base_loop(d.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    ck_assert_msg(r->called, "no callback within 5 s");
+}
+
+/* Runs the loop for a while (what is due runs; used to show that something did NOT come). */
+static void run_idle(void)
+{
+    for (int i = 0; i < 50; i++)
+        event_base_loop(d.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+}
+
+static ps_table_spec_t spec_of(const char *name, uint64_t count, const char *rule,
+                               const char *sync)
+{
+    ps_table_spec_t s;
+    memset(&s, 0, sizeof(s));
+    char err[128];
+    snprintf(s.name, sizeof(s.name), "%s", name);
+    s.count = count;
+    ck_assert_int_eq(ps_rule_parse(rule, &s.rule, err, sizeof(err)), 0);
+    ck_assert_int_eq(ps_sync_parse(sync, &s.sync, err, sizeof(err)), 0);
+    return s;
+}
+
+static uint64_t open_ok(const ps_worker_t *w, const ps_table_spec_t *spec)
+{
+    uint64_t handle = 0;
+    result_t r = {0};
+    char err[256] = "";
+    ck_assert_int_eq(ps_open(&d, w, spec, &handle, on_done, &r, err, sizeof(err)), 0);
+    ck_assert_int_eq(r.called, 0); /* never from inside the call */
+    wait_for(&r);
+    ck_assert_msg(r.rc == 0, "open: %d %s", r.rc, r.err);
+    ck_assert_uint_ne(handle, 0);
+    ck_assert_uint_eq(ps_table_count(&d, w, handle), spec->count);
+    return handle;
+}
+
+static void push_ok(const ps_worker_t *w, uint64_t h, uint64_t clock, uint64_t seq,
+                    uint64_t offset, uint64_t n, const float *values)
+{
+    ps_push_id_t id = {.rank = w->rank, .clock = clock, .seq = seq};
+    result_t r = {0};
+    char err[256] = "";
+    int rc = ps_push(&d, w, h, &id, offset, n, NULL, values, on_done, &r, err, sizeof(err));
+    ck_assert_msg(rc == 0, "push: %d %s", rc, err);
+    wait_for(&r);
+    ck_assert_int_eq(r.rc, 0);
+}
+
+static void clock_ok(const ps_worker_t *w, uint64_t h, uint64_t clock)
+{
+    result_t r = {0};
+    char err[256] = "";
+    int rc = ps_clock(&d, w, h, clock, on_done, &r, err, sizeof(err));
+    ck_assert_msg(rc == 0, "clock: %d %s", rc, err);
+    wait_for(&r);
+    ck_assert_int_eq(r.rc, 0);
+}
+
+static void fill(float *v, uint64_t n, float x)
+{
+    for (uint64_t i = 0; i < n; i++)
+        v[i] = x;
+}
+
+static void assert_all(const float *v, uint64_t n, float x)
+{
+    for (uint64_t i = 0; i < n; i++)
+        ck_assert_msg(v[i] == x, "element %llu is %g, not %g", (unsigned long long)i,
+                      (double)v[i], (double)x);
+}
+
+#define N 100
+
+/* BSP with 2 local workers: a read at clock c sees exactly the clocks before c. */
+START_TEST(test_bsp_exact_clocks)
+{
+    uint64_t gid = make_group("bsp", 1000, 2, LAUNCH_SYNC_BSP, 0, 0);
+    ck_assert_uint_ne(gid, 0);
+    int o0, o1;
+    ps_worker_t w0 = worker_of(0, "bsp", &o0), w1 = worker_of(1, "bsp", &o1);
+    ps_table_spec_t spec = spec_of("w", N, "add", "bsp");
+    uint64_t h = open_ok(&w0, &spec);
+    ck_assert_uint_eq(open_ok(&w1, &spec), h); /* the node's second worker: the same table */
+
+    float ones[N], twos[N], fives[N], out[N];
+    fill(ones, N, 1);
+    fill(twos, N, 2);
+    fill(fives, N, 5);
+    fill(out, N, -1);
+    result_t p = {0};
+    char err[256];
+    /* clock 0 reads the initial zeros at once */
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 0, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    wait_for(&p);
+    ck_assert_int_eq(p.rc, 0);
+    assert_all(out, N, 0);
+    ck_assert_int_eq(p.read.waited, 0);
+
+    push_ok(&w0, h, 0, 1, 0, N, ones);
+    push_ok(&w1, h, 0, 1, 0, 50, twos);
+    push_ok(&w1, h, 0, 2, 50, 50, twos);
+    clock_ok(&w0, h, 0);
+    /* w0 at clock 1 must wait for w1's clock 0 */
+    memset(&p, 0, sizeof(p));
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 1, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    run_idle();
+    ck_assert_int_eq(p.called, 0);
+    clock_ok(&w1, h, 0);
+    wait_for(&p);
+    ck_assert_int_eq(p.rc, 0);
+    assert_all(out, N, 3);
+    ck_assert_int_eq(p.read.waited, 1);
+    ck_assert_uint_eq(p.read.done, 1);
+    ck_assert_uint_eq(p.read.done_at_request, 0);
+    ck_assert_uint_eq(p.read.clock, 1);
+
+    /* w1 pushes for clock 1 and clocks it: w0's read at clock 1 still sees clock 0 only */
+    push_ok(&w1, h, 1, 3, 0, N, fives);
+    clock_ok(&w1, h, 1);
+    memset(&p, 0, sizeof(p));
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 1, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    wait_for(&p);
+    assert_all(out, N, 3);
+    ck_assert_uint_eq(p.read.done, 1);
+    /* once w0 closes clock 1 too, a read at clock 2 sees both */
+    clock_ok(&w0, h, 1);
+    memset(&p, 0, sizeof(p));
+    ck_assert_int_eq(ps_pull(&d, &w1, h, 2, 10, 5, out, on_pull, &p, err, sizeof(err)), 0);
+    wait_for(&p);
+    assert_all(out, 5, 8);
+    ck_assert_uint_eq(p.read.done, 2);
+
+    ps_sample_t s;
+    ck_assert_int_eq(ps_sample(&d, &s), 0);
+    ck_assert_uint_eq(s.tables, 1);
+    ck_assert_uint_ge(s.shards, 1);
+    ck_assert_uint_ge(s.bytes, N * sizeof(float));
+    ck_assert_uint_eq(s.pushes, 4);
+    ck_assert_uint_eq(s.pushes_duplicate, 0);
+    ck_assert_uint_eq(s.pulls, 4);
+    ck_assert_uint_eq(s.staleness_waits, 1);
+    ck_assert_uint_eq(s.refused, 0);
+    ck_assert_uint_eq(s.updates_applied, s.updates_sent);
+}
+END_TEST
+
+/* SSP s=1: a read at clock c waits exactly when done < c - 1. */
+START_TEST(test_ssp_bound)
+{
+    make_group("ssp", 1000, 2, LAUNCH_SYNC_SSP, 1, 0);
+    int o0, o1;
+    ps_worker_t w0 = worker_of(0, "ssp", &o0), w1 = worker_of(1, "ssp", &o1);
+    ps_table_spec_t spec = spec_of("w", N, "sgd:0.5", "ssp:1");
+    uint64_t h = open_ok(&w0, &spec);
+    float g[N], out[N];
+    fill(g, N, 2);
+    char err[256];
+    /* w0 runs ahead: clocks 0 and 1 while w1 stays at 0 */
+    for (uint64_t c = 0; c < 2; c++) {
+        push_ok(&w0, h, c, c + 1, 0, N, g);
+        clock_ok(&w0, h, c);
+    }
+    /* at clock 1: min done 0: no wait (reads the zeros) */
+    result_t p = {0};
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 1, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    wait_for(&p);
+    ck_assert_int_eq(p.read.waited, 0);
+    assert_all(out, N, 0);
+    /* at clock 2: min done 1 > done 0: waits until w1 closes clock 0 */
+    memset(&p, 0, sizeof(p));
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 2, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    run_idle();
+    ck_assert_int_eq(p.called, 0);
+    push_ok(&w1, h, 0, 1, 0, N, g);
+    clock_ok(&w1, h, 0);
+    wait_for(&p);
+    ck_assert_int_eq(p.rc, 0);
+    ck_assert_int_eq(p.read.waited, 1);
+    ck_assert_uint_eq(p.read.done_at_request, 0);
+    ck_assert_uint_ge(p.read.done, 1);
+    assert_all(out, N, -0.5f * 4); /* sgd: 0 - 0.5 * (2 + 2) */
+}
+END_TEST
+
+/* ASP: pushes apply at once, reads never wait. */
+START_TEST(test_asp_never_waits)
+{
+    make_group("asp", 1000, 2, LAUNCH_SYNC_ASP, 0, 0);
+    int o0, o1;
+    ps_worker_t w0 = worker_of(0, "asp", &o0), w1 = worker_of(1, "asp", &o1);
+    ps_table_spec_t spec = spec_of("w", N, "add", "asp");
+    uint64_t h = open_ok(&w0, &spec);
+    float g[N], out[N];
+    fill(g, N, 1);
+    char err[256];
+    for (uint64_t c = 0; c < 5; c++) { /* w0 far ahead of w1 */
+        push_ok(&w0, h, c, c + 1, 0, N, g);
+        clock_ok(&w0, h, c);
+        result_t p = {0};
+        ck_assert_int_eq(ps_pull(&d, &w0, h, c + 1, 0, N, out, on_pull, &p, err, sizeof(err)),
+                         0);
+        wait_for(&p);
+        ck_assert_int_eq(p.rc, 0);
+        ck_assert_int_eq(p.read.waited, 0);
+        assert_all(out, N, (float)(c + 1)); /* its own pushes are there already */
+    }
+    /* keyed push from w1 */
+    uint64_t keys[2] = {3, 97};
+    float kv[2] = {10, 20};
+    ps_push_id_t id = {.rank = 1, .clock = 0, .seq = 1};
+    result_t r = {0};
+    ck_assert_int_eq(ps_push(&d, &w1, h, &id, 0, 2, keys, kv, on_done, &r, err, sizeof(err)), 0);
+    wait_for(&r);
+    result_t p = {0};
+    ck_assert_int_eq(ps_pull(&d, &w1, h, 0, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    wait_for(&p);
+    ck_assert_float_eq(out[3], 15);
+    ck_assert_float_eq(out[97], 25);
+    ck_assert_float_eq(out[4], 5);
+    ps_sample_t s;
+    ps_sample(&d, &s);
+    ck_assert_uint_eq(s.staleness_waits, 0);
+}
+END_TEST
+
+/* A retried push (same id) is taken once. */
+START_TEST(test_duplicate_push_once)
+{
+    make_group("dup", 1000, 1, LAUNCH_SYNC_BSP, 0, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "dup", &o0);
+    ps_table_spec_t spec = spec_of("w", N, "add", "bsp");
+    uint64_t h = open_ok(&w0, &spec);
+    float g[N], out[N];
+    fill(g, N, 1);
+    push_ok(&w0, h, 0, 1, 0, N, g);
+    push_ok(&w0, h, 0, 1, 0, N, g); /* the retry: done(0), not added */
+    clock_ok(&w0, h, 0);
+    clock_ok(&w0, h, 0);            /* a repeated clock is harmless too */
+    result_t p = {0};
+    char err[256];
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 1, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    wait_for(&p);
+    assert_all(out, N, 1);
+    ps_sample_t s;
+    ps_sample(&d, &s);
+    ck_assert_uint_eq(s.pushes, 1);
+    ck_assert_uint_eq(s.pushes_duplicate, 1);
+}
+END_TEST
+
+/* Every bad input gets an error, no callback, and changes nothing. */
+START_TEST(test_bad_input_refused)
+{
+    make_group("bad", 1000, 1, LAUNCH_SYNC_BSP, 0, 0);
+    make_group("other", 1000, 1, LAUNCH_SYNC_BSP, 0, 1);
+    make_group("bad", 2000, 1, LAUNCH_SYNC_BSP, 0, 2); /* another user's group of that name */
+    int o0, o1, o2;
+    ps_worker_t w0 = worker_of(0, "bad", &o0), wo = worker_of(1, "other", &o1),
+                wu = worker_of(2, "bad", &o2);
+    ps_table_spec_t spec = spec_of("w", N, "add", "bsp");
+    uint64_t h = open_ok(&w0, &spec);
+    float g[N], out[N];
+    fill(g, N, 1);
+    char err[256];
+    result_t r = {0};
+    ps_push_id_t id = {.rank = 0, .clock = 0, .seq = 1};
+    /* a push of the wrong length (past the end) */
+    ck_assert_int_eq(ps_push(&d, &w0, h, &id, 50, 51, NULL, g, on_done, &r, err, sizeof(err)),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "outside table 'w'"));
+    /* a key past the end, a value that is not finite */
+    uint64_t keys[2] = {1, N};
+    ck_assert_int_eq(ps_push(&d, &w0, h, &id, 0, 2, keys, g, on_done, &r, err, sizeof(err)),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "key 100"));
+    float nan_values[2] = {1, NAN};
+    ck_assert_int_eq(
+        ps_push(&d, &w0, h, &id, 0, 2, NULL, nan_values, on_done, &r, err, sizeof(err)),
+        -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "not finite"));
+    /* a push for a clock the worker is not at, an id of another rank */
+    ps_push_id_t future = {.rank = 0, .clock = 3, .seq = 1};
+    ck_assert_int_eq(
+        ps_push(&d, &w0, h, &future, 0, N, NULL, g, on_done, &r, err, sizeof(err)), -EINVAL);
+    ps_push_id_t other_rank = {.rank = 5, .clock = 0, .seq = 1};
+    ck_assert_int_eq(
+        ps_push(&d, &w0, h, &other_rank, 0, N, NULL, g, on_done, &r, err, sizeof(err)),
+        -EINVAL);
+    /* an unknown table */
+    ck_assert_int_eq(ps_push(&d, &w0, h + 99, &id, 0, N, NULL, g, on_done, &r, err, sizeof(err)),
+                     -ENOENT);
+    ck_assert_int_eq(ps_pull(&d, &w0, h + 99, 0, 0, N, out, on_pull, &r, err, sizeof(err)),
+                     -ENOENT);
+    /* a worker of another group, of another user (a group of the same name) */
+    ps_push_id_t id1 = {.rank = 0, .clock = 0, .seq = 1};
+    ck_assert_int_eq(ps_push(&d, &wo, h, &id1, 0, N, NULL, g, on_done, &r, err, sizeof(err)),
+                     -ENOENT);
+    ck_assert_int_eq(ps_push(&d, &wu, h, &id1, 0, N, NULL, g, on_done, &r, err, sizeof(err)),
+                     -ENOENT);
+    ck_assert_int_eq(ps_pull(&d, &wu, h, 0, 0, N, out, on_pull, &r, err, sizeof(err)), -ENOENT);
+    ck_assert_int_eq(ps_clock(&d, &wo, h, 0, on_done, &r, err, sizeof(err)), -ENOENT);
+    ck_assert_uint_eq(ps_table_count(&d, &wu, h), 0);
+    /* a pull outside the table, a clock that is not the worker's */
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 0, N, 1, out, on_pull, &r, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 0, 0, 0, out, on_pull, &r, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(ps_clock(&d, &w0, h, 4, on_done, &r, err, sizeof(err)), -EINVAL);
+    /* bad specs: name, count, the table reopened with another size or rule */
+    uint64_t h2 = 0;
+    ps_table_spec_t bad = spec_of("no/slash", N, "add", "bsp");
+    ck_assert_int_eq(ps_open(&d, &w0, &bad, &h2, on_done, &r, err, sizeof(err)), -EINVAL);
+    bad = spec_of("w", 0, "add", "bsp");
+    ck_assert_int_eq(ps_open(&d, &w0, &bad, &h2, on_done, &r, err, sizeof(err)), -EINVAL);
+    bad = spec_of("w", (4ull << 30) / 4 + 1, "add", "bsp");
+    ck_assert_int_eq(ps_open(&d, &w0, &bad, &h2, on_done, &r, err, sizeof(err)), -EINVAL);
+    bad = spec_of("w", 2 * N, "add", "bsp");
+    ck_assert_int_eq(ps_open(&d, &w0, &bad, &h2, on_done, &r, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "table 'w' exists with 100 elements, not 200");
+    bad = spec_of("w", N, "sgd:0.1", "bsp");
+    ck_assert_int_eq(ps_open(&d, &w0, &bad, &h2, on_done, &r, err, sizeof(err)), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "rule"));
+    /* a worker that is not in a group */
+    ps_worker_t none = {.uid = 1000, .owner = &o0};
+    ck_assert_int_eq(ps_open(&d, &none, &spec, &h2, on_done, &r, err, sizeof(err)), -EPERM);
+    run_idle();
+    ck_assert_int_eq(r.called, 0);
+    ps_sample_t s;
+    ps_sample(&d, &s);
+    ck_assert_uint_eq(s.refused, 20);
+    ck_assert_uint_eq(s.pushes, 0);
+    ck_assert_uint_eq(s.tables, 1);
+    /* nothing changed: the worker is still at clock 0 with nothing pushed */
+    push_ok(&w0, h, 0, 1, 0, N, g);
+    clock_ok(&w0, h, 0);
+    result_t p = {0};
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 1, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    wait_for(&p);
+    assert_all(out, N, 1);
+}
+END_TEST
+
+/* A table over the user's quota is refused; nothing is kept; a smaller one fits. */
+START_TEST(test_quota_refused)
+{
+    d.config.ps_user_bytes = 1000;
+    make_group("q", 1000, 1, LAUNCH_SYNC_BSP, 0, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "q", &o0);
+    ps_table_spec_t big = spec_of("big", 251, "add", "bsp"); /* 1004 bytes */
+    uint64_t h = 0;
+    result_t r = {0};
+    char err[256];
+    ck_assert_int_eq(ps_open(&d, &w0, &big, &h, on_done, &r, err, sizeof(err)), 0);
+    wait_for(&r);
+    ck_assert_int_eq(r.rc, -EDQUOT);
+    ck_assert_ptr_nonnull(strstr(r.err, "ps-user-bytes"));
+    ps_sample_t s;
+    ps_sample(&d, &s);
+    ck_assert_uint_eq(s.tables, 0);
+    ck_assert_uint_eq(s.bytes, 0);
+    ck_assert_uint_eq(s.refused, 1);
+    ps_table_spec_t a = spec_of("a", 200, "add", "bsp"), b = spec_of("b", 51, "add", "bsp");
+    open_ok(&w0, &a); /* 800 bytes */
+    memset(&r, 0, sizeof(r));
+    ck_assert_int_eq(ps_open(&d, &w0, &b, &h, on_done, &r, err, sizeof(err)), 0);
+    wait_for(&r);
+    ck_assert_int_eq(r.rc, -EDQUOT); /* 800 + 204 > 1000 */
+    b.count = 50;
+    open_ok(&w0, &b);                /* 800 + 200 */
+}
+END_TEST
+
+/* A requester that went away gets no callback; its buffer is never written again. */
+START_TEST(test_forget_owner_pending_pull)
+{
+    make_group("f", 1000, 2, LAUNCH_SYNC_BSP, 0, 0);
+    int o0, o1;
+    ps_worker_t w0 = worker_of(0, "f", &o0), w1 = worker_of(1, "f", &o1);
+    ps_table_spec_t spec = spec_of("w", N, "add", "bsp");
+    uint64_t h = open_ok(&w0, &spec);
+    float g[N];
+    fill(g, N, 1);
+    float *out = malloc(N * sizeof(float));
+    clock_ok(&w0, h, 0);
+    result_t p = {0}, q = {0};
+    char err[256];
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 1, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    /* and a push whose callback is queued but not run yet */
+    ps_push_id_t id = {.rank = 0, .clock = 1, .seq = 1};
+    ck_assert_int_eq(ps_push(&d, &w0, h, &id, 0, N, NULL, g, on_done, &q, err, sizeof(err)), 0);
+    ps_forget_owner(&d, &o0);
+    free(out); /* ASan: a later write into it would be caught */
+    push_ok(&w1, h, 0, 1, 0, N, g);
+    clock_ok(&w1, h, 0); /* the pull's bound is reached now */
+    run_idle();
+    ck_assert_int_eq(p.called, 0);
+    ck_assert_int_eq(q.called, 0);
+    /* the other worker's reads go on */
+    float out1[N];
+    result_t p1 = {0};
+    ck_assert_int_eq(ps_pull(&d, &w1, h, 1, 0, N, out1, on_pull, &p1, err, sizeof(err)), 0);
+    wait_for(&p1);
+    assert_all(out1, N, 1);
+}
+END_TEST
+
+/* salusctl groups' view and the end of a group. */
+START_TEST(test_view_and_group_over)
+{
+    uint64_t gid = make_group("v", 1000, 1, LAUNCH_SYNC_BSP, 0, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "v", &o0);
+    ps_table_spec_t spec = spec_of("emb.1", 1000, "sgd:0.25", "ssp:2");
+    open_ok(&w0, &spec);
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    ps_pack_group_tables(&d, gid, &pk);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    ck_assert_int_eq(msgpack_unpack_next(&u, sb.data, sb.size, &off), MSGPACK_UNPACK_SUCCESS);
+    ck_assert_int_eq(u.data.type, MSGPACK_OBJECT_ARRAY);
+    ck_assert_uint_eq(u.data.via.array.size, 1);
+    const msgpack_object *t = &u.data.via.array.ptr[0];
+    uint64_t count = 0, here = 0, shards = 0, epoch = 0;
+    ck_assert(proto_get_uint(t, "count", &count) == 0 && count == 1000);
+    ck_assert(proto_get_uint(t, "shards_here", &here) == 0);
+    ck_assert(proto_get_uint(t, "shards", &shards) == 0 && shards == here && here >= 1);
+    ck_assert(proto_get_uint(t, "epoch", &epoch) == 0 && epoch == 1);
+    const msgpack_object *rule = proto_get(t, "rule");
+    ck_assert(rule && rule->type == MSGPACK_OBJECT_STR &&
+              strncmp(rule->via.str.ptr, "sgd:0.25", rule->via.str.size) == 0);
+    msgpack_unpacked_destroy(&u);
+    msgpack_sbuffer_destroy(&sb);
+
+    ps_group_over(&d, gid);
+    ps_sample_t s;
+    ps_sample(&d, &s);
+    ck_assert_uint_eq(s.tables, 0);
+    ck_assert_uint_eq(s.bytes, 0);
+    char err[256];
+    result_t r = {0};
+    float out[4];
+    ck_assert_int_eq(ps_pull(&d, &w0, 1, 0, 0, 4, out, on_pull, &r, err, sizeof(err)), -ENOENT);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("ps_service");
+    TCase *tc = tcase_create("single node");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_bsp_exact_clocks);
+    tcase_add_test(tc, test_ssp_bound);
+    tcase_add_test(tc, test_asp_never_waits);
+    tcase_add_test(tc, test_duplicate_push_once);
+    tcase_add_test(tc, test_bad_input_refused);
+    tcase_add_test(tc, test_quota_refused);
+    tcase_add_test(tc, test_forget_owner_pending_pull);
+    tcase_add_test(tc, test_view_and_group_over);
+    suite_add_tcase(s, tc);
+    return check_run_suite(s);
+}

@@ -145,7 +145,7 @@ sleep 1 # (not a check: the pull is on its way to the servers)
 t0=$(date +%s.%N)
 salusd_node_stop 2 KILL
 wait_until $((TTL + 5)) 'qgrep "^error op=pull" "$WORK/k0.out"' ||
-    fail "no error for the pull within $((TTL + 5)) s of n2's death: $(cat "$WORK/k0.out")"
+    fail "no error for the pull within $((TTL + 5)) s of n2's death: $(cat "$WORK/k0.out" "$WORK/k0.err" "$WORK/k1.out" "$WORK/k1.err")"
 t1=$(date +%s.%N)
 echo "$(grep '^error op=pull' "$WORK/k0.out")"
 echo "the pull failed $(python3 -c "print('%.1f' % ($t1 - $t0))" ) s after n2's salusd was killed (TTL $TTL s)"

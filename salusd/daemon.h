@@ -89,6 +89,11 @@ typedef struct salusd_s {
     void (*slot_done)(struct salusd_s *d, uint64_t group_id, uint64_t seq);
     struct cluster_s *cluster; /* the cluster role (cluster.c); NULL: a single node */
     struct ps_s *ps;          /* the parameter-server role (ps.h); NULL: not started */
+    /* Set by main (ps.h, above groups.c): a group's parameter-server tables here, for the
+     * groups op (ps_pack_group_tables: a list), and the group ended here (ps_group_over).
+     * NULL: no parameter-server role (the list is empty). */
+    void (*group_tables_pack)(struct salusd_s *d, uint64_t group_id, struct msgpack_packer *pk);
+    void (*group_tables_over)(struct salusd_s *d, uint64_t group_id);
 } salusd_t;
 
 uint64_t salusd_now_ns(void);

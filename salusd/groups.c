@@ -4,7 +4,6 @@
 #include "access.h"
 #include "cluster.h"
 #include "jobs.h"
-#include "ps.h"
 #include "sched.h"
 
 #include "log.h"
@@ -328,7 +327,8 @@ void groups_rank_over(salusd_t *d, job_t *job)
         g->ended_ns = salusd_now_ns();
         LOG_INFO("group %s of uid %u ended: %s", g->name, (unsigned)g->uid,
                  g->failed ? "failed" : "done");
-        ps_group_over(d, g->id); /* its parameter-server tables here go */
+        if (d->group_tables_over) /* its parameter-server tables here go */
+            d->group_tables_over(d, g->id);
         cluster_group_over(d, g->id);
     }
 }
@@ -361,7 +361,8 @@ void groups_fail(salusd_t *d, uint64_t id, const char *failure)
     g = group_by_id(d, id);
     if (g && !g->ended_ns && g->over == g->joined) {
         g->ended_ns = salusd_now_ns();
-        ps_group_over(d, g->id);
+        if (d->group_tables_over)
+            d->group_tables_over(d, g->id);
         cluster_group_over(d, g->id);
     }
 }
@@ -513,7 +514,10 @@ void groups_handle_list(conn_t *c, const proto_msg_t *msg)
                 pack_remote_rank(&map.pk, i, cluster_rank_node(d, g->id, i));
         map.count++;
         proto_pack_str(&map.pk, "tables"); /* its parameter-server tables here (ps.h) */
-        ps_pack_group_tables(d, g->id, &map.pk);
+        if (d->group_tables_pack)
+            d->group_tables_pack(d, g->id, &map.pk);
+        else
+            msgpack_pack_array(&map.pk, 0);
         map.count++;
         proto_map_end(&map);
     }

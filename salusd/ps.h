@@ -98,8 +98,10 @@ void ps_forget_owner(salusd_t *d, const void *owner);
 /* A group ended here (all its local ranks over): its tables' local state goes. */
 void ps_group_over(salusd_t *d, uint64_t group_id);
 
-/* For salusctl groups: {tables: [{name, count, rule, sync, servers, epoch, shards_here,
- * bytes_here, done}]} of one group (an empty list when none). */
+/* For salusctl groups: the value of a group's "tables" key, the list [{name, count, rule,
+ * sync, servers, epoch, shards, shards_here, bytes_here, done}] of the group's tables on this
+ * daemon (an empty list when none; done: the least done among the shards here, nil when none
+ * is here). */
 struct msgpack_packer;
 void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer *pk);
 

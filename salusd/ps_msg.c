@@ -17,6 +17,7 @@
  * (str: u8 length, then the bytes; floats in the host's order, little-endian on every
  * platform salus builds for.) */
 #include "ps-internal.h"
+#include "ps_cluster.h"
 
 #include "log.h"
 
@@ -110,30 +111,57 @@ static void begin(wbuf_t *w, int type, const ps_table_t *t)
     put_str(w, t->name);
 }
 
+/* A send on its way: the payload's copy, and where it went (a failed endpoint makes that
+ * node down: ps_cluster_send_failed). */
+typedef struct sending_s {
+    ps_t *ps;
+    char node[PS_NODE_BYTES];
+    uint64_t update_table;    /* an update's table handle (0: not an update), shard, seq */
+    uint32_t update_shard;
+    uint64_t update_seq;
+    unsigned char payload[];
+} sending_t;
+
 static void on_sent(void *ctx, int status)
 {
-    (void)status; /* a lost message is covered: updates are resent, peers going down fail
-                   * what waits on them */
-    free(ctx);
+    sending_t *s = ctx;
+    if (status == 0 && s->update_table)
+        ps_worker_update_sent(s->ps, s->update_table, s->update_shard, s->update_seq);
+    /* a lost message is covered: updates are resent, and a node that went down fails what
+     * waits on it */
+    if (status < 0 && s->ps->d->ps == s->ps)
+        ps_cluster_send_failed(s->ps->d, s->node, status);
+    free(s);
 }
 
 /* Sends header w and a copy of payload (the state it came from may change before UCX has
  * sent it). 0 or a negative errno. */
-static int send_msg(ps_t *ps, const char *node, const wbuf_t *w, const void *payload,
-                    size_t len)
+static int send_msg_update(ps_t *ps, const char *node, const wbuf_t *w, const void *payload,
+                           size_t len, const ps_table_t *t, uint32_t shard, uint64_t seq)
 {
     ps_net_t *net = ps_cluster_net(ps->d);
     if (!net || w->bad)
         return -EHOSTUNREACH;
-    void *copy = len ? malloc(len) : NULL;
-    if (len && !copy)
+    sending_t *s = malloc(sizeof(*s) + len);
+    if (!s)
         return -ENOMEM;
+    s->ps = ps;
+    s->update_table = t ? t->handle : 0;
+    s->update_shard = shard;
+    s->update_seq = seq;
+    snprintf(s->node, sizeof(s->node), "%s", node);
     if (len)
-        memcpy(copy, payload, len);
-    int rc = ps_net_send(net, node, w->b, w->len, copy, len, on_sent, copy);
+        memcpy(s->payload, payload, len);
+    int rc = ps_net_send(net, node, w->b, w->len, len ? s->payload : NULL, len, on_sent, s);
     if (rc < 0)
-        free(copy);
+        free(s);
     return rc;
+}
+
+static int send_msg(ps_t *ps, const char *node, const wbuf_t *w, const void *payload,
+                    size_t len)
+{
+    return send_msg_update(ps, node, w, payload, len, NULL, 0, 0);
 }
 
 int ps_msg_send_open(ps_table_t *t, const char *node)
@@ -170,27 +198,29 @@ int ps_msg_send_update(ps_table_t *t, uint32_t shard, const ps_update_t *u)
     put(&w, u->keys != NULL, 1);
     put(&w, u->offset, 8);
     put(&w, u->n, 8);
-    size_t len = u->n * sizeof(float) + (u->keys ? u->n * sizeof(uint64_t) : 0);
-    uint8_t *payload = malloc(len ? len : 1);
+    const char *node = ps_ring_name(t->ring, t->owner[shard]);
+    if (!u->keys) /* the values as they are (send_msg copies them once) */
+        return send_msg_update(t->ps, node, &w, u->values, u->n * sizeof(float), t, shard,
+                               u->seq);
+    size_t len = u->n * (sizeof(float) + sizeof(uint64_t));
+    uint8_t *payload = malloc(len);
     if (!payload)
         return -ENOMEM;
     memcpy(payload, u->values, u->n * sizeof(float));
-    if (u->keys)
-        memcpy(payload + u->n * sizeof(float), u->keys, u->n * sizeof(uint64_t));
-    int rc = send_msg(t->ps, ps_ring_name(t->ring, t->owner[shard]), &w, payload, len);
+    memcpy(payload + u->n * sizeof(float), u->keys, u->n * sizeof(uint64_t));
+    int rc = send_msg_update(t->ps, node, &w, payload, len, t, shard, u->seq);
     free(payload);
     return rc;
 }
 
-int ps_msg_send_pull(ps_table_t *t, const ps_fetch_t *f, uint32_t shard, uint64_t min_done,
-                     uint64_t first)
+int ps_msg_send_pull(ps_table_t *t, const ps_fetch_t *f)
 {
     wbuf_t w;
     begin(&w, MSG_PULL, t);
     put(&w, f->req, 8);
-    put(&w, shard, 4);
-    put(&w, min_done, 8);
-    put(&w, first, 8);
+    put(&w, f->shard, 4);
+    put(&w, f->min_done, 8);
+    put(&w, f->first, 8);
     put(&w, f->n, 8);
     return send_msg(t->ps, f->node, &w, NULL, 0);
 }
@@ -311,11 +341,13 @@ static int recv_open(ps_t *ps, const char *node, uid_t uid, const char *group,
                  name);
         rc = -EINVAL;
     }
-    if (rc == 0) {
+    if (rc == 0) { /* before the shards take memory */
         uint64_t more = ps_table_shard_bytes(t);
         rc = ps_quota_check(ps, uid, more, name, err, err_size);
         t->charged_bytes = rc == 0 ? more : 0;
     }
+    if (rc == 0)
+        rc = ps_table_create_shards(t, err, err_size);
     free(list);
     if (rc < 0) {
         if (t)
@@ -414,7 +446,7 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         int keyed = (int)get(&r, 1);
         u.offset = get(&r, 8);
         u.n = get(&r, 8);
-        if (r.bad || !t || t->state != PS_TABLE_READY || source >= t->sources ||
+        if (r.bad || !t || !t->ring || source >= t->sources ||
             strcmp(t->source_names[source], node) != 0 || shard >= t->layout.shards ||
             !t->shards[shard] || u.n > ps_shard_elems(t->shards[shard]) || u.close > 1 ||
             keyed > 1 ||
@@ -460,7 +492,7 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         w->first = get(&r, 8);
         w->n = get(&r, 8);
         snprintf(w->node, sizeof(w->node), "%s", node);
-        if (r.bad || !t || t->state != PS_TABLE_READY || source_index(t, node) < 0 ||
+        if (r.bad || !t || !t->ring || source_index(t, node) < 0 ||
             w->shard >= t->layout.shards || !t->shards[w->shard] || w->n == 0) {
             drop(ps, node, "bad pull");
             free(w);
@@ -486,14 +518,13 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
             return;
         }
         *fp = f->next;
-        float *values = rc == 0 ? malloc(n * sizeof(float)) : NULL;
+        float *values = rc == 0 ? malloc(n * sizeof(float) + 1) : NULL;
         if (values)
             memcpy(values, payload, n * sizeof(float));
         snprintf(err, sizeof(err), "server %s refused the read", node);
-        ps_pull_slice(f->pull, rc < 0 ? rc : values ? 0 : -ENOMEM, err, f->out_index, values,
-                      n, done, at_request, waited_ns, waited != 0);
+        ps_fetch_finish(f, rc < 0 ? rc : values ? 0 : -ENOMEM, err, values, done, at_request,
+                        waited_ns, waited != 0);
         free(values);
-        free(f);
         return;
     }
     case MSG_BYE: {

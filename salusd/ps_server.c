@@ -98,3 +98,16 @@ void ps_server_drop_waits(ps_table_t *t, const char *node, const ps_pull_t *pull
         free(w);
     }
 }
+
+void ps_server_fail_waits(ps_table_t *t, int rc, const char *err)
+{
+    while (t->waits) {
+        ps_wait_t *w = t->waits;
+        t->waits = w->next;
+        if (w->pull)
+            ps_pull_slice(w->pull, rc, err, 0, NULL, 0, 0, 0, 0, 0);
+        else
+            ps_msg_send_pull_reply(t, w, rc, err);
+        free(w);
+    }
+}

@@ -3,6 +3,7 @@
  * (pushes, clocks, pulls), ps_server.c (shards served here), ps_msg.c (messages between
  * daemons) and ps_view.c (salusctl groups, /metrics). */
 #include "ps-internal.h"
+#include "ps_cluster.h"
 
 #include "log.h"
 
@@ -96,9 +97,23 @@ static void on_peer_down(void *ctx, const char *node)
                 }
             continue;
         }
+        int source = 0;
         for (uint32_t s = 0; s < t->sources; s++)
-            if (strcmp(t->source_names[s], node) == 0)
+            if (strcmp(t->source_names[s], node) == 0 && !t->source_over[s]) {
                 t->source_over[s] = 1;
+                source = 1;
+            }
+        if (source && t->state == PS_TABLE_READY && t->spec.sync.kind != PS_SYNC_ASP) {
+            /* its clocks can no longer complete: what waits for them fails, and so does
+             * what the table's workers here ask next */
+            char err[PS_ERR_BYTES];
+            snprintf(err, sizeof(err), "table '%s': node %s (it runs ranks of group %s) is "
+                     "unreachable", t->name, node, t->group);
+            if (t->local_workers)
+                ps_table_fail(t, -EHOSTUNREACH, err);
+            else
+                ps_server_fail_waits(t, -EHOSTUNREACH, err);
+        }
         ps_table_maybe_free(t);
     }
 }

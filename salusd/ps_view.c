@@ -1,5 +1,6 @@
 /* What salusctl groups and /metrics show of the parameter servers. */
 #include "ps-internal.h"
+#include "ps_cluster.h"
 
 #include "proto.h"
 

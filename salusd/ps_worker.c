@@ -1,8 +1,8 @@
 /* A node's workers of a table: pushes (summed per clock by ps_agg under BSP/SSP, sent on at
- * once under ASP), clocks, the update streams to the shards (one update in flight per shard,
- * resent with the same seq when not acknowledged in time), and pulls (a slice per shard,
- * from this daemon's shards directly or from their servers over the net). */
+ * once under ASP), clocks, and the update streams to the shards (one update in flight per
+ * shard, resent with the same seq when not acknowledged in time). Pulls are ps_pull.c. */
 #include "ps-internal.h"
+#include "ps_cluster.h"
 
 #include "log.h"
 
@@ -68,12 +68,16 @@ void ps_worker_fini(ps_table_t *t)
     t->asp_seq = t->asp_clock = NULL;
     t->local_workers = 0;
     /* pulls of this table's workers waiting on other servers: their answers go nowhere */
+    ps_worker_fail_fetches(t, -ECANCELED, "the table is gone");
+}
+
+void ps_worker_fail_fetches(ps_table_t *t, int rc, const char *err)
+{
     for (ps_fetch_t **fp = &t->ps->fetches; *fp;) {
         ps_fetch_t *f = *fp;
         if (f->table == t) {
             *fp = f->next;
-            ps_pull_slice(f->pull, -ECANCELED, "the table is gone", 0, NULL, 0, 0, 0, 0, 0);
-            free(f);
+            ps_fetch_finish(f, rc, err, NULL, 0, 0, 0, 0);
         } else
             fp = &f->next;
     }
@@ -91,7 +95,7 @@ static void pump(ps_table_t *t, uint32_t shard)
             continue;
         }
         st->in_flight = 1;
-        st->sent_ns = salusd_now_ns();
+        st->sent = 0;
         if (ps_msg_send_update(t, shard, u) < 0) {
             char err[PS_ERR_BYTES];
             snprintf(err, sizeof(err), "table '%s': server %s is unreachable", t->name,
@@ -139,18 +143,33 @@ void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
         pump(t, shard);
 }
 
+void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq)
+{
+    for (ps_table_t *t = ps->tables; t; t = t->next) {
+        if (t->handle != handle || !t->streams || shard >= t->layout.shards)
+            continue;
+        ps_stream_t *st = &t->streams[shard];
+        if (st->in_flight && st->head && st->head->seq == seq) {
+            st->sent = 1;
+            st->sent_ns = salusd_now_ns();
+        }
+    }
+}
+
 void ps_worker_retry(ps_t *ps)
 {
     uint64_t now = salusd_now_ns();
     for (ps_table_t *t = ps->tables, *next; t; t = next) {
         next = t->next;
-        for (uint32_t s = 0; t->streams && s < t->layout.shards; s++) {
+        for (uint32_t s = 0; t->streams && t->state != PS_TABLE_FAILED && s < t->layout.shards;
+             s++) {
             ps_stream_t *st = &t->streams[s];
-            if (!st->in_flight || now - st->sent_ns < PS_UPDATE_RETRY_MS * 1000000ull)
+            if (!st->in_flight || !st->sent ||
+                now - st->sent_ns < PS_UPDATE_RETRY_MS * 1000000ull)
                 continue;
             LOG_DEBUG("ps: table '%s' shard %u: update %llu resent", t->name, s,
                       (unsigned long long)st->head->seq);
-            st->sent_ns = now;
+            st->sent = 0;
             if (ps_msg_send_update(t, s, st->head) < 0)
                 break;
         }
@@ -159,7 +178,7 @@ void ps_worker_retry(ps_t *ps)
 
 /* Bad input with a clear message: nothing is taken. */
 static int check_values(const ps_table_t *t, uint64_t offset, uint64_t n, const uint64_t *keys,
-                        const float *values, char *err, size_t err_size)
+                        const float *values, int finite, char *err, size_t err_size)
 {
     if (n == 0 || !values) {
         snprintf(err, err_size, "an empty push");
@@ -177,7 +196,7 @@ static int check_values(const ps_table_t *t, uint64_t offset, uint64_t n, const 
                      (unsigned long long)keys[i], t->name, (unsigned long long)t->spec.count);
             return -EINVAL;
         }
-    for (uint64_t i = 0; i < n; i++)
+    for (uint64_t i = 0; finite && i < n; i++)
         if (!isfinite(values[i])) {
             snprintf(err, err_size, "value %llu of the push is not finite",
                      (unsigned long long)i);
@@ -186,7 +205,9 @@ static int check_values(const ps_table_t *t, uint64_t offset, uint64_t n, const 
     return 0;
 }
 
-/* ASP: the push goes to each shard it touches as one contribution, at once. */
+/* ASP: the push goes to each shard it touches as one contribution, at once. Its clock is
+ * the node's oldest open one (ASP applies on arrival; the clock only has to be one the node
+ * has not closed). */
 static int asp_push(ps_table_t *t, const uint64_t *keys, uint64_t offset, uint64_t n,
                     const float *values)
 {
@@ -230,7 +251,7 @@ static int asp_push(ps_table_t *t, const uint64_t *keys, uint64_t offset, uint64
         }
         u->n = m;
         u->values = u->owned;
-        u->clock = 0; /* ASP applies on arrival: the clock plays no part (ps_core.h) */
+        u->clock = t->asp_closed;
         enqueue(t, s, u);
     }
     return 1;
@@ -240,7 +261,11 @@ int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint6
                    uint64_t n, const uint64_t *keys, const float *values, char *err,
                    size_t err_size)
 {
-    int rc = check_values(t, offset, n, keys, values, err, err_size);
+    /* the values' finiteness: checked here under ASP (the push goes to several shards: all
+     * or nothing), by the aggregation itself under BSP/SSP (a scan less per push; its refusal
+     * is explained below) */
+    int asp = t->spec.sync.kind == PS_SYNC_ASP;
+    int rc = check_values(t, offset, n, keys, values, asp, err, err_size);
     if (rc < 0)
         return rc;
     if (id->seq == 0) {
@@ -265,6 +290,8 @@ int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint6
         return 1;
     }
     rc = ps_agg_push(t->agg, worker, id->seq, id->clock, offset, n, keys, values);
+    if (rc < 0 && check_values(t, offset, n, keys, values, 1, err, err_size) < 0)
+        return rc; /* err says which value */
     if (rc < 0)
         snprintf(err, err_size, "push (seq %llu) for clock %llu refused: rank %u is at clock %llu",
                  (unsigned long long)id->seq, (unsigned long long)id->clock, id->rank,
@@ -310,6 +337,25 @@ int ps_worker_clock(ps_table_t *t, uint32_t worker, uint64_t clock, char *err, s
         if (clock != t->asp_clock[worker])
             goto bad;
         t->asp_clock[worker]++;
+        /* clocks every local worker closed: each shard hears it (a bare close), so that the
+         * shards' done counts them as under BSP (readers see how far everyone got) */
+        uint64_t least = UINT64_MAX;
+        for (uint32_t i = 0; i < t->local_workers; i++)
+            if (t->asp_clock[i] < least)
+                least = t->asp_clock[i];
+        while (t->asp_closed < least && t->state == PS_TABLE_READY) {
+            for (uint32_t s = 0; s < t->layout.shards && t->state == PS_TABLE_READY; s++) {
+                ps_update_t *u = calloc(1, sizeof(*u));
+                if (!u) {
+                    ps_table_fail(t, -ENOMEM, "out of memory sending a clock's closes");
+                    break;
+                }
+                u->clock = t->asp_closed;
+                u->close = 1;
+                enqueue(t, s, u);
+            }
+            t->asp_closed++;
+        }
         return 0;
     }
     int rc = ps_agg_close(t->agg, worker, clock);
@@ -325,153 +371,4 @@ bad:
                                          : t->asp_clock[worker]),
              t->name);
     return -EINVAL;
-}
-
-void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
-                   const float *values, uint64_t n, uint64_t done, uint64_t done_at_request,
-                   uint64_t waited_ns, int waited)
-{
-    ps_t *ps = p->ps;
-    if (rc < 0 && p->rc == 0) {
-        p->rc = rc;
-        snprintf(p->err, sizeof(p->err), "%s", err ? err : strerror(-rc));
-    }
-    if (rc >= 0) {
-        if (p->out && values)
-            memcpy(p->out + out_index, values, n * sizeof(float));
-        if (done < p->read.done)
-            p->read.done = done;
-        if (done_at_request < p->read.done_at_request)
-            p->read.done_at_request = done_at_request;
-        if (waited_ns > p->read.waited_ns)
-            p->read.waited_ns = waited_ns;
-        p->read.waited |= waited;
-    }
-    if (--p->slices_left > 0)
-        return;
-    LIST_REMOVE(p, link);
-    if (p->rc == 0) {
-        ps->stats.pulls++;
-        ps->stats.pull_bytes += p->n * sizeof(float);
-        if (p->read.waited) {
-            ps->stats.staleness_waits++;
-            ps->stats.staleness_wait_ns += p->read.waited_ns;
-        }
-    }
-    if (p->owner)
-        ps_call_pull(ps, p->owner, p->done, p->arg, p->rc, p->err, &p->read);
-    free(p);
-}
-
-int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
-                   uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
-                   size_t err_size)
-{
-    ps_t *ps = t->ps;
-    if (n == 0 || offset > t->spec.count || n > t->spec.count - offset) {
-        snprintf(err, err_size, "pull of [%llu, %llu) is outside table '%s' of %llu elements",
-                 (unsigned long long)offset, (unsigned long long)(offset + n), t->name,
-                 (unsigned long long)t->spec.count);
-        return -EINVAL;
-    }
-    int i = ps_cluster_local_index(ps->d, w->group_id, w->rank);
-    uint64_t now_clock = t->agg ? ps_agg_clock_of(t->agg, (uint32_t)i) : t->asp_clock[i];
-    if (clock > now_clock) {
-        snprintf(err, err_size, "pull at clock %llu, but rank %u is at clock %llu",
-                 (unsigned long long)clock, w->rank, (unsigned long long)now_clock);
-        return -EINVAL;
-    }
-    uint32_t s0 = ps_layout_shard_of(&t->layout, offset);
-    uint32_t s1 = ps_layout_shard_of(&t->layout, offset + n - 1);
-    ps_pull_t *p = calloc(1, sizeof(*p));
-    if (!p) {
-        snprintf(err, err_size, "out of memory");
-        return -ENOMEM;
-    }
-    p->ps = ps;
-    p->owner = w->owner ? w->owner : (const void *)ps;
-    p->done = done;
-    p->arg = arg;
-    p->out = out;
-    p->offset = offset;
-    p->n = n;
-    p->read.clock = clock;
-    p->read.done = p->read.done_at_request = UINT64_MAX;
-    p->started_ns = salusd_now_ns();
-    p->slices_left = s1 - s0 + 1 + 1; /* one more, dropped below: none completes it early */
-    LIST_INSERT_HEAD(&ps->pulls, p, link);
-    uint64_t min_done = ps_sync_min_done(&t->spec.sync, clock);
-    for (uint32_t s = s0; s <= s1; s++) {
-        uint64_t first, elems;
-        ps_layout_shard(&t->layout, s, &first, &elems);
-        uint64_t from = offset > first ? offset : first;
-        uint64_t to = offset + n < first + elems ? offset + n : first + elems;
-        if ((int)t->owner[s] == t->self_server) {
-            ps_wait_t *wt = calloc(1, sizeof(*wt));
-            if (!wt) {
-                ps_pull_slice(p, -ENOMEM, "out of memory", 0, NULL, 0, 0, 0, 0, 0);
-                continue;
-            }
-            wt->shard = s;
-            wt->min_done = min_done;
-            wt->first = from - first;
-            wt->n = to - from;
-            wt->pull = p;
-            wt->out_index = from - offset;
-            if (ps_server_read(t, wt) < 0)
-                ps_pull_slice(p, -EIO, "the shard refused the read", 0, NULL, 0, 0, 0, 0, 0);
-            continue;
-        }
-        ps_fetch_t *f = calloc(1, sizeof(*f));
-        if (!f) {
-            ps_pull_slice(p, -ENOMEM, "out of memory", 0, NULL, 0, 0, 0, 0, 0);
-            continue;
-        }
-        f->req = ps->next_req++;
-        snprintf(f->node, sizeof(f->node), "%s", ps_ring_name(t->ring, t->owner[s]));
-        f->table = t;
-        f->pull = p;
-        f->out_index = from - offset;
-        f->n = to - from;
-        if (ps_msg_send_pull(t, f, s, min_done, from - first) < 0) {
-            char why[PS_ERR_BYTES];
-            snprintf(why, sizeof(why), "table '%s': server %s is unreachable", t->name,
-                     f->node);
-            ps_pull_slice(p, -EHOSTUNREACH, why, 0, NULL, 0, 0, 0, 0, 0);
-            free(f);
-            continue;
-        }
-        f->next = ps->fetches;
-        ps->fetches = f;
-    }
-    ps_pull_slice(p, 0, NULL, 0, NULL, 0, UINT64_MAX, UINT64_MAX, 0, 0);
-    return 0;
-}
-
-void ps_worker_node_down(ps_t *ps, const char *node)
-{
-    char err[PS_ERR_BYTES];
-    snprintf(err, sizeof(err), "server %s is unreachable", node);
-    for (ps_fetch_t **fp = &ps->fetches; *fp;) {
-        ps_fetch_t *f = *fp;
-        if (strcmp(f->node, node) == 0) {
-            *fp = f->next;
-            ps_pull_slice(f->pull, -EHOSTUNREACH, err, 0, NULL, 0, 0, 0, 0, 0);
-            free(f);
-        } else
-            fp = &f->next;
-    }
-    for (ps_table_t *t = ps->tables, *next; t; t = next) {
-        next = t->next;
-        if (!t->streams || t->state != PS_TABLE_READY)
-            continue;
-        for (uint32_t s = 0; s < t->layout.shards; s++)
-            if ((int)t->owner[s] != t->self_server &&
-                strcmp(ps_ring_name(t->ring, t->owner[s]), node) == 0) {
-                snprintf(err, sizeof(err), "table '%s': server %s is unreachable", t->name,
-                         node);
-                ps_table_fail(t, -EHOSTUNREACH, err);
-                break;
-            }
-    }
 }

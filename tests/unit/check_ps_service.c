@@ -3,7 +3,9 @@
  * the service driven through ps.h only; callbacks are awaited by running the loop until they
  * came, with a deadline. */
 #include "groups.h"
+#include "ps-internal.h" /* ps_msg_recv: messages from other daemons */
 #include "ps.h"
+#include "ps_net.h"
 
 #include "check_run.h"
 
@@ -319,6 +321,15 @@ START_TEST(test_asp_never_waits)
     ck_assert_float_eq(out[3], 15);
     ck_assert_float_eq(out[97], 25);
     ck_assert_float_eq(out[4], 5);
+    ck_assert_uint_eq(p.read.done, 0); /* w1 has closed no clock yet */
+    /* done counts the clocks every worker closed, under ASP too */
+    clock_ok(&w1, h, 0);
+    clock_ok(&w1, h, 1);
+    memset(&p, 0, sizeof(p));
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 5, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    wait_for(&p);
+    ck_assert_uint_eq(p.read.done, 2);
+    ck_assert_int_eq(p.read.waited, 0);
     ps_sample_t s;
     ps_sample(&d, &s);
     ck_assert_uint_eq(s.staleness_waits, 0);
@@ -549,6 +560,225 @@ START_TEST(test_view_and_group_over)
 }
 END_TEST
 
+
+/* ---- messages from other daemons (ps_msg.c): every field untrusted ----------------------- */
+typedef struct msg_s {
+    uint8_t b[PS_NET_MAX_HEADER];
+    size_t len;
+} msg_t;
+
+static void msg_put(msg_t *m, uint64_t v, size_t bytes)
+{
+    for (size_t i = 0; i < bytes; i++)
+        m->b[m->len++] = (uint8_t)(v >> (8 * i));
+}
+
+static void msg_str(msg_t *m, const char *s)
+{
+    m->b[m->len++] = (uint8_t)strlen(s);
+    memcpy(m->b + m->len, s, strlen(s));
+    m->len += strlen(s);
+}
+
+/* The common part: magic, type, uid, epoch, group, table. */
+static void msg_begin(msg_t *m, int type, uid_t uid, uint64_t epoch, const char *group,
+                      const char *table)
+{
+    m->len = 0;
+    msg_put(m, 0x50534d31u, 4);
+    msg_put(m, (uint64_t)type, 1);
+    msg_put(m, uid, 4);
+    msg_put(m, epoch, 8);
+    msg_str(m, group);
+    msg_str(m, table);
+}
+
+/* An update (type 4) of shard 0 from source `source`: n values from offset 0. */
+static void msg_update(msg_t *m, uid_t uid, const char *group, uint32_t source, uint64_t seq,
+                       uint64_t n)
+{
+    msg_begin(m, 4, uid, 1, group, "w");
+    msg_put(m, 0, 4);      /* shard */
+    msg_put(m, source, 4);
+    msg_put(m, seq, 8);
+    msg_put(m, 0, 8);      /* clock */
+    msg_put(m, 0, 1);      /* close */
+    msg_put(m, 0, 1);      /* keyed */
+    msg_put(m, 0, 8);      /* offset */
+    msg_put(m, n, 8);
+}
+
+START_TEST(test_messages_untrusted)
+{
+    make_group("m", 1000, 1, LAUNCH_SYNC_ASP, 0, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "m", &o0);
+    ps_table_spec_t spec = spec_of("w", N, "add", "asp");
+    uint64_t h = open_ok(&w0, &spec);
+    ps_t *ps = d.ps;
+    float values[N];
+    fill(values, N, 7);
+    msg_t m;
+    uint64_t dropped = ps->dropped;
+
+    /* a well-formed update from the table's source ("local", index 0) is applied: the
+     * decoding is right, so the refusals below are the checks' */
+    ps_table_t *t = ps_table_find(ps, 1000, "m", "w", 1);
+    ck_assert_ptr_nonnull(t);
+    uint64_t first, elems;
+    ps_layout_shard(&t->layout, 0, &first, &elems);
+    msg_update(&m, 1000, "m", 0, 1000, elems);
+    ps_msg_recv(ps, "local", m.b, m.len, values, elems * sizeof(float));
+    ck_assert_uint_eq(ps->dropped, dropped);
+
+    /* every prefix of it is dropped; so is every single-byte corruption of its header but
+     * those of seq and clock (bytes 29 .. 44: another seq or clock is another valid update) */
+    for (size_t cut = 0; cut < m.len; cut++)
+        ps_msg_recv(ps, "local", m.b, cut, values, elems * sizeof(float));
+    ck_assert_uint_eq(ps->dropped, dropped + m.len);
+    dropped = ps->dropped;
+    size_t corrupted = 0;
+    for (size_t i = 0; i < m.len; i++) {
+        if (i >= 29 && i < 45)
+            continue;
+        msg_t bad = m;
+        bad.b[i] ^= 0xff;
+        ps_msg_recv(ps, "local", bad.b, bad.len, values, elems * sizeof(float));
+        corrupted++;
+    }
+    ck_assert_uint_eq(ps->dropped, dropped + corrupted);
+    dropped = ps->dropped;
+    /* a sender that is not a source, a source index out of range, another uid or group, a
+     * payload of the wrong size, more values than the shard has */
+    msg_update(&m, 1000, "m", 0, 2000, elems);
+    ps_msg_recv(ps, "intruder", m.b, m.len, values, elems * sizeof(float));
+    msg_update(&m, 1000, "m", 7, 2001, elems);
+    ps_msg_recv(ps, "local", m.b, m.len, values, elems * sizeof(float));
+    msg_update(&m, 2000, "m", 0, 2002, elems);
+    ps_msg_recv(ps, "local", m.b, m.len, values, elems * sizeof(float));
+    msg_update(&m, 1000, "other", 0, 2003, elems);
+    ps_msg_recv(ps, "local", m.b, m.len, values, elems * sizeof(float));
+    msg_update(&m, 1000, "m", 0, 2004, elems);
+    ps_msg_recv(ps, "local", m.b, m.len, values, elems * sizeof(float) - 1);
+    msg_update(&m, 1000, "m", 0, 2005, elems + 1);
+    ps_msg_recv(ps, "local", m.b, m.len, values, (elems + 1) * sizeof(float));
+    ck_assert_uint_eq(ps->dropped, dropped + 6);
+    /* a pull from a node that runs no rank, an answer nobody asked for, a bye from a
+     * stranger, an unknown type, a bad magic */
+    msg_begin(&m, 6, 1000, 1, "m", "w");
+    msg_put(&m, 1, 8);
+    msg_put(&m, 0, 4);
+    msg_put(&m, 0, 8);
+    msg_put(&m, 0, 8);
+    msg_put(&m, 1, 8);
+    ps_msg_recv(ps, "intruder", m.b, m.len, NULL, 0);
+    msg_begin(&m, 7, 1000, 1, "m", "w");
+    msg_put(&m, 12345, 8);
+    for (int i = 0; i < 5; i++)
+        msg_put(&m, 0, i == 0 ? 4 : 8);
+    msg_put(&m, 0, 1);
+    msg_put(&m, 1, 8);
+    ps_msg_recv(ps, "local", m.b, m.len, values, sizeof(float));
+    msg_begin(&m, 2, 1000, 1, "m", "w");
+    msg_put(&m, 99, 8);
+    ps_msg_recv(ps, "local", m.b, m.len, NULL, 0);
+    msg_begin(&m, 8, 1000, 1, "m", "w");
+    msg_put(&m, 0, 4);
+    ps_msg_recv(ps, "intruder", m.b, m.len, NULL, 0);
+    msg_begin(&m, 99, 1000, 1, "m", "w");
+    ps_msg_recv(ps, "local", m.b, m.len, NULL, 0);
+    m.b[0] = 0;
+    ps_msg_recv(ps, "local", m.b, m.len, NULL, 0);
+    ck_assert_uint_eq(ps->dropped, dropped + 12);
+    /* an open from a node that says it runs no rank of the group creates nothing */
+    msg_begin(&m, 1, 1000, 5, "m", "w2");
+    msg_put(&m, 1, 8);
+    msg_put(&m, N, 8);
+    msg_put(&m, 64, 4);
+    msg_str(&m, "add");
+    msg_str(&m, "asp");
+    const char open_payload[] = "local\0local";
+    ps_msg_recv(ps, "intruder", m.b, m.len, open_payload, sizeof(open_payload) - 1);
+    ck_assert_ptr_null(ps_table_find(ps, 1000, "m", "w2", 5));
+
+    /* the table holds the one good update: elements of shard 0 are 7, the rest 0 */
+    float out[N];
+    result_t p = {0};
+    char err[256];
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 0, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    wait_for(&p);
+    for (uint64_t i = 0; i < N; i++)
+        ck_assert_float_eq(out[i], i >= first && i < first + elems ? 7 : 0);
+}
+END_TEST
+
+/* An open from another daemon (node n2 runs the ranks, this daemon only serves): the table's
+ * shards here, updates from n2 applied, a bye frees it; over the quota nothing is made. */
+static void msg_open(msg_t *m, const char *group, const char *table, uint64_t epoch,
+                     uint64_t count)
+{
+    msg_begin(m, 1, 1000, epoch, group, table);
+    msg_put(m, 1, 8);     /* req */
+    msg_put(m, count, 8);
+    msg_put(m, 64, 4);    /* vnodes */
+    msg_str(m, "add");
+    msg_str(m, "bsp");
+}
+
+START_TEST(test_remote_open_served_here)
+{
+    ps_t *ps = d.ps;
+    msg_t m;
+    const char payload[] = "local\0n2"; /* servers "local", sources "n2" */
+    d.config.ps_user_bytes = 4000;
+    msg_open(&m, "rg", "big", 7, 1001); /* 4004 bytes here: over the quota */
+    ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1);
+    ck_assert_ptr_null(ps_table_find(ps, 1000, "rg", "big", 7));
+    msg_open(&m, "rg", "t", 7, 1000);
+    ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1);
+    ps_table_t *t = ps_table_find(ps, 1000, "rg", "t", 7);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_uint_eq(t->charged_bytes, 4000);
+    ck_assert_uint_eq(t->local_workers, 0);
+    ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1); /* a retry: the same */
+    ck_assert_ptr_eq(ps_table_find(ps, 1000, "rg", "t", 7), t);
+    ps_sample_t s;
+    ps_sample(&d, &s);
+    ck_assert_uint_eq(s.tables, 1);
+    ck_assert_uint_eq(s.shards, t->layout.shards);
+    /* n2's clock 0 to shard 0 (its values), then shard 0 is done with clock 0 */
+    uint64_t first, elems;
+    ps_layout_shard(&t->layout, 0, &first, &elems);
+    float values[1000];
+    fill(values, elems, 2);
+    msg_begin(&m, 4, 1000, 7, "rg", "t");
+    msg_put(&m, 0, 4);     /* shard */
+    msg_put(&m, 0, 4);     /* source: n2 */
+    msg_put(&m, 1, 8);     /* seq */
+    msg_put(&m, 0, 8);     /* clock */
+    msg_put(&m, 1, 1);     /* close */
+    msg_put(&m, 0, 1);
+    msg_put(&m, 0, 8);
+    msg_put(&m, elems, 8);
+    ps_msg_recv(ps, "n2", m.b, m.len, values, elems * sizeof(float));
+    ps_msg_recv(ps, "n2", m.b, m.len, values, elems * sizeof(float)); /* a resend: once */
+    ck_assert_uint_eq(ps_shard_done(t->shards[0]), 1);
+    ck_assert_float_eq(ps_shard_values(t->shards[0])[0], 2);
+    ck_assert_uint_eq(ps_shard_done(t->shards[1]), 0);
+    /* the same update from a node that is no source of the table: dropped */
+    uint64_t dropped = ps->dropped;
+    ps_msg_recv(ps, "n3", m.b, m.len, values, elems * sizeof(float));
+    ck_assert_uint_eq(ps->dropped, dropped + 1);
+    /* n2's bye: its only source is over, the table goes */
+    msg_begin(&m, 8, 1000, 7, "rg", "t");
+    msg_put(&m, 0, 4);
+    ps_msg_recv(ps, "n2", m.b, m.len, NULL, 0);
+    ck_assert_ptr_null(ps_table_find(ps, 1000, "rg", "t", 7));
+    ps_sample(&d, &s);
+    ck_assert_uint_eq(s.tables, 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_service");
@@ -563,6 +793,8 @@ int main(void)
     tcase_add_test(tc, test_quota_refused);
     tcase_add_test(tc, test_forget_owner_pending_pull);
     tcase_add_test(tc, test_view_and_group_over);
+    tcase_add_test(tc, test_messages_untrusted);
+    tcase_add_test(tc, test_remote_open_served_here);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

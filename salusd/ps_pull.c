@@ -1,0 +1,198 @@
+/* A node's workers' pulls: a slice per shard covering the range, from this daemon's shards
+ * directly (ps_server.c) or from their servers over the net (one fetch per slice and bound,
+ * shared by the co-located workers that read it meanwhile); the pull completes when every
+ * slice is there, with the least done among them. */
+#include "ps-internal.h"
+#include "ps_cluster.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
+                   const float *values, uint64_t n, uint64_t done, uint64_t done_at_request,
+                   uint64_t waited_ns, int waited)
+{
+    ps_t *ps = p->ps;
+    if (rc < 0 && p->rc == 0) {
+        p->rc = rc;
+        snprintf(p->err, sizeof(p->err), "%s", err ? err : strerror(-rc));
+    }
+    if (rc >= 0) {
+        if (p->out && values)
+            memcpy(p->out + out_index, values, n * sizeof(float));
+        if (done < p->read.done)
+            p->read.done = done;
+        if (done_at_request < p->read.done_at_request)
+            p->read.done_at_request = done_at_request;
+        if (waited_ns > p->read.waited_ns)
+            p->read.waited_ns = waited_ns;
+        p->read.waited |= waited;
+    }
+    if (--p->slices_left > 0)
+        return;
+    LIST_REMOVE(p, link);
+    if (p->rc == 0) {
+        ps->stats.pulls++;
+        ps->stats.pull_bytes += p->n * sizeof(float);
+        if (p->read.waited) {
+            ps->stats.staleness_waits++;
+            ps->stats.staleness_wait_ns += p->read.waited_ns;
+        }
+    }
+    if (p->owner)
+        ps_call_pull(ps, p->owner, p->done, p->arg, p->rc, p->err, &p->read);
+    free(p);
+}
+
+void ps_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values,
+                     uint64_t done, uint64_t done_at_request, uint64_t waited_ns, int waited)
+{
+    while (f->riders) {
+        ps_rider_t *r = f->riders;
+        f->riders = r->next;
+        ps_pull_slice(r->pull, rc, err, r->out_index, values, f->n, done, done_at_request,
+                      waited_ns, waited);
+        free(r);
+    }
+    free(f);
+}
+
+/* A slice of a shard served elsewhere: rides along a fetch of the same slice and bound on
+ * its way, or asks the server. 0, or a negative errno (the pull's slice is not counted). */
+static int fetch_slice(ps_table_t *t, ps_pull_t *p, uint32_t shard, uint64_t min_done,
+                       uint64_t first, uint64_t n, uint64_t out_index)
+{
+    ps_t *ps = t->ps;
+    ps_rider_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    r->pull = p;
+    r->out_index = out_index;
+    for (ps_fetch_t *f = ps->fetches; f; f = f->next)
+        if (f->table == t && f->shard == shard && f->min_done == min_done && f->first == first &&
+            f->n == n) {
+            r->next = f->riders;
+            f->riders = r;
+            return 0;
+        }
+    ps_fetch_t *f = calloc(1, sizeof(*f));
+    if (!f) {
+        free(r);
+        return -ENOMEM;
+    }
+    f->req = ps->next_req++;
+    snprintf(f->node, sizeof(f->node), "%s", ps_ring_name(t->ring, t->owner[shard]));
+    f->table = t;
+    f->shard = shard;
+    f->min_done = min_done;
+    f->first = first;
+    f->n = n;
+    f->riders = r;
+    if (ps_msg_send_pull(t, f) < 0) {
+        free(r);
+        free(f);
+        return -EHOSTUNREACH;
+    }
+    f->next = ps->fetches;
+    ps->fetches = f;
+    return 0;
+}
+
+int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
+                   uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
+                   size_t err_size)
+{
+    ps_t *ps = t->ps;
+    if (n == 0 || offset > t->spec.count || n > t->spec.count - offset) {
+        snprintf(err, err_size, "pull of [%llu, %llu) is outside table '%s' of %llu elements",
+                 (unsigned long long)offset, (unsigned long long)(offset + n), t->name,
+                 (unsigned long long)t->spec.count);
+        return -EINVAL;
+    }
+    int i = ps_cluster_local_index(ps->d, w->group_id, w->rank);
+    uint64_t now_clock = t->agg ? ps_agg_clock_of(t->agg, (uint32_t)i) : t->asp_clock[i];
+    if (clock > now_clock) {
+        snprintf(err, err_size, "pull at clock %llu, but rank %u is at clock %llu",
+                 (unsigned long long)clock, w->rank, (unsigned long long)now_clock);
+        return -EINVAL;
+    }
+    uint32_t s0 = ps_layout_shard_of(&t->layout, offset);
+    uint32_t s1 = ps_layout_shard_of(&t->layout, offset + n - 1);
+    ps_pull_t *p = calloc(1, sizeof(*p));
+    if (!p) {
+        snprintf(err, err_size, "out of memory");
+        return -ENOMEM;
+    }
+    p->ps = ps;
+    p->owner = w->owner ? w->owner : (const void *)ps;
+    p->done = done;
+    p->arg = arg;
+    p->out = out;
+    p->offset = offset;
+    p->n = n;
+    p->read.clock = clock;
+    p->read.done = p->read.done_at_request = UINT64_MAX;
+    p->started_ns = salusd_now_ns();
+    p->slices_left = s1 - s0 + 1 + 1; /* one more, dropped below: none completes it early */
+    LIST_INSERT_HEAD(&ps->pulls, p, link);
+    uint64_t min_done = ps_sync_min_done(&t->spec.sync, clock);
+    for (uint32_t s = s0; s <= s1; s++) {
+        uint64_t first, elems;
+        ps_layout_shard(&t->layout, s, &first, &elems);
+        uint64_t from = offset > first ? offset : first;
+        uint64_t to = offset + n < first + elems ? offset + n : first + elems;
+        if ((int)t->owner[s] == t->self_server) {
+            ps_wait_t *wt = calloc(1, sizeof(*wt));
+            if (!wt) {
+                ps_pull_slice(p, -ENOMEM, "out of memory", 0, NULL, 0, 0, 0, 0, 0);
+                continue;
+            }
+            wt->shard = s;
+            wt->min_done = min_done;
+            wt->first = from - first;
+            wt->n = to - from;
+            wt->pull = p;
+            wt->out_index = from - offset;
+            if (ps_server_read(t, wt) < 0)
+                ps_pull_slice(p, -EIO, "the shard refused the read", 0, NULL, 0, 0, 0, 0, 0);
+            continue;
+        }
+        if (fetch_slice(t, p, s, min_done, from - first, to - from, from - offset) < 0) {
+            char why[PS_ERR_BYTES];
+            snprintf(why, sizeof(why), "table '%s': server %s is unreachable", t->name,
+                     ps_ring_name(t->ring, t->owner[s]));
+            ps_pull_slice(p, -EHOSTUNREACH, why, 0, NULL, 0, 0, 0, 0, 0);
+        }
+    }
+    ps_pull_slice(p, 0, NULL, 0, NULL, 0, UINT64_MAX, UINT64_MAX, 0, 0);
+    return 0;
+}
+
+void ps_worker_node_down(ps_t *ps, const char *node)
+{
+    char err[PS_ERR_BYTES];
+    snprintf(err, sizeof(err), "server %s is unreachable", node);
+    for (ps_fetch_t **fp = &ps->fetches; *fp;) {
+        ps_fetch_t *f = *fp;
+        if (strcmp(f->node, node) == 0) {
+            *fp = f->next;
+            ps_fetch_finish(f, -EHOSTUNREACH, err, NULL, 0, 0, 0, 0);
+        } else
+            fp = &f->next;
+    }
+    for (ps_table_t *t = ps->tables, *next; t; t = next) {
+        next = t->next;
+        if (!t->streams || t->state != PS_TABLE_READY)
+            continue;
+        for (uint32_t s = 0; s < t->layout.shards; s++)
+            if ((int)t->owner[s] != t->self_server &&
+                strcmp(ps_ring_name(t->ring, t->owner[s]), node) == 0) {
+                snprintf(err, sizeof(err), "table '%s': server %s is unreachable", t->name,
+                         node);
+                ps_table_fail(t, -EHOSTUNREACH, err);
+                break;
+            }
+    }
+}

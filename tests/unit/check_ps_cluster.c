@@ -118,7 +118,8 @@ START_TEST(test_record_parse_refuses)
         "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":\"n1\",\"vnodes\":64}",
         "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[],\"vnodes\":64}",
         "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[1],\"vnodes\":64}",
-        "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n2\",\"n1\"],\"vnodes\":64}",
+        "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n2\",\"n1\"],"
+        "\"vnodes\":64}",
         "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"a,b\"],\"vnodes\":64}",
         "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n1\"],\"vnodes\":0}",
         "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n1\"],\"vnodes\":9999999}",

@@ -28,6 +28,9 @@ RTOL=1e-4
 K=20 BATCH=8 WORLD=4
 ARGS=(--seed 7 --inputs 24 --hidden 48 --outputs 6 --samples 200 --lr 0.05 --print-every 10 --iterations $K)
 export SIMGPU_DEVICES=2 SIMGPU_MEMORY_MB=1024
+# salusd logs at debug level: a message the servers drop (ps_msg.c) shows only there, and a
+# rank that waits for ever names it (see ps_group)
+CLUSTER_DEBUG=1
 nodes_up 2
 
 # ps_rank I GROUP RANK TAG [SALUSCTL RUN ARGS --] MLP ARGS...: a rank of salus-mlp --ps on node
@@ -68,6 +71,7 @@ ps_group() {
             tail -5 "$WORK/$tag$r.out" >&2
             tail -3 "$WORK/$tag$r.log" >&2
         done
+        for i in 1 2; do grep -h "dropped" "$WORK/n$i/salusd.log" | sed "s/^/n$i: /" | head -5 >&2; done
         fail "group $tag ($mode) did not finish within 120 s"
     }
     for ((r = 0; r < WORLD; r++)); do

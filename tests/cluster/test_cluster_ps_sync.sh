@@ -26,8 +26,12 @@
 CHECK=(python3 "$(dirname "$0")/ps_sync_check.py")
 RTOL=1e-4
 K=20 BATCH=8 WORLD=4
-ARGS=(--seed 7 --inputs 24 --hidden 48 --outputs 6 --samples 200 --lr 0.05 --print-every 10 --iterations $K)
+ARGS=(--seed 7 --inputs 24 --hidden 48 --outputs 6 --samples 200 --lr 0.05 --print-every 10 --iterations "$K")
 export SIMGPU_DEVICES=2 SIMGPU_MEMORY_MB=1024
+# salusd logs at debug level: a message the servers drop (ps_msg.c) shows only there, and a
+# rank that waits for ever names it (see ps_group); read by nodes_up
+# shellcheck disable=SC2034
+CLUSTER_DEBUG=1
 nodes_up 2
 
 # ps_rank I GROUP RANK TAG [SALUSCTL RUN ARGS --] MLP ARGS...: a rank of salus-mlp --ps on node
@@ -37,6 +41,7 @@ ps_rank() {
     local i="$1" group="$2" rank="$3" tag="$4"
     shift 4
     node_argv "$i"
+    # shellcheck disable=SC2086 # PS_ENV: VAR=VALUE words
     "${NODE_ARGV[@]}" env ${PS_ENV:-} "$SALUSCTL" run --name "$group.$rank" --group "$group" --world "$WORLD" \
         --rank "$rank" ${PS_SYNC:+--sync "$PS_SYNC"} --persistent 64MiB --ephemeral 600MiB -- \
         "$MLP" "${ARGS[@]}" --batch $BATCH --ps-log "$WORK/$tag.log" --dump-weights "$WORK/$tag.w" "$@" \
@@ -68,6 +73,7 @@ ps_group() {
             tail -5 "$WORK/$tag$r.out" >&2
             tail -3 "$WORK/$tag$r.log" >&2
         done
+        for i in 1 2; do grep -h "dropped" "$WORK/n$i/salusd.log" | sed "s/^/n$i: /" | head -5 >&2; done
         fail "group $tag ($mode) did not finish within 120 s"
     }
     for ((r = 0; r < WORLD; r++)); do

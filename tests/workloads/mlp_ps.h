@@ -19,10 +19,10 @@
  * only the order of the float sums and the W0 + table split differ (rounding).
  *
  * The loss: a second table "mlp-loss" (rule add, the same sync), one element per iteration
- * (and one more, the end's counter under ASP, below), to which each rank pushes its rows' mean loss / N at its clock (before its gradient): the
- * element holds the global batch's loss once every rank pushed. The loss lines ('iter=K
- * loss=V', as the data-parallel mode prints them) come at the end, read from that table once
- * it holds every clock.
+ * (and one more, the end's counter under ASP, below), to which each rank pushes its rows' mean
+ * loss / N at its clock (before its gradient): the element holds the global batch's loss once
+ * every rank pushed. The loss lines ('iter=K loss=V', as the data-parallel mode prints them)
+ * come at the end, read from that table once it holds every clock.
  *
  * The end: after its last clock a rank pulls both tables until they hold every rank's every
  * clock (bounded; a read at clock K may see less under ssp), so every rank ends with the same

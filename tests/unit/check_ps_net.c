@@ -737,7 +737,7 @@ START_TEST(test_loop_not_starved_by_a_flood)
     }
     fprintf(stderr, "check_ps_net: the loop's longest wait during the flood: %lld ms\n",
             (long long)timer_max_gap_ms);
-    ck_assert_msg(timer_max_gap_ms < 200, "the loop was held for %lld ms",
+    ck_assert_msg(timer_max_gap_ms < 250, "the loop was held for %lld ms",
                   (long long)timer_max_gap_ms);
 }
 END_TEST

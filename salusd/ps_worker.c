@@ -7,6 +7,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +97,10 @@ static void pump(ps_table_t *t, uint32_t shard)
         }
         st->in_flight = 1;
         st->sent = 0;
+        if (!evtimer_pending(t->ps->retry_timer, NULL)) { /* (idle daemons never wake) */
+            struct timeval every = {0, 250000};
+            evtimer_add(t->ps->retry_timer, &every);
+        }
         if (ps_msg_send_update(t, shard, u) < 0) {
             char err[PS_ERR_BYTES];
             snprintf(err, sizeof(err), "table '%s': server %s is unreachable", t->name,
@@ -159,6 +164,15 @@ void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t s
 void ps_worker_retry(ps_t *ps)
 {
     uint64_t now = salusd_now_ns();
+    int out = 0;
+    for (ps_table_t *t = ps->tables; t && !out; t = t->next)
+        for (uint32_t s = 0; t->streams && t->state != PS_TABLE_FAILED && s < t->layout.shards;
+             s++)
+            out |= t->streams[s].in_flight;
+    if (!out) {
+        evtimer_del(ps->retry_timer);
+        return;
+    }
     for (ps_table_t *t = ps->tables, *next; t; t = next) {
         next = t->next;
         for (uint32_t s = 0; t->streams && t->state != PS_TABLE_FAILED && s < t->layout.shards;

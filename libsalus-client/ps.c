@@ -191,9 +191,24 @@ static int open_locked(salus_ps_table_t *t)
     return 0;
 }
 
+/* A forked child is not the job's process (salusd would refuse it): it starts without the
+ * parent's connection (its own closed, the parent's untouched). */
+static void ps_forked_child(void)
+{
+    pthread_mutex_init(&ps.lock, NULL);
+    disconnect_locked();
+}
+
+static void ps_setup_once(void)
+{
+    pthread_atfork(NULL, NULL, ps_forked_child);
+}
+
 /* The session is up and the process is a managed job. */
 static int session_ready(void)
 {
+    static pthread_once_t setup = PTHREAD_ONCE_INIT;
+    pthread_once(&setup, ps_setup_once);
     if (shim_init() != CUDA_SUCCESS || shim.mode != SHIM_MODE_MANAGED || !shim.job_id)
         return fail(-ENOTCONN, "this process is not a job of salusd (the shim's session is "
                                "not up)");

@@ -17,6 +17,7 @@ typedef struct agg_worker_s {
 typedef struct agg_clock_s {
     uint64_t clock;
     float *sum;          /* count values */
+    uint8_t *written;    /* a bit per element some push of the clock wrote */
 } agg_clock_t;
 
 struct ps_agg_s {
@@ -51,11 +52,18 @@ void ps_agg_destroy(ps_agg_t *agg)
 {
     if (agg == NULL)
         return;
-    for (size_t i = 0; i < agg->nopen; i++)
+    for (size_t i = 0; i < agg->nopen; i++) {
         free(agg->open[i].sum);
+        free(agg->open[i].written);
+    }
     free(agg->open);
     free(agg->worker);
     free(agg);
+}
+
+static uint64_t written_bytes(uint64_t count)
+{
+    return (count + 7) / 8;
 }
 
 /* The least current clock of the local workers: clocks below it are complete. */
@@ -97,10 +105,14 @@ static agg_clock_t *clock_get(ps_agg_t *agg, uint64_t clock)
         agg->open_cap = cap;
     }
     float *sum = calloc(agg->count, sizeof(float));
-    if (sum == NULL)
+    uint8_t *written = calloc(written_bytes(agg->count), 1);
+    if (sum == NULL || written == NULL) {
+        free(sum);
+        free(written);
         return NULL;
+    }
     memmove(&agg->open[at + 1], &agg->open[at], (agg->nopen - at) * sizeof(*agg->open));
-    agg->open[at] = (agg_clock_t){.clock = clock, .sum = sum};
+    agg->open[at] = (agg_clock_t){.clock = clock, .sum = sum, .written = written};
     agg->nopen++;
     return &agg->open[at];
 }
@@ -120,7 +132,7 @@ int ps_agg_push(ps_agg_t *agg, uint32_t worker, uint64_t seq, uint64_t clock, ui
     agg_clock_t *c = clock_get(agg, clock);
     if (c == NULL)
         return -ENOMEM;
-    ps_span_add(c->sum, NULL, offset, n, keys, values);
+    ps_span_add(c->sum, c->written, offset, n, keys, values);
     w->last_seq = seq;
     w->have_seq = 1;
     return 1;
@@ -161,6 +173,14 @@ const float *ps_agg_sum(const ps_agg_t *agg, uint64_t clock)
     return c ? c->sum : NULL;
 }
 
+const uint8_t *ps_agg_written(const ps_agg_t *agg, uint64_t clock)
+{
+    if (agg == NULL || clock >= min_clock(agg))
+        return NULL;
+    const agg_clock_t *c = find_clock(agg, clock);
+    return c ? c->written : NULL;
+}
+
 void ps_agg_release(ps_agg_t *agg, uint64_t clock)
 {
     if (agg == NULL || clock >= min_clock(agg))
@@ -169,8 +189,14 @@ void ps_agg_release(ps_agg_t *agg, uint64_t clock)
     if (at >= agg->nopen || agg->open[at].clock != clock)
         return;
     free(agg->open[at].sum);
+    free(agg->open[at].written);
     agg->nopen--;
     memmove(&agg->open[at], &agg->open[at + 1], (agg->nopen - at) * sizeof(*agg->open));
+    if (agg->nopen == 0) { /* nothing open: no list either (bytes says so) */
+        free(agg->open);
+        agg->open = NULL;
+        agg->open_cap = 0;
+    }
 }
 
 uint64_t ps_agg_bytes(const ps_agg_t *agg)
@@ -178,5 +204,6 @@ uint64_t ps_agg_bytes(const ps_agg_t *agg)
     if (agg == NULL)
         return 0;
     return sizeof(*agg) + (uint64_t)agg->workers * sizeof(*agg->worker) +
-           agg->open_cap * sizeof(*agg->open) + agg->nopen * agg->count * sizeof(float);
+           agg->open_cap * sizeof(*agg->open) +
+           agg->nopen * (agg->count * sizeof(float) + written_bytes(agg->count));
 }

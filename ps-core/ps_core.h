@@ -41,9 +41,11 @@ typedef struct ps_rule_s {
     float lr;                 /* sgd only: value -= lr * (sum of the clock's contributions) */
 } ps_rule_t;
 /* Under BSP and SSP a clock's contributions are summed, then applied once: add: value += sum;
- * assign: value = sum, only for the elements some contribution of that clock wrote; sgd: value
- * -= lr * sum (float arithmetic). Under ASP each contribution is applied on arrival the same
- * way. */
+ * assign: value = sum, only for the elements some contribution of that clock wrote (with one
+ * writer per element and clock: its value; a sum, not the last arrival, so that a node's
+ * aggregate holding zeros where its workers wrote nothing cannot overwrite another node's
+ * value); sgd: value -= lr * sum (float arithmetic). Under ASP each contribution is applied on
+ * arrival the same way (assign: the last applied wins). */
 /* "add", "assign", "sgd:LR" (LR a finite float > 0, plain decimal: no sign, spaces, hex, inf
  * or nan). 0, or -EINVAL with err set (when err is not NULL; truncated to err_size) and *rule
  * unchanged. */
@@ -158,6 +160,11 @@ uint64_t ps_agg_clock_of(const ps_agg_t *agg, uint32_t worker);
 /* The sum of a complete clock's contributions (count values; zeros where nobody pushed), or
  * NULL when that clock is not complete or was released. Stays valid until released. */
 const float *ps_agg_sum(const ps_agg_t *agg, uint64_t clock);
+/* Which elements of a complete clock's sum some push wrote: bit i (byte i / 8, bit i % 8) set
+ * for element i; NULL exactly when ps_agg_sum is. Added after the interfaces were declared
+ * (nothing else changed): an "assign" table must not be sent the zeros nobody pushed, or the
+ * shard would assign them (send the written elements as keys, or a bare close when none). */
+const uint8_t *ps_agg_written(const ps_agg_t *agg, uint64_t clock);
 /* Frees a complete clock's sum (after it was sent to every shard's server); nothing for a clock
  * not complete or already released. */
 void ps_agg_release(ps_agg_t *agg, uint64_t clock);

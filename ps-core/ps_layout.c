@@ -21,8 +21,8 @@ int ps_layout_init(ps_layout_t *layout, uint64_t count, uint32_t servers)
 
 void ps_layout_shard(const ps_layout_t *layout, uint32_t shard, uint64_t *first, uint64_t *elems)
 {
-    uint64_t at = layout->count, len = 0;
-    if (shard < layout->shards) {
+    uint64_t at = layout ? layout->count : 0, len = 0;
+    if (layout && shard < layout->shards) {
         uint64_t base = layout->count / layout->shards;
         uint64_t longer = layout->count % layout->shards; /* shards 0 .. longer-1 hold base+1 */
         if (shard < longer) {
@@ -41,8 +41,8 @@ void ps_layout_shard(const ps_layout_t *layout, uint32_t shard, uint64_t *first,
 
 uint32_t ps_layout_shard_of(const ps_layout_t *layout, uint64_t index)
 {
-    if (index >= layout->count)
-        return layout->shards; /* no shard */
+    if (layout == NULL || layout->shards == 0 || index >= layout->count)
+        return layout ? layout->shards : 0; /* no shard */
     uint64_t base = layout->count / layout->shards;
     uint64_t longer = layout->count % layout->shards;
     uint64_t long_part = longer * (base + 1);

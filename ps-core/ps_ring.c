@@ -141,6 +141,8 @@ const char *ps_ring_name(const ps_ring_t *ring, size_t index)
 
 size_t ps_ring_owner(const ps_ring_t *ring, const char *table, uint32_t shard)
 {
+    if (ring == NULL)
+        return 0;
     uint64_t h = ring_hash(table ? table : "", '/', shard);
     /* the first point with hash >= h */
     size_t lo = 0, hi = ring->npoints;
@@ -160,6 +162,8 @@ uint32_t ps_ring_moved(const ps_ring_t *a, const ps_ring_t *b, const char *table
                        uint32_t shards)
 {
     uint32_t moved = 0;
+    if (a == NULL || b == NULL)
+        return 0;
     for (uint32_t s = 0; s < shards; s++)
         if (strcmp(a->names[ps_ring_owner(a, table, s)], b->names[ps_ring_owner(b, table, s)]))
             moved++;

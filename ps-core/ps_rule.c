@@ -24,7 +24,8 @@ static int fail(char *err, size_t err_size, const char *fmt, ...)
 }
 
 /* A decimal float "1", "0.05", "5e-3", ".5" (no sign but an exponent's, no spaces, no hex,
- * no inf/nan); 0 and *out set, or -EINVAL. */
+ * no inf/nan); 0 and *out set, or -EINVAL. strtod reads the C locale's '.' in salusd (which
+ * never calls setlocale); errno is left as it was. */
 static int parse_decimal_float(const char *text, float *out)
 {
     if (*text == '\0' || strspn(text, "0123456789.eE+-") != strlen(text))
@@ -32,9 +33,12 @@ static int parse_decimal_float(const char *text, float *out)
     if (*text == '+' || *text == '-')
         return -EINVAL;
     char *end = NULL;
+    int saved_errno = errno;
     errno = 0;
     double d = strtod(text, &end);
-    if (end == text || *end != '\0' || errno == ERANGE || !isfinite(d))
+    int range = errno == ERANGE;
+    errno = saved_errno;
+    if (end == text || *end != '\0' || range || !isfinite(d))
         return -EINVAL;
     float f = (float)d;
     if (!isfinite(f))

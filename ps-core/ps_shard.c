@@ -155,6 +155,11 @@ static void apply_done_clock(ps_shard_t *shard)
         shard->npending--;
         memmove(&shard->pending[0], &shard->pending[1],
                 shard->npending * sizeof(*shard->pending));
+        if (shard->npending == 0) { /* nothing pending: no list either (bytes says so) */
+            free(shard->pending);
+            shard->pending = NULL;
+            shard->pending_cap = 0;
+        }
     }
     shard->done++;
 }

@@ -20,6 +20,7 @@
 #define PS_HELLO_MAX_ADDR 8192
 #define RING_RETRY_MS 100
 #define RING_WAIT_S 10 /* how long an agreement waits for its group's record to be read */
+#define PROBE_MS 500   /* each peer's endpoint is tried this often (an empty message) */
 
 typedef struct ps_peer_s {
     char node[LINKS_NODE_BYTES];
@@ -31,6 +32,9 @@ typedef struct ps_peer_s {
     uint8_t *added_addr;
     size_t added_addr_len;
     int up;                      /* the service was told peer_up (and no peer_down since) */
+    uint64_t gen;                /* counts adds and removals: a probe's answer is its gen's */
+    int probe_busy;
+    int readd;                   /* UCX could not add it: a new exchange at the next probe */
 } ps_peer_t;
 
 typedef struct ring_req_s {
@@ -61,6 +65,7 @@ typedef struct ps_cluster_s {
     uint32_t peer_count, peer_cap;
     ring_req_t *reqs;
     struct event *retry;
+    struct event *probe;         /* every PROBE_MS: the endpoints still work */
 } ps_cluster_t;
 
 /* Agreements of daemons without a cluster (one daemon per process; several in tests). */
@@ -131,6 +136,8 @@ static void send_hello(ps_cluster_t *ps, ps_peer_t *p, uint64_t token, int have)
 
 static void peer_down(ps_cluster_t *ps, ps_peer_t *p, const char *why)
 {
+    p->gen++;
+    p->probe_busy = 0;
     if (p->added && ps->net)
         ps_net_remove_peer(ps->net, p->node);
     p->added = 0;
@@ -155,6 +162,11 @@ static void apply(ps_cluster_t *ps, ps_peer_t *p, const ps_hello_out_t *out)
     if (p->added && p->added_send == out->add_send && p->added_recv == out->add_recv &&
         p->added_addr_len == p->addr_len && memcmp(p->added_addr, p->addr, p->addr_len) == 0)
         return; /* the same peer again (a hello's answer) */
+    if (p->added && (p->added_addr_len != p->addr_len ||
+                     memcmp(p->added_addr, p->addr, p->addr_len) != 0))
+        /* another UCX worker: the daemon restarted (within its lease), and what waited on
+         * the former one is lost */
+        peer_down(ps, p, "its daemon restarted (a new UCX address)");
     uint8_t *copy = malloc(p->addr_len);
     if (!copy)
         return;
@@ -163,14 +175,19 @@ static void apply(ps_cluster_t *ps, ps_peer_t *p, const ps_hello_out_t *out)
                              out->add_recv);
     if (rc < 0) {
         free(copy);
-        peer_down(ps, p, "UCX could not add it");
-        LOG_WARN("ps: UCX peer %s: %s", p->node, strerror(-rc));
+        char why[128];
+        snprintf(why, sizeof(why), "UCX could not add it (%s)", strerror(-rc));
+        peer_down(ps, p, why);
+        p->readd = 1;
         return;
     }
+    p->readd = 0;
     free(p->added_addr);
     p->added_addr = copy;
     p->added_addr_len = p->addr_len;
     p->added = 1;
+    p->gen++;
+    p->probe_busy = 0;
     p->added_send = out->add_send;
     p->added_recv = out->add_recv;
     if (!p->up) {
@@ -308,9 +325,12 @@ static void hook_free(cluster_t *cl)
     ps_cluster_t *ps = cl->ps;
     if (!ps)
         return;
+    ps->started = 0;
     ps_net_destroy(ps->net);
     if (ps->retry)
         event_free(ps->retry);
+    if (ps->probe)
+        event_free(ps->probe);
     while (ps->reqs) {
         ring_req_t *r = ps->reqs;
         ps->reqs = r->next;
@@ -337,10 +357,78 @@ static const cluster_ps_hooks_t cluster_hooks = {
 
 /* ---- the net ------------------------------------------------------------------------------- */
 
+/* A peer whose endpoint failed (UCX saw its process die or its connection break; a restarted
+ * daemon's new worker can also fail a fresh endpoint): down, and a new exchange over the link
+ * (both sides then add the peer again, with new endpoints) when the link is up. */
+static void endpoint_failed(ps_cluster_t *ps, ps_peer_t *p, int status)
+{
+    char why[128];
+    snprintf(why, sizeof(why), "its UCX endpoint failed (%s)", strerror(-status));
+    peer_down(ps, p, why);
+    uint64_t fresh = ps_cluster_token();
+    ps_hello_out_t out;
+    ps_hello_down(&p->tok, fresh && links_is_up(ps->cl->links, p->node), fresh, &out);
+    apply(ps, p, &out);
+}
+
+typedef struct probe_s {
+    ps_cluster_t *ps;
+    char node[LINKS_NODE_BYTES];
+    uint64_t gen;
+} probe_t;
+
+static void on_probe_sent(void *ctx, int status)
+{
+    probe_t *pr = ctx;
+    ps_cluster_t *ps = pr->ps;
+    ps_peer_t *p = ps->started ? peer_find(ps, pr->node) : NULL;
+    if (p && p->gen == pr->gen) {
+        p->probe_busy = 0;
+        if (status < 0 && status != -ECANCELED && p->added)
+            endpoint_failed(ps, p, status);
+    }
+    free(pr);
+}
+
+/* An empty message to each peer (dropped by its net_recv): ps_net refuses a send on a failed
+ * endpoint, or completes it with an error; nothing else tells this layer. */
+static void on_probe(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ps_cluster_t *ps = arg;
+    for (uint32_t i = 0; ps->started && ps->net && i < ps->peer_count; i++) {
+        ps_peer_t *p = &ps->peers[i];
+        if (!p->added && p->readd && links_is_up(ps->cl->links, p->node)) {
+            p->readd = 0; /* (a failed add, paced by this timer) */
+            endpoint_failed(ps, p, -EAGAIN);
+            continue;
+        }
+        if (!p->added || p->probe_busy)
+            continue;
+        probe_t *pr = calloc(1, sizeof(*pr));
+        if (!pr)
+            return;
+        pr->ps = ps;
+        pr->gen = p->gen;
+        snprintf(pr->node, sizeof(pr->node), "%s", p->node);
+        int rc = ps_net_send(ps->net, p->node, NULL, 0, NULL, 0, on_probe_sent, pr);
+        if (rc == 0) {
+            p->probe_busy = 1;
+            continue;
+        }
+        free(pr);
+        if (rc != -ENOMEM)
+            endpoint_failed(ps, p, rc);
+    }
+}
+
 static void net_recv(void *ctx, const char *node, const void *header, size_t header_len,
                      const void *payload, size_t payload_len)
 {
     ps_cluster_t *ps = ctx;
+    if (header_len == 0 && payload_len == 0)
+        return; /* a probe (on_probe) */
     if (ps->started && ps->hooks.recv)
         ps->hooks.recv(ps->ctx, node, header, header_len, payload, payload_len);
 }
@@ -392,6 +480,11 @@ int ps_cluster_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx)
         return -1;
     }
     ps->started = 1;
+    if (!ps->probe)
+        ps->probe = event_new(d->base, -1, EV_PERSIST, on_probe, ps);
+    struct timeval every = {.tv_sec = 0, .tv_usec = PROBE_MS * 1000};
+    if (!ps->probe || event_add(ps->probe, &every) < 0)
+        LOG_WARN("ps: no timer to try the UCX endpoints: a failed one waits for its link");
     LOG_INFO("ps: node %s's UCX net is up: its address goes to the members over the links",
              cl->node);
     /* the links up already: the exchange starts now */
@@ -431,8 +524,12 @@ void ps_cluster_stop(salusd_t *d)
         event_free(ps->retry);
         ps->retry = NULL;
     }
+    if (ps->probe) {
+        event_free(ps->probe);
+        ps->probe = NULL;
+    }
     ps->started = 0;
-    ps_net_destroy(ps->net);
+    ps_net_destroy(ps->net); /* the probes in flight complete: freed, nothing else */
     ps->net = NULL;
     for (uint32_t i = 0; i < ps->peer_count; i++) {
         ps_peer_t *p = &ps->peers[i];

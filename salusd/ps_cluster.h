@@ -8,8 +8,12 @@
  * UCX peers: when the link this daemon dialed to a member comes up, it sends that member its
  * UCX worker address and a fresh token over the link (op "ps_hello"); a member's ps_hello adds
  * it as a ps_net peer (ps_net_add_peer) with the tokens of both sides; a member that leaves
- * (lease gone) or whose link is down longer than the lease TTL is removed (ps_net_remove_peer), and ps_cluster tells the
- * service (peer_down) so that requests waiting on it fail instead of hanging. */
+ * (lease gone) or whose link is down longer than the lease TTL is removed (ps_net_remove_peer),
+ * and ps_cluster tells the service (peer_down) so that requests waiting on it fail instead of
+ * hanging. So is a peer
+ * whose UCX endpoint failed (each peer gets an empty message every 500 ms, which its
+ * ps_cluster drops: a failed endpoint refuses it) or whose daemon restarted (its hello brings
+ * another worker address): down until a new exchange over the link, asked for at once. */
 #ifndef SALUS_SALUSD_PS_CLUSTER_H
 #define SALUS_SALUSD_PS_CLUSTER_H
 

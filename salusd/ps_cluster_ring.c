@@ -105,7 +105,8 @@ int ps_ring_record_format(const ps_ring_record_t *rec, char *buf, size_t size, c
     if (rc < 0)
         return rc;
     /* every text is of plain characters (checked): nothing to escape */
-    int n = snprintf(buf, size, "{\"count\":%" PRIu64 ",\"rule\":\"%s\",\"sync\":\"%s\",\"servers\":[",
+    int n = snprintf(buf, size,
+                     "{\"count\":%" PRIu64 ",\"rule\":\"%s\",\"sync\":\"%s\",\"servers\":[",
                      rec->count, rec->rule, rec->sync);
     if (n < 0 || (size_t)n >= size)
         return -ENOSPC;

@@ -77,6 +77,7 @@ struct ps_net_s {
     size_t address_len;
     struct event *wake;     /* the worker's event fd */
     struct event *dispatch; /* activated to run the callbacks (never from inside UCX) */
+    struct event *resume;   /* progress again after giving the loop its turn */
     int destroying;
     ps_net_peer_t *peers[PS_NET_MAX_PEERS];
     ps_net_send_t *sends;              /* in UCX */

@@ -13,6 +13,8 @@
 
 /* How long destroy lets UCX finish closing endpoints and cancelling requests. */
 #define PS_NET_DESTROY_MS 2000
+/* The longest one turn of the loop spends progressing UCX. */
+#define PS_NET_PROGRESS_US 5000
 
 int ps_net_status_errno(ucs_status_t status)
 {
@@ -40,12 +42,25 @@ int ps_net_status_errno(ucs_status_t status)
     }
 }
 
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 /* Progress until the worker can sleep: ucp_worker_arm says UCS_ERR_BUSY while events are
- * pending (progress again), UCS_OK once the fd will signal the next one. */
+ * pending (progress again), UCS_OK once the fd will signal the next one. A large transfer
+ * keeps the worker busy for seconds: after PS_NET_PROGRESS_US the loop gets its turn (the
+ * daemon's other sockets, the etcd lease) and progress resumes from a zero timer (a timer,
+ * not event_active: libevent would run an activated event again before polling). */
 static void progress(ps_net_t *net)
 {
+    int64_t until = now_us() + PS_NET_PROGRESS_US;
     for (;;) {
         while (ucp_worker_progress(net->worker) != 0) {
+            if (now_us() >= until)
+                goto yield;
         }
         ucs_status_t status = ucp_worker_arm(net->worker);
         if (status == UCS_OK)
@@ -54,7 +69,12 @@ static void progress(ps_net_t *net)
             LOG_ERROR("UCX: ucp_worker_arm: %s", ucs_status_string(status));
             return;
         }
+        if (now_us() >= until)
+            goto yield;
     }
+yield:;
+    static const struct timeval zero = {0, 0};
+    evtimer_add(net->resume, &zero);
 }
 
 static void on_wake(evutil_socket_t fd, short what, void *arg)
@@ -183,7 +203,8 @@ int ps_net_create(struct event_base *base, const char *self, ps_net_recv_fn recv
     }
     net->wake = event_new(base, efd, EV_READ | EV_PERSIST, on_wake, net);
     net->dispatch = event_new(base, -1, 0, on_dispatch, net);
-    if (!net->wake || !net->dispatch || event_add(net->wake, NULL) != 0) {
+    net->resume = evtimer_new(base, on_wake, net);
+    if (!net->wake || !net->dispatch || !net->resume || event_add(net->wake, NULL) != 0) {
         snprintf(err, err_size, "ps_net: cannot watch UCX's event fd");
         rc = -ENOMEM;
         goto fail;
@@ -237,6 +258,8 @@ void ps_net_destroy(ps_net_t *net)
         event_free(net->wake);
     if (net->dispatch)
         event_free(net->dispatch);
+    if (net->resume)
+        event_free(net->resume);
     if (net->address)
         ucp_worker_release_address(net->worker, net->address);
     if (net->worker)

@@ -59,6 +59,8 @@ int ps_net_add_peer(ps_net_t *net, const char *node, const void *addr, size_t ad
                     uint64_t send_token, uint64_t recv_token);
 /* Removes a peer: its pending sends complete with -ECONNRESET. No-op when unknown. */
 void ps_net_remove_peer(ps_net_t *net, const char *node);
+/* 1 when node is a peer whose endpoint has not failed (a failed one stays known, its sends
+ * refused with -ECONNRESET, until it is added again or removed). */
 int ps_net_has_peer(const ps_net_t *net, const char *node);
 /* Sends header + payload to node (payload may be NULL with len 0; it must stay valid until
  * sent is called). 0 when accepted (sent will be called, later), -ENOENT unknown peer,

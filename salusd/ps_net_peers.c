@@ -192,7 +192,10 @@ void ps_net_remove_peer(ps_net_t *net, const char *node)
 
 int ps_net_has_peer(const ps_net_t *net, const char *node)
 {
-    return net && node && ps_net_find_peer(net, node) != NULL;
+    if (!net || !node)
+        return 0;
+    const ps_net_peer_t *peer = ps_net_find_peer(net, node);
+    return peer && !peer->failed;
 }
 
 static void put_le(uint8_t *p, uint64_t v, int bytes)

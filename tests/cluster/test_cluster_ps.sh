@@ -2,7 +2,9 @@
 # The parameter servers across three nodes (network namespaces, a salusd --cluster each with a
 # lease TTL of $TTL s, a real etcd):
 #  1. UCX peers: every node lists the two others as ps_peers in `salusctl status --json` (their
-#     worker addresses and tokens went over the authenticated links: ps_hello);
+#     worker addresses and tokens went over the authenticated links: ps_hello); n2's salusd
+#     killed and started again at once (within its lease): the others see a new UCX worker
+#     (peer down, then up with new tokens) and list it again; the rest runs on those tokens;
 #  2. a group of 3 ranks, one per node (ps-tool under salusctl run), opens an `add` table of
 #     1000 elements (BSP), each rank r pushes r+1 everywhere, clocks and pulls: every rank reads
 #     1+2+3 = 6 everywhere; meanwhile the ring record is in etcd under
@@ -62,6 +64,24 @@ for i in 1 2 3; do
     echo "node n$i: ps_peers $want"
 done
 pass "every node has the two others as UCX peers (addresses and tokens over the links)"
+
+# ---- 1b. a daemon restarted within its lease: a new UCX worker, the exchange again
+salusd_node_stop 2 KILL
+node_start 2
+restart_seen() { grep -E "ps: UCX peer n2 is down: " "$WORK/n$1/salusd.log"; }
+for i in 1 3; do
+    wait_until 20 restart_seen "$i" >/dev/null ||
+        fail "node $i did not see n2's restart: $(grep 'ps:' "$WORK/n$i/salusd.log" | tail -5)"
+    line=$(restart_seen "$i")
+    echo "node n$i: ${line#* warn }"
+done
+for i in 1 2 3; do
+    want=$(for j in 1 2 3; do [ "$j" = "$i" ] || echo "n$j"; done | tr '\n' ' ' | sed 's/ $//')
+    wait_until 20 '[ "$(peers_of '"$i"')" = "'"$want"'" ]' ||
+        fail "after n2's restart node $i has UCX peers '$(peers_of "$i")', not '$want'"
+    echo "node n$i: ps_peers $want"
+done
+pass "n2 restarted (kill -9, started again at once): every node has the two others as UCX peers again"
 
 # ---- 2. one rank per node, an add table
 G="ps-$SUFFIX"
@@ -145,7 +165,7 @@ sleep 1 # (not a check: the pull is on its way to the servers)
 t0=$(date +%s.%N)
 salusd_node_stop 2 KILL
 wait_until $((TTL + 5)) 'qgrep "^error op=pull" "$WORK/k0.out"' ||
-    fail "no error for the pull within $((TTL + 5)) s of n2's death: $(cat "$WORK/k0.out")"
+    fail "no error for the pull within $((TTL + 5)) s of n2's death: $(cat "$WORK/k0.out" "$WORK/k0.err" "$WORK/k1.out" "$WORK/k1.err")"
 t1=$(date +%s.%N)
 echo "$(grep '^error op=pull' "$WORK/k0.out")"
 echo "the pull failed $(python3 -c "print('%.1f' % ($t1 - $t0))" ) s after n2's salusd was killed (TTL $TTL s)"

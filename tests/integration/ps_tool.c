@@ -91,6 +91,7 @@ static char **read_script(const char *prog, const char *path, int *argc)
 
 int main(int argc, char **argv)
 {
+    char **given = argv;
     if (argc == 3 && strcmp(argv[1], "-f") == 0)
         argv = read_script(argv[0], argv[2], &argc);
     salus_ps_table_t *t = NULL;
@@ -103,9 +104,13 @@ int main(int argc, char **argv)
             NEED(4);
             salus_ps_options_t o = {.rule = argv[i + 3], .sync = argv[i + 4]};
             uint64_t count = num(argv[i + 2]);
-            int rc = salus_ps_open(argv[i + 1], count, &o, &t);
-            if (rc == 0)
+            salus_ps_table_t *opened = NULL;
+            int rc = salus_ps_open(argv[i + 1], count, &o, &opened);
+            if (rc == 0) {
                 printf("open name=%s count=%llu rc=0\n", argv[i + 1], (unsigned long long)count);
+                salus_ps_close(t); /* the previous one (NULL: none) */
+                t = opened;
+            }
             failed |= report(op, rc);
             i += 4;
         } else if (strcmp(op, "push") == 0) {
@@ -215,6 +220,12 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     free(last);
+    salus_ps_close(t);
+    if (given != argv) {
+        for (int k = 1; k < argc; k++)
+            free(argv[k]);
+        free(argv);
+    }
     if (failed)
         printf("failures\n");
     return 0;

@@ -1,12 +1,25 @@
-/* ps_cluster's pure parts: the ring record's JSON (format, parse, every field checked) and
- * the token exchange that makes two members UCX peers (ps_cluster-internal.h). */
+/* ps_cluster: its pure parts, the ring record's JSON (format, parse, every field checked) and
+ * the token exchange that makes two members UCX peers (ps_cluster-internal.h); and a daemon
+ * without --cluster (a real salusd_t, its loop, groups made as the daemon makes them): self
+ * "local", a group's nodes {local: its world}, a ring agreed on the next loop turn (epoch 1).
+ * The cluster side proper is tests/cluster/test_cluster_ps.sh's. */
 #include "check_run.h"
+#include "groups.h"
 #include "ps_cluster-internal.h"
 
 #include <check.h>
 #include <errno.h>
+#include <event2/event.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+
+uint64_t salusd_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static ps_ring_record_t good(void)
 {
@@ -105,7 +118,8 @@ START_TEST(test_record_parse_refuses)
         "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":\"n1\",\"vnodes\":64}",
         "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[],\"vnodes\":64}",
         "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[1],\"vnodes\":64}",
-        "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n2\",\"n1\"],\"vnodes\":64}",
+        "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n2\",\"n1\"],"
+        "\"vnodes\":64}",
         "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"a,b\"],\"vnodes\":64}",
         "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n1\"],\"vnodes\":0}",
         "{\"count\":10,\"rule\":\"add\",\"sync\":\"bsp\",\"servers\":[\"n1\"],\"vnodes\":9999999}",
@@ -342,6 +356,145 @@ START_TEST(test_token_nonzero_and_random)
 }
 END_TEST
 
+/* ---- a daemon without a cluster --------------------------------------------------------- */
+
+static salusd_t d;
+static job_t jobs[4];
+
+static void local_setup(void)
+{
+    memset(&d, 0, sizeof(d));
+    memset(jobs, 0, sizeof(jobs));
+    ck_assert_int_eq(options_set_defaults(salusd_options, salusd_option_count, &d.config), 0);
+    d.base = event_base_new();
+    ck_assert_ptr_nonnull(d.base);
+    ck_assert_int_eq(ps_cluster_start(&d, NULL, NULL), 0);
+}
+
+static void local_teardown(void)
+{
+    ps_cluster_stop(&d);
+    groups_fini(&d);
+    event_base_free(d.base);
+}
+
+static uint64_t make_group(const char *name, uint32_t world)
+{
+    for (uint32_t r = 0; r < world; r++) {
+        groups_fields_t f = {.world = world, .rank = r, .local_rank = -1,
+                             .sync = LAUNCH_SYNC_BSP};
+        snprintf(f.name, sizeof(f.name), "%s", name);
+        job_t *job = &jobs[r];
+        job->id = 100 + r;
+        job->uid = 1000;
+        char err[256] = "";
+        ck_assert_int_eq(groups_check_join(&d, 1000, &f, err, sizeof(err)), 0);
+        ck_assert_int_eq(groups_join(&d, job, &f), 0);
+    }
+    return jobs[0].group_id;
+}
+
+typedef struct agreed_s {
+    int called, rc;
+    ps_ring_record_t rec;
+} agreed_t;
+
+static void on_agreed(void *arg, int rc, const char *err, const ps_ring_record_t *rec)
+{
+    agreed_t *a = arg;
+    (void)err;
+    a->called++;
+    a->rc = rc;
+    if (rec)
+        a->rec = *rec;
+}
+
+static void run_loop(void)
+{
+    for (int i = 0; i < 20; i++)
+        event_base_loop(d.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+}
+
+START_TEST(test_local_self_and_net)
+{
+    ck_assert_str_eq(ps_cluster_self(&d), "local");
+    ck_assert_ptr_null(ps_cluster_net(&d));
+    ck_assert_int_eq(ps_cluster_reachable(&d, "local"), 1);
+    ck_assert_int_eq(ps_cluster_reachable(&d, "n2"), 0);
+    ck_assert_int_eq(ps_cluster_reachable(&d, NULL), 0);
+    ps_cluster_send_failed(&d, "n2", -EIO); /* nothing to do: no crash */
+    ps_cluster_ring_forget(&d, 1000, "g");
+}
+END_TEST
+
+START_TEST(test_local_group_nodes)
+{
+    uint64_t id = make_group("g", 3);
+    const char *nodes[4] = {0};
+    uint32_t ranks[4] = {0};
+    ck_assert_uint_eq(ps_cluster_group_nodes(&d, id, nodes, ranks, 4), 1);
+    ck_assert_str_eq(nodes[0], "local");
+    ck_assert_uint_eq(ranks[0], 3);
+    ck_assert_uint_eq(ps_cluster_group_nodes(&d, id, nodes, ranks, 0), 0);
+    ck_assert_uint_eq(ps_cluster_group_nodes(&d, id + 99, nodes, ranks, 4), 0);
+    for (uint32_t r = 0; r < 3; r++)
+        ck_assert_int_eq(ps_cluster_local_index(&d, id, r), (int)r);
+    ck_assert_int_eq(ps_cluster_local_index(&d, id, 3), -1);
+    ck_assert_int_eq(ps_cluster_local_index(&d, id + 99, 0), -1);
+}
+END_TEST
+
+START_TEST(test_local_agree_next_turn)
+{
+    ps_ring_record_t want = good();
+    snprintf(want.servers, sizeof(want.servers), "local");
+    want.epoch = 77; /* ignored: the agreed record's epoch is 1 */
+    agreed_t a = {0};
+    ck_assert_int_eq(ps_cluster_ring_agree(&d, 1000, "g", "w", &want, on_agreed, &a), 0);
+    ck_assert_int_eq(a.called, 0); /* never from inside the call */
+    run_loop();
+    ck_assert_int_eq(a.called, 1);
+    ck_assert_int_eq(a.rc, 0);
+    ck_assert_uint_eq(a.rec.epoch, 1);
+    ck_assert_uint_eq(a.rec.count, want.count);
+    ck_assert_str_eq(a.rec.rule, want.rule);
+    ck_assert_str_eq(a.rec.sync, want.sync);
+    ck_assert_str_eq(a.rec.servers, "local");
+    ck_assert_uint_eq(a.rec.vnodes, want.vnodes);
+    run_loop();
+    ck_assert_int_eq(a.called, 1); /* once */
+}
+END_TEST
+
+START_TEST(test_local_agree_refuses)
+{
+    ps_ring_record_t want = good();
+    agreed_t a = {0};
+    ck_assert_int_eq(ps_cluster_ring_agree(&d, 1000, "a/b", "w", &want, on_agreed, &a), -EINVAL);
+    ck_assert_int_eq(ps_cluster_ring_agree(&d, 1000, "", "w", &want, on_agreed, &a), -EINVAL);
+    ck_assert_int_eq(ps_cluster_ring_agree(&d, 1000, "g", "w/x", &want, on_agreed, &a), -EINVAL);
+    ck_assert_int_eq(ps_cluster_ring_agree(&d, 1000, "g", "", &want, on_agreed, &a), -EINVAL);
+    ck_assert_int_eq(ps_cluster_ring_agree(&d, 1000, "g", "w", NULL, on_agreed, &a), -EINVAL);
+    ck_assert_int_eq(ps_cluster_ring_agree(&d, 1000, "g", "w", &want, NULL, &a), -EINVAL);
+    want.count = 0;
+    ck_assert_int_eq(ps_cluster_ring_agree(&d, 1000, "g", "w", &want, on_agreed, &a), -EINVAL);
+    run_loop();
+    ck_assert_int_eq(a.called, 0);
+}
+END_TEST
+
+START_TEST(test_local_stop_cancels)
+{
+    ps_ring_record_t want = good();
+    agreed_t a = {0}, b = {0};
+    ck_assert_int_eq(ps_cluster_ring_agree(&d, 1000, "g", "w", &want, on_agreed, &a), 0);
+    ck_assert_int_eq(ps_cluster_ring_agree(&d, 1000, "g", "v", &want, on_agreed, &b), 0);
+    ps_cluster_stop(&d); /* no callback after it; nothing leaks (the sanitizer build) */
+    run_loop();
+    ck_assert_int_eq(a.called + b.called, 0);
+}
+END_TEST
+
 static Suite *ps_cluster_suite(void)
 {
     Suite *s = suite_create("ps_cluster");
@@ -356,6 +509,14 @@ static Suite *ps_cluster_suite(void)
     tcase_add_test(ex, test_exchange_down_and_again);
     tcase_add_test(ex, test_token_nonzero_and_random);
     suite_add_tcase(s, ex);
+    TCase *local = tcase_create("no cluster");
+    tcase_add_checked_fixture(local, local_setup, local_teardown);
+    tcase_add_test(local, test_local_self_and_net);
+    tcase_add_test(local, test_local_group_nodes);
+    tcase_add_test(local, test_local_agree_next_turn);
+    tcase_add_test(local, test_local_agree_refuses);
+    tcase_add_test(local, test_local_stop_cancels);
+    suite_add_tcase(s, local);
     return s;
 }
 

@@ -785,6 +785,202 @@ START_TEST(test_shard_arithmetic)
 }
 END_TEST
 
+/* ---- a shard against a reference model: random interleavings ---------------------------- */
+
+/* A small deterministic generator (splitmix64), so that every run sees the same 1000 cases. */
+typedef struct rng_s {
+    uint64_t state;
+} rng_t;
+
+static uint64_t rng_next(rng_t *r)
+{
+    uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint32_t rng_below(rng_t *r, uint32_t n)
+{
+    return (uint32_t)(rng_next(r) % n);
+}
+
+#define MODEL_SOURCES 3
+#define MODEL_MAX_ELEMS 8
+#define MODEL_MAX_LOG 256
+
+/* The model keeps every taken contribution, element by element, and recomputes the values from
+ * scratch: clock by clock up to done (the least number of clocks every source closed), each
+ * clock's contributions summed in the order they came, then the rule. */
+typedef struct model_entry_s {
+    uint64_t clock;
+    uint32_t element;
+    float value;
+} model_entry_t;
+
+typedef struct model_s {
+    uint64_t elems;
+    ps_rule_t rule;
+    uint64_t closed[MODEL_SOURCES];
+    model_entry_t log[MODEL_MAX_LOG];
+    size_t nlog;
+} model_t;
+
+static uint64_t model_done(const model_t *m)
+{
+    uint64_t done = m->closed[0];
+    for (int s = 1; s < MODEL_SOURCES; s++)
+        done = m->closed[s] < done ? m->closed[s] : done;
+    return done;
+}
+
+static void model_values(const model_t *m, float *out)
+{
+    for (uint64_t i = 0; i < m->elems; i++)
+        out[i] = 0.0f;
+    uint64_t done = model_done(m);
+    for (uint64_t c = 0; c < done; c++) {
+        float sum[MODEL_MAX_ELEMS] = {0};
+        int written[MODEL_MAX_ELEMS] = {0};
+        for (size_t e = 0; e < m->nlog; e++)
+            if (m->log[e].clock == c) {
+                sum[m->log[e].element] += m->log[e].value;
+                written[m->log[e].element] = 1;
+            }
+        for (uint64_t i = 0; i < m->elems; i++) {
+            if (m->rule.kind == PS_RULE_ADD)
+                out[i] += sum[i];
+            else if (m->rule.kind == PS_RULE_SGD)
+                out[i] -= m->rule.lr * sum[i];
+            else if (written[i])
+                out[i] = sum[i];
+        }
+    }
+}
+
+/* A source's next move in a case: its own clock, seq and how many clocks it runs. */
+typedef struct model_source_s {
+    uint64_t clock, seq, clocks;
+    int pushed;          /* seq has been taken once: a retry may repeat it */
+    uint64_t last_offset, last_n, last_keys[4];
+    int last_used_keys;
+    float last_values[MODEL_MAX_ELEMS];
+} model_source_t;
+
+static void model_check(const model_t *m, const ps_shard_t *sh, int trial, int step)
+{
+    float want[MODEL_MAX_ELEMS];
+    model_values(m, want);
+    if (ps_shard_done(sh) != model_done(m))
+        ck_abort_msg("case %d step %d: done %lu, model %lu", trial, step,
+                     (unsigned long)ps_shard_done(sh), (unsigned long)model_done(m));
+    if (memcmp(ps_shard_values(sh), want, m->elems * sizeof(float)) != 0)
+        ck_abort_msg("case %d step %d: values differ from the model", trial, step);
+}
+
+/* One random case: 3 sources each running 1..5 clocks of 0..3 contributions (ranges or key
+ * sets of small binary fractions, so that every sum is exact), in a random interleaving, with
+ * retries, repeated closes and bad calls mixed in; the shard must agree with the model after
+ * every step and return what the header promises. */
+static void model_case(rng_t *rng, int trial, const char *sync)
+{
+    static const char *const rules[] = {"add", "assign", "sgd:0.5"};
+    model_t m = {.elems = 1 + rng_below(rng, MODEL_MAX_ELEMS)};
+    m.rule = rule_of(rules[rng_below(rng, 3)]);
+    ps_sync_t sy = sync_of(sync);
+    ps_shard_t *sh = ps_shard_create(m.elems, &m.rule, &sy, MODEL_SOURCES);
+    ck_assert_ptr_nonnull(sh);
+    uint64_t empty_bytes = ps_shard_bytes(sh);
+    model_source_t src[MODEL_SOURCES] = {{0}};
+    for (int s = 0; s < MODEL_SOURCES; s++)
+        src[s].clocks = 1 + rng_below(rng, 5);
+    /* the sources all run the same number of clocks in the end, so that done reaches it */
+    uint64_t clocks = src[0].clocks;
+    for (int s = 1; s < MODEL_SOURCES; s++)
+        clocks = src[s].clocks > clocks ? src[s].clocks : clocks;
+    for (int s = 0; s < MODEL_SOURCES; s++)
+        src[s].clocks = clocks;
+
+    for (int step = 0;; step++) {
+        int live[MODEL_SOURCES], nlive = 0;
+        for (int s = 0; s < MODEL_SOURCES; s++)
+            if (src[s].clock < src[s].clocks)
+                live[nlive++] = s;
+        if (nlive == 0)
+            break;
+        int s = live[rng_below(rng, (uint32_t)nlive)];
+        model_source_t *me = &src[s];
+        uint32_t move = rng_below(rng, 10);
+        if (move < 5 && m.nlog + MODEL_MAX_ELEMS <= MODEL_MAX_LOG) {
+            /* a new contribution: a range or a key set */
+            float values[MODEL_MAX_ELEMS];
+            uint64_t keys[4], offset = 0, n;
+            int use_keys = rng_below(rng, 2);
+            if (use_keys) {
+                n = 1 + rng_below(rng, 4);
+                for (uint64_t i = 0; i < n; i++)
+                    keys[i] = rng_below(rng, (uint32_t)m.elems);
+            } else {
+                offset = rng_below(rng, (uint32_t)m.elems);
+                n = 1 + rng_below(rng, (uint32_t)(m.elems - offset));
+            }
+            for (uint64_t i = 0; i < n; i++)
+                values[i] = ((float)rng_below(rng, 33) - 16.0f) / 4.0f;
+            me->seq += 1 + rng_below(rng, 3); /* increasing, not always by one */
+            ck_assert_int_eq(ps_shard_contribute(sh, (uint32_t)s, me->seq, me->clock, offset, n,
+                                                 use_keys ? keys : NULL, values), 1);
+            for (uint64_t i = 0; i < n; i++)
+                m.log[m.nlog++] = (model_entry_t){.clock = me->clock,
+                                                  .element = (uint32_t)(use_keys ? keys[i]
+                                                                                 : offset + i),
+                                                  .value = values[i]};
+            me->pushed = 1;
+            me->last_offset = offset;
+            me->last_n = n;
+            me->last_used_keys = use_keys;
+            memcpy(me->last_keys, keys, sizeof(keys));
+            memcpy(me->last_values, values, n * sizeof(float));
+        } else if (move == 5 && me->pushed) {
+            /* a retry of the last contribution: a duplicate */
+            ck_assert_int_eq(ps_shard_contribute(sh, (uint32_t)s, me->seq, me->clock,
+                                                 me->last_offset, me->last_n,
+                                                 me->last_used_keys ? me->last_keys : NULL,
+                                                 me->last_values), 0);
+        } else if (move == 6) {
+            /* bad calls: a gap in the closes, a closed clock, a key out of range */
+            const float one[] = {1};
+            const uint64_t out[] = {m.elems};
+            ck_assert_int_eq(ps_shard_close(sh, (uint32_t)s, me->clock + 1), -EINVAL);
+            if (me->clock > 0)
+                ck_assert_int_eq(ps_shard_contribute(sh, (uint32_t)s, me->seq + 1,
+                                                     me->clock - 1, 0, 1, NULL, one), -EINVAL);
+            ck_assert_int_eq(ps_shard_contribute(sh, (uint32_t)s, me->seq + 1, me->clock, 0, 1,
+                                                 out, one), -EINVAL);
+        } else {
+            ck_assert_int_eq(ps_shard_close(sh, (uint32_t)s, me->clock), 1);
+            m.closed[s]++;
+            me->clock++;
+            if (rng_below(rng, 4) == 0) /* a repeated close */
+                ck_assert_int_eq(ps_shard_close(sh, (uint32_t)s, me->clock - 1), 0);
+        }
+        model_check(&m, sh, trial, step);
+    }
+    ck_assert_uint_eq(ps_shard_done(sh), clocks);
+    ck_assert_uint_eq(ps_shard_bytes(sh), empty_bytes); /* every clock's buffer freed */
+    ps_shard_destroy(sh);
+}
+
+START_TEST(test_shard_random_interleavings)
+{
+    rng_t rng = {.state = 18};
+    for (int trial = 0; trial < 1000; trial++)
+        model_case(&rng, trial, "bsp");
+    /* SSP buffers and applies exactly as BSP at the shard (only reads differ) */
+    for (int trial = 0; trial < 200; trial++)
+        model_case(&rng, 1000 + trial, "ssp:2");
+}
+END_TEST
+
 /* ---- aggregation ---------------------------------------------------------------------- */
 
 static ps_agg_t *agg_new(uint64_t count, const char *sync, uint32_t workers)
@@ -838,13 +1034,19 @@ START_TEST(test_agg_sums)
     ck_assert_int_eq(ps_agg_close(agg, 1, 0), 1);
     const float want[] = {1 + 16, 2 + 0.5f, 3, 4 + 0.5f, 5 + 0.25f + 8};
     assert_sum(ps_agg_sum(agg, 0), want, 5);
+    const uint8_t *written = ps_agg_written(agg, 0);
+    ck_assert_ptr_nonnull(written);
+    ck_assert_uint_eq(written[0], 0x1f); /* worker 0 wrote all five */
     /* a clock nobody pushed into: zeros once complete */
     ck_assert_int_eq(ps_agg_close(agg, 0, 1), 2);
     ck_assert_int_eq(ps_agg_close(agg, 1, 1), 2);
     ck_assert_ptr_null(ps_agg_sum(agg, 1));
+    ck_assert_ptr_null(ps_agg_written(agg, 1));
     ck_assert_int_eq(ps_agg_close(agg, 2, 1), 1);
     const float zeros[5] = {0};
     assert_sum(ps_agg_sum(agg, 1), zeros, 5);
+    ck_assert_ptr_nonnull(ps_agg_written(agg, 1));
+    ck_assert_uint_eq(ps_agg_written(agg, 1)[0], 0); /* nobody wrote: send no values */
     assert_sum(ps_agg_sum(agg, 0), want, 5); /* clock 0 stays until released */
     ps_agg_destroy(agg);
 }
@@ -873,6 +1075,8 @@ START_TEST(test_agg_ssp_fast_worker)
     ck_assert_int_eq(ps_agg_close(agg, 1, 1), 1);
     const float want1[] = {10, 0};
     assert_sum(ps_agg_sum(agg, 1), want1, 2);
+    ck_assert_uint_eq(ps_agg_written(agg, 0)[0], 0x3); /* both elements, by two workers */
+    ck_assert_uint_eq(ps_agg_written(agg, 1)[0], 0x3); /* worker 0 pushed the whole range */
     ck_assert_ptr_null(ps_agg_sum(agg, 2));
     ck_assert_int_eq(ps_agg_close(agg, 0, 2), 2);
     ck_assert_int_eq(ps_agg_close(agg, 1, 2), 1);
@@ -923,6 +1127,27 @@ START_TEST(test_agg_duplicates_and_bad)
 }
 END_TEST
 
+START_TEST(test_agg_written_keys)
+{
+    ps_agg_t *agg = agg_new(20, "bsp", 1);
+    const uint64_t keys[] = {0, 9, 19, 9};
+    const float v[] = {1, 2, 3, 4};
+    ck_assert_int_eq(ps_agg_push(agg, 0, 1, 0, 0, 4, keys, v), 1);
+    ck_assert_ptr_null(ps_agg_written(agg, 0));
+    ck_assert_int_eq(ps_agg_close(agg, 0, 0), 1);
+    const uint8_t *w = ps_agg_written(agg, 0);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_uint_eq(w[0], 0x01);
+    ck_assert_uint_eq(w[1], 0x02);
+    ck_assert_uint_eq(w[2], 0x08);
+    const float *sum = ps_agg_sum(agg, 0);
+    ck_assert(sum[9] == 6.0f && sum[19] == 3.0f && sum[0] == 1.0f && sum[1] == 0.0f);
+    ps_agg_release(agg, 0);
+    ck_assert_ptr_null(ps_agg_written(agg, 0));
+    ps_agg_destroy(agg);
+}
+END_TEST
+
 START_TEST(test_agg_release)
 {
     ps_agg_t *agg = agg_new(1024, "ssp:1", 2);
@@ -941,13 +1166,138 @@ START_TEST(test_agg_release)
     ps_agg_release(agg, 0);
     ck_assert_ptr_null(ps_agg_sum(agg, 0));
     ck_assert_ptr_nonnull(ps_agg_sum(agg, 1));
-    ck_assert_uint_eq(ps_agg_bytes(agg), two - 1024 * sizeof(float));
+    ck_assert_uint_eq(ps_agg_bytes(agg), two - 1024 * sizeof(float) - 1024 / 8);
     ps_agg_release(agg, 0); /* twice: nothing */
     ps_agg_release(agg, 1);
     ps_agg_release(agg, 99); /* never existed */
     ck_assert_ptr_null(ps_agg_sum(agg, 1));
-    ck_assert_uint_eq(ps_agg_bytes(agg), two - 2 * 1024 * sizeof(float));
+    ck_assert_uint_eq(ps_agg_bytes(agg), empty); /* nothing open: back to the start */
     ps_agg_destroy(agg);
+}
+END_TEST
+
+/* The aggregator against a model, 300 random interleavings of 3 workers: the model keeps every
+ * taken push element by element; a clock is complete below the least worker clock; a complete
+ * clock's sum (and written bits) must match the log, until the test releases it. */
+#define AGG_MODEL_WORKERS 3
+#define AGG_MODEL_CLOCKS 6
+
+static void agg_model_check(const ps_agg_t *agg, const model_entry_t *log, size_t nlog,
+                            const uint64_t *clock, const int *released, uint64_t count,
+                            int trial, int step)
+{
+    uint64_t least = clock[0];
+    for (int w = 1; w < AGG_MODEL_WORKERS; w++)
+        least = clock[w] < least ? clock[w] : least;
+    for (uint64_t c = 0; c < AGG_MODEL_CLOCKS + 1; c++) {
+        const float *sum = ps_agg_sum(agg, c);
+        const uint8_t *written = ps_agg_written(agg, c);
+        if (c >= least || released[c]) {
+            if (sum != NULL || written != NULL)
+                ck_abort_msg("case %d step %d: clock %lu has a sum", trial, step,
+                             (unsigned long)c);
+            continue;
+        }
+        if (sum == NULL || written == NULL)
+            ck_abort_msg("case %d step %d: complete clock %lu has no sum", trial, step,
+                         (unsigned long)c);
+        float want[MODEL_MAX_ELEMS] = {0};
+        int wrote[MODEL_MAX_ELEMS] = {0};
+        for (size_t e = 0; e < nlog; e++)
+            if (log[e].clock == c) {
+                want[log[e].element] += log[e].value;
+                wrote[log[e].element] = 1;
+            }
+        for (uint64_t i = 0; i < count; i++)
+            if (memcmp(&sum[i], &want[i], sizeof(float)) != 0 ||
+                !!(written[i / 8] & (1u << (i % 8))) != wrote[i])
+                ck_abort_msg("case %d step %d: clock %lu element %lu: %g (written %d), model "
+                             "%g (%d)", trial, step, (unsigned long)c, (unsigned long)i, sum[i],
+                             !!(written[i / 8] & (1u << (i % 8))), want[i], wrote[i]);
+    }
+}
+
+START_TEST(test_agg_random_interleavings)
+{
+    rng_t rng = {.state = 1818};
+    for (int trial = 0; trial < 300; trial++) {
+        uint64_t count = 1 + rng_below(&rng, MODEL_MAX_ELEMS);
+        ps_agg_t *agg = agg_new(count, trial % 2 ? "bsp" : "ssp:3", AGG_MODEL_WORKERS);
+        uint64_t empty = ps_agg_bytes(agg);
+        model_entry_t log[MODEL_MAX_LOG];
+        size_t nlog = 0;
+        uint64_t clock[AGG_MODEL_WORKERS] = {0}, seq[AGG_MODEL_WORKERS] = {0};
+        int released[AGG_MODEL_CLOCKS + 1] = {0};
+        for (int step = 0;; step++) {
+            int live[AGG_MODEL_WORKERS], nlive = 0;
+            for (int w = 0; w < AGG_MODEL_WORKERS; w++)
+                if (clock[w] < AGG_MODEL_CLOCKS)
+                    live[nlive++] = w;
+            if (nlive == 0)
+                break;
+            int w = live[rng_below(&rng, (uint32_t)nlive)];
+            uint32_t move = rng_below(&rng, 10);
+            if (move < 5 && nlog + MODEL_MAX_ELEMS <= MODEL_MAX_LOG) {
+                float values[4];
+                uint64_t keys[4], offset = 0, n;
+                int use_keys = rng_below(&rng, 2);
+                if (use_keys) {
+                    n = 1 + rng_below(&rng, 4);
+                    for (uint64_t i = 0; i < n; i++)
+                        keys[i] = rng_below(&rng, (uint32_t)count);
+                } else {
+                    offset = rng_below(&rng, (uint32_t)count);
+                    n = 1 + rng_below(&rng, (uint32_t)(count - offset));
+                    n = n > 4 ? 4 : n;
+                }
+                for (uint64_t i = 0; i < n; i++)
+                    values[i] = ((float)rng_below(&rng, 33) - 16.0f) / 4.0f;
+                seq[w]++;
+                ck_assert_int_eq(ps_agg_push(agg, (uint32_t)w, seq[w], clock[w], offset, n,
+                                             use_keys ? keys : NULL, values), 1);
+                if (rng_below(&rng, 4) == 0) /* the retry */
+                    ck_assert_int_eq(ps_agg_push(agg, (uint32_t)w, seq[w], clock[w], offset, n,
+                                                 use_keys ? keys : NULL, values), 0);
+                for (uint64_t i = 0; i < n; i++)
+                    log[nlog++] = (model_entry_t){
+                        .clock = clock[w],
+                        .element = (uint32_t)(use_keys ? keys[i] : offset + i),
+                        .value = values[i]};
+            } else if (move == 5) {
+                /* bad: a clock not the worker's, a key out of range */
+                const float one[] = {1};
+                const uint64_t out[] = {count};
+                ck_assert_int_eq(ps_agg_push(agg, (uint32_t)w, seq[w] + 1, clock[w] + 1, 0, 1,
+                                             NULL, one), -EINVAL);
+                ck_assert_int_eq(ps_agg_push(agg, (uint32_t)w, seq[w] + 1, clock[w], 0, 1, out,
+                                             one), -EINVAL);
+                ck_assert_int_eq(ps_agg_close(agg, (uint32_t)w, clock[w] + 1), -EINVAL);
+            } else if (move == 6) {
+                /* the daemon releases a random clock (nothing when not complete) */
+                uint64_t c = rng_below(&rng, AGG_MODEL_CLOCKS);
+                uint64_t least = clock[0];
+                for (int o = 1; o < AGG_MODEL_WORKERS; o++)
+                    least = clock[o] < least ? clock[o] : least;
+                ps_agg_release(agg, c);
+                if (c < least)
+                    released[c] = 1;
+            } else {
+                int others_past = 1;
+                for (int o = 0; o < AGG_MODEL_WORKERS; o++)
+                    if (o != w && clock[o] <= clock[w])
+                        others_past = 0;
+                ck_assert_int_eq(ps_agg_close(agg, (uint32_t)w, clock[w]), others_past ? 1 : 2);
+                clock[w]++;
+                ck_assert_int_eq(ps_agg_close(agg, (uint32_t)w, clock[w] - 1), 0);
+                ck_assert_uint_eq(ps_agg_clock_of(agg, (uint32_t)w), clock[w]);
+            }
+            agg_model_check(agg, log, nlog, clock, released, count, trial, step);
+        }
+        for (uint64_t c = 0; c < AGG_MODEL_CLOCKS; c++)
+            ps_agg_release(agg, c);
+        ck_assert_uint_eq(ps_agg_bytes(agg), empty);
+        ps_agg_destroy(agg);
+    }
 }
 END_TEST
 
@@ -984,6 +1334,7 @@ static Suite *ps_core_suite(void)
     tcase_add_test(shard, test_shard_keys_and_ranges);
     tcase_add_test(shard, test_shard_bad_input);
     tcase_add_test(shard, test_shard_arithmetic);
+    tcase_add_test(shard, test_shard_random_interleavings);
     tcase_set_timeout(shard, 60);
     suite_add_tcase(s, shard);
 
@@ -992,7 +1343,9 @@ static Suite *ps_core_suite(void)
     tcase_add_test(agg, test_agg_sums);
     tcase_add_test(agg, test_agg_ssp_fast_worker);
     tcase_add_test(agg, test_agg_duplicates_and_bad);
+    tcase_add_test(agg, test_agg_written_keys);
     tcase_add_test(agg, test_agg_release);
+    tcase_add_test(agg, test_agg_random_interleavings);
     suite_add_tcase(s, agg);
     return s;
 }

@@ -49,6 +49,7 @@ static side_t a, b;
 static send_rec_t sends[MAX_SENDS];
 static int in_send;          /* set while ps_net_send runs */
 static int sent_inside_send; /* `sent` called while in_send: must stay 0 */
+static size_t check_stride = 1; /* on_recv checks every byte, or every check_stride-th */
 
 static int64_t now_ms(void)
 {
@@ -75,7 +76,7 @@ static void on_recv(void *ctx, const char *node, const void *header, size_t head
         memcpy(&g->seq, header, 4);
     g->payload_ok = 1;
     const uint8_t *p = payload;
-    for (size_t i = 0; i < payload_len; i++) {
+    for (size_t i = 0; i < payload_len; i += check_stride) {
         if (p[i] != pattern(i, g->seq)) {
             g->payload_ok = 0;
             break;
@@ -167,6 +168,7 @@ static void setup(void)
     ck_assert_ptr_nonnull(base);
     memset(sends, 0, sizeof(sends));
     in_send = sent_inside_send = 0;
+    check_stride = 1;
     make_net(&a, "node-a");
     make_net(&b, "node-b");
 }
@@ -556,10 +558,31 @@ static void child_sent(void *ctx, int status)
     (void)status;
 }
 
+#define FLOOD_SEQ 7777
+#define FLOOD_COUNT 16
+#define FLOOD_BYTES (64 * MIB)
+static uint8_t *flood_buf;
+
 static void child_recv(void *ctx, const char *node, const void *header, size_t header_len,
                        const void *payload, size_t payload_len)
 {
     (void)ctx;
+    uint32_t seq = 0;
+    if (header_len >= 4)
+        memcpy(&seq, header, 4);
+    if (seq == FLOOD_SEQ) { /* FLOOD_COUNT messages of 64 MiB back, as fast as UCX goes */
+        if (!flood_buf) { /* no ck_assert here: the child is not a Check test */
+            flood_buf = malloc(FLOOD_BYTES);
+            if (!flood_buf)
+                return;
+            for (size_t i = 0; i < FLOOD_BYTES; i++)
+                flood_buf[i] = pattern(i, FLOOD_SEQ);
+        }
+        for (int i = 0; i < FLOOD_COUNT; i++)
+            ps_net_send(child.net, node, header, header_len, flood_buf, FLOOD_BYTES, child_sent,
+                        NULL);
+        return;
+    }
     if (payload_len > sizeof(echo_buf))
         payload_len = sizeof(echo_buf);
     if (payload_len)
@@ -631,7 +654,8 @@ static int all_called(void *arg)
     return 1;
 }
 
-START_TEST(test_peer_process_killed)
+/* Starts the child and links it with a: its pid; its pipes closed by the caller. */
+static pid_t child_start(int *to_child_w, int *from_child_r)
 {
     int to_child[2], from_child[2];
     ck_assert_int_eq(pipe(to_child), 0);
@@ -665,6 +689,63 @@ START_TEST(test_peer_process_killed)
     uint64_t len64 = len;
     ck_assert_int_eq(write_all(to_child[1], &len64, 8), 0);
     ck_assert_int_eq(write_all(to_child[1], addr, len), 0);
+    *to_child_w = to_child[1];
+    *from_child_r = from_child[0];
+    return pid;
+}
+
+static int64_t timer_last_ms, timer_max_gap_ms;
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    int64_t now = now_ms();
+    if (timer_last_ms && now - timer_last_ms > timer_max_gap_ms)
+        timer_max_gap_ms = now - timer_last_ms;
+    timer_last_ms = now;
+}
+
+static int got_flood(void *arg)
+{
+    (void)arg;
+    return a.received >= FLOOD_COUNT;
+}
+
+/* A peer in another process that sends 1 GiB as fast as it can does not keep the loop from
+ * its other events: a 10 ms timer keeps firing (ps_net progresses UCX in bounded turns). */
+START_TEST(test_loop_not_starved_by_a_flood)
+{
+    int to_child, from_child;
+    pid_t pid = child_start(&to_child, &from_child);
+    struct event *tick = event_new(base, -1, EV_PERSIST, on_timer, NULL);
+    struct timeval ten_ms = {0, 10000};
+    event_add(tick, &ten_ms);
+    check_stride = 4093; /* a sample: checking every byte would hold the loop itself */
+    ck_assert_int_eq(send_msg(a.net, "node-child", FLOOD_SEQ, 4, NULL, 0, &sends[0]), 0);
+    int ok = run_until(got_flood, NULL, 60000);
+    event_free(tick);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(to_child);
+    close(from_child);
+    ck_assert_msg(ok, "received %d of %d", a.received, FLOOD_COUNT);
+    for (int i = 0; i < FLOOD_COUNT; i++) {
+        ck_assert_uint_eq(a.got[i].payload_len, FLOOD_BYTES);
+        ck_assert(a.got[i].payload_ok);
+    }
+    fprintf(stderr, "check_ps_net: the loop's longest wait during the flood: %lld ms\n",
+            (long long)timer_max_gap_ms);
+    ck_assert_msg(timer_max_gap_ms < 200, "the loop was held for %lld ms",
+                  (long long)timer_max_gap_ms);
+}
+END_TEST
+
+START_TEST(test_peer_process_killed)
+{
+    int to_child_w, from_child_r;
+    pid_t pid = child_start(&to_child_w, &from_child_r);
 
     /* the link works: a message comes back */
     uint8_t *payload = make_payload(MIB, 100);
@@ -679,8 +760,8 @@ START_TEST(test_peer_process_killed)
 
     kill(pid, SIGKILL);
     ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
-    close(to_child[1]);
-    close(from_child[0]);
+    close(to_child_w);
+    close(from_child_r);
 
     failing_t f = {.payload = payload};
     ck_assert_msg(run_until(send_until_refused, &f, 30000), "the failure was never noticed");
@@ -694,10 +775,12 @@ START_TEST(test_peer_process_killed)
     /* still refused until added again */
     ck_assert_int_eq(send_msg(a.net, "node-child", 1, 4, NULL, 0, &sends[MAX_SENDS - 1]),
                      -ECONNRESET);
-    ck_assert(ps_net_has_peer(a.net, "node-child"));
+    ck_assert(!ps_net_has_peer(a.net, "node-child")); /* failed: known, not usable */
     ps_net_stats_t st;
     ps_net_get_stats(a.net, &st);
     ck_assert_uint_eq(st.send_errors, (uint64_t)failed);
+    ps_net_remove_peer(a.net, "node-child");
+    ck_assert_int_eq(send_msg(a.net, "node-child", 1, 4, NULL, 0, &sends[MAX_SENDS - 1]), -ENOENT);
     free(payload);
 }
 END_TEST
@@ -716,6 +799,7 @@ static Suite *ps_net_suite(void)
     tcase_add_test(tc, test_malformed_headers_dropped);
     tcase_add_test(tc, test_remove_peer_fails_pending);
     tcase_add_test(tc, test_destroy_with_pending_sends);
+    tcase_add_test(tc, test_loop_not_starved_by_a_flood);
     tcase_add_test(tc, test_peer_process_killed);
     suite_add_tcase(s, tc);
     return s;

@@ -18,16 +18,20 @@
  * division by b then by N (a power of two in the tests) rounds as the division by N*b does;
  * only the order of the float sums and the W0 + table split differ (rounding).
  *
- * The loss: a second table "mlp-loss" (rule add, the same sync), one element per iteration,
- * to which each rank pushes its rows' mean loss / N at its clock (before its gradient): the
- * element holds the global batch's loss once every rank pushed. The loss lines ('iter=K
- * loss=V', as the data-parallel mode prints them) come at the end, read from that table once
- * it holds every clock.
+ * The loss: a second table "mlp-loss" (rule add, the same sync), one element per iteration
+ * (and one more, the end's counter under ASP, below), to which each rank pushes its rows' mean
+ * loss / N at its clock (before its gradient): the element holds the global batch's loss once
+ * every rank pushed. The loss lines ('iter=K loss=V', as the data-parallel mode prints them)
+ * come at the end, read from that table once it holds every clock.
  *
  * The end: after its last clock a rank pulls both tables until they hold every rank's every
- * clock (bounded; a read at clock K may see less under ssp/asp), so every rank of every mode
- * ends with the same final weights; they are printed as 'mlp_weights_digest n= sum= l2=' (and
- * with --dump-weights FILE one value per line, as without --ps).
+ * clock (bounded; a read at clock K may see less under ssp), so every rank ends with the same
+ * final weights. Under asp the servers count no clocks (`done` stays 0): each rank adds 1 to
+ * the last element of "mlp-loss" after its last push and waits until it holds the world
+ * before its final pulls (every push acknowledged; one still on its way to a remote shard may
+ * be missing: asp promises nothing there). The final weights are printed as
+ * 'mlp_weights_digest n= sum= l2=' (and with --dump-weights FILE one value per line, as
+ * without --ps).
  *
  * --ps-log FILE: one line per pull of "mlp-w", 'read rank=R clock=C done=D done_at_request=A
  * waited=W waited_ns=NS t_ns=T' (salus_ps_read_t; T: CLOCK_MONOTONIC when the pull returned);
@@ -135,9 +139,9 @@ static inline void mlp_ps_open(mlp_ps *ps, const std::vector<float> &initial, fl
     if (rc < 0)
         mlp_ps_fail(rc, "salus_ps_open(mlp-w, %llu, %s, %s)", ps->count, rule, ps->sync.c_str());
     salus_ps_options_t loss_options = {"add", ps->sync.c_str(), NULL};
-    rc = salus_ps_open("mlp-loss", ps->iterations, &loss_options, &ps->losses);
+    rc = salus_ps_open("mlp-loss", ps->iterations + 1ull, &loss_options, &ps->losses);
     if (rc < 0)
-        mlp_ps_fail(rc, "salus_ps_open(mlp-loss, %u, add, %s)", ps->iterations, ps->sync.c_str());
+        mlp_ps_fail(rc, "salus_ps_open(mlp-loss, %u, add, %s)", ps->iterations + 1, ps->sync.c_str());
     printf("ps=%s rank=%ld world=%ld parameters=%llu rule=%s\n", ps->sync.c_str(), ps->rank, ps->world, ps->count,
            rule);
     fflush(stdout);
@@ -198,41 +202,70 @@ static inline void mlp_ps_push(mlp_ps *ps, std::vector<float> *gradient, float l
         mlp_ps_fail(rc, "salus_ps_clock(mlp-loss) of iteration %u", iteration);
 }
 
-/* After the last clock: both tables once they hold every rank's every clock (polled, at most
- * 600 s: the slowest rank ends within that or the run is broken). `weights` gets the final
- * W0 + table, `losses` the global batch's loss of each iteration. */
-static inline void mlp_ps_finish(mlp_ps *ps, std::vector<float> *weights, std::vector<float> *losses)
+/* The end under ASP, where `done` stays 0 (contributions are applied on arrival, ps_core.h):
+ * each rank adds 1 to the extra element K of "mlp-loss" after its last push and waits (bounded)
+ * until it holds the world; then every rank's every push was acknowledged. */
+static inline void mlp_ps_asp_barrier(mlp_ps *ps, uint64_t deadline)
 {
-    const uint64_t deadline = workload_now_ns() + 600ull * 1000000000ull;
+    const float one = 1.0f;
+    int rc = salus_ps_push(ps->losses, ps->iterations, 1, &one);
+    if (rc < 0)
+        mlp_ps_fail(rc, "salus_ps_push(mlp-loss) of the end");
     for (;;) {
-        salus_ps_read_t read = mlp_ps_pull_table(ps);
-        if (read.done >= ps->iterations)
-            break;
+        float arrived = 0.0f;
+        rc = salus_ps_pull(ps->losses, ps->iterations, 1, &arrived, NULL);
+        if (rc < 0)
+            mlp_ps_fail(rc, "salus_ps_pull(mlp-loss) of the end");
+        if (arrived >= (float)ps->world)
+            return;
         if (workload_now_ns() > deadline) {
-            fprintf(stderr, "%s: mlp-w holds %llu of %u clocks after 600 s\n", workload_program,
+            fprintf(stderr, "%s: %g of %ld ranks ended after 600 s\n", workload_program, (double)arrived, ps->world);
+            exit(WORKLOAD_EXIT_DRIVER_ERROR);
+        }
+        workload_sleep_ns(10000000);
+    }
+}
+
+/* Pulls `table` (n elements into `out`; "mlp-w" through mlp_ps_pull_table, logged) until the
+ * read holds every rank's every clock (polled, at most until `deadline`); under ASP one pull. */
+static inline void mlp_ps_pull_final(mlp_ps *ps, salus_ps_table_t *table, const char *name, uint64_t n, float *out,
+                                     uint64_t deadline)
+{
+    for (;;) {
+        salus_ps_read_t read = {};
+        if (table == ps->weights) {
+            read = mlp_ps_pull_table(ps);
+        } else {
+            int rc = salus_ps_pull(table, 0, n, out, &read);
+            if (rc < 0)
+                mlp_ps_fail(rc, "salus_ps_pull(%s)", name);
+        }
+        if (read.done >= ps->iterations || ps->sync == "asp")
+            return;
+        if (workload_now_ns() > deadline) {
+            fprintf(stderr, "%s: %s holds %llu of %u clocks after 600 s\n", workload_program, name,
                     (unsigned long long)read.done, ps->iterations);
             exit(WORKLOAD_EXIT_DRIVER_ERROR);
         }
         workload_sleep_ns(10000000);
     }
+}
+
+/* After the last clock: both tables once they hold every rank's every clock (BSP, SSP: polled
+ * until `done` says so; ASP: after the barrier above), at most 600 s: the slowest rank ends
+ * within that or the run is broken. `weights` gets the final W0 + table, `losses` the global
+ * batch's loss of each iteration. */
+static inline void mlp_ps_finish(mlp_ps *ps, std::vector<float> *weights, std::vector<float> *losses)
+{
+    const uint64_t deadline = workload_now_ns() + 600ull * 1000000000ull;
+    if (ps->sync == "asp")
+        mlp_ps_asp_barrier(ps, deadline);
+    mlp_ps_pull_final(ps, ps->weights, "mlp-w", ps->count, ps->table.data(), deadline);
     weights->resize(ps->count);
     for (unsigned long long e = 0; e < ps->count; e++)
         (*weights)[e] = ps->initial[e] + ps->table[e];
     losses->assign(ps->iterations, 0.0f);
-    for (;;) {
-        salus_ps_read_t read = {};
-        int rc = salus_ps_pull(ps->losses, 0, ps->iterations, losses->data(), &read);
-        if (rc < 0)
-            mlp_ps_fail(rc, "salus_ps_pull(mlp-loss)");
-        if (read.done >= ps->iterations)
-            break;
-        if (workload_now_ns() > deadline) {
-            fprintf(stderr, "%s: mlp-loss holds %llu of %u clocks after 600 s\n", workload_program,
-                    (unsigned long long)read.done, ps->iterations);
-            exit(WORKLOAD_EXIT_DRIVER_ERROR);
-        }
-        workload_sleep_ns(10000000);
-    }
+    mlp_ps_pull_final(ps, ps->losses, "mlp-loss", ps->iterations, losses->data(), deadline);
     if (ps->log) {
         for (unsigned c = 0; c < ps->iterations; c++)
             fprintf(ps->log, "loss_table clock=%u value=%.9g\n", c, (double)(*losses)[c]);

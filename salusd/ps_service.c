@@ -143,9 +143,9 @@ int ps_start(salusd_t *d)
     TAILQ_INIT(&ps->calls);
     LIST_INIT(&ps->pulls);
     ps->call_event = event_new(d->base, -1, 0, run_calls, ps);
-    ps->retry_timer = event_new(d->base, -1, EV_PERSIST, on_retry, ps);
-    struct timeval every = {0, 250000};
-    if (!ps->call_event || !ps->retry_timer || event_add(ps->retry_timer, &every) < 0) {
+    ps->retry_timer = event_new(d->base, -1, EV_PERSIST, on_retry, ps); /* armed while an
+                                                                        * update is out */
+    if (!ps->call_event || !ps->retry_timer) {
         LOG_ERROR("ps: cannot create its events");
         goto fail;
     }

@@ -7,6 +7,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +97,10 @@ static void pump(ps_table_t *t, uint32_t shard)
         }
         st->in_flight = 1;
         st->sent = 0;
+        if (!evtimer_pending(t->ps->retry_timer, NULL)) { /* (idle daemons never wake) */
+            struct timeval every = {0, 250000};
+            evtimer_add(t->ps->retry_timer, &every);
+        }
         if (ps_msg_send_update(t, shard, u) < 0) {
             char err[PS_ERR_BYTES];
             snprintf(err, sizeof(err), "table '%s': server %s is unreachable", t->name,
@@ -159,6 +164,15 @@ void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t s
 void ps_worker_retry(ps_t *ps)
 {
     uint64_t now = salusd_now_ns();
+    int out = 0;
+    for (ps_table_t *t = ps->tables; t && !out; t = t->next)
+        for (uint32_t s = 0; t->streams && t->state != PS_TABLE_FAILED && s < t->layout.shards;
+             s++)
+            out |= t->streams[s].in_flight;
+    if (!out) {
+        evtimer_del(ps->retry_timer);
+        return;
+    }
     for (ps_table_t *t = ps->tables, *next; t; t = next) {
         next = t->next;
         for (uint32_t s = 0; t->streams && t->state != PS_TABLE_FAILED && s < t->layout.shards;
@@ -299,10 +313,43 @@ int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint6
     return rc;
 }
 
+/* The part of a clock's sum for one shard: the whole slice, or (when few elements were
+ * written, and always under "assign", whose shard would assign the zeros nobody pushed) the
+ * written elements as keys, or a bare close when none was. 0 or -ENOMEM. */
+static int clock_update(ps_table_t *t, ps_update_t *u, const float *sum,
+                        const uint8_t *written, uint64_t first, uint64_t elems)
+{
+    uint64_t w = 0;
+    for (uint64_t i = first; written && i < first + elems; i++)
+        w += (written[i >> 3] >> (i & 7)) & 1;
+    if (!written || w == elems ||
+        (t->spec.rule.kind != PS_RULE_ASSIGN && w * (sizeof(float) + sizeof(uint64_t)) >=
+                                                      elems * sizeof(float))) {
+        u->n = elems;
+        u->values = sum + first;
+        return 0;
+    }
+    if (w == 0)
+        return 0; /* a bare close */
+    u->keys = malloc(w * sizeof(*u->keys));
+    u->owned = malloc(w * sizeof(float));
+    if (!u->keys || !u->owned)
+        return -ENOMEM;
+    for (uint64_t i = first, k = 0; i < first + elems; i++)
+        if ((written[i >> 3] >> (i & 7)) & 1) {
+            u->keys[k] = i - first;
+            u->owned[k++] = sum[i];
+        }
+    u->n = w;
+    u->values = u->owned;
+    return 0;
+}
+
 /* A clock complete on this node: its sum goes to every shard as one update. */
 static void send_clock(ps_table_t *t, uint64_t clock)
 {
     const float *sum = ps_agg_sum(t->agg, clock);
+    const uint8_t *written = ps_agg_written(t->agg, clock);
     ps_outgoing_t *out = sum ? calloc(1, sizeof(*out)) : NULL;
     if (!out) {
         ps_table_fail(t, -ENOMEM, "out of memory sending a clock's updates");
@@ -311,17 +358,17 @@ static void send_clock(ps_table_t *t, uint64_t clock)
     out->clock = clock;
     out->pending = t->layout.shards;
     for (uint32_t s = 0; s < t->layout.shards; s++) {
+        uint64_t first, elems;
+        ps_layout_shard(&t->layout, s, &first, &elems);
         ps_update_t *u = calloc(1, sizeof(*u));
-        if (!u) {
+        if (!u || clock_update(t, u, sum, written, first, elems) < 0) {
+            if (u)
+                update_free(u);
             ps_table_fail(t, -ENOMEM, "out of memory sending a clock's updates");
             return;
         }
-        uint64_t first, elems;
-        ps_layout_shard(&t->layout, s, &first, &elems);
         u->clock = clock;
         u->close = 1;
-        u->n = elems;
-        u->values = sum + first;
         u->outgoing = out;
         enqueue(t, s, u);
         if (t->state == PS_TABLE_FAILED)

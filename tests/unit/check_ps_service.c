@@ -779,6 +779,37 @@ START_TEST(test_remote_open_served_here)
 }
 END_TEST
 
+/* assign: a clock sets the elements some worker wrote in it, and only those (the node's sum
+ * holds zeros elsewhere: they are not sent) */
+START_TEST(test_assign_written_only)
+{
+    make_group("as", 1000, 2, LAUNCH_SYNC_BSP, 0, 0);
+    int o0, o1;
+    ps_worker_t w0 = worker_of(0, "as", &o0), w1 = worker_of(1, "as", &o1);
+    ps_table_spec_t spec = spec_of("w", N, "assign", "bsp");
+    uint64_t h = open_ok(&w0, &spec);
+    float ones[N], fives[N], nines[N], out[N];
+    fill(ones, N, 1);
+    fill(fives, N, 5);
+    fill(nines, N, 9);
+    push_ok(&w0, h, 0, 1, 0, 50, ones);
+    push_ok(&w1, h, 0, 1, 50, 50, fives);
+    clock_ok(&w0, h, 0);
+    clock_ok(&w1, h, 0);
+    push_ok(&w0, h, 1, 2, 0, 10, nines); /* clock 1 writes [0, 10) only */
+    clock_ok(&w0, h, 1);
+    clock_ok(&w1, h, 1);
+    result_t p = {0};
+    char err[256];
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 2, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    wait_for(&p);
+    ck_assert_uint_eq(p.read.done, 2);
+    assert_all(out, 10, 9);
+    assert_all(out + 10, 40, 1);
+    assert_all(out + 50, 50, 5);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_service");
@@ -795,6 +826,7 @@ int main(void)
     tcase_add_test(tc, test_view_and_group_over);
     tcase_add_test(tc, test_messages_untrusted);
     tcase_add_test(tc, test_remote_open_served_here);
+    tcase_add_test(tc, test_assign_written_only);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

@@ -26,12 +26,12 @@
  *
  * The end: after its last clock a rank pulls both tables until they hold every rank's every
  * clock (bounded; a read at clock K may see less under ssp), so every rank ends with the same
- * final weights. Under asp the servers count no clocks (`done` stays 0): each rank adds 1 to
- * the last element of "mlp-loss" after its last push and waits until it holds the world
- * before its final pulls (every push acknowledged; one still on its way to a remote shard may
- * be missing: asp promises nothing there). The final weights are printed as
- * 'mlp_weights_digest n= sum= l2=' (and with --dump-weights FILE one value per line, as
- * without --ps).
+ * final weights. Under asp, where salus_ps.h promises no `done` (contributions are applied on
+ * arrival), each rank adds 1 to the last element of "mlp-loss" after its last push and waits
+ * until it holds the world before one final pull of each table (every push acknowledged; one
+ * still on its way to a remote shard may be missing: asp promises nothing there). The final
+ * weights are printed as 'mlp_weights_digest n= sum= l2=' (and with --dump-weights FILE one
+ * value per line, as without --ps).
  *
  * --ps-log FILE: one line per pull of "mlp-w", 'read rank=R clock=C done=D done_at_request=A
  * waited=W waited_ns=NS t_ns=T' (salus_ps_read_t; T: CLOCK_MONOTONIC when the pull returned);
@@ -202,8 +202,8 @@ static inline void mlp_ps_push(mlp_ps *ps, std::vector<float> *gradient, float l
         mlp_ps_fail(rc, "salus_ps_clock(mlp-loss) of iteration %u", iteration);
 }
 
-/* The end under ASP, where `done` stays 0 (contributions are applied on arrival, ps_core.h):
- * each rank adds 1 to the extra element K of "mlp-loss" after its last push and waits (bounded)
+/* The end under ASP, where `done` is no bound (contributions are applied on arrival): each
+ * rank adds 1 to the extra element K of "mlp-loss" after its last push and waits (bounded)
  * until it holds the world; then every rank's every push was acknowledged. */
 static inline void mlp_ps_asp_barrier(mlp_ps *ps, uint64_t deadline)
 {

@@ -18,9 +18,11 @@
  *     }
  *     salus_ps_close(t);
  *
- * Rules: "add" (value += sum of the clock's pushes), "assign" (value = a pushed value; the
- * last applied wins), "sgd:LR" (value -= LR * sum of the clock's pushes). Sync: "bsp" (a read
- * at clock c sees exactly the updates of clocks < c), "ssp:S" (at least those of clocks
+ * Rules: "add" (value += sum of the clock's pushes), "assign" (under bsp and ssp: value = the
+ * sum of the clock's pushes to that element, only where some push of the clock wrote it, so
+ * with one writer per element that writer's value; under asp: the last push applied wins),
+ * "sgd:LR" (value -= LR * sum of the clock's pushes). Sync: "bsp" (a read at clock c sees
+ * exactly the updates of clocks < c), "ssp:S" with S <= 1000 (at least those of clocks
  * < c - S), "asp" (no waiting). Every push carries an id (rank, clock, sequence); the library
  * retries a push whose acknowledgement is lost, and salusd applies it once.
  *

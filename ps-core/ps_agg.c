@@ -1,6 +1,9 @@
 /* A node's aggregation of its co-located workers' pushes (BSP, SSP): per open clock, the sum of
  * every local worker's contributions over the whole table; a clock is complete once every
- * worker has closed it, and its sum stays until the daemon releases it. */
+ * worker has closed it, and its sum stays until the daemon releases it. A released clock's
+ * buffers are kept for the next clock (no fresh pages to fault in and zero each clock), and
+ * a clock's first push of the whole table is copied in (checked in the same pass), not added
+ * to zeros. */
 #include "ps_core.h"
 #include "ps_core_internal.h"
 
@@ -16,8 +19,9 @@ typedef struct agg_worker_s {
 
 typedef struct agg_clock_s {
     uint64_t clock;
-    float *sum;          /* count values */
+    float *sum;          /* count values; undefined until filled */
     uint8_t *written;    /* a bit per element some push of the clock wrote */
+    int filled;          /* sum holds the clock's sum (zeros and what was pushed) */
 } agg_clock_t;
 
 struct ps_agg_s {
@@ -27,6 +31,8 @@ struct ps_agg_s {
     agg_worker_t *worker;
     agg_clock_t *open;   /* sorted by clock: open ones and complete ones not yet released */
     size_t nopen, open_cap;
+    float *spare_sum;    /* a released clock's buffers, for the next clock */
+    uint8_t *spare_written;
 };
 
 ps_agg_t *ps_agg_create(uint64_t count, const ps_sync_t *sync, uint32_t workers)
@@ -57,6 +63,8 @@ void ps_agg_destroy(ps_agg_t *agg)
         free(agg->open[i].written);
     }
     free(agg->open);
+    free(agg->spare_sum);
+    free(agg->spare_written);
     free(agg->worker);
     free(agg);
 }
@@ -90,7 +98,28 @@ static agg_clock_t *find_clock(const ps_agg_t *agg, uint64_t clock)
     return at < agg->nopen && agg->open[at].clock == clock ? &agg->open[at] : NULL;
 }
 
-/* The sum of clock, made (zeros) when absent; NULL when out of memory (nothing changed). */
+/* Takes clock slot `at` out of the list: its buffers become the spare ones (or are freed
+ * when there are spare ones already). */
+static void drop_slot(ps_agg_t *agg, size_t at)
+{
+    if (agg->spare_sum == NULL) {
+        agg->spare_sum = agg->open[at].sum;
+        agg->spare_written = agg->open[at].written;
+    } else {
+        free(agg->open[at].sum);
+        free(agg->open[at].written);
+    }
+    agg->nopen--;
+    memmove(&agg->open[at], &agg->open[at + 1], (agg->nopen - at) * sizeof(*agg->open));
+    if (agg->nopen == 0) { /* nothing open: no list either (bytes says so) */
+        free(agg->open);
+        agg->open = NULL;
+        agg->open_cap = 0;
+    }
+}
+
+/* The sum of clock, made (not filled yet) when absent; NULL when out of memory (nothing
+ * changed). */
 static agg_clock_t *clock_get(ps_agg_t *agg, uint64_t clock)
 {
     size_t at = find_slot(agg, clock);
@@ -104,35 +133,83 @@ static agg_clock_t *clock_get(ps_agg_t *agg, uint64_t clock)
         agg->open = grown;
         agg->open_cap = cap;
     }
-    float *sum = calloc(agg->count, sizeof(float));
-    uint8_t *written = calloc(written_bytes(agg->count), 1);
+    float *sum = agg->spare_sum ? agg->spare_sum : malloc(agg->count * sizeof(float));
+    uint8_t *written = agg->spare_written ? agg->spare_written
+                                          : malloc(written_bytes(agg->count));
     if (sum == NULL || written == NULL) {
-        free(sum);
-        free(written);
+        if (sum != agg->spare_sum)
+            free(sum);
+        if (written != agg->spare_written)
+            free(written);
         return NULL;
     }
+    agg->spare_sum = NULL;
+    agg->spare_written = NULL;
+    memset(written, 0, written_bytes(agg->count));
     memmove(&agg->open[at + 1], &agg->open[at], (agg->nopen - at) * sizeof(*agg->open));
-    agg->open[at] = (agg_clock_t){.clock = clock, .sum = sum, .written = written};
+    agg->open[at] = (agg_clock_t){.clock = clock, .sum = sum, .written = written, .filled = 0};
     agg->nopen++;
     return &agg->open[at];
+}
+
+static void fill_zeros(const ps_agg_t *agg, agg_clock_t *c)
+{
+    if (!c->filled)
+        memset(c->sum, 0, agg->count * sizeof(float));
+    c->filled = 1;
+}
+
+/* A refused push made clock c (nopen: the count before): it goes again, and buffers allocated
+ * for it are freed (had_spare: the spare ones were taken), so that nothing changed. */
+static void unmake(ps_agg_t *agg, agg_clock_t *c, size_t nopen, int had_spare)
+{
+    if (agg->nopen == nopen)
+        return;
+    drop_slot(agg, (size_t)(c - agg->open));
+    if (!had_spare) {
+        free(agg->spare_sum);
+        free(agg->spare_written);
+        agg->spare_sum = NULL;
+        agg->spare_written = NULL;
+    }
 }
 
 int ps_agg_push(ps_agg_t *agg, uint32_t worker, uint64_t seq, uint64_t clock, uint64_t offset,
                 uint64_t n, const uint64_t *keys, const float *values)
 {
-    if (agg == NULL || worker >= agg->workers ||
-        !ps_span_valid(agg->count, offset, n, keys, values))
+    if (agg == NULL || worker >= agg->workers)
+        return -EINVAL;
+    /* the whole table (the usual push): checked as it is copied or added below */
+    int whole = keys == NULL && offset == 0 && n == agg->count && values != NULL;
+    if (!whole && !ps_span_valid(agg->count, offset, n, keys, values))
         return -EINVAL;
     agg_worker_t *w = &agg->worker[worker];
     if (w->have_seq && seq <= w->last_seq)
-        return 0; /* a retry of a push taken already */
+        return whole && !ps_vec_finite(values, n) ? -EINVAL : 0; /* a retry taken already */
     /* the worker's own clock, at most PS_MAX_STALENESS + 2 ahead of the slowest (memory) */
     if (clock != w->clock || clock - min_clock(agg) > PS_MAX_STALENESS + 2)
         return -EINVAL;
+    size_t nopen = agg->nopen;
+    int had_spare = agg->spare_sum != NULL;
     agg_clock_t *c = clock_get(agg, clock);
     if (c == NULL)
         return -ENOMEM;
-    ps_span_add(c->sum, c->written, offset, n, keys, values);
+    if (whole && !c->filled) {
+        /* the clock's first push: copied in, each value read once and checked */
+        if (!ps_vec_copy_finite(c->sum, values, n)) {
+            unmake(agg, c, nopen, had_spare);
+            return -EINVAL;
+        }
+        c->filled = 1;
+        ps_bits_set(c->written, 0, agg->count);
+    } else {
+        if (whole && !ps_vec_finite(values, n)) {
+            unmake(agg, c, nopen, had_spare);
+            return -EINVAL;
+        }
+        fill_zeros(agg, c);
+        ps_span_add(c->sum, c->written, offset, n, keys, values);
+    }
     w->last_seq = seq;
     w->have_seq = 1;
     return 1;
@@ -152,8 +229,12 @@ int ps_agg_close(ps_agg_t *agg, uint32_t worker, uint64_t clock)
         if (o != worker && agg->worker[o].clock <= clock)
             completes = 0;
     /* a complete clock always has its sum (zeros when nobody pushed) until released */
-    if (completes && clock_get(agg, clock) == NULL)
-        return -ENOMEM;
+    if (completes) {
+        agg_clock_t *c = clock_get(agg, clock);
+        if (c == NULL)
+            return -ENOMEM;
+        fill_zeros(agg, c);
+    }
     w->clock++;
     return completes ? 1 : 2;
 }
@@ -188,15 +269,7 @@ void ps_agg_release(ps_agg_t *agg, uint64_t clock)
     size_t at = find_slot(agg, clock);
     if (at >= agg->nopen || agg->open[at].clock != clock)
         return;
-    free(agg->open[at].sum);
-    free(agg->open[at].written);
-    agg->nopen--;
-    memmove(&agg->open[at], &agg->open[at + 1], (agg->nopen - at) * sizeof(*agg->open));
-    if (agg->nopen == 0) { /* nothing open: no list either (bytes says so) */
-        free(agg->open);
-        agg->open = NULL;
-        agg->open_cap = 0;
-    }
+    drop_slot(agg, at);
 }
 
 uint64_t ps_agg_bytes(const ps_agg_t *agg)
@@ -205,5 +278,6 @@ uint64_t ps_agg_bytes(const ps_agg_t *agg)
         return 0;
     return sizeof(*agg) + (uint64_t)agg->workers * sizeof(*agg->worker) +
            agg->open_cap * sizeof(*agg->open) +
-           agg->nopen * (agg->count * sizeof(float) + written_bytes(agg->count));
+           (agg->nopen + (agg->spare_sum != NULL)) *
+               (agg->count * sizeof(float) + written_bytes(agg->count));
 }

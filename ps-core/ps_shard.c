@@ -1,7 +1,9 @@
 /* A shard on its server: its values, each source's last sequence number and closed clocks,
  * and (BSP, SSP) the summed contributions of every clock not yet applied, applied whole and in
  * clock order once every source has closed the clock. Under ASP a contribution is applied when
- * it arrives; closes still count `done`. */
+ * it arrives; closes still count `done`. An applied clock's buffers are kept for the next clock
+ * (no fresh pages to fault in and zero), and a clock's first contribution of the whole shard
+ * is copied in (checked in the same pass), not added to zeros. */
 #include "ps_core.h"
 #include "ps_core_internal.h"
 
@@ -18,8 +20,9 @@ typedef struct shard_source_s {
 /* A clock's contributions, summed (BSP, SSP). */
 typedef struct shard_pending_s {
     uint64_t clock;
-    float *sum;          /* elems values */
+    float *sum;          /* elems values; undefined until filled */
     uint8_t *touched;    /* assign only: a bit per element some contribution wrote */
+    int filled;          /* sum holds the clock's sum (zeros and what came) */
 } shard_pending_t;
 
 struct ps_shard_s {
@@ -32,6 +35,7 @@ struct ps_shard_s {
     shard_source_t *source;
     shard_pending_t *pending; /* sorted by clock, all >= done */
     size_t npending, pending_cap;
+    shard_pending_t spare;    /* an applied clock's buffers (sum NULL: none) */
 };
 
 static uint64_t touched_bytes(uint64_t elems)
@@ -74,13 +78,32 @@ void ps_shard_destroy(ps_shard_t *shard)
     for (size_t i = 0; i < shard->npending; i++)
         pending_free(&shard->pending[i]);
     free(shard->pending);
+    pending_free(&shard->spare);
     free(shard->source);
     free(shard->values);
     free(shard);
 }
 
-/* The pending entry of clock, made (zeros) when absent; NULL when out of memory (nothing
- * changed then). */
+/* Takes pending entry `at` out of the list: its buffers become the spare ones (or are freed
+ * when there are spare ones already). */
+static void drop_pending(ps_shard_t *shard, size_t at)
+{
+    if (shard->spare.sum == NULL)
+        shard->spare = shard->pending[at];
+    else
+        pending_free(&shard->pending[at]);
+    shard->npending--;
+    memmove(&shard->pending[at], &shard->pending[at + 1],
+            (shard->npending - at) * sizeof(*shard->pending));
+    if (shard->npending == 0) { /* nothing pending: no list either (bytes says so) */
+        free(shard->pending);
+        shard->pending = NULL;
+        shard->pending_cap = 0;
+    }
+}
+
+/* The pending entry of clock, made (not filled yet) when absent; NULL when out of memory
+ * (nothing changed then). */
 static shard_pending_t *pending_get(ps_shard_t *shard, uint64_t clock)
 {
     size_t at = 0;
@@ -97,14 +120,20 @@ static shard_pending_t *pending_get(ps_shard_t *shard, uint64_t clock)
         shard->pending = grown;
         shard->pending_cap = cap;
     }
-    shard_pending_t fresh = {.clock = clock};
-    fresh.sum = calloc(shard->elems, sizeof(float));
-    if (shard->rule.kind == PS_RULE_ASSIGN)
-        fresh.touched = calloc(touched_bytes(shard->elems), 1);
+    shard_pending_t fresh = shard->spare;
+    shard->spare = (shard_pending_t){.sum = NULL};
+    fresh.clock = clock;
+    fresh.filled = 0;
+    if (fresh.sum == NULL)
+        fresh.sum = malloc(shard->elems * sizeof(float));
+    if (shard->rule.kind == PS_RULE_ASSIGN && fresh.touched == NULL)
+        fresh.touched = malloc(touched_bytes(shard->elems));
     if (fresh.sum == NULL || (shard->rule.kind == PS_RULE_ASSIGN && fresh.touched == NULL)) {
         pending_free(&fresh);
         return NULL;
     }
+    if (fresh.touched)
+        memset(fresh.touched, 0, touched_bytes(shard->elems));
     memmove(&shard->pending[at + 1], &shard->pending[at],
             (shard->npending - at) * sizeof(*shard->pending));
     shard->pending[at] = fresh;
@@ -112,15 +141,33 @@ static shard_pending_t *pending_get(ps_shard_t *shard, uint64_t clock)
     return &shard->pending[at];
 }
 
+/* A refused contribution made pending entry p (npending: the count before): it goes again,
+ * and buffers allocated for it are freed (had_spare: the spare ones were taken), so that
+ * nothing changed. */
+static void unmake(ps_shard_t *shard, shard_pending_t *p, size_t npending, int had_spare)
+{
+    if (shard->npending == npending)
+        return;
+    drop_pending(shard, (size_t)(p - shard->pending));
+    if (!had_spare) {
+        pending_free(&shard->spare);
+        shard->spare = (shard_pending_t){.sum = NULL};
+    }
+}
+
 int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64_t clock,
                         uint64_t offset, uint64_t n, const uint64_t *keys, const float *values)
 {
-    if (shard == NULL || source >= shard->sources ||
-        !ps_span_valid(shard->elems, offset, n, keys, values))
+    if (shard == NULL || source >= shard->sources)
+        return -EINVAL;
+    /* the whole shard under BSP/SSP (the usual update): checked as it is copied or added */
+    int whole = keys == NULL && offset == 0 && n == shard->elems && values != NULL &&
+                shard->sync.kind != PS_SYNC_ASP;
+    if (!whole && !ps_span_valid(shard->elems, offset, n, keys, values))
         return -EINVAL;
     shard_source_t *src = &shard->source[source];
-    if (src->have_seq && seq <= src->last_seq)
-        return 0; /* a retry of a contribution taken already */
+    if (src->have_seq && seq <= src->last_seq) /* a retry of a contribution taken already */
+        return whole && !ps_vec_finite(values, n) ? -EINVAL : 0;
     /* clock >= closed >= done, so the difference cannot wrap */
     if (clock < src->closed || clock - shard->done > PS_MAX_STALENESS + 2)
         return -EINVAL;
@@ -131,10 +178,29 @@ int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64
             shard->values[at] = ps_rule_apply(&shard->rule, shard->values[at], values[i]);
         }
     } else {
+        size_t npending = shard->npending;
+        int had_spare = shard->spare.sum != NULL;
         shard_pending_t *p = pending_get(shard, clock);
         if (p == NULL)
             return -ENOMEM;
-        ps_span_add(p->sum, p->touched, offset, n, keys, values);
+        if (whole && !p->filled) {
+            /* the clock's first contribution: copied in, each value read once and checked */
+            if (!ps_vec_copy_finite(p->sum, values, n)) {
+                unmake(shard, p, npending, had_spare);
+                return -EINVAL;
+            }
+            if (p->touched)
+                ps_bits_set(p->touched, 0, shard->elems);
+        } else {
+            if (whole && !ps_vec_finite(values, n)) {
+                unmake(shard, p, npending, had_spare);
+                return -EINVAL;
+            }
+            if (!p->filled)
+                memset(p->sum, 0, shard->elems * sizeof(float));
+            ps_span_add(p->sum, p->touched, offset, n, keys, values);
+        }
+        p->filled = 1;
     }
     src->last_seq = seq;
     src->have_seq = 1;
@@ -145,21 +211,24 @@ int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64
 static void apply_done_clock(ps_shard_t *shard)
 {
     if (shard->npending > 0 && shard->pending[0].clock == shard->done) {
-        shard_pending_t *p = &shard->pending[0];
-        for (uint64_t i = 0; i < shard->elems; i++) {
-            if (p->touched && !(p->touched[i >> 3] & (1u << (i & 7))))
-                continue; /* assign: nobody wrote this element in this clock */
-            shard->values[i] = ps_rule_apply(&shard->rule, shard->values[i], p->sum[i]);
+        const shard_pending_t *p = &shard->pending[0];
+        float *restrict values = shard->values;
+        const float *restrict sum = p->sum;
+        uint64_t elems = shard->elems;
+        if (shard->rule.kind == PS_RULE_ADD) {
+            ps_vec_add(values, sum, elems);
+        } else if (shard->rule.kind == PS_RULE_SGD) {
+            float lr = shard->rule.lr;
+            for (uint64_t i = 0; i < elems; i++)
+                values[i] = values[i] - lr * sum[i];
+        } else {
+            for (uint64_t i = 0; i < elems; i++) {
+                if (!(p->touched[i >> 3] & (1u << (i & 7))))
+                    continue; /* assign: nobody wrote this element in this clock */
+                values[i] = ps_rule_apply(&shard->rule, values[i], sum[i]);
+            }
         }
-        pending_free(p);
-        shard->npending--;
-        memmove(&shard->pending[0], &shard->pending[1],
-                shard->npending * sizeof(*shard->pending));
-        if (shard->npending == 0) { /* nothing pending: no list either (bytes says so) */
-            free(shard->pending);
-            shard->pending = NULL;
-            shard->pending_cap = 0;
-        }
+        drop_pending(shard, 0);
     }
     shard->done++;
 }
@@ -210,5 +279,6 @@ uint64_t ps_shard_bytes(const ps_shard_t *shard)
                            (shard->rule.kind == PS_RULE_ASSIGN ? touched_bytes(shard->elems) : 0);
     return sizeof(*shard) + shard->elems * sizeof(float) +
            (uint64_t)shard->sources * sizeof(*shard->source) +
-           shard->pending_cap * sizeof(*shard->pending) + shard->npending * per_pending;
+           shard->pending_cap * sizeof(*shard->pending) +
+           (shard->npending + (shard->spare.sum != NULL)) * per_pending;
 }

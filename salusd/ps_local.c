@@ -36,6 +36,9 @@ typedef struct ps_local_table_s {
     uint8_t *map;              /* count floats, then count uint64 keys */
     size_t map_bytes;
     uint64_t last_seq;         /* the highest push sequence this connection had acknowledged */
+    void *copy;                /* the pushes' private copies, kept for the next push (no fresh
+                                * pages to fault in per push) */
+    size_t copy_bytes;
 } ps_local_table_t;
 
 typedef enum ps_local_op_e { PS_OP_NONE, PS_OP_OPEN, PS_OP_PUSH, PS_OP_PULL, PS_OP_CLOCK } ps_local_op_t;
@@ -78,6 +81,7 @@ static void table_unmap(ps_local_table_t *t)
 {
     if (t->map)
         munmap(t->map, t->map_bytes);
+    free(t->copy);
     memset(t, 0, sizeof(*t));
 }
 
@@ -398,13 +402,20 @@ void ps_local_handle_push(conn_t *c, const proto_msg_t *msg)
     }
     if (read_range(c, msg, t->count, keyed, &offset, &n) < 0)
         return;
-    /* private copies: the worker may write the region while the service checks them */
-    values = malloc(n * sizeof(float));
-    keys = keyed ? malloc(n * sizeof(uint64_t)) : NULL;
-    if (!values || (keyed && !keys)) {
-        server_reply_error(c, msg->id, PROTO_ENOMEM, 0, "ps_push: out of memory");
-        goto out;
+    /* private copies: the worker may write the region while the service checks them (keys
+     * first: 8-byte aligned) */
+    size_t need = n * sizeof(float) + (keyed ? n * sizeof(uint64_t) : 0);
+    if (t->copy_bytes < need) {
+        free(t->copy);
+        t->copy = malloc(need);
+        t->copy_bytes = t->copy ? need : 0;
+        if (!t->copy) {
+            server_reply_error(c, msg->id, PROTO_ENOMEM, 0, "ps_push: out of memory");
+            return;
+        }
     }
+    keys = keyed ? t->copy : NULL;
+    values = (float *)((uint8_t *)t->copy + (keyed ? n * sizeof(uint64_t) : 0));
     memcpy(values, t->map + (keyed ? 0 : offset) * sizeof(float), n * sizeof(float));
     if (keyed)
         memcpy(keys, t->map + t->count * sizeof(float), n * sizeof(uint64_t));
@@ -417,12 +428,9 @@ void ps_local_handle_push(conn_t *c, const proto_msg_t *msg)
                      err, sizeof(err));
     if (rc < 0) {
         reply_service_error(c, msg->id, "ps_push", rc, err);
-        goto out;
+        return;
     }
     pc->op = PS_OP_PUSH;
-out:
-    free(values);
-    free(keys);
 }
 
 /* ---- pull ---------------------------------------------------------------------------- */

@@ -113,6 +113,15 @@ static void drop(ps_t *ps, const char *node, const char *why)
     LOG_DEBUG("ps: a message from %s dropped: %s", node, why);
 }
 
+/* 1 when a payload of n floats (then n keys when keyed) can be read where it lies. */
+static int aligned_for(const void *payload, uint64_t n, int keyed)
+{
+    uintptr_t at = (uintptr_t)payload;
+    if (at % _Alignof(float) != 0)
+        return 0;
+    return !keyed || (at + n * sizeof(float)) % _Alignof(uint64_t) == 0;
+}
+
 void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_len,
                  const void *payload, size_t payload_len)
 {
@@ -199,14 +208,19 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
             drop(ps, node, "bad update");
             return;
         }
-        /* the payload's alignment is UCX's: copied to be read as floats and keys */
-        void *copy = payload_len ? malloc(payload_len) : NULL;
-        if (payload_len && !copy)
-            return; /* no ack: the source resends */
-        if (payload_len)
+        /* the payload's alignment is UCX's: read in place when it suits floats (and keys),
+         * else copied */
+        const uint8_t *at = payload;
+        void *copy = NULL;
+        if (payload_len && !aligned_for(at, u.n, keyed)) {
+            copy = malloc(payload_len);
+            if (!copy)
+                return; /* no ack: the source resends */
             memcpy(copy, payload, payload_len);
-        u.values = copy;
-        u.keys = keyed ? (uint64_t *)((uint8_t *)copy + u.n * sizeof(float)) : NULL;
+            at = copy;
+        }
+        u.values = (const float *)(const void *)at;
+        u.keys = keyed ? (uint64_t *)(uintptr_t)(at + u.n * sizeof(float)) : NULL;
         int rc = ps_server_update(t, shard, source, &u);
         free(copy);
         if (rc < 0)
@@ -263,13 +277,21 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
             return;
         }
         *fp = f->next;
-        float *values = rc == 0 ? malloc(n * sizeof(float) + 1) : NULL;
-        if (values)
-            memcpy(values, payload, n * sizeof(float));
+        /* read in place when aligned for floats, else copied */
+        float *copy = NULL;
+        const float *values = NULL;
+        if (rc == 0 && aligned_for(payload, n, 0)) {
+            values = (const float *)payload;
+        } else if (rc == 0) {
+            copy = malloc(n * sizeof(float) + 1);
+            if (copy)
+                memcpy(copy, payload, n * sizeof(float));
+            values = copy;
+        }
         snprintf(err, sizeof(err), "server %s refused the read", node);
         ps_fetch_finish(f, rc < 0 ? rc : values ? 0 : -ENOMEM, err, values, done, at_request,
                         waited_ns, waited != 0);
-        free(values);
+        free(copy);
         return;
     }
     case MSG_BYE: {

@@ -313,15 +313,29 @@ int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint6
     return rc;
 }
 
+/* The bits set in [from, from + n) of a bitmap: 64 at a time in the middle. */
+static uint64_t count_bits(const uint8_t *bits, uint64_t from, uint64_t n)
+{
+    uint64_t end = from + n, w = 0;
+    for (; from < end && (from & 63); from++)
+        w += (bits[from >> 3] >> (from & 7)) & 1;
+    for (; end - from >= 64; from += 64) {
+        uint64_t word;
+        memcpy(&word, bits + (from >> 3), sizeof(word));
+        w += (uint64_t)__builtin_popcountll(word);
+    }
+    for (; from < end; from++)
+        w += (bits[from >> 3] >> (from & 7)) & 1;
+    return w;
+}
+
 /* The part of a clock's sum for one shard: the whole slice, or (when few elements were
  * written, and always under "assign", whose shard would assign the zeros nobody pushed) the
  * written elements as keys, or a bare close when none was. 0 or -ENOMEM. */
 static int clock_update(ps_table_t *t, ps_update_t *u, const float *sum,
                         const uint8_t *written, uint64_t first, uint64_t elems)
 {
-    uint64_t w = 0;
-    for (uint64_t i = first; written && i < first + elems; i++)
-        w += (written[i >> 3] >> (i & 7)) & 1;
+    uint64_t w = written ? count_bits(written, first, elems) : 0;
     if (!written || w == elems ||
         (t->spec.rule.kind != PS_RULE_ASSIGN && w * (sizeof(float) + sizeof(uint64_t)) >=
                                                       elems * sizeof(float))) {

@@ -84,6 +84,18 @@ static uint64_t min_clock(const ps_agg_t *agg)
     return least;
 }
 
+/* 1 when a worker at `clock` is too far ahead: beyond the window from the slowest local
+ * worker, or beyond window + 1 from the oldest sum held (complete, not yet released: the
+ * servers' acknowledgements may lag a correct worker's pull by one clock). */
+static int beyond_window(const ps_agg_t *agg, uint64_t clock)
+{
+    uint64_t window = ps_sync_window(&agg->sync), least = min_clock(agg);
+    if (clock - least > window)
+        return 1;
+    uint64_t oldest = agg->nopen > 0 && agg->open[0].clock < least ? agg->open[0].clock : least;
+    return clock - oldest > window + 1;
+}
+
 static size_t find_slot(const ps_agg_t *agg, uint64_t clock)
 {
     size_t at = 0;
@@ -186,9 +198,11 @@ int ps_agg_push(ps_agg_t *agg, uint32_t worker, uint64_t seq, uint64_t clock, ui
     agg_worker_t *w = &agg->worker[worker];
     if (w->have_seq && seq <= w->last_seq)
         return whole && !ps_vec_finite(values, n) ? -EINVAL : 0; /* a retry taken already */
-    /* the worker's own clock, at most PS_MAX_STALENESS + 2 ahead of the slowest (memory) */
-    if (clock != w->clock || clock - min_clock(agg) > PS_MAX_STALENESS + 2)
+    /* the worker's own clock, within the sync mode's window (memory) */
+    if (clock != w->clock)
         return -EINVAL;
+    if (beyond_window(agg, clock))
+        return -EAGAIN;
     size_t nopen = agg->nopen;
     int had_spare = agg->spare_sum != NULL;
     agg_clock_t *c = clock_get(agg, clock);
@@ -224,6 +238,8 @@ int ps_agg_close(ps_agg_t *agg, uint32_t worker, uint64_t clock)
         return 0; /* a repeat */
     if (clock != w->clock)
         return -EINVAL;
+    if (beyond_window(agg, clock + 1))
+        return -EAGAIN;
     int completes = 1;
     for (uint32_t o = 0; o < agg->workers; o++)
         if (o != worker && agg->worker[o].clock <= clock)
@@ -278,6 +294,23 @@ uint64_t ps_agg_bytes(const ps_agg_t *agg)
         return 0;
     return sizeof(*agg) + (uint64_t)agg->workers * sizeof(*agg->worker) +
            agg->open_cap * sizeof(*agg->open) +
+           (agg->nopen + (agg->spare_sum != NULL)) *
+               (agg->count * sizeof(float) + written_bytes(agg->count));
+}
+
+uint64_t ps_agg_push_bytes(const ps_agg_t *agg, uint32_t worker)
+{
+    if (agg == NULL || worker >= agg->workers || agg->spare_sum != NULL ||
+        find_clock(agg, agg->worker[worker].clock) != NULL)
+        return 0;
+    return agg->count * sizeof(float) + written_bytes(agg->count);
+}
+
+uint64_t ps_agg_sum_bytes(const ps_agg_t *agg)
+{
+    if (agg == NULL)
+        return 0;
+    return agg->open_cap * sizeof(*agg->open) +
            (agg->nopen + (agg->spare_sum != NULL)) *
                (agg->count * sizeof(float) + written_bytes(agg->count));
 }

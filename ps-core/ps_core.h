@@ -67,6 +67,13 @@ int ps_sync_parse(const char *text, ps_sync_t *sync, char *err, size_t err_size)
 int ps_sync_format(const ps_sync_t *sync, char *buf, size_t size);
 /* The least `done` a read at clock c may see (above). */
 uint64_t ps_sync_min_done(const ps_sync_t *sync, uint64_t clock);
+/* How many clocks a worker may run ahead of the slowest local worker, and a contribution's
+ * clock ahead of a shard's done: BSP 1, SSP:s s + 1, ASP UINT64_MAX (no per-clock sums, no
+ * bound). A correct worker never reaches it: its next pull waits first (a worker at clock c
+ * has read done >= c - s). What goes beyond is refused with -EAGAIN (nothing changed: the
+ * same call succeeds once the slowest worker, or done, has moved on), so that no worker can
+ * make the daemon hold more than window + 2 clocks' sums of a table. */
+uint64_t ps_sync_window(const ps_sync_t *sync);
 
 /* 1 when name is a valid table name, else 0. */
 int ps_name_valid(const char *name);
@@ -116,8 +123,9 @@ void ps_shard_destroy(ps_shard_t *shard); /* NULL ok */
  * (keys == NULL), or for the n element indices keys[] (each < elems; offset is then ignored;
  * a key given twice adds twice). Returns 1 taken (applied, or buffered for its clock), 0 a
  * duplicate (seq <= the source's last: nothing changed), -EINVAL bad input (source, range,
- * key, a clock the source has closed already, a clock beyond done + PS_MAX_STALENESS + 2, a
- * non-finite value, values NULL with n > 0): nothing changed, -ENOMEM (a new clock's buffer):
+ * key, a clock the source has closed already, a non-finite value, values NULL with n > 0):
+ * nothing changed, -EAGAIN (BSP/SSP: clock beyond done + ps_sync_window: the source must wait
+ * for done to move; ASP has no bound): nothing changed, -ENOMEM (a new clock's buffer):
  * nothing changed. The shape (source, range, keys, values) is checked before the duplicate
  * test, the clock after it: a retry of a taken contribution is 0 even after its clock closed. */
 int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64_t clock,
@@ -131,6 +139,9 @@ uint64_t ps_shard_elems(const ps_shard_t *shard);
 const float *ps_shard_values(const ps_shard_t *shard);
 /* Bytes the shard holds now (values and pending clocks), for the quota and metrics. */
 uint64_t ps_shard_bytes(const ps_shard_t *shard);
+/* Of those, the pending clocks' sums (and a kept one's): what the quota counts besides the
+ * values. */
+uint64_t ps_shard_pending_bytes(const ps_shard_t *shard);
 
 /* ---- a node's aggregation of its local workers ------------------------------------------ */
 /* BSP and SSP only (under ASP the daemon forwards each push at once; ps_agg_create refuses
@@ -144,15 +155,18 @@ ps_agg_t *ps_agg_create(uint64_t count, const ps_sync_t *sync, uint32_t workers)
 void ps_agg_destroy(ps_agg_t *agg); /* NULL ok */
 /* 1 taken (added into the clock's sum), 0 duplicate (seq <= the worker's last seq: nothing
  * changed), -EINVAL bad input (worker, range, key, clock other than the worker's current one,
- * a clock more than PS_MAX_STALENESS + 2 ahead of the slowest local worker's, a non-finite
- * value): nothing changed, -ENOMEM (a new clock's sum): nothing changed. keys == NULL: n values
+ * a non-finite value): nothing changed, -EAGAIN (the clock more than ps_sync_window ahead of
+ * the slowest local worker's, or more than window + 1 ahead of the oldest sum not yet
+ * released: wait for the others, or for the servers' acknowledgements): nothing changed,
+ * -ENOMEM (a new clock's sum): nothing changed. keys == NULL: n values
  * for [offset, offset + n); else n values for keys[] (offset ignored). Shape before duplicate
  * before clock, as ps_shard_contribute. */
 int ps_agg_push(ps_agg_t *agg, uint32_t worker, uint64_t seq, uint64_t clock, uint64_t offset,
                 uint64_t n, const uint64_t *keys, const float *values);
 /* Worker closes its current clock (it must be `clock`; a repeat of the last closed one returns
  * 0). Returns 1 when this made clock complete on this node (every worker closed it), 2 when
- * new but not complete, 0 repeat, -EINVAL bad (worker, any other clock), -ENOMEM (the zero sum
+ * new but not complete, 0 repeat, -EINVAL bad (worker, any other clock), -EAGAIN (the worker's
+ * next clock would be beyond the window of ps_agg_push: nothing changed), -ENOMEM (the zero sum
  * of a complete clock nobody pushed into): nothing changed. */
 int ps_agg_close(ps_agg_t *agg, uint32_t worker, uint64_t clock);
 /* The worker's current clock (0 for a bad worker). */
@@ -169,5 +183,11 @@ const uint8_t *ps_agg_written(const ps_agg_t *agg, uint64_t clock);
  * not complete or already released. */
 void ps_agg_release(ps_agg_t *agg, uint64_t clock);
 uint64_t ps_agg_bytes(const ps_agg_t *agg);
+/* Of those, the clocks' sums and bits (and a kept one's): what the quota counts. */
+uint64_t ps_agg_sum_bytes(const ps_agg_t *agg);
+/* The bytes a push of worker (at its current clock) would allocate now: a clock's sum and bits
+ * when that clock has none yet and no released buffers are kept, else 0; for a quota check
+ * before the push. */
+uint64_t ps_agg_push_bytes(const ps_agg_t *agg, uint32_t worker);
 
 #endif

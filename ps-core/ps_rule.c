@@ -186,6 +186,21 @@ uint64_t ps_sync_min_done(const ps_sync_t *sync, uint64_t clock)
     return clock;
 }
 
+uint64_t ps_sync_window(const ps_sync_t *sync)
+{
+    if (sync == NULL)
+        return 1;
+    switch (sync->kind) {
+    case PS_SYNC_ASP:
+        return UINT64_MAX;
+    case PS_SYNC_SSP:
+        return (uint64_t)sync->staleness + 1;
+    case PS_SYNC_BSP:
+        break;
+    }
+    return 1;
+}
+
 int ps_name_valid(const char *name)
 {
     if (name == NULL)

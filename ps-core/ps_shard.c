@@ -168,9 +168,11 @@ int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64
     shard_source_t *src = &shard->source[source];
     if (src->have_seq && seq <= src->last_seq) /* a retry of a contribution taken already */
         return whole && !ps_vec_finite(values, n) ? -EINVAL : 0;
-    /* clock >= closed >= done, so the difference cannot wrap */
-    if (clock < src->closed || clock - shard->done > PS_MAX_STALENESS + 2)
+    if (clock < src->closed)
         return -EINVAL;
+    /* clock >= closed >= done, so the difference cannot wrap; ASP holds no clock's sum */
+    if (shard->sync.kind != PS_SYNC_ASP && clock - shard->done > ps_sync_window(&shard->sync))
+        return -EAGAIN;
 
     if (shard->sync.kind == PS_SYNC_ASP) {
         for (uint64_t i = 0; i < n; i++) {
@@ -280,5 +282,15 @@ uint64_t ps_shard_bytes(const ps_shard_t *shard)
     return sizeof(*shard) + shard->elems * sizeof(float) +
            (uint64_t)shard->sources * sizeof(*shard->source) +
            shard->pending_cap * sizeof(*shard->pending) +
+           (shard->npending + (shard->spare.sum != NULL)) * per_pending;
+}
+
+uint64_t ps_shard_pending_bytes(const ps_shard_t *shard)
+{
+    if (shard == NULL)
+        return 0;
+    uint64_t per_pending = shard->elems * sizeof(float) +
+                           (shard->rule.kind == PS_RULE_ASSIGN ? touched_bytes(shard->elems) : 0);
+    return shard->pending_cap * sizeof(*shard->pending) +
            (shard->npending + (shard->spare.sum != NULL)) * per_pending;
 }

@@ -214,7 +214,10 @@ void ps_table_maybe_free(ps_table_t *t);
  * or -EINVAL with err. */
 int ps_parse_servers(const char *text, char *store, size_t store_size, const char **names,
                      char *out, size_t out_size, char *err, size_t err_size);
-/* Bytes the quota counts for uid on this daemon, and what this table would add. */
+/* What a table's aggregation and shards hold besides its charged elements: the clocks' sums. */
+uint64_t ps_table_held_bytes(const ps_table_t *t);
+/* Bytes the quota counts for uid on this daemon (every table's charged elements and held
+ * bytes), and what this table would add. */
 uint64_t ps_user_bytes(ps_t *ps, uid_t uid);
 int ps_quota_check(ps_t *ps, uid_t uid, uint64_t more, const char *table, char *err,
                    size_t err_size);

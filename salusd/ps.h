@@ -15,7 +15,12 @@
  *
  * Memory: every table's element bytes are charged, on the daemon of the opening worker, to the
  * owning user (--ps-user-bytes, default 1GiB per user; root and the daemon's user included);
- * a server charges its shards to the same user. Over the quota: refused with -EDQUOT.
+ * a server charges its shards to the same user. Over the quota: refused with -EDQUOT. The
+ * clocks' sums a node's aggregation and a server's shards hold besides (at most the sync
+ * mode's window + 2 clocks of the table: ps_sync_window) are counted in the same quota: a
+ * push that would start a clock's sum over it is refused with -EDQUOT. A push or clock more
+ * than the window ahead of the slowest local rank (BSP 1, SSP:s s + 1) is refused with
+ * -EAGAIN (a correct worker, which pulls each clock, never gets there).
  *
  * This file is the interface between the local endpoint (ps_local.c: the workers' requests on
  * the daemon's socket) and the service (ps_service.c and its parts). Every call that takes a

@@ -138,12 +138,20 @@ uint64_t ps_table_shard_bytes(const ps_table_t *t)
     return sum;
 }
 
+uint64_t ps_table_held_bytes(const ps_table_t *t)
+{
+    uint64_t sum = ps_agg_sum_bytes(t->agg);
+    for (uint32_t i = 0; t->shards && i < t->layout.shards; i++)
+        sum += ps_shard_pending_bytes(t->shards[i]);
+    return sum;
+}
+
 uint64_t ps_user_bytes(ps_t *ps, uid_t uid)
 {
     uint64_t sum = 0;
     for (ps_table_t *t = ps->tables; t; t = t->next)
         if (t->uid == uid)
-            sum += t->charged_bytes;
+            sum += t->charged_bytes + ps_table_held_bytes(t);
     return sum;
 }
 

@@ -303,10 +303,22 @@ int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint6
         t->asp_seq[worker] = id->seq;
         return 1;
     }
+    /* a new clock's sum is counted in the user's quota before it is made */
+    uint64_t more = ps_agg_push_bytes(t->agg, worker);
+    if (more > 0 && ps_agg_clock_of(t->agg, worker) == id->clock &&
+        (rc = ps_quota_check(t->ps, t->uid, more, t->name, err, err_size)) < 0)
+        return rc;
     rc = ps_agg_push(t->agg, worker, id->seq, id->clock, offset, n, keys, values);
     if (rc < 0 && check_values(t, offset, n, keys, values, 1, err, err_size) < 0)
         return rc; /* err says which value */
-    if (rc < 0)
+    if (rc == -EAGAIN)
+        snprintf(err, err_size,
+                 "push for clock %llu of table '%s' (%s) refused: rank %u is more than %llu "
+                 "clock(s) ahead of the slowest local rank or of the updates not yet "
+                 "acknowledged (pull first; retry later)",
+                 (unsigned long long)id->clock, t->name, t->sync_text, id->rank,
+                 (unsigned long long)ps_sync_window(&t->spec.sync));
+    else if (rc < 0)
         snprintf(err, err_size, "push (seq %llu) for clock %llu refused: rank %u is at clock %llu",
                  (unsigned long long)id->seq, (unsigned long long)id->clock, id->rank,
                  (unsigned long long)ps_agg_clock_of(t->agg, worker));
@@ -420,6 +432,19 @@ int ps_worker_clock(ps_table_t *t, uint32_t worker, uint64_t clock, char *err, s
         return 0;
     }
     int rc = ps_agg_close(t->agg, worker, clock);
+    if (rc == -EAGAIN) {
+        snprintf(err, err_size,
+                 "clock %llu of table '%s' (%s) refused: it would take the rank more than %llu "
+                 "clock(s) ahead of the slowest local rank or of the updates not yet "
+                 "acknowledged (pull first; retry later)",
+                 (unsigned long long)clock, t->name, t->sync_text,
+                 (unsigned long long)ps_sync_window(&t->spec.sync));
+        return rc;
+    }
+    if (rc == -ENOMEM) {
+        snprintf(err, err_size, "out of memory");
+        return rc;
+    }
     if (rc < 0)
         goto bad;
     if (rc == 1)

@@ -96,6 +96,40 @@ echo "$solo"
 qgrep -E "^solo code=6 msg=ps_open: job [0-9]+ is not a rank of a group" <<<"$solo" || fail "solo: $solo"
 pass "another group of the same user: its own table; a job outside any group: EPERM"
 
+# ---- a rank running ahead of the other rank of its group: refused beyond the window ----
+# BSP lets a rank be one clock ahead of the slowest local rank: 300 pushes and clocks while
+# the other rank waits get one clock, then -EBUSY with the reason (salusd held a table's sum
+# per clock for 1002 clocks before), the daemon's bytes for the table stay a few clocks'
+{
+    echo "open t 2048 add bsp wait $WORK/ahead-r1"
+    for _ in $(seq 300); do echo "push 0 2048 1 clock"; done
+    echo "touch $WORK/ahead-done wait $WORK/ahead-go"
+} >"$WORK/ahead.steps"
+"$SALUSCTL" run --name psahead1 --group "$G-ahead" --world 2 --rank 1 -- \
+    "$TOOL" open t 2048 add bsp touch "$WORK/ahead-r1" wait "$WORK/ahead-go" >"$WORK/ahead1.out" 2>&1 &
+RUN_PIDS+=($!)
+AHEAD1=$!
+"$SALUSCTL" run --name psahead0 --group "$G-ahead" --world 2 --rank 0 -- \
+    "$TOOL" -f "$WORK/ahead.steps" >"$WORK/ahead0.out" 2>&1 &
+RUN_PIDS+=($!)
+AHEAD0=$!
+wait_until 60 "[ -e '$WORK/ahead-done' ]" || fail "the fast rank did not finish: $(tail -5 "$WORK/ahead0.out")"
+grep -c "^clock now=" "$WORK/ahead0.out" | qgrep -x 1 || fail "clocks taken: $(grep "^clock" "$WORK/ahead0.out" | tail -3)"
+refused=$(grep -c "^error op=clock rc=-16 msg=salusd: ps_clock: clock 1 of table 't' (bsp) refused: it would take the rank more than 1 clock(s) ahead of the slowest local rank" "$WORK/ahead0.out")
+[ "$refused" -eq 299 ] || fail "clocks refused: $refused: $(grep "^error" "$WORK/ahead0.out" | sort | uniq -c | head)"
+grep -m1 "^error op=clock" "$WORK/ahead0.out"
+groups_out=$("$SALUSCTL" groups 2>&1) || fail "salusctl groups: $groups_out"
+bytes=$(grep -A30 -- "$G-ahead" <<<"$groups_out" | grep -m1 " table t " | grep -oE "[0-9]+ bytes" | grep -oE "^[0-9]+" || true)
+[ -n "$bytes" ] || fail "no bytes for the table in: $groups_out"
+# the table's 8 KiB (its shards here) and its sums: at most window + 2 = 3 clocks' (8 KiB +
+# 256 bytes each) and the books; 300 clocks' sums were 2.5 MB
+[ "$bytes" -le $((8192 + 4 * (8192 + 256) + 4096)) ] || fail "the daemon holds $bytes bytes for an 8 KiB table"
+touch "$WORK/ahead-go"
+wait "$AHEAD0" || fail "the fast rank: $(tail -3 "$WORK/ahead0.out")"
+wait "$AHEAD1" || fail "the waiting rank: $(cat "$WORK/ahead1.out")"
+kill -0 "$DAEMON_PID" || fail "salusd died"
+pass "a rank 300 clocks ahead under BSP: 1 clock taken, 299 refused with the reason; $bytes bytes held"
+
 # the first rank's table after all of that: bit for bit as before
 touch "$WORK/go"
 wait "$RANK_PID" || fail "the rank failed: $(cat "$WORK/rank.out")"

@@ -577,16 +577,19 @@ START_TEST(test_shard_ssp_buffers)
     ck_assert_uint_eq(ps_shard_done(sh), 0);
     assert_values(sh, zero, 3);
     ck_assert_uint_ge(ps_shard_bytes(sh), empty_bytes + 4 * 3 * sizeof(float));
-    /* the window: up to done + PS_MAX_STALENESS + 2, not beyond */
+    /* the window (ssp:2): up to done + 3, taken above; clock 4 must wait for done */
     const float one[] = {1};
-    ck_assert_int_eq(ps_shard_contribute(sh, 0, 10, PS_MAX_STALENESS + 3, 2, 1, NULL, one),
-                     -EINVAL);
-    ck_assert_int_eq(ps_shard_contribute(sh, 0, 10, PS_MAX_STALENESS + 2, 2, 1, NULL, one), 1);
+    uint64_t bytes = ps_shard_bytes(sh);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 10, 4, 2, 1, NULL, one), -EAGAIN);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 10, PS_MAX_STALENESS + 2, 2, 1, NULL, one),
+                     -EAGAIN);
+    ck_assert_uint_eq(ps_shard_bytes(sh), bytes);
     /* the slow source: clock 0, then each clock applies in order */
     const float s0[] = {0, 5, 0};
     ck_assert_int_eq(ps_shard_contribute(sh, 1, 1, 0, 0, 3, NULL, s0), 1);
     ck_assert_int_eq(ps_shard_close(sh, 1, 0), 1);
     ck_assert_uint_eq(ps_shard_done(sh), 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 10, 4, 2, 1, NULL, one), 1); /* now within */
     const float want0[] = {1, 5, 0};
     assert_values(sh, want0, 3);
     for (uint64_t c = 1; c < 4; c++)
@@ -702,9 +705,12 @@ START_TEST(test_shard_bad_input)
         ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, 0, 3, 1, NULL, ninf_v), -EINVAL);
         ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, 0, 0, 2, NULL, NULL), -EINVAL);
         ck_assert_int_eq(ps_shard_contribute(sh, 1, 9, 0, 0, 4, NULL, good), -EINVAL); /* closed */
-        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, PS_MAX_STALENESS + 3, 0, 4, NULL, good),
-                         -EINVAL);
-        ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, UINT64_MAX, 0, 4, NULL, good), -EINVAL);
+        if (m == 0) { /* BSP: beyond the window */
+            ck_assert_int_eq(
+                ps_shard_contribute(sh, 0, 9, PS_MAX_STALENESS + 3, 0, 4, NULL, good), -EAGAIN);
+            ck_assert_int_eq(ps_shard_contribute(sh, 0, 9, UINT64_MAX, 0, 4, NULL, good),
+                             -EAGAIN);
+        }
         ck_assert_int_eq(ps_shard_contribute(NULL, 0, 9, 0, 0, 4, NULL, good), -EINVAL);
         ck_assert_int_eq(ps_shard_close(sh, 2, 0), -EINVAL);
         ck_assert_int_eq(ps_shard_close(sh, 0, 1), -EINVAL); /* a gap */
@@ -926,7 +932,16 @@ static void model_case(rng_t *rng, int trial, const char *sync)
             }
             for (uint64_t i = 0; i < n; i++)
                 values[i] = ((float)rng_below(rng, 33) - 16.0f) / 4.0f;
+            uint64_t taken_seq = me->seq;
             me->seq += 1 + rng_below(rng, 3); /* increasing, not always by one */
+            if (sy.kind != PS_SYNC_ASP && me->clock - model_done(&m) > ps_sync_window(&sy)) {
+                /* too far ahead of done: refused, nothing changed (the seq is not taken) */
+                ck_assert_int_eq(ps_shard_contribute(sh, (uint32_t)s, me->seq, me->clock,
+                                                     offset, n, use_keys ? keys : NULL, values),
+                                 -EAGAIN);
+                me->seq = taken_seq;
+                continue;
+            }
             ck_assert_int_eq(ps_shard_contribute(sh, (uint32_t)s, me->seq, me->clock, offset, n,
                                                  use_keys ? keys : NULL, values), 1);
             for (uint64_t i = 0; i < n; i++)
@@ -1085,6 +1100,86 @@ START_TEST(test_agg_ssp_fast_worker)
     const float want2[] = {100, 0};
     assert_sum(ps_agg_sum(agg, 2), want2, 2);
     ps_agg_destroy(agg);
+}
+END_TEST
+
+/* A worker cannot make the aggregation hold more than the sync mode's window of clocks: the
+ * push or clock beyond is refused with -EAGAIN (nothing changed) until the slowest worker (and
+ * the release of sent clocks) lets it on. */
+START_TEST(test_agg_window)
+{
+    const float one[] = {1, 1};
+    /* BSP: one clock ahead of the slowest */
+    ps_agg_t *agg = agg_new(2, "bsp", 2);
+    uint64_t seq = 0;
+    ck_assert_int_eq(ps_agg_push(agg, 0, ++seq, 0, 0, 2, NULL, one), 1);
+    ck_assert_int_eq(ps_agg_close(agg, 0, 0), 2);
+    ck_assert_int_eq(ps_agg_push(agg, 0, ++seq, 1, 0, 2, NULL, one), 1);
+    uint64_t bytes = ps_agg_bytes(agg);
+    ck_assert_int_eq(ps_agg_close(agg, 0, 1), -EAGAIN);
+    ck_assert_uint_eq(ps_agg_clock_of(agg, 0), 1);
+    /* the review's flood: 300 pushes and clocks while the other worker waits */
+    int refused = 0;
+    for (int i = 0; i < 300; i++) {
+        refused += ps_agg_push(agg, 0, ++seq, ps_agg_clock_of(agg, 0), 0, 2, NULL, one) < 0;
+        refused += ps_agg_close(agg, 0, ps_agg_clock_of(agg, 0)) == -EAGAIN;
+    }
+    ck_assert_int_eq(refused, 300);
+    ck_assert_uint_eq(ps_agg_clock_of(agg, 0), 1);
+    ck_assert_uint_eq(ps_agg_bytes(agg), bytes);
+    ck_assert_uint_eq(ps_agg_push_bytes(agg, 0), 0); /* its clock has its sum */
+    /* the slow worker closes 0: the fast one may go on to clock 2, not 3 */
+    ck_assert_int_eq(ps_agg_close(agg, 1, 0), 1);
+    ck_assert_int_eq(ps_agg_close(agg, 0, 1), 2);
+    ck_assert_uint_eq(ps_agg_push_bytes(agg, 0), 2 * sizeof(float) + 1);
+    ck_assert_int_eq(ps_agg_push(agg, 0, ++seq, 2, 0, 2, NULL, one), 1);
+    ck_assert_int_eq(ps_agg_close(agg, 0, 2), -EAGAIN);
+    ck_assert_int_eq(ps_agg_close(agg, 1, 1), 1);
+    /* clock 0 is complete but not released (its acknowledgements lag): window + 1 from it */
+    ck_assert_int_eq(ps_agg_close(agg, 0, 2), -EAGAIN);
+    ps_agg_release(agg, 0);
+    ck_assert_int_eq(ps_agg_close(agg, 0, 2), 2);
+    ps_agg_destroy(agg);
+
+    /* SSP:2: three clocks ahead (s + 1), not four */
+    agg = agg_new(2, "ssp:2", 2);
+    for (uint64_t c = 0; c < 3; c++) {
+        ck_assert_int_eq(ps_agg_push(agg, 0, c + 1, c, 0, 2, NULL, one), 1);
+        ck_assert_int_eq(ps_agg_close(agg, 0, c), 2);
+    }
+    ck_assert_int_eq(ps_agg_push(agg, 0, 4, 3, 0, 2, NULL, one), 1);
+    ck_assert_int_eq(ps_agg_close(agg, 0, 3), -EAGAIN);
+    ck_assert_int_eq(ps_agg_close(agg, 1, 0), 1);
+    ck_assert_int_eq(ps_agg_close(agg, 0, 3), 2);
+    ps_agg_destroy(agg);
+
+    /* the window itself */
+    ps_sync_t sync = {.kind = PS_SYNC_BSP};
+    ck_assert_uint_eq(ps_sync_window(&sync), 1);
+    sync = (ps_sync_t){.kind = PS_SYNC_SSP, .staleness = 7};
+    ck_assert_uint_eq(ps_sync_window(&sync), 8);
+    sync = (ps_sync_t){.kind = PS_SYNC_ASP};
+    ck_assert_uint_eq(ps_sync_window(&sync), UINT64_MAX);
+}
+END_TEST
+
+/* A BSP shard holds at most done + 1 pending clocks: a source further ahead is told -EAGAIN
+ * (nothing changed) and is taken once done has moved. */
+START_TEST(test_shard_window)
+{
+    ps_shard_t *sh = shard_new(2, "add", "bsp", 2);
+    const float one[] = {1, 1};
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 1, 0, 0, 2, NULL, one), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 0), 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 2, 1, 0, 2, NULL, one), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 1), 1);
+    uint64_t bytes = ps_shard_bytes(sh);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 3, 2, 0, 2, NULL, one), -EAGAIN);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 3, 1002, 0, 2, NULL, one), -EAGAIN);
+    ck_assert_uint_eq(ps_shard_bytes(sh), bytes);
+    ck_assert_int_eq(ps_shard_close(sh, 1, 0), 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 3, 2, 0, 2, NULL, one), 1);
+    ps_shard_destroy(sh);
 }
 END_TEST
 
@@ -1370,6 +1465,17 @@ START_TEST(test_agg_random_interleavings)
                 for (int o = 0; o < AGG_MODEL_WORKERS; o++)
                     if (o != w && clock[o] <= clock[w])
                         others_past = 0;
+                /* the window: BSP 1, ssp:3 4 clocks from the slowest; one more from the
+                 * oldest sum not released */
+                uint64_t window = trial % 2 ? 1 : 4, least = clock[0], oldest;
+                for (int o = 1; o < AGG_MODEL_WORKERS; o++)
+                    least = clock[o] < least ? clock[o] : least;
+                for (oldest = 0; oldest < least && released[oldest]; oldest++)
+                    ;
+                if (clock[w] + 1 - least > window || clock[w] + 1 - oldest > window + 1) {
+                    ck_assert_int_eq(ps_agg_close(agg, (uint32_t)w, clock[w]), -EAGAIN);
+                    continue;
+                }
                 ck_assert_int_eq(ps_agg_close(agg, (uint32_t)w, clock[w]), others_past ? 1 : 2);
                 clock[w]++;
                 ck_assert_int_eq(ps_agg_close(agg, (uint32_t)w, clock[w] - 1), 0);
@@ -1434,6 +1540,8 @@ static Suite *ps_core_suite(void)
     tcase_add_test(agg, test_agg_written_keys);
     tcase_add_test(agg, test_agg_release);
     tcase_add_test(agg, test_agg_random_interleavings);
+    tcase_add_test(agg, test_agg_window);
+    tcase_add_test(shard, test_shard_window);
     suite_add_tcase(s, agg);
     return s;
 }

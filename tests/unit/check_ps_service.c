@@ -479,7 +479,28 @@ START_TEST(test_quota_refused)
     wait_for(&r);
     ck_assert_int_eq(r.rc, -EDQUOT); /* 800 + 204 > 1000 */
     b.count = 50;
-    open_ok(&w0, &b);                /* 800 + 200 */
+    uint64_t hb = open_ok(&w0, &b); /* 800 + 200 */
+    /* a clock's sum is counted too: a push that would start one over the quota is refused,
+     * and nothing is held for it */
+    float v[50];
+    fill(v, 50, 1.0f);
+    ps_push_id_t id = {.rank = 0, .clock = 0, .seq = 1};
+    ps_sample(&d, &s);
+    uint64_t held = s.bytes;
+    memset(&r, 0, sizeof(r));
+    int rc = ps_push(&d, &w0, hb, &id, 0, 50, NULL, v, on_done, &r, err, sizeof(err));
+    if (rc == 0) {
+        wait_for(&r);
+        rc = r.rc;
+        snprintf(err, sizeof(err), "%s", r.err);
+    }
+    ck_assert_int_eq(rc, -EDQUOT);
+    ck_assert_msg(strstr(err, "ps-user-bytes") != NULL, "%s", err);
+    ps_sample(&d, &s);
+    ck_assert_uint_eq(s.bytes, held);
+    /* room for the sum (its values, bits and the list of clocks): taken */
+    d.config.ps_user_bytes = 1000 + 50 * sizeof(float) + 7 + 4 * 64;
+    push_ok(&w0, hb, 0, 1, 0, 50, v);
 }
 END_TEST
 

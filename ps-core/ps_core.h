@@ -135,6 +135,8 @@ int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64
  * whole clocks, in order, each once every source has closed it). */
 int ps_shard_close(ps_shard_t *shard, uint32_t source, uint64_t clock);
 uint64_t ps_shard_done(const ps_shard_t *shard);
+/* The clocks source has closed (0 .. closed-1); 0 for a bad source. */
+uint64_t ps_shard_closed(const ps_shard_t *shard, uint32_t source);
 uint64_t ps_shard_elems(const ps_shard_t *shard);
 const float *ps_shard_values(const ps_shard_t *shard);
 /* Bytes the shard holds now (values and pending clocks), for the quota and metrics. */

@@ -263,6 +263,11 @@ uint64_t ps_shard_done(const ps_shard_t *shard)
     return shard ? shard->done : 0;
 }
 
+uint64_t ps_shard_closed(const ps_shard_t *shard, uint32_t source)
+{
+    return shard && source < shard->sources ? shard->source[source].closed : 0;
+}
+
 uint64_t ps_shard_elems(const ps_shard_t *shard)
 {
     return shard ? shard->elems : 0;

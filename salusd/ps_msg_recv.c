@@ -223,6 +223,13 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         u.keys = keyed ? (uint64_t *)(uintptr_t)(at + u.n * sizeof(float)) : NULL;
         int rc = ps_server_update(t, shard, source, &u);
         free(copy);
+        if (rc == -ENOMEM || rc == -EAGAIN) {
+            /* not now (no memory, or beyond the sync window: done must move first): no ack,
+             * the source resends it */
+            LOG_DEBUG("ps: update %llu of '%s' shard %u from %s held back: %s",
+                      (unsigned long long)u.seq, t->name, shard, node, strerror(-rc));
+            return;
+        }
         if (rc < 0)
             drop(ps, node, "update refused by the shard");
         ps_msg_send_ack(t, node, shard, source, u.seq, rc < 0 ? rc : 0);

@@ -15,6 +15,11 @@ int ps_server_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_up
         return -EINVAL;
     ps_shard_t *sh = t->shards[shard];
     uint64_t before = ps_shard_done(sh);
+    /* a close that cannot be taken (a gap, an older clock) refuses the whole update, before
+     * its contribution is: never half applied */
+    uint64_t closed = ps_shard_closed(sh, source);
+    if (u->close && u->clock != closed && !(closed > 0 && u->clock == closed - 1))
+        return -EINVAL;
     int rc = 1;
     if (u->n > 0)
         rc = ps_shard_contribute(sh, source, u->seq, u->clock, u->offset, u->n, u->keys,

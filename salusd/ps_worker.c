@@ -84,6 +84,14 @@ void ps_worker_fail_fetches(ps_table_t *t, int rc, const char *err)
     }
 }
 
+static void arm_retry(ps_t *ps)
+{
+    if (!evtimer_pending(ps->retry_timer, NULL)) { /* (idle daemons never wake) */
+        struct timeval every = {0, 250000};
+        evtimer_add(ps->retry_timer, &every);
+    }
+}
+
 /* Sends (or applies here) the head of a shard's stream when nothing is in flight. */
 static void pump(ps_table_t *t, uint32_t shard)
 {
@@ -92,15 +100,21 @@ static void pump(ps_table_t *t, uint32_t shard)
         ps_update_t *u = st->head;
         if ((int)t->owner[shard] == t->self_server) {
             int rc = ps_server_update(t, shard, (uint32_t)t->self_source, u);
+            if (rc == -ENOMEM || rc == -EAGAIN) { /* not now: the retry timer tries again */
+                st->in_flight = 1;
+                st->sent = 1;
+                st->sent_ns = salusd_now_ns();
+                arm_retry(t->ps);
+                return;
+            }
             ps_worker_acked(t, shard, u->seq, rc < 0 ? rc : 0);
+            if (t->state == PS_TABLE_FAILED)
+                return;
             continue;
         }
         st->in_flight = 1;
         st->sent = 0;
-        if (!evtimer_pending(t->ps->retry_timer, NULL)) { /* (idle daemons never wake) */
-            struct timeval every = {0, 250000};
-            evtimer_add(t->ps->retry_timer, &every);
-        }
+        arm_retry(t->ps);
         if (ps_msg_send_update(t, shard, u) < 0) {
             char err[PS_ERR_BYTES];
             snprintf(err, sizeof(err), "table '%s': server %s is unreachable", t->name,
@@ -132,9 +146,17 @@ void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
     ps_update_t *u = st->head;
     if (!u || u->seq != seq)
         return; /* an old duplicate's ack */
-    if (rc < 0)
-        LOG_WARN("ps: table '%s' shard %u refused update %llu: %s", t->name, shard,
-                 (unsigned long long)seq, strerror(-rc));
+    if (rc < 0) {
+        /* the worker was told its push succeeded: the update must not be dropped; the
+         * table fails, and its workers hear why */
+        char err[PS_ERR_BYTES];
+        snprintf(err, sizeof(err), "table '%s': server %s refused the update of shard %u "
+                 "for clock %llu: %s", t->name, ps_ring_name(t->ring, t->owner[shard]), shard,
+                 (unsigned long long)u->clock, strerror(-rc));
+        LOG_WARN("ps: %s", err);
+        ps_table_fail(t, rc, err);
+        return;
+    }
     st->head = u->next;
     if (!st->head)
         st->tail = NULL;
@@ -183,6 +205,11 @@ void ps_worker_retry(ps_t *ps)
                 continue;
             LOG_DEBUG("ps: table '%s' shard %u: update %llu resent", t->name, s,
                       (unsigned long long)st->head->seq);
+            if ((int)t->owner[s] == t->self_server) { /* held back here: try it again */
+                st->in_flight = 0;
+                pump(t, s);
+                continue;
+            }
             st->sent = 0;
             if (ps_msg_send_update(t, s, st->head) < 0)
                 break;

@@ -620,6 +620,14 @@ START_TEST(test_shard_asp_at_once)
     /* a closed clock is refused under ASP too */
     ck_assert_int_eq(ps_shard_contribute(sh, 0, 2, 0, 0, 2, NULL, a), -EINVAL);
     assert_values(sh, want2, 2);
+    /* ASP lets a node run any number of clocks ahead of the slowest (nothing is held per
+     * clock): a contribution 5000 clocks past done is applied, not refused */
+    for (uint64_t c = 1; c < 5000; c++)
+        ck_assert_int_eq(ps_shard_close(sh, 0, c), 1);
+    ck_assert_uint_eq(ps_shard_done(sh), 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 3, 5000, 1, 1, NULL, b), 1);
+    const float want3[] = {1.5f, 2.5f};
+    assert_values(sh, want3, 2);
     ps_shard_destroy(sh);
 }
 END_TEST

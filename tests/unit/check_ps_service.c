@@ -800,6 +800,105 @@ START_TEST(test_remote_open_served_here)
 }
 END_TEST
 
+/* An update the shard cannot take whole is not taken in part: a close with a gap refuses its
+ * contribution too (its seq stays free); an update beyond the sync window is held back (no
+ * ack, not a bad message: the source resends it) and nothing of it is kept. */
+static void msg_update_at(msg_t *m, uint32_t source, uint64_t seq, uint64_t clock)
+{
+    msg_begin(m, 4, 1000, 7, "rw", "t");
+    msg_put(m, 0, 4);     /* shard */
+    msg_put(m, source, 4);
+    msg_put(m, seq, 8);
+    msg_put(m, clock, 8);
+    msg_put(m, 1, 1);     /* close */
+    msg_put(m, 0, 1);
+    msg_put(m, 0, 8);
+    msg_put(m, 1, 8);     /* one value at offset 0 */
+}
+
+START_TEST(test_update_refused_whole)
+{
+    ps_t *ps = d.ps;
+    msg_t m;
+    const char payload[] = "local\0n2,n3"; /* sources n2 (0) and n3 (1) */
+    msg_open(&m, "rw", "t", 7, 100);
+    ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1);
+    ps_table_t *t = ps_table_find(ps, 1000, "rw", "t", 7);
+    ck_assert_ptr_nonnull(t);
+    ps_shard_t *sh = t->shards[0];
+    ck_assert_ptr_nonnull(sh);
+    const float three[] = {3};
+    uint64_t dropped = ps->dropped, held = ps_shard_pending_bytes(sh);
+    /* n2's clock 1 with its close while its clock 0 is not closed: refused, nothing kept */
+    msg_update_at(&m, 0, 1, 1);
+    ps_msg_recv(ps, "n2", m.b, m.len, three, sizeof(three));
+    ck_assert_uint_eq(ps->dropped, dropped + 1);
+    ck_assert_uint_eq(ps_shard_pending_bytes(sh), held);
+    ck_assert_uint_eq(ps_shard_closed(sh, 0), 0);
+    /* seq 1 was not taken: clock 0 with it is, and clock 1 (done 0 + window 1) */
+    msg_update_at(&m, 0, 1, 0);
+    ps_msg_recv(ps, "n2", m.b, m.len, three, sizeof(three));
+    msg_update_at(&m, 0, 2, 1);
+    ps_msg_recv(ps, "n2", m.b, m.len, three, sizeof(three));
+    ck_assert_uint_eq(ps_shard_closed(sh, 0), 2);
+    /* clock 2 while n3 has not closed clock 0: beyond the BSP window, held back (no ack,
+     * not a bad message) and nothing of it kept */
+    dropped = ps->dropped;
+    held = ps_shard_pending_bytes(sh);
+    msg_update_at(&m, 0, 3, 2);
+    ps_msg_recv(ps, "n2", m.b, m.len, three, sizeof(three));
+    ck_assert_uint_eq(ps->dropped, dropped);
+    ck_assert_uint_eq(ps_shard_pending_bytes(sh), held);
+    ck_assert_uint_eq(ps_shard_closed(sh, 0), 2);
+    /* n3 closes clock 0: done 1, and n2's resend is taken */
+    msg_update_at(&m, 1, 1, 0);
+    ps_msg_recv(ps, "n3", m.b, m.len, three, sizeof(three));
+    ck_assert_uint_eq(ps_shard_done(sh), 1);
+    ck_assert_float_eq(ps_shard_values(sh)[0], 6);
+    msg_update_at(&m, 0, 3, 2);
+    ps_msg_recv(ps, "n2", m.b, m.len, three, sizeof(three));
+    ck_assert_uint_eq(ps_shard_closed(sh, 0), 3);
+    ck_assert_uint_eq(ps->dropped, dropped);
+}
+END_TEST
+
+/* A worker's update refused by its server (an error acknowledgement) fails the table: its
+ * push was answered already, so the update may not be dropped silently; reads hear why. */
+START_TEST(test_refused_update_fails_table)
+{
+    make_group("rf", 1000, 1, LAUNCH_SYNC_BSP, 0, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "rf", &o0);
+    ps_table_spec_t spec = spec_of("w", N, "add", "bsp");
+    uint64_t h = open_ok(&w0, &spec);
+    ps_table_t *t = ps_table_find(d.ps, 1000, "rf", "w", 1);
+    ck_assert_ptr_nonnull(t);
+    /* shard 0's stream with an update in flight (as when its server is another daemon) */
+    ps_update_t *u = calloc(1, sizeof(*u));
+    ck_assert_ptr_nonnull(u);
+    u->seq = 41;
+    u->clock = 0;
+    u->close = 1;
+    t->streams[0].head = t->streams[0].tail = u;
+    t->streams[0].in_flight = 1;
+    ps_worker_acked(t, 0, 40, -EINVAL); /* an old seq's answer: nothing */
+    ck_assert_int_eq(t->state, PS_TABLE_READY);
+    ps_worker_acked(t, 0, 41, -EINVAL);
+    ck_assert_int_eq(t->state, PS_TABLE_FAILED);
+    float out[N];
+    result_t p = {0};
+    char err[256] = "";
+    int rc = ps_pull(&d, &w0, h, 0, 0, N, out, on_pull, &p, err, sizeof(err));
+    if (rc == 0) {
+        wait_for(&p);
+        rc = p.rc;
+        snprintf(err, sizeof(err), "%s", p.err);
+    }
+    ck_assert_int_lt(rc, 0);
+    ck_assert_msg(strstr(err, "refused the update of shard 0") != NULL, "%s", err);
+}
+END_TEST
+
 /* assign: a clock sets the elements some worker wrote in it, and only those (the node's sum
  * holds zeros elsewhere: they are not sent) */
 START_TEST(test_assign_written_only)
@@ -848,6 +947,8 @@ int main(void)
     tcase_add_test(tc, test_messages_untrusted);
     tcase_add_test(tc, test_remote_open_served_here);
     tcase_add_test(tc, test_assign_written_only);
+    tcase_add_test(tc, test_update_refused_whole);
+    tcase_add_test(tc, test_refused_update_fails_table);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

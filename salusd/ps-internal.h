@@ -172,6 +172,7 @@ struct ps_s {
     TAILQ_HEAD(ps_call_list, ps_call_s) calls;
     struct event *call_event;
     struct event *retry_timer;  /* resends updates not acknowledged in time */
+    struct event *pump_timer;   /* a zero timer: sends the rest of a large clock's updates */
     LIST_HEAD(ps_pull_list, ps_pull_s) pulls;
     ps_fetch_t *fetches;
     ps_sample_t stats;          /* counters (tables, shards, bytes: computed by ps_sample) */
@@ -236,6 +237,10 @@ void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc);
 void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq);
 /* Resends the updates not acknowledged within PS_UPDATE_RETRY_MS of their send. */
 void ps_worker_retry(ps_t *ps);
+/* Sends the updates a large clock left for later turns (the pump timer), up to
+ * PS_PUMP_TURN_BYTES a turn. */
+#define PS_PUMP_TURN_BYTES (16u << 20)
+void ps_worker_pump_later(ps_t *ps);
 int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
                    uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
                    size_t err_size);

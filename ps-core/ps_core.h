@@ -169,5 +169,10 @@ const uint8_t *ps_agg_written(const ps_agg_t *agg, uint64_t clock);
  * not complete or already released. */
 void ps_agg_release(ps_agg_t *agg, uint64_t clock);
 uint64_t ps_agg_bytes(const ps_agg_t *agg);
+/* 1 when no push has made clock's sum yet: the next push of the whole table for it is copied
+ * in with each value read once (checked in the same pass), so that its values may be memory
+ * another process can write meanwhile; 0 otherwise (a push reads its values more than once:
+ * a private copy). */
+int ps_agg_clock_fresh(const ps_agg_t *agg, uint64_t clock);
 
 #endif

@@ -190,6 +190,13 @@ void ps_call_done(ps_t *ps, const void *owner, ps_done_fn done, void *arg, int r
 void ps_call_pull(ps_t *ps, const void *owner, ps_pull_fn fn, void *arg, int rc,
                   const char *err, const ps_read_t *read);
 
+/* 1 when the worker's next push of the whole table `handle` reads each of its values once
+ * (BSP/SSP, the first push of the worker's clock on this node: the aggregation copies and
+ * checks in one pass), so that the workers' endpoint may pass the shared region itself
+ * rather than a private copy; 0 otherwise (ASP checks, then copies; a later push checks,
+ * then adds). */
+int ps_push_reads_once(salusd_t *d, const ps_worker_t *w, uint64_t handle);
+
 /* ps_tables.c, ps_open.c (ps_table_open) */
 ps_table_t *ps_table_by_handle(ps_t *ps, const ps_worker_t *w, uint64_t handle);
 ps_table_t *ps_table_find(ps_t *ps, uid_t uid, const char *group, const char *name,

@@ -282,6 +282,17 @@ int ps_push(salusd_t *d, const ps_worker_t *w, uint64_t handle, const ps_push_id
     return 0;
 }
 
+int ps_push_reads_once(salusd_t *d, const ps_worker_t *w, uint64_t handle)
+{
+    ps_t *ps = ps_of(d);
+    uint32_t worker;
+    int rc;
+    char err[PS_ERR_BYTES];
+    ps_table_t *t = ps ? worker_table(ps, w, handle, &worker, &rc, err, sizeof(err)) : NULL;
+    return t && t->state == PS_TABLE_READY && t->agg != NULL &&
+           ps_agg_clock_fresh(t->agg, ps_agg_clock_of(t->agg, worker));
+}
+
 int ps_clock(salusd_t *d, const ps_worker_t *w, uint64_t handle, uint64_t clock,
              ps_done_fn done, void *arg, char *err, size_t err_size)
 {

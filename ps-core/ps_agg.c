@@ -191,7 +191,8 @@ int ps_agg_push(ps_agg_t *agg, uint32_t worker, uint64_t seq, uint64_t clock, ui
 {
     if (agg == NULL || worker >= agg->workers)
         return -EINVAL;
-    /* the whole table (the usual push): checked as it is copied or added below */
+    /* the whole table (the usual push): checked as it is copied (the clock's first: each
+     * value read once, ps_agg_clock_fresh) or added below */
     int whole = keys == NULL && offset == 0 && n == agg->count && values != NULL;
     if (!whole && !ps_span_valid(agg->count, offset, n, keys, values))
         return -EINVAL;
@@ -253,6 +254,14 @@ int ps_agg_close(ps_agg_t *agg, uint32_t worker, uint64_t clock)
     }
     w->clock++;
     return completes ? 1 : 2;
+}
+
+int ps_agg_clock_fresh(const ps_agg_t *agg, uint64_t clock)
+{
+    if (agg == NULL)
+        return 0;
+    const agg_clock_t *c = find_clock(agg, clock);
+    return c == NULL || !c->filled;
 }
 
 uint64_t ps_agg_clock_of(const ps_agg_t *agg, uint32_t worker)

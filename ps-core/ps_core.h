@@ -191,5 +191,10 @@ uint64_t ps_agg_sum_bytes(const ps_agg_t *agg);
  * when that clock has none yet and no released buffers are kept, else 0; for a quota check
  * before the push. */
 uint64_t ps_agg_push_bytes(const ps_agg_t *agg, uint32_t worker);
+/* 1 when no push has made clock's sum yet: the next push of the whole table for it is copied
+ * in with each value read once (checked in the same pass), so that its values may be memory
+ * another process can write meanwhile; 0 otherwise (a push reads its values more than once:
+ * a private copy). */
+int ps_agg_clock_fresh(const ps_agg_t *agg, uint64_t clock);
 
 #endif

@@ -172,6 +172,7 @@ struct ps_s {
     TAILQ_HEAD(ps_call_list, ps_call_s) calls;
     struct event *call_event;
     struct event *retry_timer;  /* resends updates not acknowledged in time */
+    struct event *pump_timer;   /* a zero timer: sends the rest of a large clock's updates */
     LIST_HEAD(ps_pull_list, ps_pull_s) pulls;
     ps_fetch_t *fetches;
     ps_sample_t stats;          /* counters (tables, shards, bytes: computed by ps_sample) */
@@ -188,6 +189,13 @@ void ps_call_done(ps_t *ps, const void *owner, ps_done_fn done, void *arg, int r
                   const char *err);
 void ps_call_pull(ps_t *ps, const void *owner, ps_pull_fn fn, void *arg, int rc,
                   const char *err, const ps_read_t *read);
+
+/* 1 when the worker's next push of the whole table `handle` reads each of its values once
+ * (BSP/SSP, the first push of the worker's clock on this node: the aggregation copies and
+ * checks in one pass), so that the workers' endpoint may pass the shared region itself
+ * rather than a private copy; 0 otherwise (ASP checks, then copies; a later push checks,
+ * then adds). */
+int ps_push_reads_once(salusd_t *d, const ps_worker_t *w, uint64_t handle);
 
 /* ps_tables.c, ps_open.c (ps_table_open) */
 ps_table_t *ps_table_by_handle(ps_t *ps, const ps_worker_t *w, uint64_t handle);
@@ -239,6 +247,10 @@ void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc);
 void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq);
 /* Resends the updates not acknowledged within PS_UPDATE_RETRY_MS of their send. */
 void ps_worker_retry(ps_t *ps);
+/* Sends the updates a large clock left for later turns (the pump timer), up to
+ * PS_PUMP_TURN_BYTES a turn. */
+#define PS_PUMP_TURN_BYTES (16u << 20)
+void ps_worker_pump_later(ps_t *ps);
 int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
                    uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
                    size_t err_size);

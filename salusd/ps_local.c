@@ -11,7 +11,7 @@
 
 #include "groups.h"
 #include "jobs.h"
-#include "ps.h"
+#include "ps-internal.h"
 #include "registry.h"
 
 #include "log.h"
@@ -402,6 +402,19 @@ void ps_local_handle_push(conn_t *c, const proto_msg_t *msg)
     }
     if (read_range(c, msg, t->count, keyed, &offset, &n) < 0)
         return;
+    ps_sample_t s;
+    pc->duplicates_before = ps_sample(c->daemon, &s) == 0 ? s.pushes_duplicate : 0;
+    ps_push_id_t push_id = {.rank = w.rank, .clock = clock, .seq = seq};
+    pc->request_id = msg->id;
+    pc->seq = seq;
+    int rc;
+    if (!keyed && offset == 0 && n == t->count && ps_push_reads_once(c->daemon, &w, t->handle)) {
+        /* the whole table under BSP/SSP: the aggregation reads each value of the region
+         * once, copying and checking it in the same pass (no private copy first) */
+        rc = ps_push(c->daemon, &w, t->handle, &push_id, 0, n, NULL, (const float *)t->map,
+                     push_done, pc, err, sizeof(err));
+        goto pushed;
+    }
     /* private copies: the worker may write the region while the service checks them (keys
      * first: 8-byte aligned) */
     size_t need = n * sizeof(float) + (keyed ? n * sizeof(uint64_t) : 0);
@@ -419,13 +432,9 @@ void ps_local_handle_push(conn_t *c, const proto_msg_t *msg)
     memcpy(values, t->map + (keyed ? 0 : offset) * sizeof(float), n * sizeof(float));
     if (keyed)
         memcpy(keys, t->map + t->count * sizeof(float), n * sizeof(uint64_t));
-    ps_sample_t s;
-    pc->duplicates_before = ps_sample(c->daemon, &s) == 0 ? s.pushes_duplicate : 0;
-    ps_push_id_t push_id = {.rank = w.rank, .clock = clock, .seq = seq};
-    pc->request_id = msg->id;
-    pc->seq = seq;
-    int rc = ps_push(c->daemon, &w, t->handle, &push_id, offset, n, keys, values, push_done, pc,
-                     err, sizeof(err));
+    rc = ps_push(c->daemon, &w, t->handle, &push_id, offset, n, keys, values, push_done, pc,
+                 err, sizeof(err));
+pushed:
     if (rc < 0) {
         reply_service_error(c, msg->id, "ps_push", rc, err);
         return;

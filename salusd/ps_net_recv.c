@@ -8,6 +8,7 @@
 #include "ps_net-internal.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,13 +201,23 @@ void ps_net_peer_discard_recvs(ps_net_t *net, ps_net_peer_t *peer)
     }
 }
 
-/* Every peer's ready messages, in order, up to the first one still arriving. A callback may
- * add or remove peers: the peer is looked up again after each delivery. */
+/* Every peer's ready messages, in order, up to the first one still arriving, and up to
+ * PS_NET_TURN_BYTES of payload in one loop turn: the rest go from a zero timer, after the
+ * loop has seen its sockets (the etcd lease's keepalives among them; a flood of large updates
+ * or pull replies would otherwise hold it for seconds). A callback may add or remove peers:
+ * the peer is looked up again after each delivery. */
+#define PS_NET_TURN_BYTES (16u << 20)
 void ps_net_deliver(ps_net_t *net)
 {
+    size_t budget = PS_NET_TURN_BYTES;
     for (int i = 0; i < PS_NET_MAX_PEERS; i++) {
         ps_net_peer_t *peer;
         while ((peer = net->peers[i]) != NULL && peer->recv_head && peer->recv_head->ready) {
+            if (budget == 0) {
+                static const struct timeval zero = {0, 0};
+                evtimer_add(net->dispatch, &zero);
+                return;
+            }
             ps_net_recv_t *r = peer->recv_head;
             peer->recv_head = r->next;
             if (!peer->recv_head)
@@ -221,6 +232,7 @@ void ps_net_deliver(ps_net_t *net)
             const void *payload = r->ucx_data ? r->ucx_data : r->buffer;
             net->stats.messages_received++;
             net->stats.bytes_received += r->header_len + r->payload_len;
+            budget -= r->payload_len < budget ? r->payload_len : budget;
             net->recv(net->ctx, node, r->header_len ? r->header : NULL, r->header_len,
                       r->payload_len ? payload : NULL, r->payload_len);
             ps_net_recv_free(net, r);

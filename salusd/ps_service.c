@@ -78,6 +78,13 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     ps_worker_retry(arg);
 }
 
+static void on_pump(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ps_worker_pump_later(arg);
+}
+
 static void on_peer_down(void *ctx, const char *node)
 {
     ps_t *ps = ctx;
@@ -145,7 +152,8 @@ int ps_start(salusd_t *d)
     ps->call_event = event_new(d->base, -1, 0, run_calls, ps);
     ps->retry_timer = event_new(d->base, -1, EV_PERSIST, on_retry, ps); /* armed while an
                                                                         * update is out */
-    if (!ps->call_event || !ps->retry_timer) {
+    ps->pump_timer = evtimer_new(d->base, on_pump, ps);
+    if (!ps->call_event || !ps->retry_timer || !ps->pump_timer) {
         LOG_ERROR("ps: cannot create its events");
         goto fail;
     }
@@ -160,6 +168,8 @@ fail:
         event_free(ps->call_event);
     if (ps->retry_timer)
         event_free(ps->retry_timer);
+    if (ps->pump_timer)
+        event_free(ps->pump_timer);
     free(ps);
     return -1;
 }
@@ -184,6 +194,7 @@ void ps_stop(salusd_t *d)
     }
     event_free(ps->call_event);
     event_free(ps->retry_timer);
+    event_free(ps->pump_timer);
     free(ps);
     d->ps = NULL;
 }
@@ -269,6 +280,17 @@ int ps_push(salusd_t *d, const ps_worker_t *w, uint64_t handle, const ps_push_id
     }
     ps_call_done(ps, w->owner, done, arg, 0, NULL);
     return 0;
+}
+
+int ps_push_reads_once(salusd_t *d, const ps_worker_t *w, uint64_t handle)
+{
+    ps_t *ps = ps_of(d);
+    uint32_t worker;
+    int rc;
+    char err[PS_ERR_BYTES];
+    ps_table_t *t = ps ? worker_table(ps, w, handle, &worker, &rc, err, sizeof(err)) : NULL;
+    return t && t->state == PS_TABLE_READY && t->agg != NULL &&
+           ps_agg_clock_fresh(t->agg, ps_agg_clock_of(t->agg, worker));
 }
 
 int ps_clock(salusd_t *d, const ps_worker_t *w, uint64_t handle, uint64_t clock,

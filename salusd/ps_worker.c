@@ -125,7 +125,9 @@ static void pump(ps_table_t *t, uint32_t shard)
     }
 }
 
-static void enqueue(ps_table_t *t, uint32_t shard, ps_update_t *u)
+/* Queues u on its shard's stream; sent at once when `now`, else by pump_later (or when the
+ * update ahead of it is acknowledged). */
+static void enqueue_as(ps_table_t *t, uint32_t shard, ps_update_t *u, int now)
 {
     ps_stream_t *st = &t->streams[shard];
     u->seq = st->next_seq++;
@@ -135,7 +137,40 @@ static void enqueue(ps_table_t *t, uint32_t shard, ps_update_t *u)
         st->head = u;
     st->tail = u;
     t->ps->stats.updates_sent++;
-    pump(t, shard);
+    if (now)
+        pump(t, shard);
+}
+
+static void enqueue(ps_table_t *t, uint32_t shard, ps_update_t *u)
+{
+    enqueue_as(t, shard, u, 1);
+}
+
+static void arm_pump(ps_t *ps)
+{
+    static const struct timeval zero = {0, 0};
+    if (!evtimer_pending(ps->pump_timer, NULL))
+        evtimer_add(ps->pump_timer, &zero);
+}
+
+void ps_worker_pump_later(ps_t *ps)
+{
+    uint64_t budget = PS_PUMP_TURN_BYTES;
+    for (ps_table_t *t = ps->tables; t; t = t->next) {
+        for (uint32_t s = 0; t->streams && t->state == PS_TABLE_READY && s < t->layout.shards;
+             s++) {
+            ps_stream_t *st = &t->streams[s];
+            if (!st->head || st->in_flight)
+                continue;
+            if (budget == 0) {
+                arm_pump(ps); /* the loop's other events first */
+                return;
+            }
+            uint64_t bytes = st->head->n * sizeof(float);
+            budget -= bytes < budget ? bytes : budget;
+            pump(t, s);
+        }
+    }
 }
 
 void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
@@ -398,9 +433,12 @@ static int clock_update(ps_table_t *t, ps_update_t *u, const float *sum,
     return 0;
 }
 
-/* A clock complete on this node: its sum goes to every shard as one update. */
+/* A clock complete on this node: its sum goes to every shard as one update; the first
+ * PS_PUMP_TURN_BYTES of them at once, the rest from the pump timer, a turn at a time (a large
+ * table's clock would otherwise hold the loop while every update is copied and sent). */
 static void send_clock(ps_table_t *t, uint64_t clock)
 {
+    uint64_t budget = PS_PUMP_TURN_BYTES;
     const float *sum = ps_agg_sum(t->agg, clock);
     const uint8_t *written = ps_agg_written(t->agg, clock);
     ps_outgoing_t *out = sum ? calloc(1, sizeof(*out)) : NULL;
@@ -423,7 +461,11 @@ static void send_clock(ps_table_t *t, uint64_t clock)
         u->clock = clock;
         u->close = 1;
         u->outgoing = out;
-        enqueue(t, s, u);
+        uint64_t bytes = u->n * sizeof(float);
+        enqueue_as(t, s, u, budget > 0);
+        budget -= bytes < budget ? bytes : budget;
+        if (budget == 0)
+            arm_pump(t->ps);
         if (t->state == PS_TABLE_FAILED)
             return;
     }

@@ -1341,8 +1341,11 @@ START_TEST(test_agg_whole_push_refused)
             uint64_t bytes = ps_agg_bytes(agg);
             ck_assert_int_eq(ps_agg_push(agg, 0, 10 * clock + 1, clock, 0, N, NULL, bad), -EINVAL);
             ck_assert_uint_eq(ps_agg_bytes(agg), bytes); /* no clock made */
+            ck_assert_int_eq(ps_agg_clock_fresh(agg, clock), 1);
         }
+        ck_assert_int_eq(ps_agg_clock_fresh(agg, clock), 1);
         ck_assert_int_eq(ps_agg_push(agg, 0, 10 * clock + 1, clock, 0, N, NULL, v), 1);
+        ck_assert_int_eq(ps_agg_clock_fresh(agg, clock), 0); /* the next push adds */
         ck_assert_int_eq(ps_agg_push(agg, 1, 10 * clock + 1, clock, 0, N, NULL, bad), -EINVAL);
         ck_assert_int_eq(ps_agg_push(agg, 1, 10 * clock + 2, clock, 0, N, NULL, v), 1);
         ck_assert_int_eq(ps_agg_push(agg, 1, 10 * clock + 2, clock, 0, N, NULL, bad), -EINVAL);
@@ -1359,11 +1362,25 @@ START_TEST(test_agg_whole_push_refused)
         ps_agg_release(agg, clock);
         ck_assert_uint_eq(ps_agg_bytes(agg), empty + N * sizeof(float) + (N + 7) / 8);
     }
-    /* a clock nobody pushed to (its buffers from the spare): zeros */
+    /* a partial push makes the clock's sum too */
+    const float one[] = {1};
+    ck_assert_int_eq(ps_agg_push(agg, 0, 30, 2, 5, 1, NULL, one), 1);
+    ck_assert_int_eq(ps_agg_clock_fresh(agg, 2), 0);
+    ck_assert_int_eq(ps_agg_clock_fresh(NULL, 2), 0);
+    ck_assert_int_eq(ps_agg_push(agg, 1, 30, 2, 0, N, NULL, v), 1); /* added to it */
     ck_assert_int_eq(ps_agg_close(agg, 0, 2), 2);
     ck_assert_int_eq(ps_agg_close(agg, 1, 2), 1);
-    memset(want, 0, sizeof(want));
+    for (int i = 0; i < N; i++)
+        want[i] = (float)i + (i == 5 ? 1.0f : 0.0f);
     assert_sum(ps_agg_sum(agg, 2), want, N);
+    ps_agg_release(agg, 2);
+    /* a clock nobody pushed to (its buffers from the spare): zeros */
+    ck_assert_int_eq(ps_agg_clock_fresh(agg, 3), 1);
+    ck_assert_int_eq(ps_agg_close(agg, 0, 3), 2);
+    ck_assert_int_eq(ps_agg_close(agg, 1, 3), 1);
+    ck_assert_int_eq(ps_agg_clock_fresh(agg, 3), 0);
+    memset(want, 0, sizeof(want));
+    assert_sum(ps_agg_sum(agg, 3), want, N);
     ps_agg_destroy(agg);
 }
 END_TEST

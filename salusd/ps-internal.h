@@ -213,7 +213,10 @@ int ps_table_build(ps_table_t *t, const struct ps_ring_record_s *rec, const char
 int ps_table_create_shards(ps_table_t *t, char *err, size_t err_size);
 ps_table_t *ps_table_new(ps_t *ps, uid_t uid, uint64_t group_id, const char *group,
                          const char *name);
+/* The table fails: waiters, reads and fetches hear rc and err; its shards and quota charge go
+ * at once, its worker side (ps_worker_fini) on the next loop turn, by ps_tables_reap. */
 void ps_table_fail(ps_table_t *t, int rc, const char *err);
+void ps_tables_reap(ps_t *ps);
 void ps_table_ready(ps_table_t *t);
 void ps_table_free(ps_table_t *t);
 /* Frees the table when neither side needs it any more (workers over, every source over). */

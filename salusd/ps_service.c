@@ -18,6 +18,7 @@ static void run_calls(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     ps_t *ps = arg;
+    ps_tables_reap(ps); /* failed tables' worker side (ps_table_fail) */
     /* the calls queued before this turn: a callback may queue more (they run on the next
      * turn) or forget an owner (its calls leave the queue before they are reached) */
     size_t n = 0;

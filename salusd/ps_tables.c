@@ -111,6 +111,23 @@ void ps_table_fail(ps_table_t *t, int rc, const char *err)
     /* what waits on the table fails now rather than never */
     ps_server_fail_waits(t, rc, err);
     ps_worker_fail_fetches(t, rc, err);
+    /* nothing it holds is of use now: its shards go, and its quota charge, so that the job's
+     * re-open (a new table: find_local skips failed ones) is not refused for it; the worker
+     * side (aggregation, streams) goes on the next loop turn (ps_tables_reap): the caller may
+     * be walking its streams */
+    for (uint32_t i = 0; t->shards && i < t->layout.shards; i++) {
+        ps_shard_destroy(t->shards[i]);
+        t->shards[i] = NULL;
+    }
+    t->charged_bytes = 0;
+    event_active(ps->call_event, EV_TIMEOUT, 1);
+}
+
+void ps_tables_reap(ps_t *ps)
+{
+    for (ps_table_t *t = ps->tables; t; t = t->next)
+        if (t->state == PS_TABLE_FAILED && (t->streams || t->agg || t->asp_seq))
+            ps_worker_fini(t);
 }
 
 void ps_table_ready(ps_table_t *t)

@@ -899,6 +899,42 @@ START_TEST(test_refused_update_fails_table)
 }
 END_TEST
 
+/* A failed table gives back its memory and quota charge: the job's re-open (a new table) is
+ * not refused for the failed one. */
+START_TEST(test_failed_table_uncharged)
+{
+    d.config.ps_user_bytes = N * sizeof(float) + 1000; /* one table and a clock's sum */
+    make_group("fq", 1000, 1, LAUNCH_SYNC_BSP, 0, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "fq", &o0);
+    ps_table_spec_t spec = spec_of("w", N, "add", "bsp");
+    uint64_t h = open_ok(&w0, &spec);
+    float v[N];
+    fill(v, N, 1.0f);
+    push_ok(&w0, h, 0, 1, 0, N, v);
+    ps_table_t *t = ps_table_find(d.ps, 1000, "fq", "w", 1);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_uint_gt(ps_user_bytes(d.ps, 1000), N * sizeof(float));
+    ps_table_fail(t, -EIO, "table 'w': a failure for the test");
+    run_idle();
+    ck_assert_uint_eq(ps_user_bytes(d.ps, 1000), 0);
+    ps_sample_t s;
+    ps_sample(&d, &s);
+    ck_assert_uint_eq(s.bytes, 0);
+    /* the failed handle says why; a re-open builds a new table within the quota */
+    result_t r = {0};
+    char err[256] = "";
+    ps_push_id_t id = {.rank = 0, .clock = 0, .seq = 2};
+    int rc = ps_push(&d, &w0, h, &id, 0, N, NULL, v, on_done, &r, err, sizeof(err));
+    ck_assert_int_eq(rc, -EIO);
+    ck_assert_msg(strstr(err, "a failure for the test") != NULL, "%s", err);
+    uint64_t h2 = open_ok(&w0, &spec);
+    ck_assert_uint_ne(h2, h);
+    push_ok(&w0, h2, 0, 1, 0, N, v);
+    clock_ok(&w0, h2, 0);
+}
+END_TEST
+
 /* assign: a clock sets the elements some worker wrote in it, and only those (the node's sum
  * holds zeros elsewhere: they are not sent) */
 START_TEST(test_assign_written_only)
@@ -949,6 +985,7 @@ int main(void)
     tcase_add_test(tc, test_assign_written_only);
     tcase_add_test(tc, test_update_refused_whole);
     tcase_add_test(tc, test_refused_update_fails_table);
+    tcase_add_test(tc, test_failed_table_uncharged);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

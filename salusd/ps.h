@@ -86,7 +86,8 @@ int ps_open(salusd_t *d, const ps_worker_t *w, const ps_table_spec_t *spec, uint
 uint64_t ps_table_count(salusd_t *d, const ps_worker_t *w, uint64_t handle);
 /* A push of n values (copied before the call returns) for [offset, offset + n), or for the
  * element indices keys[0..n-1] (keys != NULL). -EINVAL (range, key, clock, non-finite value),
- * -ENOENT (handle). done(rc) when taken; rc 0 also for a duplicate (applied once). */
+ * -ENOENT (handle). done(rc) when taken: rc 0 new, 1 a duplicate of a push taken before
+ * (applied once), for this call alone. */
 int ps_push(salusd_t *d, const ps_worker_t *w, uint64_t handle, const ps_push_id_t *id,
             uint64_t offset, uint64_t n, const uint64_t *keys, const float *values,
             ps_done_fn done, void *arg, char *err, size_t err_size);

@@ -279,7 +279,7 @@ int ps_push(salusd_t *d, const ps_worker_t *w, uint64_t handle, const ps_push_id
         ps->stats.pushes++;
         ps->stats.push_bytes += n * sizeof(float);
     }
-    ps_call_done(ps, w->owner, done, arg, 0, NULL);
+    ps_call_done(ps, w->owner, done, arg, rc == 0 ? 1 : 0, NULL); /* 1: this one a duplicate */
     return 0;
 }
 

@@ -347,17 +347,31 @@ START_TEST(test_duplicate_push_once)
     float g[N], out[N];
     fill(g, N, 1);
     push_ok(&w0, h, 0, 1, 0, N, g);
-    push_ok(&w0, h, 0, 1, 0, N, g); /* the retry: done(0), not added */
+    /* the retry: done(1) (a duplicate), not added; and each call hears about itself alone: a
+     * new push whose done runs after another's duplicate was counted is done(0) */
+    ps_push_id_t again = {.rank = 0, .clock = 0, .seq = 1}, fresh = {.rank = 0, .clock = 0, .seq = 2};
+    result_t r_fresh = {0}, r_again = {0};
+    char perr[256] = "";
+    float half[N];
+    fill(half, N, 0.5f);
+    ck_assert_int_eq(ps_push(&d, &w0, h, &fresh, 0, N, NULL, half, on_done, &r_fresh, perr,
+                             sizeof(perr)), 0);
+    ck_assert_int_eq(ps_push(&d, &w0, h, &again, 0, N, NULL, g, on_done, &r_again, perr,
+                             sizeof(perr)), 0);
+    wait_for(&r_fresh);
+    wait_for(&r_again);
+    ck_assert_int_eq(r_fresh.rc, 0);
+    ck_assert_int_eq(r_again.rc, 1);
     clock_ok(&w0, h, 0);
     clock_ok(&w0, h, 0);            /* a repeated clock is harmless too */
     result_t p = {0};
     char err[256];
     ck_assert_int_eq(ps_pull(&d, &w0, h, 1, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
     wait_for(&p);
-    assert_all(out, N, 1);
+    assert_all(out, N, 1.5f);
     ps_sample_t s;
     ps_sample(&d, &s);
-    ck_assert_uint_eq(s.pushes, 1);
+    ck_assert_uint_eq(s.pushes, 2);
     ck_assert_uint_eq(s.pushes_duplicate, 1);
 }
 END_TEST

@@ -144,6 +144,7 @@ struct ps_table_s {
     struct event *open_timer;
     ps_layout_t layout;
     ps_ring_t *ring;
+    uint32_t vnodes;          /* the ring's virtual nodes per server, as agreed (sent on) */
     uint32_t *owner;          /* per shard: its server's index in the ring */
     int self_server;          /* this daemon's index in the ring, -1: not a server */
     /* the sources: the group's nodes that run ranks (sorted), this node's index */

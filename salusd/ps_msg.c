@@ -96,7 +96,7 @@ int ps_msg_send_open(ps_table_t *t, const char *node)
     ps_msg_begin(&w, MSG_OPEN, t);
     ps_msg_put(&w, t->open_req, 8);
     ps_msg_put(&w, t->spec.count, 8);
-    ps_msg_put(&w, PS_RING_VNODES, 4);
+    ps_msg_put(&w, t->vnodes, 4); /* the record's: every server builds the same ring */
     ps_msg_put_str(&w, t->rule_text);
     ps_msg_put_str(&w, t->sync_text);
     size_t cap = PS_SERVERS_BYTES + (size_t)t->sources * PS_NODE_BYTES + 1, len;

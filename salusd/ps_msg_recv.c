@@ -66,12 +66,20 @@ static int recv_open(ps_t *ps, const char *node, uid_t uid, const char *group,
         snprintf(err, err_size, "malformed source list");
     ps_table_t *old = rc == 0 ? ps_table_find(ps, uid, group, name, rec->epoch) : NULL;
     if (old) { /* a retried open, or this daemon's own workers' table */
-        char rule[32], sync[32];
+        char rule[32], sync[32], store[PS_SERVERS_BYTES], servers[PS_SERVERS_BYTES];
+        const char *names[PS_MAX_SERVERS];
+        char why[64];
         ps_rule_format(&old->spec.rule, rule, sizeof(rule));
         ps_sync_format(&old->spec.sync, sync, sizeof(sync));
+        /* the same ring too: servers (sorted as the table keeps them) and virtual nodes */
+        if (ps_parse_servers(rec->servers, store, sizeof(store), names, servers,
+                             sizeof(servers), why, sizeof(why)) <= 0)
+            servers[0] = '\0';
         if (old->spec.count != rec->count || strcmp(rule, rec->rule) != 0 ||
-            strcmp(sync, rec->sync) != 0) {
+            strcmp(sync, rec->sync) != 0 || strcmp(servers, old->spec.servers) != 0 ||
+            rec->vnodes != old->vnodes) {
             snprintf(err, err_size, "table '%s' exists here with another spec", name);
+            ps->stats.refused++;
             rc = -EINVAL;
         }
         free(list);

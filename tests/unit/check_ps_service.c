@@ -876,6 +876,40 @@ START_TEST(test_update_refused_whole)
 }
 END_TEST
 
+/* The ring's virtual nodes are the agreed record's: a table opened with 32 builds its ring
+ * with 32 (and sends 32 on); a retried open that names another ring (vnodes or servers) is
+ * refused, the table unchanged. */
+START_TEST(test_open_ring_agreed)
+{
+    ps_t *ps = d.ps;
+    msg_t m;
+    const char payload[] = "local\0n2";
+    msg_open(&m, "rv", "t", 7, 100);
+    m.b[m.len - 1 - 3 - 1 - 3 - 4] = 32; /* vnodes (u32 before "add" and "bsp") */
+    ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1);
+    ps_table_t *t = ps_table_find(ps, 1000, "rv", "t", 7);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_uint_eq(t->vnodes, 32);
+    ps_sample_t s;
+    ps_sample(&d, &s);
+    uint64_t refused = s.refused;
+    ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1); /* the same: taken */
+    ps_sample(&d, &s);
+    ck_assert_uint_eq(s.refused, refused);
+    msg_open(&m, "rv", "t", 7, 100); /* 64 virtual nodes: another ring */
+    ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1);
+    ps_sample(&d, &s);
+    ck_assert_uint_eq(s.refused, refused + 1);
+    m.b[m.len - 1 - 3 - 1 - 3 - 4] = 32;
+    const char other[] = "local,n9\0n2"; /* another server set */
+    ps_msg_recv(ps, "n2", m.b, m.len, other, sizeof(other) - 1);
+    ps_sample(&d, &s);
+    ck_assert_uint_eq(s.refused, refused + 2);
+    ck_assert_ptr_eq(ps_table_find(ps, 1000, "rv", "t", 7), t);
+    ck_assert_uint_eq(t->vnodes, 32);
+}
+END_TEST
+
 /* A worker's update refused by its server (an error acknowledgement) fails the table: its
  * push was answered already, so the update may not be dropped silently; reads hear why. */
 START_TEST(test_refused_update_fails_table)
@@ -1000,6 +1034,7 @@ int main(void)
     tcase_add_test(tc, test_update_refused_whole);
     tcase_add_test(tc, test_refused_update_fails_table);
     tcase_add_test(tc, test_failed_table_uncharged);
+    tcase_add_test(tc, test_open_ring_agreed);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

@@ -695,6 +695,7 @@ static pid_t child_start(int *to_child_w, int *from_child_r)
 }
 
 static int64_t timer_last_ms, timer_max_gap_ms;
+static int ticks_in_flood; /* the timer's turns after the flood's first message, before its last */
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
@@ -705,6 +706,8 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     if (timer_last_ms && now - timer_last_ms > timer_max_gap_ms)
         timer_max_gap_ms = now - timer_last_ms;
     timer_last_ms = now;
+    if (a.received > 0 && a.received < FLOOD_COUNT)
+        ticks_in_flood++;
 }
 
 static int got_flood(void *arg)
@@ -714,14 +717,19 @@ static int got_flood(void *arg)
 }
 
 /* A peer in another process that sends 1 GiB as fast as it can does not keep the loop from
- * its other events: a 10 ms timer keeps firing (ps_net progresses UCX in bounded turns). */
+ * its other events: a 1 ms timer keeps firing while the flood comes in (ps_net progresses UCX
+ * in bounded turns of PS_NET_PROGRESS_US). What is asserted is what the loop did, not how long
+ * anything took: the timer fired at least twice per message between the first and the last
+ * arrival (each turn of the loop fires it once; a 64 MiB message takes several bounded turns
+ * to arrive, more on a loaded machine). Seen here: 176-195 times with the bounded turns, 14
+ * with progress unbounded (the loop held up to 0.9 s at a time). */
 START_TEST(test_loop_not_starved_by_a_flood)
 {
     int to_child, from_child;
     pid_t pid = child_start(&to_child, &from_child);
     struct event *tick = event_new(base, -1, EV_PERSIST, on_timer, NULL);
-    struct timeval ten_ms = {0, 10000};
-    event_add(tick, &ten_ms);
+    struct timeval one_ms = {0, 1000};
+    event_add(tick, &one_ms);
     check_stride = 4093; /* a sample: checking every byte would hold the loop itself */
     ck_assert_int_eq(send_msg(a.net, "node-child", FLOOD_SEQ, 4, NULL, 0, &sends[0]), 0);
     int ok = run_until(got_flood, NULL, 60000);
@@ -735,14 +743,12 @@ START_TEST(test_loop_not_starved_by_a_flood)
         ck_assert_uint_eq(a.got[i].payload_len, FLOOD_BYTES);
         ck_assert(a.got[i].payload_ok);
     }
-    fprintf(stderr, "check_ps_net: the loop's longest wait during the flood: %lld ms\n",
-            (long long)timer_max_gap_ms);
-    /* what matters is the daemon's etcd lease (keepalives every TTL/3, one second at the
-     * shortest TTL): a hold of a second or more is the failure. Bounded turns keep it near
-     * 20 ms here (about 120 ms under the sanitizers on a loaded machine); without them a
-     * flood of 64 MiB messages held the loop for seconds in the benchmark. */
-    ck_assert_msg(timer_max_gap_ms < 1000, "the loop was held for %lld ms",
-                  (long long)timer_max_gap_ms);
+    fprintf(stderr,
+            "check_ps_net: the timer fired %d times during the flood (longest wait %lld ms)\n",
+            ticks_in_flood, (long long)timer_max_gap_ms);
+    ck_assert_msg(ticks_in_flood >= 2 * FLOOD_COUNT,
+                  "the loop ran its timer %d times while %d messages of 64 MiB came in",
+                  ticks_in_flood, FLOOD_COUNT);
 }
 END_TEST
 

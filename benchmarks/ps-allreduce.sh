@@ -36,9 +36,9 @@ while [ $# -gt 0 ]; do
 done
 for v in $NODES $SIZES $ROUNDS; do [[ "$v" =~ ^[1-9][0-9]*$ ]] || usage; done
 export SALUS_BUILD_DIR="$BUILD"
-# the daemons' etcd lease: 10 s (salusd's default is 5, the cluster tests' 3): pushing a whole
-# 256 MiB tensor keeps a daemon's loop busy for seconds on a small machine (the local
-# aggregation touches every page of it in one go), which a 3 s lease does not survive
+# the daemons' etcd lease: 10 s (salusd's default is 5, the cluster tests' 3): with four
+# daemons, four ranks and 256 MiB tensors on a 2-core machine, a 3 s lease is not always kept
+# (a push of a whole tensor is still one loop turn)
 export TTL=${TTL:-10}
 . "$ROOT/tests/cluster/lib.sh"
 . "$ROOT/tests/cluster/nodes.sh"

@@ -151,6 +151,8 @@ struct ps_table_s {
     uint32_t sources;
     char (*source_names)[PS_NODE_BYTES];
     uint8_t *source_over;     /* said bye or is gone */
+    uint64_t *source_final;   /* the clocks a source closed in all, as its bye said
+                               * (UINT64_MAX: not told) */
     int self_source;          /* -1: no local workers */
     /* worker side */
     uint32_t local_workers;
@@ -240,6 +242,9 @@ uint64_t ps_table_shard_bytes(const ps_table_t *t);
 /* ps_worker.c, ps_pull.c (ps_worker_pull, ps_pull_slice, fetches) */
 int ps_worker_init(ps_table_t *t);   /* agg / ASP books / streams; 0 or -ENOMEM */
 void ps_worker_fini(ps_table_t *t);
+/* The clocks this node has closed for the table (every local worker closed them): their
+ * updates went into the streams. */
+uint64_t ps_worker_clocks_sent(const ps_table_t *t);
 int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint64_t offset,
                    uint64_t n, const uint64_t *keys, const float *values, char *err,
                    size_t err_size);
@@ -277,6 +282,9 @@ int ps_server_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_up
 int ps_server_read(ps_table_t *t, ps_wait_t *w);
 void ps_server_wake(ps_table_t *t, uint32_t shard);
 void ps_server_drop_waits(ps_table_t *t, const char *node, const ps_pull_t *pull);
+/* Fails the waiting reads that can no longer complete: a source that is over (bye, or its
+ * workers here ended) closes no more clocks (BSP, SSP). */
+void ps_server_fail_stranded(ps_table_t *t);
 /* Every read kept on the table's shards fails (a source is gone: the bound is out of reach). */
 void ps_server_fail_waits(ps_table_t *t, int rc, const char *err);
 /* The slice of a kept or answered read goes to its reader. */

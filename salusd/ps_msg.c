@@ -12,7 +12,7 @@
  *   PULL        u64 req, u32 shard, u64 min_done, u64 first, u64 n
  *   PULL_REPLY  u64 req, i32 rc, u64 done, u64 done_at_request, u64 waited_ns, u8 waited,
  *               u64 n                                   payload n floats
- *   BYE         u32 source
+ *   BYE         u32 source, u64 clocks (closes it sent in all: its last)
  * (str: u8 length, then the bytes; floats in the host's order, little-endian on every
  * platform salus builds for.) */
 #include "ps_msg-internal.h"
@@ -188,6 +188,7 @@ void ps_msg_send_bye(ps_table_t *t)
     wbuf_t w;
     ps_msg_begin(&w, MSG_BYE, t);
     ps_msg_put(&w, (uint64_t)t->self_source, 4);
+    ps_msg_put(&w, ps_worker_clocks_sent(t), 8);
     for (size_t i = 0; i < ps_ring_size(t->ring); i++)
         if ((int)i != t->self_server)
             ps_msg_send(t->ps, ps_ring_name(t->ring, i), &w, NULL, 0);

@@ -311,12 +311,15 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
     }
     case MSG_BYE: {
         uint32_t source = (uint32_t)ps_msg_get(&r, 4);
+        uint64_t clocks = ps_msg_get(&r, 8);
         if (r.bad || !t || source >= t->sources || strcmp(t->source_names[source], node) != 0) {
             drop(ps, node, "bad bye");
             return;
         }
         t->source_over[source] = 1;
+        t->source_final[source] = clocks; /* its updates still on their way count */
         ps_server_drop_waits(t, node, NULL);
+        ps_server_fail_stranded(t); /* the other nodes' reads it can no longer complete */
         ps_table_maybe_free(t);
         return;
     }

@@ -90,8 +90,11 @@ static void adopt_served(ps_table_t *t, ps_table_t *old)
         tail = &(*tail)->next;
     *tail = old->waits;
     old->waits = NULL;
-    for (uint32_t s = 0; s < t->sources; s++)
+    for (uint32_t s = 0; s < t->sources; s++) {
         t->source_over[s] |= old->source_over[s];
+        if (old->source_final[s] != UINT64_MAX)
+            t->source_final[s] = old->source_final[s];
+    }
     ps_table_free(old);
 }
 

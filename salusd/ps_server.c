@@ -48,6 +48,54 @@ void ps_server_answer(ps_table_t *t, ps_wait_t *w)
     ps_msg_send_pull_reply(t, w, 0, NULL);
 }
 
+/* The most `done` a shard can still reach (BSP, SSP): a source that said bye (or whose
+ * workers here are over) closes no more clocks than it said, so done stops at the least of
+ * those.
+ * UINT64_MAX while every source may close more, and under ASP (reads never wait). */
+static uint64_t reachable(const ps_table_t *t, uint32_t shard)
+{
+    uint64_t most = UINT64_MAX;
+    if (t->spec.sync.kind == PS_SYNC_ASP || !t->source_over)
+        return most;
+    for (uint32_t s = 0; s < t->sources; s++)
+        if (t->source_over[s]) {
+            /* what its bye said it closed (its last updates may still be on their way),
+             * else (gone without one) what came */
+            uint64_t closed = t->source_final[s] != UINT64_MAX
+                                  ? t->source_final[s]
+                                  : ps_shard_closed(t->shards[shard], s);
+            most = closed < most ? closed : most;
+        }
+    return most;
+}
+
+/* A read that can never be answered (its bound beyond what the shard can reach) fails. */
+static void fail_stranded(ps_table_t *t, ps_wait_t *w, uint64_t most)
+{
+    char err[PS_ERR_BYTES];
+    snprintf(err, sizeof(err), "table '%s': a node of group %s left after %llu clock(s); a read "
+             "needing %llu can never complete", t->name, t->group, (unsigned long long)most,
+             (unsigned long long)w->min_done);
+    if (w->pull)
+        ps_pull_slice(w->pull, -EPIPE, err, 0, NULL, 0, 0, 0, 0, 0);
+    else
+        ps_msg_send_pull_reply(t, w, -EPIPE, err);
+    free(w);
+}
+
+void ps_server_fail_stranded(ps_table_t *t)
+{
+    for (ps_wait_t **wp = &t->waits; *wp;) {
+        ps_wait_t *w = *wp;
+        uint64_t most = t->shards && t->shards[w->shard] ? reachable(t, w->shard) : UINT64_MAX;
+        if (w->min_done > most) {
+            *wp = w->next;
+            fail_stranded(t, w, most);
+        } else
+            wp = &w->next;
+    }
+}
+
 int ps_server_read(ps_table_t *t, ps_wait_t *w)
 {
     if (w->shard >= t->layout.shards || !t->shards || !t->shards[w->shard]) {
@@ -63,6 +111,11 @@ int ps_server_read(ps_table_t *t, ps_wait_t *w)
     if (w->done_at_request >= w->min_done) {
         ps_server_answer(t, w);
         free(w);
+        return 1;
+    }
+    uint64_t most = reachable(t, w->shard);
+    if (w->min_done > most) {
+        fail_stranded(t, w, most);
         return 1;
     }
     w->since_ns = salusd_now_ns();

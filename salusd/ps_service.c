@@ -379,11 +379,14 @@ void ps_group_over(salusd_t *d, uint64_t group_id)
             ps_table_fail(t, -ECANCELED, "the group is over");
         else {
             ps_msg_send_bye(t);
+            if (t->self_source >= 0)
+                t->source_final[t->self_source] = ps_worker_clocks_sent(t);
             ps_worker_fini(t);
             t->worker_over = 1;
             t->group_id = 0;
             if (t->self_source >= 0)
                 t->source_over[t->self_source] = 1;
+            ps_server_fail_stranded(t);
             ps_table_maybe_free(t);
         }
     }

@@ -74,6 +74,7 @@ void ps_table_free(ps_table_t *t)
     free(t->owner);
     free(t->source_names);
     free(t->source_over);
+    free(t->source_final);
     free(t);
 }
 
@@ -267,8 +268,11 @@ int ps_table_build(ps_table_t *t, const ps_ring_record_t *rec, const char *const
     t->shards = calloc(t->layout.shards, sizeof(*t->shards));
     t->source_names = calloc(nsources, sizeof(*t->source_names));
     t->source_over = calloc(nsources, 1);
-    if (!t->owner || !t->shards || !t->source_names || !t->source_over)
+    t->source_final = malloc(nsources * sizeof(*t->source_final));
+    if (!t->owner || !t->shards || !t->source_names || !t->source_over || !t->source_final)
         goto nomem;
+    for (uint32_t s = 0; s < nsources; s++)
+        t->source_final[s] = UINT64_MAX;
     for (size_t i = 0; i < ps_ring_size(t->ring); i++)
         if (strcmp(ps_ring_name(t->ring, i), self) == 0)
             t->self_server = (int)i;

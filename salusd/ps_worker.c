@@ -72,6 +72,18 @@ void ps_worker_fini(ps_table_t *t)
     ps_worker_fail_fetches(t, -ECANCELED, "the table is gone");
 }
 
+uint64_t ps_worker_clocks_sent(const ps_table_t *t)
+{
+    if (t->asp_clock)
+        return t->asp_closed;
+    uint64_t least = t->agg && t->local_workers ? UINT64_MAX : 0;
+    for (uint32_t i = 0; t->agg && i < t->local_workers; i++) {
+        uint64_t c = ps_agg_clock_of(t->agg, i);
+        least = c < least ? c : least;
+    }
+    return least;
+}
+
 void ps_worker_fail_fetches(ps_table_t *t, int rc, const char *err)
 {
     for (ps_fetch_t **fp = &t->ps->fetches; *fp;) {

@@ -719,6 +719,7 @@ START_TEST(test_messages_untrusted)
     ps_msg_recv(ps, "local", m.b, m.len, NULL, 0);
     msg_begin(&m, 8, 1000, 1, "m", "w");
     msg_put(&m, 0, 4);
+    msg_put(&m, 0, 8);
     ps_msg_recv(ps, "intruder", m.b, m.len, NULL, 0);
     msg_begin(&m, 99, 1000, 1, "m", "w");
     ps_msg_recv(ps, "local", m.b, m.len, NULL, 0);
@@ -807,6 +808,7 @@ START_TEST(test_remote_open_served_here)
     /* n2's bye: its only source is over, the table goes */
     msg_begin(&m, 8, 1000, 7, "rg", "t");
     msg_put(&m, 0, 4);
+    msg_put(&m, 1, 8); /* the clocks it closed */
     ps_msg_recv(ps, "n2", m.b, m.len, NULL, 0);
     ck_assert_ptr_null(ps_table_find(ps, 1000, "rg", "t", 7));
     ps_sample(&d, &s);
@@ -907,6 +909,63 @@ START_TEST(test_open_ring_agreed)
     ck_assert_uint_eq(s.refused, refused + 2);
     ck_assert_ptr_eq(ps_table_find(ps, 1000, "rv", "t", 7), t);
     ck_assert_uint_eq(t->vnodes, 32);
+}
+END_TEST
+
+/* A source's bye: the other nodes' reads it can no longer complete fail (now, and when they
+ * come later); those the remaining sources can still complete wait on and are answered. */
+static void msg_pull(msg_t *m, const char *group, uint64_t req, uint64_t min_done)
+{
+    msg_begin(m, 6, 1000, 7, group, "t");
+    msg_put(m, req, 8);
+    msg_put(m, 0, 4);        /* shard */
+    msg_put(m, min_done, 8);
+    msg_put(m, 0, 8);        /* first */
+    msg_put(m, 1, 8);        /* n */
+}
+
+static size_t waits_of(const ps_table_t *t)
+{
+    size_t n = 0;
+    for (const ps_wait_t *w = t->waits; w; w = w->next)
+        n++;
+    return n;
+}
+
+START_TEST(test_bye_fails_stranded_reads)
+{
+    ps_t *ps = d.ps;
+    msg_t m;
+    const char payload[] = "local\0n2,n3"; /* sources n2 (0) and n3 (1) */
+    msg_open(&m, "rw", "t", 7, 100);
+    ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1);
+    ps_table_t *t = ps_table_find(ps, 1000, "rw", "t", 7);
+    ck_assert_ptr_nonnull(t);
+    const float three[] = {3};
+    msg_update_at(&m, 0, 1, 0); /* n2 closes clock 0 */
+    ps_msg_recv(ps, "n2", m.b, m.len, three, sizeof(three));
+    /* n3 reads at done >= 1 and >= 2: both wait (done 0) */
+    msg_pull(&m, "rw", 1, 1);
+    ps_msg_recv(ps, "n3", m.b, m.len, NULL, 0);
+    msg_pull(&m, "rw", 2, 2);
+    ps_msg_recv(ps, "n3", m.b, m.len, NULL, 0);
+    ck_assert_uint_eq(waits_of(t), 2);
+    /* n2's bye after one clock: done can reach 1, never 2 */
+    msg_begin(&m, 8, 1000, 7, "rw", "t");
+    msg_put(&m, 0, 4);
+    msg_put(&m, 1, 8); /* the clocks it closed */
+    ps_msg_recv(ps, "n2", m.b, m.len, NULL, 0);
+    ck_assert_ptr_eq(ps_table_find(ps, 1000, "rw", "t", 7), t);
+    ck_assert_uint_eq(waits_of(t), 1);
+    ck_assert_uint_eq(t->waits->min_done, 1);
+    /* a later read beyond it fails at once; n3's close of clock 0 answers the one left */
+    msg_pull(&m, "rw", 3, 5);
+    ps_msg_recv(ps, "n3", m.b, m.len, NULL, 0);
+    ck_assert_uint_eq(waits_of(t), 1);
+    msg_update_at(&m, 1, 1, 0);
+    ps_msg_recv(ps, "n3", m.b, m.len, three, sizeof(three));
+    ck_assert_uint_eq(ps_shard_done(t->shards[0]), 1);
+    ck_assert_uint_eq(waits_of(t), 0);
 }
 END_TEST
 
@@ -1035,6 +1094,7 @@ int main(void)
     tcase_add_test(tc, test_refused_update_fails_table);
     tcase_add_test(tc, test_failed_table_uncharged);
     tcase_add_test(tc, test_open_ring_agreed);
+    tcase_add_test(tc, test_bye_fails_stranded_reads);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

@@ -22,6 +22,7 @@
 #define PS_ERR_BYTES 256
 #define PS_GROUP_BYTES 64
 #define PS_UPDATE_RETRY_MS 2000  /* an update not acknowledged by then is sent again */
+#define PS_FETCH_RESEND_MS 2000  /* a remote read not answered by then is asked again */
 #define PS_OPEN_TIMEOUT_MS 15000 /* a server that does not answer an open by then fails it */
 
 typedef struct ps_s ps_t;
@@ -93,6 +94,8 @@ typedef struct ps_fetch_s {
     uint32_t shard;
     uint64_t min_done, first, n; /* shard-local */
     ps_rider_t *riders;
+    uint64_t sent_ns;            /* when it was (last) sent: resent after PS_FETCH_RESEND_MS
+                                  * (a lost request or reply; the server answers a req once) */
     struct ps_fetch_s *next;
 } ps_fetch_t;
 
@@ -252,8 +255,11 @@ int ps_worker_clock(ps_table_t *t, uint32_t worker, uint64_t clock, char *err,
                     size_t err_size);
 /* The head of a shard's stream was acknowledged (seq): the next goes. */
 void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc);
-/* The send of update seq of a shard's stream completed (ps_msg.c's sent callback). */
-void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq);
+/* The send of update seq of a shard's stream completed (ps_msg.c's sent callback); ok 0: it
+ * failed (a link that dropped), and the next retry sends it again. */
+void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq, int ok);
+/* Arms the retry timer (updates and fetches on their way). */
+void ps_worker_arm_retry(ps_t *ps);
 /* Resends the updates not acknowledged within PS_UPDATE_RETRY_MS of their send. */
 void ps_worker_retry(ps_t *ps);
 /* Sends the updates a large clock left for later turns (the pump timer), up to

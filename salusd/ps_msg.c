@@ -51,8 +51,9 @@ typedef struct sending_s {
 static void on_sent(void *ctx, int status)
 {
     sending_t *s = ctx;
-    if (status == 0 && s->update_table)
-        ps_worker_update_sent(s->ps, s->update_table, s->update_shard, s->update_seq);
+    if (s->update_table) /* failed (a link that dropped): resent at the next retry */
+        ps_worker_update_sent(s->ps, s->update_table, s->update_shard, s->update_seq,
+                              status == 0);
     /* a lost message is covered: updates are resent, and a node that went down fails what
      * waits on it */
     if (status < 0 && s->ps->d->ps == s->ps)

@@ -272,6 +272,11 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
             free(w);
             return;
         }
+        for (const ps_wait_t *o = t->waits; o; o = o->next)
+            if (!o->pull && o->req == w->req && strcmp(o->node, node) == 0) {
+                free(w); /* a resend of a read still waiting here: answered once */
+                return;
+            }
         if (ps_server_read(t, w) < 0) /* (w is freed) */
             drop(ps, node, "pull outside the shard");
         return;

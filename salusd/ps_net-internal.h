@@ -61,6 +61,10 @@ struct ps_net_peer_s {
     char node[PS_NET_NODE_BYTES];
     ucp_ep_h ep;
     uint64_t send_token, recv_token;
+    uint64_t prev_recv_token; /* the one before a change of tokens (0: none): the peer's
+                               * messages sent before it heard of the new one still count */
+    void *addr;               /* its worker address, as added */
+    size_t addr_len;
     int failed;       /* the endpoint reported an error: sends refused until added again */
     int close_needed; /* failed, its endpoint still to be closed (from dispatch) */
     ps_net_recv_t *recv_head, *recv_tail;

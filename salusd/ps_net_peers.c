@@ -105,6 +105,7 @@ void ps_net_peer_drop(ps_net_t *net, ps_net_peer_t *peer, int why)
     ps_net_peer_discard_recvs(net, peer);
     if (peer->ep)
         close_ep(net, peer->ep);
+    free(peer->addr);
     free(peer);
 }
 
@@ -146,6 +147,17 @@ int ps_net_add_peer(ps_net_t *net, const char *node, const void *addr, size_t ad
     if (net->destroying)
         return -ESHUTDOWN;
     ps_net_peer_t *old = ps_net_find_peer(net, node);
+    if (old && !old->failed && old->ep && old->addr_len == addr_len &&
+        memcmp(old->addr, addr, addr_len) == 0) {
+        /* the same worker (a link that dropped and came back): new tokens, the endpoint and
+         * what is on its way kept; the peer's messages with the token before still count
+         * until it has the new one */
+        if (old->recv_token != recv_token)
+            old->prev_recv_token = old->recv_token;
+        old->send_token = send_token;
+        old->recv_token = recv_token;
+        return 0;
+    }
     if (old) {
         net->peers[peer_slot(net, old)] = NULL;
         ps_net_peer_drop(net, old, -ECONNRESET);
@@ -160,6 +172,13 @@ int ps_net_add_peer(ps_net_t *net, const char *node, const void *addr, size_t ad
     strcpy(peer->node, node); /* length checked above */
     peer->send_token = send_token;
     peer->recv_token = recv_token;
+    peer->addr = malloc(addr_len);
+    if (!peer->addr) {
+        free(peer);
+        return -ENOMEM;
+    }
+    memcpy(peer->addr, addr, addr_len);
+    peer->addr_len = addr_len;
     ucp_ep_params_t params = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER,
@@ -170,6 +189,7 @@ int ps_net_add_peer(ps_net_t *net, const char *node, const void *addr, size_t ad
     ucs_status_t status = ucp_ep_create(net->worker, &params, &peer->ep);
     if (status != UCS_OK) {
         LOG_WARN("UCX: ucp_ep_create to %s: %s", node, ucs_status_string(status));
+        free(peer->addr);
         free(peer);
         return ps_net_status_errno(status);
     }

@@ -95,8 +95,10 @@ static int fetch_slice(ps_table_t *t, ps_pull_t *p, uint32_t shard, uint64_t min
         free(f);
         return -EHOSTUNREACH;
     }
+    f->sent_ns = salusd_now_ns();
     f->next = ps->fetches;
     ps->fetches = f;
+    ps_worker_arm_retry(ps);
     return 0;
 }
 

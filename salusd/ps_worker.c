@@ -96,7 +96,7 @@ void ps_worker_fail_fetches(ps_table_t *t, int rc, const char *err)
     }
 }
 
-static void arm_retry(ps_t *ps)
+void ps_worker_arm_retry(ps_t *ps)
 {
     if (!evtimer_pending(ps->retry_timer, NULL)) { /* (idle daemons never wake) */
         struct timeval every = {0, 250000};
@@ -116,7 +116,7 @@ static void pump(ps_table_t *t, uint32_t shard)
                 st->in_flight = 1;
                 st->sent = 1;
                 st->sent_ns = salusd_now_ns();
-                arm_retry(t->ps);
+                ps_worker_arm_retry(t->ps);
                 return;
             }
             ps_worker_acked(t, shard, u->seq, rc < 0 ? rc : 0);
@@ -126,7 +126,7 @@ static void pump(ps_table_t *t, uint32_t shard)
         }
         st->in_flight = 1;
         st->sent = 0;
-        arm_retry(t->ps);
+        ps_worker_arm_retry(t->ps);
         if (ps_msg_send_update(t, shard, u) < 0) {
             char err[PS_ERR_BYTES];
             snprintf(err, sizeof(err), "table '%s': server %s is unreachable", t->name,
@@ -217,7 +217,7 @@ void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
         pump(t, shard);
 }
 
-void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq)
+void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq, int ok)
 {
     for (ps_table_t *t = ps->tables; t; t = t->next) {
         if (t->handle != handle || !t->streams || shard >= t->layout.shards)
@@ -225,7 +225,7 @@ void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t s
         ps_stream_t *st = &t->streams[shard];
         if (st->in_flight && st->head && st->head->seq == seq) {
             st->sent = 1;
-            st->sent_ns = salusd_now_ns();
+            st->sent_ns = ok ? salusd_now_ns() : 0; /* not sent: the next retry resends */
         }
     }
 }
@@ -233,11 +233,21 @@ void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t s
 void ps_worker_retry(ps_t *ps)
 {
     uint64_t now = salusd_now_ns();
+    /* remote reads not answered in time: asked again (a read is idempotent; the server
+     * answers a request it still holds once) */
+    for (ps_fetch_t *f = ps->fetches; f; f = f->next)
+        if (now - f->sent_ns >= PS_FETCH_RESEND_MS * 1000000ull) {
+            LOG_DEBUG("ps: table '%s' shard %u: read %llu asked again of %s", f->table->name,
+                      f->shard, (unsigned long long)f->req, f->node);
+            ps_msg_send_pull(f->table, f);
+            f->sent_ns = now;
+        }
     int out = 0;
     for (ps_table_t *t = ps->tables; t && !out; t = t->next)
         for (uint32_t s = 0; t->streams && t->state != PS_TABLE_FAILED && s < t->layout.shards;
              s++)
             out |= t->streams[s].in_flight;
+    out |= ps->fetches != NULL;
     if (!out) {
         evtimer_del(ps->retry_timer);
         return;
@@ -258,8 +268,10 @@ void ps_worker_retry(ps_t *ps)
                 continue;
             }
             st->sent = 0;
-            if (ps_msg_send_update(t, s, st->head) < 0)
-                break;
+            if (ps_msg_send_update(t, s, st->head) < 0) {
+                st->sent = 1; /* not sent: tried again after PS_UPDATE_RETRY_MS */
+                st->sent_ns = now;
+            }
         }
     }
 }

@@ -498,6 +498,45 @@ START_TEST(test_remove_peer_fails_pending)
 }
 END_TEST
 
+/* A link that drops and comes back (the daemons' hello again: new tokens, the same worker
+ * address) while messages are on their way both ways: nothing is cut off. The endpoint stays,
+ * the sends complete, and what either side sent with the token before the change arrives. */
+START_TEST(test_readd_same_address_keeps_messages)
+{
+    link_nets(&a, "node-a", &b, "node-b", 1111, 1111);
+    enum { N = 3 };
+    uint8_t *big = make_payload(16 * MIB, 0);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(send_msg(a.net, "node-b", 10 + i, 4, big, 16 * MIB, &sends[i]), 0);
+        ck_assert_int_eq(send_msg(b.net, "node-a", 20 + i, 4, big, 16 * MIB, &sends[N + i]), 0);
+    }
+    /* both sides hear of the new tokens (a first; b's messages still carry the old one) */
+    const void *addr;
+    size_t len;
+    ck_assert_int_eq(ps_net_address(b.net, &addr, &len), 0);
+    ck_assert_int_eq(ps_net_add_peer(a.net, "node-b", addr, len, 3333, 4444), 0);
+    ck_assert_int_eq(ps_net_address(a.net, &addr, &len), 0);
+    ck_assert_int_eq(ps_net_add_peer(b.net, "node-a", addr, len, 4444, 3333), 0);
+    ck_assert(ps_net_has_peer(a.net, "node-b"));
+    want_t w = {&b, N, 2 * N};
+    ck_assert(run_until(enough, &w, 30000));
+    want_t wa = {&a, N, 2 * N};
+    ck_assert(run_until(enough, &wa, 30000));
+    for (int i = 0; i < 2 * N; i++)
+        ck_assert_msg(sends[i].status == 0, "send %d: %d", i, sends[i].status);
+    for (int i = 0; i < N; i++) {
+        ck_assert_uint_eq(b.got[i].seq, 10 + (uint32_t)i);
+        ck_assert_uint_eq(a.got[i].seq, 20 + (uint32_t)i);
+    }
+    /* and the new tokens work */
+    ck_assert_int_eq(send_msg(a.net, "node-b", 30, 4, big, MIB, &sends[2 * N]), 0);
+    want_t w2 = {&b, N + 1, 2 * N + 1};
+    ck_assert(run_until(enough, &w2, 20000));
+    ck_assert_uint_eq(b.got[N].seq, 30);
+    free(big);
+}
+END_TEST
+
 START_TEST(test_destroy_with_pending_sends)
 {
     link_nets(&a, "node-a", &b, "node-b", 1111, 1111);
@@ -808,6 +847,7 @@ static Suite *ps_net_suite(void)
     tcase_add_test(tc, test_unknown_sender_dropped);
     tcase_add_test(tc, test_malformed_headers_dropped);
     tcase_add_test(tc, test_remove_peer_fails_pending);
+    tcase_add_test(tc, test_readd_same_address_keeps_messages);
     tcase_add_test(tc, test_destroy_with_pending_sends);
     tcase_add_test(tc, test_loop_not_starved_by_a_flood);
     tcase_add_test(tc, test_peer_process_killed);

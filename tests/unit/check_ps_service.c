@@ -969,6 +969,67 @@ START_TEST(test_bye_fails_stranded_reads)
 }
 END_TEST
 
+/* Lost messages on a link that dropped: a remote read asked again is answered once (the
+ * server keeps one wait per request); a read not answered in time is asked again; an update
+ * whose send failed is marked for the next retry (not left in flight for ever). */
+START_TEST(test_resends_after_a_lost_message)
+{
+    ps_t *ps = d.ps;
+    msg_t m;
+    const char payload[] = "local\0n2,n3";
+    msg_open(&m, "rw", "t", 7, 100);
+    ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1);
+    ps_table_t *t = ps_table_find(ps, 1000, "rw", "t", 7);
+    ck_assert_ptr_nonnull(t);
+    msg_pull(&m, "rw", 1, 1);
+    ps_msg_recv(ps, "n3", m.b, m.len, NULL, 0);
+    ps_msg_recv(ps, "n3", m.b, m.len, NULL, 0); /* the same request again */
+    ck_assert_uint_eq(waits_of(t), 1);
+    msg_pull(&m, "rw", 2, 1);                   /* another request: its own wait */
+    ps_msg_recv(ps, "n3", m.b, m.len, NULL, 0);
+    ck_assert_uint_eq(waits_of(t), 2);
+
+    /* the worker side: a fetch sent long ago is asked again by the retry */
+    ps_fetch_t *f = calloc(1, sizeof(*f));
+    ck_assert_ptr_nonnull(f);
+    f->req = 99;
+    snprintf(f->node, sizeof(f->node), "n2");
+    f->table = t;
+    f->n = 1;
+    f->sent_ns = 1;
+    f->next = ps->fetches;
+    ps->fetches = f;
+    ps_worker_retry(ps);
+    ck_assert_uint_gt(f->sent_ns, 1);
+    ps->fetches = f->next;
+    free(f);
+}
+END_TEST
+
+START_TEST(test_failed_update_send_resent)
+{
+    make_group("us", 1000, 1, LAUNCH_SYNC_BSP, 0, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "us", &o0);
+    ps_table_spec_t spec = spec_of("w", N, "add", "bsp");
+    open_ok(&w0, &spec);
+    ps_table_t *t = ps_table_find(d.ps, 1000, "us", "w", 1);
+    ck_assert_ptr_nonnull(t);
+    ps_update_t *u = calloc(1, sizeof(*u));
+    ck_assert_ptr_nonnull(u);
+    u->seq = 7;
+    ps_stream_t *st = &t->streams[0];
+    st->head = st->tail = u;
+    st->in_flight = 1;
+    ps_worker_update_sent(d.ps, t->handle, 0, 7, 0); /* the send failed */
+    ck_assert_int_eq(st->sent, 1);
+    ck_assert_uint_eq(st->sent_ns, 0); /* due at once */
+    ps_worker_update_sent(d.ps, t->handle, 0, 7, 1); /* sent */
+    ck_assert_int_eq(st->sent, 1);
+    ck_assert_uint_gt(st->sent_ns, 0);
+}
+END_TEST
+
 /* A worker's update refused by its server (an error acknowledgement) fails the table: its
  * push was answered already, so the update may not be dropped silently; reads hear why. */
 START_TEST(test_refused_update_fails_table)
@@ -1095,6 +1156,8 @@ int main(void)
     tcase_add_test(tc, test_failed_table_uncharged);
     tcase_add_test(tc, test_open_ring_agreed);
     tcase_add_test(tc, test_bye_fails_stranded_reads);
+    tcase_add_test(tc, test_resends_after_a_lost_message);
+    tcase_add_test(tc, test_failed_update_send_resent);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

@@ -12,6 +12,8 @@
 #     spec and the servers n1,n2,n3; once the group is over everywhere the record goes;
 #  3. a table whose servers are only n3 (which runs no rank of that group): 2 ranks on n1 and
 #     n2 push 1 and 2 and pull 3 everywhere; its ring record names n3 alone;
+#  1c. n3 frozen (SIGSTOP) past its lease, then continued: it leaves and comes back with the
+#     same UCX worker, every daemon lives and lists the others (part 2 runs on all three);
 #  4. a node killed (kill -9 of n2's salusd) while n1's rank waits in a BSP pull for n2's rank:
 #     the pull fails with an error within TTL + 5 s (never hangs).
 . "$(dirname "$0")/lib.sh"
@@ -82,6 +84,29 @@ for i in 1 2 3; do
     echo "node n$i: ps_peers $want"
 done
 pass "n2 restarted (kill -9, started again at once): every node has the two others as UCX peers again"
+
+# ---- 1c. a daemon frozen longer than its lease (its loop held: SIGSTOP), then going on: the
+# others see it leave (its lease expired) and come back with the same UCX worker; every
+# daemon lives on and lists the others again (part 2 then runs on all three)
+kill -STOP "$(salusd_node_pid 3)"
+left_seen() { grep -E "ps: UCX peer n3 is down" "$WORK/n$1/salusd.log" | tail -n 1; }
+wait_until $((TTL + 10)) '[ -n "$(left_seen 1)" ] && [ -n "$(left_seen 2)" ]' || {
+    kill -CONT "$(salusd_node_pid 3)"
+    fail "n1/n2 did not see frozen n3 leave: $(grep 'ps:\|cluster' "$WORK/n1/salusd.log" | tail -5)"
+}
+kill -CONT "$(salusd_node_pid 3)"
+echo "node n1: $(left_seen 1 | sed 's/.* warn //')"
+for i in 1 2 3; do
+    want=$(for j in 1 2 3; do [ "$j" = "$i" ] || echo "n$j"; done | tr '\n' ' ' | sed 's/ $//')
+    wait_until 30 '[ "$(peers_of '"$i"')" = "'"$want"'" ]' ||
+        fail "after n3's freeze node $i has UCX peers '$(peers_of "$i")', not '$want': $(tail -n 5 "$WORK/n$i/salusd.log")"
+done
+for i in 1 2 3; do
+    wait_until 30 '[ "$(members_of '"$i"')" = "n1 n2 n3" ]' ||
+        fail "after n3's freeze node $i lists members '$(members_of "$i")'"
+    kill -0 "$(salusd_node_pid "$i")" 2>/dev/null || fail "salusd on n$i died: $(tail -n 5 "$WORK/n$i/salusd.log")"
+done
+pass "n3 frozen past its lease, then on: it left and came back; every daemon lives and lists the others"
 
 # ---- 2. one rank per node, an add table
 G="ps-$SUFFIX"

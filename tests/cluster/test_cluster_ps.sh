@@ -5,6 +5,8 @@
 #     worker addresses and tokens went over the authenticated links: ps_hello); n2's salusd
 #     killed and started again at once (within its lease): the others see a new UCX worker
 #     (peer down, then up with new tokens) and list it again; the rest runs on those tokens;
+#  1c. n3 frozen (SIGSTOP) past its lease, then continued: it leaves and comes back with the
+#     same UCX worker, every daemon lives and lists the others (part 2 runs on all three);
 #  2. a group of 3 ranks, one per node (ps-tool under salusctl run), opens an `add` table of
 #     1000 elements (BSP), each rank r pushes r+1 everywhere, clocks and pulls: every rank reads
 #     1+2+3 = 6 everywhere; meanwhile the ring record is in etcd under
@@ -12,8 +14,6 @@
 #     spec and the servers n1,n2,n3; once the group is over everywhere the record goes;
 #  3. a table whose servers are only n3 (which runs no rank of that group): 2 ranks on n1 and
 #     n2 push 1 and 2 and pull 3 everywhere; its ring record names n3 alone;
-#  1c. n3 frozen (SIGSTOP) past its lease, then continued: it leaves and comes back with the
-#     same UCX worker, every daemon lives and lists the others (part 2 runs on all three);
 #  4. a node killed (kill -9 of n2's salusd) while n1's rank waits in a BSP pull for n2's rank:
 #     the pull fails with an error within TTL + 5 s (never hangs).
 . "$(dirname "$0")/lib.sh"

@@ -27,7 +27,11 @@
  * retries a push whose acknowledgement is lost, and salusd applies it once.
  *
  * Errors: 0 or a negative errno; salus_ps_last_error() says why in words (this thread's last
- * failed call). */
+ * failed call). Among them: -EINVAL (a range, key, value or spec the table refuses), -ENOENT
+ * (an unknown table), -EPERM (not a registered rank of a group), -ENOMEM (over the user's
+ * --ps-user-bytes: the table, or the per-clock sums a push would start), -EBUSY (a push or
+ * clock that would take this rank more than 1 clock (bsp) or S+1 clocks (ssp:S) ahead of the
+ * slowest rank on its node: pull first, retry later), -EIO (a server of the table is gone). */
 #ifndef SALUS_CLIENT_SALUS_PS_H
 #define SALUS_CLIENT_SALUS_PS_H
 

@@ -1,8 +1,10 @@
-/* ps_cluster's parts: the pure pieces (the ring record's JSON, the token exchange), kept
- * apart so that tests/unit/check_ps_cluster.c tests them alone. */
+/* ps_cluster's parts: the pure pieces (the ring record's JSON, the token exchange:
+ * ps_cluster_ring.c), kept apart so that tests/unit/check_ps_cluster.c tests them alone, and
+ * the state shared by ps_cluster.c (peers, the net) and ps_cluster_etcd.c (ring records). */
 #ifndef SALUS_SALUSD_PS_CLUSTER_INTERNAL_H
 #define SALUS_SALUSD_PS_CLUSTER_INTERNAL_H
 
+#include "cluster-internal.h"
 #include "ps_cluster.h"
 
 #include <stddef.h>
@@ -59,5 +61,73 @@ void ps_hello_down(ps_hello_peer_t *p, int link_up, uint64_t fresh, ps_hello_out
 /* ---- tokens -------------------------------------------------------------------------------- */
 /* A token from getrandom (never 0); 0 when none could be drawn. */
 uint64_t ps_cluster_token(void);
+
+/* ---- the state of ps_cluster.c and ps_cluster_etcd.c ---------------------------------------- */
+#define PS_HELLO_MAX_ADDR 8192
+#define RING_RETRY_MS 100
+#define RING_WAIT_S 10 /* how long an agreement waits for its group's record to be read */
+#define PROBE_MS 500   /* each peer's endpoint is tried this often (an empty message) */
+
+typedef struct ps_peer_s {
+    char node[LINKS_NODE_BYTES];
+    ps_hello_peer_t tok;
+    uint8_t *addr;               /* from its last hello */
+    size_t addr_len;
+    int added;                   /* a ps_net peer with these: */
+    uint64_t added_send, added_recv;
+    uint8_t *added_addr;
+    size_t added_addr_len;
+    int up;                      /* the service was told peer_up (and no peer_down since) */
+    uint64_t gen;                /* counts adds and removals: a probe's answer is its gen's */
+    int probe_busy;
+    int readd;                   /* UCX could not add it: a new exchange at the next probe */
+} ps_peer_t;
+
+typedef struct ring_req_s {
+    struct ps_cluster_s *ps;     /* NULL: no cluster (answered on the next loop turn) */
+    salusd_t *d;
+    uid_t uid;
+    char group[LAUNCH_GROUP_BYTES];
+    char table[PS_NAME_BYTES];
+    ps_ring_record_t want;
+    char value[4096];            /* want as the record's JSON */
+    ps_ring_done_fn done;
+    void *arg;
+    uint64_t deadline_ns;
+    int in_flight;               /* an etcd transaction: its callback frees the request */
+    int cancelled;               /* the service stopped: no done */
+    struct event *ev;            /* no cluster: the next loop turn */
+    struct ring_req_s *next;
+} ring_req_t;
+
+typedef struct ps_cluster_s {
+    salusd_t *d;
+    cluster_t *cl;
+    ps_net_t *net;
+    ps_cluster_hooks_t hooks;
+    void *ctx;
+    int started;
+    ps_peer_t *peers;
+    uint32_t peer_count, peer_cap;
+    ring_req_t *reqs;
+    struct event *retry;
+    struct event *probe;         /* every PROBE_MS: the endpoints still work */
+} ps_cluster_t;
+
+static inline cluster_t *cl_of(const salusd_t *d) { return (cluster_t *)d->cluster; }
+
+static inline ps_cluster_t *ps_of(const salusd_t *d)
+{
+    cluster_t *cl = cl_of(d);
+    return cl ? (ps_cluster_t *)cl->ps : NULL;
+}
+
+/* ps_cluster_etcd.c, for ps_cluster.c */
+void ps_cluster_forget_epoch(cluster_t *cl, uint32_t uid, const char *name, int64_t epoch);
+void ps_cluster_req_free(ring_req_t *r);
+/* the requests of daemon d on list go (those in flight are freed by their etcd callback) */
+void ps_cluster_reqs_cancel(ring_req_t **list, const salusd_t *d);
+/* daemon d's agreements without a cluster go */
+void ps_cluster_ring_stop(const salusd_t *d);
 
 #endif

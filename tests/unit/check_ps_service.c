@@ -160,6 +160,16 @@ static void clock_ok(const ps_worker_t *w, uint64_t h, uint64_t clock)
     ck_assert_int_eq(r.rc, 0);
 }
 
+/* Starts a pull that the service takes (its callback comes later, never from inside). */
+static void pull_start(const ps_worker_t *w, uint64_t h, uint64_t clock, uint64_t offset,
+                       uint64_t n, float *out, result_t *r)
+{
+    char err[256] = "";
+    int rc = ps_pull(&d, w, h, clock, offset, n, out, on_pull, r, err, sizeof(err));
+    ck_assert_msg(rc == 0, "pull: %d %s", rc, err);
+    ck_assert_int_eq(r->called, 0);
+}
+
 static void fill(float *v, uint64_t n, float x)
 {
     for (uint64_t i = 0; i < n; i++)
@@ -192,9 +202,8 @@ START_TEST(test_bsp_exact_clocks)
     fill(fives, N, 5);
     fill(out, N, -1);
     result_t p = {0};
-    char err[256];
     /* clock 0 reads the initial zeros at once */
-    ck_assert_int_eq(ps_pull(&d, &w0, h, 0, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    pull_start(&w0, h, 0, 0, N, out, &p);
     wait_for(&p);
     ck_assert_int_eq(p.rc, 0);
     assert_all(out, N, 0);
@@ -206,7 +215,7 @@ START_TEST(test_bsp_exact_clocks)
     clock_ok(&w0, h, 0);
     /* w0 at clock 1 must wait for w1's clock 0 */
     memset(&p, 0, sizeof(p));
-    ck_assert_int_eq(ps_pull(&d, &w0, h, 1, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    pull_start(&w0, h, 1, 0, N, out, &p);
     run_idle();
     ck_assert_int_eq(p.called, 0);
     clock_ok(&w1, h, 0);
@@ -222,14 +231,14 @@ START_TEST(test_bsp_exact_clocks)
     push_ok(&w1, h, 1, 3, 0, N, fives);
     clock_ok(&w1, h, 1);
     memset(&p, 0, sizeof(p));
-    ck_assert_int_eq(ps_pull(&d, &w0, h, 1, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    pull_start(&w0, h, 1, 0, N, out, &p);
     wait_for(&p);
     assert_all(out, N, 3);
     ck_assert_uint_eq(p.read.done, 1);
     /* once w0 closes clock 1 too, a read at clock 2 sees both */
     clock_ok(&w0, h, 1);
     memset(&p, 0, sizeof(p));
-    ck_assert_int_eq(ps_pull(&d, &w1, h, 2, 10, 5, out, on_pull, &p, err, sizeof(err)), 0);
+    pull_start(&w1, h, 2, 10, 5, out, &p);
     wait_for(&p);
     assert_all(out, 5, 8);
     ck_assert_uint_eq(p.read.done, 2);
@@ -258,7 +267,6 @@ START_TEST(test_ssp_bound)
     uint64_t h = open_ok(&w0, &spec);
     float g[N], out[N];
     fill(g, N, 2);
-    char err[256];
     /* w0 runs ahead: clocks 0 and 1 while w1 stays at 0 */
     for (uint64_t c = 0; c < 2; c++) {
         push_ok(&w0, h, c, c + 1, 0, N, g);
@@ -266,13 +274,13 @@ START_TEST(test_ssp_bound)
     }
     /* at clock 1: min done 0: no wait (reads the zeros) */
     result_t p = {0};
-    ck_assert_int_eq(ps_pull(&d, &w0, h, 1, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    pull_start(&w0, h, 1, 0, N, out, &p);
     wait_for(&p);
     ck_assert_int_eq(p.read.waited, 0);
     assert_all(out, N, 0);
     /* at clock 2: min done 1 > done 0: waits until w1 closes clock 0 */
     memset(&p, 0, sizeof(p));
-    ck_assert_int_eq(ps_pull(&d, &w0, h, 2, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    pull_start(&w0, h, 2, 0, N, out, &p);
     run_idle();
     ck_assert_int_eq(p.called, 0);
     push_ok(&w1, h, 0, 1, 0, N, g);
@@ -316,7 +324,7 @@ START_TEST(test_asp_never_waits)
     ck_assert_int_eq(ps_push(&d, &w1, h, &id, 0, 2, keys, kv, on_done, &r, err, sizeof(err)), 0);
     wait_for(&r);
     result_t p = {0};
-    ck_assert_int_eq(ps_pull(&d, &w1, h, 0, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    pull_start(&w1, h, 0, 0, N, out, &p);
     wait_for(&p);
     ck_assert_float_eq(out[3], 15);
     ck_assert_float_eq(out[97], 25);
@@ -326,7 +334,7 @@ START_TEST(test_asp_never_waits)
     clock_ok(&w1, h, 0);
     clock_ok(&w1, h, 1);
     memset(&p, 0, sizeof(p));
-    ck_assert_int_eq(ps_pull(&d, &w0, h, 5, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    pull_start(&w0, h, 5, 0, N, out, &p);
     wait_for(&p);
     ck_assert_uint_eq(p.read.done, 2);
     ck_assert_int_eq(p.read.waited, 0);
@@ -365,8 +373,7 @@ START_TEST(test_duplicate_push_once)
     clock_ok(&w0, h, 0);
     clock_ok(&w0, h, 0);            /* a repeated clock is harmless too */
     result_t p = {0};
-    char err[256];
-    ck_assert_int_eq(ps_pull(&d, &w0, h, 1, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    pull_start(&w0, h, 1, 0, N, out, &p);
     wait_for(&p);
     assert_all(out, N, 1.5f);
     ps_sample_t s;
@@ -460,7 +467,7 @@ START_TEST(test_bad_input_refused)
     push_ok(&w0, h, 0, 1, 0, N, g);
     clock_ok(&w0, h, 0);
     result_t p = {0};
-    ck_assert_int_eq(ps_pull(&d, &w0, h, 1, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    pull_start(&w0, h, 1, 0, N, out, &p);
     wait_for(&p);
     assert_all(out, N, 1);
 }
@@ -532,7 +539,7 @@ START_TEST(test_forget_owner_pending_pull)
     clock_ok(&w0, h, 0);
     result_t p = {0}, q = {0};
     char err[256];
-    ck_assert_int_eq(ps_pull(&d, &w0, h, 1, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    pull_start(&w0, h, 1, 0, N, out, &p);
     /* and a push whose callback is queued but not run yet */
     ps_push_id_t id = {.rank = 0, .clock = 1, .seq = 1};
     ck_assert_int_eq(ps_push(&d, &w0, h, &id, 0, N, NULL, g, on_done, &q, err, sizeof(err)), 0);
@@ -546,7 +553,7 @@ START_TEST(test_forget_owner_pending_pull)
     /* the other worker's reads go on */
     float out1[N];
     result_t p1 = {0};
-    ck_assert_int_eq(ps_pull(&d, &w1, h, 1, 0, N, out1, on_pull, &p1, err, sizeof(err)), 0);
+    pull_start(&w1, h, 1, 0, N, out1, &p1);
     wait_for(&p1);
     assert_all(out1, N, 1);
 }
@@ -740,8 +747,7 @@ START_TEST(test_messages_untrusted)
     /* the table holds the one good update: elements of shard 0 are 7, the rest 0 */
     float out[N];
     result_t p = {0};
-    char err[256];
-    ck_assert_int_eq(ps_pull(&d, &w0, h, 0, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    pull_start(&w0, h, 0, 0, N, out, &p);
     wait_for(&p);
     for (uint64_t i = 0; i < N; i++)
         ck_assert_float_eq(out[i], i >= first && i < first + elems ? 7 : 0);
@@ -1124,8 +1130,7 @@ START_TEST(test_assign_written_only)
     clock_ok(&w0, h, 1);
     clock_ok(&w1, h, 1);
     result_t p = {0};
-    char err[256];
-    ck_assert_int_eq(ps_pull(&d, &w0, h, 2, 0, N, out, on_pull, &p, err, sizeof(err)), 0);
+    pull_start(&w0, h, 2, 0, N, out, &p);
     wait_for(&p);
     ck_assert_uint_eq(p.read.done, 2);
     assert_all(out, 10, 9);

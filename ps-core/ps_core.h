@@ -112,6 +112,23 @@ size_t ps_ring_owner(const ps_ring_t *ring, const char *table, uint32_t shard);
 uint32_t ps_ring_moved(const ps_ring_t *a, const ps_ring_t *b, const char *table,
                        uint32_t shards);
 
+/* ---- replicas (part 2) ----------------------------------------------------------------------
+ * A shard lives on r distinct servers (r bounded by the ring's size): the primary, which is
+ * ps_ring_owner's server, then the standbys, the next distinct servers met going round the
+ * ring from the shard's key. */
+#define PS_MAX_REPLICAS 8
+/* Writes the indices (ps_ring_name's order) of shard's replicas into out[0 .. k-1], primary
+ * first, k = min(r, ps_ring_size(ring)) (r 0 counts as 1, r > PS_MAX_REPLICAS as
+ * PS_MAX_REPLICAS); returns k. out must hold PS_MAX_REPLICAS. */
+uint32_t ps_ring_replicas(const ps_ring_t *ring, const char *table, uint32_t shard, uint32_t r,
+                          size_t *out);
+/* Going from ring a to ring b with r replicas: of the table's shards, how many have another
+ * primary (by name) in b than in a (*primaries), and how many replica copies b has that a
+ * had not (*copies: for each shard, the servers in its b replica set not in its a set: the
+ * state that must be sent). Either pointer may be NULL. */
+void ps_ring_moves(const ps_ring_t *a, const ps_ring_t *b, const char *table, uint32_t shards,
+                   uint32_t r, uint32_t *primaries, uint32_t *copies);
+
 /* ---- a shard on its server ---------------------------------------------------------------- */
 typedef struct ps_shard_s ps_shard_t;
 /* A shard of `elems` elements (1 .. PS_SHARD_MAX_ELEMS), all 0, with `sources` contributors
@@ -145,6 +162,31 @@ uint64_t ps_shard_bytes(const ps_shard_t *shard);
  * values. */
 uint64_t ps_shard_pending_bytes(const ps_shard_t *shard);
 
+/* ---- a shard's whole state, to copy or move it (part 2) -------------------------------------
+ * What a standby is caught up with and a re-balanced shard moves with: the values, done, each
+ * source's last seq and closed clocks, the pending clocks' sums and written bits. The bytes are
+ * a little-endian format of ps-core's own (a magic and a version first), the same on every
+ * daemon; loading checks every field (a truncated or corrupted state, or one of another shape,
+ * is refused, never half-loaded). */
+/* The bytes ps_shard_save needs now. */
+size_t ps_shard_state_size(const ps_shard_t *shard);
+/* Writes the state into buf: the bytes written, or -ENOSPC (size too small: nothing useful
+ * written). */
+int64_t ps_shard_save(const ps_shard_t *shard, void *buf, size_t size);
+/* A shard made from a saved state, which must be of a shard of `elems` elements with this rule,
+ * sync mode and number of sources; NULL with err saying why (any inconsistency, non-finite
+ * value, wrong shape) or no memory. */
+ps_shard_t *ps_shard_load(const void *buf, size_t size, uint64_t elems, const ps_rule_t *rule,
+                          const ps_sync_t *sync, uint32_t sources, char *err, size_t err_size);
+/* A shard that starts at clock `done` (restored from a checkpoint): values[0 .. elems-1] copied
+ * (finite), every source has closed clocks 0 .. done-1, no seq seen. NULL on bad input (as
+ * ps_shard_create, or a non-finite value) or no memory. */
+ps_shard_t *ps_shard_create_at(uint64_t elems, const ps_rule_t *rule, const ps_sync_t *sync,
+                               uint32_t sources, uint64_t done, const float *values);
+/* 1 when every element, done, every source's seq and closed clocks and the pending clocks are
+ * the same in a and b (a test of replicas kept in step), else 0. */
+int ps_shard_same(const ps_shard_t *a, const ps_shard_t *b);
+
 /* ---- a node's aggregation of its local workers ------------------------------------------ */
 /* BSP and SSP only (under ASP the daemon forwards each push at once; ps_agg_create refuses
  * ASP). Local workers are numbered 0 .. workers-1 (their order among the group's ranks on this
@@ -154,6 +196,10 @@ uint64_t ps_shard_pending_bytes(const ps_shard_t *shard);
  * local worker has closed it. */
 typedef struct ps_agg_s ps_agg_t;
 ps_agg_t *ps_agg_create(uint64_t count, const ps_sync_t *sync, uint32_t workers);
+/* As ps_agg_create, with every worker's current clock `clock` (a group restored from a
+ * checkpoint at that clock): clocks before it count as closed and released. */
+ps_agg_t *ps_agg_create_at(uint64_t count, const ps_sync_t *sync, uint32_t workers,
+                           uint64_t clock);
 void ps_agg_destroy(ps_agg_t *agg); /* NULL ok */
 /* 1 taken (added into the clock's sum), 0 duplicate (seq <= the worker's last seq: nothing
  * changed), -EINVAL bad input (worker, range, key, clock other than the worker's current one,

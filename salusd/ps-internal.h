@@ -305,4 +305,18 @@ int ps_msg_send_pull(ps_table_t *t, const ps_fetch_t *f);
 void ps_msg_send_pull_reply(ps_table_t *t, const ps_wait_t *w, int rc, const char *err);
 void ps_msg_send_bye(ps_table_t *t);
 
+/* ---- part 2: replicas, fail-over, re-balancing (ps_repl.c and its parts) -------------------
+ * A table's t->ring and t->owner[] always describe its CURRENT view (ps_cluster.h's ps_view_t):
+ * t->owner[shard] is the shard's primary; the standbys follow (ps_ring_replicas). On a view
+ * change the server side swaps ring and owners, moves or copies shard state as needed, and
+ * then calls ps_worker_view_changed so that the worker side sends again what went to a
+ * replaced primary. A server that is not (or not yet) the primary of a shard in its view
+ * answers an update or a read of it with -ESTALE: the sender keeps it and sends it again
+ * after the next view change (or its retry timer). */
+/* The node name of shard's primary in the table's current view (NULL: none known now). */
+const char *ps_table_primary(const ps_table_t *t, uint32_t shard);
+/* ps_worker.c / ps_pull.c: the table's view changed: the heads of the update streams and the
+ * fetches whose primary changed go again to the new primaries (same seq: applied once). */
+void ps_worker_view_changed(ps_table_t *t);
+
 #endif

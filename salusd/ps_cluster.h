@@ -21,6 +21,8 @@
 #include "ps_core.h"
 #include "ps_net.h"
 
+struct ps_view_s;
+
 typedef struct ps_cluster_hooks_s {
     /* a message from peer node over ps_net (ps_net_recv_fn's arguments) */
     void (*recv)(void *ctx, const char *node, const void *header, size_t header_len,
@@ -30,6 +32,11 @@ typedef struct ps_cluster_hooks_s {
     void (*peer_down)(void *ctx, const char *node);
     /* peer node is reachable over ps_net now (first time or again) */
     void (*peer_up)(void *ctx, const char *node);
+    /* (part 2) a newer view of a watched table (ps_cluster_view_watch): its server set
+     * changed (fail-over, a server joined or left). Called for each newer view this daemon
+     * reads, in increasing view number; never from inside a ps_cluster call. NULL: ignored. */
+    void (*view_changed)(void *ctx, uid_t uid, const char *group, uint64_t epoch,
+                         const char *table, const struct ps_view_s *view);
 } ps_cluster_hooks_t;
 
 /* Started by ps_start (after cluster_start): creates the net when the daemon is a cluster
@@ -82,5 +89,56 @@ int ps_cluster_ring_agree(salusd_t *d, uid_t uid, const char *group, const char 
                           const ps_ring_record_t *want, ps_ring_done_fn done, void *arg);
 /* The group's run is over everywhere: its records go (best effort). */
 void ps_cluster_ring_forget(salusd_t *d, uid_t uid, const char *group);
+
+/* ---- part 2: a table's server view (replicas, fail-over, re-balancing) ----------------------
+ * The ring record (above) is the table's identity and first server set; the VIEW is the server
+ * set in force now: P/psv/UID/GROUP/EPOCH/TABLE {"servers": ["n1", ...], "replicas": R},
+ * written with the ring record when the table is created (servers = the record's, R = the
+ * table's replica count, 1 .. PS_MAX_REPLICAS, bounded by the server count when placing) and
+ * changed only by etcd transactions that compare the key's mod revision, which is the view's
+ * number (so two daemons that race to change a view: one wins, the other hears -ESTALE and
+ * reads the new view). A shard's replicas in a view: ps_ring_replicas over the view's servers
+ * (vnodes as the ring record's), primary first.
+ *
+ * Who changes a view: (1) fail-over: when a member's lease ends (its key is gone from etcd:
+ * the cluster's authoritative failure signal; a link that is merely down does not count), the
+ * first live server (by name) of every watched view that holds that member proposes the view
+ * without it; the others read the result. (2) re-balancing: `salusctl ps-servers GROUP --add
+ * NODE | --remove NODE` (any member's daemon) proposes, for every table of the group, the view
+ * with NODE added or removed. Every daemon that watches a table reads each new view (an etcd
+ * watch or a poll, at most PS_VIEW_POLL_MS behind) and calls hooks.view_changed. Without a
+ * cluster: the view is {self}, number 1, R 1, and never changes. */
+#define PS_VIEW_POLL_MS 200
+#define PS_VIEW_SERVERS_BYTES 1024
+
+typedef struct ps_view_s {
+    uint64_t number;           /* the key's mod revision (1 without a cluster) */
+    char servers[PS_VIEW_SERVERS_BYTES]; /* "node,node,..." sorted, distinct */
+    uint32_t replicas;         /* R as written (1 .. PS_MAX_REPLICAS) */
+} ps_view_t;
+
+/* Starts watching the view of (uid, group, epoch, table) (the table is open here on either
+ * side): hooks.view_changed is called with the current view soon (on a later loop turn) and
+ * with each newer one. Idempotent per table. 0 or a negative errno. */
+int ps_cluster_view_watch(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                          const char *table);
+void ps_cluster_view_unwatch(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                             const char *table);
+/* Writes the first view of a table just agreed (ps_cluster_ring_agree's record): created only
+ * when absent (so that every opener may call it; the first wins). done(rc, err, view): the
+ * view now in etcd. Without a cluster: {self}, number 1, R 1, on the next loop turn. */
+typedef void (*ps_view_done_fn)(void *arg, int rc, const char *err, const ps_view_t *view);
+int ps_cluster_view_create(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                           const char *table, const char *servers, uint32_t replicas,
+                           ps_view_done_fn done, void *arg);
+/* Proposes that view number `from` be replaced by server set `servers` (sorted, distinct):
+ * done(0, view) with the new view, or done(-ESTALE, the view now there) when the number is no
+ * longer `from`, or another negative errno (etcd unreachable). 0 or a negative errno. */
+int ps_cluster_view_propose(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                            const char *table, uint64_t from, const char *servers,
+                            ps_view_done_fn done, void *arg);
+/* 1 when node's lease is alive in etcd as far as this daemon last read (a member), else 0;
+ * self is always 1. For the service: a server whose lease ended is never waited for. */
+int ps_cluster_member_alive(salusd_t *d, const char *node);
 
 #endif

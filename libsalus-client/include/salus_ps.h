@@ -141,6 +141,40 @@ static inline const char *salus_ps_last_error(void)
     return salus_ps_fn_ ? salus_ps_fn_() : "not running under salus";
 }
 
+/* ---- federated tables (rule "fedavg:N:K:E:SEED:drop|partial", README: Federated rounds) ----
+ * The table holds the global model; round r is open once rounds 0 .. r-1 closed. A pull at
+ * this rank's clock c waits until round c is open (read->done: the open round) and reads the
+ * model after rounds 0 .. c-1; salus_ps_clock moves the rank to the next round (a rank not
+ * chosen for the round clocks without pushing). Client ids are the group's ranks. */
+typedef struct salus_ps_fed_state {
+    uint64_t round;            /* the open round */
+    int selected;              /* 1: this rank is one of its clients and has not pushed yet */
+    int pushed;                /* 1: this rank pushed for it */
+    uint32_t clients, per_round, epochs;
+} salus_ps_fed_state_t;
+
+typedef int (*salus_ps_fed_state_fn_t)(salus_ps_table_t *, salus_ps_fed_state_t *);
+typedef int (*salus_ps_fed_push_fn_t)(salus_ps_table_t *, uint64_t, int64_t, uint32_t,
+                                      const float *);
+
+/* The open round of a federated table and whether this rank is one of its clients. */
+static inline int salus_ps_fed_state(salus_ps_table_t *t, salus_ps_fed_state_t *st)
+{
+    SALUS_PS_LOOKUP(salus_ps_fed_state_fn_t, "salus_shim_ps_fed_state")
+    return salus_ps_fn_ ? salus_ps_fn_(t, st) : -ENOSYS;
+}
+
+/* This rank's local model (the whole table: count values) for `round`, with its sample count
+ * (>= 1) and the epochs of local work it did (0 .. E). -EINVAL with the reason for a round
+ * that is closed or not open, a rank not among the round's clients, a bad sample count or
+ * work; the round is then unchanged. A push that completes the round closes it. */
+static inline int salus_ps_fed_push(salus_ps_table_t *t, uint64_t round, int64_t samples,
+                                    uint32_t work, const float *values)
+{
+    SALUS_PS_LOOKUP(salus_ps_fed_push_fn_t, "salus_shim_ps_fed_push")
+    return salus_ps_fn_ ? salus_ps_fn_(t, round, samples, work, values) : -ENOSYS;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -153,4 +153,25 @@ qgrep -x 'salus_ps_pushes_total{kind="duplicate"} 1' <<<"$body" || fail "metrics
 qgrep -x 'salus_ps_pushes_total{kind="new"} 4' <<<"$body" || fail "metrics: $(grep salus_ps_pushes <<<"$body")"
 qgrep -x 'salus_ps_fed_rounds_timed_out_total 0' <<<"$body" || fail "metrics: $(grep fed_rounds <<<"$body")"
 pass "a lost acknowledgement of a federated push: sent again, taken once (4 new pushes, 1 duplicate)"
+
+# ---- raw frames: a wrong length, bad types, a non-finite value (a group of one) ----
+"$SALUSCTL" run --name fedraw --group "$G-raw" --world 1 --rank 0 -- \
+    python3 "$(dirname "$0")/ps_wire.py" fedraw "$SOCK" f >"$WORK/raw.out" 2>&1 ||
+    fail "the raw rank failed: $(cat "$WORK/raw.out")"
+cat "$WORK/raw.out"
+raw=$(cat "$WORK/raw.out")
+rexpect() { grep -E "^bad $1 " <<<"$raw" | qgrep -E "$2" || fail "$1: $(grep -E "^bad $1 " <<<"$raw")"
+    qgrep -x "same $1" <<<"$raw" || fail "$1 changed the round or the model: $raw"; }
+rexpect short "code=4 msg=ps_fed_push: a push carries the whole model: 8 values, not 4$"
+rexpect long "code=4 msg=ps_fed_push: 9 values are beyond the table's 8 elements"
+rexpect samples-type "code=4 msg=ps_fed_push: usage \{handle, round, samples, work, n\}$"
+rexpect work-negative "code=4 msg=ps_fed_push: usage"
+rexpect nan "code=4 msg=ps_fed_push: value 5 of the push is not finite$"
+qgrep -E "^before \[\('clients', 1\), \('epochs', 2\), \('per_round', 1\), \('pushed', False\), \('round', 0\), \('selected', True\)\] 0{64}$" <<<"$raw" ||
+    fail "the state before: $raw"
+qgrep -E "^pushed ok \{'duplicate': False\}$" <<<"$raw" || fail "the good push: $raw"
+qgrep -E "^state .*\('round', 1\)" <<<"$raw" || fail "round 0 did not close: $raw"
+[ "$(sed -n 's/^after //p' <<<"$raw")" = "$(sed -n 's/^sent //p' <<<"$raw")" ] ||
+    fail "one client's model is not the average: $raw"
+pass "raw frames: a short and a long push, bad types, a non-finite value: clear errors, nothing changed; the good push closes the round with its model"
 kill -0 "$DAEMON_PID" || fail "salusd died"

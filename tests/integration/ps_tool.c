@@ -4,6 +4,7 @@
  *
  * Grammar (steps in order; the table is the one the last `open` opened):
  *   open NAME COUNT RULE SYNC      -> open name=NAME count=COUNT rc=0
+ *   opens NAME COUNT RULE SYNC SERVERS   the same with a server list ("node,node,...")
  *   push OFF N VALUE               n values, all VALUE, to [OFF, OFF + N)
  *                                  -> push off=OFF n=N clock=C rc=0
  *   pushk VALUE KEY[,KEY...]       VALUE to each key   -> pushk n=K clock=C rc=0
@@ -110,9 +111,11 @@ int main(int argc, char **argv)
     int failed = 0;
     for (int i = 1; i < argc; i++) {
         const char *op = argv[i];
-        if (strcmp(op, "open") == 0) {
-            NEED(4);
-            salus_ps_options_t o = {.rule = argv[i + 3], .sync = argv[i + 4]};
+        if (strcmp(op, "open") == 0 || strcmp(op, "opens") == 0) {
+            int servers = strcmp(op, "opens") == 0;
+            NEED(4 + servers);
+            salus_ps_options_t o = {.rule = argv[i + 3], .sync = argv[i + 4],
+                                    .servers = servers ? argv[i + 5] : NULL};
             uint64_t count = num(argv[i + 2]);
             salus_ps_table_t *opened = NULL;
             int rc = salus_ps_open(argv[i + 1], count, &o, &opened);
@@ -123,7 +126,7 @@ int main(int argc, char **argv)
                 t_count = count;
             }
             failed |= report(op, rc);
-            i += 4;
+            i += 4 + servers;
         } else if (strcmp(op, "push") == 0) {
             NEED(3);
             uint64_t off = num(argv[i + 1]), n = num(argv[i + 2]);

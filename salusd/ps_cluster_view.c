@@ -166,8 +166,9 @@ static void on_deliver(evutil_socket_t fd, short what, void *arg)
         char group[LAUNCH_GROUP_BYTES], table[PS_NAME_BYTES];
         snprintf(group, sizeof(group), "%s", t->group);
         snprintf(table, sizeof(table), "%s", t->table);
-        LOG_INFO("ps: view of table %s/%s: %s (view %" PRIu64 ", %u replica%s)", group, table,
-                 v.servers, v.number, v.replicas, v.replicas == 1 ? "" : "s");
+        if (vs->ps) /* (without a cluster the one view says nothing) */
+            LOG_INFO("ps: view of table %s/%s: %s (view %" PRIu64 ", %u replica%s)", group,
+                     table, v.servers, v.number, v.replicas, v.replicas == 1 ? "" : "s");
         const ps_cluster_hooks_t *h = hooks_of(vs, &ctx);
         if (h && h->view_changed)
             h->view_changed(ctx, uid, group, epoch, table, &v);

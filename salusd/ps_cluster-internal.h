@@ -282,5 +282,7 @@ void ps_cluster_view_free(ps_cluster_t *ps);
 /* a daemon without a cluster: the hooks (view_changed) kept; its views and requests go */
 int ps_cluster_view_local_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx);
 void ps_cluster_view_local_stop(const salusd_t *d);
+/* ps_cluster_view_ctl.c: daemon d's ps_servers ops go (etcd is gone: no callback comes) */
+void ps_cluster_servers_free(const salusd_t *d);
 
 #endif

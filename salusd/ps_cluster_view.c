@@ -501,6 +501,7 @@ void ps_cluster_view_stop(ps_cluster_t *ps)
 
 void ps_cluster_view_free(ps_cluster_t *ps)
 {
+    ps_cluster_servers_free(ps->d);
     if (ps->views)
         views_free(ps->views);
     ps->views = NULL;

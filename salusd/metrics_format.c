@@ -416,6 +416,15 @@ static void ps_families(metrics_text_t *t, const metrics_ps_sample_t *p)
         {"salus_ps_fed_rounds_timed_out_total", "counter",
          "Federated rounds closed by --ps-fed-timeout-ms with the pushes they had.", "",
          PSF(fed_rounds_timed_out), 0},
+        {"salus_ps_views_total", "counter",
+         "Table views taken here (replicas: fail-over, a server joined or left).", "",
+         PSF(views), 0},
+        {"salus_ps_shards_moved_total", "counter",
+         "Shards whose primary changed with those views (of the tables here).", "",
+         PSF(shards_moved), 0},
+        {"salus_ps_shard_copies_total", "counter",
+         "Whole-state copies of shards sent (standbys caught up, state handed over).", "",
+         PSF(shard_copies), 0},
 #undef PSF
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {

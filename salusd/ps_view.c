@@ -24,6 +24,14 @@ static uint32_t table_shards_here(const ps_table_t *t)
     return n;
 }
 
+static uint32_t table_primaries_here(const ps_table_t *t)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; t->owner && i < t->layout.shards; i++)
+        n += ps_repl_is_primary(t, i);
+    return n;
+}
+
 static uint64_t table_bytes_here(const ps_table_t *t)
 {
     uint64_t sum = t->agg ? ps_agg_bytes(t->agg) : 0;
@@ -57,6 +65,13 @@ void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer 
         proto_map_uint(&map, "bytes_here", table_bytes_here(t));
         /* the least done among the shards served here (nil: none here) */
         proto_map_int_or_nil(&map, "done", (int64_t)done, done != UINT64_MAX);
+        /* part 2: the view in force here, R, and what its changes moved */
+        proto_map_uint(&map, "view", t->view);
+        proto_map_str(&map, "view_servers", t->view_servers);
+        proto_map_uint(&map, "replicas", t->replicas);
+        proto_map_uint(&map, "primaries_here", table_primaries_here(t));
+        proto_map_uint(&map, "shards_moved", t->moved);
+        proto_map_uint(&map, "replica_copies", t->copies);
         proto_map_end(&map);
     }
 }

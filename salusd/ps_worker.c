@@ -112,7 +112,9 @@ static void pump(ps_table_t *t, uint32_t shard)
         ps_update_t *u = st->head;
         if ((int)t->owner[shard] == t->self_server) {
             int rc = ps_server_update(t, shard, (uint32_t)t->self_source, u);
-            if (rc == -ENOMEM || rc == -EAGAIN) { /* not now: the retry timer tries again */
+            if (rc == PS_UPDATE_PENDING || rc == -ENOMEM || rc == -EAGAIN) {
+                /* taken, the standbys' acks awaited (ps_worker_acked comes then), or not now
+                 * (the retry timer tries again) */
                 st->in_flight = 1;
                 st->sent = 1;
                 st->sent_ns = salusd_now_ns();

@@ -121,6 +121,9 @@ typedef struct ps_sample_s {
     uint64_t updates_sent, updates_applied;  /* per-shard per-clock updates */
     uint64_t staleness_waits, staleness_wait_ns;
     uint64_t refused;                        /* requests refused (bad input, quota, access) */
+    /* the workers' side (part 2): outages ended (updates or reads that could not reach a
+     * shard's primary, answered again after a view change), and the last one's time */
+    uint64_t failovers, failover_last_ns;
 } ps_sample_t;
 int ps_sample(const salusd_t *d, ps_sample_t *sample);
 

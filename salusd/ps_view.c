@@ -57,6 +57,10 @@ void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer 
         proto_map_uint(&map, "bytes_here", table_bytes_here(t));
         /* the least done among the shards served here (nil: none here) */
         proto_map_int_or_nil(&map, "done", (int64_t)done, done != UINT64_MAX);
+        /* the last recovery of its workers' updates and reads after a fail-over (ms; nil:
+         * none) */
+        proto_map_int_or_nil(&map, "failover_ms", (int64_t)(t->failover_ns / 1000000),
+                             t->failovers > 0);
         proto_map_end(&map);
     }
 }

@@ -11,6 +11,9 @@
 #include "ps-internal.h"
 
 #define PS_FAILOVER_TTLS 3
+/* An update or read that waits for a primary is sent again this often (a new primary may
+ * read its view a little after this daemon: -ESTALE until then). */
+#define PS_STALLED_RETRY_MS 500
 
 /* 1 when the table keeps more than one copy of each shard (R > 1 over more than one server):
  * a primary that cannot be reached is waited for (a view replaces it), not failed at once. */

@@ -90,7 +90,13 @@ static int ask_here(ps_fetch_t *f)
             w->n = f->n;
             w->pull = r->pull;
             w->out_index = r->out_index;
-            rc = ps_server_read(t, w); /* (w is kept, or freed) */
+            /* (w is kept, or freed; a shard whose state is not here yet: not ready) */
+            if (ps_retarget_served_here(t, f->shard))
+                rc = ps_server_read(t, w);
+            else {
+                free(w);
+                rc = -ESTALE;
+            }
         }
         if (rc == -ESTALE)
             return 1;
@@ -223,7 +229,11 @@ int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t
             wt->n = to - from;
             wt->pull = p;
             wt->out_index = from - offset;
-            int rc = ps_server_read(t, wt);
+            int rc = -ESTALE;
+            if (ps_retarget_served_here(t, s))
+                rc = ps_server_read(t, wt);
+            else
+                free(wt);
             if (rc == -ESTALE) /* not ready to serve here yet: kept as a fetch, asked again */
                 rc = fetch_slice(t, p, s, min_done, from - first, to - from, from - offset);
             if (rc < 0)

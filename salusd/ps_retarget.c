@@ -32,6 +32,11 @@ uint64_t ps_retarget_limit_ns(const ps_t *ps)
     return (uint64_t)ttl_s * PS_FAILOVER_TTLS * 1000000000ull;
 }
 
+int ps_retarget_served_here(const ps_table_t *t, uint32_t shard)
+{
+    return (int)t->owner[shard] == t->self_server && t->shards && t->shards[shard];
+}
+
 const char *ps_retarget_primary(const ps_table_t *t, uint32_t shard)
 {
     return ps_ring_name(t->ring, t->owner[shard]);

@@ -20,6 +20,9 @@
 int ps_retarget_replicated(const ps_table_t *t);
 /* How long an update or read may wait for a primary: PS_FAILOVER_TTLS lease TTLs. */
 uint64_t ps_retarget_limit_ns(const ps_t *ps);
+/* 1 when this daemon is shard's primary and holds its state (else a read or update of it
+ * here waits, as for -ESTALE). */
+int ps_retarget_served_here(const ps_table_t *t, uint32_t shard);
 /* The node name of shard's primary in the table's current view. */
 const char *ps_retarget_primary(const ps_table_t *t, uint32_t shard);
 /* An update or read (*stalled_ns its mark) cannot reach its primary, why: marked since now

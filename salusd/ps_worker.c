@@ -121,7 +121,10 @@ static void pump_as(ps_table_t *t, uint32_t shard, int resend)
         ps_update_t *u = st->head;
         snprintf(st->sent_to, sizeof(st->sent_to), "%s", ps_retarget_primary(t, shard));
         if ((int)t->owner[shard] == t->self_server) {
-            int rc = ps_server_update(t, shard, (uint32_t)t->self_source, u);
+            /* (a shard this daemon is the primary of but holds no state for yet: not ready) */
+            int rc = ps_retarget_served_here(t, shard)
+                         ? ps_server_update(t, shard, (uint32_t)t->self_source, u)
+                         : -ESTALE;
             if (rc == -ENOMEM || rc == -EAGAIN || rc == -EINPROGRESS) {
                 /* not now (the retry timer tries again), or taken and acknowledged later
                  * (once the standbys have it) */
@@ -243,7 +246,8 @@ static int head_done(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
          * table fails, and its workers hear why */
         char err[PS_ERR_BYTES];
         snprintf(err, sizeof(err), "table '%s': server %s refused the update of shard %u "
-                 "for clock %llu: %s", t->name, st->sent_to[0] ? st->sent_to : ps_retarget_primary(t, shard), shard,
+                 "for clock %llu: %s", t->name,
+                 st->sent_to[0] ? st->sent_to : ps_retarget_primary(t, shard), shard,
                  (unsigned long long)u->clock, strerror(-rc));
         LOG_WARN("ps: %s", err);
         ps_table_fail(t, rc, err);

@@ -574,6 +574,46 @@ START_TEST(test_local_reads_move_to_new_primary)
 }
 END_TEST
 
+/* A shard this daemon became the primary of but holds no state for yet (it is being copied
+ * here): its updates and reads from the workers here wait (not refused), and go once the
+ * state is here (the retry, or the next view). */
+START_TEST(test_primary_not_ready_here)
+{
+    make_group("nr", 1, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "nr", &o0);
+    uint64_t h;
+    ps_table_t *t = open_table(&w0, "nr", &h);
+    ps_shard_destroy(t->shards[0]); /* shard 0: primary here, state not here yet */
+    t->shards[0] = NULL;
+    float ones[N], out[N];
+    fill(ones, N, 1);
+    push_ok(&w0, h, 0, 1, ones);
+    clock_ok(&w0, h, 0);
+    ck_assert_ptr_nonnull(t->streams[0].head);
+    ck_assert_uint_ne(t->streams[0].stalled_ns, 0);
+    ck_assert_ptr_null(t->streams[1].head);
+    result_t p = {0};
+    pull_start(&w0, h, 1, out, &p);
+    ck_assert_uint_eq(fetches_of(t, "local", 1), 1);
+    run_idle();
+    ck_assert_int_eq(p.called, 0);
+    ck_assert_int_eq(t->state, PS_TABLE_READY);
+    /* the state arrives; the retry (every PS_STALLED_RETRY_MS while stalled) finds it */
+    uint64_t first, elems;
+    ps_layout_shard(&t->layout, 0, &first, &elems);
+    t->shards[0] = ps_shard_create(elems, &t->spec.rule, &t->spec.sync, t->sources);
+    ck_assert_ptr_nonnull(t->shards[0]);
+    wait_for(&p);
+    ck_assert_msg(p.rc == 0, "%s", p.err);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(out[i], 1);
+    ck_assert_ptr_null(t->streams[0].head);
+    ck_assert_uint_eq(ps_shard_done(t->shards[0]), 1);
+    ck_assert_uint_eq(t->failovers, 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_worker");
@@ -585,6 +625,7 @@ int main(void)
     tcase_add_test(tc, test_node_down_waits_when_replicated);
     tcase_add_test(tc, test_pull_reply_estale_kept);
     tcase_add_test(tc, test_local_reads_move_to_new_primary);
+    tcase_add_test(tc, test_primary_not_ready_here);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

@@ -100,7 +100,7 @@ void ps_retarget_check(ps_t *ps)
     uint64_t now = salusd_now_ns(), limit = ps_retarget_limit_ns(ps);
     for (ps_table_t *t = ps->tables, *next; t; t = next) {
         next = t->next;
-        if (t->state != PS_TABLE_READY || !t->outage_ns)
+        if (t->state != PS_TABLE_READY)
             continue;
         uint32_t shard = 0;
         int read = 0;
@@ -217,6 +217,14 @@ void ps_worker_view_changed(ps_table_t *t)
     if (t->state != PS_TABLE_READY || !t->ring || !t->owner)
         return;
     uint32_t resent = 0, asked = 0, moved = 0;
+    /* a new view is progress: what still waits for a primary has the whole bound again */
+    uint64_t now = salusd_now_ns();
+    for (uint32_t s = 0; t->streams && s < t->layout.shards; s++)
+        if (t->streams[s].stalled_ns)
+            t->streams[s].stalled_ns = now;
+    for (ps_fetch_t *f = t->ps->fetches; f; f = f->next)
+        if (f->table == t && f->stalled_ns)
+            f->stalled_ns = now;
     open_on_joined(t); /* before any update or read goes to them */
     for (uint32_t s = 0; t->streams && s < t->layout.shards; s++) {
         ps_stream_t *st = &t->streams[s];

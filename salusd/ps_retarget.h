@@ -2,7 +2,8 @@
  * an update or read that cannot reach its shard's primary (the server is down, or answers
  * -ESTALE: it is not the primary in its view, or the shard is moving) is kept, "stalled", and
  * sent again to the shard's primary at the next view change (ps_worker_view_changed) or retry;
- * within PS_FAILOVER_TTLS lease TTLs (the cluster's), else the table fails with a clear error.
+ * answered within PS_FAILOVER_TTLS lease TTLs (the cluster's) of its stall or of the last view
+ * change (a new view is progress), else the table fails with a clear error.
  * The time from the table's first stall to the first stalled update or read answered after
  * it is the recovery's (logged, salus_ps_failover_seconds, `salusctl groups`). */
 #ifndef SALUS_SALUSD_PS_RETARGET_H

@@ -457,6 +457,15 @@ static int clock_update(ps_table_t *t, ps_update_t *u, const float *sum,
     return 0;
 }
 
+/* The table failed before the last `unmade` shards' updates of a clock were made: they will
+ * never be acknowledged (the outgoing goes with the last update that was made, or now). */
+static void forget_unmade(ps_outgoing_t *out, uint32_t unmade)
+{
+    out->pending -= unmade;
+    if (out->pending == 0)
+        free(out);
+}
+
 /* A clock complete on this node: its sum goes to every shard as one update; the first
  * PS_PUMP_TURN_BYTES of them at once, the rest from the pump timer, a turn at a time (a large
  * table's clock would otherwise hold the loop while every update is copied and sent). */
@@ -479,6 +488,7 @@ static void send_clock(ps_table_t *t, uint64_t clock)
         if (!u || clock_update(t, u, sum, written, first, elems) < 0) {
             if (u)
                 update_free(u);
+            forget_unmade(out, t->layout.shards - s);
             ps_table_fail(t, -ENOMEM, "out of memory sending a clock's updates");
             return;
         }
@@ -490,8 +500,10 @@ static void send_clock(ps_table_t *t, uint64_t clock)
         budget -= bytes < budget ? bytes : budget;
         if (budget == 0)
             arm_pump(t->ps);
-        if (t->state == PS_TABLE_FAILED)
+        if (t->state == PS_TABLE_FAILED) {
+            forget_unmade(out, t->layout.shards - s - 1);
             return;
+        }
     }
 }
 

@@ -409,9 +409,17 @@ START_TEST(test_estale_kept_then_bounded)
     ps_worker_retry(d.ps);
     ck_assert_int_eq(t->state, PS_TABLE_READY);
     ck_assert_ptr_eq(st->head, u);
-    /* past the bound */
+    /* past the bound, but a view came meanwhile (progress): the whole bound again */
     uint64_t limit = ps_retarget_limit_ns(d.ps);
     ck_assert_uint_eq(limit, (uint64_t)d.config.cluster_lease_ttl_s * 3 * 1000000000ull);
+    uint64_t before = salusd_now_ns();
+    st->stalled_ns = before - limit - 1000000000ull;
+    ps_worker_view_changed(t);
+    ck_assert_uint_ge(st->stalled_ns, before);
+    ck_assert_ptr_eq(st->head, u);
+    ps_worker_retry(d.ps);
+    ck_assert_int_eq(t->state, PS_TABLE_READY);
+    /* past the bound with no view */
     st->stalled_ns = salusd_now_ns() - limit - 1000000000ull;
     ps_worker_retry(d.ps);
     ck_assert_int_eq(t->state, PS_TABLE_FAILED);

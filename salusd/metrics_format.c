@@ -425,6 +425,12 @@ static void ps_families(metrics_text_t *t, const metrics_ps_sample_t *p)
         {"salus_ps_shard_copies_total", "counter",
          "Whole-state copies of shards sent (standbys caught up, state handed over).", "",
          PSF(shard_copies), 0},
+        {"salus_ps_failovers_total", "counter",
+         "Recoveries of this node's workers' updates and reads that could not reach a shard's "
+         "primary (answered again after a view change).", "", PSF(failovers), 0},
+        {"salus_ps_failover_seconds", "gauge",
+         "The last recovery's time: from the first update or read that could not reach a "
+         "primary to the first answered after it.", "", PSF(failover_last_ns), 1},
 #undef PSF
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {

@@ -132,6 +132,9 @@ typedef struct ps_sample_s {
     uint64_t views;                          /* table views taken here (part 2) */
     uint64_t shards_moved;                   /* shards whose primary changed, over them */
     uint64_t shard_copies;                   /* whole-state copies sent */
+    /* the workers' side (part 2): outages ended (updates or reads that could not reach a
+     * shard's primary, answered again after a view change), and the last one's time */
+    uint64_t failovers, failover_last_ns;
 } ps_sample_t;
 int ps_sample(const salusd_t *d, ps_sample_t *sample);
 

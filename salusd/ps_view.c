@@ -72,6 +72,10 @@ void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer 
         proto_map_uint(&map, "primaries_here", table_primaries_here(t));
         proto_map_uint(&map, "shards_moved", t->moved);
         proto_map_uint(&map, "replica_copies", t->copies);
+        /* the last recovery of its workers' updates and reads after a fail-over (ms; nil:
+         * none) */
+        proto_map_int_or_nil(&map, "failover_ms", (int64_t)(t->failover_ns / 1000000),
+                             t->failovers > 0);
         proto_map_end(&map);
     }
 }

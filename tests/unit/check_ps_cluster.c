@@ -4,7 +4,8 @@
  * "local", a group's nodes {local: its world}, a ring agreed on the next loop turn (epoch 1).
  * The views (part 2): the view record's JSON, server sets, the fail-over's decisions (who
  * proposes, the grace, the bounded retries), and without a cluster {local}, number 1, R 1.
- * The cluster side proper is tests/cluster/test_cluster_ps.sh's. */
+ * The views against a real etcd: check_ps_cluster_etcd.c (this program's second file). The
+ * cluster side proper is tests/cluster/test_cluster_ps.sh's. */
 #include "check_run.h"
 #include "groups.h"
 #include "ps_cluster-internal.h"
@@ -933,6 +934,8 @@ START_TEST(test_local_view_create_propose)
 }
 END_TEST
 
+TCase *ps_cluster_etcd_tcase(void); /* check_ps_cluster_etcd.c: the views in a real etcd */
+
 static Suite *ps_cluster_suite(void)
 {
     Suite *s = suite_create("ps_cluster");
@@ -967,6 +970,7 @@ static Suite *ps_cluster_suite(void)
     tcase_add_test(local, test_local_view_watch);
     tcase_add_test(local, test_local_view_create_propose);
     suite_add_tcase(s, local);
+    suite_add_tcase(s, ps_cluster_etcd_tcase());
     return s;
 }
 

@@ -28,13 +28,28 @@ TOOL="$TBIN/ps-tool"
 [ -x "$TOOL" ] || fail "ps-tool was not built"
 SERVERS=n1,n2,n3,n4
 COUNT=4096 K=40 PARTS=4 MS=100 KILL_AT=10 R=3
-export SIMGPU_DEVICES=1 SIMGPU_MEMORY_MB=256
+export SIMGPU_DEVICES=2 SIMGPU_MEMORY_MB=256 # two ranks a worker node, one device each
 nodes_up 6
 node_of() { echo $(($1 / 2 + 5)); } # ranks 0, 1 on n5; 2, 3 on n6
 ALL="n1 n2 n3 n4 n5 n6"
 
 # clocks_closed TAG: the clocks the rank has closed (its log's clocked lines)
-clocks_closed() { grep -c '^clocked ' "$WORK/$1.log" 2>/dev/null || true; }
+clocks_closed() {
+    local n
+    n=$(grep -c '^clocked ' "$WORK/$1.log" 2>/dev/null) || true
+    echo "${n:-0}"
+}
+# all_closed N TAG...: every rank closed N clocks; fails at once when one ended before
+all_closed() {
+    local n="$1" tag
+    shift
+    for tag in "$@"; do
+        [ "$(clocks_closed "$tag")" -ge "$n" ] && continue
+        kill -0 "$(pid_of "$tag")" 2>/dev/null ||
+            fail "rank $tag ended before clock $n: $(tail -n 3 "$WORK/$tag.out" "$WORK/$tag.err")"
+        return 1
+    done
+}
 
 # phase NAME kill|cut: one group's training across the loss of a primary (above)
 phase() {
@@ -49,14 +64,13 @@ phase() {
             opens w $COUNT add bsp "$SERVERS" train $r 0 $COUNT $K $PARTS $MS "$WORK/$tag.log" \
             pullto 0 $COUNT "$WORK/$tag.final" close
     done
-    wait_until 60 '[ "$(clocks_closed '"$name"'0)" -ge '$KILL_AT' ] && [ "$(clocks_closed '"$name"'1)" -ge '$KILL_AT' ] &&
-        [ "$(clocks_closed '"$name"'2)" -ge '$KILL_AT' ] && [ "$(clocks_closed '"$name"'3)" -ge '$KILL_AT' ]' || {
+    wait_until 60 all_closed $KILL_AT "${tags[@]}" || {
         for tag in "${tags[@]}"; do echo "--- $tag: $(tail -n 2 "$WORK/$tag.out" "$WORK/$tag.err" "$WORK/$tag.log" 2>/dev/null)" >&2; done
         fail "$name: the ranks did not close $KILL_AT clocks within 60 s"
     }
     # the view: written with the table, R = 3 over the four servers
     view=$(view_of 5 "$g" w)
-    [ -n "$view" ] || fail "$name: no view record of table w under $PS_PREFIX/psv/$(id -u)/$g/ in etcd: $(etcd_range 5 "$PS_PREFIX/ps" | cut -c1-300)"
+    [ -n "$view" ] || fail "$name: no view record of table w under $PS_PREFIX/psv/$(id -u)/$g/ in etcd: $(etcd_range 5 "$PS_PREFIX/" | cut -c1-200); rank 0: $(tail -n 3 "$WORK/${name}0.log" "$WORK/${name}0.out" "$WORK/${name}0.err")"
     [ "$(view_servers "$view")" = "$SERVERS" ] || fail "$name: the view's servers are not $SERVERS: $view"
     [ "$(view_replicas "$view")" = "$R" ] || fail "$name: the view's replica count is not $R: $view"
     shards=$(table_field 5 "$g" w shards)

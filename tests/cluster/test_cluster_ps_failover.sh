@@ -13,7 +13,8 @@
 #     exactly the sum of the acknowledged pushes, element by element (none lost, none doubled),
 #     and every pull reading exactly the acknowledged pushes of the clocks before its own; the
 #     recovery time is printed (kill -> the first push acknowledged after a pull that began
-#     after the kill), with the worker daemons' own lines about the view change.
+#     after the kill), with the worker daemons' own figure (failover_ms of the table in
+#     `salusctl groups --json` on n5 and n6, which must be there, and their log lines).
 #  2. the checker's negative checks: the logs of part 1 with one acknowledged push removed,
 #     and with one duplicated, must each be refused.
 #  3. the same as 1 with a veth cut (the hub's end of the primary's veth down: its daemon lives
@@ -53,7 +54,7 @@ all_closed() {
 
 # phase NAME kill|cut: one group's training across the loss of a primary (above)
 phase() {
-    local name="$1" how="$2" g="$1-$SUFFIX" i r tag view victim shards t_kill t_view now_view rest
+    local name="$1" how="$2" g="$1-$SUFFIX" i r ms tag view victim shards t_kill t_view now_view rest
     local tags=() logs=() finals=()
     for r in 0 1 2 3; do
         tag="$name$r"
@@ -62,7 +63,7 @@ phase() {
         finals+=("$WORK/$tag.final")
         PS_ENV="SALUS_PS_REPLICAS=$R" ps_rank "$(node_of $r)" "$g" 4 $r "$tag" "$TOOL" \
             opens w $COUNT add bsp "$SERVERS" train $r 0 $COUNT $K $PARTS $MS "$WORK/$tag.log" \
-            pullto 0 $COUNT "$WORK/$tag.final" close
+            pullto 0 $COUNT "$WORK/$tag.final" touch "$WORK/$tag.done" wait "$WORK/go.$name" close
     done
     wait_until 60 all_closed $KILL_AT "${tags[@]}" || {
         for tag in "${tags[@]}"; do echo "--- $tag: $(tail -n 2 "$WORK/$tag.out" "$WORK/$tag.err" "$WORK/$tag.log" 2>/dev/null)" >&2; done
@@ -94,7 +95,21 @@ phase() {
     t_view=$(date +%s%N)
     now_view=$(view_of 5 "$g" w)
     echo "$name: the view in etcd is $now_view (seen $(python3 -c "print('%.2f' % (($t_view - $t_kill) / 1e9))") s after losing $victim, TTL $TTL s)"
-    ranks_wait 90 "${tags[@]}"
+    wait_until 90 '[ -e "$WORK/${name}0.done" ] && [ -e "$WORK/${name}1.done" ] && [ -e "$WORK/${name}2.done" ] && [ -e "$WORK/${name}3.done" ]' || {
+        for tag in "${tags[@]}"; do echo "--- $tag: $(tail -n 2 "$WORK/$tag.out" "$WORK/$tag.err" "$WORK/$tag.log" 2>/dev/null)" >&2; done
+        fail "$name: the ranks did not finish their $K clocks within 90 s of losing $victim"
+    }
+    # the worker daemons' own figure (p2's fail-over: the last recovery of the table's updates
+    # and reads, `salusctl groups`), while the group still runs
+    for i in 5 6; do
+        ms=$(table_field "$i" "$g" w failover_ms)
+        echo "$name: n$i's salusctl groups: table w failover_ms=$ms"
+        [[ "$ms" =~ ^[0-9]+$ ]] || fail "$name: n$i's daemon reports no recovery of table w (failover_ms '$ms')"
+        grep -E "ps: table 'w' of group $g: (new view|recovered after)" "$WORK/n$i/salusd.log" | tail -n 2 |
+            sed -e "s/^.* info /$name: n$i: /" || true
+    done
+    touch "$WORK/go.$name"
+    ranks_wait 30 "${tags[@]}"
     for r in 0 1 2 3; do
         tag="$name$r"
         qgrep -E "^train id=$r clocks=$K rc=0$" "$WORK/$tag.out" ||
@@ -113,10 +128,6 @@ last = max(int(l.split("t_ns=")[1].split()[0]) for p in sys.argv[3:] for l in op
 print("last push acknowledged %.2f s after the loss (lease TTL %g s)" % ((last - t_kill) / 1e9, ttl))
 sys.exit(0 if last - t_kill > ttl * 1e9 else 1)' "$t_kill" "$TTL" "${logs[@]}" ||
         fail "$name: training did not go on past the lease's end"
-    for i in 5 6; do
-        grep -E "ps:.*(view|primary|fail-over|failover)" "$WORK/n$i/salusd.log" | grep -F "$g" | tail -n 3 |
-            sed "s/^/$name: n$i: /" || true
-    done
     VICTIM=$victim
 }
 

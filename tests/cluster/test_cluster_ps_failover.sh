@@ -8,7 +8,8 @@
 #  1. kill -9: once every rank has closed $KILL_AT clocks, the daemon of the server that is
 #     primary of the most shards (from the table's view in etcd, P/psv/UID/GROUP/EPOCH/TABLE, and
 #     the ring's placement: ps_failover.py place) is killed. The view in etcd must change to the
-#     three others (the lease expired: a transaction), training must go on to clock $K with no
+#     three others (the lease expired: a transaction), a survivor's log line "M of N primaries
+#     moved, C copies" must be the placement's (ps_failover.py moves), training must go on to clock $K with no
 #     failed call, and the checker (ps_failover.py adds) must find in every rank's final table
 #     exactly the sum of the acknowledged pushes, element by element (none lost, none doubled),
 #     and every pull reading exactly the acknowledged pushes of the clocks before its own; the
@@ -54,7 +55,7 @@ all_closed() {
 
 # phase NAME kill|cut: one group's training across the loss of a primary (above)
 phase() {
-    local name="$1" how="$2" g="$1-$SUFFIX" i r ms tag view victim shards t_kill t_view now_view rest
+    local name="$1" how="$2" g="$1-$SUFFIX" i r ms want tag view victim shards t_kill t_view now_view rest
     local tags=() logs=() finals=()
     for r in 0 1 2 3; do
         tag="$name$r"
@@ -95,6 +96,14 @@ phase() {
     t_view=$(date +%s%N)
     now_view=$(view_of 5 "$g" w)
     echo "$name: the view in etcd is $now_view (seen $(python3 -c "print('%.2f' % (($t_view - $t_kill) / 1e9))") s after losing $victim, TTL $TTL s)"
+    # a survivor's account of the change (ps_repl's log line) must be the ring's placement's
+    i=$(cut -d, -f1 <<<"$rest")
+    i=${i#n}
+    want=$("${PS_CHECK[@]}" moves "$SERVERS" "$rest" w "$shards" $R |
+        sed 's/primaries=\([0-9]*\) copies=\([0-9]*\) shards=\([0-9]*\)/\1 of \3 primaries moved, \2 copies/')
+    wait_until 10 'grep -E "ps: table $g/w view [1-9][0-9]* -> [0-9]+: " "$WORK/n$i/salusd.log" | tail -n 1 | qgrep -F ": $want"' ||
+        fail "$name: n$i's account of the view change is not the placement's ($want): $(grep -E "ps: table $g/w view" "$WORK/n$i/salusd.log" | tail -n 2)"
+    echo "$name: n$i: $(grep -E "ps: table $g/w view [1-9][0-9]* -> " "$WORK/n$i/salusd.log" | tail -n 1 | sed 's/.* info //')"
     wait_until 90 '[ -e "$WORK/${name}0.done" ] && [ -e "$WORK/${name}1.done" ] && [ -e "$WORK/${name}2.done" ] && [ -e "$WORK/${name}3.done" ]' || {
         for tag in "${tags[@]}"; do echo "--- $tag: $(tail -n 2 "$WORK/$tag.out" "$WORK/$tag.err" "$WORK/$tag.log" 2>/dev/null)" >&2; done
         fail "$name: the ranks did not finish their $K clocks within 90 s of losing $victim"

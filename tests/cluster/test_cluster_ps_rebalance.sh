@@ -9,9 +9,10 @@
 #     n5` (n5 runs no rank): both tables' views in etcd become n1..n5, while training goes on.
 #     Printed: the fraction of shards whose primary moved, by the ring's placement (ps_failover.py
 #     moves: the views' servers before and after, the shard counts salusctl groups lists;
-#     expected about 1/5) and as the daemons say it (their log lines), checked within
-#     [$MOVED_MIN, $MOVED_MAX] and equal to each other; the replica copies n5 gained (its
-#     shards_here in salusctl groups) must equal the placement's count of new copies.
+#     expected about 1/5) and as the daemons say it (n1's log line per table: "M of N primaries
+#     moved, C copies", which must equal the placement's), checked within [$MOVED_MIN,
+#     $MOVED_MAX]; the replica copies n5 gained (its shards_here in salusctl groups) must equal
+#     the placement's count of new copies.
 #     Training's result is unchanged: every rank's final weights equal those of the base run
 #     element-wise within RTOL (ps_sync_check.py weights; test_cluster_ps_sync.sh explains
 #     1e-4: float sums in another order, while one gradient lost or applied twice moves weights
@@ -94,24 +95,26 @@ done
 [ "$(reads join0)" -lt "$K" ] || fail "training was over before n5 had its shards: the join did not happen during training"
 echo "n5 had its shards with rank 0 at clock $(reads join0) of $K"
 mlp_done join
-# the daemons' own account of the primaries that moved (their log lines)
-daemon_moved=$(cat "$WORK"/n[1-5]/salusd.log | python3 -c '
-import re, sys
-group = sys.argv[1]
-n = 0
-for line in sys.stdin:
-    m = re.search(r"ps: table .(mlp-w|mlp-loss). of group " + re.escape(group) + r".* (\d+) primar(y|ies) moved", line)
-    if m:
-        n += int(m.group(2))
-print(n)' "$G")
+# the daemons' own account of the change (n1's log line per table: "ps: table G/T view A -> B:
+# M of N primaries moved, C copies"), which must agree with the ring's placement
+daemon_moved=0
+for t in mlp-w mlp-loss; do
+    line=$(grep -E "ps: table $G/$t view [1-9][0-9]* -> [0-9]+: " "$WORK/n1/salusd.log" | tail -n 1)
+    [ -n "$line" ] || fail "n1 logged no view change of $t: $(grep -E "ps: table $G/" "$WORK/n1/salusd.log" | tail -n 3)"
+    echo "n1: ${line#* info }"
+    model=$("${PS_CHECK[@]}" moves "${OLD[$t]}" n1,n2,n3,n4,n5 "$t" "${SHARDS[$t]}" $R)
+    want="$(sed 's/primaries=\([0-9]*\) copies=\([0-9]*\) shards=\([0-9]*\)/\1 of \3 primaries moved, \2 copies/' <<<"$model")"
+    [[ "$line" == *": $want" ]] || fail "n1's account of $t ('${line#*: }') is not the ring's placement ($want)"
+    m=${line##*: }
+    daemon_moved=$((daemon_moved + ${m%% of *}))
+done
 python3 -c '
 import sys
 moved, shards, daemons, lo, hi = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
 print("shards whose primary moved: %d of %d = %.3f by the ring, %d by the daemons (expected about 1/5; range %g .. %g)"
       % (moved, shards, moved / shards, daemons, lo, hi))
 sys.exit(0 if lo <= moved / shards <= hi and daemons == moved else 1)' \
-    "$total_moved" "$total_shards" "$daemon_moved" $MOVED_MIN $MOVED_MAX ||
-    fail "the fraction of primaries moved is off (above): $(grep -h "ps: .*$G" "$WORK"/n[1-5]/salusd.log | grep -i 'mov\|view' | tail -n 5)"
+    "$total_moved" "$total_shards" "$daemon_moved" $MOVED_MIN $MOVED_MAX || fail "the fraction of primaries moved is off (above)"
 "${SYNC_CHECK[@]}" weights "$WORK/base0.w" "$WORK/join0.w" "$RTOL" ||
     fail "the weights with n5's join differ from those of the run without it beyond $RTOL"
 "${SYNC_CHECK[@]}" adds "$WORK"/join{0,1,2,3}.log || fail "the add table mlp-loss is off after the join (above)"

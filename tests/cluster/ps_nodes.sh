@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers of the parameter-server part-2 cluster tests (test_cluster_ps_failover.sh,
 # test_cluster_ps_rebalance.sh): sourced after lib.sh and nodes.sh.
 #   ps_rank I GROUP WORLD RANK TAG CMD...  CMD as rank RANK of GROUP on node I under salusctl
@@ -13,6 +14,7 @@
 #   ranks_wait SECONDS TAG...    waits (bounded) until the ranks have exited, and checks each
 #                                exited 0; on a timeout shows their last lines and fails
 PS_PREFIX=/salus
+# shellcheck disable=SC2034 # used by the tests that source this
 PS_CHECK=(python3 "$(dirname "${BASH_SOURCE[0]}")/ps_failover.py")
 
 ps_rank() {
@@ -60,7 +62,7 @@ for g in json.load(sys.stdin):
 }
 
 ranks_wait() {
-    local seconds="$1" tag pid rc pids=()
+    local seconds="$1" tag rc pids=()
     shift
     for tag in "$@"; do pids+=("$(pid_of "$tag")"); done
     wait_until "$seconds" all_exited "${pids[@]}" || {

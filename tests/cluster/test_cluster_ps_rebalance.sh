@@ -24,7 +24,7 @@
 . "$(dirname "$0")/ps_nodes.sh"
 
 SYNC_CHECK=(python3 "$(dirname "$0")/ps_sync_check.py")
-RTOL=1e-4 K=40 SLOW_MS=120 JOIN_AT=8 R=3 WORLD=4
+RTOL=1e-4 K=60 SLOW_MS=120 JOIN_AT=8 R=3 WORLD=4
 MOVED_MIN=0.05 MOVED_MAX=0.45
 ARGS=(--seed 7 --inputs 24 --hidden 48 --outputs 6 --samples 200 --lr 0.05 --print-every 10
     --iterations "$K" --batch 8 --ps bsp --ps-slow-ms "$SLOW_MS")

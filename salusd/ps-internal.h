@@ -96,6 +96,8 @@ typedef struct ps_fetch_s {
     ps_rider_t *riders;
     uint64_t sent_ns;            /* when it was (last) sent: resent after PS_FETCH_RESEND_MS
                                   * (a lost request or reply; the server answers a req once) */
+    uint64_t stalled_ns;         /* since when it cannot reach the shard's primary (its server
+                                  * is down, or answered -ESTALE); 0: it can (ps_retarget.c) */
     struct ps_fetch_s *next;
 } ps_fetch_t;
 
@@ -124,6 +126,11 @@ typedef struct ps_stream_s {
     uint64_t next_seq;        /* the seq of the next update made */
     uint64_t sent_ns;         /* when it completed: the retry counts from there, so that a
                                * large update still on its way is never sent twice */
+    char sent_to[PS_NODE_BYTES]; /* the primary the head last went to (this daemon's name
+                               * when applied here): a view that names another one sends
+                               * it again */
+    uint64_t stalled_ns;      /* since when the head cannot reach the shard's primary (its
+                               * server is down, or answered -ESTALE); 0: it can */
 } ps_stream_t;
 
 typedef enum ps_table_state_e { PS_TABLE_OPENING, PS_TABLE_READY, PS_TABLE_FAILED } ps_table_state_t;
@@ -137,7 +144,7 @@ struct ps_table_s {
     char name[PS_NAME_BYTES];
     uint64_t epoch;
     ps_table_spec_t spec;     /* count, rule, sync; servers as agreed (sorted) */
-    char rule_text[32], sync_text[32];
+    char rule_text[PS_FED_RULE_BYTES], sync_text[32]; /* rule: up to 63 characters (fedavg) */
     ps_table_state_t state;
     int error;                /* PS_TABLE_FAILED: why */
     char error_text[PS_ERR_BYTES];
@@ -168,14 +175,23 @@ struct ps_table_s {
     /* server side */
     ps_shard_t **shards;      /* per shard; NULL where this daemon holds no replica of it */
     ps_wait_t *waits;
+    struct ps_fed_table_s *fed; /* a federated table (salusd/ps_fed.c): the rounds, no shards */
     /* part 2: replicas and views (ps_repl.c) */
-    uint32_t replicas;        /* R: the view's (until a view is read: the open's) */
+    uint32_t replicas;        /* R: the view's (until a view is read: the open's; 0 counts
+                               * as 1). R > 1 (and more than one server): the worker side
+                               * waits for the next view when a primary cannot be reached,
+                               * else it fails at once (part 1) */
     uint64_t view;            /* the number of the view in force here (0: none yet) */
     char view_servers[PS_SERVERS_BYTES]; /* its servers (sorted); "": the ring record's */
     int watching;             /* ps_cluster_view_watch was called */
     struct ps_repl_shard_s *repl; /* per shard: this daemon's part in its replica set */
     struct ps_forward_s *forwards; /* updates applied here as primary, waiting for standbys */
     uint64_t moved, copies;   /* primaries moved, replica copies made, over its views */
+    /* the worker side's fail-over (ps_retarget.c): since when an update or read of the table
+     * cannot reach its shard's primary (0: all can), why, and the recoveries seen */
+    uint64_t outage_ns;
+    char outage_why[PS_ERR_BYTES];
+    uint64_t failovers, failover_ns; /* failover_ns: the last recovery's time */
     ps_table_t *next;
 };
 
@@ -269,7 +285,8 @@ int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint6
                    size_t err_size);
 int ps_worker_clock(ps_table_t *t, uint32_t worker, uint64_t clock, char *err,
                     size_t err_size);
-/* The head of a shard's stream was acknowledged (seq): the next goes. */
+/* The head of a shard's stream was acknowledged (seq): the next goes. rc -ESTALE: not by the
+ * primary (a view change is under way): kept, and sent again at the next view or retry. */
 void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc);
 /* The send of update seq of a shard's stream completed (ps_msg.c's sent callback); ok 0: it
  * failed (a link that dropped), and the next retry sends it again. */
@@ -289,12 +306,15 @@ int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t
 void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
                    const float *values, uint64_t n, uint64_t done, uint64_t done_at_request,
                    uint64_t waited_ns, int waited);
-/* A fetch's answer (or failure) goes to each of its riders; the fetch is freed. */
+/* A fetch's answer (or failure) goes to each of its riders; the fetch is freed. But rc
+ * -ESTALE (its server is not the shard's primary now, or the shard is moving): the fetch is
+ * kept (back on ps->fetches) and asked again at the next view change or retry. */
 void ps_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values,
                      uint64_t done, uint64_t done_at_request, uint64_t waited_ns, int waited);
 /* The table's fetches on their way fail (rc, err). */
 void ps_worker_fail_fetches(ps_table_t *t, int rc, const char *err);
-/* Fails every update stream and fetch that waits on node (peer down). */
+/* Node is down (peer down): the update streams and fetches that wait on it fail (R 1), or
+ * wait for the next view (R > 1; ps_retarget.c), at most PS_FAILOVER_TTLS lease TTLs. */
 void ps_worker_node_down(ps_t *ps, const char *node);
 
 /* ps_server.c */
@@ -419,5 +439,12 @@ int ps_repl_recv(ps_t *ps, const char *node, int type, struct rbuf_s *r, ps_tabl
 /* ps_worker.c / ps_pull.c: the table's view changed: the heads of the update streams and the
  * fetches whose primary changed go again to the new primaries (same seq: applied once). */
 void ps_worker_view_changed(ps_table_t *t);
+/* (ps_retarget.c; what it needs of the server side:) t->self_server is this daemon's index in
+ * the new ring; reads kept on a shard this daemon no longer primaries (ps_wait_t with pull !=
+ * NULL) are left on t->waits: ps_worker_view_changed asks them of the new primary. For the
+ * local source's updates (pump), ps_server_update may answer -EINPROGRESS: taken, and the
+ * acknowledgement comes later (ps_worker_acked, never from inside that call), once the
+ * standbys have it; and -ESTALE (ps_server_read too: w is freed as on any error): not the
+ * primary yet, the worker side keeps the update or read and tries again later. */
 
 #endif

@@ -199,6 +199,27 @@ static void fence_waits(ps_table_t *t)
     }
 }
 
+/* A shard that stays primaried here: its forwards wait on the same standbys by name (the
+ * indices change with the set); a new standby is waited for too (its copy, taken after the
+ * update, stands for it), one that left is not. */
+static void remap_forwards(ps_table_t *t, uint32_t shard, const ps_repl_shard_t *old,
+                           const ps_repl_shard_t *now)
+{
+    for (ps_forward_t *f = t->forwards; f; f = f->next) {
+        if (f->shard != shard)
+            continue;
+        uint8_t waiting[PS_MAX_REPLICAS] = {0};
+        for (uint32_t k = 0; k < now->nstandbys; k++) {
+            waiting[k] = 1;
+            for (uint32_t j = 0; j < old->nstandbys; j++)
+                if (strcmp(old->standby[j].node, now->standby[k].node) == 0)
+                    waiting[k] = f->waiting[j];
+        }
+        memcpy(f->waiting, waiting, sizeof(waiting));
+    }
+    ps_repl_arm(t->ps); /* (one that waits on nobody now is acknowledged at the check) */
+}
+
 static void apply_view(ps_table_t *t, const ps_view_t *v)
 {
     ps_t *ps = t->ps;
@@ -251,6 +272,8 @@ static void apply_view(ps_table_t *t, const ps_view_t *v)
                     if (strcmp(old->standby[j].node, rs->standby[k].node) == 0 &&
                         old->standby[j].copy_req == 0)
                         rs->standby[k].copy_req = UINT64_MAX; /* (marker: in step) */
+            if (was_primary)
+                remap_forwards(t, i, old, rs);
         }
         if (!rs->replica && t->shards[i]) {
             ps_shard_destroy(t->shards[i]);

@@ -1693,6 +1693,52 @@ START_TEST(test_repl_local_source_waits)
 }
 END_TEST
 
+
+/* A view that adds a standby while an update waits for the old one: the update waits for both
+ * (the new one through its copy, taken after the update). */
+START_TEST(test_repl_forward_across_views)
+{
+    alive_nodes[0] = "n3";
+    alive_nodes[1] = "n4";
+    ps_table_t *t = open_replicated("local,n3,n4", 2);
+    uint32_t s = shard_where(t, 1);
+    ck_assert_uint_eq(t->repl[s].nstandbys, 1);
+    char old_standby[64];
+    snprintf(old_standby, sizeof(old_standby), "%s", t->repl[s].standby[0].node);
+    const char *added = strcmp(old_standby, "n3") == 0 ? "n4" : "n3";
+    msg_t m;
+    sent_clear();
+    msg_update_of(&m, 4, s, 1, 0);
+    ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
+    ck_assert_int_eq(sent_count(16, old_standby), 1);
+    ps_view_t v = view_of(2, "local,n3,n4", 3); /* R 2 -> 3: the primaries stay */
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &v);
+    ck_assert(ps_repl_is_primary(t, s));
+    ck_assert_uint_eq(t->repl[s].nstandbys, 2);
+    ck_assert_uint_eq(t->moved, 0);
+    /* the copy to the added standby, none to the one in step */
+    sent_t *c = NULL;
+    for (int k = 0; (c = sent_find(18, added, k)); k++)
+        if (sent_get(c, 4) == s)
+            break;
+    ck_assert_ptr_nonnull(c);
+    uint64_t req = sent_get(c, 8);
+    for (int k = 0; (c = sent_find(18, old_standby, k)); k++)
+        ck_assert_uint_ne(sent_get(c, 4), s);
+    msg_repl_ack(&m, s, 1, 0);
+    ps_msg_recv(d.ps, old_standby, m.b, m.len, NULL, 0);
+    ps_repl_check(d.ps);
+    ck_assert_int_eq(sent_count(5, "n2"), 0); /* the added one has not taken its copy */
+    msg_begin(&m, 19, 1000, 7, "rr", "t");
+    msg_put(&m, s, 4);
+    msg_put(&m, req, 8);
+    msg_put(&m, 0, 4);
+    ps_msg_recv(d.ps, added, m.b, m.len, NULL, 0);
+    ck_assert_int_eq(sent_count(5, "n2"), 1);
+    ck_assert_ptr_null(t->forwards);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_service");
@@ -1727,6 +1773,7 @@ int main(void)
     tcase_add_test(tr, test_repl_failover_takes_over);
     tcase_add_test(tr, test_repl_copy_to_new_standby);
     tcase_add_test(tr, test_repl_local_source_waits);
+    tcase_add_test(tr, test_repl_forward_across_views);
     suite_add_tcase(s, tr);
     return check_run_suite(s);
 }

@@ -68,7 +68,7 @@ static void op_error(servers_op_t *op, proto_error_code_t code, const char *fmt,
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
     if (op->conn)
-        server_reply_error(op->conn, op->id, code, 0, "ps-servers: %s", text);
+        server_reply_error(op->conn, op->id, code, 0, "%s", text);
     op_free(op);
 }
 
@@ -246,8 +246,12 @@ static void on_listed(void *ctx, const etcd_result_t *res)
         changes += rc;
     }
     if (changes == 0) {
-        op_error(op, PROTO_EBADARG, "%s is %s a server of group '%s''s tables (%s)", op->node,
-                 op->add ? "already" : "not", op->group, op->tables[0].view.servers);
+        if (op->add)
+            op_error(op, PROTO_EBADARG, "%s is already a server of every table of group '%s' "
+                     "(%s)", op->node, op->group, op->tables[0].view.servers);
+        else
+            op_error(op, PROTO_EBADARG, "%s is not a server of any table of group '%s' (%s)",
+                     op->node, op->group, op->tables[0].view.servers);
         return;
     }
     for (uint32_t i = 0; i < op->count; i++) {
@@ -281,36 +285,36 @@ void ps_cluster_handle_servers(conn_t *c, const proto_msg_t *msg)
         (has_add && proto_get_str_copy(&msg->body, "add", add, sizeof(add)) < 0) ||
         (has_rem && proto_get_str_copy(&msg->body, "remove", rem, sizeof(rem)) < 0)) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
-                           "ps-servers: usage {group, add: NODE | remove: NODE}");
+                           "usage {group, add: NODE | remove: NODE}");
         return;
     }
     const char *node = has_add ? add : rem;
     if (!node_name_ok(node)) {
-        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "ps-servers: '%s' is not a node name",
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "'%s' is not a node name",
                            node);
         return;
     }
     cluster_t *cl = cl_of(d);
     ps_cluster_t *ps = ps_of(d);
     if (!cl) {
-        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "ps-servers: salusd runs without "
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "salusd runs without "
                            "--cluster: a table's server is this node and never changes");
         return;
     }
     if (!ps || !ps->started || cl->lease_lost) {
-        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "ps-servers: node %s is %s", cl->node,
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "node %s is %s", cl->node,
                            cl->lease_lost ? "not a member of the cluster now (its lease was "
                                             "lost)" : "not serving parameter servers");
         return;
     }
     if (has_add && !ps_cluster_member_alive(d, node)) {
-        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "ps-servers: %s is not a live member "
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "%s is not a live member "
                            "of the cluster", node);
         return;
     }
     servers_op_t *op = calloc(1, sizeof(*op));
     if (!op) {
-        server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "ps-servers: out of memory");
+        server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
         return;
     }
     op->conn = c;

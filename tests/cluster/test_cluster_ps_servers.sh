@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# salusctl ps-servers across three nodes (network namespaces, a salusd --cluster each, a real
+# etcd): the views of a group's tables (P/psv/UID/GROUP/EPOCH/TABLE, written here as a table's
+# open writes them) get NODE added or removed by a compare-and-swap from any member's daemon:
+#  1. --add n3 on n1: every table of the group's newest run gets n3 ("table T: view N -> M
+#     servers n1,n2,n3"), R kept; an older run of the group is not touched;
+#  2. refused, nothing written: n3 already in, a node that is no member, a node in no view,
+#     an unknown group, the last server of a table, a malformed view in etcd, bad usage;
+#  3. --remove n1 on n2 (another daemon): the views lose n1;
+#  4. the caller's uid: another user cannot touch root's group (unknown to it), and changes
+#     its own.
+. "$(dirname "$0")/lib.sh"
+TTL=${TTL:-3}
+. "$(dirname "$0")/nodes.sh"
+
+PREFIX=/salus
+U=$(id -u)
+export SIMGPU_DEVICES=1 SIMGPU_MEMORY_MB=256
+nodes_up 3
+
+view() { etcd_get 1 "$PREFIX/psv/$1/$2/$3/$4"; }
+put_view() { etcd_put 1 "$PREFIX/psv/$1/$2/$3/$4" "$5"; }
+
+put_view "$U" grp 5 t1 '{"servers":["n1","n2"],"replicas":2}'
+put_view "$U" grp 5 t2 '{"servers":["n1","n2"],"replicas":3}'
+put_view "$U" grp 3 t1 '{"servers":["n1"],"replicas":1}' # an older run of grp
+put_view 4242 grp 5 t1 '{"servers":["n1"],"replicas":1}' # another user's grp
+
+# ---- 1. --add n3 on n1
+out=$(ctl 1 ps-servers grp --add n3) || fail "ps-servers grp --add n3: $out"
+echo "$out"
+qgrep -xE 'table t1: view [0-9]+ -> [0-9]+ servers n1,n2,n3' <<<"$out" || fail "no line for t1: $out"
+qgrep -xE 'table t2: view [0-9]+ -> [0-9]+ servers n1,n2,n3' <<<"$out" || fail "no line for t2: $out"
+[ "$(view "$U" grp 5 t1)" = '{"servers":["n1","n2","n3"],"replicas":2}' ] ||
+    fail "t1's view in etcd: $(view "$U" grp 5 t1)"
+[ "$(view "$U" grp 5 t2)" = '{"servers":["n1","n2","n3"],"replicas":3}' ] ||
+    fail "t2's view in etcd: $(view "$U" grp 5 t2)"
+[ "$(view "$U" grp 3 t1)" = '{"servers":["n1"],"replicas":1}' ] || fail "the older run's view changed"
+[ "$(view 4242 grp 5 t1)" = '{"servers":["n1"],"replicas":1}' ] || fail "another user's view changed"
+qgrep "ps: view of table grp/t1: n3 added by salusctl ps-servers: n1,n2,n3" "$WORK/n1/salusd.log" ||
+    fail "n1's log does not say the change"
+pass "ps-servers --add: each table's view gets the node (compare-and-swap), R kept, other runs and users untouched"
+
+# ---- 2. refused
+refused() { # refused WHY NODE ARGS...: salusctl ps-servers ARGS on NODE fails saying WHY
+    local why="$1" i="$2" out rc=0
+    shift 2
+    out=$(ctl "$i" ps-servers "$@" 2>&1) || rc=$?
+    [ "$rc" -ne 0 ] || fail "ps-servers $* succeeded: $out"
+    qgrep -F -- "$why" <<<"$out" || fail "ps-servers $* says '$out', not '$why'"
+    echo "refused ($rc): $out"
+}
+before=$(view "$U" grp 5 t1)
+refused "n3 is already a server of every table of group 'grp'" 2 grp --add n3
+refused "n9 is not a live member of the cluster" 1 grp --add n9
+refused "n9 is not a server of any table of group 'grp'" 1 grp --remove n9
+refused "unknown group 'nosuch'" 1 nosuch --add n3
+put_view "$U" solo 9 t '{"servers":["n2"],"replicas":1}'
+refused "n2 is its last server" 1 solo --remove n2
+put_view "$U" broken 9 t '{"servers":["n2","n1"],"replicas":1}'
+refused "malformed" 1 broken --add n3
+refused "usage" 1 grp --add
+refused "usage" 1 grp --add n3 --remove n2
+[ "$(view "$U" grp 5 t1)" = "$before" ] || fail "a refused request changed t1's view"
+[ "$(view "$U" solo 9 t)" = '{"servers":["n2"],"replicas":1}' ] || fail "solo's view changed"
+pass "ps-servers refuses (nothing written): already in, no member, not in, unknown group, last server, a malformed view, usage"
+
+# ---- 3. --remove n1 from another daemon
+out=$(ctl 2 ps-servers grp --remove n1) || fail "ps-servers grp --remove n1: $out"
+echo "$out"
+qgrep -xE 'table t1: view [0-9]+ -> [0-9]+ servers n2,n3' <<<"$out" || fail "no line for t1: $out"
+[ "$(view "$U" grp 5 t2)" = '{"servers":["n2","n3"],"replicas":3}' ] ||
+    fail "t2's view in etcd: $(view "$U" grp 5 t2)"
+pass "ps-servers --remove from another member's daemon"
+
+# ---- 4. the caller's uid: another user changes its own groups only
+USR="psv-test-$$"
+useradd -M -N -s /usr/sbin/nologin "$USR" || fail "useradd $USR"
+trap 'userdel "$USR" 2>/dev/null || true; nodes_cleanup' EXIT
+UB=$(id -u "$USR")
+chmod 0755 "$WORK" "$WORK/n1" # the socket lets every local user connect
+put_view "$UB" mine 8 t '{"servers":["n1"],"replicas":1}'
+as_user() { node_exec 1 runuser -u "$USR" -- "$SALUSCTL" --socket "$WORK/n1/salusd.sock" "$@"; }
+out=$(as_user ps-servers grp --add n3 2>&1) && fail "$USR changed root's grp: $out"
+qgrep -F "unknown group 'grp'" <<<"$out" || fail "as $USR: $out"
+out=$(as_user ps-servers mine --add n2 2>&1) || fail "$USR's own group: $out"
+qgrep -xE 'table t: view [0-9]+ -> [0-9]+ servers n1,n2' <<<"$out" || fail "as $USR: $out"
+[ "$(view "$UB" mine 8 t)" = '{"servers":["n1","n2"],"replicas":1}' ] || fail "$USR's view"
+[ "$(view "$U" grp 5 t2)" = '{"servers":["n2","n3"],"replicas":3}' ] || fail "root's view changed"
+pass "ps-servers acts on the caller's own groups only (its uid's keys)"

@@ -324,3 +324,56 @@ int ps_cluster_view_propose(salusd_t *d, uid_t uid, const char *group, uint64_t 
     return propose(vs, uid, group, epoch, table, from, servers, done, arg);
 }
 
+
+/* ---- a group run's views go ------------------------------------------------------------------ */
+
+static void on_forget_read(void *ctx, const etcd_result_t *res)
+{
+    vreq_t *r = ctx;
+    ps_views_t *vs = r->vs;
+    ps_views_req_unlink(vs, r);
+    if (res->error) {
+        LOG_DEBUG("ps: the ring records of group %s cannot be read (%s): its views stay",
+                  r->group, res->message);
+    } else {
+        size_t plen = strlen(r->key);
+        for (size_t i = 0; i < res->count; i++) {
+            const etcd_kv_t *kv = &res->kvs[i];
+            char key[700];
+            if (kv->key_len <= plen || kv->create_revision <= 0 ||
+                memchr(kv->key + plen, '/', kv->key_len - plen))
+                continue;
+            int n = snprintf(key, sizeof(key), "%s/psv/%u/%s/%lld/%.*s", vs->ps->cl->prefix,
+                             (unsigned)r->uid, r->group, (long long)kv->create_revision,
+                             (int)(kv->key_len - plen), kv->key + plen);
+            if (n > 0 && (size_t)n < sizeof(key))
+                etcd_delete(vs->ps->cl->etcd, key, 0, NULL, NULL);
+        }
+    }
+    etcd_delete(vs->ps->cl->etcd, r->key, 1, NULL, NULL);
+    ps_views_req_free(r);
+}
+
+int ps_cluster_view_forget(ps_cluster_t *ps, uint32_t uid, const char *name,
+                           const char *ring_prefix)
+{
+    int rc;
+    ps_views_t *vs = ps_views_ready(ps->d, &rc);
+    if (!vs || !vs->ps)
+        return rc < 0 ? rc : -ENOTCONN;
+    vreq_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    r->vs = vs;
+    r->kind = VREQ_FORGET;
+    r->uid = uid;
+    snprintf(r->group, sizeof(r->group), "%s", name);
+    if (snprintf(r->key, sizeof(r->key), "%s", ring_prefix) >= (int)sizeof(r->key) ||
+        etcd_get(ps->cl->etcd, r->key, 1, on_forget_read, r) < 0) {
+        free(r);
+        return -ENOMEM;
+    }
+    r->next = vs->reqs;
+    vs->reqs = r;
+    return 0;
+}

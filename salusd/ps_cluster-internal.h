@@ -207,6 +207,8 @@ typedef struct vreq_s {     /* an etcd request of this file (or a local answer's
     char value[PS_VIEW_SERVERS_BYTES + 512];
     ps_view_done_fn done;
     void *arg;
+    void (*free_arg)(void *arg); /* when done is never called (stopped): arg's end */
+    int finished;            /* done was called (or free_arg) */
     int cancelled;           /* stopped: no done; its callback frees it */
     struct event *ev;        /* no cluster: the next loop turn */
     struct vreq_s *next;

@@ -114,6 +114,8 @@ void ps_views_req_unlink(ps_views_t *vs, vreq_t *r)
 
 void ps_views_req_free(vreq_t *r)
 {
+    if (!r->finished && r->free_arg)
+        r->free_arg(r->arg);
     if (r->ev)
         event_free(r->ev);
     free(r);
@@ -396,6 +398,8 @@ static void group_release(ps_views_t *vs, uid_t uid, const char *group)
             *p = g->next;
             etcd_watch_cancel(g->w); /* its read in flight finds no group: dropped */
             free(g);
+            if (!vs->groups)
+                event_del(vs->tick);
         }
         return;
     }

@@ -309,7 +309,7 @@ START_TEST(test_view_change_resends_heads)
     ck_assert_uint_gt(st->head->outgoing->pending, 0);
     uint64_t seq = st->head->seq;
     /* n2 had forwarded it to this daemon (its standby) before it died */
-    ck_assert_int_eq(ps_server_update(t, sr, 0, st->head), 1);
+    ck_assert_int_eq(ps_server_apply(t, sr, 0, st->head), 1);
     ck_assert_uint_eq(ps_shard_done(t->shards[sr]), 1);
     /* a read at clock 1 waits for n2's shards (kept, not failed) */
     result_t p = {0};

@@ -146,6 +146,8 @@ static const struct {
     {"ps_pull", ps_local_handle_pull},
     {"ps_clock", ps_local_handle_clock},
     {"ps_close", ps_local_handle_close},
+    {"ps_fed_state", ps_local_handle_fed_state},
+    {"ps_fed_push", ps_local_handle_fed_push},
 };
 
 /* Per-user caps on live jobs, checked before submit and register: a user cannot fill the

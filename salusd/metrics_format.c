@@ -413,6 +413,9 @@ static void ps_families(metrics_text_t *t, const metrics_ps_sample_t *p)
         {"salus_ps_refused_total", "counter",
          "Requests refused: bad input, quota, access, bad messages from other daemons.", "",
          PSF(refused), 0},
+        {"salus_ps_fed_rounds_timed_out_total", "counter",
+         "Federated rounds closed by --ps-fed-timeout-ms with the pushes they had.", "",
+         PSF(fed_rounds_timed_out), 0},
         {"salus_ps_failovers_total", "counter",
          "Recoveries of this node's workers' updates and reads that could not reach a shard's "
          "primary (answered again after a view change).", "", PSF(failovers), 0},

@@ -144,7 +144,7 @@ struct ps_table_s {
     char name[PS_NAME_BYTES];
     uint64_t epoch;
     ps_table_spec_t spec;     /* count, rule, sync; servers as agreed (sorted) */
-    char rule_text[32], sync_text[32];
+    char rule_text[PS_FED_RULE_BYTES], sync_text[32]; /* rule: up to 63 characters (fedavg) */
     ps_table_state_t state;
     int error;                /* PS_TABLE_FAILED: why */
     char error_text[PS_ERR_BYTES];
@@ -175,6 +175,7 @@ struct ps_table_s {
     /* server side */
     ps_shard_t **shards;      /* per shard; NULL where another server owns it */
     ps_wait_t *waits;
+    struct ps_fed_table_s *fed; /* a federated table (salusd/ps_fed.c): the rounds, no shards */
     /* part 2 */
     uint32_t replicas;        /* R in force (the view's; set with ring and owner by the server
                                * side; 0 counts as 1). R > 1 (and more than one server): the

@@ -32,6 +32,7 @@
 
 #include "daemon.h"
 #include "ps_core.h"
+#include "ps_fed.h"
 
 #define PS_SERVERS_BYTES 1024 /* "node,node,..." */
 
@@ -49,9 +50,12 @@ typedef struct ps_worker_s {
 typedef struct ps_table_spec_s {
     char name[PS_NAME_BYTES];
     uint64_t count;            /* float32 elements, >= 1 */
-    ps_rule_t rule;
+    ps_rule_t rule;            /* unused when federated */
     ps_sync_t sync;
     char servers[PS_SERVERS_BYTES]; /* "": the group's nodes */
+    int federated;             /* 1: rule text "fedavg:..." (ps_fed.h), in fed; one daemon
+                                * serves it (salusd/ps_fed.c) */
+    ps_fed_spec_t fed;
 } ps_table_spec_t;
 
 /* The identity of a push: a retried push carries the same id and is applied once. */
@@ -121,6 +125,7 @@ typedef struct ps_sample_s {
     uint64_t updates_sent, updates_applied;  /* per-shard per-clock updates */
     uint64_t staleness_waits, staleness_wait_ns;
     uint64_t refused;                        /* requests refused (bad input, quota, access) */
+    uint64_t fed_rounds_timed_out;           /* federated rounds closed by the timeout */
     /* the workers' side (part 2): outages ended (updates or reads that could not reach a
      * shard's primary, answered again after a view change), and the last one's time */
     uint64_t failovers, failover_last_ns;

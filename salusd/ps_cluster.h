@@ -19,6 +19,7 @@
 
 #include "daemon.h"
 #include "ps_core.h"
+#include "ps_fed.h"
 #include "ps_net.h"
 
 struct ps_view_s;
@@ -75,7 +76,7 @@ int ps_cluster_local_index(salusd_t *d, uint64_t group_id, uint32_t rank);
 typedef struct ps_ring_record_s {
     uint64_t epoch;            /* the key's create revision (1 without a cluster) */
     uint64_t count;
-    char rule[32], sync[32];
+    char rule[PS_FED_RULE_BYTES], sync[32]; /* rule: up to 63 characters (a fedavg rule) */
     char servers[1024];        /* "node,node,..." sorted: the ring's members */
     uint32_t vnodes;
 } ps_ring_record_t;

@@ -4,6 +4,7 @@
  * worker, or a retried open, finds the table. */
 #include "ps-internal.h"
 #include "ps_cluster.h"
+#include "ps_fed-internal.h"
 
 #include "log.h"
 
@@ -27,8 +28,8 @@ static ps_table_t *find_local(ps_t *ps, const ps_worker_t *w, const char *name)
 static int compare_spec(const ps_table_spec_t *spec, const char *servers_sorted,
                         const ps_ring_record_t *rec, char *err, size_t err_size)
 {
-    char rule[32], sync[32];
-    ps_rule_format(&spec->rule, rule, sizeof(rule));
+    char rule[PS_FED_RULE_BYTES], sync[32];
+    ps_table_rule_text(spec, rule, sizeof(rule));
     ps_sync_format(&spec->sync, sync, sizeof(sync));
     if (rec->count != spec->count)
         snprintf(err, err_size, "table '%s' exists with %llu elements, not %llu", spec->name,
@@ -128,6 +129,13 @@ static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t
         snprintf(err, sizeof(err), "table '%s': group %s has no nodes", t->name, t->group);
         rc = -ENOENT;
     }
+    if (rc == 0 && t->spec.federated) { /* served by salusd/ps_fed.c */
+        if ((rc = ps_fed_table_start(t, rec, err, sizeof(err))) < 0) {
+            ps->stats.refused++;
+            ps_table_fail(t, rc, err);
+        }
+        return;
+    }
     if (rc == 0)
         rc = ps_table_build(t, rec, sources, nsources, err, sizeof(err));
     ps_table_t *served = rc == 0 ? served_only(t) : NULL;
@@ -193,9 +201,9 @@ static int check_spec(const ps_table_spec_t *spec, char *servers, size_t servers
                  (unsigned long long)((4ull << 30) / sizeof(float)));
         return -EINVAL;
     }
-    char text[32];
-    if (ps_rule_format(&spec->rule, text, sizeof(text)) < 0 ||
-        ps_rule_parse(text, &(ps_rule_t){0}, err, err_size) < 0 ||
+    char text[PS_FED_RULE_BYTES];
+    if (ps_table_rule_text(spec, text, sizeof(text)) < 0 ||
+        (!spec->federated && ps_rule_parse(text, &(ps_rule_t){0}, err, err_size) < 0) ||
         ps_sync_format(&spec->sync, text, sizeof(text)) < 0 ||
         ps_sync_parse(text, &(ps_sync_t){0}, err, err_size) < 0) {
         snprintf(err, err_size, "table '%s': bad update rule or sync mode", name);
@@ -226,6 +234,8 @@ int ps_table_open(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
         return -EPERM;
     }
     int rc = check_spec(spec, servers, sizeof(servers), err, err_size);
+    if (rc == 0 && spec->federated)
+        rc = ps_fed_open_check(ps, w, spec, servers, err, err_size);
     if (rc < 0)
         return rc;
     if (ps_cluster_local_index(ps->d, w->group_id, w->rank) < 0) {
@@ -236,7 +246,7 @@ int ps_table_open(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
     ps_table_t *t = find_local(ps, w, spec->name);
     if (t) { /* the node's second worker, or a retried open: the same table */
         ps_ring_record_t rec = {.count = t->spec.count};
-        ps_rule_format(&t->spec.rule, rec.rule, sizeof(rec.rule));
+        ps_table_rule_text(&t->spec, rec.rule, sizeof(rec.rule));
         ps_sync_format(&t->spec.sync, rec.sync, sizeof(rec.sync));
         snprintf(rec.servers, sizeof(rec.servers), "%s", t->spec.servers);
         rc = compare_spec(spec, t->spec.servers[0] ? servers : "", &rec, err, err_size);
@@ -260,7 +270,7 @@ int ps_table_open(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
         snprintf(t->spec.servers, sizeof(t->spec.servers), "%s", servers);
         want->count = spec->count;
         want->vnodes = PS_RING_VNODES;
-        ps_rule_format(&spec->rule, want->rule, sizeof(want->rule));
+        ps_table_rule_text(spec, want->rule, sizeof(want->rule));
         ps_sync_format(&spec->sync, want->sync, sizeof(want->sync));
         if (servers[0])
             snprintf(want->servers, sizeof(want->servers), "%s", servers);

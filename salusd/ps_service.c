@@ -4,6 +4,7 @@
  * daemons) and ps_view.c (salusctl groups, /metrics). */
 #include "ps-internal.h"
 #include "ps_cluster.h"
+#include "ps_fed-internal.h"
 
 #include "log.h"
 
@@ -267,6 +268,11 @@ int ps_push(salusd_t *d, const ps_worker_t *w, uint64_t handle, const ps_push_id
         t = NULL;
         rc = -EINVAL;
     }
+    if (t && t->fed) { /* federated: salus_ps_fed_push */
+        snprintf(err, err_size, "table '%s' is federated: push with salus_ps_fed_push", t->name);
+        t = NULL;
+        rc = -EINVAL;
+    }
     if (t)
         rc = ps_worker_push(t, worker, id, offset, n, keys, values, err, err_size);
     if (rc < 0) {
@@ -304,7 +310,8 @@ int ps_clock(salusd_t *d, const ps_worker_t *w, uint64_t handle, uint64_t clock,
     int rc;
     ps_table_t *t = worker_table(ps, w, handle, &worker, &rc, err, err_size);
     if (t)
-        rc = ps_worker_clock(t, worker, clock, err, err_size);
+        rc = t->fed ? ps_fed_table_clock(t, worker, clock, err, err_size)
+                    : ps_worker_clock(t, worker, clock, err, err_size);
     if (rc < 0) {
         ps->stats.refused++;
         return rc;
@@ -329,7 +336,9 @@ int ps_pull(salusd_t *d, const ps_worker_t *w, uint64_t handle, uint64_t clock,
         rc = -EINVAL;
     }
     if (t)
-        rc = ps_worker_pull(t, w, clock, offset, n, out, done, arg, err, err_size);
+        rc = t->fed ? ps_fed_table_pull(t, worker, clock, offset, n, out, done, arg, w->owner,
+                                        err, err_size)
+                    : ps_worker_pull(t, w, clock, offset, n, out, done, arg, err, err_size);
     if (rc < 0)
         ps->stats.refused++;
     return rc < 0 ? rc : 0;
@@ -348,6 +357,7 @@ void ps_forget_owner(salusd_t *d, const void *owner)
             free(c);
         }
     }
+    ps_fed_forget_owner(ps, owner);
     ps_pull_t *p;
     LIST_FOREACH(p, &ps->pulls, link)
         if (p->owner == owner) {

@@ -2,6 +2,7 @@
  * failure and freeing. Opening them is ps_open.c. */
 #include "ps-internal.h"
 #include "ps_cluster.h"
+#include "ps_fed-internal.h"
 
 #include "log.h"
 
@@ -60,6 +61,7 @@ void ps_table_free(ps_table_t *t)
         }
     ps_worker_fini(t);
     ps_server_drop_waits(t, NULL, NULL);
+    ps_fed_table_free(t);
     while (t->waiters) {
         ps_open_wait_t *w = t->waiters;
         t->waiters = w->next;
@@ -112,6 +114,7 @@ void ps_table_fail(ps_table_t *t, int rc, const char *err)
     /* what waits on the table fails now rather than never */
     ps_server_fail_waits(t, rc, err);
     ps_worker_fail_fetches(t, rc, err);
+    ps_fed_table_fail(t, rc, err);
     /* nothing it holds is of use now: its shards go, and its quota charge, so that the job's
      * re-open (a new table: find_local skips failed ones) is not refused for it; the worker
      * side (aggregation, streams) goes on the next loop turn (ps_tables_reap): the caller may

@@ -4,6 +4,7 @@
  *
  * Grammar (steps in order; the table is the one the last `open` opened):
  *   open NAME COUNT RULE SYNC      -> open name=NAME count=COUNT rc=0
+ *   opens NAME COUNT RULE SYNC SERVERS   the same with a server list ("node,node,...")
  *   push OFF N VALUE               n values, all VALUE, to [OFF, OFF + N)
  *                                  -> push off=OFF n=N clock=C rc=0
  *   pushk VALUE KEY[,KEY...]       VALUE to each key   -> pushk n=K clock=C rc=0
@@ -13,6 +14,14 @@
  *   dump                           the last pull's values, bit for bit (hex of each float):
  *                                  -> dump n=N crc=X values=v0,v1,...  (the first 64)
  *   close                          -> close rc=0
+ *   fstate                         a federated table's open round (salus_ps_fed_state)
+ *                                  -> fstate round=R selected=S pushed=P clients=N
+ *                                     per_round=K epochs=E
+ *   fpush ROUND SAMPLES WORK VALUE the whole model, element k = VALUE * (k + 1) in float,
+ *                                  for ROUND (salus_ps_fed_push; SAMPLES may be negative)
+ *                                  -> fpush round=R samples=S work=W rc=0
+ *   fselect RULE ROUND             round ROUND's clients of a fedavg rule (ps_fed_select,
+ *                                  no salus needed) -> fselect round=R clients=A,B,...
  *   touch FILE                     creates FILE       -> touch FILE
  *   wait FILE                      waits (at most 60 s) until FILE exists -> wait FILE
  * `ps-tool -f FILE` reads the steps from FILE instead (words separated by white space: salusctl
@@ -20,6 +29,7 @@
  * A failed call prints `error op=OP rc=RC msg=MESSAGE` and the script goes on. Exit status: 0
  * (also when a call failed: a rank that exits non-zero fails its group, and the tests expect
  * some calls to fail; they read the lines), 2 on a bad script. */
+#include "ps_fed.h"
 #include "salus_ps.h"
 
 #include <stdio.h>
@@ -95,14 +105,17 @@ int main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "-f") == 0)
         argv = read_script(argv[0], argv[2], &argc);
     salus_ps_table_t *t = NULL;
+    uint64_t t_count = 0;
     float *last = NULL;
     uint64_t last_n = 0;
     int failed = 0;
     for (int i = 1; i < argc; i++) {
         const char *op = argv[i];
-        if (strcmp(op, "open") == 0) {
-            NEED(4);
-            salus_ps_options_t o = {.rule = argv[i + 3], .sync = argv[i + 4]};
+        if (strcmp(op, "open") == 0 || strcmp(op, "opens") == 0) {
+            int servers = strcmp(op, "opens") == 0;
+            NEED(4 + servers);
+            salus_ps_options_t o = {.rule = argv[i + 3], .sync = argv[i + 4],
+                                    .servers = servers ? argv[i + 5] : NULL};
             uint64_t count = num(argv[i + 2]);
             salus_ps_table_t *opened = NULL;
             int rc = salus_ps_open(argv[i + 1], count, &o, &opened);
@@ -110,9 +123,10 @@ int main(int argc, char **argv)
                 printf("open name=%s count=%llu rc=0\n", argv[i + 1], (unsigned long long)count);
                 salus_ps_close(t); /* the previous one (NULL: none) */
                 t = opened;
+                t_count = count;
             }
             failed |= report(op, rc);
-            i += 4;
+            i += 4 + servers;
         } else if (strcmp(op, "push") == 0) {
             NEED(3);
             uint64_t off = num(argv[i + 1]), n = num(argv[i + 2]);
@@ -193,6 +207,48 @@ int main(int argc, char **argv)
             if (rc == 0)
                 printf("close rc=0\n");
             failed |= report(op, rc);
+        } else if (strcmp(op, "fstate") == 0) {
+            salus_ps_fed_state_t st = {0};
+            int rc = salus_ps_fed_state(t, &st);
+            if (rc == 0)
+                printf("fstate round=%llu selected=%d pushed=%d clients=%u per_round=%u "
+                       "epochs=%u\n", (unsigned long long)st.round, st.selected, st.pushed,
+                       st.clients, st.per_round, st.epochs);
+            failed |= report(op, rc);
+        } else if (strcmp(op, "fpush") == 0) {
+            NEED(4);
+            uint64_t round = num(argv[i + 1]);
+            long long samples = strtoll(argv[i + 2], NULL, 10);
+            uint32_t work = (uint32_t)num(argv[i + 3]);
+            float v = strtof(argv[i + 4], NULL);
+            float *vals = malloc((t_count ? t_count : 1) * sizeof(float));
+            if (!vals)
+                return 2;
+            for (uint64_t k = 0; k < t_count; k++)
+                vals[k] = v * (float)(k + 1);
+            int rc = salus_ps_fed_push(t, round, samples, work, vals);
+            free(vals);
+            if (rc == 0)
+                printf("fpush round=%llu samples=%lld work=%u rc=0\n", (unsigned long long)round,
+                       samples, work);
+            failed |= report(op, rc);
+            i += 4;
+        } else if (strcmp(op, "fselect") == 0) {
+            NEED(2);
+            ps_fed_spec_t spec;
+            char err[256];
+            uint32_t ids[PS_FED_MAX_CLIENTS];
+            uint64_t round = num(argv[i + 2]);
+            if (ps_fed_parse(argv[i + 1], &spec, err, sizeof(err)) < 0) {
+                fprintf(stderr, "ps-tool: %s\n", err);
+                return 2;
+            }
+            ps_fed_select(&spec, round, ids);
+            printf("fselect round=%llu clients=", (unsigned long long)round);
+            for (uint32_t k = 0; k < spec.per_round; k++)
+                printf("%s%u", k ? "," : "", ids[k]);
+            printf("\n");
+            i += 2;
         } else if (strcmp(op, "touch") == 0) {
             NEED(1);
             FILE *f = fopen(argv[i + 1], "w");

@@ -51,6 +51,7 @@ typedef struct ps_open_wait_s {
 /* One worker's pull: its slices come from the shards covering the range. */
 typedef struct ps_pull_s {
     ps_t *ps;
+    ps_table_t *table;        /* a slice answered -ESTALE is asked of the primary now */
     const void *owner;        /* NULL once forgotten: the slices still come, no callback */
     ps_pull_fn done;
     void *arg;

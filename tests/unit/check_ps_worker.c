@@ -622,6 +622,52 @@ START_TEST(test_primary_not_ready_here)
 }
 END_TEST
 
+/* The server side may answer the reads kept on a shard it no longer primaries with -ESTALE
+ * itself (fencing them at the swap): a slice answered so is asked of the new primary, the
+ * pull does not fail. */
+START_TEST(test_fenced_local_read_asked_again)
+{
+    make_group("fl", 2, 0);
+    int o0, o1;
+    ps_worker_t w0 = worker_of(0, "fl", &o0), w1 = worker_of(1, "fl", &o1);
+    uint64_t h;
+    ps_table_t *t = open_table(&w0, "fl", &h);
+    ck_assert_ptr_eq(open_table(&w1, "fl", &h), t);
+    float ones[N], out[N];
+    fill(ones, N, 1);
+    push_ok(&w0, h, 0, 1, ones);
+    clock_ok(&w0, h, 0);
+    result_t p = {0};
+    pull_start(&w0, h, 1, out, &p);
+    set_view(t, two, 2, 2);
+    size_t fenced = 0;
+    for (ps_wait_t **wp = &t->waits; *wp;) { /* as the server side's swap may do */
+        ps_wait_t *w = *wp;
+        if ((int)t->owner[w->shard] == t->self_server) {
+            wp = &w->next;
+            continue;
+        }
+        *wp = w->next;
+        ps_pull_slice(w->pull, -ESTALE, "shard moved", w->out_index, NULL, 0, 0, 0, 0, 0);
+        free(w);
+        fenced++;
+    }
+    ck_assert_uint_gt(fenced, 0);
+    ck_assert_uint_eq(fetches_of(t, "n2", 1), fenced);
+    ps_worker_view_changed(t);
+    ck_assert_uint_eq(fetches_of(t, "n2", 1), fenced);
+    run_idle();
+    ck_assert_int_eq(p.called, 0);
+    push_ok(&w1, h, 0, 1, ones);
+    clock_ok(&w1, h, 0);
+    answer_fetches(t, "fl", 0, 2, 1);
+    wait_for(&p);
+    ck_assert_msg(p.rc == 0, "%s", p.err);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(out[i], 2);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_worker");
@@ -634,6 +680,7 @@ int main(void)
     tcase_add_test(tc, test_pull_reply_estale_kept);
     tcase_add_test(tc, test_local_reads_move_to_new_primary);
     tcase_add_test(tc, test_primary_not_ready_here);
+    tcase_add_test(tc, test_fenced_local_read_asked_again);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

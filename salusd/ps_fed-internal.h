@@ -39,6 +39,10 @@ int ps_fed_table_clock(ps_table_t *t, uint32_t worker, uint64_t clock, char *err
 /* The table failed: its waiting pulls hear rc and err. */
 void ps_fed_table_fail(ps_table_t *t, int rc, const char *err);
 void ps_fed_table_free(ps_table_t *t);
+/* For salusctl groups and /metrics: the open round (the rounds closed), the bytes held (the
+ * model and the open round's pushes). */
+uint64_t ps_fed_table_round(const ps_table_t *t);
+uint64_t ps_fed_table_bytes(const ps_table_t *t);
 /* The requester is gone: its waiting pulls go without a callback. */
 void ps_fed_forget_owner(ps_t *ps, const void *owner);
 

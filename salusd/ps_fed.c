@@ -271,6 +271,16 @@ void ps_fed_table_free(ps_table_t *t)
     t->fed = NULL;
 }
 
+uint64_t ps_fed_table_round(const ps_table_t *t)
+{
+    return t->fed ? ps_fed_round(t->fed->fed) : 0;
+}
+
+uint64_t ps_fed_table_bytes(const ps_table_t *t)
+{
+    return t->fed ? ps_fed_bytes(t->fed->fed) : 0;
+}
+
 void ps_fed_forget_owner(ps_t *ps, const void *owner)
 {
     for (ps_table_t *t = ps->tables; t; t = t->next)

@@ -51,6 +51,7 @@ static int compare_spec(const ps_table_spec_t *spec, const char *servers_sorted,
 typedef struct agree_arg_s {
     ps_t *ps;
     uint64_t handle;
+    ps_ring_record_t rec;     /* the agreed record, while its view is written */
 } agree_arg_t;
 
 static void on_open_timeout(evutil_socket_t fd, short what, void *arg)
@@ -82,10 +83,18 @@ static ps_table_t *served_only(ps_table_t *t)
 static void adopt_served(ps_table_t *t, ps_table_t *old)
 {
     for (uint32_t i = 0; i < t->layout.shards; i++)
-        if (old->shards[i] && !t->shards[i] && (int)t->owner[i] == t->self_server) {
+        if (old->shards[i] && !t->shards[i] && t->repl[i].replica) {
             t->shards[i] = old->shards[i];
             old->shards[i] = NULL;
+            t->repl[i].applied = old->repl ? old->repl[i].applied : 0;
         }
+    /* its forwards still wait for standbys' acks (the same shards, standbys and view) */
+    if (old->view == t->view) {
+        t->forwards = old->forwards;
+        old->forwards = NULL;
+    }
+    t->watching |= old->watching; /* one watch per table: it stays */
+    old->watching = 0;
     ps_wait_t **tail = &t->waits;
     while (*tail)
         tail = &(*tail)->next;
@@ -99,27 +108,69 @@ static void adopt_served(ps_table_t *t, ps_table_t *old)
     ps_table_free(old);
 }
 
+static ps_table_t *opening(agree_arg_t *a)
+{
+    for (ps_table_t *x = a->ps->tables; x; x = x->next)
+        if (x->handle == a->handle)
+            return x->state == PS_TABLE_OPENING ? x : NULL;
+    return NULL; /* the group ended meanwhile */
+}
+
+static void on_view(void *arg, int rc, const char *why, const ps_view_t *view);
+
+/* The ring record is agreed: the table's first view (its replica count) is written next,
+ * where it is absent (the first opener's wins). */
 static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t *rec)
 {
     agree_arg_t *a = arg;
-    ps_t *ps = a->ps;
-    ps_table_t *t = NULL;
-    for (ps_table_t *x = ps->tables; x; x = x->next)
-        if (x->handle == a->handle)
-            t = x;
-    free(a);
-    if (!t || t->state != PS_TABLE_OPENING)
-        return; /* the group ended meanwhile */
+    ps_table_t *t = opening(a);
     char err[PS_ERR_BYTES];
-    const char *nodes[PS_MAX_SOURCES], *sources[PS_MAX_SOURCES];
-    uint32_t ranks[PS_MAX_SOURCES], nsources = 0;
-    if (rc < 0) {
+    if (t && rc < 0) {
         snprintf(err, sizeof(err), "table '%s': no agreement on its ring: %s", t->name,
                  why ? why : "?");
         ps_table_fail(t, rc, err);
+    }
+    if (t && rc == 0 && compare_spec(&t->spec, t->spec.servers, rec, err, sizeof(err)) < 0) {
+        t->ps->stats.refused++;
+        ps_table_fail(t, -EINVAL, err);
+        t = NULL;
+    }
+    if (!t || rc < 0) {
+        free(a);
         return;
     }
-    rc = compare_spec(&t->spec, t->spec.servers, rec, err, sizeof(err));
+    a->rec = *rec;
+    uint32_t r = t->spec.replicas ? t->spec.replicas
+                                  : (uint32_t)t->ps->d->config.ps_replicas;
+    r = r < 1 ? 1 : r > PS_MAX_REPLICAS ? PS_MAX_REPLICAS : r;
+    rc = ps_cluster_view_create(t->ps->d, t->uid, t->group, rec->epoch, t->name, rec->servers,
+                                r, on_view, a);
+    if (rc < 0) {
+        free(a);
+        snprintf(err, sizeof(err), "table '%s': its view cannot be written: %s", t->name,
+                 strerror(-rc));
+        ps_table_fail(t, rc, err);
+    }
+}
+
+static void on_view(void *arg, int rc, const char *why, const ps_view_t *view)
+{
+    agree_arg_t *a = arg;
+    ps_t *ps = a->ps;
+    ps_table_t *t = opening(a);
+    ps_ring_record_t record = a->rec, *rec = &record;
+    free(a);
+    if (!t)
+        return;
+    char err[PS_ERR_BYTES];
+    const char *nodes[PS_MAX_SOURCES], *sources[PS_MAX_SOURCES];
+    uint32_t ranks[PS_MAX_SOURCES], nsources = 0;
+    if (rc < 0 || !view) {
+        snprintf(err, sizeof(err), "table '%s': no view of its servers: %s", t->name,
+                 why ? why : "?");
+        ps_table_fail(t, rc < 0 ? rc : -EIO, err);
+        return;
+    }
     uint32_t n = rc < 0 ? 0 : ps_cluster_group_nodes(ps->d, t->group_id, nodes, ranks,
                                                       PS_MAX_SOURCES);
     for (uint32_t i = 0; i < n; i++)
@@ -138,6 +189,9 @@ static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t
     }
     if (rc == 0)
         rc = ps_table_build(t, rec, sources, nsources, err, sizeof(err));
+    if (rc == 0) /* the view in force: its servers may differ from the record's by now */
+        rc = ps_repl_init_view(t, view->number, view->servers, view->replicas, err,
+                               sizeof(err));
     ps_table_t *served = rc == 0 ? served_only(t) : NULL;
     if (rc == 0) {
         /* the table's elements where its workers run (the shards here included; what a
@@ -175,6 +229,7 @@ static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t
         }
         t->opens_pending++;
     }
+    ps_repl_watch(t);
     if (t->opens_pending == 0) {
         ps_table_ready(t);
         return;

@@ -133,10 +133,18 @@ static void on_peer_up(void *ctx, const char *node)
     LOG_DEBUG("ps: node %s is reachable", node);
 }
 
+static void on_repl_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ps_repl_check(arg);
+}
+
 static const ps_cluster_hooks_t hooks = {
     .recv = ps_msg_recv,
     .peer_down = on_peer_down,
     .peer_up = on_peer_up,
+    .view_changed = ps_repl_view_changed,
 };
 
 int ps_start(salusd_t *d)
@@ -155,7 +163,9 @@ int ps_start(salusd_t *d)
     ps->retry_timer = event_new(d->base, -1, EV_PERSIST, on_retry, ps); /* armed while an
                                                                         * update is out */
     ps->pump_timer = evtimer_new(d->base, on_pump, ps);
-    if (!ps->call_event || !ps->retry_timer || !ps->pump_timer) {
+    ps->repl_timer = event_new(d->base, -1, EV_PERSIST, on_repl_timer, ps); /* armed while
+                                                                         * forwards wait */
+    if (!ps->call_event || !ps->retry_timer || !ps->pump_timer || !ps->repl_timer) {
         LOG_ERROR("ps: cannot create its events");
         goto fail;
     }
@@ -172,6 +182,8 @@ fail:
         event_free(ps->retry_timer);
     if (ps->pump_timer)
         event_free(ps->pump_timer);
+    if (ps->repl_timer)
+        event_free(ps->repl_timer);
     free(ps);
     return -1;
 }
@@ -197,6 +209,7 @@ void ps_stop(salusd_t *d)
     event_free(ps->call_event);
     event_free(ps->retry_timer);
     event_free(ps->pump_timer);
+    event_free(ps->repl_timer);
     free(ps);
     d->ps = NULL;
 }

@@ -62,6 +62,9 @@ void ps_table_free(ps_table_t *t)
     ps_worker_fini(t);
     ps_server_drop_waits(t, NULL, NULL);
     ps_fed_table_free(t);
+    ps_repl_fini(t);
+    if (t->watching)
+        ps_cluster_view_unwatch(ps->d, t->uid, t->group, t->epoch, t->name);
     while (t->waiters) {
         ps_open_wait_t *w = t->waiters;
         t->waiters = w->next;
@@ -122,6 +125,7 @@ void ps_table_fail(ps_table_t *t, int rc, const char *err)
     for (uint32_t i = 0; t->shards && i < t->layout.shards; i++) {
         ps_shard_destroy(t->shards[i]);
         t->shards[i] = NULL;
+        ps_repl_drop_shard(t, i);
     }
     t->charged_bytes = 0;
     event_active(ps->call_event, EV_TIMEOUT, 1);
@@ -149,6 +153,8 @@ void ps_table_ready(ps_table_t *t)
 
 uint64_t ps_table_shard_bytes(const ps_table_t *t)
 {
+    if (t->repl) /* every replica here (ps_repl.c) */
+        return ps_repl_shard_bytes(t);
     uint64_t sum = 0;
     for (uint32_t i = 0; t->owner && i < t->layout.shards; i++)
         if ((int)t->owner[i] == t->self_server) {
@@ -296,7 +302,9 @@ nomem:
 int ps_table_create_shards(ps_table_t *t, char *err, size_t err_size)
 {
     for (uint32_t i = 0; i < t->layout.shards; i++) {
-        if ((int)t->owner[i] != t->self_server || t->shards[i])
+        int here = t->repl ? t->repl[i].replica && !t->repl[i].loading
+                           : (int)t->owner[i] == t->self_server;
+        if (!here || t->shards[i])
             continue;
         uint64_t first, elems;
         ps_layout_shard(&t->layout, i, &first, &elems);

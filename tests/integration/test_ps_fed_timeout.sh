@@ -37,6 +37,13 @@ for r in 0 1; do
         "$TOOL" -f "$WORK/script$r" >"$WORK/r$r.out" 2>"$WORK/r$r.err" &
     RUN_PIDS+=($!)
 done
+# while round 0 waits for its timeout: salusctl groups shows the table (done: the rounds
+# closed, 0; its bytes: the model and the one push kept)
+wait_until 20 "'$SALUSCTL' groups | grep -q 'table t .*rule $RULE .*done 0,'" ||
+    fail "salusctl groups: $("$SALUSCTL" groups)"
+"$SALUSCTL" groups | grep "table t"
+"$SALUSCTL" groups | qgrep -E "table t .* shards 0/0 here, [0-9]+ bytes, done 0, servers " ||
+    fail "salusctl groups: $("$SALUSCTL" groups)"
 for pid in "${RUN_PIDS[@]}"; do
     wait "$pid" || fail "a rank failed: $(cat "$WORK"/r*.out "$WORK"/r*.err)"
 done

@@ -5,6 +5,7 @@
 #include "jobctl.h"
 #include "jobs.h"
 #include "policy.h"
+#include "ps_ckpt.h"
 #include "ps_local.h"
 #include "metrics.h"
 #include "sched.h"
@@ -146,6 +147,7 @@ static const struct {
     {"ps_pull", ps_local_handle_pull},
     {"ps_clock", ps_local_handle_clock},
     {"ps_close", ps_local_handle_close},
+    {"ps_checkpoint", ps_ckpt_handle_checkpoint},
 };
 
 /* Per-user caps on live jobs, checked before submit and register: a user cannot fill the

@@ -168,6 +168,11 @@ struct ps_table_s {
     /* server side */
     ps_shard_t **shards;      /* per shard; NULL where another server owns it */
     ps_wait_t *waits;
+    /* checkpoints (ps_ckpt*.c): the clock the table started at (the agreed record's start:
+     * 0, or C when restored from a checkpoint taken at C); the restored values while the
+     * opener sends them to the servers (NULL otherwise) */
+    uint64_t start_clock;
+    float *restore_values;
     ps_table_t *next;
 };
 

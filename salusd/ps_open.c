@@ -3,6 +3,7 @@
  * server asked to create its shards; the open completes when all answered. A node's second
  * worker, or a retried open, finds the table. */
 #include "ps-internal.h"
+#include "ps_ckpt.h"
 #include "ps_cluster.h"
 
 #include "log.h"
@@ -119,6 +120,8 @@ static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t
         return;
     }
     rc = compare_spec(&t->spec, t->spec.servers, rec, err, sizeof(err));
+    if (rc == 0) /* a restoring opener: the record starts at its checkpoint's clock */
+        rc = ps_ckpt_open_agreed(t, rec, err, sizeof(err));
     uint32_t n = rc < 0 ? 0 : ps_cluster_group_nodes(ps->d, t->group_id, nodes, ranks,
                                                       PS_MAX_SOURCES);
     for (uint32_t i = 0; i < n; i++)
@@ -145,6 +148,8 @@ static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t
         adopt_served(t, served);
     if (rc == 0)
         rc = ps_table_create_shards(t, err, sizeof(err));
+    if (rc == 0) /* restoring: the shards here start from the checkpoint */
+        rc = ps_ckpt_open_shards(t, err, sizeof(err));
     if (rc == 0)
         rc = ps_worker_init(t) < 0 ? -ENOMEM : 0;
     if (rc < 0) {
@@ -159,7 +164,8 @@ static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t
     for (size_t i = 0; i < ps_ring_size(t->ring); i++) {
         if ((int)i == t->self_server)
             continue;
-        if (ps_msg_send_open(t, ps_ring_name(t->ring, i)) < 0) {
+        if (ps_msg_send_open(t, ps_ring_name(t->ring, i)) < 0 ||
+            ps_ckpt_open_sent(t, ps_ring_name(t->ring, i)) < 0) { /* restoring: the values */
             snprintf(err, sizeof(err), "table '%s': server %s is not reachable", t->name,
                      ps_ring_name(t->ring, i));
             ps_table_fail(t, -EHOSTUNREACH, err);
@@ -272,6 +278,14 @@ int ps_table_open(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
             }
         a->ps = ps;
         a->handle = t->handle;
+        /* a restored group's table starts at its checkpoint (ps_ckpt.h) */
+        rc = ps_ckpt_open_prepare(t, spec, &want->start, err, err_size);
+        if (rc < 0) {
+            free(want);
+            free(a);
+            ps_table_free(t);
+            return rc;
+        }
         rc = ps_cluster_ring_agree(ps->d, w->uid, w->group, spec->name, want, on_agreed, a);
         free(want);
         if (rc < 0) {

@@ -22,7 +22,7 @@
 /* One table of a checkpoint: what the file needs, copied at the start (the table may go). */
 typedef struct ckpt_table_s {
     char name[PS_NAME_BYTES];
-    char rule[32], sync[32];
+    char rule[PS_CKPT_TEXT_BYTES], sync[PS_CKPT_TEXT_BYTES];
     uint64_t epoch, count;
     ps_layout_t layout;
     int asp;
@@ -408,7 +408,7 @@ static int run_start(salusd_t *d, uid_t uid, uint64_t group_id, const char *grou
         ct->first_req = next_req;
         next_req += ct->layout.shards;
         for (uint32_t s = 0; t && s < ct->layout.shards; s++) {
-            const char *primary = ps_ring_name(t->ring, t->owner[s]);
+            const char *primary = ps_table_primary(t, s); /* its primary in the view here */
             snprintf(ct->servers[s], PS_NODE_BYTES, "%s", primary ? primary : "?");
             if (strcmp(ct->servers[s], self) == 0) { /* answered on a later turn */
                 ps_ckpt_serve(t, s, r->clock, self, ct->first_req + s);

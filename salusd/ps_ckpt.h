@@ -93,10 +93,12 @@ int ps_ckpt_open_prepare(ps_table_t *t, const ps_table_spec_t *spec, uint64_t *s
 /* The agreed record: it must start at the checkpoint's clock when this opener restores. */
 int ps_ckpt_open_agreed(const ps_table_t *t, const struct ps_ring_record_s *rec, char *err,
                         size_t err_size);
-/* After the shards here were created: those are loaded from the checkpoint. */
+/* After the shards here were created: those are loaded from the checkpoint (every replica
+ * held here). */
 int ps_ckpt_open_shards(ps_table_t *t, char *err, size_t err_size);
-/* After the open went to server node: the checkpoint's values of its shards go too (each
- * counted in t->opens_pending until acknowledged). 0 or a negative errno. */
+/* After the open went to server node: the checkpoint's values of the shards it holds (as
+ * primary or standby) go too (each counted in t->opens_pending until acknowledged). 0 or a
+ * negative errno. */
 int ps_ckpt_open_sent(ps_table_t *t, const char *node);
 /* The clock an open table starts at (0 for an unknown handle). */
 uint64_t ps_ckpt_start_clock(salusd_t *d, uint64_t handle);

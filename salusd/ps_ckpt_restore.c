@@ -73,7 +73,7 @@ int ps_ckpt_open_shards(ps_table_t *t, char *err, size_t err_size)
     if (!t->restore_values)
         return 0;
     for (uint32_t i = 0; i < t->layout.shards; i++) {
-        if ((int)t->owner[i] != t->self_server || !t->shards[i])
+        if (!t->shards[i]) /* every replica held here: primary or standby */
             continue;
         uint64_t first, elems;
         ps_layout_shard(&t->layout, i, &first, &elems);
@@ -94,8 +94,12 @@ int ps_ckpt_open_sent(ps_table_t *t, const char *node)
     if (!t->restore_values)
         return 0;
     for (uint32_t i = 0; i < t->layout.shards; i++) {
-        const char *owner = ps_ring_name(t->ring, t->owner[i]);
-        if (!owner || strcmp(owner, node) != 0)
+        /* every replica of the shard starts from the file: the primary and its standbys */
+        size_t set[PS_MAX_REPLICAS];
+        uint32_t k = ps_ring_replicas(t->ring, t->name, i, t->replicas, set), j = 0;
+        while (j < k && strcmp(ps_ring_name(t->ring, set[j]), node) != 0)
+            j++;
+        if (j == k)
             continue;
         uint64_t first, elems;
         ps_layout_shard(&t->layout, i, &first, &elems);

@@ -124,8 +124,10 @@ static void sweep(ps_t *ps)
 
 void ps_ckpt_serve(ps_table_t *t, uint32_t shard, uint64_t clock, const char *node, uint64_t req)
 {
-    if (shard >= t->layout.shards || !t->shards || !t->shards[shard]) {
-        answer(t, shard, node, req, -ESTALE, "the shard is not served here");
+    if (shard >= t->layout.shards || !t->shards || !t->shards[shard] ||
+        !ps_table_primary(t, shard) ||
+        strcmp(ps_table_primary(t, shard), ps_cluster_self(t->ps->d)) != 0) {
+        answer(t, shard, node, req, -ESTALE, "not the shard's primary here (a view change?)");
         return;
     }
     uint64_t done = ps_shard_done(t->shards[shard]);

@@ -19,6 +19,7 @@
 
 #include "daemon.h"
 #include "ps_core.h"
+#include "ps_fed.h"
 #include "ps_net.h"
 
 struct ps_view_s;
@@ -75,7 +76,7 @@ int ps_cluster_local_index(salusd_t *d, uint64_t group_id, uint32_t rank);
 typedef struct ps_ring_record_s {
     uint64_t epoch;            /* the key's create revision (1 without a cluster) */
     uint64_t count;
-    char rule[32], sync[32];
+    char rule[PS_FED_RULE_BYTES], sync[32]; /* rule: up to 63 characters (a fedavg rule) */
     char servers[1024];        /* "node,node,..." sorted: the ring's members */
     uint32_t vnodes;
     /* (part 2, checkpoints) the clock the table starts at: 0, or C when it was restored from
@@ -144,5 +145,14 @@ int ps_cluster_view_propose(salusd_t *d, uid_t uid, const char *group, uint64_t 
 /* 1 when node's lease is alive in etcd as far as this daemon last read (a member), else 0;
  * self is always 1. For the service: a server whose lease ended is never waited for. */
 int ps_cluster_member_alive(salusd_t *d, const char *node);
+
+/* The ps_servers op of salusctl ps-servers (handlers.c; added after the interface was
+ * declared): {group: G, add: NODE | remove: NODE}; the caller's (its uid's) group's tables in
+ * etcd each get the view with NODE added or removed (ps_cluster_view_propose). The reply:
+ * {group, epoch, tables: [{table, from, to, servers, note?, error?}]}, or an error (unknown
+ * group, NODE not a live member, already in / not in every view, the last server removed,
+ * no cluster). ps_cluster_servers_closed: the connection went (no reply then). */
+void ps_cluster_handle_servers(conn_t *c, const proto_msg_t *msg);
+void ps_cluster_servers_closed(conn_t *c);
 
 #endif

@@ -92,6 +92,10 @@ int verb_groups(ctl_t *ctl, int argc, char **argv)
             printf("  table %-16s count %-10s rule %-10s sync %-7s epoch %-6s shards %s/%s here, "
                    "%s bytes, done %s, servers %s\n",
                    tname, count, rule, tsync, epoch, here, shards, bytes, done, servers);
+            uint64_t failover_ms;
+            if (proto_get_uint(t, "failover_ms", &failover_ms) == 0)
+                printf("    last fail-over: its updates and reads recovered after %.3f s\n",
+                       (double)failover_ms / 1000.0);
         }
     }
     proto_msg_free(&reply);

@@ -277,6 +277,9 @@ static const verb_t verbs[] = {
      "wait until a job ends; exit with its exit status when known (submit), else 0 done, "
      "1 failed"},
     {"logs", 1, -1, verb_logs, "logs [-f] JOB", "print a submitted job's log (-f: follow)"},
+    {"ps-servers", 3, -1, verb_ps_servers, "ps-servers GROUP --add NODE | --remove NODE [--json]",
+     "change the parameter servers of every table of your group GROUP (cluster): NODE (a live "
+     "member) joins, or leaves; prints each table's old and new view"},
     {"stats", 0, 0, verb_stats, "stats [--json]",
      "per GPU memory, utilisation, lanes and jobs; per job iteration rate"},
     {"top", 0, 0, verb_top, "top", "live view of GPUs and jobs, refreshed each second (q quits)"},

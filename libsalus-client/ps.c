@@ -189,6 +189,11 @@ static int open_locked(salus_ps_table_t *t)
         disconnect_locked();
         return fail(-EPROTO, "open: salusd sent a malformed reply");
     }
+    /* the table's first clock (0, or the clock of the checkpoint a restored group's table
+     * started from): taken at the first open; a re-open keeps the library's own clock */
+    uint64_t start = 0;
+    if (t->generation == 0 && proto_get_uint(&reply.body, "clock", &start) == 0)
+        t->clock = start;
     proto_msg_free(&reply);
     t->handle = handle;
     t->generation = ps.generation;

@@ -12,6 +12,7 @@
 #include "groups.h"
 #include "jobs.h"
 #include "ps-internal.h"
+#include "ps_ckpt.h"
 #include "ps_fed-internal.h"
 #include "registry.h"
 
@@ -87,6 +88,7 @@ static void table_unmap(ps_local_table_t *t)
 
 void ps_local_connection_closed(conn_t *c)
 {
+    ps_ckpt_connection_closed(c); /* a checkpoint's requester: no reply */
     ps_local_conn_t *pc = conn_state(c, 0);
     if (!pc)
         return;
@@ -230,7 +232,9 @@ static void open_done(void *arg, int rc, const char *err)
     proto_enc_begin(e, PROTO_REPLY, id, "", 3);
     proto_pack_kv_uint(&e->pk, "handle", (uint64_t)pc->slot + 1);
     proto_pack_kv_uint(&e->pk, "count", t->count);
-    proto_pack_kv_uint(&e->pk, "clock", 0); /* the library keeps its clock across re-opens */
+    /* the table's first clock: 0, or a restored table's checkpoint clock (the library takes
+     * it at its first open, and keeps its own clock across re-opens) */
+    proto_pack_kv_uint(&e->pk, "clock", ps_ckpt_start_clock(c->daemon, pc->open_handle));
     proto_enc_finish(e);
     server_send(c, e);
 }

@@ -1642,6 +1642,16 @@ START_TEST(test_repl_copy_to_new_standby)
     ck_assert_int_eq(ps_shard_same(src, t->shards[b]), 1);
     free(buf);
     ps_shard_destroy(src);
+    /* n4 leaves again: no copy goes on being sent to it */
+    int to_n4 = 0;
+    for (const ps_copy_t *k = d.ps->copies; k; k = k->next)
+        to_n4 += strcmp(k->node, "n4") == 0;
+    ck_assert_int_gt(to_n4, 0); /* (the ones it never acknowledged) */
+    ps_view_t v3 = view_of(3, "local,n3", 3);
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &v3);
+    ps_repl_check(d.ps);
+    for (const ps_copy_t *k = d.ps->copies; k; k = k->next)
+        ck_assert_str_ne(k->node, "n4");
 }
 END_TEST
 

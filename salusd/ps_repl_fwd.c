@@ -311,7 +311,8 @@ void ps_repl_check(ps_t *ps)
         if (!t || t->state == PS_TABLE_FAILED || !t->repl ||
             (!c->handover && (!ps_repl_is_primary(t, c->shard) || !t->shards[c->shard] ||
                               standby_index(t, c->shard, c->node) < 0)) ||
-            (c->handover && strcmp(ps_table_primary(t, c->shard), c->node) != 0)) {
+            (c->handover && (!ps_table_primary(t, c->shard) ||
+                             strcmp(ps_table_primary(t, c->shard), c->node) != 0))) {
             *cp = c->next;
             copy_free(c);
             continue;

@@ -79,6 +79,10 @@ typedef struct ps_ring_record_s {
     char rule[PS_FED_RULE_BYTES], sync[32]; /* rule: up to 63 characters (a fedavg rule) */
     char servers[1024];        /* "node,node,..." sorted: the ring's members */
     uint32_t vnodes;
+    /* (part 2, checkpoints) the clock the table starts at: 0, or C when it was restored from
+     * a checkpoint taken at C ("start" in the record, absent when 0: records without it read
+     * as 0), so that every opener's workers and servers start there */
+    uint64_t start;
 } ps_ring_record_t;
 /* Agrees on the record for (uid, group, table): proposes *want (servers sorted), calls done
  * with rc 0 and the agreed record (the proposal, or the one already there: the caller compares

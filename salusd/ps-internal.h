@@ -99,6 +99,7 @@ typedef struct ps_fetch_s {
                                   * (a lost request or reply; the server answers a req once) */
     uint64_t stalled_ns;         /* since when it cannot reach the shard's primary (its server
                                   * is down, or answered -ESTALE); 0: it can (ps_retarget.c) */
+    uint64_t asked_ns;           /* when it was first asked of its server (node) */
     struct ps_fetch_s *next;
 } ps_fetch_t;
 

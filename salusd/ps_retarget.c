@@ -242,7 +242,9 @@ void ps_worker_node_down(ps_t *ps, const char *node)
         if (strcmp(f->node, node) != 0) {
             fp = &f->next;
         } else if (ps_retarget_replicated(f->table) && f->table->state == PS_TABLE_READY) {
-            ps_retarget_stall(f->table, &f->stalled_ns, err); /* the next view's primary */
+            /* kept for the next view's primary; not answered since it was asked */
+            ps_retarget_stall_since(f->table, &f->stalled_ns, err,
+                                    f->asked_ns ? f->asked_ns : salusd_now_ns());
             fp = &f->next;
         } else {
             *fp = f->next;

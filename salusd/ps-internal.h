@@ -196,6 +196,11 @@ struct ps_table_s {
     uint64_t outage_ns;
     char outage_why[PS_ERR_BYTES];
     uint64_t failovers, failover_ns; /* failover_ns: the last recovery's time */
+    /* checkpoints (ps_ckpt*.c): the clock the table started at (the agreed record's start:
+     * 0, or C when restored from a checkpoint taken at C); the restored values while the
+     * opener sends them to the servers (NULL otherwise) */
+    uint64_t start_clock;
+    float *restore_values;
     ps_table_t *next;
 };
 

@@ -11,8 +11,10 @@
 #     (ps_resume clock=C), rank 0's first read of "mlp-w" (at clock C: done == C) equals the
 #     checkpoint file bit for bit, and at K the ranks hold the reference's losses and, within
 #     float rounding, its weights (both printed);
-#  4. a corrupted checkpoint on n2: the restored group fails with a clear error (the file, the
-#     checksum), and both daemons live.
+#  4. a corrupted checkpoint: the restored group fails with a clear error (the file, the
+#     checksum), and both daemons live;
+#  5. a checkpoint that cannot complete (n2's ranks stopped: n1 is a clock ahead, which no
+#     shard reaches) fails after its --timeout with the shard named, and writes nothing.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/../workloads/workload_lib.sh" # (its EXIT trap is replaced by nodes.sh's)
 . "$(dirname "$0")/nodes.sh"
@@ -172,6 +174,32 @@ for i in 1 2; do
     ctl "$i" status >/dev/null || fail "salusd on n$i died"
 done
 pass "a corrupted checkpoint: the restore fails with a clear error, both daemons live"
+
+# ---- 5. a checkpoint that cannot complete: n2's ranks stopped (SIGSTOP), n1's run one clock
+# ahead of them and wait (BSP); n1's C is then a clock no shard reaches: after --timeout the
+# checkpoint fails, names the shard, and writes nothing (the files as they were)
+S="stk-$SUFFIX"
+ps_group "$S" stk -- --ps-slow-ms 120
+wait_until 60 '[ -f "$WORK/stk2.log" ] && [ "$(grep -c "^read " "$WORK/stk2.log")" -ge 3 ]' || fail "group $S did not start"
+pgrep -f -- "--ps-log $WORK/stk[23].log" >"$WORK/stk.pids" || fail "no ranks of $S on n2"
+while read -r p; do kill -STOP "$p"; done <"$WORK/stk.pids"
+files_state() { find "$WORK/n1/state/checkpoints" "$WORK/n2/state/checkpoints" -path "*/$S/*" -type f -exec md5sum {} + 2>/dev/null | sort; }
+stuck_try() {
+    files_state >"$WORK/stk.before"
+    if ctl 1 checkpoint "$S" --timeout 1 >"$WORK/stk.ckpt" 2>&1; then
+        return 1 # n1 had not run ahead yet: its clock was reached
+    fi
+    return 0
+}
+wait_until 30 stuck_try || fail "every checkpoint of the stopped group completed: $(cat "$WORK/stk.ckpt")"
+while read -r p; do kill -CONT "$p"; done <"$WORK/stk.pids"
+cat "$WORK/stk.ckpt"
+qgrep "checkpoint: ps_checkpoint: table 'mlp-[a-z]*' shard [0-9]* (server n[12]) did not reach clock [0-9]* in time: nothing written" "$WORK/stk.ckpt" ||
+    fail "the timeout's error: $(cat "$WORK/stk.ckpt")"
+files_state | cmp -s - "$WORK/stk.before" || fail "a checkpoint that timed out changed the files"
+wait_group stk
+for i in 1 2; do ctl "$i" status >/dev/null || fail "salusd on n$i died"; done
+pass "a checkpoint whose clock no shard reaches (n2's ranks stopped) fails after its timeout and writes nothing"
 
 for i in 1 2; do salusd_node_stop "$i"; done
 echo PASS

@@ -169,7 +169,11 @@ static int open_locked(salus_ps_table_t *t)
         return rc;
     if (t->generation == ps.generation && t->handle)
         return 0;
-    msgpack_packer *pk = salus_client_begin(&ps.client, "ps_open", 6);
+    /* the table's replica count (issue 19): SALUS_PS_REPLICAS, else the daemon's */
+    uint64_t replicas = env_uint("SALUS_PS_REPLICAS", 0);
+    msgpack_packer *pk = salus_client_begin(&ps.client, "ps_open", replicas ? 7 : 6);
+    if (replicas)
+        proto_pack_kv_uint(pk, "replicas", replicas);
     proto_pack_kv_str(pk, "name", t->name);
     proto_pack_kv_uint(pk, "count", t->count);
     proto_pack_kv_str(pk, "rule", t->rule);

@@ -97,7 +97,9 @@ void ps_cluster_ring_forget(salusd_t *d, uid_t uid, const char *group);
 
 /* ---- part 2: a table's server view (replicas, fail-over, re-balancing) ----------------------
  * The ring record (above) is the table's identity and first server set; the VIEW is the server
- * set in force now: P/psv/UID/GROUP/EPOCH/TABLE {"servers": ["n1", ...], "replicas": R},
+ * set in force now: P/psv/UID/GROUP/EPOCH/TABLE {"servers": ["n1", ...], "replicas": R}
+ * (EPOCH: the ring record's epoch, the table's identity; so the group run's views are found
+ * through its ring records, and go with them),
  * written with the ring record when the table is created (servers = the record's, R = the
  * table's replica count, 1 .. PS_MAX_REPLICAS, bounded by the server count when placing) and
  * changed only by etcd transactions that compare the key's mod revision, which is the view's

@@ -270,7 +270,7 @@ static int map_region(conn_t *c, const proto_msg_t *msg, int fd, uint64_t count,
     return 0;
 }
 
-/* ps_open {name, count, rule, sync, servers?, job_id} + one fd -> {handle, count, clock} */
+/* ps_open {name, count, rule, sync, servers?, replicas?, job_id} + one fd -> {handle, count, clock} */
 void ps_local_handle_open(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
@@ -296,6 +296,15 @@ void ps_local_handle_open(conn_t *c, const proto_msg_t *msg)
                            "ps_open: table names are [A-Za-z0-9._-]{1,63}");
         goto out;
     }
+    uint64_t replicas = 0; /* optional: the table's replica count (0 or absent: --ps-replicas) */
+    int has_replicas = proto_get_uint(&msg->body, "replicas", &replicas);
+    if (has_replicas == -EINVAL || (has_replicas == 0 && replicas > PS_MAX_REPLICAS)) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "ps_open: replicas must be 1 .. %d (0: the daemon's --ps-replicas)",
+                           PS_MAX_REPLICAS);
+        goto out;
+    }
+    spec.replicas = (uint32_t)replicas;
     if (spec.count == 0 || spec.count > PS_LOCAL_MAX_COUNT) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
                            "ps_open: count must be 1 .. %llu elements",

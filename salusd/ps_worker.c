@@ -130,7 +130,7 @@ static void pump_as(ps_table_t *t, uint32_t shard, int resend)
             int rc = ps_retarget_served_here(t, shard)
                          ? ps_server_update(t, shard, (uint32_t)t->self_source, u)
                          : -ESTALE;
-            if (rc == PS_UPDATE_PENDING || rc == -ENOMEM || rc == -EAGAIN || rc == -EINPROGRESS) {
+            if (rc == PS_UPDATE_PENDING || rc == -ENOMEM || rc == -EAGAIN) {
                 /* not now (the retry timer tries again), or taken and acknowledged later
                  * (once the standbys have it) */
                 hold_head(t, st);

@@ -8,6 +8,12 @@
 #   etcd_range I PREFIX          every key under PREFIX: lines "KEY CREATE_REVISION VALUE"
 #   view_of I GROUP TABLE        the table's view record (P/psv/UID/GROUP/EPOCH/TABLE, JSON) as
 #                                node I reads etcd; "" when there is none
+#   view_epoch I GROUP TABLE     the EPOCH in the key of the table's view record
+#   group_epoch I GROUP          the group record's create revision (P/groups/UID/GROUP): the
+#                                EPOCH of its ring records' and views' keys
+#   views_check I GROUP TABLE... each table has a view whose key's EPOCH is the group's epoch
+#                                (fails saying which keys etcd holds otherwise)
+#   views_gone I GROUP           waits (bounded) until the group's views are gone from etcd
 #   view_servers JSON            its servers, comma-separated (sorted, as the record keeps them)
 #   view_replicas JSON           its replica count
 #   table_field I GROUP TABLE FIELD  FIELD of the table in `salusctl groups --json` on node I
@@ -43,6 +49,29 @@ for kv in json.load(sys.stdin).get("kvs", []):
 view_of() {
     etcd_range "$1" "$PS_PREFIX/psv/$(id -u)/$2/" 2>/dev/null |
         awk -v t="/$3" '{ k = $1; if (substr(k, length(k) - length(t) + 1) == t) { $1 = ""; $2 = ""; sub(/^  /, ""); print } }'
+}
+view_epoch() {
+    etcd_range "$1" "$PS_PREFIX/psv/$(id -u)/$2/" 2>/dev/null |
+        awk -v p="$PS_PREFIX/psv/$(id -u)/$2/" -v t="/$3" '{ k = $1; if (substr(k, length(k) - length(t) + 1) == t) { k = substr(k, length(p) + 1); sub(/\/.*/, "", k); print k } }'
+}
+group_epoch() {
+    etcd_range "$1" "$PS_PREFIX/groups/$(id -u)/$2" 2>/dev/null | awk -v k="$PS_PREFIX/groups/$(id -u)/$2" '$1 == k { print $2 }'
+}
+views_check() {
+    local i="$1" group="$2" t ge ve
+    shift 2
+    ge=$(group_epoch "$i" "$group")
+    [ -n "$ge" ] || fail "no group record of $group in etcd"
+    for t in "$@"; do
+        ve=$(view_epoch "$i" "$group" "$t")
+        [ "$ve" = "$ge" ] || fail "the view of table $t of $group is not at $PS_PREFIX/psv/$(id -u)/$group/$ge/$t" \
+            "(EPOCH = the group record's create revision, as its ring record's): etcd holds" \
+            "$(etcd_range "$i" "$PS_PREFIX/" | grep -F "/$group/" | cut -d' ' -f1,2 | paste -sd' ')"
+    done
+}
+views_gone() {
+    wait_until 15 '[ -z "$(etcd_range '"$1"' "$PS_PREFIX/psv/$(id -u)/'"$2"'/")" ]' ||
+        fail "the views of $2 outlived the group: $(etcd_range "$1" "$PS_PREFIX/psv/$(id -u)/$2/" | cut -d' ' -f1,2 | paste -sd' ')"
 }
 view_servers() {
     python3 -c 'import json, sys; print(",".join(json.loads(sys.argv[1])["servers"]))' "$1" 2>/dev/null

@@ -7,7 +7,8 @@
 # pieces), clocks; it logs every push acknowledged to it, and pulls the final table into a file.
 #  1. kill -9: once every rank has closed $KILL_AT clocks, the daemon of the server that is
 #     primary of the most shards (from the table's view in etcd, P/psv/UID/GROUP/EPOCH/TABLE, and
-#     the ring's placement: ps_failover.py place) is killed. The view in etcd must change to the
+#     the ring's placement: ps_failover.py place; the key's EPOCH must be the group record's, as
+#     for its ring record, and the views go with the group) is killed. The view in etcd must change to the
 #     three others (the lease expired: a transaction), a survivor's log line "M of N primaries
 #     moved, C copies" must be the placement's (ps_failover.py moves), training must go on to clock $K with no
 #     failed call, and the checker (ps_failover.py adds) must find in every rank's final table
@@ -75,6 +76,7 @@ phase() {
     [ -n "$view" ] || fail "$name: no view record of table w under $PS_PREFIX/psv/$(id -u)/$g/ in etcd: $(etcd_range 5 "$PS_PREFIX/" | cut -c1-200); rank 0: $(tail -n 3 "$WORK/${name}0.log" "$WORK/${name}0.out" "$WORK/${name}0.err")"
     [ "$(view_servers "$view")" = "$SERVERS" ] || fail "$name: the view's servers are not $SERVERS: $view"
     [ "$(view_replicas "$view")" = "$R" ] || fail "$name: the view's replica count is not $R: $view"
+    views_check 5 "$g" w
     shards=$(table_field 5 "$g" w shards)
     [[ "$shards" =~ ^[0-9]+$ ]] && [ "$shards" -ge 4 ] || fail "$name: n5 lists no shards of table w: '$shards'"
     victim=$("${PS_CHECK[@]}" busiest "$SERVERS" w "$shards" $R)
@@ -119,6 +121,7 @@ phase() {
     done
     touch "$WORK/go.$name"
     ranks_wait 30 "${tags[@]}"
+    views_gone 5 "$g"
     for r in 0 1 2 3; do
         tag="$name$r"
         qgrep -E "^train id=$r clocks=$K rc=0$" "$WORK/$tag.out" ||

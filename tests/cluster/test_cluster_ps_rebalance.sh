@@ -72,8 +72,10 @@ for t in mlp-w mlp-loss; do
     [[ "${SHARDS[$t]}" =~ ^[0-9]+$ ]] || fail "n1 lists no shard count of $t: '${SHARDS[$t]}'"
     echo "before: table $t, ${SHARDS[$t]} shards, view $v"
 done
+views_check 1 "$G" mlp-w mlp-loss
 clock_at_join=$(reads join0)
-ctl 1 ps-servers "$G" --add n5 >"$WORK/add.out" 2>&1 || fail "salusctl ps-servers $G --add n5: $(cat "$WORK/add.out")"
+ctl 1 ps-servers "$G" --add n5 >"$WORK/add.out" 2>&1 ||
+    fail "salusctl ps-servers $G --add n5: $(cat "$WORK/add.out"); etcd: $(etcd_range 1 "$PS_PREFIX/" | grep -F "$G" | cut -c1-160)"
 echo "salusctl ps-servers $G --add n5 (rank 0 at clock $clock_at_join of $K): $(head -n 3 "$WORK/add.out")"
 for t in mlp-w mlp-loss; do
     wait_until 20 '[ "$(view_servers "$(view_of 1 "$G" '"$t"')")" = n1,n2,n3,n4,n5 ]' ||
@@ -95,6 +97,7 @@ done
 [ "$(reads join0)" -lt "$K" ] || fail "training was over before n5 had its shards: the join did not happen during training"
 echo "n5 had its shards with rank 0 at clock $(reads join0) of $K"
 mlp_done join
+views_gone 1 "$G"
 # the daemons' own account of the change (n1's log line per table: "ps: table G/T view A -> B:
 # M of N primaries moved, C copies"), which must agree with the ring's placement
 daemon_moved=0

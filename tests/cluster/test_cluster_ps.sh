@@ -15,8 +15,8 @@
 #  3. a table whose servers are only n3 (which runs no rank of that group): 2 ranks on n1 and
 #     n2 push 1 and 2 and pull 3 everywhere; its ring record names n3 alone;
 #  4. a node killed (kill -9 of n2's salusd) while n1's rank waits in a BSP pull for n2's rank,
-#     the table with one replica (SALUS_PS_REPLICAS=1 for both ranks): the pull fails with an
-#     error within TTL + 5 s (never hangs);
+#     the table with one replica (SALUS_PS_REPLICAS=1 for both ranks, as its view in etcd must
+#     say): the pull fails with an error within TTL + 5 s (never hangs);
 #  5. replicated (part 2): n2 back, a table of ranks on n1 and n3 served by n1, n2, n3 (the
 #     daemons' default of 3 replicas, as the view in etcd says); n2's salusd killed (kill -9)
 #     while n1's rank waits in a BSP pull for n3's rank, which then pushes and clocks: the pull
@@ -192,6 +192,11 @@ PS_ENV=SALUS_PS_REPLICAS=1 ps_rank 1 "$K" 2 0 k0 sh -c 'trap "" TERM; exec "$0" 
 PS_ENV=SALUS_PS_REPLICAS=1 ps_rank 2 "$K" 2 1 k1 "$TOOL" open t 64 add bsp touch "$WORK/k1.open" wait "$WORK/go.k"
 wait_until 60 '[ -e "$WORK/k0.pulling" ] && [ -e "$WORK/k1.open" ]' ||
     fail "the ranks of $K did not start: $(cat "$WORK"/k?.out "$WORK"/k?.err)"
+# the table has one replica (the ranks' SALUS_PS_REPLICAS=1 went with the open into its view)
+view_k=$(etcd_range 1 "$PREFIX/psv/$uid/$K/" | awk '$1 ~ /\/t$/ { $1 = ""; $2 = ""; sub(/^  /, ""); print }')
+python3 -c 'import json, sys; assert json.loads(sys.argv[1])["replicas"] == 1' "$view_k" 2>/dev/null ||
+    fail "the view of table t of $K does not say 1 replica (SALUS_PS_REPLICAS=1 at the open): '$view_k'"
+echo "table t of $K: view $view_k"
 sleep 1 # (not a check: the pull is on its way to the servers)
 [ -e "$WORK/k0.pulled" ] && fail "the pull did not wait for rank 1: $(cat "$WORK/k0.out")"
 t0=$(date +%s.%N)

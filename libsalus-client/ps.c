@@ -169,7 +169,11 @@ static int open_locked(salus_ps_table_t *t)
         return rc;
     if (t->generation == ps.generation && t->handle)
         return 0;
-    msgpack_packer *pk = salus_client_begin(&ps.client, "ps_open", 6);
+    /* the table's replica count (issue 19): SALUS_PS_REPLICAS, else the daemon's */
+    uint64_t replicas = env_uint("SALUS_PS_REPLICAS", 0);
+    msgpack_packer *pk = salus_client_begin(&ps.client, "ps_open", replicas ? 7 : 6);
+    if (replicas)
+        proto_pack_kv_uint(pk, "replicas", replicas);
     proto_pack_kv_str(pk, "name", t->name);
     proto_pack_kv_uint(pk, "count", t->count);
     proto_pack_kv_str(pk, "rule", t->rule);
@@ -185,6 +189,11 @@ static int open_locked(salus_ps_table_t *t)
         disconnect_locked();
         return fail(-EPROTO, "open: salusd sent a malformed reply");
     }
+    /* the table's first clock (0, or the clock of the checkpoint a restored group's table
+     * started from): taken at the first open; a re-open keeps the library's own clock */
+    uint64_t start = 0;
+    if (t->generation == 0 && proto_get_uint(&reply.body, "clock", &start) == 0)
+        t->clock = start;
     proto_msg_free(&reply);
     t->handle = handle;
     t->generation = ps.generation;

@@ -5,6 +5,7 @@
 #include "jobctl.h"
 #include "jobs.h"
 #include "policy.h"
+#include "ps_ckpt.h"
 #include "ps_cluster.h"
 #include "ps_local.h"
 #include "metrics.h"
@@ -147,6 +148,7 @@ static const struct {
     {"ps_pull", ps_local_handle_pull},
     {"ps_clock", ps_local_handle_clock},
     {"ps_close", ps_local_handle_close},
+    {"ps_checkpoint", ps_ckpt_handle_checkpoint},
     {"ps_fed_state", ps_local_handle_fed_state},
     {"ps_fed_push", ps_local_handle_fed_push},
     {"ps_servers", ps_cluster_handle_servers},

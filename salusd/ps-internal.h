@@ -51,6 +51,7 @@ typedef struct ps_open_wait_s {
 /* One worker's pull: its slices come from the shards covering the range. */
 typedef struct ps_pull_s {
     ps_t *ps;
+    ps_table_t *table;        /* a slice answered -ESTALE is asked of the primary now */
     const void *owner;        /* NULL once forgotten: the slices still come, no callback */
     ps_pull_fn done;
     void *arg;
@@ -192,6 +193,11 @@ struct ps_table_s {
     uint64_t outage_ns;
     char outage_why[PS_ERR_BYTES];
     uint64_t failovers, failover_ns; /* failover_ns: the last recovery's time */
+    /* checkpoints (ps_ckpt*.c): the clock the table started at (the agreed record's start:
+     * 0, or C when restored from a checkpoint taken at C); the restored values while the
+     * opener sends them to the servers (NULL otherwise) */
+    uint64_t start_clock;
+    float *restore_values;
     ps_table_t *next;
 };
 
@@ -441,10 +447,10 @@ int ps_repl_recv(ps_t *ps, const char *node, int type, struct rbuf_s *r, ps_tabl
 void ps_worker_view_changed(ps_table_t *t);
 /* (ps_retarget.c; what it needs of the server side:) t->self_server is this daemon's index in
  * the new ring; reads kept on a shard this daemon no longer primaries (ps_wait_t with pull !=
- * NULL) are left on t->waits: ps_worker_view_changed asks them of the new primary. For the
- * local source's updates (pump), ps_server_update may answer -EINPROGRESS: taken, and the
- * acknowledgement comes later (ps_worker_acked, never from inside that call), once the
- * standbys have it; and -ESTALE (ps_server_read too: w is freed as on any error): not the
- * primary yet, the worker side keeps the update or read and tries again later. */
+ * NULL) are left on t->waits, or answered -ESTALE (ps_pull_slice): either way the worker side
+ * asks them of the new primary. For the local source's updates (pump), PS_UPDATE_PENDING's
+ * acknowledgement comes later (ps_worker_acked, never from inside ps_server_update), once
+ * the standbys have it; -ESTALE (ps_server_read too: w is freed as on any error): not the
+ * primary (yet), the worker side keeps the update or read and tries again later. */
 
 #endif

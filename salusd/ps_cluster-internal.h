@@ -181,19 +181,18 @@ typedef struct vtable_s {   /* a watched table */
     struct vtable_s *next;
 } vtable_t;
 
-typedef struct vgroup_s {   /* a watched group run: its views' prefix, one etcd watch */
+typedef struct vgroup_s {   /* a watched group (every run of its name): one etcd watch */
     struct ps_views_s *vs;
     uid_t uid;
     char group[LAUNCH_GROUP_BYTES];
-    uint64_t epoch;
-    char prefix[600];        /* P/psv/UID/GROUP/EPOCH/ */
+    char prefix[600];        /* P/psv/UID/GROUP/ (keys EPOCH/TABLE) */
     etcd_watch_t *w;
     int read_busy, need_read;
     uint32_t tables;
     struct vgroup_s *next;
 } vgroup_t;
 
-enum { VREQ_CREATE, VREQ_PROPOSE, VREQ_READ };
+enum { VREQ_CREATE, VREQ_PROPOSE, VREQ_READ, VREQ_FORGET };
 
 typedef struct vreq_s {     /* an etcd request of this file (or a local answer's turn) */
     struct ps_views_s *vs;
@@ -208,6 +207,8 @@ typedef struct vreq_s {     /* an etcd request of this file (or a local answer's
     char value[PS_VIEW_SERVERS_BYTES + 512];
     ps_view_done_fn done;
     void *arg;
+    void (*free_arg)(void *arg); /* when done is never called (stopped): arg's end */
+    int finished;            /* done was called (or free_arg) */
     int cancelled;           /* stopped: no done; its callback frees it */
     struct event *ev;        /* no cluster: the next loop turn */
     struct vreq_s *next;
@@ -282,6 +283,10 @@ void ps_cluster_view_free(ps_cluster_t *ps);
 /* a daemon without a cluster: the hooks (view_changed) kept; its views and requests go */
 int ps_cluster_view_local_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx);
 void ps_cluster_view_local_stop(const salusd_t *d);
+/* ring_prefix P/ps/UID/NAME/GEPOCH/ (a group run over everywhere): its ring records are read,
+ * the views they name deleted, then the records. 0, or a negative errno (nothing done). */
+int ps_cluster_view_forget(ps_cluster_t *ps, uint32_t uid, const char *name,
+                           const char *ring_prefix);
 /* ps_cluster_view_ctl.c: daemon d's ps_servers ops go (etcd is gone: no callback comes) */
 void ps_cluster_servers_free(const salusd_t *d);
 

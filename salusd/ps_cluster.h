@@ -79,6 +79,10 @@ typedef struct ps_ring_record_s {
     char rule[PS_FED_RULE_BYTES], sync[32]; /* rule: up to 63 characters (a fedavg rule) */
     char servers[1024];        /* "node,node,..." sorted: the ring's members */
     uint32_t vnodes;
+    /* (part 2, checkpoints) the clock the table starts at: 0, or C when it was restored from
+     * a checkpoint taken at C ("start" in the record, absent when 0: records without it read
+     * as 0), so that every opener's workers and servers start there */
+    uint64_t start;
 } ps_ring_record_t;
 /* Agrees on the record for (uid, group, table): proposes *want (servers sorted), calls done
  * with rc 0 and the agreed record (the proposal, or the one already there: the caller compares
@@ -93,7 +97,9 @@ void ps_cluster_ring_forget(salusd_t *d, uid_t uid, const char *group);
 
 /* ---- part 2: a table's server view (replicas, fail-over, re-balancing) ----------------------
  * The ring record (above) is the table's identity and first server set; the VIEW is the server
- * set in force now: P/psv/UID/GROUP/EPOCH/TABLE {"servers": ["n1", ...], "replicas": R},
+ * set in force now: P/psv/UID/GROUP/EPOCH/TABLE {"servers": ["n1", ...], "replicas": R}
+ * (EPOCH: the ring record's epoch, the table's identity; so the group run's views are found
+ * through its ring records, and go with them),
  * written with the ring record when the table is created (servers = the record's, R = the
  * table's replica count, 1 .. PS_MAX_REPLICAS, bounded by the server count when placing) and
  * changed only by etcd transactions that compare the key's mod revision, which is the view's

@@ -126,7 +126,9 @@ int ps_ring_record_format(const ps_ring_record_t *rec, char *buf, size_t size, c
         if (*s == ',')
             s++;
     }
-    n = snprintf(buf + at, size - at, "],\"vnodes\":%u}", rec->vnodes);
+    n = rec->start ? snprintf(buf + at, size - at, "],\"vnodes\":%u,\"start\":%" PRIu64 "}",
+                              rec->vnodes, rec->start)
+                   : snprintf(buf + at, size - at, "],\"vnodes\":%u}", rec->vnodes);
     if (n < 0 || (size_t)n >= size - at)
         return -ENOSPC;
     return (int)(at + (size_t)n);
@@ -196,6 +198,11 @@ int ps_ring_record_parse(const char *text, size_t len, ps_ring_record_t *rec, ch
         goto out;
     }
     rec->vnodes = (uint32_t)vnodes;
+    if (json_object_object_get_ex(o, "start", NULL) &&
+        get_uint(o, "start", INT64_MAX, &rec->start) < 0) { /* optional (checkpoints) */
+        snprintf(err, err_size, "the record's start clock is out of range");
+        goto out;
+    }
     if (!json_object_object_get_ex(o, "servers", &servers) ||
         !json_object_is_type(servers, json_type_array)) {
         snprintf(err, err_size, "the record's servers is missing or not a list");

@@ -1,9 +1,10 @@
 /* A table's server view in etcd (ps_cluster.h, part 2): P/psv/UID/GROUP/EPOCH/TABLE created
  * only when absent, changed by compare-and-swap on its mod revision (the view's number); the
- * watched tables' views read when watched and then from one etcd watch per group run (its
- * prefix), handed to hooks.view_changed on a later loop turn, once per newer view, in order;
- * the fail-over (a member's lease ended: ps_failover_step decides who proposes what). Without
- * a cluster every view is {self}, number 1, R 1, and never changes. */
+ * watched tables' views read when watched and then from one etcd watch per group name (the
+ * prefix P/psv/UID/GROUP/: every table of it, whatever its epoch), handed to
+ * hooks.view_changed on a later loop turn, once per newer view, in order; the fail-over (a
+ * member's lease ended: ps_failover_step decides who proposes what). Without a cluster every
+ * view is {self}, number 1, R 1, and never changes. */
 #include "ps_cluster-internal.h"
 
 #include "log.h"
@@ -94,10 +95,10 @@ vtable_t *ps_views_table_find(ps_views_t *vs, uid_t uid, const char *group, uint
     return NULL;
 }
 
-static vgroup_t *group_find(ps_views_t *vs, uid_t uid, const char *group, uint64_t epoch)
+static vgroup_t *group_find(ps_views_t *vs, uid_t uid, const char *group)
 {
     for (vgroup_t *g = vs->groups; g; g = g->next)
-        if (g->uid == uid && g->epoch == epoch && strcmp(g->group, group) == 0)
+        if (g->uid == uid && strcmp(g->group, group) == 0)
             return g;
     return NULL;
 }
@@ -113,6 +114,8 @@ void ps_views_req_unlink(ps_views_t *vs, vreq_t *r)
 
 void ps_views_req_free(vreq_t *r)
 {
+    if (!r->finished && r->free_arg)
+        r->free_arg(r->arg);
     if (r->ev)
         event_free(r->ev);
     free(r);
@@ -175,17 +178,22 @@ static void on_deliver(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* One key read under a watched group's prefix (a listing or the watch). */
+/* One key read under a watched group's prefix (a listing or the watch): EPOCH/TABLE. */
 static void kv_seen(ps_views_t *vs, const vgroup_t *g, const etcd_kv_t *kv)
 {
     size_t plen = strlen(g->prefix);
     if (kv->key_len <= plen || memcmp(kv->key, g->prefix, plen) != 0 ||
-        kv->key_len - plen >= PS_NAME_BYTES)
+        kv->key_len - plen >= 32 + PS_NAME_BYTES)
         return;
-    char table[PS_NAME_BYTES];
-    memcpy(table, kv->key + plen, kv->key_len - plen);
-    table[kv->key_len - plen] = 0;
-    vtable_t *t = ps_views_table_find(vs, g->uid, g->group, g->epoch, table);
+    char rest[32 + PS_NAME_BYTES], table[PS_NAME_BYTES];
+    memcpy(rest, kv->key + plen, kv->key_len - plen);
+    rest[kv->key_len - plen] = 0;
+    unsigned long long epoch = 0;
+    int used = 0;
+    if (sscanf(rest, "%llu/%n", &epoch, &used) != 1 || used == 0 ||
+        snprintf(table, sizeof(table), "%s", rest + used) >= (int)sizeof(table))
+        return;
+    vtable_t *t = ps_views_table_find(vs, g->uid, g->group, epoch, table);
     if (!t || kv->mod_revision <= 0 || (uint64_t)kv->mod_revision <= t->seen.number)
         return;
     ps_view_t v;
@@ -229,7 +237,7 @@ static void on_read(void *ctx, const etcd_result_t *res)
     vreq_t *r = ctx;
     ps_views_t *vs = r->vs;
     ps_views_req_unlink(vs, r);
-    vgroup_t *g = r->cancelled ? NULL : group_find(vs, r->uid, r->group, r->epoch);
+    vgroup_t *g = r->cancelled ? NULL : group_find(vs, r->uid, r->group);
     if (g) {
         g->read_busy = 0;
         if (res->error) {
@@ -261,7 +269,6 @@ static void group_read(ps_views_t *vs, vgroup_t *g)
     r->vs = vs;
     r->kind = VREQ_READ;
     r->uid = g->uid;
-    r->epoch = g->epoch;
     snprintf(r->group, sizeof(r->group), "%s", g->group);
     if (etcd_get(vs->ps->cl->etcd, g->prefix, 1, on_read, r) < 0) {
         free(r);
@@ -329,7 +336,7 @@ int ps_cluster_view_watch(salusd_t *d, uid_t uid, const char *group, uint64_t ep
         return rc;
     if (ps_views_table_find(vs, uid, group, epoch, table))
         return 0;
-    vgroup_t *g = vs->ps ? group_find(vs, uid, group, epoch) : NULL;
+    vgroup_t *g = vs->ps ? group_find(vs, uid, group) : NULL;
     int new_group = vs->ps && !g;
     if (new_group) {
         g = calloc(1, sizeof(*g));
@@ -337,10 +344,9 @@ int ps_cluster_view_watch(salusd_t *d, uid_t uid, const char *group, uint64_t ep
             return -ENOMEM;
         g->vs = vs;
         g->uid = uid;
-        g->epoch = epoch;
         snprintf(g->group, sizeof(g->group), "%s", group);
-        int n = snprintf(g->prefix, sizeof(g->prefix), "%s/psv/%u/%s/%" PRIu64 "/",
-                         vs->ps->cl->prefix, (unsigned)uid, group, epoch);
+        int n = snprintf(g->prefix, sizeof(g->prefix), "%s/psv/%u/%s/", vs->ps->cl->prefix,
+                         (unsigned)uid, group);
         if (n < 0 || (size_t)n >= sizeof(g->prefix)) {
             free(g);
             return -ENAMETOOLONG;
@@ -382,16 +388,18 @@ static void table_free(vtable_t *t)
     free(t);
 }
 
-static void group_release(ps_views_t *vs, uid_t uid, const char *group, uint64_t epoch)
+static void group_release(ps_views_t *vs, uid_t uid, const char *group)
 {
     for (vgroup_t **p = &vs->groups; *p; p = &(*p)->next) {
         vgroup_t *g = *p;
-        if (g->uid != uid || g->epoch != epoch || strcmp(g->group, group) != 0)
+        if (g->uid != uid || strcmp(g->group, group) != 0)
             continue;
         if (--g->tables == 0) {
             *p = g->next;
             etcd_watch_cancel(g->w); /* its read in flight finds no group: dropped */
             free(g);
+            if (!vs->groups)
+                event_del(vs->tick);
         }
         return;
     }
@@ -411,7 +419,7 @@ void ps_cluster_view_unwatch(salusd_t *d, uid_t uid, const char *group, uint64_t
         *p = t->next;
         table_free(t);
         if (vs->ps)
-            group_release(vs, uid, group, epoch);
+            group_release(vs, uid, group);
         return;
     }
 }

@@ -1,7 +1,8 @@
 /* The ps_servers op (salusctl ps-servers GROUP --add NODE | --remove NODE): the caller's group's
- * tables are listed in etcd (P/psv/UID/GROUP/EPOCH/..., UID the caller's: a user changes only
- * its own groups; EPOCH the group's run as this daemon knows it, else the newest in etcd), and
- * for each the view with NODE added or removed is proposed (compare-and-swap; a lost race is
+ * tables are listed in etcd (their ring records P/ps/UID/GROUP/GEPOCH/TABLE, UID the caller's:
+ * a user changes only its own groups; GEPOCH the group's run as this daemon knows it, else the
+ * newest in etcd), their views read (P/psv/UID/GROUP/EPOCH/TABLE, EPOCH the ring record's),
+ * and for each the view with NODE added or removed is proposed (compare-and-swap; a lost race is
  * judged again on the view now there, a few times). Checked first, nothing proposed when it
  * fails: an unknown group, NODE not a live member (add), NODE in no table's view (remove) or in
  * every one (add), the last server of a view removed. The reply: per table its old and new
@@ -25,6 +26,8 @@ typedef struct servers_table_s {
     struct servers_op_s *op;    /* (a proposal's context: the table) */
     uint32_t index;
     char table[PS_NAME_BYTES];
+    uint64_t epoch;             /* its ring record's (the view's key: P/psv/UID/GROUP/EPOCH/T) */
+    int has_view;
     ps_view_t view;             /* the view read (then the one now there) */
     uint64_t from;              /* the view it changed from (0: none) */
     ps_view_t result;           /* the new view (number 0: none) */
@@ -41,8 +44,9 @@ typedef struct servers_op_s {
     char group[LAUNCH_GROUP_BYTES];
     char node[LINKS_NODE_BYTES];
     int add;
-    char prefix[600];           /* P/psv/UID/GROUP/ */
-    uint64_t epoch;
+    char rings[600];            /* P/ps/UID/GROUP/ (GEPOCH/TABLE: the runs' ring records) */
+    char views[600];            /* P/psv/UID/GROUP/ (EPOCH/TABLE) */
+    uint64_t epoch;             /* the group run's (GEPOCH) */
     servers_table_t *tables;
     uint32_t count, pending;
     LIST_ENTRY(servers_op_s) link;
@@ -68,7 +72,7 @@ static void op_error(servers_op_t *op, proto_error_code_t code, const char *fmt,
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
     if (op->conn)
-        server_reply_error(op->conn, op->id, code, 0, "ps-servers: %s", text);
+        server_reply_error(op->conn, op->id, code, 0, "%s", text);
     op_free(op);
 }
 
@@ -162,7 +166,7 @@ static void table_propose(servers_op_t *op, uint32_t i)
     t->index = i;
     t->from = t->view.number;
     t->tries++;
-    int rc = ps_cluster_view_propose(op->d, op->uid, op->group, op->epoch, t->table,
+    int rc = ps_cluster_view_propose(op->d, op->uid, op->group, t->epoch, t->table,
                                      t->view.number, out, on_proposed, t);
     if (rc < 0) {
         snprintf(t->error, sizeof(t->error), "cannot be proposed: %s", strerror(-rc));
@@ -171,14 +175,16 @@ static void table_propose(servers_op_t *op, uint32_t i)
     t->busy = 1;
 }
 
-/* The listing's keys EPOCH/TABLE of the run chosen. 0, or -1 after the reply. */
-static int read_tables(servers_op_t *op, const etcd_result_t *res)
+/* The group's ring records (every run: GEPOCH/TABLE): the run chosen (the group record's as
+ * this daemon knows it, else the newest) and its tables, each with its epoch (the record's
+ * create revision). 0, or -1 after the reply. */
+static int read_rings(servers_op_t *op, const etcd_result_t *res)
 {
     cluster_t *cl = cl_of(op->d);
     char gkey[sizeof(((cluster_group_t *)0)->key)];
     snprintf(gkey, sizeof(gkey), "%u/%s", (unsigned)op->uid, op->group);
     cluster_group_t *g = cluster_group_by_key(cl, gkey);
-    size_t plen = strlen(op->prefix);
+    size_t plen = strlen(op->rings);
     uint64_t newest = 0;
     for (size_t i = 0; i < res->count; i++) {
         const etcd_kv_t *kv = &res->kvs[i];
@@ -197,7 +203,8 @@ static int read_tables(servers_op_t *op, const etcd_result_t *res)
     }
     for (size_t i = 0; i < res->count && op->count < SERVERS_MAX_TABLES; i++) {
         const etcd_kv_t *kv = &res->kvs[i];
-        if (kv->key_len <= plen + elen || memcmp(kv->key + plen, eprefix, elen) != 0)
+        if (kv->key_len <= plen + elen || memcmp(kv->key + plen, eprefix, elen) != 0 ||
+            kv->create_revision <= 0)
             continue;
         size_t tlen = kv->key_len - plen - elen;
         const char *name = kv->key + plen + elen;
@@ -206,13 +213,7 @@ static int read_tables(servers_op_t *op, const etcd_result_t *res)
         servers_table_t *t = &op->tables[op->count++];
         memcpy(t->table, name, tlen);
         t->table[tlen] = 0;
-        char why[200];
-        if (ps_view_parse(kv->value, kv->value_len, &t->view, why, sizeof(why)) < 0) {
-            op_error(op, PROTO_EINTERNAL, "the view of table '%s' in etcd is malformed: %s",
-                     t->table, why);
-            return -1;
-        }
-        t->view.number = (uint64_t)kv->mod_revision;
+        t->epoch = (uint64_t)kv->create_revision;
     }
     if (op->count == 0) {
         op_error(op, PROTO_ENOTFOUND, "unknown group '%s': no parameter-server table of uid %u "
@@ -222,7 +223,44 @@ static int read_tables(servers_op_t *op, const etcd_result_t *res)
     return 0;
 }
 
-static void on_listed(void *ctx, const etcd_result_t *res)
+/* The views of the tables read (keys EPOCH/TABLE). 0, or -1 after the reply. */
+static int read_views(servers_op_t *op, const etcd_result_t *res)
+{
+    size_t plen = strlen(op->views);
+    uint32_t with_view = 0;
+    for (uint32_t k = 0; k < op->count; k++) {
+        servers_table_t *t = &op->tables[k];
+        char want[PS_NAME_BYTES + 32];
+        snprintf(want, sizeof(want), "%" PRIu64 "/%s", t->epoch, t->table);
+        size_t wlen = strlen(want);
+        for (size_t i = 0; i < res->count; i++) {
+            const etcd_kv_t *kv = &res->kvs[i];
+            if (kv->key_len != plen + wlen || memcmp(kv->key + plen, want, wlen) != 0)
+                continue;
+            char why[200];
+            if (ps_view_parse(kv->value, kv->value_len, &t->view, why, sizeof(why)) < 0) {
+                op_error(op, PROTO_EINTERNAL, "the view of table '%s' in etcd is malformed: %s",
+                         t->table, why);
+                return -1;
+            }
+            t->view.number = (uint64_t)kv->mod_revision;
+            t->has_view = 1;
+            with_view++;
+        }
+        if (!t->has_view)
+            snprintf(t->note, sizeof(t->note), "no view yet (the table is being opened)");
+    }
+    if (with_view == 0) {
+        op_error(op, PROTO_ESTATE, "the tables of group '%s' have no view in etcd yet (being "
+                 "opened): try again", op->group);
+        return -1;
+    }
+    return 0;
+}
+
+static void on_views(void *ctx, const etcd_result_t *res);
+
+static void on_rings(void *ctx, const etcd_result_t *res)
 {
     servers_op_t *op = ctx;
     if (res->error) {
@@ -230,12 +268,30 @@ static void on_listed(void *ctx, const etcd_result_t *res)
                  res->message);
         return;
     }
-    if (read_tables(op, res) < 0)
+    if (read_rings(op, res) < 0)
+        return;
+    if (etcd_get(cl_of(op->d)->etcd, op->views, 1, on_views, op) < 0)
+        op_error(op, PROTO_EINTERNAL, "out of memory");
+}
+
+static void on_views(void *ctx, const etcd_result_t *res)
+{
+    servers_op_t *op = ctx;
+    if (res->error) {
+        op_error(op, PROTO_EINTERNAL, "the views of group '%s' cannot be read: %s", op->group,
+                 res->message);
+        return;
+    }
+    if (read_views(op, res) < 0)
         return;
     /* checked first: nothing is proposed when a table refuses */
-    uint32_t changes = 0;
+    uint32_t changes = 0, first = 0;
+    while (!op->tables[first].has_view)
+        first++;
     for (uint32_t i = 0; i < op->count; i++) {
         char out[PS_VIEW_SERVERS_BYTES];
+        if (!op->tables[i].has_view)
+            continue;
         int rc = table_change(op, &op->tables[i], out, sizeof(out));
         if (rc < 0) {
             op_error(op, PROTO_EBADARG, "table '%s' (view %" PRIu64 ": %s): %s",
@@ -246,16 +302,23 @@ static void on_listed(void *ctx, const etcd_result_t *res)
         changes += rc;
     }
     if (changes == 0) {
-        op_error(op, PROTO_EBADARG, "%s is %s a server of group '%s''s tables (%s)", op->node,
-                 op->add ? "already" : "not", op->group, op->tables[0].view.servers);
+        if (op->add)
+            op_error(op, PROTO_EBADARG, "%s is already a server of every table of group '%s' "
+                     "(%s)", op->node, op->group, op->tables[first].view.servers);
+        else
+            op_error(op, PROTO_EBADARG, "%s is not a server of any table of group '%s' (%s)",
+                     op->node, op->group, op->tables[first].view.servers);
         return;
     }
+    for (uint32_t i = 0; i < op->count; i++)
+        if (op->tables[i].has_view) {
+            op->tables[i].note[0] = 0;
+            op->pending++;
+        }
+    op->pending++; /* (the loop's own: answered once every proposal is back) */
     for (uint32_t i = 0; i < op->count; i++) {
-        op->tables[i].note[0] = 0;
-        op->pending++; /* (one more for the loop itself: answered once all are back) */
-    }
-    op->pending++;
-    for (uint32_t i = 0; i < op->count; i++) {
+        if (!op->tables[i].has_view)
+            continue;
         table_propose(op, i);
         if (!op->tables[i].busy)
             op->pending--;
@@ -281,36 +344,36 @@ void ps_cluster_handle_servers(conn_t *c, const proto_msg_t *msg)
         (has_add && proto_get_str_copy(&msg->body, "add", add, sizeof(add)) < 0) ||
         (has_rem && proto_get_str_copy(&msg->body, "remove", rem, sizeof(rem)) < 0)) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
-                           "ps-servers: usage {group, add: NODE | remove: NODE}");
+                           "usage {group, add: NODE | remove: NODE}");
         return;
     }
     const char *node = has_add ? add : rem;
     if (!node_name_ok(node)) {
-        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "ps-servers: '%s' is not a node name",
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "'%s' is not a node name",
                            node);
         return;
     }
     cluster_t *cl = cl_of(d);
     ps_cluster_t *ps = ps_of(d);
     if (!cl) {
-        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "ps-servers: salusd runs without "
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "salusd runs without "
                            "--cluster: a table's server is this node and never changes");
         return;
     }
     if (!ps || !ps->started || cl->lease_lost) {
-        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "ps-servers: node %s is %s", cl->node,
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "node %s is %s", cl->node,
                            cl->lease_lost ? "not a member of the cluster now (its lease was "
                                             "lost)" : "not serving parameter servers");
         return;
     }
     if (has_add && !ps_cluster_member_alive(d, node)) {
-        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "ps-servers: %s is not a live member "
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "%s is not a live member "
                            "of the cluster", node);
         return;
     }
     servers_op_t *op = calloc(1, sizeof(*op));
     if (!op) {
-        server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "ps-servers: out of memory");
+        server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
         return;
     }
     op->conn = c;
@@ -320,10 +383,11 @@ void ps_cluster_handle_servers(conn_t *c, const proto_msg_t *msg)
     op->add = has_add;
     snprintf(op->group, sizeof(op->group), "%s", group);
     snprintf(op->node, sizeof(op->node), "%s", node);
-    snprintf(op->prefix, sizeof(op->prefix), "%s/psv/%u/%s/", cl->prefix, (unsigned)c->uid,
+    snprintf(op->rings, sizeof(op->rings), "%s/ps/%u/%s/", cl->prefix, (unsigned)c->uid, group);
+    snprintf(op->views, sizeof(op->views), "%s/psv/%u/%s/", cl->prefix, (unsigned)c->uid,
              group);
     LIST_INSERT_HEAD(&servers_ops, op, link);
-    if (etcd_get(cl->etcd, op->prefix, 1, on_listed, op) < 0)
+    if (etcd_get(cl->etcd, op->rings, 1, on_rings, op) < 0)
         op_error(op, PROTO_EINTERNAL, "out of memory");
 }
 

@@ -41,7 +41,7 @@ static int alive_cb(void *ctx, const char *node)
 
 static int propose(ps_views_t *vs, uid_t uid, const char *group, uint64_t epoch,
                    const char *table, uint64_t from, const char *servers, ps_view_done_fn done,
-                   void *arg);
+                   void *arg, void (*free_arg)(void *));
 
 static void on_failover_done(void *arg, int rc, const char *err, const ps_view_t *view)
 {
@@ -95,7 +95,7 @@ void ps_views_failover_eval(ps_views_t *vs, vtable_t *t)
         LOG_INFO("ps: view of table %s/%s: %s no longer a member: proposing view %" PRIu64
                  " without it (%s)", t->group, t->table, gone, t->seen.number, out);
         rc = propose(vs, t->uid, t->group, t->epoch, t->table, t->seen.number, out,
-                     on_failover_done, f);
+                     on_failover_done, f, free);
     }
     if (rc < 0) {
         free(f);
@@ -115,6 +115,9 @@ static void req_finish(vreq_t *r, int rc, const char *err, const ps_view_t *view
     }
     if (!r->cancelled && r->done)
         r->done(r->arg, rc, err ? err : "", view);
+    else if (r->free_arg)
+        r->free_arg(r->arg);
+    r->finished = 1;
 }
 
 /* The view a transaction's failure branch read (kvs): the view now there. */
@@ -290,7 +293,7 @@ int ps_cluster_view_create(salusd_t *d, uid_t uid, const char *group, uint64_t e
 
 static int propose(ps_views_t *vs, uid_t uid, const char *group, uint64_t epoch,
                    const char *table, uint64_t from, const char *servers, ps_view_done_fn done,
-                   void *arg)
+                   void *arg, void (*free_arg)(void *))
 {
     vreq_t *r = req_new(vs, VREQ_PROPOSE, uid, group, epoch, table, done, arg);
     if (!r)
@@ -299,9 +302,10 @@ static int propose(ps_views_t *vs, uid_t uid, const char *group, uint64_t epoch,
     snprintf(r->want.servers, sizeof(r->want.servers), "%s", servers);
     /* first the view now (its R, and whether it is still `from`), then the transaction */
     if (etcd_get(vs->ps->cl->etcd, r->key, 0, on_req, r) < 0) {
-        free(r);
+        free(r); /* (arg stays the caller's) */
         return -ENOMEM;
     }
+    r->free_arg = free_arg;
     r->next = vs->reqs;
     vs->reqs = r;
     return 0;
@@ -321,6 +325,59 @@ int ps_cluster_view_propose(salusd_t *d, uid_t uid, const char *group, uint64_t 
     ps_views_t *vs = ps_views_ready(d, &rc);
     if (!vs)
         return rc;
-    return propose(vs, uid, group, epoch, table, from, servers, done, arg);
+    return propose(vs, uid, group, epoch, table, from, servers, done, arg, NULL);
 }
 
+
+/* ---- a group run's views go ------------------------------------------------------------------ */
+
+static void on_forget_read(void *ctx, const etcd_result_t *res)
+{
+    vreq_t *r = ctx;
+    ps_views_t *vs = r->vs;
+    ps_views_req_unlink(vs, r);
+    if (res->error) {
+        LOG_DEBUG("ps: the ring records of group %s cannot be read (%s): its views stay",
+                  r->group, res->message);
+    } else {
+        size_t plen = strlen(r->key);
+        for (size_t i = 0; i < res->count; i++) {
+            const etcd_kv_t *kv = &res->kvs[i];
+            char key[700];
+            if (kv->key_len <= plen || kv->create_revision <= 0 ||
+                memchr(kv->key + plen, '/', kv->key_len - plen))
+                continue;
+            int n = snprintf(key, sizeof(key), "%s/psv/%u/%s/%lld/%.*s", vs->ps->cl->prefix,
+                             (unsigned)r->uid, r->group, (long long)kv->create_revision,
+                             (int)(kv->key_len - plen), kv->key + plen);
+            if (n > 0 && (size_t)n < sizeof(key))
+                etcd_delete(vs->ps->cl->etcd, key, 0, NULL, NULL);
+        }
+    }
+    etcd_delete(vs->ps->cl->etcd, r->key, 1, NULL, NULL);
+    ps_views_req_free(r);
+}
+
+int ps_cluster_view_forget(ps_cluster_t *ps, uint32_t uid, const char *name,
+                           const char *ring_prefix)
+{
+    int rc;
+    ps_views_t *vs = ps_views_ready(ps->d, &rc);
+    if (!vs || !vs->ps)
+        return rc < 0 ? rc : -ENOTCONN;
+    vreq_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    r->vs = vs;
+    r->kind = VREQ_FORGET;
+    r->uid = uid;
+    snprintf(r->group, sizeof(r->group), "%s", name);
+    if (snprintf(r->key, sizeof(r->key), "%s", ring_prefix) >= (int)sizeof(r->key) ||
+        etcd_get(ps->cl->etcd, r->key, 1, on_forget_read, r) < 0) {
+        free(r);
+        return -ENOMEM;
+    }
+    r->next = vs->reqs;
+    vs->reqs = r;
+    return 0;
+}

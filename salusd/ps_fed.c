@@ -356,8 +356,9 @@ int ps_fed_table_push(salusd_t *d, const ps_worker_t *w, uint64_t handle, uint64
         return rc;
     ps_t *ps = t->ps;
     ps_fed_table_t *ft = t->fed;
-    /* a push for the open round may keep a model until the round closes */
-    if (round == ps_fed_round(ft->fed) && !ps_fed_client_pushed(ft->fed, w->rank)) {
+    /* a client's first push for the open round may keep a model until the round closes */
+    if (round == ps_fed_round(ft->fed) && !ps_fed_client_pushed(ft->fed, w->rank) &&
+        ps_fed_selected(ps_fed_spec(ft->fed), round, w->rank)) {
         rc = ps_quota_check(ps, t->uid, n * sizeof(float), t->name, err, err_size);
         if (rc < 0) {
             ps->stats.refused++;

@@ -12,6 +12,7 @@
 #include "groups.h"
 #include "jobs.h"
 #include "ps-internal.h"
+#include "ps_ckpt.h"
 #include "ps_fed-internal.h"
 #include "registry.h"
 
@@ -87,6 +88,7 @@ static void table_unmap(ps_local_table_t *t)
 
 void ps_local_connection_closed(conn_t *c)
 {
+    ps_ckpt_connection_closed(c); /* a checkpoint's requester: no reply */
     ps_local_conn_t *pc = conn_state(c, 0);
     if (!pc)
         return;
@@ -230,7 +232,9 @@ static void open_done(void *arg, int rc, const char *err)
     proto_enc_begin(e, PROTO_REPLY, id, "", 3);
     proto_pack_kv_uint(&e->pk, "handle", (uint64_t)pc->slot + 1);
     proto_pack_kv_uint(&e->pk, "count", t->count);
-    proto_pack_kv_uint(&e->pk, "clock", 0); /* the library keeps its clock across re-opens */
+    /* the table's first clock: 0, or a restored table's checkpoint clock (the library takes
+     * it at its first open, and keeps its own clock across re-opens) */
+    proto_pack_kv_uint(&e->pk, "clock", ps_ckpt_start_clock(c->daemon, pc->open_handle));
     proto_enc_finish(e);
     server_send(c, e);
 }
@@ -266,7 +270,7 @@ static int map_region(conn_t *c, const proto_msg_t *msg, int fd, uint64_t count,
     return 0;
 }
 
-/* ps_open {name, count, rule, sync, servers?, job_id} + one fd -> {handle, count, clock} */
+/* ps_open {name, count, rule, sync, servers?, replicas?, job_id} + one fd -> {handle, count, clock} */
 void ps_local_handle_open(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
@@ -292,6 +296,15 @@ void ps_local_handle_open(conn_t *c, const proto_msg_t *msg)
                            "ps_open: table names are [A-Za-z0-9._-]{1,63}");
         goto out;
     }
+    uint64_t replicas = 0; /* optional: the table's replica count (0 or absent: --ps-replicas) */
+    int has_replicas = proto_get_uint(&msg->body, "replicas", &replicas);
+    if (has_replicas == -EINVAL || (has_replicas == 0 && replicas > PS_MAX_REPLICAS)) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "ps_open: replicas must be 1 .. %d (0: the daemon's --ps-replicas)",
+                           PS_MAX_REPLICAS);
+        goto out;
+    }
+    spec.replicas = (uint32_t)replicas;
     if (spec.count == 0 || spec.count > PS_LOCAL_MAX_COUNT) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
                            "ps_open: count must be 1 .. %llu elements",

@@ -3,6 +3,7 @@
  * for pulls and opens, a server for open answers and acks), sizes and indices; anything bad
  * is dropped and counted, never trusted. */
 #include "ps_msg-internal.h"
+#include "ps_ckpt.h"
 #include "ps_cluster.h"
 
 #include "log.h"
@@ -384,6 +385,11 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         return;
     }
     default:
+        if (type >= MSG_SNAP_REQ && type <= MSG_SNAP_LAST) { /* checkpoints: ps_ckpt.h */
+            ps_ckpt_msg_recv(ps, node, type, t, uid, group, name, epoch, header, header_len,
+                             r.at, payload, payload_len);
+            return;
+        }
         if (!ps_repl_recv(ps, node, type, &r, t, payload, payload_len))
             drop(ps, node, "unknown type");
     }

@@ -3,6 +3,7 @@
  * server asked to create its shards; the open completes when all answered. A node's second
  * worker, or a retried open, finds the table. */
 #include "ps-internal.h"
+#include "ps_ckpt.h"
 #include "ps_cluster.h"
 #include "ps_fed-internal.h"
 
@@ -130,7 +131,9 @@ static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t
                  why ? why : "?");
         ps_table_fail(t, rc, err);
     }
-    if (t && rc == 0 && compare_spec(&t->spec, t->spec.servers, rec, err, sizeof(err)) < 0) {
+    if (t && rc == 0 && (compare_spec(&t->spec, t->spec.servers, rec, err, sizeof(err)) < 0 ||
+                         /* a restoring opener: the record starts at its checkpoint's clock */
+                         ps_ckpt_open_agreed(t, rec, err, sizeof(err)) < 0)) {
         t->ps->stats.refused++;
         ps_table_fail(t, -EINVAL, err);
         t = NULL;
@@ -207,6 +210,8 @@ static void on_view(void *arg, int rc, const char *why, const ps_view_t *view)
         adopt_served(t, served);
     if (rc == 0)
         rc = ps_table_create_shards(t, err, sizeof(err));
+    if (rc == 0) /* restoring: the shards here start from the checkpoint */
+        rc = ps_ckpt_open_shards(t, err, sizeof(err));
     if (rc == 0)
         rc = ps_worker_init(t) < 0 ? -ENOMEM : 0;
     if (rc < 0) {
@@ -221,7 +226,8 @@ static void on_view(void *arg, int rc, const char *why, const ps_view_t *view)
     for (size_t i = 0; i < ps_ring_size(t->ring); i++) {
         if ((int)i == t->self_server)
             continue;
-        if (ps_msg_send_open(t, ps_ring_name(t->ring, i)) < 0) {
+        if (ps_msg_send_open(t, ps_ring_name(t->ring, i)) < 0 ||
+            ps_ckpt_open_sent(t, ps_ring_name(t->ring, i)) < 0) { /* restoring: the values */
             snprintf(err, sizeof(err), "table '%s': server %s is not reachable", t->name,
                      ps_ring_name(t->ring, i));
             ps_table_fail(t, -EHOSTUNREACH, err);
@@ -337,6 +343,14 @@ int ps_table_open(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
             }
         a->ps = ps;
         a->handle = t->handle;
+        /* a restored group's table starts at its checkpoint (ps_ckpt.h) */
+        rc = ps_ckpt_open_prepare(t, spec, &want->start, err, err_size);
+        if (rc < 0) {
+            free(want);
+            free(a);
+            ps_table_free(t);
+            return rc;
+        }
         rc = ps_cluster_ring_agree(ps->d, w->uid, w->group, spec->name, want, on_agreed, a);
         free(want);
         if (rc < 0) {

@@ -10,11 +10,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int fetch_slice(ps_table_t *t, ps_pull_t *p, uint32_t shard, uint64_t min_done,
+                       uint64_t first, uint64_t n, uint64_t out_index);
+
+/* A slice of p answered -ESTALE (a read kept on a shard here that another server is the
+ * primary of now): asked of the primary now. 0, or < 0 when it cannot be (it fails then). */
+static int ask_again(ps_pull_t *p, uint64_t out_index)
+{
+    static int depth; /* (an answer that says -ESTALE again from inside: no loop) */
+    ps_table_t *t = p->table;
+    if (depth || !t || t->state != PS_TABLE_READY || out_index >= p->n)
+        return -ESTALE;
+    uint64_t from = p->offset + out_index, first, elems;
+    uint32_t shard = ps_layout_shard_of(&t->layout, from);
+    ps_layout_shard(&t->layout, shard, &first, &elems);
+    uint64_t to = p->offset + p->n < first + elems ? p->offset + p->n : first + elems;
+    depth++;
+    int rc = fetch_slice(t, p, shard, ps_sync_min_done(&t->spec.sync, p->read.clock),
+                         from - first, to - from, out_index);
+    depth--;
+    return rc;
+}
+
 void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
                    const float *values, uint64_t n, uint64_t done, uint64_t done_at_request,
                    uint64_t waited_ns, int waited)
 {
     ps_t *ps = p->ps;
+    if (rc == -ESTALE && ask_again(p, out_index) == 0)
+        return; /* the slice still counts: it comes from the new primary */
     if (rc < 0 && p->rc == 0) {
         p->rc = rc;
         snprintf(p->err, sizeof(p->err), "%s", err ? err : strerror(-rc));
@@ -200,6 +224,7 @@ int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t
         return -ENOMEM;
     }
     p->ps = ps;
+    p->table = t;
     p->owner = w->owner ? w->owner : (const void *)ps;
     p->done = done;
     p->arg = arg;

@@ -45,8 +45,8 @@
  *     are refused until then, which asks for a copy too);
  *   - no replica now: the shard's state goes here (quota charge with it).
  * Then the worker side (ps_worker_view_changed) sends again what its old primaries had not
- * acknowledged. A source daemon sends the open (MSG_OPEN, not fresh: no empty shards) to each
- * server new in the view; that server builds the table from the ring record and the view the
+ * acknowledged, and a source daemon sends the open (MSG_OPEN, not fresh: no empty shards) to
+ * each server that joined; that server builds the table from the ring record and the view the
  * open carries, then watches the view. The log line per change: "ps: table G/T view 12 -> 15:
  * 13 of 64 primaries moved, 40 copies"; counters in salusctl groups (per table) and /metrics
  * (salus_ps_shards_moved_total, salus_ps_shard_copies_total).
@@ -180,50 +180,44 @@ void ps_repl_watch(ps_table_t *t)
         t->watching = 1;
 }
 
-/* A kept read of a shard no longer served here hears -ESTALE (its reader asks the new
- * primary). */
+/* Another node's kept read of a shard no longer primaried here hears -ESTALE (its daemon asks
+ * the new primary); this node's own are moved by ps_worker_view_changed. */
 static void fence_waits(ps_table_t *t)
 {
     char err[PS_ERR_BYTES];
     for (ps_wait_t **wp = &t->waits; *wp;) {
         ps_wait_t *w = *wp;
-        if (ps_repl_is_primary(t, w->shard)) {
+        if (w->pull || ps_repl_is_primary(t, w->shard)) {
             wp = &w->next;
             continue;
         }
         *wp = w->next;
         snprintf(err, sizeof(err), "table '%s': shard %u moved to %s", t->name, w->shard,
                  ps_table_primary(t, w->shard));
-        if (w->pull)
-            ps_pull_slice(w->pull, -ESTALE, err, 0, NULL, 0, 0, 0, 0, 0);
-        else
-            ps_msg_send_pull_reply(t, w, -ESTALE, err);
+        ps_msg_send_pull_reply(t, w, -ESTALE, err);
         free(w);
     }
 }
 
-/* The servers of view text b that are not in a (both sorted lists "x,y"), sent the open. */
-static void open_new_servers(ps_table_t *t, const char *a, const char *b)
+/* A shard that stays primaried here: its forwards wait on the same standbys by name (the
+ * indices change with the set); a new standby is waited for too (its copy, taken after the
+ * update, stands for it), one that left is not. */
+static void remap_forwards(ps_table_t *t, uint32_t shard, const ps_repl_shard_t *old,
+                           const ps_repl_shard_t *now)
 {
-    char list[PS_SERVERS_BYTES];
-    snprintf(list, sizeof(list), "%s", b);
-    const char *me = ps_cluster_self(t->ps->d);
-    for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        size_t n = strlen(tok);
-        int old = 0;
-        for (const char *p = a; p && *p && !old;) {
-            const char *end = strchr(p, ',');
-            size_t len = end ? (size_t)(end - p) : strlen(p);
-            old = len == n && strncmp(p, tok, n) == 0;
-            p = end ? end + 1 : NULL;
-        }
-        if (old || strcmp(tok, me) == 0)
+    for (ps_forward_t *f = t->forwards; f; f = f->next) {
+        if (f->shard != shard)
             continue;
-        if (ps_msg_send_open_as(t, tok, 0) < 0)
-            LOG_WARN("ps: table '%s': the open to %s (new in its view) was not sent", t->name,
-                     tok);
+        uint8_t waiting[PS_MAX_REPLICAS] = {0};
+        for (uint32_t k = 0; k < now->nstandbys; k++) {
+            waiting[k] = 1;
+            for (uint32_t j = 0; j < old->nstandbys; j++)
+                if (strcmp(old->standby[j].node, now->standby[k].node) == 0)
+                    waiting[k] = f->waiting[j];
+        }
+        memcpy(f->waiting, waiting, sizeof(waiting));
     }
+    ps_repl_arm(t->ps); /* (one that waits on nobody now is acknowledged at the check) */
 }
 
 static void apply_view(ps_table_t *t, const ps_view_t *v)
@@ -245,9 +239,6 @@ static void apply_view(ps_table_t *t, const ps_view_t *v)
         return;
     }
     uint32_t moved = 0, copies = 0;
-    char old_servers[PS_SERVERS_BYTES];
-    snprintf(old_servers, sizeof(old_servers), "%s",
-             t->view_servers[0] ? t->view_servers : t->spec.servers);
     for (uint32_t i = 0; i < shards; i++) {
         size_t was[PS_MAX_REPLICAS], now[PS_MAX_REPLICAS];
         uint32_t kw = ps_ring_replicas(t->ring, t->name, i, t->replicas, was);
@@ -281,6 +272,8 @@ static void apply_view(ps_table_t *t, const ps_view_t *v)
                     if (strcmp(old->standby[j].node, rs->standby[k].node) == 0 &&
                         old->standby[j].copy_req == 0)
                         rs->standby[k].copy_req = UINT64_MAX; /* (marker: in step) */
+            if (was_primary)
+                remap_forwards(t, i, old, rs);
         }
         if (!rs->replica && t->shards[i]) {
             ps_shard_destroy(t->shards[i]);
@@ -320,9 +313,7 @@ static void apply_view(ps_table_t *t, const ps_view_t *v)
     free(copy_all);
     if (t->group_id == 0) /* a server-side table: charged for the replicas here */
         t->charged_bytes = ps_repl_shard_bytes(t);
-    if (t->self_source >= 0 && t->streams)
-        open_new_servers(t, old_servers, sorted);
-    ps_worker_view_changed(t);
+    ps_worker_view_changed(t); /* (it sends the open to servers that joined) */
 }
 
 void ps_repl_view_changed(void *ctx, uid_t uid, const char *group, uint64_t epoch,

@@ -185,33 +185,6 @@ static uint32_t move_local_reads(ps_table_t *t)
     return moved;
 }
 
-/* 1 when name is in the sorted list "a,b,c". */
-static int listed(const char *list, const char *name)
-{
-    size_t n = strlen(name);
-    for (const char *at = list; at && *at; at = strchr(at, ',') ? strchr(at, ',') + 1 : NULL)
-        if (strncmp(at, name, n) == 0 && (at[n] == ',' || at[n] == '\0'))
-            return 1;
-    return 0;
-}
-
-/* Servers of the view that the agreed record did not name (they joined since) hear the open
- * from each source, as every server did when the table was made (the record, the sources);
- * a server that has the table takes it as a retry. */
-static void open_on_joined(ps_table_t *t)
-{
-    if (t->self_source < 0 || t->group_id == 0)
-        return;
-    for (size_t i = 0; i < ps_ring_size(t->ring); i++) {
-        const char *name = ps_ring_name(t->ring, i);
-        if ((int)i == t->self_server || listed(t->spec.servers, name))
-            continue;
-        LOG_DEBUG("ps: table '%s': the open goes to %s, a server that joined", t->name, name);
-        if (ps_msg_send_open(t, name) < 0)
-            LOG_DEBUG("ps: table '%s': the open to %s was not sent", t->name, name);
-    }
-}
-
 void ps_worker_view_changed(ps_table_t *t)
 {
     if (t->state != PS_TABLE_READY || !t->ring || !t->owner)
@@ -225,7 +198,6 @@ void ps_worker_view_changed(ps_table_t *t)
     for (ps_fetch_t *f = t->ps->fetches; f; f = f->next)
         if (f->table == t && f->stalled_ns)
             f->stalled_ns = now;
-    open_on_joined(t); /* before any update or read goes to them */
     for (uint32_t s = 0; t->streams && s < t->layout.shards; s++) {
         ps_stream_t *st = &t->streams[s];
         if (!st->head || !st->in_flight)

@@ -1,6 +1,7 @@
 /* The shards this daemon serves: updates applied from the sources, reads answered at once
  * when the shard's done satisfies the reader's bound, else kept until it does. */
 #include "ps-internal.h"
+#include "ps_ckpt.h"
 
 #include "log.h"
 
@@ -148,6 +149,7 @@ void ps_server_wake(ps_table_t *t, uint32_t shard)
     if (!t->shards[shard])
         return;
     uint64_t done = ps_shard_done(t->shards[shard]);
+    ps_ckpt_shard_done(t, shard); /* a checkpoint's snapshot at this clock (ps_ckpt.h) */
     /* taken off the list first: an answer may complete a pull whose callback is deferred,
      * but nothing here runs a worker's code, so the list does not change under us */
     for (ps_wait_t **wp = &t->waits; *wp;) {

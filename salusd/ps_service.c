@@ -3,6 +3,7 @@
  * (pushes, clocks, pulls), ps_server.c (shards served here), ps_msg.c (messages between
  * daemons) and ps_view.c (salusctl groups, /metrics). */
 #include "ps-internal.h"
+#include "ps_ckpt.h"
 #include "ps_cluster.h"
 #include "ps_fed-internal.h"
 
@@ -194,6 +195,7 @@ void ps_stop(salusd_t *d)
     if (!ps)
         return;
     ps_cluster_stop(d);
+    ps_ckpt_stop(d); /* checkpoints (ps_ckpt.h) */
     while (ps->tables)
         ps_table_free(ps->tables);
     ps_pull_t *p;

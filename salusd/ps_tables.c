@@ -80,6 +80,7 @@ void ps_table_free(ps_table_t *t)
     free(t->source_names);
     free(t->source_over);
     free(t->source_final);
+    free(t->restore_values);
     free(t);
 }
 
@@ -267,6 +268,7 @@ int ps_table_build(ps_table_t *t, const ps_ring_record_t *rec, const char *const
     snprintf(t->rule_text, sizeof(t->rule_text), "%s", rec->rule);
     snprintf(t->sync_text, sizeof(t->sync_text), "%s", rec->sync);
     t->epoch = rec->epoch;
+    t->start_clock = rec->start; /* 0, or a restored table's checkpoint clock */
     t->vnodes = rec->vnodes ? rec->vnodes : PS_RING_VNODES;
     if (ps_layout_init(&t->layout, rec->count, (uint32_t)n) < 0 ||
         !(t->ring = ps_ring_create(names, (size_t)n, rec->vnodes))) {

@@ -37,9 +37,14 @@ int ps_worker_init(ps_table_t *t)
     if (t->spec.sync.kind == PS_SYNC_ASP) {
         t->asp_seq = calloc(t->local_workers, sizeof(*t->asp_seq));
         t->asp_clock = calloc(t->local_workers, sizeof(*t->asp_clock));
+        for (uint32_t i = 0; t->asp_clock && i < t->local_workers; i++)
+            t->asp_clock[i] = t->start_clock; /* restored: the checkpoint's clock */
+        t->asp_closed = t->start_clock;
         return t->asp_seq && t->asp_clock ? 0 : -ENOMEM;
     }
-    t->agg = ps_agg_create(t->spec.count, &t->spec.sync, t->local_workers);
+    t->agg = t->start_clock ? ps_agg_create_at(t->spec.count, &t->spec.sync, t->local_workers,
+                                               t->start_clock)
+                            : ps_agg_create(t->spec.count, &t->spec.sync, t->local_workers);
     return t->agg ? 0 : -ENOMEM;
 }
 
@@ -125,7 +130,7 @@ static void pump_as(ps_table_t *t, uint32_t shard, int resend)
             int rc = ps_retarget_served_here(t, shard)
                          ? ps_server_update(t, shard, (uint32_t)t->self_source, u)
                          : -ESTALE;
-            if (rc == PS_UPDATE_PENDING || rc == -ENOMEM || rc == -EAGAIN || rc == -EINPROGRESS) {
+            if (rc == PS_UPDATE_PENDING || rc == -ENOMEM || rc == -EAGAIN) {
                 /* not now (the retry timer tries again), or taken and acknowledged later
                  * (once the standbys have it) */
                 hold_head(t, st);

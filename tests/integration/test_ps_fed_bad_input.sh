@@ -5,14 +5,15 @@
 # takes it once); then, with round 1 open, each bad push gets a clear error: a push for the
 # closed round 0, a rank that is not one of round 1's clients, a negative sample count, work
 # beyond E, a round that is not open, a plain push to a federated table, a reopen with another
-# length, a table whose N is not the group's world. The round is unaffected: every rank's
+# length, a table whose N is not the group's world, a table over the user's --ps-user-bytes. The round is unaffected: every rank's
 # state and the model pulled before and after are the same, bit for bit; round 1's clients
 # then push and it closes with the weighted average (checked bit for bit against a reference
 # computed here in double, in client id order, rounded to float once).
 . "$(dirname "$0")/lib.sh"
 
 export SIMGPU_DEVICES=4
-start_daemon --metrics 127.0.0.1:0
+# 4 KiB per user: the 8-element tables fit (the model and a round's pushes), 2048 elements not
+start_daemon --metrics 127.0.0.1:0 --ps-user-bytes 4096
 METRICS_URL="http://$("$SALUSCTL" --json status | python3 -c 'import json,sys; print(json.load(sys.stdin)["metrics"])')/metrics"
 TOOL="$TBIN/ps-tool"
 G="it-psfed-$$"
@@ -58,7 +59,7 @@ script() {
     [ "$r" = "$Z" ] && echo fpush 1 10 5 1
     if [ "$r" = "$X" ]; then
         echo fpush 1 -3 5 1 fpush 1 10 6 1 fpush 4 10 5 1 push 0 8 1 \
-            open t 16 "$RULE" bsp open u 8 fedavg:4:2:5:7:drop bsp
+            open t 16 "$RULE" bsp open u 8 fedavg:4:2:5:7:drop bsp open big 2048 "$RULE" bsp
     fi
     barrier bad "$r"
     echo fstate pull 0 8 dump
@@ -141,9 +142,10 @@ bad "$X" "op=fpush rc=-22 msg=salusd: ps_fed_push: round 4 is not open \(the ope
 bad "$X" "op=push rc=-22 msg=salusd: ps_push: table 't' is federated: push with salus_ps_fed_push$"
 bad "$X" "op=open rc=-22 msg=salusd: ps_open: table 't' exists with 8 elements, not 16$"
 bad "$X" "op=open rc=-22 msg=salusd: ps_open: table 'u': fedavg has 4 clients but group $G has 3 ranks"
+bad "$X" "op=open rc=-12 msg=salusd: ps_open: table 'big' needs 8[0-9]{3} bytes on .*ps-user-bytes"
 n_err=$(cat "$WORK"/r*.out | grep -c '^error ')
-[ "$n_err" -eq 8 ] || fail "expected 8 errors, got $n_err: $(grep -h '^error' "$WORK"/r*.out)"
-pass "a closed round, a rank outside the round, a negative sample count, work > E, a round not open, a plain push, another length, N not the world: each a clear error"
+[ "$n_err" -eq 9 ] || fail "expected 9 errors, got $n_err: $(grep -h '^error' "$WORK"/r*.out)"
+pass "a closed round, a rank outside the round, a negative sample count, work > E, a round not open, a plain push, another length, N not the world, over the quota: each a clear error"
 
 # the lost acknowledgement: the push went again and was taken once
 qgrep "dropping push acknowledgement 1 (SALUS_PS_DROP_ACK)" <"$WORK/r$B0.err" || fail "no ack dropped: $(cat "$WORK/r$B0.err")"

@@ -5,7 +5,7 @@
  * the first view created only when absent, proposals by compare-and-swap (-ESTALE with the
  * view now there, -ENOENT, -EPROTO for a malformed record), an unreachable etcd answered with
  * an error in bounded time, watches (every newer view once, in order, on a later loop turn,
- * none after unwatch), the group's views forgotten, and the fail-over (a member's lease ends:
+ * none after unwatch), a group run's views forgotten with its ring records, and the fail-over (a member's lease ends:
  * the first live server proposes the view without it, the others read it; a first live
  * server that does not watch: another proposes after the grace). */
 #include "ps_cluster-internal.h"
@@ -353,14 +353,24 @@ START_TEST(test_etcd_create_and_propose)
     RUN(o, ps_cluster_view_propose(&f1.d, 1000, "g", 7, "bad", (uint64_t)g.mod_revision, "n1",
                                    on_done, &o));
     ck_assert_int_eq(o.rc, -EPROTO);
-    /* the group's run is over: its views go with its ring records */
-    ps_cluster_forget_epoch(&f1.cl, 1000, "g", 7);
-    view_key(key, sizeof(key), "w");
+    /* the group's run (group epoch 3) is over: the views its ring records name (their
+     * create revisions) go with them; another run's view stays */
+    char ring[128], rkey[128];
+    snprintf(ring, sizeof(ring), "%s/ps/1000/g/3/v", prefix);
+    put_key(ring, "{\"count\":1}");
+    uint64_t e = (uint64_t)get_key(ring).mod_revision; /* (created: mod = create revision) */
+    RUN(o, ps_cluster_view_create(&f1.d, 1000, "g", e, "v", "n1", 1, on_done, &o));
+    ck_assert_int_eq(o.rc, 0);
+    snprintf(rkey, sizeof(rkey), "%s/psv/1000/g/%llu/v", prefix, (unsigned long long)e);
+    ck_assert_uint_eq(get_key(rkey).count, 1);
+    ps_cluster_forget_epoch(&f1.cl, 1000, "g", 3);
     long long deadline = now_ms() + STEP_MS;
-    do {
-        g = get_key(key);
-    } while (g.count && now_ms() < deadline);
-    ck_assert_uint_eq(g.count, 0);
+    while ((get_key(rkey).count || get_key(ring).count) && now_ms() < deadline)
+        run_for(50);
+    ck_assert_uint_eq(get_key(rkey).count, 0);
+    ck_assert_uint_eq(get_key(ring).count, 0);
+    view_key(key, sizeof(key), "w");
+    ck_assert_uint_eq(get_key(key).count, 1);
 }
 END_TEST
 

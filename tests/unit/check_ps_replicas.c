@@ -637,6 +637,8 @@ START_TEST(test_state_save_room)
 {
     ps_shard_t *shard = pending_shard("assign", "bsp");
     size_t size = ps_shard_state_size(shard);
+    /* the header's formula: two pending clocks of 13 elements with their written bits */
+    ck_assert_uint_eq(size, 56 + 20 * ST_SOURCES + 4 * ST_ELEMS + 2 * (8 + 4 * ST_ELEMS + 2) + 8);
     uint8_t *buf = malloc(size);
     ck_assert_ptr_nonnull(buf);
     ck_assert_int_eq(ps_shard_save(shard, buf, size - 1), -ENOSPC);

@@ -8,6 +8,7 @@
 #include "ps-internal.h"
 #include "ps.h"
 #include "ps_net.h"
+#include "ps_cluster.h"
 #include "ps_retarget.h"
 
 #include "check_run.h"
@@ -309,7 +310,7 @@ START_TEST(test_view_change_resends_heads)
     ck_assert_uint_gt(st->head->outgoing->pending, 0);
     uint64_t seq = st->head->seq;
     /* n2 had forwarded it to this daemon (its standby) before it died */
-    ck_assert_int_eq(ps_server_update(t, sr, 0, st->head), 1);
+    ck_assert_int_eq(ps_server_apply(t, sr, 0, st->head), 1);
     ck_assert_uint_eq(ps_shard_done(t->shards[sr]), 1);
     /* a read at clock 1 waits for n2's shards (kept, not failed) */
     result_t p = {0};
@@ -622,6 +623,148 @@ START_TEST(test_primary_not_ready_here)
 }
 END_TEST
 
+/* The server side may answer the reads kept on a shard it no longer primaries with -ESTALE
+ * itself (fencing them at the swap): a slice answered so is asked of the new primary, the
+ * pull does not fail. */
+START_TEST(test_fenced_local_read_asked_again)
+{
+    make_group("fl", 2, 0);
+    int o0, o1;
+    ps_worker_t w0 = worker_of(0, "fl", &o0), w1 = worker_of(1, "fl", &o1);
+    uint64_t h;
+    ps_table_t *t = open_table(&w0, "fl", &h);
+    ck_assert_ptr_eq(open_table(&w1, "fl", &h), t);
+    float ones[N], out[N];
+    fill(ones, N, 1);
+    push_ok(&w0, h, 0, 1, ones);
+    clock_ok(&w0, h, 0);
+    result_t p = {0};
+    pull_start(&w0, h, 1, out, &p);
+    set_view(t, two, 2, 2);
+    size_t fenced = 0;
+    for (ps_wait_t **wp = &t->waits; *wp;) { /* as the server side's swap may do */
+        ps_wait_t *w = *wp;
+        if ((int)t->owner[w->shard] == t->self_server) {
+            wp = &w->next;
+            continue;
+        }
+        *wp = w->next;
+        ps_pull_slice(w->pull, -ESTALE, "shard moved", w->out_index, NULL, 0, 0, 0, 0, 0);
+        free(w);
+        fenced++;
+    }
+    ck_assert_uint_gt(fenced, 0);
+    ck_assert_uint_eq(fetches_of(t, "n2", 1), fenced);
+    ps_worker_view_changed(t);
+    ck_assert_uint_eq(fetches_of(t, "n2", 1), fenced);
+    run_idle();
+    ck_assert_int_eq(p.called, 0);
+    push_ok(&w1, h, 0, 1, ones);
+    clock_ok(&w1, h, 0);
+    answer_fetches(t, "fl", 0, 2, 1);
+    wait_for(&p);
+    ck_assert_msg(p.rc == 0, "%s", p.err);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(out[i], 2);
+}
+END_TEST
+
+/* ---- through the server side's view change (ps_repl.c) ----------------------------------
+ * n2's link: sends to it are captured while it is up (the tap) and fail once it is down; its
+ * lease is never alive here (a primary here never waits for it as a standby). */
+static int n2_up;
+static uint32_t n2_updates;
+
+static int tap(void *arg, const char *node, const void *header, size_t header_len,
+               const void *payload, size_t payload_len)
+{
+    (void)arg;
+    (void)payload;
+    (void)payload_len;
+    if (strcmp(node, "n2") != 0 || !n2_up)
+        return -EHOSTUNREACH;
+    n2_updates += header_len > 4 && ((const uint8_t *)header)[4] == 4; /* MSG_UPDATE */
+    return 0;
+}
+
+static int n2_alive(salusd_t *dd, const char *node)
+{
+    (void)dd;
+    return strcmp(node, "local") == 0;
+}
+
+static void view_to(ps_table_t *t, uint64_t number, const char *servers, uint32_t r)
+{
+    ps_view_t v = {.number = number, .replicas = r};
+    snprintf(v.servers, sizeof(v.servers), "%s", servers);
+    ps_repl_view_changed(d.ps, t->uid, t->group, t->epoch, t->name, &v);
+    ck_assert_uint_eq(t->view, number);
+}
+
+/* n2 joins as a primary of some shards (R 2: this daemon their standby); a clock's updates
+ * go to it; it dies before acknowledging; the view without it makes this daemon their
+ * primary (with its standby state), and the worker side sends the updates again: applied
+ * once, the reads answered, nothing lost. */
+START_TEST(test_failover_through_the_view)
+{
+    d.ps->send_tap = tap;
+    d.ps->member_alive = n2_alive;
+    n2_up = 1;
+    n2_updates = 0;
+    make_group("fo", 1, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "fo", &o0);
+    uint64_t h;
+    ps_table_t *t = open_table(&w0, "fo", &h);
+    uint64_t v0 = t->view;
+    view_to(t, v0 + 1, "local,n2", 2);
+    ck_assert_uint_eq(t->replicas, 2);
+    uint32_t sr = remote_shard(t);
+    ck_assert_ptr_nonnull(t->shards[sr]); /* a standby here */
+    float ones[N], out[N];
+    fill(ones, N, 1);
+    push_ok(&w0, h, 0, 1, ones);
+    clock_ok(&w0, h, 0);
+    uint32_t remote = 0;
+    for (uint32_t s = 0; s < t->layout.shards; s++) {
+        if ((int)t->owner[s] == t->self_server) {
+            ck_assert_ptr_null(t->streams[s].head); /* applied here, acknowledged */
+            continue;
+        }
+        remote++;
+        ck_assert_ptr_nonnull(t->streams[s].head);
+        ck_assert_str_eq(t->streams[s].sent_to, "n2");
+        ck_assert_uint_eq(t->streams[s].stalled_ns, 0);
+    }
+    ck_assert_uint_eq(n2_updates, remote);
+    /* n2 had forwarded shard sr's update here before it died; the others' it had not */
+    ck_assert_int_eq(ps_server_apply(t, sr, 0, t->streams[sr].head), 1);
+    n2_up = 0;
+    ps_worker_node_down(d.ps, "n2");
+    ck_assert_int_eq(t->state, PS_TABLE_READY);
+    ck_assert_uint_ne(t->streams[sr].stalled_ns, 0);
+    result_t p = {0};
+    pull_start(&w0, h, 1, out, &p); /* n2's shards: kept for the next view */
+    run_idle();
+    ck_assert_int_eq(p.called, 0);
+
+    view_to(t, v0 + 2, "local", 2); /* n2's lease ended: the view without it */
+    for (uint32_t s = 0; s < t->layout.shards; s++) {
+        ck_assert_ptr_null(t->streams[s].head);
+        ck_assert_uint_eq(ps_shard_done(t->shards[s]), 1);
+        ck_assert_float_eq(ps_shard_values(t->shards[s])[0], 1);
+    }
+    wait_for(&p);
+    ck_assert_msg(p.rc == 0, "%s", p.err);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(out[i], 1);
+    ck_assert_uint_eq(t->failovers, 1);
+    push_ok(&w0, h, 1, 2, ones);
+    clock_ok(&w0, h, 1);
+    ck_assert_float_eq(ps_shard_values(t->shards[sr])[0], 2);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_worker");
@@ -634,6 +777,8 @@ int main(void)
     tcase_add_test(tc, test_pull_reply_estale_kept);
     tcase_add_test(tc, test_local_reads_move_to_new_primary);
     tcase_add_test(tc, test_primary_not_ready_here);
+    tcase_add_test(tc, test_fenced_local_read_asked_again);
+    tcase_add_test(tc, test_failover_through_the_view);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

@@ -7,8 +7,8 @@
 # pieces), clocks; it logs every push acknowledged to it, and pulls the final table into a file.
 #  1. kill -9: once every rank has closed $KILL_AT clocks, the daemon of the server that is
 #     primary of the most shards (from the table's view in etcd, P/psv/UID/GROUP/EPOCH/TABLE, and
-#     the ring's placement: ps_failover.py place; the key's EPOCH must be the group record's, as
-#     for its ring record, and the views go with the group) is killed. The view in etcd must change to the
+#     the ring's placement: ps_failover.py place; the key's EPOCH must be the table's ring-record
+#     epoch, and the views go with the group) is killed. The view in etcd must change to the
 #     three others (the lease expired: a transaction), a survivor's log line "M of N primaries
 #     moved, C copies" must be the placement's (ps_failover.py moves), training must go on to clock $K with no
 #     failed call, and the checker (ps_failover.py adds) must find in every rank's final table

@@ -12,7 +12,8 @@
 #     expected about 1/5) and as the daemons say it (n1's log line per table: "M of N primaries
 #     moved, C copies", which must equal the placement's), checked within [$MOVED_MIN,
 #     $MOVED_MAX]; the replica copies n5 gained (salus_ps_shards on its /metrics) must equal the
-#     placement's count of new copies. The views' keys carry the group's epoch, and go with it.
+#     placement's count of new copies. The views' keys carry their tables' ring-record epochs,
+#     and go with the group.
 #     Training's result is unchanged: every rank's final weights equal those of the base run
 #     element-wise within RTOL (ps_sync_check.py weights; test_cluster_ps_sync.sh explains
 #     1e-4: float sums in another order, while one gradient lost or applied twice moves weights

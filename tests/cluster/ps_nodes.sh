@@ -108,3 +108,13 @@ ranks_wait() {
         [ "$rc" -eq 0 ] || fail "rank $tag exited $rc: $(tail -n 5 "$WORK/$tag.out" "$WORK/$tag.err")"
     done
 }
+
+# PS_KEEP_LOGS=DIR (when debugging): the nodes' salusd logs and the ranks' files are copied to
+# DIR when the test exits, before the cleanup removes them
+ps_nodes_cleanup() {
+    if [ -n "${PS_KEEP_LOGS:-}" ]; then
+        mkdir -p "$PS_KEEP_LOGS" && cp -r "$WORK"/. "$PS_KEEP_LOGS"/ 2>/dev/null
+    fi
+    nodes_cleanup
+}
+trap ps_nodes_cleanup EXIT

@@ -100,7 +100,9 @@ for t in mlp-w mlp-loss; do
 done
 n5_shards() { node_exec 5 curl -s --max-time 2 "http://127.0.0.1:$METRICS_PORT/metrics" | awk '$1 == "salus_ps_shards" { print $2 }'; }
 wait_until 20 '[ "$(n5_shards)" = "$total_copies" ]' ||
-    fail "n5 serves '$(n5_shards)' shards, the placement gives it $total_copies"
+    fail "n5 serves '$(n5_shards)' shards, the placement gives it $total_copies; n5's log on the tables:" \
+        "$(grep -E "ps: (serving|view of table|table $G/)" "$WORK/n5/salusd.log" | tail -n 4 | sed 's/.* info //')" \
+        "$(grep -qE "ps: serving .* of group $G " "$WORK/n5/salusd.log" || echo "(none: n5 never got the tables' open)")"
 echo "n5 serves $total_copies shards (salus_ps_shards), as the placement gives it"
 [ "$(reads join0)" -lt "$K" ] || fail "training was over before n5 had its shards: the join did not happen during training"
 echo "n5 had its shards with rank 0 at clock $(reads join0) of $K"

@@ -63,7 +63,8 @@ for _ in $(seq 200); do "$SALUSCTL" status >/dev/null 2>&1 && break; sleep 0.05;
 G="fed-many-$$"
 start=$(date +%s%N)
 for ((r = 0; r < CLIENTS; r++)); do
-    "$SALUSCTL" run --name "fed.$r" --group "$G" --world "$CLIENTS" --rank $r --persistent 16MiB \
+    "$SALUSCTL" run --name "fed.$r" --group "$G" --world "$CLIENTS" --rank $r --sync asp --share-gpus \
+        --persistent 16MiB \
         --ephemeral 16MiB -- "$FED" "${ARGS[@]}" --dump-weights "$WORK/salus.$r.w" >"$WORK/salus.$r.out" 2>&1 &
     PIDS+=($!)
 done

@@ -83,7 +83,8 @@ salus_run() {
     local tag="$1" r pids=()
     shift
     for r in 0 1 2 3; do
-        "$SALUSCTL" run --name "$tag.$r" --group "$tag-$$" --world 4 --rank $r --persistent 64MiB --ephemeral 64MiB -- \
+        "$SALUSCTL" run --name "$tag.$r" --group "$tag-$$" --world 4 --rank $r --sync asp --share-gpus \
+            --persistent 64MiB --ephemeral 64MiB -- \
             "$FED" "${COMMON[@]}" "$@" --dump-weights "$WORK/$tag.$r.w" >"$WORK/$tag.$r.out" 2>&1 &
         pids+=($!)
         RUN_PIDS+=($!)

@@ -27,7 +27,11 @@
  * floats [offset, offset + n), or keyed: the first n floats and the first n keys), reply
  * {duplicate}; ps_pull {handle, offset, n, clock}, reply {clock, done, done_at_request,
  * waited_ns, waited} once the values are in the region's floats [offset, offset + n);
- * ps_clock {handle, clock}, reply {clock} (the next one); ps_close {handle}. Fields are never removed or
+ * ps_clock {handle, clock}, reply {clock} (the next one); ps_close {handle}. Federated tables
+ * (rule "fedavg:..."; two ops added without a new minor: a daemon without them answers
+ * unknown op, which the library reports as -ENOSYS): ps_fed_state {handle}, reply {round,
+ * selected, pushed, clients, per_round, epochs}; ps_fed_push {handle, round, samples (int),
+ * work, n} (the model in the region's first n floats, n = count), reply {duplicate}. Fields are never removed or
  * retyped within a major.
  *
  * Every frame from a peer is untrusted: proto_decode() rejects malformed input

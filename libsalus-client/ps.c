@@ -169,7 +169,11 @@ static int open_locked(salus_ps_table_t *t)
         return rc;
     if (t->generation == ps.generation && t->handle)
         return 0;
-    msgpack_packer *pk = salus_client_begin(&ps.client, "ps_open", 6);
+    /* the table's replica count (issue 19): SALUS_PS_REPLICAS, else the daemon's */
+    uint64_t replicas = env_uint("SALUS_PS_REPLICAS", 0);
+    msgpack_packer *pk = salus_client_begin(&ps.client, "ps_open", replicas ? 7 : 6);
+    if (replicas)
+        proto_pack_kv_uint(pk, "replicas", replicas);
     proto_pack_kv_str(pk, "name", t->name);
     proto_pack_kv_uint(pk, "count", t->count);
     proto_pack_kv_str(pk, "rule", t->rule);
@@ -185,6 +189,11 @@ static int open_locked(salus_ps_table_t *t)
         disconnect_locked();
         return fail(-EPROTO, "open: salusd sent a malformed reply");
     }
+    /* the table's first clock (0, or the clock of the checkpoint a restored group's table
+     * started from): taken at the first open; a re-open keeps the library's own clock */
+    uint64_t start = 0;
+    if (t->generation == 0 && proto_get_uint(&reply.body, "clock", &start) == 0)
+        t->clock = start;
     proto_msg_free(&reply);
     t->handle = handle;
     t->generation = ps.generation;
@@ -288,8 +297,40 @@ out:
     return 0;
 }
 
+/* What a push sends (ps_push, or ps_fed_push for a federated table). */
+typedef struct push_req_s {
+    const char *op;
+    uint64_t offset, n;
+    int keyed;
+    uint64_t round;           /* ps_fed_push */
+    int64_t samples;
+    uint32_t work;
+} push_req_t;
+
+static void pack_push(const salus_ps_table_t *t, const push_req_t *r, uint64_t seq)
+{
+    if (strcmp(r->op, "ps_fed_push") == 0) {
+        /* a retry is recognised by (rank, round): a second push of the round is a
+         * duplicate */
+        msgpack_packer *pk = salus_client_begin(&ps.client, r->op, 5);
+        proto_pack_kv_uint(pk, "handle", t->handle);
+        proto_pack_kv_uint(pk, "round", r->round);
+        proto_pack_kv_int(pk, "samples", r->samples);
+        proto_pack_kv_uint(pk, "work", r->work);
+        proto_pack_kv_uint(pk, "n", r->n);
+        return;
+    }
+    msgpack_packer *pk = salus_client_begin(&ps.client, r->op, 6);
+    proto_pack_kv_uint(pk, "handle", t->handle);
+    proto_pack_kv_uint(pk, "offset", r->keyed ? 0 : r->offset);
+    proto_pack_kv_uint(pk, "n", r->n);
+    proto_pack_kv_bool(pk, "keyed", r->keyed);
+    proto_pack_kv_uint(pk, "clock", t->clock);
+    proto_pack_kv_uint(pk, "seq", seq);
+}
+
 /* One push (values, and keys when keyed, already in the region) with retries. */
-static int push_locked(salus_ps_table_t *t, uint64_t offset, uint64_t n, int keyed)
+static int push_locked(salus_ps_table_t *t, const push_req_t *req)
 {
     uint64_t seq = t->seq + 1;
     int timeout_ms = (int)env_uint("SALUS_PS_ACK_TIMEOUT_MS", 5000);
@@ -303,14 +344,8 @@ static int push_locked(salus_ps_table_t *t, uint64_t offset, uint64_t n, int key
                 continue;
             return rc;
         }
-        msgpack_packer *pk = salus_client_begin(&ps.client, "ps_push", 6);
-        proto_pack_kv_uint(pk, "handle", t->handle);
-        proto_pack_kv_uint(pk, "offset", keyed ? 0 : offset);
-        proto_pack_kv_uint(pk, "n", n);
-        proto_pack_kv_bool(pk, "keyed", keyed);
-        proto_pack_kv_uint(pk, "clock", t->clock);
-        proto_pack_kv_uint(pk, "seq", seq);
-        rc = exchange_locked("push", -1, timeout_ms, &reply);
+        pack_push(t, req, seq);
+        rc = exchange_locked(req->op + 3, -1, timeout_ms, &reply);
         if (rc < 0) {
             if (!broken(rc))
                 return rc;
@@ -357,7 +392,7 @@ SALUS_EXPORT int salus_shim_ps_push(salus_ps_table_t *t, uint64_t offset, uint64
     if (offset < t->count && n <= t->count - offset)
         memcpy(t->map + offset * sizeof(float), values, n * sizeof(float));
     pthread_mutex_lock(&ps.lock);
-    rc = push_locked(t, offset, n, 0);
+    rc = push_locked(t, &(push_req_t){.op = "ps_push", .offset = offset, .n = n});
     pthread_mutex_unlock(&ps.lock);
     return rc;
 }
@@ -377,7 +412,7 @@ SALUS_EXPORT int salus_shim_ps_push_keys(salus_ps_table_t *t, const uint64_t *ke
         memcpy(t->map + t->count * sizeof(float), keys, n * sizeof(uint64_t));
     }
     pthread_mutex_lock(&ps.lock);
-    rc = push_locked(t, 0, n, 1);
+    rc = push_locked(t, &(push_req_t){.op = "ps_push", .n = n, .keyed = 1});
     pthread_mutex_unlock(&ps.lock);
     return rc;
 }
@@ -484,6 +519,67 @@ SALUS_EXPORT int salus_shim_ps_close(salus_ps_table_t *t)
     }
     pthread_mutex_unlock(&ps.lock);
     table_free(t);
+    return rc;
+}
+
+/* ---- federated tables ------------------------------------------------------------------ */
+
+int salus_shim_ps_fed_state(salus_ps_table_t *t, salus_ps_fed_state_t *st);
+SALUS_EXPORT int salus_shim_ps_fed_state(salus_ps_table_t *t, salus_ps_fed_state_t *st)
+{
+    proto_msg_t reply;
+    int rc = check_table(t, "fed_state");
+    if (rc < 0)
+        return rc;
+    if (!st)
+        return fail(-EINVAL, "fed_state: no state to fill");
+    pthread_mutex_lock(&ps.lock);
+    for (int attempt = 0; attempt < 2; attempt++) { /* a broken connection: re-opened once */
+        rc = open_locked(t);
+        if (rc == 0) {
+            msgpack_packer *pk = salus_client_begin(&ps.client, "ps_fed_state", 1);
+            proto_pack_kv_uint(pk, "handle", t->handle);
+            rc = exchange_locked("fed_state", -1, 5000, &reply);
+        }
+        if (!(rc < 0 && broken(rc)))
+            break;
+    }
+    if (rc == 0) {
+        uint64_t round = 0, clients = 0, per_round = 0, epochs = 0;
+        int selected = 0, pushed = 0;
+        if (proto_get_uint(&reply.body, "round", &round) < 0 ||
+            proto_get_bool(&reply.body, "selected", &selected) < 0 ||
+            proto_get_bool(&reply.body, "pushed", &pushed) < 0 ||
+            proto_get_uint(&reply.body, "clients", &clients) < 0 ||
+            proto_get_uint(&reply.body, "per_round", &per_round) < 0 ||
+            proto_get_uint(&reply.body, "epochs", &epochs) < 0)
+            rc = fail(-EPROTO, "fed_state: salusd sent a malformed reply");
+        else
+            *st = (salus_ps_fed_state_t){.round = round, .selected = selected,
+                                         .pushed = pushed, .clients = (uint32_t)clients,
+                                         .per_round = (uint32_t)per_round,
+                                         .epochs = (uint32_t)epochs};
+        proto_msg_free(&reply);
+    }
+    pthread_mutex_unlock(&ps.lock);
+    return rc;
+}
+
+int salus_shim_ps_fed_push(salus_ps_table_t *t, uint64_t round, int64_t samples, uint32_t work,
+                           const float *values);
+SALUS_EXPORT int salus_shim_ps_fed_push(salus_ps_table_t *t, uint64_t round, int64_t samples,
+                                        uint32_t work, const float *values)
+{
+    int rc = check_table(t, "fed_push");
+    if (rc < 0)
+        return rc;
+    if (!values)
+        return fail(-EINVAL, "fed_push: the model's values are required");
+    memcpy(t->map, values, t->count * sizeof(float));
+    pthread_mutex_lock(&ps.lock);
+    rc = push_locked(t, &(push_req_t){.op = "ps_fed_push", .n = t->count, .round = round,
+                                      .samples = samples, .work = work});
+    pthread_mutex_unlock(&ps.lock);
     return rc;
 }
 

@@ -54,6 +54,20 @@ ps_agg_t *ps_agg_create(uint64_t count, const ps_sync_t *sync, uint32_t workers)
     return agg;
 }
 
+ps_agg_t *ps_agg_create_at(uint64_t count, const ps_sync_t *sync, uint32_t workers,
+                           uint64_t clock)
+{
+    if (clock > (uint64_t)INT64_MAX) /* far from any wrap of a later close or window sum */
+        return NULL;
+    ps_agg_t *agg = ps_agg_create(count, sync, workers);
+    if (agg == NULL)
+        return NULL;
+    /* clocks before `clock` hold no sum: complete and released, as after their last release */
+    for (uint32_t w = 0; w < workers; w++)
+        agg->worker[w].clock = clock;
+    return agg;
+}
+
 void ps_agg_destroy(ps_agg_t *agg)
 {
     if (agg == NULL)

@@ -167,7 +167,11 @@ uint64_t ps_shard_pending_bytes(const ps_shard_t *shard);
  * source's last seq and closed clocks, the pending clocks' sums and written bits. The bytes are
  * a little-endian format of ps-core's own (a magic and a version first), the same on every
  * daemon; loading checks every field (a truncated or corrupted state, or one of another shape,
- * is refused, never half-loaded). */
+ * is refused, never half-loaded). The format is described in ps_shard_state.c; a state is
+ * 56 + 20 * sources + 4 * elems + (per pending clock 8 + 4 * elems, + (elems + 7) / 8 for
+ * assign) + 8 bytes. Clocks in a state (done, closed) are at most INT64_MAX, as they are for
+ * ps_shard_create_at and ps_agg_create_at. A shard whose values or sums overflowed to inf
+ * saves, but its state is refused by ps_shard_load (non-finite). */
 /* The bytes ps_shard_save needs now. */
 size_t ps_shard_state_size(const ps_shard_t *shard);
 /* Writes the state into buf: the bytes written, or -ENOSPC (size too small: nothing useful

@@ -77,6 +77,9 @@ int ps_fed_push(ps_fed_t *fed, uint32_t client, uint64_t round, int64_t samples,
 uint32_t ps_fed_close_round(ps_fed_t *fed);
 /* The pushes the open round has so far. */
 uint32_t ps_fed_pushed(const ps_fed_t *fed);
+/* 1 when client has pushed for the open round, else 0 (added to the declared interface: the
+ * daemon's fed-state answer says it; nothing else changed). */
+int ps_fed_client_pushed(const ps_fed_t *fed, uint32_t client);
 
 /* What the last closed round did (round: its number; UINT64_MAX when none closed yet). */
 typedef struct ps_fed_round_info_s {

@@ -1,7 +1,8 @@
 /* The consistent-hash ring: every server hashed at `vnodes` points ("name#v"), a shard owned by
  * the server of the first point at or after the hash of "table/shard" (wrapping). The points
  * are sorted once; a lookup is a binary search. The hash is FNV-1a (64 bits) with splitmix64's
- * finaliser on top, so that nearby texts ("node1#3", "node1#4") land far apart. */
+ * finaliser on top, so that nearby texts ("node1#3", "node1#4") land far apart. A shard's
+ * replicas are the first distinct servers met going on from its point. */
 #include "ps_core.h"
 
 #include <stdlib.h>
@@ -139,12 +140,10 @@ const char *ps_ring_name(const ps_ring_t *ring, size_t index)
     return ring->names[index];
 }
 
-size_t ps_ring_owner(const ps_ring_t *ring, const char *table, uint32_t shard)
+/* The index of the first ring point at or after the hash of "table/shard", wrapping. */
+static size_t first_point(const ps_ring_t *ring, const char *table, uint32_t shard)
 {
-    if (ring == NULL)
-        return 0;
     uint64_t h = ring_hash(table ? table : "", '/', shard);
-    /* the first point with hash >= h */
     size_t lo = 0, hi = ring->npoints;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -153,9 +152,39 @@ size_t ps_ring_owner(const ps_ring_t *ring, const char *table, uint32_t shard)
         else
             hi = mid;
     }
-    if (lo == ring->npoints)
-        lo = 0; /* wrap */
-    return ring->points[lo].server;
+    return lo == ring->npoints ? 0 : lo; /* wrap */
+}
+
+size_t ps_ring_owner(const ps_ring_t *ring, const char *table, uint32_t shard)
+{
+    if (ring == NULL)
+        return 0;
+    return ring->points[first_point(ring, table, shard)].server;
+}
+
+uint32_t ps_ring_replicas(const ps_ring_t *ring, const char *table, uint32_t shard, uint32_t r,
+                          size_t *out)
+{
+    if (ring == NULL || out == NULL)
+        return 0;
+    if (r == 0)
+        r = 1;
+    if (r > PS_MAX_REPLICAS)
+        r = PS_MAX_REPLICAS;
+    uint32_t k = r < ring->n ? r : (uint32_t)ring->n;
+    /* round the ring from the shard's key: every server has points on it, so one full turn
+     * meets all of them */
+    size_t at = first_point(ring, table, shard);
+    uint32_t found = 0;
+    for (size_t step = 0; step < ring->npoints && found < k; step++) {
+        size_t server = ring->points[(at + step) % ring->npoints].server;
+        uint32_t seen = 0;
+        while (seen < found && out[seen] != server)
+            seen++;
+        if (seen == found)
+            out[found++] = server;
+    }
+    return found;
 }
 
 uint32_t ps_ring_moved(const ps_ring_t *a, const ps_ring_t *b, const char *table,
@@ -168,4 +197,28 @@ uint32_t ps_ring_moved(const ps_ring_t *a, const ps_ring_t *b, const char *table
         if (strcmp(a->names[ps_ring_owner(a, table, s)], b->names[ps_ring_owner(b, table, s)]))
             moved++;
     return moved;
+}
+
+void ps_ring_moves(const ps_ring_t *a, const ps_ring_t *b, const char *table, uint32_t shards,
+                   uint32_t r, uint32_t *primaries, uint32_t *copies)
+{
+    uint32_t moved = 0, sent = 0;
+    for (uint32_t s = 0; a != NULL && b != NULL && s < shards; s++) {
+        size_t in_a[PS_MAX_REPLICAS], in_b[PS_MAX_REPLICAS];
+        uint32_t ka = ps_ring_replicas(a, table, s, r, in_a);
+        uint32_t kb = ps_ring_replicas(b, table, s, r, in_b);
+        if (strcmp(a->names[in_a[0]], b->names[in_b[0]]) != 0)
+            moved++;
+        for (uint32_t i = 0; i < kb; i++) {
+            uint32_t j = 0;
+            while (j < ka && strcmp(a->names[in_a[j]], b->names[in_b[i]]) != 0)
+                j++;
+            if (j == ka)
+                sent++; /* a copy b places where a had none: its state must be sent */
+        }
+    }
+    if (primaries)
+        *primaries = moved;
+    if (copies)
+        *copies = sent;
 }

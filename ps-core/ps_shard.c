@@ -3,45 +3,15 @@
  * clock order once every source has closed the clock. Under ASP a contribution is applied when
  * it arrives; closes still count `done`. An applied clock's buffers are kept for the next clock
  * (no fresh pages to fault in and zero), and a clock's first contribution of the whole shard
- * is copied in (checked in the same pass), not added to zeros. */
+ * is copied in (checked in the same pass), not added to zeros. The whole state saved, loaded
+ * and compared: ps_shard_state.c. */
 #include "ps_core.h"
 #include "ps_core_internal.h"
+#include "ps_shard_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct shard_source_s {
-    uint64_t last_seq;
-    int have_seq;        /* no contribution yet: every seq is new */
-    uint64_t closed;     /* clocks 0 .. closed-1 closed */
-} shard_source_t;
-
-/* A clock's contributions, summed (BSP, SSP). */
-typedef struct shard_pending_s {
-    uint64_t clock;
-    float *sum;          /* elems values; undefined until filled */
-    uint8_t *touched;    /* assign only: a bit per element some contribution wrote */
-    int filled;          /* sum holds the clock's sum (zeros and what came) */
-} shard_pending_t;
-
-struct ps_shard_s {
-    uint64_t elems;
-    ps_rule_t rule;
-    ps_sync_t sync;
-    uint32_t sources;
-    float *values;
-    uint64_t done;
-    shard_source_t *source;
-    shard_pending_t *pending; /* sorted by clock, all >= done */
-    size_t npending, pending_cap;
-    shard_pending_t spare;    /* an applied clock's buffers (sum NULL: none) */
-};
-
-static uint64_t touched_bytes(uint64_t elems)
-{
-    return (elems + 7) / 8;
-}
 
 ps_shard_t *ps_shard_create(uint64_t elems, const ps_rule_t *rule, const ps_sync_t *sync,
                             uint32_t sources)
@@ -127,13 +97,13 @@ static shard_pending_t *pending_get(ps_shard_t *shard, uint64_t clock)
     if (fresh.sum == NULL)
         fresh.sum = malloc(shard->elems * sizeof(float));
     if (shard->rule.kind == PS_RULE_ASSIGN && fresh.touched == NULL)
-        fresh.touched = malloc(touched_bytes(shard->elems));
+        fresh.touched = malloc(ps_shard_touched_bytes(shard->elems));
     if (fresh.sum == NULL || (shard->rule.kind == PS_RULE_ASSIGN && fresh.touched == NULL)) {
         pending_free(&fresh);
         return NULL;
     }
     if (fresh.touched)
-        memset(fresh.touched, 0, touched_bytes(shard->elems));
+        memset(fresh.touched, 0, ps_shard_touched_bytes(shard->elems));
     memmove(&shard->pending[at + 1], &shard->pending[at],
             (shard->npending - at) * sizeof(*shard->pending));
     shard->pending[at] = fresh;
@@ -278,12 +248,18 @@ const float *ps_shard_values(const ps_shard_t *shard)
     return shard ? shard->values : NULL;
 }
 
+/* A pending clock's buffers: its sum, and (assign) its written bits. */
+static uint64_t pending_entry_bytes(const ps_shard_t *shard)
+{
+    return shard->elems * sizeof(float) +
+           (shard->rule.kind == PS_RULE_ASSIGN ? ps_shard_touched_bytes(shard->elems) : 0);
+}
+
 uint64_t ps_shard_bytes(const ps_shard_t *shard)
 {
     if (shard == NULL)
         return 0;
-    uint64_t per_pending = shard->elems * sizeof(float) +
-                           (shard->rule.kind == PS_RULE_ASSIGN ? touched_bytes(shard->elems) : 0);
+    uint64_t per_pending = pending_entry_bytes(shard);
     return sizeof(*shard) + shard->elems * sizeof(float) +
            (uint64_t)shard->sources * sizeof(*shard->source) +
            shard->pending_cap * sizeof(*shard->pending) +
@@ -294,8 +270,7 @@ uint64_t ps_shard_pending_bytes(const ps_shard_t *shard)
 {
     if (shard == NULL)
         return 0;
-    uint64_t per_pending = shard->elems * sizeof(float) +
-                           (shard->rule.kind == PS_RULE_ASSIGN ? touched_bytes(shard->elems) : 0);
+    uint64_t per_pending = pending_entry_bytes(shard);
     return shard->pending_cap * sizeof(*shard->pending) +
            (shard->npending + (shard->spare.sum != NULL)) * per_pending;
 }

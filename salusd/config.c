@@ -96,6 +96,13 @@ const option_def_t salusd_options[] = {
     ROW("ps-user-bytes", OPTION_BYTES, "1GiB", 0, 1LL << 50, ps_user_bytes,
         "parameter-server tables: memory one user's tables may hold on this daemon (table "
         "elements where its workers run, shards where it serves); more is refused"),
+    ROW("ps-fed-timeout-ms", OPTION_INT, "600000", 1, 86400000, ps_fed_timeout_ms,
+        "federated tables: a round still open after this long (a client that died) is "
+        "closed with the pushes it has (a failure timeout: stragglers are decided by work)"),
+    ROW("ps-replicas", OPTION_INT, "3", 1, 8, ps_replicas,
+        "parameter-server tables opened here keep each shard on this many servers (a "
+        "primary and hot standbys; bounded by the table's servers) unless the open names "
+        "its own"),
     ROW("cluster", OPTION_STRING, NULL, 0, 0, cluster,
         "join the cluster coordinated by this etcd (etcd://HOST:PORT[,HOST:PORT...]): "
         "groups span nodes; default: a single node"),

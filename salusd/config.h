@@ -44,6 +44,8 @@ typedef struct salusd_config_s {
     long long gang_slot_iterations; /* iterations of each rank in one gang slot */
     long long group_kill_grace_s; /* a failed group's other ranks: SIGTERM, then SIGKILL */
     unsigned long long ps_user_bytes; /* parameter-server memory of one user here (ps.h) */
+    long long ps_fed_timeout_ms; /* a federated round open this long is closed as it is */
+    long long ps_replicas;       /* replicas of each shard of a table opened here (R) */
     /* the cluster role (cluster.h): empty cluster = a single node */
     char cluster[1024];          /* etcd endpoints: etcd://HOST:PORT[,HOST:PORT...] */
     char cluster_node[64];       /* this node's name (empty: the host name) */

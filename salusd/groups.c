@@ -30,6 +30,7 @@ typedef struct group_s {
     launch_sync_t sync;
     uint32_t staleness;
     int share_gpus;
+    int restore;               /* a rank joined with "restore" */
     group_rank_t *ranks;       /* world entries, by rank */
     uint32_t joined;           /* ranks submitted */
     uint32_t over;             /* of those, ended */
@@ -128,7 +129,8 @@ int groups_fields_parse(const msgpack_object *body, groups_fields_t *f, char *wh
         proto_get_int(body, "local_rank", &local) == -EINVAL ||
         proto_get_str_copy(body, "sync", sync, sizeof(sync)) == -EINVAL ||
         proto_get_uint(body, "staleness", &staleness) == -EINVAL ||
-        proto_get_bool(body, "share_gpus", &share) == -EINVAL)
+        proto_get_bool(body, "share_gpus", &share) == -EINVAL ||
+        proto_get_bool(body, "restore", &f->restore) == -EINVAL)
         return -EINVAL;
     if (!launch_group_name_valid(f->name)) {
         snprintf(why, why_size, "submit: the group name must be 1 to %d characters of letters, "
@@ -217,6 +219,7 @@ int groups_join(salusd_t *d, job_t *job, const groups_fields_t *f)
         LOG_INFO("group %s of uid %u formed (id %llu, world %u)", g->name, (unsigned)g->uid,
                  (unsigned long long)g->id, g->world);
     }
+    g->restore |= f->restore != 0;
     group_rank_t *r = &g->ranks[f->rank];
     r->job_id = job->id;
     r->local_rank = f->local_rank;
@@ -233,6 +236,20 @@ int groups_join(salusd_t *d, job_t *job, const groups_fields_t *f)
     job->group_local_rank = f->local_rank;
     cluster_rank_submitted(d, g->id, f->rank, job->id);
     return 0;
+}
+
+uint64_t groups_find(const salusd_t *d, uid_t uid, const char *name)
+{
+    for (group_t *g = d->groups ? d->groups->list : NULL; g; g = g->next)
+        if (g->uid == uid && !g->ended_ns && strcmp(g->name, name) == 0)
+            return g->id;
+    return 0;
+}
+
+int groups_restored(const salusd_t *d, uint64_t id)
+{
+    const group_t *g = group_by_id(d, id);
+    return g ? g->restore : 0;
 }
 
 int groups_refuses(const salusd_t *d, const job_t *job, char *err, size_t err_size)

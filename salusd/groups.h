@@ -51,6 +51,8 @@ typedef struct groups_fields_s {
     launch_sync_t sync;
     uint32_t staleness;
     int share_gpus;
+    int restore;        /* "restore": true (salusctl run --restore): the group's tables start
+                         * from their checkpoints on this node (ps_ckpt.h) */
 } groups_fields_t;
 
 /* Reads the group fields of a submit body: 1 when present, 0 when the body has none, -EINVAL
@@ -104,6 +106,10 @@ int groups_describe(const salusd_t *d, uint64_t id, groups_desc_t *desc, char *s
 /* The group failed elsewhere (another node, a node gone, the cluster lost): it fails here
  * as when one of its ranks ends badly (failure: why), its live ranks are ended. Idempotent. */
 void groups_fail(salusd_t *d, uint64_t id, const char *failure);
+/* The id of the live group (uid, name) here (not ended), or 0. */
+uint64_t groups_find(const salusd_t *d, uid_t uid, const char *name);
+/* 1 when a rank of the group joined here with "restore" (salusctl run --restore), else 0. */
+int groups_restored(const salusd_t *d, uint64_t id);
 /* The job ids of a group's live ranks here (at most max); their count. */
 uint32_t groups_live_jobs(salusd_t *d, uint64_t id, uint64_t *jobs, uint32_t max);
 

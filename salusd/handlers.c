@@ -5,6 +5,8 @@
 #include "jobctl.h"
 #include "jobs.h"
 #include "policy.h"
+#include "ps_ckpt.h"
+#include "ps_cluster.h"
 #include "ps_local.h"
 #include "metrics.h"
 #include "sched.h"
@@ -146,6 +148,10 @@ static const struct {
     {"ps_pull", ps_local_handle_pull},
     {"ps_clock", ps_local_handle_clock},
     {"ps_close", ps_local_handle_close},
+    {"ps_checkpoint", ps_ckpt_handle_checkpoint},
+    {"ps_fed_state", ps_local_handle_fed_state},
+    {"ps_fed_push", ps_local_handle_fed_push},
+    {"ps_servers", ps_cluster_handle_servers},
 };
 
 /* Per-user caps on live jobs, checked before submit and register: a user cannot fill the
@@ -198,6 +204,7 @@ void handlers_dispatch(conn_t *c, const proto_msg_t *msg)
 void handlers_connection_closed(conn_t *c)
 {
     ps_local_connection_closed(c);
+    ps_cluster_servers_closed(c);
     jobctl_connection_closed(c);
     jobs_connection_closed(c);
 }

@@ -197,7 +197,10 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
             .net_bytes_sent = pss.net_bytes_sent, .net_bytes_received = pss.net_bytes_received,
             .updates_sent = pss.updates_sent, .updates_applied = pss.updates_applied,
             .staleness_waits = pss.staleness_waits, .staleness_wait_ns = pss.staleness_wait_ns,
-            .refused = pss.refused};
+            .refused = pss.refused, .fed_rounds_timed_out = pss.fed_rounds_timed_out,
+            .views = pss.views, .shards_moved = pss.shards_moved,
+            .shard_copies = pss.shard_copies, .failovers = pss.failovers,
+            .failover_last_ns = pss.failover_last_ns};
         snap->ps = &m->ps;
     }
     for (int st = JOB_DONE; st < JOB_STATE_COUNT; st++)

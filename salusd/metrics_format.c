@@ -413,6 +413,24 @@ static void ps_families(metrics_text_t *t, const metrics_ps_sample_t *p)
         {"salus_ps_refused_total", "counter",
          "Requests refused: bad input, quota, access, bad messages from other daemons.", "",
          PSF(refused), 0},
+        {"salus_ps_fed_rounds_timed_out_total", "counter",
+         "Federated rounds closed by --ps-fed-timeout-ms with the pushes they had.", "",
+         PSF(fed_rounds_timed_out), 0},
+        {"salus_ps_views_total", "counter",
+         "Table views taken here (replicas: fail-over, a server joined or left).", "",
+         PSF(views), 0},
+        {"salus_ps_shards_moved_total", "counter",
+         "Shards whose primary changed with those views (of the tables here).", "",
+         PSF(shards_moved), 0},
+        {"salus_ps_shard_copies_total", "counter",
+         "Whole-state copies of shards sent (standbys caught up, state handed over).", "",
+         PSF(shard_copies), 0},
+        {"salus_ps_failovers_total", "counter",
+         "Recoveries of this node's workers' updates and reads that could not reach a shard's "
+         "primary (answered again after a view change).", "", PSF(failovers), 0},
+        {"salus_ps_failover_seconds", "gauge",
+         "The last recovery's time: from the first update or read that could not reach a "
+         "primary to the first answered after it.", "", PSF(failover_last_ns), 1},
 #undef PSF
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {

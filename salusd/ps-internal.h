@@ -51,6 +51,7 @@ typedef struct ps_open_wait_s {
 /* One worker's pull: its slices come from the shards covering the range. */
 typedef struct ps_pull_s {
     ps_t *ps;
+    ps_table_t *table;        /* a slice answered -ESTALE is asked of the primary now */
     const void *owner;        /* NULL once forgotten: the slices still come, no callback */
     ps_pull_fn done;
     void *arg;
@@ -96,6 +97,8 @@ typedef struct ps_fetch_s {
     ps_rider_t *riders;
     uint64_t sent_ns;            /* when it was (last) sent: resent after PS_FETCH_RESEND_MS
                                   * (a lost request or reply; the server answers a req once) */
+    uint64_t stalled_ns;         /* since when it cannot reach the shard's primary (its server
+                                  * is down, or answered -ESTALE); 0: it can (ps_retarget.c) */
     struct ps_fetch_s *next;
 } ps_fetch_t;
 
@@ -124,6 +127,11 @@ typedef struct ps_stream_s {
     uint64_t next_seq;        /* the seq of the next update made */
     uint64_t sent_ns;         /* when it completed: the retry counts from there, so that a
                                * large update still on its way is never sent twice */
+    char sent_to[PS_NODE_BYTES]; /* the primary the head last went to (this daemon's name
+                               * when applied here): a view that names another one sends
+                               * it again */
+    uint64_t stalled_ns;      /* since when the head cannot reach the shard's primary (its
+                               * server is down, or answered -ESTALE); 0: it can */
 } ps_stream_t;
 
 typedef enum ps_table_state_e { PS_TABLE_OPENING, PS_TABLE_READY, PS_TABLE_FAILED } ps_table_state_t;
@@ -137,7 +145,7 @@ struct ps_table_s {
     char name[PS_NAME_BYTES];
     uint64_t epoch;
     ps_table_spec_t spec;     /* count, rule, sync; servers as agreed (sorted) */
-    char rule_text[32], sync_text[32];
+    char rule_text[PS_FED_RULE_BYTES], sync_text[32]; /* rule: up to 63 characters (fedavg) */
     ps_table_state_t state;
     int error;                /* PS_TABLE_FAILED: why */
     char error_text[PS_ERR_BYTES];
@@ -166,8 +174,30 @@ struct ps_table_s {
     ps_stream_t *streams;     /* per shard */
     uint64_t charged_bytes;   /* what the quota counts for this table here */
     /* server side */
-    ps_shard_t **shards;      /* per shard; NULL where another server owns it */
+    ps_shard_t **shards;      /* per shard; NULL where this daemon holds no replica of it */
     ps_wait_t *waits;
+    struct ps_fed_table_s *fed; /* a federated table (salusd/ps_fed.c): the rounds, no shards */
+    /* part 2: replicas and views (ps_repl.c) */
+    uint32_t replicas;        /* R: the view's (until a view is read: the open's; 0 counts
+                               * as 1). R > 1 (and more than one server): the worker side
+                               * waits for the next view when a primary cannot be reached,
+                               * else it fails at once (part 1) */
+    uint64_t view;            /* the number of the view in force here (0: none yet) */
+    char view_servers[PS_SERVERS_BYTES]; /* its servers (sorted); "": the ring record's */
+    int watching;             /* ps_cluster_view_watch was called */
+    struct ps_repl_shard_s *repl; /* per shard: this daemon's part in its replica set */
+    struct ps_forward_s *forwards; /* updates applied here as primary, waiting for standbys */
+    uint64_t moved, copies;   /* primaries moved, replica copies made, over its views */
+    /* the worker side's fail-over (ps_retarget.c): since when an update or read of the table
+     * cannot reach its shard's primary (0: all can), why, and the recoveries seen */
+    uint64_t outage_ns;
+    char outage_why[PS_ERR_BYTES];
+    uint64_t failovers, failover_ns; /* failover_ns: the last recovery's time */
+    /* checkpoints (ps_ckpt*.c): the clock the table started at (the agreed record's start:
+     * 0, or C when restored from a checkpoint taken at C); the restored values while the
+     * opener sends them to the servers (NULL otherwise) */
+    uint64_t start_clock;
+    float *restore_values;
     ps_table_t *next;
 };
 
@@ -183,6 +213,14 @@ struct ps_s {
     ps_fetch_t *fetches;
     ps_sample_t stats;          /* counters (tables, shards, bytes: computed by ps_sample) */
     uint64_t dropped;           /* bad messages from peers */
+    /* part 2 (ps_repl*.c) */
+    struct ps_copy_s *copies;   /* whole-state copies sent, not acknowledged yet */
+    struct event *repl_timer;   /* while forwards or copies wait: liveness, resends */
+    /* test seams: NULL in the daemon (ps_cluster_member_alive, ps_net) */
+    int (*member_alive)(salusd_t *d, const char *node);
+    int (*send_tap)(void *arg, const char *node, const void *header, size_t header_len,
+                    const void *payload, size_t payload_len);
+    void *send_tap_arg;
 };
 
 static inline ps_t *ps_of(const salusd_t *d)
@@ -253,7 +291,8 @@ int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint6
                    size_t err_size);
 int ps_worker_clock(ps_table_t *t, uint32_t worker, uint64_t clock, char *err,
                     size_t err_size);
-/* The head of a shard's stream was acknowledged (seq): the next goes. */
+/* The head of a shard's stream was acknowledged (seq): the next goes. rc -ESTALE: not by the
+ * primary (a view change is under way): kept, and sent again at the next view or retry. */
 void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc);
 /* The send of update seq of a shard's stream completed (ps_msg.c's sent callback); ok 0: it
  * failed (a link that dropped), and the next retry sends it again. */
@@ -273,17 +312,24 @@ int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t
 void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
                    const float *values, uint64_t n, uint64_t done, uint64_t done_at_request,
                    uint64_t waited_ns, int waited);
-/* A fetch's answer (or failure) goes to each of its riders; the fetch is freed. */
+/* A fetch's answer (or failure) goes to each of its riders; the fetch is freed. But rc
+ * -ESTALE (its server is not the shard's primary now, or the shard is moving): the fetch is
+ * kept (back on ps->fetches) and asked again at the next view change or retry. */
 void ps_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values,
                      uint64_t done, uint64_t done_at_request, uint64_t waited_ns, int waited);
 /* The table's fetches on their way fail (rc, err). */
 void ps_worker_fail_fetches(ps_table_t *t, int rc, const char *err);
-/* Fails every update stream and fetch that waits on node (peer down). */
+/* Node is down (peer down): the update streams and fetches that wait on it fail (R 1), or
+ * wait for the next view (R > 1; ps_retarget.c), at most PS_FAILOVER_TTLS lease TTLs. */
 void ps_worker_node_down(ps_t *ps, const char *node);
 
 /* ps_server.c */
-/* Applies an update from source to a shard served here: 1 applied, 0 duplicate, < 0 bad. */
+/* An update from this daemon's own workers (source) to a shard whose primary is here
+ * (ps_repl_update with no origin): 1 applied, 0 duplicate, PS_UPDATE_PENDING (taken; the
+ * standbys' acks come first, then ps_worker_acked), -EAGAIN / -ENOMEM (not now), < 0 bad. */
 int ps_server_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_update_t *u);
+/* Applies an update to the shard held here (any replica): 1 applied, 0 duplicate, < 0 bad. */
+int ps_server_apply(ps_table_t *t, uint32_t shard, uint32_t source, const ps_update_t *u);
 /* A slice read: answered now (1) or kept (0), or a negative errno. */
 int ps_server_read(ps_table_t *t, ps_wait_t *w);
 void ps_server_wake(ps_table_t *t, uint32_t shard);
@@ -300,6 +346,9 @@ void ps_server_answer(ps_table_t *t, ps_wait_t *w);
 void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_len,
                  const void *payload, size_t payload_len);
 int ps_msg_send_open(ps_table_t *t, const char *node);
+/* fresh 0: the table exists already (a server that joined its view): the shards come as
+ * copies, never empty. */
+int ps_msg_send_open_as(ps_table_t *t, const char *node, int fresh);
 int ps_msg_send_update(ps_table_t *t, uint32_t shard, const ps_update_t *u);
 int ps_msg_send_pull(ps_table_t *t, const ps_fetch_t *f);
 void ps_msg_send_pull_reply(ps_table_t *t, const ps_wait_t *w, int rc, const char *err);
@@ -315,8 +364,93 @@ void ps_msg_send_bye(ps_table_t *t);
  * after the next view change (or its retry timer). */
 /* The node name of shard's primary in the table's current view (NULL: none known now). */
 const char *ps_table_primary(const ps_table_t *t, uint32_t shard);
+
+/* This daemon's part in a shard's replica set (current view). */
+typedef struct ps_standby_s {
+    char node[PS_NODE_BYTES];
+    uint64_t copy_req;        /* a whole-state copy on its way to it (0: none) */
+} ps_standby_t;
+typedef struct ps_repl_shard_s {
+    int replica;              /* this daemon is one of the shard's replicas */
+    int loading;              /* primary here, its state not here yet (a joined server):
+                               * updates held back (no ack), reads kept */
+    uint32_t nstandbys;       /* as primary: the other replicas */
+    ps_standby_t standby[PS_MAX_REPLICAS];
+    uint64_t applied;         /* updates taken here as primary (marks for copies) */
+} ps_repl_shard_t;
+/* An update taken here as primary: the source hears its ack once every live standby has it. */
+typedef struct ps_forward_s {
+    uint32_t shard, source;
+    uint64_t seq, mark;       /* mark: the shard's `applied` after it */
+    char origin[PS_NODE_BYTES]; /* the source's node; "" for this daemon's own workers */
+    uint8_t waiting[PS_MAX_REPLICAS]; /* per standby index */
+    struct ps_forward_s *next;
+} ps_forward_t;
+/* A whole-state copy on its way (primary -> standby, or old primary -> new one). */
+typedef struct ps_copy_s {
+    ps_t *ps;
+    uint64_t table;           /* handle */
+    uint32_t shard;
+    uint64_t req, mark;       /* mark: the shard's `applied` when taken */
+    char node[PS_NODE_BYTES];
+    int handover;             /* to the new primary: buf kept (the shard may go here) */
+    void *buf;
+    size_t len;
+    uint64_t sent_ns;
+    struct ps_copy_s *next;
+} ps_copy_t;
+
+/* ps_server.c's ps_server_update returns this when the update was taken here as primary and
+ * its acknowledgement waits for the standbys (ps_worker_acked is called then). */
+#define PS_UPDATE_PENDING 2
+#define PS_COPY_RESEND_MS 500  /* a copy not acknowledged by then is sent again */
+
+/* ps_repl.c: views */
+/* Builds ring and owners for view servers `servers` with R `replicas`, marks the replicas
+ * here (repl[]); for a table being built (no view yet). 0 or a negative errno with err. */
+int ps_repl_init_view(ps_table_t *t, uint64_t number, const char *servers, uint32_t replicas,
+                      char *err, size_t err_size);
+/* The view_changed hook (ps_cluster.h). */
+struct ps_view_s;
+void ps_repl_view_changed(void *ctx, uid_t uid, const char *group, uint64_t epoch,
+                          const char *table, const struct ps_view_s *view);
+/* Starts watching the table's view (once). */
+void ps_repl_watch(ps_table_t *t);
+/* 1 when this daemon is shard's primary in the table's view. */
+int ps_repl_is_primary(const ps_table_t *t, uint32_t shard);
+/* 1 when node is alive as far as the cluster knows (the test seam first). */
+int ps_repl_alive(ps_t *ps, const char *node);
+/* The table's part 2 books go (forwards, copies). */
+void ps_repl_fini(ps_table_t *t);
+/* The element bytes of the shards this daemon holds a replica of (the quota). */
+uint64_t ps_repl_shard_bytes(const ps_table_t *t);
+
+/* ps_repl_fwd.c: forwarding to standbys, whole-state copies */
+/* An update from source (origin: its node, NULL for this daemon's workers) to shard, taken
+ * here as primary: 1 applied, 0 duplicate, PS_UPDATE_PENDING (the ack waits for standbys),
+ * -ESTALE (not the primary here), -EAGAIN (not now: no ack, resent), other < 0 refused. */
+int ps_repl_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_update_t *u,
+                   const char *origin);
+/* Sends shard's state to node (copy or handover); 0 or a negative errno. */
+int ps_repl_send_copy(ps_table_t *t, uint32_t shard, const char *node, int handover);
+/* The shard's forwards and copies are dropped (no longer primary here). */
+void ps_repl_drop_shard(ps_table_t *t, uint32_t shard);
+/* Re-checks the forwards: a standby that is not alive is not waited for. */
+void ps_repl_check(ps_t *ps);
+void ps_repl_arm(ps_t *ps);
+/* The messages 16..: 1 when type was one of them (handled), else 0. */
+struct rbuf_s;
+int ps_repl_recv(ps_t *ps, const char *node, int type, struct rbuf_s *r, ps_table_t *t,
+                 const void *payload, size_t payload_len);
 /* ps_worker.c / ps_pull.c: the table's view changed: the heads of the update streams and the
  * fetches whose primary changed go again to the new primaries (same seq: applied once). */
 void ps_worker_view_changed(ps_table_t *t);
+/* (ps_retarget.c; what it needs of the server side:) t->self_server is this daemon's index in
+ * the new ring; reads kept on a shard this daemon no longer primaries (ps_wait_t with pull !=
+ * NULL) are left on t->waits, or answered -ESTALE (ps_pull_slice): either way the worker side
+ * asks them of the new primary. For the local source's updates (pump), PS_UPDATE_PENDING's
+ * acknowledgement comes later (ps_worker_acked, never from inside ps_server_update), once
+ * the standbys have it; -ESTALE (ps_server_read too: w is freed as on any error): not the
+ * primary (yet), the worker side keeps the update or read and tries again later. */
 
 #endif

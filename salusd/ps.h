@@ -32,6 +32,7 @@
 
 #include "daemon.h"
 #include "ps_core.h"
+#include "ps_fed.h"
 
 #define PS_SERVERS_BYTES 1024 /* "node,node,..." */
 
@@ -49,9 +50,13 @@ typedef struct ps_worker_s {
 typedef struct ps_table_spec_s {
     char name[PS_NAME_BYTES];
     uint64_t count;            /* float32 elements, >= 1 */
-    ps_rule_t rule;
+    ps_rule_t rule;            /* unused when federated */
     ps_sync_t sync;
     char servers[PS_SERVERS_BYTES]; /* "": the group's nodes */
+    int federated;             /* 1: rule text "fedavg:..." (ps_fed.h), in fed; one daemon
+                                * serves it (salusd/ps_fed.c) */
+    ps_fed_spec_t fed;
+    uint32_t replicas;         /* R, 1 .. PS_MAX_REPLICAS; 0: the daemon's --ps-replicas */
 } ps_table_spec_t;
 
 /* The identity of a push: a retried push carries the same id and is applied once. */
@@ -105,9 +110,11 @@ void ps_forget_owner(salusd_t *d, const void *owner);
 void ps_group_over(salusd_t *d, uint64_t group_id);
 
 /* For salusctl groups: the value of a group's "tables" key, the list [{name, count, rule,
- * sync, servers, epoch, shards, shards_here, bytes_here, done}] of the group's tables on this
- * daemon (an empty list when none; done: the least done among the shards here, nil when none
- * is here). */
+ * sync, servers, epoch, shards, shards_here, bytes_here, done, view, view_servers, replicas,
+ * primaries_here, shards_moved, replica_copies}] of the group's tables on this daemon (an
+ * empty list when none; done: the least done among the shards here, nil when none is here;
+ * view: the number of the server view in force here; shards_moved: primaries its changes
+ * moved, replica_copies: replicas they added). */
 struct msgpack_packer;
 void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer *pk);
 
@@ -121,6 +128,13 @@ typedef struct ps_sample_s {
     uint64_t updates_sent, updates_applied;  /* per-shard per-clock updates */
     uint64_t staleness_waits, staleness_wait_ns;
     uint64_t refused;                        /* requests refused (bad input, quota, access) */
+    uint64_t fed_rounds_timed_out;           /* federated rounds closed by the timeout */
+    uint64_t views;                          /* table views taken here (part 2) */
+    uint64_t shards_moved;                   /* shards whose primary changed, over them */
+    uint64_t shard_copies;                   /* whole-state copies sent */
+    /* the workers' side (part 2): outages ended (updates or reads that could not reach a
+     * shard's primary, answered again after a view change), and the last one's time */
+    uint64_t failovers, failover_last_ns;
 } ps_sample_t;
 int ps_sample(const salusd_t *d, ps_sample_t *sample);
 

@@ -1,6 +1,9 @@
 /* ps_cluster's parts: the pure pieces (the ring record's JSON, the token exchange:
- * ps_cluster_ring.c), kept apart so that tests/unit/check_ps_cluster.c tests them alone, and
- * the state shared by ps_cluster.c (peers, the net) and ps_cluster_etcd.c (ring records). */
+ * ps_cluster_ring.c; the view record, server sets and the fail-over's decisions:
+ * ps_cluster_view_rec.c), kept apart so that tests/unit/check_ps_cluster.c tests them alone,
+ * and the state shared by ps_cluster.c (peers, the net), ps_cluster_etcd.c (ring records) and
+ * ps_cluster_view.c (views: create, propose, watch, fail-over; ps_cluster_view_ctl.c: the
+ * ps_servers op). */
 #ifndef SALUS_SALUSD_PS_CLUSTER_INTERNAL_H
 #define SALUS_SALUSD_PS_CLUSTER_INTERNAL_H
 
@@ -17,6 +20,11 @@
 #define PS_RING_MAX_VNODES 65536u
 #define PS_RING_MAX_COUNT (1ull << 40)
 
+/* Whether servers (a NUL-terminated text in cap bytes) is a sorted list of distinct node names
+ * [A-Za-z0-9._-]{1,63} separated by single commas, at most PS_MAX_SERVERS. 0 or -EINVAL with
+ * err saying what is wrong. */
+int ps_servers_check(const char *servers, size_t cap, char *err, size_t err_size);
+
 /* Whether rec's fields are sane (count 1..PS_RING_MAX_COUNT, rule and sync of
  * [a-z0-9:.+-], servers a sorted list of distinct node names [A-Za-z0-9._-]{1,63}, vnodes
  * 1..PS_RING_MAX_VNODES). 0 or -EINVAL with err saying which. */
@@ -28,6 +36,65 @@ int ps_ring_record_format(const ps_ring_record_t *rec, char *buf, size_t size, c
  * 0, or -EINVAL with err saying what is wrong. */
 int ps_ring_record_parse(const char *text, size_t len, ps_ring_record_t *rec, char *err,
                          size_t err_size);
+
+/* ---- the view record: P/psv/UID/GROUP/EPOCH/TABLE (ps_cluster_view_rec.c) -----------------
+ * value {"servers": ["n1", "n2"], "replicas": 3}; the view's number is the key's mod revision
+ * (not in the value). */
+
+/* Whether v's fields are sane (servers: ps_servers_check; replicas 1..PS_MAX_REPLICAS). 0 or
+ * -EINVAL with err saying which. */
+int ps_view_check(const ps_view_t *v, char *err, size_t err_size);
+/* The value for v (checked first). The length, -EINVAL (err set) or -ENOSPC. */
+int ps_view_format(const ps_view_t *v, char *buf, size_t size, char *err, size_t err_size);
+/* Reads a value (len bytes, not NUL-terminated) into v (number left 0), every field checked:
+ * 0, or -EPROTO with err saying what is wrong (a record that is not one is never trusted). */
+int ps_view_parse(const char *text, size_t len, ps_view_t *v, char *err, size_t err_size);
+
+/* Server sets ("a,b,c": sorted, distinct). 1 when node is in servers. */
+int ps_servers_has(const char *servers, const char *node);
+/* out = servers with node added (sorted): 0, -EEXIST (already in), -EINVAL (a bad name) or
+ * -ENOSPC. */
+int ps_servers_with(const char *servers, const char *node, char *out, size_t size);
+/* out = servers without node: 0 (out may be ""), -ENOENT (not in) or -ENOSPC. */
+int ps_servers_without(const char *servers, const char *node, char *out, size_t size);
+/* The number of servers in the set. */
+uint32_t ps_servers_count(const char *servers);
+
+/* ---- the fail-over's decisions (pure; ps_cluster_view.c runs them) -------------------------
+ * A watched view that holds servers whose lease ended (alive() says 0) is proposed without
+ * them by its first live server by name; after PS_FAILOVER_GRACE_MS with a dead server still
+ * in the view (the first live one does not watch it, or cannot reach etcd) every live watcher
+ * may propose (the compare-and-swap makes one win). A lost proposal (-ESTALE) is followed by
+ * the view now there, judged again; at most PS_FAILOVER_MAX_TRIES proposals for one dead
+ * set, then the daemon gives up (logged) until the view changes by another's hand; an etcd
+ * error (unreachable) is tried again PS_FAILOVER_RETRY_MS later, for as long as it lasts. */
+#define PS_FAILOVER_GRACE_MS 3000
+#define PS_FAILOVER_MAX_TRIES 8
+#define PS_FAILOVER_RETRY_MS 1000 /* after an etcd error (unreachable): the next try */
+
+typedef int (*ps_alive_fn)(void *ctx, const char *node);
+
+typedef struct ps_failover_s {
+    int busy;                  /* a proposal in flight */
+    uint32_t tries;            /* proposals since a dead server was first seen in the view */
+    uint64_t dead_since_ns;    /* when the view was first seen holding a dead server (0: no) */
+    uint64_t gave_up_number;   /* the view it gave up on (0: none) */
+    uint64_t retry_at_ns;      /* after an etcd error: not before then */
+} ps_failover_t;
+
+typedef enum ps_failover_act_e {
+    PS_FAILOVER_NONE = 0,      /* nothing to do now */
+    PS_FAILOVER_PROPOSE,       /* propose out (from the view's number) */
+    PS_FAILOVER_GIVE_UP,       /* the tries are spent (log it once) */
+} ps_failover_act_t;
+
+/* One look at view v (number > 0) as read now: what this daemon (self) does. out: the view's
+ * servers without the dead ones; gone: the dead ones ("n3" or "n3,n5"). */
+ps_failover_act_t ps_failover_step(ps_failover_t *f, const ps_view_t *v, const char *self,
+                                   ps_alive_fn alive, void *ctx, uint64_t now_ns, char *out,
+                                   size_t out_size, char *gone, size_t gone_size);
+/* The proposal's answer (rc 0: it won; -ESTALE: it lost; another: etcd's error). */
+void ps_failover_result(ps_failover_t *f, int rc, uint64_t now_ns);
 
 /* ---- the token exchange over the links ("ps_hello" {addr, token, have}) --------------------
  * Per member: mine, the token we expect on its messages (sent to it in our last hello;
@@ -100,6 +167,80 @@ typedef struct ring_req_s {
     struct ring_req_s *next;
 } ring_req_t;
 
+/* ---- the views (ps_cluster_view.c: reads, watches, deliveries; ps_cluster_view_etcd.c:
+ * create, propose, the fail-over) ---------------------------------------------------------- */
+typedef struct vtable_s {   /* a watched table */
+    uid_t uid;
+    char group[LAUNCH_GROUP_BYTES];
+    uint64_t epoch;
+    char table[PS_NAME_BYTES];
+    ps_view_t seen;          /* the newest view read (number 0: none yet) */
+    ps_view_t *queue;        /* read, not handed to view_changed yet (increasing numbers) */
+    uint32_t queued, queue_cap;
+    ps_failover_t fo;
+    struct vtable_s *next;
+} vtable_t;
+
+typedef struct vgroup_s {   /* a watched group (every run of its name): one etcd watch */
+    struct ps_views_s *vs;
+    uid_t uid;
+    char group[LAUNCH_GROUP_BYTES];
+    char prefix[600];        /* P/psv/UID/GROUP/ (keys EPOCH/TABLE) */
+    etcd_watch_t *w;
+    int read_busy, need_read;
+    uint32_t tables;
+    struct vgroup_s *next;
+} vgroup_t;
+
+enum { VREQ_CREATE, VREQ_PROPOSE, VREQ_READ, VREQ_FORGET };
+
+typedef struct vreq_s {     /* an etcd request of this file (or a local answer's turn) */
+    struct ps_views_s *vs;
+    int kind, stage;         /* PROPOSE: 0 the read, 1 the transaction */
+    uid_t uid;
+    char group[LAUNCH_GROUP_BYTES];
+    uint64_t epoch;
+    char table[PS_NAME_BYTES];
+    char key[600];           /* READ: the group's prefix */
+    uint64_t from;
+    ps_view_t want;
+    char value[PS_VIEW_SERVERS_BYTES + 512];
+    ps_view_done_fn done;
+    void *arg;
+    void (*free_arg)(void *arg); /* when done is never called (stopped): arg's end */
+    int finished;            /* done was called (or free_arg) */
+    int cancelled;           /* stopped: no done; its callback frees it */
+    struct event *ev;        /* no cluster: the next loop turn */
+    struct vreq_s *next;
+} vreq_t;
+
+typedef struct ps_views_s {
+    salusd_t *d;
+    struct ps_cluster_s *ps; /* NULL: a daemon without a cluster */
+    ps_cluster_hooks_t hooks; /* without a cluster (else ps->hooks) */
+    void *ctx;
+    vtable_t *tables;
+    vgroup_t *groups;
+    vreq_t *reqs;
+    struct event *tick;      /* every PS_VIEW_POLL_MS: reads to retry, the fail-over */
+    struct event *deliver;   /* a later loop turn: view_changed */
+    struct ps_views_s *next; /* local_views */
+} ps_views_t;
+
+
+/* ps_cluster_view.c, for ps_cluster_view_etcd.c */
+vtable_t *ps_views_table_find(ps_views_t *vs, uid_t uid, const char *group, uint64_t epoch,
+                              const char *table);
+/* a view of watched table t read: queued for view_changed when newer than those before */
+void ps_views_seen(ps_views_t *vs, vtable_t *t, const ps_view_t *v);
+void ps_views_req_unlink(ps_views_t *vs, vreq_t *r);
+void ps_views_req_free(vreq_t *r);
+int ps_views_args_ok(uid_t uid, const char *group, uint64_t epoch, const char *table);
+/* daemon d's views (made when missing); NULL (*rc: why) when its cluster part is not started */
+ps_views_t *ps_views_ready(salusd_t *d, int *rc);
+/* ps_cluster_view_etcd.c, for ps_cluster_view.c: the fail-over's look at table t's view */
+void ps_views_failover_eval(ps_views_t *vs, vtable_t *t);
+
 typedef struct ps_cluster_s {
     salusd_t *d;
     cluster_t *cl;
@@ -112,6 +253,7 @@ typedef struct ps_cluster_s {
     ring_req_t *reqs;
     struct event *retry;
     struct event *probe;         /* every PROBE_MS: the endpoints still work */
+    struct ps_views_s *views;    /* ps_cluster_view.c's (NULL until a view is asked for) */
 } ps_cluster_t;
 
 static inline cluster_t *cl_of(const salusd_t *d) { return (cluster_t *)d->cluster; }
@@ -129,5 +271,23 @@ void ps_cluster_req_free(ring_req_t *r);
 void ps_cluster_reqs_cancel(ring_req_t **list, const salusd_t *d);
 /* daemon d's agreements without a cluster go */
 void ps_cluster_ring_stop(const salusd_t *d);
+
+/* ps_cluster_view*.c, for ps_cluster.c */
+/* node's lease ended (its member key is gone): the watched views that hold it fail over */
+void ps_cluster_view_node_gone(ps_cluster_t *ps, const char *node);
+/* ps_cluster_stop: watches and requests go (no callback after; those in flight are freed by
+ * their etcd callback) */
+void ps_cluster_view_stop(ps_cluster_t *ps);
+/* cluster_stop, after etcd is gone: everything freed */
+void ps_cluster_view_free(ps_cluster_t *ps);
+/* a daemon without a cluster: the hooks (view_changed) kept; its views and requests go */
+int ps_cluster_view_local_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx);
+void ps_cluster_view_local_stop(const salusd_t *d);
+/* ring_prefix P/ps/UID/NAME/GEPOCH/ (a group run over everywhere): its ring records are read,
+ * the views they name deleted, then the records. 0, or a negative errno (nothing done). */
+int ps_cluster_view_forget(ps_cluster_t *ps, uint32_t uid, const char *name,
+                           const char *ring_prefix);
+/* ps_cluster_view_ctl.c: daemon d's ps_servers ops go (etcd is gone: no callback comes) */
+void ps_cluster_servers_free(const salusd_t *d);
 
 #endif

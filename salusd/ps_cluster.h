@@ -19,6 +19,7 @@
 
 #include "daemon.h"
 #include "ps_core.h"
+#include "ps_fed.h"
 #include "ps_net.h"
 
 struct ps_view_s;
@@ -75,9 +76,13 @@ int ps_cluster_local_index(salusd_t *d, uint64_t group_id, uint32_t rank);
 typedef struct ps_ring_record_s {
     uint64_t epoch;            /* the key's create revision (1 without a cluster) */
     uint64_t count;
-    char rule[32], sync[32];
+    char rule[PS_FED_RULE_BYTES], sync[32]; /* rule: up to 63 characters (a fedavg rule) */
     char servers[1024];        /* "node,node,..." sorted: the ring's members */
     uint32_t vnodes;
+    /* (part 2, checkpoints) the clock the table starts at: 0, or C when it was restored from
+     * a checkpoint taken at C ("start" in the record, absent when 0: records without it read
+     * as 0), so that every opener's workers and servers start there */
+    uint64_t start;
 } ps_ring_record_t;
 /* Agrees on the record for (uid, group, table): proposes *want (servers sorted), calls done
  * with rc 0 and the agreed record (the proposal, or the one already there: the caller compares
@@ -92,7 +97,9 @@ void ps_cluster_ring_forget(salusd_t *d, uid_t uid, const char *group);
 
 /* ---- part 2: a table's server view (replicas, fail-over, re-balancing) ----------------------
  * The ring record (above) is the table's identity and first server set; the VIEW is the server
- * set in force now: P/psv/UID/GROUP/EPOCH/TABLE {"servers": ["n1", ...], "replicas": R},
+ * set in force now: P/psv/UID/GROUP/EPOCH/TABLE {"servers": ["n1", ...], "replicas": R}
+ * (EPOCH: the ring record's epoch, the table's identity; so the group run's views are found
+ * through its ring records, and go with them),
  * written with the ring record when the table is created (servers = the record's, R = the
  * table's replica count, 1 .. PS_MAX_REPLICAS, bounded by the server count when placing) and
  * changed only by etcd transactions that compare the key's mod revision, which is the view's
@@ -140,5 +147,14 @@ int ps_cluster_view_propose(salusd_t *d, uid_t uid, const char *group, uint64_t 
 /* 1 when node's lease is alive in etcd as far as this daemon last read (a member), else 0;
  * self is always 1. For the service: a server whose lease ended is never waited for. */
 int ps_cluster_member_alive(salusd_t *d, const char *node);
+
+/* The ps_servers op of salusctl ps-servers (handlers.c; added after the interface was
+ * declared): {group: G, add: NODE | remove: NODE}; the caller's (its uid's) group's tables in
+ * etcd each get the view with NODE added or removed (ps_cluster_view_propose). The reply:
+ * {group, epoch, tables: [{table, from, to, servers, note?, error?}]}, or an error (unknown
+ * group, NODE not a live member, already in / not in every view, the last server removed,
+ * no cluster). ps_cluster_servers_closed: the connection went (no reply then). */
+void ps_cluster_handle_servers(conn_t *c, const proto_msg_t *msg);
+void ps_cluster_servers_closed(conn_t *c);
 
 #endif

@@ -1,7 +1,8 @@
 /* The ring records of ps_cluster (ps_cluster.h): a table's ring agreed in etcd by a
  * transaction that creates P/ps/UID/GROUP/EPOCH/TABLE only when absent (else read back and
  * checked), retried while the group's record is not read yet; without a cluster agreed on the
- * next loop turn; a group run's records deleted once it is over everywhere. */
+ * next loop turn; a group run's records (and its tables' views, P/psv/UID/GROUP/E/TABLE, E
+ * each record's epoch) deleted once it is over everywhere. */
 #include "ps_cluster-internal.h"
 
 #include "groups.h"
@@ -26,8 +27,11 @@ void ps_cluster_forget_epoch(cluster_t *cl, uint32_t uid, const char *name, int6
                      (long long)epoch);
     if (n < 0 || (size_t)n >= sizeof(key))
         return;
-    LOG_DEBUG("ps: the ring records of group %s (epoch %lld) go", name, (long long)epoch);
-    etcd_delete(cl->etcd, key, 1, NULL, NULL);
+    LOG_DEBUG("ps: the ring records and views of group %s (epoch %lld) go", name,
+              (long long)epoch);
+    /* the views first (their keys are named by the ring records' epochs), then the records */
+    if (!cl->ps || ps_cluster_view_forget(cl->ps, uid, name, key) < 0)
+        etcd_delete(cl->etcd, key, 1, NULL, NULL);
 }
 
 void ps_cluster_req_free(ring_req_t *r)

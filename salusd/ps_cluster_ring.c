@@ -32,34 +32,17 @@ static int node_char(char c)
            c == '.' || c == '_' || c == '-';
 }
 
-int ps_ring_record_check(const ps_ring_record_t *rec, char *err, size_t err_size)
+int ps_servers_check(const char *servers, size_t cap, char *err, size_t err_size)
 {
-    if (rec->count < 1 || rec->count > PS_RING_MAX_COUNT) {
-        snprintf(err, err_size, "count %" PRIu64 " is not within 1..%llu", rec->count,
-                 (unsigned long long)PS_RING_MAX_COUNT);
-        return -EINVAL;
-    }
-    if (!spec_text_ok(rec->rule, sizeof(rec->rule))) {
-        snprintf(err, err_size, "the rule is not a rule's text");
-        return -EINVAL;
-    }
-    if (!spec_text_ok(rec->sync, sizeof(rec->sync))) {
-        snprintf(err, err_size, "the sync mode is not a sync mode's text");
-        return -EINVAL;
-    }
-    if (rec->vnodes < 1 || rec->vnodes > PS_RING_MAX_VNODES) {
-        snprintf(err, err_size, "vnodes %u is not within 1..%u", rec->vnodes, PS_RING_MAX_VNODES);
-        return -EINVAL;
-    }
-    size_t len = strnlen(rec->servers, sizeof(rec->servers));
-    if (len == 0 || len >= sizeof(rec->servers)) {
+    size_t len = strnlen(servers, cap);
+    if (len == 0 || len >= cap) {
         snprintf(err, err_size, "the server list is empty or too long");
         return -EINVAL;
     }
     /* node names separated by single commas, strictly increasing (sorted, distinct) */
     const char *prev = NULL;
-    size_t prev_len = 0, servers = 0;
-    for (const char *s = rec->servers; *s;) {
+    size_t prev_len = 0, count = 0;
+    for (const char *s = servers; *s;) {
         size_t n = 0;
         while (s[n] && s[n] != ',') {
             if (!node_char(s[n])) {
@@ -80,7 +63,7 @@ int ps_ring_record_check(const ps_ring_record_t *rec, char *err, size_t err_size
                 return -EINVAL;
             }
         }
-        if (++servers > PS_MAX_SERVERS) {
+        if (++count > PS_MAX_SERVERS) {
             snprintf(err, err_size, "more than %d servers", PS_MAX_SERVERS);
             return -EINVAL;
         }
@@ -96,6 +79,28 @@ int ps_ring_record_check(const ps_ring_record_t *rec, char *err, size_t err_size
         }
     }
     return 0;
+}
+
+int ps_ring_record_check(const ps_ring_record_t *rec, char *err, size_t err_size)
+{
+    if (rec->count < 1 || rec->count > PS_RING_MAX_COUNT) {
+        snprintf(err, err_size, "count %" PRIu64 " is not within 1..%llu", rec->count,
+                 (unsigned long long)PS_RING_MAX_COUNT);
+        return -EINVAL;
+    }
+    if (!spec_text_ok(rec->rule, sizeof(rec->rule))) {
+        snprintf(err, err_size, "the rule is not a rule's text");
+        return -EINVAL;
+    }
+    if (!spec_text_ok(rec->sync, sizeof(rec->sync))) {
+        snprintf(err, err_size, "the sync mode is not a sync mode's text");
+        return -EINVAL;
+    }
+    if (rec->vnodes < 1 || rec->vnodes > PS_RING_MAX_VNODES) {
+        snprintf(err, err_size, "vnodes %u is not within 1..%u", rec->vnodes, PS_RING_MAX_VNODES);
+        return -EINVAL;
+    }
+    return ps_servers_check(rec->servers, sizeof(rec->servers), err, err_size);
 }
 
 int ps_ring_record_format(const ps_ring_record_t *rec, char *buf, size_t size, char *err,
@@ -121,7 +126,9 @@ int ps_ring_record_format(const ps_ring_record_t *rec, char *buf, size_t size, c
         if (*s == ',')
             s++;
     }
-    n = snprintf(buf + at, size - at, "],\"vnodes\":%u}", rec->vnodes);
+    n = rec->start ? snprintf(buf + at, size - at, "],\"vnodes\":%u,\"start\":%" PRIu64 "}",
+                              rec->vnodes, rec->start)
+                   : snprintf(buf + at, size - at, "],\"vnodes\":%u}", rec->vnodes);
     if (n < 0 || (size_t)n >= size - at)
         return -ENOSPC;
     return (int)(at + (size_t)n);
@@ -191,6 +198,11 @@ int ps_ring_record_parse(const char *text, size_t len, ps_ring_record_t *rec, ch
         goto out;
     }
     rec->vnodes = (uint32_t)vnodes;
+    if (json_object_object_get_ex(o, "start", NULL) &&
+        get_uint(o, "start", INT64_MAX, &rec->start) < 0) { /* optional (checkpoints) */
+        snprintf(err, err_size, "the record's start clock is out of range");
+        goto out;
+    }
     if (!json_object_object_get_ex(o, "servers", &servers) ||
         !json_object_is_type(servers, json_type_array)) {
         snprintf(err, err_size, "the record's servers is missing or not a list");

@@ -12,6 +12,8 @@
 #include "groups.h"
 #include "jobs.h"
 #include "ps-internal.h"
+#include "ps_ckpt.h"
+#include "ps_fed-internal.h"
 #include "registry.h"
 
 #include "log.h"
@@ -86,6 +88,7 @@ static void table_unmap(ps_local_table_t *t)
 
 void ps_local_connection_closed(conn_t *c)
 {
+    ps_ckpt_connection_closed(c); /* a checkpoint's requester: no reply */
     ps_local_conn_t *pc = conn_state(c, 0);
     if (!pc)
         return;
@@ -229,7 +232,9 @@ static void open_done(void *arg, int rc, const char *err)
     proto_enc_begin(e, PROTO_REPLY, id, "", 3);
     proto_pack_kv_uint(&e->pk, "handle", (uint64_t)pc->slot + 1);
     proto_pack_kv_uint(&e->pk, "count", t->count);
-    proto_pack_kv_uint(&e->pk, "clock", 0); /* the library keeps its clock across re-opens */
+    /* the table's first clock: 0, or a restored table's checkpoint clock (the library takes
+     * it at its first open, and keeps its own clock across re-opens) */
+    proto_pack_kv_uint(&e->pk, "clock", ps_ckpt_start_clock(c->daemon, pc->open_handle));
     proto_enc_finish(e);
     server_send(c, e);
 }
@@ -265,7 +270,7 @@ static int map_region(conn_t *c, const proto_msg_t *msg, int fd, uint64_t count,
     return 0;
 }
 
-/* ps_open {name, count, rule, sync, servers?, job_id} + one fd -> {handle, count, clock} */
+/* ps_open {name, count, rule, sync, servers?, replicas?, job_id} + one fd -> {handle, count, clock} */
 void ps_local_handle_open(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
@@ -291,13 +296,24 @@ void ps_local_handle_open(conn_t *c, const proto_msg_t *msg)
                            "ps_open: table names are [A-Za-z0-9._-]{1,63}");
         goto out;
     }
+    uint64_t replicas = 0; /* optional: the table's replica count (0 or absent: --ps-replicas) */
+    int has_replicas = proto_get_uint(&msg->body, "replicas", &replicas);
+    if (has_replicas == -EINVAL || (has_replicas == 0 && replicas > PS_MAX_REPLICAS)) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "ps_open: replicas must be 1 .. %d (0: the daemon's --ps-replicas)",
+                           PS_MAX_REPLICAS);
+        goto out;
+    }
+    spec.replicas = (uint32_t)replicas;
     if (spec.count == 0 || spec.count > PS_LOCAL_MAX_COUNT) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
                            "ps_open: count must be 1 .. %llu elements",
                            (unsigned long long)PS_LOCAL_MAX_COUNT);
         goto out;
     }
-    if (ps_rule_parse(rule, &spec.rule, err, sizeof(err)) < 0 ||
+    spec.federated = ps_fed_is_rule(rule); /* "fedavg...": salusd/ps_fed.c serves it */
+    if ((spec.federated ? ps_fed_parse(rule, &spec.fed, err, sizeof(err))
+                        : ps_rule_parse(rule, &spec.rule, err, sizeof(err))) < 0 ||
         ps_sync_parse(sync, &spec.sync, err, sizeof(err)) < 0) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0, "ps_open: %s", err);
         goto out;
@@ -555,4 +571,76 @@ void ps_local_handle_close(conn_t *c, const proto_msg_t *msg)
     }
     table_unmap(&pc->tables[handle - 1]);
     server_reply_done(c, msg->id);
+}
+
+/* ---- federated tables (ps_fed-internal.h) --------------------------------------------- */
+
+/* ps_fed_state {handle} -> {round, selected, pushed, clients, per_round, epochs} */
+void ps_local_handle_fed_state(conn_t *c, const proto_msg_t *msg)
+{
+    ps_local_conn_t *pc = NULL;
+    ps_worker_t w;
+    ps_local_table_t *t = request_table(c, msg, &pc, &w);
+    ps_fed_state_t st;
+    char err[256] = "";
+    if (!t)
+        return;
+    int rc = ps_fed_state(c->daemon, &w, t->handle, &st, err, sizeof(err));
+    if (rc < 0) {
+        reply_service_error(c, msg->id, "ps_fed_state", rc, err);
+        return;
+    }
+    proto_enc_t *e = &c->daemon->enc;
+    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 6);
+    proto_pack_kv_uint(&e->pk, "round", st.round);
+    proto_pack_kv_bool(&e->pk, "selected", st.selected);
+    proto_pack_kv_bool(&e->pk, "pushed", st.pushed);
+    proto_pack_kv_uint(&e->pk, "clients", st.clients);
+    proto_pack_kv_uint(&e->pk, "per_round", st.per_round);
+    proto_pack_kv_uint(&e->pk, "epochs", st.epochs);
+    proto_enc_finish(e);
+    server_send(c, e);
+}
+
+/* ps_fed_push {handle, round, samples (int), work, n} -> {duplicate}: the worker's local
+ * model in the region's first n floats (n: the table's count; ps_fed_push reads each value
+ * once, so the region itself is passed) */
+void ps_local_handle_fed_push(conn_t *c, const proto_msg_t *msg)
+{
+    ps_local_conn_t *pc = NULL;
+    ps_worker_t w;
+    ps_local_table_t *t = request_table(c, msg, &pc, &w);
+    uint64_t round = 0, work = 0, n = 0;
+    int64_t samples = 0;
+    char err[256] = "";
+    if (!t)
+        return;
+    if (proto_get_uint(&msg->body, "round", &round) < 0 ||
+        proto_get_int(&msg->body, "samples", &samples) < 0 ||
+        proto_get_uint(&msg->body, "work", &work) < 0 ||
+        proto_get_uint(&msg->body, "n", &n) < 0) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "ps_fed_push: usage {handle, round, samples, work, n}");
+        return;
+    }
+    if (n > t->count) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
+                           "ps_fed_push: %llu values are beyond the table's %llu elements "
+                           "(a push carries the whole model)", (unsigned long long)n,
+                           (unsigned long long)t->count);
+        return;
+    }
+    if (work > UINT32_MAX)
+        work = UINT32_MAX; /* ps_fed_push says it is more than the epochs */
+    int rc = ps_fed_table_push(c->daemon, &w, t->handle, round, samples, (uint32_t)work,
+                               (const float *)(const void *)t->map, n, err, sizeof(err));
+    if (rc < 0) {
+        reply_service_error(c, msg->id, "ps_fed_push", rc, err);
+        return;
+    }
+    proto_enc_t *e = &c->daemon->enc;
+    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
+    proto_pack_kv_bool(&e->pk, "duplicate", rc == 1);
+    proto_enc_finish(e);
+    server_send(c, e);
 }

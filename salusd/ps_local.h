@@ -14,6 +14,9 @@ void ps_local_handle_push(conn_t *c, const proto_msg_t *msg);
 void ps_local_handle_pull(conn_t *c, const proto_msg_t *msg);
 void ps_local_handle_clock(conn_t *c, const proto_msg_t *msg);
 void ps_local_handle_close(conn_t *c, const proto_msg_t *msg);
+/* Federated tables (rule fedavg:...): the open round's state, a client's push. */
+void ps_local_handle_fed_state(conn_t *c, const proto_msg_t *msg);
+void ps_local_handle_fed_push(conn_t *c, const proto_msg_t *msg);
 /* The connection goes away: its requests in flight are forgotten, its mappings go. */
 void ps_local_connection_closed(conn_t *c);
 

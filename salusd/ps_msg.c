@@ -3,7 +3,8 @@
  * as the payload.
  *
  * Header: u32 magic, u8 type, u32 uid, u64 epoch, str group, str table, then per type:
- *   OPEN        u64 req, u64 count, u32 vnodes, str rule, str sync   payload "servers\0sources"
+ *   OPEN        u64 req, u64 count, u32 vnodes, str rule, str sync, [u64 view, u32 replicas,
+ *               u8 fresh]                    payload "servers\0sources[\0view servers]"
  *   OPEN_OK     u64 req
  *   OPEN_ERR    u64 req, i32 rc, str message
  *   UPDATE      u32 shard, u32 source, u64 seq, u64 clock, u8 close, u8 keyed, u64 offset,
@@ -66,6 +67,8 @@ static void on_sent(void *ctx, int status)
 static int send_msg_update(ps_t *ps, const char *node, const wbuf_t *w, const void *payload,
                            size_t len, const ps_table_t *t, uint32_t shard, uint64_t seq)
 {
+    if (ps->send_tap && !w->bad) /* a test's */
+        return ps->send_tap(ps->send_tap_arg, node, w->b, w->len, payload, len);
     ps_net_t *net = ps_cluster_net(ps->d);
     if (!net || w->bad)
         return -EHOSTUNREACH;
@@ -93,6 +96,13 @@ int ps_msg_send(ps_t *ps, const char *node, const wbuf_t *w, const void *payload
 
 int ps_msg_send_open(ps_table_t *t, const char *node)
 {
+    /* fresh (empty shards) when the view is still the record's: the table's creation */
+    return ps_msg_send_open_as(t, node, !t->view_servers[0] ||
+                                            strcmp(t->view_servers, t->spec.servers) == 0);
+}
+
+int ps_msg_send_open_as(ps_table_t *t, const char *node, int fresh)
+{
     wbuf_t w;
     ps_msg_begin(&w, MSG_OPEN, t);
     ps_msg_put(&w, t->open_req, 8);
@@ -100,7 +110,10 @@ int ps_msg_send_open(ps_table_t *t, const char *node)
     ps_msg_put(&w, t->vnodes, 4); /* the record's: every server builds the same ring */
     ps_msg_put_str(&w, t->rule_text);
     ps_msg_put_str(&w, t->sync_text);
-    size_t cap = PS_SERVERS_BYTES + (size_t)t->sources * PS_NODE_BYTES + 1, len;
+    ps_msg_put(&w, t->view, 8);   /* part 2: the view, R, fresh (optional for a receiver) */
+    ps_msg_put(&w, t->replicas, 4);
+    ps_msg_put(&w, (uint64_t)(fresh != 0), 1);
+    size_t cap = 2 * PS_SERVERS_BYTES + (size_t)t->sources * PS_NODE_BYTES + 2, len;
     char *payload = malloc(cap);
     if (!payload)
         return -ENOMEM;
@@ -108,6 +121,9 @@ int ps_msg_send_open(ps_table_t *t, const char *node)
     for (uint32_t s = 0; s < t->sources; s++)
         len += (size_t)snprintf(payload + len, cap - len, "%s%s", s ? "," : "",
                                 t->source_names[s]);
+    len++; /* the view's servers after a NUL */
+    len += (size_t)snprintf(payload + len, cap - len, "%s",
+                            t->view_servers[0] ? t->view_servers : t->spec.servers);
     int rc = ps_msg_send(t->ps, node, &w, payload, len);
     free(payload);
     return rc;

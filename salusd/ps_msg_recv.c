@@ -3,6 +3,7 @@
  * for pulls and opens, a server for open answers and acks), sizes and indices; anything bad
  * is dropped and counted, never trusted. */
 #include "ps_msg-internal.h"
+#include "ps_ckpt.h"
 #include "ps_cluster.h"
 
 #include "log.h"
@@ -30,11 +31,19 @@ static int is_server(const ps_table_t *t, const char *node)
 }
 
 /* A remote open: the table's shards here. 0, or a negative errno with err. */
+/* The view an open carries (part 2; absent from an older sender: the record's, R 1). */
+typedef struct open_view_s {
+    uint64_t number;
+    uint32_t replicas;
+    int fresh;                /* the table's creation: its shards start empty here */
+    char servers[PS_SERVERS_BYTES];
+} open_view_t;
+
 static int recv_open(ps_t *ps, const char *node, uid_t uid, const char *group,
-                     const char *name, ps_ring_record_t *rec, const char *payload,
-                     size_t payload_len, char *err, size_t err_size)
+                     const char *name, ps_ring_record_t *rec, open_view_t *view,
+                     const char *payload, size_t payload_len, char *err, size_t err_size)
 {
-    const char *end = memchr(payload, '\0', payload_len);
+    const char *end = payload ? memchr(payload, '\0', payload_len) : NULL;
     if (!payload || !end || payload_len - (size_t)(end - payload) - 1 >= 64 * 1024 ||
         (size_t)(end - payload) >= sizeof(rec->servers)) {
         snprintf(err, err_size, "malformed open");
@@ -42,6 +51,17 @@ static int recv_open(ps_t *ps, const char *node, uid_t uid, const char *group,
     }
     memcpy(rec->servers, payload, (size_t)(end - payload) + 1);
     size_t slen = payload_len - (size_t)(end - payload) - 1;
+    const char *vend = memchr(end + 1, '\0', slen); /* sources, then the view's servers */
+    if (vend) {
+        size_t vlen = payload_len - (size_t)(vend - payload) - 1;
+        if (vlen >= sizeof(view->servers) || memchr(vend + 1, '\0', vlen)) {
+            snprintf(err, err_size, "malformed open");
+            return -EINVAL;
+        }
+        memcpy(view->servers, vend + 1, vlen);
+        view->servers[vlen] = '\0';
+        slen = (size_t)(vend - end) - 1;
+    }
     char *list = malloc(slen + 1);
     if (!list)
         return -ENOMEM;
@@ -89,6 +109,9 @@ static int recv_open(ps_t *ps, const char *node, uid_t uid, const char *group,
         rc = -ENOMEM;
     if (rc == 0)
         rc = ps_table_build(t, rec, sources, n, err, err_size);
+    if (rc == 0) /* the view in force: this daemon is a server of it */
+        rc = ps_repl_init_view(t, view->number, view->servers, view->replicas, err,
+                               err_size);
     if (rc == 0 && t->self_server < 0) {
         snprintf(err, err_size, "%s is not a server of table '%s'", ps_cluster_self(ps->d),
                  name);
@@ -99,6 +122,9 @@ static int recv_open(ps_t *ps, const char *node, uid_t uid, const char *group,
         rc = ps_quota_check(ps, uid, more, name, err, err_size);
         t->charged_bytes = rc == 0 ? more : 0;
     }
+    /* a server that joined the view later: its shards come as copies, never empty */
+    for (uint32_t i = 0; rc == 0 && !view->fresh && i < t->layout.shards; i++)
+        t->repl[i].loading = ps_repl_is_primary(t, i);
     if (rc == 0)
         rc = ps_table_create_shards(t, err, err_size);
     free(list);
@@ -109,8 +135,10 @@ static int recv_open(ps_t *ps, const char *node, uid_t uid, const char *group,
         return rc;
     }
     t->state = PS_TABLE_READY;
-    LOG_INFO("ps: serving %u shard(s) of table '%s' of group %s (uid %u) for %s",
-             t->layout.shards, name, group, (unsigned)uid, node);
+    ps_repl_watch(t);
+    LOG_INFO("ps: serving %u shard(s) of table '%s' of group %s (uid %u) for %s (view %llu, "
+             "%s)", t->layout.shards, name, group, (unsigned)uid, node,
+             (unsigned long long)t->view, view->fresh ? "new" : "joined: state from copies");
     return 0;
 }
 
@@ -158,12 +186,19 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         rec.vnodes = (uint32_t)ps_msg_get(&r, 4);
         ps_msg_get_str(&r, rec.rule, sizeof(rec.rule));
         ps_msg_get_str(&r, rec.sync, sizeof(rec.sync));
-        if (r.bad || rec.vnodes == 0 || rec.vnodes > 4096) {
+        open_view_t view = {.replicas = 1, .fresh = 1};
+        if (!r.bad && r.at < r.len) { /* part 2 */
+            view.number = ps_msg_get(&r, 8);
+            view.replicas = (uint32_t)ps_msg_get(&r, 4);
+            view.fresh = (int)ps_msg_get(&r, 1);
+        }
+        if (r.bad || rec.vnodes == 0 || rec.vnodes > 4096 || view.replicas == 0 ||
+            view.replicas > PS_MAX_REPLICAS || view.fresh > 1) {
             drop(ps, node, "malformed open");
             return;
         }
         err[0] = '\0';
-        int rc = recv_open(ps, node, uid, group, name, &rec, payload, payload_len, err,
+        int rc = recv_open(ps, node, uid, group, name, &rec, &view, payload, payload_len, err,
                            sizeof(err));
         ps_table_t id = {.uid = uid, .epoch = epoch};
         snprintf(id.group, sizeof(id.group), "%s", group);
@@ -185,6 +220,12 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         char why[256] = "";
         if (type == MSG_OPEN_ERR)
             ps_msg_get_str(&r, why, sizeof(why));
+        if (!r.bad && t && t->state == PS_TABLE_READY && t->open_req == req &&
+            is_server(t, node)) { /* a server new in the view took the table (or not) */
+            if (type == MSG_OPEN_ERR)
+                LOG_WARN("ps: table '%s': server %s refused it: %s", t->name, node, why);
+            return;
+        }
         if (r.bad || !t || t->state != PS_TABLE_OPENING || t->open_req != req ||
             !is_server(t, node) || !t->opens_pending || (type == MSG_OPEN_ERR && rc >= 0)) {
             drop(ps, node, "unexpected open answer");
@@ -208,10 +249,12 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         int keyed = (int)ps_msg_get(&r, 1);
         u.offset = ps_msg_get(&r, 8);
         u.n = ps_msg_get(&r, 8);
+        uint64_t first = 0, elems = 0;
+        if (!r.bad && t && shard < t->layout.shards)
+            ps_layout_shard(&t->layout, shard, &first, &elems);
         if (r.bad || !t || !t->ring || source >= t->sources ||
             strcmp(t->source_names[source], node) != 0 || shard >= t->layout.shards ||
-            !t->shards[shard] || u.n > ps_shard_elems(t->shards[shard]) || u.close > 1 ||
-            keyed > 1 ||
+            u.n > elems || u.close > 1 || keyed > 1 ||
             payload_len != u.n * sizeof(float) + (keyed ? u.n * sizeof(uint64_t) : 0)) {
             drop(ps, node, "bad update");
             return;
@@ -229,8 +272,14 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         }
         u.values = (const float *)(const void *)at;
         u.keys = keyed ? (uint64_t *)(uintptr_t)(at + u.n * sizeof(float)) : NULL;
-        int rc = ps_server_update(t, shard, source, &u);
+        int rc = ps_repl_update(t, shard, source, &u, node); /* applied, forwarded */
         free(copy);
+        if (rc == PS_UPDATE_PENDING)
+            return; /* acknowledged once every live standby has it */
+        if (rc == -ESTALE) { /* not the primary here (now): the source keeps it */
+            ps_msg_send_ack(t, node, shard, source, u.seq, rc);
+            return;
+        }
         if (rc == -ENOMEM || rc == -EAGAIN) {
             /* not now (no memory, or beyond the sync window: done must move first): no ack,
              * the source resends it */
@@ -267,8 +316,15 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         w->n = ps_msg_get(&r, 8);
         snprintf(w->node, sizeof(w->node), "%s", node);
         if (r.bad || !t || !t->ring || source_index(t, node) < 0 ||
-            w->shard >= t->layout.shards || !t->shards[w->shard] || w->n == 0) {
+            w->shard >= t->layout.shards || w->n == 0) {
             drop(ps, node, "bad pull");
+            free(w);
+            return;
+        }
+        if (!ps_repl_is_primary(t, w->shard)) { /* reads go to the primary only */
+            snprintf(err, sizeof(err), "table '%s': %s is not shard %u's primary", t->name,
+                     ps_cluster_self(ps->d), w->shard);
+            ps_msg_send_pull_reply(t, w, -ESTALE, err);
             free(w);
             return;
         }
@@ -329,6 +385,12 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         return;
     }
     default:
-        drop(ps, node, "unknown type");
+        if (type >= MSG_SNAP_REQ && type <= MSG_SNAP_LAST) { /* checkpoints: ps_ckpt.h */
+            ps_ckpt_msg_recv(ps, node, type, t, uid, group, name, epoch, header, header_len,
+                             r.at, payload, payload_len);
+            return;
+        }
+        if (!ps_repl_recv(ps, node, type, &r, t, payload, payload_len))
+            drop(ps, node, "unknown type");
     }
 }

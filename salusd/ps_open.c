@@ -3,7 +3,9 @@
  * server asked to create its shards; the open completes when all answered. A node's second
  * worker, or a retried open, finds the table. */
 #include "ps-internal.h"
+#include "ps_ckpt.h"
 #include "ps_cluster.h"
+#include "ps_fed-internal.h"
 
 #include "log.h"
 
@@ -27,8 +29,8 @@ static ps_table_t *find_local(ps_t *ps, const ps_worker_t *w, const char *name)
 static int compare_spec(const ps_table_spec_t *spec, const char *servers_sorted,
                         const ps_ring_record_t *rec, char *err, size_t err_size)
 {
-    char rule[32], sync[32];
-    ps_rule_format(&spec->rule, rule, sizeof(rule));
+    char rule[PS_FED_RULE_BYTES], sync[32];
+    ps_table_rule_text(spec, rule, sizeof(rule));
     ps_sync_format(&spec->sync, sync, sizeof(sync));
     if (rec->count != spec->count)
         snprintf(err, err_size, "table '%s' exists with %llu elements, not %llu", spec->name,
@@ -50,6 +52,7 @@ static int compare_spec(const ps_table_spec_t *spec, const char *servers_sorted,
 typedef struct agree_arg_s {
     ps_t *ps;
     uint64_t handle;
+    ps_ring_record_t rec;     /* the agreed record, while its view is written */
 } agree_arg_t;
 
 static void on_open_timeout(evutil_socket_t fd, short what, void *arg)
@@ -81,10 +84,18 @@ static ps_table_t *served_only(ps_table_t *t)
 static void adopt_served(ps_table_t *t, ps_table_t *old)
 {
     for (uint32_t i = 0; i < t->layout.shards; i++)
-        if (old->shards[i] && !t->shards[i] && (int)t->owner[i] == t->self_server) {
+        if (old->shards[i] && !t->shards[i] && t->repl[i].replica) {
             t->shards[i] = old->shards[i];
             old->shards[i] = NULL;
+            t->repl[i].applied = old->repl ? old->repl[i].applied : 0;
         }
+    /* its forwards still wait for standbys' acks (the same shards, standbys and view) */
+    if (old->view == t->view) {
+        t->forwards = old->forwards;
+        old->forwards = NULL;
+    }
+    t->watching |= old->watching; /* one watch per table: it stays */
+    old->watching = 0;
     ps_wait_t **tail = &t->waits;
     while (*tail)
         tail = &(*tail)->next;
@@ -98,27 +109,71 @@ static void adopt_served(ps_table_t *t, ps_table_t *old)
     ps_table_free(old);
 }
 
+static ps_table_t *opening(agree_arg_t *a)
+{
+    for (ps_table_t *x = a->ps->tables; x; x = x->next)
+        if (x->handle == a->handle)
+            return x->state == PS_TABLE_OPENING ? x : NULL;
+    return NULL; /* the group ended meanwhile */
+}
+
+static void on_view(void *arg, int rc, const char *why, const ps_view_t *view);
+
+/* The ring record is agreed: the table's first view (its replica count) is written next,
+ * where it is absent (the first opener's wins). */
 static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t *rec)
 {
     agree_arg_t *a = arg;
-    ps_t *ps = a->ps;
-    ps_table_t *t = NULL;
-    for (ps_table_t *x = ps->tables; x; x = x->next)
-        if (x->handle == a->handle)
-            t = x;
-    free(a);
-    if (!t || t->state != PS_TABLE_OPENING)
-        return; /* the group ended meanwhile */
+    ps_table_t *t = opening(a);
     char err[PS_ERR_BYTES];
-    const char *nodes[PS_MAX_SOURCES], *sources[PS_MAX_SOURCES];
-    uint32_t ranks[PS_MAX_SOURCES], nsources = 0;
-    if (rc < 0) {
+    if (t && rc < 0) {
         snprintf(err, sizeof(err), "table '%s': no agreement on its ring: %s", t->name,
                  why ? why : "?");
         ps_table_fail(t, rc, err);
+    }
+    if (t && rc == 0 && (compare_spec(&t->spec, t->spec.servers, rec, err, sizeof(err)) < 0 ||
+                         /* a restoring opener: the record starts at its checkpoint's clock */
+                         ps_ckpt_open_agreed(t, rec, err, sizeof(err)) < 0)) {
+        t->ps->stats.refused++;
+        ps_table_fail(t, -EINVAL, err);
+        t = NULL;
+    }
+    if (!t || rc < 0) {
+        free(a);
         return;
     }
-    rc = compare_spec(&t->spec, t->spec.servers, rec, err, sizeof(err));
+    a->rec = *rec;
+    uint32_t r = t->spec.replicas ? t->spec.replicas
+                                  : (uint32_t)t->ps->d->config.ps_replicas;
+    r = r < 1 ? 1 : r > PS_MAX_REPLICAS ? PS_MAX_REPLICAS : r;
+    rc = ps_cluster_view_create(t->ps->d, t->uid, t->group, rec->epoch, t->name, rec->servers,
+                                r, on_view, a);
+    if (rc < 0) {
+        free(a);
+        snprintf(err, sizeof(err), "table '%s': its view cannot be written: %s", t->name,
+                 strerror(-rc));
+        ps_table_fail(t, rc, err);
+    }
+}
+
+static void on_view(void *arg, int rc, const char *why, const ps_view_t *view)
+{
+    agree_arg_t *a = arg;
+    ps_t *ps = a->ps;
+    ps_table_t *t = opening(a);
+    ps_ring_record_t record = a->rec, *rec = &record;
+    free(a);
+    if (!t)
+        return;
+    char err[PS_ERR_BYTES];
+    const char *nodes[PS_MAX_SOURCES], *sources[PS_MAX_SOURCES];
+    uint32_t ranks[PS_MAX_SOURCES], nsources = 0;
+    if (rc < 0 || !view) {
+        snprintf(err, sizeof(err), "table '%s': no view of its servers: %s", t->name,
+                 why ? why : "?");
+        ps_table_fail(t, rc < 0 ? rc : -EIO, err);
+        return;
+    }
     uint32_t n = rc < 0 ? 0 : ps_cluster_group_nodes(ps->d, t->group_id, nodes, ranks,
                                                       PS_MAX_SOURCES);
     for (uint32_t i = 0; i < n; i++)
@@ -128,8 +183,18 @@ static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t
         snprintf(err, sizeof(err), "table '%s': group %s has no nodes", t->name, t->group);
         rc = -ENOENT;
     }
+    if (rc == 0 && t->spec.federated) { /* served by salusd/ps_fed.c */
+        if ((rc = ps_fed_table_start(t, rec, err, sizeof(err))) < 0) {
+            ps->stats.refused++;
+            ps_table_fail(t, rc, err);
+        }
+        return;
+    }
     if (rc == 0)
         rc = ps_table_build(t, rec, sources, nsources, err, sizeof(err));
+    if (rc == 0) /* the view in force: its servers may differ from the record's by now */
+        rc = ps_repl_init_view(t, view->number, view->servers, view->replicas, err,
+                               sizeof(err));
     ps_table_t *served = rc == 0 ? served_only(t) : NULL;
     if (rc == 0) {
         /* the table's elements where its workers run (the shards here included; what a
@@ -145,6 +210,8 @@ static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t
         adopt_served(t, served);
     if (rc == 0)
         rc = ps_table_create_shards(t, err, sizeof(err));
+    if (rc == 0) /* restoring: the shards here start from the checkpoint */
+        rc = ps_ckpt_open_shards(t, err, sizeof(err));
     if (rc == 0)
         rc = ps_worker_init(t) < 0 ? -ENOMEM : 0;
     if (rc < 0) {
@@ -159,7 +226,8 @@ static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t
     for (size_t i = 0; i < ps_ring_size(t->ring); i++) {
         if ((int)i == t->self_server)
             continue;
-        if (ps_msg_send_open(t, ps_ring_name(t->ring, i)) < 0) {
+        if (ps_msg_send_open(t, ps_ring_name(t->ring, i)) < 0 ||
+            ps_ckpt_open_sent(t, ps_ring_name(t->ring, i)) < 0) { /* restoring: the values */
             snprintf(err, sizeof(err), "table '%s': server %s is not reachable", t->name,
                      ps_ring_name(t->ring, i));
             ps_table_fail(t, -EHOSTUNREACH, err);
@@ -167,6 +235,7 @@ static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t
         }
         t->opens_pending++;
     }
+    ps_repl_watch(t);
     if (t->opens_pending == 0) {
         ps_table_ready(t);
         return;
@@ -193,9 +262,9 @@ static int check_spec(const ps_table_spec_t *spec, char *servers, size_t servers
                  (unsigned long long)((4ull << 30) / sizeof(float)));
         return -EINVAL;
     }
-    char text[32];
-    if (ps_rule_format(&spec->rule, text, sizeof(text)) < 0 ||
-        ps_rule_parse(text, &(ps_rule_t){0}, err, err_size) < 0 ||
+    char text[PS_FED_RULE_BYTES];
+    if (ps_table_rule_text(spec, text, sizeof(text)) < 0 ||
+        (!spec->federated && ps_rule_parse(text, &(ps_rule_t){0}, err, err_size) < 0) ||
         ps_sync_format(&spec->sync, text, sizeof(text)) < 0 ||
         ps_sync_parse(text, &(ps_sync_t){0}, err, err_size) < 0) {
         snprintf(err, err_size, "table '%s': bad update rule or sync mode", name);
@@ -226,6 +295,8 @@ int ps_table_open(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
         return -EPERM;
     }
     int rc = check_spec(spec, servers, sizeof(servers), err, err_size);
+    if (rc == 0 && spec->federated)
+        rc = ps_fed_open_check(ps, w, spec, servers, err, err_size);
     if (rc < 0)
         return rc;
     if (ps_cluster_local_index(ps->d, w->group_id, w->rank) < 0) {
@@ -236,7 +307,7 @@ int ps_table_open(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
     ps_table_t *t = find_local(ps, w, spec->name);
     if (t) { /* the node's second worker, or a retried open: the same table */
         ps_ring_record_t rec = {.count = t->spec.count};
-        ps_rule_format(&t->spec.rule, rec.rule, sizeof(rec.rule));
+        ps_table_rule_text(&t->spec, rec.rule, sizeof(rec.rule));
         ps_sync_format(&t->spec.sync, rec.sync, sizeof(rec.sync));
         snprintf(rec.servers, sizeof(rec.servers), "%s", t->spec.servers);
         rc = compare_spec(spec, t->spec.servers[0] ? servers : "", &rec, err, err_size);
@@ -260,7 +331,7 @@ int ps_table_open(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
         snprintf(t->spec.servers, sizeof(t->spec.servers), "%s", servers);
         want->count = spec->count;
         want->vnodes = PS_RING_VNODES;
-        ps_rule_format(&spec->rule, want->rule, sizeof(want->rule));
+        ps_table_rule_text(spec, want->rule, sizeof(want->rule));
         ps_sync_format(&spec->sync, want->sync, sizeof(want->sync));
         if (servers[0])
             snprintf(want->servers, sizeof(want->servers), "%s", servers);
@@ -272,6 +343,14 @@ int ps_table_open(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
             }
         a->ps = ps;
         a->handle = t->handle;
+        /* a restored group's table starts at its checkpoint (ps_ckpt.h) */
+        rc = ps_ckpt_open_prepare(t, spec, &want->start, err, err_size);
+        if (rc < 0) {
+            free(want);
+            free(a);
+            ps_table_free(t);
+            return rc;
+        }
         rc = ps_cluster_ring_agree(ps->d, w->uid, w->group, spec->name, want, on_agreed, a);
         free(want);
         if (rc < 0) {

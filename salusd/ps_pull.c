@@ -2,7 +2,7 @@
  * directly (ps_server.c) or from their servers over the net (one fetch per slice and bound,
  * shared by the co-located workers that read it meanwhile); the pull completes when every
  * slice is there, with the least done among them. */
-#include "ps-internal.h"
+#include "ps_retarget.h"
 #include "ps_cluster.h"
 
 #include <errno.h>
@@ -10,11 +10,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int fetch_slice(ps_table_t *t, ps_pull_t *p, uint32_t shard, uint64_t min_done,
+                       uint64_t first, uint64_t n, uint64_t out_index);
+
+/* A slice of p answered -ESTALE (a read kept on a shard here that another server is the
+ * primary of now): asked of the primary now. 0, or < 0 when it cannot be (it fails then). */
+static int ask_again(ps_pull_t *p, uint64_t out_index)
+{
+    static int depth; /* (an answer that says -ESTALE again from inside: no loop) */
+    ps_table_t *t = p->table;
+    if (depth || !t || t->state != PS_TABLE_READY || out_index >= p->n)
+        return -ESTALE;
+    uint64_t from = p->offset + out_index, first, elems;
+    uint32_t shard = ps_layout_shard_of(&t->layout, from);
+    ps_layout_shard(&t->layout, shard, &first, &elems);
+    uint64_t to = p->offset + p->n < first + elems ? p->offset + p->n : first + elems;
+    depth++;
+    int rc = fetch_slice(t, p, shard, ps_sync_min_done(&t->spec.sync, p->read.clock),
+                         from - first, to - from, out_index);
+    depth--;
+    return rc;
+}
+
 void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
                    const float *values, uint64_t n, uint64_t done, uint64_t done_at_request,
                    uint64_t waited_ns, int waited)
 {
     ps_t *ps = p->ps;
+    if (rc == -ESTALE && ask_again(p, out_index) == 0)
+        return; /* the slice still counts: it comes from the new primary */
     if (rc < 0 && p->rc == 0) {
         p->rc = rc;
         snprintf(p->err, sizeof(p->err), "%s", err ? err : strerror(-rc));
@@ -49,6 +73,21 @@ void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
 void ps_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values,
                      uint64_t done, uint64_t done_at_request, uint64_t waited_ns, int waited)
 {
+    ps_table_t *t = f->table;
+    if (rc == -ESTALE && t->state == PS_TABLE_READY) {
+        /* not the primary (now): kept for the next view or retry */
+        char why[PS_ERR_BYTES];
+        snprintf(why, sizeof(why), "server %s is not the primary of shard %u now", f->node,
+                 f->shard);
+        ps_retarget_stall(t, &f->stalled_ns, why);
+        f->sent_ns = salusd_now_ns();
+        f->next = t->ps->fetches;
+        t->ps->fetches = f;
+        ps_worker_arm_retry(t->ps);
+        return;
+    }
+    if (rc >= 0)
+        ps_retarget_recovered(t, &f->stalled_ns, "read");
     while (f->riders) {
         ps_rider_t *r = f->riders;
         f->riders = r->next;
@@ -59,8 +98,74 @@ void ps_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values
     free(f);
 }
 
-/* A slice of a shard served elsewhere: rides along a fetch of the same slice and bound on
- * its way, or asks the server. 0, or a negative errno (the pull's slice is not counted). */
+/* Reads f's riders of the shard here (this daemon is its primary now). 1 when some are left
+ * (-ESTALE: the shard is not ready to serve here yet), else 0. */
+static int ask_here(ps_fetch_t *f)
+{
+    ps_table_t *t = f->table;
+    while (f->riders) {
+        ps_rider_t *r = f->riders;
+        ps_wait_t *w = calloc(1, sizeof(*w));
+        int rc = -ENOMEM;
+        if (w) {
+            w->shard = f->shard;
+            w->min_done = f->min_done;
+            w->first = f->first;
+            w->n = f->n;
+            w->pull = r->pull;
+            w->out_index = r->out_index;
+            /* (w is kept, or freed; a shard whose state is not here yet: not ready) */
+            if (ps_retarget_served_here(t, f->shard))
+                rc = ps_server_read(t, w);
+            else {
+                free(w);
+                rc = -ESTALE;
+            }
+        }
+        if (rc == -ESTALE)
+            return 1;
+        f->riders = r->next;
+        if (rc < 0)
+            ps_pull_slice(r->pull, rc == -ENOMEM ? rc : -EIO,
+                          rc == -ENOMEM ? "out of memory" : "the shard refused the read", 0,
+                          NULL, 0, 0, 0, 0, 0);
+        free(r);
+    }
+    return 0;
+}
+
+void ps_fetch_ask(ps_fetch_t *f, int first)
+{
+    ps_table_t *t = f->table;
+    ps_t *ps = t->ps;
+    char why[PS_ERR_BYTES];
+    snprintf(f->node, sizeof(f->node), "%s", ps_retarget_primary(t, f->shard));
+    f->sent_ns = salusd_now_ns();
+    if ((int)t->owner[f->shard] == t->self_server) {
+        if (!ask_here(f)) {
+            ps_retarget_recovered(t, &f->stalled_ns, "read");
+            free(f);
+            return;
+        }
+        snprintf(why, sizeof(why), "this daemon is not yet the primary of shard %u", f->shard);
+        ps_retarget_stall(t, &f->stalled_ns, why);
+    } else if (ps_msg_send_pull(t, f) < 0) {
+        snprintf(why, sizeof(why), "server %s is unreachable", f->node);
+        if (ps_retarget_replicated(t))
+            ps_retarget_stall(t, &f->stalled_ns, why); /* the next view's primary */
+        else if (first) {
+            snprintf(why, sizeof(why), "table '%s': server %s is unreachable", t->name, f->node);
+            ps_fetch_finish(f, -EHOSTUNREACH, why, NULL, 0, 0, 0, 0);
+            return;
+        } /* else asked again at the next retry (a link that dropped; or the node goes down) */
+    }
+    f->next = ps->fetches;
+    ps->fetches = f;
+    ps_worker_arm_retry(ps);
+}
+
+/* A slice of a shard served elsewhere (or here, not ready yet): rides along a fetch of the
+ * same slice and bound on its way, or asks the shard's primary. 0 or -ENOMEM. */
 static int fetch_slice(ps_table_t *t, ps_pull_t *p, uint32_t shard, uint64_t min_done,
                        uint64_t first, uint64_t n, uint64_t out_index)
 {
@@ -83,22 +188,13 @@ static int fetch_slice(ps_table_t *t, ps_pull_t *p, uint32_t shard, uint64_t min
         return -ENOMEM;
     }
     f->req = ps->next_req++;
-    snprintf(f->node, sizeof(f->node), "%s", ps_ring_name(t->ring, t->owner[shard]));
     f->table = t;
     f->shard = shard;
     f->min_done = min_done;
     f->first = first;
     f->n = n;
     f->riders = r;
-    if (ps_msg_send_pull(t, f) < 0) {
-        free(r);
-        free(f);
-        return -EHOSTUNREACH;
-    }
-    f->sent_ns = salusd_now_ns();
-    f->next = ps->fetches;
-    ps->fetches = f;
-    ps_worker_arm_retry(ps);
+    ps_fetch_ask(f, 1); /* (a failed send fails the slice: R 1) */
     return 0;
 }
 
@@ -128,6 +224,7 @@ int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t
         return -ENOMEM;
     }
     p->ps = ps;
+    p->table = t;
     p->owner = w->owner ? w->owner : (const void *)ps;
     p->done = done;
     p->arg = arg;
@@ -157,44 +254,22 @@ int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t
             wt->n = to - from;
             wt->pull = p;
             wt->out_index = from - offset;
-            if (ps_server_read(t, wt) < 0)
-                ps_pull_slice(p, -EIO, "the shard refused the read", 0, NULL, 0, 0, 0, 0, 0);
+            int rc = -ESTALE;
+            if (ps_retarget_served_here(t, s))
+                rc = ps_server_read(t, wt);
+            else
+                free(wt);
+            if (rc == -ESTALE) /* not ready to serve here yet: kept as a fetch, asked again */
+                rc = fetch_slice(t, p, s, min_done, from - first, to - from, from - offset);
+            if (rc < 0)
+                ps_pull_slice(p, rc == -ENOMEM ? rc : -EIO,
+                              rc == -ENOMEM ? "out of memory" : "the shard refused the read", 0,
+                              NULL, 0, 0, 0, 0, 0);
             continue;
         }
-        if (fetch_slice(t, p, s, min_done, from - first, to - from, from - offset) < 0) {
-            char why[PS_ERR_BYTES];
-            snprintf(why, sizeof(why), "table '%s': server %s is unreachable", t->name,
-                     ps_ring_name(t->ring, t->owner[s]));
-            ps_pull_slice(p, -EHOSTUNREACH, why, 0, NULL, 0, 0, 0, 0, 0);
-        }
+        if (fetch_slice(t, p, s, min_done, from - first, to - from, from - offset) < 0)
+            ps_pull_slice(p, -ENOMEM, "out of memory", 0, NULL, 0, 0, 0, 0, 0);
     }
     ps_pull_slice(p, 0, NULL, 0, NULL, 0, UINT64_MAX, UINT64_MAX, 0, 0);
     return 0;
-}
-
-void ps_worker_node_down(ps_t *ps, const char *node)
-{
-    char err[PS_ERR_BYTES];
-    snprintf(err, sizeof(err), "server %s is unreachable", node);
-    for (ps_fetch_t **fp = &ps->fetches; *fp;) {
-        ps_fetch_t *f = *fp;
-        if (strcmp(f->node, node) == 0) {
-            *fp = f->next;
-            ps_fetch_finish(f, -EHOSTUNREACH, err, NULL, 0, 0, 0, 0);
-        } else
-            fp = &f->next;
-    }
-    for (ps_table_t *t = ps->tables, *next; t; t = next) {
-        next = t->next;
-        if (!t->streams || t->state != PS_TABLE_READY)
-            continue;
-        for (uint32_t s = 0; s < t->layout.shards; s++)
-            if ((int)t->owner[s] != t->self_server &&
-                strcmp(ps_ring_name(t->ring, t->owner[s]), node) == 0) {
-                snprintf(err, sizeof(err), "table '%s': server %s is unreachable", t->name,
-                         node);
-                ps_table_fail(t, -EHOSTUNREACH, err);
-                break;
-            }
-    }
 }

@@ -1,6 +1,7 @@
 /* The shards this daemon serves: updates applied from the sources, reads answered at once
  * when the shard's done satisfies the reader's bound, else kept until it does. */
 #include "ps-internal.h"
+#include "ps_ckpt.h"
 
 #include "log.h"
 
@@ -10,6 +11,11 @@
 #include <string.h>
 
 int ps_server_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_update_t *u)
+{
+    return ps_repl_update(t, shard, source, u, NULL);
+}
+
+int ps_server_apply(ps_table_t *t, uint32_t shard, uint32_t source, const ps_update_t *u)
 {
     if (shard >= t->layout.shards || !t->shards || !t->shards[shard] || source >= t->sources)
         return -EINVAL;
@@ -61,9 +67,9 @@ static uint64_t reachable(const ps_table_t *t, uint32_t shard)
         if (t->source_over[s]) {
             /* what its bye said it closed (its last updates may still be on their way),
              * else (gone without one) what came */
-            uint64_t closed = t->source_final[s] != UINT64_MAX
-                                  ? t->source_final[s]
-                                  : ps_shard_closed(t->shards[shard], s);
+            uint64_t closed = t->source_final[s] != UINT64_MAX ? t->source_final[s]
+                              : t->shards[shard] ? ps_shard_closed(t->shards[shard], s)
+                                                 : UINT64_MAX;
             most = closed < most ? closed : most;
         }
     return most;
@@ -98,6 +104,20 @@ void ps_server_fail_stranded(ps_table_t *t)
 
 int ps_server_read(ps_table_t *t, ps_wait_t *w)
 {
+    if (w->shard < t->layout.shards && t->shards && !t->shards[w->shard] && t->repl &&
+        t->repl[w->shard].loading) {
+        /* the primary here, its state on its way (a joined server): kept until it is */
+        uint64_t first, elems;
+        ps_layout_shard(&t->layout, w->shard, &first, &elems);
+        if (w->first > elems || w->n > elems - w->first) {
+            free(w);
+            return -EINVAL;
+        }
+        w->since_ns = salusd_now_ns();
+        w->next = t->waits;
+        t->waits = w;
+        return 0;
+    }
     if (w->shard >= t->layout.shards || !t->shards || !t->shards[w->shard]) {
         free(w);
         return -EINVAL;
@@ -126,7 +146,10 @@ int ps_server_read(ps_table_t *t, ps_wait_t *w)
 
 void ps_server_wake(ps_table_t *t, uint32_t shard)
 {
+    if (!t->shards[shard])
+        return;
     uint64_t done = ps_shard_done(t->shards[shard]);
+    ps_ckpt_shard_done(t, shard); /* a checkpoint's snapshot at this clock (ps_ckpt.h) */
     /* taken off the list first: an answer may complete a pull whose callback is deferred,
      * but nothing here runs a worker's code, so the list does not change under us */
     for (ps_wait_t **wp = &t->waits; *wp;) {

@@ -3,7 +3,9 @@
  * (pushes, clocks, pulls), ps_server.c (shards served here), ps_msg.c (messages between
  * daemons) and ps_view.c (salusctl groups, /metrics). */
 #include "ps-internal.h"
+#include "ps_ckpt.h"
 #include "ps_cluster.h"
+#include "ps_fed-internal.h"
 
 #include "log.h"
 
@@ -132,10 +134,18 @@ static void on_peer_up(void *ctx, const char *node)
     LOG_DEBUG("ps: node %s is reachable", node);
 }
 
+static void on_repl_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ps_repl_check(arg);
+}
+
 static const ps_cluster_hooks_t hooks = {
     .recv = ps_msg_recv,
     .peer_down = on_peer_down,
     .peer_up = on_peer_up,
+    .view_changed = ps_repl_view_changed,
 };
 
 int ps_start(salusd_t *d)
@@ -154,7 +164,9 @@ int ps_start(salusd_t *d)
     ps->retry_timer = event_new(d->base, -1, EV_PERSIST, on_retry, ps); /* armed while an
                                                                         * update is out */
     ps->pump_timer = evtimer_new(d->base, on_pump, ps);
-    if (!ps->call_event || !ps->retry_timer || !ps->pump_timer) {
+    ps->repl_timer = event_new(d->base, -1, EV_PERSIST, on_repl_timer, ps); /* armed while
+                                                                         * forwards wait */
+    if (!ps->call_event || !ps->retry_timer || !ps->pump_timer || !ps->repl_timer) {
         LOG_ERROR("ps: cannot create its events");
         goto fail;
     }
@@ -171,6 +183,8 @@ fail:
         event_free(ps->retry_timer);
     if (ps->pump_timer)
         event_free(ps->pump_timer);
+    if (ps->repl_timer)
+        event_free(ps->repl_timer);
     free(ps);
     return -1;
 }
@@ -181,6 +195,7 @@ void ps_stop(salusd_t *d)
     if (!ps)
         return;
     ps_cluster_stop(d);
+    ps_ckpt_stop(d); /* checkpoints (ps_ckpt.h) */
     while (ps->tables)
         ps_table_free(ps->tables);
     ps_pull_t *p;
@@ -196,6 +211,7 @@ void ps_stop(salusd_t *d)
     event_free(ps->call_event);
     event_free(ps->retry_timer);
     event_free(ps->pump_timer);
+    event_free(ps->repl_timer);
     free(ps);
     d->ps = NULL;
 }
@@ -267,6 +283,11 @@ int ps_push(salusd_t *d, const ps_worker_t *w, uint64_t handle, const ps_push_id
         t = NULL;
         rc = -EINVAL;
     }
+    if (t && t->fed) { /* federated: salus_ps_fed_push */
+        snprintf(err, err_size, "table '%s' is federated: push with salus_ps_fed_push", t->name);
+        t = NULL;
+        rc = -EINVAL;
+    }
     if (t)
         rc = ps_worker_push(t, worker, id, offset, n, keys, values, err, err_size);
     if (rc < 0) {
@@ -304,7 +325,8 @@ int ps_clock(salusd_t *d, const ps_worker_t *w, uint64_t handle, uint64_t clock,
     int rc;
     ps_table_t *t = worker_table(ps, w, handle, &worker, &rc, err, err_size);
     if (t)
-        rc = ps_worker_clock(t, worker, clock, err, err_size);
+        rc = t->fed ? ps_fed_table_clock(t, worker, clock, err, err_size)
+                    : ps_worker_clock(t, worker, clock, err, err_size);
     if (rc < 0) {
         ps->stats.refused++;
         return rc;
@@ -329,7 +351,9 @@ int ps_pull(salusd_t *d, const ps_worker_t *w, uint64_t handle, uint64_t clock,
         rc = -EINVAL;
     }
     if (t)
-        rc = ps_worker_pull(t, w, clock, offset, n, out, done, arg, err, err_size);
+        rc = t->fed ? ps_fed_table_pull(t, worker, clock, offset, n, out, done, arg, w->owner,
+                                        err, err_size)
+                    : ps_worker_pull(t, w, clock, offset, n, out, done, arg, err, err_size);
     if (rc < 0)
         ps->stats.refused++;
     return rc < 0 ? rc : 0;
@@ -348,6 +372,7 @@ void ps_forget_owner(salusd_t *d, const void *owner)
             free(c);
         }
     }
+    ps_fed_forget_owner(ps, owner);
     ps_pull_t *p;
     LIST_FOREACH(p, &ps->pulls, link)
         if (p->owner == owner) {

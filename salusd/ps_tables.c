@@ -2,6 +2,7 @@
  * failure and freeing. Opening them is ps_open.c. */
 #include "ps-internal.h"
 #include "ps_cluster.h"
+#include "ps_fed-internal.h"
 
 #include "log.h"
 
@@ -60,6 +61,10 @@ void ps_table_free(ps_table_t *t)
         }
     ps_worker_fini(t);
     ps_server_drop_waits(t, NULL, NULL);
+    ps_fed_table_free(t);
+    ps_repl_fini(t);
+    if (t->watching)
+        ps_cluster_view_unwatch(ps->d, t->uid, t->group, t->epoch, t->name);
     while (t->waiters) {
         ps_open_wait_t *w = t->waiters;
         t->waiters = w->next;
@@ -75,6 +80,7 @@ void ps_table_free(ps_table_t *t)
     free(t->source_names);
     free(t->source_over);
     free(t->source_final);
+    free(t->restore_values);
     free(t);
 }
 
@@ -112,6 +118,7 @@ void ps_table_fail(ps_table_t *t, int rc, const char *err)
     /* what waits on the table fails now rather than never */
     ps_server_fail_waits(t, rc, err);
     ps_worker_fail_fetches(t, rc, err);
+    ps_fed_table_fail(t, rc, err);
     /* nothing it holds is of use now: its shards go, and its quota charge, so that the job's
      * re-open (a new table: find_local skips failed ones) is not refused for it; the worker
      * side (aggregation, streams) goes on the next loop turn (ps_tables_reap): the caller may
@@ -119,6 +126,7 @@ void ps_table_fail(ps_table_t *t, int rc, const char *err)
     for (uint32_t i = 0; t->shards && i < t->layout.shards; i++) {
         ps_shard_destroy(t->shards[i]);
         t->shards[i] = NULL;
+        ps_repl_drop_shard(t, i);
     }
     t->charged_bytes = 0;
     event_active(ps->call_event, EV_TIMEOUT, 1);
@@ -146,6 +154,8 @@ void ps_table_ready(ps_table_t *t)
 
 uint64_t ps_table_shard_bytes(const ps_table_t *t)
 {
+    if (t->repl) /* every replica here (ps_repl.c) */
+        return ps_repl_shard_bytes(t);
     uint64_t sum = 0;
     for (uint32_t i = 0; t->owner && i < t->layout.shards; i++)
         if ((int)t->owner[i] == t->self_server) {
@@ -258,6 +268,7 @@ int ps_table_build(ps_table_t *t, const ps_ring_record_t *rec, const char *const
     snprintf(t->rule_text, sizeof(t->rule_text), "%s", rec->rule);
     snprintf(t->sync_text, sizeof(t->sync_text), "%s", rec->sync);
     t->epoch = rec->epoch;
+    t->start_clock = rec->start; /* 0, or a restored table's checkpoint clock */
     t->vnodes = rec->vnodes ? rec->vnodes : PS_RING_VNODES;
     if (ps_layout_init(&t->layout, rec->count, (uint32_t)n) < 0 ||
         !(t->ring = ps_ring_create(names, (size_t)n, rec->vnodes))) {
@@ -293,7 +304,9 @@ nomem:
 int ps_table_create_shards(ps_table_t *t, char *err, size_t err_size)
 {
     for (uint32_t i = 0; i < t->layout.shards; i++) {
-        if ((int)t->owner[i] != t->self_server || t->shards[i])
+        int here = t->repl ? t->repl[i].replica && !t->repl[i].loading
+                           : (int)t->owner[i] == t->self_server;
+        if (!here || t->shards[i])
             continue;
         uint64_t first, elems;
         ps_layout_shard(&t->layout, i, &first, &elems);

@@ -1,6 +1,7 @@
 /* What salusctl groups and /metrics show of the parameter servers. */
 #include "ps-internal.h"
 #include "ps_cluster.h"
+#include "ps_fed-internal.h"
 
 #include "proto.h"
 
@@ -9,6 +10,8 @@
 
 static uint64_t table_done(const ps_table_t *t)
 {
+    if (t->fed) /* federated: the rounds closed */
+        return ps_fed_table_round(t);
     uint64_t done = UINT64_MAX;
     for (uint32_t i = 0; t->shards && i < t->layout.shards; i++)
         if (t->shards[i] && ps_shard_done(t->shards[i]) < done)
@@ -24,9 +27,19 @@ static uint32_t table_shards_here(const ps_table_t *t)
     return n;
 }
 
+static uint32_t table_primaries_here(const ps_table_t *t)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; t->owner && i < t->layout.shards; i++)
+        n += ps_repl_is_primary(t, i);
+    return n;
+}
+
 static uint64_t table_bytes_here(const ps_table_t *t)
 {
     uint64_t sum = t->agg ? ps_agg_bytes(t->agg) : 0;
+    if (t->fed) /* federated: the model and the open round's pushes */
+        return ps_fed_table_bytes(t);
     for (uint32_t i = 0; t->shards && i < t->layout.shards; i++)
         if (t->shards[i])
             sum += ps_shard_bytes(t->shards[i]);
@@ -57,6 +70,17 @@ void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer 
         proto_map_uint(&map, "bytes_here", table_bytes_here(t));
         /* the least done among the shards served here (nil: none here) */
         proto_map_int_or_nil(&map, "done", (int64_t)done, done != UINT64_MAX);
+        /* part 2: the view in force here, R, and what its changes moved */
+        proto_map_uint(&map, "view", t->view);
+        proto_map_str(&map, "view_servers", t->view_servers);
+        proto_map_uint(&map, "replicas", t->replicas);
+        proto_map_uint(&map, "primaries_here", table_primaries_here(t));
+        proto_map_uint(&map, "shards_moved", t->moved);
+        proto_map_uint(&map, "replica_copies", t->copies);
+        /* the last recovery of its workers' updates and reads after a fail-over (ms; nil:
+         * none) */
+        proto_map_int_or_nil(&map, "failover_ms", (int64_t)(t->failover_ns / 1000000),
+                             t->failovers > 0);
         proto_map_end(&map);
     }
 }

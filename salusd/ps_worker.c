@@ -1,7 +1,9 @@
 /* A node's workers of a table: pushes (summed per clock by ps_agg under BSP/SSP, sent on at
  * once under ASP), clocks, and the update streams to the shards (one update in flight per
- * shard, resent with the same seq when not acknowledged in time). Pulls are ps_pull.c. */
-#include "ps-internal.h"
+ * shard, resent with the same seq when not acknowledged in time, or to the new primary when
+ * the view changes: ps_retarget.c). An update is freed (and its clock's sum released) only
+ * when the shard's primary acknowledged it. Pulls are ps_pull.c. */
+#include "ps_retarget.h"
 #include "ps_cluster.h"
 
 #include "log.h"
@@ -35,9 +37,14 @@ int ps_worker_init(ps_table_t *t)
     if (t->spec.sync.kind == PS_SYNC_ASP) {
         t->asp_seq = calloc(t->local_workers, sizeof(*t->asp_seq));
         t->asp_clock = calloc(t->local_workers, sizeof(*t->asp_clock));
+        for (uint32_t i = 0; t->asp_clock && i < t->local_workers; i++)
+            t->asp_clock[i] = t->start_clock; /* restored: the checkpoint's clock */
+        t->asp_closed = t->start_clock;
         return t->asp_seq && t->asp_clock ? 0 : -ENOMEM;
     }
-    t->agg = ps_agg_create(t->spec.count, &t->spec.sync, t->local_workers);
+    t->agg = t->start_clock ? ps_agg_create_at(t->spec.count, &t->spec.sync, t->local_workers,
+                                               t->start_clock)
+                            : ps_agg_create(t->spec.count, &t->spec.sync, t->local_workers);
     return t->agg ? 0 : -ENOMEM;
 }
 
@@ -96,31 +103,47 @@ void ps_worker_fail_fetches(ps_table_t *t, int rc, const char *err)
     }
 }
 
-void ps_worker_arm_retry(ps_t *ps)
+static int head_done(ps_table_t *t, uint32_t shard, uint64_t seq, int rc);
+
+/* The head stays in flight, marked sent now: the retry timer sends it again in
+ * PS_UPDATE_RETRY_MS. */
+static void hold_head(ps_table_t *t, ps_stream_t *st)
 {
-    if (!evtimer_pending(ps->retry_timer, NULL)) { /* (idle daemons never wake) */
-        struct timeval every = {0, 250000};
-        evtimer_add(ps->retry_timer, &every);
-    }
+    st->in_flight = 1;
+    st->sent = 1;
+    st->sent_ns = salusd_now_ns();
+    ps_worker_arm_retry(t->ps);
 }
 
-/* Sends (or applies here) the head of a shard's stream when nothing is in flight. */
-static void pump(ps_table_t *t, uint32_t shard)
+/* Sends (or applies here) the head of a shard's stream when nothing is in flight, to the
+ * shard's primary now. resend: the head went before; a failed send is retried later (a new
+ * head's failed send fails the table, unless it is replicated: then it waits for a view). */
+static void pump_as(ps_table_t *t, uint32_t shard, int resend)
 {
     ps_stream_t *st = &t->streams[shard];
+    char why[PS_ERR_BYTES];
     while (st->head && !st->in_flight) {
         ps_update_t *u = st->head;
+        snprintf(st->sent_to, sizeof(st->sent_to), "%s", ps_retarget_primary(t, shard));
         if ((int)t->owner[shard] == t->self_server) {
-            int rc = ps_server_update(t, shard, (uint32_t)t->self_source, u);
-            if (rc == -ENOMEM || rc == -EAGAIN) { /* not now: the retry timer tries again */
-                st->in_flight = 1;
-                st->sent = 1;
-                st->sent_ns = salusd_now_ns();
-                ps_worker_arm_retry(t->ps);
+            /* (a shard this daemon is the primary of but holds no state for yet: not ready) */
+            int rc = ps_retarget_served_here(t, shard)
+                         ? ps_server_update(t, shard, (uint32_t)t->self_source, u)
+                         : -ESTALE;
+            if (rc == PS_UPDATE_PENDING || rc == -ENOMEM || rc == -EAGAIN) {
+                /* not now (the retry timer tries again), or taken and acknowledged later
+                 * (once the standbys have it) */
+                hold_head(t, st);
                 return;
             }
-            ps_worker_acked(t, shard, u->seq, rc < 0 ? rc : 0);
-            if (t->state == PS_TABLE_FAILED)
+            if (rc == -ESTALE) {
+                snprintf(why, sizeof(why), "this daemon is not yet the primary of shard %u",
+                         shard);
+                ps_retarget_stall(t, &st->stalled_ns, why);
+                hold_head(t, st);
+                return;
+            }
+            if (!head_done(t, shard, u->seq, rc < 0 ? rc : 0))
                 return;
             continue;
         }
@@ -128,13 +151,33 @@ static void pump(ps_table_t *t, uint32_t shard)
         st->sent = 0;
         ps_worker_arm_retry(t->ps);
         if (ps_msg_send_update(t, shard, u) < 0) {
-            char err[PS_ERR_BYTES];
-            snprintf(err, sizeof(err), "table '%s': server %s is unreachable", t->name,
-                     ps_ring_name(t->ring, t->owner[shard]));
-            ps_table_fail(t, -EHOSTUNREACH, err);
+            if (!resend && !ps_retarget_replicated(t)) {
+                snprintf(why, sizeof(why), "table '%s': server %s is unreachable", t->name,
+                         st->sent_to);
+                ps_table_fail(t, -EHOSTUNREACH, why);
+                return;
+            }
+            snprintf(why, sizeof(why), "server %s is unreachable", st->sent_to);
+            if (ps_retarget_replicated(t))
+                ps_retarget_stall(t, &st->stalled_ns, why); /* the next view's primary */
+            hold_head(t, st); /* not sent: tried again after PS_UPDATE_RETRY_MS */
             return;
         }
     }
+}
+
+static void pump(ps_table_t *t, uint32_t shard)
+{
+    pump_as(t, shard, 0);
+}
+
+void ps_worker_resend_head(ps_table_t *t, uint32_t shard)
+{
+    ps_stream_t *st = &t->streams[shard];
+    if (!st->head)
+        return;
+    st->in_flight = 0;
+    pump_as(t, shard, 1);
 }
 
 /* Queues u on its shard's stream; sent at once when `now`, else by pump_later (or when the
@@ -185,95 +228,57 @@ void ps_worker_pump_later(ps_t *ps)
     }
 }
 
-void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
+/* The head's answer: 1 when it was acknowledged (freed: the next may go), else 0 (another
+ * seq's answer; kept: -ESTALE; or the table failed). */
+static int head_done(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
 {
-    if (!t->streams || shard >= t->layout.shards)
-        return;
     ps_stream_t *st = &t->streams[shard];
     ps_update_t *u = st->head;
     if (!u || u->seq != seq)
-        return; /* an old duplicate's ack */
+        return 0; /* an old duplicate's ack */
+    if (rc == -ESTALE) {
+        /* not the primary in its view (or the shard is moving): kept, sent again at the next
+         * view change or retry */
+        char why[PS_ERR_BYTES];
+        snprintf(why, sizeof(why), "server %s is not the primary of shard %u now", st->sent_to,
+                 shard);
+        ps_retarget_stall(t, &st->stalled_ns, why);
+        hold_head(t, st);
+        return 0;
+    }
     if (rc < 0) {
         /* the worker was told its push succeeded: the update must not be dropped; the
          * table fails, and its workers hear why */
         char err[PS_ERR_BYTES];
         snprintf(err, sizeof(err), "table '%s': server %s refused the update of shard %u "
-                 "for clock %llu: %s", t->name, ps_ring_name(t->ring, t->owner[shard]), shard,
+                 "for clock %llu: %s", t->name,
+                 st->sent_to[0] ? st->sent_to : ps_retarget_primary(t, shard), shard,
                  (unsigned long long)u->clock, strerror(-rc));
         LOG_WARN("ps: %s", err);
         ps_table_fail(t, rc, err);
-        return;
+        return 0;
     }
+    ps_retarget_recovered(t, &st->stalled_ns, "update");
     st->head = u->next;
     if (!st->head)
         st->tail = NULL;
     st->in_flight = 0;
+    /* the primary has it (and every live standby): the clock's sum may go once every shard
+     * acknowledged its part */
     if (u->outgoing && --u->outgoing->pending == 0) {
         ps_agg_release(t->agg, u->outgoing->clock);
         free(u->outgoing);
     }
     update_free(u);
-    if (st->head && (int)t->owner[shard] != t->self_server)
-        pump(t, shard);
+    return 1;
 }
 
-void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq, int ok)
+void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
 {
-    for (ps_table_t *t = ps->tables; t; t = t->next) {
-        if (t->handle != handle || !t->streams || shard >= t->layout.shards)
-            continue;
-        ps_stream_t *st = &t->streams[shard];
-        if (st->in_flight && st->head && st->head->seq == seq) {
-            st->sent = 1;
-            st->sent_ns = ok ? salusd_now_ns() : 0; /* not sent: the next retry resends */
-        }
-    }
-}
-
-void ps_worker_retry(ps_t *ps)
-{
-    uint64_t now = salusd_now_ns();
-    /* remote reads not answered in time: asked again (a read is idempotent; the server
-     * answers a request it still holds once) */
-    for (ps_fetch_t *f = ps->fetches; f; f = f->next)
-        if (now - f->sent_ns >= PS_FETCH_RESEND_MS * 1000000ull) {
-            LOG_DEBUG("ps: table '%s' shard %u: read %llu asked again of %s", f->table->name,
-                      f->shard, (unsigned long long)f->req, f->node);
-            ps_msg_send_pull(f->table, f);
-            f->sent_ns = now;
-        }
-    int out = 0;
-    for (ps_table_t *t = ps->tables; t && !out; t = t->next)
-        for (uint32_t s = 0; t->streams && t->state != PS_TABLE_FAILED && s < t->layout.shards;
-             s++)
-            out |= t->streams[s].in_flight;
-    out |= ps->fetches != NULL;
-    if (!out) {
-        evtimer_del(ps->retry_timer);
+    if (!t->streams || shard >= t->layout.shards || t->state == PS_TABLE_FAILED)
         return;
-    }
-    for (ps_table_t *t = ps->tables, *next; t; t = next) {
-        next = t->next;
-        for (uint32_t s = 0; t->streams && t->state != PS_TABLE_FAILED && s < t->layout.shards;
-             s++) {
-            ps_stream_t *st = &t->streams[s];
-            if (!st->in_flight || !st->sent ||
-                now - st->sent_ns < PS_UPDATE_RETRY_MS * 1000000ull)
-                continue;
-            LOG_DEBUG("ps: table '%s' shard %u: update %llu resent", t->name, s,
-                      (unsigned long long)st->head->seq);
-            if ((int)t->owner[s] == t->self_server) { /* held back here: try it again */
-                st->in_flight = 0;
-                pump(t, s);
-                continue;
-            }
-            st->sent = 0;
-            if (ps_msg_send_update(t, s, st->head) < 0) {
-                st->sent = 1; /* not sent: tried again after PS_UPDATE_RETRY_MS */
-                st->sent_ns = now;
-            }
-        }
-    }
+    if (head_done(t, shard, seq, rc))
+        pump(t, shard); /* (also after an acknowledgement that came later for a local head) */
 }
 
 /* Bad input with a clear message: nothing is taken. */
@@ -457,6 +462,15 @@ static int clock_update(ps_table_t *t, ps_update_t *u, const float *sum,
     return 0;
 }
 
+/* The table failed before the last `unmade` shards' updates of a clock were made: they will
+ * never be acknowledged (the outgoing goes with the last update that was made, or now). */
+static void forget_unmade(ps_outgoing_t *out, uint32_t unmade)
+{
+    out->pending -= unmade;
+    if (out->pending == 0)
+        free(out);
+}
+
 /* A clock complete on this node: its sum goes to every shard as one update; the first
  * PS_PUMP_TURN_BYTES of them at once, the rest from the pump timer, a turn at a time (a large
  * table's clock would otherwise hold the loop while every update is copied and sent). */
@@ -479,6 +493,7 @@ static void send_clock(ps_table_t *t, uint64_t clock)
         if (!u || clock_update(t, u, sum, written, first, elems) < 0) {
             if (u)
                 update_free(u);
+            forget_unmade(out, t->layout.shards - s);
             ps_table_fail(t, -ENOMEM, "out of memory sending a clock's updates");
             return;
         }
@@ -490,8 +505,10 @@ static void send_clock(ps_table_t *t, uint64_t clock)
         budget -= bytes < budget ? bytes : budget;
         if (budget == 0)
             arm_pump(t->ps);
-        if (t->state == PS_TABLE_FAILED)
+        if (t->state == PS_TABLE_FAILED) {
+            forget_unmade(out, t->layout.shards - s - 1);
             return;
+        }
     }
 }
 

@@ -121,7 +121,8 @@ static inline int salus_ps_clock(salus_ps_table_t *t)
     return salus_ps_fn_ ? salus_ps_fn_(t) : -ENOSYS;
 }
 
-/* This worker's current clock of the table. */
+/* This worker's current clock of the table: 0 after the open, or C when the group was
+ * restored from a checkpoint taken at clock C (salusctl run --restore): continue from there. */
 static inline uint64_t salus_ps_clock_of(const salus_ps_table_t *t)
 {
     SALUS_PS_LOOKUP(salus_ps_clock_of_fn_t, "salus_shim_ps_clock_of")

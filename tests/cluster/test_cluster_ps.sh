@@ -14,8 +14,14 @@
 #     spec and the servers n1,n2,n3; once the group is over everywhere the record goes;
 #  3. a table whose servers are only n3 (which runs no rank of that group): 2 ranks on n1 and
 #     n2 push 1 and 2 and pull 3 everywhere; its ring record names n3 alone;
-#  4. a node killed (kill -9 of n2's salusd) while n1's rank waits in a BSP pull for n2's rank:
-#     the pull fails with an error within TTL + 5 s (never hangs).
+#  4. a node killed (kill -9 of n2's salusd) while n1's rank waits in a BSP pull for n2's rank,
+#     the table with one replica (SALUS_PS_REPLICAS=1 for both ranks): the pull fails with an
+#     error within TTL + 5 s (never hangs);
+#  5. replicated (part 2): n2 back, a table of ranks on n1 and n3 served by n1, n2, n3 (the
+#     daemons' default of 3 replicas, as the view in etcd says); n2's salusd killed (kill -9)
+#     while n1's rank waits in a BSP pull for n3's rank, which then pushes and clocks: the pull
+#     completes after the fail-over (n2's shards served by their standbys, the view in etcd
+#     without n2) with both ranks' pushes, once, within TTL + 15 s; no call fails.
 . "$(dirname "$0")/lib.sh"
 TTL=${TTL:-3}
 . "$(dirname "$0")/nodes.sh"
@@ -34,7 +40,8 @@ ps_rank() {
     local i="$1" group="$2" world="$3" rank="$4" tag="$5"
     shift 5
     node_argv "$i"
-    "${NODE_ARGV[@]}" "$SALUSCTL" run --name "$group.$rank" --group "$group" --world "$world" \
+    # shellcheck disable=SC2086 # PS_ENV: VAR=VALUE words for the rank's environment
+    "${NODE_ARGV[@]}" env ${PS_ENV:-} "$SALUSCTL" run --name "$group.$rank" --group "$group" --world "$world" \
         --rank "$rank" -- "$@" >"$WORK/$tag.out" 2>"$WORK/$tag.err" &
     RANK_PIDS+=($!)
     eval "PID_$tag=$!"
@@ -180,9 +187,9 @@ K="pskill-$SUFFIX"
 # rank 1 opens and waits; it never clocks: rank 0's BSP pull at clock 1 waits for it. The
 # command ignores SIGTERM (SIGKILL after the group's kill grace) so that the error the pull
 # gets when n2 is declared gone is printed before the group's failure ends the rank.
-ps_rank 1 "$K" 2 0 k0 sh -c 'trap "" TERM; exec "$0" "$@"' "$TOOL" open t 64 add bsp push 0 64 1 \
+PS_ENV=SALUS_PS_REPLICAS=1 ps_rank 1 "$K" 2 0 k0 sh -c 'trap "" TERM; exec "$0" "$@"' "$TOOL" open t 64 add bsp push 0 64 1 \
     clock touch "$WORK/k0.pulling" pull 0 64 touch "$WORK/k0.pulled"
-ps_rank 2 "$K" 2 1 k1 "$TOOL" open t 64 add bsp touch "$WORK/k1.open" wait "$WORK/go.k"
+PS_ENV=SALUS_PS_REPLICAS=1 ps_rank 2 "$K" 2 1 k1 "$TOOL" open t 64 add bsp touch "$WORK/k1.open" wait "$WORK/go.k"
 wait_until 60 '[ -e "$WORK/k0.pulling" ] && [ -e "$WORK/k1.open" ]' ||
     fail "the ranks of $K did not start: $(cat "$WORK"/k?.out "$WORK"/k?.err)"
 sleep 1 # (not a check: the pull is on its way to the servers)
@@ -194,4 +201,51 @@ wait_until $((TTL + 5)) 'qgrep "^error op=pull" "$WORK/k0.out"' ||
 t1=$(date +%s.%N)
 echo "$(grep '^error op=pull' "$WORK/k0.out")"
 echo "the pull failed $(python3 -c "print('%.1f' % ($t1 - $t0))" ) s after n2's salusd was killed (TTL $TTL s)"
-pass "a node killed during a pull: the pull fails with an error within TTL + 5 s"
+pass "a node killed during a pull (one replica): the pull fails with an error within TTL + 5 s"
+
+# ---- 5. replicated: a server killed during a pull; the pull completes after the fail-over
+node_start 2
+for i in 1 2 3; do
+    wait_until 20 '[ "$(members_of '"$i"')" = "n1 n2 n3" ]' || fail "node $i lists members '$(members_of "$i")' after n2 came back"
+    wait_until 20 '[ "$(peers_of '"$i"')" = "$(for j in 1 2 3; do [ "$j" = "$i" ] || echo "n$j"; done | paste -sd" ")" ]' ||
+        fail "node $i has UCX peers '$(peers_of "$i")' after n2 came back"
+done
+M="psrep-$SUFFIX"
+ps_rank 1 "$M" 2 0 m0 "$TOOL" opens t 4096 add bsp n1,n2,n3 push 0 4096 1 clock touch "$WORK/m0.pulling" \
+    pull 0 4096 touch "$WORK/m0.pulled" wait "$WORK/go.m" close
+ps_rank 3 "$M" 2 1 m1 "$TOOL" opens t 4096 add bsp n1,n2,n3 touch "$WORK/m1.open" wait "$WORK/go.m1" \
+    push 0 4096 2 clock pull 0 4096 touch "$WORK/m1.pulled" wait "$WORK/go.m" close
+wait_until 60 '[ -e "$WORK/m0.pulling" ] && [ -e "$WORK/m1.open" ]' ||
+    fail "the ranks of $M did not start: $(cat "$WORK"/m?.out "$WORK"/m?.err)"
+key=$(etcd_range 1 "$PREFIX/psv/$uid/$M/" | awk '$1 ~ /\/t$/ { $1 = ""; $2 = ""; sub(/^  /, ""); print }')
+python3 -c '
+import json, sys
+v = json.loads(sys.argv[1])
+assert v["servers"] == ["n1", "n2", "n3"] and v["replicas"] == 3, v' "$key" 2>/dev/null ||
+    fail "the view of table t of $M is not n1,n2,n3 with 3 replicas: '$key'"
+shards=$(ctl 1 groups --json | python3 -c '
+import json, sys
+print([t for g in json.load(sys.stdin) if g["name"] == sys.argv[1] for t in g["tables"] if t["name"] == "t"][0]["shards"])' "$M")
+echo "table t of $M: view $key; $(python3 "$(dirname "$0")/ps_failover.py" place n1,n2,n3 t "$shards" 3 | tail -n 1)"
+sleep 1 # (not a check: the pull is on its way to the servers)
+[ -e "$WORK/m0.pulled" ] && fail "the pull did not wait for rank 1: $(cat "$WORK/m0.out")"
+t0=$(date +%s.%N)
+salusd_node_stop 2 KILL
+touch "$WORK/go.m1" # rank 1 pushes and clocks: some of it goes to n2's shards, which fail over
+wait_until $((TTL + 15)) '[ -e "$WORK/m0.pulled" ] || qgrep "^error" "$WORK/m0.out"' ||
+    fail "the pull did not complete within $((TTL + 15)) s of n2's death: $(cat "$WORK/m0.out" "$WORK/m0.err" "$WORK/m1.out" "$WORK/m1.err")"
+t1=$(date +%s.%N)
+qgrep "^error" "$WORK/m0.out" "$WORK/m1.out" && fail "a call failed: $(grep -h '^error' "$WORK/m0.out" "$WORK/m1.out")"
+line=$(grep '^pull ' "$WORK/m0.out")
+qgrep -E '^pull clock=1 done=1 .* sum=12288 first=3 last=3$' <<<"$line" || fail "rank 0 after the fail-over: $line"
+echo "rank 0 on n1: $line"
+echo "the pull completed $(python3 -c "print('%.1f' % ($t1 - $t0))") s after n2's salusd was killed (TTL $TTL s)"
+wait_until 15 '[ -e "$WORK/m1.pulled" ]' || fail "rank 1's pull did not complete: $(cat "$WORK/m1.out")"
+qgrep -E '^pull clock=1 done=1 .* sum=12288 first=3 last=3$' "$WORK/m1.out" || fail "rank 1: $(grep '^pull' "$WORK/m1.out")"
+view_t() { etcd_range 1 "$PREFIX/psv/$uid/$M/" | awk '$1 ~ /\/t$/ { $1 = ""; $2 = ""; sub(/^  /, ""); print }'; }
+wait_until 10 'python3 -c "import json, sys; assert json.loads(sys.argv[1])[\"servers\"] == [\"n1\", \"n3\"]" "$(view_t)" 2>/dev/null' ||
+    fail "the view of table t did not lose n2: '$(view_t)'"
+echo "the view now: $(view_t)"
+touch "$WORK/go.m"
+wait_until 30 all_exited "$PID_m0" "$PID_m1" || fail "the ranks of $M did not end"
+pass "a server killed during a pull (3 replicas): the pull completes after the fail-over with every push once"

@@ -11,6 +11,12 @@
         prints `forge code=CODE msg=MESSAGE` (or `forge ok`)
   ps_wire.py solo SOCKET TABLE           under salusctl run without a group: a raw ps_open
         naming its own job: prints `solo code=CODE msg=MESSAGE` (or `solo ok`)
+  ps_wire.py fedraw SOCKET TABLE         as the only rank of a group: opens the federated TABLE
+        (8 elements, fedavg:1:1:2:3:drop) with raw frames and sends bad ps_fed_push frames (a
+        short and a long n, a non-integer sample count, a negative work, a non-finite value),
+        each printed as `bad STEP code=... msg=...` then `same STEP` when the state and the
+        model are bit for bit as before; then a good push (`pushed ...`) and the model after
+        (`after HEX`, `sent HEX`: equal for one client)
 """
 import ctypes
 import fcntl
@@ -199,6 +205,50 @@ def solo(path, table):
     said("solo", *raw.open(table, int(os.environ["SALUS_JOB_ID"]), fd))
 
 
+def fedraw(path, table):
+    lib = ctypes.CDLL(None)
+    buf = ctypes.create_string_buffer(256)
+    assert lib.salus_shim_get_stats(buf) == 1  # the session is up: the process is a job
+    raw = Raw(path)
+    fd = region(COUNT * 12, SEALS)
+    kind, reply = raw.call("ps_open", {"name": table, "count": COUNT, "rule": "fedavg:1:1:2:3:drop",
+                                       "sync": "bsp", "job_id": int(os.environ["SALUS_JOB_ID"])}, fd)
+    assert kind == REPLY, reply
+    handle = reply["handle"]
+    mem = mmap.mmap(fd, COUNT * 12)
+    sent = struct.pack("<%df" % COUNT, *[2.5 * (k + 1) for k in range(COUNT)])
+
+    def seen():
+        kind, st = raw.call("ps_fed_state", {"handle": handle})
+        assert kind == REPLY, st
+        kind, r = raw.call("ps_pull", {"handle": handle, "offset": 0, "n": COUNT, "clock": 0})
+        assert kind == REPLY, r
+        return sorted(st.items()), bytes(mem[0:COUNT * 4])
+
+    before = seen()
+    print("before %s %s" % (before[0], before[1].hex()), flush=True)
+    nan = bytearray(sent)
+    nan[20:24] = struct.pack("<f", float("nan"))
+    bad = [("short", {"n": 4}, sent), ("long", {"n": COUNT + 1}, sent),
+           ("samples-type", {"samples": "five"}, sent), ("work-negative", {"work": -1}, sent),
+           ("nan", {}, bytes(nan))]
+    for step, change, values in bad:
+        mem[0:COUNT * 4] = values
+        body = {"handle": handle, "round": 0, "samples": 5, "work": 2, "n": COUNT}
+        body.update(change)
+        said("bad " + step, *raw.call("ps_fed_push", body))
+        print("%s %s" % ("same" if seen() == before else "changed", step), flush=True)
+    mem[0:COUNT * 4] = sent
+    kind, reply = raw.call("ps_fed_push", {"handle": handle, "round": 0, "samples": 5, "work": 2,
+                                           "n": COUNT})
+    said("pushed", kind, reply)
+    after = seen()
+    print("state %s" % after[0], flush=True)
+    print("after %s" % after[1].hex(), flush=True)
+    print("sent %s" % sent.hex(), flush=True)
+    os.close(fd)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "rank":
@@ -207,5 +257,7 @@ if __name__ == "__main__":
         forge(*sys.argv[2:5])
     elif cmd == "solo":
         solo(*sys.argv[2:4])
+    elif cmd == "fedraw":
+        fedraw(*sys.argv[2:4])
     else:
         sys.exit("usage: see the top of ps_wire.py")

@@ -5,6 +5,7 @@
 #include "groups.h"
 #include "ps-internal.h" /* ps_msg_recv: messages from other daemons */
 #include "ps.h"
+#include "ps_cluster.h" /* ps_view_t (replicas) */
 #include "ps_net.h"
 
 #include "check_run.h"
@@ -1139,6 +1140,605 @@ START_TEST(test_assign_written_only)
 }
 END_TEST
 
+
+/* ---- replicas (part 2): messages to other daemons captured (ps->send_tap), liveness set by
+ * the test (ps->member_alive) ------------------------------------------------------------- */
+#define SENT_MAX 64
+typedef struct sent_s {
+    char node[64];
+    int type;
+    uint8_t header[PS_NET_MAX_HEADER];
+    size_t header_len, at; /* at: past the common part */
+    uint8_t *payload;
+    size_t payload_len;
+} sent_t;
+static sent_t sent[SENT_MAX];
+static int nsent;
+static const char *alive_nodes[8];
+
+static void sent_rewind(sent_t *m);
+
+static int tap(void *arg, const char *node, const void *header, size_t header_len,
+               const void *payload, size_t payload_len)
+{
+    (void)arg;
+    ck_assert_int_lt(nsent, SENT_MAX);
+    sent_t *m = &sent[nsent++];
+    snprintf(m->node, sizeof(m->node), "%s", node);
+    memcpy(m->header, header, header_len);
+    m->header_len = header_len;
+    m->type = m->header[4];
+    sent_rewind(m); /* past magic, type, uid, epoch, group, table */
+    m->payload = payload_len ? malloc(payload_len) : NULL;
+    if (payload_len)
+        memcpy(m->payload, payload, payload_len);
+    m->payload_len = payload_len;
+    return 0;
+}
+
+static int test_alive(salusd_t *dd, const char *node)
+{
+    (void)dd;
+    for (int i = 0; i < 8 && alive_nodes[i]; i++)
+        if (strcmp(alive_nodes[i], node) == 0)
+            return 1;
+    return 0;
+}
+
+static void sent_clear(void)
+{
+    for (int i = 0; i < nsent; i++)
+        free(sent[i].payload);
+    nsent = 0;
+}
+
+static void sent_rewind(sent_t *m)
+{
+    m->at = 4 + 1 + 4 + 8;
+    m->at += 1 + m->header[m->at];
+    m->at += 1 + m->header[m->at];
+}
+
+static uint64_t sent_get(sent_t *m, size_t bytes)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < bytes; i++)
+        v |= (uint64_t)m->header[m->at++] << (8 * i);
+    return v;
+}
+
+/* The i-th sent message of type to node (NULL: none). */
+static sent_t *sent_find(int type, const char *node, int i)
+{
+    for (int k = 0; k < nsent; k++)
+        if (sent[k].type == type && (!node || strcmp(sent[k].node, node) == 0) && i-- == 0)
+            return &sent[k];
+    return NULL;
+}
+
+static int sent_count(int type, const char *node)
+{
+    int n = 0;
+    while (sent_find(type, node, n))
+        n++;
+    return n;
+}
+
+static void repl_setup(void)
+{
+    setup();
+    nsent = 0;
+    memset(alive_nodes, 0, sizeof(alive_nodes));
+    d.ps->send_tap = tap;
+    d.ps->member_alive = test_alive;
+}
+
+static void repl_teardown(void)
+{
+    sent_clear();
+    teardown();
+}
+
+/* An open of table "t" (100 elements, bsp, add) of group "rr" from n2 (the source), with
+ * view 1 over `servers` and R. */
+static ps_table_t *open_replicated(const char *servers, uint32_t replicas)
+{
+    msg_t m;
+    char payload[256];
+    size_t len = (size_t)snprintf(payload, sizeof(payload), "%s", servers) + 1;
+    len += (size_t)snprintf(payload + len, sizeof(payload) - len, "n2") + 1;
+    len += (size_t)snprintf(payload + len, sizeof(payload) - len, "%s", servers);
+    msg_open(&m, "rr", "t", 7, 100);
+    msg_put(&m, 1, 8);        /* view */
+    msg_put(&m, replicas, 4);
+    msg_put(&m, 1, 1);        /* fresh */
+    ps_msg_recv(d.ps, "n2", m.b, m.len, payload, len);
+    ps_table_t *t = ps_table_find(d.ps, 1000, "rr", "t", 7);
+    ck_assert_ptr_nonnull(t);
+    return t;
+}
+
+/* The first shard whose primary here is (is_primary 1) or is not (0, a standby here). */
+static uint32_t shard_where(const ps_table_t *t, int is_primary)
+{
+    for (uint32_t i = 0; i < t->layout.shards; i++)
+        if (t->repl[i].replica && ps_repl_is_primary(t, i) == is_primary)
+            return i;
+    ck_abort_msg("no such shard");
+    return 0;
+}
+
+/* An update (type 4, or a forward: 16) of `shard` from source 0 (n2): one value 3 at 0. */
+static void msg_update_of(msg_t *m, int type, uint32_t shard, uint64_t seq, uint64_t clock)
+{
+    msg_begin(m, type, 1000, 7, "rr", "t");
+    msg_put(m, shard, 4);
+    msg_put(m, 0, 4);     /* source n2 */
+    msg_put(m, seq, 8);
+    msg_put(m, clock, 8);
+    msg_put(m, 1, 1);     /* close */
+    msg_put(m, 0, 1);
+    msg_put(m, 0, 8);
+    msg_put(m, 1, 8);
+}
+
+/* An ack (17: REPL_ACK) of shard's (source 0, seq) with rc. */
+static void msg_repl_ack(msg_t *m, uint32_t shard, uint64_t seq, int rc)
+{
+    msg_begin(m, 17, 1000, 7, "rr", "t");
+    msg_put(m, shard, 4);
+    msg_put(m, 0, 4);
+    msg_put(m, seq, 8);
+    msg_put(m, (uint64_t)(uint32_t)rc, 4);
+}
+
+/* The update ack (type 5) to n2: its seq and rc. */
+static void update_ack_of(sent_t *m, uint64_t *seq, int *rc)
+{
+    sent_get(m, 4); /* shard */
+    sent_get(m, 4); /* source */
+    *seq = sent_get(m, 8);
+    *rc = (int)(int32_t)(uint32_t)sent_get(m, 4);
+}
+
+static const float three[] = {3};
+
+/* The primary forwards an update (same source, seq, clock, payload) to each standby and
+ * acknowledges the source only once every live standby has acknowledged. */
+START_TEST(test_repl_forward_then_ack)
+{
+    alive_nodes[0] = "n3";
+    alive_nodes[1] = "n4";
+    ps_table_t *t = open_replicated("local,n3,n4", 3);
+    ck_assert_uint_eq(t->replicas, 3);
+    uint32_t s = shard_where(t, 1);
+    ck_assert_uint_eq(t->repl[s].nstandbys, 2);
+    ck_assert_str_eq(ps_table_primary(t, s), "local");
+    for (uint32_t i = 0; i < t->layout.shards; i++) /* R = 3 of 3 servers: every shard here */
+        ck_assert_ptr_nonnull(t->shards[i]);
+    sent_clear();
+    msg_t m;
+    msg_update_of(&m, 4, s, 1, 0);
+    ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
+    ck_assert_float_eq(ps_shard_values(t->shards[s])[0], 3); /* applied here */
+    ck_assert_int_eq(sent_count(16, NULL), 2);
+    for (int k = 0; k < 2; k++) {
+        sent_t *f = sent_find(16, k ? "n4" : "n3", 0);
+        ck_assert_ptr_nonnull(f);
+        ck_assert_uint_eq(sent_get(f, 4), s);
+        ck_assert_uint_eq(sent_get(f, 4), 0); /* source */
+        ck_assert_uint_eq(sent_get(f, 8), 1); /* seq */
+        ck_assert_uint_eq(sent_get(f, 8), 0); /* clock */
+        ck_assert_uint_eq(sent_get(f, 1), 1); /* close */
+        ck_assert_uint_eq(f->payload_len, sizeof(float));
+        ck_assert_int_eq(memcmp(f->payload, three, sizeof(float)), 0);
+    }
+    ck_assert_int_eq(sent_count(5, "n2"), 0); /* no ack yet */
+    msg_repl_ack(&m, s, 1, 0);
+    ps_msg_recv(d.ps, "n3", m.b, m.len, NULL, 0);
+    ck_assert_int_eq(sent_count(5, "n2"), 0); /* n4 has not acknowledged */
+    /* the source's resend meanwhile: applied once, forwarded again only to n4 */
+    ps_msg_recv(d.ps, "n2", m.b, 0, NULL, 0); /* (an empty message: dropped) */
+    msg_update_of(&m, 4, s, 1, 0);
+    ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
+    ck_assert_float_eq(ps_shard_values(t->shards[s])[0], 3);
+    ck_assert_int_eq(sent_count(16, "n3"), 1);
+    ck_assert_int_eq(sent_count(16, "n4"), 2);
+    msg_repl_ack(&m, s, 1, 0);
+    ps_msg_recv(d.ps, "n4", m.b, m.len, NULL, 0);
+    ck_assert_int_eq(sent_count(5, "n2"), 1);
+    uint64_t seq;
+    int rc;
+    update_ack_of(sent_find(5, "n2", 0), &seq, &rc);
+    ck_assert_uint_eq(seq, 1);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_ptr_null(t->forwards);
+}
+END_TEST
+
+/* A standby applies what its primary forwards, once (a duplicate is acknowledged again, not
+ * applied twice); it refuses updates and reads from sources (-ESTALE): not the primary. */
+START_TEST(test_repl_standby_and_stale)
+{
+    alive_nodes[0] = "n3";
+    ps_table_t *t = open_replicated("local,n3", 2);
+    uint32_t s = shard_where(t, 0);
+    const char *primary = ps_table_primary(t, s);
+    ck_assert_str_eq(primary, "n3");
+    ck_assert_ptr_nonnull(t->shards[s]);
+    sent_clear();
+    msg_t m;
+    msg_update_of(&m, 16, s, 1, 0);
+    ps_msg_recv(d.ps, "n3", m.b, m.len, three, sizeof(three));
+    ps_msg_recv(d.ps, "n3", m.b, m.len, three, sizeof(three)); /* again: applied once */
+    ck_assert_float_eq(ps_shard_values(t->shards[s])[0], 3);
+    ck_assert_uint_eq(ps_shard_closed(t->shards[s], 0), 1);
+    ck_assert_int_eq(sent_count(17, "n3"), 2);
+    for (int k = 0; k < 2; k++) {
+        sent_t *a = sent_find(17, "n3", k);
+        ck_assert_uint_eq(sent_get(a, 4), s);
+        ck_assert_uint_eq(sent_get(a, 4), 0);
+        ck_assert_uint_eq(sent_get(a, 8), 1);
+        ck_assert_int_eq((int32_t)(uint32_t)sent_get(a, 4), 0);
+    }
+    /* from the source: -ESTALE, nothing applied */
+    msg_update_of(&m, 4, s, 2, 1);
+    ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
+    ck_assert_int_eq(sent_count(5, "n2"), 1);
+    uint64_t seq;
+    int rc;
+    update_ack_of(sent_find(5, "n2", 0), &seq, &rc);
+    ck_assert_uint_eq(seq, 2);
+    ck_assert_int_eq(rc, -ESTALE);
+    ck_assert_uint_eq(ps_shard_closed(t->shards[s], 0), 1);
+    msg_begin(&m, 6, 1000, 7, "rr", "t");
+    msg_put(&m, 5, 8);  /* req */
+    msg_put(&m, s, 4);
+    msg_put(&m, 0, 8);
+    msg_put(&m, 0, 8);
+    msg_put(&m, 1, 8);
+    ps_msg_recv(d.ps, "n2", m.b, m.len, NULL, 0);
+    sent_t *r = sent_find(7, "n2", 0);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(sent_get(r, 8), 5);
+    ck_assert_int_eq((int32_t)(uint32_t)sent_get(r, 4), -ESTALE);
+    ck_assert_uint_eq(r->payload_len, 0);
+}
+END_TEST
+
+/* A standby that is not alive (its lease ended) is not waited for: not forwarded to, and a
+ * forward waiting on one that dies meanwhile is acknowledged at the next check. */
+START_TEST(test_repl_dead_standby_not_waited)
+{
+    alive_nodes[0] = "n3";
+    ps_table_t *t = open_replicated("local,n3,n4", 3);
+    uint32_t s = shard_where(t, 1);
+    sent_clear();
+    msg_t m;
+    msg_update_of(&m, 4, s, 1, 0);
+    ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
+    ck_assert_int_eq(sent_count(16, "n3"), 1);
+    ck_assert_int_eq(sent_count(16, "n4"), 0);
+    msg_repl_ack(&m, s, 1, 0);
+    ps_msg_recv(d.ps, "n3", m.b, m.len, NULL, 0);
+    ck_assert_int_eq(sent_count(5, "n2"), 1);
+    /* the next one waits on n3, which dies before it acknowledges */
+    msg_update_of(&m, 4, s, 2, 1);
+    ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
+    ck_assert_int_eq(sent_count(5, "n2"), 1);
+    ps_repl_check(d.ps);
+    ck_assert_int_eq(sent_count(5, "n2"), 1); /* alive: still waited for */
+    alive_nodes[0] = NULL;
+    ps_repl_check(d.ps);
+    ck_assert_int_eq(sent_count(5, "n2"), 2);
+    uint64_t seq;
+    int rc;
+    update_ack_of(sent_find(5, "n2", 1), &seq, &rc);
+    ck_assert_uint_eq(seq, 2);
+    ck_assert_int_eq(rc, 0);
+}
+END_TEST
+
+static ps_view_t view_of(uint64_t number, const char *servers, uint32_t replicas)
+{
+    ps_view_t v;
+    memset(&v, 0, sizeof(v));
+    v.number = number;
+    snprintf(v.servers, sizeof(v.servers), "%s", servers);
+    v.replicas = replicas;
+    return v;
+}
+
+/* A view without the primary (n3 failed): a standby here becomes the primary with the state
+ * it has, gives its standbys its state first, then takes updates and answers reads. */
+START_TEST(test_repl_failover_takes_over)
+{
+    alive_nodes[0] = "n3";
+    alive_nodes[1] = "n4";
+    ps_table_t *t = open_replicated("local,n3,n4", 3);
+    /* each shard whose primary is n3 gets an update forwarded here */
+    msg_t m;
+    int n3_primaries = 0;
+    for (uint32_t i = 0; i < t->layout.shards; i++)
+        if (strcmp(ps_table_primary(t, i), "n3") == 0) {
+            msg_update_of(&m, 16, i, 1, 0);
+            ps_msg_recv(d.ps, "n3", m.b, m.len, three, sizeof(three));
+            n3_primaries++;
+        }
+    ck_assert_int_gt(n3_primaries, 0);
+    uint8_t was_n3[64] = {0};
+    for (uint32_t i = 0; i < t->layout.shards; i++)
+        was_n3[i] = strcmp(ps_table_primary(t, i), "n3") == 0;
+    alive_nodes[0] = "n4";
+    alive_nodes[1] = NULL;
+    sent_clear();
+    ps_view_t v = view_of(2, "local,n4", 3);
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &v);
+    ck_assert_uint_eq(t->view, 2);
+    ck_assert_uint_eq(t->moved, (uint64_t)n3_primaries);
+    int taken = -1;
+    for (uint32_t i = 0; i < t->layout.shards; i++) {
+        ck_assert_str_ne(ps_table_primary(t, i), "n3");
+        if (was_n3[i] && ps_repl_is_primary(t, i))
+            taken = (int)i;
+    }
+    ck_assert_msg(taken >= 0, "no shard of n3 came here");
+    uint32_t s = (uint32_t)taken;
+    ck_assert_int_eq(t->repl[s].loading, 0);
+    ck_assert_float_eq(ps_shard_values(t->shards[s])[0], 3); /* the state it had */
+    /* its standby n4 got the state (it counts once it acknowledged it) */
+    sent_t *c = sent_find(18, "n4", 0);
+    ck_assert_ptr_nonnull(c);
+    int found = 0;
+    for (int k = 0; (c = sent_find(18, "n4", k)); k++) {
+        uint32_t shard = (uint32_t)sent_get(c, 4);
+        if (shard != s)
+            continue;
+        found = 1;
+        uint64_t first, elems;
+        ps_layout_shard(&t->layout, s, &first, &elems);
+        char err[128];
+        ps_shard_t *copy = ps_shard_load(c->payload, c->payload_len, elems, &t->spec.rule,
+                                         &t->spec.sync, t->sources, err, sizeof(err));
+        ck_assert_msg(copy != NULL, "%s", err);
+        ck_assert_int_eq(ps_shard_same(copy, t->shards[s]), 1);
+        ps_shard_destroy(copy);
+    }
+    ck_assert_int_eq(found, 1);
+    /* the source's resend of what n3 had not acknowledged: a duplicate here, forwarded, and
+     * acknowledged once n4 has it */
+    msg_update_of(&m, 4, s, 1, 0);
+    ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
+    ck_assert_float_eq(ps_shard_values(t->shards[s])[0], 3);
+    ck_assert_int_eq(sent_count(16, "n4"), 1);
+    msg_repl_ack(&m, s, 1, 0);
+    ps_msg_recv(d.ps, "n4", m.b, m.len, NULL, 0);
+    ck_assert_int_eq(sent_count(5, "n2"), 1);
+    /* a read is answered here now */
+    msg_begin(&m, 6, 1000, 7, "rr", "t");
+    msg_put(&m, 9, 8);
+    msg_put(&m, s, 4);
+    msg_put(&m, 1, 8);   /* min_done 1 */
+    msg_put(&m, 0, 8);
+    msg_put(&m, 1, 8);
+    ps_msg_recv(d.ps, "n2", m.b, m.len, NULL, 0);
+    sent_t *r = sent_find(7, "n2", 0);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(sent_get(r, 8), 9);
+    ck_assert_int_eq((int32_t)(uint32_t)sent_get(r, 4), 0);
+    ck_assert_uint_eq(r->payload_len, sizeof(float));
+    ck_assert_int_eq(memcmp(r->payload, three, sizeof(float)), 0);
+    /* an older view changes nothing */
+    ps_view_t old = view_of(1, "local,n3,n4", 3);
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &old);
+    ck_assert_uint_eq(t->view, 2);
+}
+END_TEST
+
+/* A server joins: each new standby of a shard primaried here gets a whole-state copy; one
+ * that refuses a forward gets another; a copy that comes here is loaded and acknowledged. */
+START_TEST(test_repl_copy_to_new_standby)
+{
+    alive_nodes[0] = "n3";
+    alive_nodes[1] = "n4";
+    ps_table_t *t = open_replicated("local,n3", 2);
+    msg_t m;
+    sent_clear();
+    uint8_t was_here[64] = {0};
+    for (uint32_t i = 0; i < t->layout.shards; i++)
+        was_here[i] = (uint8_t)ps_repl_is_primary(t, i);
+    ps_view_t v = view_of(2, "local,n3,n4", 3);
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &v);
+    /* every shard primaried here that has n4 as a new standby: one copy each, none to n3
+     * where the primary stayed (in step) */
+    int want = 0;
+    for (uint32_t i = 0; i < t->layout.shards; i++)
+        if (ps_repl_is_primary(t, i))
+            for (uint32_t k = 0; k < t->repl[i].nstandbys; k++)
+                want += strcmp(t->repl[i].standby[k].node, "n4") == 0;
+    ck_assert_int_gt(want, 0);
+    int copies_n4 = 0, handovers_n4 = 0, handovers_want = 0;
+    for (int k = 0; sent_find(18, "n4", k); k++) {
+        sent_t *c = sent_find(18, "n4", k);
+        uint32_t shard = (uint32_t)sent_get(c, 4);
+        sent_get(c, 8);
+        int handover = (int)sent_get(c, 1);
+        sent_rewind(c);
+        copies_n4 += !handover;
+        handovers_n4 += handover;
+        /* a handover: n4 is the shard's new primary, and this daemon was */
+        ck_assert(!handover || (strcmp(ps_table_primary(t, shard), "n4") == 0 &&
+                                was_here[shard]));
+    }
+    for (uint32_t i = 0; i < t->layout.shards; i++)
+        handovers_want += was_here[i] && strcmp(ps_table_primary(t, i), "n4") == 0;
+    ck_assert_int_eq(copies_n4, want);
+    ck_assert_int_eq(handovers_n4, handovers_want);
+    ck_assert_int_eq(sent_count(18, "n3"), 0);
+    ck_assert_uint_gt(t->copies, 0);
+    ps_sample_t sample;
+    ps_sample(&d, &sample);
+    ck_assert_uint_eq(sample.views, 1);
+    ck_assert_uint_ge(sample.shard_copies, (uint64_t)want);
+    /* n4 refuses a forward (it has not taken its copy yet): it gets the state again */
+    uint32_t s = shard_where(t, 1);
+    ck_assert_uint_eq(t->repl[s].nstandbys, 2);
+    int copies = sent_count(18, "n4");
+    msg_update_of(&m, 4, s, 1, 0);
+    ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
+    msg_repl_ack(&m, s, 1, -ENOENT);
+    ps_msg_recv(d.ps, "n4", m.b, m.len, NULL, 0);
+    ck_assert_int_eq(sent_count(18, "n4"), copies + 1);
+    /* its ack of that copy counts for the update: with n3's, the source hears */
+    sent_t *c = sent_find(18, "n4", copies);
+    ck_assert_uint_eq(sent_get(c, 4), s);
+    uint64_t req = sent_get(c, 8);
+    msg_repl_ack(&m, s, 1, 0);
+    ps_msg_recv(d.ps, "n3", m.b, m.len, NULL, 0);
+    ck_assert_int_eq(sent_count(5, "n2"), 0);
+    msg_begin(&m, 19, 1000, 7, "rr", "t");
+    msg_put(&m, s, 4);
+    msg_put(&m, req, 8);
+    msg_put(&m, 0, 4);
+    ps_msg_recv(d.ps, "n4", m.b, m.len, NULL, 0);
+    ck_assert_int_eq(sent_count(5, "n2"), 1);
+    ck_assert_ptr_null(t->forwards);
+    /* the other way: a standby here takes a copy from its primary */
+    uint32_t b = shard_where(t, 0);
+    sent_clear();
+    uint64_t first, elems;
+    ps_layout_shard(&t->layout, b, &first, &elems);
+    ps_shard_t *src = ps_shard_create(elems, &t->spec.rule, &t->spec.sync, t->sources);
+    ck_assert_int_eq(ps_shard_contribute(src, 0, 4, 0, 0, 1, NULL, three), 1);
+    ck_assert_int_eq(ps_shard_close(src, 0, 0), 1);
+    size_t size = ps_shard_state_size(src);
+    void *buf = malloc(size);
+    int64_t len = ps_shard_save(src, buf, size);
+    ck_assert_int_gt(len, 0);
+    msg_begin(&m, 18, 1000, 7, "rr", "t");
+    msg_put(&m, b, 4);
+    msg_put(&m, 77, 8);
+    msg_put(&m, 0, 1);
+    ps_msg_recv(d.ps, ps_table_primary(t, b), m.b, m.len, buf, (size_t)len);
+    ck_assert_int_eq(ps_shard_same(src, t->shards[b]), 1);
+    sent_t *a = sent_find(19, ps_table_primary(t, b), 0);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_uint_eq(sent_get(a, 4), b);
+    ck_assert_uint_eq(sent_get(a, 8), 77);
+    ck_assert_int_eq((int32_t)(uint32_t)sent_get(a, 4), 0);
+    /* a truncated one is refused, the shard unchanged */
+    ps_msg_recv(d.ps, ps_table_primary(t, b), m.b, m.len, buf, (size_t)len - 1);
+    a = sent_find(19, ps_table_primary(t, b), 1);
+    ck_assert_ptr_nonnull(a);
+    sent_get(a, 4);
+    sent_get(a, 8);
+    ck_assert_int_lt((int32_t)(uint32_t)sent_get(a, 4), 0);
+    ck_assert_int_eq(ps_shard_same(src, t->shards[b]), 1);
+    free(buf);
+    ps_shard_destroy(src);
+}
+END_TEST
+
+
+/* This node's own workers: an update to a shard primaried here is acknowledged to its stream
+ * only once the standby has it; a server new in the view is sent the open (not fresh). */
+START_TEST(test_repl_local_source_waits)
+{
+    alive_nodes[0] = "n3";
+    make_group("lp", 1000, 1, LAUNCH_SYNC_BSP, 0, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "lp", &o0);
+    ps_table_spec_t spec = spec_of("w", N, "add", "bsp");
+    uint64_t h = open_ok(&w0, &spec);
+    ps_table_t *t = ps_table_find(d.ps, 1000, "lp", "w", 1);
+    ck_assert_ptr_nonnull(t);
+    sent_clear();
+    ps_view_t v = view_of(t->view + 1, "local,n3", 2);
+    ps_repl_view_changed(d.ps, 1000, "lp", 1, "w", &v);
+    ck_assert_uint_eq(t->replicas, 2);
+    sent_t *o = sent_find(1, "n3", 0);
+    ck_assert_ptr_nonnull(o);
+    sent_get(o, 8 + 8 + 4);
+    o->at += 1 + o->header[o->at]; /* rule */
+    o->at += 1 + o->header[o->at]; /* sync */
+    ck_assert_uint_eq(sent_get(o, 8), t->view);
+    ck_assert_uint_eq(sent_get(o, 4), 2);
+    ck_assert_uint_eq(sent_get(o, 1), 0); /* not fresh: the shards come as copies */
+    uint32_t s = shard_where(t, 1);
+    float ones[N];
+    fill(ones, N, 1);
+    push_ok(&w0, h, 0, 1, 0, N, ones);
+    clock_ok(&w0, h, 0);
+    sent_t *f = sent_find(16, "n3", 0);
+    ck_assert_ptr_nonnull(f);
+    int found = 0;
+    for (int k = 0; (f = sent_find(16, "n3", k)); k++) {
+        if (sent_get(f, 4) != s)
+            continue;
+        found = 1;
+        ck_assert_uint_eq(sent_get(f, 4), 0); /* source: this node */
+        uint64_t seq = sent_get(f, 8);
+        ck_assert_ptr_nonnull(t->streams[s].head); /* not acknowledged yet */
+        ck_assert_float_eq(ps_shard_values(t->shards[s])[0], 1); /* applied here */
+        msg_t m;
+        msg_begin(&m, 17, 1000, 1, "lp", "w");
+        msg_put(&m, s, 4);
+        msg_put(&m, 0, 4);
+        msg_put(&m, seq, 8);
+        msg_put(&m, 0, 4);
+        ps_msg_recv(d.ps, "n3", m.b, m.len, NULL, 0);
+        ck_assert_ptr_null(t->streams[s].head);
+    }
+    ck_assert_int_eq(found, 1);
+}
+END_TEST
+
+
+/* A view that adds a standby while an update waits for the old one: the update waits for both
+ * (the new one through its copy, taken after the update). */
+START_TEST(test_repl_forward_across_views)
+{
+    alive_nodes[0] = "n3";
+    alive_nodes[1] = "n4";
+    ps_table_t *t = open_replicated("local,n3,n4", 2);
+    uint32_t s = shard_where(t, 1);
+    ck_assert_uint_eq(t->repl[s].nstandbys, 1);
+    char old_standby[64];
+    snprintf(old_standby, sizeof(old_standby), "%s", t->repl[s].standby[0].node);
+    const char *added = strcmp(old_standby, "n3") == 0 ? "n4" : "n3";
+    msg_t m;
+    sent_clear();
+    msg_update_of(&m, 4, s, 1, 0);
+    ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
+    ck_assert_int_eq(sent_count(16, old_standby), 1);
+    ps_view_t v = view_of(2, "local,n3,n4", 3); /* R 2 -> 3: the primaries stay */
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &v);
+    ck_assert(ps_repl_is_primary(t, s));
+    ck_assert_uint_eq(t->repl[s].nstandbys, 2);
+    ck_assert_uint_eq(t->moved, 0);
+    /* the copy to the added standby, none to the one in step */
+    sent_t *c = NULL;
+    for (int k = 0; (c = sent_find(18, added, k)); k++)
+        if (sent_get(c, 4) == s)
+            break;
+    ck_assert_ptr_nonnull(c);
+    uint64_t req = sent_get(c, 8);
+    for (int k = 0; (c = sent_find(18, old_standby, k)); k++)
+        ck_assert_uint_ne(sent_get(c, 4), s);
+    msg_repl_ack(&m, s, 1, 0);
+    ps_msg_recv(d.ps, old_standby, m.b, m.len, NULL, 0);
+    ps_repl_check(d.ps);
+    ck_assert_int_eq(sent_count(5, "n2"), 0); /* the added one has not taken its copy */
+    msg_begin(&m, 19, 1000, 7, "rr", "t");
+    msg_put(&m, s, 4);
+    msg_put(&m, req, 8);
+    msg_put(&m, 0, 4);
+    ps_msg_recv(d.ps, added, m.b, m.len, NULL, 0);
+    ck_assert_int_eq(sent_count(5, "n2"), 1);
+    ck_assert_ptr_null(t->forwards);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_service");
@@ -1164,5 +1764,16 @@ int main(void)
     tcase_add_test(tc, test_resends_after_a_lost_message);
     tcase_add_test(tc, test_failed_update_send_resent);
     suite_add_tcase(s, tc);
+    TCase *tr = tcase_create("replicas");
+    tcase_add_checked_fixture(tr, repl_setup, repl_teardown);
+    tcase_set_timeout(tr, 60);
+    tcase_add_test(tr, test_repl_forward_then_ack);
+    tcase_add_test(tr, test_repl_standby_and_stale);
+    tcase_add_test(tr, test_repl_dead_standby_not_waited);
+    tcase_add_test(tr, test_repl_failover_takes_over);
+    tcase_add_test(tr, test_repl_copy_to_new_standby);
+    tcase_add_test(tr, test_repl_local_source_waits);
+    tcase_add_test(tr, test_repl_forward_across_views);
+    suite_add_tcase(s, tr);
     return check_run_suite(s);
 }

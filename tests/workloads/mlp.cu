@@ -231,7 +231,7 @@ typedef struct mlp_config {
 } mlp_config;
 
 static mlp_parallel parallel = {MLP_SINGLE, -1, -1, std::string(), NULL};
-static mlp_ps ps = {false, std::string(), -1, -1, NULL, NULL, 0.0, NULL, NULL, 0, 0, {}, {}};
+static mlp_ps ps = {false, std::string(), -1, -1, NULL, NULL, 0.0, 0, NULL, 1, 0, NULL, NULL, 0, 0, {}, {}};
 
 /* data set and initial parameters, made on the host from the seed */
 typedef struct mlp_model {
@@ -533,7 +533,9 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
         mlp_activations_alloc(&device, config, &a);
     uint64_t start_ns = workload_now_ns();
 
-    for (unsigned iteration = 1; iteration <= config->iterations; iteration++) {
+    /* --ps: a restored run continues at the tables' clock + 1, and may stop early (mlp_ps.h) */
+    const unsigned first_iteration = ps.enabled ? ps.first : 1, last_iteration = ps.enabled ? ps.last : config->iterations;
+    for (unsigned iteration = first_iteration; iteration <= last_iteration; iteration++) {
         unsigned first = mlp_first_sample(config, iteration);
         if (config->host_ms > 0)
             workload_sleep_ns((uint64_t)(config->host_ms * 1e6));
@@ -606,8 +608,8 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
     std::vector<float> final_weights;
     if (ps.enabled) { /* every clock of every rank, then the losses as the other modes print them */
         mlp_ps_finish(&ps, &final_weights, &ps_losses);
-        for (unsigned iteration = 1; iteration <= config->iterations; iteration++)
-            if (mlp_prints(config, iteration))
+        for (unsigned iteration = 1; iteration <= ps.last; iteration++)
+            if (mlp_prints(config, iteration) || iteration == ps.last)
                 mlp_report(config, iteration, ps_losses[iteration - 1]);
         loss = ps_losses.back();
     }
@@ -675,6 +677,9 @@ static void mlp_usage(FILE *out)
             "  --ps-log FILE        one line per pull: 'read rank= clock= done= done_at_request= waited=\n"
             "                       waited_ns= t_ns='\n"
             "  --ps-slow-ms X       sleep X ms before each push (a slowed worker)\n"
+            "  --ps-stop-at K       end after iteration K (as if --iterations K; a restored run then\n"
+            "                       continues from a checkpoint: it starts at the tables' clock + 1)\n"
+            "  --ps-dump-first FILE the table 'mlp-w' as the first pull read it, one %%.9g a line\n"
             "  --dump-weights FILE  the final weights, one %%.9g a line (the flat order of mlp_ps.h)\n"
             "  --help               this text\n"
             "\n"
@@ -687,7 +692,7 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
 {
     enum { SEED = 256, INPUTS, HIDDEN, OUTPUTS, BATCH, SAMPLES, ITERATIONS, LR, PRINT_EVERY, KEEP, ASYNC, CPU,
            DEVICE, HOST_MS, DATA_PARALLEL, RANK, WORLD, COMM, START_AFTER, PS, PS_LOG, PS_SLOW_MS, DUMP_WEIGHTS,
-           HELP };
+           PS_STOP_AT, PS_DUMP_FIRST, HELP };
     static const struct option options[] = {
         {"seed", required_argument, NULL, SEED},
         {"inputs", required_argument, NULL, INPUTS},
@@ -712,6 +717,8 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         {"ps-log", required_argument, NULL, PS_LOG},
         {"ps-slow-ms", required_argument, NULL, PS_SLOW_MS},
         {"dump-weights", required_argument, NULL, DUMP_WEIGHTS},
+        {"ps-stop-at", required_argument, NULL, PS_STOP_AT},
+        {"ps-dump-first", required_argument, NULL, PS_DUMP_FIRST},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
     };
@@ -747,6 +754,8 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         case PS_LOG: ps.log_path = optarg; break;
         case PS_SLOW_MS: ps.slow_ms = workload_parse_double(name, optarg, 0.0, 60000.0); break;
         case DUMP_WEIGHTS: config->dump_weights = optarg; break;
+        case PS_STOP_AT: ps.stop_at = (unsigned)workload_parse_unsigned(name, optarg, 1, 1u << 30); break;
+        case PS_DUMP_FIRST: ps.dump_first = optarg; break;
         case HELP: mlp_usage(stdout); exit(0);
         default: mlp_usage(stderr); exit(WORKLOAD_EXIT_USAGE);
         }

@@ -39,6 +39,14 @@
  * "mlp-loss", 'loss_table clock=C value=V' (a test recomputes each element from the pushes).
  * --ps-slow-ms MS: sleep MS before each push (a slowed worker).
  *
+ * Restored runs (salusctl run --restore: the tables start from a checkpoint taken at clock C):
+ * salus_ps_clock_of says C after the open, and the run continues at iteration C + 1 (clock C),
+ * with that iteration's rows, as the interrupted run would have; it prints 'ps_resume clock=C'.
+ * --ps-stop-at K: the run ends after iteration K (its clock K-1) as if K were --iterations
+ * (its final pulls wait for clock K, the losses of iterations 1..K are printed), a "killed" run
+ * made deterministic. --ps-dump-first FILE: the table "mlp-w" as the run's first pull read it,
+ * one %.9g a line (after a restore: the checkpoint's values, which a test compares bit for bit).
+ *
  * Rank and world: --rank/--world, else SALUS_RANK/SALUS_WORLD (salusctl run --group ...), else
  * OMPI_COMM_WORLD_RANK/SIZE, as the data-parallel mode. Not with --data-parallel or
  * --cpu-reference. Without salus every call fails with -ENOSYS: the program says so and exits 1. */
@@ -63,6 +71,9 @@ typedef struct mlp_ps {
     const char *log_path;    /* --ps-log */
     FILE *log;
     double slow_ms;          /* --ps-slow-ms */
+    unsigned stop_at;        /* --ps-stop-at (0: none) */
+    const char *dump_first;  /* --ps-dump-first */
+    unsigned first, last;    /* the iterations this run does (first > 1: restored) */
     salus_ps_table_t *weights, *losses;
     unsigned long long count; /* parameters */
     unsigned iterations;
@@ -94,8 +105,8 @@ static inline void mlp_ps_start(mlp_ps *ps, long flag_rank, long flag_world, uns
     static const char *const world_names[] = {"SALUS_WORLD", "OMPI_COMM_WORLD_SIZE", NULL};
     const long world_limit = 64;
     if (!ps->enabled) {
-        if (ps->log_path || ps->slow_ms > 0)
-            workload_usage_error("--ps-log and --ps-slow-ms need --ps");
+        if (ps->log_path || ps->slow_ms > 0 || ps->stop_at || ps->dump_first)
+            workload_usage_error("--ps-log, --ps-slow-ms, --ps-stop-at and --ps-dump-first need --ps");
         return;
     }
     if (iterations > mlp_ps_iteration_limit)
@@ -108,6 +119,10 @@ static inline void mlp_ps_start(mlp_ps *ps, long flag_rank, long flag_world, uns
     if (ps->world > world_limit || ps->rank >= ps->world)
         workload_usage_error("rank %ld of world %ld: need rank < world <= %ld", ps->rank, ps->world, world_limit);
     ps->iterations = iterations;
+    if (ps->stop_at > iterations)
+        workload_usage_error("--ps-stop-at %u: beyond --iterations %u", ps->stop_at, iterations);
+    ps->first = 1;
+    ps->last = ps->stop_at ? ps->stop_at : iterations;
     if (ps->log_path) {
         ps->log = fopen(ps->log_path, "w");
         if (!ps->log)
@@ -144,7 +159,39 @@ static inline void mlp_ps_open(mlp_ps *ps, const std::vector<float> &initial, fl
         mlp_ps_fail(rc, "salus_ps_open(mlp-loss, %u, add, %s)", ps->iterations + 1, ps->sync.c_str());
     printf("ps=%s rank=%ld world=%ld parameters=%llu rule=%s\n", ps->sync.c_str(), ps->rank, ps->world, ps->count,
            rule);
+    /* a restored group's tables start at the checkpoint's clock C: continue with iteration C + 1 */
+    uint64_t weights_clock = salus_ps_clock_of(ps->weights), losses_clock = salus_ps_clock_of(ps->losses);
+    if (weights_clock != losses_clock) {
+        fprintf(stderr, "%s: the tables start at different clocks (mlp-w %llu, mlp-loss %llu)\n", workload_program,
+                (unsigned long long)weights_clock, (unsigned long long)losses_clock);
+        exit(WORKLOAD_EXIT_DRIVER_ERROR);
+    }
+    if (weights_clock > ps->last) {
+        fprintf(stderr, "%s: the tables start at clock %llu, beyond the run's last iteration %u\n", workload_program,
+                (unsigned long long)weights_clock, ps->last);
+        exit(WORKLOAD_EXIT_USAGE);
+    }
+    ps->first = (unsigned)weights_clock + 1;
+    if (weights_clock > 0)
+        printf("ps_resume clock=%llu\n", (unsigned long long)weights_clock);
     fflush(stdout);
+}
+
+/* --ps-dump-first: the table as the first pull read it, one %.9g a line. */
+static inline void mlp_ps_dump_first(mlp_ps *ps)
+{
+    FILE *out = fopen(ps->dump_first, "w");
+    if (!out) {
+        fprintf(stderr, "%s: --ps-dump-first %s: %s\n", workload_program, ps->dump_first, strerror(errno));
+        exit(WORKLOAD_EXIT_USAGE);
+    }
+    for (float value : ps->table)
+        fprintf(out, "%.9g\n", (double)value);
+    if (fclose(out) != 0) {
+        fprintf(stderr, "%s: --ps-dump-first %s: %s\n", workload_program, ps->dump_first, strerror(errno));
+        exit(WORKLOAD_EXIT_USAGE);
+    }
+    ps->dump_first = NULL;
 }
 
 /* Pulls "mlp-w" into ps->table (logged); returns what the read saw. */
@@ -154,6 +201,8 @@ static inline salus_ps_read_t mlp_ps_pull_table(mlp_ps *ps)
     int rc = salus_ps_pull(ps->weights, 0, ps->count, ps->table.data(), &read);
     if (rc < 0)
         mlp_ps_fail(rc, "salus_ps_pull(mlp-w)");
+    if (ps->dump_first)
+        mlp_ps_dump_first(ps);
     if (ps->log) {
         fprintf(ps->log,
                 "read rank=%ld clock=%llu done=%llu done_at_request=%llu waited=%d waited_ns=%llu t_ns=%llu\n",
@@ -240,11 +289,11 @@ static inline void mlp_ps_pull_final(mlp_ps *ps, salus_ps_table_t *table, const 
             if (rc < 0)
                 mlp_ps_fail(rc, "salus_ps_pull(%s)", name);
         }
-        if (read.done >= ps->iterations || ps->sync == "asp")
+        if (read.done >= ps->last || ps->sync == "asp")
             return;
         if (workload_now_ns() > deadline) {
             fprintf(stderr, "%s: %s holds %llu of %u clocks after 600 s\n", workload_program, name,
-                    (unsigned long long)read.done, ps->iterations);
+                    (unsigned long long)read.done, ps->last);
             exit(WORKLOAD_EXIT_DRIVER_ERROR);
         }
         workload_sleep_ns(10000000);
@@ -264,10 +313,10 @@ static inline void mlp_ps_finish(mlp_ps *ps, std::vector<float> *weights, std::v
     weights->resize(ps->count);
     for (unsigned long long e = 0; e < ps->count; e++)
         (*weights)[e] = ps->initial[e] + ps->table[e];
-    losses->assign(ps->iterations, 0.0f);
-    mlp_ps_pull_final(ps, ps->losses, "mlp-loss", ps->iterations, losses->data(), deadline);
+    losses->assign(ps->last, 0.0f);
+    mlp_ps_pull_final(ps, ps->losses, "mlp-loss", ps->last, losses->data(), deadline);
     if (ps->log) {
-        for (unsigned c = 0; c < ps->iterations; c++)
+        for (unsigned c = 0; c < ps->last; c++)
             fprintf(ps->log, "loss_table clock=%u value=%.9g\n", c, (double)(*losses)[c]);
     }
     int rc = salus_ps_close(ps->weights);

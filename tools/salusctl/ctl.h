@@ -28,6 +28,10 @@ int verb_wait(ctl_t *ctl, int argc, char **argv);
 int verb_logs(ctl_t *ctl, int argc, char **argv);
 /* groups.c */
 int verb_groups(ctl_t *ctl, int argc, char **argv);
+/* checkpoint.c */
+int verb_checkpoint(ctl_t *ctl, int argc, char **argv);
+/* ps_servers.c */
+int verb_ps_servers(ctl_t *ctl, int argc, char **argv);
 /* top.c */
 int verb_stats(ctl_t *ctl, int argc, char **argv);
 int verb_top(ctl_t *ctl, int argc, char **argv);

@@ -92,6 +92,27 @@ int verb_groups(ctl_t *ctl, int argc, char **argv)
             printf("  table %-16s count %-10s rule %-10s sync %-7s epoch %-6s shards %s/%s here, "
                    "%s bytes, done %s, servers %s\n",
                    tname, count, rule, tsync, epoch, here, shards, bytes, done, servers);
+            uint64_t failover_ms;
+            if (proto_get_uint(t, "failover_ms", &failover_ms) == 0)
+                printf("    last fail-over: its updates and reads recovered after %.3f s\n",
+                       (double)failover_ms / 1000.0);
+            uint64_t view = 0, replicas = 0, primaries = 0, moved = 0, copies = 0, nshards = 0;
+            char vservers[256];
+            if (proto_get_uint(t, "view", &view) == 0 && view > 0) { /* part 2: replicas */
+                print_field(t, "view_servers", vservers, sizeof(vservers));
+                proto_get_uint(t, "replicas", &replicas);
+                proto_get_uint(t, "primaries_here", &primaries);
+                proto_get_uint(t, "shards_moved", &moved);
+                proto_get_uint(t, "replica_copies", &copies);
+                proto_get_uint(t, "shards", &nshards);
+                printf("    view %llu: servers %s, %llu replicas, %llu primaries here; its "
+                       "changes moved %llu of %llu primaries (%.3f), %llu replica copies\n",
+                       (unsigned long long)view, vservers, (unsigned long long)replicas,
+                       (unsigned long long)primaries, (unsigned long long)moved,
+                       (unsigned long long)nshards,
+                       nshards ? (double)moved / (double)nshards : 0.0,
+                       (unsigned long long)copies);
+            }
         }
     }
     proto_msg_free(&reply);

@@ -255,10 +255,14 @@ static const verb_t verbs[] = {
     {"lanes", 0, 0, verb_lanes, "lanes [--json]", "list the memory lanes of each GPU"},
     {"run", 1, -1, verb_run, "run [--name N] [--iterations N] [--persistent B] [--ephemeral B] "
      "[--priority N] [--group G --world N --rank R [--local-rank L] [--sync bsp|ssp:S|asp] "
-     "[--share-gpus]] -- CMD [ARGS]",
+     "[--share-gpus] [--restore]] -- CMD [ARGS]",
      "run a command as a salus job, in the foreground (a rank of group G: from the flags, or "
      "from mpirun's, srun's or torchrun's variables)"},
     {"status", 0, 0, verb_status, "status [--json]", "show the daemon's state"},
+    {"checkpoint", 1, -1, verb_checkpoint,
+     "checkpoint GROUP [--period S] [--timeout S] [--uid UID]",
+     "write the group's parameter-server tables at one clock to files under the state "
+     "directory (restored by run --restore); --period S: one every S seconds (0 stops)"},
     {"ps", 0, 0, verb_ps, "ps [--json]", "list jobs"},
     {"groups", 0, 0, verb_groups, "groups [--json]",
      "list groups (distributed jobs): state, failed rank, each rank's job, pid and GPU, "
@@ -273,6 +277,9 @@ static const verb_t verbs[] = {
      "wait until a job ends; exit with its exit status when known (submit), else 0 done, "
      "1 failed"},
     {"logs", 1, -1, verb_logs, "logs [-f] JOB", "print a submitted job's log (-f: follow)"},
+    {"ps-servers", 3, -1, verb_ps_servers, "ps-servers GROUP --add NODE | --remove NODE [--json]",
+     "change the parameter servers of every table of your group GROUP (cluster): NODE (a live "
+     "member) joins, or leaves; prints each table's old and new view"},
     {"stats", 0, 0, verb_stats, "stats [--json]",
      "per GPU memory, utilisation, lanes and jobs; per job iteration rate"},
     {"top", 0, 0, verb_top, "top", "live view of GPUs and jobs, refreshed each second (q quits)"},

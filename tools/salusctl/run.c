@@ -59,13 +59,16 @@ static void usage_run(void)
 {
     fprintf(stderr, "usage: salusctl run [--name NAME] [--iterations N] [--persistent BYTES] "
                     "[--ephemeral BYTES] [--priority N] [--gpus N] [--group NAME --world N --rank R "
-                    "[--local-rank L] [--sync bsp|ssp:S|asp] [--share-gpus]] "
+                    "[--local-rank L] [--sync bsp|ssp:S|asp] [--share-gpus] [--restore]] "
                     "-- COMMAND [ARGS...]\n");
 }
 
 /* The group this process is a rank of (launch.h): worked out by salusctl_job_options,
  * sent with the submit request. A fork (submit's supervisor) keeps it. */
 static launch_contract_t job_contract;
+/* --restore: the group's parameter-server tables start from their checkpoints on this node
+ * (salusctl checkpoint; sent as "restore" with the rank) */
+static int restore_group;
 
 static const char *contract_getenv(const char *name, void *context)
 {
@@ -82,6 +85,10 @@ static int group_flag(const char *verb, int argc, char **argv, int *i, launch_fl
                              &flags->sync};
     if (strcmp(argv[*i], "--share-gpus") == 0) {
         flags->share_gpus = 1;
+        return 1;
+    }
+    if (strcmp(argv[*i], "--restore") == 0) {
+        restore_group = 1;
         return 1;
     }
     for (size_t n = 0; n < sizeof(names) / sizeof(names[0]); n++) {
@@ -195,6 +202,11 @@ int salusctl_job_options(const char *verb, int argc, char **argv, const char **l
     }
     *command_index = i;
     int rc = resolve_contract(verb, &group);
+    if (rc == 0 && restore_group && !job_contract.group[0]) {
+        fprintf(stderr, "salusctl: %s: --restore restores a group's tables: it needs --group\n",
+                verb);
+        return 2;
+    }
     const char *gpus = getenv("SALUS_GPUS");
     if (rc == 0 && job_contract.group[0] && gpus && strtoull(gpus, NULL, 10) > 1) {
         fprintf(stderr, "salusctl: %s: a rank of a group takes one GPU: --gpus with --group (or "
@@ -253,7 +265,8 @@ int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
     int grouped = g->group[0] != '\0';
     uint64_t gpus = env_u("SALUS_GPUS");
     msgpack_packer *pk = salus_client_begin(&c, "submit", 5 + (log_path != NULL) + (nfds > 0) +
-                                                              (grouped ? 7 : 0) + (gpus > 1));
+                                                              (grouped ? 7 + restore_group : 0) +
+                                                              (gpus > 1));
     if (gpus > 1) /* salusd refuses more than the node has */
         proto_pack_kv_uint(pk, "gpus", gpus);
     proto_pack_kv_str(pk, "name", given && *given ? given : name);
@@ -277,6 +290,8 @@ int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
         proto_pack_kv_str(pk, "sync", launch_sync_name(g->sync));
         proto_pack_kv_uint(pk, "staleness", g->staleness);
         proto_pack_kv_bool(pk, "share_gpus", g->share_gpus);
+        if (restore_group) /* (a salusd without checkpoints ignores it) */
+            proto_pack_kv_bool(pk, "restore", 1);
     }
     rc = nfds > 0 ? salus_client_call_passing(&c, fds, nfds, &reply, err, err_size)
                   : salus_client_call(&c, &reply, err, err_size);

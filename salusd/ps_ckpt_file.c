@@ -1,0 +1,428 @@
+/* A table's checkpoint file: the format, its writer and its reader (ps_ckpt_file.h). */
+#include "ps_ckpt_file.h"
+
+#include "ps_core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAGIC_BYTES 8
+
+static uint64_t fnv1a(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static size_t text_len(const char *s)
+{
+    size_t n = strnlen(s, PS_CKPT_TEXT_BYTES);
+    return n < PS_CKPT_TEXT_BYTES ? n : 0;
+}
+
+size_t ps_ckpt_encoded_size(const ps_ckpt_header_t *h)
+{
+    size_t g = text_len(h->group), t = text_len(h->table), r = text_len(h->rule),
+           s = text_len(h->sync);
+    if (!g || !t || !r || !s || h->count == 0 || h->count > PS_CKPT_MAX_COUNT)
+        return 0;
+    return MAGIC_BYTES + 4 + 4 + 4 + g + t + r + s + 8 + 8 + 1 + h->count * sizeof(float) + 8;
+}
+
+/* The header's fields: 0 or -EINVAL with err. */
+static int check_header(const ps_ckpt_header_t *h, char *err, size_t err_size)
+{
+    ps_rule_t rule;
+    ps_sync_t sync;
+    char why[128];
+    if (!text_len(h->group) || !text_len(h->table) || !text_len(h->rule) || !text_len(h->sync)) {
+        snprintf(err, err_size, "an empty or too long group, table, rule or sync");
+        return -EINVAL;
+    }
+    if (!ps_name_valid(h->table)) {
+        snprintf(err, err_size, "bad table name '%s'", h->table);
+        return -EINVAL;
+    }
+    if (ps_rule_parse(h->rule, &rule, why, sizeof(why)) < 0 ||
+        ps_sync_parse(h->sync, &sync, why, sizeof(why)) < 0) {
+        snprintf(err, err_size, "%s", why);
+        return -EINVAL;
+    }
+    if (h->count == 0 || h->count > PS_CKPT_MAX_COUNT) {
+        snprintf(err, err_size, "%llu elements (1 .. %llu)", (unsigned long long)h->count,
+                 (unsigned long long)PS_CKPT_MAX_COUNT);
+        return -EINVAL;
+    }
+    if (h->asp != (sync.kind == PS_SYNC_ASP)) {
+        snprintf(err, err_size, "the asp mark (%d) disagrees with sync %s", h->asp, h->sync);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static uint8_t *put(uint8_t *p, uint64_t v, size_t bytes)
+{
+    for (size_t i = 0; i < bytes; i++)
+        *p++ = (uint8_t)(v >> (8 * i));
+    return p;
+}
+
+static uint8_t *put_str(uint8_t *p, const char *s)
+{
+    size_t n = strlen(s);
+    *p++ = (uint8_t)n;
+    memcpy(p, s, n);
+    return p + n;
+}
+
+int64_t ps_ckpt_encode(const ps_ckpt_header_t *h, const float *values, void *buf, size_t size,
+                       char *err, size_t err_size)
+{
+    int rc = check_header(h, err, err_size);
+    if (rc < 0)
+        return rc;
+    size_t need = ps_ckpt_encoded_size(h);
+    if (size < need) {
+        snprintf(err, err_size, "%zu bytes needed, %zu given", need, size);
+        return -ENOSPC;
+    }
+    for (uint64_t i = 0; i < h->count; i++)
+        if (!isfinite(values[i])) {
+            snprintf(err, err_size, "value %llu is not finite", (unsigned long long)i);
+            return -EINVAL;
+        }
+    uint8_t *p = buf;
+    memcpy(p, PS_CKPT_MAGIC, MAGIC_BYTES);
+    p += MAGIC_BYTES;
+    p = put(p, PS_CKPT_VERSION, 4);
+    p = put(p, h->uid, 4);
+    p = put_str(p, h->group);
+    p = put_str(p, h->table);
+    p = put_str(p, h->rule);
+    p = put_str(p, h->sync);
+    p = put(p, h->count, 8);
+    p = put(p, h->clock, 8);
+    p = put(p, (uint64_t)(h->asp != 0), 1);
+    for (uint64_t i = 0; i < h->count; i++) {
+        uint32_t bits;
+        memcpy(&bits, &values[i], sizeof(bits));
+        p = put(p, bits, 4);
+    }
+    uint64_t sum = fnv1a(buf, (size_t)(p - (uint8_t *)buf));
+    p = put(p, sum, 8);
+    return (int64_t)(p - (uint8_t *)buf);
+}
+
+typedef struct reader_s {
+    const uint8_t *b;
+    size_t len, at;
+    int bad;
+} reader_t;
+
+static uint64_t get(reader_t *r, size_t bytes)
+{
+    uint64_t v = 0;
+    if (r->bad || r->at + bytes > r->len) {
+        r->bad = 1;
+        return 0;
+    }
+    for (size_t i = 0; i < bytes; i++)
+        v |= (uint64_t)r->b[r->at++] << (8 * i);
+    return v;
+}
+
+static void get_str(reader_t *r, char *out)
+{
+    size_t n = (size_t)get(r, 1);
+    out[0] = '\0';
+    if (r->bad || n == 0 || n >= PS_CKPT_TEXT_BYTES || r->at + n > r->len ||
+        memchr(r->b + r->at, '\0', n)) {
+        r->bad = 1;
+        return;
+    }
+    memcpy(out, r->b + r->at, n);
+    out[n] = '\0';
+    r->at += n;
+}
+
+int ps_ckpt_decode(const void *buf, size_t size, ps_ckpt_header_t *h, float **values,
+                   char *err, size_t err_size)
+{
+    reader_t r = {buf, size, 0, 0};
+    memset(h, 0, sizeof(*h));
+    *values = NULL;
+    if (size < MAGIC_BYTES || memcmp(buf, PS_CKPT_MAGIC, MAGIC_BYTES) != 0) {
+        snprintf(err, err_size, "not a salus table checkpoint (no %s magic)", PS_CKPT_MAGIC);
+        return -EINVAL;
+    }
+    r.at = MAGIC_BYTES;
+    uint64_t version = get(&r, 4);
+    if (!r.bad && version != PS_CKPT_VERSION) {
+        snprintf(err, err_size, "checkpoint format version %llu (this salusd reads %u)",
+                 (unsigned long long)version, PS_CKPT_VERSION);
+        return -EINVAL;
+    }
+    h->uid = (uint32_t)get(&r, 4);
+    get_str(&r, h->group);
+    get_str(&r, h->table);
+    get_str(&r, h->rule);
+    get_str(&r, h->sync);
+    h->count = get(&r, 8);
+    h->clock = get(&r, 8);
+    uint64_t asp = get(&r, 1);
+    if (r.bad) {
+        snprintf(err, err_size, "truncated or malformed header (%zu bytes)", size);
+        return -EINVAL;
+    }
+    if (h->count == 0 || h->count > PS_CKPT_MAX_COUNT) {
+        snprintf(err, err_size, "bad element count %llu", (unsigned long long)h->count);
+        return -EINVAL;
+    }
+    size_t want = r.at + h->count * sizeof(float) + 8;
+    if (size != want) {
+        snprintf(err, err_size, "%s: %zu bytes, a checkpoint of %llu elements has %zu",
+                 size < want ? "truncated" : "trailing bytes", size,
+                 (unsigned long long)h->count, want);
+        return -EINVAL;
+    }
+    const uint8_t *sum_at = (const uint8_t *)buf + size - 8;
+    reader_t s = {sum_at, 8, 0, 0};
+    if (get(&s, 8) != fnv1a(buf, size - 8)) {
+        snprintf(err, err_size, "corrupted: the checksum does not match the contents");
+        return -EINVAL;
+    }
+    if (asp > 1) {
+        snprintf(err, err_size, "bad asp mark %llu", (unsigned long long)asp);
+        return -EINVAL;
+    }
+    h->asp = (int)asp;
+    int rc = check_header(h, err, err_size);
+    if (rc < 0)
+        return rc;
+    float *v = malloc(h->count * sizeof(float));
+    if (!v) {
+        snprintf(err, err_size, "out of memory (%llu elements)", (unsigned long long)h->count);
+        return -ENOMEM;
+    }
+    for (uint64_t i = 0; i < h->count; i++) {
+        uint32_t bits = (uint32_t)get(&r, 4);
+        memcpy(&v[i], &bits, sizeof(bits));
+        if (!isfinite(v[i])) {
+            snprintf(err, err_size, "value %llu is not finite", (unsigned long long)i);
+            free(v);
+            return -EINVAL;
+        }
+    }
+    *values = v;
+    return 0;
+}
+
+int ps_ckpt_check_identity(const ps_ckpt_header_t *h, uid_t uid, const char *group,
+                           const char *table, char *err, size_t err_size)
+{
+    if (h->uid == (uint32_t)uid && strcmp(h->group, group) == 0 && strcmp(h->table, table) == 0)
+        return 0;
+    snprintf(err, err_size, "the file holds table '%s' of group %s (uid %u), not '%s' of %s "
+             "(uid %u)", h->table, h->group, (unsigned)h->uid, table, group, (unsigned)uid);
+    return -EINVAL;
+}
+
+int ps_ckpt_dir(char *out, size_t size, const char *state_dir, uid_t uid, const char *group)
+{
+    if (!state_dir[0] || !group[0] || strchr(group, '/') || strcmp(group, ".") == 0 ||
+        strcmp(group, "..") == 0)
+        return -EINVAL;
+    int n = snprintf(out, size, "%s/checkpoints/%u/%s", state_dir, (unsigned)uid, group);
+    return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+int ps_ckpt_path(char *out, size_t size, const char *state_dir, uid_t uid, const char *group,
+                 const char *table)
+{
+    if (!ps_name_valid(table))
+        return -EINVAL;
+    int rc = ps_ckpt_dir(out, size, state_dir, uid, group);
+    if (rc < 0)
+        return rc;
+    size_t len = strlen(out);
+    int n = snprintf(out + len, size - len, "/%s.ckpt", table);
+    return n < 0 || (size_t)n >= size - len ? -ENAMETOOLONG : 0;
+}
+
+/* mkdir -p of path's directory part, 0700 for what it creates. 0 or a negative errno. */
+static int make_parents(const char *path)
+{
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof(dir), "%s", path) >= (int)sizeof(dir))
+        return -ENAMETOOLONG;
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return 0;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static int fsync_parent(const char *path)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+int ps_ckpt_write_bytes(const char *path, const void *bytes, size_t len, char *err,
+                        size_t err_size)
+{
+    char tmp[PATH_MAX];
+    const char *what = "mkdir";
+    int rc = make_parents(path), fd = -1;
+    if (rc == 0 && snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >=
+                       (int)sizeof(tmp))
+        rc = -ENAMETOOLONG;
+    if (rc < 0)
+        goto out;
+    what = "create";
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        rc = -errno;
+        goto out;
+    }
+    what = "write";
+    for (size_t at = 0; at < len;) {
+        ssize_t n = write(fd, (const uint8_t *)bytes + at, len - at);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = n < 0 ? -errno : -EIO;
+            goto out;
+        }
+        at += (size_t)n;
+    }
+    what = "fsync";
+    if (fsync(fd) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    what = "close";
+    rc = close(fd) < 0 ? -errno : 0;
+    fd = -1;
+    if (rc < 0)
+        goto out;
+    what = "rename";
+    if (rename(tmp, path) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    what = "fsync of the directory";
+    rc = fsync_parent(path);
+out:
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0) {
+        if (strcmp(what, "mkdir") != 0 && strcmp(what, "fsync of the directory") != 0)
+            unlink(tmp);
+        snprintf(err, err_size, "%s: %s: %s", path, what, strerror(-rc));
+    }
+    return rc;
+}
+
+int ps_ckpt_write(const char *path, const ps_ckpt_header_t *h, const float *values, char *err,
+                  size_t err_size)
+{
+    size_t size = ps_ckpt_encoded_size(h);
+    if (size == 0) {
+        snprintf(err, err_size, "bad checkpoint header (texts or count)");
+        return -EINVAL;
+    }
+    uint8_t *buf = malloc(size);
+    if (!buf) {
+        snprintf(err, err_size, "out of memory (%zu bytes)", size);
+        return -ENOMEM;
+    }
+    int64_t n = ps_ckpt_encode(h, values, buf, size, err, err_size);
+    int rc = n < 0 ? (int)n : ps_ckpt_write_bytes(path, buf, (size_t)n, err, err_size);
+    free(buf);
+    return rc;
+}
+
+int ps_ckpt_read(const char *path, ps_ckpt_header_t *h, float **values, char *err,
+                 size_t err_size)
+{
+    *values = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int rc = -errno;
+        snprintf(err, err_size, "%s: %s", path,
+                 rc == -ENOENT ? "no checkpoint (no such file)" : strerror(-rc));
+        return rc;
+    }
+    struct stat st;
+    uint8_t *buf = NULL;
+    int rc = 0;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        rc = -EINVAL;
+        snprintf(err, err_size, "%s: not a regular file", path);
+        goto out;
+    }
+    if ((uint64_t)st.st_size > 64 + 4 * PS_CKPT_TEXT_BYTES + PS_CKPT_MAX_COUNT * sizeof(float)) {
+        rc = -EINVAL;
+        snprintf(err, err_size, "%s: too large for a checkpoint (%lld bytes)", path,
+                 (long long)st.st_size);
+        goto out;
+    }
+    buf = malloc((size_t)st.st_size + 1);
+    if (!buf) {
+        rc = -ENOMEM;
+        snprintf(err, err_size, "%s: out of memory", path);
+        goto out;
+    }
+    size_t len = 0;
+    while (len < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    char why[256];
+    rc = ps_ckpt_decode(buf, len, h, values, why, sizeof(why));
+    if (rc < 0)
+        snprintf(err, err_size, "%s: %s", path, why);
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Checkpoints of parameter-server tables on one node (salusd/ps_ckpt.h), with salus-mlp --ps bsp
+# (2 ranks of group G under salusctl run):
+#  1. the reference: the group trains K steps uninterrupted;
+#  2. the same group again, slowed; `salusctl checkpoint G` during training prints each table's
+#     clock C, values and file; then salusd is killed (-9) with the ranks: the tables are lost;
+#  3. salusd restarted on the same state directory; the group restarted with --restore: both
+#     ranks continue at step C (ps_resume clock=C), their first read of "mlp-w" equals the
+#     checkpoint file's values bit for bit (read by ps_ckpt_dump.py, not by salusd), and at K
+#     they hold the reference's losses and weights (printed);
+#  4. bad input: a checkpoint of an unknown group (an error); a corrupted file -> the restored
+#     open fails with a clear error, salusd lives.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../workloads/workload_lib.sh"
+trap cleanup EXIT
+
+export SIMGPU_DEVICES=2
+MLP="$BIN/salus-mlp"
+DUMP=(python3 "$(dirname "$0")/ps_ckpt_dump.py")
+K=24
+ARGS=(--seed 5 --inputs 16 --hidden 24 --outputs 4 --samples 96 --lr 0.05 --print-every 4 --batch 8 --iterations "$K")
+G="it-ckpt-$$"
+RUN_PIDS=()
+cleanup_ckpt() {
+    kill_tree "${RUN_PIDS[@]}" 2>/dev/null || true
+    cleanup
+}
+trap cleanup_ckpt EXIT
+start_daemon
+
+# group TAG [SALUSCTL RUN FLAGS] -- [MLP FLAGS]: the 2 ranks of G in the background
+group() {
+    local tag="$1" r
+    shift
+    local flags=()
+    while [ "$1" != "--" ]; do
+        flags+=("$1")
+        shift
+    done
+    shift
+    RUN_PIDS=()
+    for r in 0 1; do
+        "$SALUSCTL" run --name "$tag.$r" --group "$G" --world 2 --rank "$r" "${flags[@]}" -- \
+            "$MLP" "${ARGS[@]}" --ps bsp --ps-log "$WORK/$tag$r.log" --dump-weights "$WORK/$tag$r.w" "$@" \
+            >"$WORK/$tag$r.out" 2>&1 &
+        RUN_PIDS+=($!)
+    done
+}
+wait_group() {
+    local tag="$1" r=0 pid
+    for pid in "${RUN_PIDS[@]}"; do
+        wait "$pid" || fail "rank $r of $tag: $(tail -5 "$WORK/$tag$r.out")"
+        r=$((r + 1))
+    done
+    RUN_PIDS=()
+}
+
+# ---- 1. the reference
+group ref --
+wait_group ref
+cmp -s "$WORK/ref0.w" "$WORK/ref1.w" || fail "the reference's ranks differ"
+echo "reference, $K steps: $(grep final_loss "$WORK/ref0.out") $(grep mlp_weights_digest "$WORK/ref0.out")"
+
+# ---- 2. train, checkpoint during training, lose everything
+group run -- --ps-slow-ms 60
+reached() { [ -f "$WORK/run0.log" ] && [ "$(grep -c '^read ' "$WORK/run0.log")" -ge 6 ]; }
+wait_until 60 reached || fail "the run did not reach clock 5: $(tail -3 "$WORK/run0.out")"
+"$SALUSCTL" checkpoint "$G" >"$WORK/ckpt.out" 2>&1 || fail "checkpoint: $(cat "$WORK/ckpt.out")"
+cat "$WORK/ckpt.out"
+C=$(sed -n "s|^checkpoint $G/mlp-w: clock \([0-9]*\), .*|\1|p" "$WORK/ckpt.out")
+[ -n "$C" ] && [ "$C" -ge 5 ] && [ "$C" -lt "$K" ] || fail "no clock in the checkpoint's output"
+FILE_W=$(sed -n "s|^checkpoint $G/mlp-w: clock $C, [0-9]* values, \(.*\)$|\1|p" "$WORK/ckpt.out")
+qgrep "^checkpoint $G/mlp-loss: clock $C, $((K + 1)) values, " "$WORK/ckpt.out" || fail "no loss table line"
+[ -f "$FILE_W" ] || fail "no file $FILE_W"
+"${DUMP[@]}" "$FILE_W" | tee "$WORK/dump.txt"
+qgrep "^checkpoint uid=$(id -u) group=$G table=mlp-w rule=sgd:0.05 sync=bsp count=[0-9]* clock=$C asp=0$" "$WORK/dump.txt" ||
+    fail "the file's header"
+"${DUMP[@]}" "$FILE_W" --values >"$WORK/ckpt.values"
+kill -9 "$DAEMON_PID"
+kill_tree "${RUN_PIDS[@]}" 2>/dev/null || true
+for pid in "${RUN_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+RUN_PIDS=()
+pass "checkpoint at clock $C during training; salusd killed: every table lost"
+
+# ---- 3. restart, restore, continue to K
+start_daemon
+group rest --restore -- --ps-dump-first "$WORK/first.values"
+wait_group rest
+for r in 0 1; do
+    qgrep -x "ps_resume clock=$C" "$WORK/rest$r.out" || fail "rank $r did not resume at $C: $(head -5 "$WORK/rest$r.out")"
+done
+first=$(head -1 "$WORK/rest0.log")
+qgrep "^read rank=0 clock=$C done=$C " <<<"$first" || fail "the first read after the restore: $first"
+cmp "$WORK/ckpt.values" "$WORK/first.values" || fail "the weights read after the restore differ from the checkpoint's"
+pass "restored at clock $C: the first read of mlp-w equals the checkpoint file ($(wc -l <"$WORK/ckpt.values") values, bit for bit)"
+echo "reference: $(grep final_loss "$WORK/ref0.out") $(grep mlp_weights_digest "$WORK/ref0.out")"
+echo "restored:  $(grep final_loss "$WORK/rest0.out") $(grep mlp_weights_digest "$WORK/rest0.out")"
+workload_mlp_compare "$WORK/ref0.out" "$WORK/rest0.out" 1e-6 || fail "the losses differ from the reference's"
+python3 - "$WORK/ref0.w" "$WORK/rest0.w" <<'EOF' || fail "the weights differ from the reference's"
+import sys
+a = [float(x) for x in open(sys.argv[1])]
+b = [float(x) for x in open(sys.argv[2])]
+assert len(a) == len(b), (len(a), len(b))
+top = max(abs(x) for x in a)
+worst = max(abs(x - y) / max(abs(x), abs(y), 1e-3 * top) for x, y in zip(a, b))
+print("weights: %d compared, largest relative difference %.3g (tolerance 1e-6)" % (len(a), worst))
+sys.exit(worst > 1e-6)
+EOF
+pass "continued from the checkpoint to step $K: the same losses and weights as the uninterrupted run"
+
+# ---- 4. bad input
+out=$("$SALUSCTL" checkpoint "no-such-$$" 2>&1) && fail "checkpoint of an unknown group: $out"
+qgrep "no live group no-such-$$" <<<"$out" || fail "unknown group: $out"
+echo "unknown group: $out"
+# a corrupted file: the restored open fails, with the reason; salusd lives
+printf '\x55' | dd of="$FILE_W" bs=1 seek=100 conv=notrunc status=none
+group bad --restore --
+r=0
+for pid in "${RUN_PIDS[@]}"; do
+    rc=0
+    wait "$pid" || rc=$?
+    [ "$rc" -ne 0 ] || fail "rank $r ran on a corrupted checkpoint"
+    r=$((r + 1))
+done
+RUN_PIDS=()
+# (the first rank to open hears it; its group's other rank is then ended)
+cat "$WORK/bad0.out" "$WORK/bad1.out" >"$WORK/bad.out"
+qgrep "cannot restore group $G: .*mlp-w.ckpt: corrupted: the checksum does not match" "$WORK/bad.out" ||
+    fail "no clear error for the corrupted file: $(tail -3 "$WORK/bad.out")"
+grep -m1 "cannot restore" "$WORK/bad.out"
+"$SALUSCTL" status >/dev/null || fail "salusd died on a corrupted checkpoint"
+pass "a corrupted checkpoint: a clear error at restore, salusd lives"
+stop_daemon
+echo PASS

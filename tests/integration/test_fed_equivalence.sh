@@ -71,8 +71,11 @@ pass "sequential, 50 % stragglers: the weights differ (FedAvg accepted $a5 of 9 
 start_daemon --policy pack
 RUN_PIDS=()
 cleanup_fed() {
+    local pid
     kill_tree "${RUN_PIDS[@]}"
-    wait 2>/dev/null || true
+    for pid in "${RUN_PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
     cleanup
 }
 trap cleanup_fed EXIT

@@ -122,10 +122,11 @@ static int recv_open(ps_t *ps, const char *node, uid_t uid, const char *group,
         rc = ps_quota_check(ps, uid, more, name, err, err_size);
         t->charged_bytes = rc == 0 ? more : 0;
     }
-    /* a server that joined the view later: its shards come as copies, never empty */
+    /* a server that joined the view later: its shards come as copies, never empty (its
+     * primaries wait for theirs; a standby refuses forwards until its copy came) */
     for (uint32_t i = 0; rc == 0 && !view->fresh && i < t->layout.shards; i++)
         t->repl[i].loading = ps_repl_is_primary(t, i);
-    if (rc == 0)
+    if (rc == 0 && view->fresh)
         rc = ps_table_create_shards(t, err, err_size);
     free(list);
     if (rc < 0) {

@@ -306,8 +306,12 @@ void ps_repl_check(ps_t *ps)
     for (ps_copy_t **cp = &ps->copies; *cp;) {
         ps_copy_t *c = *cp;
         ps_table_t *t = table_of(ps, c->table);
-        if (!t || t->state == PS_TABLE_FAILED ||
-            (!c->handover && (!ps_repl_is_primary(t, c->shard) || !t->shards[c->shard]))) {
+        /* a copy no longer wanted: a standby's when this daemon is not the primary or the node
+         * not a standby any more, a handover when the node is not the primary any more */
+        if (!t || t->state == PS_TABLE_FAILED || !t->repl ||
+            (!c->handover && (!ps_repl_is_primary(t, c->shard) || !t->shards[c->shard] ||
+                              standby_index(t, c->shard, c->node) < 0)) ||
+            (c->handover && strcmp(ps_table_primary(t, c->shard), c->node) != 0)) {
             *cp = c->next;
             copy_free(c);
             continue;

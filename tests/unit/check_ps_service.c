@@ -1240,22 +1240,28 @@ static void repl_teardown(void)
 }
 
 /* An open of table "t" (100 elements, bsp, add) of group "rr" from n2 (the source), with
- * view 1 over `servers` and R. */
-static ps_table_t *open_replicated(const char *servers, uint32_t replicas)
+ * view 1 over `servers` and R; fresh 0: a server that joined (ring record "n3,n4"). */
+static ps_table_t *open_replicated_as(const char *servers, uint32_t replicas, int fresh)
 {
     msg_t m;
     char payload[256];
-    size_t len = (size_t)snprintf(payload, sizeof(payload), "%s", servers) + 1;
+    size_t len = (size_t)snprintf(payload, sizeof(payload), "%s", fresh ? servers : "n3,n4");
+    len++;
     len += (size_t)snprintf(payload + len, sizeof(payload) - len, "n2") + 1;
     len += (size_t)snprintf(payload + len, sizeof(payload) - len, "%s", servers);
     msg_open(&m, "rr", "t", 7, 100);
-    msg_put(&m, 1, 8);        /* view */
+    msg_put(&m, fresh ? 1 : 5, 8); /* view */
     msg_put(&m, replicas, 4);
-    msg_put(&m, 1, 1);        /* fresh */
+    msg_put(&m, (uint64_t)fresh, 1);
     ps_msg_recv(d.ps, "n2", m.b, m.len, payload, len);
     ps_table_t *t = ps_table_find(d.ps, 1000, "rr", "t", 7);
     ck_assert_ptr_nonnull(t);
     return t;
+}
+
+static ps_table_t *open_replicated(const char *servers, uint32_t replicas)
+{
+    return open_replicated_as(servers, replicas, 1);
 }
 
 /* The first shard whose primary here is (is_primary 1) or is not (0, a standby here). */
@@ -1636,6 +1642,16 @@ START_TEST(test_repl_copy_to_new_standby)
     ck_assert_int_eq(ps_shard_same(src, t->shards[b]), 1);
     free(buf);
     ps_shard_destroy(src);
+    /* n4 leaves again: no copy goes on being sent to it */
+    int to_n4 = 0;
+    for (const ps_copy_t *k = d.ps->copies; k; k = k->next)
+        to_n4 += strcmp(k->node, "n4") == 0;
+    ck_assert_int_gt(to_n4, 0); /* (the ones it never acknowledged) */
+    ps_view_t v3 = view_of(3, "local,n3", 3);
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &v3);
+    ps_repl_check(d.ps);
+    for (const ps_copy_t *k = d.ps->copies; k; k = k->next)
+        ck_assert_str_ne(k->node, "n4");
 }
 END_TEST
 
@@ -1739,6 +1755,82 @@ START_TEST(test_repl_forward_across_views)
 }
 END_TEST
 
+
+/* A server that joined a view hears the open (not fresh): no empty shards; a forward to a
+ * shard it stands by for is refused until its copy came; a shard it primaries holds updates
+ * back and keeps reads until the old primary's state comes, then serves (its standbys get the
+ * state first). */
+START_TEST(test_repl_joined_server)
+{
+    alive_nodes[0] = "n3";
+    alive_nodes[1] = "n4";
+    ps_table_t *t = open_replicated_as("local,n3,n4", 3, 0);
+    ck_assert_uint_eq(t->view, 5);
+    for (uint32_t i = 0; i < t->layout.shards; i++) {
+        ck_assert_ptr_null(t->shards[i]);
+        ck_assert_int_eq(t->repl[i].loading, ps_repl_is_primary(t, i));
+    }
+    uint32_t b = shard_where(t, 0), s = shard_where(t, 1);
+    sent_clear();
+    msg_t m;
+    msg_update_of(&m, 16, b, 1, 0);
+    ps_msg_recv(d.ps, ps_table_primary(t, b), m.b, m.len, three, sizeof(three));
+    sent_t *a = sent_find(17, ps_table_primary(t, b), 0);
+    ck_assert_ptr_nonnull(a);
+    sent_get(a, 4 + 4 + 8);
+    ck_assert_int_eq((int32_t)(uint32_t)sent_get(a, 4), -ENOENT);
+    /* the primary here without its state: no ack, the read kept */
+    msg_update_of(&m, 4, s, 1, 0);
+    ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
+    msg_begin(&m, 6, 1000, 7, "rr", "t");
+    msg_put(&m, 3, 8);
+    msg_put(&m, s, 4);
+    msg_put(&m, 1, 8); /* min_done 1 */
+    msg_put(&m, 0, 8);
+    msg_put(&m, 1, 8);
+    ps_msg_recv(d.ps, "n2", m.b, m.len, NULL, 0);
+    ck_assert_int_eq(sent_count(5, "n2"), 0);
+    ck_assert_int_eq(sent_count(7, "n2"), 0);
+    ck_assert_int_eq(sent_count(16, NULL), 0);
+    /* the old primary's state (n2's clock 0 in it): taken, the read answered, the standbys
+     * get the state, the resent update is a duplicate forwarded to them */
+    uint64_t first, elems;
+    ps_layout_shard(&t->layout, s, &first, &elems);
+    ps_shard_t *src = ps_shard_create(elems, &t->spec.rule, &t->spec.sync, t->sources);
+    ck_assert_int_eq(ps_shard_contribute(src, 0, 1, 0, 0, 1, NULL, three), 1);
+    ck_assert_int_eq(ps_shard_close(src, 0, 0), 1);
+    size_t size = ps_shard_state_size(src);
+    void *buf = malloc(size);
+    int64_t len = ps_shard_save(src, buf, size);
+    ck_assert_int_gt(len, 0);
+    msg_begin(&m, 18, 1000, 7, "rr", "t");
+    msg_put(&m, s, 4);
+    msg_put(&m, 12, 8);
+    msg_put(&m, 1, 1); /* a handover */
+    ps_msg_recv(d.ps, "n3", m.b, m.len, buf, (size_t)len);
+    ck_assert_int_eq(t->repl[s].loading, 0);
+    ck_assert_int_eq(ps_shard_same(src, t->shards[s]), 1);
+    sent_t *r = sent_find(7, "n2", 0);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(sent_get(r, 8), 3);
+    ck_assert_int_eq((int32_t)(uint32_t)sent_get(r, 4), 0);
+    for (uint32_t k = 0; k < t->repl[s].nstandbys; k++) {
+        int copied = 0;
+        sent_t *c;
+        for (int j = 0; (c = sent_find(18, t->repl[s].standby[k].node, j)); j++)
+            copied |= sent_get(c, 4) == s;
+        ck_assert_msg(copied, "no copy to %s", t->repl[s].standby[k].node);
+    }
+    ck_assert_ptr_nonnull(sent_find(19, "n3", 0));
+    msg_update_of(&m, 4, s, 1, 0);
+    ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
+    ck_assert_int_eq(sent_count(16, NULL), 2);
+    ck_assert_float_eq(ps_shard_values(t->shards[s])[0], 3); /* once */
+    free(buf);
+    ps_shard_destroy(src);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_service");
@@ -1774,6 +1866,7 @@ int main(void)
     tcase_add_test(tr, test_repl_copy_to_new_standby);
     tcase_add_test(tr, test_repl_local_source_waits);
     tcase_add_test(tr, test_repl_forward_across_views);
+    tcase_add_test(tr, test_repl_joined_server);
     suite_add_tcase(s, tr);
     return check_run_suite(s);
 }

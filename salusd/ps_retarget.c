@@ -82,20 +82,30 @@ void ps_retarget_recovered(ps_table_t *t, uint64_t *stalled_ns, const char *what
              "answered", t->name, t->group, (double)took / 1e9, t->outage_why, what);
 }
 
-/* The first stall past the limit in t, or 0. */
+/* 1 when a stalled update or read still waits for a primary: its server answered -ESTALE
+ * since the last view, or cannot be reached (one that is reachable and only keeps it, as a
+ * primary keeps a read or update beyond its sources' clocks, is not waited for a view). */
+static int waits_for_view(ps_t *ps, uint64_t stalled_ns, int refused, const char *node)
+{
+    return stalled_ns && (refused || !ps_cluster_reachable(ps->d, node));
+}
+
+/* The oldest stall that waits for a view in t, or 0. */
 static uint64_t oldest_stall(const ps_table_t *t, uint32_t *shard, int *read)
 {
     uint64_t oldest = 0;
     for (uint32_t s = 0; t->streams && s < t->layout.shards; s++) {
-        uint64_t at = t->streams[s].stalled_ns;
-        if (at && (!oldest || at < oldest)) {
+        const ps_stream_t *st = &t->streams[s];
+        uint64_t at = st->stalled_ns;
+        if (waits_for_view(t->ps, at, st->refused, st->sent_to) && (!oldest || at < oldest)) {
             oldest = at;
             *shard = s;
             *read = 0;
         }
     }
     for (const ps_fetch_t *f = t->ps->fetches; f; f = f->next)
-        if (f->table == t && f->stalled_ns && (!oldest || f->stalled_ns < oldest)) {
+        if (f->table == t && waits_for_view(t->ps, f->stalled_ns, f->refused, f->node) &&
+            (!oldest || f->stalled_ns < oldest)) {
             oldest = f->stalled_ns;
             *shard = f->shard;
             *read = 1;
@@ -200,12 +210,17 @@ void ps_worker_view_changed(ps_table_t *t)
     uint32_t resent = 0, asked = 0, moved = 0;
     /* a new view is progress: what still waits for a primary has the whole bound again */
     uint64_t now = salusd_now_ns();
-    for (uint32_t s = 0; t->streams && s < t->layout.shards; s++)
+    for (uint32_t s = 0; t->streams && s < t->layout.shards; s++) {
+        t->streams[s].refused = 0;
         if (t->streams[s].stalled_ns)
             t->streams[s].stalled_ns = now;
+    }
     for (ps_fetch_t *f = t->ps->fetches; f; f = f->next)
-        if (f->table == t && f->stalled_ns)
-            f->stalled_ns = now;
+        if (f->table == t) {
+            f->refused = 0;
+            if (f->stalled_ns)
+                f->stalled_ns = now;
+        }
     for (uint32_t s = 0; t->streams && s < t->layout.shards; s++) {
         ps_stream_t *st = &t->streams[s];
         if (!st->head || !st->in_flight)

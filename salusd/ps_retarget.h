@@ -2,10 +2,13 @@
  * an update or read that cannot reach its shard's primary (the server is down, or answers
  * -ESTALE: it is not the primary in its view, or the shard is moving) is kept, "stalled", and
  * sent again to the shard's primary at the next view change (ps_worker_view_changed) or retry;
- * answered within PS_FAILOVER_TTLS lease TTLs (the cluster's) of its stall or of the last view
- * change (a new view is progress), else the table fails with a clear error.
- * The time from the table's first stall to the first stalled update or read answered after
- * it is the recovery's (logged, salus_ps_failover_seconds, `salusctl groups`). */
+ * while it waits for a view (its server unreachable, or answering -ESTALE since the last
+ * view), at most PS_FAILOVER_TTLS lease TTLs (the cluster's) from its stall or the last view
+ * change (a new view is progress), else the table fails with a clear error. (A reachable
+ * primary that only keeps it, as primaries keep what is beyond the sources' clocks, is not
+ * a wait for a view.) The time from the table's first stall (for a server found down: since
+ * what it never answered went) to the first stalled update or read answered after it is the
+ * recovery's (logged, salus_ps_failover_seconds, `salusctl groups`). */
 #ifndef SALUS_SALUSD_PS_RETARGET_H
 #define SALUS_SALUSD_PS_RETARGET_H
 

@@ -140,6 +140,7 @@ static void pump_as(ps_table_t *t, uint32_t shard, int resend)
                 snprintf(why, sizeof(why), "this daemon is not yet the primary of shard %u",
                          shard);
                 ps_retarget_stall(t, &st->stalled_ns, why);
+                st->refused = 1;
                 hold_head(t, st);
                 return;
             }
@@ -245,6 +246,7 @@ static int head_done(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
         snprintf(why, sizeof(why), "server %s is not the primary of shard %u now", st->sent_to,
                  shard);
         ps_retarget_stall(t, &st->stalled_ns, why);
+        st->refused = 1;
         hold_head(t, st);
         return 0;
     }
@@ -261,6 +263,7 @@ static int head_done(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
         return 0;
     }
     ps_retarget_recovered(t, &st->stalled_ns, "update");
+    st->refused = 0;
     st->head = u->next;
     if (!st->head)
         st->tail = NULL;

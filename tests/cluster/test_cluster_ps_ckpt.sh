@@ -179,7 +179,8 @@ pass "a corrupted checkpoint: the restore fails with a clear error, both daemons
 # ahead of them and wait (BSP); n1's C is then a clock no shard reaches: after --timeout the
 # checkpoint fails, names the shard, and writes nothing (the files as they were)
 S="stk-$SUFFIX"
-ps_group "$S" stk -- --ps-slow-ms 120
+# (the scheduler's group sync asp: only the table's BSP holds n1's ranks back, not a GPU gang)
+ps_group "$S" stk --sync asp -- --ps-slow-ms 120
 wait_until 60 '[ -f "$WORK/stk2.log" ] && [ "$(grep -c "^read " "$WORK/stk2.log")" -ge 3 ]' || fail "group $S did not start"
 pgrep -f -- "--ps-log $WORK/stk[23].log" >"$WORK/stk.pids" || fail "no ranks of $S on n2"
 while read -r p; do kill -STOP "$p"; done <"$WORK/stk.pids"

@@ -18,10 +18,10 @@
       acknowledged pushes, element by element (no push lost, none applied twice); every BSP
       pull logged at clock c must have read exactly the acknowledged pushes of clocks < c (its
       sum); no error line; every id's acks cover each clock it closed exactly once
-  recovery T_KILL_NS LOG...
-      from the logs: the first acknowledged push after T_KILL_NS, and the recovery time: from
-      the kill to the first push acknowledged after a pull that began after the kill (that pull
-      read every shard, the lost primary's too)
+  recovery T_LOSS_NS LOG...
+      from the logs: the first acknowledged push after T_LOSS_NS (the kill or the cut), and the
+      recovery time: from the loss to the first push acknowledged after a pull that began after
+      it (that pull read every shard, the lost primary's too)
 Exit 1 with the reason on stderr when a check fails."""
 import sys
 
@@ -215,7 +215,7 @@ def cmd_recovery(argv):
     acks, pulls, _, _ = read_logs(argv[1:])
     after = sorted(a["t_ns"] for a in acks if a["t_ns"] > t_kill)
     if not after:
-        fail("no push acknowledged after the kill")
+        fail("no push acknowledged after the loss")
     # the first ack that followed (same id) a pull begun after the kill
     first = None
     for p in sorted(pulls, key=lambda p: p["t_ns"]):
@@ -226,9 +226,9 @@ def cmd_recovery(argv):
             t = min(later)
             first = t if first is None else min(first, t)
     if first is None:
-        fail("no pull began after the kill and was followed by an acknowledged push")
-    print("first push acknowledged after the kill: +%.3f s; recovery (kill -> first push acknowledged "
-          "after a pull begun after the kill): %.3f s" % ((after[0] - t_kill) / 1e9, (first - t_kill) / 1e9))
+        fail("no pull began after the loss and was followed by an acknowledged push")
+    print("first push acknowledged after the loss: +%.3f s; recovery (loss -> first push acknowledged "
+          "after a pull begun after it): %.3f s" % ((after[0] - t_kill) / 1e9, (first - t_kill) / 1e9))
 
 
 def main(argv):

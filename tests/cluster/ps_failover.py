@@ -10,8 +10,10 @@
   busiest SERVERS TABLE SHARDS R [VNODES]
       the server that is primary of the most shards (ties: the first by name)
   moves OLD NEW TABLE SHARDS R [VNODES]
-      going from server set OLD to NEW: `primaries=P copies=C shards=S` (P shards with another
-      primary, C replica copies NEW has that OLD had not), as ps_ring_moves counts them
+      going from server set OLD to NEW: `primaries=P copies=C shards=S (the joined servers own
+      F of the ring's keys)` (P shards with another primary, C replica copies NEW has that OLD
+      had not, as ps_ring_moves counts them; F: the share of the hash space that the servers in
+      NEW but not in OLD own, what P / S tends to with many shards)
   adds COUNT FINAL[,FINAL...] LOG...
       ps-tool `train` logs (ack / pulled / clocked / error lines) and final tables (pullto
       files, COUNT values each): every final table must hold exactly the sum of the
@@ -52,6 +54,15 @@ class Ring:
             fail("bad server set %r" % (servers,))
         self.points = sorted((ring_hash("%s#%d" % (s, v)), i)
                              for i, s in enumerate(self.names) for v in range(vnodes))
+
+    def share(self, names):
+        """The fraction of the hash space whose keys the servers `names` own (as primaries)."""
+        owned = 0
+        for j, (h, i) in enumerate(self.points):
+            prev = self.points[j - 1][0] if j else self.points[-1][0] - (1 << 64)
+            if self.names[i] in names:
+                owned += h - prev
+        return owned / float(1 << 64)
 
     def replicas(self, table, shard, r):
         h = ring_hash("%s/%d" % (table, shard))
@@ -112,7 +123,10 @@ def cmd_moves(argv):
     b = placement(new, table, shards, r, vnodes)
     moved = sum(1 for x, y in zip(a, b) if x[0] != y[0])
     copies = sum(len(set(y) - set(x)) for x, y in zip(a, b))
-    print("primaries=%d copies=%d shards=%d" % (moved, copies, shards))
+    joined = set(servers_of(new)) - set(servers_of(old))
+    share = Ring(servers_of(new), vnodes).share(joined) if joined else 0.0
+    print("primaries=%d copies=%d shards=%d (the joined servers own %.3f of the ring's keys)"
+          % (moved, copies, shards, share))
 
 
 def fields(line):

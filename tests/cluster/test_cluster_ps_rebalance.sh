@@ -93,6 +93,7 @@ for t in mlp-w mlp-loss; do
     model=$("${PS_CHECK[@]}" moves "${OLD[$t]}" n1,n2,n3,n4,n5 "$t" "${SHARDS[$t]}" $R)
     copies=$(sed 's/.*copies=\([0-9]*\).*/\1/' <<<"$model")
     moved=$(sed 's/.*primaries=\([0-9]*\).*/\1/' <<<"$model")
+    share=$(sed -E 's/.*own ([0-9.]+) of.*/\1/' <<<"$model")
     echo "table $t: by the ring, $moved of ${SHARDS[$t]} primaries move to n5, $copies replica copies go to n5"
     total_moved=$((total_moved + moved))
     total_shards=$((total_shards + SHARDS[$t]))
@@ -116,7 +117,7 @@ for t in mlp-w mlp-loss; do
     [ -n "$line" ] || fail "n1 logged no view change of $t: $(grep -E "ps: table $G/" "$WORK/n1/salusd.log" | tail -n 3)"
     echo "n1: ${line#* info }"
     model=$("${PS_CHECK[@]}" moves "${OLD[$t]}" n1,n2,n3,n4,n5 "$t" "${SHARDS[$t]}" $R)
-    want="$(sed 's/primaries=\([0-9]*\) copies=\([0-9]*\) shards=\([0-9]*\)/\1 of \3 primaries moved, \2 copies/' <<<"$model")"
+    want="$(sed -E 's/primaries=([0-9]+) copies=([0-9]+) shards=([0-9]+).*/\1 of \3 primaries moved, \2 copies/' <<<"$model")"
     [[ "$line" == *": $want" ]] || fail "n1's account of $t ('${line#*: }') is not the ring's placement ($want)"
     m=${line##*: }
     daemon_moved=$((daemon_moved + ${m%% of *}))
@@ -124,10 +125,10 @@ done
 python3 -c '
 import sys
 moved, shards, daemons, lo, hi = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
-print("shards whose primary moved: %d of %d = %.3f by the ring, %d by the daemons (expected about 1/5; range %g .. %g)"
-      % (moved, shards, moved / shards, daemons, lo, hi))
+print("shards whose primary moved: %d of %d = %.3f by the ring, %d by the daemons (expected about 1/5: n5 owns "
+      "%s of the ring'"'"'s keys; range %g .. %g)" % (moved, shards, moved / shards, daemons, sys.argv[6], lo, hi))
 sys.exit(0 if lo <= moved / shards <= hi and daemons == moved else 1)' \
-    "$total_moved" "$total_shards" "$daemon_moved" $MOVED_MIN $MOVED_MAX || fail "the fraction of primaries moved is off (above)"
+    "$total_moved" "$total_shards" "$daemon_moved" $MOVED_MIN $MOVED_MAX "$share" || fail "the fraction of primaries moved is off (above)"
 "${SYNC_CHECK[@]}" weights "$WORK/base0.w" "$WORK/join0.w" "$RTOL" ||
     fail "the weights with n5's join differ from those of the run without it beyond $RTOL"
 "${SYNC_CHECK[@]}" adds "$WORK"/join{0,1,2,3}.log || fail "the add table mlp-loss is off after the join (above)"

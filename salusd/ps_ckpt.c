@@ -111,7 +111,7 @@ static void run_end(ckpt_run_t *r, int rc, const char *err, char lines[][PATH_MA
         server_reply_error(r->conn, r->msg_id,
                            rc == -ENOENT  ? PROTO_ENOTFOUND
                                             : PROTO_EINTERNAL,
-                           0, "checkpoint: %s", err);
+                           0, "ps_checkpoint: %s", err);
     } else if (r->conn) {
         proto_enc_t *e = &r->d->enc;
         proto_enc_begin(e, PROTO_REPLY, r->msg_id, "", 3);

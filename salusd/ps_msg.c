@@ -14,6 +14,8 @@
  *   PULL_REPLY  u64 req, i32 rc, u64 done, u64 done_at_request, u64 waited_ns, u8 waited,
  *               u64 n                                   payload n floats
  *   BYE         u32 source, u64 clocks (closes it sent in all: its last)
+ *   16 .. 19    replication's (REPL_UPDATE, REPL_ACK, SHARD_STATE, SHARD_STATE_ACK):
+ *               ps_repl_fwd.c
  * (str: u8 length, then the bytes; floats in the host's order, little-endian on every
  * platform salus builds for.) */
 #include "ps_msg-internal.h"

@@ -139,8 +139,11 @@ void ps_fetch_ask(ps_fetch_t *f, int first)
     ps_table_t *t = f->table;
     ps_t *ps = t->ps;
     char why[PS_ERR_BYTES];
-    snprintf(f->node, sizeof(f->node), "%s", ps_retarget_primary(t, f->shard));
+    const char *primary = ps_retarget_primary(t, f->shard);
     f->sent_ns = salusd_now_ns();
+    if (first || strcmp(f->node, primary) != 0)
+        f->asked_ns = f->sent_ns;
+    snprintf(f->node, sizeof(f->node), "%s", primary);
     if ((int)t->owner[f->shard] == t->self_server) {
         if (!ask_here(f)) {
             ps_retarget_recovered(t, &f->stalled_ns, "read");

@@ -45,9 +45,9 @@
  *     are refused until then, which asks for a copy too);
  *   - no replica now: the shard's state goes here (quota charge with it).
  * Then the worker side (ps_worker_view_changed) sends again what its old primaries had not
- * acknowledged, and a source daemon sends the open (MSG_OPEN, not fresh: no empty shards) to
- * each server that joined; that server builds the table from the ring record and the view the
- * open carries, then watches the view. The log line per change: "ps: table G/T view 12 -> 15:
+ * acknowledged. Before that, each source daemon sends the open (MSG_OPEN, not fresh: no empty
+ * shards) to each server new in the view; that server builds the table from the ring record
+ * and the view the open carries, then watches the view. The log line per change: "ps: table G/T view 12 -> 15:
  * 13 of 64 primaries moved, 40 copies"; counters in salusctl groups (per table) and /metrics
  * (salus_ps_shards_moved_total, salus_ps_shard_copies_total).
  *
@@ -220,6 +220,33 @@ static void remap_forwards(ps_table_t *t, uint32_t shard, const ps_repl_shard_t 
     ps_repl_arm(t->ps); /* (one that waits on nobody now is acknowledged at the check) */
 }
 
+/* The servers of view b that are not in view a (sorted lists "x,y") hear the open: the table
+ * with the view (not fresh: their shards come as copies). Sent by each source daemon. */
+static void open_new_servers(ps_table_t *t, const char *a, const char *b)
+{
+    char list[PS_SERVERS_BYTES];
+    snprintf(list, sizeof(list), "%s", b);
+    const char *me = ps_cluster_self(t->ps->d);
+    for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        size_t n = strlen(tok);
+        int old = 0;
+        for (const char *p = a; p && *p && !old;) {
+            const char *end = strchr(p, ',');
+            size_t len = end ? (size_t)(end - p) : strlen(p);
+            old = len == n && strncmp(p, tok, n) == 0;
+            p = end ? end + 1 : NULL;
+        }
+        if (old || strcmp(tok, me) == 0)
+            continue;
+        LOG_DEBUG("ps: table '%s': the open goes to %s, a server that joined its view",
+                  t->name, tok);
+        if (ps_msg_send_open_as(t, tok, 0) < 0)
+            LOG_WARN("ps: table '%s': the open to %s (new in its view) was not sent", t->name,
+                     tok);
+    }
+}
+
 static void apply_view(ps_table_t *t, const ps_view_t *v)
 {
     ps_t *ps = t->ps;
@@ -239,6 +266,9 @@ static void apply_view(ps_table_t *t, const ps_view_t *v)
         return;
     }
     uint32_t moved = 0, copies = 0;
+    char old_servers[PS_SERVERS_BYTES];
+    snprintf(old_servers, sizeof(old_servers), "%s",
+             t->view_servers[0] ? t->view_servers : t->spec.servers);
     for (uint32_t i = 0; i < shards; i++) {
         size_t was[PS_MAX_REPLICAS], now[PS_MAX_REPLICAS];
         uint32_t kw = ps_ring_replicas(t->ring, t->name, i, t->replicas, was);
@@ -313,7 +343,9 @@ static void apply_view(ps_table_t *t, const ps_view_t *v)
     free(copy_all);
     if (t->group_id == 0) /* a server-side table: charged for the replicas here */
         t->charged_bytes = ps_repl_shard_bytes(t);
-    ps_worker_view_changed(t); /* (it sends the open to servers that joined) */
+    if (t->self_source >= 0 && t->streams && t->state == PS_TABLE_READY)
+        open_new_servers(t, old_servers, sorted); /* before any update or read goes there */
+    ps_worker_view_changed(t);
 }
 
 void ps_repl_view_changed(void *ctx, uid_t uid, const char *group, uint64_t epoch,

@@ -44,13 +44,21 @@ const char *ps_retarget_primary(const ps_table_t *t, uint32_t shard)
 
 void ps_retarget_stall(ps_table_t *t, uint64_t *stalled_ns, const char *why)
 {
+    ps_retarget_stall_since(t, stalled_ns, why, salusd_now_ns());
+}
+
+void ps_retarget_stall_since(ps_table_t *t, uint64_t *stalled_ns, const char *why,
+                             uint64_t since)
+{
     if (*stalled_ns)
         return;
-    uint64_t now = salusd_now_ns();
-    *stalled_ns = now;
-    if (t->outage_ns)
+    *stalled_ns = since;
+    if (t->outage_ns) {
+        if (since < t->outage_ns) /* (an update unanswered since before it began) */
+            t->outage_ns = since;
         return;
-    t->outage_ns = now;
+    }
+    t->outage_ns = since;
     snprintf(t->outage_why, sizeof(t->outage_why), "%s", why);
     LOG_WARN("ps: table '%s' of group %s: %s: its updates and reads wait for a new view "
              "(at most %llu s)", t->name, t->group, why,
@@ -234,7 +242,9 @@ void ps_worker_node_down(ps_t *ps, const char *node)
         if (strcmp(f->node, node) != 0) {
             fp = &f->next;
         } else if (ps_retarget_replicated(f->table) && f->table->state == PS_TABLE_READY) {
-            ps_retarget_stall(f->table, &f->stalled_ns, err); /* the next view's primary */
+            /* kept for the next view's primary; not answered since it was asked */
+            ps_retarget_stall_since(f->table, &f->stalled_ns, err,
+                                    f->asked_ns ? f->asked_ns : salusd_now_ns());
             fp = &f->next;
         } else {
             *fp = f->next;
@@ -259,8 +269,12 @@ void ps_worker_node_down(ps_t *ps, const char *node)
                 ps_table_fail(t, -EHOSTUNREACH, err);
                 break;
             }
+            /* an update on its way there has not been answered since it first went (a cut
+             * link is found down later than that) */
             if (st->head && st->in_flight)
-                ps_retarget_stall(t, &st->stalled_ns, err);
+                ps_retarget_stall_since(t, &st->stalled_ns, err,
+                                        sent_there && st->first_sent_ns ? st->first_sent_ns
+                                                                        : salusd_now_ns());
         }
     }
 }

@@ -29,6 +29,9 @@ const char *ps_retarget_primary(const ps_table_t *t, uint32_t shard);
 /* An update or read (*stalled_ns its mark) cannot reach its primary, why: marked since now
  * (when not already), and the table's outage begins (logged) when none is on. */
 void ps_retarget_stall(ps_table_t *t, uint64_t *stalled_ns, const char *why);
+/* The same, marked since `since` (<= now): an update sent then and never answered. */
+void ps_retarget_stall_since(ps_table_t *t, uint64_t *stalled_ns, const char *why,
+                             uint64_t since);
 /* A stalled update or read was answered: its mark goes; the first after the table's outage
  * began ends it (what: "update", "read"; logged and counted). */
 void ps_retarget_recovered(ps_table_t *t, uint64_t *stalled_ns, const char *what);

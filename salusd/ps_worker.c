@@ -149,6 +149,8 @@ static void pump_as(ps_table_t *t, uint32_t shard, int resend)
         }
         st->in_flight = 1;
         st->sent = 0;
+        if (!resend || !st->first_sent_ns)
+            st->first_sent_ns = salusd_now_ns();
         ps_worker_arm_retry(t->ps);
         if (ps_msg_send_update(t, shard, u) < 0) {
             if (!resend && !ps_retarget_replicated(t)) {
@@ -263,6 +265,7 @@ static int head_done(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
     if (!st->head)
         st->tail = NULL;
     st->in_flight = 0;
+    st->first_sent_ns = 0;
     /* the primary has it (and every live standby): the clock's sum may go once every shard
      * acknowledged its part */
     if (u->outgoing && --u->outgoing->pending == 0) {

@@ -742,7 +742,10 @@ START_TEST(test_failover_through_the_view)
     n2_up = 0;
     ps_worker_node_down(d.ps, "n2");
     ck_assert_int_eq(t->state, PS_TABLE_READY);
-    ck_assert_uint_ne(t->streams[sr].stalled_ns, 0);
+    /* its outage began when the update went, not when n2 was found down */
+    ck_assert_uint_ne(t->streams[sr].first_sent_ns, 0);
+    ck_assert_uint_eq(t->streams[sr].stalled_ns, t->streams[sr].first_sent_ns);
+    ck_assert_uint_le(t->outage_ns, t->streams[sr].first_sent_ns);
     result_t p = {0};
     pull_start(&w0, h, 1, out, &p); /* n2's shards: kept for the next view */
     run_idle();

@@ -105,7 +105,7 @@ phase() {
     i=$(cut -d, -f1 <<<"$rest")
     i=${i#n}
     want=$("${PS_CHECK[@]}" moves "$SERVERS" "$rest" w "$shards" $R |
-        sed 's/primaries=\([0-9]*\) copies=\([0-9]*\) shards=\([0-9]*\)/\1 of \3 primaries moved, \2 copies/')
+        sed -E 's/primaries=([0-9]+) copies=([0-9]+) shards=([0-9]+).*/\1 of \3 primaries moved, \2 copies/')
     wait_until 10 'grep -E "ps: table $g/w view [1-9][0-9]* -> [0-9]+: " "$WORK/n$i/salusd.log" | tail -n 1 | qgrep -F ": $want"' ||
         fail "$name: n$i's account of the view change is not the placement's ($want): $(grep -E "ps: table $g/w view" "$WORK/n$i/salusd.log" | tail -n 2)"
     echo "$name: n$i: $(grep -E "ps: table $g/w view [1-9][0-9]* -> " "$WORK/n$i/salusd.log" | tail -n 1 | sed 's/.* info //')"

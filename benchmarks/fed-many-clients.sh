@@ -63,15 +63,19 @@ for _ in $(seq 200); do "$SALUSCTL" status >/dev/null 2>&1 && break; sleep 0.05;
 G="fed-many-$$"
 start=$(date +%s%N)
 for ((r = 0; r < CLIENTS; r++)); do
-    "$SALUSCTL" run --name "fed.$r" --group "$G" --world "$CLIENTS" --rank $r --persistent 16MiB \
+    "$SALUSCTL" run --name "fed.$r" --group "$G" --world "$CLIENTS" --rank $r --sync asp --share-gpus \
+        --persistent 16MiB \
         --ephemeral 16MiB -- "$FED" "${ARGS[@]}" --dump-weights "$WORK/salus.$r.w" >"$WORK/salus.$r.out" 2>&1 &
     PIDS+=($!)
 done
-# `salusctl ps` while they run: once every client has passed round 1 of its loop (each prints
-# its fed_client line after opening the tables) or 60 s passed
-deadline=$((SECONDS + 60))
+# `salusctl ps` while they run: once every client has opened its tables (each prints its
+# fed_client line then, before round 0) or 60 s passed
+deadline=$((SECONDS + 60)) startup_ms=-
 while [ "$SECONDS" -lt "$deadline" ]; do
-    [ "$(cat "$WORK"/salus.*.out 2>/dev/null | grep -c '^fed_client ')" -ge "$CLIENTS" ] && break
+    if [ "$(cat "$WORK"/salus.*.out 2>/dev/null | grep -c '^fed_client ')" -ge "$CLIENTS" ]; then
+        startup_ms=$((($(date +%s%N) - start) / 1000000))
+        break
+    fi
     sleep 0.2
 done
 "$SALUSCTL" ps >"$WORK/ps.txt" 2>&1 || true
@@ -109,6 +113,7 @@ mkdir -p "$(dirname "$OUT")"
     printf '%-44s %10s\n' "run" "wall_s"
     printf '%-44s %10.2f\n' "salus: $CLIENTS jobs at once (PACK, lanes)" "$(awk -v m="$salus_ms" 'BEGIN { print m / 1000 }')"
     printf '%-44s %10.2f\n' "no salus: --sequential, clients in turn" "$(awk -v m="$seq_ms" 'BEGIN { print m / 1000 }')"
+    echo "(salus: every client had its context, data and tables after ${startup_ms} ms of it, polled every 200 ms)"
     echo "same final weights (every rank's file vs the sequential run's, byte for byte): $same"
     grep -h '^fed_weights_digest' "$WORK/salus.0.out" | sed 's/^/salus rank 0: /'
     grep -h '^fed_weights_digest' "$WORK/seq.out" | sed 's/^/sequential:   /'

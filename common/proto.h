@@ -31,7 +31,8 @@
  * (rule "fedavg:..."; two ops added without a new minor: a daemon without them answers
  * unknown op, which the library reports as -ENOSYS): ps_fed_state {handle}, reply {round,
  * selected, pushed, clients, per_round, epochs}; ps_fed_push {handle, round, samples (int),
- * work, n} (the model in the region's first n floats, n = count), reply {duplicate}. Fields are never removed or
+ * work, n} (the model in the region's first n floats, n = count), reply {duplicate}.
+ * Fields are never removed or
  * retyped within a major.
  *
  * Every frame from a peer is untrusted: proto_decode() rejects malformed input

@@ -46,7 +46,7 @@ int ps_fed_parse(const char *text, ps_fed_spec_t *spec, char *err, size_t err_si
 /* The canonical text; the length written, -ENOSPC (buf too small), -EINVAL (bad spec). */
 int ps_fed_format(const ps_fed_spec_t *spec, char *buf, size_t size);
 /* Round r's K clients, ascending, into out[0 .. K-1] (a partial Fisher-Yates shuffle of
- * 0 .. N-1 driven by splitmix64 seeded from (SEED, r): pinned by check_ps_core). */
+ * 0 .. N-1 driven by splitmix64 seeded from (SEED, r): pinned by check_ps_fed). */
 void ps_fed_select(const ps_fed_spec_t *spec, uint64_t round, uint32_t *out);
 /* 1 when client is among round r's clients, else 0. */
 int ps_fed_selected(const ps_fed_spec_t *spec, uint64_t round, uint32_t client);

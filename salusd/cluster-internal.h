@@ -57,6 +57,9 @@ typedef struct cluster_group_s {
     int await_fresh;             /* a new local run waits for a former run's record to go */
     int dropped;                 /* forgotten; freed when its request in flight answers */
     int failure_ours_pending;    /* failure to be written into the record */
+    int lost_here;               /* after a restart, the record's ranks here did not come back
+                                  * and no local run has it: this node is over for it (so the
+                                  * record can go, and a new run of the name can start) */
     int released;
     int over;                    /* every local rank ended */
     int record_gone;             /* over here and the record deleted: kept for the views */

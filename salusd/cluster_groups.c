@@ -291,7 +291,7 @@ static char *build_record(cluster_t *cl, const cluster_group_t *g)
     json_object_object_add(o, "ranks", ranks);
     for (uint32_t i = 0; i < g->nodes_over_count; i++)
         json_object_object_add(over, g->nodes_over[i], json_object_new_int(1));
-    if (g->over && !node_over(g, cl->node))
+    if ((g->over || g->lost_here) && !node_over(g, cl->node))
         json_object_object_add(over, cl->node, json_object_new_int(1));
     json_object_object_add(o, "over", over);
     char *text = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
@@ -304,7 +304,7 @@ static int needs_write(const cluster_t *cl, const cluster_group_t *g)
 {
     if (!g->ranks || g->conflict || g->await_fresh)
         return 0;
-    if (g->failure_ours_pending)
+    if (g->failure_ours_pending || (g->lost_here && !node_over(g, cl->node)))
         return 1;
     if (!g->local_id)
         return 0;
@@ -528,6 +528,7 @@ void cluster_groups_event(cluster_t *cl, const etcd_kv_t *kv, int deleted)
             return;
         if (g->await_fresh) { /* the old run's record is gone: the new run's is made now */
             g->await_fresh = 0;
+            g->lost_here = 0;
             g->epoch = 0;
             g->mod_revision = 0;
             memset(g->ranks, 0, g->world * sizeof(*g->ranks));
@@ -615,12 +616,21 @@ void cluster_groups_check_returns(cluster_t *cl)
     /* after a restart: a rank the record places here that did not come back (its process
      * ended while salusd was away, or missed the grace period) fails its group */
     for (cluster_group_t *g = cl->groups; g; g = g->next) {
-        if (g->dropped || g->failed || !g->ranks || node_over(g, cl->node))
+        if (g->dropped || !g->ranks || node_over(g, cl->node))
             continue;
         for (uint32_t i = 0; i < g->world; i++) {
             if (strcmp(g->ranks[i].node, cl->node) != 0 || !g->ranks[i].registered ||
                 (g->local_job && g->local_job[i] == g->ranks[i].job))
                 continue;
+            if (!g->local_id) { /* none of the run is here any more: this node is over */
+                g->lost_here = 1;
+                if (g->failed) {
+                    write_record(cl, g);
+                    break;
+                }
+            }
+            if (g->failed)
+                break;
             char why[200];
             snprintf(why, sizeof(why), "rank %u on node %s did not come back after salusd "
                      "restarted there", i, cl->node);

@@ -99,6 +99,9 @@ typedef struct ps_fetch_s {
                                   * (a lost request or reply; the server answers a req once) */
     uint64_t stalled_ns;         /* since when it cannot reach the shard's primary (its server
                                   * is down, or answered -ESTALE); 0: it can (ps_retarget.c) */
+    uint64_t asked_ns;           /* when it was first asked of its server (node) */
+    int refused;                 /* answered -ESTALE since the last view (a read that its
+                                  * primary only keeps, waiting for the sources, is not) */
     struct ps_fetch_s *next;
 } ps_fetch_t;
 
@@ -132,6 +135,9 @@ typedef struct ps_stream_s {
                                * it again */
     uint64_t stalled_ns;      /* since when the head cannot reach the shard's primary (its
                                * server is down, or answered -ESTALE); 0: it can */
+    uint64_t first_sent_ns;   /* when the head first went to a remote primary (0: not yet):
+                               * a server found down later has not answered it since then */
+    int refused;              /* the head was answered -ESTALE since the last view */
 } ps_stream_t;
 
 typedef enum ps_table_state_e { PS_TABLE_OPENING, PS_TABLE_READY, PS_TABLE_FAILED } ps_table_state_t;

@@ -111,7 +111,7 @@ static void run_end(ckpt_run_t *r, int rc, const char *err, char lines[][PATH_MA
         server_reply_error(r->conn, r->msg_id,
                            rc == -ENOENT  ? PROTO_ENOTFOUND
                                             : PROTO_EINTERNAL,
-                           0, "checkpoint: %s", err);
+                           0, "ps_checkpoint: %s", err);
     } else if (r->conn) {
         proto_enc_t *e = &r->d->enc;
         proto_enc_begin(e, PROTO_REPLY, r->msg_id, "", 3);
@@ -343,8 +343,8 @@ static int run_start(salusd_t *d, uid_t uid, uint64_t group_id, const char *grou
     /* the group's tables here, open on the worker side; C the largest clock closed */
     for (ps_table_t *t = ps ? ps->tables : NULL; t; t = t->next) {
         if (t->group_id != group_id || t->uid != uid || t->state != PS_TABLE_READY ||
-            t->worker_over || t->self_source < 0)
-            continue;
+            t->worker_over || t->self_source < 0 || t->spec.federated || !t->ring)
+            continue; /* (a federated table has no shards: its rounds are not checkpointed) */
         if (r->ntables == PS_CKPT_MAX_TABLES) {
             snprintf(err, err_size, "group %s has more than %d tables", group,
                      PS_CKPT_MAX_TABLES);

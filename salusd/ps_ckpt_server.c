@@ -374,8 +374,11 @@ void ps_ckpt_msg_recv(ps_t *ps, const char *node, int type, ps_table_t *t, uid_t
             ps_table_fail(t, rc, err);
             return;
         }
-        if (--t->opens_pending == 0)
+        if (--t->opens_pending == 0) {
+            free(t->restore_values); /* every server has its shards */
+            t->restore_values = NULL;
             ps_table_ready(t);
+        }
         return;
     }
     case MSG_SNAP_FILE: {

@@ -80,6 +80,7 @@ void ps_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values
         snprintf(why, sizeof(why), "server %s is not the primary of shard %u now", f->node,
                  f->shard);
         ps_retarget_stall(t, &f->stalled_ns, why);
+        f->refused = 1;
         f->sent_ns = salusd_now_ns();
         f->next = t->ps->fetches;
         t->ps->fetches = f;
@@ -139,8 +140,11 @@ void ps_fetch_ask(ps_fetch_t *f, int first)
     ps_table_t *t = f->table;
     ps_t *ps = t->ps;
     char why[PS_ERR_BYTES];
-    snprintf(f->node, sizeof(f->node), "%s", ps_retarget_primary(t, f->shard));
+    const char *primary = ps_retarget_primary(t, f->shard);
     f->sent_ns = salusd_now_ns();
+    if (first || strcmp(f->node, primary) != 0)
+        f->asked_ns = f->sent_ns;
+    snprintf(f->node, sizeof(f->node), "%s", primary);
     if ((int)t->owner[f->shard] == t->self_server) {
         if (!ask_here(f)) {
             ps_retarget_recovered(t, &f->stalled_ns, "read");
@@ -149,6 +153,7 @@ void ps_fetch_ask(ps_fetch_t *f, int first)
         }
         snprintf(why, sizeof(why), "this daemon is not yet the primary of shard %u", f->shard);
         ps_retarget_stall(t, &f->stalled_ns, why);
+        f->refused = 1;
     } else if (ps_msg_send_pull(t, f) < 0) {
         snprintf(why, sizeof(why), "server %s is unreachable", f->node);
         if (ps_retarget_replicated(t))

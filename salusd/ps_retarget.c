@@ -44,13 +44,21 @@ const char *ps_retarget_primary(const ps_table_t *t, uint32_t shard)
 
 void ps_retarget_stall(ps_table_t *t, uint64_t *stalled_ns, const char *why)
 {
+    ps_retarget_stall_since(t, stalled_ns, why, salusd_now_ns());
+}
+
+void ps_retarget_stall_since(ps_table_t *t, uint64_t *stalled_ns, const char *why,
+                             uint64_t since)
+{
     if (*stalled_ns)
         return;
-    uint64_t now = salusd_now_ns();
-    *stalled_ns = now;
-    if (t->outage_ns)
+    *stalled_ns = since;
+    if (t->outage_ns) {
+        if (since < t->outage_ns) /* (an update unanswered since before it began) */
+            t->outage_ns = since;
         return;
-    t->outage_ns = now;
+    }
+    t->outage_ns = since;
     snprintf(t->outage_why, sizeof(t->outage_why), "%s", why);
     LOG_WARN("ps: table '%s' of group %s: %s: its updates and reads wait for a new view "
              "(at most %llu s)", t->name, t->group, why,
@@ -74,20 +82,30 @@ void ps_retarget_recovered(ps_table_t *t, uint64_t *stalled_ns, const char *what
              "answered", t->name, t->group, (double)took / 1e9, t->outage_why, what);
 }
 
-/* The first stall past the limit in t, or 0. */
+/* 1 when a stalled update or read still waits for a primary: its server answered -ESTALE
+ * since the last view, or cannot be reached (one that is reachable and only keeps it, as a
+ * primary keeps a read or update beyond its sources' clocks, is not waited for a view). */
+static int waits_for_view(ps_t *ps, uint64_t stalled_ns, int refused, const char *node)
+{
+    return stalled_ns && (refused || !ps_cluster_reachable(ps->d, node));
+}
+
+/* The oldest stall that waits for a view in t, or 0. */
 static uint64_t oldest_stall(const ps_table_t *t, uint32_t *shard, int *read)
 {
     uint64_t oldest = 0;
     for (uint32_t s = 0; t->streams && s < t->layout.shards; s++) {
-        uint64_t at = t->streams[s].stalled_ns;
-        if (at && (!oldest || at < oldest)) {
+        const ps_stream_t *st = &t->streams[s];
+        uint64_t at = st->stalled_ns;
+        if (waits_for_view(t->ps, at, st->refused, st->sent_to) && (!oldest || at < oldest)) {
             oldest = at;
             *shard = s;
             *read = 0;
         }
     }
     for (const ps_fetch_t *f = t->ps->fetches; f; f = f->next)
-        if (f->table == t && f->stalled_ns && (!oldest || f->stalled_ns < oldest)) {
+        if (f->table == t && waits_for_view(t->ps, f->stalled_ns, f->refused, f->node) &&
+            (!oldest || f->stalled_ns < oldest)) {
             oldest = f->stalled_ns;
             *shard = f->shard;
             *read = 1;
@@ -192,12 +210,17 @@ void ps_worker_view_changed(ps_table_t *t)
     uint32_t resent = 0, asked = 0, moved = 0;
     /* a new view is progress: what still waits for a primary has the whole bound again */
     uint64_t now = salusd_now_ns();
-    for (uint32_t s = 0; t->streams && s < t->layout.shards; s++)
+    for (uint32_t s = 0; t->streams && s < t->layout.shards; s++) {
+        t->streams[s].refused = 0;
         if (t->streams[s].stalled_ns)
             t->streams[s].stalled_ns = now;
+    }
     for (ps_fetch_t *f = t->ps->fetches; f; f = f->next)
-        if (f->table == t && f->stalled_ns)
-            f->stalled_ns = now;
+        if (f->table == t) {
+            f->refused = 0;
+            if (f->stalled_ns)
+                f->stalled_ns = now;
+        }
     for (uint32_t s = 0; t->streams && s < t->layout.shards; s++) {
         ps_stream_t *st = &t->streams[s];
         if (!st->head || !st->in_flight)
@@ -234,7 +257,9 @@ void ps_worker_node_down(ps_t *ps, const char *node)
         if (strcmp(f->node, node) != 0) {
             fp = &f->next;
         } else if (ps_retarget_replicated(f->table) && f->table->state == PS_TABLE_READY) {
-            ps_retarget_stall(f->table, &f->stalled_ns, err); /* the next view's primary */
+            /* kept for the next view's primary; not answered since it was asked */
+            ps_retarget_stall_since(f->table, &f->stalled_ns, err,
+                                    f->asked_ns ? f->asked_ns : salusd_now_ns());
             fp = &f->next;
         } else {
             *fp = f->next;
@@ -259,8 +284,12 @@ void ps_worker_node_down(ps_t *ps, const char *node)
                 ps_table_fail(t, -EHOSTUNREACH, err);
                 break;
             }
+            /* an update on its way there has not been answered since it first went (a cut
+             * link is found down later than that) */
             if (st->head && st->in_flight)
-                ps_retarget_stall(t, &st->stalled_ns, err);
+                ps_retarget_stall_since(t, &st->stalled_ns, err,
+                                        sent_there && st->first_sent_ns ? st->first_sent_ns
+                                                                        : salusd_now_ns());
         }
     }
 }

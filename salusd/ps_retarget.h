@@ -2,10 +2,13 @@
  * an update or read that cannot reach its shard's primary (the server is down, or answers
  * -ESTALE: it is not the primary in its view, or the shard is moving) is kept, "stalled", and
  * sent again to the shard's primary at the next view change (ps_worker_view_changed) or retry;
- * answered within PS_FAILOVER_TTLS lease TTLs (the cluster's) of its stall or of the last view
- * change (a new view is progress), else the table fails with a clear error.
- * The time from the table's first stall to the first stalled update or read answered after
- * it is the recovery's (logged, salus_ps_failover_seconds, `salusctl groups`). */
+ * while it waits for a view (its server unreachable, or answering -ESTALE since the last
+ * view), at most PS_FAILOVER_TTLS lease TTLs (the cluster's) from its stall or the last view
+ * change (a new view is progress), else the table fails with a clear error. (A reachable
+ * primary that only keeps it, as primaries keep what is beyond the sources' clocks, is not
+ * a wait for a view.) The time from the table's first stall (for a server found down: since
+ * what it never answered went) to the first stalled update or read answered after it is the
+ * recovery's (logged, salus_ps_failover_seconds, `salusctl groups`). */
 #ifndef SALUS_SALUSD_PS_RETARGET_H
 #define SALUS_SALUSD_PS_RETARGET_H
 
@@ -29,6 +32,9 @@ const char *ps_retarget_primary(const ps_table_t *t, uint32_t shard);
 /* An update or read (*stalled_ns its mark) cannot reach its primary, why: marked since now
  * (when not already), and the table's outage begins (logged) when none is on. */
 void ps_retarget_stall(ps_table_t *t, uint64_t *stalled_ns, const char *why);
+/* The same, marked since `since` (<= now): an update sent then and never answered. */
+void ps_retarget_stall_since(ps_table_t *t, uint64_t *stalled_ns, const char *why,
+                             uint64_t since);
 /* A stalled update or read was answered: its mark goes; the first after the table's outage
  * began ends it (what: "update", "read"; logged and counted). */
 void ps_retarget_recovered(ps_table_t *t, uint64_t *stalled_ns, const char *what);

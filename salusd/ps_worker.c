@@ -140,6 +140,7 @@ static void pump_as(ps_table_t *t, uint32_t shard, int resend)
                 snprintf(why, sizeof(why), "this daemon is not yet the primary of shard %u",
                          shard);
                 ps_retarget_stall(t, &st->stalled_ns, why);
+                st->refused = 1;
                 hold_head(t, st);
                 return;
             }
@@ -149,6 +150,8 @@ static void pump_as(ps_table_t *t, uint32_t shard, int resend)
         }
         st->in_flight = 1;
         st->sent = 0;
+        if (!resend || !st->first_sent_ns)
+            st->first_sent_ns = salusd_now_ns();
         ps_worker_arm_retry(t->ps);
         if (ps_msg_send_update(t, shard, u) < 0) {
             if (!resend && !ps_retarget_replicated(t)) {
@@ -243,6 +246,7 @@ static int head_done(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
         snprintf(why, sizeof(why), "server %s is not the primary of shard %u now", st->sent_to,
                  shard);
         ps_retarget_stall(t, &st->stalled_ns, why);
+        st->refused = 1;
         hold_head(t, st);
         return 0;
     }
@@ -259,10 +263,12 @@ static int head_done(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
         return 0;
     }
     ps_retarget_recovered(t, &st->stalled_ns, "update");
+    st->refused = 0;
     st->head = u->next;
     if (!st->head)
         st->tail = NULL;
     st->in_flight = 0;
+    st->first_sent_ns = 0;
     /* the primary has it (and every live standby): the clock's sum may go once every shard
      * acknowledged its part */
     if (u->outgoing && --u->outgoing->pending == 0) {

@@ -145,8 +145,12 @@ static inline const char *salus_ps_last_error(void)
 /* ---- federated tables (rule "fedavg:N:K:E:SEED:drop|partial", README: Federated rounds) ----
  * The table holds the global model; round r is open once rounds 0 .. r-1 closed. A pull at
  * this rank's clock c waits until round c is open (read->done: the open round) and reads the
- * model after rounds 0 .. c-1; salus_ps_clock moves the rank to the next round (a rank not
- * chosen for the round clocks without pushing). Client ids are the group's ranks. */
+ * model then, after rounds 0 .. read->done - 1 (exactly 0 .. c-1 for a client of round c that
+ * has not pushed: the round waits for it); salus_ps_clock moves the rank to the next round (a
+ * rank not chosen for the round clocks without pushing). Client ids are the group's ranks; N
+ * must be the group's world. One salusd serves the table: the group must run on one node.
+ * A round still open after salusd's --ps-fed-timeout-ms (default 10 minutes: a failure
+ * timeout, not a deadline) closes with the pushes it has. */
 typedef struct salus_ps_fed_state {
     uint64_t round;            /* the open round */
     int selected;              /* 1: this rank is one of its clients and has not pushed yet */

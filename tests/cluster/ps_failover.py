@@ -10,18 +10,20 @@
   busiest SERVERS TABLE SHARDS R [VNODES]
       the server that is primary of the most shards (ties: the first by name)
   moves OLD NEW TABLE SHARDS R [VNODES]
-      going from server set OLD to NEW: `primaries=P copies=C shards=S` (P shards with another
-      primary, C replica copies NEW has that OLD had not), as ps_ring_moves counts them
+      going from server set OLD to NEW: `primaries=P copies=C shards=S (the joined servers own
+      F of the ring's keys)` (P shards with another primary, C replica copies NEW has that OLD
+      had not, as ps_ring_moves counts them; F: the share of the hash space that the servers in
+      NEW but not in OLD own, what P / S tends to with many shards)
   adds COUNT FINAL[,FINAL...] LOG...
       ps-tool `train` logs (ack / pulled / clocked / error lines) and final tables (pullto
       files, COUNT values each): every final table must hold exactly the sum of the
       acknowledged pushes, element by element (no push lost, none applied twice); every BSP
       pull logged at clock c must have read exactly the acknowledged pushes of clocks < c (its
       sum); no error line; every id's acks cover each clock it closed exactly once
-  recovery T_KILL_NS LOG...
-      from the logs: the first acknowledged push after T_KILL_NS, and the recovery time: from
-      the kill to the first push acknowledged after a pull that began after the kill (that pull
-      read every shard, the lost primary's too)
+  recovery T_LOSS_NS LOG...
+      from the logs: the first acknowledged push after T_LOSS_NS (the kill or the cut), and the
+      recovery time: from the loss to the first push acknowledged after a pull that began after
+      it (that pull read every shard, the lost primary's too)
 Exit 1 with the reason on stderr when a check fails."""
 import sys
 
@@ -52,6 +54,15 @@ class Ring:
             fail("bad server set %r" % (servers,))
         self.points = sorted((ring_hash("%s#%d" % (s, v)), i)
                              for i, s in enumerate(self.names) for v in range(vnodes))
+
+    def share(self, names):
+        """The fraction of the hash space whose keys the servers `names` own (as primaries)."""
+        owned = 0
+        for j, (h, i) in enumerate(self.points):
+            prev = self.points[j - 1][0] if j else self.points[-1][0] - (1 << 64)
+            if self.names[i] in names:
+                owned += h - prev
+        return owned / float(1 << 64)
 
     def replicas(self, table, shard, r):
         h = ring_hash("%s/%d" % (table, shard))
@@ -112,7 +123,10 @@ def cmd_moves(argv):
     b = placement(new, table, shards, r, vnodes)
     moved = sum(1 for x, y in zip(a, b) if x[0] != y[0])
     copies = sum(len(set(y) - set(x)) for x, y in zip(a, b))
-    print("primaries=%d copies=%d shards=%d" % (moved, copies, shards))
+    joined = set(servers_of(new)) - set(servers_of(old))
+    share = Ring(servers_of(new), vnodes).share(joined) if joined else 0.0
+    print("primaries=%d copies=%d shards=%d (the joined servers own %.3f of the ring's keys)"
+          % (moved, copies, shards, share))
 
 
 def fields(line):
@@ -215,7 +229,7 @@ def cmd_recovery(argv):
     acks, pulls, _, _ = read_logs(argv[1:])
     after = sorted(a["t_ns"] for a in acks if a["t_ns"] > t_kill)
     if not after:
-        fail("no push acknowledged after the kill")
+        fail("no push acknowledged after the loss")
     # the first ack that followed (same id) a pull begun after the kill
     first = None
     for p in sorted(pulls, key=lambda p: p["t_ns"]):
@@ -226,9 +240,9 @@ def cmd_recovery(argv):
             t = min(later)
             first = t if first is None else min(first, t)
     if first is None:
-        fail("no pull began after the kill and was followed by an acknowledged push")
-    print("first push acknowledged after the kill: +%.3f s; recovery (kill -> first push acknowledged "
-          "after a pull begun after the kill): %.3f s" % ((after[0] - t_kill) / 1e9, (first - t_kill) / 1e9))
+        fail("no pull began after the loss and was followed by an acknowledged push")
+    print("first push acknowledged after the loss: +%.3f s; recovery (loss -> first push acknowledged "
+          "after a pull begun after it): %.3f s" % ((after[0] - t_kill) / 1e9, (first - t_kill) / 1e9))
 
 
 def main(argv):

@@ -9,10 +9,10 @@
 #   view_of I GROUP TABLE        the table's view record (P/psv/UID/GROUP/EPOCH/TABLE, JSON) as
 #                                node I reads etcd; "" when there is none
 #   view_epoch I GROUP TABLE     the EPOCH in the key of the table's view record
-#   group_epoch I GROUP          the group record's create revision (P/groups/UID/GROUP): the
-#                                EPOCH of its ring records' and views' keys
-#   views_check I GROUP TABLE... each table has a view whose key's EPOCH is the group's epoch
-#                                (fails saying which keys etcd holds otherwise)
+#   ring_epoch I GROUP TABLE     the create revision of the table's ring record
+#                                (P/ps/UID/GROUP/GEPOCH/TABLE): the table's epoch
+#   views_check I GROUP TABLE... each table has a view whose key's EPOCH is its ring record's
+#                                epoch (fails saying which keys etcd holds otherwise)
 #   views_gone I GROUP           waits (bounded) until the group's views are gone from etcd
 #   view_servers JSON            its servers, comma-separated (sorted, as the record keeps them)
 #   view_replicas JSON           its replica count
@@ -54,18 +54,18 @@ view_epoch() {
     etcd_range "$1" "$PS_PREFIX/psv/$(id -u)/$2/" 2>/dev/null |
         awk -v p="$PS_PREFIX/psv/$(id -u)/$2/" -v t="/$3" '{ k = $1; if (substr(k, length(k) - length(t) + 1) == t) { k = substr(k, length(p) + 1); sub(/\/.*/, "", k); print k } }'
 }
-group_epoch() {
-    etcd_range "$1" "$PS_PREFIX/groups/$(id -u)/$2" 2>/dev/null | awk -v k="$PS_PREFIX/groups/$(id -u)/$2" '$1 == k { print $2 }'
+ring_epoch() {
+    etcd_range "$1" "$PS_PREFIX/ps/$(id -u)/$2/" 2>/dev/null | awk -v t="/$3" '{ k = $1; if (substr(k, length(k) - length(t) + 1) == t) print $2 }'
 }
 views_check() {
-    local i="$1" group="$2" t ge ve
+    local i="$1" group="$2" t te ve
     shift 2
-    ge=$(group_epoch "$i" "$group")
-    [ -n "$ge" ] || fail "no group record of $group in etcd"
     for t in "$@"; do
+        te=$(ring_epoch "$i" "$group" "$t")
+        [ -n "$te" ] || fail "no ring record of table $t of $group in etcd"
         ve=$(view_epoch "$i" "$group" "$t")
-        [ "$ve" = "$ge" ] || fail "the view of table $t of $group is not at $PS_PREFIX/psv/$(id -u)/$group/$ge/$t" \
-            "(EPOCH = the group record's create revision, as its ring record's): etcd holds" \
+        [ "$ve" = "$te" ] || fail "the view of table $t of $group is not at $PS_PREFIX/psv/$(id -u)/$group/$te/$t" \
+            "(EPOCH = the table's ring-record epoch, its create revision): etcd holds" \
             "$(etcd_range "$i" "$PS_PREFIX/" | grep -F "/$group/" | cut -d' ' -f1,2 | paste -sd' ')"
     done
 }
@@ -108,3 +108,13 @@ ranks_wait() {
         [ "$rc" -eq 0 ] || fail "rank $tag exited $rc: $(tail -n 5 "$WORK/$tag.out" "$WORK/$tag.err")"
     done
 }
+
+# PS_KEEP_LOGS=DIR (when debugging): the nodes' salusd logs and the ranks' files are copied to
+# DIR when the test exits, before the cleanup removes them
+ps_nodes_cleanup() {
+    if [ -n "${PS_KEEP_LOGS:-}" ]; then
+        mkdir -p "$PS_KEEP_LOGS" && cp -r "$WORK"/. "$PS_KEEP_LOGS"/ 2>/dev/null
+    fi
+    nodes_cleanup
+}
+trap ps_nodes_cleanup EXIT

@@ -14,14 +14,14 @@
 #     spec and the servers n1,n2,n3; once the group is over everywhere the record goes;
 #  3. a table whose servers are only n3 (which runs no rank of that group): 2 ranks on n1 and
 #     n2 push 1 and 2 and pull 3 everywhere; its ring record names n3 alone;
-#  4. a node killed (kill -9 of n2's salusd) while n1's rank waits in a BSP pull for n2's rank,
-#     the table with one replica (SALUS_PS_REPLICAS=1 for both ranks): the pull fails with an
-#     error within TTL + 5 s (never hangs);
-#  5. replicated (part 2): n2 back, a table of ranks on n1 and n3 served by n1, n2, n3 (the
-#     daemons' default of 3 replicas, as the view in etcd says); n2's salusd killed (kill -9)
-#     while n1's rank waits in a BSP pull for n3's rank, which then pushes and clocks: the pull
-#     completes after the fail-over (n2's shards served by their standbys, the view in etcd
-#     without n2) with both ranks' pushes, once, within TTL + 15 s; no call fails.
+#  4. replicated (part 2): a table of ranks on n1 and n3 served by n1, n2, n3 (the daemons'
+#     default of 3 replicas, as the view in etcd says); n2's salusd killed (kill -9) while n1's
+#     rank waits in a BSP pull for n3's rank, which then pushes and clocks: the pull completes
+#     after the fail-over (n2's shards served by their standbys, the view in etcd without n2)
+#     with both ranks' pushes, once, within TTL + 15 s; no call fails;
+#  5. one replica: n2 back, a node killed (kill -9 of n2's salusd) while n1's rank waits in a
+#     BSP pull for n2's rank, the table with one replica (SALUS_PS_REPLICAS=1 for both ranks, as
+#     its view in etcd must say): the pull fails with an error within TTL + 5 s (never hangs).
 . "$(dirname "$0")/lib.sh"
 TTL=${TTL:-3}
 . "$(dirname "$0")/nodes.sh"
@@ -182,34 +182,7 @@ touch "$WORK/go.b"
 wait_until 30 all_exited "$PID_b0" "$PID_b1" || fail "the ranks of $H did not end"
 pass "a table whose servers are n3 alone (no rank there): 1+2 everywhere"
 
-# ---- 4. a node killed while another node's rank pulls
-K="pskill-$SUFFIX"
-# rank 1 opens and waits; it never clocks: rank 0's BSP pull at clock 1 waits for it. The
-# command ignores SIGTERM (SIGKILL after the group's kill grace) so that the error the pull
-# gets when n2 is declared gone is printed before the group's failure ends the rank.
-PS_ENV=SALUS_PS_REPLICAS=1 ps_rank 1 "$K" 2 0 k0 sh -c 'trap "" TERM; exec "$0" "$@"' "$TOOL" open t 64 add bsp push 0 64 1 \
-    clock touch "$WORK/k0.pulling" pull 0 64 touch "$WORK/k0.pulled"
-PS_ENV=SALUS_PS_REPLICAS=1 ps_rank 2 "$K" 2 1 k1 "$TOOL" open t 64 add bsp touch "$WORK/k1.open" wait "$WORK/go.k"
-wait_until 60 '[ -e "$WORK/k0.pulling" ] && [ -e "$WORK/k1.open" ]' ||
-    fail "the ranks of $K did not start: $(cat "$WORK"/k?.out "$WORK"/k?.err)"
-sleep 1 # (not a check: the pull is on its way to the servers)
-[ -e "$WORK/k0.pulled" ] && fail "the pull did not wait for rank 1: $(cat "$WORK/k0.out")"
-t0=$(date +%s.%N)
-salusd_node_stop 2 KILL
-wait_until $((TTL + 5)) 'qgrep "^error op=pull" "$WORK/k0.out"' ||
-    fail "no error for the pull within $((TTL + 5)) s of n2's death: $(cat "$WORK/k0.out" "$WORK/k0.err" "$WORK/k1.out" "$WORK/k1.err")"
-t1=$(date +%s.%N)
-echo "$(grep '^error op=pull' "$WORK/k0.out")"
-echo "the pull failed $(python3 -c "print('%.1f' % ($t1 - $t0))" ) s after n2's salusd was killed (TTL $TTL s)"
-pass "a node killed during a pull (one replica): the pull fails with an error within TTL + 5 s"
-
-# ---- 5. replicated: a server killed during a pull; the pull completes after the fail-over
-node_start 2
-for i in 1 2 3; do
-    wait_until 20 '[ "$(members_of '"$i"')" = "n1 n2 n3" ]' || fail "node $i lists members '$(members_of "$i")' after n2 came back"
-    wait_until 20 '[ "$(peers_of '"$i"')" = "$(for j in 1 2 3; do [ "$j" = "$i" ] || echo "n$j"; done | paste -sd" ")" ]' ||
-        fail "node $i has UCX peers '$(peers_of "$i")' after n2 came back"
-done
+# ---- 4. replicated: a server killed during a pull; the pull completes after the fail-over
 M="psrep-$SUFFIX"
 ps_rank 1 "$M" 2 0 m0 "$TOOL" opens t 4096 add bsp n1,n2,n3 push 0 4096 1 clock touch "$WORK/m0.pulling" \
     pull 0 4096 touch "$WORK/m0.pulled" wait "$WORK/go.m" close
@@ -249,3 +222,36 @@ echo "the view now: $(view_t)"
 touch "$WORK/go.m"
 wait_until 30 all_exited "$PID_m0" "$PID_m1" || fail "the ranks of $M did not end"
 pass "a server killed during a pull (3 replicas): the pull completes after the fail-over with every push once"
+
+node_start 2
+for i in 1 2 3; do
+    wait_until 20 '[ "$(members_of '"$i"')" = "n1 n2 n3" ]' || fail "node $i lists members '$(members_of "$i")' after n2 came back"
+    wait_until 20 '[ "$(peers_of '"$i"')" = "$(for j in 1 2 3; do [ "$j" = "$i" ] || echo "n$j"; done | paste -sd" ")" ]' ||
+        fail "node $i has UCX peers '$(peers_of "$i")' after n2 came back"
+done
+
+# ---- 5. a node killed while another node's rank pulls, one replica: the pull fails
+K="pskill-$SUFFIX"
+# rank 1 opens and waits; it never clocks: rank 0's BSP pull at clock 1 waits for it. The
+# command ignores SIGTERM (SIGKILL after the group's kill grace) so that the error the pull
+# gets when n2 is declared gone is printed before the group's failure ends the rank.
+PS_ENV=SALUS_PS_REPLICAS=1 ps_rank 1 "$K" 2 0 k0 sh -c 'trap "" TERM; exec "$0" "$@"' "$TOOL" open t 64 add bsp push 0 64 1 \
+    clock touch "$WORK/k0.pulling" pull 0 64 touch "$WORK/k0.pulled"
+PS_ENV=SALUS_PS_REPLICAS=1 ps_rank 2 "$K" 2 1 k1 "$TOOL" open t 64 add bsp touch "$WORK/k1.open" wait "$WORK/go.k"
+wait_until 60 '[ -e "$WORK/k0.pulling" ] && [ -e "$WORK/k1.open" ]' ||
+    fail "the ranks of $K did not start: $(cat "$WORK"/k?.out "$WORK"/k?.err)"
+# the table has one replica (the ranks' SALUS_PS_REPLICAS=1 went with the open into its view)
+view_k=$(etcd_range 1 "$PREFIX/psv/$uid/$K/" | awk '$1 ~ /\/t$/ { $1 = ""; $2 = ""; sub(/^  /, ""); print }')
+python3 -c 'import json, sys; assert json.loads(sys.argv[1])["replicas"] == 1' "$view_k" 2>/dev/null ||
+    fail "the view of table t of $K does not say 1 replica (SALUS_PS_REPLICAS=1 at the open): '$view_k'"
+echo "table t of $K: view $view_k"
+sleep 1 # (not a check: the pull is on its way to the servers)
+[ -e "$WORK/k0.pulled" ] && fail "the pull did not wait for rank 1: $(cat "$WORK/k0.out")"
+t0=$(date +%s.%N)
+salusd_node_stop 2 KILL
+wait_until $((TTL + 5)) 'qgrep "^error op=pull" "$WORK/k0.out"' ||
+    fail "no error for the pull within $((TTL + 5)) s of n2's death: $(cat "$WORK/k0.out" "$WORK/k0.err" "$WORK/k1.out" "$WORK/k1.err")"
+t1=$(date +%s.%N)
+echo "$(grep '^error op=pull' "$WORK/k0.out")"
+echo "the pull failed $(python3 -c "print('%.1f' % ($t1 - $t0))" ) s after n2's salusd was killed (TTL $TTL s)"
+pass "a node killed during a pull (one replica): the pull fails with an error within TTL + 5 s"

@@ -7,8 +7,8 @@
 # pieces), clocks; it logs every push acknowledged to it, and pulls the final table into a file.
 #  1. kill -9: once every rank has closed $KILL_AT clocks, the daemon of the server that is
 #     primary of the most shards (from the table's view in etcd, P/psv/UID/GROUP/EPOCH/TABLE, and
-#     the ring's placement: ps_failover.py place; the key's EPOCH must be the group record's, as
-#     for its ring record, and the views go with the group) is killed. The view in etcd must change to the
+#     the ring's placement: ps_failover.py place; the key's EPOCH must be the table's ring-record
+#     epoch, and the views go with the group) is killed. The view in etcd must change to the
 #     three others (the lease expired: a transaction), a survivor's log line "M of N primaries
 #     moved, C copies" must be the placement's (ps_failover.py moves), training must go on to clock $K with no
 #     failed call, and the checker (ps_failover.py adds) must find in every rank's final table
@@ -30,7 +30,7 @@ TTL=${TTL:-3}
 TOOL="$TBIN/ps-tool"
 [ -x "$TOOL" ] || fail "ps-tool was not built"
 SERVERS=n1,n2,n3,n4
-COUNT=4096 K=40 PARTS=4 MS=100 KILL_AT=10 R=3
+COUNT=4096 K=60 PARTS=4 MS=100 KILL_AT=15 R=3
 export SIMGPU_DEVICES=2 SIMGPU_MEMORY_MB=256 # two ranks a worker node, one device each
 nodes_up 6
 node_of() { echo $(($1 / 2 + 5)); } # ranks 0, 1 on n5; 2, 3 on n6
@@ -56,7 +56,7 @@ all_closed() {
 
 # phase NAME kill|cut: one group's training across the loss of a primary (above)
 phase() {
-    local name="$1" how="$2" g="$1-$SUFFIX" i r ms want tag view victim shards t_kill t_view now_view rest
+    local name="$1" how="$2" g="$1-$SUFFIX" i r ms want at place tag view victim shards t_kill t_view now_view rest
     local tags=() logs=() finals=()
     for r in 0 1 2 3; do
         tag="$name$r"
@@ -67,9 +67,9 @@ phase() {
             opens w $COUNT add bsp "$SERVERS" train $r 0 $COUNT $K $PARTS $MS "$WORK/$tag.log" \
             pullto 0 $COUNT "$WORK/$tag.final" touch "$WORK/$tag.done" wait "$WORK/go.$name" close
     done
-    wait_until 60 all_closed $KILL_AT "${tags[@]}" || {
+    wait_until 60 all_closed 1 "${tags[@]}" || {
         for tag in "${tags[@]}"; do echo "--- $tag: $(tail -n 2 "$WORK/$tag.out" "$WORK/$tag.err" "$WORK/$tag.log" 2>/dev/null)" >&2; done
-        fail "$name: the ranks did not close $KILL_AT clocks within 60 s"
+        fail "$name: the ranks did not close a clock within 60 s"
     }
     # the view: written with the table, R = 3 over the four servers
     view=$(view_of 5 "$g" w)
@@ -80,17 +80,20 @@ phase() {
     shards=$(table_field 5 "$g" w shards)
     [[ "$shards" =~ ^[0-9]+$ ]] && [ "$shards" -ge 4 ] || fail "$name: n5 lists no shards of table w: '$shards'"
     victim=$("${PS_CHECK[@]}" busiest "$SERVERS" w "$shards" $R)
-    echo "$name: view $view; $shards shards, $("${PS_CHECK[@]}" place "$SERVERS" w "$shards" $R | tail -n 1);" \
-        "shard 0 on $("${PS_CHECK[@]}" place "$SERVERS" w "$shards" $R | head -n 1 | cut -d' ' -f3)"
+    place=$("${PS_CHECK[@]}" place "$SERVERS" w "$shards" $R)
+    echo "$name: view $view; $shards shards, $(tail -n 1 <<<"$place"); shard 0 on $(sed -n '1s/.*: //p' <<<"$place")"
     i=${victim#n}
     rest=$(tr ',' '\n' <<<"$SERVERS" | grep -vx "$victim" | paste -sd,)
+    wait_until 60 all_closed $KILL_AT "${tags[@]}" || fail "$name: the ranks did not close $KILL_AT clocks within 60 s"
+    at=$(clocks_closed "${name}0")
+    [ "$at" -lt $((K - 10)) ] || fail "$name: rank 0 was at clock $at of $K already: too late for the test"
     t_kill=$(date +%s%N)
     if [ "$how" = kill ]; then
         salusd_node_stop "$i" KILL
-        echo "$name: kill -9 of $victim's salusd (primary of the most shards) at clock $(clocks_closed "${name}0") of rank 0"
+        echo "$name: kill -9 of $victim's salusd (primary of the most shards) with rank 0 at clock $at of $K"
     else
         link_cut "$i"
-        echo "$name: $victim's veth cut (vh$i down in the hub) at clock $(clocks_closed "${name}0") of rank 0"
+        echo "$name: $victim's veth cut (vh$i down in the hub) with rank 0 at clock $at of $K"
     fi
     # the view without the victim: a transaction of the survivors once its lease ended
     wait_until $((TTL + 20)) '[ "$(view_servers "$(view_of 5 "$g" w)")" = "$rest" ]' ||
@@ -102,7 +105,7 @@ phase() {
     i=$(cut -d, -f1 <<<"$rest")
     i=${i#n}
     want=$("${PS_CHECK[@]}" moves "$SERVERS" "$rest" w "$shards" $R |
-        sed 's/primaries=\([0-9]*\) copies=\([0-9]*\) shards=\([0-9]*\)/\1 of \3 primaries moved, \2 copies/')
+        sed -E 's/primaries=([0-9]+) copies=([0-9]+) shards=([0-9]+).*/\1 of \3 primaries moved, \2 copies/')
     wait_until 10 'grep -E "ps: table $g/w view [1-9][0-9]* -> [0-9]+: " "$WORK/n$i/salusd.log" | tail -n 1 | qgrep -F ": $want"' ||
         fail "$name: n$i's account of the view change is not the placement's ($want): $(grep -E "ps: table $g/w view" "$WORK/n$i/salusd.log" | tail -n 2)"
     echo "$name: n$i: $(grep -E "ps: table $g/w view [1-9][0-9]* -> " "$WORK/n$i/salusd.log" | tail -n 1 | sed 's/.* info //')"

@@ -8,7 +8,9 @@
 # end with the same weights (the digest line and the --dump-weights file, byte for byte: %.9g is
 # a float's exact text), every client being on time; with 50 % stragglers they do not (FedAvg
 # drops the late clients' models, FedProx averages them in: fewer accepted clients, other
-# weights), so the comparison can fail.
+# weights), so the comparison can fail. Bad command lines (a proximal term with FedAvg, an
+# unknown --fed, K > N, F > 1, E = 0, the salus mode without a rank, a world that is not N,
+# --rank with --sequential): exit status 2 and the reason, nothing printed.
 # --salus: N = 4 ranks, K = 3 per round, 3 rounds, under FedAvg and FedProx mu = 0 without
 # stragglers: every rank ends with the weights of the sequential run of the same seed (file and
 # digest), the two rules agree with each other, and the round lines (loss, accepted) are those of
@@ -65,14 +67,35 @@ a5=$(rounds "$WORK/avg5.out" | sed -n 's/.*accepted=//p' | awk '{ s += $1 } END 
 p5=$(rounds "$WORK/prox5.out" | sed -n 's/.*accepted=//p' | awk '{ s += $1 } END { print s }')
 [ "$a5" -lt "$p5" ] && [ "$p5" -eq 9 ] || fail "50 % stragglers: accepted FedAvg $a5, FedProx $p5 (expected fewer, 9)"
 pass "sequential, 50 % stragglers: the weights differ (FedAvg accepted $a5 of 9 pushes, FedProx $p5)"
+# bad command lines: exit status 2 and the reason, before any work
+bad_usage() {
+    local want="$1" rc=0
+    shift
+    LD_LIBRARY_PATH="$SALUS_BUILD_DIR/lib/simgpu" "$FED" "$@" >"$WORK/bad.out" 2>"$WORK/bad.err" || rc=$?
+    [ "$rc" -eq 2 ] || fail "salus-fed $*: exit status $rc, expected 2"
+    qgrep -F -e "$want" "$WORK/bad.err" || fail "salus-fed $*: no '$want' in: $(cat "$WORK/bad.err")"
+    [ ! -s "$WORK/bad.out" ] || fail "salus-fed $*: printed $(cat "$WORK/bad.out")"
+}
+bad_usage "--mu 0.5: FedAvg has no proximal term" --sequential --fed fedavg --mu 0.5
+bad_usage "--fed: expected 'fedavg' or 'fedprox', got 'fedsgd'" --sequential --fed fedsgd
+bad_usage "--per-round 5 is more than the 4 clients" --sequential --clients 4 --per-round 5
+bad_usage "--stragglers: expected a number in [0, 1], got '1.5'" --sequential --stragglers 1.5
+bad_usage "--local-epochs: expected an integer in [1, 1000], got '0'" --sequential --local-epochs 0
+bad_usage "the salus mode needs --rank and --world" --clients 4 --per-round 2
+bad_usage "rank 1 of world 3: the world must be --clients (4)" --clients 4 --per-round 2 --rank 1 --world 3
+bad_usage "--rank/--world are the salus mode's: not with --sequential" --sequential --rank 0 --world 4
+pass "bad command lines: exit status 2 with the reason"
 [ "$MODE" = sequential ] && exit 0
 
 # ---- through salusd: each client a rank of a group ----
 start_daemon --policy pack
 RUN_PIDS=()
 cleanup_fed() {
+    local pid
     kill_tree "${RUN_PIDS[@]}"
-    wait 2>/dev/null || true
+    for pid in "${RUN_PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
     cleanup
 }
 trap cleanup_fed EXIT
@@ -83,7 +106,8 @@ salus_run() {
     local tag="$1" r pids=()
     shift
     for r in 0 1 2 3; do
-        "$SALUSCTL" run --name "$tag.$r" --group "$tag-$$" --world 4 --rank $r --persistent 64MiB --ephemeral 64MiB -- \
+        "$SALUSCTL" run --name "$tag.$r" --group "$tag-$$" --world 4 --rank $r --sync asp --share-gpus \
+            --persistent 64MiB --ephemeral 64MiB -- \
             "$FED" "${COMMON[@]}" "$@" --dump-weights "$WORK/$tag.$r.w" >"$WORK/$tag.$r.out" 2>&1 &
         pids+=($!)
         RUN_PIDS+=($!)

@@ -9,7 +9,9 @@
 #     checkpoint file's values bit for bit (read by ps_ckpt_dump.py, not by salusd), and at K
 #     they hold the reference's losses and weights (printed);
 #  4. bad input: a checkpoint of an unknown group (an error); a corrupted file -> the restored
-#     open fails with a clear error, salusd lives.
+#     open fails with a clear error, salusd lives;
+#  5. --period 1 on an asp group: a checkpoint every second, each marked asp (the values of a
+#     moment, not of a clock boundary), in the file and in the log; --period 0 stops them.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/../workloads/workload_lib.sh"
 trap cleanup EXIT
@@ -130,5 +132,25 @@ qgrep "cannot restore group $G: .*mlp-w.ckpt: corrupted: the checksum does not m
 grep -m1 "cannot restore" "$WORK/bad.out"
 "$SALUSCTL" status >/dev/null || fail "salusd died on a corrupted checkpoint"
 pass "a corrupted checkpoint: a clear error at restore, salusd lives"
+# ---- 5. a period, under asp: the daemon takes one every second while the group lives
+G="it-ckpt-asp-$$"
+FILE_A="$STATE_DIRECTORY/checkpoints/$(id -u)/$G/mlp-w.ckpt"
+group asp --sync asp -- --ps asp --ps-slow-ms 150
+wait_until 60 '[ -f "$WORK/asp0.log" ] && [ "$(grep -c "^read " "$WORK/asp0.log")" -ge 2 ]' || fail "the asp group did not start"
+"$SALUSCTL" checkpoint "$G" --period 1 >"$WORK/period.out" 2>&1 || fail "--period: $(cat "$WORK/period.out")"
+cat "$WORK/period.out"
+qgrep -x "checkpoint $G: one every 1 s while the group lives" "$WORK/period.out" || fail "--period's answer"
+clock_of() { "${DUMP[@]}" "$1" 2>/dev/null | sed -n 's/.* clock=\([0-9]*\) asp=1$/\1/p'; }
+wait_until 10 '[ -n "$(clock_of "$FILE_A")" ]' || fail "no periodic checkpoint within 10 s"
+first_clock=$(clock_of "$FILE_A")
+wait_until 10 '[ "$(clock_of "$FILE_A")" -gt "$first_clock" ]' || fail "no second periodic checkpoint after clock $first_clock"
+echo "periodic checkpoints of $G (asp): clock $first_clock, then $(clock_of "$FILE_A")"
+qgrep "ps: checkpoint $G: asp tables hold the values of the moment each shard answered" "$WORK/salusd.log" ||
+    fail "the asp checkpoints did not say they are not at a clock boundary"
+"$SALUSCTL" checkpoint "$G" --period 0 >"$WORK/period0.out" 2>&1 || fail "--period 0: $(cat "$WORK/period0.out")"
+qgrep -x "checkpoint $G: no periodic checkpoint" "$WORK/period0.out" || fail "--period 0's answer"
+wait_group asp
+pass "--period 1: a checkpoint every second (asp: marked as the values of a moment), --period 0 stops"
+
 stop_daemon
 echo PASS

@@ -1,7 +1,8 @@
 /* Unit tests of a table's checkpoint file (salusd/ps_ckpt_file.h): a round trip bit for bit
  * (negative zero, subnormals, the extremes), the durable writer (no temporary left, parents
  * made), and a reader that refuses every truncation, every flipped byte, trailing bytes,
- * another version, a foreign file and a bad header, each with a message saying why. */
+ * another version, a foreign file and a bad header, each with a message saying why. The
+ * restore inside the service: check_ps_ckpt_service.c. */
 #include "check_run.h"
 #include "ps_ckpt_file.h"
 
@@ -286,6 +287,8 @@ START_TEST(test_write_read_files)
 }
 END_TEST
 
+TCase *ps_ckpt_service_tcase(void);
+
 static Suite *ps_ckpt_suite(void)
 {
     Suite *s = suite_create("ps_ckpt");
@@ -301,6 +304,7 @@ static Suite *ps_ckpt_suite(void)
     TCase *files = tcase_create("files");
     tcase_add_test(files, test_write_read_files);
     suite_add_tcase(s, files);
+    suite_add_tcase(s, ps_ckpt_service_tcase()); /* check_ps_ckpt_service.c */
     return s;
 }
 

@@ -72,7 +72,8 @@ END_TEST
 START_TEST(test_parse_bad)
 {
     const char *bad[] = {
-        "", "fedavg", "fedavg:", "fedavg:30:10:20:1", "fedavg:30:10:20:1:", "fedavg:30:10:20:1:Drop",
+        "", "fedavg", "fedavg:", "fedavg:30:10:20:1", "fedavg:30:10:20:1:",
+        "fedavg:30:10:20:1:Drop",
         "fedavg:30:10:20:1:drop ", " fedavg:30:10:20:1:drop", "fedavg:30:10:20:1:drop:x",
         "fedavg:-30:10:20:1:drop", "fedavg:+30:10:20:1:drop", "fedavg:30:10:20:-1:drop",
         "fedavg: 30:10:20:1:drop", "fedavg:30::20:1:drop", "fedavg:0x1e:10:20:1:drop",

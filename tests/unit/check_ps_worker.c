@@ -742,7 +742,10 @@ START_TEST(test_failover_through_the_view)
     n2_up = 0;
     ps_worker_node_down(d.ps, "n2");
     ck_assert_int_eq(t->state, PS_TABLE_READY);
-    ck_assert_uint_ne(t->streams[sr].stalled_ns, 0);
+    /* its outage began when the update went, not when n2 was found down */
+    ck_assert_uint_ne(t->streams[sr].first_sent_ns, 0);
+    ck_assert_uint_eq(t->streams[sr].stalled_ns, t->streams[sr].first_sent_ns);
+    ck_assert_uint_le(t->outage_ns, t->streams[sr].first_sent_ns);
     result_t p = {0};
     pull_start(&w0, h, 1, out, &p); /* n2's shards: kept for the next view */
     run_idle();
@@ -765,6 +768,37 @@ START_TEST(test_failover_through_the_view)
 }
 END_TEST
 
+/* The bound is for what waits for a view: a read its (reachable) primary only keeps, as a
+ * primary keeps reads beyond its sources' clocks, may wait past it; one answered -ESTALE
+ * since the last view may not. */
+START_TEST(test_kept_read_not_bounded)
+{
+    make_group("kb", 1, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "kb", &o0);
+    uint64_t h;
+    ps_table_t *t = open_table(&w0, "kb", &h);
+    ps_fetch_t *f = calloc(1, sizeof(*f)); /* re-asked of this daemon after a view change */
+    ck_assert_ptr_nonnull(f);
+    f->req = 7;
+    snprintf(f->node, sizeof(f->node), "local");
+    f->table = t;
+    f->n = 1;
+    f->sent_ns = salusd_now_ns();
+    f->stalled_ns = f->sent_ns - ps_retarget_limit_ns(d.ps) - 1000000000ull;
+    t->outage_ns = f->stalled_ns;
+    f->next = d.ps->fetches;
+    d.ps->fetches = f;
+    ps_worker_retry(d.ps);
+    ck_assert_int_eq(t->state, PS_TABLE_READY);
+    f->refused = 1;
+    ps_worker_retry(d.ps);
+    ck_assert_int_eq(t->state, PS_TABLE_FAILED);
+    ck_assert_msg(strstr(t->error_text, "answered its read") != NULL, "%s", t->error_text);
+    ck_assert_ptr_null(d.ps->fetches);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_worker");
@@ -779,6 +813,7 @@ int main(void)
     tcase_add_test(tc, test_primary_not_ready_here);
     tcase_add_test(tc, test_fenced_local_read_asked_again);
     tcase_add_test(tc, test_failover_through_the_view);
+    tcase_add_test(tc, test_kept_read_not_bounded);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

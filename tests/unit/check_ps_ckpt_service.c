@@ -1,0 +1,354 @@
+/* check_ps_ckpt's second part: restore and the checkpoint messages inside the service, on a
+ * single node (no cluster): a real salusd_t with its loop, groups made as the daemon makes
+ * them, a state directory of the test's own. A restored group's table starts at the file's
+ * clock with its values (bit for bit), its workers at that clock; a missing, foreign or
+ * mismatched file fails the open with a clear error; a shard is loaded once (the same load
+ * again is a no-op, another state is refused); malformed checkpoint messages are dropped. */
+#include "groups.h"
+#include "ps-internal.h"
+#include "ps.h"
+#include "ps_ckpt.h"
+#include "ps_ckpt_file.h"
+#include "ps_msg-internal.h"
+
+#include <check.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t salusd_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static salusd_t d;
+static job_t jobs[4];
+static char state_dir[64];
+
+static void setup(void)
+{
+    memset(&d, 0, sizeof(d));
+    memset(jobs, 0, sizeof(jobs));
+    ck_assert_int_eq(options_set_defaults(salusd_options, salusd_option_count, &d.config), 0);
+    snprintf(state_dir, sizeof(state_dir), "/tmp/check_ps_ckpt_svc.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(state_dir));
+    snprintf(d.config.state_dir, sizeof(d.config.state_dir), "%s", state_dir);
+    d.base = event_base_new();
+    ck_assert_ptr_nonnull(d.base);
+    ck_assert_int_eq(ps_start(&d), 0);
+}
+
+static void teardown(void)
+{
+    ps_stop(&d);
+    groups_fini(&d);
+    event_base_free(d.base);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state_dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Ranks 0 .. world-1 of group `name` as jobs[0 ..], restored or not; the group's id. */
+static uint64_t make_group(const char *name, uint32_t world, int restore)
+{
+    for (uint32_t r = 0; r < world; r++) {
+        groups_fields_t f = {.world = world, .rank = r, .local_rank = -1,
+                             .sync = LAUNCH_SYNC_BSP, .restore = restore};
+        snprintf(f.name, sizeof(f.name), "%s", name);
+        job_t *job = &jobs[r];
+        job->id = 100 + r;
+        job->uid = 1000;
+        char err[256] = "";
+        ck_assert_int_eq(groups_check_join(&d, 1000, &f, err, sizeof(err)), 0);
+        ck_assert_int_eq(groups_join(&d, job, &f), 0);
+    }
+    ck_assert_int_eq(groups_restored(&d, jobs[0].group_id), restore);
+    return jobs[0].group_id;
+}
+
+static ps_worker_t worker_of(int job, const char *group, const void *owner)
+{
+    return (ps_worker_t){.uid = jobs[job].uid, .group_id = jobs[job].group_id, .group = group,
+                         .rank = jobs[job].group_rank, .world = jobs[job].group_world,
+                         .job_id = jobs[job].id, .owner = owner};
+}
+
+typedef struct result_s {
+    int called, rc;
+    char err[512];
+    ps_read_t read;
+} result_t;
+
+static void on_done(void *arg, int rc, const char *err)
+{
+    result_t *r = arg;
+    r->called++;
+    r->rc = rc;
+    snprintf(r->err, sizeof(r->err), "%s", err ? err : "");
+}
+
+static void on_pull(void *arg, int rc, const char *err, const ps_read_t *read)
+{
+    on_done(arg, rc, err);
+    if (read)
+        ((result_t *)arg)->read = *read;
+}
+
+static void wait_for(result_t *r)
+{
+    uint64_t deadline = salusd_now_ns() + 5000000000ull;
+    while (!r->called && salusd_now_ns() < deadline)
+        event_base_loop(d.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    ck_assert_msg(r->called, "no callback within 5 s");
+}
+
+static ps_table_spec_t spec_of(const char *name, uint64_t count, const char *rule)
+{
+    ps_table_spec_t s;
+    memset(&s, 0, sizeof(s));
+    char err[128];
+    snprintf(s.name, sizeof(s.name), "%s", name);
+    s.count = count;
+    ck_assert_int_eq(ps_rule_parse(rule, &s.rule, err, sizeof(err)), 0);
+    ck_assert_int_eq(ps_sync_parse("bsp", &s.sync, err, sizeof(err)), 0);
+    return s;
+}
+
+/* Opens; rc the open's outcome (the callback's, or the call's own), err its message. */
+static int open_table(const ps_worker_t *w, const ps_table_spec_t *spec, uint64_t *handle,
+                      char *err, size_t err_size)
+{
+    result_t r = {0};
+    int rc = ps_open(&d, w, spec, handle, on_done, &r, err, err_size);
+    if (rc < 0)
+        return rc;
+    wait_for(&r);
+    snprintf(err, err_size, "%s", r.err);
+    return r.rc;
+}
+
+/* The checkpoint of table `name` of group g at clock with count values (value i = i * 0.25
+ * - 3, and -0.0 first), as salusctl checkpoint writes it. */
+static void write_ckpt(const char *group, const char *name, uint64_t count, const char *rule,
+                       uint64_t clock, float *values)
+{
+    ps_ckpt_header_t h = {.uid = 1000, .count = count, .clock = clock};
+    snprintf(h.group, sizeof(h.group), "%s", group);
+    snprintf(h.table, sizeof(h.table), "%s", name);
+    snprintf(h.rule, sizeof(h.rule), "%s", rule);
+    snprintf(h.sync, sizeof(h.sync), "bsp");
+    for (uint64_t i = 0; i < count; i++)
+        values[i] = (float)i * 0.25f - 3.0f;
+    values[0] = -0.0f;
+    char path[512], err[512];
+    ck_assert_int_eq(ps_ckpt_path(path, sizeof(path), state_dir, 1000, group, name), 0);
+    ck_assert_msg(ps_ckpt_write(path, &h, values, err, sizeof(err)) == 0, "%s", err);
+}
+
+#define N 1000
+
+START_TEST(test_restore_starts_at_clock)
+{
+    make_group("rg", 2, 1);
+    int o0, o1;
+    ps_worker_t w0 = worker_of(0, "rg", &o0), w1 = worker_of(1, "rg", &o1);
+    float saved[N], got[N];
+    write_ckpt("rg", "w", N, "add", 7, saved);
+    ps_table_spec_t spec = spec_of("w", N, "add");
+    uint64_t h0 = 0, h1 = 0;
+    char err[512] = "";
+    ck_assert_msg(open_table(&w0, &spec, &h0, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(open_table(&w1, &spec, &h1, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(ps_ckpt_start_clock(&d, h0), 7); /* the open's reply says it */
+    /* a read at clock 7 sees the file's values, done 7, at once */
+    result_t r = {0};
+    ck_assert_int_eq(ps_pull(&d, &w0, h0, 7, 0, N, got, on_pull, &r, err, sizeof(err)), 0);
+    wait_for(&r);
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_uint_eq(r.read.done, 7);
+    ck_assert_int_eq(memcmp(got, saved, sizeof(got)), 0);
+    /* the workers are at clock 7: a push for clock 0 is refused, one for 7 taken, and the
+     * clock's close makes done 8 with the sum added to the restored values */
+    float ones[N];
+    for (int i = 0; i < N; i++)
+        ones[i] = 1.0f;
+    ps_push_id_t id = {.rank = 0, .clock = 0, .seq = 1};
+    memset(&r, 0, sizeof(r));
+    int rc = ps_push(&d, &w0, h0, &id, 0, N, NULL, ones, on_done, &r, err, sizeof(err));
+    if (rc == 0) {
+        wait_for(&r);
+        rc = r.rc;
+    }
+    ck_assert_int_lt(rc, 0);
+    for (int k = 0; k < 2; k++) {
+        const ps_worker_t *w = k ? &w1 : &w0;
+        uint64_t h = k ? h1 : h0;
+        ps_push_id_t pid = {.rank = (uint32_t)k, .clock = 7, .seq = 1};
+        result_t p = {0}, c = {0};
+        ck_assert_int_eq(ps_push(&d, w, h, &pid, 0, N, NULL, ones, on_done, &p, err, sizeof(err)),
+                         0);
+        wait_for(&p);
+        ck_assert_msg(p.rc == 0, "push at clock 7: %s", p.err);
+        ck_assert_int_eq(ps_clock(&d, w, h, 7, on_done, &c, err, sizeof(err)), 0);
+        wait_for(&c);
+        ck_assert_msg(c.rc == 0, "clock 7: %s", c.err);
+    }
+    memset(&r, 0, sizeof(r));
+    ck_assert_int_eq(ps_pull(&d, &w1, h1, 8, 0, N, got, on_pull, &r, err, sizeof(err)), 0);
+    wait_for(&r);
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_uint_eq(r.read.done, 8);
+    for (int i = 0; i < N; i++)
+        ck_assert(got[i] == saved[i] + 2.0f);
+}
+END_TEST
+
+START_TEST(test_restore_errors)
+{
+    make_group("re", 1, 1);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "re", &o0);
+    float saved[N];
+    uint64_t h = 0;
+    char err[512] = "";
+    /* no file */
+    ps_table_spec_t spec = spec_of("nofile", N, "add");
+    ck_assert_int_eq(open_table(&w0, &spec, &h, err, sizeof(err)), -ENOENT);
+    ck_assert_msg(strstr(err, "cannot restore group re") && strstr(err, "no checkpoint"), "%s",
+                  err);
+    /* another count, another rule */
+    write_ckpt("re", "w", N, "add", 3, saved);
+    spec = spec_of("w", N + 1, "add");
+    ck_assert_int_eq(open_table(&w0, &spec, &h, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "its checkpoint has 1000 elements, rule add"), "%s", err);
+    spec = spec_of("w", N, "sgd:0.5");
+    ck_assert_int_eq(open_table(&w0, &spec, &h, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "the open asks 1000, sgd:0.5"), "%s", err);
+    /* a foreign file at the table's place (another group's) */
+    char from[512], to[512];
+    write_ckpt("other", "f", N, "add", 3, saved);
+    ck_assert_int_eq(ps_ckpt_path(from, sizeof(from), state_dir, 1000, "other", "f"), 0);
+    ck_assert_int_eq(ps_ckpt_path(to, sizeof(to), state_dir, 1000, "re", "f"), 0);
+    ck_assert_int_eq(rename(from, to), 0);
+    spec = spec_of("f", N, "add");
+    ck_assert_int_eq(open_table(&w0, &spec, &h, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "holds table 'f' of group other"), "%s", err);
+    /* the right one still opens, at its clock */
+    spec = spec_of("w", N, "add");
+    ck_assert_msg(open_table(&w0, &spec, &h, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(ps_ckpt_start_clock(&d, h), 3);
+}
+END_TEST
+
+START_TEST(test_not_restored_starts_at_zero)
+{
+    make_group("nr", 1, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "nr", &o0);
+    float saved[N];
+    write_ckpt("nr", "w", N, "add", 5, saved); /* there, but the group did not ask */
+    ps_table_spec_t spec = spec_of("w", N, "add");
+    uint64_t h = 0;
+    char err[512] = "";
+    ck_assert_msg(open_table(&w0, &spec, &h, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(ps_ckpt_start_clock(&d, h), 0);
+}
+END_TEST
+
+START_TEST(test_load_shard_once)
+{
+    make_group("ls", 1, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "ls", &o0);
+    ps_table_spec_t spec = spec_of("w", N, "add");
+    uint64_t h = 0;
+    char err[512] = "";
+    ck_assert_msg(open_table(&w0, &spec, &h, err, sizeof(err)) == 0, "%s", err);
+    ps_table_t *t = ps_table_find(d.ps, 1000, "ls", "w", 1);
+    ck_assert_ptr_nonnull(t);
+    uint64_t first, elems;
+    ps_layout_shard(&t->layout, 0, &first, &elems);
+    float *v = calloc(elems, sizeof(float));
+    for (uint64_t i = 0; i < elems; i++)
+        v[i] = (float)i;
+    ck_assert_int_eq(ps_ckpt_load_shard(t, 0, 4, v, err, sizeof(err)), 0);
+    ck_assert_uint_eq(ps_shard_done(t->shards[0]), 4);
+    ck_assert_int_eq(memcmp(ps_shard_values(t->shards[0]), v, elems * sizeof(float)), 0);
+    ck_assert_int_eq(ps_ckpt_load_shard(t, 0, 4, v, err, sizeof(err)), 0); /* again: the same */
+    v[0] = 42.0f;
+    ck_assert_int_eq(ps_ckpt_load_shard(t, 0, 4, v, err, sizeof(err)), -EEXIST);
+    ck_assert_msg(strstr(err, "holds another state"), "%s", err);
+    ck_assert_int_eq(ps_ckpt_load_shard(t, t->layout.shards, 4, v, err, sizeof(err)), -EINVAL);
+    v[1] = INFINITY; /* not finite */
+    ck_assert_int_lt(ps_ckpt_load_shard(t, 1, 4, v, err, sizeof(err)), 0);
+    ck_assert_uint_eq(ps_shard_done(t->shards[1]), 0); /* unchanged */
+    free(v);
+}
+END_TEST
+
+/* Malformed checkpoint messages from a peer: dropped (counted), nothing changes. */
+START_TEST(test_bad_messages_dropped)
+{
+    make_group("bm", 1, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "bm", &o0);
+    ps_table_spec_t spec = spec_of("w", N, "add");
+    uint64_t h = 0;
+    char err[512] = "";
+    ck_assert_msg(open_table(&w0, &spec, &h, err, sizeof(err)) == 0, "%s", err);
+    ps_table_t *t = ps_table_find(d.ps, 1000, "bm", "w", 1);
+    ck_assert_ptr_nonnull(t);
+    ps_t *ps = d.ps;
+    static const int types[] = {MSG_SNAP_REQ, MSG_SNAP_REPLY, MSG_SNAP_LOAD, MSG_SNAP_LOAD_ACK,
+                                MSG_SNAP_FILE, MSG_SNAP_FILE_ACK, 40};
+    float payload[8] = {0};
+    for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
+        wbuf_t w;
+        /* a header cut short after the identity */
+        ps_msg_begin(&w, types[k], t);
+        uint64_t before = ps->dropped;
+        ps_msg_recv(ps, "stranger", w.b, w.len, NULL, 0);
+        ck_assert_msg(ps->dropped > before, "type %d: a short header was taken", types[k]);
+        /* a full header from a node that is no source of the table (or a reply nobody
+         * asked for, an ack of no open) */
+        ps_msg_put(&w, 1, 8);
+        ps_msg_put(&w, 0, 4);
+        ps_msg_put(&w, 3, 8);
+        ps_msg_put(&w, 0, 1);
+        ps_msg_put_str(&w, "");
+        before = ps->dropped;
+        ps_msg_recv(ps, "stranger", w.b, w.len, payload, sizeof(payload));
+        if (types[k] != MSG_SNAP_REPLY && types[k] != MSG_SNAP_FILE_ACK)
+            ck_assert_msg(ps->dropped > before, "type %d from a stranger was taken", types[k]);
+    }
+    /* a load of the shard from a stranger changed nothing */
+    ck_assert_uint_eq(ps_shard_done(t->shards[0]), 0);
+    /* the table still works */
+    float got[N];
+    result_t r = {0};
+    ck_assert_int_eq(ps_pull(&d, &w0, h, 0, 0, N, got, on_pull, &r, err, sizeof(err)), 0);
+    wait_for(&r);
+    ck_assert_int_eq(r.rc, 0);
+}
+END_TEST
+
+TCase *ps_ckpt_service_tcase(void);
+TCase *ps_ckpt_service_tcase(void)
+{
+    TCase *tc = tcase_create("service");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_restore_starts_at_clock);
+    tcase_add_test(tc, test_restore_errors);
+    tcase_add_test(tc, test_not_restored_starts_at_zero);
+    tcase_add_test(tc, test_load_shard_once);
+    tcase_add_test(tc, test_bad_messages_dropped);
+    tcase_set_timeout(tc, 60);
+    return tc;
+}

@@ -1915,6 +1915,39 @@ START_TEST(test_repl_state_from_primary_only)
 }
 END_TEST
 
+/* A standby whose copy had not been acknowledged (it holds nothing yet) that becomes the
+ * primary when this one leaves gets the state as a handover: it would wait for one for ever. */
+START_TEST(test_repl_handover_to_standby_behind)
+{
+    alive_nodes[0] = "n3";
+    alive_nodes[1] = "n4";
+    ps_table_t *t = open_replicated("local,n3", 2);
+    ps_view_t v2 = view_of(2, "local,n3,n4", 3); /* n4 joins: copies to it, not acked */
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &v2);
+    uint8_t mine[64] = {0};
+    for (uint32_t i = 0; i < t->layout.shards; i++)
+        mine[i] = (uint8_t)ps_repl_is_primary(t, i);
+    sent_clear();
+    ps_view_t v3 = view_of(3, "n3,n4", 2); /* this daemon leaves */
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &v3);
+    int want = 0;
+    for (uint32_t i = 0; i < t->layout.shards; i++) {
+        if (!mine[i] || strcmp(ps_table_primary(t, i), "n4") != 0)
+            continue;
+        want++;
+        int handover = 0;
+        sent_t *c;
+        for (int k = 0; (c = sent_find(18, "n4", k)); k++) {
+            uint32_t shard = (uint32_t)sent_get(c, 4);
+            sent_get(c, 8);
+            handover |= shard == i && sent_get(c, 1) == 1;
+        }
+        ck_assert_msg(handover, "shard %u: no handover to n4, whose copy had not come", i);
+    }
+    ck_assert_int_gt(want, 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_service");
@@ -1953,6 +1986,7 @@ int main(void)
     tcase_add_test(tr, test_repl_joined_server);
     tcase_add_test(tr, test_repl_forward_from_primary_only);
     tcase_add_test(tr, test_repl_state_from_primary_only);
+    tcase_add_test(tr, test_repl_handover_to_standby_behind);
     suite_add_tcase(s, tr);
     return check_run_suite(s);
 }

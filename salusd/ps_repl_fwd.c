@@ -320,9 +320,12 @@ void ps_repl_check(ps_t *ps)
         if (now - c->sent_ns < PS_COPY_RESEND_MS * 1000000ull ||
             !ps_repl_alive(ps, c->node))
             continue;
-        /* a standby's copy is taken again (the forwards it refused since are in it) */
+        /* a standby's copy is taken again (the forwards it refused since are in it); its
+         * ack may answer the first send (same req): it stands only for what every send held */
+        uint64_t mark = c->mark;
         if (!c->handover && snapshot(t, c) < 0)
             continue;
+        c->mark = mark;
         send_state(t, c);
         c->sent_ns = now;
     }

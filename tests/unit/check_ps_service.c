@@ -1948,6 +1948,46 @@ START_TEST(test_repl_handover_to_standby_behind)
 }
 END_TEST
 
+/* A copy sent again is taken again (newer); a late ack of the first send stands only for what
+ * the first send held: an update forwarded after it (lost on the way) is not acknowledged. */
+START_TEST(test_repl_copy_resent_ack_of_first)
+{
+    alive_nodes[0] = "n3";
+    alive_nodes[1] = "n4";
+    ps_table_t *t = open_replicated("local,n3", 2);
+    ps_view_t v2 = view_of(2, "local,n3,n4", 3);
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &v2);
+    uint32_t s = shard_where(t, 1);
+    int k4 = -1;
+    for (uint32_t k = 0; k < t->repl[s].nstandbys; k++)
+        if (strcmp(t->repl[s].standby[k].node, "n4") == 0)
+            k4 = (int)k;
+    ck_assert_int_ge(k4, 0);
+    uint64_t req = t->repl[s].standby[k4].copy_req;
+    ck_assert_uint_ne(req, 0); /* n4's copy, sent, not acknowledged */
+    msg_t m;
+    msg_update_of(&m, 4, s, 1, 0); /* forwarded to n3 and n4 (n4 never gets it) */
+    ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
+    msg_repl_ack(&m, s, 1, 0);
+    ps_msg_recv(d.ps, "n3", m.b, m.len, NULL, 0);
+    for (ps_copy_t *c = d.ps->copies; c; c = c->next) /* due again */
+        c->sent_ns -= 2ull * PS_COPY_RESEND_MS * 1000000ull;
+    sent_clear();
+    ps_repl_check(d.ps);
+    ck_assert_int_gt(sent_count(18, "n4"), 0);
+    msg_begin(&m, 19, 1000, 7, "rr", "t"); /* n4's ack of the first send */
+    msg_put(&m, s, 4);
+    msg_put(&m, req, 8);
+    msg_put(&m, 0, 4);
+    ps_msg_recv(d.ps, "n4", m.b, m.len, NULL, 0);
+    ps_repl_check(d.ps);
+    ck_assert_int_eq(sent_count(5, "n2"), 0); /* n4 does not have update 1 */
+    msg_repl_ack(&m, s, 1, 0); /* the source's resend forwarded again, n4 acknowledges */
+    ps_msg_recv(d.ps, "n4", m.b, m.len, NULL, 0);
+    ck_assert_int_eq(sent_count(5, "n2"), 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_service");
@@ -1987,6 +2027,7 @@ int main(void)
     tcase_add_test(tr, test_repl_forward_from_primary_only);
     tcase_add_test(tr, test_repl_state_from_primary_only);
     tcase_add_test(tr, test_repl_handover_to_standby_behind);
+    tcase_add_test(tr, test_repl_copy_resent_ack_of_first);
     suite_add_tcase(s, tr);
     return check_run_suite(s);
 }

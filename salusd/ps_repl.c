@@ -284,9 +284,15 @@ static void apply_view(ps_table_t *t, const ps_view_t *v)
         int was_primary = ps_repl_is_primary(t, i), is_primary = self >= 0 &&
                                                                  (int)now[0] == self;
         if (was_primary && !is_primary) {
+            /* (a standby here whose copy had not been acknowledged holds nothing yet) */
+            int behind = 0;
+            for (uint32_t j = 0; j < old->nstandbys; j++)
+                behind |= old->standby[j].copy_req != 0 &&
+                          strcmp(old->standby[j].node, new_primary) == 0;
             ps_repl_drop_shard(t, i);
             /* a new primary that held nothing gets this state (graceful: alive) */
-            if (t->shards[i] && !old->loading && !in_set(t->ring, was, kw, new_primary))
+            if (t->shards[i] && !old->loading &&
+                (behind || !in_set(t->ring, was, kw, new_primary)))
                 ps_repl_send_copy(t, i, new_primary, 1);
         }
         if (is_primary) {

@@ -322,9 +322,12 @@ void ps_repl_check(ps_t *ps)
         if (now - c->sent_ns < PS_COPY_RESEND_MS * 1000000ull ||
             !ps_repl_alive(ps, c->node))
             continue;
-        /* a standby's copy is taken again (the forwards it refused since are in it) */
+        /* a standby's copy is taken again (the forwards it refused since are in it); its
+         * ack may answer the first send (same req): it stands only for what every send held */
+        uint64_t mark = c->mark;
         if (!c->handover && snapshot(t, c) < 0)
             continue;
+        c->mark = mark;
         send_state(t, c);
         c->sent_ns = now;
     }
@@ -366,6 +369,13 @@ static int aligned(const void *p, uint64_t n, int keyed)
            (!keyed || (at + n * sizeof(float)) % _Alignof(uint64_t) == 0);
 }
 
+/* 1 when node is the shard's primary in the view in force here. */
+static int from_primary(const ps_table_t *t, uint32_t shard, const char *node)
+{
+    const char *primary = ps_table_primary(t, shard);
+    return primary && strcmp(primary, node) == 0;
+}
+
 /* A standby takes what its primary forwards (de-duplicated as any update). */
 static void recv_forward(ps_t *ps, const char *node, rbuf_t *r, ps_table_t *t, uid_t uid,
                          uint64_t epoch, const char *group, const char *name,
@@ -391,7 +401,10 @@ static void recv_forward(ps_t *ps, const char *node, rbuf_t *r, ps_table_t *t, u
         return;
     }
     int rc = -ENOENT; /* no table or shard here (yet): the primary sends a copy */
-    if (t && t->shards && t->shards[shard] && t->state != PS_TABLE_FAILED) {
+    if (t && t->repl && (ps_repl_is_primary(t, shard) || !from_primary(t, shard, node)))
+        rc = -ESTALE; /* not from the shard's primary in this view (a stale one's, or the
+                       * primary here: it would be acked without this one's standbys) */
+    else if (t && t->shards && t->shards[shard] && t->state != PS_TABLE_FAILED) {
         const uint8_t *at = payload;
         void *copy = NULL;
         if (payload_len && !aligned(at, u.n, keyed)) {
@@ -462,7 +475,11 @@ static void recv_state(ps_t *ps, const char *node, rbuf_t *r, ps_table_t *t, uid
         rc = -ENOENT; /* not here yet (a joined server before the open): sent again */
     else if (!t->repl[shard].replica)
         rc = -ESTALE; /* this daemon's view is behind the sender's: sent again */
-    else if (ps_repl_is_primary(t, shard) && !t->repl[shard].loading && t->shards[shard]) {
+    else if (handover != ps_repl_is_primary(t, shard) ||
+             (!handover && !from_primary(t, shard, node)))
+        rc = -ESTALE; /* a handover is for the primary, a copy for its standbys, from it; a
+                       * primary never acks (as in step) a copy it did not take */
+    else if (handover && !t->repl[shard].loading && t->shards[shard]) {
         rc = 0; /* the primary here serves already: its state is the newer one */
     } else {
         uint64_t first, elems;

@@ -1836,6 +1836,163 @@ START_TEST(test_repl_joined_server)
 }
 END_TEST
 
+/* A forward is taken only from the shard's primary in this daemon's view, and never by the
+ * primary itself (a primary of an older view forwarding to the new one would have it acked
+ * without its standbys having it): refused with -ESTALE, nothing applied. */
+START_TEST(test_repl_forward_from_primary_only)
+{
+    alive_nodes[0] = "n3";
+    alive_nodes[1] = "n4";
+    ps_table_t *t = open_replicated("local,n3,n4", 3);
+    uint32_t b = shard_where(t, 0), s = shard_where(t, 1);
+    const char *primary = ps_table_primary(t, b);
+    const char *other = strcmp(primary, "n3") == 0 ? "n4" : "n3";
+    sent_clear();
+    msg_t m;
+    msg_update_of(&m, 16, b, 1, 0); /* from a standby of b, not its primary */
+    ps_msg_recv(d.ps, other, m.b, m.len, three, sizeof(three));
+    msg_update_of(&m, 16, s, 1, 0); /* to the primary here */
+    ps_msg_recv(d.ps, "n3", m.b, m.len, three, sizeof(three));
+    ck_assert_float_eq(ps_shard_values(t->shards[b])[0], 0);
+    ck_assert_uint_eq(ps_shard_closed(t->shards[b], 0), 0);
+    ck_assert_float_eq(ps_shard_values(t->shards[s])[0], 0);
+    ck_assert_uint_eq(ps_shard_closed(t->shards[s], 0), 0);
+    ck_assert_int_eq(sent_count(16, NULL), 0); /* nothing forwarded on */
+    for (int k = 0; k < 2; k++) {
+        sent_t *a = sent_find(17, k ? "n3" : other, 0);
+        ck_assert_ptr_nonnull(a);
+        ck_assert_uint_eq(sent_get(a, 4), k ? s : b);
+        sent_get(a, 4 + 8);
+        ck_assert_int_eq((int32_t)(uint32_t)sent_get(a, 4), -ESTALE);
+    }
+    /* from the primary: taken */
+    msg_update_of(&m, 16, b, 1, 0);
+    ps_msg_recv(d.ps, primary, m.b, m.len, three, sizeof(three));
+    ck_assert_float_eq(ps_shard_values(t->shards[b])[0], 3);
+}
+END_TEST
+
+/* A shard state: a standby's copy only from the shard's primary, never loaded by (nor
+ * acknowledged as taken by) a primary; a handover only by the primary still waiting for it. */
+START_TEST(test_repl_state_from_primary_only)
+{
+    alive_nodes[0] = "n3";
+    alive_nodes[1] = "n4";
+    ps_table_t *t = open_replicated("local,n3,n4", 3);
+    uint32_t b = shard_where(t, 0), s = shard_where(t, 1);
+    const char *primary = ps_table_primary(t, b);
+    const char *other = strcmp(primary, "n3") == 0 ? "n4" : "n3";
+    uint64_t first, elems;
+    ps_layout_shard(&t->layout, b, &first, &elems);
+    ps_shard_t *src = ps_shard_create(elems, &t->spec.rule, &t->spec.sync, t->sources);
+    ck_assert_int_eq(ps_shard_contribute(src, 0, 4, 0, 0, 1, NULL, three), 1);
+    ck_assert_int_eq(ps_shard_close(src, 0, 0), 1);
+    size_t size = ps_shard_state_size(src);
+    void *buf = malloc(size);
+    int64_t len = ps_shard_save(src, buf, size);
+    ck_assert_int_gt(len, 0);
+    ps_layout_shard(&t->layout, s, &first, &elems);
+    ck_assert_uint_eq(elems, ps_shard_elems(src)); /* (same shape: the state fits s too) */
+    sent_clear();
+    struct {
+        uint32_t shard;
+        const char *from;
+        int handover;
+    } bad[] = {{b, other, 0}, {b, primary, 1}, {s, "n3", 0}};
+    for (int k = 0; k < 3; k++) {
+        msg_t m;
+        msg_begin(&m, 18, 1000, 7, "rr", "t");
+        msg_put(&m, bad[k].shard, 4);
+        msg_put(&m, 50 + (uint64_t)k, 8);
+        msg_put(&m, (uint64_t)bad[k].handover, 1);
+        ps_msg_recv(d.ps, bad[k].from, m.b, m.len, buf, (size_t)len);
+        int rc = 1;
+        sent_t *a;
+        for (int j = 0; (a = sent_find(19, bad[k].from, j)); j++) /* its answer, by req */
+            if (sent_get(a, 4) == bad[k].shard && sent_get(a, 8) == 50 + (uint64_t)k)
+                rc = (int)(int32_t)(uint32_t)sent_get(a, 4);
+        ck_assert_msg(rc == -ESTALE, "state %d: rc %d, want -ESTALE", k, rc);
+    }
+    ck_assert_float_eq(ps_shard_values(t->shards[b])[0], 0);
+    ck_assert_float_eq(ps_shard_values(t->shards[s])[0], 0);
+    free(buf);
+    ps_shard_destroy(src);
+}
+END_TEST
+
+/* A standby whose copy had not been acknowledged (it holds nothing yet) that becomes the
+ * primary when this one leaves gets the state as a handover: it would wait for one for ever. */
+START_TEST(test_repl_handover_to_standby_behind)
+{
+    alive_nodes[0] = "n3";
+    alive_nodes[1] = "n4";
+    ps_table_t *t = open_replicated("local,n3", 2);
+    ps_view_t v2 = view_of(2, "local,n3,n4", 3); /* n4 joins: copies to it, not acked */
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &v2);
+    uint8_t mine[64] = {0};
+    for (uint32_t i = 0; i < t->layout.shards; i++)
+        mine[i] = (uint8_t)ps_repl_is_primary(t, i);
+    sent_clear();
+    ps_view_t v3 = view_of(3, "n3,n4", 2); /* this daemon leaves */
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &v3);
+    int want = 0;
+    for (uint32_t i = 0; i < t->layout.shards; i++) {
+        if (!mine[i] || strcmp(ps_table_primary(t, i), "n4") != 0)
+            continue;
+        want++;
+        int handover = 0;
+        sent_t *c;
+        for (int k = 0; (c = sent_find(18, "n4", k)); k++) {
+            uint32_t shard = (uint32_t)sent_get(c, 4);
+            sent_get(c, 8);
+            handover |= shard == i && sent_get(c, 1) == 1;
+        }
+        ck_assert_msg(handover, "shard %u: no handover to n4, whose copy had not come", i);
+    }
+    ck_assert_int_gt(want, 0);
+}
+END_TEST
+
+/* A copy sent again is taken again (newer); a late ack of the first send stands only for what
+ * the first send held: an update forwarded after it (lost on the way) is not acknowledged. */
+START_TEST(test_repl_copy_resent_ack_of_first)
+{
+    alive_nodes[0] = "n3";
+    alive_nodes[1] = "n4";
+    ps_table_t *t = open_replicated("local,n3", 2);
+    ps_view_t v2 = view_of(2, "local,n3,n4", 3);
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &v2);
+    uint32_t s = shard_where(t, 1);
+    int k4 = -1;
+    for (uint32_t k = 0; k < t->repl[s].nstandbys; k++)
+        if (strcmp(t->repl[s].standby[k].node, "n4") == 0)
+            k4 = (int)k;
+    ck_assert_int_ge(k4, 0);
+    uint64_t req = t->repl[s].standby[k4].copy_req;
+    ck_assert_uint_ne(req, 0); /* n4's copy, sent, not acknowledged */
+    msg_t m;
+    msg_update_of(&m, 4, s, 1, 0); /* forwarded to n3 and n4 (n4 never gets it) */
+    ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
+    msg_repl_ack(&m, s, 1, 0);
+    ps_msg_recv(d.ps, "n3", m.b, m.len, NULL, 0);
+    for (ps_copy_t *c = d.ps->copies; c; c = c->next) /* due again */
+        c->sent_ns -= 2ull * PS_COPY_RESEND_MS * 1000000ull;
+    sent_clear();
+    ps_repl_check(d.ps);
+    ck_assert_int_gt(sent_count(18, "n4"), 0);
+    msg_begin(&m, 19, 1000, 7, "rr", "t"); /* n4's ack of the first send */
+    msg_put(&m, s, 4);
+    msg_put(&m, req, 8);
+    msg_put(&m, 0, 4);
+    ps_msg_recv(d.ps, "n4", m.b, m.len, NULL, 0);
+    ps_repl_check(d.ps);
+    ck_assert_int_eq(sent_count(5, "n2"), 0); /* n4 does not have update 1 */
+    msg_repl_ack(&m, s, 1, 0); /* the source's resend forwarded again, n4 acknowledges */
+    ps_msg_recv(d.ps, "n4", m.b, m.len, NULL, 0);
+    ck_assert_int_eq(sent_count(5, "n2"), 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_service");
@@ -1872,6 +2029,10 @@ int main(void)
     tcase_add_test(tr, test_repl_local_source_waits);
     tcase_add_test(tr, test_repl_forward_across_views);
     tcase_add_test(tr, test_repl_joined_server);
+    tcase_add_test(tr, test_repl_forward_from_primary_only);
+    tcase_add_test(tr, test_repl_state_from_primary_only);
+    tcase_add_test(tr, test_repl_handover_to_standby_behind);
+    tcase_add_test(tr, test_repl_copy_resent_ack_of_first);
     suite_add_tcase(s, tr);
     return check_run_suite(s);
 }

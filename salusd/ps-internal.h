@@ -409,7 +409,7 @@ typedef struct ps_copy_s {
 /* ps_server.c's ps_server_update returns this when the update was taken here as primary and
  * its acknowledgement waits for the standbys (ps_worker_acked is called then). */
 #define PS_UPDATE_PENDING 2
-#define PS_COPY_RESEND_MS 500  /* a copy not acknowledged by then is sent again */
+#define PS_COPY_RESEND_MS 200  /* a copy not acknowledged by then is sent again */
 
 /* ps_repl.c: views */
 /* Builds ring and owners for view servers `servers` with R `replicas`, marks the replicas
@@ -434,7 +434,8 @@ uint64_t ps_repl_shard_bytes(const ps_table_t *t);
 /* ps_repl_fwd.c: forwarding to standbys, whole-state copies */
 /* An update from source (origin: its node, NULL for this daemon's workers) to shard, taken
  * here as primary: 1 applied, 0 duplicate, PS_UPDATE_PENDING (the ack waits for standbys),
- * -ESTALE (not the primary here), -EAGAIN (not now: no ack, resent), other < 0 refused. */
+ * -ESTALE (not the primary here, or not serving yet: its state is on its way), -EAGAIN /
+ * -ENOMEM (not now: no ack, resent), other < 0 refused. */
 int ps_repl_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_update_t *u,
                    const char *origin);
 /* Sends shard's state to node (copy or handover); 0 or a negative errno. */

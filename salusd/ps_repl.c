@@ -40,7 +40,8 @@
  *     copy first when it was not the primary before (after a fail-over the standbys may hold
  *     different suffixes of the last updates), only the new standbys when it was;
  *   - primary now, nothing before (a joined server): `loading` until the old primary's state
- *     comes: updates get no ack (resent), reads are kept; then its standbys get copies;
+ *     comes: updates are answered -ESTALE (sent again soon), reads are kept; then its standbys
+ *     get copies;
  *   - a standby now, nothing before: no state until its primary's copy comes (forwards to it
  *     are refused until then, which asks for a copy too);
  *   - no replica now: the shard's state goes here (quota charge with it).

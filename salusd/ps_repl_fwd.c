@@ -30,7 +30,7 @@ int ps_repl_alive(ps_t *ps, const char *node)
 
 void ps_repl_arm(ps_t *ps)
 {
-    static const struct timeval every = {0, 250000};
+    static const struct timeval every = {0, 100000};
     if (ps->repl_timer && !evtimer_pending(ps->repl_timer, NULL))
         evtimer_add(ps->repl_timer, &every);
 }
@@ -133,7 +133,8 @@ int ps_repl_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_upda
         return -ESTALE;
     ps_repl_shard_t *rs = &t->repl[shard];
     if (rs->loading || !t->shards[shard])
-        return -EAGAIN; /* its state is on its way: the source sends it again */
+        return -ESTALE; /* its state is on its way: not serving yet (the source sends it
+                         * again soon, as to a primary that has not read its view yet) */
     int rc = ps_server_apply(t, shard, source, u);
     if (rc < 0 || rs->nstandbys == 0)
         return rc;
@@ -311,7 +312,8 @@ void ps_repl_check(ps_t *ps)
         if (!t || t->state == PS_TABLE_FAILED || !t->repl ||
             (!c->handover && (!ps_repl_is_primary(t, c->shard) || !t->shards[c->shard] ||
                               standby_index(t, c->shard, c->node) < 0)) ||
-            (c->handover && strcmp(ps_table_primary(t, c->shard), c->node) != 0)) {
+            (c->handover && (!ps_table_primary(t, c->shard) ||
+                             strcmp(ps_table_primary(t, c->shard), c->node) != 0))) {
             *cp = c->next;
             copy_free(c);
             continue;

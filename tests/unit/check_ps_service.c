@@ -1779,7 +1779,7 @@ START_TEST(test_repl_joined_server)
     ck_assert_ptr_nonnull(a);
     a->at += 4 + 4 + 8; /* shard, source, seq */
     ck_assert_int_eq((int32_t)(uint32_t)sent_get(a, 4), -ENOENT);
-    /* the primary here without its state: no ack, the read kept */
+    /* the primary here without its state: not serving yet (-ESTALE), the read kept */
     msg_update_of(&m, 4, s, 1, 0);
     ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
     msg_begin(&m, 6, 1000, 7, "rr", "t");
@@ -1789,7 +1789,11 @@ START_TEST(test_repl_joined_server)
     msg_put(&m, 0, 8);
     msg_put(&m, 1, 8);
     ps_msg_recv(d.ps, "n2", m.b, m.len, NULL, 0);
-    ck_assert_int_eq(sent_count(5, "n2"), 0);
+    ck_assert_int_eq(sent_count(5, "n2"), 1);
+    uint64_t seq;
+    int rc;
+    update_ack_of(sent_find(5, "n2", 0), &seq, &rc);
+    ck_assert_int_eq(rc, -ESTALE);
     ck_assert_int_eq(sent_count(7, "n2"), 0);
     ck_assert_int_eq(sent_count(16, NULL), 0);
     /* the old primary's state (n2's clock 0 in it): taken, the read answered, the standbys

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints of parameter-server tables on one node (salusd/ps_ckpt.h), with salus-mlp --ps bsp
 # (2 ranks of group G under salusctl run):
-#  1. the reference: the group trains K steps uninterrupted;
+#  1. the reference: the group trains K steps uninterrupted; --ps-stop-at 6 ends a run after
+#     step 6 with the reference's losses up to there;
 #  2. the same group again, slowed; `salusctl checkpoint G` during training prints each table's
 #     clock C, values and file; then salusd is killed (-9) with the ranks: the tables are lost;
 #  3. salusd restarted on the same state directory; the group restarted with --restore: both
@@ -62,6 +63,17 @@ group ref --
 wait_group ref
 cmp -s "$WORK/ref0.w" "$WORK/ref1.w" || fail "the reference's ranks differ"
 echo "reference, $K steps: $(grep final_loss "$WORK/ref0.out") $(grep mlp_weights_digest "$WORK/ref0.out")"
+
+# --ps-stop-at: a run that ends after step 6 holds the reference's losses up to there
+group stop -- --ps-stop-at 6 --print-every 2
+wait_group stop
+grep -q '^iter=6 loss=' "$WORK/stop0.out" && ! grep -q '^iter=8 ' "$WORK/stop0.out" ||
+    fail "--ps-stop-at 6: $(grep '^iter=' "$WORK/stop0.out" | tr '\n' ' ')"
+[ "$(sed -n 's/^iter=6 loss=//p' "$WORK/stop0.out")" = "$(sed -n 's/^final_loss=//p' "$WORK/stop0.out")" ] ||
+    fail "--ps-stop-at 6: the final loss is not step 6's"
+[ "$(grep '^iter=4 ' "$WORK/stop0.out")" = "$(grep '^iter=4 ' "$WORK/ref0.out")" ] ||
+    fail "--ps-stop-at 6: step 4's loss differs from the reference's"
+pass "--ps-stop-at 6: the run ends after step 6 ($(grep '^iter=6 ' "$WORK/stop0.out")), step 4 as the reference's"
 
 # ---- 2. train, checkpoint during training, lose everything
 group run -- --ps-slow-ms 60

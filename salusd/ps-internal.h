@@ -422,6 +422,10 @@ void ps_repl_view_changed(void *ctx, uid_t uid, const char *group, uint64_t epoc
                           const char *table, const struct ps_view_s *view);
 /* Starts watching the table's view (once). */
 void ps_repl_watch(ps_table_t *t);
+/* A node reachable again: the tables this daemon is a source of whose view has it as a server
+ * send it the open again (not fresh; one it has is answered OK): a server restarted within its
+ * lease kept its place in the views but lost its tables, and nothing else gives them back. */
+void ps_repl_peer_up(ps_t *ps, const char *node);
 /* 1 when this daemon is shard's primary in the table's view. */
 int ps_repl_is_primary(const ps_table_t *t, uint32_t shard);
 /* 1 when node is alive as far as the cluster knows (the test seam first). */

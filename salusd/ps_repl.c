@@ -181,6 +181,23 @@ void ps_repl_watch(ps_table_t *t)
         t->watching = 1;
 }
 
+void ps_repl_peer_up(ps_t *ps, const char *node)
+{
+    if (strcmp(node, ps_cluster_self(ps->d)) == 0)
+        return;
+    for (ps_table_t *t = ps->tables; t; t = t->next) {
+        if (t->state != PS_TABLE_READY || t->self_source < 0 || !t->streams || !t->repl)
+            continue;
+        for (size_t i = 0; t->ring && i < ps_ring_size(t->ring); i++)
+            if (strcmp(ps_ring_name(t->ring, i), node) == 0) {
+                if (ps_msg_send_open_as(t, node, 0) < 0)
+                    LOG_WARN("ps: table '%s': the open to %s (reachable again) was not sent",
+                             t->name, node);
+                break;
+            }
+    }
+}
+
 /* Another node's kept read of a shard no longer primaried here hears -ESTALE (its daemon asks
  * the new primary); this node's own are moved by ps_worker_view_changed. */
 static void fence_waits(ps_table_t *t)

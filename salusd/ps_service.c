@@ -130,8 +130,8 @@ static void on_peer_down(void *ctx, const char *node)
 
 static void on_peer_up(void *ctx, const char *node)
 {
-    (void)ctx;
     LOG_DEBUG("ps: node %s is reachable", node);
+    ps_repl_peer_up(ctx, node); /* a server restarted within its lease: its tables again */
 }
 
 static void on_repl_timer(evutil_socket_t fd, short what, void *arg)

@@ -1993,6 +1993,37 @@ START_TEST(test_repl_copy_resent_ack_of_first)
 }
 END_TEST
 
+/* A server of the view reachable again (it may have restarted within its lease, its tables
+ * lost): this source daemon sends it the open again, not fresh; a node that is not a server of
+ * the view hears nothing. */
+START_TEST(test_repl_open_again_on_peer_up)
+{
+    alive_nodes[0] = "n3";
+    make_group("lp", 1000, 1, LAUNCH_SYNC_BSP, 0, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "lp", &o0);
+    ps_table_spec_t spec = spec_of("w", N, "add", "bsp");
+    open_ok(&w0, &spec);
+    ps_table_t *t = ps_table_find(d.ps, 1000, "lp", "w", 1);
+    ck_assert_ptr_nonnull(t);
+    ps_view_t v = view_of(t->view + 1, "local,n3", 2);
+    ps_repl_view_changed(d.ps, 1000, "lp", 1, "w", &v);
+    sent_clear();
+    ps_repl_peer_up(d.ps, "n9");
+    ck_assert_int_eq(sent_count(1, NULL), 0);
+    ps_repl_peer_up(d.ps, "n3");
+    sent_t *o = sent_find(1, "n3", 0);
+    ck_assert_ptr_nonnull(o);
+    o->at += 8 + 8 + 4; /* req, count, vnodes */
+    o->at += 1 + o->header[o->at]; /* rule */
+    o->at += 1 + o->header[o->at]; /* sync */
+    ck_assert_uint_eq(sent_get(o, 8), t->view);
+    ck_assert_uint_eq(sent_get(o, 4), 2);
+    ck_assert_uint_eq(sent_get(o, 1), 0); /* not fresh: its shards come as copies */
+    ck_assert_int_eq(sent_count(1, NULL), 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_service");
@@ -2033,6 +2064,7 @@ int main(void)
     tcase_add_test(tr, test_repl_state_from_primary_only);
     tcase_add_test(tr, test_repl_handover_to_standby_behind);
     tcase_add_test(tr, test_repl_copy_resent_ack_of_first);
+    tcase_add_test(tr, test_repl_open_again_on_peer_up);
     suite_add_tcase(s, tr);
     return check_run_suite(s);
 }

@@ -52,7 +52,7 @@ group() {
 wait_group() {
     local tag="$1" r=0 pid
     for pid in "${RUN_PIDS[@]}"; do
-        wait "$pid" || fail "rank $r of $tag: $(tail -5 "$WORK/$tag$r.out")"
+        wait "$pid" || fail "rank $r of $tag: $(tail -5 "$WORK/$tag$r.out"; echo "[rank $((1 - r))]:"; tail -3 "$WORK/$tag$((1 - r)).out")"
         r=$((r + 1))
     done
     RUN_PIDS=()
@@ -147,7 +147,7 @@ pass "a corrupted checkpoint: a clear error at restore, salusd lives"
 # ---- 5. a period, under asp: the daemon takes one every second while the group lives
 G="it-ckpt-asp-$$"
 FILE_A="$STATE_DIRECTORY/checkpoints/$(id -u)/$G/mlp-w.ckpt"
-group asp --sync asp -- --ps asp --ps-slow-ms 150
+group asp --sync asp -- --ps asp --ps-slow-ms 150 --iterations 80 # (long enough for two periods)
 wait_until 60 '[ -f "$WORK/asp0.log" ] && [ "$(grep -c "^read " "$WORK/asp0.log")" -ge 2 ]' || fail "the asp group did not start"
 "$SALUSCTL" checkpoint "$G" --period 1 >"$WORK/period.out" 2>&1 || fail "--period: $(cat "$WORK/period.out")"
 cat "$WORK/period.out"

@@ -153,18 +153,8 @@ static ps_fetch_t *take_retargeted(ps_table_t *t)
     return taken;
 }
 
-/* A fetch of w's slice and bound on its way (to ride along), or NULL. */
-static ps_fetch_t *fetch_of(ps_table_t *t, const ps_wait_t *w)
-{
-    for (ps_fetch_t *f = t->ps->fetches; f; f = f->next)
-        if (f->table == t && f->shard == w->shard && f->min_done == w->min_done &&
-            f->first == w->first && f->n == w->n)
-            return f;
-    return NULL;
-}
-
 /* Reads of this node's workers kept on a shard here that this daemon no longer primaries:
- * they go to the new primary as fetches (riding one of the same slice when there is). */
+ * each goes to the new primary as a slice answered -ESTALE does (ps_pull_slice). */
 static uint32_t move_local_reads(ps_table_t *t)
 {
     uint32_t moved = 0;
@@ -175,30 +165,9 @@ static uint32_t move_local_reads(ps_table_t *t)
             continue;
         }
         *wp = w->next;
-        ps_rider_t *r = calloc(1, sizeof(*r));
-        ps_fetch_t *f = r ? fetch_of(t, w) : NULL, *fresh = NULL;
-        if (r && !f && (fresh = f = calloc(1, sizeof(*f))) != NULL) {
-            f->req = t->ps->next_req++;
-            f->table = t;
-            f->shard = w->shard;
-            f->min_done = w->min_done;
-            f->first = w->first;
-            f->n = w->n;
-        }
-        if (!f) {
-            free(r);
-            ps_pull_slice(w->pull, -ENOMEM, "out of memory", 0, NULL, 0, 0, 0, 0, 0);
-            free(w);
-            continue;
-        }
-        r->pull = w->pull;
-        r->out_index = w->out_index;
-        r->next = f->riders;
-        f->riders = r;
+        ps_pull_slice(w->pull, -ESTALE, "the shard moved", w->out_index, NULL, 0, 0, 0, 0, 0);
         free(w);
         moved++;
-        if (fresh)
-            ps_fetch_ask(fresh, 1);
     }
     return moved;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints of parameter-server tables on one node (salusd/ps_ckpt.h), with salus-mlp --ps bsp
 # (2 ranks of group G under salusctl run):
-#  1. the reference: the group trains K steps uninterrupted;
+#  1. the reference: the group trains K steps uninterrupted; --ps-stop-at 6 ends a run after
+#     step 6 with the reference's losses up to there;
 #  2. the same group again, slowed; `salusctl checkpoint G` during training prints each table's
 #     clock C, values and file; then salusd is killed (-9) with the ranks: the tables are lost;
 #  3. salusd restarted on the same state directory; the group restarted with --restore: both
@@ -51,7 +52,7 @@ group() {
 wait_group() {
     local tag="$1" r=0 pid
     for pid in "${RUN_PIDS[@]}"; do
-        wait "$pid" || fail "rank $r of $tag: $(tail -5 "$WORK/$tag$r.out")"
+        wait "$pid" || fail "rank $r of $tag: $(tail -5 "$WORK/$tag$r.out"; echo "[rank $((1 - r))]:"; tail -3 "$WORK/$tag$((1 - r)).out")"
         r=$((r + 1))
     done
     RUN_PIDS=()
@@ -62,6 +63,17 @@ group ref --
 wait_group ref
 cmp -s "$WORK/ref0.w" "$WORK/ref1.w" || fail "the reference's ranks differ"
 echo "reference, $K steps: $(grep final_loss "$WORK/ref0.out") $(grep mlp_weights_digest "$WORK/ref0.out")"
+
+# --ps-stop-at: a run that ends after step 6 holds the reference's losses up to there
+group stop -- --ps-stop-at 6 --print-every 2
+wait_group stop
+grep -q '^iter=6 loss=' "$WORK/stop0.out" && ! grep -q '^iter=8 ' "$WORK/stop0.out" ||
+    fail "--ps-stop-at 6: $(grep '^iter=' "$WORK/stop0.out" | tr '\n' ' ')"
+[ "$(sed -n 's/^iter=6 loss=//p' "$WORK/stop0.out")" = "$(sed -n 's/^final_loss=//p' "$WORK/stop0.out")" ] ||
+    fail "--ps-stop-at 6: the final loss is not step 6's"
+[ "$(grep '^iter=4 ' "$WORK/stop0.out")" = "$(grep '^iter=4 ' "$WORK/ref0.out")" ] ||
+    fail "--ps-stop-at 6: step 4's loss differs from the reference's"
+pass "--ps-stop-at 6: the run ends after step 6 ($(grep '^iter=6 ' "$WORK/stop0.out")), step 4 as the reference's"
 
 # ---- 2. train, checkpoint during training, lose everything
 group run -- --ps-slow-ms 60
@@ -135,7 +147,7 @@ pass "a corrupted checkpoint: a clear error at restore, salusd lives"
 # ---- 5. a period, under asp: the daemon takes one every second while the group lives
 G="it-ckpt-asp-$$"
 FILE_A="$STATE_DIRECTORY/checkpoints/$(id -u)/$G/mlp-w.ckpt"
-group asp --sync asp -- --ps asp --ps-slow-ms 150
+group asp --sync asp -- --ps asp --ps-slow-ms 150 --iterations 80 # (long enough for two periods)
 wait_until 60 '[ -f "$WORK/asp0.log" ] && [ "$(grep -c "^read " "$WORK/asp0.log")" -ge 2 ]' || fail "the asp group did not start"
 "$SALUSCTL" checkpoint "$G" --period 1 >"$WORK/period.out" 2>&1 || fail "--period: $(cat "$WORK/period.out")"
 cat "$WORK/period.out"

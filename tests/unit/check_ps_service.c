@@ -1201,6 +1201,7 @@ static void sent_rewind(sent_t *m)
 
 static uint64_t sent_get(sent_t *m, size_t bytes)
 {
+    ck_assert_uint_le(bytes, 8);
     uint64_t v = 0;
     for (size_t i = 0; i < bytes; i++)
         v |= (uint64_t)m->header[m->at++] << (8 * i);
@@ -1861,7 +1862,7 @@ START_TEST(test_repl_forward_from_primary_only)
         sent_t *a = sent_find(17, k ? "n3" : other, 0);
         ck_assert_ptr_nonnull(a);
         ck_assert_uint_eq(sent_get(a, 4), k ? s : b);
-        a->at += 4 + 8; /* source, seq */
+        a->at += 4 + 8; /* shard, req */
         ck_assert_int_eq((int32_t)(uint32_t)sent_get(a, 4), -ESTALE);
     }
     /* from the primary: taken */

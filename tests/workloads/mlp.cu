@@ -609,7 +609,7 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
     if (ps.enabled) { /* every clock of every rank, then the losses as the other modes print them */
         mlp_ps_finish(&ps, &final_weights, &ps_losses);
         for (unsigned iteration = 1; iteration <= ps.last; iteration++)
-            if (mlp_prints(config, iteration) || iteration == ps.last)
+            if (mlp_prints(config, iteration))
                 mlp_report(config, iteration, ps_losses[iteration - 1]);
         loss = ps_losses.back();
     }

@@ -47,6 +47,13 @@ int ps_ckpt_open_prepare(ps_table_t *t, const ps_table_spec_t *spec, uint64_t *s
         free(values);
         return -EINVAL;
     }
+    if (h.clock > (uint64_t)INT64_MAX) { /* (a table's clocks stay there: no wrap later) */
+        snprintf(err, err_size, "table '%s': its checkpoint is at clock %llu, beyond the "
+                 "last a table can start at (%lld)", spec->name, (unsigned long long)h.clock,
+                 (long long)INT64_MAX);
+        free(values);
+        return -EINVAL;
+    }
     free(t->restore_values);
     t->restore_values = values;
     t->start_clock = h.clock;

@@ -312,6 +312,12 @@ static void apply_view(ps_table_t *t, const ps_view_t *v)
                 (behind || !in_set(t->ring, was, kw, new_primary)))
                 ps_repl_send_copy(t, i, new_primary, 1);
         }
+        /* a fail-over (the old primary is gone): a standby here that holds the shard hands it
+         * to the new primary too, which may hold nothing (its copy was on its way, or it
+         * joined); one that serves already answers 0 and keeps its own */
+        if (!was_primary && !is_primary && old->replica && t->shards[i] &&
+            strcmp(old_primary, new_primary) != 0 && !ps_repl_alive(ps, old_primary))
+            ps_repl_send_copy(t, i, new_primary, 1);
         if (is_primary) {
             rs->loading = !old->replica || !t->shards[i] || (was_primary && old->loading);
             rs->applied = old->applied;

@@ -240,6 +240,11 @@ START_TEST(test_restore_errors)
     spec = spec_of("f", N, "add");
     ck_assert_int_eq(open_table(&w0, &spec, &h, err, sizeof(err)), -EINVAL);
     ck_assert_msg(strstr(err, "holds table 'f' of group other"), "%s", err);
+    /* a clock beyond what a table can start at (a crafted file: its checksum is right) */
+    write_ckpt("re", "far", N, "add", UINT64_MAX, saved);
+    spec = spec_of("far", N, "add");
+    ck_assert_int_eq(open_table(&w0, &spec, &h, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "at clock 18446744073709551615, beyond"), "%s", err);
     /* the right one still opens, at its clock */
     spec = spec_of("w", N, "add");
     ck_assert_msg(open_table(&w0, &spec, &h, err, sizeof(err)) == 0, "%s", err);

@@ -1943,6 +1943,7 @@ START_TEST(test_repl_handover_to_standby_behind)
         int handover = 0;
         sent_t *c;
         for (int k = 0; (c = sent_find(18, "n4", k)); k++) {
+            sent_rewind(c); /* (read for an earlier shard) */
             uint32_t shard = (uint32_t)sent_get(c, 4);
             sent_get(c, 8);
             handover |= shard == i && sent_get(c, 1) == 1;
@@ -2069,6 +2070,56 @@ START_TEST(test_repl_update_of_table_not_here)
 }
 END_TEST
 
+/* A fail-over (the primary n3 dead): a standby here hands its state to the shard's new
+ * primary n4, which may hold nothing (its own copy was on its way): n4 takes it only while it
+ * waits for one. */
+START_TEST(test_repl_failover_handover_from_standby)
+{
+    alive_nodes[0] = "n3";
+    alive_nodes[1] = "n4";
+    ps_table_t *t = open_replicated("local,n3,n4", 3);
+    uint8_t was_n3[64] = {0};
+    for (uint32_t i = 0; i < t->layout.shards; i++)
+        was_n3[i] = strcmp(ps_table_primary(t, i), "n3") == 0;
+    alive_nodes[0] = "n4";
+    alive_nodes[1] = NULL;
+    sent_clear();
+    ps_view_t v = view_of(2, "local,n4", 3);
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &v);
+    int want = 0;
+    for (uint32_t i = 0; i < t->layout.shards; i++) {
+        if (!was_n3[i] || strcmp(ps_table_primary(t, i), "n4") != 0)
+            continue;
+        want++;
+        int handover = 0;
+        sent_t *c;
+        for (int k = 0; (c = sent_find(18, "n4", k)); k++) {
+            sent_rewind(c); /* (read for an earlier shard) */
+            uint32_t shard = (uint32_t)sent_get(c, 4);
+            sent_get(c, 8);
+            handover |= shard == i && sent_get(c, 1) == 1;
+        }
+        ck_assert_msg(handover, "shard %u: no handover to its new primary n4", i);
+    }
+    ck_assert_int_gt(want, 0);
+    /* none from a standby where the old primary lives on (a graceful change: the primary
+     * hands over itself) */
+    uint8_t mine[64] = {0};
+    for (uint32_t i = 0; i < t->layout.shards; i++)
+        mine[i] = (uint8_t)ps_repl_is_primary(t, i);
+    alive_nodes[1] = "n5";
+    sent_clear();
+    ps_view_t v3 = view_of(3, "local,n4,n5", 3);
+    ps_repl_view_changed(d.ps, 1000, "rr", 7, "t", &v3);
+    for (int k = 0; sent_find(18, NULL, k); k++) {
+        sent_t *c = sent_find(18, NULL, k);
+        uint32_t shard = (uint32_t)sent_get(c, 4);
+        c->at += 8; /* req */
+        ck_assert(sent_get(c, 1) == 0 || mine[shard]);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_service");
@@ -2111,6 +2162,7 @@ int main(void)
     tcase_add_test(tr, test_repl_copy_resent_ack_of_first);
     tcase_add_test(tr, test_repl_open_again_on_peer_up);
     tcase_add_test(tr, test_repl_update_of_table_not_here);
+    tcase_add_test(tr, test_repl_failover_handover_from_standby);
     suite_add_tcase(s, tr);
     return check_run_suite(s);
 }

@@ -253,6 +253,14 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         uint64_t first = 0, elems = 0;
         if (!r.bad && t && shard < t->layout.shards)
             ps_layout_shard(&t->layout, shard, &first, &elems);
+        if (!r.bad && !t) { /* not here (this daemon restarted?): not the primary here */
+            ps_table_t id = {.ps = ps, .uid = uid, .epoch = epoch};
+            snprintf(id.group, sizeof(id.group), "%s", group);
+            snprintf(id.name, sizeof(id.name), "%s", name);
+            ps_msg_send_ack(&id, node, shard, source, u.seq, -ESTALE);
+            drop(ps, node, "an update of a table not here");
+            return;
+        }
         if (r.bad || !t || !t->ring || source >= t->sources ||
             strcmp(t->source_names[source], node) != 0 || shard >= t->layout.shards ||
             u.n > elems || u.close > 1 || keyed > 1 ||
@@ -303,6 +311,9 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
             drop(ps, node, "bad update ack");
             return;
         }
+        if (rc == -ESTALE && t->state == PS_TABLE_READY && t->repl)
+            ps_msg_send_open_as(t, node, 0); /* the primary of our view: it may have lost the
+                                              * table (restarted); one that has it answers OK */
         ps_worker_acked(t, shard, seq, rc);
         return;
     }

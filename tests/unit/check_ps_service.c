@@ -2024,6 +2024,51 @@ START_TEST(test_repl_open_again_on_peer_up)
 }
 END_TEST
 
+/* An update of a table this daemon does not have (it restarted and lost it) is answered
+ * -ESTALE, not dropped in silence (its source would resend it for ever); the source, told so by
+ * the primary of its view, sends that server the open again (not fresh). */
+START_TEST(test_repl_update_of_table_not_here)
+{
+    alive_nodes[0] = "n3";
+    msg_t m;
+    msg_update_of(&m, 4, 0, 9, 0); /* table "t" of group "rr": not here */
+    ps_msg_recv(d.ps, "n2", m.b, m.len, three, sizeof(three));
+    sent_t *a = sent_find(5, "n2", 0);
+    ck_assert_ptr_nonnull(a);
+    uint64_t seq;
+    int rc;
+    update_ack_of(a, &seq, &rc);
+    ck_assert_uint_eq(seq, 9);
+    ck_assert_int_eq(rc, -ESTALE);
+    /* the source's side */
+    make_group("lp", 1000, 1, LAUNCH_SYNC_BSP, 0, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "lp", &o0);
+    ps_table_spec_t spec = spec_of("w", N, "add", "bsp");
+    open_ok(&w0, &spec);
+    ps_table_t *t = ps_table_find(d.ps, 1000, "lp", "w", 1);
+    ck_assert_ptr_nonnull(t);
+    ps_view_t v = view_of(t->view + 1, "local,n3", 2);
+    ps_repl_view_changed(d.ps, 1000, "lp", 1, "w", &v);
+    uint32_t s = shard_where(t, 0); /* primary n3 */
+    sent_clear();
+    msg_begin(&m, 5, 1000, 1, "lp", "w");
+    msg_put(&m, s, 4);
+    msg_put(&m, 0, 4);
+    msg_put(&m, 1, 8);
+    msg_put(&m, (uint64_t)(uint32_t)-ESTALE, 4);
+    ps_msg_recv(d.ps, "n3", m.b, m.len, NULL, 0);
+    sent_t *o = sent_find(1, "n3", 0);
+    ck_assert_ptr_nonnull(o);
+    o->at += 8 + 8 + 4;
+    o->at += 1 + o->header[o->at];
+    o->at += 1 + o->header[o->at];
+    ck_assert_uint_eq(sent_get(o, 8), t->view);
+    sent_get(o, 4);
+    ck_assert_uint_eq(sent_get(o, 1), 0); /* not fresh: never empty shards */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_service");
@@ -2065,6 +2110,7 @@ int main(void)
     tcase_add_test(tr, test_repl_handover_to_standby_behind);
     tcase_add_test(tr, test_repl_copy_resent_ack_of_first);
     tcase_add_test(tr, test_repl_open_again_on_peer_up);
+    tcase_add_test(tr, test_repl_update_of_table_not_here);
     suite_add_tcase(s, tr);
     return check_run_suite(s);
 }

@@ -45,6 +45,7 @@ for v in $NODES $SIZES $ROUNDS; do [[ "$v" =~ ^[1-9][0-9]*$ ]] || usage; done
 for v in $REPLICAS; do [[ "$v" =~ ^([1-8]|default)$ ]] || usage; done
 [ -n "${REPLICAS// /}" ] || usage
 unset SALUS_PS_REPLICAS # each PS run sets its own
+[ "$DO_PS" -eq 1 ] || REPLICAS=- # no PS side: one line per cell, R "-"
 export SALUS_BUILD_DIR="$BUILD"
 # the daemons' etcd lease: 10 s (salusd's default is 5, the cluster tests' 3): with four
 # daemons, four ranks and 256 MiB tensors on a 2-core machine, a 3 s lease is not always kept
@@ -172,7 +173,7 @@ for n in $NODES; do
         mbw=$(algbw "$bytes" "$MPI_MS")
         for rep in $REPLICAS; do
             r=${rep/default/$DAEMON_REPLICAS}
-            [ "$r" -le "$n" ] || r=$n
+            [ "$r" = - ] || [ "$r" -le "$n" ] || r=$n
             pbw=$(algbw "$bytes" "${PS_OF[$rep]}")
             ratio=-
             [ "$pbw" = - ] || [ "$mbw" = - ] || ratio=$(awk -v p="$pbw" -v m="$mbw" 'BEGIN {printf "%.2f", p / m}')

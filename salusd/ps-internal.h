@@ -138,7 +138,12 @@ typedef struct ps_stream_s {
     uint64_t first_sent_ns;   /* when the head first went to a remote primary (0: not yet):
                                * a server found down later has not answered it since then */
     int refused;              /* the head was answered -ESTALE since the last view */
+    uint64_t backoff_seq;     /* the head whose plain resends `backoff` counts */
+    uint32_t backoff;         /* resends of that head by the retry timer while its primary
+                               * was reachable (only slow): the next waits
+                               * PS_UPDATE_RETRY_MS << min(backoff, PS_UPDATE_BACKOFF_MAX) */
 } ps_stream_t;
+#define PS_UPDATE_BACKOFF_MAX 4 /* 2, 4, 8, 16, then every 32 s */
 
 typedef enum ps_table_state_e { PS_TABLE_OPENING, PS_TABLE_READY, PS_TABLE_FAILED } ps_table_state_t;
 

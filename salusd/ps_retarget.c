@@ -331,9 +331,23 @@ void ps_worker_retry(ps_t *ps)
         for (uint32_t s = 0; t->streams && t->state != PS_TABLE_FAILED && s < t->layout.shards;
              s++) {
             ps_stream_t *st = &t->streams[s];
-            uint64_t after_ms = st->stalled_ns ? PS_STALLED_RETRY_MS : PS_UPDATE_RETRY_MS;
+            if (st->head && st->head->seq != st->backoff_seq) {
+                st->backoff_seq = st->head->seq;
+                st->backoff = 0;
+            }
+            /* A head whose primary is reachable but slow to acknowledge (it waits for its
+             * standbys: with replicas a large clock takes seconds) is sent again less and
+             * less often: each resend is forwarded again to the standbys still missing it, and
+             * resending every 2 s under such load only grew the queues. A view change sends it
+             * again at once (ps_worker_view_changed), whatever its backoff. */
+            uint32_t shift = st->backoff < PS_UPDATE_BACKOFF_MAX ? st->backoff
+                                                                 : PS_UPDATE_BACKOFF_MAX;
+            uint64_t after_ms = st->stalled_ns ? PS_STALLED_RETRY_MS
+                                               : (uint64_t)PS_UPDATE_RETRY_MS << shift;
             if (!st->in_flight || !st->sent || now - st->sent_ns < after_ms * 1000000ull)
                 continue;
+            if (!st->stalled_ns)
+                st->backoff++;
             LOG_DEBUG("ps: table '%s' shard %u: update %llu resent to %s", t->name, s,
                       (unsigned long long)st->head->seq, ps_retarget_primary(t, s));
             ps_worker_resend_head(t, s); /* here, or to the primary now */

@@ -14,8 +14,9 @@
 # Sizes in MiB. --replicas: the PS side runs once per item, in this order, right before the
 # MPI run of the same nodes and size: a number r opens the table with r replicas
 # (SALUS_PS_REPLICAS=r), "default" with the daemons' --ps-replicas (3); the column R is what
-# the table got, min(r, nodes). Each line gives its R, the same MPI figure, and its PS/MPI. --no-ps / --no-mpi leave a side out (its columns print "-"). Each run (all ranks
-# of one side, one size) is ended after T seconds (default 60 + per round 1 s + 1 s per 8 MiB);
+# the table got, min(r, nodes). Each line gives its R, the same MPI figure, and its PS/MPI.
+# --no-ps / --no-mpi leave a side out (its columns print "-"). Each run (all ranks of one
+# side, one size) is ended after T seconds (default 60 + per round 1 s + 1 s per 8 MiB);
 # a PS run that hangs is run once more and its line marked "*". --logs DIR: the
 # daemons' logs and the ranks' outputs are copied there at the end (CLUSTER_DEBUG=1: debug logs).
 set -euo pipefail
@@ -44,7 +45,10 @@ done
 for v in $NODES $SIZES $ROUNDS; do [[ "$v" =~ ^[1-9][0-9]*$ ]] || usage; done
 for v in $REPLICAS; do [[ "$v" =~ ^([1-8]|default)$ ]] || usage; done
 [ -n "${REPLICAS// /}" ] || usage
+[ "$(tr ' ' '\n' <<<"$REPLICAS" | grep -c .)" -eq "$(tr ' ' '\n' <<<"$REPLICAS" | grep . | sort -u | wc -l)" ] ||
+    usage # each item once
 unset SALUS_PS_REPLICAS # each PS run sets its own
+[ "$DO_PS" -eq 1 ] || REPLICAS=- # no PS side: one line per cell, R "-"
 export SALUS_BUILD_DIR="$BUILD"
 # the daemons' etcd lease: 10 s (salusd's default is 5, the cluster tests' 3): with four
 # daemons, four ranks and 256 MiB tensors on a 2-core machine, a 3 s lease is not always kept
@@ -80,7 +84,8 @@ export UCX_NET_DEVICES UCX_WARN_UNUSED_ENV_VARS=n UCX_LOG_LEVEL=error
 # S + S/32 each, one kept until the shards acknowledge it) and its shards' sums of up to 3
 # clocks (S when it holds a replica of every shard: R = nodes). Replicas made the last term
 # R/nodes x S instead of S/nodes: at 2 nodes, R = 2, 256 MiB, a daemon held 776 MiB when a
-# rank's push for the next clock asked 264 MiB more, and the default 1 GiB refused it. 8 S covers all three (about 7.1 S), 1 GiB at least.
+# rank's push for the next clock asked 264 MiB more, and the default 1 GiB refused it. 8 S
+# covers all three (about 7.1 S); 1 GiB at least.
 MAXMIB=$(tr ' ' '\n' <<<"$SIZES" | sort -n | tail -1)
 PS_USER_MIB=$((MAXMIB * 8 > 1024 ? MAXMIB * 8 : 1024))
 nodes_up "$MAXN" --ps-user-bytes "${PS_USER_MIB}MiB"
@@ -172,7 +177,7 @@ for n in $NODES; do
         mbw=$(algbw "$bytes" "$MPI_MS")
         for rep in $REPLICAS; do
             r=${rep/default/$DAEMON_REPLICAS}
-            [ "$r" -le "$n" ] || r=$n
+            [ "$r" = - ] || [ "$r" -le "$n" ] || r=$n
             pbw=$(algbw "$bytes" "${PS_OF[$rep]}")
             ratio=-
             [ "$pbw" = - ] || [ "$mbw" = - ] || ratio=$(awk -v p="$pbw" -v m="$mbw" 'BEGIN {printf "%.2f", p / m}')

@@ -223,6 +223,22 @@ static inline void mlp_ps_pull(mlp_ps *ps, std::vector<float> *weights)
         (*weights)[e] = ps->initial[e] + ps->table[e];
 }
 
+/* A push or clock refused with -EBUSY (this rank would run more than the sync mode's window
+ * ahead of its node's slowest rank or of the updates the servers have not acknowledged yet:
+ * "retry later", salus_ps.h) is tried again every 5 ms, for at most 60 s; mlp-loss is never
+ * pulled inside the loop, so nothing else makes this rank wait for those acknowledgements (a
+ * fail-over or a server joining can hold them for seconds). */
+template <typename Call>
+static inline int mlp_ps_retry_busy(Call call)
+{
+    int rc = call();
+    for (int tries = 0; rc == -EBUSY && tries < 12000; tries++) {
+        workload_sleep_ns(5000000ull);
+        rc = call();
+    }
+    return rc;
+}
+
 /* This rank's contribution of iteration `iteration` (1-based): its gradient (the mean over its
  * rows, flat; scaled by 1/N here) and its rows' loss; then the clock of both tables. */
 static inline void mlp_ps_push(mlp_ps *ps, std::vector<float> *gradient, float loss, unsigned iteration)
@@ -235,19 +251,19 @@ static inline void mlp_ps_push(mlp_ps *ps, std::vector<float> *gradient, float l
         workload_sleep_ns((uint64_t)(ps->slow_ms * 1e6));
     /* the loss first: the first push of the program goes to the add table, whose values a test
      * can recompute from the log (SALUS_PS_DROP_ACK: a retried first push is applied once) */
-    int rc = salus_ps_push(ps->losses, iteration - 1, 1, &loss_part);
+    int rc = mlp_ps_retry_busy([&] { return salus_ps_push(ps->losses, iteration - 1, 1, &loss_part); });
     if (rc < 0)
         mlp_ps_fail(rc, "salus_ps_push(mlp-loss) of iteration %u", iteration);
     if (ps->log) {
         fprintf(ps->log, "push rank=%ld clock=%u loss_part=%.9g\n", ps->rank, iteration - 1, (double)loss_part);
         fflush(ps->log);
     }
-    rc = salus_ps_push(ps->weights, 0, ps->count, gradient->data());
+    rc = mlp_ps_retry_busy([&] { return salus_ps_push(ps->weights, 0, ps->count, gradient->data()); });
     if (rc < 0)
         mlp_ps_fail(rc, "salus_ps_push(mlp-w) of iteration %u", iteration);
-    if ((rc = salus_ps_clock(ps->weights)) < 0)
+    if ((rc = mlp_ps_retry_busy([&] { return salus_ps_clock(ps->weights); })) < 0)
         mlp_ps_fail(rc, "salus_ps_clock(mlp-w) of iteration %u", iteration);
-    if ((rc = salus_ps_clock(ps->losses)) < 0)
+    if ((rc = mlp_ps_retry_busy([&] { return salus_ps_clock(ps->losses); })) < 0)
         mlp_ps_fail(rc, "salus_ps_clock(mlp-loss) of iteration %u", iteration);
 }
 

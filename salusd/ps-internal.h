@@ -431,6 +431,9 @@ void ps_repl_watch(ps_table_t *t);
  * send it the open again (not fresh; one it has is answered OK): a server restarted within its
  * lease kept its place in the views but lost its tables, and nothing else gives them back. */
 void ps_repl_peer_up(ps_t *ps, const char *node);
+/* node's daemon restarted within its lease (its tables lost, its place in the views kept):
+ * each table whose view has it proposes the view without it, as when its lease ends. */
+void ps_repl_peer_restarted(ps_t *ps, const char *node);
 /* 1 when this daemon is shard's primary in the table's view. */
 int ps_repl_is_primary(const ps_table_t *t, uint32_t shard);
 /* 1 when node is alive as far as the cluster knows (the test seam first). */

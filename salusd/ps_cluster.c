@@ -103,10 +103,13 @@ static void apply(ps_cluster_t *ps, ps_peer_t *p, const ps_hello_out_t *out)
         p->added_addr_len == p->addr_len && memcmp(p->added_addr, p->addr, p->addr_len) == 0)
         return; /* the same peer again (a hello's answer) */
     if (p->added && (p->added_addr_len != p->addr_len ||
-                     memcmp(p->added_addr, p->addr, p->addr_len) != 0))
+                     memcmp(p->added_addr, p->addr, p->addr_len) != 0)) {
         /* another UCX worker: the daemon restarted (within its lease), and what waited on
          * the former one is lost */
         peer_down(ps, p, "its daemon restarted (a new UCX address)");
+        if (ps->hooks.peer_restarted)
+            ps->hooks.peer_restarted(ps->ctx, p->node);
+    }
     uint8_t *copy = malloc(p->addr_len);
     if (!copy)
         return;

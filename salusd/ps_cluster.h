@@ -38,6 +38,10 @@ typedef struct ps_cluster_hooks_s {
      * reads, in increasing view number; never from inside a ps_cluster call. NULL: ignored. */
     void (*view_changed)(void *ctx, uid_t uid, const char *group, uint64_t epoch,
                          const char *table, const struct ps_view_s *view);
+    /* (added after part 2's interface, optional) peer node's daemon restarted (a new UCX
+     * address: within its lease, so it stays a member) and lost what it held; called after
+     * peer_down. NULL: ignored. */
+    void (*peer_restarted)(void *ctx, const char *node);
 } ps_cluster_hooks_t;
 
 /* Started by ps_start (after cluster_start): creates the net when the daemon is a cluster

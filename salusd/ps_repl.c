@@ -198,6 +198,47 @@ void ps_repl_peer_up(ps_t *ps, const char *node)
     }
 }
 
+static void on_restart_view(void *arg, int rc, const char *err, const ps_view_t *view)
+{
+    (void)arg;
+    if (rc == 0 && view)
+        LOG_WARN("ps: a server restarted within its lease left the view: %s (view %llu)",
+                 view->servers, (unsigned long long)view->number);
+    else if (rc < 0 && rc != -ESTALE)
+        LOG_WARN("ps: the view without a restarted server was not written: %s",
+                 err && err[0] ? err : strerror(-rc));
+}
+
+void ps_repl_peer_restarted(ps_t *ps, const char *node)
+{
+    for (ps_table_t *t = ps->tables; t; t = t->next) {
+        if (t->state != PS_TABLE_READY || !t->repl || !t->view_servers[0])
+            continue;
+        char rest[PS_SERVERS_BYTES] = "", list[PS_SERVERS_BYTES];
+        int in = 0;
+        size_t at = 0;
+        snprintf(list, sizeof(list), "%s", t->view_servers);
+        for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok && at < sizeof(rest);
+             tok = strtok_r(NULL, ",", &save)) {
+            if (strcmp(tok, node) == 0)
+                in = 1;
+            else
+                at += (size_t)snprintf(rest + at, sizeof(rest) - at, "%s%s", at ? "," : "",
+                                       tok);
+        }
+        if (!in || !rest[0])
+            continue;
+        LOG_WARN("ps: table '%s' of group %s: server %s restarted within its lease (its state "
+                 "is lost): proposing view %llu without it", t->name, t->group, node,
+                 (unsigned long long)t->view);
+        int rc = ps_cluster_view_propose(ps->d, t->uid, t->group, t->epoch, t->name, t->view,
+                                         rest, on_restart_view, NULL);
+        if (rc < 0)
+            LOG_WARN("ps: table '%s': the view without %s cannot be proposed: %s", t->name,
+                     node, strerror(-rc));
+    }
+}
+
 /* Another node's kept read of a shard no longer primaried here hears -ESTALE (its daemon asks
  * the new primary); this node's own are moved by ps_worker_view_changed. */
 static void fence_waits(ps_table_t *t)

@@ -134,6 +134,11 @@ static void on_peer_up(void *ctx, const char *node)
     ps_repl_peer_up(ctx, node); /* a server restarted within its lease: its tables again */
 }
 
+static void on_peer_restarted(void *ctx, const char *node)
+{
+    ps_repl_peer_restarted(ctx, node);
+}
+
 static void on_repl_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -146,6 +151,7 @@ static const ps_cluster_hooks_t hooks = {
     .peer_down = on_peer_down,
     .peer_up = on_peer_up,
     .view_changed = ps_repl_view_changed,
+    .peer_restarted = on_peer_restarted,
 };
 
 int ps_start(salusd_t *d)

@@ -21,35 +21,23 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t salusd_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#define HARNESS_ERR_SIZE 512 /* messages name the state files */
+#include "ps_test_harness.h"
 
-static salusd_t d;
-static job_t jobs[4];
 static char state_dir[64];
 
 static void setup(void)
 {
-    memset(&d, 0, sizeof(d));
-    memset(jobs, 0, sizeof(jobs));
-    ck_assert_int_eq(options_set_defaults(salusd_options, salusd_option_count, &d.config), 0);
+    harness_init();
     snprintf(state_dir, sizeof(state_dir), "/tmp/check_ps_ckpt_svc.XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(state_dir));
     snprintf(d.config.state_dir, sizeof(d.config.state_dir), "%s", state_dir);
-    d.base = event_base_new();
-    ck_assert_ptr_nonnull(d.base);
-    ck_assert_int_eq(ps_start(&d), 0);
+    harness_start();
 }
 
 static void teardown(void)
 {
-    ps_stop(&d);
-    groups_fini(&d);
-    event_base_free(d.base);
+    harness_stop();
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state_dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -58,55 +46,10 @@ static void teardown(void)
 /* Ranks 0 .. world-1 of group `name` as jobs[0 ..], restored or not; the group's id. */
 static uint64_t make_group(const char *name, uint32_t world, int restore)
 {
-    for (uint32_t r = 0; r < world; r++) {
-        groups_fields_t f = {.world = world, .rank = r, .local_rank = -1,
-                             .sync = LAUNCH_SYNC_BSP, .restore = restore};
-        snprintf(f.name, sizeof(f.name), "%s", name);
-        job_t *job = &jobs[r];
-        job->id = 100 + r;
-        job->uid = 1000;
-        char err[256] = "";
-        ck_assert_int_eq(groups_check_join(&d, 1000, &f, err, sizeof(err)), 0);
-        ck_assert_int_eq(groups_join(&d, job, &f), 0);
-    }
-    ck_assert_int_eq(groups_restored(&d, jobs[0].group_id), restore);
-    return jobs[0].group_id;
-}
-
-static ps_worker_t worker_of(int job, const char *group, const void *owner)
-{
-    return (ps_worker_t){.uid = jobs[job].uid, .group_id = jobs[job].group_id, .group = group,
-                         .rank = jobs[job].group_rank, .world = jobs[job].group_world,
-                         .job_id = jobs[job].id, .owner = owner};
-}
-
-typedef struct result_s {
-    int called, rc;
-    char err[512];
-    ps_read_t read;
-} result_t;
-
-static void on_done(void *arg, int rc, const char *err)
-{
-    result_t *r = arg;
-    r->called++;
-    r->rc = rc;
-    snprintf(r->err, sizeof(r->err), "%s", err ? err : "");
-}
-
-static void on_pull(void *arg, int rc, const char *err, const ps_read_t *read)
-{
-    on_done(arg, rc, err);
-    if (read)
-        ((result_t *)arg)->read = *read;
-}
-
-static void wait_for(result_t *r)
-{
-    uint64_t deadline = salusd_now_ns() + 5000000000ull;
-    while (!r->called && salusd_now_ns() < deadline)
-        event_base_loop(d.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
-    ck_assert_msg(r->called, "no callback within 5 s");
+    uint64_t id = harness_group(name, 1000, world, 0,
+                                (groups_fields_t){.sync = LAUNCH_SYNC_BSP, .restore = restore});
+    ck_assert_int_eq(groups_restored(&d, id), restore);
+    return id;
 }
 
 static ps_table_spec_t spec_of(const char *name, uint64_t count, const char *rule)

@@ -19,97 +19,25 @@
 #include <string.h>
 #include <time.h>
 
-uint64_t salusd_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static salusd_t d;
-static job_t jobs[4];
+#include "ps_test_harness.h"
 
 static void setup(void)
 {
-    memset(&d, 0, sizeof(d));
-    memset(jobs, 0, sizeof(jobs));
-    ck_assert_int_eq(options_set_defaults(salusd_options, salusd_option_count, &d.config), 0);
-    d.base = event_base_new();
-    ck_assert_ptr_nonnull(d.base);
-    ck_assert_int_eq(ps_start(&d), 0);
+    harness_init();
+    harness_start();
 }
 
 static void teardown(void)
 {
-    ps_stop(&d);
-    groups_fini(&d);
-    event_base_free(d.base);
+    harness_stop();
 }
 
 /* Ranks 0 .. world-1 of group `name` of uid as jobs[first ..]; the group's id. */
 static uint64_t make_group(const char *name, uid_t uid, uint32_t world, launch_sync_t sync,
                            uint32_t staleness, int first)
 {
-    for (uint32_t r = 0; r < world; r++) {
-        groups_fields_t f = {.world = world, .rank = r, .local_rank = -1, .sync = sync,
-                             .staleness = staleness};
-        snprintf(f.name, sizeof(f.name), "%s", name);
-        job_t *job = &jobs[first + (int)r];
-        job->id = 100 + (uint64_t)first + r;
-        job->uid = uid;
-        char err[256] = "";
-        ck_assert_int_eq(groups_check_join(&d, uid, &f, err, sizeof(err)), 0);
-        ck_assert_int_eq(groups_join(&d, job, &f), 0);
-    }
-    return jobs[first].group_id;
-}
-
-static ps_worker_t worker_of(int job, const char *group, const void *owner)
-{
-    return (ps_worker_t){.uid = jobs[job].uid, .group_id = jobs[job].group_id, .group = group,
-                         .rank = jobs[job].group_rank, .world = jobs[job].group_world,
-                         .job_id = jobs[job].id, .owner = owner};
-}
-
-/* ---- callbacks -------------------------------------------------------------------------- */
-typedef struct result_s {
-    int called, rc;
-    char err[256];
-    ps_read_t read;
-} result_t;
-
-static void on_done(void *arg, int rc, const char *err)
-{
-    result_t *r = arg;
-    r->called++;
-    r->rc = rc;
-    snprintf(r->err, sizeof(r->err), "%s", err ? err : "");
-}
-
-static void on_pull(void *arg, int rc, const char *err, const ps_read_t *read)
-{
-    result_t *r = arg;
-    r->called++;
-    r->rc = rc;
-    snprintf(r->err, sizeof(r->err), "%s", err ? err : "");
-    if (read)
-        r->read = *read;
-}
-
-/* Runs the loop until r was called (deadline 5 s). */
-static void wait_for(result_t *r)
-{
-    uint64_t deadline = salusd_now_ns() + 5000000000ull;
-    while (!r->called && salusd_now_ns() < deadline)
-        event_base_loop(d.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
-    ck_assert_msg(r->called, "no callback within 5 s");
-}
-
-/* Runs the loop for a while (what is due runs; used to show that something did NOT come). */
-static void run_idle(void)
-{
-    for (int i = 0; i < 50; i++)
-        event_base_loop(d.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    return harness_group(name, uid, world, first,
+                         (groups_fields_t){.sync = sync, .staleness = staleness});
 }
 
 static ps_table_spec_t spec_of(const char *name, uint64_t count, const char *rule,

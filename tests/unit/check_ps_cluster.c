@@ -17,12 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-uint64_t salusd_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#include "ps_test_harness.h"
 
 static ps_ring_record_t good(void)
 {
@@ -672,14 +667,9 @@ END_TEST
 
 /* ---- a daemon without a cluster --------------------------------------------------------- */
 
-static salusd_t d;
-static job_t jobs[4];
-
 static void local_setup(void)
 {
-    memset(&d, 0, sizeof(d));
-    memset(jobs, 0, sizeof(jobs));
-    ck_assert_int_eq(options_set_defaults(salusd_options, salusd_option_count, &d.config), 0);
+    harness_init();
     d.base = event_base_new();
     ck_assert_ptr_nonnull(d.base);
     ck_assert_int_eq(ps_cluster_start(&d, NULL, NULL), 0);
@@ -694,18 +684,7 @@ static void local_teardown(void)
 
 static uint64_t make_group(const char *name, uint32_t world)
 {
-    for (uint32_t r = 0; r < world; r++) {
-        groups_fields_t f = {.world = world, .rank = r, .local_rank = -1,
-                             .sync = LAUNCH_SYNC_BSP};
-        snprintf(f.name, sizeof(f.name), "%s", name);
-        job_t *job = &jobs[r];
-        job->id = 100 + r;
-        job->uid = 1000;
-        char err[256] = "";
-        ck_assert_int_eq(groups_check_join(&d, 1000, &f, err, sizeof(err)), 0);
-        ck_assert_int_eq(groups_join(&d, job, &f), 0);
-    }
-    return jobs[0].group_id;
+    return harness_group(name, 1000, world, 0, (groups_fields_t){.sync = LAUNCH_SYNC_BSP});
 }
 
 typedef struct agreed_s {

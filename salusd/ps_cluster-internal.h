@@ -32,6 +32,12 @@ int ps_ring_record_check(const ps_ring_record_t *rec, char *err, size_t err_size
 /* The value for rec (checked first). The length, -EINVAL (err set) or -ENOSPC. */
 int ps_ring_record_format(const ps_ring_record_t *rec, char *buf, size_t size, char *err,
                           size_t err_size);
+/* Reads o's "servers" (a JSON list of node names) into out (cap bytes) as "a,b,c", in the
+ * list's order (the caller checks the set: ps_servers_check). 0, or -1 with err set
+ * ("<what>'s servers ..."). Shared by the ring record and the view record. */
+struct json_object;
+int ps_servers_from_json(struct json_object *o, const char *what, char *out, size_t cap,
+                         char *err, size_t err_size);
 /* Reads a value (len bytes, not NUL-terminated) into rec (epoch left 0), every field checked:
  * 0, or -EINVAL with err saying what is wrong. */
 int ps_ring_record_parse(const char *text, size_t len, ps_ring_record_t *rec, char *err,

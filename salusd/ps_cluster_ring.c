@@ -160,6 +160,37 @@ static int get_text(struct json_object *o, const char *key, char *out, size_t ca
     return 0;
 }
 
+int ps_servers_from_json(struct json_object *o, const char *what, char *out, size_t cap,
+                         char *err, size_t err_size)
+{
+    struct json_object *servers;
+    if (!json_object_object_get_ex(o, "servers", &servers) ||
+        !json_object_is_type(servers, json_type_array)) {
+        snprintf(err, err_size, "%s's servers is missing or not a list", what);
+        return -1;
+    }
+    size_t at = 0, n = json_object_array_length(servers);
+    for (size_t i = 0; i < n; i++) {
+        struct json_object *s = json_object_array_get_idx(servers, i);
+        if (!json_object_is_type(s, json_type_string)) {
+            snprintf(err, err_size, "%s's servers holds a non-string", what);
+            return -1;
+        }
+        const char *name = json_object_get_string(s);
+        size_t len_s = (size_t)json_object_get_string_len(s);
+        if (strlen(name) != len_s || memchr(name, ',', len_s) || at + len_s + 2 > cap) {
+            snprintf(err, err_size, "%s's servers holds a bad name or is too long", what);
+            return -1;
+        }
+        if (i)
+            out[at++] = ',';
+        memcpy(out + at, name, len_s);
+        at += len_s;
+        out[at] = 0;
+    }
+    return 0;
+}
+
 int ps_ring_record_parse(const char *text, size_t len, ps_ring_record_t *rec, char *err,
                          size_t err_size)
 {
@@ -179,7 +210,6 @@ int ps_ring_record_parse(const char *text, size_t len, ps_ring_record_t *rec, ch
     json_tokener_free(tok);
     int rc = -EINVAL;
     uint64_t vnodes = 0;
-    struct json_object *servers;
     if (!ok) {
         snprintf(err, err_size, "the record is not a JSON object");
         goto out;
@@ -203,31 +233,9 @@ int ps_ring_record_parse(const char *text, size_t len, ps_ring_record_t *rec, ch
         snprintf(err, err_size, "the record's start clock is out of range");
         goto out;
     }
-    if (!json_object_object_get_ex(o, "servers", &servers) ||
-        !json_object_is_type(servers, json_type_array)) {
-        snprintf(err, err_size, "the record's servers is missing or not a list");
+    if (ps_servers_from_json(o, "the record", rec->servers, sizeof(rec->servers), err,
+                             err_size) < 0)
         goto out;
-    }
-    size_t at = 0, n = json_object_array_length(servers);
-    for (size_t i = 0; i < n; i++) {
-        struct json_object *s = json_object_array_get_idx(servers, i);
-        if (!json_object_is_type(s, json_type_string)) {
-            snprintf(err, err_size, "the record's servers holds a non-string");
-            goto out;
-        }
-        const char *name = json_object_get_string(s);
-        size_t len_s = (size_t)json_object_get_string_len(s);
-        if (strlen(name) != len_s || memchr(name, ',', len_s) ||
-            at + len_s + 2 > sizeof(rec->servers)) {
-            snprintf(err, err_size, "the record's servers holds a bad name or is too long");
-            goto out;
-        }
-        if (i)
-            rec->servers[at++] = ',';
-        memcpy(rec->servers + at, name, len_s);
-        at += len_s;
-        rec->servers[at] = 0;
-    }
     rc = ps_ring_record_check(rec, err, err_size);
 out:
     json_object_put(o);

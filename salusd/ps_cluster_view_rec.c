@@ -62,7 +62,7 @@ int ps_view_parse(const char *text, size_t len, ps_view_t *v, char *err, size_t 
              json_tokener_get_parse_end(tok) == len && json_object_is_type(o, json_type_object);
     json_tokener_free(tok);
     int rc = -EPROTO;
-    struct json_object *servers, *replicas;
+    struct json_object *replicas;
     if (!ok) {
         snprintf(err, err_size, "the view is not a JSON object");
         goto out;
@@ -83,31 +83,8 @@ int ps_view_parse(const char *text, size_t len, ps_view_t *v, char *err, size_t 
         goto out;
     }
     v->replicas = (uint32_t)r;
-    if (!json_object_object_get_ex(o, "servers", &servers) ||
-        !json_object_is_type(servers, json_type_array)) {
-        snprintf(err, err_size, "the view's servers is missing or not a list");
+    if (ps_servers_from_json(o, "the view", v->servers, sizeof(v->servers), err, err_size) < 0)
         goto out;
-    }
-    size_t at = 0, n = json_object_array_length(servers);
-    for (size_t i = 0; i < n; i++) {
-        struct json_object *s = json_object_array_get_idx(servers, i);
-        if (!json_object_is_type(s, json_type_string)) {
-            snprintf(err, err_size, "the view's servers holds a non-string");
-            goto out;
-        }
-        const char *name = json_object_get_string(s);
-        size_t len_s = (size_t)json_object_get_string_len(s);
-        if (strlen(name) != len_s || memchr(name, ',', len_s) ||
-            at + len_s + 2 > sizeof(v->servers)) {
-            snprintf(err, err_size, "the view's servers holds a bad name or is too long");
-            goto out;
-        }
-        if (i)
-            v->servers[at++] = ',';
-        memcpy(v->servers + at, name, len_s);
-        at += len_s;
-        v->servers[at] = 0;
-    }
     if (ps_view_check(v, err, err_size) < 0)
         goto out;
     rc = 0;

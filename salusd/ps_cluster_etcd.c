@@ -66,17 +66,6 @@ void ps_cluster_ring_stop(const salusd_t *d)
 
 /* ---- the ring record ------------------------------------------------------------------------ */
 
-static int name_ok(const char *s, size_t cap)
-{
-    size_t n = strnlen(s, cap);
-    if (n == 0 || n >= cap)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (s[i] == '/' || (unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
-            return 0;
-    return 1;
-}
-
 static void req_done(ring_req_t *r, int rc, const char *err, const ps_ring_record_t *rec)
 {
     if (!r->cancelled && r->done)
@@ -203,8 +192,8 @@ int ps_cluster_ring_agree(salusd_t *d, uid_t uid, const char *group, const char 
                           const ps_ring_record_t *want, ps_ring_done_fn done, void *arg)
 {
     char err[200];
-    if (!group || !table || !want || !done || !name_ok(group, LAUNCH_GROUP_BYTES) ||
-        !name_ok(table, PS_NAME_BYTES) || ps_ring_record_check(want, err, sizeof(err)) < 0)
+    if (!group || !table || !want || !done || !ps_key_name_ok(group, LAUNCH_GROUP_BYTES) ||
+        !ps_key_name_ok(table, PS_NAME_BYTES) || ps_ring_record_check(want, err, sizeof(err)) < 0)
         return -EINVAL;
     cluster_t *cl = cl_of(d);
     ps_cluster_t *ps = ps_of(d);
@@ -257,7 +246,7 @@ int ps_cluster_ring_agree(salusd_t *d, uid_t uid, const char *group, const char 
 void ps_cluster_ring_forget(salusd_t *d, uid_t uid, const char *group)
 {
     cluster_t *cl = cl_of(d);
-    if (!cl || !group || !name_ok(group, LAUNCH_GROUP_BYTES))
+    if (!cl || !group || !ps_key_name_ok(group, LAUNCH_GROUP_BYTES))
         return;
     char gkey[sizeof(((cluster_group_t *)0)->key)];
     snprintf(gkey, sizeof(gkey), "%u/%s", (unsigned)uid, group);

@@ -160,6 +160,17 @@ static int get_text(struct json_object *o, const char *key, char *out, size_t ca
     return 0;
 }
 
+int ps_key_name_ok(const char *s, size_t cap)
+{
+    size_t n = s ? strnlen(s, cap) : 0;
+    if (n == 0 || n >= cap)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '/' || (unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
 int ps_servers_from_json(struct json_object *o, const char *what, char *out, size_t cap,
                          char *err, size_t err_size)
 {

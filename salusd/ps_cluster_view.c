@@ -20,17 +20,6 @@ static ps_views_t *local_views; /* daemons without a cluster (several in tests) 
 
 /* ---- bookkeeping ---------------------------------------------------------------------------- */
 
-static int name_ok(const char *s, size_t cap)
-{
-    size_t n = s ? strnlen(s, cap) : 0;
-    if (n == 0 || n >= cap)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (s[i] == '/' || (unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
-            return 0;
-    return 1;
-}
-
 static ps_views_t *views_of(const salusd_t *d)
 {
     ps_cluster_t *ps = ps_of(d);
@@ -307,7 +296,7 @@ void ps_cluster_view_node_gone(ps_cluster_t *ps, const char *node)
 int ps_views_args_ok(uid_t uid, const char *group, uint64_t epoch, const char *table)
 {
     (void)uid;
-    return epoch > 0 && name_ok(group, LAUNCH_GROUP_BYTES) && name_ok(table, PS_NAME_BYTES);
+    return epoch > 0 && ps_key_name_ok(group, LAUNCH_GROUP_BYTES) && ps_key_name_ok(table, PS_NAME_BYTES);
 }
 
 /* The views of daemon d, made when missing; NULL when d's cluster part is not started. */

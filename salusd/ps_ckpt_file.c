@@ -1,6 +1,7 @@
 /* A table's checkpoint file: the format, its writer and its reader (ps_ckpt_file.h). */
 #include "ps_ckpt_file.h"
 
+#include "fsio.h"
 #include "ps_core.h"
 
 #include <errno.h>
@@ -260,54 +261,12 @@ int ps_ckpt_path(char *out, size_t size, const char *state_dir, uid_t uid, const
     return n < 0 || (size_t)n >= size - len ? -ENAMETOOLONG : 0;
 }
 
-/* mkdir -p of path's directory part, 0700 for what it creates. 0 or a negative errno. */
-static int make_parents(const char *path)
-{
-    char dir[PATH_MAX];
-    if (snprintf(dir, sizeof(dir), "%s", path) >= (int)sizeof(dir))
-        return -ENAMETOOLONG;
-    char *slash = strrchr(dir, '/');
-    if (!slash || slash == dir)
-        return 0;
-    *slash = '\0';
-    for (char *p = dir + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
-static int fsync_parent(const char *path)
-{
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, sizeof(dir), ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
 int ps_ckpt_write_bytes(const char *path, const void *bytes, size_t len, char *err,
                         size_t err_size)
 {
     char tmp[PATH_MAX];
     const char *what = "mkdir";
-    int rc = make_parents(path), fd = -1;
+    int rc = fsio_make_parents(path, 0700, 0700), fd = -1;
     if (rc == 0 && snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >=
                        (int)sizeof(tmp))
         rc = -ENAMETOOLONG;
@@ -320,16 +279,9 @@ int ps_ckpt_write_bytes(const char *path, const void *bytes, size_t len, char *e
         goto out;
     }
     what = "write";
-    for (size_t at = 0; at < len;) {
-        ssize_t n = write(fd, (const uint8_t *)bytes + at, len - at);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            rc = n < 0 ? -errno : -EIO;
-            goto out;
-        }
-        at += (size_t)n;
-    }
+    rc = fsio_write_all(fd, bytes, len);
+    if (rc < 0)
+        goto out;
     what = "fsync";
     if (fsync(fd) < 0) {
         rc = -errno;
@@ -346,7 +298,7 @@ int ps_ckpt_write_bytes(const char *path, const void *bytes, size_t len, char *e
         goto out;
     }
     what = "fsync of the directory";
-    rc = fsync_parent(path);
+    rc = fsio_fsync_dir_of(path);
 out:
     if (fd >= 0)
         close(fd);

@@ -1,6 +1,7 @@
 /* salusd's state file (see state.h): encode, decode and check, atomic writes. */
 #include "state.h"
 
+#include "fsio.h"
 #include "le_bytes.h"
 #include "proto.h"
 
@@ -286,59 +287,13 @@ int state_decode(const uint8_t *image, size_t image_bytes, salusd_state_t *state
     return rc;
 }
 
-/* The directory part of path ("." for a bare name, "/" for a name at the root). */
-static void dir_of(const char *path, char *dir, size_t size)
-{
-    snprintf(dir, size, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, size, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
-}
-
-static int fsync_dir_of(const char *path)
-{
-    char dir[PATH_MAX];
-    dir_of(path, dir, sizeof(dir));
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
-static int make_parent(const char *path)
-{
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash || slash == dir)
-        return 0;
-    *slash = '\0';
-    for (char *p = dir + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
 /* The state file's directory must be salusd's own and writable by nobody else: another user
  * who can create names there could plant the temporary file salusd writes through. */
 static int check_parent(const char *path, char *err, size_t err_size)
 {
     char dir[PATH_MAX];
     struct stat st;
-    dir_of(path, dir, sizeof(dir));
+    fsio_dir_of(path, dir, sizeof(dir));
     if (lstat(dir, &st) < 0) {
         snprintf(err, err_size, "%s: %s", dir, strerror(errno));
         return -errno;
@@ -369,7 +324,7 @@ int state_write_file(const char *path, const salusd_state_t *state, int durable,
         snprintf(err, err_size, "cannot encode the state: %s", strerror(-rc));
         return rc;
     }
-    rc = make_parent(path);
+    rc = fsio_make_parents(path, 0755, 0700);
     if (rc < 0) {
         snprintf(err, err_size, "cannot create the directory of %s: %s", path, strerror(-rc));
         goto out;
@@ -383,16 +338,10 @@ int state_write_file(const char *path, const salusd_state_t *state, int durable,
         snprintf(err, err_size, "%s: %s", tmp, strerror(-rc));
         goto out;
     }
-    for (size_t done = 0; done < bytes;) {
-        ssize_t n = write(fd, image + done, bytes - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            rc = n < 0 ? -errno : -EIO;
-            snprintf(err, err_size, "%s: %s", tmp, strerror(-rc));
-            goto out;
-        }
-        done += (size_t)n;
+    rc = fsio_write_all(fd, image, bytes);
+    if (rc < 0) {
+        snprintf(err, err_size, "%s: %s", tmp, strerror(-rc));
+        goto out;
     }
     if ((durable && fsync(fd) < 0) || close(fd) < 0) {
         rc = -errno;
@@ -407,7 +356,7 @@ int state_write_file(const char *path, const salusd_state_t *state, int durable,
         goto out;
     }
     if (durable)
-        fsync_dir_of(path);
+        fsio_fsync_dir_of(path);
 out:
     if (fd >= 0)
         close(fd);

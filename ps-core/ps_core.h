@@ -190,6 +190,9 @@ ps_shard_t *ps_shard_create_at(uint64_t elems, const ps_rule_t *rule, const ps_s
 /* 1 when every element, done, every source's seq and closed clocks and the pending clocks are
  * the same in a and b (a test of replicas kept in step), else 0. */
 int ps_shard_same(const ps_shard_t *a, const ps_shard_t *b);
+/* The 64-bit FNV-1a hash of n bytes: the checksum closing a shard's state and a checkpoint
+ * file (salusd/ps_ckpt_file.c). */
+uint64_t ps_fnv1a(const void *p, size_t n);
 
 /* ---- a node's aggregation of its local workers ------------------------------------------ */
 /* BSP and SSP only (under ASP the daemon forwards each push at once; ps_agg_create refuses

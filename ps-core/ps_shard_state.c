@@ -93,11 +93,12 @@ static int get_floats(const uint8_t *p, float *out, uint64_t n)
     return ps_vec_finite(out, n);
 }
 
-static uint64_t checksum(const uint8_t *p, size_t n)
+uint64_t ps_fnv1a(const void *p, size_t n)
 {
+    const uint8_t *b = p;
     uint64_t h = 14695981039346656037ull;
     for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
+        h ^= b[i];
         h *= 1099511628211ull;
     }
     return h;
@@ -172,7 +173,7 @@ int64_t ps_shard_save(const ps_shard_t *shard, void *buf, size_t size)
             at += bits;
         }
     }
-    put_u64(at, checksum(p, (size_t)(at - p)));
+    put_u64(at, ps_fnv1a(p, (size_t)(at - p)));
     at += STATE_CHECKSUM_BYTES;
     return (int64_t)(at - p);
 }
@@ -340,7 +341,7 @@ ps_shard_t *ps_shard_load(const void *buf, size_t size, uint64_t elems, const ps
             (unsigned long long)want);
         goto fail;
     }
-    if (get_u64(p + want - STATE_CHECKSUM_BYTES) != checksum(p, want - STATE_CHECKSUM_BYTES)) {
+    if (get_u64(p + want - STATE_CHECKSUM_BYTES) != ps_fnv1a(p, want - STATE_CHECKSUM_BYTES)) {
         say(err, err_size, "shard state checksum mismatch");
         goto fail;
     }

@@ -16,16 +16,6 @@
 
 #define MAGIC_BYTES 8
 
-static uint64_t fnv1a(const uint8_t *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 static size_t text_len(const char *s)
 {
     size_t n = strnlen(s, PS_CKPT_TEXT_BYTES);
@@ -120,7 +110,7 @@ int64_t ps_ckpt_encode(const ps_ckpt_header_t *h, const float *values, void *buf
         memcpy(&bits, &values[i], sizeof(bits));
         p = put(p, bits, 4);
     }
-    uint64_t sum = fnv1a(buf, (size_t)(p - (uint8_t *)buf));
+    uint64_t sum = ps_fnv1a(buf, (size_t)(p - (uint8_t *)buf));
     p = put(p, sum, 8);
     return (int64_t)(p - (uint8_t *)buf);
 }
@@ -199,7 +189,7 @@ int ps_ckpt_decode(const void *buf, size_t size, ps_ckpt_header_t *h, float **va
     }
     const uint8_t *sum_at = (const uint8_t *)buf + size - 8;
     reader_t s = {sum_at, 8, 0, 0};
-    if (get(&s, 8) != fnv1a(buf, size - 8)) {
+    if (get(&s, 8) != ps_fnv1a(buf, size - 8)) {
         snprintf(err, err_size, "corrupted: the checksum does not match the contents");
         return -EINVAL;
     }

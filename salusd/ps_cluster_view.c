@@ -296,7 +296,8 @@ void ps_cluster_view_node_gone(ps_cluster_t *ps, const char *node)
 int ps_views_args_ok(uid_t uid, const char *group, uint64_t epoch, const char *table)
 {
     (void)uid;
-    return epoch > 0 && ps_key_name_ok(group, LAUNCH_GROUP_BYTES) && ps_key_name_ok(table, PS_NAME_BYTES);
+    return epoch > 0 && ps_key_name_ok(group, LAUNCH_GROUP_BYTES) &&
+           ps_key_name_ok(table, PS_NAME_BYTES);
 }
 
 /* The views of daemon d, made when missing; NULL when d's cluster part is not started. */

@@ -97,4 +97,26 @@ kill_tree() {
     done
 }
 
+# RUN_PIDS: the background processes a test starts (salusctl run and the like). stop_runs
+# kills their trees and reaps them; cleanup_runs is stop_runs then cleanup, for a test's
+# `trap cleanup_runs EXIT` (a test with more to undo calls stop_runs from its own trap).
+RUN_PIDS=()
+stop_runs() {
+    local pid
+    kill_tree "${RUN_PIDS[@]}"
+    for pid in "${RUN_PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+}
+cleanup_runs() {
+    stop_runs
+    cleanup
+}
+
+# metrics_url: the /metrics URL of the daemon started with --metrics (from salusctl status)
+metrics_url() {
+    echo "http://$("$SALUSCTL" --json status |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["metrics"])')/metrics"
+}
+
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }

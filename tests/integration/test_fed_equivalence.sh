@@ -89,16 +89,7 @@ pass "bad command lines: exit status 2 with the reason"
 
 # ---- through salusd: each client a rank of a group ----
 start_daemon --policy pack
-RUN_PIDS=()
-cleanup_fed() {
-    local pid
-    kill_tree "${RUN_PIDS[@]}"
-    for pid in "${RUN_PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    cleanup
-}
-trap cleanup_fed EXIT
+trap cleanup_runs EXIT
 
 # salus_run TAG ARGS...: the 4 clients of group TAG-$$, in the background; waits (bounded) for
 # them; $WORK/TAG.R.out and TAG.R.w per rank

@@ -11,13 +11,8 @@ command -v runuser >/dev/null || fail "runuser is missing"
 command -v mpirun >/dev/null || fail "mpirun (Open MPI) is missing"
 USER_B="salus-grp-$$"
 useradd -M -N -s /usr/sbin/nologin "$USER_B" || fail "useradd"
-RUN_PIDS=()
 cleanup_groups() {
-    local pid
-    kill_tree "${RUN_PIDS[@]}" # runuser, salusctl run, its program: all of them
-    for pid in "${RUN_PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
+    stop_runs # runuser, salusctl run, its program: all of them
     userdel "$USER_B" 2>/dev/null || true
     cleanup
 }
@@ -26,7 +21,7 @@ trap cleanup_groups EXIT
 export SIMGPU_DEVICES=2
 chmod 0755 "$WORK"
 start_daemon --metrics 127.0.0.1:0 --metrics-job-labels
-METRICS_URL="http://$("$SALUSCTL" --json status | python3 -c 'import json,sys; print(json.load(sys.stdin)["metrics"])')/metrics"
+METRICS_URL=$(metrics_url)
 scrape() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' "$METRICS_URL"; }
 SYNTH="$BIN/salus-synth"
 # a rank that runs until it is ended

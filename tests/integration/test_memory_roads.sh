@@ -14,7 +14,7 @@ MIB=$((1 << 20))
 # one GPU, so that the jobs of the over-budget checks share it
 export SIMGPU_MEMORY_MB=1024 SIMGPU_DEVICES=1
 start_daemon --chunk-bytes "${CHUNK_MIB}MiB" --metrics 127.0.0.1:0 --metrics-job-labels
-METRICS_URL="http://$("$SALUSCTL" --json status | python3 -c 'import json, sys; print(json.load(sys.stdin)["metrics"])')/metrics"
+METRICS_URL=$(metrics_url)
 # natively: a simulated node of two GPUs of its own (vmm-vecadd stripes over both)
 NATIVE_SHM="salus-it-native-${WORK##*.}"
 native() { SIMGPU_SHM_NAME="$NATIVE_SHM" SIMGPU_DEVICES=2 LD_LIBRARY_PATH="$SIMGPU_DIR" "$@"; }

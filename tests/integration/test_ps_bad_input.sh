@@ -12,13 +12,8 @@
 command -v runuser >/dev/null || fail "runuser is missing"
 USER_B="salus-psbad-$$"
 useradd -M -N -s /usr/sbin/nologin "$USER_B" || fail "useradd"
-RUN_PIDS=()
 cleanup_ps() {
-    local pid
-    kill_tree "${RUN_PIDS[@]}"
-    for pid in "${RUN_PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
+    stop_runs
     userdel "$USER_B" 2>/dev/null || true
     cleanup
 }

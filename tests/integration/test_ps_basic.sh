@@ -10,19 +10,10 @@
 
 export SIMGPU_DEVICES=2
 start_daemon --metrics 127.0.0.1:0
-METRICS_URL="http://$("$SALUSCTL" --json status | python3 -c 'import json,sys; print(json.load(sys.stdin)["metrics"])')/metrics"
+METRICS_URL=$(metrics_url)
 TOOL="$TBIN/ps-tool"
 G="it-ps-$$"
-RUN_PIDS=()
-cleanup_ps() {
-    local pid
-    kill_tree "${RUN_PIDS[@]}"
-    for pid in "${RUN_PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    cleanup
-}
-trap cleanup_ps EXIT
+trap cleanup_runs EXIT
 
 # rank R pushes V (rank 0: 1, rank 1: 2) to every element; each clock is followed by a
 # barrier of files (the pulls' values then do not depend on the sync mode's waiting)

@@ -14,20 +14,11 @@
 export SIMGPU_DEVICES=4
 # 4 KiB per user: the 8-element tables fit (the model and a round's pushes), 2048 elements not
 start_daemon --metrics 127.0.0.1:0 --ps-user-bytes 4096
-METRICS_URL="http://$("$SALUSCTL" --json status | python3 -c 'import json,sys; print(json.load(sys.stdin)["metrics"])')/metrics"
+METRICS_URL=$(metrics_url)
 TOOL="$TBIN/ps-tool"
 G="it-psfed-$$"
 RULE="fedavg:3:2:5:7:drop"
-RUN_PIDS=()
-cleanup_fed() {
-    local pid
-    kill_tree "${RUN_PIDS[@]}"
-    for pid in "${RUN_PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    cleanup
-}
-trap cleanup_fed EXIT
+trap cleanup_runs EXIT
 
 # the rounds' clients, from the same seeded choice salusd makes (checked below through the
 # ranks' fed_state too)

@@ -10,20 +10,11 @@
 
 export SIMGPU_DEVICES=2
 start_daemon --metrics 127.0.0.1:0 --ps-fed-timeout-ms 4000
-METRICS_URL="http://$("$SALUSCTL" --json status | python3 -c 'import json,sys; print(json.load(sys.stdin)["metrics"])')/metrics"
+METRICS_URL=$(metrics_url)
 TOOL="$TBIN/ps-tool"
 G="it-psfedto-$$"
 RULE="fedavg:2:2:3:1:partial"
-RUN_PIDS=()
-cleanup_fed() {
-    local pid
-    kill_tree "${RUN_PIDS[@]}"
-    for pid in "${RUN_PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    cleanup
-}
-trap cleanup_fed EXIT
+trap cleanup_runs EXIT
 
 first0="fpush 0 5 2 1.5" # rank 0 alone in round 0: 2 of 3 epochs (partial: accepted)
 for r in 0 1; do

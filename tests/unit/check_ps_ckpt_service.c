@@ -69,12 +69,8 @@ static int open_table(const ps_worker_t *w, const ps_table_spec_t *spec, uint64_
                       char *err, size_t err_size)
 {
     result_t r = {0};
-    int rc = ps_open(&d, w, spec, handle, on_done, &r, err, err_size);
-    if (rc < 0)
-        return rc;
-    wait_for(&r);
-    snprintf(err, err_size, "%s", r.err);
-    return r.rc;
+    return harness_outcome(ps_open(&d, w, spec, handle, on_done, &r, err, err_size), &r, err,
+                           err_size);
 }
 
 /* The checkpoint of table `name` of group g at clock with count values (value i = i * 0.25
@@ -125,10 +121,7 @@ START_TEST(test_restore_starts_at_clock)
     ps_push_id_t id = {.rank = 0, .clock = 0, .seq = 1};
     memset(&r, 0, sizeof(r));
     int rc = ps_push(&d, &w0, h0, &id, 0, N, NULL, ones, on_done, &r, err, sizeof(err));
-    if (rc == 0) {
-        wait_for(&r);
-        rc = r.rc;
-    }
+    rc = harness_outcome(rc, &r, err, sizeof(err));
     ck_assert_int_lt(rc, 0);
     for (int k = 0; k < 2; k++) {
         const ps_worker_t *w = k ? &w1 : &w0;

@@ -439,11 +439,7 @@ START_TEST(test_quota_refused)
     uint64_t held = s.bytes;
     memset(&r, 0, sizeof(r));
     int rc = ps_push(&d, &w0, hb, &id, 0, 50, NULL, v, on_done, &r, err, sizeof(err));
-    if (rc == 0) {
-        wait_for(&r);
-        rc = r.rc;
-        snprintf(err, sizeof(err), "%s", r.err);
-    }
+    rc = harness_outcome(rc, &r, err, sizeof(err));
     ck_assert_int_eq(rc, -EDQUOT);
     ck_assert_msg(strstr(err, "ps-user-bytes") != NULL, "%s", err);
     ps_sample(&d, &s);
@@ -992,11 +988,7 @@ START_TEST(test_refused_update_fails_table)
     result_t p = {0};
     char err[256] = "";
     int rc = ps_pull(&d, &w0, h, 0, 0, N, out, on_pull, &p, err, sizeof(err));
-    if (rc == 0) {
-        wait_for(&p);
-        rc = p.rc;
-        snprintf(err, sizeof(err), "%s", p.err);
-    }
+    rc = harness_outcome(rc, &p, err, sizeof(err));
     ck_assert_int_lt(rc, 0);
     ck_assert_msg(strstr(err, "refused the update of shard 0") != NULL, "%s", err);
 }

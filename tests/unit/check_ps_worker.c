@@ -362,11 +362,7 @@ START_TEST(test_estale_kept_then_bounded)
     result_t p = {0};
     char err[256] = "";
     int rc = ps_pull(&d, &w0, h, 0, 0, N, out, on_pull, &p, err, sizeof(err));
-    if (rc == 0) {
-        wait_for(&p);
-        rc = p.rc;
-        snprintf(err, sizeof(err), "%s", p.err);
-    }
+    rc = harness_outcome(rc, &p, err, sizeof(err));
     ck_assert_int_lt(rc, 0);
     ck_assert_msg(strstr(err, "no primary of shard") != NULL, "%s", err);
 }

@@ -110,6 +110,17 @@ static inline void wait_for(result_t *r)
     ck_assert_msg(r->called, "no callback within 5 s");
 }
 
+/* The outcome of a call that answers through r: the call's own rc when not 0 (err set by the
+ * call), else r's once it came (wait_for), with r's message copied to err. */
+static inline int harness_outcome(int rc, result_t *r, char *err, size_t err_size)
+{
+    if (rc != 0)
+        return rc;
+    wait_for(r);
+    snprintf(err, err_size, "%s", r->err);
+    return r->rc;
+}
+
 /* Runs the loop for a while (what is due runs; used to show that something did NOT come). */
 static inline void run_idle(void)
 {

@@ -1137,6 +1137,20 @@ static sent_t *sent_find(int type, const char *node, int i)
     return NULL;
 }
 
+/* 1 when a state copy of shard s sent to node (type 18: shard, req, handover) is a hand-over. */
+static int handover_sent(uint32_t s, const char *node)
+{
+    int handover = 0;
+    sent_t *c;
+    for (int k = 0; (c = sent_find(18, node, k)); k++) {
+        sent_rewind(c); /* (read for an earlier shard) */
+        uint32_t shard = (uint32_t)sent_get(c, 4);
+        sent_get(c, 8);
+        handover |= shard == s && sent_get(c, 1) == 1;
+    }
+    return handover;
+}
+
 static int sent_count(int type, const char *node)
 {
     int n = 0;
@@ -1860,15 +1874,7 @@ START_TEST(test_repl_handover_to_standby_behind)
         if (!mine[i] || strcmp(ps_table_primary(t, i), "n4") != 0)
             continue;
         want++;
-        int handover = 0;
-        sent_t *c;
-        for (int k = 0; (c = sent_find(18, "n4", k)); k++) {
-            sent_rewind(c); /* (read for an earlier shard) */
-            uint32_t shard = (uint32_t)sent_get(c, 4);
-            sent_get(c, 8);
-            handover |= shard == i && sent_get(c, 1) == 1;
-        }
-        ck_assert_msg(handover, "shard %u: no handover to n4, whose copy had not come", i);
+        ck_assert_msg(handover_sent(i, "n4"), "shard %u: no handover to n4, whose copy had not come", i);
     }
     ck_assert_int_gt(want, 0);
 }
@@ -2011,15 +2017,7 @@ START_TEST(test_repl_failover_handover_from_standby)
         if (!was_n3[i] || strcmp(ps_table_primary(t, i), "n4") != 0)
             continue;
         want++;
-        int handover = 0;
-        sent_t *c;
-        for (int k = 0; (c = sent_find(18, "n4", k)); k++) {
-            sent_rewind(c); /* (read for an earlier shard) */
-            uint32_t shard = (uint32_t)sent_get(c, 4);
-            sent_get(c, 8);
-            handover |= shard == i && sent_get(c, 1) == 1;
-        }
-        ck_assert_msg(handover, "shard %u: no handover to its new primary n4", i);
+        ck_assert_msg(handover_sent(i, "n4"), "shard %u: no handover to its new primary n4", i);
     }
     ck_assert_int_gt(want, 0);
     /* none from a standby where the old primary lives on (a graceful change: the primary

@@ -203,17 +203,27 @@ START_TEST(test_not_restored_starts_at_zero)
 }
 END_TEST
 
+/* Group `group` of one rank, not restored, and its table "w" (N elements, add) opened by its
+ * worker w (of owner); the table, its handle in h. */
+static ps_table_t *open_one(const char *group, const void *owner, ps_worker_t *w, uint64_t *h)
+{
+    make_group(group, 1, 0);
+    *w = worker_of(0, group, owner);
+    ps_table_spec_t spec = spec_of("w", N, "add");
+    char err[512] = "";
+    ck_assert_msg(open_table(w, &spec, h, err, sizeof(err)) == 0, "%s", err);
+    ps_table_t *t = ps_table_find(d.ps, 1000, group, "w", 1);
+    ck_assert_ptr_nonnull(t);
+    return t;
+}
+
 START_TEST(test_load_shard_once)
 {
-    make_group("ls", 1, 0);
-    int o0;
-    ps_worker_t w0 = worker_of(0, "ls", &o0);
-    ps_table_spec_t spec = spec_of("w", N, "add");
+    int o0 = 0; /* (its address is the worker's owner) */
+    ps_worker_t w0;
     uint64_t h = 0;
+    ps_table_t *t = open_one("ls", &o0, &w0, &h);
     char err[512] = "";
-    ck_assert_msg(open_table(&w0, &spec, &h, err, sizeof(err)) == 0, "%s", err);
-    ps_table_t *t = ps_table_find(d.ps, 1000, "ls", "w", 1);
-    ck_assert_ptr_nonnull(t);
     uint64_t first, elems;
     ps_layout_shard(&t->layout, 0, &first, &elems);
     float *v = calloc(elems, sizeof(float));
@@ -237,15 +247,11 @@ END_TEST
 /* Malformed checkpoint messages from a peer: dropped (counted), nothing changes. */
 START_TEST(test_bad_messages_dropped)
 {
-    make_group("bm", 1, 0);
-    int o0;
-    ps_worker_t w0 = worker_of(0, "bm", &o0);
-    ps_table_spec_t spec = spec_of("w", N, "add");
+    int o0 = 0; /* (its address is the worker's owner) */
+    ps_worker_t w0;
     uint64_t h = 0;
+    ps_table_t *t = open_one("bm", &o0, &w0, &h);
     char err[512] = "";
-    ck_assert_msg(open_table(&w0, &spec, &h, err, sizeof(err)) == 0, "%s", err);
-    ps_table_t *t = ps_table_find(d.ps, 1000, "bm", "w", 1);
-    ck_assert_ptr_nonnull(t);
     ps_t *ps = d.ps;
     static const int types[] = {MSG_SNAP_REQ, MSG_SNAP_REPLY, MSG_SNAP_LOAD, MSG_SNAP_LOAD_ACK,
                                 MSG_SNAP_FILE, MSG_SNAP_FILE_ACK, 40};

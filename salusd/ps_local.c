@@ -9,11 +9,11 @@
  * clocks and opens are answered by the service's callbacks, the loop never blocks. */
 #include "ps_local.h"
 
+#include "ps_local-internal.h"
 #include "groups.h"
 #include "jobs.h"
 #include "ps-internal.h"
 #include "ps_ckpt.h"
-#include "ps_fed-internal.h"
 #include "registry.h"
 
 #include "log.h"
@@ -30,34 +30,6 @@
 /* the largest table a worker may map (elements): 2^32 float32 values, 48 GiB of region */
 #define PS_LOCAL_MAX_COUNT (1ull << 32)
 #define PS_LOCAL_REGION_BYTES(count) ((count) * (sizeof(float) + sizeof(uint64_t)))
-
-typedef struct ps_local_table_s {
-    int used;
-    uint64_t handle;           /* the service's */
-    uint64_t count;
-    uint8_t *map;              /* count floats, then count uint64 keys */
-    size_t map_bytes;
-    uint64_t last_seq;         /* the highest push sequence this connection had acknowledged */
-    void *copy;                /* the pushes' private copies, kept for the next push (no fresh
-                                * pages to fault in per push) */
-    size_t copy_bytes;
-} ps_local_table_t;
-
-typedef enum ps_local_op_e { PS_OP_NONE, PS_OP_OPEN, PS_OP_PUSH, PS_OP_PULL, PS_OP_CLOCK } ps_local_op_t;
-
-typedef struct ps_local_conn_s {
-    conn_t *conn;
-    uint64_t job_id;           /* bound by the first successful open; 0: none */
-    char group[LAUNCH_GROUP_BYTES];
-    /* the request in flight */
-    ps_local_op_t op;
-    uint64_t request_id;
-    int slot;                  /* its table */
-    uint64_t clock, seq;
-    uint64_t open_handle;      /* ps_open's out-parameter */
-    ps_local_table_t tables[PS_LOCAL_MAX_TABLES];
-    LIST_ENTRY(ps_local_conn_s) link;
-} ps_local_conn_t;
 
 /* The connections that used a PS op (one daemon per process: daemon.h). */
 static LIST_HEAD(ps_local_list, ps_local_conn_s) ps_local_conns = LIST_HEAD_INITIALIZER(ps_local_conns);
@@ -122,7 +94,7 @@ static proto_error_code_t error_code(int rc)
     }
 }
 
-static void reply_service_error(conn_t *c, uint64_t id, const char *op, int rc, const char *err)
+void ps_local_reply_error(conn_t *c, uint64_t id, const char *op, int rc, const char *err)
 {
     server_reply_error(c, id, error_code(rc), 0, "%s: %s", op,
                        err && *err ? err : strerror(-rc));
@@ -160,10 +132,8 @@ static int worker_of(conn_t *c, const proto_msg_t *msg, uint64_t job_id, ps_loca
     return 0;
 }
 
-/* The state of a connection that opened a table and has no request in flight, its worker
- * and the table named by the body's handle (NULL: an error was answered). */
-static ps_local_table_t *request_table(conn_t *c, const proto_msg_t *msg, ps_local_conn_t **pcp,
-                                       ps_worker_t *w)
+ps_local_table_t *ps_local_request_table(conn_t *c, const proto_msg_t *msg,
+                                         ps_local_conn_t **pcp, ps_worker_t *w)
 {
     ps_local_conn_t *pc = conn_state(c, 0);
     uint64_t handle = 0;
@@ -223,7 +193,7 @@ static void open_done(void *arg, int rc, const char *err)
     pc->op = PS_OP_NONE;
     if (rc < 0) {
         table_unmap(t);
-        reply_service_error(c, id, "ps_open", rc, err);
+        ps_local_reply_error(c, id, "ps_open", rc, err);
         return;
     }
     t->handle = pc->open_handle;
@@ -359,7 +329,7 @@ void ps_local_handle_open(conn_t *c, const proto_msg_t *msg)
     int rc = ps_open(d, &w, &spec, &pc->open_handle, open_done, pc, err, sizeof(err));
     if (rc < 0) {
         table_unmap(t);
-        reply_service_error(c, msg->id, "ps_open", rc, err);
+        ps_local_reply_error(c, msg->id, "ps_open", rc, err);
         goto out;
     }
     pc->op = PS_OP_OPEN;
@@ -378,7 +348,7 @@ static void push_done(void *arg, int rc, const char *err)
     uint64_t id = pc->request_id;
     pc->op = PS_OP_NONE;
     if (rc < 0) {
-        reply_service_error(c, id, "ps_push", rc, err);
+        ps_local_reply_error(c, id, "ps_push", rc, err);
         return;
     }
     /* a duplicate: this connection had the id acknowledged, or the service says this push
@@ -399,7 +369,7 @@ void ps_local_handle_push(conn_t *c, const proto_msg_t *msg)
 {
     ps_local_conn_t *pc = NULL;
     ps_worker_t w;
-    ps_local_table_t *t = request_table(c, msg, &pc, &w);
+    ps_local_table_t *t = ps_local_request_table(c, msg, &pc, &w);
     uint64_t offset, n, clock = 0, seq = 0;
     int keyed = 0;
     float *values = NULL;
@@ -448,7 +418,7 @@ void ps_local_handle_push(conn_t *c, const proto_msg_t *msg)
                  err, sizeof(err));
 pushed:
     if (rc < 0) {
-        reply_service_error(c, msg->id, "ps_push", rc, err);
+        ps_local_reply_error(c, msg->id, "ps_push", rc, err);
         return;
     }
     pc->op = PS_OP_PUSH;
@@ -463,7 +433,7 @@ static void pull_done(void *arg, int rc, const char *err, const ps_read_t *read)
     uint64_t id = pc->request_id;
     pc->op = PS_OP_NONE;
     if (rc < 0 || !read) {
-        reply_service_error(c, id, "ps_pull", rc < 0 ? rc : -EIO, err);
+        ps_local_reply_error(c, id, "ps_pull", rc < 0 ? rc : -EIO, err);
         return;
     }
     proto_enc_t *e = &c->daemon->enc;
@@ -483,7 +453,7 @@ void ps_local_handle_pull(conn_t *c, const proto_msg_t *msg)
 {
     ps_local_conn_t *pc = NULL;
     ps_worker_t w;
-    ps_local_table_t *t = request_table(c, msg, &pc, &w);
+    ps_local_table_t *t = ps_local_request_table(c, msg, &pc, &w);
     uint64_t offset, n, clock = 0;
     char err[256] = "";
     if (!t)
@@ -500,7 +470,7 @@ void ps_local_handle_pull(conn_t *c, const proto_msg_t *msg)
                      (float *)(void *)(t->map + offset * sizeof(float)), pull_done, pc, err,
                      sizeof(err));
     if (rc < 0) {
-        reply_service_error(c, msg->id, "ps_pull", rc, err);
+        ps_local_reply_error(c, msg->id, "ps_pull", rc, err);
         return;
     }
     pc->op = PS_OP_PULL;
@@ -515,7 +485,7 @@ static void clock_done(void *arg, int rc, const char *err)
     uint64_t id = pc->request_id;
     pc->op = PS_OP_NONE;
     if (rc < 0) {
-        reply_service_error(c, id, "ps_clock", rc, err);
+        ps_local_reply_error(c, id, "ps_clock", rc, err);
         return;
     }
     proto_enc_t *e = &c->daemon->enc;
@@ -530,7 +500,7 @@ void ps_local_handle_clock(conn_t *c, const proto_msg_t *msg)
 {
     ps_local_conn_t *pc = NULL;
     ps_worker_t w;
-    ps_local_table_t *t = request_table(c, msg, &pc, &w);
+    ps_local_table_t *t = ps_local_request_table(c, msg, &pc, &w);
     uint64_t clock = 0;
     char err[256] = "";
     if (!t)
@@ -543,7 +513,7 @@ void ps_local_handle_clock(conn_t *c, const proto_msg_t *msg)
     pc->clock = clock;
     int rc = ps_clock(c->daemon, &w, t->handle, clock, clock_done, pc, err, sizeof(err));
     if (rc < 0) {
-        reply_service_error(c, msg->id, "ps_clock", rc, err);
+        ps_local_reply_error(c, msg->id, "ps_clock", rc, err);
         return;
     }
     pc->op = PS_OP_CLOCK;
@@ -571,76 +541,4 @@ void ps_local_handle_close(conn_t *c, const proto_msg_t *msg)
     }
     table_unmap(&pc->tables[handle - 1]);
     server_reply_done(c, msg->id);
-}
-
-/* ---- federated tables (ps_fed-internal.h) --------------------------------------------- */
-
-/* ps_fed_state {handle} -> {round, selected, pushed, clients, per_round, epochs} */
-void ps_local_handle_fed_state(conn_t *c, const proto_msg_t *msg)
-{
-    ps_local_conn_t *pc = NULL;
-    ps_worker_t w;
-    ps_local_table_t *t = request_table(c, msg, &pc, &w);
-    ps_fed_state_t st;
-    char err[256] = "";
-    if (!t)
-        return;
-    int rc = ps_fed_state(c->daemon, &w, t->handle, &st, err, sizeof(err));
-    if (rc < 0) {
-        reply_service_error(c, msg->id, "ps_fed_state", rc, err);
-        return;
-    }
-    proto_enc_t *e = &c->daemon->enc;
-    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 6);
-    proto_pack_kv_uint(&e->pk, "round", st.round);
-    proto_pack_kv_bool(&e->pk, "selected", st.selected);
-    proto_pack_kv_bool(&e->pk, "pushed", st.pushed);
-    proto_pack_kv_uint(&e->pk, "clients", st.clients);
-    proto_pack_kv_uint(&e->pk, "per_round", st.per_round);
-    proto_pack_kv_uint(&e->pk, "epochs", st.epochs);
-    proto_enc_finish(e);
-    server_send(c, e);
-}
-
-/* ps_fed_push {handle, round, samples (int), work, n} -> {duplicate}: the worker's local
- * model in the region's first n floats (n: the table's count; ps_fed_push reads each value
- * once, so the region itself is passed) */
-void ps_local_handle_fed_push(conn_t *c, const proto_msg_t *msg)
-{
-    ps_local_conn_t *pc = NULL;
-    ps_worker_t w;
-    ps_local_table_t *t = request_table(c, msg, &pc, &w);
-    uint64_t round = 0, work = 0, n = 0;
-    int64_t samples = 0;
-    char err[256] = "";
-    if (!t)
-        return;
-    if (proto_get_uint(&msg->body, "round", &round) < 0 ||
-        proto_get_int(&msg->body, "samples", &samples) < 0 ||
-        proto_get_uint(&msg->body, "work", &work) < 0 ||
-        proto_get_uint(&msg->body, "n", &n) < 0) {
-        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
-                           "ps_fed_push: usage {handle, round, samples, work, n}");
-        return;
-    }
-    if (n > t->count) {
-        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
-                           "ps_fed_push: %llu values are beyond the table's %llu elements "
-                           "(a push carries the whole model)", (unsigned long long)n,
-                           (unsigned long long)t->count);
-        return;
-    }
-    if (work > UINT32_MAX)
-        work = UINT32_MAX; /* ps_fed_push says it is more than the epochs */
-    int rc = ps_fed_table_push(c->daemon, &w, t->handle, round, samples, (uint32_t)work,
-                               (const float *)(const void *)t->map, n, err, sizeof(err));
-    if (rc < 0) {
-        reply_service_error(c, msg->id, "ps_fed_push", rc, err);
-        return;
-    }
-    proto_enc_t *e = &c->daemon->enc;
-    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
-    proto_pack_kv_bool(&e->pk, "duplicate", rc == 1);
-    proto_enc_finish(e);
-    server_send(c, e);
 }

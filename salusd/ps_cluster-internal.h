@@ -35,6 +35,9 @@ int ps_ring_record_format(const ps_ring_record_t *rec, char *buf, size_t size, c
 /* Whether s (NULL: no) is a name that fits a key part (a group or a table's name): 1 ..
  * cap-1 printable characters, no '/', no space. 1 or 0. */
 int ps_key_name_ok(const char *s, size_t cap);
+/* Writes servers ("a,b") at buf + *at as JSON strings ("a","b"; plain names, checked:
+ * nothing to escape), *at moved past them. 0, or -ENOSPC (size too small). */
+int ps_servers_to_json(const char *servers, char *buf, size_t size, size_t *at);
 /* Reads o's "servers" (a JSON list of node names) into out (cap bytes) as "a,b,c", in the
  * list's order (the caller checks the set: ps_servers_check). 0, or -1 with err set
  * ("<what>'s servers ..."). Shared by the ring record and the view record. */

@@ -116,16 +116,8 @@ int ps_ring_record_format(const ps_ring_record_t *rec, char *buf, size_t size, c
     if (n < 0 || (size_t)n >= size)
         return -ENOSPC;
     size_t at = (size_t)n;
-    for (const char *s = rec->servers; *s;) {
-        size_t len = strcspn(s, ",");
-        n = snprintf(buf + at, size - at, "%s\"%.*s\"", s == rec->servers ? "" : ",", (int)len, s);
-        if (n < 0 || (size_t)n >= size - at)
-            return -ENOSPC;
-        at += (size_t)n;
-        s += len;
-        if (*s == ',')
-            s++;
-    }
+    if (ps_servers_to_json(rec->servers, buf, size, &at) < 0)
+        return -ENOSPC;
     n = rec->start ? snprintf(buf + at, size - at, "],\"vnodes\":%u,\"start\":%" PRIu64 "}",
                               rec->vnodes, rec->start)
                    : snprintf(buf + at, size - at, "],\"vnodes\":%u}", rec->vnodes);
@@ -169,6 +161,22 @@ int ps_key_name_ok(const char *s, size_t cap)
         if (s[i] == '/' || (unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
             return 0;
     return 1;
+}
+
+int ps_servers_to_json(const char *servers, char *buf, size_t size, size_t *at)
+{
+    for (const char *s = servers; *s;) {
+        size_t len = strcspn(s, ",");
+        int n = snprintf(buf + *at, size - *at, "%s\"%.*s\"", s == servers ? "" : ",",
+                         (int)len, s);
+        if (n < 0 || (size_t)n >= size - *at)
+            return -ENOSPC;
+        *at += (size_t)n;
+        s += len;
+        if (*s == ',')
+            s++;
+    }
+    return 0;
 }
 
 int ps_servers_from_json(struct json_object *o, const char *what, char *out, size_t cap,

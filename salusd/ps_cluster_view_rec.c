@@ -29,16 +29,8 @@ int ps_view_format(const ps_view_t *v, char *buf, size_t size, char *err, size_t
     if (n < 0 || (size_t)n >= size)
         return -ENOSPC;
     size_t at = (size_t)n;
-    for (const char *s = v->servers; *s;) {
-        size_t len = strcspn(s, ",");
-        n = snprintf(buf + at, size - at, "%s\"%.*s\"", s == v->servers ? "" : ",", (int)len, s);
-        if (n < 0 || (size_t)n >= size - at)
-            return -ENOSPC;
-        at += (size_t)n;
-        s += len;
-        if (*s == ',')
-            s++;
-    }
+    if (ps_servers_to_json(v->servers, buf, size, &at) < 0)
+        return -ENOSPC;
     n = snprintf(buf + at, size - at, "],\"replicas\":%u}", v->replicas);
     if (n < 0 || (size_t)n >= size - at)
         return -ENOSPC;

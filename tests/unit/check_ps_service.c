@@ -984,13 +984,7 @@ START_TEST(test_refused_update_fails_table)
     ck_assert_int_eq(t->state, PS_TABLE_READY);
     ps_worker_acked(t, 0, 41, -EINVAL);
     ck_assert_int_eq(t->state, PS_TABLE_FAILED);
-    float out[N];
-    result_t p = {0};
-    char err[256] = "";
-    int rc = ps_pull(&d, &w0, h, 0, 0, N, out, on_pull, &p, err, sizeof(err));
-    rc = harness_outcome(rc, &p, err, sizeof(err));
-    ck_assert_int_lt(rc, 0);
-    ck_assert_msg(strstr(err, "refused the update of shard 0") != NULL, "%s", err);
+    harness_pull_fails(&w0, h, N, "refused the update of shard 0");
 }
 END_TEST
 

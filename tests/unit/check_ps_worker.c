@@ -358,13 +358,7 @@ START_TEST(test_estale_kept_then_bounded)
                       strstr(t->error_text, "no new view replaced it") != NULL &&
                       strstr(t->error_text, "not the primary") != NULL,
                   "%s", t->error_text);
-    float out[N];
-    result_t p = {0};
-    char err[256] = "";
-    int rc = ps_pull(&d, &w0, h, 0, 0, N, out, on_pull, &p, err, sizeof(err));
-    rc = harness_outcome(rc, &p, err, sizeof(err));
-    ck_assert_int_lt(rc, 0);
-    ck_assert_msg(strstr(err, "no primary of shard") != NULL, "%s", err);
+    harness_pull_fails(&w0, h, N, "no primary of shard");
 }
 END_TEST
 

@@ -12,6 +12,7 @@
 #include <check.h>
 #include <event2/event.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -119,6 +120,22 @@ static inline int harness_outcome(int rc, result_t *r, char *err, size_t err_siz
     wait_for(r);
     snprintf(err, err_size, "%s", r->err);
     return r->rc;
+}
+
+/* A pull of n values (offset 0, clock 0) of w's table h fails, by the call or its callback,
+ * with a message that says `word`. */
+static inline void harness_pull_fails(const ps_worker_t *w, uint64_t h, uint64_t n,
+                                      const char *word)
+{
+    float *out = calloc(n, sizeof(float));
+    ck_assert_ptr_nonnull(out);
+    result_t p = {0};
+    char err[256] = "";
+    int rc = ps_pull(&d, w, h, 0, 0, n, out, on_pull, &p, err, sizeof(err));
+    rc = harness_outcome(rc, &p, err, sizeof(err));
+    free(out);
+    ck_assert_int_lt(rc, 0);
+    ck_assert_msg(strstr(err, word) != NULL, "%s", err);
 }
 
 /* Runs the loop for a while (what is due runs; used to show that something did NOT come). */

@@ -458,23 +458,52 @@ START_TEST(test_pull_reply_estale_kept)
 }
 END_TEST
 
+/* Ranks 0 and 1 of group g, the table opened by both (w0, w1 of owners o0, o1; its handle in
+ * h): w0 pushes 1s for clock 0, closes it and starts a pull of clock 1 into out (p), which
+ * waits for w1's clock 0. The table. */
+static ps_table_t *pull_waiting(const char *g, const int *o0, const int *o1, ps_worker_t *w0,
+                                ps_worker_t *w1, uint64_t *h, float *out, result_t *p)
+{
+    make_group(g, 2, 0);
+    *w0 = worker_of(0, g, o0);
+    *w1 = worker_of(1, g, o1);
+    ps_table_t *t = open_table(w0, g, h);
+    ck_assert_ptr_eq(open_table(w1, g, h), t);
+    float ones[N];
+    fill(ones, N, 1);
+    push_ok(w0, *h, 0, 1, ones);
+    clock_ok(w0, *h, 0);
+    pull_start(w0, *h, 1, out, p);
+    return t;
+}
+
+/* The end of pull_waiting's pull: w1 pushes 1s for clock 0 and closes it, n2 answers its
+ * fetches with 2s; the pull completes with 2 everywhere (1 + 1 here, 2 from n2). */
+static void pull_completes(const ps_table_t *t, const char *g, const ps_worker_t *w1,
+                           uint64_t h, const float *out, result_t *p)
+{
+    float ones[N];
+    fill(ones, N, 1);
+    push_ok(w1, h, 0, 1, ones);
+    clock_ok(w1, h, 0); /* the shards here reach done 1; n2's get theirs by its answer */
+    answer_fetches(t, g, 0, 2, 1);
+    wait_for(p);
+    ck_assert_msg(p->rc == 0, "%s", p->err);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(out[i], 2);
+}
+
 /* Reads waiting on shards here when the view gives them to n2: they go to n2 as fetches
  * (the pull is not failed), and complete with n2's answer; those on shards still here stay
  * and complete when the clock does. */
 START_TEST(test_local_reads_move_to_new_primary)
 {
-    make_group("lm", 2, 0);
-    int o0, o1;
-    ps_worker_t w0 = worker_of(0, "lm", &o0), w1 = worker_of(1, "lm", &o1);
+    int o0 = 0, o1 = 0; /* (their addresses are the workers' owners) */
+    ps_worker_t w0, w1;
     uint64_t h;
-    ps_table_t *t = open_table(&w0, "lm", &h);
-    ck_assert_ptr_eq(open_table(&w1, "lm", &h), t);
-    float ones[N], out[N];
-    fill(ones, N, 1);
-    push_ok(&w0, h, 0, 1, ones);
-    clock_ok(&w0, h, 0);
+    float out[N];
     result_t p = {0};
-    pull_start(&w0, h, 1, out, &p); /* waits here for w1's clock 0 */
+    ps_table_t *t = pull_waiting("lm", &o0, &o1, &w0, &w1, &h, out, &p); /* waits for w1 */
     size_t waits = 0;
     for (const ps_wait_t *w = t->waits; w; w = w->next)
         waits++;
@@ -493,13 +522,7 @@ START_TEST(test_local_reads_move_to_new_primary)
     ck_assert_uint_eq(fetches_of(t, "n2", 1), remote);
     run_idle();
     ck_assert_int_eq(p.called, 0);
-    push_ok(&w1, h, 0, 1, ones);
-    clock_ok(&w1, h, 0); /* the shards here reach done 1; n2's get theirs by its answer */
-    answer_fetches(t, "lm", 0, 2, 1);
-    wait_for(&p);
-    ck_assert_msg(p.rc == 0, "%s", p.err);
-    for (int i = 0; i < N; i++)
-        ck_assert_float_eq(out[i], 2);
+    pull_completes(t, "lm", &w1, h, out, &p);
 }
 END_TEST
 
@@ -548,18 +571,12 @@ END_TEST
  * pull does not fail. */
 START_TEST(test_fenced_local_read_asked_again)
 {
-    make_group("fl", 2, 0);
-    int o0, o1;
-    ps_worker_t w0 = worker_of(0, "fl", &o0), w1 = worker_of(1, "fl", &o1);
+    int o0 = 0, o1 = 0; /* (their addresses are the workers' owners) */
+    ps_worker_t w0, w1;
     uint64_t h;
-    ps_table_t *t = open_table(&w0, "fl", &h);
-    ck_assert_ptr_eq(open_table(&w1, "fl", &h), t);
-    float ones[N], out[N];
-    fill(ones, N, 1);
-    push_ok(&w0, h, 0, 1, ones);
-    clock_ok(&w0, h, 0);
+    float out[N];
     result_t p = {0};
-    pull_start(&w0, h, 1, out, &p);
+    ps_table_t *t = pull_waiting("fl", &o0, &o1, &w0, &w1, &h, out, &p);
     set_view(t, two, 2, 2);
     size_t fenced = 0;
     for (ps_wait_t **wp = &t->waits; *wp;) { /* as the server side's swap may do */
@@ -579,13 +596,7 @@ START_TEST(test_fenced_local_read_asked_again)
     ck_assert_uint_eq(fetches_of(t, "n2", 1), fenced);
     run_idle();
     ck_assert_int_eq(p.called, 0);
-    push_ok(&w1, h, 0, 1, ones);
-    clock_ok(&w1, h, 0);
-    answer_fetches(t, "fl", 0, 2, 1);
-    wait_for(&p);
-    ck_assert_msg(p.rc == 0, "%s", p.err);
-    for (int i = 0; i < N; i++)
-        ck_assert_float_eq(out[i], 2);
+    pull_completes(t, "fl", &w1, h, out, &p);
 }
 END_TEST
 

@@ -4,6 +4,7 @@
  * nothing, exact arithmetic) and a node's aggregation. Nothing here sleeps or prints. */
 #include "check_run.h"
 #include "ps_core.h"
+#include "ps_core_test.h"
 
 #include <check.h>
 #include <errno.h>
@@ -296,22 +297,9 @@ START_TEST(test_ring_order_independent)
 }
 END_TEST
 
-/* The ring's hash is part of the cluster's contract (every daemon must place a shard on the same
- * server), so the test pins it with its own copy: FNV-1a 64 of the text, then splitmix64's
- * finaliser; servers at "name#v", shards at "table/shard"; the owner is the first point at or
- * after the shard's hash, wrapping; found here by a plain scan over every point. */
-static uint64_t ref_hash(const char *text)
-{
-    uint64_t h = 14695981039346656037ull;
-    for (const char *c = text; *c; c++) {
-        h ^= (uint8_t)*c;
-        h *= 1099511628211ull;
-    }
-    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
-    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
-    return h ^ (h >> 31);
-}
-
+/* The ring's contract (ref_hash: ps_core_test.h): servers at "name#v", shards at
+ * "table/shard"; the owner is the first point at or after the shard's hash, wrapping; found
+ * here by a plain scan over every point. */
 static const char *ref_owner(const char *const *names, size_t n, uint32_t vnodes,
                              const char *table, uint32_t shard, int *wrapped)
 {
@@ -440,29 +428,6 @@ START_TEST(test_ring_join)
 END_TEST
 
 /* ---- a shard -------------------------------------------------------------------------- */
-
-static ps_rule_t rule_of(const char *text)
-{
-    ps_rule_t r;
-    ck_assert_int_eq(ps_rule_parse(text, &r, NULL, 0), 0);
-    return r;
-}
-
-static ps_sync_t sync_of(const char *text)
-{
-    ps_sync_t s;
-    ck_assert_int_eq(ps_sync_parse(text, &s, NULL, 0), 0);
-    return s;
-}
-
-static ps_shard_t *shard_new(uint64_t elems, const char *rule, const char *sync, uint32_t sources)
-{
-    ps_rule_t r = rule_of(rule);
-    ps_sync_t s = sync_of(sync);
-    ps_shard_t *shard = ps_shard_create(elems, &r, &s, sources);
-    ck_assert_ptr_nonnull(shard);
-    return shard;
-}
 
 static void assert_values(const ps_shard_t *shard, const float *want, uint64_t n)
 {
@@ -801,24 +766,7 @@ END_TEST
 
 /* ---- a shard against a reference model: random interleavings ---------------------------- */
 
-/* A small deterministic generator (splitmix64), so that every run sees the same 1000 cases. */
-typedef struct rng_s {
-    uint64_t state;
-} rng_t;
-
-static uint64_t rng_next(rng_t *r)
-{
-    uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint32_t rng_below(rng_t *r, uint32_t n)
-{
-    return (uint32_t)(rng_next(r) % n);
-}
-
+/* (rng_t, ps_core_test.h: every run sees the same 1000 cases) */
 #define MODEL_SOURCES 3
 #define MODEL_MAX_ELEMS 8
 #define MODEL_MAX_LOG 256

@@ -5,6 +5,7 @@
  * a checkpoint). Part 1 is tests/unit/check_ps_core.c. Nothing here sleeps or prints. */
 #include "check_run.h"
 #include "ps_core.h"
+#include "ps_core_test.h"
 
 #include <check.h>
 #include <errno.h>
@@ -14,66 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- helpers ------------------------------------------------------------------------------ */
-
-static ps_rule_t rule_of(const char *text)
-{
-    ps_rule_t r;
-    ck_assert_int_eq(ps_rule_parse(text, &r, NULL, 0), 0);
-    return r;
-}
-
-static ps_sync_t sync_of(const char *text)
-{
-    ps_sync_t s;
-    ck_assert_int_eq(ps_sync_parse(text, &s, NULL, 0), 0);
-    return s;
-}
-
-static ps_shard_t *shard_new(uint64_t elems, const char *rule, const char *sync, uint32_t sources)
-{
-    ps_rule_t r = rule_of(rule);
-    ps_sync_t s = sync_of(sync);
-    ps_shard_t *shard = ps_shard_create(elems, &r, &s, sources);
-    ck_assert_ptr_nonnull(shard);
-    return shard;
-}
-
-/* splitmix64: the same runs every time */
-typedef struct rng_s {
-    uint64_t state;
-} rng_t;
-
-static uint64_t rng_next(rng_t *r)
-{
-    uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint32_t rng_below(rng_t *r, uint32_t n)
-{
-    return (uint32_t)(rng_next(r) % n);
-}
-
 /* ---- replicas ------------------------------------------------------------------------------ */
 
-/* The contract, pinned by a plain reimplementation: FNV-1a 64 + splitmix64's finaliser, points
+/* The contract, pinned by a plain reimplementation (ref_hash: ps_core_test.h), points
  * "name#v", keys "table/shard"; the replicas are the first distinct servers met going round the
  * sorted points from the first one at or after the key. */
-static uint64_t ref_hash(const char *text)
-{
-    uint64_t h = 14695981039346656037ull;
-    for (const char *c = text; *c; c++) {
-        h ^= (uint8_t)*c;
-        h *= 1099511628211ull;
-    }
-    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
-    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
-    return h ^ (h >> 31);
-}
-
 typedef struct ref_point_s {
     uint64_t hash;
     const char *name;

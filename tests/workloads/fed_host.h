@@ -178,26 +178,7 @@ static inline void fed_print_rounds(const std::vector<double> &losses, const std
 /* 'fed_weights_digest n= sum= l2=' and with `dump` one %.9g a line (a float's exact text) */
 static inline void fed_weights_report(const std::vector<float> &weights, const char *dump)
 {
-    double sum = 0.0, squares = 0.0;
-    for (float value : weights) {
-        sum += (double)value;
-        squares += (double)value * (double)value;
-    }
-    printf("fed_weights_digest n=%zu sum=%.17g l2=%.17g\n", weights.size(), sum, sqrt(squares));
-    fflush(stdout);
-    if (!dump)
-        return;
-    FILE *out = fopen(dump, "w");
-    if (!out) {
-        fprintf(stderr, "%s: --dump-weights %s: %s\n", workload_program, dump, strerror(errno));
-        exit(WORKLOAD_EXIT_USAGE);
-    }
-    for (float value : weights)
-        fprintf(out, "%.9g\n", (double)value);
-    if (fclose(out) != 0) {
-        fprintf(stderr, "%s: --dump-weights %s: %s\n", workload_program, dump, strerror(errno));
-        exit(WORKLOAD_EXIT_USAGE);
-    }
+    workload_weights_report("fed_weights_digest", weights.data(), weights.size(), 17, dump);
 }
 
 #endif

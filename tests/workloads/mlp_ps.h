@@ -349,26 +349,7 @@ static inline void mlp_ps_finish(mlp_ps *ps, std::vector<float> *weights, std::v
 /* 'mlp_weights_digest n= sum= l2=' of the flat weights, and with `dump` one %.9g a line. */
 static inline void mlp_weights_report(const std::vector<float> &weights, const char *dump)
 {
-    double sum = 0.0, squares = 0.0;
-    for (float value : weights) {
-        sum += (double)value;
-        squares += (double)value * (double)value;
-    }
-    printf("mlp_weights_digest n=%zu sum=%.9g l2=%.9g\n", weights.size(), sum, sqrt(squares));
-    fflush(stdout);
-    if (!dump)
-        return;
-    FILE *out = fopen(dump, "w");
-    if (!out) {
-        fprintf(stderr, "%s: --dump-weights %s: %s\n", workload_program, dump, strerror(errno));
-        exit(WORKLOAD_EXIT_USAGE);
-    }
-    for (float value : weights)
-        fprintf(out, "%.9g\n", (double)value);
-    if (fclose(out) != 0) {
-        fprintf(stderr, "%s: --dump-weights %s: %s\n", workload_program, dump, strerror(errno));
-        exit(WORKLOAD_EXIT_USAGE);
-    }
+    workload_weights_report("mlp_weights_digest", weights.data(), weights.size(), 9, dump);
 }
 
 #endif

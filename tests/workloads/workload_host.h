@@ -94,6 +94,33 @@ static inline double workload_parse_double(const char *option, const char *text,
 
 /* ---- time ------------------------------------------------------------------------- */
 
+/* '<name> n= sum= l2=' of the n weights (sum and l2 with `digits` significant digits) on
+ * stdout, and with `dump` that file with one %.9g a line (a float's exact text). */
+static inline void workload_weights_report(const char *name, const float *weights, size_t n,
+                                           int digits, const char *dump)
+{
+    double sum = 0.0, squares = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        sum += (double)weights[i];
+        squares += (double)weights[i] * (double)weights[i];
+    }
+    printf("%s n=%zu sum=%.*g l2=%.*g\n", name, n, digits, sum, digits, sqrt(squares));
+    fflush(stdout);
+    if (!dump)
+        return;
+    FILE *out = fopen(dump, "w");
+    if (!out) {
+        fprintf(stderr, "%s: --dump-weights %s: %s\n", workload_program, dump, strerror(errno));
+        exit(WORKLOAD_EXIT_USAGE);
+    }
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "%.9g\n", (double)weights[i]);
+    if (fclose(out) != 0) {
+        fprintf(stderr, "%s: --dump-weights %s: %s\n", workload_program, dump, strerror(errno));
+        exit(WORKLOAD_EXIT_USAGE);
+    }
+}
+
 static inline uint64_t workload_now_ns(void)
 {
     struct timespec now;

@@ -89,6 +89,9 @@ static inline void ps_msg_get_str(rbuf_t *r, char *out, size_t size)
 
 /* The common part of every header: magic, type, the table's identity. */
 void ps_msg_begin(wbuf_t *w, int type, const ps_table_t *t);
+/* An update's header (MSG_UPDATE, MSG_REPL_UPDATE) after ps_msg_begin: u32 shard, u32 source,
+ * u64 seq, u64 clock, u8 close, u8 keyed, u64 offset, u64 n. */
+void ps_msg_put_update(wbuf_t *w, uint32_t shard, uint32_t source, const ps_update_t *u);
 /* Sends header w and a copy of payload to node. 0 or a negative errno. */
 int ps_msg_send(ps_t *ps, const char *node, const wbuf_t *w, const void *payload, size_t len);
 /* An update's acknowledgement (rc 0 also for a duplicate). */

@@ -131,18 +131,23 @@ int ps_msg_send_open_as(ps_table_t *t, const char *node, int fresh)
     return rc;
 }
 
+void ps_msg_put_update(wbuf_t *w, uint32_t shard, uint32_t source, const ps_update_t *u)
+{
+    ps_msg_put(w, shard, 4);
+    ps_msg_put(w, source, 4);
+    ps_msg_put(w, u->seq, 8);
+    ps_msg_put(w, u->clock, 8);
+    ps_msg_put(w, (uint64_t)u->close, 1);
+    ps_msg_put(w, u->keys != NULL, 1);
+    ps_msg_put(w, u->offset, 8);
+    ps_msg_put(w, u->n, 8);
+}
+
 int ps_msg_send_update(ps_table_t *t, uint32_t shard, const ps_update_t *u)
 {
     wbuf_t w;
     ps_msg_begin(&w, MSG_UPDATE, t);
-    ps_msg_put(&w, shard, 4);
-    ps_msg_put(&w, (uint64_t)t->self_source, 4);
-    ps_msg_put(&w, u->seq, 8);
-    ps_msg_put(&w, u->clock, 8);
-    ps_msg_put(&w, (uint64_t)u->close, 1);
-    ps_msg_put(&w, u->keys != NULL, 1);
-    ps_msg_put(&w, u->offset, 8);
-    ps_msg_put(&w, u->n, 8);
+    ps_msg_put_update(&w, shard, t->self_source, u);
     const char *node = ps_ring_name(t->ring, t->owner[shard]);
     if (!u->keys) /* the values as they are (send_msg copies them once) */
         return send_msg_update(t->ps, node, &w, u->values, u->n * sizeof(float), t, shard,

@@ -57,14 +57,7 @@ static void send_forward(ps_table_t *t, uint32_t shard, uint32_t source, const p
 {
     wbuf_t w;
     ps_msg_begin(&w, MSG_REPL_UPDATE, t);
-    ps_msg_put(&w, shard, 4);
-    ps_msg_put(&w, source, 4);
-    ps_msg_put(&w, u->seq, 8);
-    ps_msg_put(&w, u->clock, 8);
-    ps_msg_put(&w, (uint64_t)u->close, 1);
-    ps_msg_put(&w, u->keys != NULL, 1);
-    ps_msg_put(&w, u->offset, 8);
-    ps_msg_put(&w, u->n, 8);
+    ps_msg_put_update(&w, shard, source, u);
     int rc;
     if (!u->keys) {
         rc = ps_msg_send(t->ps, node, &w, u->values, u->n * sizeof(float));

@@ -46,5 +46,7 @@ ps_local_table_t *ps_local_request_table(conn_t *c, const proto_msg_t *msg,
 /* Answers request id with the service's rc as a protocol error: "op: err" (err empty: the
  * errno's text). */
 void ps_local_reply_error(conn_t *c, uint64_t id, const char *op, int rc, const char *err);
+/* Answers a push (request id) {duplicate}. */
+void ps_local_reply_duplicate(conn_t *c, uint64_t id, int duplicate);
 
 #endif

@@ -100,6 +100,15 @@ void ps_local_reply_error(conn_t *c, uint64_t id, const char *op, int rc, const 
                        err && *err ? err : strerror(-rc));
 }
 
+void ps_local_reply_duplicate(conn_t *c, uint64_t id, int duplicate)
+{
+    proto_enc_t *e = &c->daemon->enc;
+    proto_enc_begin(e, PROTO_REPLY, id, "", 1);
+    proto_pack_kv_bool(&e->pk, "duplicate", duplicate);
+    proto_enc_finish(e);
+    server_send(c, e);
+}
+
 /* The worker the connection's process is, from the registry. 0, or an error was answered. */
 static int worker_of(conn_t *c, const proto_msg_t *msg, uint64_t job_id, ps_local_conn_t *pc,
                      ps_worker_t *w)
@@ -356,11 +365,7 @@ static void push_done(void *arg, int rc, const char *err)
     int duplicate = pc->seq <= t->last_seq || rc == 1;
     if (pc->seq > t->last_seq)
         t->last_seq = pc->seq;
-    proto_enc_t *e = &c->daemon->enc;
-    proto_enc_begin(e, PROTO_REPLY, id, "", 1);
-    proto_pack_kv_bool(&e->pk, "duplicate", duplicate);
-    proto_enc_finish(e);
-    server_send(c, e);
+    ps_local_reply_duplicate(c, id, duplicate);
 }
 
 /* ps_push {handle, offset, n, keyed, clock, seq} -> {duplicate}: the values (and keys) are in

@@ -71,9 +71,5 @@ void ps_local_handle_fed_push(conn_t *c, const proto_msg_t *msg)
         ps_local_reply_error(c, msg->id, "ps_fed_push", rc, err);
         return;
     }
-    proto_enc_t *e = &c->daemon->enc;
-    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
-    proto_pack_kv_bool(&e->pk, "duplicate", rc == 1);
-    proto_enc_finish(e);
-    server_send(c, e);
+    ps_local_reply_duplicate(c, msg->id, rc == 1);
 }

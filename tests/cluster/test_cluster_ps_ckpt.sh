@@ -140,16 +140,7 @@ for ((r = 1; r < WORLD; r++)); do
     cmp -s "$WORK/rest0.w" "$WORK/rest$r.w" || fail "restored rank $r ends with other weights than rank 0"
 done
 workload_mlp_compare "$WORK/ref0.out" "$WORK/rest0.out" 1e-6 || fail "the losses differ from the uninterrupted run's"
-python3 - "$WORK/ref0.w" "$WORK/rest0.w" <<'EOF' || fail "the weights differ from the uninterrupted run's"
-import sys
-a = [float(x) for x in open(sys.argv[1])]
-b = [float(x) for x in open(sys.argv[2])]
-assert len(a) == len(b), (len(a), len(b))
-top = max(abs(x) for x in a)
-worst = max(abs(x - y) / max(abs(x), abs(y), 1e-3 * top) for x, y in zip(a, b))
-print("weights: %d compared, largest relative difference %.3g (tolerance 1e-6)" % (len(a), worst))
-sys.exit(worst > 1e-6)
-EOF
+workload_weights_compare "$WORK/ref0.w" "$WORK/rest0.w" 1e-6 || fail "the weights differ from the uninterrupted run's"
 pass "continued from the checkpoint to step $K: the uninterrupted run's losses and weights"
 
 # ---- 4. a corrupted checkpoint: a clear error at restore, the daemons live (group B: G's

@@ -57,6 +57,23 @@ workload_mlp_compare() {
         }' "$1" "$2"
 }
 
+# workload_weights_compare A B TOLERANCE: two --dump-weights files (one value a line) hold as
+# many weights, each within TOLERANCE of the other relative to the larger of the two (at least
+# 1e-3 of A's largest); prints the largest relative difference
+workload_weights_compare() {
+    python3 - "$1" "$2" "$3" <<'EOF'
+import sys
+a = [float(x) for x in open(sys.argv[1])]
+b = [float(x) for x in open(sys.argv[2])]
+tolerance = float(sys.argv[3])
+assert len(a) == len(b), (len(a), len(b))
+top = max(abs(x) for x in a)
+worst = max(abs(x - y) / max(abs(x), abs(y), 1e-3 * top) for x, y in zip(a, b))
+print("weights: %d compared, largest relative difference %.3g (tolerance %s)" % (len(a), worst, sys.argv[3]))
+sys.exit(worst > tolerance)
+EOF
+}
+
 # workload_mpirun -n N [mpirun options] program [args]: Open MPI on this machine only
 # (tools/mpirun-local holds the flags: root, oversubscription, loopback), ended after
 # WORKLOAD_MPIRUN_TIMEOUT_S seconds (default 300; mpirun then ends its ranks)

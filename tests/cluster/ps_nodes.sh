@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Helpers of the parameter-server part-2 cluster tests (test_cluster_ps_failover.sh,
-# test_cluster_ps_rebalance.sh): sourced after lib.sh and nodes.sh.
+# Helpers of the parameter-server cluster tests (test_cluster_ps*.sh): sourced after lib.sh
+# and nodes.sh.
 #   ps_rank I GROUP WORLD RANK TAG CMD...  CMD as rank RANK of GROUP on node I under salusctl
 #                                run, in the background ($PS_ENV: VAR=VALUE words put in its
 #                                environment); output $WORK/TAG.out and .err, pid PID_TAG

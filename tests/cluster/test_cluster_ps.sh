@@ -25,6 +25,7 @@
 . "$(dirname "$0")/lib.sh"
 TTL=${TTL:-3}
 . "$(dirname "$0")/nodes.sh"
+. "$(dirname "$0")/ps_nodes.sh" # ps_rank, pid_of, etcd_range
 
 TOOL="$TBIN/ps-tool"
 SERVERS_PY="$(dirname "$0")/ps_servers.py"
@@ -33,32 +34,6 @@ PREFIX=/salus
 # the ranks use no GPU; the nodes still run their simulated one
 export SIMGPU_DEVICES=1 SIMGPU_MEMORY_MB=256
 nodes_up 3
-
-# ps_rank I GROUP WORLD RANK TAG CMD...: CMD as rank RANK of GROUP on node I under salusctl run
-# (output $WORK/TAG.out, pid PID_TAG), in the background
-ps_rank() {
-    local i="$1" group="$2" world="$3" rank="$4" tag="$5"
-    shift 5
-    node_argv "$i"
-    # shellcheck disable=SC2086 # PS_ENV: VAR=VALUE words for the rank's environment
-    "${NODE_ARGV[@]}" env ${PS_ENV:-} "$SALUSCTL" run --name "$group.$rank" --group "$group" --world "$world" \
-        --rank "$rank" -- "$@" >"$WORK/$tag.out" 2>"$WORK/$tag.err" &
-    RANK_PIDS+=($!)
-    eval "PID_$tag=$!"
-}
-pid_of() { eval "echo \$PID_$1"; }
-
-# etcd_range I PREFIX: every key under PREFIX as lines "KEY CREATE_REVISION VALUE"
-etcd_range() {
-    local key end
-    key=$(printf '%s' "$2" | base64 -w0)
-    end=$(python3 -c 'import base64,sys; p=sys.argv[1].encode(); print(base64.b64encode(p[:-1] + bytes([p[-1] + 1])).decode())' "$2")
-    etcd_curl "$1" /v3/kv/range "{\"key\":\"$key\",\"range_end\":\"$end\"}" | python3 -c '
-import base64, json, sys
-for kv in json.load(sys.stdin).get("kvs", []):
-    print(base64.b64decode(kv["key"]).decode(), kv.get("create_revision", "0"),
-          base64.b64decode(kv.get("value", "")).decode())'
-}
 
 # ---- 1. UCX peers over the links
 peers_of() {

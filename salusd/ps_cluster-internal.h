@@ -35,13 +35,18 @@ int ps_ring_record_format(const ps_ring_record_t *rec, char *buf, size_t size, c
 /* Whether s (NULL: no) is a name that fits a key part (a group or a table's name): 1 ..
  * cap-1 printable characters, no '/', no space. 1 or 0. */
 int ps_key_name_ok(const char *s, size_t cap);
+/* A record's value (len bytes, not NUL-terminated, at most 64 KiB) parsed as a JSON object into
+ * *o (the caller puts it); whole: nothing may follow the object. 0, bad_rc with err set
+ * ("<what> is empty, too long or not text", "<what> is not a JSON object") or -ENOMEM. */
+struct json_object;
+int ps_json_object_parse(const char *text, size_t len, const char *what, int whole, int bad_rc,
+                         struct json_object **o, char *err, size_t err_size);
 /* Writes servers ("a,b") at buf + *at as JSON strings ("a","b"; plain names, checked:
  * nothing to escape), *at moved past them. 0, or -ENOSPC (size too small). */
 int ps_servers_to_json(const char *servers, char *buf, size_t size, size_t *at);
 /* Reads o's "servers" (a JSON list of node names) into out (cap bytes) as "a,b,c", in the
  * list's order (the caller checks the set: ps_servers_check). 0, or -1 with err set
  * ("<what>'s servers ..."). Shared by the ring record and the view record. */
-struct json_object;
 int ps_servers_from_json(struct json_object *o, const char *what, char *out, size_t cap,
                          char *err, size_t err_size);
 /* Reads a value (len bytes, not NUL-terminated) into rec (epoch left 0), every field checked:

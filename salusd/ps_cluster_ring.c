@@ -163,6 +163,33 @@ int ps_key_name_ok(const char *s, size_t cap)
     return 1;
 }
 
+int ps_json_object_parse(const char *text, size_t len, const char *what, int whole, int bad_rc,
+                         struct json_object **o, char *err, size_t err_size)
+{
+    *o = NULL;
+    if (len == 0 || len > 64 * 1024 || memchr(text, 0, len)) {
+        snprintf(err, err_size, "%s is empty, too long or not text", what);
+        return bad_rc;
+    }
+    struct json_tokener *tok = json_tokener_new();
+    if (!tok) {
+        snprintf(err, err_size, "out of memory");
+        return -ENOMEM;
+    }
+    struct json_object *obj = json_tokener_parse_ex(tok, text, (int)len);
+    int ok = json_tokener_get_error(tok) == json_tokener_success &&
+             (!whole || json_tokener_get_parse_end(tok) == len) &&
+             json_object_is_type(obj, json_type_object);
+    json_tokener_free(tok);
+    if (!ok) {
+        json_object_put(obj);
+        snprintf(err, err_size, "%s is not a JSON object", what);
+        return bad_rc;
+    }
+    *o = obj;
+    return 0;
+}
+
 int ps_servers_to_json(const char *servers, char *buf, size_t size, size_t *at)
 {
     for (const char *s = servers; *s;) {
@@ -214,25 +241,12 @@ int ps_ring_record_parse(const char *text, size_t len, ps_ring_record_t *rec, ch
                          size_t err_size)
 {
     memset(rec, 0, sizeof(*rec));
-    if (len == 0 || len > 64 * 1024 || memchr(text, 0, len)) {
-        snprintf(err, err_size, "the record is empty, too long or not text");
-        return -EINVAL;
-    }
-    struct json_tokener *tok = json_tokener_new();
-    if (!tok) {
-        snprintf(err, err_size, "out of memory");
-        return -ENOMEM;
-    }
-    struct json_object *o = json_tokener_parse_ex(tok, text, (int)len);
-    int ok = json_tokener_get_error(tok) == json_tokener_success &&
-             json_object_is_type(o, json_type_object);
-    json_tokener_free(tok);
-    int rc = -EINVAL;
+    struct json_object *o;
+    int rc = ps_json_object_parse(text, len, "the record", 0, -EINVAL, &o, err, err_size);
+    if (rc < 0)
+        return rc;
+    rc = -EINVAL;
     uint64_t vnodes = 0;
-    if (!ok) {
-        snprintf(err, err_size, "the record is not a JSON object");
-        goto out;
-    }
     if (get_uint(o, "count", PS_RING_MAX_COUNT, &rec->count) < 0) {
         snprintf(err, err_size, "the record's count is missing or out of range");
         goto out;

@@ -40,25 +40,11 @@ int ps_view_format(const ps_view_t *v, char *buf, size_t size, char *err, size_t
 int ps_view_parse(const char *text, size_t len, ps_view_t *v, char *err, size_t err_size)
 {
     memset(v, 0, sizeof(*v));
-    if (len == 0 || len > 64 * 1024 || memchr(text, 0, len)) {
-        snprintf(err, err_size, "the view is empty, too long or not text");
-        return -EPROTO;
-    }
-    struct json_tokener *tok = json_tokener_new();
-    if (!tok) {
-        snprintf(err, err_size, "out of memory");
-        return -ENOMEM;
-    }
-    struct json_object *o = json_tokener_parse_ex(tok, text, (int)len);
-    int ok = json_tokener_get_error(tok) == json_tokener_success &&
-             json_tokener_get_parse_end(tok) == len && json_object_is_type(o, json_type_object);
-    json_tokener_free(tok);
-    int rc = -EPROTO;
-    struct json_object *replicas;
-    if (!ok) {
-        snprintf(err, err_size, "the view is not a JSON object");
-        goto out;
-    }
+    struct json_object *o, *replicas;
+    int rc = ps_json_object_parse(text, len, "the view", 1, -EPROTO, &o, err, err_size);
+    if (rc < 0)
+        return rc;
+    rc = -EPROTO;
     if (json_object_object_length(o) != 2) {
         snprintf(err, err_size, "the view holds other fields than servers and replicas");
         goto out;

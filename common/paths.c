@@ -31,10 +31,9 @@ int salus_default_socket_path(char *out, size_t out_size)
     return 0;
 }
 
-/* The directory part of socket_path ("/" for a file at the root, "." for none). */
-static int socket_dir(const char *socket_path, char *dir, size_t size)
+int salus_path_dir(const char *path, char *dir, size_t size)
 {
-    if (snprintf(dir, size, "%s", socket_path) >= (int)size)
+    if (snprintf(dir, size, "%s", path) >= (int)size)
         return -ENAMETOOLONG;
     char *slash = strrchr(dir, '/');
     if (!slash)
@@ -50,7 +49,7 @@ int salus_check_socket_dir(const char *socket_path, char *err, size_t err_size)
 {
     char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
     struct stat st;
-    int rc = socket_dir(socket_path, dir, sizeof(dir));
+    int rc = salus_path_dir(socket_path, dir, sizeof(dir));
     if (rc < 0)
         return rc;
     if (lstat(dir, &st) < 0) {
@@ -89,7 +88,7 @@ unsigned salus_daemon_uid(void)
 int salus_make_socket_dir(const char *socket_path)
 {
     char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], err[256];
-    int rc = socket_dir(socket_path, dir, sizeof(dir));
+    int rc = salus_path_dir(socket_path, dir, sizeof(dir));
     if (rc < 0)
         return rc;
     if (strcmp(dir, "/") == 0 || strcmp(dir, ".") == 0)

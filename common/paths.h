@@ -11,6 +11,10 @@
  * Returns 0, or -ENAMETOOLONG when it does not fit in a sockaddr_un. */
 int salus_default_socket_path(char *out, size_t out_size);
 
+/* The directory part of path into dir ("/" for a file at the root, "." for none). 0, or
+ * -ENAMETOOLONG when it does not fit. */
+int salus_path_dir(const char *path, char *dir, size_t size);
+
 /* Creates the socket's parent directory (mode 0755 under /run, else 0700) if missing; an
  * existing one must pass salus_check_socket_dir. 0, or a negative errno. */
 int salus_make_socket_dir(const char *socket_path);

@@ -1,6 +1,8 @@
 /* File-system steps of salusd's durable writes (fsio.h). */
 #include "fsio.h"
 
+#include "paths.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -9,18 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-void fsio_dir_of(const char *path, char *dir, size_t size)
-{
-    snprintf(dir, size, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, size, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
-}
 
 int fsio_make_parents(const char *path, mode_t upper_mode, mode_t last_mode)
 {
@@ -60,11 +50,13 @@ int fsio_write_all(int fd, const void *p, size_t n)
 int fsio_fsync_dir_of(const char *path)
 {
     char dir[PATH_MAX];
-    fsio_dir_of(path, dir, sizeof(dir));
+    int rc = salus_path_dir(path, dir, sizeof(dir));
+    if (rc < 0)
+        return rc;
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    int rc = fsync(fd) < 0 ? -errno : 0;
+    rc = fsync(fd) < 0 ? -errno : 0;
     close(fd);
     return rc;
 }

@@ -7,14 +7,12 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* The directory part of path into dir ("." for a bare name, "/" for a name at the root). */
-void fsio_dir_of(const char *path, char *dir, size_t size);
 /* mkdir -p of path's directory part: the directories it creates above the last get
  * upper_mode, the last last_mode (existing ones are left as they are). */
 int fsio_make_parents(const char *path, mode_t upper_mode, mode_t last_mode);
 /* Writes all n bytes of p to fd (EINTR retried; a write of 0 bytes is -EIO). */
 int fsio_write_all(int fd, const void *p, size_t n);
-/* fsync of path's directory (fsio_dir_of), so that a rename in it is durable. */
+/* fsync of path's directory (salus_path_dir, common/paths.h), so that a rename in it is durable. */
 int fsio_fsync_dir_of(const char *path);
 
 #endif

@@ -316,6 +316,10 @@ void ps_worker_retry(ps_t *ps);
  * PS_PUMP_TURN_BYTES a turn. */
 #define PS_PUMP_TURN_BYTES (16u << 20)
 void ps_worker_pump_later(ps_t *ps);
+/* 0 when [offset, offset + n) is a non-empty range of the table, else -EINVAL with err (a
+ * pull of either kind of table). */
+int ps_pull_range_check(const ps_table_t *t, uint64_t offset, uint64_t n, char *err,
+                        size_t err_size);
 int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
                    uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
                    size_t err_size);

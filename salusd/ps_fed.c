@@ -195,12 +195,9 @@ int ps_fed_table_pull(ps_table_t *t, uint32_t worker, uint64_t clock, uint64_t o
                       char *err, size_t err_size)
 {
     ps_fed_table_t *ft = t->fed;
-    if (n == 0 || offset > t->spec.count || n > t->spec.count - offset) {
-        snprintf(err, err_size, "pull of [%llu, %llu) is outside table '%s' of %llu elements",
-                 (unsigned long long)offset, (unsigned long long)(offset + n), t->name,
-                 (unsigned long long)t->spec.count);
-        return -EINVAL;
-    }
+    int range = ps_pull_range_check(t, offset, n, err, err_size);
+    if (range < 0)
+        return range;
     if (worker >= ft->workers || clock > ft->clock[worker]) {
         snprintf(err, err_size, "pull at clock %llu, but the worker is at clock %llu",
                  (unsigned long long)clock,

@@ -203,17 +203,26 @@ static int fetch_slice(ps_table_t *t, ps_pull_t *p, uint32_t shard, uint64_t min
     return 0;
 }
 
-int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
-                   uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
-                   size_t err_size)
+int ps_pull_range_check(const ps_table_t *t, uint64_t offset, uint64_t n, char *err,
+                        size_t err_size)
 {
-    ps_t *ps = t->ps;
     if (n == 0 || offset > t->spec.count || n > t->spec.count - offset) {
         snprintf(err, err_size, "pull of [%llu, %llu) is outside table '%s' of %llu elements",
                  (unsigned long long)offset, (unsigned long long)(offset + n), t->name,
                  (unsigned long long)t->spec.count);
         return -EINVAL;
     }
+    return 0;
+}
+
+int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
+                   uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
+                   size_t err_size)
+{
+    ps_t *ps = t->ps;
+    int range = ps_pull_range_check(t, offset, n, err, err_size);
+    if (range < 0)
+        return range;
     int i = ps_cluster_local_index(ps->d, w->group_id, w->rank);
     uint64_t now_clock = t->agg ? ps_agg_clock_of(t->agg, (uint32_t)i) : t->asp_clock[i];
     if (clock > now_clock) {

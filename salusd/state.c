@@ -3,6 +3,7 @@
 
 #include "fsio.h"
 #include "le_bytes.h"
+#include "paths.h"
 #include "proto.h"
 
 #include <errno.h>
@@ -293,7 +294,11 @@ static int check_parent(const char *path, char *err, size_t err_size)
 {
     char dir[PATH_MAX];
     struct stat st;
-    fsio_dir_of(path, dir, sizeof(dir));
+    int rc = salus_path_dir(path, dir, sizeof(dir));
+    if (rc < 0) {
+        snprintf(err, err_size, "%s: %s", path, strerror(-rc));
+        return rc;
+    }
     if (lstat(dir, &st) < 0) {
         snprintf(err, err_size, "%s: %s", dir, strerror(errno));
         return -errno;

@@ -124,7 +124,9 @@ int proto_get_bool(const msgpack_object *map, const char *key, int *value);
 /* Encoder: one frame at a time.
  *     proto_enc_t e; proto_enc_init(&e);
  *     proto_enc_begin(&e, PROTO_REQUEST, id, "status", 0);
- *     proto_enc_finish(&e) ... send e.sbuf.data, e.sbuf.size ... proto_enc_destroy(&e); */
+ *     proto_enc_finish(&e) ... send e.sbuf.data, e.sbuf.size ... proto_enc_destroy(&e);
+ * An encoder may be moved by value between frames (the packer is bound to its buffer again
+ * at each proto_enc_begin); the copy left behind must then not be destroyed. */
 typedef struct proto_enc_s {
     msgpack_sbuffer sbuf;
     msgpack_packer pk;

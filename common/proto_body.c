@@ -101,6 +101,10 @@ void proto_enc_begin(proto_enc_t *enc, proto_kind_t kind, uint64_t id, const cha
                      uint32_t body_fields)
 {
     static const char placeholder[PROTO_HEADER_BYTES] = {0};
+    /* The packer points at the buffer; an encoder copied or moved by value (a client
+     * struct handed over whole, as the shim does when it re-attaches) would otherwise go on
+     * writing through the old copy's address. Bound again at every frame: two stores. */
+    msgpack_packer_init(&enc->pk, &enc->sbuf, msgpack_sbuffer_write);
     msgpack_sbuffer_clear(&enc->sbuf);
     msgpack_sbuffer_write(&enc->sbuf, placeholder, sizeof(placeholder));
     msgpack_pack_array(&enc->pk, 4);

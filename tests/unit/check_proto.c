@@ -82,6 +82,34 @@ START_TEST(test_request_roundtrip)
 }
 END_TEST
 
+/* An encoder moved by value between frames (the shim hands its whole client struct over when
+ * it re-attaches to a restarted salusd) writes its next frame into its own buffer, not through
+ * the packer's pointer to the copy it was moved from. */
+START_TEST(test_encoder_moved_by_value)
+{
+    proto_enc_t *before = malloc(sizeof(*before));
+    ck_assert_ptr_nonnull(before);
+    proto_enc_init(before);
+    proto_enc_begin(before, PROTO_REQUEST, 1, "hello", 0);
+    proto_enc_finish(before);
+    proto_enc_t e = *before;
+    memset(before, 0xA5, sizeof(*before)); /* the old place is gone (a stack frame left) */
+    free(before);
+    proto_msg_t msg;
+    proto_enc_begin(&e, PROTO_REQUEST, 7, "alloc", 1);
+    proto_pack_kv_uint(&e.pk, "bytes", 134217728);
+    proto_enc_finish(&e);
+    ck_assert_int_eq(decode_frame(&e, &msg), PROTO_OK);
+    ck_assert_uint_eq(msg.id, 7);
+    ck_assert_str_eq(msg.op, "alloc");
+    uint64_t bytes = 0;
+    ck_assert_int_eq(proto_get_uint(&msg.body, "bytes", &bytes), 0);
+    ck_assert_uint_eq(bytes, 134217728);
+    proto_msg_free(&msg);
+    proto_enc_destroy(&e);
+}
+END_TEST
+
 START_TEST(test_hello_and_error)
 {
     proto_enc_t e;
@@ -296,6 +324,7 @@ static Suite *proto_suite(void)
     Suite *s = suite_create("proto");
     TCase *tc = tcase_create("codec");
     tcase_add_test(tc, test_request_roundtrip);
+    tcase_add_test(tc, test_encoder_moved_by_value);
     tcase_add_test(tc, test_hello_and_error);
     tcase_add_test(tc, test_frame_length);
     tcase_add_test(tc, test_wrong_shapes);

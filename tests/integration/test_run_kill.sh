@@ -19,6 +19,17 @@ cleanup_all() {
     local pid
     for pid in "${STRAYS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
     stop_runs
+    # a salusd stopped by a failure leaves its jobs' cgroups (empty once their processes died)
+    for pid in "${DAEMON_PIDS[@]}"; do
+        kill -9 "$pid" 2>/dev/null || true
+        local dir="$CG_MOUNT/salus/salusd-$pid"
+        if [ -n "$CG_MOUNT" ] && [ -d "$dir" ]; then
+            wait_until 5 'rmdir "$dir"/job-* "$dir" 2>/dev/null; [ ! -d "$dir" ]' || true
+        fi
+    done
+    if [ -n "$CG_MOUNT" ]; then
+        rmdir "$CG_MOUNT/salus" 2>/dev/null || true # only when no salusd uses it
+    fi
     if [ -n "$CONTAINER" ] && [ -d "$CONTAINER" ]; then
         echo 1 >"$CONTAINER/cgroup.kill" 2>/dev/null || true
         wait_until 5 'rmdir "$CONTAINER" 2>/dev/null; [ ! -d "$CONTAINER" ]' || true

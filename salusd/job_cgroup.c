@@ -1,4 +1,4 @@
-/* A cgroup per submitted job (see job_cgroup.h). */
+/* A cgroup per job (see job_cgroup.h). */
 #include "job_cgroup.h"
 
 #include "log.h"
@@ -51,12 +51,16 @@ static int cgroup2_mount(char *out, size_t size)
     return rc;
 }
 
-/* This process's cgroup in the v2 hierarchy ("0::/path"). */
-static int own_cgroup(char *out, size_t size)
+/* The cgroup of pid (0: this process) in the v2 hierarchy ("0::/path"). */
+static int proc_cgroup(pid_t pid, char *out, size_t size)
 {
-    char line[JOB_CGROUP_LINE_BYTES];
+    char line[JOB_CGROUP_LINE_BYTES], file[64];
     int rc = -ENOENT;
-    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (pid > 0)
+        snprintf(file, sizeof(file), "/proc/%d/cgroup", (int)pid);
+    else
+        snprintf(file, sizeof(file), "/proc/self/cgroup");
+    FILE *f = fopen(file, "re");
     if (!f)
         return -errno;
     while (rc < 0 && fgets(line, sizeof(line), f)) {
@@ -132,7 +136,7 @@ static int base_ready(void)
     if (cgroup2_mount(mount, sizeof(mount)) == 0) {
         why = "neither the daemon's cgroup is delegated to it nor may it write below the "
               "cgroup2 root";
-        if (own_cgroup(own, sizeof(own)) == 0 && strcmp(own, "/") != 0 &&
+        if (proc_cgroup(0, own, sizeof(own)) == 0 && strcmp(own, "/") != 0 &&
             snprintf(tree, sizeof(tree), "%s%s", mount, own) < (int)sizeof(tree) &&
             delegated(tree) && try_base(tree) == 0) {
             job_cgroups.usable = 1;
@@ -145,15 +149,15 @@ static int base_ready(void)
         }
     }
     if (!job_cgroups.usable) {
-        LOG_WARN("no cgroup for jobs (%s): kill reaches a submitted job's process group only",
-                 why);
+        LOG_WARN("no cgroup for jobs (%s): kill reaches a job's command (a submitted job's "
+                 "process group) only", why);
         return -ENOTSUP;
     }
     char *slash = strrchr(job_cgroups.base, '/');
     *slash = '\0';
     sweep_stale(job_cgroups.base);
     *slash = '/';
-    LOG_INFO("submitted jobs get a cgroup each below %s", job_cgroups.base);
+    LOG_INFO("jobs get a cgroup each below %s", job_cgroups.base);
     return 0;
 }
 
@@ -227,19 +231,57 @@ static int write_text(const char *dir, const char *file, const char *text)
     return rc;
 }
 
+/* 1 when the directory name (n bytes) marks its cgroup as another manager's. */
+static int foreign_name(const char *name, size_t n)
+{
+    static const char *const prefixes[] = {"libpod-", "docker-", "kubepods-", "kubepods."};
+    static const char *const names[] = {"libpod_parent", "docker", "kubepods"};
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+        if (n > strlen(prefixes[i]) && memcmp(name, prefixes[i], strlen(prefixes[i])) == 0)
+            return 1;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (n == strlen(names[i]) && memcmp(name, names[i], n) == 0)
+            return 1;
+    if (n <= 4 || memcmp(name, "job_", 4) != 0) /* Slurm: job_<number> */
+        return 0;
+    for (size_t i = 4; i < n; i++)
+        if (name[i] < '0' || name[i] > '9')
+            return 0;
+    return 1;
+}
+
+int job_cgroup_foreign(const char *path)
+{
+    while (*path) {
+        size_t n = strcspn(path, "/");
+        if (n && foreign_name(path, n))
+            return 1;
+        path += n;
+        path += *path == '/';
+    }
+    return 0;
+}
+
 int job_cgroup_place(const char *path, int pidfd, pid_t parent, uid_t uid)
 {
     long ppid = -1, ruid = -1, euid = -1;
-    char text[32];
+    char text[32], now[JOB_CGROUP_LINE_BYTES];
     pid_t pid = pidfd_pid(pidfd);
     if (pid < 0)
         return pid;
     /* read while the process lives, so that pid names it */
     int rc = proc_ids(pid, &ppid, &ruid, &euid);
+    int cg_rc = rc == 0 ? proc_cgroup(pid, now, sizeof(now)) : rc;
     if (rc < 0 || !pidfd_alive(pidfd))
         return -ESRCH;
     if (ppid != (long)parent || ruid != (long)uid || euid != (long)uid)
         return -EPERM;
+    if (cg_rc < 0)
+        return cg_rc;
+    if (job_cgroup_foreign(now)) {
+        LOG_INFO("pid %d stays in its cgroup %s: another manager owns it", (int)pid, now);
+        return JOB_CGROUP_LEFT;
+    }
     snprintf(text, sizeof(text), "%d\n", (int)pid);
     rc = write_text(path, "cgroup.procs", text);
     if (rc < 0)

@@ -34,6 +34,7 @@ typedef struct jobctl_entry_s {
     struct event *supervisor_event;
     struct event *kill_timer;    /* SIGKILL when the grace period ends */
     char cgroup[JOB_CGROUP_PATH_BYTES]; /* the job's cgroup; "": none (process group) */
+    int command_pidfd;           /* the command's, left in another manager's cgroup; -1 */
     struct event *cgroup_timer;  /* retries removing it while its processes die */
     int cgroup_tries;
     struct jobctl_entry_s *next;
@@ -70,6 +71,13 @@ static jobctl_entry_t *entry_find(salusd_t *d, uint64_t job_id)
     return NULL;
 }
 
+static void entry_close_command(jobctl_entry_t *e)
+{
+    if (e->command_pidfd >= 0)
+        close(e->command_pidfd);
+    e->command_pidfd = -1;
+}
+
 static void entry_close_supervisor(jobctl_entry_t *e)
 {
     if (e->supervisor_event)
@@ -90,6 +98,7 @@ static void entry_free(jobctl_entry_t *e)
     if (e->cgroup_timer)
         event_free(e->cgroup_timer);
     entry_close_supervisor(e);
+    entry_close_command(e);
     if (e->kill_timer)
         event_free(e->kill_timer);
     if (e->log_fd >= 0)
@@ -110,6 +119,7 @@ static jobctl_entry_t *entry_get(salusd_t *d, uint64_t job_id)
     e->ctl = ctl;
     e->job_id = job_id;
     e->supervisor_pidfd = -1;
+    e->command_pidfd = -1;
     e->log_fd = -1;
     e->next = ctl->entries;
     ctl->entries = e;
@@ -137,12 +147,13 @@ static int finished(const job_t *job)
     return !job->runtime && JOB_STATE_IS_FINAL(job->state);
 }
 
-/* 1 while processes of a submitted job may still run in its cgroup after its registered
- * program ended: its supervisor waits for its command still */
+/* 1 while processes of a job may still run in its cgroup (or its command, left in another
+ * manager's cgroup) after its registered program ended: its supervisor waits for its
+ * command still */
 static int cgroup_running(salusd_t *d, const job_t *job)
 {
     const jobctl_entry_t *e = entry_find(d, job->id);
-    return e && e->cgroup[0] && e->supervisor_pidfd >= 0;
+    return e && (e->cgroup[0] || e->command_pidfd >= 0) && e->supervisor_pidfd >= 0;
 }
 
 /* Over for wait: finished with its status known or given up on, and a submitted job's
@@ -307,6 +318,11 @@ static void on_supervisor_exit(evutil_socket_t fd, short events, void *arg)
     (void)events;
     entry_close_supervisor(e);
     on_cgroup_reap(-1, 0, e);
+    /* what its cgroup's reap does for a command left in another manager's cgroup (reaped
+     * by now when the supervisor waited for it) */
+    if (e->command_pidfd >= 0)
+        syscall(SYS_pidfd_send_signal, e->command_pidfd, SIGKILL, NULL, 0);
+    entry_close_command(e);
     job_t *job = registry_find(d->registry, e->job_id);
     if (job && jobs_is_reserved(job)) {
         LOG_INFO("job %llu: its supervisor ended without a report", (unsigned long long)e->job_id);
@@ -364,10 +380,12 @@ static void close_submit_fds(int fds[2])
     fds[0] = fds[1] = -1;
 }
 
-/* The job's cgroup, with the command's process (pidfd, a child of the submitter waiting to
- * exec) in it. 0 (e->cgroup set, or left empty where no cgroup can be had: the process
- * group serves), or a negative errno when the pidfd is not the submitter's child. */
-static int place_command(conn_t *c, jobctl_entry_t *e, int pidfd)
+/* The job's cgroup, with the command's process (*pidfd, a child of the submitter waiting
+ * to exec) in it; a process in a cgroup another manager owns stays there and the entry
+ * keeps *pidfd (taken: -1 left) to signal it. 0 (e->cgroup set, or left empty where no
+ * cgroup can be had: the process group serves), or a negative errno when the pidfd is not
+ * the submitter's child. */
+static int place_command(conn_t *c, jobctl_entry_t *e, int *pidfd)
 {
     int rc = job_cgroup_create(e->job_id, e->cgroup, sizeof(e->cgroup));
     if (rc < 0) {
@@ -377,7 +395,16 @@ static int place_command(conn_t *c, jobctl_entry_t *e, int pidfd)
         e->cgroup[0] = '\0';
         return 0;
     }
-    rc = job_cgroup_place(e->cgroup, pidfd, c->pid, c->uid);
+    rc = job_cgroup_place(e->cgroup, *pidfd, c->pid, c->uid);
+    if (rc == JOB_CGROUP_LEFT) {
+        job_cgroup_remove(e->cgroup, 0);
+        e->cgroup[0] = '\0';
+        e->command_pidfd = *pidfd;
+        *pidfd = -1;
+        LOG_INFO("job %llu: its command is in a cgroup another manager owns: left there, "
+                 "kill signals it through its pidfd", (unsigned long long)e->job_id);
+        return 0;
+    }
     if (rc < 0) {
         job_cgroup_remove(e->cgroup, 0);
         e->cgroup[0] = '\0';
@@ -497,7 +524,7 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
         return;
     }
     if (fds[JOBCTL_FD_COMMAND] >= 0) {
-        int rc = place_command(c, e, fds[JOBCTL_FD_COMMAND]);
+        int rc = place_command(c, e, &fds[JOBCTL_FD_COMMAND]);
         if (rc < 0) {
             close_submit_fds(fds);
             jobs_end_reserved(d, job, JOB_FAILED);
@@ -555,15 +582,21 @@ void jobctl_handle_job_exit(conn_t *c, const proto_msg_t *msg)
     server_send(c, enc);
 }
 
-/* Signals the job, always through pidfds: its registered process, and for a submitted job
- * its supervisor, which passes the signal on to the command's whole process group with the
- * user's own rights (SIGKILL travels as SIGUSR1: the supervisor must live to report). */
+/* Signals the job, always through pidfds: every process of its cgroup (or its command,
+ * left in another manager's cgroup), its registered process, and for a job of salusctl run
+ * or submit its supervisor, which passes the signal on to the command (submit: its whole
+ * process group) with the user's own rights (SIGKILL travels as SIGUSR1: the supervisor
+ * must live to report). */
 static int signal_job(salusd_t *d, const job_t *job, int sig)
 {
     const jobctl_entry_t *e = entry_find(d, job->id);
     int rc = -ESRCH;
     /* every process of the job's cgroup, also those that left its process group */
     if (e && e->cgroup[0] && job_cgroup_signal(e->cgroup, sig) > 0)
+        rc = 0;
+    /* its command, where another manager keeps it in that manager's cgroup */
+    if (e && e->command_pidfd >= 0 &&
+        syscall(SYS_pidfd_send_signal, e->command_pidfd, sig, NULL, 0) == 0)
         rc = 0;
     if (e && e->supervised && e->supervisor_pidfd >= 0) {
         int via = sig == SIGKILL ? SIGUSR1 : sig;

@@ -1,6 +1,8 @@
 /* Unit tests of salusd/job_cgroup.c against the machine's cgroup2 tree (needs root, as the
  * integration tests do): a job's cgroup is created, takes only a live child of the given
- * parent and uid, signals every process in it, and goes away. */
+ * parent and uid, signals every process in it, and goes away; a process in a cgroup that
+ * another manager owns (here a libpod-*.scope the test makes) is left there. The paths
+ * another manager owns, without the tree. */
 #include "job_cgroup.h"
 
 #include "check_run.h"
@@ -143,12 +145,115 @@ START_TEST(test_place_signal_remove)
 }
 END_TEST
 
+START_TEST(test_foreign_paths)
+{
+    static const char *const foreign[] = {
+        "/machine.slice/libpod-0123abcd.scope",
+        "/machine.slice/libpod-0123abcd.scope/container",
+        "/machine.slice/libpod-conmon-0123abcd.scope",
+        "/libpod_parent/libpod-0123abcd",
+        "/system.slice/docker-0123abcd.scope",
+        "/docker/0123abcd",
+        "/system.slice/slurmstepd.scope/job_42/step_0/user/task_0",
+        "/slurm/uid_1000/job_7/step_batch",
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/x.scope",
+        "/kubepods/besteffort/pod1/0123abcd",
+        "/kubepods-besteffort.slice",
+        "docker-x.scope",
+    };
+    static const char *const own[] = {
+        "/",
+        "",
+        "/user.slice/user-1000.slice/session-2.scope",
+        "/system.slice/salusd.service/salusd-12/job-3",
+        "/salus/salusd-12/job-3",
+        "/system.slice/mydocker-x.scope",
+        "/system.slice/dockerd.service",
+        "/libpod-",
+        "/docker-",
+        "/job_",
+        "/job_12x/step_0",
+        "/job-12",
+        "/kubepodsx",
+        "/kubepods-",
+        "/libpod_parentx",
+        "//",
+    };
+    for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++)
+        ck_assert_msg(job_cgroup_foreign(foreign[i]) == 1, "%s: not another manager's",
+                      foreign[i]);
+    for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+        ck_assert_msg(job_cgroup_foreign(own[i]) == 0, "%s: taken for another manager's",
+                      own[i]);
+}
+END_TEST
+
+/* The cgroup a container engine would own: <mount>/libpod-salus-check-<pid>.scope */
+static void container_cgroup(char *out, size_t size, pid_t pid)
+{
+    char mount[1024] = "";
+    cgroup2_mount(mount, sizeof(mount));
+    snprintf(out, size, "%s/libpod-salus-check-%d.scope", mount, (int)pid);
+}
+
+START_TEST(test_foreign_left)
+{
+    char path[JOB_CGROUP_PATH_BYTES], container[1200], procs[1300], text[32];
+    struct stat st;
+    ck_assert_msg(geteuid() == 0, "check_job_cgroup must run as root (it writes cgroup2)");
+    container_cgroup(container, sizeof(container), getpid());
+    ck_assert_int_eq(mkdir(container, 0755), 0);
+    int release;
+    pid_t child = waiting_child(&release);
+    int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
+    ck_assert_int_ge(pidfd, 0);
+    snprintf(procs, sizeof(procs), "%s/cgroup.procs", container);
+    FILE *f = fopen(procs, "w");
+    ck_assert_ptr_nonnull(f);
+    snprintf(text, sizeof(text), "%d\n", (int)child);
+    ck_assert_int_ge(fputs(text, f), 0);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert(cgroup_of_is(child, container));
+
+    ck_assert_int_eq(job_cgroup_create(8, path, sizeof(path)), 0);
+    /* the checks come first: another uid is refused, not left */
+    ck_assert_int_eq(job_cgroup_place(path, pidfd, getpid(), getuid() + 1), -EPERM);
+    ck_assert_int_eq(job_cgroup_place(path, pidfd, getpid(), getuid()), JOB_CGROUP_LEFT);
+    ck_assert(cgroup_of_is(child, container));
+    ck_assert_int_eq(job_cgroup_populated(path), 0);
+
+    int status;
+    close(release);
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    close(pidfd);
+    ck_assert_int_eq(job_cgroup_remove(path, 0), 0);
+    job_cgroup_shutdown();
+    for (int i = 0; i < 100 && rmdir(container) < 0 && errno == EBUSY; i++)
+        usleep(10000);
+    ck_assert_int_eq(stat(container, &st), -1);
+}
+END_TEST
+
 /* After the test, also when it failed (in its own process, in fork mode): removes what a
- * failed run left, the job-7 cgroups of test processes that are gone. */
+ * failed run left, the job-7 and job-8 cgroups and the container's cgroups of test
+ * processes that are gone. */
 static void remove_leftovers(void)
 {
     char mount[1024] = "", dir[1100], job[1400];
     cgroup2_mount(mount, sizeof(mount));
+    DIR *top = mount[0] ? opendir(mount) : NULL;
+    struct dirent *t;
+    while (top && (t = readdir(top))) {
+        int pid;
+        if (sscanf(t->d_name, "libpod-salus-check-%d.scope", &pid) != 1 || kill(pid, 0) == 0)
+            continue;
+        container_cgroup(job, sizeof(job), pid);
+        /* its waiting child exits when the test's end closes its pipe */
+        for (int i = 0; i < 100 && rmdir(job) < 0 && errno == EBUSY; i++)
+            usleep(10000);
+    }
+    if (top)
+        closedir(top);
     snprintf(dir, sizeof(dir), "%s/salus", mount);
     DIR *d = mount[0] ? opendir(dir) : NULL;
     struct dirent *e;
@@ -156,11 +261,12 @@ static void remove_leftovers(void)
         int pid;
         if (sscanf(e->d_name, "salusd-%d", &pid) != 1 || kill(pid, 0) == 0)
             continue;
-        snprintf(job, sizeof(job), "%s/%s/job-7", dir, e->d_name);
-        if (rmdir(job) == 0) {
-            *strrchr(job, '/') = '\0';
+        for (int id = 7; id <= 8; id++) {
+            snprintf(job, sizeof(job), "%s/%s/job-%d", dir, e->d_name, id);
             rmdir(job);
         }
+        *strrchr(job, '/') = '\0';
+        rmdir(job);
     }
     if (d)
         closedir(d);
@@ -174,6 +280,8 @@ int main(void)
     tcase_set_timeout(tc, 30);
     tcase_add_unchecked_fixture(tc, NULL, remove_leftovers);
     tcase_add_test(tc, test_place_signal_remove);
+    tcase_add_test(tc, test_foreign_paths);
+    tcase_add_test(tc, test_foreign_left);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

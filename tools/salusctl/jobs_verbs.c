@@ -165,9 +165,6 @@ static void forward_signal(int sig)
  * job's cgroup before it execs: salusd moved it there, given its pidfd with the submit. */
 static void run_command(char **command, int go_fd, pid_t supervisor)
 {
-    char text[32];
-    size_t got = 0;
-    ssize_t n;
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGUSR1, SIG_DFL);
@@ -177,18 +174,7 @@ static void run_command(char **command, int go_fd, pid_t supervisor)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != supervisor)
         _exit(137);
-    while (got < sizeof(text) - 1 &&
-           ((n = read(go_fd, text + got, sizeof(text) - 1 - got)) > 0 || (n < 0 && errno == EINTR)))
-        got += n > 0 ? (size_t)n : 0;
-    close(go_fd);
-    text[got] = '\0';
-    text[strcspn(text, "\n")] = '\0';
-    if (!text[0])
-        _exit(127); /* no job: the supervisor says why */
-    setenv("SALUS_JOB_ID", text, 1);
-    execvp(command[0], command);
-    fprintf(stderr, "salusctl: submit: cannot execute '%s': %s\n", command[0], strerror(errno));
-    _exit(127);
+    salusctl_exec_job("submit", command, go_fd);
 }
 
 /* The supervisor: forks the command's process (waiting), reserves the job passing the log

@@ -1,9 +1,12 @@
 /* salusctl run: runs a command as a salus job, in the foreground, as the calling user.
- * Reserves the job (the shim attaches to it through SALUS_JOB_ID), sets the environment the
- * shim reads (socket, job name and hints), puts the shim first on LD_LIBRARY_PATH and in
- * LD_PRELOAD, reports how the command ended (job_exit) and exits with its exit status.
- * salusd's kill reaches the command through this process: SIGTERM/SIGINT as they are,
- * SIGUSR1 as SIGKILL. */
+ * Sets the environment the shim reads (socket, job name and hints), puts the shim first on
+ * LD_LIBRARY_PATH and in LD_PRELOAD, forks the command's process, which waits, and reserves
+ * the job passing that process's pidfd, which salusd moves into the job's cgroup; then the
+ * process runs the command with SALUS_JOB_ID (the shim attaches to the reserved job), so
+ * that everything the command forks is in the job's cgroup. Reports how the command ended
+ * (job_exit) and exits with its exit status. salusd's kill reaches every process of the
+ * job's cgroup, and the command through this process: SIGTERM/SIGINT as they are, SIGUSR1
+ * as SIGKILL. */
 #include "run.h"
 
 #include "client.h"
@@ -11,12 +14,14 @@
 #include "options.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -341,6 +346,25 @@ void salusctl_report_exit(const char *socket_path, int timeout_ms, uint64_t id, 
     salus_client_close(&c);
 }
 
+void salusctl_exec_job(const char *verb, char **command, int go_fd)
+{
+    char text[32];
+    size_t got = 0;
+    ssize_t n;
+    while (got < sizeof(text) - 1 &&
+           ((n = read(go_fd, text + got, sizeof(text) - 1 - got)) > 0 || (n < 0 && errno == EINTR)))
+        got += n > 0 ? (size_t)n : 0;
+    close(go_fd);
+    text[got] = '\0';
+    text[strcspn(text, "\n")] = '\0';
+    if (!text[0])
+        _exit(127); /* no job: the parent says why */
+    setenv("SALUS_JOB_ID", text, 1);
+    execvp(command[0], command);
+    fprintf(stderr, "salusctl: %s: cannot execute '%s': %s\n", verb, command[0], strerror(errno));
+    _exit(127);
+}
+
 static volatile sig_atomic_t run_child;
 
 /* salusd's kill: to the command (run shares the terminal's process group, so not to it) */
@@ -361,31 +385,50 @@ int salusctl_run(const char *socket_path, int timeout_ms, int argc, char **argv)
     if (rc != 0)
         return rc;
     const char *base = strrchr(argv[i], '/') ? strrchr(argv[i], '/') + 1 : argv[i];
-    if (salusctl_reserve(socket_path, timeout_ms, base, NULL, NULL, NULL, 0, &id, err,
-                         sizeof(err)) < 0) {
-        fprintf(stderr, "salusctl: run: %s\n", err);
+    int go[2];
+    if (pipe2(go, O_CLOEXEC) < 0) {
+        perror("salusctl: run: pipe");
         return 1;
     }
-    snprintf(text, sizeof(text), "%llu", (unsigned long long)id);
-    setenv("SALUS_JOB_ID", text, 1);
+    /* the command's process, forked before the job exists: salusd moves it into the job's
+     * cgroup (its pidfd goes with the request) before it may exec */
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("salusctl: fork");
+        close(go[0]);
+        close(go[1]);
+        return 1;
+    }
+    if (pid == 0) {
+        close(go[1]);
+        salusctl_exec_job("run", &argv[i], go[0]);
+    }
+    close(go[0]);
+    run_child = pid;
+    /* salusd's kill may come as soon as the job exists */
     struct sigaction sa = {.sa_handler = run_forward};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("salusctl: fork");
-        salusctl_report_exit(socket_path, timeout_ms, id, 1, 0);
+    /* a pidfd of this process's own child names it for as long as it is not reaped */
+    int command_fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    static const char *const roles[1] = {"command"};
+    int reserved = salusctl_reserve(socket_path, timeout_ms, base, NULL, &command_fd, roles,
+                                    command_fd >= 0 ? 1 : 0, &id, err, sizeof(err));
+    if (command_fd >= 0)
+        close(command_fd);
+    int len = snprintf(text, sizeof(text), "%llu\n", (unsigned long long)id);
+    if (reserved == 0 && write(go[1], text, (size_t)len) != len) {
+        fprintf(stderr, "salusctl: run: cannot start the command: %s\n", strerror(errno));
+        kill(pid, SIGKILL);
+    }
+    close(go[1]); /* without an id, the command's process exits */
+    if (reserved < 0) {
+        fprintf(stderr, "salusctl: run: %s\n", err);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
         return 1;
     }
-    if (pid == 0) {
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGUSR1, SIG_DFL);
-        execvp(argv[i], &argv[i]);
-        fprintf(stderr, "salusctl: run: cannot execute '%s': %s\n", argv[i], strerror(errno));
-        _exit(127);
-    }
-    run_child = pid;
     /* the terminal's signals reach the job (same process group); salusctl waits for it */
     signal(SIGINT, SIG_IGN);
     signal(SIGQUIT, SIG_IGN);

@@ -24,6 +24,10 @@ int salusctl_job_environment(const char *socket_path, int timeout_ms);
 int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
                      const char *log_path, const int *fds, const char *const *roles, int nfds,
                      uint64_t *id, char *err, size_t err_size);
+/* In the command's process, forked before the job was reserved: waits on go_fd for the
+ * job id (EOF: no job, exits 127 without a word), then execs command with SALUS_JOB_ID;
+ * says why on stderr and exits 127 when it cannot. Never returns. verb: for the message. */
+void salusctl_exec_job(const char *verb, char **command, int go_fd);
 /* Reports how the job's command ended (op job_exit): exit status code, or killed by sig
  * (code 128 + sig). Prints why on stderr when it cannot. */
 void salusctl_report_exit(const char *socket_path, int timeout_ms, uint64_t id, int code,

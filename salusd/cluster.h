@@ -64,9 +64,6 @@ void cluster_group_over(salusd_t *d, uint64_t group_id);
 /* The core's SLOT_DONE (d->slot_done). */
 void cluster_slot_done(salusd_t *d, uint64_t group_id, uint64_t seq);
 
-/* 1 when every rank of the cluster group is known (submitted on some node): its ranks not
- * registered are host-only and the registered ones here were released for admission. */
-int cluster_group_released(const salusd_t *d, uint64_t group_id);
 /* For salusctl status (a map value) and groups (a rank's node; NULL: unknown). */
 struct msgpack_packer;
 void cluster_pack_status(salusd_t *d, msgpack_packer *pk);

@@ -1,7 +1,6 @@
 /* The cluster role's group records in etcd (see cluster.h): each node writes its ranks into
  * P/groups/UID/NAME with compare-and-swap transactions and follows everyone's through the
- * watch; a record with every rank submitted releases the local ranks (those not registered
- * anywhere are host-only: they need no GPU and take no gang slot), a failed record
+ * watch; a record with every rank registered releases the local ranks, a failed record
  * fails the local group, a record whose nodes are all over is deleted. */
 #include "cluster-internal.h"
 
@@ -321,11 +320,10 @@ static int needs_write(const cluster_t *cl, const cluster_group_t *g)
 
 /* ---- the record's consequences here -------------------------------------------------------- */
 
-/* Every rank submitted on some node (a rank not registered by then is host-only). */
-static int all_submitted(const cluster_group_t *g)
+static int all_registered(const cluster_group_t *g)
 {
     for (uint32_t i = 0; i < g->world; i++)
-        if (!g->ranks[i].node[0])
+        if (!g->ranks[i].node[0] || !g->ranks[i].registered)
             return 0;
     return 1;
 }
@@ -367,16 +365,12 @@ static void consider(cluster_t *cl, cluster_group_t *g)
         }
     if (g->failed && g->local_id && !g->local_failed)
         fail_local(cl, g, g->failure, &cl->stats.groups_failed_rank);
-    if (!g->failed && g->local_id && !g->released && !g->local_failed && all_submitted(g)) {
+    if (!g->failed && g->local_id && !g->released && !g->local_failed && all_registered(g)) {
         g->released = 1;
-        /* -ENOENT: no rank here has registered yet (cluster_rank_registered releases then) */
         int rc = jobs_group_release(cl->d, g->local_id);
-        LOG_INFO("cluster: group %s: every rank of %u submitted: its %u registered rank%s here "
-                 "%s, its %u other%s here host-only until they register", g->name, g->world,
-                 g->local_registered, g->local_registered == 1 ? "" : "s",
-                 rc == 0 ? "may be admitted" : rc == -ENOENT ? "(none)" : "could not be released",
-                 g->local_ranks - g->local_registered,
-                 g->local_ranks - g->local_registered == 1 ? "" : "s");
+        LOG_INFO("cluster: group %s: every rank of %u registered: its %u rank%s here %s",
+                 g->name, g->world, g->local_ranks, g->local_ranks == 1 ? "" : "s",
+                 rc == 0 ? "may be admitted" : "could not be released");
     }
     if (cluster_is_leader(cl))
         cluster_slots_check(cl, g);
@@ -676,7 +670,7 @@ void cluster_groups_ready_all(cluster_t *cl)
 {
     for (cluster_group_t *g = cl->groups; g; g = g->next)
         if (!g->dropped && g->local_id && g->released && !g->ready_sent && !g->local_failed &&
-            !g->over && g->local_registered && g->local_admitted >= g->local_registered) {
+            !g->over && g->local_ranks && g->local_admitted >= g->local_ranks) {
             g->ready_sent = 1;
             cluster_slots_ready(cl, g);
         }
@@ -788,9 +782,8 @@ void cluster_rank_admitted(salusd_t *d, const job_t *job)
     if (!g)
         return;
     g->local_admitted++;
-    /* (the registered ranks here: a host-only one takes no slot); not while survivors of a
-     * restart may still come back (the tick does it then) */
-    if (g->local_admitted >= g->local_registered && !g->ready_sent && !g->local_failed &&
+    /* not while survivors of a restart may still come back (the tick does it then) */
+    if (g->local_admitted >= g->local_ranks && !g->ready_sent && !g->local_failed &&
         !jobs_admission_held(d)) {
         g->ready_sent = 1;
         cluster_slots_ready(cl, g);
@@ -822,13 +815,6 @@ void cluster_group_over(salusd_t *d, uint64_t group_id)
         return;
     g->over = 1;
     write_record(cl, g);
-}
-
-int cluster_group_released(const salusd_t *d, uint64_t group_id)
-{
-    cluster_t *cl = cl_of(d);
-    const cluster_group_t *g = cl ? cluster_group_by_local(cl, group_id) : NULL;
-    return g && g->released;
 }
 
 const char *cluster_rank_node(const salusd_t *d, uint64_t group_id, uint32_t rank)

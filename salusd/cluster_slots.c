@@ -152,18 +152,6 @@ static int bsp_with_turns(const cluster_t *cl, const cluster_group_t *g)
     return strcmp(g->sync, "bsp") == 0 && !cl->d->config.gang_turns_off;
 }
 
-/* Does node take g's slots: a rank of g there registered (as the record says, or its ready
- * came before the record did)? A node whose ranks are all host-only sends no ready. */
-static int node_registered(const cluster_group_t *g, const char *node)
-{
-    if (is_ready(g, node))
-        return 1;
-    for (uint32_t i = 0; i < g->world; i++)
-        if (g->ranks[i].registered && strcmp(g->ranks[i].node, node) == 0)
-            return 1;
-    return 0;
-}
-
 void cluster_slots_check(cluster_t *cl, cluster_group_t *g)
 {
     if (!cluster_is_leader(cl) || !g->ranks || g->failed || !bsp_with_turns(cl, g))
@@ -175,13 +163,12 @@ void cluster_slots_check(cluster_t *cl, cluster_group_t *g)
             return; /* not every rank is known yet */
     uint32_t live = 0;
     for (uint32_t i = 0; i < n; i++) {
-        /* a node whose ranks have all ended gives no ready again, nor one whose ranks are
-         * all host-only: the others go on (the slot goes to the live ones, nodes[0..live)) */
-        if (cluster_group_node_over(cl, g, nodes[i]) || !node_registered(g, nodes[i]))
+        /* a node whose ranks have all ended gives no ready again: the others go on */
+        if (cluster_group_node_over(cl, g, nodes[i]))
             continue;
+        live++;
         if (!is_ready(g, nodes[i]))
             return;
-        nodes[live++] = nodes[i];
     }
     if (!live)
         return;
@@ -193,9 +180,11 @@ void cluster_slots_check(cluster_t *cl, cluster_group_t *g)
     g->round_iters = 0;
     cl->stats.slots_issued++;
     LOG_DEBUG("cluster: group %s: slot %llx issued to %u node%s (ranks reach %llu iterations)",
-              g->name, (unsigned long long)seq, live, live == 1 ? "" : "s",
+              g->name, (unsigned long long)seq, n, n == 1 ? "" : "s",
               (unsigned long long)g->cur_target);
-    for (uint32_t i = 0; i < live; i++) {
+    for (uint32_t i = 0; i < n; i++) {
+        if (cluster_group_node_over(cl, g, nodes[i]))
+            continue;
         if (strcmp(nodes[i], cl->node) == 0)
             node_slot(cl, g, seq);
         else

@@ -259,9 +259,10 @@ int groups_all_submitted(const salusd_t *d, uint64_t id)
     const group_t *g = group_by_id(d, id);
     if (!g)
         return 0;
-    if (d->cluster)
-        return cluster_group_released(d, id);
-    return g->joined == g->world;
+    /* (a cluster group is released when every rank on every node registered: cluster_groups.c;
+     * a node cannot tell a rank that never calls the driver from one whose first call is late,
+     * and the leader's slots must not go to a part of the group) */
+    return !d->cluster && g->joined == g->world;
 }
 
 /* A submitted rank that has not registered once its group is complete: it makes no driver

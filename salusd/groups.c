@@ -242,7 +242,7 @@ int groups_join(salusd_t *d, job_t *job, const groups_fields_t *f)
          * (-ENOENT: none registered yet; each is released as it registers) */
         uint32_t registered = 0;
         for (uint32_t i = 0; i < g->world; i++) {
-            job_t *rank = g->ranks[i].job_id && !g->ranks[i].over
+            job_t *rank = d->registry && g->ranks[i].job_id && !g->ranks[i].over
                               ? registry_find(d->registry, g->ranks[i].job_id) : NULL;
             registered += rank && !jobs_is_reserved(rank);
         }

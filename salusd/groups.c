@@ -234,8 +234,48 @@ int groups_join(salusd_t *d, job_t *job, const groups_fields_t *f)
     job->group_cluster = d->cluster != NULL;
     snprintf(job->group_name, sizeof(job->group_name), "%s", g->name);
     job->group_local_rank = f->local_rank;
-    cluster_rank_submitted(d, g->id, f->rank, job->id);
+    uint64_t id = g->id;
+    cluster_rank_submitted(d, id, f->rank, job->id);
+    g = group_by_id(d, id);
+    if (g && !d->cluster && g->joined == g->world && !g->failed) {
+        /* every rank submitted: the registered ones are admitted, the others are host-only
+         * (-ENOENT: none registered yet; each is released as it registers) */
+        uint32_t registered = 0;
+        for (uint32_t i = 0; i < g->world; i++) {
+            job_t *rank = d->registry && g->ranks[i].job_id && !g->ranks[i].over
+                              ? registry_find(d->registry, g->ranks[i].job_id) : NULL;
+            registered += rank && !jobs_is_reserved(rank);
+        }
+        LOG_INFO("group %s of uid %u: every rank of %u submitted; %u registered, the others "
+                 "are host-only until they register", g->name, (unsigned)g->uid, g->world,
+                 registered);
+        jobs_group_release(d, id);
+    }
     return 0;
+}
+
+int groups_all_submitted(const salusd_t *d, uint64_t id)
+{
+    const group_t *g = group_by_id(d, id);
+    if (!g)
+        return 0;
+    /* (a cluster group is released when every rank on every node registered: cluster_groups.c;
+     * a node cannot tell a rank that never calls the driver from one whose first call is late,
+     * and the leader's slots must not go to a part of the group) */
+    return !d->cluster && g->joined == g->world;
+}
+
+/* A submitted rank that has not registered once its group is complete: it makes no driver
+ * call (yet), holds no GPU and no memory and does not delay the others. */
+static int host_only(const salusd_t *d, const group_t *g, const job_t *job)
+{
+    return jobs_is_reserved(job) && !g->failed && groups_all_submitted(d, g->id);
+}
+
+const char *groups_job_state(const salusd_t *d, const job_t *job, const char *state)
+{
+    const group_t *g = group_by_id(d, job->group_id);
+    return g && host_only(d, g, job) ? "host-only" : state;
 }
 
 uint64_t groups_find(const salusd_t *d, uid_t uid, const char *name)
@@ -278,7 +318,8 @@ static const char *bad_end(const job_t *job, char *buf, size_t size)
     else if (job->exit_known)
         return NULL;
     else if (job->state == JOB_FAILED)
-        snprintf(buf, size, "failed (refused, or its connection closed before admission)");
+        snprintf(buf, size, "failed (refused, or its salusctl run or its connection went "
+                 "away before admission)");
     else
         snprintf(buf, size, "ended without an exit status (its process or connection went "
                  "away)");
@@ -414,7 +455,8 @@ static const char *group_state(salusd_t *d, const group_t *g)
         job_t *job = rank_job(d, &g->ranks[i]);
         int gpu;
         uint64_t budget;
-        if (job && job->runtime && jobs_placement(d, job, &gpu, &budget) < 0)
+        if (job && job->runtime && !jobs_is_reserved(job) &&
+            jobs_placement(d, job, &gpu, &budget) < 0)
             return "waiting";
     }
     return "running";
@@ -445,7 +487,9 @@ static void pack_rank(salusd_t *d, msgpack_packer *pk, const group_t *g, uint32_
     sched_job_view_t view;
     if (job) {
         jobs_placement(d, job, &gpu, &budget);
-        state = jobs_is_reserved(job) ? "submitted" : jobs_state(d, job);
+        state = host_only(d, g, job)     ? "host-only"
+                : jobs_is_reserved(job) ? "submitted"
+                                        : jobs_state(d, job);
         pid = jobs_is_reserved(job) ? 0 : job->pid;
         if (job->runtime && sched_job_view(d, job, &view) == 0)
             gang_wait_ns = view.gang_wait_ns;

@@ -14,8 +14,19 @@
  * error naming the failed rank; a rank submitted later is refused with it. A rank that exits
  * 0 does not fail its group.
  *
- * Life: forming (fewer ranks submitted than its world), waiting (some rank not admitted yet),
- * running, then failed or done once every rank it had has ended. An ended group's name is
+ * Host-only ranks: a rank is known from its submit on. Once every rank of the group has been
+ * submitted (one node; not yet for groups across nodes: cluster_groups.c), the ranks that registered are
+ * released for admission (sched_core_group_release) and a rank that has not registered is
+ * host-only: it makes no driver call, holds no GPU and no memory, does not delay admission,
+ * gang slots or SSP bounds, and is listed as "host-only" (groups, ps). If it calls the driver
+ * later it registers and is placed as the group's late rank. Its end counts as any rank's: a
+ * host-only rank whose command exits non-zero or is killed fails its group, as does one whose
+ * salusctl run goes away without reporting (salusd watches the submitter through a pidfd of
+ * the submit connection's process: jobctl.c).
+ *
+ * Life: forming (fewer ranks submitted than its world), waiting (some registered rank not
+ * admitted yet), running (a group of host-only ranks only is running too), then failed or
+ * done once every rank it had has ended. An ended group's name is
  * free again at once when it is done, GROUPS_FAILED_LINGER_S after its end when it failed
  * (ranks of the same launch that come late hear of the failure); the last GROUPS_ENDED_KEPT
  * ended groups stay listed (salusctl groups). */
@@ -71,6 +82,11 @@ int groups_refuses(const salusd_t *d, const job_t *job, char *err, size_t err_si
 /* The job ended and how is settled (its exit status known, or given up on): a bad end fails
  * its group. Idempotent. */
 void groups_rank_over(salusd_t *d, job_t *job);
+/* 1 when every rank of group id was submitted (a group on one node; 0 for a cluster group):
+ * its ranks not registered are host-only. */
+int groups_all_submitted(const salusd_t *d, uint64_t id);
+/* The state ps shows for a job: "host-only" for a host-only rank, else state. */
+const char *groups_job_state(const salusd_t *d, const job_t *job, const char *state);
 /* The group name and rank of a job, for ps (NULL: not in a group). */
 const char *groups_of_job(const salusd_t *d, const job_t *job, uint32_t *rank);
 /* The groups op: {groups: [{id, name, uid, world, sync, staleness, share_gpus, state,

@@ -10,6 +10,7 @@
 #include "jobs-internal.h"
 
 #include "cluster.h"
+#include "groups.h"
 #include "log.h"
 #include "sched.h"
 
@@ -190,6 +191,8 @@ void jobs_sched_registered(salusd_t *d, job_t *job)
     job = registry_find(d->registry, id);
     if (job && job->runtime && job->group_cluster)
         cluster_rank_registered(d, job); /* after the core knows it: a release may follow */
+    else if (job && job->runtime && job->group_id && groups_all_submitted(d, job->group_id))
+        jobs_group_release(d, job->group_id); /* the ranks not registered are host-only */
 }
 
 int jobs_group_release(salusd_t *d, uint64_t group_id)

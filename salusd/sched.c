@@ -380,6 +380,8 @@ void sched_fini(salusd_t *d)
 
 int sched_group_release(salusd_t *d, uint64_t group_id, sched_core_effects_t *fx)
 {
+    if (!d->sched) /* (no scheduler yet: no rank can be registered) */
+        return -ENOENT;
     return sched_core_group_release(d->sched->core, group_id, salusd_now_ns(), fx);
 }
 

@@ -56,7 +56,7 @@ void views_pack_jobs(conn_t *viewer, msgpack_packer *pk)
         proto_map_str(&map, "name", info.name);
         proto_map_uint(&map, "pid", (uint64_t)info.pid);
         proto_map_uint(&map, "uid", (uint64_t)info.uid);
-        proto_map_str(&map, "state", info.state);
+        proto_map_str(&map, "state", groups_job_state(d, job, info.state));
         proto_map_int_or_nil(&map, "gpu", info.gpu, info.gpu >= 0);
         pack_gpus(d, &map, &info);
         proto_map_int_or_nil(&map, "lane", info.lane, info.lane >= 0);
@@ -200,14 +200,14 @@ void views_handle_stats(conn_t *c, const proto_msg_t *msg)
         proto_map_uint(&map, "id", info->id);
         proto_map_str(&map, "name", info->name);
         proto_map_uint(&map, "uid", (uint64_t)info->uid);
-        proto_map_str(&map, "state", info->state);
+        job_t *job = registry_find(reg, info->id);
+        proto_map_str(&map, "state", job ? groups_job_state(d, job, info->state) : info->state);
         proto_map_int_or_nil(&map, "gpu", info->gpu, info->gpu >= 0);
         proto_map_uint(&map, "iterations", info->iterations);
         proto_map_uint(&map, "iterations_expected", info->iterations_expected);
         proto_map_uint(&map, "memory_bytes", info->memory_bytes);
         proto_map_uint(&map, "gpu_time_ms", info->busy_ns / 1000000);
         proto_map_uint(&map, "wait_in_progress_ms", info->wait_in_progress_ns / 1000000);
-        job_t *job = registry_find(reg, info->id);
         uint32_t rank = 0;
         const char *group = job ? groups_of_job(d, job, &rank) : NULL;
         if (group)

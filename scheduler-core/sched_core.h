@@ -47,17 +47,23 @@
  * hints.group.rank of a group of hints.group.world ranks (sched_core_group_t). Registration
  * checks a rank against its group's first: world, sync, share_gpus (and staleness for SSP)
  * the same, rank < world and not taken: else -EINVAL, nothing changed. A group is admitted all
- * or nothing: its ranks wait (no memory held, no ADMIT) until all world ranks have registered
- * and every one has a place; then, in the admission round, at the position of its first rank
+ * or nothing: its ranks wait (no memory held, no ADMIT) until all world ranks have registered,
+ * or the caller has released the group (sched_core_group_release: every rank was submitted;
+ * a rank that has not registered is host-only, makes no driver call, needs no GPU and does
+ * not delay admission), and every registered rank has a place; then, in the admission round,
+ * at the position of its first rank
  * in the policy's order, all its ranks are admitted in that one event (ADMIT each), the ranks
  * of one group on distinct GPUs unless the group has share_gpus (the free GPU with the fewest
  * jobs first). A placement that does not fit whole is tried on a scratch copy of the books only
  * (no MOVE, BUDGET or ADMIT comes out of it). While a group waits, the jobs after it are
  * admitted under a non-blocking policy and wait behind it under a blocking one (FIFO), as
- * behind a single job. A group that can never be placed (more ranks than GPUs without
- * share_gpus, or a rank whose sizes fit no GPU) is refused at once, every rank registered so
- * far (REFUSE, with the reason); a later rank of it registers as a new group and is judged
- * again. In a round with groups the policy's order is used as it is (the users' two-level pick
+ * behind a single job. A group that can never be placed (more ranks registered than GPUs
+ * without share_gpus: world is not counted, host-only ranks need none; or a rank whose sizes
+ * fit no GPU) is refused at once, every rank waiting (REFUSE, with the reason); a later rank
+ * of it registers as a new group and is judged again. A rank that registers after its
+ * released group was admitted (a host-only rank that calls the driver after all) is placed
+ * alone, as its group's late rank: on a GPU none of its group's ranks holds (unless
+ * share_gpus), refused when more ranks registered than GPUs. In a round with groups the policy's order is used as it is (the users' two-level pick
  * is not; user_max_jobs counts a group's ranks, user_gpu_share is not applied to them).
  * Gang turns (BSP groups, unless config.gang_turns_off): the ranks of a group are granted
  * their lanes together, in the same event, or not at all. Groups whose ranks share lanes take
@@ -78,7 +84,9 @@
  * group's ranks take turns as single jobs. SSP groups (staleness S): ranks take turns as
  * single jobs do (never freely), but a rank more than S iterations ahead of the group's
  * slowest admitted rank is not granted (it stays ready) until the slowest reports a boundary.
- * ASP groups, and BSP groups with gang_turns_off: ranks take turns as single jobs do. Single
+ * ASP groups, and BSP groups with gang_turns_off: ranks take turns as single jobs do. Gang
+ * slots and SSP's slowest rank count the registered, admitted ranks only (host-only ranks are
+ * not the core's: they never wait for a slot and never hold the others back). Single
  * jobs fill lanes that gangs leave unreserved. A rank that leaves (any exit) does not make its
  * group wait for it: the remaining ranks are the gang (the daemon ends a failed group's other
  * ranks itself). sched_core_job_info shows a rank's group and its gang wait. */
@@ -310,8 +318,9 @@ int sched_core_job_reattached(sched_core_t *core, const sched_core_job_hints_t *
 /* ---- cluster groups (group.cluster: ranks on several nodes) ----------------------------
 
  * A cluster group's local ranks wait (no memory held) until the caller releases the group:
- * every rank of it, on every node, has registered (the caller learns it from etcd). From then
- * on its local ranks are admitted as a local group whose ranks have all registered: all or
+ * every rank of it, on every node, has been submitted (the caller learns it from etcd; ranks
+ * not registered anywhere are host-only). From then on its local registered ranks are admitted
+ * as a local group whose ranks have all registered: all or
  * nothing, in the admission round, at the position of its first rank in the policy's order
  * (distinct GPUs unless share_gpus; a group that can never be placed here is refused, every
  * local rank, at registration already). Ranks registered before the release are counted
@@ -336,9 +345,11 @@ int sched_core_job_reattached(sched_core_t *core, const sched_core_job_hints_t *
  * single turns) ends at once. SSP and ASP cluster groups, and BSP ones with gang_turns_off,
  * take turns as single jobs (no slots; SSP's staleness is kept among the local ranks only). */
 
-/* Releases cluster group group_id for admission; an admission round runs. 0; -ENOENT when no
- * local rank of that group is registered (nothing changed); -EINVAL when the group is not a
- * cluster group. Releasing twice is 0. */
+/* Releases group group_id for admission: a cluster group once every rank of it on every node
+ * is known; a local group once every rank was submitted (its ranks not registered are
+ * host-only). An admission round runs. 0; -ENOENT when no local rank of that group is
+ * registered (nothing changed: release it again after its first rank registers). Releasing
+ * twice is 0. */
 int sched_core_group_release(sched_core_t *core, uint64_t group_id, uint64_t now_ns,
                              sched_core_effects_t *effects);
 /* Appends gang slot seq of cluster group group_id to the FIFO; when it is at the head, it is

@@ -1,5 +1,5 @@
-/* The scheduling core's cluster groups (sched_core.h, "cluster groups"): their release for
- * admission and the FIFO of gang slots that the caller gives them in the cluster's one global
+/* The scheduling core's cluster groups (sched_core.h, "cluster groups"): the release of a
+ * group for admission (cluster groups, and local groups with host-only ranks) and the FIFO of gang slots that the caller gives them in the cluster's one global
  * order. The gang pass (sched_core_groups.c) serves the slot at the FIFO's head as a local
  * gang's slot; this file keeps the FIFO and reports each slot's end (SLOT_DONE). */
 #include "sched_core_internal.h"
@@ -60,8 +60,6 @@ int sched_core_group_release(sched_core_t *core, uint64_t group_id, uint64_t now
     core_group_t *group = group_id ? core_group_find(core, group_id) : NULL;
     if (!group)
         return -ENOENT;
-    if (!group->hints.cluster)
-        return -EINVAL;
     if (group->released)
         return 0;
     group->released = true;

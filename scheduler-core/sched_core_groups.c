@@ -422,6 +422,42 @@ static void gang_continue_slot(sched_core_t *core, core_group_t *group, uint64_t
     }
 }
 
+/* A rank admitted after its gang's slot began (a late rank: one that was host-only until it
+ * called the driver) and waiting ready outside the slot joins the slot when its lane is free
+ * and no other gang's slot holds it: its peers may wait for it in a collective, and a gang
+ * that runs freely would never end its slot for it. Else the gang is told to stop running
+ * freely, so that its slot ends and the next one has the late rank. */
+static void gang_take_late_rank(sched_core_t *core, core_group_t *group, uint64_t now_ns)
+{
+    for (uint32_t i = 0; i < group->member_count; i++) {
+        core_job_t *m = find(core, group->members[i]);
+        if (!m || !m->admitted || m->in_slot || !m->ready || m->holds_lane)
+            continue;
+        const core_lane_t *book = lane_book(core, m->lane);
+        bool free = book != NULL;
+        for (size_t k = 0; free && k < book->count; k++)
+            free = !core->lane_members[book->first + k]->holds_lane;
+        for (size_t g = 0; free && g < core->group_count; g++) {
+            const core_group_t *other = &core->groups[g];
+            for (uint32_t k = 0; other != group && other->reserved && k < other->member_count;
+                 k++) {
+                const core_job_t *o = find(core, other->members[k]);
+                free &= !(o && o->admitted && o->lane == m->lane);
+            }
+        }
+        if (!free) {
+            stop_group_free_run(core, group);
+            continue;
+        }
+        m->in_slot = true;
+        m->owes_turn = false;
+        m->slot_start_iterations = m->iterations;
+        m->ran_free = false;
+        core_gang_wait_stop(m, now_ns);
+        grant_job(core, m, false);
+    }
+}
+
 /* Gang turns, once per event while groups exist (before the touched lanes are dispatched):
  * slots that are over give their lanes back; then, in the global order (least recently served
  * first, then the lower group id), each gang whose ranks are all ready reserves their lanes
@@ -485,8 +521,10 @@ void core_gang_pass(sched_core_t *core, uint64_t now_ns)
         core_group_t *group = &core->groups[core->group_order[k]];
         if (group->reserved && !group->slot_granted)
             gang_start_slot(core, group, now_ns);
-        else if (group->reserved)
+        else if (group->reserved) {
             gang_continue_slot(core, group, now_ns);
+            gang_take_late_rank(core, group, now_ns);
+        }
     }
 }
 
@@ -582,14 +620,16 @@ done:
 
 /* A group met in an admission round at its first rank in the round's order: its waiting
  * ranks are core->requests[first .. first + count) (statuses LANES_WAIT). It is refused whole
- * when it can never be placed, waits whole until all its ranks have registered and all fit,
- * else all are placed. */
+ * when it can never be placed, waits whole until it is complete (all its ranks registered, or
+ * released: the others are host-only) and all fit, else all are placed. */
 static void admit_group(sched_core_t *core, const core_group_t *group, size_t first,
                         size_t count, core_user_t *user, bool strict, bool *blocked)
 {
     const char *refusal = NULL;
-    /* (a cluster group: its ranks here, the others are placed on their nodes) */
-    uint32_t ranks = group->hints.cluster ? group->member_count : group->hints.world;
+    /* the ranks registered (here, for a cluster group: the others are placed on their
+     * nodes); a rank that never registers is host-only and needs no GPU, so world says
+     * nothing about the GPUs the group needs */
+    uint32_t ranks = group->member_count;
     if (!group->hints.share_gpus && ranks > core->gpu_count)
         refusal = "the group has more ranks than this node has GPUs (and its ranks may not "
                   "share a GPU)";
@@ -622,8 +662,10 @@ static void admit_group(sched_core_t *core, const core_group_t *group, size_t fi
         return;
     }
     const core_job_t *lead = find(core, core->requests[first].job_id);
-    bool complete = group->hints.cluster ? group->released
-                                         : group->member_count == group->hints.world;
+    /* released: every rank was submitted (the caller knows), those not registered are
+     * host-only; a local group is complete too when all world ranks registered */
+    bool complete = group->released ||
+                    (!group->hints.cluster && group->member_count == group->hints.world);
     if (*blocked || !complete ||
         (user && capped(core, lead->uid) && core->user_max_jobs &&
          user->admitted + count > core->user_max_jobs) ||

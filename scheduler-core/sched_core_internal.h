@@ -56,7 +56,8 @@ typedef struct core_group_s {
     bool slot_granted;        /* the slot's members were granted together */
     bool round_seen;          /* handled in the current admission round */
     uint64_t served_ns;       /* when its last slot started (0: never) */
-    /* cluster groups (hints.cluster): released for admission; takes its slots from the FIFO
+    /* released for admission (sched_core_group_release: every rank submitted, those not
+     * registered host-only; cluster groups: on every node); cluster groups take slots from the FIFO
      * (core->slots: BSP with gang turns); the last slot's seq given to it */
     bool released, slots;
     uint64_t last_seq;

@@ -241,14 +241,15 @@ groups_py '[x] = q(sys.argv[1]); assert x["state"] == "done" and x["failure"] is
 pass "all or nothing: rank 0 alone waited holding no memory; with rank 1 both ran on distinct GPUs; done"
 
 # ---- a rank waiting for admission ends when another rank fails ----
-# waiting_pair GROUP OUT: rank 0 (salus-synth, registered, waiting for admission) and rank 1
-# (sleep: submitted, never registers) of GROUP, outputs OUT-r0.out and OUT-r1.out; sets
-# PAIR_R0 (rank 0's salusctl run) and PAIR_SLEEP (rank 1's program)
+# waiting_pair GROUP OUT: rank 0 (salus-synth, registered, waiting for admission: rank 2 of
+# the world of 3 is never submitted) and rank 1 (sleep: submitted, never registers) of GROUP,
+# outputs OUT-r0.out and OUT-r1.out; sets PAIR_R0 (rank 0's salusctl run) and PAIR_SLEEP
+# (rank 1's program)
 waiting_pair() {
-    "$SALUSCTL" run --group "$1" --world 2 --rank 0 -- "$SYNTH" "${LONG[@]}" >"$2-r0.out" 2>&1 &
+    "$SALUSCTL" run --group "$1" --world 3 --rank 0 -- "$SYNTH" "${LONG[@]}" >"$2-r0.out" 2>&1 &
     PAIR_R0=$!
     RUN_PIDS+=($PAIR_R0)
-    "$SALUSCTL" run --group "$1" --world 2 --rank 1 -- sleep 600 >"$2-r1.out" 2>&1 &
+    "$SALUSCTL" run --group "$1" --world 3 --rank 1 -- sleep 600 >"$2-r1.out" 2>&1 &
     local r1=$!
     RUN_PIDS+=($r1)
     pair_ready() {

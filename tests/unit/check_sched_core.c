@@ -1087,7 +1087,7 @@ static size_t effects_of(const fake_t *f, sched_core_effect_kind_t kind)
 /* All or nothing: two ranks on two GPUs, one GPU taken by another user's job (its lane
  * cannot be shared): nothing is admitted, the lane manager's books do not move, and no
  * effect leaks; when the GPU frees, both ranks are admitted in that event, on distinct GPUs.
- * A world of 3 on 2 GPUs, or a rank larger than any GPU, is refused, every rank. */
+ * Three ranks registered on 2 GPUs, or a rank larger than any GPU, is refused, every rank. */
 START_TEST(test_group_all_or_nothing)
 {
     fake_t f;
@@ -1126,12 +1126,17 @@ START_TEST(test_group_all_or_nothing)
     ck_assert_int_ne(f.jobs[2].gpu, f.jobs[3].gpu);
     ck_assert_int_eq(sched_core_job_info(f.core, 2, &ji), 0);
     ck_assert_uint_eq(ji.gang_wait_ns, 10 * MS); /* waited for its place */
-    /* world 3 on 2 GPUs: refused, every rank, with a reason */
-    for (uint32_t r = 0; r < 3; r++) {
-        reg_rank(&f, 10 + r, 8, 3, r, SCHED_CORE_SYNC_BSP, 0);
+    /* world 3 on 2 GPUs: two ranks registered may fit (the third may be host-only); the
+     * third to register makes it one that can never be placed: refused, every rank, with a
+     * reason */
+    reg_rank(&f, 10, 8, 3, 0, SCHED_CORE_SYNC_BSP, 0);
+    reg_rank(&f, 11, 8, 3, 1, SCHED_CORE_SYNC_BSP, 0);
+    ck_assert(!f.jobs[10].refused && !f.jobs[11].refused);
+    ck_assert(!f.jobs[10].admitted && !f.jobs[11].admitted);
+    reg_rank(&f, 12, 8, 3, 2, SCHED_CORE_SYNC_BSP, 0);
+    for (uint32_t r = 0; r < 3; r++)
         ck_assert(f.jobs[10 + r].refused);
-        ck_assert_ptr_nonnull(strstr(f.last_refusal, "more ranks than"));
-    }
+    ck_assert_ptr_nonnull(strstr(f.last_refusal, "more ranks than"));
     /* a rank that fits no GPU: the group is refused whole */
     reg_rank(&f, 20, 9, 2, 0, SCHED_CORE_SYNC_BSP, 0);
     ck_assert_int_eq(reg_rank_rc(&f, 21, 9, 2, 1, SCHED_CORE_SYNC_BSP, 0, 100 * MIB, 2 * GIB), 0);
@@ -1610,6 +1615,82 @@ START_TEST(test_ssp_holds_a_rank_too_far_ahead)
 }
 END_TEST
 
+/* Host-only ranks (submitted, never registered): a BSP group of world 4 whose ranks 1 and 3
+ * registered waits until the caller releases it (every rank submitted), then both are
+ * admitted in that event on distinct GPUs (world 4 on 3 GPUs is not refused: the others need
+ * none) and take their gang slots together without waiting for ranks 0 and 2; rank 2 calling
+ * the driver late is placed alone on the free GPU, joins the slot going on and then takes the
+ * gang's slots with the others; rank 0 too would make
+ * four ranks on three GPUs: refused, alone. An SSP:1 group of world 3 with one host-only rank:
+ * the bound holds among the two registered ranks only. A release before any rank registered
+ * is -ENOENT. */
+static int group_release(fake_t *f, uint64_t group);
+
+START_TEST(test_group_host_only)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 3, 1 * GIB, 1, false);
+    ck_assert_int_eq(group_release(&f, 100), -ENOENT);
+    reg_rank(&f, 1, 100, 4, 1, SCHED_CORE_SYNC_BSP, 0);
+    reg_rank(&f, 2, 100, 4, 3, SCHED_CORE_SYNC_BSP, 0);
+    ck_assert(!f.jobs[1].admitted && !f.jobs[2].admitted && !f.jobs[1].refused);
+    f.now_ns += 3 * MS;
+    ck_assert_int_eq(sched_core_group_release(f.core, 100, f.now_ns, &f.fx), 0);
+    ck_assert_uint_eq(effects_of(&f, SCHED_CORE_ADMIT), 2);
+    apply(&f);
+    ck_assert(f.jobs[1].admitted && f.jobs[2].admitted);
+    ck_assert_int_ne(f.jobs[1].gpu, f.jobs[2].gpu);
+    sched_core_job_info_t ji;
+    ck_assert_int_eq(sched_core_job_info(f.core, 2, &ji), 0);
+    ck_assert_uint_eq(ji.gang_wait_ns, 3 * MS);
+    ask(&f, 1);
+    ck_assert(!f.jobs[1].running); /* its gang: rank 3 (job 2) is not ready yet */
+    ask(&f, 2);
+    ck_assert(f.jobs[1].running && f.jobs[2].running); /* together, ranks 0 and 2 not awaited */
+    boundary(&f, 1, 1 * MS);
+    boundary(&f, 2, 1 * MS);
+    ck_assert(f.jobs[1].running && f.jobs[2].running); /* the next slot */
+    boundary(&f, 1, 1 * MS);
+    boundary(&f, 2, 1 * MS);
+    /* rank 2 calls the driver after all: a late rank, on the GPU neither holds */
+    reg_rank(&f, 3, 100, 4, 2, SCHED_CORE_SYNC_BSP, 0);
+    ck_assert(f.jobs[3].admitted);
+    ck_assert(f.jobs[3].gpu != f.jobs[1].gpu && f.jobs[3].gpu != f.jobs[2].gpu);
+    ask(&f, 3);
+    /* its peers are in a slot (they may wait for it in a collective): it joins the slot */
+    ck_assert(f.jobs[1].running && f.jobs[2].running && f.jobs[3].running);
+    for (uint64_t id = 1; id <= 3; id++)
+        boundary(&f, id, 1 * MS);
+    ck_assert(f.jobs[1].running && f.jobs[2].running && f.jobs[3].running); /* one gang now */
+    /* rank 0 too: four registered ranks on three GPUs can never be placed */
+    reg_rank(&f, 4, 100, 4, 0, SCHED_CORE_SYNC_BSP, 0);
+    ck_assert(f.jobs[4].refused && !f.jobs[1].refused && f.jobs[1].admitted);
+    ck_assert_ptr_nonnull(strstr(f.last_refusal, "more ranks than"));
+    for (uint64_t id = 1; id <= 3; id++)
+        leave(&f, id);
+    /* SSP:1, world 3, rank 1 host-only (never an iteration): ranks 0 and 2 keep step with
+     * each other only */
+    reg_rank(&f, 10, 200, 3, 0, SCHED_CORE_SYNC_SSP, 1);
+    reg_rank(&f, 11, 200, 3, 2, SCHED_CORE_SYNC_SSP, 1);
+    ck_assert(!f.jobs[10].admitted);
+    ck_assert_int_eq(group_release(&f, 200), 0);
+    ck_assert(f.jobs[10].admitted && f.jobs[11].admitted);
+    ck_assert_int_eq(group_release(&f, 200), 0); /* twice: nothing more */
+    ask(&f, 10);
+    ask(&f, 11);
+    for (int k = 0; k < 5; k++) {
+        ck_assert(f.jobs[10].running && f.jobs[11].running);
+        boundary(&f, 10, 1 * MS);
+        boundary(&f, 11, 1 * MS);
+    }
+    ck_assert_uint_eq(f.jobs[10].iterations, 5);
+    boundary(&f, 10, 1 * MS); /* 1 ahead of rank 2: fine */
+    boundary(&f, 10, 1 * MS); /* 2 ahead: held, by rank 2 alone */
+    ck_assert(!f.jobs[10].running);
+    fake_stop(&f);
+}
+END_TEST
+
 /* ASP ranks take turns as single jobs: one runs while its peer waits for nothing. */
 START_TEST(test_asp_ranks_take_single_turns)
 {
@@ -1705,7 +1786,7 @@ static int group_slot(fake_t *f, uint64_t group, uint64_t seq)
 /* Two of a world of 3 here: checked like local ranks, not admitted until the release, then
  * both in that event on distinct GPUs; a cluster group with more ranks here than GPUs is
  * refused at registration (one with more in its world is not); release of an unknown group
- * or of a local one is an error. */
+ * is an error. */
 START_TEST(test_cluster_waits_for_release)
 {
     fake_t f;
@@ -1735,9 +1816,11 @@ START_TEST(test_cluster_waits_for_release)
     ck_assert_uint_eq(ji.gang_wait_ns, 5 * MS);
     ck_assert_int_eq(group_release(&f, 7), 0); /* twice: 0, nothing more */
     ck_assert_uint_eq(f.admit_count, 2);
-    /* a local group cannot be released */
+    /* a local group can be released too (its other rank is host-only: test_group_host_only) */
     reg_rank(&f, 10, 8, 2, 0, SCHED_CORE_SYNC_BSP, 0);
-    ck_assert_int_eq(group_release(&f, 8), -EINVAL);
+    ck_assert(!f.jobs[10].admitted);
+    ck_assert_int_eq(group_release(&f, 8), 0);
+    ck_assert(f.jobs[10].admitted);
     /* world 5 with 2 ranks here fits 2 GPUs (it waits); a third rank here is refused, all */
     reg_cluster(&f, 20, 9, 5, 0);
     reg_cluster(&f, 21, 9, 5, 3);
@@ -2222,6 +2305,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(g, test_gang_member_leaves);
     tcase_add_test(g, test_ssp_holds_a_rank_too_far_ahead);
     tcase_add_test(g, test_asp_ranks_take_single_turns);
+    tcase_add_test(g, test_group_host_only);
     tcase_add_test(g, test_gang_reattached_ranks);
     suite_add_tcase(s, g);
     TCase *c = tcase_create("cluster");

@@ -603,6 +603,15 @@ int cluster_start(salusd_t *d)
         LOG_ERROR("cluster: %s", err);
         return -1;
     }
+    char plain[256];
+    if (etcd_plain_remote(cl->etcd, plain, sizeof(plain))) {
+        snprintf(cl->etcd_warning, sizeof(cl->etcd_warning),
+                 "etcd at %s is plain HTTP on an address other than loopback: whoever reaches "
+                 "it or its path can change the members, the group records, the leader and "
+                 "the parameter-server views; give etcd TLS with client certificates "
+                 "(--etcd-cacert, --etcd-cert, --etcd-key)", plain);
+        LOG_WARN("cluster: %s", cl->etcd_warning);
+    }
     links_config_t lc = {.node = cl->node, .listen = cfg->cluster_listen, .key = key,
                          .key_len = key_len};
     cl->links = links_create(d->base, &lc, &hooks, cl, err, sizeof(err));
@@ -684,8 +693,10 @@ void cluster_pack_status(salusd_t *d, msgpack_packer *pk)
                           : 0;
     links_stats_t ls;
     links_get_stats(cl->links, &ls);
-    msgpack_pack_map(pk, 10);
+    msgpack_pack_map(pk, cl->etcd_warning[0] ? 11 : 10);
     proto_pack_kv_str(pk, "node", cl->node);
+    if (cl->etcd_warning[0])
+        proto_pack_kv_str(pk, "etcd_warning", cl->etcd_warning);
     proto_pack_kv_str(pk, "etcd", etcd_endpoints(cl->etcd));
     proto_pack_kv_uint(pk, "lease_id", (uint64_t)cl->lease_id);
     proto_pack_kv_uint(pk, "lease_ttl_s", (uint64_t)cl->ttl_s);

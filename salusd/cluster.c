@@ -3,6 +3,7 @@
 
 #include "jobs.h"
 #include "log.h"
+#include "ps_net_auth.h"
 #include "state.h"
 
 #include <errno.h>
@@ -615,7 +616,12 @@ int cluster_start(salusd_t *d)
     links_config_t lc = {.node = cl->node, .listen = cfg->cluster_listen, .key = key,
                          .key_len = key_len};
     cl->links = links_create(d->base, &lc, &hooks, cl, err, sizeof(err));
+    int master_rc = ps_net_auth_master(key, key_len, cl->ps_net_master);
     memset(key, 0, sizeof(key));
+    if (master_rc < 0) {
+        LOG_ERROR("cluster: no key for the UCX messages could be made");
+        return -1;
+    }
     if (!cl->links) {
         LOG_ERROR("cluster: links on %s: %s", cfg->cluster_listen, err);
         return -1;
@@ -677,6 +683,7 @@ void cluster_stop(salusd_t *d)
     if (cl->ps_hooks)
         cl->ps_hooks->free(cl);
     cluster_groups_free(cl);
+    memset(cl->ps_net_master, 0, sizeof(cl->ps_net_master));
     free(cl);
     d->cluster = NULL;
     d->slot_done = NULL;

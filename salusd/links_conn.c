@@ -339,6 +339,12 @@ static void on_read(struct bufferevent *bev, void *arg)
         uint8_t header[PROTO_HEADER_BYTES];
         uint32_t len;
         size_t available = evbuffer_get_length(in);
+        if (available == 0)
+            return;
+        if (c->peer && c->state == LINKS_CONN_UP) { /* its tags would be checked with ours */
+            refuse(c, "a frame on a link this daemon dialed (links carry one way)");
+            return;
+        }
         if (available < PROTO_HEADER_BYTES)
             return;
         /* once up, a frame ends with its tag */

@@ -1174,6 +1174,75 @@ START_TEST(test_silent_acceptor_dropped_at_deadline)
 }
 END_TEST
 
+static int up_once_b(void *arg)
+{
+    return ((node_t *)arg)->ups >= 1;
+}
+
+/* A far end that completes the handshake as an acceptor, then a frame (one a relay could
+ * inject, with a bad tag) arrives on the link the daemon dialed: the link is dropped as a
+ * dialed one (links carry one way: on_down, dialed again), not read with its tags. */
+START_TEST(test_frame_from_acceptor_drops_dialed_link)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(sa);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(fd, 8), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    node_t b = {0};
+    char addr[64];
+    start_node(&b, "node-b", key_one, NULL);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+    ck_assert_int_eq(links_connect(b.links, "node-a", addr), 0);
+    run_for(50);
+    raw_t r;
+    memset(&r, 0, sizeof(r));
+    r.fd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    ck_assert_int_ge(r.fd, 0);
+    proto_msg_t msg;
+    raw_read_frame(&r, &msg); /* the hello */
+    ck_assert_str_eq(msg.op, "link");
+    const msgpack_object *n = proto_get(&msg.body, "nonce");
+    ck_assert(n && n->type == MSGPACK_OBJECT_BIN && n->via.bin.size == LINK_AUTH_NONCE_BYTES);
+    memcpy(r.their_nonce, n->via.bin.ptr, LINK_AUTH_NONCE_BYTES);
+    proto_msg_free(&msg);
+    ck_assert_int_eq(link_auth_nonce(r.own_nonce), 0);
+    uint8_t mac[LINK_AUTH_MAC_BYTES], tag[LINK_AUTH_TAG_BYTES];
+    ck_assert_int_eq(link_auth_mac(LINK_AUTH_ACCEPTOR, key_one, 32, r.their_nonce, r.own_nonce,
+                                   "node-a", "node-b", mac), 0);
+    proto_enc_t enc;
+    proto_enc_init(&enc);
+    proto_enc_begin(&enc, PROTO_REPLY, 0, "challenge", 3);
+    proto_pack_kv_str(&enc.pk, "node", "node-a");
+    pack_bin(&enc.pk, "nonce", r.own_nonce, LINK_AUTH_NONCE_BYTES);
+    pack_bin(&enc.pk, "mac", mac, sizeof(mac));
+    raw_send_enc(&r, &enc);
+    raw_read_frame(&r, &msg); /* the prove */
+    ck_assert_str_eq(msg.op, "prove");
+    proto_msg_free(&msg);
+    ck_assert_int_eq(link_auth_session_key(key_one, 32, r.their_nonce, r.own_nonce, "node-b",
+                                           "node-a", r.session_key), 0);
+    ck_assert_int_eq(link_auth_frame_tag(r.session_key, UINT64_MAX, NULL, 0,
+                                         (const uint8_t *)"welcome", 7, tag), 0);
+    proto_enc_begin(&enc, PROTO_REPLY, 1, "welcome", 1);
+    pack_bin(&enc.pk, "mac", tag, sizeof(tag));
+    raw_send_enc(&r, &enc);
+    ck_assert(run_until(up_once_b, &b, 3000));
+    ck_assert(links_is_up(b.links, "node-a"));
+    proto_enc_begin(&enc, PROTO_REQUEST, 2, "slot", 0);
+    raw_send_tagged(&r, &enc, 0, 3); /* injected: its tag does not check either */
+    proto_enc_destroy(&enc);
+    ck_assert(run_until(down_once, &b, 3000));
+    ck_assert_msg(strstr(b.last_down, "one way"), "why: %s", b.last_down);
+    ck_assert_int_eq(b.messages, 0);
+    raw_close(&r);
+    links_destroy(b.links);
+    close(fd);
+}
+END_TEST
+
 static int ipv6_loopback_works(void)
 {
     int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -1344,6 +1413,7 @@ static Suite *links_suite(void)
     tcase_add_test(tc, test_redial_after_acceptor_restart);
     tcase_add_test(tc, test_hooks_forget_and_destroy);
     tcase_add_test(tc, test_silent_acceptor_dropped_at_deadline);
+    tcase_add_test(tc, test_frame_from_acceptor_drops_dialed_link);
     tcase_add_test(tc, test_ipv6);
     tcase_add_test(tc, test_bad_arguments);
     suite_add_tcase(s, tc);

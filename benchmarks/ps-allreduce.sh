@@ -10,7 +10,7 @@
 # time) for both, and the ratio PS algbw / MPI algbw (goal: >= 1.0 at >= 4 MiB).
 #   benchmarks/ps-allreduce.sh [--build-dir DIR] [--nodes "2 4"] [--sizes "1 4 16 64 256"]
 #       [--replicas "1 default"] [--rounds R] [--no-ps] [--no-mpi] [--run-timeout-s T]
-#       [--logs DIR]
+#       [--logs DIR] [--ps-net-integrity]
 # Sizes in MiB. --replicas: the PS side runs once per item, in this order, right before the
 # MPI run of the same nodes and size: a number r opens the table with r replicas
 # (SALUS_PS_REPLICAS=r), "default" with the daemons' --ps-replicas (3); the column R is what
@@ -19,13 +19,15 @@
 # side, one size) is ended after T seconds (default 60 + per round 1 s + 1 s per 8 MiB);
 # a PS run that hangs is run once more and its line marked "*". --logs DIR: the
 # daemons' logs and the ranks' outputs are copied there at the end (CLUSTER_DEBUG=1: debug logs).
+# --ps-net-integrity: the daemons tag every UCX message (salusd --ps-net-integrity), to
+# measure what that costs.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD="$ROOT/build" NODES="2 4" SIZES="1 4 16 64 256" REPLICAS="1 default" ROUNDS=10 DO_PS=1
-DO_MPI=1 RUN_S="" LOGS=""
+DO_MPI=1 RUN_S="" LOGS="" DAEMON_EXTRA=()
 DAEMON_REPLICAS=3 # salusd's --ps-replicas default, which "default" gets
 usage() {
-    echo "usage: $0 [--build-dir DIR] [--nodes \"2 4\"] [--sizes \"1 4 16 64 256\"] [--replicas \"1 default\"] [--rounds R] [--no-ps] [--no-mpi] [--run-timeout-s T] [--logs DIR]" >&2
+    echo "usage: $0 [--build-dir DIR] [--nodes \"2 4\"] [--sizes \"1 4 16 64 256\"] [--replicas \"1 default\"] [--rounds R] [--no-ps] [--no-mpi] [--run-timeout-s T] [--logs DIR] [--ps-net-integrity]" >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -39,6 +41,7 @@ while [ $# -gt 0 ]; do
         --no-mpi) DO_MPI=0; shift ;;
         --run-timeout-s) RUN_S=${2:?}; shift 2 ;;
         --logs) LOGS=${2:?}; shift 2 ;;
+        --ps-net-integrity) DAEMON_EXTRA+=(--ps-net-integrity); shift ;;
         *) usage ;;
     esac
 done
@@ -88,7 +91,7 @@ export UCX_NET_DEVICES UCX_WARN_UNUSED_ENV_VARS=n UCX_LOG_LEVEL=error
 # covers all three (about 7.1 S); 1 GiB at least.
 MAXMIB=$(tr ' ' '\n' <<<"$SIZES" | sort -n | tail -1)
 PS_USER_MIB=$((MAXMIB * 8 > 1024 ? MAXMIB * 8 : 1024))
-nodes_up "$MAXN" --ps-user-bytes "${PS_USER_MIB}MiB"
+nodes_up "$MAXN" --ps-user-bytes "${PS_USER_MIB}MiB" "${DAEMON_EXTRA[@]}"
 
 # a run's time limit: T when given, else 60 s + per round 1 s + 1 s per 8 MiB
 run_limit() { if [ -n "$RUN_S" ]; then echo "$RUN_S"; else echo $((60 + (ROUNDS + 1) * ($1 / 8 + 1))); fi; }
@@ -159,7 +162,7 @@ algbw() { # BYTES MS -> GB/s (10^9 bytes per second)
 
 echo "push+clock+pull (PS, bsp, rule add) vs MPI_Allreduce (SUM, float), TCP only, one worker per node;"
 echo "median of $ROUNDS rounds after one warm-up; algbw = tensor bytes / round time (GB/s);"
-echo "R: the table's replicas (SALUS_PS_REPLICAS, or the daemons' --ps-replicas $DAEMON_REPLICAS, bounded by the nodes); --ps-user-bytes ${PS_USER_MIB}MiB"
+echo "R: the table's replicas (SALUS_PS_REPLICAS, or the daemons' --ps-replicas $DAEMON_REPLICAS, bounded by the nodes); --ps-user-bytes ${PS_USER_MIB}MiB${DAEMON_EXTRA[*]:+; }${DAEMON_EXTRA[*]}"
 printf '%5s %8s %2s | %10s %8s | %10s %8s | %7s\n' nodes MiB R "PS ms" "PS GB/s" "MPI ms" "MPI GB/s" "PS/MPI"
 for n in $NODES; do
     for mib in $SIZES; do

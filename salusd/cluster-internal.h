@@ -103,6 +103,8 @@ typedef struct cluster_s {
     links_t *links;
     char node[LINKS_NODE_BYTES];
     char prefix[128];
+    uint8_t ps_net_master[32];   /* the UCX messages' master key (ps_net_auth.h) */
+    char etcd_warning[512];      /* etcd is plain HTTP beyond loopback: said at start, status */
     char lease_file[4200];
     int64_t lease_id;
     int64_t ttl_s;

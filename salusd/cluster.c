@@ -3,6 +3,7 @@
 
 #include "jobs.h"
 #include "log.h"
+#include "ps_net_auth.h"
 #include "state.h"
 
 #include <errno.h>
@@ -603,10 +604,24 @@ int cluster_start(salusd_t *d)
         LOG_ERROR("cluster: %s", err);
         return -1;
     }
+    char plain[256];
+    if (etcd_plain_remote(cl->etcd, plain, sizeof(plain))) {
+        snprintf(cl->etcd_warning, sizeof(cl->etcd_warning),
+                 "etcd at %s is plain HTTP on an address other than loopback: whoever reaches "
+                 "it or its path can change the members, the group records, the leader and "
+                 "the parameter-server views; give etcd TLS with client certificates "
+                 "(--etcd-cacert, --etcd-cert, --etcd-key)", plain);
+        LOG_WARN("cluster: %s", cl->etcd_warning);
+    }
     links_config_t lc = {.node = cl->node, .listen = cfg->cluster_listen, .key = key,
                          .key_len = key_len};
     cl->links = links_create(d->base, &lc, &hooks, cl, err, sizeof(err));
+    int master_rc = ps_net_auth_master(key, key_len, cl->ps_net_master);
     memset(key, 0, sizeof(key));
+    if (master_rc < 0) {
+        LOG_ERROR("cluster: no key for the UCX messages could be made");
+        return -1;
+    }
     if (!cl->links) {
         LOG_ERROR("cluster: links on %s: %s", cfg->cluster_listen, err);
         return -1;
@@ -668,6 +683,7 @@ void cluster_stop(salusd_t *d)
     if (cl->ps_hooks)
         cl->ps_hooks->free(cl);
     cluster_groups_free(cl);
+    memset(cl->ps_net_master, 0, sizeof(cl->ps_net_master));
     free(cl);
     d->cluster = NULL;
     d->slot_done = NULL;
@@ -684,8 +700,10 @@ void cluster_pack_status(salusd_t *d, msgpack_packer *pk)
                           : 0;
     links_stats_t ls;
     links_get_stats(cl->links, &ls);
-    msgpack_pack_map(pk, 10);
+    msgpack_pack_map(pk, cl->etcd_warning[0] ? 11 : 10);
     proto_pack_kv_str(pk, "node", cl->node);
+    if (cl->etcd_warning[0])
+        proto_pack_kv_str(pk, "etcd_warning", cl->etcd_warning);
     proto_pack_kv_str(pk, "etcd", etcd_endpoints(cl->etcd));
     proto_pack_kv_uint(pk, "lease_id", (uint64_t)cl->lease_id);
     proto_pack_kv_uint(pk, "lease_ttl_s", (uint64_t)cl->ttl_s);

@@ -103,6 +103,10 @@ const option_def_t salusd_options[] = {
         "parameter-server tables opened here keep each shard on this many servers (a "
         "primary and hot standbys; bounded by the table's servers) unless the open names "
         "its own"),
+    ROW("ps-net-integrity", OPTION_BOOL, "no", 0, 0, ps_net_integrity,
+        "parameter servers: every UCX message between daemons carries an AES-GCM tag keyed "
+        "per pair from the cluster key, checked before it is used (off: the data plane "
+        "trusts its fabric, as NCCL and MPI do); every daemon of the cluster alike"),
     ROW("cluster", OPTION_STRING, NULL, 0, 0, cluster,
         "join the cluster coordinated by this etcd (etcd://HOST:PORT[,HOST:PORT...]): "
         "groups span nodes; default: a single node"),

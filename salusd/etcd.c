@@ -7,11 +7,13 @@
 
 #include "log.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* One request in flight: its body, the endpoint it is on, what the endpoints said. */
 typedef struct etcd_request_s {
@@ -289,6 +291,43 @@ void etcd_destroy(etcd_t *etcd)
         return;
     }
     etcd_free(etcd);
+}
+
+/* "HOST:PORT"'s host is a loopback address */
+static int endpoint_is_loopback(const char *endpoint)
+{
+    char host[256];
+    const char *colon = strrchr(endpoint, ':');
+    size_t n = colon ? (size_t)(colon - endpoint) : strlen(endpoint);
+    if (n >= sizeof(host))
+        return 0;
+    memcpy(host, endpoint, n);
+    host[n] = 0;
+    if (strcasecmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0)
+        return 1;
+    struct in_addr a;
+    return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+int etcd_plain_remote(const etcd_t *etcd, char *out, size_t out_size)
+{
+    size_t used = 0;
+    int plain = 0;
+    if (out_size)
+        out[0] = 0;
+    if (etcd->ca_file)
+        return 0;
+    for (size_t i = 0; i < etcd->endpoint_count; i++) {
+        if (endpoint_is_loopback(etcd->endpoints[i]))
+            continue;
+        plain = 1;
+        if (used < out_size) {
+            int w = snprintf(out + used, out_size - used, "%s%s", used ? "," : "",
+                             etcd->endpoints[i]);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+    return plain;
 }
 
 const char *etcd_endpoints(const etcd_t *etcd)

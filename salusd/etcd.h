@@ -66,6 +66,10 @@ etcd_t *etcd_create(struct event_base *base, const etcd_config_t *config, char *
                     size_t err_size);
 void etcd_destroy(etcd_t *etcd); /* NULL ok */
 const char *etcd_endpoints(const etcd_t *etcd); /* as given, for messages */
+/* 1 when requests go as plain http (no tls.ca_file) to an endpoint whose host is not a
+ * loopback address (127.0.0.0/8, ::1, "localhost"): anyone on the path may read and write
+ * what the cluster trusts. out: those endpoints ("10.0.0.100:2379,..."), for the warning. */
+int etcd_plain_remote(const etcd_t *etcd, char *out, size_t out_size);
 
 /* Each: 0 (queued; cb runs later, exactly once, unless etcd_destroy comes first) or -ENOMEM.
  * cb may be NULL. */

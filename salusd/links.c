@@ -233,18 +233,132 @@ static links_peer_t *find_peer(const links_t *l, const char *node)
     return NULL;
 }
 
+static int same_host(const struct sockaddr *a, const struct sockaddr *b)
+{
+    if (a->sa_family != b->sa_family)
+        return 0;
+    if (a->sa_family == AF_INET)
+        return memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+                      &((const struct sockaddr_in *)b)->sin_addr, sizeof(struct in_addr)) == 0;
+    if (a->sa_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                      &((const struct sockaddr_in6 *)b)->sin6_addr,
+                      sizeof(struct in6_addr)) == 0;
+    return 0;
+}
+
+int links_addr_is_member(const links_t *l, const struct sockaddr *sa)
+{
+    for (const links_peer_t *p = l->peers; p; p = p->next)
+        if (same_host((const struct sockaddr *)&p->sa, sa))
+            return 1;
+    return 0;
+}
+
+static const char *const log_kind_names[LINKS_LOG_KINDS] = {
+    [LINKS_LOG_BUSY] = "connections closed at once (handshake limits)",
+    [LINKS_LOG_REFUSED] = "connections refused",
+    [LINKS_LOG_FORGED] = "frames whose tag does not check",
+};
+
+static void on_log_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    links_t *l = arg;
+    uint64_t now = salus_log_limit_now_ns(), next = 0;
+    for (int k = 0; k < LINKS_LOG_KINDS; k++) {
+        salus_log_limit_t *lim = &l->log_limit[k];
+        uint64_t n = salus_log_limit_flush(lim, now);
+        if (n)
+            LOG_WARN("links: %llu more log lines of %s were dropped in the last minute (at "
+                     "most %d a minute; %llu dropped since the start)", (unsigned long long)n,
+                     log_kind_names[k], LINKS_LOG_LINES_PER_MIN,
+                     (unsigned long long)lim->dropped_total);
+        uint64_t left = salus_log_limit_left_ns(lim, now);
+        if (lim->dropped && (!next || left < next))
+            next = left;
+    }
+    if (next) {
+        struct timeval tv = {.tv_sec = (time_t)(next / 1000000000ull),
+                             .tv_usec = (suseconds_t)(next % 1000000000ull / 1000) + 1000};
+        event_add(l->log_flush, &tv);
+    }
+}
+
+int links_log_take(links_t *l, links_log_kind_t kind, int level)
+{
+    if (level > salus_log_threshold)
+        return 0;
+    salus_log_limit_t *lim = &l->log_limit[kind];
+    uint64_t now = salus_log_limit_now_ns(), said = 0;
+    if (!salus_log_limit_take(lim, now, &said)) {
+        if (!event_pending(l->log_flush, EV_TIMEOUT, NULL)) {
+            uint64_t left = salus_log_limit_left_ns(lim, now);
+            struct timeval tv = {.tv_sec = (time_t)(left / 1000000000ull),
+                                 .tv_usec = (suseconds_t)(left % 1000000000ull / 1000) + 1000};
+            event_add(l->log_flush, &tv);
+        }
+        return 0;
+    }
+    if (said)
+        SALUS_LOG(level, "links: %llu more log lines of %s were dropped (at most %d a minute; "
+                  "%llu dropped since the start)", (unsigned long long)said,
+                  log_kind_names[kind], LINKS_LOG_LINES_PER_MIN,
+                  (unsigned long long)lim->dropped_total);
+    return 1;
+}
+
+/* The handshake limits (links-internal.h) for a new connection from sa: NULL when it may go
+ * on, else why it is closed at once. */
+static const char *over_limits(const links_t *l, const struct sockaddr *sa, int member,
+                               char *why, size_t why_size)
+{
+    int same = 0;
+    for (const links_conn_t *c = l->accepted; c; c = c->next)
+        if (c->state != LINKS_CONN_UP && c->state != LINKS_CONN_CLOSING &&
+            same_host((const struct sockaddr *)&c->src, sa))
+            same++;
+    if (l->handshakes >= LINKS_MAX_HANDSHAKES) {
+        snprintf(why, why_size, "%d connections are in their handshake already", l->handshakes);
+        return why;
+    }
+    if (member) {
+        if (same >= LINKS_MAX_PER_MEMBER) {
+            snprintf(why, why_size, "%d connections from this member's address are in their "
+                     "handshake already", same);
+            return why;
+        }
+        return NULL;
+    }
+    if (l->handshakes - l->member_handshakes >= LINKS_MAX_HANDSHAKES - LINKS_MEMBER_RESERVE) {
+        snprintf(why, why_size, "%d connections from addresses other than the members' are in "
+                 "their handshake already", l->handshakes - l->member_handshakes);
+        return why;
+    }
+    if (same >= LINKS_MAX_PER_SOURCE) {
+        snprintf(why, why_size, "%d connections from this address are in their handshake "
+                 "already (an address that is not a member's may have %d)", same,
+                 LINKS_MAX_PER_SOURCE);
+        return why;
+    }
+    return NULL;
+}
+
 static void on_accept(struct evconnlistener *listener, evutil_socket_t fd, struct sockaddr *sa,
                       int sa_len, void *arg)
 {
     (void)listener;
-    (void)sa_len;
     links_t *l = arg;
-    char addr[LINKS_ADDR_BYTES];
+    char addr[LINKS_ADDR_BYTES], text[160];
     format_addr(sa, addr, sizeof(addr));
-    if (l->handshakes >= LINKS_MAX_HANDSHAKES) {
-        LOG_WARN("refusing the link from %s: %d connections are in their handshake already",
-                 addr, l->handshakes);
+    int member = links_addr_is_member(l, sa);
+    const char *why = over_limits(l, sa, member, text, sizeof(text));
+    if (why) {
+        if (links_log_take(l, LINKS_LOG_BUSY, SALUS_LOG_WARN))
+            LOG_WARN("refusing the link from %s: %s", addr, why);
         l->stats.refused++;
+        l->stats.busy++;
         evutil_closesocket(fd);
         return;
     }
@@ -254,8 +368,23 @@ static void on_accept(struct evconnlistener *listener, evutil_socket_t fd, struc
         evutil_closesocket(fd);
         return;
     }
-    if (!links_conn_new(l, NULL, bev, addr))
+    links_conn_t *c = links_conn_new(l, NULL, bev, addr);
+    if (!c) {
         LOG_WARN("refusing the link from %s: out of memory", addr);
+        return;
+    }
+    if ((size_t)sa_len <= sizeof(c->src))
+        memcpy(&c->src, sa, (size_t)sa_len);
+    c->from_member = member;
+    if (member)
+        l->member_handshakes++;
+    else if (l->handshakes > LINKS_PRESSURE_HANDSHAKES &&
+             c->deadline_ms > l->pressure_timeout_ms) {
+        c->deadline_ms = l->pressure_timeout_ms; /* under pressure: a short deadline */
+        struct timeval tv = {.tv_sec = c->deadline_ms / 1000,
+                             .tv_usec = (suseconds_t)(c->deadline_ms % 1000) * 1000};
+        event_add(c->deadline, &tv);
+    }
 }
 
 static void on_accept_error(struct evconnlistener *listener, void *arg)
@@ -318,10 +447,20 @@ links_t *links_create(struct event_base *base, const links_config_t *config,
     l->max_frame_bytes = config->max_frame_bytes ? config->max_frame_bytes
                                                  : PROTO_DEFAULT_MAX_FRAME_BYTES;
     l->handshake_timeout_ms = config->handshake_timeout_ms ? config->handshake_timeout_ms : 2000;
+    l->pressure_timeout_ms = config->pressure_timeout_ms ? config->pressure_timeout_ms
+                                                         : LINKS_PRESSURE_DEADLINE_MS;
     if (hooks)
         l->hooks = *hooks;
     l->ctx = ctx;
+    for (int k = 0; k < LINKS_LOG_KINDS; k++)
+        l->log_limit[k] = (salus_log_limit_t)SALUS_LOG_LIMIT_INIT(LINKS_LOG_LINES_PER_MIN, 60);
     proto_enc_init(&l->enc);
+    l->log_flush = evtimer_new(base, on_log_flush, l);
+    if (!l->log_flush) {
+        snprintf(err, err_size, "links: out of memory");
+        links_free(l);
+        return NULL;
+    }
     if (config->listen && start_listening(l, config->listen, err, err_size) < 0) {
         links_free(l);
         return NULL;
@@ -349,6 +488,8 @@ static void links_free(links_t *l)
         free_peer(p);
     }
     proto_enc_destroy(&l->enc);
+    if (l->log_flush)
+        event_free(l->log_flush);
     link_auth_cleanse(l->key, sizeof(l->key));
     free(l);
 }
@@ -430,7 +571,7 @@ int links_send(links_t *links, const char *node, const proto_enc_t *enc)
     if (enc->sbuf.size < PROTO_HEADER_BYTES ||
         enc->sbuf.size - PROTO_HEADER_BYTES > links->max_frame_bytes)
         return -EMSGSIZE; /* the far end would close the link */
-    if (bufferevent_write(p->conn->bev, enc->sbuf.data, enc->sbuf.size) < 0)
+    if (links_conn_send(p->conn, (const uint8_t *)enc->sbuf.data, enc->sbuf.size) < 0)
         return -ENOMEM;
     links->stats.sent++;
     return 0;

@@ -1,18 +1,28 @@
 /* Links between daemons of one cluster: TCP, the protocol's frames (common/proto.h: a 4-byte
  * length and one msgpack value, decoded by proto_decode, the same checks as on the local
- * socket), mutually authenticated by a shared cluster key that never crosses the wire.
+ * socket), mutually authenticated by a shared cluster key that never crosses the wire, every
+ * frame after the handshake carrying a tag of that connection's session key.
  *
  * Handshake (each step with a deadline, handshake_timeout_ms, else the connection closes):
- *   dialer   -> PROTO_HELLO  op "link"      {version, node, nonce}             nonce: 32 random
+ *   dialer   -> PROTO_HELLO  op "link"  {version, frames, node, nonce}     nonce: 32 random
  *   acceptor -> PROTO_REPLY  op "challenge" {node, nonce, mac}                  bytes (getrandom)
  *               mac = HMAC-SHA256(key, "salus-link-acceptor" | dialer nonce | acceptor nonce |
  *                                  acceptor node | dialer node)
  *   dialer   -> PROTO_REQUEST op "prove"   {mac}
  *               mac = HMAC-SHA256(key, "salus-link-dialer" | acceptor nonce | dialer nonce |
  *                                  dialer node | acceptor node)
- *   acceptor -> PROTO_REPLY  op "welcome"  {}
+ *   acceptor -> PROTO_REPLY  op "welcome"  {mac}
+ *               session key S = HMAC-SHA256(key, "salus-link-frames" | dialer nonce |
+ *                                  acceptor nonce | dialer node | acceptor node)
+ *               mac = tag(S, 2^64 - 1, "welcome")
  * ("|": the fields one after the other, a zero byte after the label and after the first node
- * name; nonces and macs are msgpack bin values.)
+ * name; nonces and macs are msgpack bin values; frames: "hmac-sha256-128", else refused.)
+ * After the welcome every frame (dialer to acceptor) is its length prefix (counting the tag),
+ * its msgpack value and a 16-byte tag, the first 16 bytes of HMAC-SHA256(S, n | length prefix
+ * | value), n the frame's number on the connection (0, 1, ...; 8 bytes big-endian). The
+ * acceptor checks the tag (constant time) before it decodes anything: a frame altered,
+ * injected, replayed, dropped or reordered on the way closes the link (the dialer dials
+ * again), nothing of it is applied, and the refusal is logged.
  * Each side checks the other's mac in constant time (CRYPTO_memcmp) and the acceptor asks the
  * is_member hook whether the dialer's node is a member (listed in etcd) before it welcomes
  * it; the dialer checks that the acceptor is the node it dialed. Anything else (a bad or
@@ -20,6 +30,12 @@
  * done, a second hello) is refused: the connection is closed, the refusal logged (warn: the
  * peer address and why) and counted. A peer that did not prove the key learns nothing but
  * its nonce.
+ *
+ * Floods: at most 64 accepted connections in their handshake, 16 of them kept for the
+ * members' addresses (those this daemon dials), 4 per other source address (8 per member's);
+ * from 8 on, a new one from elsewhere gets a 250 ms deadline per step. The log lines a peer
+ * can cause (connections closed at once, refusals, bad tags) are limited to 60 a minute per
+ * kind; the rest are counted and the count logged (common/log_limit.h).
  *
  * One direction per connection: a daemon sends on the link it dialed (links_connect) and
  * receives on links others dialed, so two daemons that talk hold two TCP connections. A link
@@ -67,12 +83,17 @@ typedef struct links_config_s {
     size_t key_len;
     uint32_t max_frame_bytes;      /* 0: PROTO_DEFAULT_MAX_FRAME_BYTES */
     uint32_t handshake_timeout_ms; /* 0: 2000 */
+    uint32_t pressure_timeout_ms;  /* under a flood (links-internal.h): 0: 250 */
 } links_config_t;
 
 typedef struct links_stats_s {
     uint64_t accepted;       /* connections that completed the handshake as acceptor */
     uint64_t refused;        /* connections refused (bad key, not a member, bad frames) */
-    uint64_t frames_rejected;/* frames that did not decode (the connection was closed) */
+    uint64_t frames_rejected;/* frames that did not decode or whose tag did not check (the
+                              * connection was closed) */
+    uint64_t frames_forged;  /* of them, frames whose tag did not check */
+    uint64_t busy;           /* of the refused, connections closed at once by the limits on
+                              * handshakes (in all, per address, the members' reserve) */
     uint64_t sent, received; /* messages */
     uint32_t up;             /* dialed links up now */
 } links_stats_t;

@@ -5,6 +5,7 @@
 #include "links-internal.h"
 #include "log.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -14,22 +15,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the welcome's mac: the tag of "welcome" at this number, which no frame reaches */
+#define WELCOME_SEQ UINT64_MAX
+
 static void on_read(struct bufferevent *bev, void *arg);
 static void on_event(struct bufferevent *bev, short events, void *arg);
 
 static void arm_deadline(links_conn_t *c)
 {
-    struct timeval tv = {.tv_sec = c->links->handshake_timeout_ms / 1000,
-                         .tv_usec = (c->links->handshake_timeout_ms % 1000) * 1000};
+    struct timeval tv = {.tv_sec = c->deadline_ms / 1000,
+                         .tv_usec = (c->deadline_ms % 1000) * 1000};
     event_add(c->deadline, &tv);
 }
 
 /* Frames a side may read: small ones until the handshake is done. */
 static void set_read_cap(links_conn_t *c)
 {
-    uint32_t cap = c->state == LINKS_CONN_UP ? c->links->max_frame_bytes
-                                             : LINKS_HANDSHAKE_MAX_FRAME_BYTES;
-    bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_BYTES + (size_t)cap);
+    size_t cap = c->state == LINKS_CONN_UP
+                     ? (size_t)c->links->max_frame_bytes + LINK_AUTH_TAG_BYTES
+                     : LINKS_HANDSHAKE_MAX_FRAME_BYTES;
+    bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_BYTES + cap);
 }
 
 void links_conn_free(links_conn_t *c)
@@ -44,8 +49,11 @@ void links_conn_free(links_conn_t *c)
             l->accepted = c->next;
         if (c->next)
             c->next->prev = c->prev;
-        if (c->state != LINKS_CONN_UP)
+        if (c->state != LINKS_CONN_UP) {
             l->handshakes--;
+            if (c->from_member)
+                l->member_handshakes--;
+        }
     }
     if (c->deadline)
         event_free(c->deadline);
@@ -65,10 +73,28 @@ static int refuse(links_conn_t *c, const char *why)
         LOG_WARN("link to %s (%s): %s; closing it", c->peer->node, c->addr, why);
         return links_peer_failed(c->peer, why);
     }
-    if (c->node[0])
-        LOG_WARN("refusing the link from %s (node %s): %s", c->addr, c->node, why);
-    else
-        LOG_WARN("refusing the link from %s: %s", c->addr, why);
+    if (links_log_take(l, LINKS_LOG_REFUSED, SALUS_LOG_WARN)) {
+        if (c->node[0])
+            LOG_WARN("refusing the link from %s (node %s): %s", c->addr, c->node, why);
+        else
+            LOG_WARN("refusing the link from %s: %s", c->addr, why);
+    }
+    links_conn_free(c);
+    return -1;
+}
+
+/* The dialer's frame number c->seq on an up accepted connection did not check: the link is
+ * closed (its dialer dials again), nothing of the frame was read. Always -1. */
+static int refuse_forged(links_conn_t *c)
+{
+    links_t *l = c->links;
+    l->stats.refused++;
+    l->stats.frames_rejected++;
+    l->stats.frames_forged++;
+    if (links_log_take(l, LINKS_LOG_FORGED, SALUS_LOG_WARN))
+        LOG_WARN("refusing the link from %s (node %s): the tag of frame %llu does not check "
+                 "(altered, injected, replayed or reordered on the way); nothing of it is "
+                 "applied, the link is closed", c->addr, c->node, (unsigned long long)c->seq);
     links_conn_free(c);
     return -1;
 }
@@ -128,6 +154,11 @@ static int on_hello(links_conn_t *c, const proto_msg_t *msg)
     }
     if (get_node(msg, c->node) < 0)
         return refuse(c, "a hello without a valid node name");
+    char frames[32] = "";
+    if (proto_get_str_copy(&msg->body, "frames", frames, sizeof(frames)) < 0 ||
+        strcmp(frames, LINKS_FRAME_AUTH) != 0)
+        return refuse(c, "a hello without per-frame tags (\"frames\": \"" LINKS_FRAME_AUTH
+                         "\"; an older salusd?)");
     const uint8_t *nonce = get_bin(&msg->body, "nonce", LINK_AUTH_NONCE_BYTES);
     if (!nonce)
         return refuse(c, "a hello without a 32-byte nonce");
@@ -174,7 +205,8 @@ static int on_prove(links_conn_t *c, const proto_msg_t *msg)
         char message[128];
         snprintf(message, sizeof(message), "node %s is not a member of this cluster", c->node);
         l->stats.refused++;
-        LOG_WARN("refusing the link from %s (node %s): not a member", c->addr, c->node);
+        if (links_log_take(l, LINKS_LOG_REFUSED, SALUS_LOG_WARN))
+            LOG_WARN("refusing the link from %s (node %s): not a member", c->addr, c->node);
         proto_enc_error(&l->enc, msg->id, PROTO_EPERM, message);
         bufferevent_write(c->bev, l->enc.sbuf.data, l->enc.sbuf.size);
         c->state = LINKS_CONN_CLOSING;
@@ -182,7 +214,14 @@ static int on_prove(links_conn_t *c, const proto_msg_t *msg)
         bufferevent_setcb(c->bev, NULL, close_when_written, on_event, c);
         return -1; /* reads nothing more; freed when written, at an error or the deadline */
     }
-    proto_enc_begin(&l->enc, PROTO_REPLY, msg->id, "welcome", 0);
+    uint8_t welcome_mac[LINK_AUTH_TAG_BYTES];
+    if (link_auth_session_key(l->key, l->key_len, c->their_nonce, c->own_nonce, c->node,
+                              l->node, c->session_key) < 0 ||
+        link_auth_frame_tag(c->session_key, WELCOME_SEQ, NULL, 0, (const uint8_t *)"welcome",
+                            7, welcome_mac) < 0)
+        return refuse(c, "no session key could be made here");
+    proto_enc_begin(&l->enc, PROTO_REPLY, msg->id, "welcome", 1);
+    pack_bin(&l->enc.pk, "mac", welcome_mac, sizeof(welcome_mac));
     if (send_frame(c) < 0)
         return refuse(c, "out of memory");
     /* the dialer keeps one connection to us: an older one from its node is stale */
@@ -195,7 +234,10 @@ static int on_prove(links_conn_t *c, const proto_msg_t *msg)
         }
     }
     c->state = LINKS_CONN_UP;
+    c->seq = 0;
     l->handshakes--;
+    if (c->from_member)
+        l->member_handshakes--;
     l->stats.accepted++;
     event_del(c->deadline);
     set_read_cap(c);
@@ -246,6 +288,17 @@ static int on_welcome(links_conn_t *c, const proto_msg_t *msg)
     }
     if (!is_link_op(msg, PROTO_REPLY, "welcome"))
         return refuse(c, "the answer to the proof is not a welcome");
+    links_t *l = c->links;
+    const uint8_t *mac = get_bin(&msg->body, "mac", LINK_AUTH_TAG_BYTES);
+    if (!mac)
+        return refuse(c, "a welcome without a mac (an older salusd, without per-frame tags?)");
+    if (link_auth_session_key(l->key, l->key_len, c->own_nonce, c->their_nonce, l->node,
+                              c->node, c->session_key) < 0)
+        return refuse(c, "no session key could be made here");
+    if (!link_auth_frame_check(c->session_key, WELCOME_SEQ, NULL, 0, (const uint8_t *)"welcome",
+                               7, mac))
+        return refuse(c, "the welcome's mac does not check");
+    c->seq = 0;
     c->state = LINKS_CONN_UP;
     event_del(c->deadline);
     set_read_cap(c);
@@ -286,24 +339,44 @@ static void on_read(struct bufferevent *bev, void *arg)
         uint8_t header[PROTO_HEADER_BYTES];
         uint32_t len;
         size_t available = evbuffer_get_length(in);
+        if (available == 0)
+            return;
+        if (c->peer && c->state == LINKS_CONN_UP) { /* its tags would be checked with ours */
+            refuse(c, "a frame on a link this daemon dialed (links carry one way)");
+            return;
+        }
         if (available < PROTO_HEADER_BYTES)
             return;
-        uint32_t cap = c->state == LINKS_CONN_UP ? l->max_frame_bytes
+        /* once up, a frame ends with its tag */
+        size_t tag = c->state == LINKS_CONN_UP ? LINK_AUTH_TAG_BYTES : 0;
+        uint32_t cap = c->state == LINKS_CONN_UP ? l->max_frame_bytes + LINK_AUTH_TAG_BYTES
                                                  : LINKS_HANDSHAKE_MAX_FRAME_BYTES;
         evbuffer_copyout(in, header, sizeof(header));
-        if (proto_frame_length(header, sizeof(header), cap, &len) < 0) {
+        if (proto_frame_length(header, sizeof(header), cap, &len) < 0 || len <= tag) {
             l->stats.frames_rejected++;
             refuse(c, "a frame length of zero or over the size cap");
             return;
         }
         if (available < PROTO_HEADER_BYTES + (size_t)len)
             return;
-        evbuffer_drain(in, PROTO_HEADER_BYTES);
-        const uint8_t *payload = evbuffer_pullup(in, len);
+        const uint8_t *frame = evbuffer_pullup(in, (ev_ssize_t)(PROTO_HEADER_BYTES + (size_t)len));
+        if (!frame) {
+            refuse(c, "out of memory");
+            return;
+        }
+        size_t body = len - tag;
+        if (tag && !link_auth_frame_check(c->session_key, c->seq, frame, PROTO_HEADER_BYTES,
+                                          frame + PROTO_HEADER_BYTES, body,
+                                          frame + PROTO_HEADER_BYTES + body)) {
+            refuse_forged(c); /* before anything of the frame is parsed */
+            return;
+        }
+        if (tag)
+            c->seq++;
         proto_msg_t msg;
         const char *why = "malformed";
-        int rc = payload ? proto_decode(payload, len, &msg, &why) : PROTO_E_NOMEM;
-        evbuffer_drain(in, len);
+        int rc = proto_decode(frame + PROTO_HEADER_BYTES, body, &msg, &why);
+        evbuffer_drain(in, PROTO_HEADER_BYTES + (size_t)len);
         if (rc < 0) {
             char text[160];
             snprintf(text, sizeof(text), "a frame that does not decode (%s)", why);
@@ -345,8 +418,9 @@ static void on_connected(links_conn_t *c)
         refuse(c, "no nonce could be made here");
         return;
     }
-    proto_enc_begin(&l->enc, PROTO_HELLO, 0, "link", 3);
+    proto_enc_begin(&l->enc, PROTO_HELLO, 0, "link", 4);
     proto_pack_kv_uint(&l->enc.pk, "version", PROTO_VERSION);
+    proto_pack_kv_str(&l->enc.pk, "frames", LINKS_FRAME_AUTH);
     proto_pack_kv_str(&l->enc.pk, "node", l->node);
     pack_bin(&l->enc.pk, "nonce", c->own_nonce, LINK_AUTH_NONCE_BYTES);
     if (send_frame(c) < 0) {
@@ -391,6 +465,34 @@ static void on_event(struct bufferevent *bev, short events, void *arg)
     links_conn_free(c);
 }
 
+int links_conn_send(links_conn_t *c, const uint8_t *frame, size_t frame_len)
+{
+    uint8_t head[PROTO_HEADER_BYTES], tag[LINK_AUTH_TAG_BYTES];
+    size_t body = frame_len - PROTO_HEADER_BYTES;
+    uint32_t len = (uint32_t)(body + LINK_AUTH_TAG_BYTES);
+    head[0] = (uint8_t)(len >> 24);
+    head[1] = (uint8_t)(len >> 16);
+    head[2] = (uint8_t)(len >> 8);
+    head[3] = (uint8_t)len;
+    if (link_auth_frame_tag(c->session_key, c->seq, head, sizeof(head),
+                            frame + PROTO_HEADER_BYTES, body, tag) < 0)
+        return -ENOMEM;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    /* one frame whole or nothing: a part of one would break every later frame's tag */
+    struct evbuffer *one = evbuffer_new();
+    int rc = one && evbuffer_add(one, head, sizeof(head)) == 0 &&
+                     evbuffer_add(one, frame + PROTO_HEADER_BYTES, body) == 0 &&
+                     evbuffer_add(one, tag, sizeof(tag)) == 0 &&
+                     evbuffer_add_buffer(out, one) == 0
+                 ? 0
+                 : -ENOMEM;
+    if (one)
+        evbuffer_free(one);
+    if (rc == 0)
+        c->seq++;
+    return rc;
+}
+
 links_conn_t *links_conn_new(links_t *links, links_peer_t *peer, struct bufferevent *bev,
                              const char *addr)
 {
@@ -402,6 +504,7 @@ links_conn_t *links_conn_new(links_t *links, links_peer_t *peer, struct bufferev
         goto fail;
     c->links = links;
     c->peer = peer;
+    c->deadline_ms = links->handshake_timeout_ms;
     c->bev = bev;
     snprintf(c->addr, sizeof(c->addr), "%s", addr);
     if (peer) {

@@ -411,6 +411,16 @@ int ps_cluster_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx)
         ps->net = NULL;
         return -1;
     }
+    if (d->config.ps_net_integrity) {
+        rc = ps_net_set_integrity(ps->net, cl->ps_net_master);
+        if (rc < 0) {
+            LOG_ERROR("ps: integrity of the UCX messages: %s", strerror(-rc));
+            ps_net_destroy(ps->net);
+            ps->net = NULL;
+            return -1;
+        }
+        LOG_INFO("ps: every UCX message carries an AES-GCM tag (--ps-net-integrity)");
+    }
     ps->started = 1;
     if (!ps->probe)
         ps->probe = event_new(d->base, -1, EV_PERSIST, on_probe, ps);

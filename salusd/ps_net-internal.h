@@ -9,7 +9,9 @@
 #ifndef SALUS_SALUSD_PS_NET_INTERNAL_H
 #define SALUS_SALUSD_PS_NET_INTERNAL_H
 
+#include "log_limit.h"
 #include "ps_net.h"
+#include "ps_net_auth.h"
 
 #include <stdint.h>
 #include <ucp/api/ucp.h>
@@ -22,6 +24,12 @@ struct event;
 #define PS_NET_WIRE_MAGIC 0x314e5350u /* "PSN1" */
 #define PS_NET_WIRE_VERSION 1
 #define PS_NET_WIRE_FIXED (4 + 2 + 2 + PS_NET_NODE_BYTES + 8)
+/* With integrity on (ps_net_set_integrity): version 2, and after the token the message's
+ * number u64 and its tag (computed with the tag's bytes zero). */
+#define PS_NET_WIRE_VERSION_AUTH 2
+#define PS_NET_WIRE_SEQ_AT PS_NET_WIRE_FIXED
+#define PS_NET_WIRE_TAG_AT (PS_NET_WIRE_FIXED + 8)
+#define PS_NET_WIRE_AUTH_EXTRA (8 + PS_NET_AUTH_TAG_BYTES)
 #define PS_NET_AM_ID 0x5053 /* our one active-message id */
 
 typedef struct ps_net_peer_s ps_net_peer_t;
@@ -52,8 +60,12 @@ typedef struct ps_net_recv_s {
     void *ucx_data;                      /* eager data UCX keeps for us (ucp_am_data_release) */
     void *buffer;                        /* our copy or the rendezvous buffer (free) */
     size_t payload_len;
-    size_t header_len;
-    uint8_t header[]; /* the caller's header */
+    size_t header_len;     /* the caller's, at wire + header_at */
+    size_t header_at;
+    size_t wire_len;
+    uint64_t token;        /* integrity on: the token and number it came with */
+    uint64_t seq;
+    uint8_t wire[];        /* ps_net's header (its tag kept) and the caller's */
 } ps_net_recv_t;
 
 struct ps_net_peer_s {
@@ -68,6 +80,9 @@ struct ps_net_peer_s {
     int failed;       /* the endpoint reported an error: sends refused until added again */
     int close_needed; /* failed, its endpoint still to be closed (from dispatch) */
     ps_net_recv_t *recv_head, *recv_tail;
+    /* integrity on: the keys of our messages to it and of its to us (prev: its token before) */
+    ps_net_auth_t *send_auth, *recv_auth, *prev_recv_auth;
+    uint64_t recv_seq; /* the number of its last message taken */
 };
 
 struct ps_net_s {
@@ -89,6 +104,10 @@ struct ps_net_s {
     ps_net_recv_t *receiving;          /* rendezvous receives in UCX */
     unsigned closing;                  /* endpoint close requests not completed yet */
     ps_net_stats_t stats;
+    int integrity;
+    uint8_t master[PS_NET_AUTH_KEY_BYTES];
+    uint64_t auth_seq;                 /* the last number given to a message sent */
+    salus_log_limit_t forged_log;
 };
 
 /* ps_net.c */

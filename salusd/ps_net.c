@@ -273,6 +273,7 @@ void ps_net_destroy(ps_net_t *net)
     }
     if (net->context)
         ucp_cleanup(net->context);
+    memset(net->master, 0, sizeof(net->master));
     free(net);
 }
 

@@ -42,12 +42,21 @@ typedef struct ps_net_stats_s {
     uint64_t bytes_sent, bytes_received;   /* headers and payloads */
     uint64_t dropped;                      /* unknown sender or wrong token, malformed */
     uint64_t send_errors;
+    uint64_t forged;                       /* of the dropped: integrity on, a tag that did not
+                                            * check (altered, replayed, another key) */
 } ps_net_stats_t;
 
 /* Creates the UCP context and worker (self: this node's name), registers the worker's event
  * fd with base. 0, or a negative errno with err set ("UCX: ucp_init: ..."). */
 int ps_net_create(struct event_base *base, const char *self, ps_net_recv_fn recv, void *ctx,
                   ps_net_t **out, char *err, size_t err_size);
+/* Turns integrity on (salusd --ps-net-integrity), before any peer is added: every message
+ * then carries a tag (ps_net_auth.h) of a key per (sender, receiver, token) derived from
+ * master, and a message whose tag does not check, or whose number is not above the last one
+ * taken from its sender, is dropped, counted (forged) and logged (at most 60 lines a minute).
+ * Both ends must have it on (a message of the other kind is dropped). 0, -EBUSY (peers are
+ * known already), -EINVAL. */
+int ps_net_set_integrity(ps_net_t *net, const uint8_t master[32]);
 /* NULL ok; pending sends complete with -ECANCELED, their `sent` called from inside destroy (the
  * one exception to "later"). Not from inside ps_net's own callbacks. */
 void ps_net_destroy(ps_net_t *net);

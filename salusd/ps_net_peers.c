@@ -105,8 +105,42 @@ void ps_net_peer_drop(ps_net_t *net, ps_net_peer_t *peer, int why)
     ps_net_peer_discard_recvs(net, peer);
     if (peer->ep)
         close_ep(net, peer->ep);
+    ps_net_auth_free(peer->send_auth);
+    ps_net_auth_free(peer->recv_auth);
+    ps_net_auth_free(peer->prev_recv_auth);
     free(peer->addr);
     free(peer);
+}
+
+int ps_net_set_integrity(ps_net_t *net, const uint8_t master[32])
+{
+    if (!net || !master)
+        return -EINVAL;
+    for (int i = 0; i < PS_NET_MAX_PEERS; i++)
+        if (net->peers[i])
+            return -EBUSY;
+    memcpy(net->master, master, PS_NET_AUTH_KEY_BYTES);
+    net->integrity = 1;
+    net->forged_log = (salus_log_limit_t)SALUS_LOG_LIMIT_INIT(60, 60);
+    return 0;
+}
+
+/* integrity on: the keys for the tokens (NULL ones stay) into *send, *recv; 0 or -ENOMEM */
+static int make_auths(ps_net_t *net, const char *node, uint64_t send_token, uint64_t recv_token,
+                      ps_net_auth_t **send, ps_net_auth_t **recv)
+{
+    *send = *recv = NULL;
+    if (!net->integrity)
+        return 0;
+    *send = ps_net_auth_new(net->master, net->self, node, send_token);
+    *recv = ps_net_auth_new(net->master, node, net->self, recv_token);
+    if (!*send || !*recv) {
+        ps_net_auth_free(*send);
+        ps_net_auth_free(*recv);
+        *send = *recv = NULL;
+        return -ENOMEM;
+    }
+    return 0;
 }
 
 /* The endpoints that reported an error, closed from the dispatch (not inside UCX's handler). */
@@ -152,10 +186,23 @@ int ps_net_add_peer(ps_net_t *net, const char *node, const void *addr, size_t ad
         /* the same worker (a link that dropped and came back): new tokens, the endpoint and
          * what is on its way kept; the peer's messages with the token before still count
          * until it has the new one */
-        if (old->recv_token != recv_token)
+        ps_net_auth_t *send_auth, *recv_auth;
+        if (make_auths(net, node, send_token, recv_token, &send_auth, &recv_auth) < 0)
+            return -ENOMEM;
+        if (old->recv_token != recv_token) {
             old->prev_recv_token = old->recv_token;
+            ps_net_auth_free(old->prev_recv_auth);
+            old->prev_recv_auth = old->recv_auth;
+            old->recv_auth = NULL;
+        }
         old->send_token = send_token;
         old->recv_token = recv_token;
+        if (net->integrity) {
+            ps_net_auth_free(old->send_auth);
+            ps_net_auth_free(old->recv_auth);
+            old->send_auth = send_auth;
+            old->recv_auth = recv_auth;
+        }
         return 0;
     }
     if (old) {
@@ -173,7 +220,9 @@ int ps_net_add_peer(ps_net_t *net, const char *node, const void *addr, size_t ad
     peer->send_token = send_token;
     peer->recv_token = recv_token;
     peer->addr = malloc(addr_len);
-    if (!peer->addr) {
+    if (!peer->addr ||
+        make_auths(net, node, send_token, recv_token, &peer->send_auth, &peer->recv_auth) < 0) {
+        free(peer->addr);
         free(peer);
         return -ENOMEM;
     }
@@ -189,6 +238,8 @@ int ps_net_add_peer(ps_net_t *net, const char *node, const void *addr, size_t ad
     ucs_status_t status = ucp_ep_create(net->worker, &params, &peer->ep);
     if (status != UCS_OK) {
         LOG_WARN("UCX: ucp_ep_create to %s: %s", node, ucs_status_string(status));
+        ps_net_auth_free(peer->send_auth);
+        ps_net_auth_free(peer->recv_auth);
         free(peer->addr);
         free(peer);
         return ps_net_status_errno(status);
@@ -238,7 +289,8 @@ int ps_net_send(ps_net_t *net, const char *node, const void *header, size_t head
         return -ENOENT;
     if (peer->failed || !peer->ep)
         return -ECONNRESET;
-    size_t wire_len = PS_NET_WIRE_FIXED + header_len;
+    size_t extra = net->integrity ? PS_NET_WIRE_AUTH_EXTRA : 0;
+    size_t wire_len = PS_NET_WIRE_FIXED + extra + header_len;
     ps_net_send_t *s = calloc(1, sizeof(*s) + wire_len);
     if (!s)
         return -ENOMEM;
@@ -249,12 +301,22 @@ int ps_net_send(ps_net_t *net, const char *node, const void *header, size_t head
     s->bytes = header_len + payload_len;
     s->wire_len = wire_len;
     put_le(s->wire, PS_NET_WIRE_MAGIC, 4);
-    put_le(s->wire + 4, PS_NET_WIRE_VERSION, 2);
+    put_le(s->wire + 4, net->integrity ? PS_NET_WIRE_VERSION_AUTH : PS_NET_WIRE_VERSION, 2);
     put_le(s->wire + 6, header_len, 2);
     strncpy((char *)s->wire + 8, net->self, PS_NET_NODE_BYTES); /* NUL-padded */
     put_le(s->wire + 8 + PS_NET_NODE_BYTES, peer->send_token, 8);
     if (header_len)
-        memcpy(s->wire + PS_NET_WIRE_FIXED, header, header_len);
+        memcpy(s->wire + PS_NET_WIRE_FIXED + extra, header, header_len);
+    if (net->integrity) { /* the tag over the header (its tag zero here) and the payload */
+        put_le(s->wire + PS_NET_WIRE_SEQ_AT, ++net->auth_seq, 8);
+        if (!peer->send_auth ||
+            ps_net_auth_tag(peer->send_auth, net->auth_seq, s->wire, wire_len, payload,
+                            payload_len, s->wire + PS_NET_WIRE_TAG_AT) < 0) {
+            free(s);
+            net->stats.send_errors++;
+            return -EIO;
+        }
+    }
 
     /* in net->sends before UCX sees it */
     s->next = net->sends;

@@ -28,12 +28,20 @@ static ps_net_peer_t *check_header(ps_net_t *net, const uint8_t *h, size_t len,
         *why = "short header";
         return NULL;
     }
-    if (get_le(h, 4) != PS_NET_WIRE_MAGIC || get_le(h + 4, 2) != PS_NET_WIRE_VERSION) {
+    if (get_le(h, 4) != PS_NET_WIRE_MAGIC ||
+        (get_le(h + 4, 2) != PS_NET_WIRE_VERSION && get_le(h + 4, 2) != PS_NET_WIRE_VERSION_AUTH)) {
         *why = "wrong magic or version";
         return NULL;
     }
+    uint64_t version = get_le(h + 4, 2);
+    if (version != (net->integrity ? PS_NET_WIRE_VERSION_AUTH : PS_NET_WIRE_VERSION)) {
+        *why = net->integrity ? "a message without a tag (--ps-net-integrity is on here)"
+                              : "a tagged message (--ps-net-integrity is off here)";
+        return NULL;
+    }
+    size_t extra = net->integrity ? PS_NET_WIRE_AUTH_EXTRA : 0;
     *caller_len = (size_t)get_le(h + 6, 2);
-    if (*caller_len > PS_NET_MAX_HEADER || len != PS_NET_WIRE_FIXED + *caller_len) {
+    if (*caller_len > PS_NET_MAX_HEADER || len != PS_NET_WIRE_FIXED + extra + *caller_len) {
         *why = "header length does not match";
         return NULL;
     }
@@ -124,14 +132,19 @@ ucs_status_t ps_net_on_am(void *arg, const void *header, size_t header_length, v
         /* a rendezvous sender learns of the refusal; an eager one cannot */
         return rndv ? UCS_ERR_REJECTED : UCS_OK;
     }
-    ps_net_recv_t *r = calloc(1, sizeof(*r) + caller_len);
+    ps_net_recv_t *r = calloc(1, sizeof(*r) + header_length);
     if (!r)
         goto no_memory;
     r->net = net;
     r->peer = peer;
     r->payload_len = length;
     r->header_len = caller_len;
-    memcpy(r->header, (const uint8_t *)header + PS_NET_WIRE_FIXED, caller_len);
+    r->wire_len = header_length;
+    r->header_at = header_length - caller_len;
+    memcpy(r->wire, header, header_length);
+    r->token = get_le(r->wire + 8 + PS_NET_NODE_BYTES, 8);
+    if (net->integrity)
+        r->seq = get_le(r->wire + PS_NET_WIRE_SEQ_AT, 8);
     ucs_status_t keep = UCS_OK;
     if (rndv) {
         r->buffer = malloc(length ? length : 1);
@@ -202,6 +215,25 @@ void ps_net_peer_discard_recvs(ps_net_t *net, ps_net_peer_t *peer)
     }
 }
 
+/* Integrity on: r's tag checks under the key of the token it came with, and its number is
+ * above the last one taken from peer (which it becomes). */
+static int tag_checks(ps_net_t *net, ps_net_peer_t *peer, ps_net_recv_t *r, const void *payload)
+{
+    (void)net;
+    ps_net_auth_t *auth = r->token == peer->recv_token ? peer->recv_auth
+                          : r->token == peer->prev_recv_token ? peer->prev_recv_auth
+                                                              : NULL;
+    if (!auth || r->seq <= peer->recv_seq || r->wire_len < PS_NET_WIRE_TAG_AT + PS_NET_AUTH_TAG_BYTES)
+        return 0;
+    uint8_t tag[PS_NET_AUTH_TAG_BYTES];
+    memcpy(tag, r->wire + PS_NET_WIRE_TAG_AT, sizeof(tag));
+    memset(r->wire + PS_NET_WIRE_TAG_AT, 0, sizeof(tag)); /* as it was tagged */
+    if (!ps_net_auth_check(auth, r->seq, r->wire, r->wire_len, payload, r->payload_len, tag))
+        return 0;
+    peer->recv_seq = r->seq;
+    return 1;
+}
+
 /* Every peer's ready messages, in order, up to the first one still arriving, and up to
  * PS_NET_TURN_BYTES of payload in one loop turn: the rest go from a zero timer, after the
  * loop has seen its sockets (the etcd lease's keepalives among them; a flood of large updates
@@ -211,6 +243,7 @@ void ps_net_peer_discard_recvs(ps_net_t *net, ps_net_peer_t *peer)
 void ps_net_deliver(ps_net_t *net)
 {
     size_t budget = PS_NET_TURN_BYTES;
+    uint64_t said = 0;
     for (int i = 0; i < PS_NET_MAX_PEERS; i++) {
         ps_net_peer_t *peer;
         while ((peer = net->peers[i]) != NULL && peer->recv_head && peer->recv_head->ready) {
@@ -231,10 +264,21 @@ void ps_net_deliver(ps_net_t *net)
             char node[PS_NET_NODE_BYTES];
             memcpy(node, peer->node, sizeof(node));
             const void *payload = r->ucx_data ? r->ucx_data : r->buffer;
+            if (net->integrity && !tag_checks(net, peer, r, payload)) {
+                net->stats.dropped++;
+                net->stats.forged++;
+                if (salus_log_limit_take(&net->forged_log, salus_log_limit_now_ns(), &said) &&
+                    salus_log_threshold >= SALUS_LOG_WARN)
+                    LOG_WARN("ps_net: a message from %s whose tag does not check (altered, "
+                             "replayed or under another key on the way): dropped (%llu "
+                             "such in all)", node, (unsigned long long)net->stats.forged);
+                ps_net_recv_free(net, r);
+                continue;
+            }
             net->stats.messages_received++;
             net->stats.bytes_received += r->header_len + r->payload_len;
             budget -= r->payload_len < budget ? r->payload_len : budget;
-            net->recv(net->ctx, node, r->header_len ? r->header : NULL, r->header_len,
+            net->recv(net->ctx, node, r->header_len ? r->wire + r->header_at : NULL, r->header_len,
                       r->payload_len ? payload : NULL, r->payload_len);
             ps_net_recv_free(net, r);
         }

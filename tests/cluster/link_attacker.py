@@ -56,7 +56,8 @@ def closed_by_peer(s, timeout=6.0):
 
 def attempt(addr, port, name):
     s = socket.create_connection((addr, port), timeout=5)
-    hello = frame(HELLO, 0, "link", {"version": 1, "node": "n1", "nonce": os.urandom(32)})
+    hello = frame(HELLO, 0, "link", {"version": 1, "frames": "hmac-sha256-128", "node": "n1",
+                                     "nonce": os.urandom(32)})
     if name == "garbage":
         s.sendall(b"GET / HTTP/1.0\r\n\r\n" + os.urandom(64))
     elif name == "huge":

@@ -1061,12 +1061,42 @@ START_TEST(test_base64_round_trip)
 }
 END_TEST
 
+/* Which endpoints are plain HTTP beyond loopback (the warning at start and in status). */
+START_TEST(test_plain_remote_endpoints)
+{
+    struct event_base *own = event_base_new();
+    ck_assert_ptr_nonnull(own);
+    const struct {
+        const char *endpoints, *ca, *said;
+        int plain;
+    } cases[] = {
+        {"127.0.0.1:2379", NULL, "", 0},
+        {"etcd://localhost:2379,127.9.9.9:1,[::1]:2379", NULL, "", 0},
+        {"etcd://10.0.0.100:2379", NULL, "10.0.0.100:2379", 1},
+        {"127.0.0.1:2379,etcd.example:2379,[fd00::1]:2379", NULL,
+         "etcd.example:2379,[fd00::1]:2379", 1},
+        {"10.0.0.100:2379", "/nonexistent/ca.pem", "", 0}, /* https */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char err[256] = "", said[128] = "x";
+        etcd_config_t config = {.endpoints = cases[i].endpoints, .tls = {.ca_file = cases[i].ca}};
+        etcd_t *etcd = etcd_create(own, &config, err, sizeof(err));
+        ck_assert_msg(etcd != NULL, "%s: %s", cases[i].endpoints, err);
+        ck_assert_int_eq(etcd_plain_remote(etcd, said, sizeof(said)), cases[i].plain);
+        ck_assert_str_eq(said, cases[i].said);
+        etcd_destroy(etcd);
+    }
+    event_base_free(own);
+}
+END_TEST
+
 static Suite *etcd_suite(void)
 {
     Suite *s = suite_create("etcd");
     TCase *offline = tcase_create("offline");
     tcase_add_test(offline, test_bad_replies_are_errors);
     tcase_add_test(offline, test_base64_round_trip);
+    tcase_add_test(offline, test_plain_remote_endpoints);
     tcase_add_test(offline, test_watch_stream_split_and_bad);
     suite_add_tcase(s, offline);
 

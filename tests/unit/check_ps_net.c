@@ -3,7 +3,8 @@
  * messages of 0 B to 64 MiB that arrive intact and in order; a wrong token, an unknown sender
  * and malformed headers (sent with raw UCP) are dropped and counted; removing a peer and
  * destroying the net fail the pending sends; `sent` is never called inside ps_net_send; and a
- * peer in another process that gets killed makes the sends fail instead of hang. Every wait
+ * peer in another process that gets killed makes the sends fail instead of hang; with
+ * integrity on, tagged messages arrive and altered, replayed or untagged ones are dropped. Every wait
  * runs the loop in slices up to a deadline. */
 #include "check_run.h"
 #include "ps_net-internal.h" /* the wire header, to forge malformed ones */
@@ -466,6 +467,140 @@ START_TEST(test_malformed_headers_dropped)
 }
 END_TEST
 
+static const uint8_t test_master[32] = "a master key of the data plane.";
+
+static int b_received_at_least(void *arg)
+{
+    return b.received >= *(int *)arg;
+}
+
+/* Integrity on at both ends: messages of every size arrive intact; on the wire they carry a
+ * tag, and a message altered after tagging, replayed, under another token's key, or without a
+ * tag (put on the wire with raw UCP) is dropped and counted as forged. */
+START_TEST(test_integrity_tags)
+{
+    ck_assert_int_eq(ps_net_set_integrity(a.net, test_master), 0);
+    ck_assert_int_eq(ps_net_set_integrity(b.net, test_master), 0);
+    link_nets(&a, "node-a", &b, "node-b", 1111, 1111);
+    ck_assert_int_eq(ps_net_set_integrity(a.net, test_master), -EBUSY);
+    const size_t sizes[] = {0, 1024, MIB, 9 * MIB + 3};
+    enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+    uint8_t *payloads[N];
+    for (uint32_t i = 0; i < N; i++) {
+        payloads[i] = make_payload(sizes[i], i);
+        ck_assert_int_eq(send_msg(a.net, "node-b", i, 12, sizes[i] ? payloads[i] : NULL,
+                                  sizes[i], &sends[i]), 0);
+    }
+    want_t w = {&b, N, N};
+    ck_assert_msg(run_until(enough, &w, 60000), "received %d of %d", b.received, N);
+    for (uint32_t i = 0; i < N; i++) {
+        ck_assert_uint_eq(b.got[i].seq, i);
+        ck_assert_msg(b.got[i].payload_ok, "message %u arrived damaged", i);
+        free(payloads[i]);
+    }
+
+    raw_t raw = {0};
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+    ck_assert_int_eq(ucp_init(&params, NULL, &raw.context), UCS_OK);
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    ck_assert_int_eq(ucp_worker_create(raw.context, &wp, &raw.worker), UCS_OK);
+    const void *addr;
+    size_t len;
+    ck_assert_int_eq(ps_net_address(b.net, &addr, &len), 0);
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS, .address = addr};
+    ck_assert_int_eq(ucp_ep_create(raw.worker, &ep, &raw.ep), UCS_OK);
+
+    /* a message as node-a's net would tag it (the raw payload: 100 zero bytes) */
+    uint8_t good[PS_NET_WIRE_FIXED + PS_NET_WIRE_AUTH_EXTRA + 8] = {0}, zeros[100] = {0};
+    uint32_t magic = PS_NET_WIRE_MAGIC, seq_head = 77;
+    uint16_t version = PS_NET_WIRE_VERSION_AUTH, caller = 8;
+    uint64_t token = 1111, seq = 1000;
+    memcpy(good, &magic, 4);
+    memcpy(good + 4, &version, 2);
+    memcpy(good + 6, &caller, 2);
+    strcpy((char *)good + 8, "node-a");
+    memcpy(good + 8 + PS_NET_NODE_BYTES, &token, 8);
+    memcpy(good + PS_NET_WIRE_SEQ_AT, &seq, 8);
+    memcpy(good + PS_NET_WIRE_FIXED + PS_NET_WIRE_AUTH_EXTRA, &seq_head, 4);
+    ps_net_auth_t *auth = ps_net_auth_new(test_master, "node-a", "node-b", 1111);
+    ck_assert_ptr_nonnull(auth);
+    ck_assert_int_eq(ps_net_auth_tag(auth, seq, good, sizeof(good), zeros, sizeof(zeros),
+                                     good + PS_NET_WIRE_TAG_AT), 0);
+    ps_net_auth_free(auth);
+    int want = N + 1;
+    raw_send(&raw, good, sizeof(good), sizeof(zeros));
+    int64_t deadline = now_ms() + 20000;
+    while (b.received < want && now_ms() < deadline) {
+        ucp_worker_progress(raw.worker);
+        run_until(b_received_at_least, &want, 1);
+    }
+    ck_assert_int_eq(b.received, want);
+    ck_assert_uint_eq(b.got[N].seq, 77);
+
+    uint8_t bad[sizeof(good)];
+    raw_send(&raw, good, sizeof(good), sizeof(zeros)); /* replayed */
+    memcpy(bad, good, sizeof(bad));
+    bad[sizeof(bad) - 1] ^= 1; /* a byte of the caller's header flipped */
+    seq = 2000;
+    memcpy(bad + PS_NET_WIRE_SEQ_AT, &seq, 8);
+    raw_send(&raw, bad, sizeof(bad), sizeof(zeros));
+    memcpy(bad, good, sizeof(bad));
+    memcpy(bad + PS_NET_WIRE_SEQ_AT, &seq, 8); /* a number the tag was not made with */
+    raw_send(&raw, bad, sizeof(bad), sizeof(zeros));
+    memcpy(bad, good, sizeof(bad));
+    version = PS_NET_WIRE_VERSION; /* no tag */
+    memcpy(bad + 4, &version, 2);
+    raw_send(&raw, bad, PS_NET_WIRE_FIXED + 8, 0);
+    deadline = now_ms() + 20000;
+    ps_net_stats_t st;
+    do {
+        ucp_worker_progress(raw.worker);
+        struct timeval slice = {0, 1000};
+        event_base_loopexit(base, &slice);
+        event_base_dispatch(base);
+        ps_net_get_stats(b.net, &st);
+    } while ((st.dropped < 4 || raw.done < 5) && now_ms() < deadline);
+    ck_assert_uint_eq(st.dropped, 4);
+    ck_assert_uint_eq(st.forged, 3);
+    ck_assert_int_eq(b.received, want);
+
+    ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                              .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    ucs_status_ptr_t r = ucp_ep_close_nbx(raw.ep, &cp);
+    while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
+        ucp_worker_progress(raw.worker);
+    if (UCS_PTR_IS_PTR(r))
+        ucp_request_free(r);
+    ucp_worker_destroy(raw.worker);
+    ucp_cleanup(raw.context);
+}
+END_TEST
+
+static int dropped_both(void *arg)
+{
+    (void)arg;
+    ps_net_stats_t sa, sb;
+    ps_net_get_stats(a.net, &sa);
+    ps_net_get_stats(b.net, &sb);
+    return sa.dropped >= 1 && sb.dropped >= 1 && sends[0].calls && sends[1].calls;
+}
+
+/* Integrity on at one end only: its messages and the other's are dropped, not taken. */
+START_TEST(test_integrity_one_end_only)
+{
+    ck_assert_int_eq(ps_net_set_integrity(b.net, test_master), 0);
+    link_nets(&a, "node-a", &b, "node-b", 1111, 1111);
+    uint8_t *p = make_payload(1024, 1);
+    ck_assert_int_eq(send_msg(a.net, "node-b", 1, 4, p, 1024, &sends[0]), 0);
+    ck_assert_int_eq(send_msg(b.net, "node-a", 2, 4, p, 1024, &sends[1]), 0);
+    ck_assert(run_until(dropped_both, NULL, 20000));
+    ck_assert_int_eq(a.received, 0);
+    ck_assert_int_eq(b.received, 0);
+    free(p);
+}
+END_TEST
+
 START_TEST(test_remove_peer_fails_pending)
 {
     link_nets(&a, "node-a", &b, "node-b", 1111, 1111);
@@ -846,6 +981,8 @@ static Suite *ps_net_suite(void)
     tcase_add_test(tc, test_wrong_token_dropped);
     tcase_add_test(tc, test_unknown_sender_dropped);
     tcase_add_test(tc, test_malformed_headers_dropped);
+    tcase_add_test(tc, test_integrity_tags);
+    tcase_add_test(tc, test_integrity_one_end_only);
     tcase_add_test(tc, test_remove_peer_fails_pending);
     tcase_add_test(tc, test_readd_same_address_keeps_messages);
     tcase_add_test(tc, test_destroy_with_pending_sends);

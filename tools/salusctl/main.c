@@ -103,6 +103,9 @@ static int verb_status(ctl_t *ctl, int argc, char **argv)
                    (unsigned long long)get_u(cl, "lease_ttl_s"),
                    (double)get_u(cl, "lease_left_ms") / 1000.0);
             printf("  leader       %s\n", get_s(cl, "leader", a, sizeof(a)));
+            char warning[512];
+            if (proto_get_str_copy(cl, "etcd_warning", warning, sizeof(warning)) == 0)
+                printf("  WARNING      %s\n", warning);
             const msgpack_object *ms = proto_get(cl, "members");
             for (uint32_t i = 0; ms && ms->type == MSGPACK_OBJECT_ARRAY && i < ms->via.array.size;
                  i++) {

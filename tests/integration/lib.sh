@@ -65,16 +65,17 @@ start_daemon() {
 }
 
 # wait_until SECONDS COMMAND [ARGS...] | wait_until SECONDS 'SHELL CONDITION': runs the
-# command (or evaluates the condition, at each try) every 50 ms until it succeeds (returns 0)
-# or SECONDS (whole) have passed (returns 1). The tests' one poll loop: they wait for
-# conditions, never for fixed times. The condition may call fail to stop at once.
+# command (or evaluates the condition, at each try) every 50 ms (WAIT_POLL_S seconds if set: a
+# costly condition) until it succeeds (returns 0) or SECONDS (whole) have passed (returns 1).
+# The tests' one poll loop: they wait for conditions, never for fixed times. The condition may
+# call fail to stop at once.
 wait_until() {
     local deadline=$((SECONDS + $1))
     shift
     while true; do
         if [ $# -eq 1 ]; then eval "$1" && return 0; else "$@" && return 0; fi
         [ "$SECONDS" -lt "$deadline" ] || return 1
-        sleep 0.05
+        sleep "${WAIT_POLL_S:-0.05}"
     done
 }
 

@@ -6,7 +6,8 @@
  *   info                          free/total memory, stats
  *   alloc MB                      allocate; exit 2 on CUDA_ERROR_OUT_OF_MEMORY
  *   hold MB                       allocate, print "ready", wait for stdin to close
- *   stamps N NS                   N kernels of NS each; prints each kernel's start time
+ *   stamps N NS                   N kernels of NS each; prints "launching N" before the first
+ *                                 launch, then each kernel's start time (CLOCK_MONOTONIC)
  *   vmm-share                     two processes (fork) share a VMM allocation over SCM_RIGHTS
  *   hold-kernel MB NS             allocate, start a kernel of NS, print "running", wait forever
  *   after-crash MB                the whole device is usable: MB allocate, a kernel runs at once
@@ -107,6 +108,8 @@ static int cmd_stamps(int n, unsigned long long ns)
     CUfunction stamp = function("stamp");
     CUdeviceptr out;
     CHECK(cuMemAlloc(&out, (size_t)n * 8));
+    printf("launching %d\n", n); /* a launch returns once its kernel has started */
+    fflush(stdout);
     uint64_t t0 = now_ns();
     for (int i = 0; i < n; i++) {
         CUdeviceptr slot = out + (CUdeviceptr)i * 8;

@@ -17,42 +17,39 @@ trap stop_jobs EXIT
 export SIMGPU_MEMORY_MB=1024
 start_daemon --policy pack
 
-# hints that do not fit two lanes of a 1 GiB GPU: the two jobs share one
+# hints that do not fit two lanes of a 1 GiB GPU: the two jobs share one. The threaded job
+# holds in the middle of its third iteration (its stream busy: it holds the lane) until the
+# lane-mate waits for its turn behind it: then 58 iterations are left, in which it must let the
+# mate run at its boundaries.
 "$SALUSCTL" run --name threads --persistent 64MiB --ephemeral 600MiB --iterations 60 -- \
-    "$TBIN/gate-threads" 60 2 10 64 >"$WORK/threads.out" 2>&1 &
+    "$TBIN/gate-threads" 60 2 10 64 "$WORK/go" >"$WORK/threads.out" 2>&1 &
 THREADS_PID=$!
 JOB_PIDS+=("$THREADS_PID")
-iterations_of() { # iterations_of NAME: the job's counted iterations (0 when not listed)
-    "$SALUSCTL" ps --json | python3 -c '
-import json, sys
-print(next((j["iterations"] for j in json.load(sys.stdin) if j["name"] == sys.argv[1]), 0))' "$1"
-}
-threads_counted() {
-    [ "$(iterations_of threads)" -ge 2 ] && return 0
+threads_hold() {
+    qgrep '^hold_wait' "$WORK/threads.out" && return 0
     kill -0 "$THREADS_PID" 2>/dev/null || fail "the threaded job ended early: $(cat "$WORK/threads.out")"
     return 1
 }
-wait_until 30 threads_counted ||
-    fail "the threaded job counted no iterations: $(cat "$WORK/threads.out")"
+wait_until 30 threads_hold || fail "the threaded job did not reach its hold: $(cat "$WORK/threads.out")"
 
 "$SALUSCTL" run --name mate --persistent 64MiB --ephemeral 600MiB --iterations 8 -- \
     "$BIN/salus-synth" --iterations 8 --gpu-ms 10 --host-ms 1 --persistent-mb 16 \
     --ephemeral-mb 64 >"$WORK/mate.out" 2>&1 &
 MATE_PID=$!
 JOB_PIDS+=("$MATE_PID")
-sharing_a_lane() {
-    "$SALUSCTL" lanes --json >"$WORK/lanes.json" 2>/dev/null &&
-        python3 - "$WORK/lanes.json" <<'PY' && return 0
+mate_waits() { # the mate waits for its turn in the lane the threaded job holds
+    "$SALUSCTL" ps --json >"$WORK/ps.json" 2>/dev/null &&
+        python3 - "$WORK/ps.json" <<'PY' && return 0
 import json, sys
-lanes = json.load(open(sys.argv[1]))
-sys.exit(0 if any(len(lane["jobs"]) == 2 for lane in lanes) else 1)
+jobs = {j["name"]: j for j in json.load(open(sys.argv[1]))}
+t, m = jobs.get("threads"), jobs.get("mate")
+sys.exit(0 if t and m and m["lane_holder"] == t["id"] and m["iterations"] == 0 else 1)
 PY
-    # a short mate may end between two polls (the threaded job's host time holds no lane):
-    # that both ran in one lane is checked from ps below
-    kill -0 "$MATE_PID" 2>/dev/null || return 0
+    kill -0 "$MATE_PID" 2>/dev/null || fail "the lane-mate ended early: $(cat "$WORK/mate.out")"
     return 1
 }
-wait_until 30 sharing_a_lane || fail "the two jobs never shared a lane: $(cat "$WORK/lanes.json")"
+wait_until 30 mate_waits || fail "the lane-mate never waited behind the threaded job: $(cat "$WORK/ps.json")"
+touch "$WORK/go"
 
 wait "$MATE_PID" || fail "the lane-mate failed: $(tail -3 "$WORK/mate.out")"
 wait "$THREADS_PID" || fail "the threaded job failed: $(tail -3 "$WORK/threads.out")"

@@ -34,19 +34,19 @@ cleanup_all() {
     done
     [ -n "${VICTIM:-}" ] && kill -9 "$VICTIM" 2>/dev/null || true
     # whatever the two users still run (this pid namespace holds only this test's processes)
-    local uids proc left
+    local uids
     uids=" $(id -u "$USER_A" 2>/dev/null) $(id -u "$USER_B" 2>/dev/null) "
-    for _ in $(seq 1 40); do
-        left=0
+    none_left() { # kills what is left; 0 once nothing was (bash, pid 1 here, reaps them)
+        local proc left=0
         for proc in /proc/[0-9]*; do
             if [[ "$uids" == *" $(stat -c %u "$proc" 2>/dev/null) "* ]]; then
                 left=1
                 kill -9 "${proc#/proc/}" 2>/dev/null || true
             fi
         done
-        [ "$left" -eq 0 ] && break
-        sleep 0.05 # bash, pid 1 here, reaps them
-    done
+        [ "$left" -eq 0 ]
+    }
+    wait_until 2 none_left || true
     userdel "$USER_A" 2>/dev/null || echo "cleanup: could not remove user $USER_A" >&2
     userdel "$USER_B" 2>/dev/null || echo "cleanup: could not remove user $USER_B" >&2
     cleanup
@@ -109,19 +109,18 @@ flood_start() {
 # flood_wait NAME TOOLS: waits (at most 30 s) until every tool printed "ready", sampling
 # salusd's RSS meanwhile: PEAK_KB
 flood_wait() {
-    local name=$1 n=$2 i ready rss deadline=$((SECONDS + 30))
+    local name=$1 n=$2 i ready=0 rss
     PEAK_KB=0
-    while :; do
+    all_ready() { # one look: the peak RSS so far; 0 once every tool is ready
         rss=$(rss_kb "$DAEMON_PID")
         [ "$rss" -gt "$PEAK_KB" ] && PEAK_KB=$rss
         ready=0
         for i in $(seq 1 "$n"); do
             grep -q '^ready' "$WORK/$name.$i.out" 2>/dev/null && ready=$((ready + 1))
         done
-        [ "$ready" -eq "$n" ] && break
-        [ "$SECONDS" -lt "$deadline" ] || { echo "flood $name: $ready of $n tools ready after 30 s"; break; }
-        sleep 0.05
-    done
+        [ "$ready" -eq "$n" ]
+    }
+    wait_until 30 all_ready || echo "flood $name: $ready of $n tools ready after 30 s"
     rss=$(rss_kb "$DAEMON_PID")
     [ "$rss" -gt "$PEAK_KB" ] && PEAK_KB=$rss
     for i in $(seq 1 "$n"); do
@@ -150,6 +149,14 @@ wanted() {
 }
 
 # ---- 1. pid reuse -------------------------------------------------------------------------
+# sigkill_pending PID: a SIGKILL sent to PID (to it or to its process) is not taken yet
+sigkill_pending() {
+    local mask
+    for mask in $(awk '$1 == "SigPnd:" || $1 == "ShdPnd:" { print $2 }' "/proc/$1/status" 2>/dev/null); do
+        [ $((0x$mask & 0x100)) -ne 0 ] && return 0
+    done
+    return 1
+}
 reuse_case() {
     local mode=$1 out P
     REUSE_RUNS=$((${REUSE_RUNS:-0} + 1))
@@ -176,11 +183,14 @@ reuse_case() {
     echo go >&7
     wait_until 10 grep -q '^kill:\|refused' "$out" || fail "the reuse tool did not finish: $(cat "$out")"
     sed 's/^/  A: /' "$out"
-    sleep 0.2 # a SIGKILL sent by salusd has been delivered by then (the check is the state)
-    local state
-    state=$(awk '{print $3}' "/proc/$VICTIM/stat" 2>/dev/null || echo gone)
+    # a SIGKILL salusd sent before its answer is pending until B's process takes it (then it
+    # is gone or a zombie); once none is pending, its state says whether it was killed
+    wait_until 10 '! sigkill_pending "$VICTIM"' || fail "$mode: B's process keeps a SIGKILL pending"
+    local state=gone flags=4
+    read -r state flags < <(sed 's/.*) //' "/proc/$VICTIM/stat" 2>/dev/null | cut -d' ' -f1,7) || true
     echo "  ps of B's process: $(ps -o pid=,user=,stat=,comm= -p "$VICTIM" || echo none)"
-    [ "$state" = S ] || [ "$state" = R ] \
+    # (PF_EXITING, 0x4: it took a fatal signal and is on its way out)
+    { [ "$state" = S ] || [ "$state" = R ]; } && [ $((flags & 4)) -eq 0 ] \
         || fail "$mode: B's process $VICTIM (state $state) was killed through A's connection"
     kill -9 "$VICTIM"
     wait "$VICTIM" 2>/dev/null || true

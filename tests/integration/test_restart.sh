@@ -86,21 +86,26 @@ for seed in 1 2 3; do
 done
 pass "reference runs alone: $(cat "$WORK"/alone?.loss | tr '\n' ' ')"
 
-# A alone in its lane (256 MiB), B and C share one (384 MiB): 1024 MiB hold no third lane
+# A alone in its lane (256 MiB), B and C share one (384 MiB): 1024 MiB hold no third lane.
+# Their host time (which changes no result) keeps each of them at least 8 s in its 400
+# iterations, so that all three are still running when salusd is killed, also on a loaded machine.
 "$SALUSCTL" run --name A --persistent 128MiB --ephemeral 256MiB -- \
-    "$MLP" "${mlp_args[@]}" --seed 1 --host-ms 8 >"$WORK/A.out" 2>&1 &
+    "$MLP" "${mlp_args[@]}" --seed 1 --host-ms 25 >"$WORK/A.out" 2>&1 &
 JA=$!
 wait_until 10 '[ "$(job_field 4 state)" = running ]' || fail "A did not start"
 "$SALUSCTL" run --name B --persistent 128MiB --ephemeral 384MiB -- \
-    "$MLP" "${mlp_args[@]}" --seed 2 --host-ms 4 >"$WORK/B.out" 2>&1 &
+    "$MLP" "${mlp_args[@]}" --seed 2 --host-ms 20 >"$WORK/B.out" 2>&1 &
 JB=$!
 wait_until 10 '[ -n "$(job_field 5 lane)" ] && [ "$(job_field 5 lane)" != -1 ]' || fail "B not admitted"
 "$SALUSCTL" run --name C --persistent 128MiB --ephemeral 384MiB -- \
-    "$MLP" "${mlp_args[@]}" --seed 3 --host-ms 4 >"$WORK/C.out" 2>&1 &
+    "$MLP" "${mlp_args[@]}" --seed 3 --host-ms 20 >"$WORK/C.out" 2>&1 &
 JC=$!
 TOOL_PIDS+=("$JA" "$JB" "$JC")
 iterating() { for id in 4 5 6; do [ "$(job_field "$id" iterations)" -ge 20 ] || return 1; done; }
 wait_until 30 iterating || fail "the three jobs did not all run: $("$SALUSCTL" ps)"
+for j in A B C; do
+    ! grep -q '^final_loss=' "$WORK/$j.out" || fail "job $j finished before the kill; make the jobs longer"
+done
 groups_before=$(lane_groups)
 [ "$groups_before" = "4 5,6" ] || fail "lanes before: '$groups_before', expected A alone and B, C sharing"
 show before

@@ -237,7 +237,13 @@ int ps_agg_push(ps_agg_t *agg, uint32_t worker, uint64_t seq, uint64_t clock, ui
             return -EINVAL;
         }
         fill_zeros(agg, c);
-        ps_span_add(c->sum, c->written, offset, n, keys, values);
+        /* a sum that would not be finite is refused (nothing changed) */
+        int rc = ps_span_update_finite(c->sum, NULL, NULL, NULL, offset, n, keys, values);
+        if (rc <= 0) {
+            unmake(agg, c, nopen, had_spare);
+            return rc < 0 ? rc : -ERANGE;
+        }
+        ps_span_mark(c->written, offset, n, keys);
     }
     w->last_seq = seq;
     w->have_seq = 1;

@@ -142,15 +142,24 @@ void ps_shard_destroy(ps_shard_t *shard); /* NULL ok */
  * duplicate (seq <= the source's last: nothing changed), -EINVAL bad input (source, range,
  * key, a clock the source has closed already, a non-finite value, values NULL with n > 0):
  * nothing changed, -EAGAIN (BSP/SSP: clock beyond done + ps_sync_window: the source must wait
- * for done to move; ASP has no bound): nothing changed, -ENOMEM (a new clock's buffer):
- * nothing changed. The shape (source, range, keys, values) is checked before the duplicate
- * test, the clock after it: a retry of a taken contribution is 0 even after its clock closed. */
+ * for done to move; ASP has no bound): nothing changed, -ENOMEM (a new clock's buffer or a
+ * key set's undo copy): nothing changed, -ERANGE: a result would not be finite (float
+ * overflow): the clock's sum with it, the values it makes under ASP, or (BSP/SSP, the clock
+ * applied next) the values the clock's sum with it would make; its values are refused (the
+ * shard keeps its values and sums), the contribution counts as taken (its seq is recorded: a
+ * retry is a duplicate, 0). The shape (source, range, keys, values) is checked before the
+ * duplicate test, the clock after it: a retry of a taken contribution is 0 even after its
+ * clock closed. */
 int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64_t clock,
                         uint64_t offset, uint64_t n, const uint64_t *keys, const float *values);
 /* Source has closed clock (clocks close in order: a repeat of the last closed clock returns 0,
  * a gap or an older clock returns -EINVAL). Returns 1 when it was new; may advance done (apply
- * whole clocks, in order, each once every source has closed it). */
+ * whole clocks, in order, each once every source has closed it). A clock whose sum would make
+ * a value that is not finite (SSP: a clock summed ahead of the values it meets) is not
+ * applied: the values stay as they were, done still counts it (ps_shard_refused). */
 int ps_shard_close(ps_shard_t *shard, uint32_t source, uint64_t clock);
+/* How many clocks were not applied because their result was not finite. */
+uint64_t ps_shard_refused(const ps_shard_t *shard);
 uint64_t ps_shard_done(const ps_shard_t *shard);
 /* The clocks source has closed (0 .. closed-1); 0 for a bad source. */
 uint64_t ps_shard_closed(const ps_shard_t *shard, uint32_t source);
@@ -170,8 +179,8 @@ uint64_t ps_shard_pending_bytes(const ps_shard_t *shard);
  * is refused, never half-loaded). The format is described in ps_shard_state.c; a state is
  * 56 + 20 * sources + 4 * elems + (per pending clock 8 + 4 * elems, + (elems + 7) / 8 for
  * assign) + 8 bytes. Clocks in a state (done, closed) are at most INT64_MAX, as they are for
- * ps_shard_create_at and ps_agg_create_at. A shard whose values or sums overflowed to inf
- * saves, but its state is refused by ps_shard_load (non-finite). */
+ * ps_shard_create_at and ps_agg_create_at. (Values and sums stay finite: updates whose result
+ * would not be are refused; a state holding a non-finite one is refused by ps_shard_load.) */
 /* The bytes ps_shard_save needs now. */
 size_t ps_shard_state_size(const ps_shard_t *shard);
 /* Writes the state into buf: the bytes written, or -ENOSPC (size too small: nothing useful
@@ -210,7 +219,8 @@ ps_agg_t *ps_agg_create_at(uint64_t count, const ps_sync_t *sync, uint32_t worke
 void ps_agg_destroy(ps_agg_t *agg); /* NULL ok */
 /* 1 taken (added into the clock's sum), 0 duplicate (seq <= the worker's last seq: nothing
  * changed), -EINVAL bad input (worker, range, key, clock other than the worker's current one,
- * a non-finite value): nothing changed, -EAGAIN (the clock more than ps_sync_window ahead of
+ * a non-finite value): nothing changed, -ERANGE (the clock's sum with it would not be finite:
+ * float overflow): nothing changed, -EAGAIN (the clock more than ps_sync_window ahead of
  * the slowest local worker's, or more than window + 1 ahead of the oldest sum not yet
  * released: wait for the others, or for the servers' acknowledgements): nothing changed,
  * -ENOMEM (a new clock's sum): nothing changed. keys == NULL: n values

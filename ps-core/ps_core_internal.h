@@ -137,6 +137,28 @@ static inline float ps_rule_apply(const ps_rule_t *rule, float current, float v)
     return current;
 }
 
+/* Sets the bit of every element of a span ([offset, offset + n), or keys[]). */
+static inline void ps_span_mark(uint8_t *touched, uint64_t offset, uint64_t n,
+                                const uint64_t *keys)
+{
+    if (keys == NULL) {
+        if (n > 0)
+            ps_bits_set(touched, offset, n);
+        return;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        touched[keys[i] >> 3] |= (uint8_t)(1u << (keys[i] & 7));
+}
+
+/* x[at] = x[at] + v (rule NULL) or the rule applied to x[at] and v, for the elements of a span
+ * (after ps_span_valid; a key given twice is updated twice, in order), provided every result
+ * is finite and, when base is not NULL, so is base_rule applied to base[at] and the result
+ * (what the result will make of the values it is applied to). 1: done; 0: a result would not
+ * be finite, x as it was; -ENOMEM (a key set's undo copy), x as it was. */
+int ps_span_update_finite(float *x, const float *base, const ps_rule_t *base_rule,
+                          const ps_rule_t *rule, uint64_t offset, uint64_t n,
+                          const uint64_t *keys, const float *values);
+
 /* 1 when rule / sync hold values the parsers could have produced. */
 int ps_rule_valid(const ps_rule_t *rule);
 int ps_sync_valid(const ps_sync_t *sync);

@@ -61,6 +61,49 @@ int ps_rule_valid(const ps_rule_t *rule)
     return 0;
 }
 
+static inline float combine(const ps_rule_t *rule, float current, float v)
+{
+    return rule ? ps_rule_apply(rule, current, v) : current + v;
+}
+
+int ps_span_update_finite(float *x, const float *base, const ps_rule_t *base_rule,
+                          const ps_rule_t *rule, uint64_t offset, uint64_t n,
+                          const uint64_t *keys, const float *values)
+{
+    uint32_t bad = 0;
+    if (keys == NULL) {
+        /* a range holds each element once: checked first, then written */
+        for (uint64_t i = 0; i < n; i++) {
+            float r = combine(rule, x[offset + i], values[i]);
+            bad |= ps_float_bad(r);
+            if (base)
+                bad |= ps_float_bad(ps_rule_apply(base_rule, base[offset + i], r));
+        }
+        if (bad)
+            return 0;
+        for (uint64_t i = 0; i < n; i++)
+            x[offset + i] = combine(rule, x[offset + i], values[i]);
+        return 1;
+    }
+    /* keys may repeat: written in order, each element's former value kept to be put back */
+    float *old = malloc(n ? n * sizeof(float) : 1);
+    if (old == NULL)
+        return -ENOMEM;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t at = keys[i];
+        old[i] = x[at];
+        x[at] = combine(rule, x[at], values[i]);
+        bad |= ps_float_bad(x[at]);
+        if (base)
+            bad |= ps_float_bad(ps_rule_apply(base_rule, base[at], x[at]));
+    }
+    if (bad)
+        for (uint64_t i = n; i-- > 0;)
+            x[keys[i]] = old[i];
+    free(old);
+    return !bad;
+}
+
 int ps_rule_parse(const char *text, ps_rule_t *rule, char *err, size_t err_size)
 {
     if (text == NULL || rule == NULL)

@@ -145,21 +145,34 @@ int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64
         return -EAGAIN;
 
     if (shard->sync.kind == PS_SYNC_ASP) {
-        for (uint64_t i = 0; i < n; i++) {
-            uint64_t at = keys ? keys[i] : offset + i;
-            shard->values[at] = ps_rule_apply(&shard->rule, shard->values[at], values[i]);
-        }
+        int rc = ps_span_update_finite(shard->values, NULL, NULL, &shard->rule, offset, n, keys,
+                                       values);
+        if (rc < 0)
+            return rc;
+        if (rc == 0)
+            goto refused;
     } else {
         size_t npending = shard->npending;
         int had_spare = shard->spare.sum != NULL;
         shard_pending_t *p = pending_get(shard, clock);
         if (p == NULL)
             return -ENOMEM;
+        /* the clock applied next, to the values as they are now (always so under BSP): its
+         * sum with this contribution must make finite values; a later clock's is checked when
+         * it is applied (apply_done_clock) */
+        const float *base = p == shard->pending && clock == shard->done ? shard->values : NULL;
         if (whole && !p->filled) {
             /* the clock's first contribution: copied in, each value read once and checked */
             if (!ps_vec_copy_finite(p->sum, values, n)) {
                 unmake(shard, p, npending, had_spare);
                 return -EINVAL;
+            }
+            uint32_t bad = 0;
+            for (uint64_t i = 0; base && i < n; i++)
+                bad |= ps_float_bad(ps_rule_apply(&shard->rule, base[i], p->sum[i]));
+            if (bad) {
+                unmake(shard, p, npending, had_spare);
+                goto refused;
             }
             if (p->touched)
                 ps_bits_set(p->touched, 0, shard->elems);
@@ -170,13 +183,27 @@ int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64
             }
             if (!p->filled)
                 memset(p->sum, 0, shard->elems * sizeof(float));
-            ps_span_add(p->sum, p->touched, offset, n, keys, values);
+            int rc = ps_span_update_finite(p->sum, base, &shard->rule, NULL, offset, n, keys,
+                                           values);
+            if (rc <= 0) {
+                unmake(shard, p, npending, had_spare);
+                if (rc < 0)
+                    return rc;
+                goto refused;
+            }
+            if (p->touched)
+                ps_span_mark(p->touched, offset, n, keys);
         }
         p->filled = 1;
     }
     src->last_seq = seq;
     src->have_seq = 1;
     return 1;
+refused:
+    /* taken (a retry is a duplicate), its values not applied */
+    src->last_seq = seq;
+    src->have_seq = 1;
+    return -ERANGE;
 }
 
 /* Applies clock `done` (its pending sum, if any contribution came) and counts it done. */
@@ -185,19 +212,37 @@ static void apply_done_clock(ps_shard_t *shard)
     if (shard->npending > 0 && shard->pending[0].clock == shard->done) {
         const shard_pending_t *p = &shard->pending[0];
         float *restrict values = shard->values;
-        const float *restrict sum = p->sum;
+        const float *sum = p->sum;
         uint64_t elems = shard->elems;
-        if (shard->rule.kind == PS_RULE_ADD) {
-            ps_vec_add(values, sum, elems);
-        } else if (shard->rule.kind == PS_RULE_SGD) {
-            float lr = shard->rule.lr;
-            for (uint64_t i = 0; i < elems; i++)
-                values[i] = values[i] - lr * sum[i];
-        } else {
+        if (shard->rule.kind == PS_RULE_ASSIGN) {
+            /* the written elements take the clock's sum (finite: ps_shard_contribute) */
             for (uint64_t i = 0; i < elems; i++) {
                 if (!(p->touched[i >> 3] & (1u << (i & 7))))
                     continue; /* assign: nobody wrote this element in this clock */
                 values[i] = ps_rule_apply(&shard->rule, values[i], sum[i]);
+            }
+        } else {
+            /* the new values are made in the sum's buffer, which becomes the values when
+             * every one is finite; else the clock is refused whole (values as they were) */
+            float *restrict next = p->sum;
+            uint32_t bad = 0;
+            if (shard->rule.kind == PS_RULE_ADD) {
+                for (uint64_t i = 0; i < elems; i++) {
+                    next[i] = values[i] + next[i];
+                    bad |= ps_float_bad(next[i]);
+                }
+            } else {
+                float lr = shard->rule.lr;
+                for (uint64_t i = 0; i < elems; i++) {
+                    next[i] = values[i] - lr * next[i];
+                    bad |= ps_float_bad(next[i]);
+                }
+            }
+            if (bad) {
+                shard->refused++;
+            } else {
+                shard->pending[0].sum = shard->values;
+                shard->values = next;
             }
         }
         drop_pending(shard, 0);
@@ -226,6 +271,11 @@ int ps_shard_close(ps_shard_t *shard, uint32_t source, uint64_t clock)
     while (every_source_closed(shard, shard->done))
         apply_done_clock(shard);
     return 1;
+}
+
+uint64_t ps_shard_refused(const ps_shard_t *shard)
+{
+    return shard ? shard->refused : 0;
 }
 
 uint64_t ps_shard_done(const ps_shard_t *shard)

@@ -33,6 +33,7 @@ struct ps_shard_s {
     shard_pending_t *pending; /* sorted by clock, all >= done */
     size_t npending, pending_cap;
     shard_pending_t spare;    /* an applied clock's buffers (sum NULL: none) */
+    uint64_t refused;         /* clocks whose result was not finite, not applied */
 };
 
 static inline uint64_t ps_shard_touched_bytes(uint64_t elems)

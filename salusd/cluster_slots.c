@@ -270,6 +270,15 @@ void cluster_slots_link_up(cluster_t *cl, const char *node)
 
 /* ---- messages from other daemons ------------------------------------------------------------ */
 
+/* 1 when node runs a rank of g (as the group's record says), else 0. */
+static int holds_rank(const cluster_group_t *g, const char *node)
+{
+    for (uint32_t i = 0; g->ranks && i < g->world; i++)
+        if (strcmp(g->ranks[i].node, node) == 0)
+            return 1;
+    return 0;
+}
+
 void cluster_slots_message(cluster_t *cl, const char *from, const proto_msg_t *msg)
 {
     char key[sizeof(((cluster_group_t *)0)->key)];
@@ -298,6 +307,23 @@ void cluster_slots_message(cluster_t *cl, const char *from, const proto_msg_t *m
         }
         node_slot(cl, g, value);
     } else if (cluster_is_leader(cl)) {
+        if (!holds_rank(g, from)) {
+            /* a node speaks for its own ranks only: a member of the cluster with no rank in
+             * the group must not make its slots (its iterations, a slot it claims to be in).
+             * Until every rank's node is known, a node not known yet says it again at its
+             * next resync (a second later) */
+            uint32_t known = 0;
+            for (uint32_t i = 0; g->ranks && i < g->world; i++)
+                known += g->ranks[i].node[0] != 0;
+            if (g->ranks && known == g->world) {
+                LOG_WARN("cluster: a ready of group %s from %s, which holds no rank of it: "
+                         "refused", g->name, from);
+            } else {
+                LOG_DEBUG("cluster: a ready of group %s from %s, not (yet) a node of its "
+                          "ranks: not taken", g->name, from);
+            }
+            return;
+        }
         leader_ready(cl, from, g, value, iters, pending);
     }
 }

@@ -15,4 +15,23 @@ int fsio_write_all(int fd, const void *p, size_t n);
 /* fsync of path's directory (salus_path_dir, common/paths.h), so that a rename in it is durable. */
 int fsio_fsync_dir_of(const char *path);
 
+/* Opens directory dir component by component, from the root (a relative dir: from the working
+ * directory): each component with openat(O_NOFOLLOW | O_DIRECTORY), so that a symbolic link
+ * anywhere on the way is refused (ELOOP / ENOTDIR), and each one checked: owned by root or by
+ * salusd's uid, and writable by group or others only with the sticky bit (as /tmp). create:
+ * missing components are made (0700). The directory's descriptor (O_CLOEXEC), or a negative
+ * errno with err naming the component and what is wrong with it. */
+int fsio_open_dir(const char *dir, int create, char *err, size_t err_size);
+/* The state directory's check at start: dir is created when missing (its parents 0755, itself
+ * 0700); a symbolic link on the path given must be root's or salusd's uid's; then its real
+ * path (into real) is opened as fsio_open_dir does and must be owned by salusd's uid and
+ * writable by nobody else. 0, or a negative errno with err saying why salusd must not use it. */
+int fsio_check_state_dir(const char *dir, char *real, size_t real_size, char *err,
+                         size_t err_size);
+/* Splits path into its directory, opened with fsio_open_dir (create as there), and the last
+ * component (a pointer into path: no '/', not "." nor ".."). The descriptor, or a negative
+ * errno with err. */
+int fsio_open_parent(const char *path, int create, const char **name, char *err,
+                     size_t err_size);
+
 #endif

@@ -1,6 +1,7 @@
 /* salusd: the per-node daemon. Start-up, detaching, signals, shutdown. */
 #include "cluster.h"
 #include "daemon.h"
+#include "fsio.h"
 #include "groups.h"
 #include "jobctl.h"
 #include "jobs.h"
@@ -10,10 +11,12 @@
 #include "notify.h"
 #include "ps.h"
 #include "sched.h"
+#include "state.h"
 
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +96,25 @@ static void tell_parent(int *ready_fd, char status)
     *ready_fd = -1;
 }
 
+/* The state directory (--state-dir, else the default): created when missing, refused when
+ * another user could redirect what salusd writes there (state.h, ps_ckpt_file.h); its real
+ * path is what salusd uses from then on. 0, or -1 (salusd does not start). */
+static int check_state_dir(salusd_config_t *cfg)
+{
+    char dir[sizeof(cfg->state_dir)], real[PATH_MAX], err[2 * PATH_MAX + 256];
+    if (cfg->state_dir[0])
+        snprintf(dir, sizeof(dir), "%s", cfg->state_dir);
+    else if (state_default_dir(dir, sizeof(dir)) < 0)
+        return 0; /* none: jobs_restart_init says what that costs */
+    if (fsio_check_state_dir(dir, real, sizeof(real), err, sizeof(err)) < 0) {
+        LOG_ERROR("%s; salusd does not start (choose another --state-dir, or make it salusd's "
+                  "own: chown %u, chmod go-w)", err, (unsigned)geteuid());
+        return -1;
+    }
+    snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", real);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     salusd_t d;
@@ -108,6 +130,8 @@ int main(int argc, char **argv)
     salus_log_init("salusd", (salus_log_level_t)d.config.log_level);
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
+    if (check_state_dir(&d.config) < 0)
+        return 1;
 
     if (!d.config.foreground && detach(&ready_fd) < 0) {
         LOG_ERROR("cannot detach: %s", strerror(errno));

@@ -181,6 +181,11 @@ struct ps_table_s {
     int worker_over;          /* the local group ended (or never had workers here) */
     ps_agg_t *agg;            /* BSP/SSP */
     uint64_t *asp_seq, *asp_clock; /* ASP: per local worker */
+    /* updates a server refused (their result would not be finite): each local worker's next
+     * push hears of the last one, once */
+    uint64_t refusals, refusal_clock; /* how many clocks had one; the last one's clock */
+    uint64_t *refusals_told;  /* per local worker */
+    char refusal_text[PS_ERR_BYTES];
     uint64_t asp_closed;      /* ASP: clocks every local worker has closed (sent as closes) */
     ps_stream_t *streams;     /* per shard */
     uint64_t charged_bytes;   /* what the quota counts for this table here */
@@ -343,7 +348,9 @@ void ps_worker_node_down(ps_t *ps, const char *node);
  * (ps_repl_update with no origin): 1 applied, 0 duplicate, PS_UPDATE_PENDING (taken; the
  * standbys' acks come first, then ps_worker_acked), -EAGAIN / -ENOMEM (not now), < 0 bad. */
 int ps_server_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_update_t *u);
-/* Applies an update to the shard held here (any replica): 1 applied, 0 duplicate, < 0 bad. */
+/* Applies an update to the shard held here (any replica): 1 applied, 0 duplicate, -ERANGE
+ * taken but refused (its result would not be finite: the values stay, its clock closes, the
+ * source is told), < 0 bad. */
 int ps_server_apply(ps_table_t *t, uint32_t shard, uint32_t source, const ps_update_t *u);
 /* A slice read: answered now (1) or kept (0), or a negative errno. */
 int ps_server_read(ps_table_t *t, ps_wait_t *w);
@@ -399,6 +406,7 @@ typedef struct ps_forward_s {
     uint64_t seq, mark;       /* mark: the shard's `applied` after it */
     char origin[PS_NODE_BYTES]; /* the source's node; "" for this daemon's own workers */
     uint8_t waiting[PS_MAX_REPLICAS]; /* per standby index */
+    int rc;                   /* what the source hears: 0, or -ERANGE (refused) */
     struct ps_forward_s *next;
 } ps_forward_t;
 /* A whole-state copy on its way (primary -> standby, or old primary -> new one). */

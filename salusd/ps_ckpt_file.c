@@ -254,20 +254,24 @@ int ps_ckpt_path(char *out, size_t size, const char *state_dir, uid_t uid, const
 int ps_ckpt_write_bytes(const char *path, const void *bytes, size_t len, char *err,
                         size_t err_size)
 {
-    char tmp[PATH_MAX];
-    const char *what = "mkdir";
-    int rc = fsio_make_parents(path, 0700, 0700), fd = -1;
-    if (rc == 0 && snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >=
+    char tmp[NAME_MAX + 1], why[PATH_MAX + 256] = "";
+    const char *what = "mkdir", *name = NULL;
+    int fd = -1, made = 0;
+    /* every directory on the way opened with O_NOFOLLOW and checked (fsio_open_dir): a
+     * symbolic link planted below the state directory is refused, never followed */
+    int dfd = fsio_open_parent(path, 1, &name, why, sizeof(why)), rc = dfd < 0 ? dfd : 0;
+    if (rc == 0 && snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", name, (long)getpid()) >=
                        (int)sizeof(tmp))
         rc = -ENAMETOOLONG;
     if (rc < 0)
         goto out;
     what = "create";
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
         rc = -errno;
         goto out;
     }
+    made = 1;
     what = "write";
     rc = fsio_write_all(fd, bytes, len);
     if (rc < 0)
@@ -283,19 +287,25 @@ int ps_ckpt_write_bytes(const char *path, const void *bytes, size_t len, char *e
     if (rc < 0)
         goto out;
     what = "rename";
-    if (rename(tmp, path) < 0) {
+    if (renameat(dfd, tmp, dfd, name) < 0) {
         rc = -errno;
         goto out;
     }
+    made = 0;
     what = "fsync of the directory";
-    rc = fsio_fsync_dir_of(path);
+    rc = fsync(dfd) < 0 ? -errno : 0;
 out:
     if (fd >= 0)
         close(fd);
+    if (made)
+        unlinkat(dfd, tmp, 0);
+    if (dfd >= 0)
+        close(dfd);
     if (rc < 0) {
-        if (strcmp(what, "mkdir") != 0 && strcmp(what, "fsync of the directory") != 0)
-            unlink(tmp);
-        snprintf(err, err_size, "%s: %s: %s", path, what, strerror(-rc));
+        if (why[0])
+            snprintf(err, err_size, "%s: %s", path, why);
+        else
+            snprintf(err, err_size, "%s: %s: %s", path, what, strerror(-rc));
     }
     return rc;
 }
@@ -323,7 +333,19 @@ int ps_ckpt_read(const char *path, ps_ckpt_header_t *h, float **values, char *er
                  size_t err_size)
 {
     *values = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    const char *name = NULL;
+    char where[PATH_MAX + 256];
+    int dfd = fsio_open_parent(path, 0, &name, where, sizeof(where));
+    if (dfd == -ENOENT) {
+        snprintf(err, err_size, "%s: no checkpoint (no such file)", path);
+        return dfd;
+    }
+    if (dfd < 0) {
+        snprintf(err, err_size, "%s", where);
+        return dfd;
+    }
+    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    close(dfd);
     if (fd < 0) {
         int rc = -errno;
         snprintf(err, err_size, "%s: %s", path,

@@ -66,13 +66,17 @@ int ps_ckpt_path(char *out, size_t size, const char *state_dir, uid_t uid, const
 
 /* Writes the encoded bytes to `path` durably: a temporary name in the same directory
  * (created with its parents, mode 0700), fsync, rename over path, fsync of the directory.
- * 0, or a negative errno with err (nothing left under the temporary name). */
+ * Every directory on the way is opened component by component, never through a symbolic
+ * link, each root's or salusd's uid's and writable by others only with the sticky bit
+ * (fsio_open_dir); the files with O_NOFOLLOW. 0, or a negative errno with err (nothing left
+ * under the temporary name). */
 int ps_ckpt_write_bytes(const char *path, const void *bytes, size_t len, char *err,
                         size_t err_size);
 /* Encodes and writes (ps_ckpt_encode then ps_ckpt_write_bytes). */
 int ps_ckpt_write(const char *path, const ps_ckpt_header_t *h, const float *values, char *err,
                   size_t err_size);
-/* Reads and decodes path (ps_ckpt_decode); -ENOENT when there is no such file. */
+/* Reads and decodes path (ps_ckpt_decode), its directories opened as ps_ckpt_write_bytes
+ * does; -ENOENT when there is no such file. */
 int ps_ckpt_read(const char *path, ps_ckpt_header_t *h, float **values, char *err,
                  size_t err_size);
 

@@ -296,7 +296,7 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
                       (unsigned long long)u.seq, t->name, shard, node, strerror(-rc));
             return;
         }
-        if (rc < 0)
+        if (rc < 0 && rc != -ERANGE) /* (-ERANGE: taken, its values refused: told) */
             drop(ps, node, "update refused by the shard");
         ps_msg_send_ack(t, node, shard, source, u.seq, rc < 0 ? rc : 0);
         return;

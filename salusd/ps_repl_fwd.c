@@ -106,10 +106,10 @@ static void settle(ps_table_t *t)
         done = f->next;
         if (t->state != PS_TABLE_FAILED) {
             if (!f->origin[0]) {
-                ps_worker_acked(t, f->shard, f->seq, 0);
+                ps_worker_acked(t, f->shard, f->seq, f->rc);
                 local = 1;
             } else
-                ps_msg_send_ack(t, f->origin, f->shard, f->source, f->seq, 0);
+                ps_msg_send_ack(t, f->origin, f->shard, f->source, f->seq, f->rc);
         }
         free(f);
     }
@@ -129,9 +129,9 @@ int ps_repl_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_upda
         return -ESTALE; /* its state is on its way: not serving yet (the source sends it
                          * again soon, as to a primary that has not read its view yet) */
     int rc = ps_server_apply(t, shard, source, u);
-    if (rc < 0 || rs->nstandbys == 0)
+    if ((rc < 0 && rc != -ERANGE) || rs->nstandbys == 0)
         return rc;
-    if (rc == 1)
+    if (rc == 1 || rc == -ERANGE) /* (a refused update changed the shard too: seq, close) */
         rs->applied++;
     /* every replica has it before the source hears so; a duplicate goes again too (a new
      * primary after a fail-over may be the only one that had it) */
@@ -144,6 +144,7 @@ int ps_repl_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_upda
         f->source = source;
         f->seq = u->seq;
         f->mark = rs->applied;
+        f->rc = rc == -ERANGE ? rc : 0;
         snprintf(f->origin, sizeof(f->origin), "%s", origin ? origin : "");
     }
     int wait = 0;
@@ -412,8 +413,9 @@ static void recv_forward(ps_t *ps, const char *node, rbuf_t *r, ps_table_t *t, u
         rc = ps_server_apply(t, shard, source, &u);
         free(copy);
     }
+    /* (-ERANGE: taken and refused here as on the primary: the shards stay alike) */
     send_ack(ps, node, MSG_REPL_ACK, t, uid, epoch, group, name, shard, source, u.seq,
-             rc < 0 ? rc : 0);
+             rc < 0 && rc != -ERANGE ? rc : 0);
 }
 
 static void recv_forward_ack(ps_t *ps, const char *node, rbuf_t *r, ps_table_t *t)

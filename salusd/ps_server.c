@@ -26,20 +26,31 @@ int ps_server_apply(ps_table_t *t, uint32_t shard, uint32_t source, const ps_upd
     uint64_t closed = ps_shard_closed(sh, source);
     if (u->close && u->clock != closed && !(closed > 0 && u->clock == closed - 1))
         return -EINVAL;
+    uint64_t refused_before = ps_shard_refused(sh);
     int rc = 1;
     if (u->n > 0)
         rc = ps_shard_contribute(sh, source, u->seq, u->clock, u->offset, u->n, u->keys,
                                  u->values);
-    if (rc < 0)
+    /* -ERANGE: taken, its values refused (their result would not be finite): its clock
+     * closes all the same, so that the others go on */
+    int refused = rc == -ERANGE;
+    if (rc < 0 && !refused)
         return rc;
     /* a BSP/SSP update closes its clock; a duplicate's close repeats (0) harmlessly */
-    if (u->close && rc == 1 && ps_shard_close(sh, source, u->clock) < 0)
+    if (u->close && (rc == 1 || refused) && ps_shard_close(sh, source, u->clock) < 0)
         return -EINVAL;
-    if (rc == 1)
+    if (refused || ps_shard_refused(sh) != refused_before) {
+        LOG_WARN("ps: table '%s' of group %s, shard %u: %s of clock %llu refused: the result "
+                 "would not be finite (float overflow); the shard keeps its last finite values",
+                 t->name, t->group, shard, refused ? "an update" : "the sum",
+                 (unsigned long long)u->clock);
+        refused = 1;
+    }
+    if (rc == 1 || refused)
         t->ps->stats.updates_applied++;
     if (ps_shard_done(sh) != before)
         ps_server_wake(t, shard);
-    return rc;
+    return refused ? -ERANGE : rc;
 }
 
 void ps_server_answer(ps_table_t *t, ps_wait_t *w)

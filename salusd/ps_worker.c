@@ -73,6 +73,8 @@ void ps_worker_fini(ps_table_t *t)
     t->agg = NULL;
     free(t->asp_seq);
     free(t->asp_clock);
+    free(t->refusals_told);
+    t->refusals_told = NULL;
     t->asp_seq = t->asp_clock = NULL;
     t->local_workers = 0;
     /* pulls of this table's workers waiting on other servers: their answers go nowhere */
@@ -250,6 +252,21 @@ static int head_done(ps_table_t *t, uint32_t shard, uint64_t seq, int rc)
         hold_head(t, st);
         return 0;
     }
+    if (rc == -ERANGE) {
+        /* taken by the shard, its values refused (the result would not be finite): the
+         * shard keeps its values; the local workers hear of it at their next push (logged
+         * once per clock, not per shard) */
+        if (!t->refusals || t->refusal_clock != u->clock) {
+            snprintf(t->refusal_text, sizeof(t->refusal_text),
+                     "the update of clock %llu to table '%s' was refused: its result would "
+                     "not be finite (float overflow); the table keeps its last finite values",
+                     (unsigned long long)u->clock, t->name);
+            LOG_WARN("ps: group %s: %s", t->group, t->refusal_text);
+            t->refusal_clock = u->clock;
+            t->refusals++;
+        }
+        rc = 0;
+    }
     if (rc < 0) {
         /* the worker was told its push succeeded: the update must not be dropped; the
          * table fails, and its workers hear why */
@@ -368,6 +385,21 @@ static int asp_push(ps_table_t *t, const uint64_t *keys, uint64_t offset, uint64
     return 1;
 }
 
+/* A refusal of this table's updates the worker has not heard of: -ERANGE with err (once; the
+ * push that hears it is not taken), else 0. */
+static int tell_refusal(ps_table_t *t, uint32_t worker, char *err, size_t err_size)
+{
+    if (!t->refusals || worker >= t->local_workers)
+        return 0;
+    if (!t->refusals_told && !(t->refusals_told = calloc(t->local_workers, sizeof(uint64_t))))
+        return 0;
+    if (t->refusals_told[worker] == t->refusals)
+        return 0;
+    t->refusals_told[worker] = t->refusals;
+    snprintf(err, err_size, "%s", t->refusal_text);
+    return -ERANGE;
+}
+
 int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint64_t offset,
                    uint64_t n, const uint64_t *keys, const float *values, char *err,
                    size_t err_size)
@@ -383,6 +415,8 @@ int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint6
         snprintf(err, err_size, "a push's seq starts at 1");
         return -EINVAL;
     }
+    if ((rc = tell_refusal(t, worker, err, err_size)) < 0)
+        return rc;
     if (t->spec.sync.kind == PS_SYNC_ASP) {
         if (id->seq <= t->asp_seq[worker])
             return 0; /* a retry: applied once */
@@ -408,7 +442,12 @@ int ps_worker_push(ps_table_t *t, uint32_t worker, const ps_push_id_t *id, uint6
     rc = ps_agg_push(t->agg, worker, id->seq, id->clock, offset, n, keys, values);
     if (rc < 0 && check_values(t, offset, n, keys, values, 1, err, err_size) < 0)
         return rc; /* err says which value */
-    if (rc == -EAGAIN)
+    if (rc == -ERANGE)
+        snprintf(err, err_size,
+                 "push for clock %llu of table '%s' refused: the clock's sum would not be "
+                 "finite (float overflow); nothing was taken", (unsigned long long)id->clock,
+                 t->name);
+    else if (rc == -EAGAIN)
         snprintf(err, err_size,
                  "push for clock %llu of table '%s' (%s) refused: rank %u is more than %llu "
                  "clock(s) ahead of the slowest local rank or of the updates not yet "

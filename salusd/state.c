@@ -288,85 +288,72 @@ int state_decode(const uint8_t *image, size_t image_bytes, salusd_state_t *state
     return rc;
 }
 
-/* The state file's directory must be salusd's own and writable by nobody else: another user
- * who can create names there could plant the temporary file salusd writes through. */
-static int check_parent(const char *path, char *err, size_t err_size)
-{
-    char dir[PATH_MAX];
-    struct stat st;
-    int rc = salus_path_dir(path, dir, sizeof(dir));
-    if (rc < 0) {
-        snprintf(err, err_size, "%s: %s", path, strerror(-rc));
-        return rc;
-    }
-    if (lstat(dir, &st) < 0) {
-        snprintf(err, err_size, "%s: %s", dir, strerror(errno));
-        return -errno;
-    }
-    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
-        snprintf(err, err_size, "the state directory %s must be a directory of uid %u that "
-                 "only it can write (it is %s of uid %u, mode %03o)", dir, (unsigned)geteuid(),
-                 S_ISDIR(st.st_mode) ? "a directory" : "not a directory", (unsigned)st.st_uid,
-                 (unsigned)(st.st_mode & 0777));
-        return -EPERM;
-    }
-    return 0;
-}
-
 int state_write_file(const char *path, const salusd_state_t *state, int durable, char *err,
                      size_t err_size)
 {
-    char tmp[PATH_MAX];
+    char tmp[NAME_MAX + 1], why[PATH_MAX + 256];
+    const char *name = NULL;
     uint8_t *image = NULL;
     size_t bytes = 0;
-    int fd = -1, rc;
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
-        snprintf(err, err_size, "%s: path too long", path);
-        return -ENAMETOOLONG;
-    }
+    int fd = -1, dfd = -1, rc;
     rc = state_encode(state, &image, &bytes);
     if (rc < 0) {
         snprintf(err, err_size, "cannot encode the state: %s", strerror(-rc));
         return rc;
     }
-    rc = fsio_make_parents(path, 0755, 0700);
-    if (rc < 0) {
-        snprintf(err, err_size, "cannot create the directory of %s: %s", path, strerror(-rc));
+    /* the directory opened component by component (no symbolic link followed, every one
+     * root's or salusd's and not writable by others but with the sticky bit); the file's own
+     * directory is made (0700) when missing */
+    dfd = fsio_open_parent(path, 1, &name, why, sizeof(why));
+    if (dfd < 0) {
+        rc = dfd;
+        snprintf(err, err_size, "the state file's directory: %s", why);
         goto out;
     }
-    rc = check_parent(path, err, err_size);
-    if (rc < 0)
+    struct stat st;
+    if (fstat(dfd, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        rc = -EPERM;
+        snprintf(err, err_size, "the state directory of %s must be a directory of uid %u that "
+                 "only it can write", path, (unsigned)geteuid());
         goto out;
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    }
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", name) >= (int)sizeof(tmp)) {
+        rc = -ENAMETOOLONG;
+        snprintf(err, err_size, "%s: name too long", path);
+        goto out;
+    }
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
         rc = -errno;
-        snprintf(err, err_size, "%s: %s", tmp, strerror(-rc));
+        snprintf(err, err_size, "%s.tmp: %s", path, strerror(-rc));
         goto out;
     }
     rc = fsio_write_all(fd, image, bytes);
     if (rc < 0) {
-        snprintf(err, err_size, "%s: %s", tmp, strerror(-rc));
+        snprintf(err, err_size, "%s.tmp: %s", path, strerror(-rc));
         goto out;
     }
     if ((durable && fsync(fd) < 0) || close(fd) < 0) {
         rc = -errno;
         fd = -1;
-        snprintf(err, err_size, "%s: %s", tmp, strerror(-rc));
+        snprintf(err, err_size, "%s.tmp: %s", path, strerror(-rc));
         goto out;
     }
     fd = -1;
-    if (rename(tmp, path) < 0) {
+    if (renameat(dfd, tmp, dfd, name) < 0) {
         rc = -errno;
         snprintf(err, err_size, "rename to %s: %s", path, strerror(-rc));
         goto out;
     }
     if (durable)
-        fsio_fsync_dir_of(path);
+        fsync(dfd);
 out:
     if (fd >= 0)
         close(fd);
-    if (rc < 0)
-        unlink(tmp);
+    if (rc < 0 && dfd >= 0 && name)
+        unlinkat(dfd, tmp, 0);
+    if (dfd >= 0)
+        close(dfd);
     free(image);
     return rc;
 }
@@ -374,7 +361,15 @@ out:
 int state_read_file(const char *path, salusd_state_t *state, char *err, size_t err_size)
 {
     memset(state, 0, sizeof(*state));
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    const char *name = NULL;
+    char where[PATH_MAX + 256];
+    int dfd = fsio_open_parent(path, 0, &name, where, sizeof(where));
+    if (dfd < 0) {
+        snprintf(err, err_size, "%s", where);
+        return dfd;
+    }
+    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    close(dfd);
     if (fd < 0) {
         int rc = -errno;
         snprintf(err, err_size, "%s: %s", path, strerror(-rc));

@@ -74,8 +74,9 @@ int state_decode(const uint8_t *image, size_t image_bytes, salusd_state_t *state
 void state_free(salusd_state_t *state);
 
 /* Writes path atomically (path.tmp, then rename; durable: fsync of the file before and of the
- * directory after; the directory is created 0700 when missing). 0 or a negative errno with
- * err. */
+ * directory after; the directory is created 0700 when missing). Its directories are opened
+ * component by component (fsio_open_dir: no symbolic link followed), the last one must be
+ * salusd's uid's and writable by nobody else. 0 or a negative errno with err. */
 int state_write_file(const char *path, const salusd_state_t *state, int durable, char *err,
                      size_t err_size);
 /* Reads and checks path: 0; -ENOENT when there is no file (a first start); other negative

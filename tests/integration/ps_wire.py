@@ -17,6 +17,10 @@
         each printed as `bad STEP code=... msg=...` then `same STEP` when the state and the
         model are bit for bit as before; then a good push (`pushed ...`) and the model after
         (`after HEX`, `sent HEX`: equal for one client)
+  ps_wire.py fedforge SOCKET JOB_ID TABLE   another user's process against a federated table:
+        a raw ps_open of TABLE (fedavg:2:2:2:7:drop) naming JOB_ID (a rank of another user),
+        then ps_fed_push, ps_pull and ps_fed_state on handle 1 of its own connection; prints
+        `fedforge STEP code=CODE msg=MESSAGE` for each (or `fedforge STEP ok ...`)
 """
 import ctypes
 import fcntl
@@ -249,6 +253,22 @@ def fedraw(path, table):
     os.close(fd)
 
 
+def fedforge(path, job_id, table):
+    raw = Raw(path)
+    fd = region(COUNT * 12, SEALS)
+    mem = mmap.mmap(fd, COUNT * 12)
+    mem[0:COUNT * 4] = struct.pack("<%df" % COUNT, *[9.0] * COUNT)
+    said("fedforge open", *raw.call("ps_open", {"name": table, "count": COUNT,
+                                                "rule": "fedavg:2:2:2:7:drop", "sync": "bsp",
+                                                "job_id": int(job_id)}, fd))
+    said("fedforge push", *raw.call("ps_fed_push", {"handle": 1, "round": 0, "samples": 5,
+                                                    "work": 2, "n": COUNT}))
+    said("fedforge pull", *raw.call("ps_pull", {"handle": 1, "offset": 0, "n": COUNT,
+                                                "clock": 0}))
+    said("fedforge state", *raw.call("ps_fed_state", {"handle": 1}))
+    os.close(fd)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "rank":
@@ -259,5 +279,7 @@ if __name__ == "__main__":
         solo(*sys.argv[2:4])
     elif cmd == "fedraw":
         fedraw(*sys.argv[2:4])
+    elif cmd == "fedforge":
+        fedforge(*sys.argv[2:5])
     else:
         sys.exit("usage: see the top of ps_wire.py")

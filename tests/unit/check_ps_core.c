@@ -1369,6 +1369,121 @@ START_TEST(test_shard_whole_refused)
 }
 END_TEST
 
+/* Updates whose result would not be finite (float overflow) are refused with -ERANGE and the
+ * values stay the last finite ones: the issue's replay (two pushes of 3e38 to an "add" table
+ * under BSP), a clock's sum of two sources, ASP, keys given twice, SGD, SSP's clock summed
+ * ahead (refused whole when applied), and a node's aggregation. */
+START_TEST(test_shard_overflow_refused)
+{
+    enum { N = 10 };
+    float big[N], small[N];
+    for (int i = 0; i < N; i++) {
+        big[i] = 3e38f;
+        small[i] = (float)i;
+    }
+    /* BSP, one source: 3e38, then 3e38 again -> refused, done moves, values stay 3e38 */
+    ps_shard_t *sh = shard_new(N, "add", "bsp", 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 1, 0, 0, N, NULL, big), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 0), 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 2, 1, 0, N, NULL, big), -ERANGE);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 2, 1, 0, N, NULL, big), 0); /* a retry */
+    ck_assert_int_eq(ps_shard_close(sh, 0, 1), 1);
+    ck_assert_uint_eq(ps_shard_done(sh), 2);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(ps_shard_values(sh)[i], 3e38f);
+    /* a partial range too (the element that would overflow is the last one) */
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 3, 2, 5, 5, NULL, big), -ERANGE);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 4, 2, 0, N, NULL, small), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 2), 1);
+    ck_assert_float_eq(ps_shard_values(sh)[9], 3e38f + 9.0f);
+    ck_assert_uint_eq(ps_shard_refused(sh), 0);
+    /* its state saves and loads (every value finite) */
+    size_t size = ps_shard_state_size(sh);
+    void *buf = malloc(size);
+    ck_assert_int_ge(ps_shard_save(sh, buf, size), 1);
+    ps_rule_t rule;
+    ps_sync_t sync;
+    ck_assert_int_eq(ps_rule_parse("add", &rule, NULL, 0), 0);
+    ck_assert_int_eq(ps_sync_parse("bsp", &sync, NULL, 0), 0);
+    char err[128];
+    ps_shard_t *back = ps_shard_load(buf, size, N, &rule, &sync, 1, err, sizeof(err));
+    ck_assert_msg(back != NULL, "%s", err);
+    ck_assert(ps_shard_same(sh, back));
+    ps_shard_destroy(back);
+    free(buf);
+    ps_shard_destroy(sh);
+
+    /* BSP, two sources: each 2e38 is finite, their sum is not: the second is refused */
+    float two[N];
+    for (int i = 0; i < N; i++)
+        two[i] = 2e38f;
+    sh = shard_new(N, "add", "bsp", 2);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 1, 0, 0, N, NULL, two), 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 1, 1, 0, 0, N, NULL, two), -ERANGE);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 0), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 1, 0), 1);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(ps_shard_values(sh)[i], 2e38f);
+    /* keys: the same key twice makes 4e38: refused, the sum as it was */
+    uint64_t keys[2] = {3, 3};
+    float kv[2] = {1e38f, 1e38f};
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 2, 1, 0, 2, keys, kv), -ERANGE);
+    keys[1] = 4;
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 3, 1, 0, 2, keys, small), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 1), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 1, 1), 1);
+    ck_assert_float_eq(ps_shard_values(sh)[3], 2e38f);
+    ck_assert_float_eq(ps_shard_values(sh)[4], 2e38f + 1.0f);
+    ps_shard_destroy(sh);
+
+    /* ASP: applied on arrival, the same check */
+    sh = shard_new(N, "add", "asp", 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 1, 0, 0, N, NULL, big), 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 2, 0, 0, N, NULL, big), -ERANGE);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(ps_shard_values(sh)[i], 3e38f);
+    ps_shard_destroy(sh);
+
+    /* SGD: value -= lr * sum */
+    sh = shard_new(N, "sgd:1000", "bsp", 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 1, 0, 0, N, NULL, big), -ERANGE);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 0), 1);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(ps_shard_values(sh)[i], 0.0f);
+    ps_shard_destroy(sh);
+
+    /* SSP: clock 1 is summed while clock 0 is pending, so its check comes when it is applied:
+     * the whole clock is refused, the values stay clock 0's */
+    sh = shard_new(N, "add", "ssp:1", 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 1, 0, 0, N, NULL, big), 1);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 2, 1, 0, N, NULL, big), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 0), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 1), 1);
+    ck_assert_uint_eq(ps_shard_done(sh), 2);
+    ck_assert_uint_eq(ps_shard_refused(sh), 1);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(ps_shard_values(sh)[i], 3e38f);
+    ck_assert_int_eq(ps_shard_contribute(sh, 0, 3, 2, 0, N, NULL, small), 1);
+    ck_assert_int_eq(ps_shard_close(sh, 0, 2), 1);
+    ck_assert_float_eq(ps_shard_values(sh)[1], 3e38f + 1.0f);
+    ps_shard_destroy(sh);
+
+    /* a node's aggregation: two workers' 2e38 would sum to inf: the second push is refused,
+     * nothing changed (it may push again) */
+    ps_sync_t bsp;
+    ck_assert_int_eq(ps_sync_parse("bsp", &bsp, NULL, 0), 0);
+    ps_agg_t *agg = ps_agg_create(N, &bsp, 2);
+    ck_assert_ptr_nonnull(agg);
+    ck_assert_int_eq(ps_agg_push(agg, 0, 1, 0, 0, N, NULL, two), 1);
+    ck_assert_int_eq(ps_agg_push(agg, 1, 1, 0, 0, N, NULL, two), -ERANGE);
+    ck_assert_int_eq(ps_agg_push(agg, 1, 1, 0, 0, N, NULL, small), 1);
+    ck_assert_int_eq(ps_agg_close(agg, 0, 0), 2);
+    ck_assert_int_eq(ps_agg_close(agg, 1, 0), 1);
+    ck_assert_float_eq(ps_agg_sum(agg, 0)[2], 2e38f + 2.0f);
+    ps_agg_destroy(agg);
+}
+END_TEST
+
 START_TEST(test_agg_random_interleavings)
 {
     rng_t rng = {.state = 1818};
@@ -1508,6 +1623,7 @@ static Suite *ps_core_suite(void)
     tcase_add_test(agg, test_agg_sums);
     tcase_add_test(agg, test_agg_whole_push_refused);
     tcase_add_test(shard, test_shard_whole_refused);
+    tcase_add_test(shard, test_shard_overflow_refused);
     tcase_add_test(agg, test_agg_ssp_fast_worker);
     tcase_add_test(agg, test_agg_duplicates_and_bad);
     tcase_add_test(agg, test_agg_written_keys);

@@ -6,8 +6,8 @@ about that group to the leader (salusd/cluster_slots.c), for test_cluster_member
 
 Dials the leader's link port as NODE (a member of the cluster), proves the key as a daemon
 does (salusd/link_auth.h: HMAC-SHA256 over the label, the nonces and the node names), waits
-for the welcome, then sends two "ready" frames about GROUP_KEY at EPOCH (one claiming a huge
-iteration count, one claiming to be in a slot of a high sequence number), as a member with
+for the welcome, then sends two "ready" frames, each with its valid tag under the session
+key, about GROUP_KEY at EPOCH (one claiming a huge iteration count, one claiming to be in a slot of a high sequence number), as a member with
 ranks in the group would. Prints "welcome" and "sent N" (exit 0), or why not (exit 1). What
 the leader makes of the frames is read from its log by the test."""
 import hashlib
@@ -48,7 +48,8 @@ def main():
     key = open(keyfile, "rb").read()
     s = socket.create_connection((addr, int(port)), timeout=10)
     own = os.urandom(32)
-    s.sendall(frame(HELLO, 0, "link", {"version": 1, "node": node, "nonce": own}))
+    s.sendall(frame(HELLO, 0, "link", {"version": 1, "frames": "hmac-sha256-128", "node": node,
+                                       "nonce": own}))
     kind, mid, op, body = recv_msg(s)
     if op != "challenge":
         print("expected a challenge, got %r %r" % (op, body))
@@ -62,11 +63,22 @@ def main():
         print("no welcome: %r %r %r" % (kind, op, body))
         return 1
     print("welcome", flush=True)
+    # every frame after the welcome ends with its tag (salusd/link_auth.h): the first 16 bytes
+    # of HMAC-SHA256(session key, seq (8 bytes, big-endian) length-prefix body), seq from 0
+    session = hmac.new(key, b"salus-link-frames\0" + own + theirs + node.encode() + b"\0" +
+                       leader.encode(), hashlib.sha256).digest()
+
+    def tagged(seq, plain):
+        body = plain[4:]
+        head = struct.pack(">I", len(body) + 16)
+        tag = hmac.new(session, struct.pack(">Q", seq) + head + body, hashlib.sha256).digest()
+        return head + body + tag[:16]
+
     forged = [{"group": group, "epoch": int(epoch), "last": 0, "iters": 1 << 40},
               {"group": group, "epoch": int(epoch), "last": (1 << 62) + 7, "iters": 0,
                "pending": True}]
-    for body in forged:
-        s.sendall(frame(REQUEST, 0, "ready", body))
+    for seq, body in enumerate(forged):
+        s.sendall(tagged(seq, frame(REQUEST, 0, "ready", body)))
     print("sent %d" % len(forged), flush=True)
     # the leader answers nothing to a ready; the link stays until the test is done with it
     s.settimeout(3)

@@ -156,7 +156,9 @@ others=()
 for i in 1 2 3; do [ "$i" = "$lead_i" ] || others+=("$i"); done
 G="heir-$SUFFIX"
 for r in 0 1; do
-    rank_start "${others[$r]}" "$G" 2 $r "H$r" --iterations 1500 "${SMALL[@]}"
+    # 5 ms of host time an iteration (no result changes): at least 7.5 s, so that the group
+    # still runs when its leader is killed, also on a loaded machine
+    rank_start "${others[$r]}" "$G" 2 $r "H$r" --iterations 1500 --host-ms 5 "${SMALL[@]}"
     touch "$WORK/go.H$r"
 done
 wait_until 60 '[ "$(group_state '"${others[0]}"' "$G")" = running ]' || fail "row 3b: group $G is not running"

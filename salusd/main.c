@@ -98,12 +98,13 @@ static int log_file_path(const salusd_t *d, char *out, size_t size)
         snprintf(dir, sizeof(dir), "%s", d->config.state_dir);
     else if (state_default_dir(dir, sizeof(dir)) < 0)
         return -ENOENT;
-    const char *env = getenv("SALUS_SOCKET"); /* the default socket, as job_restart.c names it */
+    /* the default socket, found as job_restart.c finds it: without SALUS_SOCKET */
+    const char *env = getenv("SALUS_SOCKET");
     char saved[108] = "";
-    if (env)
+    if (env) {
         snprintf(saved, sizeof(saved), "%s", env);
-    if (env)
         unsetenv("SALUS_SOCKET");
+    }
     int have_default = salus_default_socket_path(default_socket, sizeof(default_socket)) == 0;
     if (env)
         setenv("SALUS_SOCKET", saved, 1);
@@ -120,13 +121,17 @@ static int log_file_path(const salusd_t *d, char *out, size_t size)
  * instead of the terminal that started salusd; the terminal gets one line saying where. */
 static void log_to_file(const salusd_t *d)
 {
-    char path[PATH_MAX];
-    int fd = -1;
-    if (log_file_path(d, path, sizeof(path)) == 0 && fsio_make_parents(path, 0755, 0700) >= 0)
+    char path[PATH_MAX] = "";
+    int fd = -1, rc = log_file_path(d, path, sizeof(path));
+    if (rc == 0)
+        rc = fsio_make_parents(path, 0755, 0700);
+    if (rc >= 0) {
         fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+        rc = fd < 0 ? -errno : 0;
+    }
     if (fd < 0) {
-        LOG_WARN("detached: cannot open a log file (%s: %s); not logging any more",
-                 path, strerror(errno));
+        LOG_WARN("detached: cannot open a log file (%s: %s; see --log-file); not logging any "
+                 "more", path[0] ? path : "no state directory", strerror(-rc));
         fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
     } else {
         LOG_INFO("detached (pid %d); logging to %s", (int)getpid(), path);

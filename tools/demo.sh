@@ -78,7 +78,8 @@ echo "== the same jobs one after another, without salus (for comparison)"
 seq_start=$(date +%s.%N)
 for i in $(seq 0 $((JOBS - 1))); do
     "${NATIVE_ENV[@]}" SIMGPU_SHM_NAME="$SIMGPU_SHM_NAME-alone" "$BIN/salus-mlp" --lr "${LRS[$i]}" \
-        "${MLP_ARGS[@]}" >"$RUN_DIR/alone$i.out"
+        "${MLP_ARGS[@]}" >"$RUN_DIR/alone$i.out" 2>"$RUN_DIR/alone$i.err" ||
+        { cat "$RUN_DIR/alone$i.err" >&2; echo "demo: a job alone failed" >&2; exit 1; }
 done
 rm -f "/dev/shm/$SIMGPU_SHM_NAME-alone"
 sequential=$(python3 -c "import time; print(f'{time.time() - $seq_start:.2f}')")

@@ -19,12 +19,25 @@ const option_def_t *options_find(const option_def_t *table, size_t count, const 
 
 int options_parse_bytes(const char *text, unsigned long long *out)
 {
+    /* K, M, G, T and KiB, MiB, GiB, TiB are powers of 1024; kB, MB, GB, TB (any case) are
+     * the SI units, powers of 1000: "512MB" is 512000000 bytes, not 512 MiB */
     static const struct {
         const char *suffix;
-        unsigned shift;
-    } units[] = {{"", 0},   {"b", 0},    {"k", 10},   {"kb", 10}, {"kib", 10}, {"m", 20},
-                 {"mb", 20}, {"mib", 20}, {"g", 30},   {"gb", 30}, {"gib", 30}, {"t", 40},
-                 {"tb", 40}, {"tib", 40}};
+        unsigned long long unit;
+    } units[] = {{"", 1},
+                 {"b", 1},
+                 {"k", 1ull << 10},
+                 {"kib", 1ull << 10},
+                 {"m", 1ull << 20},
+                 {"mib", 1ull << 20},
+                 {"g", 1ull << 30},
+                 {"gib", 1ull << 30},
+                 {"t", 1ull << 40},
+                 {"tib", 1ull << 40},
+                 {"kb", 1000ull},
+                 {"mb", 1000000ull},
+                 {"gb", 1000000000ull},
+                 {"tb", 1000000000000ull}};
     char *end;
     if (!text || !isdigit((unsigned char)text[0]))
         return -EINVAL;
@@ -37,9 +50,9 @@ int options_parse_bytes(const char *text, unsigned long long *out)
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
         if (strcasecmp(end, units[i].suffix) != 0)
             continue;
-        if (units[i].shift && v > (ULLONG_MAX >> units[i].shift))
+        if (v > ULLONG_MAX / units[i].unit)
             return -EINVAL;
-        *out = v << units[i].shift;
+        *out = v * units[i].unit;
         return 0;
     }
     return -EINVAL;

@@ -39,7 +39,8 @@ int options_load_file(const option_def_t *table, size_t count, void *config, con
  * negative error with err set. "--help"/"-h" are not options here: the caller checks them. */
 int options_parse_args(const option_def_t *table, size_t count, void *config, int argc,
                        char **argv, int *next_arg, char *err, size_t err_size);
-/* Parses a byte size ("512", "4K", "16MiB", "1G"). Returns 0 or -EINVAL. */
+/* Parses a byte size ("512", "4K", "16MiB", "1G": powers of 1024; "512MB", "2GB", "10kB": SI,
+ * powers of 1000). Returns 0 or -EINVAL. */
 int options_parse_bytes(const char *text, unsigned long long *out);
 void options_usage(const option_def_t *table, size_t count, FILE *out);
 

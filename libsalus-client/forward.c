@@ -36,7 +36,10 @@ static CUresult fallback_error_name(CUresult error, const char **name)
 static CUresult fallback_error_string(CUresult error, const char **text)
 {
     switch (error) {
-    case CUDA_ERROR_NOT_INITIALIZED: *text = "salus: not connected to salusd"; break;
+    case CUDA_ERROR_NOT_INITIALIZED:
+        *text = shim.refused ? "salus: salusd refused the job (its reason is printed above)"
+                             : "salus: not connected to salusd";
+        break;
     case CUDA_ERROR_OUT_OF_MEMORY: *text = "out of memory (the job's salus budget)"; break;
     case CUDA_ERROR_NOT_SUPPORTED: *text = "operation not supported"; break;
     case CUDA_ERROR_SYSTEM_NOT_READY: *text = "salus: lost the connection to salusd"; break;

@@ -265,6 +265,7 @@ static int register_job(const char *socket_path)
     }
     if (rc < 0) {
         fprintf(stderr, "salus: salusd refused the job: %s\n", rc == -EREMOTEIO || rc == -ENOMEM ? err : strerror(-rc));
+        shim.refused = rc == -EREMOTEIO || rc == -ENOMEM; /* an answer, not a lost connection */
         return rc;
     }
     uint64_t job_id = 0, gpu = 0;

@@ -85,6 +85,7 @@ typedef struct shim_real_s {
 typedef struct shim_state_s {
     shim_mode_t mode;
     CUresult init_error;         /* what calls return in SHIM_MODE_FAILED */
+    int refused;                 /* salusd answered the registration with a refusal */
     driver_t drv;                /* the real driver */
     shim_real_t real;
     /* session */

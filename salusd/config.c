@@ -2,6 +2,7 @@
 
 #include "log.h"
 #include "paths.h"
+#include "policy.h"
 #include "proto.h"
 
 #include <ctype.h>
@@ -9,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* The names of --policy come from the policies' registry (scheduler-policies/policy.c), so
+ * that the help never lists fewer or more than salusd accepts; filled by config_policy_names. */
+static char policy_help[256] = "scheduling policy at start (salusctl policy switches it)";
 
 #define ROW(name, type, def, lo, hi, field, help)                                              \
     {name, type, def, lo, hi, offsetof(salusd_config_t, field),                                \
@@ -23,6 +28,9 @@ const option_def_t salusd_options[] = {
         "stay in the foreground (as under systemd) instead of detaching"),
     ROW("log-level", OPTION_LOG_LEVEL, "info", 0, 0, log_level,
         "error, warn, info, debug or trace"),
+    ROW("log-file", OPTION_STRING, NULL, 0, 0, log_file,
+        "once detached (without --foreground), log to this file instead of the terminal "
+        "(default: salusd.log in the state directory; salusd-<hash>.log for another socket)"),
     ROW("max-frame-bytes", OPTION_BYTES, "1MiB", 64, 64LL << 20, max_frame_bytes,
         "largest protocol frame accepted from a client"),
     ROW("max-connections", OPTION_INT, "1024", 1, 65536, max_connections,
@@ -52,8 +60,7 @@ const option_def_t salusd_options[] = {
         "device memory is handed to jobs in chunks of this size (or larger)"),
     ROW("finished-jobs-kept", OPTION_INT, "100", 0, 100000, finished_jobs_kept,
         "finished jobs listed by ps before the oldest are forgotten"),
-    ROW("policy", OPTION_STRING, "pack", 0, 0, policy,
-        "scheduling policy at start: fifo, srtf, pack or fair (salusctl policy switches it)"),
+    ROW("policy", OPTION_STRING, "pack", 0, 0, policy, policy_help),
     ROW("lane-hold", OPTION_STRING, "gpu", 0, 0, lane_hold_text,
         "what a job holds its lane for: 'gpu' (its GPU work: it gives the lane up at each "
         "quiescent point) or 'iteration' (its whole iteration, host time included)"),
@@ -131,6 +138,29 @@ const option_def_t salusd_options[] = {
 };
 const size_t salusd_option_count = sizeof(salusd_options) / sizeof(salusd_options[0]);
 
+/* "fifo, srtf, pack, fair, las or gittins": every name of the registry, in its order. */
+int salusd_policy_names(char *out, size_t size)
+{
+    size_t n = policy_count(), used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < n && used < size; i++) {
+        int w = snprintf(out + used, size - used, "%s%s", i == 0 ? "" : i + 1 == n ? " or " : ", ",
+                         policy_at(i)->name);
+        if (w < 0 || (size_t)w >= size - used)
+            return -1;
+        used += (size_t)w;
+    }
+    return 0;
+}
+
+static void config_policy_help(void)
+{
+    char names[192];
+    if (salusd_policy_names(names, sizeof(names)) == 0)
+        snprintf(policy_help, sizeof(policy_help),
+                 "scheduling policy at start: %s (salusctl policy switches it)", names);
+}
+
 static void usage(FILE *out)
 {
     fprintf(out, "usage: salusd [OPTIONS]\n\nThe salus GPU sharing daemon.\n\nOptions:\n");
@@ -145,6 +175,7 @@ int salusd_config_load(salusd_config_t *cfg, int argc, char **argv)
     int next = 1;
 
     memset(cfg, 0, sizeof(*cfg));
+    config_policy_help();
     if (options_set_defaults(salusd_options, salusd_option_count, cfg) < 0) {
         fprintf(stderr, "salusd: invalid built-in defaults\n");
         return -1;
@@ -192,6 +223,13 @@ int salusd_config_load(salusd_config_t *cfg, int argc, char **argv)
     if (strcmp(cfg->lane_hold_text, "gpu") != 0 && strcmp(cfg->lane_hold_text, "iteration") != 0) {
         fprintf(stderr, "salusd: --lane-hold '%s': expected 'gpu' or 'iteration'\n",
                 cfg->lane_hold_text);
+        return -1;
+    }
+    if (!policy_find(cfg->policy)) { /* before any device or socket is touched */
+        char names[192] = "";
+        salusd_policy_names(names, sizeof(names));
+        fprintf(stderr, "salusd: --policy '%s': no such policy (expected %s)\n", cfg->policy,
+                names);
         return -1;
     }
     cfg->lane_hold_gpu = strcmp(cfg->lane_hold_text, "gpu") == 0;

@@ -11,6 +11,7 @@ typedef struct salusd_config_s {
     char config_path[4096];
     int foreground;
     int log_level;
+    char log_file[4096];         /* a detached salusd logs here (empty: the default) */
     unsigned long long max_frame_bytes;
     long long max_connections;
     long long max_connections_per_uid;
@@ -63,5 +64,8 @@ extern const size_t salusd_option_count;
 /* Defaults, then the --config file (if named on the command line), then the command line.
  * Returns 0, 1 when --help or --version was handled, or -1 with a message printed. */
 int salusd_config_load(salusd_config_t *cfg, int argc, char **argv);
+/* Every policy name salusd accepts, from the policies' registry: "fifo, srtf, ... or gittins".
+ * 0, or -1 when size is too small. */
+int salusd_policy_names(char *out, size_t size);
 
 #endif

@@ -100,6 +100,9 @@ uint64_t salusd_now_ns(void);
 
 /* server.c */
 int server_start(salusd_t *d);
+/* Whether salusd may take the socket path: 0 nothing there, 1 a stale socket (no server
+ * answers), or negative (logged): a live server answers, or the path is not a socket. */
+int server_socket_free(const char *path);
 void server_stop(salusd_t *d);
 /* A new descriptor (close-on-exec) for the connection's peer process, for a job that
  * outlives the request: -ESRCH when that process has exited (the pid may belong to another

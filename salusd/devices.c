@@ -130,6 +130,20 @@ void devices_close(devices_t *devs)
     devs->count = 0;
 }
 
+void devices_release_segment(devices_t *devs)
+{
+    if (!devs->simulated || !devs->driver.handle)
+        return;
+    simgpu_shm_release_fn release =
+        (simgpu_shm_release_fn)dlsym(devs->driver.handle, "simgpu_shm_release");
+    int rc = release ? release() : 0;
+    if (rc > 0)
+        LOG_INFO("removed the simulated devices' segment (no job uses it): the next salusd "
+                 "starts from SIMGPU_DEVICES and SIMGPU_MEMORY_MB again");
+    else if (rc < 0)
+        LOG_WARN("cannot remove the simulated devices' segment: %s", strerror(-rc));
+}
+
 /* Zeroes a chunk through a temporary mapping in the daemon's own address space. */
 static int clear_chunk(devices_t *devs, int gpu, CUmemGenericAllocationHandle handle, uint64_t size)
 {

@@ -41,6 +41,9 @@ typedef struct chunk_s {
  * salusd (../lib/simgpu/libcuda.so.1, ../lib/salus/simgpu/libcuda.so.1). */
 int devices_open(devices_t *devs, const char *driver_path, char *err, size_t err_size);
 void devices_close(devices_t *devs);
+/* On simgpu, removes the devices' shared segment when this salusd created it and no job is
+ * attached to it any more (jobs that outlive a stop keep it). */
+void devices_release_segment(devices_t *devs);
 /* Creates a chunk of at least bytes (rounded to the granularity) on gpu and exports it;
  * with clear, its memory is zeroed first. *fd_out is the caller's to send and close.
  * Returns 0 or a negative errno (-ENOMEM). */

@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "notify.h"
+#include "paths.h"
 #include "ps.h"
 #include "sched.h"
 #include "state.h"
@@ -86,6 +87,61 @@ static int detach(int *ready_fd)
     return 0;
 }
 
+/* Where a detached salusd logs: --log-file, else the state file's name with .log for .state
+ * (salusd.log in the state directory for the default socket). */
+static int log_file_path(const salusd_t *d, char *out, size_t size)
+{
+    char dir[PATH_MAX], state[PATH_MAX], default_socket[108];
+    if (d->config.log_file[0])
+        return snprintf(out, size, "%s", d->config.log_file) < (int)size ? 0 : -ENAMETOOLONG;
+    if (d->config.state_dir[0])
+        snprintf(dir, sizeof(dir), "%s", d->config.state_dir);
+    else if (state_default_dir(dir, sizeof(dir)) < 0)
+        return -ENOENT;
+    /* the default socket, found as job_restart.c finds it: without SALUS_SOCKET */
+    const char *env = getenv("SALUS_SOCKET");
+    char saved[108] = "";
+    if (env) {
+        snprintf(saved, sizeof(saved), "%s", env);
+        unsetenv("SALUS_SOCKET");
+    }
+    int have_default = salus_default_socket_path(default_socket, sizeof(default_socket)) == 0;
+    if (env)
+        setenv("SALUS_SOCKET", saved, 1);
+    if (state_file_path(dir, d->config.socket_path, have_default ? default_socket : NULL, state,
+                        sizeof(state)) < 0)
+        return -ENAMETOOLONG;
+    size_t n = strlen(state);
+    if (n > 6 && strcmp(state + n - 6, ".state") == 0)
+        state[n - 6] = '\0';
+    return snprintf(out, size, "%s.log", state) < (int)size ? 0 : -ENAMETOOLONG;
+}
+
+/* Once detached and ready, the log (and whatever the driver writes to stderr) goes to a file
+ * instead of the terminal that started salusd; the terminal gets one line saying where. */
+static void log_to_file(const salusd_t *d)
+{
+    char path[PATH_MAX] = "";
+    int fd = -1, rc = log_file_path(d, path, sizeof(path));
+    if (rc == 0)
+        rc = fsio_make_parents(path, 0755, 0700);
+    if (rc >= 0) {
+        fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+        rc = fd < 0 ? -errno : 0;
+    }
+    if (fd < 0) {
+        LOG_WARN("detached: cannot open a log file (%s: %s; see --log-file); not logging any "
+                 "more", path[0] ? path : "no state directory", strerror(-rc));
+        fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    } else {
+        LOG_INFO("detached (pid %d); logging to %s", (int)getpid(), path);
+    }
+    if (fd >= 0 && fd != STDERR_FILENO) {
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+    }
+}
+
 static void tell_parent(int *ready_fd, char status)
 {
     if (*ready_fd < 0)
@@ -131,6 +187,9 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
     if (check_state_dir(&d.config) < 0)
+        return 1;
+    /* a second salusd on a live socket stops here, before it touches any device */
+    if (server_socket_free(d.config.socket_path) < 0)
         return 1;
 
     if (!d.config.foreground && detach(&ready_fd) < 0) {
@@ -191,6 +250,8 @@ int main(int argc, char **argv)
     LOG_INFO("salusd %s listening on %s (pid %d, protocol %d, policy %s)", SALUS_VERSION,
              d.config.socket_path, (int)getpid(), PROTO_VERSION, sched_policy_name(&d));
     notify_ready("listening");
+    if (ready_fd >= 0)
+        log_to_file(&d);
     tell_parent(&ready_fd, 0);
     event_base_dispatch(d.base);
     notify_stopping();
@@ -210,6 +271,7 @@ out:
         event_free(d.grow_timer);
     sched_fini(&d);
     devices_close(&d.devices);
+    devices_release_segment(&d.devices);
     for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
         if (d.signal_events[i])
             event_free(d.signal_events[i]);

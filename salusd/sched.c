@@ -6,6 +6,7 @@
  * logged here (--wait-log-s). */
 #include "sched.h"
 
+#include "config.h"
 #include "job_gpus.h"
 #include "job_page.h"
 #include "log.h"
@@ -202,8 +203,11 @@ int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size,
                      sched_core_effects_t *fx)
 {
     int rc = sched_core_set_policy(d->sched->core, name, salusd_now_ns(), fx);
-    if (rc == -ENOENT)
-        snprintf(err, err_size, "no policy '%s'", name);
+    if (rc == -ENOENT) {
+        char names[192] = "";
+        salusd_policy_names(names, sizeof(names));
+        snprintf(err, err_size, "no policy '%s' (expected %s)", name, names);
+    }
     else if (rc < 0)
         snprintf(err, err_size, "policy '%s' failed to start; '%s' stays", name,
                  sched_core_policy_name(d->sched->core));

@@ -629,6 +629,17 @@ static void on_accept_error(struct evconnlistener *listener, void *arg)
 /* Refuses to take over a socket on which a live server answers; removes a dead one. */
 static int claim_socket_path(const char *path)
 {
+    int rc = server_socket_free(path);
+    if (rc != 1)
+        return rc;
+    LOG_INFO("removing the stale socket %s (no server answers on it)", path);
+    if (unlink(path) < 0 && errno != ENOENT)
+        return -errno;
+    return 0;
+}
+
+int server_socket_free(const char *path)
+{
     struct stat st;
     if (lstat(path, &st) < 0)
         return errno == ENOENT ? 0 : -errno;
@@ -650,10 +661,7 @@ static int claim_socket_path(const char *path)
                   path, err);
         return -EADDRINUSE;
     }
-    LOG_INFO("removing the stale socket %s (no server answers on it)", path);
-    if (unlink(path) < 0 && errno != ENOENT)
-        return -errno;
-    return 0;
+    return 1;
 }
 
 int server_start(salusd_t *d)

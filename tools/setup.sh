@@ -73,11 +73,35 @@ fi
 [ -f "$CUDA_DIR/include/cuda.h" ] ||
     die "CUDA toolkit not found: $CUDA_DIR/include/cuda.h is missing (install the toolkit, set CUDA_HOME or pass --cuda DIR)"
 
+echo "setup: configuring $BUILD_DIR (sanitizers: $SANITIZE)"
 cmake -S "$ROOT" -B "$BUILD_DIR" -DSALUS_CUDA_HOME="$CUDA_DIR" -DSALUS_SANITIZE="$SANITIZE" \
       -DSALUS_WERROR="$WERROR" >"$BUILD_DIR.configure.log" 2>&1 ||
     { cat "$BUILD_DIR.configure.log" >&2; die "cmake configure failed"; }
 rm -f "$BUILD_DIR.configure.log"
-cmake --build "$BUILD_DIR" -j "$(nproc)" >"$BUILD_DIR.build.log" 2>&1 ||
+# The build runs in the background; its progress (cmake's percentage) is printed when it
+# changes, at most every 10 s, so that a build of a few minutes is not a silent one.
+echo "setup: building with $(nproc) jobs (a first build takes a few minutes; log: $BUILD_DIR.build.log)"
+cmake --build "$BUILD_DIR" -j "$(nproc)" >"$BUILD_DIR.build.log" 2>&1 &
+build_pid=$!
+trap 'kill "$build_pid" 2>/dev/null || true' EXIT
+build_started=$SECONDS
+shown=""
+while kill -0 "$build_pid" 2>/dev/null; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        kill -0 "$build_pid" 2>/dev/null || break
+        sleep 1
+    done
+    progress=$(grep -aoE '^\[ *[0-9]+%\]|^\[[0-9]+/[0-9]+\]' "$BUILD_DIR.build.log" 2>/dev/null |
+               tail -n 1 | tr -d '[] ' || true)
+    if [ -n "$progress" ] && [ "$progress" != "$shown" ] && kill -0 "$build_pid" 2>/dev/null; then
+        echo "setup: building... $progress ($((SECONDS - build_started)) s)"
+        shown=$progress
+    fi
+done
+build_rc=0
+wait "$build_pid" || build_rc=$?
+trap - EXIT
+[ "$build_rc" = 0 ] ||
     { tail -n 60 "$BUILD_DIR.build.log" >&2; die "build failed (full log: $BUILD_DIR.build.log)"; }
 rm -f "$BUILD_DIR.build.log"
-echo "setup: built salus in $BUILD_DIR (sanitizers: $SANITIZE)"
+echo "setup: built salus in $BUILD_DIR in $((SECONDS - build_started)) s (sanitizers: $SANITIZE)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # <builddir>/lib/simgpu holds simgpu under the driver's sonames, exports only
-# driver entry points (+ simgpu.h's simgpu_device_stats and simgpu_vmm_adopt_fd), and runs a driver-API program that
+# driver entry points (+ simgpu.h's simgpu_device_stats, simgpu_vmm_adopt_fd and simgpu_shm_release), and runs a driver-API program that
 # was linked against the toolkit's libcuda stub, loading an nvcc fatbin when
 # nvcc is available.
 source "$(dirname "$0")/simgpu_common.sh"
@@ -10,7 +10,7 @@ done
 soname=$(readelf -d "$SIMGPU_LIB_DIR/libcuda.so.1" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
 [ "$soname" = libcuda.so.1 ] || fail "SONAME is '$soname'"
 others=$(nm -D --defined-only "$SIMGPU_LIB_DIR/libcuda.so.1" | awk '{ print $3 }' |
-         grep -v -E '^cu[A-Z]' | grep -v -x -e simgpu_device_stats -e simgpu_vmm_adopt_fd || true)
+         grep -v -E '^cu[A-Z]' | grep -v -x -e simgpu_device_stats -e simgpu_vmm_adopt_fd -e simgpu_shm_release || true)
 [ -z "$others" ] || fail "unexpected exported symbols: $others"
 pass "layout, SONAME and exports"
 

@@ -96,6 +96,15 @@ START_TEST(test_bytes)
     ck_assert_uint_eq(v, 16u << 20);
     ck_assert_int_eq(options_parse_bytes("3 G", &v), 0);
     ck_assert_uint_eq(v, 3ull << 30);
+    /* MB is the SI unit (10^6 bytes), MiB the binary one */
+    ck_assert_int_eq(options_parse_bytes("512MB", &v), 0);
+    ck_assert_uint_eq(v, 512000000ull);
+    ck_assert_int_eq(options_parse_bytes("512MiB", &v), 0);
+    ck_assert_uint_eq(v, 512ull << 20);
+    ck_assert_int_eq(options_parse_bytes("2GB", &v), 0);
+    ck_assert_uint_eq(v, 2000000000ull);
+    ck_assert_int_eq(options_parse_bytes("10kB", &v), 0);
+    ck_assert_uint_eq(v, 10000ull);
     ck_assert_int_eq(options_parse_bytes("-1", &v), -EINVAL);
     ck_assert_int_eq(options_parse_bytes("1Q", &v), -EINVAL);
     ck_assert_int_eq(options_parse_bytes("", &v), -EINVAL);

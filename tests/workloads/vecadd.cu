@@ -1,7 +1,9 @@
 /* salus-vecadd: a driver-API program written without salus in mind, in the shape of
  * NVIDIA's vectorAddDrv sample: the module is loaded from a fatbin file on disk
  * (cuModuleLoad), the kernel is looked up by name and launched, the result checked on
- * the host. Usage: salus-vecadd MODULE_FILE [N]. Prints "Result = PASS" or "Result = FAIL".
+ * the host. Usage: salus-vecadd [MODULE_FILE [N]]; the module file defaults to the one the
+ * build puts next to the packs (<bin>/../lib/packs/vecadd.fatbin). Prints "Result = PASS" or
+ * "Result = FAIL".
  *
  * One source, three builds (see README.md): nvcc --fatbin (the module file), g++ (the
  * host program), g++ -DSIMGPU_PACK (the kernel as a simgpu pack). */
@@ -26,6 +28,8 @@ WORKLOAD_PACK_EXPORT(vecadd_pack)
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "workload_packs.h"
+
 /* the module file is what the program loads; the embedded copy is unused */
 extern "C" const unsigned char salus_workload_vecadd_image[];
 
@@ -42,9 +46,19 @@ extern "C" const unsigned char salus_workload_vecadd_image[];
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: salus-vecadd MODULE_FILE [N]\n");
+    char bundled[4200];
+    const char *module_file = argc > 1 ? argv[1] : NULL;
+    if (argc > 3 || (argc > 1 && strcmp(argv[1], "--help") == 0)) {
+        fprintf(stderr, "usage: salus-vecadd [MODULE_FILE [N]] (default module: "
+                        "<bin>/../lib/packs/vecadd.fatbin, N 50000)\n");
         return 2;
+    }
+    if (!module_file) {
+        if (!workload_bundled_path("vecadd.fatbin", bundled, sizeof(bundled))) {
+            fprintf(stderr, "salus-vecadd: no MODULE_FILE given and no bundled one found\n");
+            return 2;
+        }
+        module_file = bundled;
     }
     int n = argc > 2 ? atoi(argv[2]) : 50000;
     size_t bytes = (size_t)n * sizeof(float);
@@ -58,7 +72,7 @@ int main(int argc, char **argv)
     CHECK(cuInit(0));
     CHECK(cuDeviceGet(&device, 0));
     CHECK(cuCtxCreate(&context, NULL, 0, device));
-    CHECK(cuModuleLoad(&module, argv[1]));
+    CHECK(cuModuleLoad(&module, module_file));
     CHECK(cuModuleGetFunction(&kernel, module, "VecAdd_kernel"));
 
     float *h_a = (float *)malloc(bytes), *h_b = (float *)malloc(bytes), *h_c = (float *)malloc(bytes);

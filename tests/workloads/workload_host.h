@@ -8,6 +8,8 @@
 
 #include <cuda.h>
 
+#include "workload_packs.h"
+
 #include <cerrno>
 #include <cinttypes>
 #include <climits>

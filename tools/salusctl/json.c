@@ -3,10 +3,10 @@
 #include <inttypes.h>
 #include <math.h>
 
-static void print_string(FILE *out, const char *s, uint32_t n)
+void json_print_string(FILE *out, const char *s, size_t n)
 {
     fputc('"', out);
-    for (uint32_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
         switch (ch) {
         case '"': fputs("\\\"", out); break;
@@ -38,7 +38,7 @@ void json_print(FILE *out, const msgpack_object *v)
         else
             fputs("null", out);
         break;
-    case MSGPACK_OBJECT_STR: print_string(out, v->via.str.ptr, v->via.str.size); break;
+    case MSGPACK_OBJECT_STR: json_print_string(out, v->via.str.ptr, v->via.str.size); break;
     case MSGPACK_OBJECT_ARRAY:
         fputc('[', out);
         for (uint32_t i = 0; i < v->via.array.size; i++) {
@@ -55,7 +55,7 @@ void json_print(FILE *out, const msgpack_object *v)
             if (i)
                 fputc(',', out);
             if (kv->key.type == MSGPACK_OBJECT_STR)
-                print_string(out, kv->key.via.str.ptr, kv->key.via.str.size);
+                json_print_string(out, kv->key.via.str.ptr, kv->key.via.str.size);
             else
                 fputs("\"?\"", out);
             fputc(':', out);

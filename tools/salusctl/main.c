@@ -4,19 +4,21 @@
 #include "ctl.h"
 #include "json.h"
 #include "paths.h"
+#include "policy.h"
 #include "run.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct verb_s {
     const char *name;
     int min_args, max_args;   /* max_args < 0: everything after the verb is its own */
     int (*run)(ctl_t *ctl, int argc, char **argv);
     const char *usage;
-    const char *help;
+    const char *help; /* policy's ends with the policies' names, from their registry */
 } verb_t;
 
 static int verb_help(ctl_t *ctl, int argc, char **argv);
@@ -90,6 +92,15 @@ static int verb_status(ctl_t *ctl, int argc, char **argv)
         printf("  uptime       %llu.%01llu s\n", (unsigned long long)(up / 1000),
                (unsigned long long)(up % 1000 / 100));
         printf("  device       %s\n", get_s(&reply.body, "device", dev, sizeof(dev)));
+        const msgpack_object *gpus = proto_get(&reply.body, "gpus");
+        for (uint32_t i = 0; gpus && gpus->type == MSGPACK_OBJECT_ARRAY && i < gpus->via.array.size;
+             i++) {
+            const msgpack_object *g = &gpus->via.array.ptr[i];
+            printf("  gpu %-8llu %s, %.0f MiB, %.0f MiB in chunks\n",
+                   (unsigned long long)get_u(g, "index"), get_s(g, "name", a, sizeof(a)),
+                   (double)get_u(g, "total_bytes") / 1048576.0,
+                   (double)get_u(g, "used_bytes") / 1048576.0);
+        }
         printf("  jobs         %llu\n", (unsigned long long)get_u(&reply.body, "jobs"));
         printf("  connections  %llu\n", (unsigned long long)get_u(&reply.body, "connections"));
         const msgpack_object *cl = proto_get(&reply.body, "cluster");
@@ -178,12 +189,23 @@ static int verb_version(ctl_t *ctl, int argc, char **argv)
     char err[256] = "";
     (void)argc;
     (void)argv;
-    printf("salusctl %s (protocol %d)\n", SALUS_VERSION, PROTO_VERSION);
+    if (!ctl->json)
+        printf("salusctl %s (protocol %d)\n", SALUS_VERSION, PROTO_VERSION);
     if (salus_client_open(&c, ctl->socket_path, "salusctl", ctl->timeout_ms, err, sizeof(err)) < 0) {
+        if (ctl->json) /* what the client knows, then the error on stderr */
+            printf("{\"client\": \"salusctl %s\", \"protocol\": %d, \"server\": null}\n",
+                   SALUS_VERSION, PROTO_VERSION);
         fprintf(stderr, "salusctl: cannot reach salusd at %s: %s\n", ctl->socket_path, err);
         return EXIT_DAEMON;
     }
-    printf("%s\n", c.server);
+    if (ctl->json) {
+        printf("{\"client\": \"salusctl %s\", \"protocol\": %d, \"server\": ", SALUS_VERSION,
+               PROTO_VERSION);
+        json_print_string(stdout, c.server, strlen(c.server));
+        printf("}\n");
+    } else {
+        printf("%s\n", c.server);
+    }
     salus_client_close(&c);
     return EXIT_OK;
 }
@@ -193,9 +215,47 @@ static int verb_run(ctl_t *ctl, int argc, char **argv)
     return salusctl_run(ctl->socket_path, ctl->timeout_ms, argc, argv);
 }
 
+/* The policy names salusd accepts: its own list (policy without a name). 1 when name is one
+ * of them, 0 when not (the list in names), negative when salusd did not answer (said). */
+static int policy_known(ctl_t *ctl, const char *name, char *names, size_t size)
+{
+    proto_msg_t reply;
+    size_t used = 0;
+    if (call(ctl, "policy", &reply) != EXIT_OK)
+        return -1;
+    const msgpack_object *all = proto_get(&reply.body, "policies");
+    int known = 0;
+    names[0] = '\0';
+    for (uint32_t i = 0; all && all->type == MSGPACK_OBJECT_ARRAY && i < all->via.array.size; i++) {
+        const msgpack_object *o = &all->via.array.ptr[i];
+        if (o->type != MSGPACK_OBJECT_STR)
+            continue;
+        if (strlen(name) == o->via.str.size && strncasecmp(name, o->via.str.ptr, o->via.str.size) == 0)
+            known = 1;
+        if (used < size) {
+            int w = snprintf(names + used, size - used, "%s%.*s", used ? ", " : "",
+                             (int)o->via.str.size, o->via.str.ptr);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+    proto_msg_free(&reply);
+    return known;
+}
+
 static int verb_policy(ctl_t *ctl, int argc, char **argv)
 {
     proto_msg_t reply;
+    char names[512];
+    if (argc && !policy_find(argv[0])) { /* not one this salusctl knows: ask salusd's list */
+        int known = policy_known(ctl, argv[0], names, sizeof(names));
+        if (known < 0)
+            return EXIT_DAEMON;
+        if (!known) {
+            fprintf(stderr, "salusctl: policy: no policy '%s' (salusd has: %s)\n", argv[0],
+                    names);
+            return EXIT_USAGE;
+        }
+    }
     int rc = call_with(ctl, "policy", argc ? "name" : NULL, argc ? argv[0] : NULL, &reply);
     if (rc != EXIT_OK)
         return rc;
@@ -252,27 +312,23 @@ static int verb_lanes(ctl_t *ctl, int argc, char **argv)
     return EXIT_OK;
 }
 
+/* In the order of the README's list: the daemon, jobs, groups, then the client itself. */
 static const verb_t verbs[] = {
-    {"policy", 0, 1, verb_policy, "policy [NAME] [--json]",
-     "show the scheduling policy, or switch to NAME (fifo, srtf, pack, fair, las, gittins)"},
-    {"lanes", 0, 0, verb_lanes, "lanes [--json]", "list the memory lanes of each GPU"},
-    {"run", 1, -1, verb_run, "run [--name N] [--iterations N] [--persistent B] [--ephemeral B] "
-     "[--priority N] [--group G --world N --rank R [--local-rank L] [--sync bsp|ssp:S|asp] "
-     "[--share-gpus] [--restore]] -- CMD [ARGS]",
-     "run a command as a salus job, in the foreground (a rank of group G: from the flags, or "
-     "from mpirun's, srun's or torchrun's variables)"},
-    {"status", 0, 0, verb_status, "status [--json]", "show the daemon's state"},
-    {"checkpoint", 1, -1, verb_checkpoint,
-     "checkpoint GROUP [--period S] [--timeout S] [--uid UID]",
-     "write the group's parameter-server tables at one clock to files under the state "
-     "directory (restored by run --restore); --period S: one every S seconds (0 stops)"},
+    {"status", 0, 0, verb_status, "status [--json]",
+     "show the daemon's state: its device and GPUs, jobs, connections (and the cluster)"},
     {"ps", 0, 0, verb_ps, "ps [--json]", "list jobs"},
-    {"groups", 0, 0, verb_groups, "groups [--json]",
-     "list groups (distributed jobs): state, failed rank, each rank's job, pid and GPU, "
-     "and the parameter-server tables here"},
+    {"lanes", 0, 0, verb_lanes, "lanes [--json]", "list the memory lanes of each GPU"},
+    {"policy", 0, 1, verb_policy, "policy [NAME] [--json]",
+     "show the scheduling policy, or switch to NAME"},
+    {"run", 1, -1, verb_run, "run [--name N] [--iterations N] [--persistent B] [--ephemeral B] "
+     "[--priority N] [--gpus N] [--group G --world N --rank R [--local-rank L] "
+     "[--sync bsp|ssp:S|asp] [--share-gpus] [--restore]] -- CMD [ARGS]",
+     "run a command as a salus job, in the foreground (a rank of group G: from the flags, or "
+     "from mpirun's, srun's or torchrun's variables); B: 512MiB, 2GiB (powers of 1024) or "
+     "512MB (10^6)"},
     {"submit", 1, -1, verb_submit, "submit [--log FILE] [--name N] [--iterations N] "
-     "[--persistent B] [--ephemeral B] [--priority N] [--group G --world N --rank R "
-     "[--local-rank L] [--sync bsp|ssp:S|asp] [--share-gpus]] -- CMD [ARGS]",
+     "[--persistent B] [--ephemeral B] [--priority N] [--gpus N] [--group G --world N --rank R "
+     "[--local-rank L] [--sync bsp|ssp:S|asp] [--share-gpus] [--restore]] -- CMD [ARGS]",
      "run a command as a detached job (output to a log file); prints its id"},
     {"kill", 1, -1, verb_kill, "kill [--force] [--grace S] JOB",
      "end a job: SIGTERM, then SIGKILL after S seconds (10); --force: SIGKILL at once"},
@@ -280,22 +336,45 @@ static const verb_t verbs[] = {
      "wait until a job ends; exit with its exit status when known (submit), else 0 done, "
      "1 failed"},
     {"logs", 1, -1, verb_logs, "logs [-f] JOB", "print a submitted job's log (-f: follow)"},
+    {"groups", 0, 0, verb_groups, "groups [--json]",
+     "list groups (distributed jobs): state, failed rank, each rank's job, pid and GPU, "
+     "and the parameter-server tables here"},
+    {"checkpoint", 1, -1, verb_checkpoint,
+     "checkpoint GROUP [--period S] [--timeout S] [--uid UID]",
+     "write the group's parameter-server tables at one clock to files under the state "
+     "directory (restored by run --restore); --period S: one every S seconds (0 stops)"},
     {"ps-servers", 3, -1, verb_ps_servers, "ps-servers GROUP --add NODE | --remove NODE [--json]",
      "change the parameter servers of every table of your group GROUP (cluster): NODE (a live "
      "member) joins, or leaves; prints each table's old and new view"},
     {"stats", 0, 0, verb_stats, "stats [--json]",
      "per GPU memory, utilisation, lanes and jobs; per job iteration rate"},
     {"top", 0, 0, verb_top, "top", "live view of GPUs and jobs, refreshed each second (q quits)"},
-    {"version", 0, 0, verb_version, "version", "show the client's and the daemon's versions"},
+    {"version", 0, 0, verb_version, "version [--json]",
+     "show the client's and the daemon's versions"},
     {"help", 0, 1, verb_help, "help [VERB]", "show help for all verbs or one"},
 };
 #define VERB_COUNT (sizeof(verbs) / sizeof(verbs[0]))
 
+/* A verb's help; the policy verb's names come from the policies' registry. */
+static void print_help(FILE *out, const verb_t *v)
+{
+    fputs(v->help, out);
+    if (strcmp(v->name, "policy") == 0) {
+        fputs(" (", out);
+        for (size_t i = 0; i < policy_count(); i++)
+            fprintf(out, "%s%s", i ? ", " : "", policy_at(i)->name);
+        fputs(")", out);
+    }
+}
+
 static void usage(FILE *out)
 {
     fprintf(out, "usage: salusctl [--socket PATH] [--json] VERB [ARGS]\n\nVerbs:\n");
-    for (size_t i = 0; i < VERB_COUNT; i++)
-        fprintf(out, "  %-18s %s\n", verbs[i].name, verbs[i].help);
+    for (size_t i = 0; i < VERB_COUNT; i++) {
+        fprintf(out, "  %-18s ", verbs[i].name);
+        print_help(out, &verbs[i]);
+        fputc('\n', out);
+    }
     fprintf(out, "\nOptions:\n  --socket PATH      salusd's control socket (default: $SALUS_SOCKET "
                  "or the per-user default)\n  --json             machine-readable output\n"
                  "  --timeout-ms N     give up on the daemon after N ms (default 5000)\n");
@@ -321,7 +400,9 @@ static int verb_help(ctl_t *ctl, int argc, char **argv)
         fprintf(stderr, "salusctl: no verb '%s' (see salusctl help)\n", argv[0]);
         return EXIT_USAGE;
     }
-    printf("usage: salusctl %s\n  %s\n", v->usage, v->help);
+    printf("usage: salusctl %s\n  ", v->usage);
+    print_help(stdout, v);
+    putchar('\n');
     return EXIT_OK;
 }
 

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -134,6 +135,63 @@ static int resolve_contract(const char *verb, const launch_flags_t *flags)
     return 0;
 }
 
+/* Whether path names a regular file this user may execute: 0, or the errno that says why not
+ * (EISDIR for a directory, EACCES for a file without execute permission). */
+static int executable_file(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return errno;
+    if (S_ISDIR(st.st_mode))
+        return EISDIR;
+    if (!S_ISREG(st.st_mode) || access(path, X_OK) < 0)
+        return EACCES;
+    return 0;
+}
+
+/* The command is looked up as execvp will (a name without '/' on PATH) before any job is
+ * reserved: a command that cannot run is a usage error (2), said in one line. */
+static int check_command(const char *verb, const char *command)
+{
+    if (!command[0]) {
+        fprintf(stderr, "salusctl: %s: the command is empty\n", verb);
+        return 2;
+    }
+    if (strchr(command, '/')) {
+        int why = executable_file(command);
+        if (why == 0)
+            return 0;
+        fprintf(stderr, "salusctl: %s: cannot run '%s': %s\n", verb, command,
+                why == EACCES ? "not an executable file (no execute permission)"
+                : why == EISDIR ? "it is a directory"
+                                : strerror(why));
+        return 2;
+    }
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/bin:/usr/bin";
+    for (const char *p = path; *p;) {
+        const char *colon = strchr(p, ':');
+        size_t n = colon ? (size_t)(colon - p) : strlen(p);
+        char candidate[PATH_MAX];
+        if (snprintf(candidate, sizeof(candidate), "%.*s/%s", (int)n, n ? p : ".", command) <
+                (int)sizeof(candidate) &&
+            executable_file(candidate) == 0)
+            return 0;
+        p += n + (colon ? 1 : 0);
+        if (!colon)
+            break;
+    }
+    struct stat st;
+    if (stat(command, &st) == 0)
+        fprintf(stderr, "salusctl: %s: '%s' is not a command on PATH; there is a file of that "
+                "name here: give its path, ./%s%s\n", verb, command, command,
+                executable_file(command) == 0 ? "" : " (it is not executable)");
+    else
+        fprintf(stderr, "salusctl: %s: '%s': command not found (not on PATH)\n", verb, command);
+    return 2;
+}
+
 int salusctl_job_options(const char *verb, int argc, char **argv, const char **log_path,
                          int *command_index)
 {
@@ -206,6 +264,8 @@ int salusctl_job_options(const char *verb, int argc, char **argv, const char **l
         return 2;
     }
     *command_index = i;
+    if (check_command(verb, argv[i]) != 0)
+        return 2;
     int rc = resolve_contract(verb, &group);
     if (rc == 0 && restore_group && !job_contract.group[0]) {
         fprintf(stderr, "salusctl: %s: --restore restores a group's tables: it needs --group\n",

@@ -9,8 +9,9 @@
 int salusctl_run(const char *socket_path, int timeout_ms, int argc, char **argv);
 
 /* The job options run and submit share (--name, --iterations, --persistent, --ephemeral,
- * --priority; with log_path also --log FILE): sets the SALUS_* hint variables and the index
- * of the command in argv. 0, or 2 after a usage message. */
+ * --priority, --gpus, the group's flags; with log_path also --log FILE): sets the SALUS_* hint
+ * variables and the index of the command in argv, and checks that the command can be executed
+ * (looked up on PATH as execvp does). 0, or 2 after a usage message. */
 int salusctl_job_options(const char *verb, int argc, char **argv, const char **log_path,
                          int *command_index);
 /* The rest of a job's environment: checks that salusd answers, sets SALUS_SOCKET, the shim

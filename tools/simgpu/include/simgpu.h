@@ -51,6 +51,13 @@ int simgpu_device_stats(int device, simgpu_device_stats_t *stats);
 typedef int (*simgpu_vmm_adopt_fd_fn)(int fd);
 int simgpu_vmm_adopt_fd(int fd);
 
+/* Removes the shared segment of the simulated devices (SIMGPU_SHM_NAME) when this process
+ * created it and no other process has it attached (this one keeps its mapping), so that the
+ * next process starts from SIMGPU_DEVICES and SIMGPU_MEMORY_MB again; salusd calls it as it
+ * stops. Returns 1 removed, 0 kept (not created here, or in use), or a negative errno. */
+typedef int (*simgpu_shm_release_fn)(void);
+int simgpu_shm_release(void);
+
 #ifdef __cplusplus
 }
 #endif

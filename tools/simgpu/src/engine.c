@@ -61,6 +61,11 @@ typedef struct shm_header {
 
 static shm_header_t *segment;
 static uint32_t slot_count; /* the segment's */
+/* The segment stays open while this process uses it, with a shared OFD lock on its first
+ * byte: a process that can take that byte exclusively knows that no other process is
+ * attached (the segment may then be recreated or removed). */
+static int segment_fd = -1;
+static bool segment_created; /* this process created (or recreated) the segment */
 static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
 static int my_slot[SIMGPU_MAX_DEVICES] = {[0 ... SIMGPU_MAX_DEVICES - 1] = -1};
 static bool full_noted[SIMGPU_MAX_DEVICES];
@@ -162,6 +167,48 @@ static CUresult segment_refuse(const char *why)
     return CUDA_ERROR_OPERATING_SYSTEM;
 }
 
+/* F_OFD_SETLK on the first byte of fd: F_RDLCK (attached), F_WRLCK (alone) or F_UNLCK. */
+static int attach_lock_byte(int fd, short type)
+{
+    struct flock lock = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    return fcntl(fd, F_OFD_SETLK, &lock);
+}
+
+/* Whether the segment open on fd is attached by no other process (this one's shared lock is
+ * left in place either way). */
+static bool attached_alone(int fd)
+{
+    bool alone = attach_lock_byte(fd, F_WRLCK) == 0;
+    attach_lock_byte(fd, F_RDLCK);
+    return alone;
+}
+
+/* An environment variable given explicitly (the segment's creator reads it; later processes
+ * are bound to what the segment holds). */
+static bool env_given(const char *name)
+{
+    const char *value = getenv(name);
+    return value && *value;
+}
+
+/* The segment holds other values than this process asked for: 1 if the difference is worth
+ * saying (what was asked for explicitly), with what in `what`. */
+static int segment_differs(const shm_header_t *h, char *what, size_t size)
+{
+    uint64_t total = h->device_count ? device_at((shm_header_t *)h, 0)->total_bytes : 0;
+    bool devices = env_given("SIMGPU_DEVICES") &&
+                   h->device_count != (uint32_t)simgpu_config.device_count;
+    bool memory = env_given("SIMGPU_MEMORY_MB") && total != simgpu_config.memory_bytes;
+    bool slots = env_given("SIMGPU_PROCESS_SLOTS") && h->slot_count != simgpu_config.process_slots;
+    if (!devices && !memory && !slots)
+        return 0;
+    snprintf(what, size, "it has %u device%s of %llu MiB and %u process slots; asked for %d of "
+             "%llu MiB and %u", h->device_count, h->device_count == 1 ? "" : "s",
+             (unsigned long long)(total >> 20), h->slot_count, simgpu_config.device_count,
+             (unsigned long long)(simgpu_config.memory_bytes >> 20), simgpu_config.process_slots);
+    return 1;
+}
+
 CUresult simgpu_shm_attach(void)
 {
     simgpu_config_load();
@@ -189,6 +236,11 @@ CUresult simgpu_shm_attach(void)
         char why[96];
         snprintf(why, sizeof(why), "it belongs to uid %u", (unsigned)st.st_uid);
         rc = segment_refuse(why);
+        goto out;
+    }
+    /* attached from here on (the lock is taken under the flock, as the removal checks) */
+    if (attach_lock_byte(fd, F_RDLCK) < 0) {
+        rc = segment_refuse(strerror(errno));
         goto out;
     }
     bool create = st.st_size == 0;
@@ -219,8 +271,41 @@ CUresult simgpu_shm_attach(void)
         goto out;
     }
     shm_header_t *h = map;
+    char differs[192];
+    if (!create && __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == SHM_MAGIC &&
+        h->header_bytes == sizeof(shm_header_t) && h->device_count > 0 &&
+        h->device_count <= SIMGPU_MAX_DEVICES && bytes >= segment_size(h->device_count, 0) &&
+        segment_differs(h, differs, sizeof(differs))) {
+        if (attached_alone(fd)) {
+            /* left by a process that is gone (a salusd that was killed, say): start over */
+            size_t want = segment_size((uint32_t)simgpu_config.device_count,
+                                       simgpu_config.process_slots);
+            munmap(map, bytes);
+            map = MAP_FAILED;
+            if (ftruncate(fd, 0) < 0 || ftruncate(fd, (off_t)want) < 0) {
+                rc = segment_refuse(strerror(errno));
+                goto out;
+            }
+            bytes = want;
+            map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (map == MAP_FAILED) {
+                rc = segment_refuse(strerror(errno));
+                goto out;
+            }
+            h = map;
+            create = true;
+            fprintf(stderr, "simgpu[%d]: recreated the segment /dev/shm%s, which no process "
+                    "used (%s)\n", (int)getpid(), simgpu_config.shm_name, differs);
+        } else {
+            fprintf(stderr, "simgpu[%d]: SIMGPU_DEVICES/SIMGPU_MEMORY_MB/SIMGPU_PROCESS_SLOTS "
+                    "ignored: the segment /dev/shm%s is in use and keeps its values (%s); "
+                    "stop the processes that use it or set another SIMGPU_SHM_NAME\n",
+                    (int)getpid(), simgpu_config.shm_name, differs);
+        }
+    }
     if (create) {
         rc = segment_init(h, simgpu_config.device_count, simgpu_config.process_slots, bytes);
+        segment_created = rc == CUDA_SUCCESS;
     } else if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC) {
         rc = segment_refuse("bad magic");
     } else if (h->layout_version != SHM_LAYOUT_VERSION || h->header_bytes != sizeof(shm_header_t) ||
@@ -246,7 +331,10 @@ out:
         munmap(map, bytes);
     if (fd >= 0) {
         flock(fd, LOCK_UN);
-        close(fd);
+        if (segment && segment_fd < 0)
+            segment_fd = fd; /* kept open: its lock says this process is attached */
+        else
+            close(fd);
     }
     pthread_mutex_unlock(&attach_lock);
     return rc;
@@ -371,6 +459,25 @@ void simgpu_engine_release(int device, uint64_t busy_ns)
 void simgpu_engine_yield(int device, uint64_t busy_ns)
 {
     engine_let_go(device, busy_ns, 0);
+}
+
+/* ---- the segment's end (simgpu.h) ---- */
+__attribute__((visibility("default"))) int simgpu_shm_release(void)
+{
+    pthread_mutex_lock(&attach_lock);
+    int rc = 0;
+    if (!segment || !segment_created || segment_fd < 0)
+        goto out;
+    /* under the flock, as an attach takes its lock: nobody attaches in between */
+    flock(segment_fd, LOCK_EX);
+    if (attach_lock_byte(segment_fd, F_WRLCK) == 0) {
+        rc = shm_unlink(simgpu_config.shm_name) == 0 || errno == ENOENT ? 1 : -errno;
+        attach_lock_byte(segment_fd, F_RDLCK);
+    }
+    flock(segment_fd, LOCK_UN);
+out:
+    pthread_mutex_unlock(&attach_lock);
+    return rc;
 }
 
 /* ---- the read-only stats API (simgpu.h) ---- */

@@ -45,7 +45,7 @@ static void packs_load(void)
 {
     const char *list = getenv("SIMGPU_KERNEL_PACKS");
     if (!list || !*list)
-        return;
+        return; /* said at the first kernel looked up in vain (pack_kernel_missing) */
     char *copy = strdup(list), *save = NULL;
     for (char *path = strtok_r(copy, ":", &save); path && pack_count < MAX_PACKS;
          path = strtok_r(NULL, ":", &save)) {
@@ -71,6 +71,43 @@ static void packs_load(void)
         packs[pack_count++] = (kernel_pack_t){.handle = handle, .kernels = kernels, .count = count};
     }
     free(copy);
+    /* once per process: which packs this program's kernels come from */
+    char names[1024] = "";
+    size_t used = 0;
+    unsigned kernels = 0;
+    for (unsigned p = 0; p < pack_count; p++) {
+        Dl_info info;
+        const char *path = "?";
+        if (packs[p].count && dladdr(packs[p].kernels, &info) && info.dli_fname)
+            path = info.dli_fname;
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        if (used < sizeof(names)) {
+            int w = snprintf(names + used, sizeof(names) - used, "%s%s", p ? ", " : "", base);
+            used += w > 0 ? (size_t)w : 0;
+        }
+        kernels += packs[p].count;
+    }
+    fprintf(stderr, "simgpu[%d]: %u kernel pack%s loaded (%u kernels) from SIMGPU_KERNEL_PACKS: "
+            "%s\n", (int)getpid(), pack_count, pack_count == 1 ? "" : "s", kernels, names);
+}
+
+/* A kernel that no pack has: said once per process, naming the variable that lists them. */
+static void pack_kernel_missing(const char *name)
+{
+    static int said;
+    if (__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
+        return;
+    const char *list = getenv("SIMGPU_KERNEL_PACKS");
+    if (!list || !*list)
+        fprintf(stderr, "simgpu[%d]: no kernel '%s': SIMGPU_KERNEL_PACKS is not set, so no "
+                "kernel pack is loaded (simgpu runs a program's kernels from packs; for the "
+                "bundled workloads: export SIMGPU_KERNEL_PACKS=$(cat "
+                "<build>/lib/packs/salus-workloads.packs))\n", (int)getpid(), name);
+    else
+        fprintf(stderr, "simgpu[%d]: no kernel '%s' in the %u kernel pack%s of "
+                "SIMGPU_KERNEL_PACKS; add the pack that has it (for the bundled workloads: "
+                "$(cat <build>/lib/packs/salus-workloads.packs))\n", (int)getpid(), name,
+                pack_count, pack_count == 1 ? "" : "s");
 }
 
 static const simgpu_kernel *pack_kernel(const char *name)
@@ -143,8 +180,10 @@ static void module_free(CUmodule mod)
 static CUresult module_function(CUmodule mod, const char *name, struct CUfunc_st **out)
 {
     const simgpu_kernel *kernel = pack_kernel(name);
-    if (!kernel)
+    if (!kernel) {
+        pack_kernel_missing(name);
         return CUDA_ERROR_NOT_FOUND;
+    }
     CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&mod->lock);
     struct CUfunc_st *f;

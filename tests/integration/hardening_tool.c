@@ -1,4 +1,5 @@
-/* salus-hardening-test: the attacks of test_hardening_flood.sh, run as an ordinary user.
+/* salus-hardening-test: the attacks of test_hardening_flood.sh and test_hardening_memory.sh,
+ * run as an ordinary user.
  *
  *   salus-hardening-test reuse SOCKET submit|register
  *       connects and says hello, prints "pid N" (its own pid), forks and exits; the child
@@ -21,8 +22,8 @@
  *       sends one byte of a request every INTERVAL_MS and never finishes it; prints how long
  *       the server kept the connection ("closed after N ms" or "open after N ms")
  *
- * The last five print "ready ..." with their counts once done, then hold their connections
- * until stdin reaches EOF. */
+ * All but reuse and drip print "ready ..." with their counts once done, then hold their
+ * connections until stdin reaches EOF. */
 #include "client.h"
 
 #include <errno.h>

@@ -48,6 +48,14 @@ const option_def_t salusd_options[] = {
         "admitted jobs of one user at once; more wait (root and salusd's own user: no cap)"),
     ROW("max-output-bytes", OPTION_BYTES, "4MiB", 4096, 1LL << 30, max_output_bytes,
         "replies queued for a client that does not read them before it is disconnected"),
+    ROW("max-output-bytes-per-uid", OPTION_BYTES, "8MiB", 4096, 1LL << 32,
+        max_output_bytes_per_uid,
+        "replies queued for the clients of one user that do not read them, all its "
+        "connections together (root's too); past it the connection holding the most is "
+        "disconnected"),
+    ROW("max-output-bytes-total", OPTION_BYTES, "24MiB", 4096, 1LL << 34, max_output_bytes_total,
+        "replies queued for all clients together; past it the connection holding the most is "
+        "disconnected"),
     ROW("max-partial-frame-bytes", OPTION_BYTES, "16MiB", 64 << 10, 1LL << 32,
         max_partial_frame_bytes,
         "memory held in partly received frames, all clients together; past it the client "

@@ -18,6 +18,8 @@ typedef struct salusd_config_s {
     long long max_queued_submits_per_uid;
     long long max_jobs_per_uid;
     unsigned long long max_output_bytes;
+    unsigned long long max_output_bytes_per_uid; /* all connections of one user together */
+    unsigned long long max_output_bytes_total;   /* all clients together */
     unsigned long long max_partial_frame_bytes;
     long long hello_timeout_ms;
     char driver_path[4096];

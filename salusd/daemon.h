@@ -14,7 +14,9 @@
 struct event_base;
 struct evconnlistener;
 struct bufferevent;
+struct evbuffer_cb_entry;
 struct metrics_s;
+struct server_user_s;
 
 /* descriptors a client may pass with one frame; more are closed on arrival */
 #define SERVER_MAX_FRAME_FDS 4
@@ -38,6 +40,11 @@ typedef struct conn_s {
     gid_t gid;
     int pidfd;                /* the peer process, bound at accept (server.c); never -1 */
     size_t input_held_bytes;  /* bytes of a partial frame held in the input buffer */
+    /* replies queued for it (server_output.c's books), its user's books, and the callback
+     * that keeps them (NULL once the connection is dropped) */
+    size_t output_bytes;
+    struct server_user_s *user;
+    struct evbuffer_cb_entry *output_cb;
     struct event *hello_deadline; /* closes the connection if no hello by then */
     int hello_done;
     int closing;              /* an error was sent; close once it is written */
@@ -61,6 +68,14 @@ typedef struct salusd_s {
     LIST_HEAD(conn_list, conn_s) conns;
     unsigned connection_count;
     uint64_t partial_frame_bytes; /* sum of the connections' input_held_bytes */
+    /* server_output.c: the users with connections open, the replies queued for all clients,
+     * the most held (queued replies and partial frames) since memory was last handed back,
+     * the timer that hands it back after a burst, and the rate limit of its cut lines */
+    LIST_HEAD(server_user_list, server_user_s) users;
+    uint64_t output_bytes;
+    uint64_t held_peak_bytes;
+    struct event *release_timer;
+    uint64_t cut_logged_ns, cuts_unlogged;
     struct event *accept_pause; /* re-enables accepting after an accept error */
     uint64_t started_ns;
     uint64_t frames_rejected;

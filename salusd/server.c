@@ -1,6 +1,6 @@
 /* The control socket: listening, connections, framing, the hello handshake. */
 #include "access.h"
-#include "daemon.h"
+#include "server-internal.h"
 
 #include "log.h"
 #include "paths.h"
@@ -53,6 +53,8 @@ static void conn_free(conn_t *c)
     LIST_REMOVE(c, link);
     d->connection_count--;
     d->partial_frame_bytes -= c->input_held_bytes;
+    server_output_leave(c);
+    server_output_note_held(d);
     if (c->hello_deadline)
         event_free(c->hello_deadline);
     close_fds(c->queued_fds, &c->queued_nfds);
@@ -89,15 +91,6 @@ int server_dup_pidfd(const conn_t *c)
         return -ESRCH;
     int fd = fcntl(c->pidfd, F_DUPFD_CLOEXEC, 0);
     return fd < 0 ? -errno : fd;
-}
-
-unsigned server_connections_of(const salusd_t *d, uid_t uid)
-{
-    unsigned n = 0;
-    const conn_t *c;
-    LIST_FOREACH(c, &d->conns, link)
-        n += c->uid == uid;
-    return n;
 }
 
 /* The effective uid in /proc/PID/status, or -1. */
@@ -187,20 +180,28 @@ static int send_direct(conn_t *c, const char *data, size_t size, const int *fds,
     }
     if (nfds > 0 && sent == 0)
         return -EAGAIN;
-    /* one reply of any size may wait; more only up to the cap */
-    size_t queued = evbuffer_get_length(out);
-    if (queued > 0 && queued + (size - sent) > c->daemon->config.max_output_bytes)
-        return -ENOBUFS;
-    if (sent < size && bufferevent_write(c->bev, data + sent, size - sent) < 0)
-        return -ENOMEM;
-    return 0;
+    if (sent == size)
+        return 0;
+    /* the caps per connection, per user and for all clients (server_output.c) */
+    int rc = server_output_admit(c, size - sent);
+    if (rc < 0)
+        return rc;
+    rc = bufferevent_write(c->bev, data + sent, size - sent) < 0 ? -ENOMEM : 0;
+    server_output_sync(c);
+    return rc;
 }
 
-/* Closes c once the loop is back, dropping the replies it has not read (a socket
- * bufferevent's output cannot be drained from the front: fail it instead). */
-static void conn_drop(conn_t *c)
+/* Closes c once the loop is back (callers may still hold it), dropping the replies it has
+ * not read: they are freed now, not then, since many connections may be cut before the loop
+ * is back. Nothing more is written to it: the front of its output, which the bufferevent
+ * keeps frozen while it writes, may go. */
+void server_conn_drop(conn_t *c)
 {
+    struct evbuffer *out = bufferevent_get_output(c->bev);
     c->closing = 1;
+    server_output_forget(c);
+    evbuffer_unfreeze(out, 1);
+    evbuffer_drain(out, evbuffer_get_length(out));
     event_del(c->read_event);
     bufferevent_disable(c->bev, EV_READ | EV_WRITE);
     bufferevent_setcb(c->bev, NULL, NULL, on_event, c);
@@ -212,11 +213,8 @@ void server_send(conn_t *c, const proto_enc_t *enc)
     if (c->closing)
         return;
     int rc = send_direct(c, enc->sbuf.data, enc->sbuf.size, NULL, 0);
-    if (rc == -ENOBUFS) {
-        LOG_WARN("closing the connection of pid %d (uid %u): it does not read its replies "
-                 "(over max-output-bytes, %llu bytes)", (int)c->pid, (unsigned)c->uid,
-                 (unsigned long long)c->daemon->config.max_output_bytes);
-        conn_drop(c);
+    if (rc == -ENOBUFS) { /* logged by server_output_admit */
+        server_conn_drop(c);
     } else if (rc < 0) {
         LOG_DEBUG("could not send a reply to pid %d", (int)c->pid);
     }
@@ -227,7 +225,9 @@ int server_send_fds(conn_t *c, const proto_enc_t *enc, const int *fds, int nfds)
     if (nfds < 1 || nfds > 4)
         return -EINVAL;
     int rc = send_direct(c, enc->sbuf.data, enc->sbuf.size, fds, nfds);
-    if (rc < 0) {
+    if (rc == -ENOBUFS) { /* logged by server_output_admit */
+        server_conn_drop(c);
+    } else if (rc < 0) {
         LOG_WARN("cannot pass descriptors to pid %d (%s); closing its connection", (int)c->pid,
                  strerror(-rc));
         conn_close_after_write(c);
@@ -320,6 +320,7 @@ static void account_input(conn_t *c)
     size_t held = c->closing ? 0 : evbuffer_get_length(c->input);
     d->partial_frame_bytes = d->partial_frame_bytes - c->input_held_bytes + held;
     c->input_held_bytes = held;
+    server_output_note_held(d);
     if (held == 0 || d->partial_frame_bytes <= d->config.max_partial_frame_bytes)
         return;
     LOG_WARN("closing the connection of pid %d (uid %u): partial frames of all clients hold "
@@ -332,6 +333,7 @@ static void account_input(conn_t *c)
     close_fds(c->queued_fds, &c->queued_nfds);
     d->partial_frame_bytes -= c->input_held_bytes;
     c->input_held_bytes = 0;
+    server_output_note_held(d);
 }
 
 /* Gives the frame that spans stream bytes [start, end) the descriptors that came with its
@@ -564,6 +566,15 @@ static void on_accept(struct evconnlistener *listener, evutil_socket_t fd, struc
     struct event *reader = deadline ? event_new(d->base, fd, EV_READ | EV_PERSIST, on_readable, c)
                                     : NULL;
     struct evbuffer *input = reader ? evbuffer_new() : NULL;
+    if (input) {
+        c->daemon = d;
+        c->bev = bev;
+        c->uid = cred.uid;
+    }
+    if (input && server_output_join(c) < 0) {
+        evbuffer_free(input);
+        input = NULL;
+    }
     if (!input) {
         LOG_ERROR("out of memory accepting a connection");
         if (reader)
@@ -703,10 +714,9 @@ int server_start(salusd_t *d)
     if (rc < 0)
         goto fail;
     d->accept_pause = evtimer_new(d->base, on_accept_resume, d);
-    d->listener = d->accept_pause ? evconnlistener_new(d->base, on_accept, d,
-                                                       LEV_OPT_CLOSE_ON_FREE |
-                                                           LEV_OPT_CLOSE_ON_EXEC, 128, fd)
-                                  : NULL;
+    if (d->accept_pause && server_output_start(d) == 0)
+        d->listener = evconnlistener_new(d->base, on_accept, d,
+                                         LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 128, fd);
     if (!d->listener) {
         rc = -errno ? -errno : -ENOMEM;
         LOG_ERROR("cannot listen on %s", path);
@@ -734,6 +744,7 @@ void server_stop(salusd_t *d)
     if (d->accept_pause)
         event_free(d->accept_pause);
     d->accept_pause = NULL;
+    server_output_stop(d);
     if (d->socket_bound && unlink(d->config.socket_path) < 0)
         LOG_WARN("could not remove %s: %s", d->config.socket_path, strerror(errno));
     d->socket_bound = 0;

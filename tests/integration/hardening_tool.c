@@ -1,4 +1,5 @@
-/* salus-hardening-test: the attacks of test_hardening_flood.sh, run as an ordinary user.
+/* salus-hardening-test: the attacks of test_hardening_flood.sh and test_hardening_memory.sh,
+ * run as an ordinary user.
  *
  *   salus-hardening-test reuse SOCKET submit|register
  *       connects and says hello, prints "pid N" (its own pid), forks and exits; the child
@@ -12,12 +13,17 @@
  *                                                and never reading a reply
  *   salus-hardening-test partial SOCKET N BYTES  N connections, each sending BYTES of a
  *                                                frame of BYTES + 1
+ *   salus-hardening-test ps-flood SOCKET N JOBS REQUESTS GO|-
+ *       submits JOBS jobs (held, so that ps lists them), opens N connections (prints
+ *       "connected N"), waits for the file GO, then each connection sends REQUESTS ps
+ *       requests and never reads a reply; once salusd has read them all, prints how many
+ *       connections it cut off (N = 0: only the jobs)
  *   salus-hardening-test drip SOCKET|HOST:PORT INTERVAL_MS MAX_MS
  *       sends one byte of a request every INTERVAL_MS and never finishes it; prints how long
  *       the server kept the connection ("closed after N ms" or "open after N ms")
  *
- * The last four print "ready ..." with their counts once done, then hold their connections
- * until stdin reaches EOF. */
+ * All but reuse and drip print "ready ..." with their counts once done, then hold their
+ * connections until stdin reaches EOF. */
 #include "client.h"
 
 #include <errno.h>
@@ -25,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -283,6 +291,159 @@ done:
     return 0;
 }
 
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Submits jobs on the holder connection (names of the longest kind: a long ps). */
+static long submit_jobs(salus_client_t *holder, long jobs)
+{
+    long submitted = 0;
+    char err[256], name[64];
+    for (long i = 0; i < jobs; i++) {
+        proto_msg_t reply;
+        snprintf(name, sizeof(name), "flood-%057ld", i);
+        if (call(holder, "submit", name, 0, &reply, err, sizeof(err)) == 0) {
+            proto_msg_free(&reply);
+            submitted++;
+        }
+    }
+    return submitted;
+}
+
+/* Closes the connections that salusd cut (hung up) among those polled; returns how many. */
+static long close_cut(salus_client_t *clients, int *open, const struct pollfd *polled,
+                      const long *which, nfds_t count)
+{
+    long cut = 0;
+    for (nfds_t k = 0; k < count; k++)
+        if (polled[k].revents & (POLLERR | POLLHUP)) {
+            salus_client_close(&clients[which[k]]);
+            open[which[k]] = 0;
+            cut++;
+        }
+    return cut;
+}
+
+/* The attack of a user who makes salusd queue replies: ps answers that list the user's jobs,
+ * requested on many connections that never read. Once connected (and GO exists, unless it is
+ * "-"), every connection sends its requests round by round (nonblocking) until it sent them
+ * all or salusd cut it; then the tool waits until salusd has read every request. At most
+ * 240 s in all. */
+static int cmd_ps_flood(const char *path, long n, long jobs, long requests, const char *go)
+{
+    salus_client_t holder;
+    salus_client_t *clients = calloc((size_t)n + 1, sizeof(*clients));
+    long *sent = calloc((size_t)n + 1, sizeof(*sent)), *which = calloc((size_t)n + 1, sizeof(long));
+    int *open = calloc((size_t)n + 1, sizeof(*open));
+    struct pollfd *polled = calloc((size_t)n + 1, sizeof(*polled));
+    long connected = 0, cut = 0, submitted = 0;
+    long long deadline = now_ms() + 240000;
+    char err[256] = "";
+    int rc = 1, holding = 0;
+    proto_enc_t e;
+    proto_enc_init(&e);
+    if (!clients || !sent || !which || !open || !polled)
+        goto out;
+    raise_fd_limit();
+    if (salus_client_open(&holder, path, "hardening-test", TOOL_TIMEOUT_MS, err, sizeof(err)) < 0) {
+        fprintf(stderr, "ps-flood: %s\n", err);
+        goto out;
+    }
+    holding = 1;
+    submitted = submit_jobs(&holder, jobs);
+    for (long i = 0; i < n; i++)
+        if (salus_client_open(&clients[i], path, "hardening-test", TOOL_TIMEOUT_MS, err,
+                              sizeof(err)) == 0) {
+            open[i] = 1;
+            connected++;
+        }
+    printf("connected %ld\n", connected);
+    fflush(stdout);
+    while (strcmp(go, "-") != 0 && access(go, F_OK) != 0 && now_ms() < deadline)
+        poll(NULL, 0, 20);
+    proto_enc_begin(&e, PROTO_REQUEST, 1, "ps", 0);
+    proto_enc_finish(&e);
+    while (now_ms() < deadline) {
+        nfds_t count = 0;
+        for (long i = 0; i < n; i++)
+            if (open[i] && sent[i] < requests) {
+                polled[count] = (struct pollfd){.fd = clients[i].fd, .events = POLLOUT};
+                which[count++] = i;
+            }
+        if (count == 0 || poll(polled, count, 1000) < 0)
+            break;
+        cut += close_cut(clients, open, polled, which, count);
+        for (nfds_t k = 0; k < count; k++) {
+            long i = which[k];
+            if (!open[i] || !(polled[k].revents & POLLOUT))
+                continue;
+            /* one whole request at a time: a frame is never left half sent */
+            ssize_t w = send(clients[i].fd, e.sbuf.data, e.sbuf.size, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w == (ssize_t)e.sbuf.size) {
+                sent[i]++;
+            } else if (w >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+                salus_client_close(&clients[i]);
+                open[i] = 0;
+                cut++;
+            }
+        }
+    }
+    /* then until salusd has read every request (or cut the connection): what it queued is
+     * what it holds while the tool holds its connections */
+    for (long i = 0; i < n; i++) {
+        int unread = 1;
+        while (open[i] && unread > 0 && now_ms() < deadline) {
+            struct pollfd p = {.fd = clients[i].fd, .events = 0};
+            if (poll(&p, 1, 0) < 0 || ioctl(clients[i].fd, SIOCOUTQ, &unread) < 0)
+                unread = 0;
+            else if (p.revents & (POLLERR | POLLHUP))
+                cut += close_cut(clients, open, &p, &i, 1);
+            else if (unread > 0)
+                poll(NULL, 0, 20);
+        }
+    }
+    /* a round trip on the holder: salusd handles it after the requests it has read, so
+     * by its answer every request was answered or its connection cut */
+    proto_msg_t reply;
+    salus_client_begin(&holder, "status", 0);
+    if (salus_client_call(&holder, &reply, err, sizeof(err)) == 0)
+        proto_msg_free(&reply);
+    /* and those cut after they were looked at (to make room for others): until none hangs
+     * up for 100 ms */
+    while (now_ms() < deadline) {
+        nfds_t count = 0;
+        for (long i = 0; i < n; i++)
+            if (open[i]) {
+                polled[count] = (struct pollfd){.fd = clients[i].fd, .events = 0};
+                which[count++] = i;
+            }
+        if (count == 0 || poll(polled, count, 100) <= 0)
+            break;
+        cut += close_cut(clients, open, polled, which, count);
+    }
+    printf("ready connected %ld cut off %ld (submitted %ld jobs)\n", connected, cut, submitted);
+    fflush(stdout);
+    hold_until_eof();
+    rc = 0;
+out:
+    for (long i = 0; i < n && clients; i++)
+        if (open && open[i])
+            salus_client_close(&clients[i]);
+    if (holding)
+        salus_client_close(&holder);
+    proto_enc_destroy(&e);
+    free(clients);
+    free(sent);
+    free(which);
+    free(open);
+    free(polled);
+    return rc;
+}
+
 static int cmd_partial(const char *path, long n, long bytes)
 {
     int *fds = calloc((size_t)n, sizeof(*fds));
@@ -348,12 +509,6 @@ static int cmd_partial(const char *path, long n, long bytes)
     return 0;
 }
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* SOCKET (a path) or 127.0.0.1:PORT (the metrics endpoint: an HTTP request is dripped) */
 static int cmd_drip(const char *target, long interval_ms, long max_ms)
@@ -419,9 +574,12 @@ int main(int argc, char **argv)
         return cmd_conns(argv[2], atol(argv[3]), 1);
     if (argc == 4 && strcmp(argv[1], "status-flood") == 0)
         return cmd_status_flood(argv[2], atol(argv[3]));
+    if (argc == 7 && strcmp(argv[1], "ps-flood") == 0)
+        return cmd_ps_flood(argv[2], atol(argv[3]), atol(argv[4]), atol(argv[5]), argv[6]);
     if (argc == 5 && strcmp(argv[1], "partial") == 0)
         return cmd_partial(argv[2], atol(argv[3]), atol(argv[4]));
     fprintf(stderr, "usage: salus-hardening-test reuse SOCKET submit|register | conns SOCKET N "
-                    "| submits SOCKET N | status-flood SOCKET N | partial SOCKET N BYTES\n");
+                    "| submits SOCKET N | status-flood SOCKET N | partial SOCKET N BYTES "
+                    "| ps-flood SOCKET N JOBS REQUESTS GO|-\n");
     return 2;
 }

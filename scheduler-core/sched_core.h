@@ -351,6 +351,17 @@ int sched_core_group_slot(sched_core_t *core, uint64_t group_id, uint64_t seq, u
  * be NULL); returns how many slots are queued behind it. */
 size_t sched_core_slots_queued(const sched_core_t *core, uint64_t *group_id, uint64_t *seq);
 
+/* A job of unknown sizes, still learning them, needs a budget of budget_bytes (its next
+ * allocation does not fit the claim it was admitted on) and holds held_bytes of memory now:
+ * its claim grows to it at once if its GPU has the room (lanes merged if needed), else it
+ * keeps what it holds and waits, served before newcomers whenever memory frees on its GPU
+ * (memory/lanes.h, lanes_want). 0: the budget holds it now (a BUDGET effect says so);
+ * -EAGAIN: it waits, a BUDGET effect comes when it has it (or its sizes are learned first);
+ * -ENOSPC: it can never have it (sizes known, or more than its cap or its GPU); -ENOENT (not
+ * admitted), -ENOMEM. */
+int sched_core_job_wants(sched_core_t *core, uint64_t job_id, uint64_t budget_bytes,
+                         uint64_t held_bytes, uint64_t now_ns, sched_core_effects_t *effects);
+
 /* Runs an admission round now (after something outside the core freed memory). */
 int sched_core_admit(sched_core_t *core, uint64_t now_ns, sched_core_effects_t *effects);
 

@@ -267,7 +267,13 @@ static void claim_option(const lanes_state_t *state, const lanes_config_t *confi
     if (!gpu_has_room_for_job(state, config, gpu->index) || charge > free_bytes ||
         free_bytes - charge < claim_floor(config, job, gpu))
         return;
+    /* the least claim is left for one more job of unknown sizes where the GPU has room for
+     * both: two such jobs arriving together both start (a program and a process it starts,
+     * which may wait for each other) */
+    uint64_t floor = claim_floor(config, job, gpu);
     uint64_t claim = free_bytes - charge, cap = claim_cap(config, job);
+    if (claim >= 2 * floor)
+        claim -= floor;
     if (claim > cap)
         claim = cap;
     option_t o = {true, true, gpu->index, LANES_NO_LANE,

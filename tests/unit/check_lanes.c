@@ -195,7 +195,8 @@ static const lanes_case_t lanes_cases[] = {
     {"learned sizes replace provisional ones", 0, false, false, 0, {
         GPU(0, 16 * G, 0),
         ADMIT(2, 1000, 2 * G, 8 * G, LANES_OK, 0, 1, 8 * G),
-        ADMIT(1, 1000, UNKNOWN, UNKNOWN, LANES_OK, 0, 2, 6 * G), /* claims the free 6 */
+        /* claims the free 6, less a least claim (3) left for one more */
+        ADMIT(1, 1000, UNKNOWN, UNKNOWN, LANES_OK, 0, 2, 3 * G),
         UPDATE(1, 1 * G, 4 * G, LANES_OK, 2, 4 * G),      /* the claim ends, in place */
         UPDATE(1, 1 * G, 7 * G, LANES_MOVED, 1, 8 * G),   /* moves into lane 1 */
         LANE_GONE(2),
@@ -211,21 +212,19 @@ static const lanes_case_t lanes_cases[] = {
     {"a job of unknown sizes claims the free memory; others wait until it is learned", 0, false,
      false, 0, {
         GPU(0, 16 * G, 0),
-        ADMIT(1, 1000, UNKNOWN, UNKNOWN, LANES_OK, 0, 1, 16 * G), /* all of it */
-        FREE(0, 0),
-        ADMIT(2, 1000, UNKNOWN, UNKNOWN, LANES_WAIT, 0, 0, 0),     /* two together: one waits */
-        ADMIT(3, 1000, 1 * G, 1 * G, LANES_WAIT, 0, 0, 0),         /* nobody joins a claim */
+        ADMIT(1, 1000, UNKNOWN, UNKNOWN, LANES_OK, 0, 1, 13 * G), /* all but a least claim */
+        FREE(0, 3 * G),
+        ADMIT(2, 1000, UNKNOWN, UNKNOWN, LANES_OK, 0, 2, 3 * G),  /* two together: both go */
+        ADMIT(3, 1000, UNKNOWN, UNKNOWN, LANES_WAIT, 0, 0, 0),     /* a third waits */
+        ADMIT(4, 1000, 1 * G, 1 * G, LANES_WAIT, 0, 0, 0),         /* nobody joins a claim */
         UPDATE(1, 1 * G, 3 * G, LANES_OK, 1, 3 * G),              /* learned: 4 GiB */
-        FREE(0, 12 * G),
-        ADMIT(2, 1000, UNKNOWN, UNKNOWN, LANES_OK, 0, 2, 12 * G), /* then it claims the rest */
-        ADMIT(3, 1000, 1 * G, 1 * G, LANES_WAIT, 0, 0, 0),
+        FREE(0, 9 * G),
+        ADMIT(3, 1000, UNKNOWN, UNKNOWN, LANES_OK, 0, 3, 6 * G),  /* then it claims */
+        ADMIT(4, 1000, 1 * G, 1 * G, LANES_OK, 0, 4, 1 * G),      /* packing as usual */
+        FREE(0, 1 * G),
         RELEASE(1),                                   /* (to a claim only when it waits) */
-        LANE(2, 12 * G, 1),
-        FREE(0, 4 * G),
-        UPDATE(2, 2 * G, 4 * G, LANES_OK, 2, 4 * G),              /* learned: 6 GiB */
-        FREE(0, 10 * G),
-        ADMIT(3, 1000, 1 * G, 1 * G, LANES_OK, 0, 3, 1 * G),      /* packing as usual */
-        ADMIT(4, 1000, 1 * G, 3 * G, LANES_OK, 0, 4, 3 * G),
+        LANE(3, 6 * G, 1),
+        FREE(0, 5 * G),
     }},
     {"a claim needs the least claim free; merges make room", 0, false, false, 0, {
         GPU(0, 10 * G, 0),
@@ -371,13 +370,14 @@ START_TEST(test_provisional_flag)
     ck_assert_int_eq(lanes_admit(l, &r, &p), LANES_OK);
     ck_assert(p.provisional);
     ck_assert_uint_eq(p.persistent_bytes, 0);
-    /* the claim: capacity 15 GiB less the overhead */
-    ck_assert_uint_eq(p.ephemeral_bytes, 15 * G - LANES_DEFAULT_JOB_OVERHEAD_BYTES);
+    /* the claim: capacity 15 GiB less the overhead and a least claim left for one more */
+    ck_assert_uint_eq(p.ephemeral_bytes, 15 * G - LANES_DEFAULT_JOB_OVERHEAD_BYTES -
+                                             LANES_DEFAULT_PROVISIONAL_MIN_BYTES);
     ck_assert_uint_eq(p.lane_size_bytes, p.ephemeral_bytes);
     lanes_gpu_info_t info;
     ck_assert_int_eq(lanes_gpu_info(l, 0, &info), LANES_OK);
     ck_assert_uint_eq(info.persistent_bytes, LANES_DEFAULT_JOB_OVERHEAD_BYTES);
-    ck_assert_uint_eq(info.free_bytes, 0);
+    ck_assert_uint_eq(info.free_bytes, LANES_DEFAULT_PROVISIONAL_MIN_BYTES);
     ck_assert_int_eq(lanes_update_sizes(l, 1, 2 * G, 3 * G, &p), LANES_OK);
     ck_assert(!p.provisional);
     ck_assert_uint_eq(p.lane_size_bytes, 3 * G);

@@ -2,8 +2,8 @@
 # Jobs without size hints larger than the old fixed provisional sizes (1 + 2 GiB) run to
 # completion on a 16 GiB simgpu, and ps --json shows what was learned for them:
 #   1. two unknown jobs arriving together, of 4 GiB (1 + 3) and 6 GiB (2 + 4): the first
-#      claims the GPU's free memory, the second waits until the first is learned, then claims
-#      what is left;
+#      claims the GPU's free memory less the least claim (3 GiB), which the second gets; the
+#      one that needs more than its claim waits for memory until the other is learned;
 #   2. a 6 GiB unknown job admitted beside a hinted job that holds 11 GiB: its claim (5 GiB)
 #      is less than it needs, so its allocation waits (it keeps what it holds) until the
 #      hinted job leaves, then goes on;
@@ -80,9 +80,11 @@ wait_until 30 holder_runs || fail "the hinted job did not start"
 unhinted grows 2048 4096 20 &
 G=$!
 RUN_PIDS+=("$G")
-waits() { qgrep "needs 6144 MiB: it waits for memory on its GPU" "$WORK/salusd.log"; }
+registered() { GID=$(job_field grows id 2>/dev/null) && [ -n "$GID" ]; }
+wait_until 30 registered || fail "grows did not register"
+waits() { qgrep "job $GID (sizes being learned) needs 6144 MiB: it waits for memory" "$WORK/salusd.log"; }
 wait_until 30 waits || fail "the unknown job never waited for its claim to grow"
-[ "$(job_field grows provisional)" = True ] || fail "grows: not shown provisional while it waits"
+[ "$(job_field grows provisional)" = True ] || fail "grows: not shown provisional while it waits: $(cat "$WORK/ps.json")"
 pass "an unknown job that needs more than its claim waits (provisional in ps --json)"
 "$SALUSCTL" kill --force "$(job_field holder id)" >/dev/null || fail "kill holder"
 wait_exit grows "$G"

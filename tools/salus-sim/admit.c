@@ -125,14 +125,16 @@ void sim_apply_effects(sim_engine_t *e, size_t from)
     apply_from(e, from);
     /* a job admitted stands at its first boundary: it reports it, as salusd's jobs do once
      * their registration is answered (in admission order) */
-    for (size_t i = 0; i < e->starting_count && !e->error; i++) {
-        sim_job_t *job = &e->jobs[e->starting[i]];
+    while (e->starting_next < e->starting_count && !e->error) {
+        sim_job_t *job = &e->jobs[e->starting[e->starting_next++]];
+        if (job->phase != PHASE_READY)
+            continue; /* (failed meanwhile) */
         if (e->config->lane_hold_gpu_only)
             sim_start_iteration(e, job, 0); /* its host part needs no lane */
         else
             sim_boundary(e, job, true);
     }
-    e->starting_count = 0;
+    e->starting_count = e->starting_next = 0;
 }
 
 int sim_wants_memory(sim_engine_t *e, sim_job_t *job, uint64_t bytes)

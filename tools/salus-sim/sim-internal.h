@@ -112,6 +112,9 @@ typedef struct sim_engine_s {
     sched_core_job_hints_t *arrivals; /* scratch: one instant's submissions */
     size_t *starting; /* admitted jobs whose first boundary is still to be reported */
     size_t starting_count;
+    size_t starting_next; /* the next of them to start (a nested sim_apply_effects goes on
+                             from there: a job that fails at its first GPU part leaves, and
+                             its departure's effects are carried out inside that walk) */
     sim_heap_t host_ends; /* key: end of the job's host part */
     sim_gpu_t *gpus;
     uint64_t *mps_used_bytes; /* mps: sum of P + E per GPU */

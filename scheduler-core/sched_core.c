@@ -771,10 +771,10 @@ static uint64_t whole_grains(uint64_t bytes, uint64_t grain)
  * rounds up to whole chunks (persistent_grain_bytes): the blocks a job keeps hold the chunks
  * they sit in, and a job whose next ephemeral block needs a chunk of its own beside them would
  * otherwise be refused it by its own learned budget. */
-static void learn_sizes(sched_core_t *core, core_job_t *job)
+static bool learn_sizes(sched_core_t *core, core_job_t *job)
 {
     if (!job->provisional || job->iterations < core->warmup_iterations)
-        return;
+        return false;
     uint64_t p = whole_grains(job->measured_persistent, core->persistent_grain);
     uint64_t e = whole_grains(job->measured_ephemeral ? job->measured_ephemeral : 1,
                               core->size_grain);
@@ -796,6 +796,7 @@ static void learn_sizes(sched_core_t *core, core_job_t *job)
         fx.reason = lanes_status_name(st);
     }
     emit(core, fx);
+    return !fx.reason;
 }
 
 /* ---- events ----------------------------------------------------------------------------- */
@@ -916,7 +917,9 @@ int sched_core_job_boundary(sched_core_t *core, uint64_t job_id,
             policy_iteration_done(&core->policy, &v, job->last_iteration_ns, now_ns);
         }
         touch(core, job->lane);
-        learn_sizes(core, job);
+        /* what its claim gave back goes to the waiting jobs */
+        if (learn_sizes(core, job))
+            admission_round(core, now_ns);
     }
     if (b->ready && !job->ready)
         job->ready_since_ns = now_ns;
@@ -1026,6 +1029,8 @@ int sched_core_job_wants(sched_core_t *core, uint64_t job_id, uint64_t budget_by
     lanes_status_t st = lanes_want(core->lanes, job_id, budget_bytes - pl.persistent_bytes,
                                    held, &pl);
     core->layout_changed = true; /* (its budget may have shrunk to what it holds) */
+    if (st == LANES_WAIT) /* what it gave back goes to the waiting jobs */
+        admission_round(core, now_ns);
     int rc = end(core, now_ns);
     if (rc < 0)
         return rc;

@@ -127,8 +127,10 @@ typedef struct sched_core_config_s {
     lanes_config_t lanes;
     policy_config_t policy;
     const char *policy_name; /* NULL: "fifo" */
-    /* A job admitted on provisional sizes (no hints) has its measured sizes applied after
-     * this many iterations (0: the default, SCHED_CORE_DEFAULT_WARMUP_ITERATIONS). */
+    /* A job admitted on a claim (no hints: memory/lanes.h, "Learned sizes") has its measured
+     * sizes applied after this many iterations (0: the default,
+     * SCHED_CORE_DEFAULT_WARMUP_ITERATIONS); an admission round follows, for what the claim
+     * gave back. */
     uint32_t warmup_iterations;
     /* Per-user quotas: caps on admission, per uid (0: no cap). A user's admitted jobs may
      * hold at most user_gpu_share (0 < F <= 1) of each GPU's capacity (their P + overhead
@@ -160,8 +162,8 @@ typedef struct sched_core_config_s {
 /* Defaults: lanes_config_default(), policy "fifo", warm-up 3, size grain 2 MiB, no per-user
  * caps. */
 void sched_core_config_default(sched_core_config_t *config);
-/* Caps the provisional sizes so that a job without hints fits a GPU of total_bytes (a
- * quarter for persistent, half for ephemeral). Call once per GPU before sched_core_create. */
+/* Caps the least claim of a job without hints (lanes.provisional_min_bytes) to half a GPU of
+ * total_bytes. Call once per GPU before sched_core_create. */
 void sched_core_config_fit_gpu(sched_core_config_t *config, uint64_t total_bytes);
 
 /* ---- effects ---------------------------------------------------------------------------- */
@@ -235,7 +237,7 @@ int sched_core_add_gpu(sched_core_t *core, int gpu, uint64_t total_bytes, uint64
 typedef struct sched_core_job_hints_s {
     uint64_t id;                  /* unique, > 0; larger than every id registered before */
     uint32_t uid;
-    uint64_t persistent_bytes;    /* LANES_SIZE_UNKNOWN: admitted on provisional sizes, */
+    uint64_t persistent_bytes;    /* LANES_SIZE_UNKNOWN: admitted on a claim of free memory, */
     uint64_t ephemeral_bytes;     /*   then learned from its boundaries */
     uint64_t iterations_expected; /* 0 = unknown */
     uint64_t iteration_ns;        /* expected iteration time (a profile); 0 = unknown */

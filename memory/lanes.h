@@ -39,17 +39,18 @@
  *   that used it has yielded).
  *
  * Learned sizes: a request may give P or E as LANES_SIZE_UNKNOWN; the job is then admitted
- *   provisionally, on a *claim*: a lane of its own holding all the memory its GPU has free
- *   (less its known P, if any, and its overhead), at most config.provisional_max_bytes (0: no
- *   cap) and the request's claim_max_bytes (0: no cap; the per-user share), on a GPU where at
- *   least config.provisional_min_bytes is free (clamped to what the GPU can hold at all; steps
- *   1-3 above, the largest claim first, then fewer jobs, then the lower index; step 3 only
- *   merges lanes). Its E is the claim. No other job joins or merges with a claim lane, and
- *   memory that frees on its GPU while it learns (a departure, a shrink, another job's
- *   learned sizes) goes to the claims of that GPU first, in admission order, up to their caps,
- *   before anyone else is admitted there: an unknown job can use what the GPU can give it.
- *   So with no cap, a second unknown job waits until the first one's sizes are learned (its
- *   claim holds every free byte of the GPU), then claims what they leave. After warm-up the
+ *   provisionally, on a *claim*: a lane of its own holding the memory its GPU has free (less
+ *   its known P, if any, and its overhead; less the least claim too, left for one more such
+ *   job, when the GPU has room for both), at most config.provisional_max_bytes (0: no cap)
+ *   and the request's claim_max_bytes (0: no cap; the per-user share), on a GPU where at
+ *   least config.provisional_min_bytes (the least claim) is free (clamped to what the GPU can
+ *   hold at all; steps 1-3 above, the largest claim first, then fewer jobs, then the lower
+ *   index; step 3 only merges lanes). Its E is the claim. No other job joins or merges with
+ *   a claim lane. So two unknown jobs arriving together both start (the second on the least
+ *   claim) and a third waits until one is learned. A claim that must grow asks with
+ *   lanes_want (below): memory that frees on its GPU (a departure, a shrink, another job's
+ *   learned sizes) goes to the waiting claims first, each whole, before anyone else is
+ *   admitted there: an unknown job can use what the GPU can give it. After warm-up the
  *   daemon calls lanes_update_sizes() with the measured values: the claim ends, and the job
  *   stays in its lane (shrunk or grown to its E), moves to another lane of the same GPU
  *   (LANES_MOVED), or, when the new sizes do not fit now, keeps its old books and gets

@@ -423,7 +423,16 @@ int shim_session_grow(uint64_t bytes, uint32_t device, uint64_t *chunk_id, uint6
         rc = shim.client.fd >= 0 ? salus_client_call_fds(&shim.client, &reply, err, sizeof(err),
                                                          30000, &fd, 1, &nfds)
                                  : -ECONNRESET;
-    } while (rc < 0 && again_after_restart(rc));
+        /* {wait: 1}: a job whose sizes are being learned waits for its claim to grow on its
+         * GPU; salusd answers so now and then, and the request is made again */
+        uint64_t wait = 0;
+        if (rc == 0 && nfds == 0 && proto_get_uint(&reply.body, "wait", &wait) == 0 && wait) {
+            proto_msg_free(&reply);
+            LOG_DEBUG("mem_grow(%llu): waiting for memory on the GPU", (unsigned long long)bytes);
+            rc = -EAGAIN;
+            continue;
+        }
+    } while ((rc == -EAGAIN) || (rc < 0 && again_after_restart(rc)));
     if (rc == 0 && (nfds != 1 || proto_get_uint(&reply.body, "chunk_id", chunk_id) < 0 ||
                     proto_get_uint(&reply.body, "bytes", chunk_bytes) < 0)) {
         proto_msg_free(&reply);

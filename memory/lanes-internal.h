@@ -7,7 +7,8 @@
  *
  * State invariants after every committed call: every lane holds at least one job, and its
  * size equals the largest E of its jobs (lanes_state_tidy); each GPU keeps
- * sum(P + overhead) + sum(lane sizes) <= capacity. */
+ * sum(P + overhead) + sum(lane sizes) <= capacity; a claim lane (lanes.h, "Learned sizes")
+ * holds exactly one job, a provisional one, whose E is the claim. */
 #ifndef SALUS_MEMORY_LANES_INTERNAL_H
 #define SALUS_MEMORY_LANES_INTERNAL_H
 
@@ -24,8 +25,10 @@ typedef struct lanes_job_s {
     uint64_t ephemeral_bytes;
     int gpu;          /* -1 while not placed */
     uint32_t lane_id; /* LANES_NO_LANE while not placed */
-    bool provisional;
+    bool provisional; /* sizes unknown: E is its claim (lanes.h, "Learned sizes") */
     bool granted;
+    uint64_t claim_max_bytes; /* provisional: the request's cap (0: none) */
+    uint64_t want_bytes;      /* provisional: the claim it waits to grow to (0: none) */
 } lanes_job_t;
 
 typedef struct lanes_lane_s {
@@ -34,6 +37,7 @@ typedef struct lanes_lane_s {
     uint64_t size_bytes;
     uint32_t tenant_uid;  /* the uid of its jobs when lanes are not shared */
     long long memory_uid; /* uid whose data the lane may hold, or LANES_MEMORY_* */
+    bool claim;           /* a provisional job's claim: nobody joins or merges it */
 } lanes_lane_t;
 
 typedef struct lanes_gpu_s {
@@ -85,11 +89,20 @@ uint64_t lanes_state_gpu_persistent_bytes(const lanes_state_t *state, const lane
                                           int gpu);
 uint64_t lanes_state_gpu_lane_bytes(const lanes_state_t *state, int gpu);
 
-/* Closes the GPU's empty lanes and sets each other lane to its jobs' largest E. */
+/* Closes the GPU's empty lanes and sets each other lane to its jobs' largest E (a lane whose
+ * job is provisional stays a claim, any other stops being one). */
 void lanes_state_tidy(lanes_state_t *state, int gpu);
+/* Gives the GPU's free memory to the claims that wait for more (lanes_want), in admission
+ * order, each the whole of what it wants or nothing. */
+void lanes_state_grow_claims(lanes_state_t *state, const lanes_config_t *config, int gpu);
+/* Does a claim of the GPU wait for more (lanes_want)? */
+bool lanes_state_claims_wait(const lanes_state_t *state, const lanes_config_t *config, int gpu);
+/* Merges pairs of the GPU's lanes (step 3 of lanes.h) until its claims have what they wait
+ * for; true when they do (else the state holds the merges made: drop it). */
+bool lanes_state_merge_for_claims(lanes_state_t *state, const lanes_config_t *config, int gpu);
 
-/* Places the unplaced job by steps 1-2 of lanes.h on `gpu` (or every GPU when gpu < 0).
- * true when placed. */
+/* Places the unplaced job by steps 1-2 of lanes.h on `gpu` (or every GPU when gpu < 0); a
+ * provisional job on a claim of its own. true when placed. */
 bool lanes_place_plain(lanes_state_t *state, const lanes_config_t *config, lanes_job_t *job,
                        int gpu);
 /* Step 3 on one GPU: grows or merges lanes until the job is placed. Returns the number of

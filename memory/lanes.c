@@ -8,8 +8,8 @@ void lanes_config_default(lanes_config_t *config)
 {
     memset(config, 0, sizeof(*config));
     config->job_overhead_bytes = LANES_DEFAULT_JOB_OVERHEAD_BYTES;
-    config->provisional_persistent_bytes = LANES_DEFAULT_PROVISIONAL_PERSISTENT_BYTES;
-    config->provisional_ephemeral_bytes = LANES_DEFAULT_PROVISIONAL_EPHEMERAL_BYTES;
+    config->provisional_min_bytes = LANES_DEFAULT_PROVISIONAL_MIN_BYTES;
+    config->provisional_max_bytes = LANES_DEFAULT_PROVISIONAL_MAX_BYTES;
     config->defragment = true;
 }
 
@@ -241,21 +241,24 @@ lanes_status_t lanes_admit(lanes_t *lanes, const lanes_request_t *request,
     if (request->gpu != LANES_ANY_GPU && !lanes_state_gpu(&lanes->state, request->gpu))
         return LANES_ERROR_UNKNOWN;
 
+    /* unknown sizes: a claim (lanes.h, "Learned sizes"), whose E the placement sets */
     bool provisional = request->persistent_bytes == LANES_SIZE_UNKNOWN ||
                        request->ephemeral_bytes == LANES_SIZE_UNKNOWN;
     lanes_job_t job = {
         .id = request->job_id,
         .uid = request->uid,
         .persistent_bytes = request->persistent_bytes == LANES_SIZE_UNKNOWN
-                                ? config->provisional_persistent_bytes : request->persistent_bytes,
-        .ephemeral_bytes = request->ephemeral_bytes == LANES_SIZE_UNKNOWN
-                               ? config->provisional_ephemeral_bytes : request->ephemeral_bytes,
+                                ? 0 : request->persistent_bytes,
+        .ephemeral_bytes = provisional ? 0 : request->ephemeral_bytes,
         .gpu = -1,
         .lane_id = LANES_NO_LANE,
         .provisional = provisional,
+        .claim_max_bytes = provisional ? request->claim_max_bytes : 0,
     };
+    /* (a claim takes at least one byte, and at most what its GPU has) */
     if (!fits_some_gpu(&lanes->state, request->gpu,
-                       footprint_bytes(config, job.persistent_bytes, job.ephemeral_bytes)))
+                       footprint_bytes(config, job.persistent_bytes,
+                                       provisional ? 1 : job.ephemeral_bytes)))
         return LANES_NEVER_FITS;
 
     if (lanes_state_clone(&lanes->state, &next) < 0)
@@ -314,7 +317,7 @@ lanes_status_t lanes_admit_to_lane(lanes_t *lanes, const lanes_request_t *reques
     const lanes_lane_t *lane = lanes_state_lane(&lanes->state, lane_id);
     if (!lane)
         return LANES_ERROR_UNKNOWN;
-    if ((request->gpu != LANES_ANY_GPU && request->gpu != lane->gpu) ||
+    if ((request->gpu != LANES_ANY_GPU && request->gpu != lane->gpu) || lane->claim ||
         (!config->share_lanes_across_users && lane->tenant_uid != request->uid))
         return LANES_ERROR_INVALID;
     const lanes_gpu_t *gpu = lanes_state_gpu(&lanes->state, lane->gpu);
@@ -362,6 +365,21 @@ size_t lanes_admit_in_order(lanes_t *lanes, const lanes_request_t *requests, siz
     return admitted;
 }
 
+/* Merges lanes of the GPU for the claims that wait, all the way or not at all. */
+static void merge_for_claims(const lanes_config_t *config, lanes_state_t *next, int gpu)
+{
+    lanes_state_t merged;
+    if (!config->defragment || !lanes_state_claims_wait(next, config, gpu) ||
+        lanes_state_clone(next, &merged) < 0)
+        return;
+    if (lanes_state_merge_for_claims(&merged, config, gpu)) {
+        lanes_state_free(next);
+        *next = merged;
+    } else {
+        lanes_state_free(&merged);
+    }
+}
+
 lanes_status_t lanes_release(lanes_t *lanes, uint64_t job_id)
 {
     lanes_state_t next;
@@ -376,11 +394,14 @@ lanes_status_t lanes_release(lanes_t *lanes, uint64_t job_id)
             (next.job_count - index - 1) * sizeof(lanes_job_t));
     next.job_count--;
     lanes_state_tidy(&next, gpu);
+    lanes_state_grow_claims(&next, &lanes->config, gpu); /* what it freed goes to claims first */
+    merge_for_claims(&lanes->config, &next, gpu);
     commit(lanes, &next);
     return LANES_OK;
 }
 
-/* Tries to keep the job in its lane with its new sizes (the lane grows or shrinks). */
+/* Tries to keep the job in its lane with its new sizes (the lane grows or shrinks; a claim
+ * ends). */
 static bool update_in_place(lanes_state_t *state, const lanes_config_t *config, lanes_job_t *job)
 {
     const lanes_gpu_t *gpu = lanes_state_gpu(state, job->gpu);
@@ -417,6 +438,7 @@ lanes_status_t lanes_update_sizes(lanes_t *lanes, uint64_t job_id, uint64_t pers
     job->ephemeral_bytes = ephemeral_bytes;
     job->provisional = false;
     if (update_in_place(&next, config, job)) {
+        lanes_state_grow_claims(&next, config, gpu); /* what a shrink freed: claims first */
         commit(lanes, &next);
         status = LANES_OK;
         goto done;
@@ -439,6 +461,7 @@ lanes_status_t lanes_update_sizes(lanes_t *lanes, uint64_t job_id, uint64_t pers
         placed = lanes_place_defragment(&next, config, job, gpu) >= 0;
     if (placed) {
         lanes_state_tidy(&next, gpu);
+        lanes_state_grow_claims(&next, config, gpu);
         commit(lanes, &next);
         status = lanes_state_job(&lanes->state, job_id)->lane_id == old_lane ? LANES_OK
                                                                             : LANES_MOVED;
@@ -449,6 +472,53 @@ done:
     if (status == LANES_OK || status == LANES_MOVED)
         fill_placement(&lanes->state, lanes_state_job(&lanes->state, job_id), placement);
     return status;
+}
+
+lanes_status_t lanes_want(lanes_t *lanes, uint64_t job_id, uint64_t claim_bytes,
+                          uint64_t held_bytes, lanes_placement_t *placement)
+{
+    const lanes_config_t *config = &lanes->config;
+    const lanes_job_t *current = lanes_state_job(&lanes->state, job_id);
+    if (!current)
+        return LANES_ERROR_UNKNOWN;
+    if (!current->provisional)
+        return LANES_ERROR_INVALID;
+    if (claim_bytes <= current->ephemeral_bytes) {
+        fill_placement(&lanes->state, current, placement);
+        return LANES_OK;
+    }
+    /* never: over its cap, or more than its GPU holds besides its own P and overhead (the
+     * other jobs there leave in time) */
+    const lanes_gpu_t *gpu = lanes_state_gpu(&lanes->state, current->gpu);
+    uint64_t cap = config->provisional_max_bytes ? config->provisional_max_bytes : UINT64_MAX;
+    if (current->claim_max_bytes && current->claim_max_bytes < cap)
+        cap = current->claim_max_bytes;
+    uint64_t own = footprint_bytes(config, current->persistent_bytes, 0);
+    if (claim_bytes > cap || own >= gpu->capacity_bytes ||
+        claim_bytes > gpu->capacity_bytes - own)
+        return LANES_NEVER_FITS;
+    lanes_state_t next;
+    int gpu_index = current->gpu;
+    if (lanes_state_clone(&lanes->state, &next) < 0)
+        return LANES_ERROR_NO_MEMORY;
+    lanes_job_t *job = lanes_state_job(&next, job_id);
+    job->want_bytes = claim_bytes;
+    lanes_state_grow_claims(&next, config, gpu_index);
+    /* not enough free: merge lanes of the GPU for it, as for a newcomer (all the way, or not) */
+    job = lanes_state_job(&next, job_id);
+    if (job->ephemeral_bytes < claim_bytes)
+        merge_for_claims(config, &next, gpu_index);
+    /* still not: it keeps only what it holds, and waits for the rest like a newcomer of that
+     * size (the rest of its claim is free for others meanwhile) */
+    job = lanes_state_job(&next, job_id);
+    if (job->ephemeral_bytes < claim_bytes && held_bytes < job->ephemeral_bytes) {
+        job->ephemeral_bytes = held_bytes;
+        lanes_state_tidy(&next, gpu_index);
+    }
+    commit(lanes, &next);
+    job = lanes_state_job(&lanes->state, job_id);
+    fill_placement(&lanes->state, job, placement);
+    return job->ephemeral_bytes >= claim_bytes ? LANES_OK : LANES_WAIT;
 }
 
 lanes_status_t lanes_grant(lanes_t *lanes, uint64_t job_id, bool *clear_needed)

@@ -38,12 +38,24 @@
  *   its new lane to be idle; memory freed by a shrink or a close becomes usable once the job
  *   that used it has yielded).
  *
- * Learned sizes: a request may give P or E as LANES_SIZE_UNKNOWN; the job is then admitted on
- *   config.provisional_* sizes and marked provisional. After warm-up the daemon calls
- *   lanes_update_sizes() with the measured values: the job stays in its lane (resized if
- *   needed), moves to another lane of the same GPU (LANES_MOVED), or, when the new sizes do not
- *   fit now, keeps its old books and gets LANES_NO_LONGER_FITS (LANES_NEVER_FITS if they
- *   exceed the GPU). Its GPU never changes: its persistent memory lives there.
+ * Learned sizes: a request may give P or E as LANES_SIZE_UNKNOWN; the job is then admitted
+ *   provisionally, on a *claim*: a lane of its own holding the memory its GPU has free (less
+ *   its known P, if any, and its overhead; less the least claim too, left for one more such
+ *   job, when the GPU has room for both), at most config.provisional_max_bytes (0: no cap)
+ *   and the request's claim_max_bytes (0: no cap; the per-user share), on a GPU where at
+ *   least config.provisional_min_bytes (the least claim) is free (clamped to what the GPU can
+ *   hold at all; steps 1-3 above, the largest claim first, then fewer jobs, then the lower
+ *   index; step 3 only merges lanes). Its E is the claim. No other job joins or merges with
+ *   a claim lane. So two unknown jobs arriving together both start (the second on the least
+ *   claim) and a third waits until one is learned. A claim that must grow asks with
+ *   lanes_want (below): memory that frees on its GPU (a departure, a shrink, another job's
+ *   learned sizes) goes to the waiting claims first, each whole, before anyone else is
+ *   admitted there: an unknown job can use what the GPU can give it. After warm-up the
+ *   daemon calls lanes_update_sizes() with the measured values: the claim ends, and the job
+ *   stays in its lane (shrunk or grown to its E), moves to another lane of the same GPU
+ *   (LANES_MOVED), or, when the new sizes do not fit now, keeps its old books and gets
+ *   LANES_NO_LONGER_FITS (LANES_NEVER_FITS if they exceed the GPU). Its GPU never changes:
+ *   its persistent memory lives there.
  *
  * Pure logic: no I/O, no clock, no driver calls, not thread-safe (the daemon's loop owns it).
  * Numbers of jobs per node are small (tens), so the structures are plain arrays; the calls made
@@ -58,8 +70,8 @@
 
 #define LANES_SIZE_UNKNOWN UINT64_MAX
 #define LANES_DEFAULT_JOB_OVERHEAD_BYTES (512ull << 20)
-#define LANES_DEFAULT_PROVISIONAL_PERSISTENT_BYTES (1ull << 30)
-#define LANES_DEFAULT_PROVISIONAL_EPHEMERAL_BYTES (2ull << 30)
+#define LANES_DEFAULT_PROVISIONAL_MIN_BYTES (3ull << 30)
+#define LANES_DEFAULT_PROVISIONAL_MAX_BYTES 0ull
 #define LANES_ANY_GPU (-1)
 
 typedef struct lanes_s lanes_t;
@@ -98,8 +110,10 @@ typedef void (*lanes_change_fn)(void *context, const lanes_change_t *change);
 
 typedef struct lanes_config_s {
     uint64_t job_overhead_bytes; /* charged per admitted job to its GPU; 0 on simgpu */
-    uint64_t provisional_persistent_bytes;
-    uint64_t provisional_ephemeral_bytes;
+    /* a job with unknown sizes (see "Learned sizes"): the least free memory it is admitted
+     * on, and the most its claim may hold (0: no cap) */
+    uint64_t provisional_min_bytes;
+    uint64_t provisional_max_bytes;
     uint32_t max_jobs_per_gpu; /* 0 = no limit */
     bool share_lanes_across_users;
     bool defragment;
@@ -113,6 +127,7 @@ typedef struct lanes_request_s {
     uint64_t persistent_bytes; /* or LANES_SIZE_UNKNOWN */
     uint64_t ephemeral_bytes;  /* or LANES_SIZE_UNKNOWN */
     int gpu;                   /* LANES_ANY_GPU, or the only GPU allowed */
+    uint64_t claim_max_bytes;  /* unknown sizes: the most its claim may hold (0: no cap) */
 } lanes_request_t;
 
 typedef struct lanes_placement_s {
@@ -120,8 +135,8 @@ typedef struct lanes_placement_s {
     uint32_t lane_id;
     uint64_t lane_size_bytes;
     uint64_t persistent_bytes; /* the job's budget (without the context overhead) */
-    uint64_t ephemeral_bytes;
-    bool provisional;
+    uint64_t ephemeral_bytes;  /* provisional: its claim */
+    bool provisional;          /* sizes unknown: admitted on a claim, not learned yet */
 } lanes_placement_t;
 
 typedef struct lanes_lane_info_s {
@@ -143,7 +158,7 @@ typedef struct lanes_gpu_info_s {
     size_t lane_count;
 } lanes_gpu_info_t;
 
-/* Defaults: 512 MiB overhead, 1 GiB / 2 GiB provisional, no job limit, one user per lane,
+/* Defaults: 512 MiB overhead, claims of at least 3 GiB and no cap, no job limit, one user per lane,
  * defragmentation on, no change callback. */
 void lanes_config_default(lanes_config_t *config);
 const char *lanes_status_name(lanes_status_t status);
@@ -187,6 +202,20 @@ lanes_status_t lanes_release(lanes_t *lanes, uint64_t job_id);
  * Call at the job's iteration boundary, while it does not hold its lane. */
 lanes_status_t lanes_update_sizes(lanes_t *lanes, uint64_t job_id, uint64_t persistent_bytes,
                                   uint64_t ephemeral_bytes, lanes_placement_t *placement);
+
+/* A provisional job needs a claim of claim_bytes (its E; its budget is P + E) and holds
+ * held_bytes of its claim now: the claim grows to it at once if its GPU's free memory holds it
+ * (merging lanes there if needed, as for a newcomer). Else the claim shrinks to held_bytes
+ * (the rest is free for others) and claim_bytes is kept as its want: it waits like a newcomer
+ * of that size, except that each time memory frees on its GPU (a departure, a shrink, learned
+ * sizes) the waiting claims are served first, in admission order, each whole or not at all,
+ * before anyone else is admitted there; learning its sizes ends the wait. LANES_OK (the claim
+ * holds it now), LANES_WAIT, LANES_NEVER_FITS (more than its cap, or than its GPU holds beside
+ * its own P and overhead: it can never have it; nothing changed), LANES_ERROR_INVALID (the
+ * job's sizes are known), LANES_ERROR_UNKNOWN, LANES_ERROR_NO_MEMORY. Changes are reported
+ * through config.on_change (LANE_RESIZED). */
+lanes_status_t lanes_want(lanes_t *lanes, uint64_t job_id, uint64_t claim_bytes,
+                          uint64_t held_bytes, lanes_placement_t *placement);
 
 /* The job starts an iteration in its lane. LANES_ERROR_BUSY when another job of the lane
  * holds it. *clear_needed: the lane's memory was last used by another uid. */

@@ -115,6 +115,7 @@ void lanes_state_tidy(lanes_state_t *state, int gpu)
         lanes_lane_t *lane = &state->lanes[i];
         uint64_t largest = 0;
         size_t members = 0;
+        bool provisional = false;
         if (lane->gpu != gpu) {
             i++;
             continue;
@@ -123,6 +124,7 @@ void lanes_state_tidy(lanes_state_t *state, int gpu)
             if (state->jobs[j].lane_id != lane->id)
                 continue;
             members++;
+            provisional |= state->jobs[j].provisional;
             if (state->jobs[j].ephemeral_bytes > largest)
                 largest = state->jobs[j].ephemeral_bytes;
         }
@@ -131,6 +133,7 @@ void lanes_state_tidy(lanes_state_t *state, int gpu)
             continue;
         }
         lane->size_bytes = largest;
+        lane->claim = provisional;
         i++;
     }
 }
@@ -161,6 +164,74 @@ static bool gpu_has_room_for_job(const lanes_state_t *state, const lanes_config_
            lanes_state_gpu_job_count(state, gpu) < config->max_jobs_per_gpu;
 }
 
+/* The most a provisional job's claim may hold (UINT64_MAX: no cap). */
+static uint64_t claim_cap(const lanes_config_t *config, const lanes_job_t *job)
+{
+    uint64_t cap = config->provisional_max_bytes ? config->provisional_max_bytes : UINT64_MAX;
+    if (job->claim_max_bytes && job->claim_max_bytes < cap)
+        cap = job->claim_max_bytes;
+    return cap;
+}
+
+/* The least free memory (besides its P and overhead) a provisional job is admitted with on
+ * this GPU: provisional_min_bytes, or what the GPU can hold at all when that is less. */
+static uint64_t claim_floor(const lanes_config_t *config, const lanes_job_t *job,
+                            const lanes_gpu_t *gpu)
+{
+    uint64_t charge = job->persistent_bytes + config->job_overhead_bytes;
+    uint64_t room = gpu->capacity_bytes > charge ? gpu->capacity_bytes - charge : 0;
+    uint64_t floor = config->provisional_min_bytes < room ? config->provisional_min_bytes : room;
+    return floor ? floor : 1;
+}
+
+/* What the claims of the GPU still wait for (lanes_want), up to their caps. */
+static uint64_t gpu_wanted_bytes(const lanes_state_t *state, const lanes_config_t *config,
+                                 int gpu)
+{
+    uint64_t wanted = 0;
+    for (size_t i = 0; i < state->job_count; i++) {
+        const lanes_job_t *job = &state->jobs[i];
+        if (!job->provisional || job->gpu != gpu || job->lane_id == LANES_NO_LANE)
+            continue;
+        uint64_t cap = claim_cap(config, job);
+        uint64_t want = job->want_bytes < cap ? job->want_bytes : cap;
+        if (want > job->ephemeral_bytes)
+            wanted += want - job->ephemeral_bytes;
+    }
+    return wanted;
+}
+
+/* Free memory a newcomer may have (a claim that waits reserves nothing: it is served, whole,
+ * when memory frees, before the newcomers of that moment). */
+static uint64_t gpu_admit_free_bytes(const lanes_state_t *state, const lanes_config_t *config,
+                                     const lanes_gpu_t *gpu)
+{
+    return gpu_free_bytes(state, config, gpu);
+}
+
+void lanes_state_grow_claims(lanes_state_t *state, const lanes_config_t *config, int gpu)
+{
+    const lanes_gpu_t *device = lanes_state_gpu(state, gpu);
+    if (!device)
+        return;
+    for (size_t i = 0; i < state->job_count; i++) {
+        lanes_job_t *job = &state->jobs[i];
+        if (!job->provisional || job->gpu != gpu || job->lane_id == LANES_NO_LANE)
+            continue;
+        lanes_lane_t *lane = lanes_state_lane(state, job->lane_id);
+        uint64_t free_bytes = gpu_free_bytes(state, config, device);
+        uint64_t cap = claim_cap(config, job);
+        if (job->want_bytes < cap)
+            cap = job->want_bytes;
+        /* whole, or not yet */
+        if (!lane || !lane->claim || job->ephemeral_bytes >= cap ||
+            cap - job->ephemeral_bytes > free_bytes)
+            continue;
+        job->ephemeral_bytes = cap;
+        lane->size_bytes = cap;
+    }
+}
+
 /* A candidate placement, ranked by `rank` compared lexicographically (lower is better). */
 typedef struct option_s {
     bool found;
@@ -168,6 +239,7 @@ typedef struct option_s {
     int gpu;
     uint32_t lane_id;
     uint64_t rank[5];
+    uint64_t claim; /* a provisional job's claim (new_lane) */
 } option_t;
 
 static bool rank_less(const uint64_t *a, const uint64_t *b)
@@ -184,10 +256,41 @@ static void consider(option_t *best, const option_t *candidate)
         *best = *candidate;
 }
 
+/* A claim of its own for a provisional job on this GPU: all the free memory, up to its cap,
+ * where at least its floor is free. The largest claim first, then fewer jobs, then the lower
+ * index. */
+static void claim_option(const lanes_state_t *state, const lanes_config_t *config,
+                         const lanes_job_t *job, const lanes_gpu_t *gpu, option_t *best)
+{
+    uint64_t free_bytes = gpu_admit_free_bytes(state, config, gpu);
+    uint64_t charge = job->persistent_bytes + config->job_overhead_bytes;
+    if (!gpu_has_room_for_job(state, config, gpu->index) || charge > free_bytes ||
+        free_bytes - charge < claim_floor(config, job, gpu))
+        return;
+    /* the least claim is left for one more job of unknown sizes where the GPU has room for
+     * both: two such jobs arriving together both start (a program and a process it starts,
+     * which may wait for each other) */
+    uint64_t floor = claim_floor(config, job, gpu);
+    uint64_t claim = free_bytes - charge, cap = claim_cap(config, job);
+    if (claim >= 2 * floor)
+        claim -= floor;
+    if (claim > cap)
+        claim = cap;
+    option_t o = {true, true, gpu->index, LANES_NO_LANE,
+                  {0, UINT64_MAX - claim, lanes_state_gpu_job_count(state, gpu->index),
+                   (uint64_t)gpu->index, 0},
+                  claim};
+    consider(best, &o);
+}
+
 static void plain_options(const lanes_state_t *state, const lanes_config_t *config,
                           const lanes_job_t *job, const lanes_gpu_t *gpu, option_t *best)
 {
-    uint64_t free_bytes = gpu_free_bytes(state, config, gpu);
+    if (job->provisional) {
+        claim_option(state, config, job, gpu, best);
+        return;
+    }
+    uint64_t free_bytes = gpu_admit_free_bytes(state, config, gpu);
     uint64_t charge = job->persistent_bytes + config->job_overhead_bytes;
     uint64_t gpu_jobs = lanes_state_gpu_job_count(state, gpu->index);
 
@@ -196,20 +299,22 @@ static void plain_options(const lanes_state_t *state, const lanes_config_t *conf
     if (job->ephemeral_bytes <= free_bytes - charge) {
         option_t o = {true, true, gpu->index, LANES_NO_LANE,
                       {0, gpu_jobs, free_bytes - charge - job->ephemeral_bytes,
-                       (uint64_t)gpu->index, 0}};
+                       (uint64_t)gpu->index, 0},
+                      0};
         consider(best, &o);
     }
     for (size_t i = 0; i < state->lane_count; i++) {
         const lanes_lane_t *lane = &state->lanes[i];
         if (lane->gpu != gpu->index || lane->size_bytes < job->ephemeral_bytes ||
-            !tenancy_allows(config, lane, job->uid))
+            lane->claim || !tenancy_allows(config, lane, job->uid))
             continue;
         /* Best fit first; then a lane of the job's own user (no clearing), then the emptier
          * lane. */
         option_t o = {true, false, gpu->index, lane->id,
                       {1, lane->size_bytes, lane->tenant_uid != job->uid,
                        lanes_state_lane_job_count(state, lane->id),
-                       ((uint64_t)gpu->index << 32) | lane->id}};
+                       ((uint64_t)gpu->index << 32) | lane->id},
+                      0};
         consider(best, &o);
     }
 }
@@ -217,6 +322,8 @@ static void plain_options(const lanes_state_t *state, const lanes_config_t *conf
 static void apply_option(lanes_state_t *state, lanes_job_t *job, const option_t *option)
 {
     job->gpu = option->gpu;
+    if (job->provisional)
+        job->ephemeral_bytes = option->claim;
     if (option->new_lane) {
         /* The clone reserved room for this one lane. */
         lanes_lane_t *lane = &state->lanes[state->lane_count++];
@@ -225,6 +332,7 @@ static void apply_option(lanes_state_t *state, lanes_job_t *job, const option_t 
         lane->size_bytes = job->ephemeral_bytes;
         lane->tenant_uid = job->uid;
         lane->memory_uid = LANES_MEMORY_FRESH;
+        lane->claim = job->provisional;
         job->lane_id = lane->id;
     } else {
         job->lane_id = option->lane_id;
@@ -249,15 +357,15 @@ bool lanes_place_plain(lanes_state_t *state, const lanes_config_t *config, lanes
 static bool grow_and_join(lanes_state_t *state, const lanes_config_t *config, lanes_job_t *job,
                           const lanes_gpu_t *gpu)
 {
-    uint64_t free_bytes = gpu_free_bytes(state, config, gpu);
+    uint64_t free_bytes = gpu_admit_free_bytes(state, config, gpu);
     uint64_t charge = job->persistent_bytes + config->job_overhead_bytes;
     lanes_lane_t *best = NULL;
 
-    if (charge > free_bytes)
+    if (charge > free_bytes || job->provisional)
         return false;
     for (size_t i = 0; i < state->lane_count; i++) {
         lanes_lane_t *lane = &state->lanes[i];
-        if (lane->gpu != gpu->index || !tenancy_allows(config, lane, job->uid))
+        if (lane->gpu != gpu->index || lane->claim || !tenancy_allows(config, lane, job->uid))
             continue;
         uint64_t growth = job->ephemeral_bytes > lane->size_bytes
                               ? job->ephemeral_bytes - lane->size_bytes : 0;
@@ -294,7 +402,8 @@ static bool merge_best_pair(lanes_state_t *state, const lanes_config_t *config, 
     for (size_t i = 0; i < state->lane_count; i++) {
         for (size_t j = i + 1; j < state->lane_count; j++) {
             const lanes_lane_t *a = &state->lanes[i], *b = &state->lanes[j];
-            if (a->gpu != gpu || b->gpu != gpu || !lanes_compatible(config, a, b))
+            if (a->gpu != gpu || b->gpu != gpu || a->claim || b->claim ||
+                !lanes_compatible(config, a, b))
                 continue;
             uint64_t saving = a->size_bytes < b->size_bytes ? a->size_bytes : b->size_bytes;
             if (found && saving <= best_saving)
@@ -333,6 +442,22 @@ int lanes_place_defragment(lanes_state_t *state, const lanes_config_t *config, l
         if (!merge_best_pair(state, config, gpu))
             return -1;
         changes++;
+    }
+}
+
+bool lanes_state_claims_wait(const lanes_state_t *state, const lanes_config_t *config, int gpu)
+{
+    return gpu_wanted_bytes(state, config, gpu) > 0;
+}
+
+bool lanes_state_merge_for_claims(lanes_state_t *state, const lanes_config_t *config, int gpu)
+{
+    for (;;) {
+        lanes_state_grow_claims(state, config, gpu);
+        if (gpu_wanted_bytes(state, config, gpu) == 0)
+            return true;
+        if (!merge_best_pair(state, config, gpu))
+            return false;
     }
 }
 

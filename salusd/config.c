@@ -81,6 +81,13 @@ const option_def_t salusd_options[] = {
         "memory of each GPU kept out of the lanes (the daemon's own context and more)"),
     ROW("job-overhead", OPTION_BYTES, "512MiB", 0, 1LL << 40, job_overhead_bytes,
         "per-job context overhead charged on real GPUs (0 on simgpu)"),
+    ROW("provisional-min", OPTION_BYTES, "3GiB", 0, 1LL << 50, provisional_min_bytes,
+        "a job without size hints is admitted on a claim of its GPU's free memory where at "
+        "least this much is free (at most half the smallest GPU); it keeps the claim until "
+        "its sizes are learned"),
+    ROW("provisional-max", OPTION_BYTES, "0", 0, 1LL << 50, provisional_max_bytes,
+        "the most such a claim may hold, also when it grows for the job (0: no cap, all the "
+        "GPU can give it); a job without hints that needs more is out of memory"),
     ROW("metrics", OPTION_STRING, NULL, 0, 0, metrics_address,
         "serve Prometheus metrics at http://HOST:PORT/metrics (127.0.0.1:9400, [::1]:9400; "
         "port 0: any free port, see salusctl status; default: off)"),

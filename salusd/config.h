@@ -29,6 +29,8 @@ typedef struct salusd_config_s {
     int share_lanes_across_users;
     unsigned long long gpu_reserve_bytes;
     unsigned long long job_overhead_bytes;
+    unsigned long long provisional_min_bytes; /* a job without hints: its least claim */
+    unsigned long long provisional_max_bytes; /* the most a claim may hold; 0: no cap */
     char metrics_address[64];    /* HOST:PORT of the /metrics endpoint; empty: off */
     char admin_group[64];        /* members see and control every job (access.c) */
     char allow_group[64];        /* empty: every local user may connect; else this group */

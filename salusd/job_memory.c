@@ -1,6 +1,9 @@
 /* Device memory for jobs: chunks handed out on request (mem_grow), given back (mem_release),
  * and requests that wait while the device is full but the job is within its budget (the
- * parked and released jobs of its GPU are asked for their unused chunks then). */
+ * parked and released jobs of its GPU are asked for their unused chunks then). A job on a
+ * claim (no hints, sizes not learned yet) that asks for more than its claim waits for it to
+ * grow (sched_core_job_wants), as long as it takes: every GROW_WAIT_NS it is answered
+ * {wait: 1} and asks again (libsalus-client/session.c). */
 #include "jobs-internal.h"
 
 #include "log.h"
@@ -106,6 +109,24 @@ void jobs_retry_pending_grows(salusd_t *d)
         job_runtime_t *rt = runtime_of(job);
         if (!rt || !rt->grow_pending || !rt->conn)
             continue;
+        if (rt->grow_wants) { /* waits for its claim: within it now? */
+            int gpu;
+            uint64_t budget = 0, *committed = NULL;
+            if (device_place(d, job, rt->grow_device, &gpu, &budget, &committed) < 0 ||
+                *committed > budget || rt->grow_bytes > budget - *committed) {
+                if (now - rt->grow_since_ns >= GROW_WAIT_NS) { /* it asks again */
+                    proto_enc_t *e = &d->enc;
+                    proto_enc_begin(e, PROTO_REPLY, rt->grow_request_id, "", 1);
+                    proto_pack_kv_uint(&e->pk, "wait", 1);
+                    proto_enc_finish(e);
+                    server_send(rt->conn, e);
+                    rt->grow_pending = rt->grow_wants = 0;
+                }
+                continue;
+            }
+            rt->grow_wants = 0;
+            rt->grow_since_ns = now; /* (now a wait for the device, if it is full) */
+        }
         int rc = grant_chunk(d, job, rt, rt->grow_request_id, rt->grow_bytes, rt->grow_device);
         if (rc == -ENOMEM && now - rt->grow_since_ns < GROW_WAIT_NS) {
             request_trims_for(d, job); /* jobs that parked since */
@@ -125,6 +146,40 @@ static void on_grow_timer(evutil_socket_t fd, short events, void *arg)
     (void)fd;
     (void)events;
     jobs_retry_pending_grows(arg);
+}
+
+static void start_grow_timer(salusd_t *d)
+{
+    if (!d->grow_timer) {
+        struct timeval period = {.tv_sec = 0, .tv_usec = 200000};
+        d->grow_timer = event_new(d->base, -1, EV_PERSIST, on_grow_timer, d);
+        if (d->grow_timer)
+            event_add(d->grow_timer, &period);
+    }
+}
+
+/* For `bytes` more on its first GPU: 0 when the job's budget holds them (its claim may have
+ * grown for them now), -EAGAIN when it is on a claim that must grow first (it waits),
+ * -ENOSPC when it is over its budget for good (not on a claim, or more than its claim may
+ * ever hold: the caller refuses it). */
+static int over_claim(salusd_t *d, uint64_t job_id, uint64_t bytes, uint32_t device)
+{
+    job_t *job = registry_find(d->registry, job_id);
+    int gpu;
+    uint64_t budget = 0, none = 0, *committed = &none;
+    sched_job_view_t view;
+    if (device_place(d, job, device, &gpu, &budget, &committed) == 0 && *committed <= budget &&
+        bytes <= budget - *committed)
+        return 0;
+    if (device != 0 || sched_job_view(d, job, &view) < 0 || !view.provisional ||
+        *committed + bytes < *committed)
+        return -ENOSPC;
+    int rc = jobs_sched_wants(d, job, *committed + bytes, *committed);
+    if (rc == 0 || rc == -EAGAIN)
+        LOG_INFO("job %llu (sizes being learned) needs %llu MiB: %s", (unsigned long long)job->id,
+                 (unsigned long long)((*committed + bytes) >> 20),
+                 rc == 0 ? "its claim grew" : "it waits for memory on its GPU");
+    return rc == 0 || rc == -EAGAIN ? rc : -ENOSPC;
 }
 
 /* Replies PROTO_ENOMEM and returns 1 when `bytes` more would take the job past its budget
@@ -168,8 +223,25 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
                            (unsigned)job_gpus_count(sched_job_gpus(d), job->id));
         return;
     }
-    if (refuse_over_budget(c, msg, job, bytes, (uint32_t)device))
+    uint64_t id = job->id;
+    int wants = over_claim(d, id, bytes, (uint32_t)device);
+    job = registry_find(d->registry, id); /* (the effects carried out may have moved it) */
+    rt = runtime_of(job);
+    if (!rt) /* (cannot happen: it asked on its connection, which is still open) */
         return;
+    if (wants < 0 && wants != -EAGAIN && refuse_over_budget(c, msg, job, bytes, (uint32_t)device))
+        return;
+    if (wants == -EAGAIN) { /* on a claim that must grow first */
+        rt->grow_pending = rt->grow_wants = 1;
+        rt->grow_request_id = msg->id;
+        rt->grow_bytes = bytes;
+        rt->grow_device = (uint32_t)device;
+        rt->grow_since_ns = salusd_now_ns();
+        start_grow_timer(d);
+        LOG_DEBUG("job %llu waits for its claim to grow by %llu MiB", (unsigned long long)job->id,
+                  (unsigned long long)(bytes >> 20));
+        return;
+    }
     if (grant_chunk(d, job, rt, msg->id, bytes, (uint32_t)device) != -ENOMEM)
         return;
     /* within its budget but the device is full: other jobs still hold memory that the lane
@@ -180,12 +252,7 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
     rt->grow_device = (uint32_t)device;
     rt->grow_since_ns = salusd_now_ns();
     request_trims_for(d, job);
-    if (!d->grow_timer) {
-        struct timeval period = {.tv_sec = 0, .tv_usec = 200000};
-        d->grow_timer = event_new(d->base, -1, EV_PERSIST, on_grow_timer, d);
-        if (d->grow_timer)
-            event_add(d->grow_timer, &period);
-    }
+    start_grow_timer(d);
     LOG_DEBUG("job %llu waits for %llu MiB of device memory", (unsigned long long)job->id,
               (unsigned long long)(bytes >> 20));
 }
@@ -214,7 +281,7 @@ void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg)
         int gpu;
         uint64_t budget;
         if (jobs_placement(d, job, &gpu, &budget) == 0)
-            jobs_set_budget(job, budget); /* down to the books' again if it was held above them */
+            jobs_set_budget(d, job, budget); /* down to the books' again if held above them */
         jobs_state_dirty(d); /* a chunk on file that the job no longer has is harmless */
         server_reply_done(c, msg->id);
         jobs_retry_pending_grows(d);

@@ -310,7 +310,7 @@ void jobs_handle_reattach_done(conn_t *c, const proto_msg_t *msg)
     jobs_placement(d, job, &gpu, &budget);
     /* the new books: no free run until the core grants one, the budget it has now */
     atomic_store(&page->free_run, 0);
-    jobs_set_budget(job, budget);
+    jobs_set_budget(d, job, budget);
     proto_enc_t *e = &d->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 3);
     proto_pack_kv_uint(&e->pk, "job_id", job->id);

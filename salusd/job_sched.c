@@ -157,7 +157,7 @@ static void apply(salusd_t *d, sched_core_effects_t *fx)
             }
             break;
         case SCHED_CORE_BUDGET:
-            jobs_set_budget(job, e->budget_bytes);
+            jobs_set_budget(d, job, e->budget_bytes);
             break;
         case SCHED_CORE_MOVE:
             if (jobs_page(job)) /* its new lane has other jobs (moves merge lanes) */
@@ -167,8 +167,12 @@ static void apply(salusd_t *d, sched_core_effects_t *fx)
             break;
         case SCHED_CORE_LEARNED:
             log_learned(job, e);
-            if (!e->reason)
+            if (!e->reason) {
+                job->sizes_learned = 1;
+                job->learned_persistent_bytes = e->persistent_bytes;
+                job->learned_ephemeral_bytes = e->ephemeral_bytes;
                 jobs_state_save(d); /* learned sizes outlive a restart */
+            }
             break;
         case SCHED_CORE_SLOT_DONE: /* taken above */
             break;
@@ -235,6 +239,14 @@ static void refresh_lane_shared(salusd_t *d)
         if (page)
             atomic_store(&page->lane_shared, (uint32_t)sched_lane_shared(d, job));
     }
+}
+
+int jobs_sched_wants(salusd_t *d, job_t *job, uint64_t budget_bytes, uint64_t held_bytes)
+{
+    sched_core_effects_t fx = {0};
+    int rc = sched_job_wants(d, job, budget_bytes, held_bytes, &fx);
+    apply(d, &fx);
+    return rc;
 }
 
 void jobs_sched_left(salusd_t *d, uint64_t job_id)

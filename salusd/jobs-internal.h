@@ -25,6 +25,7 @@ typedef struct job_runtime_s {
     uint64_t grow_bytes;
     uint32_t grow_device;        /* the job's k-th GPU (--gpus; 0: its first) */
     uint64_t grow_since_ns;
+    int grow_wants;              /* it waits for its claim to grow (sched_core_job_wants) */
     uint64_t charged_bytes;      /* mem_charge: memory taken through the real driver */
     uint64_t page_dev, page_ino; /* the job page's memfd (what a re-attach re-presents) */
     int reattaching;             /* re-attach begun, its chunks not all checked yet */
@@ -41,6 +42,9 @@ static inline job_runtime_t *runtime_of(const job_t *job)
 void jobs_sched_registered(salusd_t *d, job_t *job);
 void jobs_sched_parked(salusd_t *d, job_t *job);
 void jobs_sched_left(salusd_t *d, uint64_t job_id); /* it ended: its place goes on */
+/* A job on a claim needs a budget of budget_bytes and holds held_bytes (sched_job_wants);
+ * the effects are carried out. 0, -EAGAIN (it waits), -ENOSPC (never), or an error. */
+int jobs_sched_wants(salusd_t *d, job_t *job, uint64_t budget_bytes, uint64_t held_bytes);
 /* A chunk request found GPU gpu full: the jobs on it that hold unused chunks and do not hold
  * their lane (parked, or released at a quiescent point) are asked to hand them back
  * (trim_request on their page); asking twice is harmless. */

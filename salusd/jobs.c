@@ -323,6 +323,17 @@ int jobs_waiting_admission(const job_t *job)
 }
 
 /* Admits job on gpu: creates its page and notification fd and answers its register. */
+/* The budget a job's page shows: the core's, or for a job on a claim the GPU's memory. */
+static uint64_t page_budget(const salusd_t *d, const job_t *job, uint64_t budget_bytes)
+{
+    sched_job_view_t view;
+    if (sched_job_view(d, job, &view) == 0 && view.admitted && view.provisional &&
+        view.gpu >= 0 && view.gpu < d->devices.count &&
+        d->devices.gpus[view.gpu].total_bytes > budget_bytes)
+        return d->devices.gpus[view.gpu].total_bytes;
+    return budget_bytes;
+}
+
 int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t lane)
 {
     job_runtime_t *rt = runtime_of(job);
@@ -342,7 +353,8 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     }
     job->admitted_ns = salusd_now_ns();
     job->state = JOB_PAUSED; /* admitted; whether it runs is the core's (jobs_state) */
-    atomic_store(&rt->page->budget_bytes, budget_bytes);
+    uint64_t shown = page_budget(d, job, budget_bytes); /* (a claim: the GPU's memory) */
+    atomic_store(&rt->page->budget_bytes, shown);
 
     proto_enc_t *e = &d->enc;
     char shm_name[256] = "";
@@ -363,7 +375,7 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     msgpack_pack_array(&e->pk, is_multi ? multi.gpus : 1);
     for (uint32_t k = 0; k < (is_multi ? multi.gpus : 1); k++)
         msgpack_pack_uint64(&e->pk, (uint64_t)(is_multi ? multi.gpu[k] : gpu));
-    proto_pack_kv_uint(&e->pk, "budget_bytes", budget_bytes);
+    proto_pack_kv_uint(&e->pk, "budget_bytes", shown);
     /* address space for the largest budget the job may get: the whole GPU */
     proto_pack_kv_uint(&e->pk, "va_bytes", d->devices.gpus[gpu].total_bytes);
     proto_pack_kv_uint(&e->pk, "chunk_bytes", d->config.chunk_bytes);
@@ -387,11 +399,12 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     return rc;
 }
 
-void jobs_set_budget(job_t *job, uint64_t budget_bytes)
+void jobs_set_budget(salusd_t *d, job_t *job, uint64_t budget_bytes)
 {
     job_runtime_t *rt = runtime_of(job);
     if (!rt || !rt->page) /* not admitted: the budget comes with the admission */
         return;
+    budget_bytes = page_budget(d, job, budget_bytes);
     /* never below what the job already holds (chunk rounding, or a page that lies); a parked
      * job that keeps chunks it does not use is asked for them, and its budget comes down as
      * they come back (job_memory.c) */
@@ -594,6 +607,7 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
     if (job->runtime && sched_job_view(d, job, &view) == 0) {
         if (view.admitted)
             info->lane = view.lane;
+        info->provisional = view.admitted && view.provisional;
         if (view.waiting_since_ns && view.waiting_since_ns <= now)
             info->wait_in_progress_ns = now - view.waiting_since_ns;
         info->lane_holder = view.lane_holder;
@@ -608,6 +622,9 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
     info->iterations = job->stats.iterations;
     info->iterations_expected = job->iterations_expected;
     info->persistent_bytes = job->stats.persistent_bytes;
+    info->sizes_learned = job->sizes_learned;
+    info->learned_persistent_bytes = job->learned_persistent_bytes;
+    info->learned_ephemeral_bytes = job->learned_ephemeral_bytes;
     info->ephemeral_peak_bytes = job->stats.ephemeral_peak_bytes;
     info->memory_bytes = job->committed_bytes + /* and on its other GPUs (--gpus) */
                          job_gpus_committed_total(sched_job_gpus(d), job->id);

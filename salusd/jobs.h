@@ -83,6 +83,9 @@ typedef struct jobs_info_s {
     uint64_t memory_bytes;       /* chunks handed out (ps memory_bytes) */
     uint64_t live_bytes;
     uint64_t budget_bytes;
+    int provisional;             /* admitted on a claim, sizes not learned yet */
+    int sizes_learned;           /* learned_*: the sizes learned for a job without hints */
+    uint64_t learned_persistent_bytes, learned_ephemeral_bytes;
     uint64_t busy_ns;            /* ps gpu_time_ms, in ns */
     uint64_t wait_ns;            /* waited in total (admission and turns), the wait in
                                     progress included */
@@ -128,6 +131,9 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
 /* Refuses (reason, when not NULL, goes back to the job) or drops the job: it is marked failed. */
 void jobs_fail(salusd_t *d, job_t *job, const char *reason);
 /* A new budget after the sizes were learned. */
-void jobs_set_budget(job_t *job, uint64_t budget_bytes);
+/* A job on a claim (sizes being learned) sees the whole GPU as its budget on its page, so
+ * that it asks salusd for what it needs (job_memory.c checks the core's budget and may wait);
+ * cuMemGetInfo shows it the GPU's memory. */
+void jobs_set_budget(salusd_t *d, job_t *job, uint64_t budget_bytes);
 
 #endif

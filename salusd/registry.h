@@ -50,6 +50,9 @@ typedef struct job_s {
     int64_t priority;
     /* where a live job runs (GPU, lane, budget) is the scheduling core's (jobs_info_at) */
     uint64_t committed_bytes; /* chunks handed out */
+    /* a job without hints: the sizes the scheduling core learned for it (LEARNED effect) */
+    int sizes_learned;
+    uint64_t learned_persistent_bytes, learned_ephemeral_bytes;
     uint64_t admitted_ns;
     uint64_t finished_ns;
     /* how it ended, when known: exit_status (exited) or exit_signal (killed); 0 unknown */

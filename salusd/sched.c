@@ -132,6 +132,13 @@ int sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_reattac
     return rc == -ENOSPC ? rc : report(rc, "re-attach");
 }
 
+int sched_job_wants(salusd_t *d, const job_t *job, uint64_t budget_bytes, uint64_t held_bytes,
+                    sched_core_effects_t *fx)
+{
+    return sched_core_job_wants(d->sched->core, job->id, budget_bytes, held_bytes,
+                                salusd_now_ns(), fx);
+}
+
 int sched_admit(salusd_t *d, sched_core_effects_t *fx)
 {
     return report(sched_core_admit(d->sched->core, salusd_now_ns(), fx), "admission round");
@@ -173,6 +180,7 @@ int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
     view->waiting_since_ns = info.waiting_since_ns;
     view->lane_holder = job_gpus_lane_holder(d->sched->gpus, d->sched->core, job->id);
     view->gang_wait_ns = info.gang_wait_ns;
+    view->provisional = info.provisional;
     view->has_rank = sched_core_job_rank(d->sched->core, job->id, salusd_now_ns(),
                                          &view->rank) == 0;
     return 0;
@@ -316,14 +324,16 @@ int sched_init(salusd_t *d, char *err, size_t err_size)
     config.policy_name = d->config.policy;
     config.lanes.job_overhead_bytes = d->devices.simulated ? 0 : d->config.job_overhead_bytes;
     config.lanes.share_lanes_across_users = d->config.share_lanes_across_users != 0;
+    config.lanes.provisional_min_bytes = d->config.provisional_min_bytes;
+    config.lanes.provisional_max_bytes = d->config.provisional_max_bytes;
     config.user_gpu_share = d->config.user_gpu_share;
     config.user_max_jobs = (uint32_t)d->config.user_max_jobs;
     config.quota_exempt_uid = (uint32_t)geteuid(); /* root (uid 0) is exempt in the core */
     config.persistent_grain_bytes = d->config.chunk_bytes; /* the least a shim maps at once */
     config.gang_turns_off = d->config.gang_turns_off != 0;
     config.gang_slot_iterations = (uint32_t)d->config.gang_slot_iterations;
-    /* a job without hints starts on provisional sizes that fit the smallest GPU; learned
-     * sizes are whole chunks of the coarsest granularity */
+    /* a job without hints is admitted where at least --provisional-min (at most half the
+     * smallest GPU) is free; learned sizes are whole chunks of the coarsest granularity */
     for (int i = 0; i < d->devices.count; i++) {
         sched_core_config_fit_gpu(&config, d->devices.gpus[i].total_bytes);
         if (d->devices.gpus[i].granularity_bytes > config.size_grain_bytes)

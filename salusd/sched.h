@@ -37,6 +37,11 @@ int sched_group_release(salusd_t *d, uint64_t group_id, sched_core_effects_t *fx
 int sched_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq, sched_core_effects_t *fx);
 /* An admission round (after a restart's hold on new admissions ended). */
 int sched_admit(salusd_t *d, sched_core_effects_t *fx);
+/* A job on a claim (sizes not learned yet) needs a budget of budget_bytes and holds
+ * held_bytes (sched_core_job_wants): 0, -EAGAIN (it waits; a BUDGET effect follows),
+ * -ENOSPC (never), or another negative errno. */
+int sched_job_wants(salusd_t *d, const job_t *job, uint64_t budget_bytes, uint64_t held_bytes,
+                    sched_core_effects_t *fx);
 /* The sizes an admitted job's budget is made of (the lane manager's books) and its lane. */
 int sched_job_sizes(const salusd_t *d, const job_t *job, uint64_t *persistent_bytes,
                     uint64_t *ephemeral_bytes, uint32_t *lane);
@@ -55,6 +60,7 @@ typedef struct sched_job_view_s {
     bool has_rank;              /* the policy has a view of its jobs (LAS, Gittins) */
     double rank;                /* that view now: LAS's queue, Gittins's index */
     uint64_t gang_wait_ns;      /* a rank: held back for its group so far (sched_core.h) */
+    int provisional;            /* admitted on a claim, sizes not learned yet */
 } sched_job_view_t;
 /* 0, or -ENOENT when the core does not know the job (ended, or not registered yet). */
 int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view);

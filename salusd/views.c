@@ -67,6 +67,18 @@ void views_pack_jobs(conn_t *viewer, msgpack_packer *pk)
         proto_map_uint(&map, "memory_bytes", info.memory_bytes);
         proto_map_uint(&map, "live_bytes", info.live_bytes);
         proto_map_uint(&map, "budget_bytes", info.budget_bytes);
+        /* a job without hints: on a claim while its sizes are learned, then what was learned
+         * (null until then, and for a job with hints) */
+        proto_pack_str(&map.pk, "provisional");
+        if (info.provisional)
+            msgpack_pack_true(&map.pk);
+        else
+            msgpack_pack_false(&map.pk);
+        map.count++;
+        proto_map_int_or_nil(&map, "learned_persistent_bytes",
+                             (int64_t)info.learned_persistent_bytes, info.sizes_learned);
+        proto_map_int_or_nil(&map, "learned_ephemeral_bytes",
+                             (int64_t)info.learned_ephemeral_bytes, info.sizes_learned);
         proto_map_uint(&map, "gpu_time_ms", info.busy_ns / 1000000);
         proto_map_uint(&map, "wait_time_ms", info.wait_ns / 1000000);
         /* the wait going on now (admission or a turn); lane_holder: who has its lane */

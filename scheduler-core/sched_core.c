@@ -22,7 +22,7 @@ void sched_core_effects_free(sched_core_effects_t *effects)
 const char *sched_core_effect_name(sched_core_effect_kind_t kind)
 {
     static const char *const names[] = {"admit", "refuse", "grant", "stop-free-run", "budget",
-                                        "move", "learned"};
+                                        "move", "slot-done", "learned"};
     return (unsigned)kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
 }
 
@@ -418,6 +418,7 @@ static int read_books(sched_core_t *core)
         core->gpus[g].charged_bytes = info.persistent_bytes;
         core->gpus[g].capacity_bytes = info.capacity_bytes;
         core->gpus[g].jobs = info.job_count;
+        core->gpus[g].free_bytes = info.free_bytes;
         core->gpus[g].largest_lane_bytes = 0;
     }
     size_t n = list_lanes(core);
@@ -431,16 +432,27 @@ static int read_books(sched_core_t *core)
 
 static bool may_fit(const sched_core_t *core, const core_job_t *job)
 {
-    uint64_t p = size_or(job->persistent_hint, core->provisional_persistent) +
-                 core->job_overhead_bytes;
-    uint64_t e = size_or(job->ephemeral_hint, core->provisional_ephemeral);
+    uint64_t p = size_or(job->persistent_hint, 0) + core->job_overhead_bytes;
+    uint64_t e = size_or(job->ephemeral_hint, 0);
     uint32_t max_jobs = policy_max_jobs_per_gpu(&core->policy);
-    bool fits_alone = false;
+    bool fits_alone = false, claim = unknown_sizes(job);
     for (size_t g = 0; g < core->gpu_count; g++) {
         const core_gpu_t *b = &core->gpus[g];
+        if (max_jobs != 0 && b->jobs >= max_jobs) {
+            fits_alone |= claim ? p < b->capacity_bytes : p + e <= b->capacity_bytes;
+            continue;
+        }
+        if (claim) { /* a lane of its own (a merge may make room: let the lane manager try) */
+            uint64_t room = b->capacity_bytes > p ? b->capacity_bytes - p : 0;
+            uint64_t floor = core->provisional_min < room ? core->provisional_min : room;
+            fits_alone |= room > 0;
+            if (room > 0 && b->capacity_bytes - b->charged_bytes >= p + floor)
+                return true;
+            continue;
+        }
         uint64_t lane = e > b->largest_lane_bytes ? e : b->largest_lane_bytes;
         fits_alone |= p + e <= b->capacity_bytes;
-        if ((max_jobs == 0 || b->jobs < max_jobs) && b->charged_bytes + p + lane <= b->capacity_bytes)
+        if (b->charged_bytes + p + lane <= b->capacity_bytes)
             return true;
     }
     return !fits_alone; /* let the lane manager refuse it (LANES_NEVER_FITS) */
@@ -523,6 +535,27 @@ bool core_within_caps(sched_core_t *core, const core_job_t *job, const core_user
     return allowed > 0;
 }
 
+/* The most a capped user's job of unknown sizes may claim on gpu (LANES_ANY_GPU: on any GPU,
+ * the least of them): what its share leaves there, less its known P and overhead. 0: no cap
+ * (not capped by share, or sizes known). */
+uint64_t core_claim_cap(sched_core_t *core, const core_job_t *job, int gpu)
+{
+    if (!unknown_sizes(job) || !capped(core, job->uid) || core->user_gpu_share <= 0)
+        return 0;
+    uint64_t cap = UINT64_MAX;
+    uint64_t charge = size_or(job->persistent_hint, 0) + core->job_overhead_bytes;
+    for (size_t g = 0; g < core->gpu_count; g++) {
+        if (gpu != LANES_ANY_GPU && core->gpus[g].gpu != gpu)
+            continue;
+        uint64_t share = share_bytes(core, &core->gpus[g]);
+        uint64_t held = core_user_gpu_bytes(core, job->uid, core->gpus[g].gpu) + charge;
+        uint64_t left = share > held ? share - held : 1;
+        if (left < cap)
+            cap = left;
+    }
+    return cap == UINT64_MAX ? 0 : cap;
+}
+
 /* The users of the round's n candidates (core->views in the policy's order core->order), with
  * their GPU time and admitted jobs. Returns how many, 0 when out of memory. */
 size_t core_round_users(sched_core_t *core, size_t n)
@@ -596,6 +629,7 @@ static void admit_by_user(sched_core_t *core, size_t n, bool strict)
                                .ephemeral_bytes = job->ephemeral_hint, .gpu = LANES_ANY_GPU};
         lanes_status_t st = LANES_WAIT;
         if (!blocked && core_within_caps(core, job, user, &r->gpu)) {
+            r->claim_max_bytes = core_claim_cap(core, job, r->gpu);
             st = lanes_admit(core->lanes, r, NULL);
             blocked = strict && st == LANES_WAIT;
         }
@@ -737,13 +771,16 @@ static uint64_t whole_grains(uint64_t bytes, uint64_t grain)
  * rounds up to whole chunks (persistent_grain_bytes): the blocks a job keeps hold the chunks
  * they sit in, and a job whose next ephemeral block needs a chunk of its own beside them would
  * otherwise be refused it by its own learned budget. */
-static void learn_sizes(sched_core_t *core, core_job_t *job)
+static bool learn_sizes(sched_core_t *core, core_job_t *job)
 {
     if (!job->provisional || job->iterations < core->warmup_iterations)
-        return;
+        return false;
     uint64_t p = whole_grains(job->measured_persistent, core->persistent_grain);
     uint64_t e = whole_grains(job->measured_ephemeral ? job->measured_ephemeral : 1,
                               core->size_grain);
+    /* it ran within its claim: rounding never takes its learned sizes past it */
+    if (p + e > job->budget_bytes && p < job->budget_bytes)
+        e = job->budget_bytes - p;
     lanes_placement_t now;
     flush_yield(core);
     lanes_status_t st = lanes_update_sizes(core->lanes, job->id, p, e, &now);
@@ -759,6 +796,7 @@ static void learn_sizes(sched_core_t *core, core_job_t *job)
         fx.reason = lanes_status_name(st);
     }
     emit(core, fx);
+    return !fx.reason;
 }
 
 /* ---- events ----------------------------------------------------------------------------- */
@@ -879,7 +917,9 @@ int sched_core_job_boundary(sched_core_t *core, uint64_t job_id,
             policy_iteration_done(&core->policy, &v, job->last_iteration_ns, now_ns);
         }
         touch(core, job->lane);
-        learn_sizes(core, job);
+        /* what its claim gave back goes to the waiting jobs */
+        if (learn_sizes(core, job))
+            admission_round(core, now_ns);
     }
     if (b->ready && !job->ready)
         job->ready_since_ns = now_ns;
@@ -972,6 +1012,32 @@ int core_run_event(sched_core_t *core, bool admit, uint64_t now_ns,
     return end(core, now_ns);
 }
 
+int sched_core_job_wants(sched_core_t *core, uint64_t job_id, uint64_t budget_bytes,
+                         uint64_t held_bytes, uint64_t now_ns, sched_core_effects_t *effects)
+{
+    core_job_t *job = find(core, job_id);
+    lanes_placement_t pl;
+    if (!job || !job->admitted ||
+        lanes_job_placement(core->lanes, job_id, &pl) != LANES_OK)
+        return -ENOENT;
+    if (budget_bytes <= job->budget_bytes)
+        return 0;
+    if (!job->provisional || budget_bytes <= pl.persistent_bytes)
+        return -ENOSPC;
+    begin(core, effects);
+    uint64_t held = held_bytes > pl.persistent_bytes ? held_bytes - pl.persistent_bytes : 0;
+    lanes_status_t st = lanes_want(core->lanes, job_id, budget_bytes - pl.persistent_bytes,
+                                   held, &pl);
+    core->layout_changed = true; /* (its budget may have shrunk to what it holds) */
+    if (st == LANES_WAIT) /* what it gave back goes to the waiting jobs */
+        admission_round(core, now_ns);
+    int rc = end(core, now_ns);
+    if (rc < 0)
+        return rc;
+    return st == LANES_OK ? 0 : st == LANES_WAIT ? -EAGAIN
+                              : st == LANES_ERROR_NO_MEMORY ? -ENOMEM : -ENOSPC;
+}
+
 int sched_core_admit(sched_core_t *core, uint64_t now_ns, sched_core_effects_t *effects)
 {
     begin(core, effects);
@@ -1010,10 +1076,8 @@ void sched_core_config_default(sched_core_config_t *config)
 
 void sched_core_config_fit_gpu(sched_core_config_t *config, uint64_t total_bytes)
 {
-    if (config->lanes.provisional_persistent_bytes > total_bytes / 4)
-        config->lanes.provisional_persistent_bytes = total_bytes / 4;
-    if (config->lanes.provisional_ephemeral_bytes > total_bytes / 2)
-        config->lanes.provisional_ephemeral_bytes = total_bytes / 2;
+    if (config->lanes.provisional_min_bytes > total_bytes / 2)
+        config->lanes.provisional_min_bytes = total_bytes / 2;
 }
 
 sched_core_t *sched_core_create(const sched_core_config_t *config, int *error)
@@ -1031,8 +1095,7 @@ sched_core_t *sched_core_create(const sched_core_config_t *config, int *error)
     lc.on_change = on_layout_change;
     lc.on_change_context = core;
     core->job_overhead_bytes = lc.job_overhead_bytes;
-    core->provisional_persistent = lc.provisional_persistent_bytes;
-    core->provisional_ephemeral = lc.provisional_ephemeral_bytes;
+    core->provisional_min = lc.provisional_min_bytes;
     core->policy_config = config->policy;
     core->warmup_iterations = config->warmup_iterations ? config->warmup_iterations
                                                         : SCHED_CORE_DEFAULT_WARMUP_ITERATIONS;

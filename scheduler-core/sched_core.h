@@ -135,8 +135,10 @@ typedef struct sched_core_config_s {
     lanes_config_t lanes;
     policy_config_t policy;
     const char *policy_name; /* NULL: "fifo" */
-    /* A job admitted on provisional sizes (no hints) has its measured sizes applied after
-     * this many iterations (0: the default, SCHED_CORE_DEFAULT_WARMUP_ITERATIONS). */
+    /* A job admitted on a claim (no hints: memory/lanes.h, "Learned sizes") has its measured
+     * sizes applied after this many iterations (0: the default,
+     * SCHED_CORE_DEFAULT_WARMUP_ITERATIONS); an admission round follows, for what the claim
+     * gave back. */
     uint32_t warmup_iterations;
     /* Per-user quotas: caps on admission, per uid (0: no cap). A user's admitted jobs may
      * hold at most user_gpu_share (0 < F <= 1) of each GPU's capacity (their P + overhead
@@ -168,8 +170,8 @@ typedef struct sched_core_config_s {
 /* Defaults: lanes_config_default(), policy "fifo", warm-up 3, size grain 2 MiB, no per-user
  * caps. */
 void sched_core_config_default(sched_core_config_t *config);
-/* Caps the provisional sizes so that a job without hints fits a GPU of total_bytes (a
- * quarter for persistent, half for ephemeral). Call once per GPU before sched_core_create. */
+/* Caps the least claim of a job without hints (lanes.provisional_min_bytes) to half a GPU of
+ * total_bytes. Call once per GPU before sched_core_create. */
 void sched_core_config_fit_gpu(sched_core_config_t *config, uint64_t total_bytes);
 
 /* ---- effects ---------------------------------------------------------------------------- */
@@ -243,7 +245,7 @@ int sched_core_add_gpu(sched_core_t *core, int gpu, uint64_t total_bytes, uint64
 typedef struct sched_core_job_hints_s {
     uint64_t id;                  /* unique, > 0; larger than every id registered before */
     uint32_t uid;
-    uint64_t persistent_bytes;    /* LANES_SIZE_UNKNOWN: admitted on provisional sizes, */
+    uint64_t persistent_bytes;    /* LANES_SIZE_UNKNOWN: admitted on a claim of free memory, */
     uint64_t ephemeral_bytes;     /*   then learned from its boundaries */
     uint64_t iterations_expected; /* 0 = unknown */
     uint64_t iteration_ns;        /* expected iteration time (a profile); 0 = unknown */
@@ -361,6 +363,17 @@ int sched_core_group_slot(sched_core_t *core, uint64_t group_id, uint64_t seq, u
 /* The slot being served, the FIFO's head (*group_id, *seq; 0, 0 when none; either pointer may
  * be NULL); returns how many slots are queued behind it. */
 size_t sched_core_slots_queued(const sched_core_t *core, uint64_t *group_id, uint64_t *seq);
+
+/* A job of unknown sizes, still learning them, needs a budget of budget_bytes (its next
+ * allocation does not fit the claim it was admitted on) and holds held_bytes of memory now:
+ * its claim grows to it at once if its GPU has the room (lanes merged if needed), else it
+ * keeps what it holds and waits, served before newcomers whenever memory frees on its GPU
+ * (memory/lanes.h, lanes_want). 0: the budget holds it now (a BUDGET effect says so);
+ * -EAGAIN: it waits, a BUDGET effect comes when it has it (or its sizes are learned first);
+ * -ENOSPC: it can never have it (sizes known, or more than its cap or its GPU); -ENOENT (not
+ * admitted), -ENOMEM. */
+int sched_core_job_wants(sched_core_t *core, uint64_t job_id, uint64_t budget_bytes,
+                         uint64_t held_bytes, uint64_t now_ns, sched_core_effects_t *effects);
 
 /* Runs an admission round now (after something outside the core freed memory). */
 int sched_core_admit(sched_core_t *core, uint64_t now_ns, sched_core_effects_t *effects);

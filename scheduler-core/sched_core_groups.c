@@ -557,10 +557,26 @@ static bool place_group(sched_core_t *core, const core_group_t *group, lanes_req
         if (m && m->admitted)
             used[used_count++] = m->gpu;
     }
+    /* ranks of unknown sizes that may share GPUs split the free memory evenly between their
+     * claims (one claim would otherwise take a GPU's every free byte from the next rank) */
+    uint64_t split = 0;
+    if (group->hints.share_gpus && count > 0) {
+        for (size_t g = 0; g < core->gpu_count; g++) {
+            lanes_gpu_info_t info;
+            if (lanes_gpu_info(scratch, core->gpus[g].gpu, &info) == LANES_OK)
+                split += info.free_bytes;
+        }
+        split /= count;
+        if (split < core->provisional_min)
+            split = core->provisional_min;
+    }
     for (size_t i = 0; i < count; i++) {
         lanes_request_t *r = &requests[i];
         lanes_status_t st = LANES_WAIT;
-        uint64_t need = by_share ? need_bytes(core, find(core, r->job_id)) : 0;
+        const core_job_t *rank_job = find(core, r->job_id);
+        uint64_t need = by_share ? need_bytes(core, rank_job) : 0;
+        if (split && unknown_sizes(rank_job))
+            r->claim_max_bytes = split;
         if (group->hints.share_gpus && !by_share) {
             r->gpu = LANES_ANY_GPU;
             st = lanes_admit(scratch, r, NULL);
@@ -589,6 +605,15 @@ static bool place_group(sched_core_t *core, const core_group_t *group, lanes_req
             }
             for (size_t k = 0; k < n && st != LANES_OK; k++) {
                 r->gpu = gpus[k]; /* (WAIT and NEVER_FITS change nothing) */
+                if (by_share && unknown_sizes(rank_job)) { /* its claim within the share */
+                    uint64_t cap = core_claim_cap(core, rank_job, gpus[k]);
+                    for (size_t g = 0; g < core->gpu_count; g++)
+                        if (core->gpus[g].gpu == gpus[k])
+                            cap = cap > extra[g] + 1 ? cap - extra[g] : 1;
+                    if (split && split < cap)
+                        cap = split;
+                    r->claim_max_bytes = cap;
+                }
                 st = lanes_admit(scratch, r, NULL);
             }
         }
@@ -596,6 +621,8 @@ static bool place_group(sched_core_t *core, const core_group_t *group, lanes_req
         if (st != LANES_OK || lanes_job_placement(scratch, r->job_id, &pl) != LANES_OK)
             goto done;
         used[used_count++] = pl.gpu;
+        if (pl.provisional) /* what its claim took (a lane of its own) */
+            need = pl.persistent_bytes + core->job_overhead_bytes + pl.lane_size_bytes;
         for (size_t g = 0; g < core->gpu_count && by_share; g++)
             if (core->gpus[g].gpu == pl.gpu)
                 extra[g] += need;

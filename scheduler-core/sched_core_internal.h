@@ -73,7 +73,7 @@ typedef struct core_group_s {
 
 typedef struct core_gpu_s {
     int gpu;
-    uint64_t charged_bytes, largest_lane_bytes, capacity_bytes;
+    uint64_t charged_bytes, largest_lane_bytes, capacity_bytes, free_bytes;
     size_t jobs;
 } core_gpu_t;
 
@@ -96,7 +96,7 @@ struct sched_core_s {
     policy_t policy;
     policy_config_t policy_config;
     uint64_t job_overhead_bytes;
-    uint64_t provisional_persistent, provisional_ephemeral;
+    uint64_t provisional_min; /* a job of unknown sizes needs a claim of at least this */
     uint32_t warmup_iterations;
     double user_gpu_share;
     uint32_t user_max_jobs, quota_exempt_uid;
@@ -178,6 +178,7 @@ int core_rebuild_lane_books(sched_core_t *core);
 uint64_t core_user_gpu_bytes(sched_core_t *core, uint32_t uid, int gpu);
 bool core_within_caps(sched_core_t *core, const core_job_t *job, const core_user_t *user,
                       int *gpu);
+uint64_t core_claim_cap(sched_core_t *core, const core_job_t *job, int gpu);
 size_t core_round_users(sched_core_t *core, size_t n);
 int core_run_event(sched_core_t *core, bool admit, uint64_t now_ns,
                    sched_core_effects_t *effects);
@@ -241,11 +242,17 @@ static inline uint64_t share_bytes(const sched_core_t *core, const core_gpu_t *g
     return (uint64_t)((double)gpu->capacity_bytes * core->user_gpu_share);
 }
 
-/* What a newcomer is counted for: P + overhead + E, as if it opened a lane of its own. */
+static inline bool unknown_sizes(const core_job_t *job)
+{
+    return job->persistent_hint == LANES_SIZE_UNKNOWN || job->ephemeral_hint == LANES_SIZE_UNKNOWN;
+}
+
+/* What a newcomer is counted for: P + overhead + E, as if it opened a lane of its own; a job
+ * of unknown sizes, its known P (else 0) and the least claim it is admitted with. */
 static inline uint64_t need_bytes(const sched_core_t *core, const core_job_t *job)
 {
-    return size_or(job->persistent_hint, core->provisional_persistent) +
-           core->job_overhead_bytes + size_or(job->ephemeral_hint, core->provisional_ephemeral);
+    return size_or(job->persistent_hint, 0) + core->job_overhead_bytes +
+           (unknown_sizes(job) ? core->provisional_min : job->ephemeral_hint);
 }
 
 /* Called several times per event (each member of a lane, each effect): the fast path is

@@ -194,19 +194,49 @@ static const lanes_case_t lanes_cases[] = {
     }},
     {"learned sizes replace provisional ones", 0, false, false, 0, {
         GPU(0, 16 * G, 0),
-        ADMIT(1, 1000, UNKNOWN, UNKNOWN, LANES_OK, 0, 1, 2 * G), /* provisional 1 + 2 */
-        ADMIT(2, 1000, 2 * G, 8 * G, LANES_OK, 0, 2, 8 * G),
-        UPDATE(1, 1 * G, 4 * G, LANES_OK, 1, 4 * G),      /* grows in place */
-        UPDATE(1, 1 * G, 7 * G, LANES_MOVED, 2, 8 * G),   /* moves into lane 2 */
-        LANE_GONE(1),
-        UPDATE(1, 6 * G, 7 * G, LANES_OK, 2, 8 * G),
+        ADMIT(2, 1000, 2 * G, 8 * G, LANES_OK, 0, 1, 8 * G),
+        /* claims the free 6, less a least claim (3) left for one more */
+        ADMIT(1, 1000, UNKNOWN, UNKNOWN, LANES_OK, 0, 2, 3 * G),
+        UPDATE(1, 1 * G, 4 * G, LANES_OK, 2, 4 * G),      /* the claim ends, in place */
+        UPDATE(1, 1 * G, 7 * G, LANES_MOVED, 1, 8 * G),   /* moves into lane 1 */
+        LANE_GONE(2),
+        UPDATE(1, 6 * G, 7 * G, LANES_OK, 1, 8 * G),
         FREE(0, 0),
         UPDATE(1, 7 * G, 8 * G, LANES_NO_LONGER_FITS, 0, 0),
         UPDATE(1, 20 * G, 1 * G, LANES_NEVER_FITS, 0, 0),
-        UPDATE(1, UNKNOWN, 2 * G, LANES_OK, 2, 8 * G),    /* keeps P = 6 */
+        UPDATE(1, UNKNOWN, 2 * G, LANES_OK, 1, 8 * G),    /* keeps P = 6 */
         RELEASE(2),
-        LANE(2, 2 * G, 1),
+        LANE(1, 2 * G, 1),
         UPDATE(9, 1 * G, 1 * G, LANES_ERROR_UNKNOWN, 0, 0),
+    }},
+    {"a job of unknown sizes claims the free memory; others wait until it is learned", 0, false,
+     false, 0, {
+        GPU(0, 16 * G, 0),
+        ADMIT(1, 1000, UNKNOWN, UNKNOWN, LANES_OK, 0, 1, 13 * G), /* all but a least claim */
+        FREE(0, 3 * G),
+        ADMIT(2, 1000, UNKNOWN, UNKNOWN, LANES_OK, 0, 2, 3 * G),  /* two together: both go */
+        ADMIT(3, 1000, UNKNOWN, UNKNOWN, LANES_WAIT, 0, 0, 0),     /* a third waits */
+        ADMIT(4, 1000, 1 * G, 1 * G, LANES_WAIT, 0, 0, 0),         /* nobody joins a claim */
+        UPDATE(1, 1 * G, 3 * G, LANES_OK, 1, 3 * G),              /* learned: 4 GiB */
+        FREE(0, 9 * G),
+        ADMIT(3, 1000, UNKNOWN, UNKNOWN, LANES_OK, 0, 3, 6 * G),  /* then it claims */
+        ADMIT(4, 1000, 1 * G, 1 * G, LANES_OK, 0, 4, 1 * G),      /* packing as usual */
+        FREE(0, 1 * G),
+        RELEASE(1),                                   /* (to a claim only when it waits) */
+        LANE(3, 6 * G, 1),
+        FREE(0, 5 * G),
+    }},
+    {"a claim needs the least claim free; merges make room", 0, false, false, 0, {
+        GPU(0, 10 * G, 0),
+        ADMIT(1, 1000, 1 * G, 3 * G, LANES_OK, 0, 1, 3 * G),
+        ADMIT(2, 1000, 1 * G, 3 * G, LANES_OK, 0, 2, 3 * G),
+        FREE(0, 2 * G),
+        /* 2 free < 3 (the least claim): lanes 1 and 2 merge, the claim takes the 5 free */
+        ADMIT(3, 1000, UNKNOWN, UNKNOWN, LANES_OK, 0, 3, 5 * G),
+        LANE(1, 3 * G, 2),
+        LANE_GONE(2),
+        ADMIT(4, 1000, UNKNOWN, UNKNOWN, LANES_WAIT, 0, 0, 0),
+        ADMIT(5, 1000, 20 * G, UNKNOWN, LANES_NEVER_FITS, 0, 0, 0),
     }},
 };
 
@@ -257,8 +287,7 @@ START_TEST(test_lanes_case)
     config.share_lanes_across_users = c->share;
     config.defragment = !c->no_defragment;
     config.max_jobs_per_gpu = c->max_jobs_per_gpu;
-    config.provisional_persistent_bytes = 1 * G;
-    config.provisional_ephemeral_bytes = 2 * G;
+    config.provisional_min_bytes = 3 * G;
     lanes_t *l = lanes_create(&config);
     ck_assert_ptr_nonnull(l);
 
@@ -271,7 +300,7 @@ START_TEST(test_lanes_case)
             ck_assert_int_eq(lanes_add_gpu(l, st->gpu, st->p, st->e), LANES_OK);
             break;
         case L_ADMIT: {
-            lanes_request_t r = {st->job, st->uid, st->p, st->e, st->gpu};
+            lanes_request_t r = {st->job, st->uid, st->p, st->e, st->gpu, 0};
             status = lanes_admit(l, &r, &p);
             break;
         }
@@ -334,22 +363,133 @@ START_TEST(test_provisional_flag)
 {
     lanes_t *l = lanes_create(NULL);
     lanes_placement_t p;
-    lanes_request_t r = {1, 1000, UNKNOWN, 3 * G, LANES_ANY_GPU};
+    lanes_request_t r = {1, 1000, UNKNOWN, 3 * G, LANES_ANY_GPU, 0};
     ck_assert_int_eq(lanes_add_gpu(l, 0, 16 * G, 1 * G), LANES_OK);
     ck_assert_int_eq(lanes_add_gpu(l, 0, 16 * G, 1 * G), LANES_ERROR_EXISTS);
     ck_assert_int_eq(lanes_add_gpu(l, 1, 1 * G, 1 * G), LANES_ERROR_INVALID);
     ck_assert_int_eq(lanes_admit(l, &r, &p), LANES_OK);
     ck_assert(p.provisional);
-    ck_assert_uint_eq(p.persistent_bytes, LANES_DEFAULT_PROVISIONAL_PERSISTENT_BYTES);
-    ck_assert_uint_eq(p.ephemeral_bytes, 3 * G);
+    ck_assert_uint_eq(p.persistent_bytes, 0);
+    /* the claim: capacity 15 GiB less the overhead and a least claim left for one more */
+    ck_assert_uint_eq(p.ephemeral_bytes, 15 * G - LANES_DEFAULT_JOB_OVERHEAD_BYTES -
+                                             LANES_DEFAULT_PROVISIONAL_MIN_BYTES);
+    ck_assert_uint_eq(p.lane_size_bytes, p.ephemeral_bytes);
     lanes_gpu_info_t info;
     ck_assert_int_eq(lanes_gpu_info(l, 0, &info), LANES_OK);
-    ck_assert_uint_eq(info.persistent_bytes, 1 * G + LANES_DEFAULT_JOB_OVERHEAD_BYTES);
+    ck_assert_uint_eq(info.persistent_bytes, LANES_DEFAULT_JOB_OVERHEAD_BYTES);
+    ck_assert_uint_eq(info.free_bytes, LANES_DEFAULT_PROVISIONAL_MIN_BYTES);
     ck_assert_int_eq(lanes_update_sizes(l, 1, 2 * G, 3 * G, &p), LANES_OK);
     ck_assert(!p.provisional);
+    ck_assert_uint_eq(p.lane_size_bytes, 3 * G);
     ck_assert_int_eq(lanes_release(l, 1), LANES_OK);
     ck_assert_int_eq(lanes_release(l, 1), LANES_ERROR_UNKNOWN);
     ck_assert_int_eq(lanes_grant(l, 1, NULL), LANES_ERROR_UNKNOWN);
+    lanes_destroy(l);
+}
+END_TEST
+
+/* Claims: the least claim, the cap (config and request), the GPU with the largest claim,
+ * and freed memory going to a GPU's claims in admission order before anyone else. */
+START_TEST(test_claims)
+{
+    lanes_config_t config;
+    lanes_config_default(&config);
+    config.job_overhead_bytes = 0;
+    config.provisional_min_bytes = 4 * G;
+    config.provisional_max_bytes = 6 * G;
+    lanes_t *l = lanes_create(&config);
+    lanes_placement_t p;
+    ck_assert_int_eq(lanes_add_gpu(l, 0, 16 * G, 0), LANES_OK);
+    ck_assert_int_eq(lanes_add_gpu(l, 1, 16 * G, 0), LANES_OK);
+    static const struct {
+        uint64_t id, cap;
+        lanes_status_t status;
+        int gpu;
+        uint64_t claim;
+    } steps[] = {
+        {1, 0, LANES_OK, 0, 6 * G},       /* at most 6 */
+        {2, 0, LANES_OK, 1, 6 * G},       /* equal claims: fewer jobs */
+        {3, 0, LANES_OK, 0, 6 * G},       /* then the lower index */
+        {4, 5 * G, LANES_OK, 1, 5 * G},   /* the request's cap */
+        {5, 0, LANES_OK, 1, 5 * G},       /* the largest claim: GPU 1 has 5 free, GPU 0 4 */
+        {6, 0, LANES_OK, 0, 4 * G},       /* 4: the least claim */
+        {7, 0, LANES_WAIT, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        lanes_request_t r = {steps[i].id, 1000, UNKNOWN, UNKNOWN, LANES_ANY_GPU, steps[i].cap};
+        ck_assert_int_eq(lanes_admit(l, &r, &p), steps[i].status);
+        if (steps[i].status != LANES_OK)
+            continue;
+        ck_assert_msg(p.gpu == steps[i].gpu && p.ephemeral_bytes == steps[i].claim,
+                      "job %llu: GPU %d, claim %llu MiB", (unsigned long long)steps[i].id,
+                      p.gpu, (unsigned long long)(p.ephemeral_bytes >> 20));
+    }
+    /* GPU 0: claims 1 (6), 3 (6), 6 (4); job 6 wants 6 (holding its 4): it waits; 1 learns
+     * 1 + 1: 4 free, job 6 grows to 6, then 2 are left */
+    ck_assert_int_eq(lanes_want(l, 6, 6 * G, 4 * G, &p), LANES_WAIT);
+    ck_assert_uint_eq(p.ephemeral_bytes, 4 * G);
+    ck_assert_int_eq(lanes_update_sizes(l, 1, 1 * G, 1 * G, &p), LANES_OK);
+    ck_assert_int_eq(lanes_job_placement(l, 6, &p), LANES_OK);
+    ck_assert_uint_eq(p.ephemeral_bytes, 6 * G);
+    lanes_gpu_info_t info;
+    ck_assert_int_eq(lanes_gpu_info(l, 0, &info), LANES_OK);
+    ck_assert_uint_eq(info.free_bytes, 2 * G);
+    /* GPU 1: claims 2 (6), 4 (5, capped), 5 (5); 4 may never have 6 (its cap); 5 waits for
+     * 6; 2 leaves: 5 grows to 6 */
+    ck_assert_int_eq(lanes_want(l, 4, 6 * G, 0, &p), LANES_NEVER_FITS);
+    ck_assert_int_eq(lanes_want(l, 5, 6 * G, 5 * G, &p), LANES_WAIT);
+    ck_assert_int_eq(lanes_release(l, 2), LANES_OK);
+    ck_assert_int_eq(lanes_job_placement(l, 4, &p), LANES_OK);
+    ck_assert_uint_eq(p.ephemeral_bytes, 5 * G);
+    ck_assert_int_eq(lanes_job_placement(l, 5, &p), LANES_OK);
+    ck_assert_uint_eq(p.ephemeral_bytes, 6 * G);
+    ck_assert_int_eq(lanes_gpu_info(l, 1, &info), LANES_OK);
+    ck_assert_uint_eq(info.free_bytes, 5 * G);
+    lanes_destroy(l);
+}
+END_TEST
+
+/* A claim that must grow: at once when the GPU has room, else it keeps what it holds and
+ * waits, served whole before newcomers when memory frees; more than the GPU: never. */
+START_TEST(test_claim_wants)
+{
+    lanes_config_t config;
+    lanes_config_default(&config);
+    config.job_overhead_bytes = 0;
+    lanes_t *l = lanes_create(&config);
+    lanes_placement_t p;
+    lanes_gpu_info_t info;
+    ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
+    lanes_request_t known = {1, 1000, 4 * G, 2 * G, LANES_ANY_GPU, 0};
+    lanes_request_t unknown = {2, 1000, UNKNOWN, UNKNOWN, LANES_ANY_GPU, 0};
+    ck_assert_int_eq(lanes_admit(l, &known, &p), LANES_OK);
+    ck_assert_int_eq(lanes_admit(l, &unknown, &p), LANES_OK);
+    ck_assert_uint_eq(p.ephemeral_bytes, 4 * G);
+    ck_assert_int_eq(lanes_want(l, 2, 3 * G, 0, &p), LANES_OK); /* within its claim */
+    ck_assert_uint_eq(p.ephemeral_bytes, 4 * G);
+    /* 6: no room (the claim is never merged): it keeps the 1 it holds and waits */
+    ck_assert_int_eq(lanes_want(l, 2, 6 * G, 1 * G, &p), LANES_WAIT);
+    ck_assert_uint_eq(p.ephemeral_bytes, 1 * G);
+    ck_assert(p.provisional);
+    ck_assert_int_eq(lanes_gpu_info(l, 0, &info), LANES_OK);
+    ck_assert_uint_eq(info.free_bytes, 3 * G);
+    /* a newcomer may have what it gave back meanwhile */
+    lanes_request_t small = {3, 1000, 1 * G, 1 * G, LANES_ANY_GPU, 0};
+    ck_assert_int_eq(lanes_admit(l, &small, &p), LANES_OK);
+    /* job 1 leaves: 7 free, the claim takes its 5 first */
+    ck_assert_int_eq(lanes_release(l, 1), LANES_OK);
+    ck_assert_int_eq(lanes_job_placement(l, 2, &p), LANES_OK);
+    ck_assert_uint_eq(p.ephemeral_bytes, 6 * G);
+    ck_assert_int_eq(lanes_gpu_info(l, 0, &info), LANES_OK);
+    ck_assert_uint_eq(info.free_bytes, 2 * G);
+    ck_assert_int_eq(lanes_want(l, 2, 11 * G, 0, &p), LANES_NEVER_FITS);
+    ck_assert_int_eq(lanes_want(l, 3, 2 * G, 0, &p), LANES_ERROR_INVALID); /* sizes known */
+    ck_assert_int_eq(lanes_want(l, 9, 2 * G, 0, &p), LANES_ERROR_UNKNOWN);
+    /* learned: the claim ends; a want no longer applies */
+    ck_assert_int_eq(lanes_update_sizes(l, 2, 1 * G, 5 * G, &p), LANES_OK);
+    ck_assert(!p.provisional);
+    ck_assert_uint_eq(p.lane_size_bytes, 5 * G);
+    ck_assert_int_eq(lanes_want(l, 2, 6 * G, 0, &p), LANES_ERROR_INVALID);
     lanes_destroy(l);
 }
 END_TEST
@@ -363,12 +503,12 @@ START_TEST(test_admit_in_order)
         config.job_overhead_bytes = 0;
         lanes_t *l = lanes_create(&config);
         ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
-        lanes_request_t first = {1, 1000, 4 * G, 4 * G, LANES_ANY_GPU};
+        lanes_request_t first = {1, 1000, 4 * G, 4 * G, LANES_ANY_GPU, 0};
         ck_assert_int_eq(lanes_admit(l, &first, NULL), LANES_OK);
         const lanes_request_t waiting[] = {
-            {2, 1000, 1 * G, 64 * G, LANES_ANY_GPU}, /* never fits: refused, blocks nothing */
-            {3, 2000, 3 * G, 3 * G, LANES_ANY_GPU},  /* must wait */
-            {4, 2000, 1 * G, 1 * G, LANES_ANY_GPU},  /* fits */
+            {2, 1000, 1 * G, 64 * G, LANES_ANY_GPU, 0}, /* never fits: refused, blocks nothing */
+            {3, 2000, 3 * G, 3 * G, LANES_ANY_GPU, 0},  /* must wait */
+            {4, 2000, 1 * G, 1 * G, LANES_ANY_GPU, 0},  /* fits */
         };
         lanes_status_t results[3];
         lanes_placement_t placements[3];
@@ -407,9 +547,9 @@ START_TEST(test_change_reports)
     config.on_change_context = &log;
     lanes_t *l = lanes_create(&config);
     ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
-    lanes_request_t a = {1, 1000, 1 * G, 3 * G, LANES_ANY_GPU};
-    lanes_request_t b = {2, 1000, 1 * G, 3 * G, LANES_ANY_GPU};
-    lanes_request_t c = {3, 2000, 1 * G, 4 * G, LANES_ANY_GPU};
+    lanes_request_t a = {1, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0};
+    lanes_request_t b = {2, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0};
+    lanes_request_t c = {3, 2000, 1 * G, 4 * G, LANES_ANY_GPU, 0};
     ck_assert_int_eq(lanes_admit(l, &a, NULL), LANES_OK);
     ck_assert_int_eq(lanes_admit(l, &b, NULL), LANES_OK);
     ck_assert_int_eq(log.count, 2);
@@ -463,7 +603,7 @@ START_TEST(test_random_invariant)
         uint64_t id = NEXT() % 64;
         if (!present[id]) {
             lanes_request_t r = {id, (uint32_t)(1000 + NEXT() % 3), (1 + NEXT() % 16) * 256 * M,
-                                 (1 + NEXT() % 32) * 256 * M, LANES_ANY_GPU};
+                                 (1 + NEXT() % 32) * 256 * M, LANES_ANY_GPU, 0};
             lanes_status_t st = lanes_admit(l, &r, NULL);
             ck_assert(st == LANES_OK || st == LANES_WAIT || st == LANES_NEVER_FITS);
             present[id] = st == LANES_OK;
@@ -508,7 +648,7 @@ START_TEST(test_random_grants)
         bool changes = false; /* admitted or released: the version must move */
         if (!present[id]) {
             lanes_request_t r = {id, (uint32_t)(1000 + NEXT() % 2), (NEXT() % 4) * 256 * M,
-                                 (1 + NEXT() % 24) * 256 * M, LANES_ANY_GPU};
+                                 (1 + NEXT() % 24) * 256 * M, LANES_ANY_GPU, 0};
             lanes_status_t st = lanes_admit(l, &r, NULL);
             ck_assert(st == LANES_OK || st == LANES_WAIT);
             present[id] = st == LANES_OK;
@@ -631,9 +771,9 @@ START_TEST(test_clone_is_a_silent_scratch_copy)
     lanes_t *l = lanes_create(&config);
     ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
     ck_assert_int_eq(lanes_add_gpu(l, 1, 10 * G, 0), LANES_OK);
-    lanes_request_t a = {1, 1000, 1 * G, 3 * G, LANES_ANY_GPU};
-    lanes_request_t b = {2, 1000, 1 * G, 3 * G, 1};
-    lanes_request_t c = {3, 2000, 1 * G, 4 * G, 1};
+    lanes_request_t a = {1, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0};
+    lanes_request_t b = {2, 1000, 1 * G, 3 * G, 1, 0};
+    lanes_request_t c = {3, 2000, 1 * G, 4 * G, 1, 0};
     ck_assert_int_eq(lanes_admit(l, &a, NULL), LANES_OK);
     ck_assert_int_eq(lanes_grant(l, 1, NULL), LANES_OK);
     log.count = 0;
@@ -667,6 +807,8 @@ static Suite *lanes_suite(void)
     TCase *tc = tcase_create("scenarios");
     tcase_add_loop_test(tc, test_lanes_case, 0, (int)(sizeof(lanes_cases) / sizeof(lanes_cases[0])));
     tcase_add_test(tc, test_provisional_flag);
+    tcase_add_test(tc, test_claims);
+    tcase_add_test(tc, test_claim_wants);
     tcase_add_test(tc, test_admit_in_order);
     tcase_add_test(tc, test_change_reports);
     tcase_add_test(tc, test_admit_to_lane);

@@ -400,6 +400,40 @@ START_TEST(test_two_gpus)
 END_TEST
 
 /* A job larger than any GPU is refused; the others run. */
+/* Jobs of unknown sizes (--hints none) on claims, as salusd: on 16 GiB, A (1 + 3 GiB) claims
+ * all but the least claim (3 GiB), which B (2 + 4 GiB) gets; B's first GPU part needs 6 GiB:
+ * it waits until A's sizes are learned (its third iteration, at 0.3 s), then both share the
+ * GPU: A's 0.7 s left end at 1.7 s, B's 1 s at 2.0 s. With --provisional-max-mb 4096, B can
+ * never have 6 GiB: it fails, out of memory, and is left out of the statistics. */
+START_TEST(test_unknown_sizes_claims)
+{
+    static const char rows[] = "1,0,10,100,1,1024,3072,\n2,0,10,100,1,2048,4096,\n";
+    sim_config_t config;
+    sim_trace_t trace;
+    sim_result_t result;
+    char err[256] = "";
+    sim_config_default(&config);
+    config.policy = "pack";
+    config.hints = false;
+    load(rows, &trace);
+    ck_assert_int_eq(sim_run(&trace, &config, &result, err, sizeof(err)), SIM_OK);
+    ck_assert_uint_eq(result.jobs_completed, 2);
+    ck_assert_uint_eq(result.jobs_failed, 0);
+    ASSERT_NEAR(result.jobs[0].finished_s, 1.7);
+    ASSERT_NEAR(result.jobs[1].finished_s, 2.0);
+    done(&trace, &result);
+
+    config.provisional_max_bytes = 4096 * MIB;
+    load(rows, &trace);
+    ck_assert_int_eq(sim_run(&trace, &config, &result, err, sizeof(err)), SIM_OK);
+    ck_assert_uint_eq(result.jobs_completed, 1);
+    ck_assert_uint_eq(result.jobs_failed, 1);
+    ck_assert(result.jobs[1].failed);
+    ASSERT_NEAR(result.jobs[0].finished_s, 1.0); /* alone */
+    done(&trace, &result);
+}
+END_TEST
+
 START_TEST(test_too_large_is_refused)
 {
     sim_trace_t trace;
@@ -913,6 +947,7 @@ static Suite *sim_suite(void)
     size_t policies = sizeof(every_policy) / sizeof(every_policy[0]);
     tcase_add_loop_test(model, test_one_job_alone, 0, (int)policies);
     tcase_add_test(model, test_late_submission);
+    tcase_add_test(model, test_unknown_sizes_claims);
     tcase_add_test(model, test_one_lane_takes_turns);
     tcase_add_test(model, test_turn_waits_and_lower_queue);
     tcase_add_test(model, test_two_lanes_share_the_gpu);

@@ -6,6 +6,7 @@
  * not salus's mechanism but what it is compared with. */
 #include "sim-internal.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,6 +88,7 @@ static void apply_from(sim_engine_t *e, size_t from)
         switch (kind) {
         case SCHED_CORE_ADMIT:
             job->lane = e->effects.items[i].lane;
+            job->budget_bytes = e->effects.items[i].budget_bytes;
             job_admitted(e, job, e->effects.items[i].gpu);
             e->starting[e->starting_count++] = (size_t)(job->id - 1);
             break;
@@ -103,8 +105,13 @@ static void apply_from(sim_engine_t *e, size_t from)
         case SCHED_CORE_MOVE:
             job->lane = e->effects.items[i].lane;
             break;
+        case SCHED_CORE_BUDGET: /* its next GPU part needs P + E within it */
+            job->budget_bytes = e->effects.items[i].budget_bytes;
+            if (job->phase == PHASE_MEMORY &&
+                job->spec->persistent_bytes + job->spec->ephemeral_bytes <= job->budget_bytes)
+                sim_start_gpu_part(e, job);
+            break;
         case SCHED_CORE_STOP_FREE_RUN: /* the model stops at every boundary anyway */
-        case SCHED_CORE_BUDGET:        /* the model does not allocate */
         case SCHED_CORE_LEARNED:
         case SCHED_CORE_SLOT_DONE: /* the simulator has no cluster groups */
             break;
@@ -118,14 +125,27 @@ void sim_apply_effects(sim_engine_t *e, size_t from)
     apply_from(e, from);
     /* a job admitted stands at its first boundary: it reports it, as salusd's jobs do once
      * their registration is answered (in admission order) */
-    for (size_t i = 0; i < e->starting_count && !e->error; i++) {
-        sim_job_t *job = &e->jobs[e->starting[i]];
+    while (e->starting_next < e->starting_count && !e->error) {
+        sim_job_t *job = &e->jobs[e->starting[e->starting_next++]];
+        if (job->phase != PHASE_READY)
+            continue; /* (failed meanwhile) */
         if (e->config->lane_hold_gpu_only)
             sim_start_iteration(e, job, 0); /* its host part needs no lane */
         else
             sim_boundary(e, job, true);
     }
-    e->starting_count = 0;
+    e->starting_count = e->starting_next = 0;
+}
+
+int sim_wants_memory(sim_engine_t *e, sim_job_t *job, uint64_t bytes)
+{
+    size_t from = e->effects.count;
+    /* (it allocates P + E at once: it holds nothing while it waits) */
+    int rc = sched_core_job_wants(e->core, job->id, bytes, 0, sim_to_ns(e->now_s), &e->effects);
+    if (rc < 0 && rc != -EAGAIN && rc != -ENOSPC)
+        check(e, rc, "memory request", job);
+    apply_from(e, from);
+    return rc;
 }
 
 void sim_boundary(sim_engine_t *e, sim_job_t *job, bool ready)
@@ -239,6 +259,20 @@ void sim_job_done(sim_engine_t *e, sim_job_t *job)
     }
     size_t from = e->effects.count;
     check(e, sched_core_job_left(e->core, job->id, SCHED_CORE_EXIT_DONE, sim_to_ns(e->now_s),
+                                 &e->effects),
+          "departure", job);
+    sim_apply_effects(e, from);
+}
+
+void sim_job_failed(sim_engine_t *e, sim_job_t *job)
+{
+    job->phase = PHASE_FAILED;
+    job->out->failed = true;
+    job->out->finished_s = e->now_s;
+    e->unfinished--;
+    e->resident--;
+    size_t from = e->effects.count;
+    check(e, sched_core_job_left(e->core, job->id, SCHED_CORE_EXIT_FAILED, sim_to_ns(e->now_s),
                                  &e->effects),
           "departure", job);
     sim_apply_effects(e, from);

@@ -32,6 +32,9 @@ static void usage(FILE *out)
           "                      before measuring them (default: they do, like Salus profiles)\n"
           "  --hints WHAT        'all' (default), 'iterations' (the count only, no iteration\n"
           "                      time: what salusd's jobs tell it) or 'none' (= --no-hints)\n"
+          "  --provisional-min-mb M  with --hints none: the least claim a job of unknown sizes\n"
+          "                      is admitted with, MiB (default 3072, at most half a GPU)\n"
+          "  --provisional-max-mb M  the most a claim may hold, MiB (default 0: no cap)\n"
           "  --lane-hold WHAT    'gpu' (default, as salusd): a lane is held only for the\n"
           "                      GPU part of an iteration; 'iteration' (as Salus): for the\n"
           "                      whole iteration, host part included\n"
@@ -70,7 +73,8 @@ static bool parse_number(const char *text, double min, double max, double *out)
 int main(int argc, char **argv)
 {
     enum { OPT_TRACE = 256, OPT_POLICY, OPT_GPUS, OPT_MEMORY, OPT_SWITCH, OPT_JSON, OPT_NO_HINTS,
-           OPT_JOBS_CSV, OPT_LIST, OPT_LANE_HOLD, OPT_GPU_SHARE, OPT_HINTS };
+           OPT_JOBS_CSV, OPT_LIST, OPT_LANE_HOLD, OPT_GPU_SHARE, OPT_HINTS, OPT_PROV_MIN,
+           OPT_PROV_MAX };
     static const struct option options[] = {
         {"trace", required_argument, NULL, OPT_TRACE},
         {"policy", required_argument, NULL, OPT_POLICY},
@@ -84,6 +88,8 @@ int main(int argc, char **argv)
         {"lane-hold", required_argument, NULL, OPT_LANE_HOLD},
         {"gpu-share", required_argument, NULL, OPT_GPU_SHARE},
         {"hints", required_argument, NULL, OPT_HINTS},
+        {"provisional-min-mb", required_argument, NULL, OPT_PROV_MIN},
+        {"provisional-max-mb", required_argument, NULL, OPT_PROV_MAX},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -130,6 +136,15 @@ int main(int argc, char **argv)
             config.hints = strcmp(optarg, "none") != 0;
             config.hints_iterations_only = strcmp(optarg, "iterations") == 0;
             break;
+        case OPT_PROV_MIN:
+        case OPT_PROV_MAX:
+            if (!parse_number(optarg, 0, 1024.0 * 1024 * 1024, &value))
+                return usage_error("--provisional-%s-mb takes a size in MiB >= 0",
+                                   opt == OPT_PROV_MIN ? "min" : "max");
+            *(opt == OPT_PROV_MIN ? &config.provisional_min_bytes
+                                  : &config.provisional_max_bytes) =
+                (uint64_t)llround(value * 1024 * 1024);
+            break;
         case OPT_JOBS_CSV: jobs_csv = optarg; break;
         case OPT_LANE_HOLD:
             if (strcmp(optarg, "iteration") != 0 && strcmp(optarg, "gpu") != 0)
@@ -167,6 +182,9 @@ int main(int argc, char **argv)
         status = rc == SIM_ERROR_MALFORMED ? EXIT_USAGE : EXIT_RUNTIME;
         goto done;
     }
+    if (result.jobs_failed)
+        fprintf(stderr, "salus-sim: warning: %zu jobs of unknown sizes ran out of their claim "
+                        "(out of memory) and failed\n", result.jobs_failed);
     if (result.jobs_refused)
         fprintf(stderr, "salus-sim: warning: %zu jobs larger than a GPU were refused\n",
                 result.jobs_refused);

@@ -35,12 +35,16 @@ int sim_result_summarise(const sim_trace_t *trace, sim_result_t *result)
 
     if (!jct)
         return SIM_ERROR_NO_MEMORY;
-    result->jobs_completed = result->jobs_refused = 0;
+    result->jobs_completed = result->jobs_refused = result->jobs_failed = 0;
     for (size_t i = 0; i < trace->count; i++) {
         const sim_job_result_t *job = &result->jobs[i];
         double submit = trace->jobs[i].submit_s;
         if (job->refused) {
             result->jobs_refused++;
+            continue;
+        }
+        if (job->failed) {
+            result->jobs_failed++;
             continue;
         }
         if (!any || submit < first_submit)
@@ -75,8 +79,9 @@ void sim_report_text(FILE *out, const sim_config_t *config, const sim_result_t *
     fprintf(out, "gpus              %u x %.0f MiB, switch %.0f us, sharing %s\n", config->gpus,
             (double)config->gpu_memory_bytes / (1024.0 * 1024.0), config->switch_s * 1e6,
             config->gpu_fcfs ? "fcfs" : "ps");
-    fprintf(out, "jobs              %zu completed, %zu refused (larger than a GPU)\n",
-            result->jobs_completed, result->jobs_refused);
+    fprintf(out, "jobs              %zu completed, %zu refused (larger than a GPU), %zu failed "
+                 "(out of memory)\n",
+            result->jobs_completed, result->jobs_refused, result->jobs_failed);
     fprintf(out, "average JCT       %.3f s\n", result->avg_jct_s);
     fprintf(out, "median JCT        %.3f s\n", result->median_jct_s);
     fprintf(out, "p95 JCT           %.3f s\n", result->p95_jct_s);
@@ -116,12 +121,14 @@ void sim_report_json(FILE *out, const sim_config_t *config, const sim_result_t *
     fputs("{\"policy\": ", out);
     json_string(out, config->policy);
     fprintf(out,
-            ", \"gpus\": %u, \"jobs\": %zu, \"refused\": %zu, \"avg_jct_s\": %.6f, "
+            ", \"gpus\": %u, \"jobs\": %zu, \"refused\": %zu, \"failed\": %zu, "
+            "\"avg_jct_s\": %.6f, "
             "\"median_jct_s\": %.6f, \"p95_jct_s\": %.6f, \"makespan_s\": %.6f, "
             "\"utilization\": %.6f, \"mean_wait_s\": %.6f, \"peak_jobs_resident\": %zu, "
             "\"iterations\": %llu, \"iterations_per_s\": %.6f, \"switches\": %llu, "
             "\"max_turn_wait_s\": %.6f, \"max_lower_queue_wait_s\": ",
-            config->gpus, result->jobs_completed, result->jobs_refused, result->avg_jct_s,
+            config->gpus, result->jobs_completed, result->jobs_refused, result->jobs_failed,
+            result->avg_jct_s,
             result->median_jct_s, result->p95_jct_s, result->makespan_s,
             result->utilization, result->mean_wait_s, result->peak_jobs_resident,
             (unsigned long long)result->iterations, result->iterations_per_s,
@@ -141,6 +148,10 @@ int sim_report_jobs_csv(FILE *out, const sim_trace_t *trace, const sim_result_t 
         if (job->refused)
             fprintf(out, "%llu,%.6f,,,,,0,1\n", (unsigned long long)spec->trace_id,
                     spec->submit_s);
+        else if (job->failed) /* (refused 2: failed, out of memory) */
+            fprintf(out, "%llu,%.6f,%.6f,,%.6f,,%llu,2\n", (unsigned long long)spec->trace_id,
+                    spec->submit_s, job->admitted_s, job->finished_s,
+                    (unsigned long long)job->switches);
         else
             fprintf(out, "%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%llu,0\n",
                     (unsigned long long)spec->trace_id, spec->submit_s, job->admitted_s,

@@ -70,8 +70,11 @@ typedef enum sim_phase_e {
     PHASE_HOST_UNHELD, /* --lane-hold gpu: host part, lane not held */
     PHASE_SWITCH,  /* --lane-hold gpu: lane taken, paying the switch cost */
     PHASE_GPU,     /* in an iteration: GPU part */
+    PHASE_MEMORY,  /* lane held, waiting for its claim to grow to its P + E (a job of unknown
+                      sizes whose claim is less than it needs: salusd's waiting mem_grow) */
     PHASE_DONE,
     PHASE_REFUSED,
+    PHASE_FAILED,  /* out of its budget */
 } sim_phase_t;
 
 typedef struct sim_job_s {
@@ -81,6 +84,7 @@ typedef struct sim_job_s {
     sim_phase_t phase;
     int gpu;
     uint32_t lane;
+    uint64_t budget_bytes; /* the core's (ADMIT, BUDGET): its GPU parts need P + E of it */
     /* Not in sched_core_boundary_t's order on purpose: copied into one there, adjacent pairs
      * are read with one 16-byte load, which stalls on the two 8-byte stores of
      * end_iteration() just before (store forwarding; a measurable share of a run). */
@@ -108,6 +112,9 @@ typedef struct sim_engine_s {
     sched_core_job_hints_t *arrivals; /* scratch: one instant's submissions */
     size_t *starting; /* admitted jobs whose first boundary is still to be reported */
     size_t starting_count;
+    size_t starting_next; /* the next of them to start (a nested sim_apply_effects goes on
+                             from there: a job that fails at its first GPU part leaves, and
+                             its departure's effects are carried out inside that walk) */
     sim_heap_t host_ends; /* key: end of the job's host part */
     sim_gpu_t *gpus;
     uint64_t *mps_used_bytes; /* mps: sum of P + E per GPU */
@@ -162,5 +169,12 @@ void sim_submit(sim_engine_t *e, size_t from, size_t to);
 void sim_boundary(sim_engine_t *e, sim_job_t *job, bool ready);
 /* The job finished its last iteration. */
 void sim_job_done(sim_engine_t *e, sim_job_t *job);
+/* The job's GPU part needs more than its budget can ever be: it fails (out of memory) and
+ * leaves. */
+void sim_job_failed(sim_engine_t *e, sim_job_t *job);
+/* The job needs a budget of bytes (sched_core_job_wants); its effects are carried out. */
+int sim_wants_memory(sim_engine_t *e, sim_job_t *job, uint64_t bytes);
+/* Starts the GPU part of a job that holds its lane (after its host part or switch). */
+void sim_start_gpu_part(sim_engine_t *e, sim_job_t *job);
 
 #endif

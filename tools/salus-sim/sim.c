@@ -3,6 +3,7 @@
  * processor sharing (share.c). The model is described in sim.h and README.md. */
 #include "sim-internal.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,6 +34,8 @@ void sim_config_default(sim_config_t *config)
     config->switch_s = 0;
     config->hints = true;
     config->lane_hold_gpu_only = true;
+    config->provisional_min_bytes = LANES_DEFAULT_PROVISIONAL_MIN_BYTES;
+    config->provisional_max_bytes = LANES_DEFAULT_PROVISIONAL_MAX_BYTES;
 }
 
 bool sim_policy_known(const char *name)
@@ -83,9 +86,20 @@ static void after_s(sim_engine_t *e, sim_job_t *job, sim_phase_t phase, double d
         sim_fail(e, SIM_ERROR_NO_MEMORY, "out of memory");
 }
 
-static void start_gpu_part(sim_engine_t *e, sim_job_t *job)
+void sim_start_gpu_part(sim_engine_t *e, sim_job_t *job)
 {
     double work_s = job->gpu_s;
+    /* its memory: P + E within its budget (known sizes always fit theirs). A job of unknown
+     * sizes whose claim is less waits, its lane held, for memory that frees on its GPU to grow
+     * its claim (lanes.h: before anyone else is admitted there), as salusd's mem_grow waits;
+     * one that needs more than a claim may ever hold fails, out of memory. */
+    uint64_t need = job->spec->persistent_bytes + job->spec->ephemeral_bytes;
+    if (e->mode != MODE_MPS && need > job->budget_bytes) {
+        job->phase = PHASE_MEMORY;
+        if (sim_wants_memory(e, job, need) == -ENOSPC)
+            sim_job_failed(e, job);
+        return; /* (its BUDGET effect starts the part when it has the memory) */
+    }
     if (work_s <= 0) {
         end_iteration(e, job);
         return;
@@ -118,7 +132,7 @@ void sim_start_iteration(sim_engine_t *e, sim_job_t *job, double switch_s)
     if (switch_s + host_s > 0)
         after_s(e, job, PHASE_HOST, switch_s + host_s);
     else
-        start_gpu_part(e, job);
+        sim_start_gpu_part(e, job);
 }
 
 /* The switch cost: a lane that goes from one job to another. */
@@ -142,14 +156,14 @@ void sim_granted(sim_engine_t *e, sim_job_t *job, uint32_t lane)
     else if (switch_s > 0)
         after_s(e, job, PHASE_SWITCH, switch_s);
     else
-        start_gpu_part(e, job);
+        sim_start_gpu_part(e, job);
 }
 
 /* A timer of the host heap fired. */
 static void timer_done(sim_engine_t *e, sim_job_t *job)
 {
     if (job->phase != PHASE_HOST_UNHELD)
-        start_gpu_part(e, job); /* PHASE_HOST or PHASE_SWITCH */
+        sim_start_gpu_part(e, job); /* PHASE_HOST or PHASE_SWITCH */
     else if (job->spec->gpu_fraction <= 0)
         end_iteration(e, job);
     else
@@ -259,6 +273,8 @@ static int engine_init(sim_engine_t *e, const sim_trace_t *trace)
         sched_core_config_default(&cc);
         cc.policy_name = e->mode == MODE_EXCLUSIVE ? "fifo" : c->policy;
         cc.lanes.job_overhead_bytes = 0;
+        cc.lanes.provisional_min_bytes = c->provisional_min_bytes;
+        cc.lanes.provisional_max_bytes = c->provisional_max_bytes;
         sched_core_config_fit_gpu(&cc, c->gpu_memory_bytes);
         e->core = sched_core_create(&cc, &rc);
         if (!e->core)

@@ -75,6 +75,10 @@ typedef struct sim_config_s {
      * measured), as in salusd, whose jobs hint their iteration count (salusctl run
      * --iterations) but not their iteration time. */
     bool hints_iterations_only;
+    /* Jobs of unknown sizes (no hints): the least claim they are admitted with and the most a
+     * claim may hold (0: no cap), as salusd's --provisional-min / --provisional-max
+     * (memory/lanes.h, "Learned sizes"); defaults the lane manager's. */
+    uint64_t provisional_min_bytes, provisional_max_bytes;
     /* true (default, what salusd does): a lane is held only for the GPU part of an iteration
      * (and the switch before it); the host part runs without the lane, and the time a job
      * reports to the policies is the time it held its lane. false (--lane-hold iteration, as
@@ -93,6 +97,8 @@ typedef struct sim_config_s {
 
 typedef struct sim_job_result_s {
     bool refused;      /* larger than any GPU: never admitted */
+    bool failed;       /* ran out of its budget (a job of unknown sizes whose claim was less
+                          than it needs): CUDA_ERROR_OUT_OF_MEMORY in salusd */
     double admitted_s; /* admission time */
     double started_s;  /* start of the first iteration */
     double finished_s;
@@ -102,6 +108,7 @@ typedef struct sim_job_result_s {
 typedef struct sim_result_s {
     size_t jobs_completed;
     size_t jobs_refused;
+    size_t jobs_failed; /* out of memory (sim_job_result_t.failed) */
     double avg_jct_s, median_jct_s, p95_jct_s;
     double makespan_s;  /* last finish - first submission */
     double utilization; /* GPU-busy time / (makespan x gpus) */

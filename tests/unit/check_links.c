@@ -1141,6 +1141,19 @@ START_TEST(test_hooks_forget_and_destroy)
 }
 END_TEST
 
+/* A listening socket on a free loopback port (its address in sa) that nobody accepts on. */
+static int loopback_listener(struct sockaddr_in *sa)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    *sa = (struct sockaddr_in){.sin_family = AF_INET};
+    sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(*sa);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)sa, sizeof(*sa)), 0);
+    ck_assert_int_eq(listen(fd, 8), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)sa, &len), 0);
+    return fd;
+}
+
 static int downs_twice(void *arg)
 {
     return ((node_t *)arg)->downs >= 2;
@@ -1150,13 +1163,8 @@ static int downs_twice(void *arg)
  * the deadline, and dials again. */
 START_TEST(test_silent_acceptor_dropped_at_deadline)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(sa);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    ck_assert_int_eq(listen(fd, 8), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    struct sockaddr_in sa;
+    int fd = loopback_listener(&sa);
     node_t b = {0};
     char addr[64];
     start_node(&b, "node-b", key_one, NULL);
@@ -1184,13 +1192,8 @@ static int up_once_b(void *arg)
  * dialed one (links carry one way: on_down, dialed again), not read with its tags. */
 START_TEST(test_frame_from_acceptor_drops_dialed_link)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(sa);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    ck_assert_int_eq(listen(fd, 8), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    struct sockaddr_in sa;
+    int fd = loopback_listener(&sa);
     node_t b = {0};
     char addr[64];
     start_node(&b, "node-b", key_one, NULL);

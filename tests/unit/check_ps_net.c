@@ -396,20 +396,26 @@ static int raw_progress_dropped(void *arg)
     return st.dropped >= 5 && raw->done >= 5;
 }
 
+/* A bare UCX worker with an endpoint to net: sends what no ps_net would. */
+static void raw_open(raw_t *raw, ps_net_t *net)
+{
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+    ck_assert_int_eq(ucp_init(&params, NULL, &raw->context), UCS_OK);
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    ck_assert_int_eq(ucp_worker_create(raw->context, &wp, &raw->worker), UCS_OK);
+    const void *addr;
+    size_t len;
+    ck_assert_int_eq(ps_net_address(net, &addr, &len), 0);
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS, .address = addr};
+    ck_assert_int_eq(ucp_ep_create(raw->worker, &ep, &raw->ep), UCS_OK);
+}
+
 START_TEST(test_malformed_headers_dropped)
 {
     link_nets(&a, "node-a", &b, "node-b", 1111, 1111); /* node-a is a known sender */
     raw_t raw = {0};
-    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
-    ck_assert_int_eq(ucp_init(&params, NULL, &raw.context), UCS_OK);
-    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                              .thread_mode = UCS_THREAD_MODE_SINGLE};
-    ck_assert_int_eq(ucp_worker_create(raw.context, &wp, &raw.worker), UCS_OK);
-    const void *addr;
-    size_t len;
-    ck_assert_int_eq(ps_net_address(b.net, &addr, &len), 0);
-    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS, .address = addr};
-    ck_assert_int_eq(ucp_ep_create(raw.worker, &ep, &raw.ep), UCS_OK);
+    raw_open(&raw, b.net);
 
     uint8_t good[PS_NET_WIRE_FIXED + 8] = {0};
     uint32_t magic = PS_NET_WIRE_MAGIC; /* the tests run on little-endian machines */
@@ -500,16 +506,7 @@ START_TEST(test_integrity_tags)
     }
 
     raw_t raw = {0};
-    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
-    ck_assert_int_eq(ucp_init(&params, NULL, &raw.context), UCS_OK);
-    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                              .thread_mode = UCS_THREAD_MODE_SINGLE};
-    ck_assert_int_eq(ucp_worker_create(raw.context, &wp, &raw.worker), UCS_OK);
-    const void *addr;
-    size_t len;
-    ck_assert_int_eq(ps_net_address(b.net, &addr, &len), 0);
-    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS, .address = addr};
-    ck_assert_int_eq(ucp_ep_create(raw.worker, &ep, &raw.ep), UCS_OK);
+    raw_open(&raw, b.net);
 
     /* a message as node-a's net would tag it (the raw payload: 100 zero bytes) */
     uint8_t good[PS_NET_WIRE_FIXED + PS_NET_WIRE_AUTH_EXTRA + 8] = {0}, zeros[100] = {0};

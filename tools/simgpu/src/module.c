@@ -41,6 +41,8 @@ static pthread_once_t packs_once = PTHREAD_ONCE_INIT;
 static kernel_pack_t packs[MAX_PACKS];
 static unsigned pack_count;
 
+static void packs_say_loaded(void);
+
 static void packs_load(void)
 {
     const char *list = getenv("SIMGPU_KERNEL_PACKS");
@@ -71,7 +73,19 @@ static void packs_load(void)
         packs[pack_count++] = (kernel_pack_t){.handle = handle, .kernels = kernels, .count = count};
     }
     free(copy);
-    /* once per process: which packs this program's kernels come from */
+    /* a real driver writes nothing on a program's stderr: the list goes to a person at a
+     * terminal, or where SIMGPU_VERBOSE asks for it, and always with a missing kernel */
+    const char *verbose = getenv("SIMGPU_VERBOSE");
+    if (isatty(STDERR_FILENO) || (verbose && *verbose && strcmp(verbose, "0") != 0))
+        packs_say_loaded();
+}
+
+/* Once per process: which packs this program's kernels come from. */
+static void packs_say_loaded(void)
+{
+    static int said;
+    if (__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
+        return;
     char names[1024] = "";
     size_t used = 0;
     unsigned kernels = 0;
@@ -98,6 +112,8 @@ static void pack_kernel_missing(const char *name)
     if (__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
         return;
     const char *list = getenv("SIMGPU_KERNEL_PACKS");
+    if (list && *list)
+        packs_say_loaded();
     if (!list || !*list)
         fprintf(stderr, "simgpu[%d]: no kernel '%s': SIMGPU_KERNEL_PACKS is not set, so no "
                 "kernel pack is loaded (simgpu runs a program's kernels from packs; for the "

@@ -37,15 +37,18 @@ check_serialised() {  # N NS
     end=$(cat "$WORK/a.out" "$WORK/b.out" | awk '$1 == "end" { print $2 }' | sort -n | tail -1)
     span=$((end - begin))
     [ "$span" -ge $((2 * n * ns)) ] || fail "$((2 * n)) kernels of $ns ns took only $span ns together"
-    # kernel starts, both processes merged: consecutive starts at least one kernel apart
+    # kernel starts, both processes merged: consecutive starts a kernel apart. A start is read
+    # by the kernel itself after the engine began it, so a thread descheduled there (a loaded
+    # machine, the sanitizers) reads it late and the next start looks closer: half a kernel is
+    # allowed for that; kernels that ran at once would start together
     cat "$WORK/a.out" "$WORK/b.out" | awk '$1 == "start" { print $2 }' | sort -n |
-        awk -v ns="$ns" 'NR > 1 && $1 - prev < ns * 0.9 { bad = 1; printf "overlap: %d ns apart\n", $1 - prev }
+        awk -v ns="$ns" 'NR > 1 && $1 - prev < ns * 0.5 { bad = 1; printf "overlap: %d ns apart\n", $1 - prev }
                          { prev = $1 } END { exit bad }' ||
         fail "kernels of two processes overlapped on the device"
     pass "$n+$n kernels of $((ns / 1000000)) ms from two processes: $((span / 1000000)) ms together, none overlapping"
 }
-check_serialised 1 10000000
-check_serialised 5 10000000
+check_serialised 1 50000000
+check_serialised 5 50000000
 
 # ---- a VMM allocation exported by one process, imported by the other ----
 "$PROBE" vmm-share > "$WORK/vmm.out" || fail "vmm-share failed: $(cat "$WORK/vmm.out")"

@@ -411,6 +411,20 @@ static void raw_open(raw_t *raw, ps_net_t *net)
     ck_assert_int_eq(ucp_ep_create(raw->worker, &ep, &raw->ep), UCS_OK);
 }
 
+/* Closes what raw_open made. */
+static void raw_close(raw_t *raw)
+{
+    ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                              .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    ucs_status_ptr_t r = ucp_ep_close_nbx(raw->ep, &cp);
+    while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
+        ucp_worker_progress(raw->worker);
+    if (UCS_PTR_IS_PTR(r))
+        ucp_request_free(r);
+    ucp_worker_destroy(raw->worker);
+    ucp_cleanup(raw->context);
+}
+
 START_TEST(test_malformed_headers_dropped)
 {
     link_nets(&a, "node-a", &b, "node-b", 1111, 1111); /* node-a is a known sender */
@@ -461,15 +475,7 @@ START_TEST(test_malformed_headers_dropped)
     ck_assert_int_eq(b.received, 1);
     ck_assert_str_eq(b.got[0].node, "node-a");
 
-    ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                              .flags = UCP_EP_CLOSE_FLAG_FORCE};
-    ucs_status_ptr_t r = ucp_ep_close_nbx(raw.ep, &cp);
-    while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
-        ucp_worker_progress(raw.worker);
-    if (UCS_PTR_IS_PTR(r))
-        ucp_request_free(r);
-    ucp_worker_destroy(raw.worker);
-    ucp_cleanup(raw.context);
+    raw_close(&raw);
 }
 END_TEST
 
@@ -562,15 +568,7 @@ START_TEST(test_integrity_tags)
     ck_assert_uint_eq(st.forged, 3);
     ck_assert_int_eq(b.received, want);
 
-    ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                              .flags = UCP_EP_CLOSE_FLAG_FORCE};
-    ucs_status_ptr_t r = ucp_ep_close_nbx(raw.ep, &cp);
-    while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
-        ucp_worker_progress(raw.worker);
-    if (UCS_PTR_IS_PTR(r))
-        ucp_request_free(r);
-    ucp_worker_destroy(raw.worker);
-    ucp_cleanup(raw.context);
+    raw_close(&raw);
 }
 END_TEST
 

@@ -75,7 +75,6 @@ typedef struct salusd_s {
     uint64_t output_bytes;
     uint64_t held_peak_bytes;
     struct event *release_timer;
-    uint64_t cut_logged_ns, cuts_unlogged;
     struct event *accept_pause; /* re-enables accepting after an accept error */
     uint64_t started_ns;
     uint64_t frames_rejected;

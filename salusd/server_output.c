@@ -5,6 +5,7 @@
 
 #include "heap.h"
 #include "log.h"
+#include "log_limit.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -18,7 +19,6 @@
 #define SERVER_BURST_BYTES (4ull << 20)
 /* memory goes back this long after what is held fell under a quarter of the burst's peak */
 #define SERVER_RELEASE_DELAY_MS 500
-#define SERVER_CUT_LOG_INTERVAL_NS 1000000000ull
 
 static server_user_t *user_of(salusd_t *d, uid_t uid)
 {
@@ -148,22 +148,19 @@ void server_output_leave(conn_t *c)
     }
 }
 
-/* One line a second at most, with the count of the cuts not logged before it. */
+/* One line a second at most, with the count of the cuts not logged before it (salusd's loop
+ * is the one thread that cuts). */
 static void log_cut(conn_t *v, uint64_t bytes, const char *cap_name, uint64_t cap)
 {
-    salusd_t *d = v->daemon;
-    uint64_t now = salusd_now_ns();
-    if (d->cut_logged_ns && now - d->cut_logged_ns < SERVER_CUT_LOG_INTERVAL_NS) {
-        d->cuts_unlogged++;
+    static salus_log_limit_t limit = SALUS_LOG_LIMIT_INIT(1, 1);
+    uint64_t unlogged = 0;
+    if (!salus_log_limit_take(&limit, salus_log_limit_now_ns(), &unlogged))
         return;
-    }
     LOG_WARN("closing the connection of pid %d (uid %u): it does not read its replies and "
              "would hold %llu bytes of them, the most past %s (%llu bytes); %llu connections "
              "closed for this since the last such line", (int)v->pid, (unsigned)v->uid,
              (unsigned long long)bytes, cap_name, (unsigned long long)cap,
-             (unsigned long long)d->cuts_unlogged);
-    d->cut_logged_ns = now;
-    d->cuts_unlogged = 0;
+             (unsigned long long)unlogged);
 }
 
 /* Keeps what the connections of user (NULL: of all clients) hold, with add more for c,

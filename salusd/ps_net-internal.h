@@ -31,6 +31,7 @@ struct event;
 #define PS_NET_WIRE_TAG_AT (PS_NET_WIRE_FIXED + 8)
 #define PS_NET_WIRE_AUTH_EXTRA (8 + PS_NET_AUTH_TAG_BYTES)
 #define PS_NET_AM_ID 0x5053 /* our one active-message id */
+#define PS_NET_PREV_TOKENS 8 /* a peer's receive tokens before the current one still taken */
 
 typedef struct ps_net_peer_s ps_net_peer_t;
 
@@ -73,15 +74,17 @@ struct ps_net_peer_s {
     char node[PS_NET_NODE_BYTES];
     ucp_ep_h ep;
     uint64_t send_token, recv_token;
-    uint64_t prev_recv_token; /* the one before a change of tokens (0: none): the peer's
-                               * messages sent before it heard of the new one still count */
+    /* the ones before changes of tokens, newest first (0: none): the peer's messages sent
+     * before it heard of the new one still count, also across several changes in a row (a
+     * link that drops and comes back twice while a message is on its way) */
+    uint64_t prev_recv_token[PS_NET_PREV_TOKENS];
     void *addr;               /* its worker address, as added */
     size_t addr_len;
     int failed;       /* the endpoint reported an error: sends refused until added again */
     int close_needed; /* failed, its endpoint still to be closed (from dispatch) */
     ps_net_recv_t *recv_head, *recv_tail;
     /* integrity on: the keys of our messages to it and of its to us (prev: its token before) */
-    ps_net_auth_t *send_auth, *recv_auth, *prev_recv_auth;
+    ps_net_auth_t *send_auth, *recv_auth, *prev_recv_auth[PS_NET_PREV_TOKENS];
     uint64_t recv_seq; /* the number of its last message taken */
 };
 

@@ -107,7 +107,8 @@ void ps_net_peer_drop(ps_net_t *net, ps_net_peer_t *peer, int why)
         close_ep(net, peer->ep);
     ps_net_auth_free(peer->send_auth);
     ps_net_auth_free(peer->recv_auth);
-    ps_net_auth_free(peer->prev_recv_auth);
+    for (int i = 0; i < PS_NET_PREV_TOKENS; i++)
+        ps_net_auth_free(peer->prev_recv_auth[i]);
     free(peer->addr);
     free(peer);
 }
@@ -173,6 +174,21 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     ps_net_schedule(peer->net);
 }
 
+/* peer's receive token is about to change: the current one (and its key) becomes the newest
+ * of those before, the oldest of them forgotten */
+static void remember_recv_token(ps_net_peer_t *peer)
+{
+    enum { LAST = PS_NET_PREV_TOKENS - 1 };
+    ps_net_auth_free(peer->prev_recv_auth[LAST]);
+    memmove(&peer->prev_recv_token[1], &peer->prev_recv_token[0],
+            LAST * sizeof(peer->prev_recv_token[0]));
+    memmove(&peer->prev_recv_auth[1], &peer->prev_recv_auth[0],
+            LAST * sizeof(peer->prev_recv_auth[0]));
+    peer->prev_recv_token[0] = peer->recv_token;
+    peer->prev_recv_auth[0] = peer->recv_auth;
+    peer->recv_auth = NULL;
+}
+
 int ps_net_add_peer(ps_net_t *net, const char *node, const void *addr, size_t addr_len,
                     uint64_t send_token, uint64_t recv_token)
 {
@@ -189,12 +205,8 @@ int ps_net_add_peer(ps_net_t *net, const char *node, const void *addr, size_t ad
         ps_net_auth_t *send_auth, *recv_auth;
         if (make_auths(net, node, send_token, recv_token, &send_auth, &recv_auth) < 0)
             return -ENOMEM;
-        if (old->recv_token != recv_token) {
-            old->prev_recv_token = old->recv_token;
-            ps_net_auth_free(old->prev_recv_auth);
-            old->prev_recv_auth = old->recv_auth;
-            old->recv_auth = NULL;
-        }
+        if (old->recv_token != recv_token)
+            remember_recv_token(old);
         old->send_token = send_token;
         old->recv_token = recv_token;
         if (net->integrity) {

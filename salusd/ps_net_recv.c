@@ -20,6 +20,15 @@ static uint64_t get_le(const uint8_t *p, int bytes)
     return v;
 }
 
+/* Where token is among peer's receive tokens before the current one, or -1 */
+static int prev_token_index(const ps_net_peer_t *peer, uint64_t token)
+{
+    for (int i = 0; token && i < PS_NET_PREV_TOKENS; i++)
+        if (peer->prev_recv_token[i] == token)
+            return i;
+    return -1;
+}
+
 /* Our header's checks: the peer it comes from, or NULL (why says which check failed). */
 static ps_net_peer_t *check_header(ps_net_t *net, const uint8_t *h, size_t len,
                                    size_t *caller_len, const char **why)
@@ -56,7 +65,7 @@ static ps_net_peer_t *check_header(ps_net_t *net, const uint8_t *h, size_t len,
         return NULL;
     }
     uint64_t token = get_le(h + 8 + PS_NET_NODE_BYTES, 8);
-    if (token != peer->recv_token && (peer->prev_recv_token == 0 || token != peer->prev_recv_token)) {
+    if (token != peer->recv_token && prev_token_index(peer, token) < 0) {
         *why = "wrong token";
         return NULL;
     }
@@ -220,9 +229,10 @@ void ps_net_peer_discard_recvs(ps_net_t *net, ps_net_peer_t *peer)
 static int tag_checks(ps_net_t *net, ps_net_peer_t *peer, ps_net_recv_t *r, const void *payload)
 {
     (void)net;
+    int prev = prev_token_index(peer, r->token);
     ps_net_auth_t *auth = r->token == peer->recv_token ? peer->recv_auth
-                          : r->token == peer->prev_recv_token ? peer->prev_recv_auth
-                                                              : NULL;
+                          : prev >= 0                  ? peer->prev_recv_auth[prev]
+                                                       : NULL;
     if (!auth || r->seq <= peer->recv_seq || r->wire_len < PS_NET_WIRE_TAG_AT + PS_NET_AUTH_TAG_BYTES)
         return 0;
     uint8_t tag[PS_NET_AUTH_TAG_BYTES];

@@ -667,6 +667,39 @@ START_TEST(test_readd_same_address_keeps_messages)
 }
 END_TEST
 
+/* The link drops and comes back twice before the peer hears of either new token (a node
+ * frozen past its lease and back: the daemons' hellos cross): what the peer sent with its
+ * first token still arrives, and so does what it sends once it knows the newest. */
+START_TEST(test_readd_twice_keeps_messages)
+{
+    link_nets(&a, "node-a", &b, "node-b", 1111, 1111);
+    enum { N = 3 };
+    uint8_t *big = make_payload(MIB, 0);
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(send_msg(b.net, "node-a", 20 + i, 4, big, MIB, &sends[i]), 0);
+    const void *addr;
+    size_t len;
+    ck_assert_int_eq(ps_net_address(b.net, &addr, &len), 0);
+    ck_assert_int_eq(ps_net_add_peer(a.net, "node-b", addr, len, 3333, 4444), 0);
+    ck_assert_int_eq(ps_net_add_peer(a.net, "node-b", addr, len, 5555, 6666), 0);
+    want_t w = {&a, N, N};
+    ck_assert(run_until(enough, &w, 30000));
+    for (int i = 0; i < N; i++)
+        ck_assert_uint_eq(a.got[i].seq, 20 + (uint32_t)i);
+    ps_net_stats_t st;
+    ps_net_get_stats(a.net, &st);
+    ck_assert_uint_eq(st.dropped, 0);
+    /* b hears of the newest token: its messages carry it and arrive */
+    ck_assert_int_eq(ps_net_address(a.net, &addr, &len), 0);
+    ck_assert_int_eq(ps_net_add_peer(b.net, "node-a", addr, len, 6666, 5555), 0);
+    ck_assert_int_eq(send_msg(b.net, "node-a", 30, 4, big, MIB, &sends[N]), 0);
+    want_t w2 = {&a, N + 1, N + 1};
+    ck_assert(run_until(enough, &w2, 20000));
+    ck_assert_uint_eq(a.got[N].seq, 30);
+    free(big);
+}
+END_TEST
+
 START_TEST(test_destroy_with_pending_sends)
 {
     link_nets(&a, "node-a", &b, "node-b", 1111, 1111);
@@ -980,6 +1013,7 @@ static Suite *ps_net_suite(void)
     tcase_add_test(tc, test_integrity_one_end_only);
     tcase_add_test(tc, test_remove_peer_fails_pending);
     tcase_add_test(tc, test_readd_same_address_keeps_messages);
+    tcase_add_test(tc, test_readd_twice_keeps_messages);
     tcase_add_test(tc, test_destroy_with_pending_sends);
     tcase_add_test(tc, test_loop_not_starved_by_a_flood);
     tcase_add_test(tc, test_peer_process_killed);

@@ -1,0 +1,79 @@
+"""salus.ps tables from numpy on one node: 2 ranks under bsp, ssp:1 and asp, and the errors
+as Python sees them; salus.Unavailable without salus."""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import HERE
+
+RANK = os.path.join(HERE, "ps_rank.py")
+
+
+def results(outs):
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+
+
+def test_bsp_add_ranges_keys(daemon, work):
+    r = results(daemon.ranks("py-bsp", 2, lambda k: [RANK, "bsp", work]))
+    for res in r:
+        print(res)
+        # clock k: k * (1 + 2) everywhere, nothing missing (done == clock)
+        assert res["pulls"] == [[1, 1, 3.0, 3.0], [2, 2, 6.0, 6.0], [3, 3, 9.0, 9.0]]
+        clock, a = res["range_keys"]
+        assert clock == 4
+        # keys 1 and 3: 9 + 200; elements 8..15: 9 + 20; the rest 9
+        assert a == [9, 209, 9, 209, 9, 9, 9, 9] + [29] * 8
+        assert res["whole"] == [64, 9 * 64 + 400 + 20 * 8]
+
+
+def test_ssp_staleness_bounded(daemon, work):
+    r = results(daemon.ranks("py-ssp", 2, lambda k: [RANK, "ssp", work], sync="ssp:1"))
+    fast = r[0]
+    print(r)
+    assert max(fast["staleness"]) <= 1
+    assert fast["waited"] > 0  # the slow rank held the fast one back
+    assert all(res["current_clock"] == 8 for res in r)
+
+
+def test_asp_no_wait(daemon, work):
+    r = results(daemon.ranks("py-asp", 2, lambda k: [RANK, "asp", work], sync="asp"))
+    for res in r:
+        print(res)
+        assert res["waited"] == 0
+        assert res["final"] == [15.0, 15.0]
+
+
+def test_errors(daemon, work):
+    (res,) = results(daemon.ranks("py-err", 1, lambda k: [RANK, "errors", work]))
+    for key, value in res.items():
+        print(key, value)
+    assert res["bad_name"][:2] == ["Error", 22] and "names" in res["bad_name"][2]
+    assert res["bad_rule"][0] == "Error" and "nope" in res["bad_rule"][2]
+    assert res["reopen_count"][0] == "Error" and res["reopen_count"][1] == 22
+    assert res["key_out_of_range"][:2] == ["Error", 22]
+    assert res["range"][0] == "ValueError" and "outside" in res["range"][2]
+    assert res["dtype"][0] == "TypeError" and "float32" in res["dtype"][2]
+    assert res["not_contiguous"][0] == "ValueError"
+    assert res["read_only_pull"][0] == "ValueError" and "read-only" in res["read_only_pull"][2]
+    assert res["read_only_push"] is None
+    assert res["no_buffer"][0] == "TypeError"
+    assert res["closed"][0] == "Error" and "closed" in res["closed"][2]
+
+
+def test_unavailable_without_salus():
+    code = ("import salus, numpy\n"
+            "try:\n"
+            "    salus.ps.Table.open('t', 4)\n"
+            "except salus.Unavailable as e:\n"
+            "    print('unavailable', e.errno, e)\n"
+            "with salus.iteration():\n"
+            "    pass\n"
+            "print('iteration no-op', salus.job_stats())\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD",)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60)
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0
+    assert "unavailable 38" in out.stdout and "salusctl run" in out.stdout
+    assert "iteration no-op None" in out.stdout

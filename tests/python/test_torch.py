@@ -1,0 +1,114 @@
+"""salus.torch on one node: the example trained with DistributedOptimizer on 2 ranks (bsp,
+rule sgd, equal per-rank batches, averaged gradients, momentum 0, 50 steps) ends with the
+loss and weights of one process training on the global batch with torch.optim.SGD; ssp:2 on
+3 ranks with one slowed reads at most 2 clocks stale and converges; mode 'average' with
+momentum; a torchrun worker that is not its own salusctl run is refused."""
+import os
+import re
+import subprocess
+import sys
+
+import torch
+
+from conftest import EXAMPLE, HERE
+
+TOL = 1e-5
+
+
+def final(out):
+    m = re.search(r"initial_loss (\S+) final_loss (\S+)", out)
+    return float(m.group(1)), float(m.group(2))
+
+
+def rel(a, b):
+    return float((a - b).norm() / b.norm())
+
+
+def single(work, extra=()):
+    path = os.path.join(work, "single.pt")
+    out = subprocess.run([sys.executable, EXAMPLE, "--mode", "single", "--out", path,
+                          *extra], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout, torch.load(path)
+
+
+def test_bsp_sgd_equals_single_process(daemon, work):
+    ref_out, ref_w = single(work)
+    path = os.path.join(work, "salus.pt")
+    outs = daemon.ranks("py-torch-bsp", 2, lambda r: [EXAMPLE, "--table", "eq", "--out", path])
+    out0 = outs[0][0]
+    print("single process, torch.optim.SGD on the global batch of 32:\n" + ref_out)
+    print("2 ranks, DistributedOptimizer (bsp, rule sgd), 16 rows each:\n" + out0 + outs[1][0])
+    w = torch.load(path)
+    loss_rel = abs(final(out0)[1] - final(ref_out)[1]) / final(ref_out)[1]
+    w_rel = rel(w, ref_w)
+    print(f"relative difference: loss {loss_rel:.3g}, weights {w_rel:.3g} (bound {TOL})")
+    assert loss_rel <= TOL and w_rel <= TOL
+    for out, _ in outs:
+        assert re.search(r"max_staleness 0 steps 50", out)
+
+
+def test_ssp2_three_ranks_one_slowed(daemon, work):
+    args = ["--world", "3", "--steps", "60"]
+    ref_out, _ = single(work, args)
+    outs = daemon.ranks("py-torch-ssp", 3, lambda r: [EXAMPLE, "--table", "ssp", "--sync",
+                                                      "ssp:2", "--slow-rank", "2",
+                                                      "--slow-ms", "30", *args],
+                        sync="ssp:2")
+    stale = []
+    for out, _ in outs:
+        print(out.strip())
+        stale.append(int(re.search(r"max_staleness (\d+)", out).group(1)))
+    initial, last = final(outs[0][0])
+    ref = final(ref_out)[1]
+    print(f"largest staleness seen per rank: {stale} (bound 2); loss {initial:.4f} -> "
+          f"{last:.4f} (one process, no staleness: {ref:.4f})")
+    assert max(stale) <= 2
+    assert max(stale[:2]) >= 1  # the fast ranks did read ahead of the slow one
+    # converges: well below the start, near the run without staleness
+    assert last < 0.5 * initial and last < 1.25 * ref
+
+
+def test_average_mode_any_optimizer(daemon, work):
+    code = f"""
+import torch, salus.torch
+torch.manual_seed(0)
+m = torch.nn.Linear(4, 2)
+if salus.torch.rank() == 1:
+    with torch.no_grad():
+        m.weight.add_(1.0)  # rank 1 starts elsewhere: the optimizer broadcasts rank 0's
+opt = salus.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                       m.named_parameters(), mode="average", name="avg")
+x = torch.full((3, 4), float(salus.torch.rank() + 1))
+for _ in range(5):
+    opt.zero_grad(); m(x).sum().backward(); opt.step()
+print("w", " ".join(f"{{v:.7g}}" for v in m.weight.reshape(-1).tolist()))
+print("isinstance", isinstance(opt, torch.optim.SGD))
+"""
+    outs = daemon.ranks("py-torch-avg", 2, lambda r: ["-c", code])
+    w0 = re.search(r"^w .*$", outs[0][0], re.M).group(0)
+    w1 = re.search(r"^w .*$", outs[1][0], re.M).group(0)
+    print(w0, w1, sep="\n")
+    assert w0 == w1
+    # the same in one process: the average of the two ranks' gradients, momentum 0.9
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    x = torch.cat([torch.full((3, 4), 1.0), torch.full((3, 4), 2.0)])
+    for _ in range(5):
+        opt.zero_grad()
+        (m(x).sum() / 2).backward()
+        opt.step()
+    ref = torch.tensor([float(v) for v in w0.split()[1:]])
+    assert rel(ref, m.weight.detach().reshape(-1)) <= TOL
+    assert "isinstance True" in outs[0][0]
+
+
+def test_torchrun_worker_needs_its_own_run(daemon, work):
+    code = "import salus.torch\nsalus.torch.rank()\n"
+    p = daemon.rank("py-torchrun", 1, 0, ["-c", code],
+                    env={"TORCHELASTIC_RUN_ID": "x", "RANK": "1", "WORLD_SIZE": "2"})
+    out, err = p.communicate(timeout=60)
+    print(err.strip().splitlines()[-1])
+    assert p.returncode != 0
+    assert "torchrun --no-python" in err and "Unavailable" in err

@@ -15,14 +15,15 @@ only when asked for (it imports torch).
 import dataclasses
 import os
 
-from ._errors import Busy, Error, NotFound, PermissionDenied, ProtocolError, Unavailable
+from ._errors import (Busy, Error, NotFound, PermissionDenied, ProtocolError, Unavailable,
+                      Unreachable)
 from ._iteration import JobStats, iteration, job_stats
 from ._shim import available
 from ._version import __version__
 from . import ps
 
 __all__ = ["Busy", "Client", "Error", "JobStats", "NotFound", "PermissionDenied",
-           "ProtocolError", "RankInfo", "Unavailable", "__version__", "available",
+           "ProtocolError", "RankInfo", "Unavailable", "Unreachable", "__version__", "available",
            "iteration", "job_stats", "ps", "rank_info"]
 
 

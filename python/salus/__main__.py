@@ -1,7 +1,6 @@
 """python -m salus VERB: what salusctl prints for status, ps, lanes, groups and policy, from
 salus.Client's typed results (--json: the daemon's fields as JSON)."""
 import argparse
-import dataclasses
 import json
 import sys
 

@@ -27,6 +27,11 @@ class ProtocolError(Error):
         self.code = code
 
 
+class Unreachable(ProtocolError, Unavailable):
+    """No salusd answers on the socket (absent, refused): both a ProtocolError and an
+    Unavailable, so that `except salus.Unavailable` covers running without salus."""
+
+
 class PermissionDenied(ProtocolError):
     """salusd refused the request: the job belongs to another user, or the verb needs an
     administrator (permission_denied)."""
@@ -36,5 +41,5 @@ class NotFound(ProtocolError):
     """salusd knows no such job (not_found)."""
 
 
-for _cls in (Error, Unavailable, Busy, ProtocolError, PermissionDenied, NotFound):
+for _cls in (Error, Unavailable, Busy, ProtocolError, Unreachable, PermissionDenied, NotFound):
     _cls.__module__ = "salus"

@@ -16,7 +16,7 @@ import struct
 
 import msgpack
 
-from ._errors import NotFound, PermissionDenied, ProtocolError
+from ._errors import NotFound, PermissionDenied, ProtocolError, Unreachable
 
 PROTO_VERSION = 1
 PROTO_VERSION_MINOR = 3
@@ -106,8 +106,8 @@ class Connection:
             try:
                 self.sock.connect(path)
             except OSError as e:
-                raise ProtocolError(e.errno or errno.ECONNREFUSED,
-                                    f"cannot reach salusd at {path}: {e.strerror}") from None
+                raise Unreachable(e.errno or errno.ECONNREFUSED,
+                                  f"cannot reach salusd at {path}: {e.strerror}") from None
             pid, uid, gid = struct.unpack("3i", self.sock.getsockopt(
                 socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
             if uid not in (0, os.getuid(), os.geteuid(), daemon_uid()):
@@ -164,8 +164,6 @@ class Connection:
         except BaseException:
             for fd in fds:
                 os.close(fd)
-            raise
-        except socket.timeout:
             raise
 
     def call(self, op, body=None, timeout_s=-1, max_fds=0):

@@ -10,7 +10,7 @@ tables, and broadcast_parameters.
 Each rank is a rank of a salus group: `salusctl run --group G --world N --rank R -- python
 train.py`, or under a launcher, `mpirun -n N salusctl run -- python train.py`,
 `srun -n N salusctl run -- python train.py`, and with torchrun
-`torchrun --nproc-per-node N --no-python salusctl run -- python3 train.py` (torchrun starts
+`torchrun --nproc_per_node N --no_python salusctl run -- python3 train.py` (torchrun starts
 one `salusctl run` per worker, each reading its worker's RANK / WORLD_SIZE /
 TORCHELASTIC_RUN_ID). `salusctl run -- torchrun ... train.py` would make every worker one
 job with one rank's variables; the optimizer refuses that (salus.Unavailable, saying so).
@@ -54,7 +54,7 @@ def _launch():
             (info is None or str(info.rank) != torch_rank):
         raise Unavailable(errno.EPERM, f"torchrun worker RANK={torch_rank} is not a salus "
                           f"rank of its own (SALUS_RANK={info.rank if info else 'unset'}): "
-                          "run torchrun --no-python ... salusctl run -- python3 SCRIPT, so "
+                          "run torchrun --no_python ... salusctl run -- python3 SCRIPT, so "
                           "that each worker is one salusctl run")
     if info is None:
         raise Unavailable(errno.ENOSYS, "not a rank of a salus group: run it with salusctl run "

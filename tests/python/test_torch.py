@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from conftest import EXAMPLE, HERE
+from conftest import EXAMPLE
 
 TOL = 1e-5
 
@@ -70,7 +70,7 @@ def test_ssp2_three_ranks_one_slowed(daemon, work):
 
 
 def test_average_mode_any_optimizer(daemon, work):
-    code = f"""
+    code = """
 import torch, salus.torch
 torch.manual_seed(0)
 m = torch.nn.Linear(4, 2)
@@ -82,7 +82,7 @@ opt = salus.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, m
 x = torch.full((3, 4), float(salus.torch.rank() + 1))
 for _ in range(5):
     opt.zero_grad(); m(x).sum().backward(); opt.step()
-print("w", " ".join(f"{{v:.7g}}" for v in m.weight.reshape(-1).tolist()))
+print("w", " ".join(f"{v:.7g}" for v in m.weight.reshape(-1).tolist()))
 print("isinstance", isinstance(opt, torch.optim.SGD))
 """
     outs = daemon.ranks("py-torch-avg", 2, lambda r: ["-c", code])
@@ -111,4 +111,46 @@ def test_torchrun_worker_needs_its_own_run(daemon, work):
     out, err = p.communicate(timeout=60)
     print(err.strip().splitlines()[-1])
     assert p.returncode != 0
-    assert "torchrun --no-python" in err and "Unavailable" in err
+    assert "torchrun --no_python" in err and "Unavailable" in err
+
+
+def _launch(daemon, work, argv, timeout=180):
+    p = subprocess.Popen(argv, env=dict(daemon.env, SALUS_MPI_SHM_DIR=work),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    daemon.procs.append(p)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        daemon.stop_procs()
+        raise AssertionError(f"{argv[0]} did not end within {timeout} s")
+    print(out)
+    assert p.returncode == 0, out
+    return out
+
+
+def test_launchers_mpirun_and_torchrun_variables(daemon, work):
+    """The group comes from the launcher: `mpirun -n 2 salusctl run -- python3 ...`, and
+    torchrun's workers, each its own `salusctl run` reading that worker's RANK, WORLD_SIZE,
+    LOCAL_RANK and TORCHELASTIC_RUN_ID (`torchrun --nproc_per_node 2 --no_python salusctl run
+    -- python3 ...`). Debian's torchrun (torch 1.13 on Python 3.11) fails before it starts a
+    worker (its redirects option parses to None), so the workers' variables are set here."""
+    example = [sys.executable, EXAMPLE, "--steps", "10"]
+    mpirun = os.path.join(os.environ["SALUS_SOURCE_DIR"], "tools", "mpirun-local")
+    out = _launch(daemon, work, [mpirun, "-n", "2", "-x", "SALUS_SOCKET", "-x", "SIMGPU_SHM_NAME",
+                                 "-x", "SIMGPU_DEVICES", "-x", "SIMGPU_KERNEL_PACKS",
+                                 daemon.salusctl, "run", "--", *example, "--table", "mpi"])
+    assert "mode salus world 2 steps 10" in out and "rank 1 max_staleness 0 steps 10" in out
+    workers = []
+    for r in range(2):
+        env = dict(daemon.env, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                   TORCHELASTIC_RUN_ID=f"py-trun-{os.getpid()}")
+        p = subprocess.Popen([daemon.salusctl, "run", "--", *example, "--table", "trun"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+        daemon.procs.append(p)
+        workers.append(p)
+    outs = [p.communicate(timeout=180)[0] for p in workers]
+    print("".join(outs))
+    assert all(p.returncode == 0 for p in workers)
+    assert "mode salus world 2 steps 10" in outs[0] and "rank 1 max_staleness 0" in outs[1]

@@ -2,9 +2,14 @@
 rule sgd, equal per-rank batches, averaged gradients, momentum 0, 50 steps) ends with the
 loss and weights of one process training on the global batch with torch.optim.SGD; ssp:2 on
 3 ranks with one slowed reads at most 2 clocks stale and converges; mode 'average' with
-momentum; a torchrun worker that is not its own salusctl run is refused."""
+momentum; a torchrun worker that is not its own salusctl run is refused. The ranks come from
+the launchers: mpirun (bsp), the flags (ssp), torchrun's variables (average). The single
+process runs inside pytest's (one torch import fewer: the Python tests' CI budget)."""
+import contextlib
+import io
 import os
 import re
+import runpy
 import subprocess
 import sys
 
@@ -25,27 +30,53 @@ def rel(a, b):
 
 
 def single(work, extra=()):
+    """The example's --mode single in this process: (its output, its weights)."""
     path = os.path.join(work, "single.pt")
-    out = subprocess.run([sys.executable, EXAMPLE, "--mode", "single", "--out", path,
-                          *extra], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return out.stdout, torch.load(path)
+    saved, buf = sys.argv, io.StringIO()
+    sys.argv = [EXAMPLE, "--mode", "single", "--out", path, *extra]
+    try:
+        with contextlib.redirect_stdout(buf):
+            runpy.run_path(EXAMPLE, run_name="__main__")
+    except SystemExit as e:
+        assert not e.code, buf.getvalue()
+    finally:
+        sys.argv = saved
+    return buf.getvalue(), torch.load(path)
+
+
+def _launch(daemon, work, argv, timeout=180):
+    p = subprocess.Popen(argv, env=dict(daemon.env, SALUS_MPI_SHM_DIR=work),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    daemon.procs.append(p)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        daemon.stop_procs()
+        raise AssertionError(f"{argv[0]} did not end within {timeout} s")
+    assert p.returncode == 0, out
+    return out
 
 
 def test_bsp_sgd_equals_single_process(daemon, work):
+    """`mpirun -n 2 salusctl run -- python3 torch_ps_mlp.py`: the group from Open MPI's
+    variables."""
     ref_out, ref_w = single(work)
     path = os.path.join(work, "salus.pt")
-    outs = daemon.ranks("py-torch-bsp", 2, lambda r: [EXAMPLE, "--table", "eq", "--out", path])
-    out0 = outs[0][0]
+    mpirun = os.path.join(os.environ["SALUS_SOURCE_DIR"], "tools", "mpirun-local")
+    out = _launch(daemon, work, [mpirun, "-n", "2", "-x", "SALUS_SOCKET", "-x", "SIMGPU_SHM_NAME",
+                                 "-x", "SIMGPU_DEVICES", "-x", "SIMGPU_KERNEL_PACKS",
+                                 daemon.salusctl, "run", "--", sys.executable, EXAMPLE,
+                                 "--table", "eq", "--out", path])
     print("single process, torch.optim.SGD on the global batch of 32:\n" + ref_out)
-    print("2 ranks, DistributedOptimizer (bsp, rule sgd), 16 rows each:\n" + out0 + outs[1][0])
+    print("2 ranks (mpirun), DistributedOptimizer (bsp, rule sgd), 16 rows each:\n" + out)
     w = torch.load(path)
-    loss_rel = abs(final(out0)[1] - final(ref_out)[1]) / final(ref_out)[1]
+    loss_rel = abs(final(out)[1] - final(ref_out)[1]) / final(ref_out)[1]
     w_rel = rel(w, ref_w)
     print(f"relative difference: loss {loss_rel:.3g}, weights {w_rel:.3g} (bound {TOL})")
     assert loss_rel <= TOL and w_rel <= TOL
-    for out, _ in outs:
-        assert re.search(r"max_staleness 0 steps 50", out)
+    for r in range(2):
+        assert re.search(rf"rank {r} max_staleness 0 steps 50", out)
 
 
 def test_ssp2_three_ranks_one_slowed(daemon, work):
@@ -70,6 +101,9 @@ def test_ssp2_three_ranks_one_slowed(daemon, work):
 
 
 def test_average_mode_any_optimizer(daemon, work):
+    """mode="average" with momentum 0.9 on 2 ranks (from torchrun's variables) equals one
+    process's SGD with momentum on both ranks' rows; rank 1's different start is overwritten
+    by rank 0's (the broadcast)."""
     code = """
 import torch, salus.torch
 torch.manual_seed(0)
@@ -85,7 +119,21 @@ for _ in range(5):
 print("w", " ".join(f"{v:.7g}" for v in m.weight.reshape(-1).tolist()))
 print("isinstance", isinstance(opt, torch.optim.SGD))
 """
-    outs = daemon.ranks("py-torch-avg", 2, lambda r: ["-c", code])
+    # torchrun's workers: each its own salusctl run, reading that worker's RANK, WORLD_SIZE,
+    # LOCAL_RANK and TORCHELASTIC_RUN_ID (torchrun --nproc_per_node 2 --no_python salusctl run
+    # -- python3 ...). Debian's torchrun (torch 1.13 on Python 3.11) fails before it starts a
+    # worker (its redirects option parses to None), so the workers' variables are set here.
+    workers = []
+    for r in range(2):
+        env = dict(daemon.env, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                   TORCHELASTIC_RUN_ID=f"py-trun-{os.getpid()}")
+        p = subprocess.Popen([daemon.salusctl, "run", "--", sys.executable, "-c", code],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+        daemon.procs.append(p)
+        workers.append(p)
+    outs = [(p.communicate(timeout=180)[0], "") for p in workers]
+    assert all(p.returncode == 0 for p in workers), outs
     w0 = re.search(r"^w .*$", outs[0][0], re.M).group(0)
     w1 = re.search(r"^w .*$", outs[1][0], re.M).group(0)
     print(w0, w1, sep="\n")
@@ -113,44 +161,3 @@ def test_torchrun_worker_needs_its_own_run(daemon, work):
     assert p.returncode != 0
     assert "torchrun --no_python" in err and "Unavailable" in err
 
-
-def _launch(daemon, work, argv, timeout=180):
-    p = subprocess.Popen(argv, env=dict(daemon.env, SALUS_MPI_SHM_DIR=work),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
-    daemon.procs.append(p)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        daemon.stop_procs()
-        raise AssertionError(f"{argv[0]} did not end within {timeout} s")
-    print(out)
-    assert p.returncode == 0, out
-    return out
-
-
-def test_launchers_mpirun_and_torchrun_variables(daemon, work):
-    """The group comes from the launcher: `mpirun -n 2 salusctl run -- python3 ...`, and
-    torchrun's workers, each its own `salusctl run` reading that worker's RANK, WORLD_SIZE,
-    LOCAL_RANK and TORCHELASTIC_RUN_ID (`torchrun --nproc_per_node 2 --no_python salusctl run
-    -- python3 ...`). Debian's torchrun (torch 1.13 on Python 3.11) fails before it starts a
-    worker (its redirects option parses to None), so the workers' variables are set here."""
-    example = [sys.executable, EXAMPLE, "--steps", "10"]
-    mpirun = os.path.join(os.environ["SALUS_SOURCE_DIR"], "tools", "mpirun-local")
-    out = _launch(daemon, work, [mpirun, "-n", "2", "-x", "SALUS_SOCKET", "-x", "SIMGPU_SHM_NAME",
-                                 "-x", "SIMGPU_DEVICES", "-x", "SIMGPU_KERNEL_PACKS",
-                                 daemon.salusctl, "run", "--", *example, "--table", "mpi"])
-    assert "mode salus world 2 steps 10" in out and "rank 1 max_staleness 0 steps 10" in out
-    workers = []
-    for r in range(2):
-        env = dict(daemon.env, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
-                   TORCHELASTIC_RUN_ID=f"py-trun-{os.getpid()}")
-        p = subprocess.Popen([daemon.salusctl, "run", "--", *example, "--table", "trun"],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, start_new_session=True)
-        daemon.procs.append(p)
-        workers.append(p)
-    outs = [p.communicate(timeout=180)[0] for p in workers]
-    print("".join(outs))
-    assert all(p.returncode == 0 for p in workers)
-    assert "mode salus world 2 steps 10" in outs[0] and "rank 1 max_staleness 0" in outs[1]

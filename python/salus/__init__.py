@@ -13,6 +13,7 @@ client speaks salusd's msgpack protocol itself (python3-msgpack). `salus.torch` 
 only when asked for (it imports torch).
 """
 import dataclasses
+import errno
 import os
 
 from ._errors import (Busy, Error, NotFound, PermissionDenied, ProtocolError, Unavailable,
@@ -38,13 +39,23 @@ class RankInfo:
 
 def rank_info():
     """The rank's group from SALUS_GROUP / SALUS_WORLD / SALUS_RANK / SALUS_LOCAL_RANK, or
-    None when the process is not a rank of a group."""
+    None when the process is not a rank of a group. Raises salus.Unavailable for a torchrun
+    worker that is not a salus rank of its own (its RANK is not SALUS_RANK: all workers
+    inherited one `salusctl run`; run `torchrun --no_python ... salusctl run -- python3 ...`)."""
     group = os.environ.get("SALUS_GROUP")
-    if not group:
-        return None
-    return RankInfo(group, int(os.environ.get("SALUS_WORLD", "1")),
-                    int(os.environ.get("SALUS_RANK", "0")),
-                    int(os.environ.get("SALUS_LOCAL_RANK", "-1")))
+    info = None
+    if group:
+        info = RankInfo(group, int(os.environ.get("SALUS_WORLD", "1")),
+                        int(os.environ.get("SALUS_RANK", "0")),
+                        int(os.environ.get("SALUS_LOCAL_RANK", "-1")))
+    torch_rank = os.environ.get("RANK")
+    if os.environ.get("TORCHELASTIC_RUN_ID") and torch_rank is not None and \
+            (info is None or str(info.rank) != torch_rank):
+        raise Unavailable(errno.EPERM, f"torchrun worker RANK={torch_rank} is not a salus "
+                          f"rank of its own (SALUS_RANK={info.rank if info else 'unset'}): "
+                          "run torchrun --no_python ... salusctl run -- python3 SCRIPT, so "
+                          "that each worker is one salusctl run")
+    return info
 
 
 def __getattr__(name):

@@ -32,7 +32,6 @@ than that has a table of its own). Tensors are CPU tensors here (Debian's torch 
 CUDA tensors are staged through host memory, untested until a GPU is lent to the project.
 """
 import errno
-import os
 import time
 
 import torch
@@ -47,15 +46,9 @@ _BUSY_LIMIT_S = 120.0
 
 
 def _launch():
-    """The rank's group; refuses a torchrun worker that is not its own salusctl run."""
+    """The rank's group (salus.rank_info(), which refuses a torchrun worker that is not its
+    own salusctl run)."""
     info = salus.rank_info()
-    torch_rank = os.environ.get("RANK")
-    if os.environ.get("TORCHELASTIC_RUN_ID") and torch_rank is not None and \
-            (info is None or str(info.rank) != torch_rank):
-        raise Unavailable(errno.EPERM, f"torchrun worker RANK={torch_rank} is not a salus "
-                          f"rank of its own (SALUS_RANK={info.rank if info else 'unset'}): "
-                          "run torchrun --no_python ... salusctl run -- python3 SCRIPT, so "
-                          "that each worker is one salusctl run")
     if info is None:
         raise Unavailable(errno.ENOSYS, "not a rank of a salus group: run it with salusctl run "
                           "--group G --world N --rank R (or under mpirun, srun or torchrun)")

@@ -1,5 +1,6 @@
 """salus.ps tables from numpy on one node: 2 ranks under bsp, ssp:1 and asp, and the errors
-as Python sees them; salus.Unavailable without salus."""
+as Python sees them; salus.Unavailable without salus; iteration marks; a torchrun worker that
+is not a salus rank of its own refused."""
 import json
 import os
 import subprocess
@@ -99,3 +100,20 @@ def test_iteration_marks(daemon):
     print(out.stdout, out.stderr)
     assert out.returncode == 0
     assert "stats True 3 True" in out.stdout
+
+
+def test_torchrun_worker_needs_its_own_run(monkeypatch):
+    """A torchrun worker whose RANK is not its SALUS_RANK (every worker inherited one
+    salusctl run) is refused, saying how to launch it; matching ones are taken."""
+    import salus
+    for k, v in {"SALUS_GROUP": "g", "SALUS_WORLD": "2", "SALUS_RANK": "0",
+                 "TORCHELASTIC_RUN_ID": "x", "RANK": "1", "WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(k, v)
+    try:
+        salus.rank_info()
+        raise AssertionError("a torchrun worker of another rank was taken")
+    except salus.Unavailable as e:
+        print(e)
+        assert "torchrun --no_python" in str(e)
+    monkeypatch.setenv("RANK", "0")
+    assert salus.rank_info() == salus.RankInfo("g", 2, 0, -1)

@@ -59,6 +59,17 @@ def print_groups(groups):
             print(f"  table {t.name:<16} count {t.count:<10} rule {t.rule:<10} sync {t.sync:<7} "
                   f"epoch {t.epoch:<6} shards {t.shards_here}/{t.shards} here, {t.bytes_here} "
                   f"bytes, done {t.done}, servers {t.servers}")
+            raw = t.raw
+            if isinstance(raw.get("failover_ms"), int):
+                print(f"    last fail-over: its updates and reads recovered after "
+                      f"{raw['failover_ms'] / 1000.0:.3f} s")
+            if isinstance(raw.get("view"), int) and raw["view"] > 0:
+                moved, shards = raw.get("shards_moved", 0), raw.get("shards", 0)
+                print(f"    view {raw['view']}: servers {raw.get('view_servers', '-')}, "
+                      f"{raw.get('replicas', 0)} replicas, {raw.get('primaries_here', 0)} "
+                      f"primaries here; its changes moved {moved} of {shards} primaries "
+                      f"({moved / shards if shards else 0.0:.3f}), "
+                      f"{raw.get('replica_copies', 0)} replica copies")
 
 
 def main(argv=None):

@@ -153,3 +153,14 @@ def test_python_m_salus_ps_is_salusctl_ps(daemon, jobs):
     strip = lambda text: [line[:81] + line[101:] for line in text.splitlines()]
     assert strip(ours.stdout) == strip(theirs.stdout)
     assert len(ours.stdout.splitlines()) >= 3
+
+
+def test_python_m_salus_groups_lanes_is_salusctl(daemon, jobs):
+    env = dict(os.environ, SALUS_SOCKET=daemon.socket)
+    for verb in ("groups", "lanes", "policy"):
+        ours = subprocess.run([sys.executable, "-m", "salus", verb], env=env,
+                              capture_output=True, text=True, timeout=30)
+        theirs = subprocess.run([daemon.salusctl, verb], env=env, capture_output=True,
+                                text=True, timeout=30)
+        print(f"python -m salus {verb}:\n{ours.stdout}salusctl {verb}:\n{theirs.stdout}")
+        assert ours.returncode == 0 and ours.stdout == theirs.stdout

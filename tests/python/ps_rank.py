@@ -43,6 +43,9 @@ def bsp(work, info):
         out["range_keys"] = [read.clock, list(a)]
         whole, read = t.pull()
         out["whole"] = [int(whole.size), float(whole.sum())]
+    # replicas: SALUS_PS_REPLICAS for the open only
+    with salus.ps.Table.open("np-r1", 4, replicas=1) as t:
+        out["replicas_env_after"] = os.environ.get("SALUS_PS_REPLICAS")
     return out
 
 
@@ -83,6 +86,26 @@ def asp(work, info):
                 break
             time.sleep(0.02)
         out["final"] = [float(w.min()), float(w.max())]
+    return out
+
+
+def fed(work, info):
+    """fedavg:2:2:1:1:drop: both ranks are each round's clients; rank r pushes the model + r + 1
+    with r + 1 samples, so each round adds (1 * 1 + 2 * 2) / 3 = 5/3; after 3 rounds 5."""
+    out = {"rounds": []}
+    with salus.ps.Table.open("np-fed", 4, rule="fedavg:2:2:1:1:drop", sync="bsp") as t:
+        model = np.zeros(4, np.float32)
+        for _ in range(3):
+            read = t.pull(model)
+            st = t.state()
+            out["rounds"].append([read.done, st.round, st.selected, st.clients, st.per_round,
+                                  st.epochs])
+            t.fed_push(st.round, model + (info.rank + 1), samples=info.rank + 1, work=1)
+            after = t.state()  # pushed, or its push closed the round (the next one open)
+            out.setdefault("pushed", []).append(after.pushed or after.round == st.round + 1)
+            t.clock()
+        t.pull(model)
+        out["final"] = [float(v) for v in model]
     return out
 
 

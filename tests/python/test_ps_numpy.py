@@ -26,6 +26,7 @@ def test_bsp_add_ranges_keys(daemon, work):
         # keys 1 and 3: 9 + 200; elements 8..15: 9 + 20; the rest 9
         assert a == [9, 209, 9, 209, 9, 9, 9, 9] + [29] * 8
         assert res["whole"] == [64, 9 * 64 + 400 + 20 * 8]
+        assert res["replicas_env_after"] is None
 
 
 def test_ssp_staleness_bounded(daemon, work):
@@ -43,6 +44,16 @@ def test_asp_no_wait(daemon, work):
         print(res)
         assert res["waited"] == 0
         assert res["final"] == [15.0, 15.0]
+
+
+def test_federated_rounds(daemon, work):
+    r = results(daemon.ranks("py-fed", 2, lambda k: [RANK, "fed", work]))
+    for res in r:
+        print(res)
+        # round k open when pulled at clock k; both ranks chosen (K = N = 2), E = 1
+        assert res["rounds"] == [[k, k, True, 2, 2, 1] for k in range(3)]
+        assert res["pushed"] == [True] * 3
+        assert all(abs(v - 5.0) <= 1e-5 for v in res["final"])
 
 
 def test_errors(daemon, work):

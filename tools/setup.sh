@@ -4,7 +4,8 @@
 #   tools/setup.sh [--build-dir DIR] [--sanitize] [--werror] [--cuda DIR] [--no-install]
 #
 # Installs what is missing from the distribution's packages (needs root or sudo), finds the
-# CUDA toolkit (default /usr/local/cuda, or $CUDA_HOME, or --cuda), configures and builds.
+# CUDA toolkit (default /usr/local/cuda, or $CUDA_HOME, or --cuda), configures and builds;
+# then (not with --sanitize) makes DIR/venv with the Python package installed (its tests).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,7 +36,9 @@ fi
 PACKAGES=(build-essential cmake pkg-config python3 libevent-dev libjemalloc-dev libmsgpack-dev
           check libsubunit-dev openmpi-bin libopenmpi-dev procps
           libcurl4-openssl-dev libjson-c-dev libssl-dev etcd-server iproute2 openssl curl
-          libucx-dev)
+          libucx-dev
+          python3-venv python3-setuptools python3-wheel python3-msgpack python3-numpy
+          python3-pytest python3-torch)
 OPTIONAL=(libsystemd-dev clang gnuplot-nox)
 
 missing=()
@@ -105,3 +108,19 @@ trap - EXIT
     { tail -n 60 "$BUILD_DIR.build.log" >&2; die "build failed (full log: $BUILD_DIR.build.log)"; }
 rm -f "$BUILD_DIR.build.log"
 echo "setup: built salus in $BUILD_DIR in $((SECONDS - build_started)) s (sanitizers: $SANITIZE)"
+
+# The Python package's tests run with the interpreter the README's install line makes: a venv
+# over Debian's python3 that sees its packages (torch, numpy, pytest, msgpack), the package
+# installed from python/ (again at every setup, so that it is the tree's). Offline: nothing is
+# fetched (--no-index; the build backend is Debian's setuptools).
+if [ "$SANITIZE" = OFF ]; then
+    venv_started=$SECONDS
+    if [ ! -x "$BUILD_DIR/venv/bin/python" ]; then
+        /usr/bin/python3 -m venv --system-site-packages "$BUILD_DIR/venv" ||
+            die "python3 -m venv failed (python3-venv installed?)"
+    fi
+    "$BUILD_DIR/venv/bin/pip" install -q --disable-pip-version-check --no-index \
+        --no-build-isolation --force-reinstall --no-deps "$ROOT/python" ||
+        die "pip install ./python into $BUILD_DIR/venv failed"
+    echo "setup: the Python package in $BUILD_DIR/venv in $((SECONDS - venv_started)) s"
+fi

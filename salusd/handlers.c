@@ -101,7 +101,9 @@ static void reply_policy(conn_t *c, const proto_msg_t *msg)
         if (!access_is_admin(c)) {
             server_reply_error(c, msg->id, PROTO_EPERM, 0,
                                "permission_denied: only root, salusd's own user or members of "
-                               "the group %s may switch the policy",
+                               "the group %s may switch the policy (from salusd's own pid and "
+                               "user namespaces, not from a container, unless salusd has "
+                               "--admin-from-containers)",
                                c->daemon->config.admin_group);
             return;
         }

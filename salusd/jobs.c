@@ -4,6 +4,7 @@
  * with its GPU and budget) or refuses it (jobs_fail). */
 #include "jobs.h"
 #include "jobs-internal.h"
+#include "access.h"
 
 #include "job_page.h"
 #include "log.h"
@@ -514,6 +515,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
             rt->reserved = 0;
             job->pid = c->pid;
             job->owner = c;
+            access_note_job(c, job);
             if (name[0])
                 snprintf(job->name, sizeof(job->name), "%s", name);
         }
@@ -531,6 +533,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
         rt->daemon = d;
         rt->job_id = job->id;
         rt->notify_fd = -1;
+        access_note_job(c, job);
         if (reserve_gpus(d, job, fields.gpus) < 0) {
             registry_remove(d->registry, job->id);
             free(rt);
@@ -663,6 +666,7 @@ job_t *jobs_reserve(conn_t *c, const jobs_fields_t *fields)
     rt->pidfd = -1;
     rt->notify_fd = -1;
     rt->reserved = 1;
+    access_note_job(c, job);
     if (reserve_gpus(d, job, fields->gpus) < 0) {
         registry_remove(d->registry, job->id);
         free(rt);

@@ -43,6 +43,10 @@ typedef struct job_s {
     job_state_t state;
     uint64_t registered_ns;
     void *owner;              /* the connection that registered it (opaque here) */
+    /* where its process runs (access.c): its pid namespace (0: unknown) and the container
+     * id read from its cgroup path (12 hex digits; empty: none) */
+    uint64_t pidns_ino;
+    char container[16];
     /* hints from the job (0: not given) */
     uint64_t iterations_expected;
     uint64_t persistent_hint_bytes;

@@ -56,6 +56,18 @@ int jobs_name_valid(const char *name)
 /* sizes above this are refused as malformed (a petabyte: no GPU, and no overflow when added) */
 #define JOBS_MAX_HINT_BYTES (1ull << 50)
 
+void jobs_simgpu_shm_name(const salusd_t *d, char *out, size_t size)
+{
+    out[0] = '\0';
+    if (d->devices.simulated) { /* simgpu's own default name (tools/simgpu/src/device.c) */
+        const char *env = getenv("SIMGPU_SHM_NAME");
+        if (env && *env)
+            snprintf(out, size, "%s%s", env[0] == '/' ? "" : "/", env);
+        else
+            snprintf(out, size, "/simgpu-%u", (unsigned)getuid());
+    }
+}
+
 int jobs_fields_parse(const msgpack_object *body, jobs_fields_t *f)
 {
     memset(f, 0, sizeof(*f));
@@ -358,14 +370,8 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     atomic_store(&rt->page->budget_bytes, shown);
 
     proto_enc_t *e = &d->enc;
-    char shm_name[256] = "";
-    if (d->devices.simulated) { /* simgpu's own default name (tools/simgpu/src/device.c) */
-        const char *env = getenv("SIMGPU_SHM_NAME");
-        if (env && *env)
-            snprintf(shm_name, sizeof(shm_name), "%s%s", env[0] == '/' ? "" : "/", env);
-        else
-            snprintf(shm_name, sizeof(shm_name), "/simgpu-%u", (unsigned)getuid());
-    }
+    char shm_name[256];
+    jobs_simgpu_shm_name(d, shm_name, sizeof(shm_name));
     proto_enc_begin(e, PROTO_REPLY, rt->register_request_id, "", shm_name[0] ? 10 : 9);
     proto_pack_kv_uint(&e->pk, "job_id", job->id);
     proto_pack_kv_uint(&e->pk, "gpu", (uint64_t)gpu);

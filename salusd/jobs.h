@@ -108,6 +108,9 @@ const char *jobs_state(const salusd_t *d, const job_t *job);
 /* Fills info with the index-th job of the registry (0 <= index < registry_count()), the
  * same values jobs_pack_list() sends. Returns 0, or -ENOENT past the end. */
 int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info);
+/* The shared segment of salusd's simulated devices ("/simgpu-UID" or SIMGPU_SHM_NAME), ""
+ * when salusd runs on real GPUs. */
+void jobs_simgpu_shm_name(const salusd_t *d, char *out, size_t size);
 /* Releases every job's resources (shutdown). */
 void jobs_shutdown(salusd_t *d);
 

@@ -36,7 +36,9 @@ PACKAGES=(build-essential cmake pkg-config python3 libevent-dev libjemalloc-dev 
           check libsubunit-dev openmpi-bin libopenmpi-dev procps
           libcurl4-openssl-dev libjson-c-dev libssl-dev etcd-server iproute2 openssl curl
           libucx-dev)
-OPTIONAL=(libsystemd-dev clang gnuplot-nox)
+# podman and what its rootless runs and --init need: tests/integration/test_containers.sh
+# (skipped without them)
+OPTIONAL=(libsystemd-dev clang gnuplot-nox podman crun uidmap catatonit)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -79,6 +79,11 @@ int jobs_fields_parse(const msgpack_object *body, jobs_fields_t *f)
         proto_get_uint(body, "gpus", &f->gpus) == -EINVAL ||
         f->persistent_bytes > JOBS_MAX_HINT_BYTES || f->ephemeral_bytes > JOBS_MAX_HINT_BYTES)
         return -EINVAL;
+    if (proto_get(body, "pin_gpu")) { /* SALUS_GPU: a container given salus.dev/gpu=N */
+        if (proto_get_uint(body, "pin_gpu", &f->pinned_gpu) < 0)
+            return -EINVAL;
+        f->gpu_pinned = 1;
+    }
     if (!jobs_name_valid(f->name))
         return -EILSEQ;
     return 0;
@@ -88,6 +93,16 @@ int jobs_reply_bad_gpus(conn_t *c, uint64_t request_id, const char *verb,
                         const jobs_fields_t *f)
 {
     int count = c->daemon->devices.count;
+    if (f->gpu_pinned && (f->pinned_gpu >= (uint64_t)count || f->gpus > 1)) {
+        server_reply_error(c, request_id, PROTO_EBADARG, 0,
+                           f->gpus > 1 ? "%s: the job asks for GPU %llu (SALUS_GPU) and for "
+                                         "%llu GPUs (--gpus): one or the other"
+                                       : "%s: the job asks for GPU %llu (SALUS_GPU); this node "
+                                         "has %llu",
+                           verb, (unsigned long long)f->pinned_gpu,
+                           f->gpus > 1 ? (unsigned long long)f->gpus : (unsigned long long)count);
+        return 1;
+    }
     if (f->gpus <= 1 || f->gpus <= (uint64_t)count)
         return 0;
     server_reply_error(c, request_id, PROTO_EBADARG, 0,
@@ -127,6 +142,8 @@ static void apply_fields(job_t *job, const jobs_fields_t *f)
     job->persistent_hint_bytes = f->persistent_bytes;
     job->ephemeral_hint_bytes = f->ephemeral_bytes;
     job->priority = f->priority;
+    job->gpu_pinned = f->gpu_pinned;
+    job->pinned_gpu = f->gpu_pinned ? (int)f->pinned_gpu : -1;
 }
 
 job_t *jobs_of_conn(conn_t *c)

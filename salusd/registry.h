@@ -52,6 +52,8 @@ typedef struct job_s {
     uint64_t persistent_hint_bytes;
     uint64_t ephemeral_hint_bytes;
     int64_t priority;
+    int gpu_pinned;           /* it may run on pinned_gpu only (SALUS_GPU) */
+    int pinned_gpu;
     /* where a live job runs (GPU, lane, budget) is the scheduling core's (jobs_info_at) */
     uint64_t committed_bytes; /* chunks handed out */
     /* a job without hints: the sizes the scheduling core learned for it (LEARNED effect) */

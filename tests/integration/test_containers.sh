@@ -159,7 +159,17 @@ out=$(pod run --rm "${ROOTFUL_LIMITS[@]}" "${RUN_ARGS[@]}" "$IMAGE" /opt/salus/b
     fail "gpus-probe in a container: $out"
 echo "$out" | grep '^device_count'
 echo "$out" | qgrep -x 'device_count 1' || fail "a container given $KIND=0 on two GPUs: $out"
-pass "two simulated GPUs: the container given $KIND=0 sees 1 device"
+bus0=$(echo "$out" | sed -n 's/^device 0 bus //p')
+last_job_gpu() { ps_json; python3 -c 'import json,sys; print(max(json.load(open(sys.argv[1])), key=lambda j: j["id"])["gpu"])' "$WORK/ps.json"; }
+[ "$(last_job_gpu)" = 0 ] || fail "the job of the container given $KIND=0 ran on GPU $(last_job_gpu)"
+# given GPU 1: its job runs there, and its device 0 is GPU 1 (another bus id than GPU 0's)
+out=$(pod run --rm "${ROOTFUL_LIMITS[@]}" "${RUN_ARGS[@]/#$KIND=0/$KIND=1}" "$IMAGE" /opt/salus/bin/gpus-probe 2>&1) ||
+    fail "gpus-probe in a container given $KIND=1: $out"
+bus1=$(echo "$out" | sed -n 's/^device 0 bus //p')
+echo "$KIND=0: job on GPU 0, device 0 bus $bus0; $KIND=1: job on GPU $(last_job_gpu), $(echo "$out" | grep '^device_count'), device 0 bus $bus1"
+echo "$out" | qgrep -x 'device_count 1' && [ "$(last_job_gpu)" = 1 ] && [ -n "$bus1" ] && [ "$bus1" != "$bus0" ] ||
+    fail "a container given $KIND=1: $out"
+pass "two simulated GPUs: a container given $KIND=N sees 1 device, GPU N"
 # composed with NVIDIA's spec (a stand-in: simgpu's driver where the image's libcuda.so.1 would
 # be), in either order: the shim, preloaded, is the program's libcuda.so.1 all the same
 cat >"$NVIDIA_SPEC" <<EOF

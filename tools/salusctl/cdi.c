@@ -15,8 +15,9 @@
  *   - on simgpu, the shared segment of the simulated devices, read-write, under /dev/shm, and
  *     SIMGPU_SHM_NAME set (a rootless container's uid is 0: simgpu's default, derived from
  *     the uid, would name another segment).
- * One device per GPU of the node, named by its index, and "all". salusd places each job on a
- * GPU of its choice; the job sees one device (or N with SALUS_GPUS), as `--gpus N` does. */
+ * One device per GPU of the node, named by its index, and "all". Device N sets SALUS_GPU=N:
+ * the container's jobs run on GPU N, which they see as their device 0 (cuDeviceGetCount
+ * answers 1), as `--gpus N` would show it; with "all" salusd chooses the GPU. */
 #include "ctl.h"
 #include "json.h"
 #include "run.h"
@@ -161,10 +162,11 @@ static void print_env(FILE *out, const char *name, const char *value, int last)
     fprintf(out, "%s\n", last ? "" : ",");
 }
 
-static void print_device(FILE *out, const char *name, int last)
+/* device N pins the container's jobs to GPU N (SALUS_GPU); "all" leaves the GPU to salusd */
+static void print_device(FILE *out, const char *name, const char *gpu, int last)
 {
-    fprintf(out, "    {\"name\": \"%s\", \"containerEdits\": {\"env\": [\"SALUS_CDI_DEVICE=%s\"]}}%s\n",
-            name, name, last ? "" : ",");
+    fprintf(out, "    {\"name\": \"%s\", \"containerEdits\": {\"env\": [\"SALUS_GPU=%s\"]}}%s\n",
+            name, gpu, last ? "" : ",");
 }
 
 static void print_spec(FILE *out, const cdi_node_t *node)
@@ -178,9 +180,9 @@ static void print_spec(FILE *out, const cdi_node_t *node)
     for (uint64_t i = 0; i < node->gpus; i++) {
         char name[24];
         snprintf(name, sizeof(name), "%llu", (unsigned long long)i);
-        print_device(out, name, 0);
+        print_device(out, name, name, 0);
     }
-    print_device(out, "all", 1);
+    print_device(out, "all", "", 1);
     fprintf(out, "  ],\n  \"containerEdits\": {\n    \"env\": [\n");
     print_env(out, "LD_PRELOAD", CDI_LIB_DIR "/libcuda.so.1", 0);
     print_env(out, "LD_LIBRARY_PATH", CDI_LIB_DIR, 0);

@@ -363,7 +363,7 @@ static const verb_t verbs[] = {
     {"cdi", 1, -1, verb_cdi, "cdi generate [--output FILE] [--kind VENDOR/CLASS]",
      "write a Container Device Interface spec for this node (default kind salus.dev/gpu; "
      "one device per GPU and all): a container given one runs its CUDA programs as salus "
-     "jobs (podman run --device salus.dev/gpu=0; see docs/containers.md)"},
+     "jobs, on that GPU (podman run --device salus.dev/gpu=0; see docs/containers.md)"},
     {"version", 0, 0, verb_version, "version [--json]",
      "show the client's and the daemon's versions"},
     {"help", 0, 1, verb_help, "help [VERB]", "show help for all verbs or one"},

@@ -81,10 +81,11 @@ upod() {
     "${WRAP[@]}" runuser -u "$USER_NAME" -- env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
         HOME="$USER_HOME" XDG_RUNTIME_DIR="$USER_RUNTIME" podman "${COMMON[@]}" "$@"
 }
-RUN_ARGS=(--init --network none --device "$KIND=0"
-    -e SIMGPU_KERNEL_PACKS=/opt/salus/lib/packs/libsalus-workloads-synth.so)
 # a sanitizer build's programs: the preloaded shim comes before the sanitizer's runtime
-ldd "$SYNTH" | qgrep libasan && RUN_ARGS+=(-e ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0)
+SAN_ENV=()
+ldd "$SYNTH" | qgrep libasan && SAN_ENV=(-e ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0)
+RUN_ARGS=(--init --network none --device "$KIND=0" "${SAN_ENV[@]}"
+    -e SIMGPU_KERNEL_PACKS=/opt/salus/lib/packs/libsalus-workloads-synth.so)
 
 cleanup_containers() {
     local pid
@@ -184,7 +185,7 @@ jobs_count() { "$SALUSCTL" --json status | python3 -c 'import json,sys; print(js
 # alone, the stand-in is the program's driver (simgpu on its own, no salus job)
 before=$(jobs_count)
 out=$(pod run --rm "${ROOTFUL_LIMITS[@]}" --init --network none --device nvidia.com/gpu=all \
-    -e SIMGPU_KERNEL_PACKS=/opt/salus/lib/packs/libsalus-workloads-synth.so "$IMAGE" \
+    "${SAN_ENV[@]}" -e SIMGPU_KERNEL_PACKS=/opt/salus/lib/packs/libsalus-workloads-synth.so "$IMAGE" \
     /opt/salus/bin/gpus-probe 2>&1) || fail "gpus-probe with the stand-in alone: $out"
 [ "$(jobs_count)" -eq "$before" ] || fail "a job registered without the salus spec"
 echo "--device nvidia.com/gpu=all alone: not a salus job, $(echo "$out" | grep '^device_count')"
@@ -193,7 +194,7 @@ for order in "nvidia.com/gpu=all $KIND=0" "$KIND=0 nvidia.com/gpu=all"; do
     devices=()
     for d in $order; do devices+=(--device "$d"); done
     out=$(pod run --rm "${ROOTFUL_LIMITS[@]}" --init --network none "${devices[@]}" \
-        -e SIMGPU_KERNEL_PACKS=/opt/salus/lib/packs/libsalus-workloads-synth.so "$IMAGE" \
+        "${SAN_ENV[@]}" -e SIMGPU_KERNEL_PACKS=/opt/salus/lib/packs/libsalus-workloads-synth.so "$IMAGE" \
         /opt/salus/bin/gpus-probe 2>&1) || fail "gpus-probe with $order: $out"
     [ "$(jobs_count)" -gt "$before" ] && echo "$out" | qgrep -x 'device_count 1' ||
         fail "with --device $order the program was not a salus job: $out"

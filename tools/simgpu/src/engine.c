@@ -74,7 +74,8 @@ static uint32_t my_pid_namespace;
 
 /* The inode of this process's pid namespace (0 when unknown). Processes of a container see
  * other pids than the host's: a slot is this process's, and its pid can be checked, only in
- * the pid namespace that wrote it; another namespace's slot is left alone (taken as live). */
+ * the pid namespace that wrote it; another namespace's slot is live while its process holds
+ * the slot's lock (slot_lock). */
 static uint32_t pid_namespace_of_self(void)
 {
     struct stat st;
@@ -149,12 +150,31 @@ static uint64_t process_start_ticks(int pid)
     return p ? strtoull(p, NULL, 10) : 0;
 }
 
+/* A process holds an OFD write lock on the byte of the segment file at its slot's offset for
+ * as long as it lives (the kernel drops it with the process's descriptor): what says that a
+ * slot of another pid namespace is live, where its pid means nothing. */
+static int slot_lock(const shm_slot_t *slot)
+{
+    struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET,
+                         .l_start = (off_t)((const char *)slot - (const char *)segment), .l_len = 1};
+    return segment_fd >= 0 ? fcntl(segment_fd, F_OFD_SETLK, &lock) : -1;
+}
+
+static bool slot_locked_by_another(const shm_slot_t *slot)
+{
+    struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET,
+                         .l_start = (off_t)((const char *)slot - (const char *)segment), .l_len = 1};
+    if (segment_fd < 0 || fcntl(segment_fd, F_OFD_GETLK, &lock) < 0)
+        return true; /* cannot tell: taken as live */
+    return lock.l_type != F_UNLCK;
+}
+
 static bool slot_alive(const shm_slot_t *slot)
 {
     if (slot->pid == 0)
         return false;
-    if (slot->pid_namespace != my_pid_namespace)
-        return true;
+    if (slot->pid_namespace != 0 && slot->pid_namespace != my_pid_namespace)
+        return slot_locked_by_another(slot);
     if (slot->pid == getpid())
         return true;
     uint64_t ticks = process_start_ticks(slot->pid);
@@ -415,7 +435,7 @@ static shm_slot_t *own_slot(int device, shm_device_t *d)
     }
     reap_dead(d);
     for (int i = 0; i < (int)slot_count; i++) {
-        if (d->slots[i].pid == 0) {
+        if (d->slots[i].pid == 0 && slot_lock(&d->slots[i]) == 0) {
             d->slots[i].pid = getpid();
             d->slots[i].pid_namespace = my_pid_namespace;
             d->slots[i].start_ticks = my_start_ticks;

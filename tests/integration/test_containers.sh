@@ -246,6 +246,9 @@ print(f"jobs {a} and {b}: uid {uid}, GPU 0, lanes {jobs[a]['lane']} and {jobs[b]
 assert in_lanes == sorted([a, b]), in_lanes
 if mode == "pod":  # rootful on cgroup v1 or v2: the container's cgroup names it
     assert jobs[a]["container"] == cid[:12], (jobs[a]["container"], cid)
+    # and salusd left the job's process in it
+    assert all(cid in l for l in open(f"/proc/{jobs[a]['pid']}/cgroup") if not l.startswith("0::")), \
+        open(f"/proc/{jobs[a]['pid']}/cgroup").read()
 PY
     # over budget: out of memory in that container only
     local out rc=0

@@ -234,8 +234,11 @@ int salus_client_open(salus_client_t *c, const char *path, const char *client_na
         rc = -errno;
         goto fail;
     }
+    /* in a rootless container the host's salusd shows as the overflow uid; a process
+     * outside this pid namespace has pid 0, so no process of the container can pose as it */
+    int outside = peer.pid == 0 && salus_uid_unmapped(peer.uid);
     if (peer.uid != 0 && peer.uid != getuid() && peer.uid != geteuid() &&
-        peer.uid != (uid_t)salus_daemon_uid()) {
+        peer.uid != (uid_t)salus_daemon_uid() && !outside) {
         snprintf(err, err_size, "the server on %s runs as uid %u, not as root, salusd's user or "
                                 "you; refusing to talk to it",
                  path, (unsigned)peer.uid);

@@ -62,7 +62,8 @@ int salus_check_socket_dir(const char *socket_path, char *err, size_t err_size)
                                 "refusing it", dir);
         return -ENOTDIR;
     }
-    if (st.st_uid != geteuid() && st.st_uid != 0 && st.st_uid != (uid_t)salus_daemon_uid()) {
+    if (st.st_uid != geteuid() && st.st_uid != 0 && st.st_uid != (uid_t)salus_daemon_uid() &&
+        !salus_uid_unmapped(st.st_uid)) {
         snprintf(err, err_size, "the socket directory %s belongs to uid %u, not to you (uid %u), "
                                 "root or salusd's user; refusing it (another user may have made "
                                 "it: remove it or set SALUS_SOCKET)",
@@ -76,6 +77,28 @@ int salus_check_socket_dir(const char *socket_path, char *err, size_t err_size)
         return -EPERM;
     }
     return 0;
+}
+
+int salus_uid_unmapped(unsigned uid)
+{
+    unsigned overflow = 65534, first = 1, lower = 0;
+    unsigned long long count = 0;
+    FILE *f = fopen("/proc/sys/kernel/overflowuid", "re");
+    if (f) {
+        if (fscanf(f, "%u", &overflow) != 1)
+            overflow = 65534;
+        fclose(f);
+    }
+    if (uid != overflow)
+        return 0;
+    /* the first user namespace maps every uid to itself: "0 0 4294967295" */
+    f = fopen("/proc/self/uid_map", "re");
+    if (!f)
+        return 0;
+    int whole = fscanf(f, "%u %u %llu", &first, &lower, &count) == 3 && first == 0 &&
+                lower == 0 && count == 4294967295ull;
+    fclose(f);
+    return !whole;
 }
 
 unsigned salus_daemon_uid(void)

@@ -22,8 +22,15 @@ int salus_make_socket_dir(const char *socket_path);
 /* The socket's parent directory may be trusted: a directory (not a link) owned by this user,
  * root or salusd's user (salus_daemon_uid), writable by nobody else (group/other write only with the sticky bit, on a
  * directory of root's such as /tmp). Another user's /tmp/salus-$UID, made before this user,
- * is refused. 0, or -EPERM / -ENOTDIR / -errno with the reason in err. */
+ * is refused. In a user namespace that does not map its owner (a rootless container given
+ * the host's socket directory) the directory shows as the overflow uid: accepted, with the
+ * same mode check. 0, or -EPERM / -ENOTDIR / -errno with the reason in err. */
 int salus_check_socket_dir(const char *socket_path, char *err, size_t err_size);
+
+/* 1 when this process runs in a user namespace other than the first (a rootless container)
+ * and uid is the kernel's overflow uid (/proc/sys/kernel/overflowuid, 65534), the uid it shows
+ * for a user outside the namespace's map (the host's root, salusd's user). */
+int salus_uid_unmapped(unsigned uid);
 
 /* The uid a daemon may run as, besides root and the client's own: that of the user
  * $SALUS_DAEMON_USER (default "salus") when it exists; (uid_t)-1 when none. */

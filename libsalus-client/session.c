@@ -205,6 +205,20 @@ static int register_job(const char *socket_path)
     const char *priority = getenv("SALUS_PRIORITY");
     const char *iterations = getenv("SALUS_ITERATIONS");
     uint64_t gpus = env_bytes("SALUS_GPUS"); /* a plain count (no suffix expected) */
+    /* the one GPU the job may run on (a container given salus.dev/gpu=N); empty: any */
+    const char *pin_text = getenv("SALUS_GPU");
+    unsigned long long pin = 0;
+    int pinned = pin_text && *pin_text;
+    if (pinned) {
+        char *end;
+        errno = 0;
+        pin = strtoull(pin_text, &end, 10);
+        if (*end || errno || pin_text[0] < '0' || pin_text[0] > '9' || pin > 1023) {
+            fprintf(stderr, "salus: SALUS_GPU=%s is not a GPU index (0, 1, ...); the job does "
+                            "not start\n", pin_text);
+            return -EINVAL;
+        }
+    }
     proto_msg_t reply;
     int fds[2], nfds = 0, rc;
 
@@ -222,7 +236,9 @@ static int register_job(const char *socket_path)
     uint64_t lost_at_ns = 0; /* salusd went away while the job waited for admission */
     for (;;) {
         msgpack_packer *pk = salus_client_begin(&shim.client, "register",
-                                                (reserved_id ? 6 : 5) + (gpus > 1));
+                                                (reserved_id ? 6 : 5) + (gpus > 1) + pinned);
+        if (pinned)
+            proto_pack_kv_uint(pk, "pin_gpu", pin);
         if (gpus > 1) /* a job that salusctl reserved keeps the GPUs it asked for there */
             proto_pack_kv_uint(pk, "gpus", gpus);
         if (reserved_id)

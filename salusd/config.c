@@ -93,6 +93,9 @@ const option_def_t salusd_options[] = {
         "port 0: any free port, see salusctl status; default: off)"),
     ROW("admin-group", OPTION_STRING, "salus-admin", 0, 0, admin_group,
         "members see and control every user's jobs and may switch the policy"),
+    ROW("admin-from-containers", OPTION_BOOL, "no", 0, 0, admin_from_containers,
+        "root, salusd's user and admin-group members are administrators also from another "
+        "pid or user namespace (a container); default: only in salusd's own namespaces"),
     ROW("allow-group", OPTION_STRING, NULL, 0, 0, allow_group,
         "only root and this group may connect (socket root:GROUP 0660; default: every "
         "local user, socket 0666)"),

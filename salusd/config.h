@@ -33,6 +33,7 @@ typedef struct salusd_config_s {
     unsigned long long provisional_max_bytes; /* the most a claim may hold; 0: no cap */
     char metrics_address[64];    /* HOST:PORT of the /metrics endpoint; empty: off */
     char admin_group[64];        /* members see and control every job (access.c) */
+    int admin_from_containers;   /* administrators also from other pid/user namespaces */
     char allow_group[64];        /* empty: every local user may connect; else this group */
     long long metrics_timeout_ms;
     long long wait_log_s;        /* log jobs waiting longer than this (0: never) */

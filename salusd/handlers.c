@@ -32,7 +32,10 @@ static void reply_status(conn_t *c, const proto_msg_t *msg)
     salusd_t *d = c->daemon;
     proto_enc_t *e = &d->enc;
     const char *metrics = metrics_bound_address(d);
-    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 12 + (metrics != NULL) + (d->cluster != NULL));
+    char shm_name[256];
+    jobs_simgpu_shm_name(d, shm_name, sizeof(shm_name));
+    proto_enc_begin(e, PROTO_REPLY, msg->id, "",
+                    12 + (metrics != NULL) + (d->cluster != NULL) + (shm_name[0] != '\0'));
     proto_pack_kv_str(&e->pk, "server", "salusd " SALUS_VERSION);
     proto_pack_kv_uint(&e->pk, "protocol", PROTO_VERSION);
     proto_pack_kv_uint(&e->pk, "pid", (uint64_t)getpid());
@@ -40,6 +43,8 @@ static void reply_status(conn_t *c, const proto_msg_t *msg)
     proto_pack_kv_str(&e->pk, "socket", d->config.socket_path);
     proto_pack_kv_str(&e->pk, "device", d->devices.simulated ? "simgpu" : "cuda");
     proto_pack_kv_str(&e->pk, "driver", d->devices.driver.path);
+    if (shm_name[0]) /* what a container needs mounted (salusctl cdi generate) */
+        proto_pack_kv_str(&e->pk, "simgpu_shm", shm_name);
     proto_pack_str(&e->pk, "gpus");
     msgpack_pack_array(&e->pk, (uint32_t)d->devices.count);
     for (int i = 0; i < d->devices.count; i++) {
@@ -101,7 +106,9 @@ static void reply_policy(conn_t *c, const proto_msg_t *msg)
         if (!access_is_admin(c)) {
             server_reply_error(c, msg->id, PROTO_EPERM, 0,
                                "permission_denied: only root, salusd's own user or members of "
-                               "the group %s may switch the policy",
+                               "the group %s may switch the policy (from salusd's own pid and "
+                               "user namespaces, not from a container, unless salusd has "
+                               "--admin-from-containers)",
                                c->daemon->config.admin_group);
             return;
         }

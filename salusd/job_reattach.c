@@ -22,6 +22,7 @@
  * checked against the books, and a shortfall is logged and kept out of the lanes. */
 #include "jobs-internal.h"
 
+#include "access.h"
 #include "cluster.h"
 #include "groups.h"
 #include "log.h"
@@ -158,6 +159,7 @@ void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg)
     }
     rt->daemon = d;
     rt->job_id = id;
+    access_note_job(c, job);
     rt->conn = c;
     rt->pidfd = pidfd;
     rt->notify_fd = -1;

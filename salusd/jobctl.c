@@ -275,10 +275,10 @@ static job_t *controlled_job(conn_t *c, const proto_msg_t *msg, const char *op)
         server_reply_error(c, msg->id, PROTO_ENOTFOUND, 0, "no job %llu", (unsigned long long)id);
         return NULL;
     }
-    if (!access_may_control(c, job->uid)) {
+    if (!access_may_control_job(c, job)) {
         server_reply_error(c, msg->id, PROTO_EPERM, 0,
-                           "permission_denied: job %llu belongs to another user",
-                           (unsigned long long)id);
+                           "permission_denied: job %llu belongs to another %s",
+                           (unsigned long long)id, c->uid == job->uid ? "container" : "user");
         return NULL;
     }
     return job;

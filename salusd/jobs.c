@@ -4,6 +4,7 @@
  * with its GPU and budget) or refuses it (jobs_fail). */
 #include "jobs.h"
 #include "jobs-internal.h"
+#include "access.h"
 
 #include "job_page.h"
 #include "log.h"
@@ -55,6 +56,18 @@ int jobs_name_valid(const char *name)
 /* sizes above this are refused as malformed (a petabyte: no GPU, and no overflow when added) */
 #define JOBS_MAX_HINT_BYTES (1ull << 50)
 
+void jobs_simgpu_shm_name(const salusd_t *d, char *out, size_t size)
+{
+    out[0] = '\0';
+    if (d->devices.simulated) { /* simgpu's own default name (tools/simgpu/src/device.c) */
+        const char *env = getenv("SIMGPU_SHM_NAME");
+        if (env && *env)
+            snprintf(out, size, "%s%s", env[0] == '/' ? "" : "/", env);
+        else
+            snprintf(out, size, "/simgpu-%u", (unsigned)getuid());
+    }
+}
+
 int jobs_fields_parse(const msgpack_object *body, jobs_fields_t *f)
 {
     memset(f, 0, sizeof(*f));
@@ -66,6 +79,11 @@ int jobs_fields_parse(const msgpack_object *body, jobs_fields_t *f)
         proto_get_uint(body, "gpus", &f->gpus) == -EINVAL ||
         f->persistent_bytes > JOBS_MAX_HINT_BYTES || f->ephemeral_bytes > JOBS_MAX_HINT_BYTES)
         return -EINVAL;
+    if (proto_get(body, "pin_gpu")) { /* SALUS_GPU: a container given salus.dev/gpu=N */
+        if (proto_get_uint(body, "pin_gpu", &f->pinned_gpu) < 0)
+            return -EINVAL;
+        f->gpu_pinned = 1;
+    }
     if (!jobs_name_valid(f->name))
         return -EILSEQ;
     return 0;
@@ -75,6 +93,16 @@ int jobs_reply_bad_gpus(conn_t *c, uint64_t request_id, const char *verb,
                         const jobs_fields_t *f)
 {
     int count = c->daemon->devices.count;
+    if (f->gpu_pinned && (f->pinned_gpu >= (uint64_t)count || f->gpus > 1)) {
+        server_reply_error(c, request_id, PROTO_EBADARG, 0,
+                           f->gpus > 1 ? "%s: the job asks for GPU %llu (SALUS_GPU) and for "
+                                         "%llu GPUs (--gpus): one or the other"
+                                       : "%s: the job asks for GPU %llu (SALUS_GPU); this node "
+                                         "has %llu",
+                           verb, (unsigned long long)f->pinned_gpu,
+                           f->gpus > 1 ? (unsigned long long)f->gpus : (unsigned long long)count);
+        return 1;
+    }
     if (f->gpus <= 1 || f->gpus <= (uint64_t)count)
         return 0;
     server_reply_error(c, request_id, PROTO_EBADARG, 0,
@@ -114,6 +142,8 @@ static void apply_fields(job_t *job, const jobs_fields_t *f)
     job->persistent_hint_bytes = f->persistent_bytes;
     job->ephemeral_hint_bytes = f->ephemeral_bytes;
     job->priority = f->priority;
+    job->gpu_pinned = f->gpu_pinned;
+    job->pinned_gpu = f->gpu_pinned ? (int)f->pinned_gpu : -1;
 }
 
 job_t *jobs_of_conn(conn_t *c)
@@ -357,14 +387,8 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     atomic_store(&rt->page->budget_bytes, shown);
 
     proto_enc_t *e = &d->enc;
-    char shm_name[256] = "";
-    if (d->devices.simulated) { /* simgpu's own default name (tools/simgpu/src/device.c) */
-        const char *env = getenv("SIMGPU_SHM_NAME");
-        if (env && *env)
-            snprintf(shm_name, sizeof(shm_name), "%s%s", env[0] == '/' ? "" : "/", env);
-        else
-            snprintf(shm_name, sizeof(shm_name), "/simgpu-%u", (unsigned)getuid());
-    }
+    char shm_name[256];
+    jobs_simgpu_shm_name(d, shm_name, sizeof(shm_name));
     proto_enc_begin(e, PROTO_REPLY, rt->register_request_id, "", shm_name[0] ? 10 : 9);
     proto_pack_kv_uint(&e->pk, "job_id", job->id);
     proto_pack_kv_uint(&e->pk, "gpu", (uint64_t)gpu);
@@ -514,6 +538,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
             rt->reserved = 0;
             job->pid = c->pid;
             job->owner = c;
+            access_note_job(c, job);
             if (name[0])
                 snprintf(job->name, sizeof(job->name), "%s", name);
         }
@@ -531,6 +556,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
         rt->daemon = d;
         rt->job_id = job->id;
         rt->notify_fd = -1;
+        access_note_job(c, job);
         if (reserve_gpus(d, job, fields.gpus) < 0) {
             registry_remove(d->registry, job->id);
             free(rt);
@@ -663,6 +689,7 @@ job_t *jobs_reserve(conn_t *c, const jobs_fields_t *fields)
     rt->pidfd = -1;
     rt->notify_fd = -1;
     rt->reserved = 1;
+    access_note_job(c, job);
     if (reserve_gpus(d, job, fields->gpus) < 0) {
         registry_remove(d->registry, job->id);
         free(rt);

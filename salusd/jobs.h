@@ -31,12 +31,15 @@ typedef struct jobs_fields_s {
     uint64_t persistent_bytes, ephemeral_bytes; /* hints; 0 = unknown */
     int64_t priority;
     uint64_t gpus;                       /* GPUs of the one process (--gpus); 0 = 1 */
+    int gpu_pinned;                      /* pin_gpu given: the one GPU it may run on */
+    uint64_t pinned_gpu;
 } jobs_fields_t;
 /* Reads and checks those fields of a request body: 0; -EINVAL when one has the wrong type
  * or a size is above 2^50 (the caller answers with its request's usage); -EILSEQ when the
  * name is not a valid job name (the caller answers with jobs_reply_bad_name). */
 int jobs_fields_parse(const msgpack_object *body, jobs_fields_t *fields);
-/* A job asking for more GPUs than the node has: answered with an error (1); else 0. */
+/* A job asking for more GPUs than the node has, or pinned to a GPU the node lacks or with
+ * several GPUs: answered with an error (1); else 0. */
 int jobs_reply_bad_gpus(conn_t *c, uint64_t request_id, const char *verb,
                         const jobs_fields_t *fields);
 /* "VERB: the job name must be printable text ..." */
@@ -108,6 +111,9 @@ const char *jobs_state(const salusd_t *d, const job_t *job);
 /* Fills info with the index-th job of the registry (0 <= index < registry_count()), the
  * same values jobs_pack_list() sends. Returns 0, or -ENOENT past the end. */
 int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info);
+/* The shared segment of salusd's simulated devices ("/simgpu-UID" or SIMGPU_SHM_NAME), ""
+ * when salusd runs on real GPUs. */
+void jobs_simgpu_shm_name(const salusd_t *d, char *out, size_t size);
 /* Releases every job's resources (shutdown). */
 void jobs_shutdown(salusd_t *d);
 

@@ -43,11 +43,17 @@ typedef struct job_s {
     job_state_t state;
     uint64_t registered_ns;
     void *owner;              /* the connection that registered it (opaque here) */
+    /* where its process runs (access.c): its pid namespace (0: unknown) and the container
+     * id read from its cgroup path (12 hex digits; empty: none) */
+    uint64_t pidns_ino;
+    char container[16];
     /* hints from the job (0: not given) */
     uint64_t iterations_expected;
     uint64_t persistent_hint_bytes;
     uint64_t ephemeral_hint_bytes;
     int64_t priority;
+    int gpu_pinned;           /* it may run on pinned_gpu only (SALUS_GPU) */
+    int pinned_gpu;
     /* where a live job runs (GPU, lane, budget) is the scheduling core's (jobs_info_at) */
     uint64_t committed_bytes; /* chunks handed out */
     /* a job without hints: the sizes the scheduling core learned for it (LEARNED effect) */

@@ -62,6 +62,8 @@ int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx
         .priority = (int32_t)job->priority,
         .arrival_ns = job->registered_ns,
         .group = group_of(job),
+        .pinned = job->gpu_pinned != 0,
+        .pinned_gpu = job->pinned_gpu,
     };
     return report(job_gpus_register(d->sched->gpus, d->sched->core, &hints, salusd_now_ns(), fx),
                   "registration");

@@ -56,6 +56,13 @@ void views_pack_jobs(conn_t *viewer, msgpack_packer *pk)
         proto_map_str(&map, "name", info.name);
         proto_map_uint(&map, "pid", (uint64_t)info.pid);
         proto_map_uint(&map, "uid", (uint64_t)info.uid);
+        /* the container it runs in (its cgroup path's id), null when none */
+        proto_pack_str(&map.pk, "container");
+        if (job->container[0])
+            proto_pack_str(&map.pk, job->container);
+        else
+            msgpack_pack_nil(&map.pk);
+        map.count++;
         proto_map_str(&map, "state", groups_job_state(d, job, info.state));
         proto_map_int_or_nil(&map, "gpu", info.gpu, info.gpu >= 0);
         pack_gpus(d, &map, &info);

@@ -507,11 +507,12 @@ static void refuse_over_share(sched_core_t *core)
 }
 
 /* May the user's job be admitted now under its caps? *gpu: where (LANES_ANY_GPU when every
- * GPU is within the share; else the allowed one where the user holds least). */
+ * GPU is within the share; else the allowed one where the user holds least; a pinned job's
+ * own GPU). */
 bool core_within_caps(sched_core_t *core, const core_job_t *job, const core_user_t *user,
                       int *gpu)
 {
-    *gpu = LANES_ANY_GPU;
+    *gpu = job->only_gpu;
     if (!capped(core, job->uid))
         return true;
     if (core->user_max_jobs && user->admitted >= core->user_max_jobs)
@@ -521,6 +522,8 @@ bool core_within_caps(sched_core_t *core, const core_job_t *job, const core_user
     size_t allowed = 0;
     uint64_t least = UINT64_MAX;
     for (size_t g = 0; g < core->gpu_count; g++) {
+        if (job->only_gpu != LANES_ANY_GPU && core->gpus[g].gpu != job->only_gpu)
+            continue;
         uint64_t held = core_user_gpu_bytes(core, job->uid, core->gpus[g].gpu);
         if (held + need_bytes(core, job) > share_bytes(core, &core->gpus[g]))
             continue;
@@ -530,7 +533,7 @@ bool core_within_caps(sched_core_t *core, const core_job_t *job, const core_user
             *gpu = core->gpus[g].gpu;
         }
     }
-    if (allowed == core->gpu_count)
+    if (allowed == core->gpu_count && job->only_gpu == LANES_ANY_GPU)
         *gpu = LANES_ANY_GPU;
     return allowed > 0;
 }
@@ -626,7 +629,7 @@ static void admit_by_user(sched_core_t *core, size_t n, bool strict)
         lanes_request_t *r = &core->requests[step];
         *r = (lanes_request_t){.job_id = job->id, .uid = job->uid,
                                .persistent_bytes = job->persistent_hint,
-                               .ephemeral_bytes = job->ephemeral_hint, .gpu = LANES_ANY_GPU};
+                               .ephemeral_bytes = job->ephemeral_hint, .gpu = job->only_gpu};
         lanes_status_t st = LANES_WAIT;
         if (!blocked && core_within_caps(core, job, user, &r->gpu)) {
             r->claim_max_bytes = core_claim_cap(core, job, r->gpu);
@@ -681,7 +684,7 @@ static void admission_round(sched_core_t *core, uint64_t now_ns)
                 .uid = job->uid,
                 .persistent_bytes = job->persistent_hint,
                 .ephemeral_bytes = job->ephemeral_hint,
-                .gpu = LANES_ANY_GPU,
+                .gpu = job->only_gpu,
             };
         }
         lanes_admit_in_order(core->lanes, core->requests, n, strict, core->statuses, NULL);
@@ -847,6 +850,7 @@ static int add_job(sched_core_t *core, const sched_core_job_hints_t *hints, uint
         .priority = hints->priority,
         .registered_ns = hints->arrival_ns ? hints->arrival_ns : now_ns,
         .gpu = -1,
+        .only_gpu = hints->pinned && !hints->group.id ? hints->pinned_gpu : LANES_ANY_GPU,
         .group_id = hints->group.id,
         .rank = hints->group.rank,
     };

@@ -253,6 +253,11 @@ typedef struct sched_core_job_hints_s {
     uint64_t arrival_ns;          /* when it arrived (a submit may precede its registration);
                                      0 = now */
     sched_core_group_t group;     /* zero: a single job */
+    /* A single job that may run on one GPU only (a container given the device salus.dev/gpu=N):
+     * pinned, and pinned_gpu that GPU; not pinned (the default): any GPU. Ignored for the
+     * ranks of a group. */
+    bool pinned;
+    int pinned_gpu;
 } sched_core_job_hints_t;
 
 /* A job registered: it waits for admission; an admission round runs. -EEXIST, -EINVAL,

@@ -746,7 +746,7 @@ void core_admit_with_groups(sched_core_t *core, size_t n, bool strict, bool by_u
         lanes_request_t *r = &core->requests[step];
         *r = (lanes_request_t){.job_id = job->id, .uid = job->uid,
                                .persistent_bytes = job->persistent_hint,
-                               .ephemeral_bytes = job->ephemeral_hint, .gpu = LANES_ANY_GPU};
+                               .ephemeral_bytes = job->ephemeral_hint, .gpu = job->only_gpu};
         lanes_status_t st = LANES_WAIT;
         if (!blocked && (!user || core_within_caps(core, job, user, &r->gpu))) {
             st = lanes_admit(core->lanes, r, NULL);

@@ -30,6 +30,7 @@ typedef struct core_job_s {
     bool provisional; /* admitted on provisional sizes, not learned yet */
     bool admitting;   /* admitted by the lane manager in the current round, not announced yet */
     int gpu;
+    int only_gpu; /* LANES_ANY_GPU, or the one GPU it may be admitted on (hints' pinned) */
     uint32_t lane;
     uint64_t budget_bytes;
     uint64_t ready_since_ns;

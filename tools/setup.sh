@@ -39,7 +39,9 @@ PACKAGES=(build-essential cmake pkg-config python3 libevent-dev libjemalloc-dev 
           libucx-dev
           python3-venv python3-setuptools python3-wheel python3-msgpack python3-numpy
           python3-pytest python3-torch)
-OPTIONAL=(libsystemd-dev clang gnuplot-nox)
+# podman and what its rootless runs and --init need: tests/integration/test_containers.sh
+# (skipped without them)
+OPTIONAL=(libsystemd-dev clang gnuplot-nox podman crun uidmap catatonit)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -4,7 +4,7 @@
 # (Tests labelled "gpu" need a real GPU and are skipped here; tools/gpu-check.sh runs them.)
 # (Tests labelled "cluster" — network namespaces, etcd, Open MPI across them — run once, in the
 # first pass only; so do those labelled "python", the Python package's, whose time the summary
-# prints.)
+# prints, and those labelled "container", podman's, skipped where podman is missing.)
 # Both passes run even when the first fails; the end of the output sums both up (which tests
 # failed in each, each pass's time) and the exit status is non-zero if either failed.
 # Arguments are added to both ctest commands (tools/test.sh -R check_sim: those tests only).
@@ -50,7 +50,7 @@ pass normal build --werror -- \
 pass sanitizer build-asan --werror --sanitize -- \
     env CK_FORK=no ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:verify_asan_link_order=0 \
         UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir "$ROOT/build-asan" --output-on-failure -LE '^(gpu|bench|cluster|python)$' -j "$JOBS" \
+    ctest --test-dir "$ROOT/build-asan" --output-on-failure -LE '^(gpu|bench|cluster|python|container)$' -j "$JOBS" \
     "${EXTRA[@]}"
 
 echo

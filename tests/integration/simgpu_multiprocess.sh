@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Two processes on one simulated device: shared memory accounting, kernels
-# serialised across processes, a VMM handle shared over SCM_RIGHTS.
+# serialised across processes, a VMM handle shared over SCM_RIGHTS; as root, two processes of
+# pid 1 in pid namespaces of their own (containers) keep their books apart.
 source "$(dirname "$0")/simgpu_common.sh"
 
 # ---- memory accounting is shared ----
@@ -57,3 +58,36 @@ check_serialised 5 50000000
 [ "$(value import_charged_mb "$WORK/vmm.out")" = 0 ] || fail "import was counted a second time"
 [ "$(value exporter_charged_visible "$WORK/vmm.out")" = 1 ] || fail "importer does not see the exporter's charge"
 pass "VMM handle shared over SCM_RIGHTS: same bytes both ways, counted once"
+
+# ---- processes of other pid namespaces (containers): their pids repeat, their slots do not ----
+# two holders, each the first process (pid 1) of a pid namespace of its own, beside this one's
+# probes: each keeps its memory on the books while it lives and gives it back when it exits
+if [ "$(id -u)" -eq 0 ] && unshare --pid --fork --mount-proc true 2>/dev/null; then
+    mkfifo "$WORK/ns1.in" "$WORK/ns2.in"
+    unshare --pid --fork --mount-proc "$PROBE" hold 300 < "$WORK/ns1.in" > "$WORK/ns1.out" &
+    NS1=$!
+    CHILDREN+=("$NS1")
+    exec 4> "$WORK/ns1.in"
+    wait_for ready "$WORK/ns1.out" 10
+    unshare --pid --fork --mount-proc "$PROBE" hold 200 < "$WORK/ns2.in" > "$WORK/ns2.out" 4>&- &
+    NS2=$!
+    CHILDREN+=("$NS2")
+    exec 5> "$WORK/ns2.in"
+    wait_for ready "$WORK/ns2.out" 10
+    "$PROBE" info > "$WORK/ns-info1" # (it reaps the slots it takes for dead)
+    free_both=$(value free_mb "$WORK/ns-info1")
+    exec 4>&-
+    wait "$NS1" || fail "the holder in the first pid namespace failed"
+    "$PROBE" info > "$WORK/ns-info2"
+    free_second=$(value free_mb "$WORK/ns-info2")
+    exec 5>&-
+    wait "$NS2" || fail "the holder in the second pid namespace failed"
+    "$PROBE" info > "$WORK/ns-info3"
+    free_none=$(value free_mb "$WORK/ns-info3")
+    echo "pid 1 of two pid namespaces holding 300 and 200 MiB: free $free_both MiB; the first gone: $free_second MiB; both: $free_none MiB"
+    [ "$free_both" -eq 524 ] && [ "$free_second" -eq 824 ] && [ "$free_none" -eq 1024 ] ||
+        fail "the books of processes of other pid namespaces are wrong"
+    pass "two processes of pid 1 in pid namespaces of their own keep their slots apart and give them back at exit"
+else
+    echo "skipped the pid namespaces part: it needs root and unshare --pid"
+fi

@@ -83,6 +83,20 @@ SALUS_GPUS=5 LD_PRELOAD="$SHIM" "$PROBE" >"$WORK/direct5.out" 2>&1 || rc=$?
 [ "$rc" -ne 0 ] && grep -q "asks for 5 GPUs (--gpus); this node has 3" "$WORK/direct5.out" ||
     fail "SALUS_GPUS=5: rc $rc, $(cat "$WORK/direct5.out")"
 pass "SALUS_GPUS=3 with the shim preloaded: 3 devices; SALUS_GPUS=5 refused"
+# --- SALUS_GPU=N (a container given salus.dev/gpu=N): the job runs on GPU N, its device 0
+SALUS_GPU=2 LD_PRELOAD="$SHIM" "$PROBE" >"$WORK/pin2.out" 2>&1 || fail "SALUS_GPU=2: $(cat "$WORK/pin2.out")"
+ps_json
+pin_gpu=$(python3 -c 'import json,sys; print(max(json.load(open(sys.argv[1])), key=lambda j: j["id"])["gpu"])' "$WORK/ps.json")
+[ "$pin_gpu" = 2 ] && grep -q "^device_count 1$" "$WORK/pin2.out" && grep -q "^device 0 bus 0000:12:00.0$" "$WORK/pin2.out" ||
+    fail "SALUS_GPU=2: job on GPU $pin_gpu, $(cat "$WORK/pin2.out")"
+for bad in 3 x; do
+    rc=0
+    SALUS_GPU=$bad LD_PRELOAD="$SHIM" "$PROBE" >"$WORK/pin-bad.out" 2>&1 || rc=$?
+    [ "$rc" -ne 0 ] && grep -q "asks for GPU 3 (SALUS_GPU); this node has 3\|SALUS_GPU=x is not a GPU index" "$WORK/pin-bad.out" ||
+        fail "SALUS_GPU=$bad: rc $rc, $(cat "$WORK/pin-bad.out")"
+    echo "SALUS_GPU=$bad: $(grep -m1 'SALUS_GPU' "$WORK/pin-bad.out")"
+done
+pass "SALUS_GPU=2: the job runs on GPU 2, seen as its one device; SALUS_GPU=3 (of 3) and x refused"
 "$SALUSCTL" status >/dev/null || fail "salusd stopped answering"
 stop_daemon
 

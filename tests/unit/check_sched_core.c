@@ -2260,6 +2260,41 @@ START_TEST(test_cluster_three_nodes_never_deadlock)
 }
 END_TEST
 
+/* A single job pinned to a GPU (a container given salus.dev/gpu=N: SALUS_GPU) is admitted on
+ * that GPU only: on GPU 1 where GPU 0 would do, waiting for GPU 1 while GPU 0 has room. */
+static void reg_pinned(fake_t *f, uint64_t id, uint64_t p, uint64_t e, int gpu)
+{
+    sched_core_job_hints_t h = {.id = id, .uid = 1000, .persistent_bytes = p,
+                                .ephemeral_bytes = e, .iterations_expected = 1000,
+                                .pinned = true, .pinned_gpu = gpu};
+    ck_assert_int_eq(sched_core_job_registered(f->core, &h, f->now_ns, &f->fx), 0);
+    apply(f);
+}
+
+START_TEST(test_pinned_job_runs_on_its_gpu)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 2, 1 * GIB, 0, false);
+    reg_pinned(&f, 1, 100 * MIB, 100 * MIB, 1);
+    reg_pinned(&f, 2, 100 * MIB, 100 * MIB, 1);
+    ck_assert(f.jobs[1].admitted && f.jobs[2].admitted);
+    ck_assert_int_eq(f.jobs[1].gpu, 1);
+    ck_assert_int_eq(f.jobs[2].gpu, 1);
+    /* GPU 1 cannot take it beside jobs 1 and 2; GPU 0 could, but it is not its GPU */
+    reg_pinned(&f, 3, 850 * MIB, 100 * MIB, 1);
+    ck_assert(!f.jobs[3].admitted && !f.jobs[3].refused);
+    /* a job not pinned goes where there is room */
+    reg(&f, 4, 1000, 100 * MIB, 100 * MIB, 1000, 0);
+    ck_assert(f.jobs[4].admitted);
+    ck_assert_int_eq(f.jobs[4].gpu, 0);
+    leave(&f, 1);
+    leave(&f, 2);
+    ck_assert(f.jobs[3].admitted);
+    ck_assert_int_eq(f.jobs[3].gpu, 1);
+    fake_stop(&f);
+}
+END_TEST
+
 static Suite *sched_core_suite(void)
 {
     Suite *s = suite_create("sched_core");
@@ -2271,6 +2306,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(t, test_released_lane_goes_to_the_job_that_asks);
     tcase_add_test(t, test_fair_equal_gpu_time);
     tcase_add_test(t, test_never_fits_is_refused);
+    tcase_add_test(t, test_pinned_job_runs_on_its_gpu);
     tcase_add_test(t, test_learned_sizes);
     tcase_add_test(t, test_learned_sizes_whole_grains);
     tcase_add_test(t, test_merge_during_admission_round);

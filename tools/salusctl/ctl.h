@@ -32,6 +32,8 @@ int verb_groups(ctl_t *ctl, int argc, char **argv);
 int verb_checkpoint(ctl_t *ctl, int argc, char **argv);
 /* ps_servers.c */
 int verb_ps_servers(ctl_t *ctl, int argc, char **argv);
+/* cdi.c */
+int verb_cdi(ctl_t *ctl, int argc, char **argv);
 /* top.c */
 int verb_stats(ctl_t *ctl, int argc, char **argv);
 int verb_top(ctl_t *ctl, int argc, char **argv);

@@ -145,9 +145,16 @@ static int verb_ps(ctl_t *ctl, int argc, char **argv)
         json_print(stdout, jobs);
         putchar('\n');
     } else {
-        printf("%-5s %-20s %-8s %-6s %-8s %-4s %-5s %7s %9s %9s %9s %-16s %6s\n", "ID", "NAME",
+        /* a CONTAINER column when a job runs in one (its id from its cgroup path) */
+        int containers = 0;
+        for (uint32_t i = 0; i < jobs->via.array.size; i++) {
+            const char *id;
+            size_t id_len;
+            containers |= proto_get_str(&jobs->via.array.ptr[i], "container", &id, &id_len) == 0;
+        }
+        printf("%-5s %-20s %-8s %-6s %-8s %-4s %-5s %7s %9s %9s %9s %-16s %6s%s\n", "ID", "NAME",
                "PID", "UID", "STATE", "GPU", "LANE", "ITER", "MEM_MIB", "GPU_S", "WAIT_S",
-               "GROUP:RANK", "GANG_S");
+               "GROUP:RANK", "GANG_S", containers ? " CONTAINER" : "");
         for (uint32_t i = 0; i < jobs->via.array.size; i++) {
             const msgpack_object *j = &jobs->via.array.ptr[i];
             char name[64], state[16], gpu[32] = "-", lane[12] = "-";
@@ -167,8 +174,11 @@ static int verb_ps(ctl_t *ctl, int argc, char **argv)
             if (proto_get_str(j, "group", &gname, &glen) == 0)
                 snprintf(group, sizeof(group), "%.*s:%llu", (int)glen, gname,
                          (unsigned long long)get_u(j, "rank"));
+            char container[16] = "-";
+            if (containers && proto_get_str_copy(j, "container", container, sizeof(container)) < 0)
+                snprintf(container, sizeof(container), "-");
             printf("%-5llu %-20.20s %-8llu %-6llu %-8s %-4s %-5s %7llu %9.1f %9.1f %9.1f %-16.16s "
-                   "%6.1f\n",
+                   "%6.1f%s%s\n",
                    (unsigned long long)get_u(j, "id"), get_s(j, "name", name, sizeof(name)),
                    (unsigned long long)get_u(j, "pid"), (unsigned long long)get_u(j, "uid"),
                    get_s(j, "state", state, sizeof(state)), gpu, lane,
@@ -176,7 +186,8 @@ static int verb_ps(ctl_t *ctl, int argc, char **argv)
                    (double)get_u(j, "memory_bytes") / 1048576.0,
                    (double)get_u(j, "gpu_time_ms") / 1000.0,
                    (double)get_u(j, "wait_time_ms") / 1000.0, group,
-                   (double)get_u(j, "gang_wait_ms") / 1000.0);
+                   (double)get_u(j, "gang_wait_ms") / 1000.0, containers ? " " : "",
+                   containers ? container : "");
         }
     }
     proto_msg_free(&reply);
@@ -349,6 +360,10 @@ static const verb_t verbs[] = {
     {"stats", 0, 0, verb_stats, "stats [--json]",
      "per GPU memory, utilisation, lanes and jobs; per job iteration rate"},
     {"top", 0, 0, verb_top, "top", "live view of GPUs and jobs, refreshed each second (q quits)"},
+    {"cdi", 1, -1, verb_cdi, "cdi generate [--output FILE] [--kind VENDOR/CLASS]",
+     "write a Container Device Interface spec for this node (default kind salus.dev/gpu; "
+     "one device per GPU and all): a container given one runs its CUDA programs as salus "
+     "jobs, on that GPU (podman run --device salus.dev/gpu=0; see docs/containers.md)"},
     {"version", 0, 0, verb_version, "version [--json]",
      "show the client's and the daemon's versions"},
     {"help", 0, 1, verb_help, "help [VERB]", "show help for all verbs or one"},

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 /* The shim's directory: <dir of salusctl>/../lib/salus (build tree and installed tree). */
-static int shim_dir(char *out, size_t size)
+int salusctl_shim_dir(char *out, size_t size)
 {
     char exe[PATH_MAX], candidate[PATH_MAX + 32];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -293,7 +293,7 @@ int salusctl_job_environment(const char *socket_path, int timeout_ms)
     salus_client_close(&probe);
 
     char dir[PATH_MAX], preload[PATH_MAX + 16];
-    if (shim_dir(dir, sizeof(dir)) < 0) {
+    if (salusctl_shim_dir(dir, sizeof(dir)) < 0) {
         fprintf(stderr, "salusctl: the shim (../lib/salus/libcuda.so.1 next to salusctl) is "
                         "missing\n");
         return 1;

@@ -14,6 +14,9 @@ int salusctl_run(const char *socket_path, int timeout_ms, int argc, char **argv)
  * (looked up on PATH as execvp does). 0, or 2 after a usage message. */
 int salusctl_job_options(const char *verb, int argc, char **argv, const char **log_path,
                          int *command_index);
+/* The shim's directory (../lib/salus next to this salusctl, resolved), holding
+ * libcuda.so.1. 0, or -ENOENT. */
+int salusctl_shim_dir(char *out, size_t size);
 /* The rest of a job's environment: checks that salusd answers, sets SALUS_SOCKET, the shim
  * on LD_LIBRARY_PATH and in LD_PRELOAD, PYTORCH_CUDA_ALLOC_CONF. 0, or 1 with a message. */
 int salusctl_job_environment(const char *socket_path, int timeout_ms);

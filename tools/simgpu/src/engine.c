@@ -29,8 +29,8 @@
 #define SHM_LAYOUT_VERSION 2
 
 typedef struct shm_slot {
-    int32_t pid;
-    uint32_t reserved;
+    int32_t pid;                /* in the pid namespace below */
+    uint32_t pid_namespace;     /* its inode (0: written by a simgpu that did not say) */
     uint64_t start_ticks;       /* /proc/<pid>/stat starttime: guards against pid reuse */
     uint64_t used_bytes;
 } shm_slot_t;
@@ -70,6 +70,42 @@ static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
 static int my_slot[SIMGPU_MAX_DEVICES] = {[0 ... SIMGPU_MAX_DEVICES - 1] = -1};
 static bool full_noted[SIMGPU_MAX_DEVICES];
 static uint64_t my_start_ticks;
+static uint32_t my_pid_namespace;
+
+/* The inode of this process's pid namespace (0 when unknown). Processes of a container see
+ * other pids than the host's: a slot is this process's, and its pid can be checked, only in
+ * the pid namespace that wrote it; another namespace's slot is live while its process holds
+ * the slot's lock (slot_lock). */
+static uint32_t pid_namespace_of_self(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
+}
+
+static bool slot_is_mine(const shm_slot_t *slot)
+{
+    return slot->pid == getpid() && slot->pid_namespace == my_pid_namespace;
+}
+
+/* 1 in a user namespace other than the first (a rootless container) when uid is the
+ * overflow uid, as the host's root shows there: root's segment, mounted into the container. */
+static bool uid_unmapped(uid_t uid)
+{
+    unsigned overflow = 65534, first = 1, lower = 0;
+    unsigned long long count = 0;
+    FILE *f = fopen("/proc/sys/kernel/overflowuid", "re");
+    if (f) {
+        if (fscanf(f, "%u", &overflow) != 1)
+            overflow = 65534;
+        fclose(f);
+    }
+    if (uid != overflow || !(f = fopen("/proc/self/uid_map", "re")))
+        return false;
+    bool whole = fscanf(f, "%u %u %llu", &first, &lower, &count) == 3 && first == 0 &&
+                 lower == 0 && count == 4294967295ull;
+    fclose(f);
+    return !whole;
+}
 
 static size_t device_bytes(uint32_t slots)
 {
@@ -114,10 +150,31 @@ static uint64_t process_start_ticks(int pid)
     return p ? strtoull(p, NULL, 10) : 0;
 }
 
+/* A process holds an OFD write lock on the byte of the segment file at its slot's offset for
+ * as long as it lives (the kernel drops it with the process's descriptor): what says that a
+ * slot of another pid namespace is live, where its pid means nothing. */
+static int slot_lock(const shm_slot_t *slot)
+{
+    struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET,
+                         .l_start = (off_t)((const char *)slot - (const char *)segment), .l_len = 1};
+    return segment_fd >= 0 ? fcntl(segment_fd, F_OFD_SETLK, &lock) : -1;
+}
+
+static bool slot_locked_by_another(const shm_slot_t *slot)
+{
+    struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET,
+                         .l_start = (off_t)((const char *)slot - (const char *)segment), .l_len = 1};
+    if (segment_fd < 0 || fcntl(segment_fd, F_OFD_GETLK, &lock) < 0)
+        return true; /* cannot tell: taken as live */
+    return lock.l_type != F_UNLCK;
+}
+
 static bool slot_alive(const shm_slot_t *slot)
 {
     if (slot->pid == 0)
         return false;
+    if (slot->pid_namespace != 0 && slot->pid_namespace != my_pid_namespace)
+        return slot_locked_by_another(slot);
     if (slot->pid == getpid())
         return true;
     uint64_t ticks = process_start_ticks(slot->pid);
@@ -220,6 +277,7 @@ CUresult simgpu_shm_attach(void)
     if (segment)
         goto out;
     my_start_ticks = process_start_ticks(getpid());
+    my_pid_namespace = pid_namespace_of_self();
     fd = shm_open(simgpu_config.shm_name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
         rc = segment_refuse(strerror(errno));
@@ -232,7 +290,7 @@ CUresult simgpu_shm_attach(void)
         goto out;
     }
     /* another user's segment could lie to this process: only its own or root's */
-    if (st.st_uid != geteuid() && st.st_uid != 0) {
+    if (st.st_uid != geteuid() && st.st_uid != 0 && !uid_unmapped(st.st_uid)) {
         char why[96];
         snprintf(why, sizeof(why), "it belongs to uid %u", (unsigned)st.st_uid);
         rc = segment_refuse(why);
@@ -367,18 +425,19 @@ static uint64_t used_total(const shm_device_t *d)
 static shm_slot_t *own_slot(int device, shm_device_t *d)
 {
     int index = my_slot[device];
-    if (index >= 0 && d->slots[index].pid == getpid())
+    if (index >= 0 && slot_is_mine(&d->slots[index]))
         return &d->slots[index];
     for (int i = 0; i < (int)slot_count; i++) {
-        if (d->slots[i].pid == getpid()) {
+        if (slot_is_mine(&d->slots[i])) {
             my_slot[device] = i;
             return &d->slots[i];
         }
     }
     reap_dead(d);
     for (int i = 0; i < (int)slot_count; i++) {
-        if (d->slots[i].pid == 0) {
+        if (d->slots[i].pid == 0 && slot_lock(&d->slots[i]) == 0) {
             d->slots[i].pid = getpid();
+            d->slots[i].pid_namespace = my_pid_namespace;
             d->slots[i].start_ticks = my_start_ticks;
             d->slots[i].used_bytes = 0;
             my_slot[device] = i;

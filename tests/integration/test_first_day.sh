@@ -198,7 +198,7 @@ while IFS= read -r line; do
     [ "$(echo "$out" | grep -c '^final_loss=')" -ge "$want" ] || fail "docs/distributed.md: $line: $out"
     pass "docs/distributed.md: ${line:0:70}..."
     ran=$((ran + 1))
-done < <(awk '/^```sh$/ {b=1; cmd=""; next} /^```$/ {b=0} b && /salus-mlp.*--data-parallel|^for r in 0 1/ {
+done < <(awk '/^```sh( runnable)?$/ {b=1; cmd=""; next} /^```$/ {b=0} b && /salus-mlp.*--data-parallel|^for r in 0 1/ {
               cmd = cmd $0; if ($0 ~ /\\$/) { sub(/\\$/, "", cmd); next } print cmd; cmd="" }' "$DISTRIBUTED" |
           grep -E 'tools/mpirun-local|--group g1')
 [ "$ran" -ge 1 ] || fail "docs/distributed.md's 2-rank lines were not found"

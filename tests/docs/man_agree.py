@@ -3,7 +3,8 @@
 
 salusd --help (its one option table) against salusd(8), salusd.conf(5) and the commented
 default config (tools/salusd.conf), option by option and default by default; salusctl help
-against salusctl(1), verb by verb and flag by flag; salus-sim --help against salus-sim(1);
+against salusctl(1), verb by verb and flag by flag (the global options with their defaults);
+salus-sim --help against salus-sim(1) (the defaults its option lines give);
 the functions of salus.h and salus_ps.h against salus.h(3) and salus_ps(3). Both ways: a page
 that documents what the program does not have fails too. Each failure names the page, what
 it lacks and where that comes from, one line each.
@@ -116,12 +117,16 @@ for line in usage.splitlines():
     elif section == "Verbs:" and re.match(r"^  [a-z]", line):
         verbs.append(line.split()[0])
     elif section == "Options:" and re.match(r"^  --", line):
-        globals_.append(line.split()[0])
+        d = re.search(r"\(default:? ([^) ]*)\)$", line)
+        globals_.append((line.split()[0], d.group(1) if d else None))
 check(len(verbs) >= 10, f"salusctl help lists only {len(verbs)} verbs: {usage[:200]}")
 man1 = entries(page("salusctl.1"), "OPTIONS")
 man1.update(entries(page("salusctl.1"), "VERBS"))
-for flag in globals_:
+for flag, default in globals_:
     check(flag in man1, f"salusctl.1.scd: lacks the global option {flag} (salusctl help lists it)")
+    if flag in man1 and default is not None:
+        check(f"Default: *{default}*" in man1[flag],
+              f"salusctl.1.scd: {flag} does not say 'Default: *{default}*' (salusctl help's default)")
 for verb in verbs:
     e = man1.get(verb)
     check(e is not None, f"salusctl.1.scd: lacks the verb {verb} (salusctl help lists it)")
@@ -139,7 +144,11 @@ for key in man1:
 sim = os.path.join(BIN, "salus-sim")
 if os.path.exists(sim):
     manS = entries(page("salus-sim.1"), "OPTIONS")
-    simopts = set(re.findall(r"^\s+(?:-h, )?(--[a-z][a-z-]*)", run(sim, "--help"), re.M))
+    simhelp = run(sim, "--help")
+    simopts = set(re.findall(r"^\s+(?:-h, )?(--[a-z][a-z-]*)", simhelp, re.M))
+    for o, default in re.findall(r"^\s+(--[a-z][a-z-]*)\b.*\(default:? ([^) ]+)\)$", simhelp, re.M):
+        check(o in manS and f"Default: *{default}*" in manS[o],
+              f"salus-sim.1.scd: {o} does not say 'Default: *{default}*' (salus-sim --help's default)")
     check(len(simopts) >= 8, f"salus-sim --help lists only {len(simopts)} options")
     for o in sorted(simopts):
         check(o in manS, f"salus-sim.1.scd: lacks the option {o} (salus-sim --help lists it)")

@@ -14,8 +14,10 @@ read -r -a files <<<"${DOCS_FILES:-$SRC/README.md $(ls "$SRC"/docs/*.md | tr '\n
 # on the way out: the block's process group, then every job still live (a submitted job is a
 # session of its own: salusctl kill --force reaches all its processes), then salusd
 BLOCK_PGID=""
-live_jobs() {
-    "$SALUSCTL" --json ps 2>/dev/null | python3 -c '
+live_jobs() { # the ids of the jobs not ended yet; fails when no salusd answers
+    local ps
+    ps=$("$SALUSCTL" --json ps 2>/dev/null) || return 1
+    echo "$ps" | python3 -c '
 import json, sys
 print(" ".join(str(j["id"]) for j in json.load(sys.stdin) if j["state"] in ("waiting", "paused", "running")))'
 }
@@ -35,7 +37,7 @@ awk -v out="$WORK/blocks" -v src="$SRC/" '
                                printf "%s:%d\n", name, FNR > sprintf("%s/%03d.where", out, n); next }
     inside && /^```/ { inside = 0; close(f); next }
     inside { print > f }' "${files[@]}"
-blocks=$(ls "$WORK"/blocks/*.sh 2>/dev/null | wc -l)
+blocks=$(find "$WORK/blocks" -name '*.sh' | wc -l)
 [ "$blocks" -ge 1 ] || fail "no \`\`\`sh runnable block in ${files[*]}"
 
 SIMGPU_DEVICES=2 start_daemon

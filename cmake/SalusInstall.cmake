@@ -12,6 +12,7 @@
 #   P/share/salus/salusd.conf                 the shipped default, always the current one
 #   P/lib/systemd/system/salusd.service       the unit, with the installed paths filled in
 #   P/share/bash-completion/completions/salusctl
+#   P/share/man/man{1,3,5,8}/...                the man pages (cmake/SalusMan.cmake, with scdoc)
 #
 # salusctl finds the shim at <its dir>/../lib/salus and salusd finds simgpu at
 # <its dir>/../lib/salus/simgpu/libcuda.so.1, so bin/ and lib/salus/ are fixed here rather

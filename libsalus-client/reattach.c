@@ -16,7 +16,8 @@
  * or the daemon refuses it, the job fails closed with one line saying why.
  *
  * Version rule: re-attach arrived with protocol 1.1 (hello "minor" 1); a daemon of the same
- * major version and a minor at least the shim's accepts it (README: restart and upgrade). */
+ * major version and a minor at least the shim's accepts it (docs/operating.md: restart and
+ * upgrade). */
 #include "shim-internal.h"
 
 #include <dlfcn.h>

@@ -36,7 +36,7 @@ fi
 PACKAGES=(build-essential cmake pkg-config python3 libevent-dev libjemalloc-dev libmsgpack-dev
           check libsubunit-dev openmpi-bin libopenmpi-dev procps
           libcurl4-openssl-dev libjson-c-dev libssl-dev etcd-server iproute2 openssl curl
-          libucx-dev
+          libucx-dev scdoc groff-base man-db
           python3-venv python3-setuptools python3-wheel python3-msgpack python3-numpy
           python3-pytest python3-torch)
 # podman and what its rootless runs and --init need: tests/integration/test_containers.sh

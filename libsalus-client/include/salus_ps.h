@@ -2,7 +2,7 @@
  *
  * A program that is a rank of a salus group (salusctl run --group G --world N --rank R, or a
  * launcher's variables) opens tables by name in its group; the node's salusd serves them,
- * cut into shards over the group's server set (README: Parameter servers). Header-only like
+ * cut into shards over the group's server set (docs/parameter-servers.md). Header-only like
  * salus.h: each call looks the shim's entry point up at run time (dlsym), so a program needs
  * no extra library; without salus every call returns -ENOSYS.
  *
@@ -142,7 +142,7 @@ static inline const char *salus_ps_last_error(void)
     return salus_ps_fn_ ? salus_ps_fn_() : "not running under salus";
 }
 
-/* ---- federated tables (rule "fedavg:N:K:E:SEED:drop|partial", README: Federated rounds) ----
+/* ---- federated tables (rule "fedavg:N:K:E:SEED:drop|partial", docs/parameter-servers.md) ----
  * The table holds the global model; round r is open once rounds 0 .. r-1 closed. A pull at
  * this rank's clock c waits until round c is open (read->done: the open round) and reads the
  * model then, after rounds 0 .. read->done - 1 (exactly 0 .. c-1 for a client of round c that

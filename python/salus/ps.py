@@ -18,7 +18,7 @@ host memory (a copy each way); that path is untested until the project has a GPU
             t.clock()                 # end of the iteration
 
 Rules: "add", "assign", "sgd:LR", "fedavg:N:K:E:SEED:drop|partial" (federated); sync: "bsp",
-"ssp:S", "asp" (salus_ps.h and the README's *Parameter servers* say what each means).
+"ssp:S", "asp" (salus_ps.h and docs/parameter-servers.md say what each means).
 Errors raise `salus.Error` (`errno` and the C library's message), `salus.Busy` for -EBUSY,
 `salus.Unavailable` when the process does not run under salus.
 """

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The failure table (README: "Across nodes"), each row on three nodes (network namespaces, a
-# salusd --cluster each with a lease TTL of $TTL s, a real etcd), each ending without a hang:
+# The failure table (docs/distributed.md: "Across nodes"), each row on three nodes (network
+# namespaces, a salusd --cluster each with a lease TTL of $TTL s, a real etcd), each ending
+# without a hang:
 #  1. a rank dies (kill -9): its group fails on every node within 10 s, its other ranks end;
 #  2. a daemon restarts within its lease (kill -9, started again at once): it keeps its lease,
 #     its rank re-attaches and stays in its group, and the group finishes (every rank done,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What a newcomer meets on the first day, each a check that help, README and behaviour agree:
-# the policy names everywhere are the daemon's; help run/submit and the completion list every
+# What a newcomer meets on the first day, each a check that help, README, guides, man pages
+# and behaviour agree: the policy names everywhere are the daemon's; help run/submit and the completion list every
 # option run and submit parse; --json version is JSON; policy with an unknown name is a usage
 # error listing the names; run/submit check the command first; 512MB is SI; the simulated
 # devices' segment follows what salusd asks for and goes when salusd stops; a missing kernel
@@ -10,6 +10,9 @@
 
 SRC="${SALUS_SOURCE_DIR:?}"
 README="$SRC/README.md"
+OPERATING="$SRC/docs/operating.md"       # the verb list, moved from the README
+DISTRIBUTED="$SRC/docs/distributed.md"   # the 2-rank lines, moved from the README
+MAN8="$SRC/docs/man/salusd.8.scd"        # the options table, moved from the README
 SIMGPU_DIR="$SALUS_BUILD_DIR/lib/simgpu"
 NAMES_SEEN=()
 shm_exists() { [ -e "/dev/shm/$1" ]; }
@@ -33,11 +36,12 @@ for p in $policies; do
     for f in "$WORK/salusd-help" "$WORK/ctl-help-policy" "$WORK/ctl-help" "$SRC/tools/salusd.conf"; do
         grep -qw -- "$p" "$f" || fail "$(basename "$f") does not name the policy '$p' that salusd accepts"
     done
-    grep -E '^\s+policy \[NAME\]' "$README" | grep -qw -- "$p" ||
-        fail "README's verb list does not name the policy '$p'"
-    grep -E '^\| `--policy' "$README" | grep -qw -- "$p" || fail "README's options table lacks '$p'"
+    grep -E '^\s+policy \[NAME\]' "$OPERATING" | grep -qw -- "$p" ||
+        fail "docs/operating.md's verb list does not name the policy '$p'"
+    awk '/^\*--policy\*/ {getline; print}' "$MAN8" | grep -qw -- "$p" ||
+        fail "salusd.8.scd's --policy lacks '$p'"
 done
-pass "salusd --help, salusd.conf, salusctl help and README name every policy salusd has: $policies"
+pass "salusd --help, salusd.conf, salusctl help, docs/operating.md and salusd(8) name every policy salusd has: $policies"
 
 # every option that run and submit parse (run.c's strings) is in their help and the completion
 opts=$(grep -oE '"--[a-z][a-z-]*"' "$SRC/tools/salusctl/run.c" | tr -d '"' | sort -u)
@@ -52,18 +56,18 @@ done
 "$SALUSCTL" help submit | qgrep -- "--log" || fail "help submit lacks --log"
 pass "help run, help submit and the completion list every option run parses: $(echo $opts)"
 
-# every verb of salusctl help is in README's verb list, in the same order
+# every verb of salusctl help is in docs/operating.md's verb list, in the same order
 ctl_verbs=$(awk '/^Verbs:/ {v=1; next} v && /^$/ {exit} v {print $1}' "$WORK/ctl-help" | tr '\n' ' ')
 readme_verbs=$(awk '/salusctl \[--socket PATH\] \[--json\] VERB/ {v=1; next}
                     v && /^$/ {exit}
-                    v && /^      [a-z]/ {print $1; if ($2 == "|") print $3}' "$README" | tr '\n' ' ')
-[ "$ctl_verbs" = "$readme_verbs" ] || fail "README's verbs '$readme_verbs' are not salusctl's '$ctl_verbs'"
-# every salusd option is in README's one options table
+                    v && /^      [a-z]/ {print $1; if ($2 == "|") print $3}' "$OPERATING" | tr '\n' ' ')
+[ "$ctl_verbs" = "$readme_verbs" ] || fail "docs/operating.md's verbs '$readme_verbs' are not salusctl's '$ctl_verbs'"
+# every salusd option is in salusd(8)'s options (docs_man_agree checks them with their defaults)
 for o in $(grep -oE '^  --[a-z][a-z-]*' "$WORK/salusd-help"); do
     case $o in --help | --version) continue ;; esac
-    grep -qE "^\| \`$o( |\`)" "$README" || fail "README's options table lacks $o"
+    grep -qE "^\*$o\*" "$MAN8" || fail "salusd.8.scd lacks $o"
 done
-pass "README lists salusctl's verbs in its order and every option of salusd --help"
+pass "docs/operating.md lists salusctl's verbs in its order, salusd(8) every option of salusd --help"
 
 # --json version is JSON; text status shows the GPUs
 "$SALUSCTL" --json version | python3 -c '
@@ -126,7 +130,7 @@ echo "$out" | qgrep "Result = PASS" || fail "salus-vecadd: $out"
 pass "salus-vecadd runs without MODULE_FILE and SIMGPU_KERNEL_PACKS (the bundled ones)"
 
 # README's run line, as printed (from the source tree)
-line=$(grep -E '^    build/bin/salusctl run -- build/bin/salus-vecadd$' "$README") ||
+line=$(grep -E '^(    )?build/bin/salusctl run -- build/bin/salus-vecadd$' "$README") ||
     fail "README lost its salus-vecadd line"
 out=$(cd "$SRC" && env -u SIMGPU_KERNEL_PACKS bash -c "${line//build\//$SALUS_BUILD_DIR/}") ||
     fail "README: $line: $out"
@@ -172,10 +176,10 @@ SIMGPU_SHM_NAME="$SIMGPU_SHM_NAME-second" "$SALUSD" --policy typo >/dev/null 2>&
 [ "$rc" -eq 2 ] || fail "salusd --policy typo exited $rc, expected 2"
 pass "salusd --policy typo (exit 2) and a second salusd on a live socket make no segment"
 
-# README's 2-rank lines, as printed (two simulated GPUs: the daemon above): Open MPI through
+# docs/distributed.md's 2-rank lines, as printed (two simulated GPUs: the daemon above): Open MPI through
 # tools/mpirun-local (as root it refuses to run without --allow-run-as-root), salusctl by path
-grep -qE '^tools/mpirun-local -n 2 build/bin/salusctl run -- ' "$README" ||
-    fail "README's mpirun line does not run as printed (tools/mpirun-local, build/bin/salusctl)"
+grep -qE '^tools/mpirun-local -n 2 build/bin/salusctl run -- ' "$DISTRIBUTED" ||
+    fail "docs/distributed.md's mpirun line does not run as printed (tools/mpirun-local, build/bin/salusctl)"
 ran=0
 while IFS= read -r line; do
     [ -n "$line" ] || continue
@@ -187,17 +191,17 @@ while IFS= read -r line; do
         asan="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" ;;
     esac
     out=$(cd "$SRC" && ASAN_OPTIONS="$asan" SALUS_MPI_SHM_DIR="$WORK" timeout 240 bash -c "${line//build\//$SALUS_BUILD_DIR/}" 2>&1 </dev/null) ||
-        fail "README: $line: $out"
+        fail "docs/distributed.md: $line: $out"
     # (the loop's `wait` exits 0 whatever its ranks did: each rank must say its final loss)
     want=1
     case $line in *--group*) want=2 ;; esac
-    [ "$(echo "$out" | grep -c '^final_loss=')" -ge "$want" ] || fail "README: $line: $out"
-    pass "README: ${line:0:70}..."
+    [ "$(echo "$out" | grep -c '^final_loss=')" -ge "$want" ] || fail "docs/distributed.md: $line: $out"
+    pass "docs/distributed.md: ${line:0:70}..."
     ran=$((ran + 1))
-done < <(awk '/^```sh$/ {b=1; cmd=""; next} /^```$/ {b=0} b && /salus-mlp.*--data-parallel|^for r in 0 1/ {
-              cmd = cmd $0; if ($0 ~ /\\$/) { sub(/\\$/, "", cmd); next } print cmd; cmd="" }' "$README" |
+done < <(awk '/^```sh( runnable)?$/ {b=1; cmd=""; next} /^```$/ {b=0} b && /salus-mlp.*--data-parallel|^for r in 0 1/ {
+              cmd = cmd $0; if ($0 ~ /\\$/) { sub(/\\$/, "", cmd); next } print cmd; cmd="" }' "$DISTRIBUTED" |
           grep -E 'tools/mpirun-local|--group g1')
-[ "$ran" -ge 1 ] || fail "README's 2-rank lines were not found"
+[ "$ran" -ge 1 ] || fail "docs/distributed.md's 2-rank lines were not found"
 stop_daemon
 shm_exists "$SIMGPU_SHM_NAME" && fail "the recreated segment outlived salusd"
 

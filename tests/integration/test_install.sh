@@ -44,6 +44,12 @@ for f in include/salus.h include/simgpu_kernel.h etc/salus/salusd.conf share/sal
          lib/systemd/system/salusd.service share/bash-completion/completions/salusctl; do
     [ -f "$PREFIX/$f" ] || fail "missing $f"
 done
+# the man pages, when scdoc built them (cmake/SalusMan.cmake)
+for page in "$SALUS_BUILD_DIR"/man/*.[0-9]; do
+    [ -f "$page" ] || continue
+    name=$(basename "$page")
+    [ -f "$PREFIX/share/man/man${name##*.}/$name" ] || fail "man page $name is not installed"
+done
 check_link() { # check_link PATH TARGET: PATH is a symlink whose text is TARGET
     [ -L "$PREFIX/$1" ] || fail "$1 is not a symlink"
     [ "$(readlink "$PREFIX/$1")" = "$2" ] || fail "$1 -> $(readlink "$PREFIX/$1"), not $2"

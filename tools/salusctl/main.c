@@ -323,7 +323,7 @@ static int verb_lanes(ctl_t *ctl, int argc, char **argv)
     return EXIT_OK;
 }
 
-/* In the order of the README's list: the daemon, jobs, groups, then the client itself. */
+/* In the order of salusctl(1)'s list: the daemon, jobs, groups, then the client itself. */
 static const verb_t verbs[] = {
     {"status", 0, 0, verb_status, "status [--json]",
      "show the daemon's state: its device and GPUs, jobs, connections (and the cluster)"},

@@ -101,13 +101,14 @@ pass "SALUS_GPU=2: the job runs on GPU 2, seen as its one device; SALUS_GPU=3 (o
 stop_daemon
 
 # --- granted on both GPUs together: two GPUs of 1 GiB; a job in the only lane of one of them
-# runs long iterations; the --gpus 2 job (whose member there must share that lane) waits
-# while that job holds its lane, though its other GPU is free
+# runs one long iteration (no boundary inside it where the other could take a turn, however
+# slow the machine); the --gpus 2 job (whose member there must share that lane) waits while
+# that job holds its lane, though its other GPU is free
 rm -f "/dev/shm/$SIMGPU_SHM_NAME"
 export SIMGPU_DEVICES=2
 start_daemon --policy pack
 "$SALUSCTL" run --name holder --persistent 64MiB --ephemeral 600MiB -- \
-    "$SYNTH" --iterations 3 --gpu-ms 1500 --host-ms 1 --persistent-mb 16 --ephemeral-mb 64 \
+    "$SYNTH" --iterations 1 --gpu-ms 4500 --host-ms 1 --persistent-mb 16 --ephemeral-mb 64 \
     >"$WORK/holder.out" 2>&1 &
 HOLDER=$!
 wait_until 30 "ps_has \"j.get('holder', {}).get('state') == 'running'\"" || fail "holder never ran"

@@ -3,6 +3,7 @@
 #include "daemon.h"
 #include "fsio.h"
 #include "groups.h"
+#include "handlers.h"
 #include "jobctl.h"
 #include "jobs.h"
 #include "metrics.h"
@@ -25,13 +26,6 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
-
-uint64_t salusd_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void on_signal(evutil_socket_t sig, short events, void *arg)
 {
@@ -242,7 +236,7 @@ int main(int argc, char **argv)
         goto out;
     if (ps_start(&d) < 0)
         goto out;
-    if (server_start(&d) < 0)
+    if (server_start(&d, &handlers_ops) < 0)
         goto out;
     if (metrics_start(&d) < 0)
         goto out;

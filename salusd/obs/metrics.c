@@ -92,7 +92,7 @@ static void sample_gpu(metrics_t *m, int gpu, uint64_t now_ns)
     s->index = gpu;
     s->name = g->name;
     s->total_bytes = g->total_bytes;
-    s->reserved_bytes = handlers_gpu_reserved_bytes(d, gpu);
+    s->reserved_bytes = sched_gpu_reserved_bytes(d, gpu);
     s->used_bytes = g->chunk_bytes;
     sched_gpu_books(d, gpu, &s->capacity_bytes, &s->persistent_bytes, &s->lane_bytes, &s->lanes);
     if (devices_busy_ns(&d->devices, gpu, &busy_ns) < 0)

@@ -2,6 +2,7 @@
 #include "cluster.h"
 #include "daemon.h"
 #include "groups.h"
+#include "handlers.h"
 #include "jobctl.h"
 #include "jobs.h"
 #include "policy.h"
@@ -19,13 +20,6 @@
 #include <unistd.h>
 
 typedef void (*handler_fn)(conn_t *c, const proto_msg_t *msg);
-
-uint64_t handlers_gpu_reserved_bytes(salusd_t *d, int gpu)
-{
-    uint64_t capacity = 0, persistent = 0, lane_bytes = 0, lanes = 0;
-    sched_gpu_books(d, gpu, &capacity, &persistent, &lane_bytes, &lanes);
-    return persistent + lane_bytes;
-}
 
 static void reply_status(conn_t *c, const proto_msg_t *msg)
 {
@@ -50,7 +44,7 @@ static void reply_status(conn_t *c, const proto_msg_t *msg)
         proto_pack_kv_uint(&e->pk, "index", (uint64_t)i);
         proto_pack_kv_str(&e->pk, "name", g->name);
         proto_pack_kv_uint(&e->pk, "total_bytes", g->total_bytes);
-        proto_pack_kv_uint(&e->pk, "reserved_bytes", handlers_gpu_reserved_bytes(d, i));
+        proto_pack_kv_uint(&e->pk, "reserved_bytes", sched_gpu_reserved_bytes(d, i));
         proto_pack_kv_uint(&e->pk, "used_bytes", g->chunk_bytes);
         proto_pack_kv_uint(&e->pk, "busy_ms", busy_ns / 1000000);
     }
@@ -188,7 +182,7 @@ static int over_job_caps(conn_t *c, const proto_msg_t *msg)
     return 0;
 }
 
-void handlers_dispatch(conn_t *c, const proto_msg_t *msg)
+static void handlers_dispatch(conn_t *c, const proto_msg_t *msg)
 {
     if (over_job_caps(c, msg))
         return;
@@ -201,10 +195,15 @@ void handlers_dispatch(conn_t *c, const proto_msg_t *msg)
     server_reply_error(c, msg->id, PROTO_EUNKNOWN_OP, 0, "unknown request '%s'", msg->op);
 }
 
-void handlers_connection_closed(conn_t *c)
+static void handlers_connection_closed(conn_t *c)
 {
     ps_local_connection_closed(c);
     ps_cluster_servers_closed(c);
     jobctl_connection_closed(c);
     jobs_connection_closed(c);
 }
+
+const server_ops_t handlers_ops = {
+    .dispatch = handlers_dispatch,
+    .connection_closed = handlers_connection_closed,
+};

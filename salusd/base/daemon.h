@@ -81,6 +81,7 @@ typedef struct salusd_s {
     uint64_t requests_served;
     int socket_bound;
     proto_enc_t enc;          /* scratch encoder for replies (single-threaded loop) */
+    const struct server_ops_s *server_ops; /* the requests' dispatcher (server_start) */
     struct metrics_s *metrics; /* the /metrics endpoint (metrics.c); NULL: off */
     struct jobctl_s *jobctl;  /* submitted jobs' logs, exit statuses, waiters (jobctl.c) */
     struct restart_s *restart; /* the state file and the survivors of a restart (job_reattach.c) */
@@ -112,8 +113,16 @@ typedef struct salusd_s {
 
 uint64_t salusd_now_ns(void);
 
-/* server.c */
-int server_start(salusd_t *d);
+/* server.c. What the server asks of the layer that answers requests (ctl's handlers_ops),
+ * passed to server_start. */
+typedef struct server_ops_s {
+    /* answers one request (kind PROTO_REQUEST) from a connection that said hello */
+    void (*dispatch)(conn_t *c, const proto_msg_t *msg);
+    /* a connection goes away: forgets the job it registered */
+    void (*connection_closed)(conn_t *c);
+} server_ops_t;
+
+int server_start(salusd_t *d, const server_ops_t *ops);
 /* Whether salusd may take the socket path: 0 nothing there, 1 a stale socket (no server
  * answers), or negative (logged): a live server answers, or the path is not a socket. */
 int server_socket_free(const char *path);
@@ -141,12 +150,5 @@ void server_reply_done(conn_t *c, uint64_t id);
 void server_reply_error(conn_t *c, uint64_t id, proto_error_code_t code, int close_after,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
-/* handlers.c: memory booked on a GPU, from the lane manager's books: the admitted jobs'
- * persistent memory plus the lanes' sizes (jobs that share a lane count it once). */
-uint64_t handlers_gpu_reserved_bytes(salusd_t *d, int gpu);
-/* handlers.c: answers one request (kind PROTO_REQUEST) from a connection that said hello. */
-void handlers_dispatch(conn_t *c, const proto_msg_t *msg);
-/* Called when a connection goes away: forgets the job it registered. */
-void handlers_connection_closed(conn_t *c);
 
 #endif

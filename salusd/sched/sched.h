@@ -79,6 +79,9 @@ int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size,
 /* The lane manager's books for one GPU (zeros for an unknown GPU). */
 void sched_gpu_books(const salusd_t *d, int gpu, uint64_t *capacity_bytes,
                      uint64_t *persistent_bytes, uint64_t *lane_bytes, uint64_t *lanes);
+/* Memory booked on a GPU, from the lane manager's books: the admitted jobs' persistent memory
+ * plus the lanes' sizes (jobs that share a lane count it once). */
+uint64_t sched_gpu_reserved_bytes(salusd_t *d, int gpu);
 /* Every lane: its GPU, id, size, jobs (admission order) and the job that holds it. */
 typedef struct sched_lane_view_s {
     int gpu;

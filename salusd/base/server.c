@@ -49,7 +49,8 @@ static void close_fds(int *fds, int *n)
 static void conn_free(conn_t *c)
 {
     salusd_t *d = c->daemon;
-    handlers_connection_closed(c);
+    if (d->server_ops)
+        d->server_ops->connection_closed(c);
     LIST_REMOVE(c, link);
     d->connection_count--;
     d->partial_frame_bytes -= c->input_held_bytes;
@@ -395,7 +396,7 @@ static void process_input(conn_t *c)
                                (int)msg.kind);
         } else {
             d->requests_served++;
-            handlers_dispatch(c, &msg);
+            d->server_ops->dispatch(c, &msg);
         }
         if (c->frame_fds_taken < c->frame_nfds)
             LOG_DEBUG("closing %d descriptors pid %d passed with a %s frame that did not take "
@@ -675,8 +676,9 @@ int server_socket_free(const char *path)
     return 1;
 }
 
-int server_start(salusd_t *d)
+int server_start(salusd_t *d, const server_ops_t *ops)
 {
+    d->server_ops = ops;
     const char *path = d->config.socket_path;
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     int fd = -1, rc;

@@ -224,6 +224,13 @@ int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size,
     return rc;
 }
 
+uint64_t sched_gpu_reserved_bytes(salusd_t *d, int gpu)
+{
+    uint64_t capacity = 0, persistent = 0, lane_bytes = 0, lanes = 0;
+    sched_gpu_books(d, gpu, &capacity, &persistent, &lane_bytes, &lanes);
+    return persistent + lane_bytes;
+}
+
 void sched_gpu_books(const salusd_t *d, int gpu, uint64_t *capacity_bytes,
                      uint64_t *persistent_bytes, uint64_t *lane_bytes, uint64_t *lanes)
 {

@@ -192,7 +192,7 @@ void views_handle_stats(conn_t *c, const proto_msg_t *msg)
         proto_map_str(&map, "name", g->name);
         proto_map_uint(&map, "total_bytes", g->total_bytes);
         proto_map_uint(&map, "used_bytes", g->chunk_bytes);
-        proto_map_uint(&map, "reserved_bytes", handlers_gpu_reserved_bytes(d, i));
+        proto_map_uint(&map, "reserved_bytes", sched_gpu_reserved_bytes(d, i));
         proto_map_int_or_nil(&map, "busy_ms", (int64_t)(busy_ns / 1000000), has_busy);
         proto_map_uint(&map, "lanes", lanes_here);
         proto_map_uint(&map, "jobs", jobs);

@@ -6,6 +6,7 @@
 #include "handlers.h"
 #include "jobctl.h"
 #include "jobs.h"
+#include "jobs_observer.h"
 #include "metrics.h"
 
 #include "log.h"
@@ -194,12 +195,13 @@ int main(int argc, char **argv)
     LIST_INIT(&d.conns);
     d.started_ns = salusd_now_ns();
     d.base = event_base_new();
-    d.job_finished = jobctl_job_finished;
-    d.group_refuses = groups_refuses;
-    d.terminate_job = jobctl_terminate;
-    d.job_settled = jobctl_job_settled;
-    d.group_tables_pack = ps_pack_group_tables;
-    d.group_tables_over = ps_group_over;
+    /* the subsystems above jobs hear its events; a group's end reaches the parameter
+     * servers before the cluster, as it did when groups.c called them in that order */
+    if (jobs_observe(&d, &jobctl_jobs_observer) < 0 || jobs_observe(&d, &ps_jobs_observer) < 0 ||
+        jobs_observe(&d, &cluster_jobs_observer) < 0) {
+        LOG_ERROR("out of memory at start-up");
+        goto out;
+    }
     d.registry = registry_create();
     if (!d.base || !d.registry) {
         LOG_ERROR("out of memory at start-up");
@@ -269,6 +271,7 @@ out:
     for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
         if (d.signal_events[i])
             event_free(d.signal_events[i]);
+    jobs_observers_fini(&d);
     registry_destroy(d.registry);
     if (d.base)
         event_base_free(d.base);

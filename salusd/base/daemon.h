@@ -85,30 +85,12 @@ typedef struct salusd_s {
     struct metrics_s *metrics; /* the /metrics endpoint (metrics.c); NULL: off */
     struct jobctl_s *jobctl;  /* submitted jobs' logs, exit statuses, waiters (jobctl.c) */
     struct restart_s *restart; /* the state file and the survivors of a restart (job_reattach.c) */
-    /* Called when a job has ended (jobs.c, job_exit.c), by the layer below the request
-     * handlers that wait for it: main sets it to jobctl_job_finished (answers the waits). */
-    void (*job_finished)(struct salusd_s *d, job_t *job);
     struct groups_s *groups;  /* groups of ranks (groups.c) */
-    /* Set by main. For jobs.c, below groups.c: group_refuses (groups_refuses) says whether a
-     * rank's registration is refused because its group failed (1, err: why). For groups.c,
-     * below jobctl.c: terminate_job (jobctl_terminate) ends a job's processes (SIGTERM,
-     * SIGKILL after grace_ms). */
-    int (*group_refuses)(const struct salusd_s *d, const job_t *job, char *err, size_t size);
-    int (*terminate_job)(struct salusd_s *d, job_t *job, uint64_t grace_ms);
-    /* Set by main (jobctl_job_settled): 0 while a finished job's end is not settled yet (its
-     * exit status may still come, its supervisor has not reported): jobs.c keeps it until
-     * then, so that its waits and its group hear how it ended. NULL: always settled. */
-    int (*job_settled)(struct salusd_s *d, const job_t *job);
-    /* Set by main when the daemon is a cluster member (cluster.c): a cluster group's gang
-     * slot seq is over on this node (the core's SLOT_DONE). NULL: no cluster. */
-    void (*slot_done)(struct salusd_s *d, uint64_t group_id, uint64_t seq);
+    /* the tables of the subsystems above jobs that hear its events, and the events raised
+     * during an apply of the core's effects, not delivered yet (jobs_observer.h) */
+    struct jobs_notifier_s *jobs_notifier;
     struct cluster_s *cluster; /* the cluster role (cluster.c); NULL: a single node */
     struct ps_s *ps;          /* the parameter-server role (ps.h); NULL: not started */
-    /* Set by main (ps.h, above groups.c): a group's parameter-server tables here, for the
-     * groups op (ps_pack_group_tables: a list), and the group ended here (ps_group_over).
-     * NULL: no parameter-server role (the list is empty). */
-    void (*group_tables_pack)(struct salusd_s *d, uint64_t group_id, struct msgpack_packer *pk);
-    void (*group_tables_over)(struct salusd_s *d, uint64_t group_id);
 } salusd_t;
 
 uint64_t salusd_now_ns(void);

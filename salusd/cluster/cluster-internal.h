@@ -81,22 +81,6 @@ typedef struct cluster_group_s {
     struct cluster_group_s *next;
 } cluster_group_t;
 
-struct cluster_s;
-struct msgpack_packer;
-
-/* The parameter servers' part of the cluster role (ps_cluster.c), called through these hooks
- * (set by ps_cluster_start; NULL before) so that cluster*.c include nothing of it. */
-typedef struct cluster_ps_hooks_s {
-    void (*link_up)(struct cluster_s *cl, const char *node);   /* the link we dialed is up */
-    void (*message)(struct cluster_s *cl, const char *from, const proto_msg_t *msg); /* "ps_*" */
-    /* node left (its member key deleted) or its link stayed down past the TTL */
-    void (*node_gone)(struct cluster_s *cl, const char *node, const char *how);
-    void (*pack_peers)(struct cluster_s *cl, struct msgpack_packer *pk); /* an array */
-    /* a group record over everywhere is deleted: its ring records go */
-    void (*ring_forget)(struct cluster_s *cl, uint32_t uid, const char *name, int64_t epoch);
-    void (*free)(struct cluster_s *cl); /* cluster_stop, after etcd is gone */
-} cluster_ps_hooks_t;
-
 typedef struct cluster_s {
     salusd_t *d;
     etcd_t *etcd;
@@ -131,7 +115,7 @@ typedef struct cluster_s {
     int start_done, start_error;
     char start_err[512];
     cluster_sample_t stats;
-    const cluster_ps_hooks_t *ps_hooks; /* NULL: the parameter servers are not started */
+    const cluster_observer_t *observer; /* NULL: the parameter servers are not started */
     void *ps;                    /* their state (ps_cluster.c) */
 } cluster_t;
 

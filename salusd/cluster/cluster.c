@@ -299,8 +299,8 @@ static void member_event(cluster_t *cl, const char *node, const etcd_kv_t *kv, i
             return;
         }
         links_forget(cl->links, node);
-        if (cl->ps_hooks)
-            cl->ps_hooks->node_gone(cl, node, "left the cluster (its lease expired)");
+        if (cl->observer)
+            cl->observer->node_gone(cl, node, "left the cluster (its lease expired)");
         cluster_groups_node_gone(cl, node, "left the cluster (its lease expired)");
         return;
     }
@@ -500,8 +500,8 @@ static void watch_links(cluster_t *cl, uint64_t now, uint64_t ttl_ns)
             m->declared_gone = 1;
             LOG_WARN("cluster: no link to %s for %lld s: its groups fail", m->node,
                      (long long)cl->ttl_s);
-            if (cl->ps_hooks)
-                cl->ps_hooks->node_gone(cl, m->node, "no link for longer than the lease TTL");
+            if (cl->observer)
+                cl->observer->node_gone(cl, m->node, "no link for longer than the lease TTL");
             cluster_groups_node_gone(cl, m->node, "cannot be reached over its link (down "
                                      "longer than the lease TTL)");
         }
@@ -522,8 +522,8 @@ static void hook_up(void *ctx, const char *node)
     if (strcmp(node, cl->leader) == 0)
         cluster_slots_resync(cl);
     cluster_slots_link_up(cl, node);
-    if (cl->ps_hooks)
-        cl->ps_hooks->link_up(cl, node);
+    if (cl->observer)
+        cl->observer->link_up(cl, node);
 }
 
 static void hook_down(void *ctx, const char *node, const char *why)
@@ -537,8 +537,8 @@ static void hook_message(void *ctx, const char *node, const proto_msg_t *msg)
     cluster_t *cl = ctx;
     cl->stats.messages_received++;
     if (strncmp(msg->op, "ps_", 3) == 0) {
-        if (cl->ps_hooks)
-            cl->ps_hooks->message(cl, node, msg);
+        if (cl->observer)
+            cl->observer->message(cl, node, msg);
         return;
     }
     cluster_slots_message(cl, node, msg);
@@ -563,6 +563,11 @@ static void set_lease_file(cluster_t *cl)
     snprintf(cl->lease_file, sizeof(cl->lease_file), "%s/cluster-%s.lease", dir, cl->node);
 }
 
+void cluster_observe(cluster_t *cl, const cluster_observer_t *obs)
+{
+    cl->observer = obs;
+}
+
 int cluster_start(salusd_t *d)
 {
     const salusd_config_t *cfg = &d->config;
@@ -574,7 +579,6 @@ int cluster_start(salusd_t *d)
         return -1;
     }
     d->cluster = cl;
-    d->slot_done = cluster_slot_done;
     cl->d = d;
     cl->ttl_s = cfg->cluster_lease_ttl_s;
     snprintf(cl->node, sizeof(cl->node), "%s", cfg->cluster_node);
@@ -680,13 +684,12 @@ void cluster_stop(salusd_t *d)
     links_destroy(cl->links);
     etcd_destroy(cl->etcd);
     cl->etcd = NULL;
-    if (cl->ps_hooks)
-        cl->ps_hooks->free(cl);
+    if (cl->observer)
+        cl->observer->free(cl);
     cluster_groups_free(cl);
     memset(cl->ps_net_master, 0, sizeof(cl->ps_net_master));
     free(cl);
     d->cluster = NULL;
-    d->slot_done = NULL;
 }
 
 /* ---- views --------------------------------------------------------------------------------- */
@@ -712,8 +715,8 @@ void cluster_pack_status(salusd_t *d, msgpack_packer *pk)
     proto_pack_kv_str(pk, "leader", cl->leader);
     proto_pack_kv_uint(pk, "links_up", ls.up);
     proto_pack_str(pk, "ps_peers"); /* the UCX peers of the parameter servers */
-    if (cl->ps_hooks)
-        cl->ps_hooks->pack_peers(cl, pk);
+    if (cl->observer)
+        cl->observer->pack_peers(cl, pk);
     else
         msgpack_pack_array(pk, 0);
     proto_pack_str(pk, "members");

@@ -40,6 +40,7 @@
 #define SALUS_SALUSD_CLUSTER_H
 
 #include "daemon.h"
+#include "jobs_observer.h"
 
 #define CLUSTER_MAX_MEMBERS 256
 
@@ -51,17 +52,38 @@ int cluster_start(salusd_t *d);
 /* Leaves: revokes nothing (a restart within the TTL keeps the lease), closes everything. */
 void cluster_stop(salusd_t *d);
 
-/* Hooks from the daemon's other parts (each a no-op without a cluster). */
+/* How the cluster speaks upward: the observer table that the parameter servers' part of the
+ * cluster role registers when it starts (ps_cluster.c: cluster_observe; NULL before and
+ * after), so that cluster*.c include and call nothing of it. Delivered at once. */
+struct cluster_s;
+struct msgpack_packer;
+typedef struct cluster_observer_s {
+    void (*link_up)(struct cluster_s *cl, const char *node);   /* the link we dialed is up */
+    void (*message)(struct cluster_s *cl, const char *from, const proto_msg_t *msg); /* "ps_*" */
+    /* node left (its member key deleted) or its link stayed down past the TTL */
+    void (*node_gone)(struct cluster_s *cl, const char *node, const char *how);
+    void (*pack_peers)(struct cluster_s *cl, struct msgpack_packer *pk); /* an array */
+    /* a group record over everywhere is deleted: its ring records go */
+    void (*ring_forget)(struct cluster_s *cl, uint32_t uid, const char *name, int64_t epoch);
+    void (*free)(struct cluster_s *cl); /* cluster_stop, after etcd is gone */
+} cluster_observer_t;
+
+/* Registers obs (NULL: none); one table. */
+void cluster_observe(struct cluster_s *cl, const cluster_observer_t *obs);
+
+/* What the cluster hears of the jobs subsystem: cluster_jobs_observer (main registers it),
+ * each entry a no-op without a cluster. */
+extern const jobs_observer_t cluster_jobs_observer;
 /* A rank of local group group_id was submitted (groups_join): it goes into the record. */
 void cluster_rank_submitted(salusd_t *d, uint64_t group_id, uint32_t rank, uint64_t job_id);
 /* A rank's program registered (its registration now waits for the release). */
-void cluster_rank_registered(salusd_t *d, const job_t *job);
+void cluster_rank_registered(salusd_t *d, uint64_t group_id, uint32_t rank, uint64_t job_id);
 /* A rank was admitted on this node. */
-void cluster_rank_admitted(salusd_t *d, const job_t *job);
+void cluster_rank_admitted(salusd_t *d, uint64_t group_id);
 /* The local group failed (failure: why) or ended (all its local ranks over). */
 void cluster_group_failed(salusd_t *d, uint64_t group_id, const char *failure);
 void cluster_group_over(salusd_t *d, uint64_t group_id);
-/* The core's SLOT_DONE (d->slot_done). */
+/* The core's SLOT_DONE (a jobs event). */
 void cluster_slot_done(salusd_t *d, uint64_t group_id, uint64_t seq);
 
 /* For salusctl status (a map value) and groups (a rank's node; NULL: unknown). */

@@ -384,8 +384,8 @@ cleanup:
         etcd_txn_t txn = {.key = key, .target = ETCD_CMP_MOD_REVISION, .rev = g->mod_revision,
                           .success = {.kind = ETCD_OP_DELETE}};
         etcd_txn(cl->etcd, &txn, on_deleted, cl);
-        if (cl->ps_hooks) /* the run's parameter-server rings go with it */
-            cl->ps_hooks->ring_forget(cl, g->uid, g->name, g->epoch);
+        if (cl->observer) /* the run's parameter-server rings go with it */
+            cl->observer->ring_forget(cl, g->uid, g->name, g->epoch);
     }
 }
 
@@ -760,14 +760,14 @@ void cluster_rank_submitted(salusd_t *d, uint64_t group_id, uint32_t rank, uint6
     write_record(cl, g);
 }
 
-void cluster_rank_registered(salusd_t *d, const job_t *job)
+void cluster_rank_registered(salusd_t *d, uint64_t group_id, uint32_t rank, uint64_t job_id)
 {
     cluster_t *cl = cl_of(d);
-    cluster_group_t *g = cl ? cluster_group_by_local(cl, job->group_id) : NULL;
-    if (!g || job->group_rank >= g->world || g->local_job[job->group_rank] != job->id)
+    cluster_group_t *g = cl ? cluster_group_by_local(cl, group_id) : NULL;
+    if (!g || rank >= g->world || g->local_job[rank] != job_id)
         return;
-    if (!g->local_reg[job->group_rank]) {
-        g->local_reg[job->group_rank] = 1;
+    if (!g->local_reg[rank]) {
+        g->local_reg[rank] = 1;
         g->local_registered++;
     }
     if (g->released) /* registered again (a restart): the core has it back */
@@ -775,10 +775,10 @@ void cluster_rank_registered(salusd_t *d, const job_t *job)
     write_record(cl, g);
 }
 
-void cluster_rank_admitted(salusd_t *d, const job_t *job)
+void cluster_rank_admitted(salusd_t *d, uint64_t group_id)
 {
     cluster_t *cl = cl_of(d);
-    cluster_group_t *g = cl ? cluster_group_by_local(cl, job->group_id) : NULL;
+    cluster_group_t *g = cl ? cluster_group_by_local(cl, group_id) : NULL;
     if (!g)
         return;
     g->local_admitted++;
@@ -827,3 +827,13 @@ const char *cluster_rank_node(const salusd_t *d, uint64_t group_id, uint32_t ran
         return cl->node;
     return g->ranks[rank].node[0] ? g->ranks[rank].node : NULL;
 }
+
+const jobs_observer_t cluster_jobs_observer = {
+    .rank_submitted = cluster_rank_submitted,
+    .rank_registered = cluster_rank_registered,
+    .rank_admitted = cluster_rank_admitted,
+    .group_failed = cluster_group_failed,
+    .group_over = cluster_group_over,
+    .slot_done = cluster_slot_done,
+    .rank_node = cluster_rank_node,
+};

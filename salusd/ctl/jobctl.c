@@ -741,3 +741,9 @@ void jobctl_handle_logs(conn_t *c, const proto_msg_t *msg)
         LOG_WARN("job %llu: could not pass its log to uid %u", (unsigned long long)job->id,
                  (unsigned)c->uid);
 }
+
+const jobs_observer_t jobctl_jobs_observer = {
+    .job_finished = jobctl_job_finished,
+    .job_settled = jobctl_job_settled,
+    .terminate_job = jobctl_terminate,
+};

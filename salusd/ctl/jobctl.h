@@ -7,6 +7,7 @@
 
 #include "access.h"
 #include "daemon.h"
+#include "jobs_observer.h"
 
 /* Request handlers (rows of handlers.c). Each writes one reply or error, except wait,
  * which answers when the job has ended. */
@@ -24,6 +25,9 @@ void jobctl_job_finished(salusd_t *d, job_t *job);
 /* 1 when the finished job's end is settled (as wait answers it): its exit status known or
  * given up on, a submitted job's supervisor reported or gone (daemon.h, job_settled). */
 int jobctl_job_settled(salusd_t *d, const job_t *job);
+/* What jobctl hears of the jobs subsystem (main registers it first): a job finished, whether
+ * its end is settled, and the ending of a group's ranks (jobctl_terminate). */
+extern const jobs_observer_t jobctl_jobs_observer;
 /* The connection goes away: forget its waits. */
 void jobctl_connection_closed(conn_t *c);
 /* Shutdown: answers nobody, frees everything. */

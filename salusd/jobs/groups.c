@@ -2,8 +2,9 @@
 #include "groups.h"
 
 #include "access.h"
-#include "cluster.h"
 #include "jobs.h"
+#include "jobs-internal.h"
+#include "jobs_observer.h"
 #include "sched.h"
 
 #include "log.h"
@@ -235,7 +236,7 @@ int groups_join(salusd_t *d, job_t *job, const groups_fields_t *f)
     snprintf(job->group_name, sizeof(job->group_name), "%s", g->name);
     job->group_local_rank = f->local_rank;
     uint64_t id = g->id;
-    cluster_rank_submitted(d, id, f->rank, job->id);
+    jobs_raise_rank_submitted(d, id, f->rank, job->id);
     g = group_by_id(d, id);
     if (g && !d->cluster && g->joined == g->world && !g->failed) {
         /* every rank submitted: the registered ones are admitted, the others are host-only
@@ -344,7 +345,7 @@ static void end_other_ranks(salusd_t *d, uint64_t group_id)
         if (jobs_waiting_admission(job))
             jobs_fail(d, job, reason);
         job = registry_find(d->registry, id);
-        int rc = job && d->terminate_job ? d->terminate_job(d, job, grace_ms) : -ESRCH;
+        int rc = job ? jobs_ask_terminate(d, job, grace_ms) : -ESRCH;
         LOG_INFO("group %s: rank %u (job %llu) is ended: %s%s", g->name, i,
                  (unsigned long long)id, reason, rc < 0 ? " (no process of it to signal)" : "");
         g = group_by_id(d, group_id); /* still there: only joins prune */
@@ -377,7 +378,7 @@ void groups_rank_over(salusd_t *d, job_t *job)
         g = group_by_id(d, group_id);
         if (!g)
             return;
-        cluster_group_failed(d, g->id, g->failure);
+        jobs_raise_group_failed(d, g->id, g->failure);
     }
     /* every rank it had ended: over, also while forming (a rank that never comes must not
      * keep the group, and its name with the ranks taken, forever) */
@@ -385,9 +386,7 @@ void groups_rank_over(salusd_t *d, job_t *job)
         g->ended_ns = salusd_now_ns();
         LOG_INFO("group %s of uid %u ended: %s", g->name, (unsigned)g->uid,
                  g->failed ? "failed" : "done");
-        if (d->group_tables_over) /* its parameter-server tables here go */
-            d->group_tables_over(d, g->id);
-        cluster_group_over(d, g->id);
+        jobs_raise_group_over(d, g->id); /* its parameter-server tables here go too */
     }
 }
 
@@ -419,9 +418,7 @@ void groups_fail(salusd_t *d, uint64_t id, const char *failure)
     g = group_by_id(d, id);
     if (g && !g->ended_ns && g->over == g->joined) {
         g->ended_ns = salusd_now_ns();
-        if (d->group_tables_over)
-            d->group_tables_over(d, g->id);
-        cluster_group_over(d, g->id);
+        jobs_raise_group_over(d, g->id);
     }
 }
 
@@ -505,7 +502,7 @@ static void pack_rank(salusd_t *d, msgpack_packer *pk, const group_t *g, uint32_
     proto_map_int_or_nil(&map, "gpu", gpu, gpu >= 0);
     proto_map_str(&map, "state", state);
     proto_map_uint(&map, "gang_wait_ms", gang_wait_ns / 1000000);
-    const char *node = cluster_rank_node(d, g->id, i);
+    const char *node = jobs_ask_rank_node(d, g->id, i);
     if (node)
         proto_map_str(&map, "node", node);
     proto_map_end(&map);
@@ -526,7 +523,7 @@ static uint32_t remote_ranks(const salusd_t *d, const group_t *g)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; d->cluster && i < g->world; i++)
-        n += !g->ranks[i].job_id && cluster_rank_node(d, g->id, i) != NULL;
+        n += !g->ranks[i].job_id && jobs_ask_rank_node(d, g->id, i) != NULL;
     return n;
 }
 
@@ -571,13 +568,11 @@ void groups_handle_list(conn_t *c, const proto_msg_t *msg)
         for (uint32_t i = 0; i < g->world; i++)
             if (g->ranks[i].job_id)
                 pack_rank(d, &map.pk, g, i);
-            else if (d->cluster && cluster_rank_node(d, g->id, i))
-                pack_remote_rank(&map.pk, i, cluster_rank_node(d, g->id, i));
+            else if (d->cluster && jobs_ask_rank_node(d, g->id, i))
+                pack_remote_rank(&map.pk, i, jobs_ask_rank_node(d, g->id, i));
         map.count++;
         proto_pack_str(&map.pk, "tables"); /* its parameter-server tables here (ps.h) */
-        if (d->group_tables_pack)
-            d->group_tables_pack(d, g->id, &map.pk);
-        else
+        if (!jobs_ask_pack_group_tables(d, g->id, &map.pk))
             msgpack_pack_array(&map.pk, 0);
         map.count++;
         proto_map_end(&map);

@@ -9,7 +9,7 @@
  * Failure: a rank that ends badly (its command exits non-zero or is killed by a signal, its
  * program is refused, or it goes away without a known exit status) fails its group: the
  * record keeps which rank and how ("rank 1: killed by signal 9"); every other rank still
- * live is ended through the kill machinery (d->terminate_job: SIGTERM, SIGKILL after
+ * live is ended through the kill machinery (the terminate_job observer, jobctl.c: SIGTERM, SIGKILL after
  * --group-kill-grace-s); a rank waiting for admission has its registration answered with an
  * error naming the failed rank; a rank submitted later is refused with it. A rank that exits
  * 0 does not fail its group.
@@ -77,8 +77,6 @@ int groups_check_join(salusd_t *d, uid_t uid, const groups_fields_t *fields, cha
 /* Records the (reserved) job as the rank, after groups_check_join, and gives the job what
  * the scheduling core is told of its group when it registers (job->group_*). 0 or -ENOMEM. */
 int groups_join(salusd_t *d, job_t *job, const groups_fields_t *fields);
-/* 1 when the job is a rank of a failed group (err: why, for its register request). */
-int groups_refuses(const salusd_t *d, const job_t *job, char *err, size_t err_size);
 /* The job ended and how is settled (its exit status known, or given up on): a bad end fails
  * its group. Idempotent. */
 void groups_rank_over(salusd_t *d, job_t *job);

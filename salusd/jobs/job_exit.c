@@ -3,8 +3,8 @@
  * PIDFD_GET_INFO) until its parent reaped it. */
 #include "jobs.h"
 #include "jobs-internal.h"
+#include "jobs_observer.h"
 
-#include "jobctl.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -103,7 +103,7 @@ static void on_probe(evutil_socket_t fd, short events, void *arg)
     if (rc == 1 && !job->exit_known)
         jobs_set_exit(d, job, WIFEXITED(st), WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
     jobs_exit_probe_free(job);
-    jobctl_job_finished(d, job); /* answers the waits it held */
+    jobs_raise_job_finished(d, job); /* answers the waits it held */
 }
 
 /* Starts the probe of a job whose process has ended without its status yet. */
@@ -135,5 +135,5 @@ void jobs_exit_probe_stop(salusd_t *d, job_t *job)
     if (!job->exit_probe)
         return;
     jobs_exit_probe_free(job);
-    jobctl_job_finished(d, job);
+    jobs_raise_job_finished(d, job);
 }

@@ -22,8 +22,8 @@
  * checked against the books, and a shortfall is logged and kept out of the lanes. */
 #include "jobs-internal.h"
 
-#include "cluster.h"
 #include "groups.h"
+#include "jobs_observer.h"
 #include "log.h"
 #include "sched.h"
 #include "state.h"
@@ -327,8 +327,8 @@ void jobs_handle_reattach_done(conn_t *c, const proto_msg_t *msg)
     jobs_survivor_settled(d, job->id, 1);
     jobs_state_save(d);
     if (job->group_cluster) { /* registered and admitted here again: the record says so */
-        cluster_rank_registered(d, job);
-        cluster_rank_admitted(d, job);
+        jobs_raise_rank_registered(d, job);
+        jobs_raise_rank_admitted(d, job);
     }
     /* parked at its boundary while salusd was away: it asks for its turn now */
     jobs_sched_parked(d, job);

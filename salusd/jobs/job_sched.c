@@ -9,8 +9,8 @@
  * events: each event has its own effects list, and every effect looks its job up again. */
 #include "jobs-internal.h"
 
-#include "cluster.h"
 #include "groups.h"
+#include "jobs_observer.h"
 #include "log.h"
 #include "sched.h"
 
@@ -112,13 +112,22 @@ static void take_released_lane(salusd_t *d, job_t *job, int released_too)
     apply(d, &fx);
 }
 
-/* Carries out fx (and frees it). */
+/* Carries out fx (and frees it). The observers hear what it raised once it is over
+ * (jobs_observer.h). */
+static void apply_effects(salusd_t *d, sched_core_effects_t *fx);
+
 static void apply(salusd_t *d, sched_core_effects_t *fx)
+{
+    jobs_effects_begin(d);
+    apply_effects(d, fx);
+    jobs_effects_end(d);
+}
+
+static void apply_effects(salusd_t *d, sched_core_effects_t *fx)
 {
     for (size_t i = 0; i < fx->count; i++) {
         if (fx->items[i].kind == SCHED_CORE_SLOT_DONE) { /* job_id: a cluster group's id */
-            if (d->slot_done)
-                d->slot_done(d, fx->items[i].job_id, fx->items[i].seq);
+            jobs_raise_slot_done(d, fx->items[i].job_id, fx->items[i].seq);
             continue;
         }
         sched_core_effect_t mapped; /* a member's effect as its job's (job_gpus.h) */
@@ -139,7 +148,7 @@ static void apply(salusd_t *d, sched_core_effects_t *fx)
             if (jobs_admit(d, job, e->gpu, e->budget_bytes, e->lane) < 0)
                 jobs_fail(d, job, NULL);
             else if (job->group_cluster)
-                cluster_rank_admitted(d, job);
+                jobs_raise_rank_admitted(d, job);
             break;
         case SCHED_CORE_REFUSE:
             jobs_fail(d, job, e->reason);
@@ -194,7 +203,7 @@ void jobs_sched_registered(salusd_t *d, job_t *job)
     apply(d, &fx);
     job = registry_find(d->registry, id);
     if (job && job->runtime && job->group_cluster)
-        cluster_rank_registered(d, job); /* after the core knows it: a release may follow */
+        jobs_raise_rank_registered(d, job); /* after the core knows it: a release may follow */
     else if (job && job->runtime && job->group_id && groups_all_submitted(d, job->group_id))
         jobs_group_release(d, job->group_id); /* the ranks not registered are host-only */
 }

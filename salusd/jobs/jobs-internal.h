@@ -90,4 +90,9 @@ void jobs_survivor_settled(salusd_t *d, uint64_t id, int back);
 void jobs_state_save(salusd_t *d);
 void jobs_state_dirty(salusd_t *d);
 
+/* groups.c, for the register request (jobs.c): 1 when the job is a rank of a failed group
+ * (err: why). Declared here, as jobs.h declares the other job_*.c files' functions: the jobs
+ * subsystem is one library whose files call each other; groups.c's header stays above. */
+int groups_refuses(const salusd_t *d, const job_t *job, char *err, size_t err_size);
+
 #endif

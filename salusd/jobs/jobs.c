@@ -6,6 +6,7 @@
 #include "jobs-internal.h"
 
 #include "job_page.h"
+#include "jobs_observer.h"
 #include "log.h"
 #include "sched.h"
 
@@ -174,7 +175,7 @@ static void forget_old_finished(salusd_t *d)
                        i < registry_count(d->registry);) {
         job_t *job = registry_at(d->registry, i);
         /* (one whose end is not settled yet stays: its waits and its group still need it) */
-        if (JOB_STATE_IS_FINAL(job->state) && (!d->job_settled || d->job_settled(d, job))) {
+        if (JOB_STATE_IS_FINAL(job->state) && jobs_ask_job_settled(d, job)) {
             jobs_exit_probe_free(job);
             registry_remove(d->registry, job->id);
             finished--;
@@ -243,8 +244,7 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     /* job may be forgotten from here on (also by jobs that job_finished ends, a group's
      * other ranks): only its id is used */
     uint64_t id = job->id;
-    if (d->job_finished)
-        d->job_finished(d, job);
+    jobs_raise_job_finished(d, job);
     jobs_retry_pending_grows(d);
     /* last: its memory is back, so the jobs admitted now find it free, and they are
      * admitted after it finished */
@@ -500,7 +500,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
             return;
         }
         char why[256];
-        if (d->group_refuses && d->group_refuses(d, job, why, sizeof(why))) {
+        if (groups_refuses(d, job, why, sizeof(why))) {
             close(pidfd);
             server_reply_error(c, msg->id, PROTO_ESTATE, 0, "%s", why);
             return;

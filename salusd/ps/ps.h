@@ -31,6 +31,7 @@
 #define SALUS_SALUSD_PS_H
 
 #include "daemon.h"
+#include "jobs_observer.h"
 #include "ps_core.h"
 #include "ps_fed.h"
 
@@ -117,6 +118,9 @@ void ps_group_over(salusd_t *d, uint64_t group_id);
  * moved, replica_copies: replicas they added). */
 struct msgpack_packer;
 void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer *pk);
+/* What the parameter servers hear of the jobs subsystem (main registers it): a group over
+ * (ps_group_over), its tables for the groups op (ps_pack_group_tables). */
+extern const jobs_observer_t ps_jobs_observer;
 
 /* For /metrics. */
 typedef struct ps_sample_s {

@@ -2,8 +2,8 @@
  * a group's nodes, the ring record in etcd (ps_cluster_etcd.c), and the UCX net whose peers
  * follow the authenticated daemon links.
  *
- * cluster.c knows nothing of this file: it calls it through cluster_t's ps_hooks, set here
- * when the service starts (so that the include graph keeps ps_cluster above cluster). */
+ * cluster.c knows nothing of this file: it calls it through the observer table registered
+ * here when the service starts (cluster_observe), the cluster's one way to speak upward. */
 #include "ps_cluster-internal.h"
 
 #include "cluster-internal.h"
@@ -270,10 +270,10 @@ static void hook_free(cluster_t *cl)
     free(ps->peers);
     free(ps);
     cl->ps = NULL;
-    cl->ps_hooks = NULL;
+    cluster_observe(cl, NULL);
 }
 
-static const cluster_ps_hooks_t cluster_hooks = {
+static const cluster_observer_t cluster_hooks = {
     .link_up = hook_link_up,
     .message = hook_message,
     .node_gone = hook_node_gone,
@@ -397,7 +397,7 @@ int ps_cluster_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx)
         ps->d = d;
         ps->cl = cl;
         cl->ps = ps;
-        cl->ps_hooks = &cluster_hooks;
+        cluster_observe(cl, &cluster_hooks);
     }
     if (ps->started)
         return 0;

@@ -422,3 +422,8 @@ void ps_group_over(salusd_t *d, uint64_t group_id)
         }
     }
 }
+
+const jobs_observer_t ps_jobs_observer = {
+    .group_over = ps_group_over,
+    .pack_group_tables = ps_pack_group_tables,
+};

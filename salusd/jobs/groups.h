@@ -9,8 +9,8 @@
  * Failure: a rank that ends badly (its command exits non-zero or is killed by a signal, its
  * program is refused, or it goes away without a known exit status) fails its group: the
  * record keeps which rank and how ("rank 1: killed by signal 9"); every other rank still
- * live is ended through the kill machinery (the terminate_job observer, jobctl.c: SIGTERM, SIGKILL after
- * --group-kill-grace-s); a rank waiting for admission has its registration answered with an
+ * live is ended through the kill machinery (the terminate_job observer, jobctl.c: SIGTERM,
+ * SIGKILL after --group-kill-grace-s); a rank waiting for admission has its registration answered with an
  * error naming the failed rank; a rank submitted later is refused with it. A rank that exits
  * 0 does not fail its group.
  *

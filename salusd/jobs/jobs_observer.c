@@ -125,6 +125,11 @@ void jobs_effects_begin(salusd_t *d)
         d->jobs_notifier->depth++;
 }
 
+int jobs_effects_applying(const salusd_t *d)
+{
+    return d->jobs_notifier && d->jobs_notifier->depth > 0;
+}
+
 void jobs_effects_end(salusd_t *d)
 {
     jobs_notifier_t *n = d->jobs_notifier;

@@ -68,5 +68,7 @@ int jobs_ask_pack_group_tables(salusd_t *d, uint64_t group_id, msgpack_packer *p
  * queued; the outermost jobs_effects_end delivers them. */
 void jobs_effects_begin(salusd_t *d);
 void jobs_effects_end(salusd_t *d);
+/* 1 while effects are being applied (an observer never hears an event then), else 0 */
+int jobs_effects_applying(const salusd_t *d);
 
 #endif

@@ -105,6 +105,14 @@ typedef struct server_ops_s {
 } server_ops_t;
 
 int server_start(salusd_t *d, const server_ops_t *ops);
+
+/* One row of the request table: each subsystem exports its rows (jobs_ops, ps_ops), ctl's
+ * table concatenates them with its own (handlers.c). A handler writes exactly one reply or
+ * error. A table ends with a row whose op is NULL. */
+typedef struct server_op_s {
+    const char *op;
+    void (*fn)(conn_t *c, const proto_msg_t *msg);
+} server_op_t;
 /* Whether salusd may take the socket path: 0 nothing there, 1 a stale socket (no server
  * answers), or negative (logged): a live server answers, or the path is not a socket. */
 int server_socket_free(const char *path);

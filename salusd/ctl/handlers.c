@@ -19,8 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef void (*handler_fn)(conn_t *c, const proto_msg_t *msg);
-
 static void reply_status(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
@@ -115,38 +113,22 @@ static void reply_policy(conn_t *c, const proto_msg_t *msg)
     server_send(c, e);
 }
 
-static const struct {
-    const char *op;
-    handler_fn fn;
-} handlers[] = {
+static const server_op_t ctl_ops[] = {
     {"lanes", reply_lanes},
     {"policy", reply_policy},
     {"status", reply_status},
     {"ps", reply_ps},
-    {"register", jobs_handle_register},
-    {"mem_grow", jobs_handle_mem_grow},
-    {"mem_release", jobs_handle_mem_release},
-    {"mem_charge", jobs_handle_mem_charge},
-    {"reattach", jobs_handle_reattach},
-    {"reattach_chunk", jobs_handle_reattach_chunk},
-    {"reattach_done", jobs_handle_reattach_done},
     {"submit", jobctl_handle_submit},
     {"job_exit", jobctl_handle_job_exit},
     {"kill", jobctl_handle_kill},
     {"wait", jobctl_handle_wait},
     {"logs", jobctl_handle_logs},
     {"stats", views_handle_stats},
-    {"groups", groups_handle_list},
-    {"ps_open", ps_local_handle_open},
-    {"ps_push", ps_local_handle_push},
-    {"ps_pull", ps_local_handle_pull},
-    {"ps_clock", ps_local_handle_clock},
-    {"ps_close", ps_local_handle_close},
-    {"ps_checkpoint", ps_ckpt_handle_checkpoint},
-    {"ps_fed_state", ps_local_handle_fed_state},
-    {"ps_fed_push", ps_local_handle_fed_push},
-    {"ps_servers", ps_cluster_handle_servers},
+    {NULL, NULL},
 };
+
+/* the request table: ctl's rows and those the subsystems below export (op names are unique) */
+static const server_op_t *const op_tables[] = {ctl_ops, jobs_ops, ps_ops};
 
 /* Per-user caps on live jobs, checked before submit and register: a user cannot fill the
  * daemon (and its descriptors) with jobs. Root and salusd's own user are not capped. */
@@ -186,12 +168,12 @@ static void handlers_dispatch(conn_t *c, const proto_msg_t *msg)
 {
     if (over_job_caps(c, msg))
         return;
-    for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++) {
-        if (strcmp(handlers[i].op, msg->op) == 0) {
-            handlers[i].fn(c, msg);
-            return;
-        }
-    }
+    for (size_t t = 0; t < sizeof(op_tables) / sizeof(op_tables[0]); t++)
+        for (const server_op_t *row = op_tables[t]; row->op; row++)
+            if (strcmp(row->op, msg->op) == 0) {
+                row->fn(c, msg);
+                return;
+            }
     server_reply_error(c, msg->id, PROTO_EUNKNOWN_OP, 0, "unknown request '%s'", msg->op);
 }
 

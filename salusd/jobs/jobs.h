@@ -5,6 +5,8 @@
 
 #include "daemon.h"
 
+/* The subsystem's rows of the request table (jobs_ops.c): the handlers below and groups'. */
+extern const server_op_t jobs_ops[];
 void jobs_handle_register(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg);

@@ -120,6 +120,8 @@ struct msgpack_packer;
 void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer *pk);
 /* What the parameter servers hear of the jobs subsystem (main registers it): a group over
  * (ps_group_over), its tables for the groups op (ps_pack_group_tables). */
+/* The parameter servers' rows of the request table (ps_ops.c). */
+extern const server_op_t ps_ops[];
 extern const jobs_observer_t ps_jobs_observer;
 
 /* For /metrics. */

@@ -88,6 +88,7 @@ int etcd_txn(etcd_t *etcd, const etcd_txn_t *txn, etcd_cb cb, void *ctx)
     (void)etcd;
     ck_assert_uint_lt(txn_count, sizeof(txns) / sizeof(txns[0]));
     fake_txn_t *t = &txns[txn_count++];
+    memset(t, 0, sizeof(*t));
     snprintf(t->key, sizeof(t->key), "%s", txn->key);
     t->target = txn->target;
     t->rev = txn->rev;

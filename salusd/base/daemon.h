@@ -1,4 +1,9 @@
-/* The daemon's state, shared by its parts (server, handlers, registry). One instance. */
+/* Subsystem base/ (libsalusd-base), the lowest: the clock, options, devices and memory chunks,
+ * the job table, access, systemd notification, the state file and durable writes, the control
+ * socket and its frames. Calls nothing of salusd above it; the server reaches the request
+ * handlers only through the server_ops_t that main passes to server_start.
+ *
+ * The daemon's state, shared by its parts (server, handlers, registry). One instance. */
 #ifndef SALUS_SALUSD_DAEMON_H
 #define SALUS_SALUSD_DAEMON_H
 

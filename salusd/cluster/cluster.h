@@ -1,4 +1,9 @@
-/* The cluster role: daemons on several nodes run groups whose ranks span them (salusd
+/* Subsystem cluster/ (libsalusd-cluster): etcd's gateway, the authenticated daemon links and
+ * their keys, membership, lease and leader, group records, gang slots. Calls only jobs/,
+ * sched/, base/ and the pure modules; hears the jobs through cluster_jobs_observer; speaks
+ * upward only through the one cluster_observer_t the parameter servers register.
+ *
+ * The cluster role: daemons on several nodes run groups whose ranks span them (salusd
  * --cluster etcd://HOST:PORT[,...]).
  *
  * What must be agreed lives in a real etcd (etcd.h), under --cluster-prefix P:

@@ -1,4 +1,9 @@
-/* Jobs at run time: registration and admission, memory chunks, the shared job page and its
+/* Subsystem jobs/ (libsalusd-jobs): registration, job pages, the core's effects carried out,
+ * memory, exits, cgroups, restart and re-attach, groups of ranks. Calls only sched/, base/ and
+ * the pure modules; speaks upward only through the observer tables registered with it
+ * (jobs_observer.h), and exports its rows of the request table (jobs_ops).
+ *
+ * Jobs at run time: registration and admission, memory chunks, the shared job page and its
  * notifications, and cleanup when the job's process ends (pidfd). */
 #ifndef SALUS_SALUSD_JOBS_H
 #define SALUS_SALUSD_JOBS_H

@@ -1,4 +1,7 @@
-/* The Prometheus metrics endpoint of salusd: GET /metrics on the --metrics HOST:PORT address
+/* Subsystem obs/ (libsalusd-obs): /metrics. Reads the subsystems below it (their samples
+ * and books); nothing below calls it.
+ *
+ * The Prometheus metrics endpoint of salusd: GET /metrics on the --metrics HOST:PORT address
  * (off when not given), served by libevent's HTTP server on the daemon's event loop.
  *
  * Two halves:

@@ -1,4 +1,8 @@
-/* The parameter-server role of salusd (README: Parameter servers).
+/* Subsystem ps/ (libsalusd-ps): the parameter-server service over ps-core/. Calls only
+ * cluster/, jobs/, sched/, base/ and the pure modules; hears them through ps_jobs_observer and
+ * the cluster_observer_t it registers; exports its rows of the request table (ps_ops).
+ *
+ * The parameter-server role of salusd (README: Parameter servers).
  *
  * Tables belong to a group (uid, group name): a table's name is looked up in the caller's
  * group only, so a worker of another group or user never reaches it. A table is cut into

@@ -1,4 +1,7 @@
-/* The daemon's adapter to the scheduling core (sched.c). All calls come from the event
+/* Subsystem sched/ (libsalusd-sched): the daemon's side of scheduler-core/ (sched.c) and a job
+ * on several GPUs (job_gpus.c). Calls only base/ and the pure modules.
+ *
+ * The daemon's adapter to the scheduling core (sched.c). All calls come from the event
  * loop's thread; none blocks. */
 #ifndef SALUS_SALUSD_SCHED_H
 #define SALUS_SALUSD_SCHED_H

@@ -3,8 +3,10 @@
 #include "daemon.h"
 #include "fsio.h"
 #include "groups.h"
+#include "handlers.h"
 #include "jobctl.h"
 #include "jobs.h"
+#include "jobs_observer.h"
 #include "metrics.h"
 
 #include "log.h"
@@ -25,13 +27,6 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
-
-uint64_t salusd_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void on_signal(evutil_socket_t sig, short events, void *arg)
 {
@@ -200,12 +195,13 @@ int main(int argc, char **argv)
     LIST_INIT(&d.conns);
     d.started_ns = salusd_now_ns();
     d.base = event_base_new();
-    d.job_finished = jobctl_job_finished;
-    d.group_refuses = groups_refuses;
-    d.terminate_job = jobctl_terminate;
-    d.job_settled = jobctl_job_settled;
-    d.group_tables_pack = ps_pack_group_tables;
-    d.group_tables_over = ps_group_over;
+    /* the subsystems above jobs hear its events; a group's end reaches the parameter
+     * servers before the cluster, as it did when groups.c called them in that order */
+    if (jobs_observe(&d, &jobctl_jobs_observer) < 0 || jobs_observe(&d, &ps_jobs_observer) < 0 ||
+        jobs_observe(&d, &cluster_jobs_observer) < 0) {
+        LOG_ERROR("out of memory at start-up");
+        goto out;
+    }
     d.registry = registry_create();
     if (!d.base || !d.registry) {
         LOG_ERROR("out of memory at start-up");
@@ -242,7 +238,7 @@ int main(int argc, char **argv)
         goto out;
     if (ps_start(&d) < 0)
         goto out;
-    if (server_start(&d) < 0)
+    if (server_start(&d, &handlers_ops) < 0)
         goto out;
     if (metrics_start(&d) < 0)
         goto out;
@@ -275,6 +271,7 @@ out:
     for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)
         if (d.signal_events[i])
             event_free(d.signal_events[i]);
+    jobs_observers_fini(&d);
     registry_destroy(d.registry);
     if (d.base)
         event_base_free(d.base);

@@ -1,20 +1,25 @@
 #!/usr/bin/env python3
-"""Prints the include graph of a folder by module (X.c, X.h and X-internal.h are one module)
-and its cycles; exits 1 when there is a cycle.
+"""Prints the include graph of a folder and its subfolders by module (X.c, X.h and
+X-internal.h are one module) and its cycles; exits 1 when there is a cycle. A header is
+found by its name in any of the folders (salusd's subsystems have one name space).
 
 usage: tools/include-graph.py salusd"""
 import os, re, sys
 root = sys.argv[1]
+files = {}  # name -> path
+for dirpath, _, names in os.walk(root):
+    for f in names:
+        if f.endswith(('.c', '.h')):
+            files[f] = os.path.join(dirpath, f)
 mods = {}
-for f in os.listdir(root):
-    if f.endswith(('.c', '.h')):
-        m = f.rsplit('.', 1)[0]
-        m = m[:-len('-internal')] if m.endswith('-internal') else m  # a module's private header
-        for inc in re.findall(r'#include "([^"]+)\.h"', open(os.path.join(root, f)).read()):
-            inc_m = inc[:-len('-internal')] if inc.endswith('-internal') else inc
-            if '/' not in inc and os.path.exists(os.path.join(root, inc + '.h')) and inc_m != m:
-                mods.setdefault(m, set()).add(inc_m)
-        mods.setdefault(m, set())
+for f, path in sorted(files.items()):
+    m = f.rsplit('.', 1)[0]
+    m = m[:-len('-internal')] if m.endswith('-internal') else m  # a module's private header
+    for inc in re.findall(r'#include "([^"]+)\.h"', open(path).read()):
+        inc_m = inc[:-len('-internal')] if inc.endswith('-internal') else inc
+        if '/' not in inc and inc + '.h' in files and inc_m != m:
+            mods.setdefault(m, set()).add(inc_m)
+    mods.setdefault(m, set())
 # strongly connected components (Tarjan)
 index, low, stack, on, sccs, n = {}, {}, [], set(), [], [0]
 def visit(v):

@@ -1,0 +1,149 @@
+/* Subsystem base/ (libsalusd-base), the lowest: the clock, options, devices and memory chunks,
+ * the job table, access, systemd notification, the state file and durable writes, the control
+ * socket and its frames. Calls nothing of salusd above it; the server reaches the request
+ * handlers only through the server_ops_t that main passes to server_start.
+ *
+ * The daemon's state, shared by its parts (server, handlers, registry). One instance. */
+#ifndef SALUS_SALUSD_DAEMON_H
+#define SALUS_SALUSD_DAEMON_H
+
+#include "config.h"
+#include "devices.h"
+#include "proto.h"
+#include "registry.h"
+
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/types.h>
+
+struct event_base;
+struct evconnlistener;
+struct bufferevent;
+struct evbuffer_cb_entry;
+struct metrics_s;
+struct server_user_s;
+
+/* descriptors a client may pass with one frame; more are closed on arrival */
+#define SERVER_MAX_FRAME_FDS 4
+
+typedef struct conn_s {
+    struct salusd_s *daemon;
+    struct bufferevent *bev;  /* writes (replies); reading is server.c's own */
+    struct event *read_event; /* reads with recvmsg, so that passed descriptors arrive */
+    struct evbuffer *input;   /* bytes read and not yet taken as frames */
+    uint64_t received;        /* bytes read from the peer so far */
+    /* descriptors passed with a frame not wholly read yet (SCM_RIGHTS), each with the
+     * stream offset at which the data they came with ended */
+    int queued_fds[SERVER_MAX_FRAME_FDS];
+    uint64_t queued_fd_end[SERVER_MAX_FRAME_FDS];
+    int queued_nfds;
+    int frame_fds[SERVER_MAX_FRAME_FDS]; /* those of the frame being handled */
+    int frame_nfds;
+    int frame_fds_taken;
+    pid_t pid;                /* from SO_PEERCRED */
+    uid_t uid;
+    gid_t gid;
+    int pidfd;                /* the peer process, bound at accept (server.c); never -1 */
+    size_t input_held_bytes;  /* bytes of a partial frame held in the input buffer */
+    /* replies queued for it (server_output.c's books), its user's books, and the callback
+     * that keeps them (NULL once the connection is dropped) */
+    size_t output_bytes;
+    struct server_user_s *user;
+    struct evbuffer_cb_entry *output_cb;
+    struct event *hello_deadline; /* closes the connection if no hello by then */
+    int hello_done;
+    int closing;              /* an error was sent; close once it is written */
+    uint64_t job_id;          /* 0: not registered as a job */
+    int access;               /* access.c's cache: 0 unknown, 1 sees all jobs, 2 own only */
+    char client[32];
+    LIST_ENTRY(conn_s) link;
+} conn_t;
+
+typedef struct sched_s sched_t;
+
+typedef struct salusd_s {
+    salusd_config_t config;
+    devices_t devices;
+    sched_t *sched;           /* lanes and the active policy (sched.c) */
+    struct event *grow_timer; /* retries chunk requests that found the device full (jobs.c) */
+    struct event_base *base;
+    struct evconnlistener *listener;
+    struct event *signal_events[3];
+    registry_t *registry;
+    LIST_HEAD(conn_list, conn_s) conns;
+    unsigned connection_count;
+    uint64_t partial_frame_bytes; /* sum of the connections' input_held_bytes */
+    /* server_output.c: the users with connections open, the replies queued for all clients,
+     * the most held (queued replies and partial frames) since memory was last handed back,
+     * the timer that hands it back after a burst, and the rate limit of its cut lines */
+    LIST_HEAD(server_user_list, server_user_s) users;
+    uint64_t output_bytes;
+    uint64_t held_peak_bytes;
+    struct event *release_timer;
+    struct event *accept_pause; /* re-enables accepting after an accept error */
+    uint64_t started_ns;
+    uint64_t frames_rejected;
+    uint64_t requests_served;
+    int socket_bound;
+    proto_enc_t enc;          /* scratch encoder for replies (single-threaded loop) */
+    const struct server_ops_s *server_ops; /* the requests' dispatcher (server_start) */
+    struct metrics_s *metrics; /* the /metrics endpoint (metrics.c); NULL: off */
+    struct jobctl_s *jobctl;  /* submitted jobs' logs, exit statuses, waiters (jobctl.c) */
+    struct restart_s *restart; /* the state file and the survivors of a restart (job_reattach.c) */
+    struct groups_s *groups;  /* groups of ranks (groups.c) */
+    /* the tables of the subsystems above jobs that hear its events, and the events raised
+     * during an apply of the core's effects, not delivered yet (jobs_observer.h) */
+    struct jobs_notifier_s *jobs_notifier;
+    struct cluster_s *cluster; /* the cluster role (cluster.c); NULL: a single node */
+    struct ps_s *ps;          /* the parameter-server role (ps.h); NULL: not started */
+} salusd_t;
+
+uint64_t salusd_now_ns(void);
+
+/* server.c. What the server asks of the layer that answers requests (ctl's handlers_ops),
+ * passed to server_start. */
+typedef struct server_ops_s {
+    /* answers one request (kind PROTO_REQUEST) from a connection that said hello */
+    void (*dispatch)(conn_t *c, const proto_msg_t *msg);
+    /* a connection goes away: forgets the job it registered */
+    void (*connection_closed)(conn_t *c);
+} server_ops_t;
+
+int server_start(salusd_t *d, const server_ops_t *ops);
+
+/* One row of the request table: each subsystem exports its rows (jobs_ops, ps_ops), ctl's
+ * table concatenates them with its own (handlers.c). A handler writes exactly one reply or
+ * error. A table ends with a row whose op is NULL. */
+typedef struct server_op_s {
+    const char *op;
+    void (*fn)(conn_t *c, const proto_msg_t *msg);
+} server_op_t;
+/* Whether salusd may take the socket path: 0 nothing there, 1 a stale socket (no server
+ * answers), or negative (logged): a live server answers, or the path is not a socket. */
+int server_socket_free(const char *path);
+void server_stop(salusd_t *d);
+/* A new descriptor (close-on-exec) for the connection's peer process, for a job that
+ * outlives the request: -ESRCH when that process has exited (the pid may belong to another
+ * process now), another negative errno when no descriptor is left. */
+int server_dup_pidfd(const conn_t *c);
+/* Connections of uid now open. */
+unsigned server_connections_of(const salusd_t *d, uid_t uid);
+/* The next descriptor passed with the frame being handled (the caller owns it), or -1
+ * when none is left; server_frame_fds: how many are left to take. Descriptors a handler
+ * does not take are closed after it returns. */
+int server_take_fd(conn_t *c);
+int server_frame_fds(const conn_t *c);
+/* Sends an encoded frame (enc->sbuf) on the connection. */
+void server_send(conn_t *c, const proto_enc_t *enc);
+/* Sends a frame with file descriptors (SCM_RIGHTS). Returns 0, or a negative errno when
+ * they cannot be sent in order (the caller drops the connection). The fds stay the
+ * caller's to close. */
+int server_send_fds(conn_t *c, const proto_enc_t *enc, const int *fds, int nfds);
+/* Sends an error reply; with close_after, closes the connection once it is written. */
+/* A reply with an empty body: the request with this id was done. */
+void server_reply_done(conn_t *c, uint64_t id);
+void server_reply_error(conn_t *c, uint64_t id, proto_error_code_t code, int close_after,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+
+#endif

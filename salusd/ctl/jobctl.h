@@ -1,0 +1,36 @@
+/* Jobs controlled from salusctl: submit (a reserved job that a detached supervisor runs),
+ * job_exit (its exit status), kill, wait, logs and stats. Keeps what must outlive a job's
+ * run-time state: the log path, the exit status, the supervisor's pidfd, waiters. All calls
+ * come from the event loop's thread. */
+#ifndef SALUS_SALUSD_JOBCTL_H
+#define SALUS_SALUSD_JOBCTL_H
+
+#include "access.h"
+#include "daemon.h"
+#include "jobs_observer.h"
+
+/* Request handlers (rows of handlers.c). Each writes one reply or error, except wait,
+ * which answers when the job has ended. */
+void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg);
+void jobctl_handle_job_exit(conn_t *c, const proto_msg_t *msg);
+void jobctl_handle_kill(conn_t *c, const proto_msg_t *msg);
+void jobctl_handle_wait(conn_t *c, const proto_msg_t *msg);
+void jobctl_handle_logs(conn_t *c, const proto_msg_t *msg);
+
+/* Ends a job's processes as kill does: SIGTERM now, SIGKILL after grace_ms if it has not
+ * ended or its supervisor has not reported its command's end. 0, or a negative errno (-ESRCH: no process known). */
+int jobctl_terminate(salusd_t *d, job_t *job, uint64_t grace_ms);
+/* jobs.c: the job's run-time state is gone (done or failed). */
+void jobctl_job_finished(salusd_t *d, job_t *job);
+/* 1 when the finished job's end is settled (as wait answers it): its exit status known or
+ * given up on, a submitted job's supervisor reported or gone (daemon.h, job_settled). */
+int jobctl_job_settled(salusd_t *d, const job_t *job);
+/* What jobctl hears of the jobs subsystem (main registers it first): a job finished, whether
+ * its end is settled, and the ending of a group's ranks (jobctl_terminate). */
+extern const jobs_observer_t jobctl_jobs_observer;
+/* The connection goes away: forget its waits. */
+void jobctl_connection_closed(conn_t *c);
+/* Shutdown: answers nobody, frees everything. */
+void jobctl_shutdown(salusd_t *d);
+
+#endif

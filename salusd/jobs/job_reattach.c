@@ -1,0 +1,337 @@
+/* Jobs across a restart of salusd: the state file, and the jobs that survive a restart
+ * re-attaching to the new daemon.
+ *
+ * The state file (state.h, in --state-dir) is rewritten after every change a new daemon must
+ * know: the job-id counter, the policy's state, and each admitted job's identity (uid, pid),
+ * place (GPU, sizes, lane) and what it holds (its job page and chunks, by the identity of
+ * the file behind each descriptor). A job's shim that lost the daemon keeps its memory mapped
+ * and waits at its next boundary; when a daemon answers it re-attaches:
+ *
+ *   reattach {job_id, chunks} + [job page, eventfd]  the connection's peer credentials (the
+ *       kernel's, bound at accept) must be the recorded uid and pid; the page must be the
+ *       recorded memfd (st_dev, st_ino), sealed at its size; the second descriptor an eventfd
+ *   reattach_chunk {chunk_id, bytes} + [chunk]       each chunk must be one recorded for this
+ *       job (same id, size and file: a plain memfd, or another job's chunk, is refused) and
+ *       the driver must take it as memory of the job's GPU of that size
+ *   reattach_done {}                                 the job gets its place back in the
+ *       scheduling core (its GPU, sizes, lane mates) and a reply {job_id, gpu, budget_bytes}
+ *
+ * Anything refused ends the job (failed; the shim fails closed with the reason) and leaves
+ * every other job alone. Until every survivor is back, refused, or --reattach-grace-s has
+ * passed, no new job is admitted; then the device's free memory as the driver reports it is
+ * checked against the books, and a shortfall is logged and kept out of the lanes. */
+#include "jobs-internal.h"
+
+#include "access.h"
+#include "groups.h"
+#include "jobs_observer.h"
+#include "log.h"
+#include "sched.h"
+#include "state.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int is_eventfd(int fd)
+{
+    char path[64], target[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof(target) - 1);
+    if (n <= 0)
+        return 0;
+    target[n] = '\0';
+    return strcmp(target, "anon_inode:[eventfd]") == 0;
+}
+
+/* Checks the re-presented job page: the recorded memfd, sealed at its size. Maps it. */
+static int adopt_page(job_runtime_t *rt, const state_job_t *rec, int fd, const char **why)
+{
+    struct stat st;
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != JOB_PAGE_BYTES ||
+        (uint64_t)st.st_dev != rec->page_dev || (uint64_t)st.st_ino != rec->page_ino) {
+        *why = "its job page is not the one salusd gave it";
+        return -EPERM;
+    }
+    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+        *why = "its job page is not sealed";
+        return -EPERM;
+    }
+    void *p = mmap(NULL, JOB_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        *why = "its job page cannot be mapped";
+        return -EPERM;
+    }
+    rt->page = p;
+    if (rt->page->magic != JOB_PAGE_MAGIC || rt->page->version != JOB_PAGE_VERSION) {
+        *why = "its job page has another layout version";
+        return -EPERM;
+    }
+    rt->page_dev = rec->page_dev;
+    rt->page_ino = rec->page_ino;
+    return 0;
+}
+
+static void refuse(conn_t *c, uint64_t request_id, job_t *job, const char *fmt, const char *why)
+{
+    salusd_t *d = c->daemon;
+    uint64_t id = job ? job->id : 0;
+    server_reply_error(c, request_id, PROTO_EPERM, 1, fmt, why);
+    LOG_WARN("re-attach of job %llu (pid %d, uid %u) refused: %s", (unsigned long long)id,
+             (int)c->pid, (unsigned)c->uid, why);
+    if (job) {
+        c->job_id = 0;
+        runtime_of(job)->conn = NULL;
+        jobs_fail(d, job, NULL);
+        jobs_survivor_settled(d, id, 0);
+    }
+}
+
+void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    uint64_t id = 0, chunks = 0;
+    int page_fd = -1, notify_fd = -1;
+    const char *why = NULL;
+    if (proto_get_uint(&msg->body, "job_id", &id) < 0 ||
+        proto_get_uint(&msg->body, "chunks", &chunks) < 0 || server_frame_fds(c) != 2) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 1, "reattach takes job_id, chunks and "
+                                                         "two descriptors (job page, eventfd)");
+        return;
+    }
+    if (c->job_id) {
+        server_reply_error(c, msg->id, PROTO_ESTATE, 1, "this connection is job %llu already",
+                           (unsigned long long)c->job_id);
+        return;
+    }
+    int pending = 0;
+    const state_job_t *rec = jobs_survivor(d, id, &pending);
+    if (!rec || !pending) {
+        server_reply_error(c, msg->id, PROTO_ENOTFOUND, 1,
+                           "job %llu is not a job that survived salusd's restart (or its grace "
+                           "period of %lld s is over)", (unsigned long long)id,
+                           d->config.reattach_grace_s);
+        LOG_WARN("pid %d (uid %u) tried to re-attach as job %llu, which is not waiting to "
+                 "re-attach", (int)c->pid, (unsigned)c->uid, (unsigned long long)id);
+        return;
+    }
+    /* the kernel's word (SO_PEERCRED at accept), never the client's */
+    if ((uint32_t)c->uid != rec->uid || (int32_t)c->pid != rec->pid) {
+        server_reply_error(c, msg->id, PROTO_EPERM, 1,
+                           "permission_denied: job %llu is not this process's", (unsigned long long)id);
+        LOG_WARN("pid %d (uid %u) tried to re-attach as job %llu of pid %d (uid %u): refused",
+                 (int)c->pid, (unsigned)c->uid, (unsigned long long)id, (int)rec->pid,
+                 (unsigned)rec->uid);
+        return;
+    }
+    if (rec->gpu >= d->devices.count || chunks > rec->chunk_count) {
+        why = rec->gpu >= d->devices.count ? "its GPU is not one of this salusd's"
+                                           : "it re-presents more chunks than salusd handed it";
+        refuse(c, msg->id, NULL, "re-attach refused: %s", why);
+        jobs_survivor_settled(d, id, 0);
+        return;
+    }
+    int pidfd = server_dup_pidfd(c);
+    if (pidfd < 0) {
+        server_reply_error(c, msg->id, PROTO_ESTATE, 1, "cannot watch process %d", (int)c->pid);
+        return;
+    }
+    page_fd = server_take_fd(c);
+    notify_fd = server_take_fd(c);
+    job_runtime_t *rt = calloc(1, sizeof(*rt));
+    job_t *job = rt ? registry_add_with_id(d->registry, id, rec->name, c->pid, c->uid, c->gid,
+                                           salusd_now_ns(), c)
+                    : NULL;
+    if (!job) {
+        free(rt);
+        close(pidfd);
+        close(page_fd);
+        close(notify_fd);
+        server_reply_error(c, msg->id, PROTO_EINTERNAL, 1, "out of memory");
+        return;
+    }
+    rt->daemon = d;
+    rt->job_id = id;
+    access_note_job(c, job);
+    rt->conn = c;
+    rt->pidfd = pidfd;
+    rt->notify_fd = -1;
+    rt->reattaching = 1;
+    rt->reattach_chunks = (uint32_t)chunks;
+    job->runtime = rt;
+    job->iterations_expected = rec->iterations_expected;
+    job->priority = rec->priority;
+    job->state = JOB_PAUSED;
+    job->admitted_ns = salusd_now_ns();
+    c->job_id = id;
+    rt->pid_event = event_new(d->base, pidfd, EV_READ, jobs_on_process_exit, rt);
+    if (rt->pid_event)
+        event_add(rt->pid_event, NULL);
+    if (adopt_page(rt, rec, page_fd, &why) < 0 || (!is_eventfd(notify_fd) &&
+                                                  (why = "its second descriptor is not an eventfd"))) {
+        close(page_fd);
+        close(notify_fd);
+        refuse(c, msg->id, job, "re-attach refused: %s", why);
+        return;
+    }
+    close(page_fd);
+    fcntl(notify_fd, F_SETFL, fcntl(notify_fd, F_GETFL) | O_NONBLOCK);
+    rt->notify_fd = notify_fd;
+    rt->charged_bytes = rec->charged_bytes;
+    job->committed_bytes = rec->charged_bytes;
+    if (rec->group[0]) { /* a rank: back in its group (and, in a cluster, in its record) */
+        groups_fields_t f = {.world = rec->group_world, .rank = rec->group_rank,
+                             .local_rank = rec->group_local_rank,
+                             .sync = (launch_sync_t)rec->group_sync,
+                             .staleness = rec->group_staleness,
+                             .share_gpus = (int)rec->group_share_gpus};
+        char err[256] = "out of memory";
+        snprintf(f.name, sizeof(f.name), "%s", rec->group);
+        if (groups_check_join(d, job->uid, &f, err, sizeof(err)) < 0 ||
+            groups_join(d, job, &f) < 0)
+            LOG_WARN("job %llu re-attaches outside its group %s: %s", (unsigned long long)id,
+                     rec->group, err);
+    }
+    server_reply_done(c, msg->id);
+}
+
+void jobs_handle_reattach_chunk(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    job_t *job = jobs_of_conn(c);
+    job_runtime_t *rt = runtime_of(job);
+    uint64_t id = 0, bytes = 0;
+    char why[256];
+    if (!rt || !rt->reattaching || proto_get_uint(&msg->body, "chunk_id", &id) < 0 ||
+        proto_get_uint(&msg->body, "bytes", &bytes) < 0 || server_frame_fds(c) != 1) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "reattach_chunk takes chunk_id, bytes "
+                                                         "and the chunk's descriptor, after reattach");
+        return;
+    }
+    int pending;
+    const state_job_t *rec = jobs_survivor(d, job->id, &pending);
+    int fd = server_take_fd(c);
+    struct stat st;
+    const state_chunk_t *want = NULL;
+    for (size_t i = 0; rec && i < rec->chunk_count; i++)
+        if (rec->chunks[i].id == id)
+            want = &rec->chunks[i];
+    for (size_t i = 0; want && i < rt->chunk_count; i++)
+        if (rt->chunks[i].id == id)
+            want = NULL; /* presented twice */
+    if (!want || fstat(fd, &st) < 0 || (uint64_t)st.st_dev != want->dev ||
+        (uint64_t)st.st_ino != want->ino || bytes != want->bytes) {
+        /* whose is it? (another job's chunk, or nobody's: a forged descriptor) */
+        uint64_t owner = fstat(fd, &st) == 0 ? jobs_survivor_chunk_owner(d, (uint64_t)st.st_dev,
+                                                                         (uint64_t)st.st_ino)
+                                              : 0;
+        if (owner && owner != job->id)
+            snprintf(why, sizeof(why), "chunk %llu it re-presents is job %llu's",
+                     (unsigned long long)id, (unsigned long long)owner);
+        else
+            snprintf(why, sizeof(why), "chunk %llu it re-presents is not one salusd handed it "
+                     "(a forged descriptor)", (unsigned long long)id);
+        close(fd);
+        refuse(c, msg->id, job, "re-attach refused: %s", why);
+        return;
+    }
+    if (rt->chunk_count == rt->chunk_capacity) {
+        size_t cap = rt->chunk_capacity ? rt->chunk_capacity * 2 : 8;
+        chunk_t *chunks = realloc(rt->chunks, cap * sizeof(*chunks));
+        if (!chunks) {
+            close(fd);
+            refuse(c, msg->id, job, "re-attach refused: %s", "salusd is out of memory");
+            return;
+        }
+        rt->chunks = chunks;
+        rt->chunk_capacity = cap;
+    }
+    int rc = devices_chunk_import(&d->devices, rec->gpu, fd, id, bytes,
+                                  &rt->chunks[rt->chunk_count]);
+    close(fd);
+    if (rc < 0) {
+        snprintf(why, sizeof(why), "the driver does not take chunk %llu as %llu bytes of GPU %d",
+                 (unsigned long long)id, (unsigned long long)bytes, rec->gpu);
+        refuse(c, msg->id, job, "re-attach refused: %s", why);
+        return;
+    }
+    rt->chunk_count++;
+    job->committed_bytes += bytes;
+    server_reply_done(c, msg->id);
+}
+
+void jobs_handle_reattach_done(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    job_t *job = jobs_of_conn(c);
+    job_runtime_t *rt = runtime_of(job);
+    if (!rt || !rt->reattaching) {
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "reattach_done without reattach");
+        return;
+    }
+    int pending;
+    const state_job_t *rec = jobs_survivor(d, job->id, &pending);
+    if (!rec || rt->chunk_count != rt->reattach_chunks) {
+        refuse(c, msg->id, job, "re-attach refused: %s",
+               "it re-presented fewer chunks than it announced");
+        return;
+    }
+    /* its lane mates: a survivor back already that had the same lane */
+    uint64_t mate = jobs_survivor_lane_mate(d, rec);
+    job_page_t *page = rt->page;
+    sched_core_reattach_t where = {
+        .gpu = rec->gpu,
+        .lane_of_job = mate,
+        .persistent_bytes = rec->persistent_bytes,
+        .ephemeral_bytes = rec->ephemeral_bytes,
+        .iterations = atomic_load(&page->iterations),
+        .busy_ns = atomic_load(&page->busy_ns),
+    };
+    sched_core_effects_t fx = {0};
+    int rc = sched_job_reattached(d, job, &where, &fx);
+    sched_core_effects_free(&fx);
+    if (rc < 0) {
+        refuse(c, msg->id, job, "re-attach refused: %s",
+               rc == -ENOSPC ? "its memory no longer fits beside the jobs back already"
+                             : "the scheduling core did not take it");
+        return;
+    }
+    rt->reattaching = 0;
+    rt->notify_event = event_new(d->base, rt->notify_fd, EV_READ | EV_PERSIST, jobs_on_notify, rt);
+    if (rt->notify_event)
+        event_add(rt->notify_event, NULL);
+    int gpu;
+    uint64_t budget;
+    jobs_placement(d, job, &gpu, &budget);
+    /* the new books: no free run until the core grants one, the budget it has now */
+    atomic_store(&page->free_run, 0);
+    jobs_set_budget(d, job, budget);
+    proto_enc_t *e = &d->enc;
+    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 3);
+    proto_pack_kv_uint(&e->pk, "job_id", job->id);
+    proto_pack_kv_uint(&e->pk, "gpu", (uint64_t)gpu);
+    proto_pack_kv_uint(&e->pk, "budget_bytes", budget);
+    proto_enc_finish(e);
+    server_send(c, e);
+    LOG_INFO("job %llu '%s' re-attached (pid %d): GPU %d, %zu chunk%s, %llu MiB, budget %llu "
+             "MiB, %llu iterations so far", (unsigned long long)job->id, job->name,
+             (int)job->pid, gpu, rt->chunk_count, rt->chunk_count == 1 ? "" : "s",
+             (unsigned long long)(job->committed_bytes >> 20),
+             (unsigned long long)(budget >> 20),
+             (unsigned long long)atomic_load(&page->iterations));
+    jobs_survivor_settled(d, job->id, 1);
+    jobs_state_save(d);
+    if (job->group_cluster) { /* registered and admitted here again: the record says so */
+        jobs_raise_rank_registered(d, job);
+        jobs_raise_rank_admitted(d, job);
+    }
+    /* parked at its boundary while salusd was away: it asks for its turn now */
+    jobs_sched_parked(d, job);
+}

@@ -1,0 +1,414 @@
+/* The daemon's side of the scheduling core (scheduler-core/sched_core.h), below the jobs
+ * module: the core's life (GPUs, policy), the daemon's events turned into the core's (a
+ * registration, a job parked at a boundary as its job page says, a job gone) with the
+ * daemon's clock, and read-only views of the core's books (a job, the lanes, a GPU).
+ * The effects go back to the caller, who carries them out (job_sched.c). Long waits are
+ * logged here (--wait-log-s). */
+#include "sched.h"
+
+#include "config.h"
+#include "job_gpus.h"
+#include "job_page.h"
+#include "log.h"
+#include "sched_core.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct sched_s {
+    sched_core_t *core;
+    struct event *wait_timer; /* --wait-log-s: logs long waits */
+    job_gpus_t *gpus;         /* jobs on several GPUs: their members (job_gpus.h) */
+};
+
+static int parked(const job_page_t *page)
+{
+    return page && atomic_load(&page->waiting) &&
+           atomic_load(&page->grant_seq) < atomic_load(&page->boundary_seq);
+}
+
+static int report(int rc, const char *what)
+{
+    if (rc < 0)
+        LOG_WARN("scheduling core: %s: %s", what, strerror(-rc));
+    return rc;
+}
+
+/* What the core is told of a job's group (zero: a single job), at registration and at re-attach. */
+static sched_core_group_t group_of(const job_t *job)
+{
+    return (sched_core_group_t){.id = job->group_id,
+                                .world = job->group_world,
+                                .rank = job->group_rank,
+                                .sync = (sched_core_sync_t)job->group_sync,
+                                .staleness = job->group_staleness,
+                                .share_gpus = job->group_share_gpus != 0,
+                                .cluster = job->group_cluster != 0};
+}
+
+int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx)
+{
+    int hinted = job->persistent_hint_bytes || job->ephemeral_hint_bytes;
+    sched_core_job_hints_t hints = {
+        .id = job->id,
+        .uid = (uint32_t)job->uid,
+        .persistent_bytes = hinted ? job->persistent_hint_bytes : LANES_SIZE_UNKNOWN,
+        .ephemeral_bytes = hinted ? job->ephemeral_hint_bytes : LANES_SIZE_UNKNOWN,
+        .iterations_expected = job->iterations_expected,
+        .priority = (int32_t)job->priority,
+        .arrival_ns = job->registered_ns,
+        .group = group_of(job),
+        .pinned = job->gpu_pinned != 0,
+        .pinned_gpu = job->pinned_gpu,
+    };
+    return report(job_gpus_register(d->sched->gpus, d->sched->core, &hints, salusd_now_ns(), fx),
+                  "registration");
+}
+
+/* What the page says at a boundary: ready asks for the lane again, !ready gives it up (a
+ * release at a quiescent point: it asks again at its next submission). */
+static int report_boundary(salusd_t *d, const job_t *job, const job_page_t *page, bool ready,
+                           sched_core_effects_t *fx)
+{
+    sched_core_boundary_t b = {
+        .iterations = atomic_load(&page->iterations),
+        .busy_ns = atomic_load(&page->busy_ns),
+        .last_iteration_ns = atomic_load(&page->last_iteration_ns),
+        .persistent_bytes = atomic_load(&page->persistent_bytes),
+        .ephemeral_bytes = atomic_load(&page->ephemeral_peak_bytes),
+        .ready = ready,
+    };
+    return report(job_gpus_boundary(d->sched->gpus, d->sched->core, job->id, &b, salusd_now_ns(),
+                                    fx),
+                  ready ? "boundary" : "release");
+}
+
+int sched_job_parked(salusd_t *d, const job_t *job, const job_page_t *page,
+                     sched_core_effects_t *fx)
+{
+    if (!parked(page))
+        return -EAGAIN; /* a stale notification: nothing to report */
+    return report_boundary(d, job, page, true, fx);
+}
+
+int sched_job_released(salusd_t *d, const job_t *job, const job_page_t *page,
+                       sched_core_effects_t *fx)
+{
+    return report_boundary(d, job, page, false, fx);
+}
+
+int sched_lane_shared(const salusd_t *d, const job_t *job)
+{
+    sched_core_job_info_t info;
+    if (sched_core_job_info(d->sched->core, job->id, &info) < 0 || info.phase == SCHED_CORE_WAITING)
+        return 0;
+    return lanes_lane_jobs(sched_core_lanes(d->sched->core), info.lane, NULL, 0) > 1;
+}
+
+int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx)
+{
+    return report(job_gpus_left(d->sched->gpus, d->sched->core, job_id, SCHED_CORE_EXIT_GONE,
+                                salusd_now_ns(), fx), "departure");
+}
+
+
+
+int sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_reattach_t *where,
+                         sched_core_effects_t *fx)
+{
+    sched_core_job_hints_t hints = {
+        .id = job->id,
+        .uid = (uint32_t)job->uid,
+        .persistent_bytes = where->persistent_bytes,
+        .ephemeral_bytes = where->ephemeral_bytes,
+        .iterations_expected = job->iterations_expected,
+        .priority = (int32_t)job->priority,
+        .arrival_ns = job->registered_ns,
+        .group = group_of(job),
+    };
+    int rc = sched_core_job_reattached(d->sched->core, &hints, where, salusd_now_ns(), fx);
+    return rc == -ENOSPC ? rc : report(rc, "re-attach");
+}
+
+int sched_job_wants(salusd_t *d, const job_t *job, uint64_t budget_bytes, uint64_t held_bytes,
+                    sched_core_effects_t *fx)
+{
+    return sched_core_job_wants(d->sched->core, job->id, budget_bytes, held_bytes,
+                                salusd_now_ns(), fx);
+}
+
+int sched_admit(salusd_t *d, sched_core_effects_t *fx)
+{
+    return report(sched_core_admit(d->sched->core, salusd_now_ns(), fx), "admission round");
+}
+
+int sched_job_sizes(const salusd_t *d, const job_t *job, uint64_t *persistent_bytes,
+                    uint64_t *ephemeral_bytes, uint32_t *lane)
+{
+    lanes_placement_t pl;
+    if (lanes_job_placement(sched_core_lanes(d->sched->core), job->id, &pl) != LANES_OK)
+        return -ENOENT;
+    *persistent_bytes = pl.persistent_bytes;
+    *ephemeral_bytes = pl.ephemeral_bytes;
+    *lane = pl.lane_id;
+    return 0;
+}
+
+long sched_policy_save_state(salusd_t *d, void *buf, size_t cap)
+{
+    return sched_core_policy_save_state(d->sched->core, buf, cap);
+}
+
+int sched_policy_load_state(salusd_t *d, const void *buf, size_t len)
+{
+    return sched_core_policy_load_state(d->sched->core, buf, len);
+}
+
+int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
+{
+    sched_core_job_info_t info;
+    if (sched_core_job_info_at(d->sched->core, job->id, salusd_now_ns(), &info) < 0)
+        return -ENOENT;
+    memset(view, 0, sizeof(*view));
+    view->admitted = info.phase != SCHED_CORE_WAITING;
+    view->gpu = info.gpu;
+    view->lane = info.lane;
+    view->budget_bytes = info.budget_bytes;
+    view->holds_lane = job_gpus_holds_lanes(d->sched->gpus, d->sched->core, job->id);
+    view->waiting_since_ns = info.waiting_since_ns;
+    view->lane_holder = job_gpus_lane_holder(d->sched->gpus, d->sched->core, job->id);
+    view->gang_wait_ns = info.gang_wait_ns;
+    view->provisional = info.provisional;
+    view->has_rank = sched_core_job_rank(d->sched->core, job->id, salusd_now_ns(),
+                                         &view->rank) == 0;
+    return 0;
+}
+
+job_gpus_t *sched_job_gpus(const salusd_t *d)
+{
+    return d->sched ? d->sched->gpus : NULL;
+}
+
+int sched_job_member(const salusd_t *d, const job_t *job, uint32_t k, int *gpu,
+                     uint64_t *budget_bytes)
+{
+    return job_gpus_place(d->sched->gpus, d->sched->core, job->id, k, gpu, budget_bytes);
+}
+
+const char *sched_policy_name(const salusd_t *d)
+{
+    return sched_core_policy_name(d->sched->core);
+}
+
+const char *sched_rank_name(const salusd_t *d)
+{
+    return sched_core_rank_name(d->sched->core);
+}
+
+int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size,
+                     sched_core_effects_t *fx)
+{
+    int rc = sched_core_set_policy(d->sched->core, name, salusd_now_ns(), fx);
+    if (rc == -ENOENT) {
+        char names[192] = "";
+        salusd_policy_names(names, sizeof(names));
+        snprintf(err, err_size, "no policy '%s' (expected %s)", name, names);
+    }
+    else if (rc < 0)
+        snprintf(err, err_size, "policy '%s' failed to start; '%s' stays", name,
+                 sched_core_policy_name(d->sched->core));
+    else
+        LOG_INFO("scheduling policy is now %s", sched_core_policy_name(d->sched->core));
+    return rc;
+}
+
+uint64_t sched_gpu_reserved_bytes(salusd_t *d, int gpu)
+{
+    uint64_t capacity = 0, persistent = 0, lane_bytes = 0, lanes = 0;
+    sched_gpu_books(d, gpu, &capacity, &persistent, &lane_bytes, &lanes);
+    return persistent + lane_bytes;
+}
+
+void sched_gpu_books(const salusd_t *d, int gpu, uint64_t *capacity_bytes,
+                     uint64_t *persistent_bytes, uint64_t *lane_bytes, uint64_t *lanes)
+{
+    lanes_gpu_info_t info;
+    memset(&info, 0, sizeof(info));
+    lanes_gpu_info(sched_core_lanes(d->sched->core), gpu, &info);
+    *capacity_bytes = info.capacity_bytes;
+    *persistent_bytes = info.persistent_bytes;
+    *lane_bytes = info.lane_bytes;
+    *lanes = info.lane_count;
+}
+
+int sched_lanes(const salusd_t *d, sched_lane_view_t **out, size_t *count)
+{
+    const lanes_t *lanes = sched_core_lanes(d->sched->core);
+    size_t n = lanes_list(lanes, NULL, 0);
+    lanes_lane_info_t *info = n ? calloc(n, sizeof(*info)) : NULL;
+    sched_lane_view_t *views = n ? calloc(n, sizeof(*views)) : NULL;
+    *out = NULL;
+    *count = 0;
+    if (n && (!info || !views))
+        goto fail;
+    n = lanes_list(lanes, info, n);
+    for (size_t i = 0; i < n; i++) {
+        size_t jobs = lanes_lane_jobs(lanes, info[i].lane_id, NULL, 0);
+        views[i] = (sched_lane_view_t){
+            .gpu = info[i].gpu,
+            .lane = info[i].lane_id,
+            .size_bytes = info[i].size_bytes,
+            .active_job = info[i].active ? info[i].active_job_id : 0,
+            .jobs = jobs ? calloc(jobs, sizeof(uint64_t)) : NULL,
+        };
+        if (jobs && !views[i].jobs) {
+            sched_lanes_free(views, i);
+            views = NULL;
+            goto fail;
+        }
+        views[i].job_count = lanes_lane_jobs(lanes, info[i].lane_id, views[i].jobs, jobs);
+        /* a member of a job on several GPUs is shown as its job */
+        for (size_t k = 0; k < views[i].job_count; k++)
+            views[i].jobs[k] = job_gpus_owner(d->sched->gpus, views[i].jobs[k], NULL);
+        views[i].active_job = job_gpus_owner(d->sched->gpus, views[i].active_job, NULL);
+    }
+    free(info);
+    *out = views;
+    *count = n;
+    return 0;
+fail:
+    free(info);
+    free(views);
+    return -ENOMEM;
+}
+
+void sched_lanes_free(sched_lane_view_t *lanes, size_t count)
+{
+    for (size_t i = 0; lanes && i < count; i++)
+        free(lanes[i].jobs);
+    free(lanes);
+}
+
+/* Every --wait-log-s seconds: each job that has waited longer than that (for admission, or
+ * for its turn behind the job that holds its lane) is logged, once per interval. */
+static void on_wait_timer(evutil_socket_t fd, short events, void *arg)
+{
+    salusd_t *d = arg;
+    uint64_t now = salusd_now_ns(), limit = (uint64_t)d->config.wait_log_s * 1000000000ull;
+    (void)fd;
+    (void)events;
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        const job_t *job = registry_at(d->registry, i);
+        sched_core_job_info_t info;
+        if (!job->runtime || sched_core_job_info(d->sched->core, job->id, &info) < 0 ||
+            !info.waiting_since_ns || now - info.waiting_since_ns < limit)
+            continue;
+        uint64_t waited_s = (now - info.waiting_since_ns) / 1000000000ull;
+        if (info.phase == SCHED_CORE_WAITING)
+            LOG_WARN("job %llu '%s' has waited %llu s for admission (policy %s)",
+                     (unsigned long long)job->id, job->name, (unsigned long long)waited_s,
+                     sched_core_policy_name(d->sched->core));
+        else
+            LOG_WARN("job %llu '%s' has waited %llu s for its turn in lane %u of GPU %d, "
+                     "held by job %llu", (unsigned long long)job->id, job->name,
+                     (unsigned long long)waited_s, info.lane, info.gpu,
+                     (unsigned long long)info.lane_holder);
+    }
+}
+
+int sched_init(salusd_t *d, char *err, size_t err_size)
+{
+    sched_t *s = calloc(1, sizeof(*s));
+    sched_core_config_t config;
+    int rc = -ENOMEM;
+    if (!s) {
+        snprintf(err, err_size, "out of memory");
+        return -ENOMEM;
+    }
+    sched_core_config_default(&config);
+    config.policy_name = d->config.policy;
+    config.lanes.job_overhead_bytes = d->devices.simulated ? 0 : d->config.job_overhead_bytes;
+    config.lanes.share_lanes_across_users = d->config.share_lanes_across_users != 0;
+    config.lanes.provisional_min_bytes = d->config.provisional_min_bytes;
+    config.lanes.provisional_max_bytes = d->config.provisional_max_bytes;
+    config.user_gpu_share = d->config.user_gpu_share;
+    config.user_max_jobs = (uint32_t)d->config.user_max_jobs;
+    config.quota_exempt_uid = (uint32_t)geteuid(); /* root (uid 0) is exempt in the core */
+    config.persistent_grain_bytes = d->config.chunk_bytes; /* the least a shim maps at once */
+    config.gang_turns_off = d->config.gang_turns_off != 0;
+    config.gang_slot_iterations = (uint32_t)d->config.gang_slot_iterations;
+    /* a job without hints is admitted where at least --provisional-min (at most half the
+     * smallest GPU) is free; learned sizes are whole chunks of the coarsest granularity */
+    for (int i = 0; i < d->devices.count; i++) {
+        sched_core_config_fit_gpu(&config, d->devices.gpus[i].total_bytes);
+        if (d->devices.gpus[i].granularity_bytes > config.size_grain_bytes)
+            config.size_grain_bytes = d->devices.gpus[i].granularity_bytes;
+    }
+    s->core = sched_core_create(&config, &rc);
+    s->gpus = s->core ? job_gpus_create() : NULL;
+    if (s->core && !s->gpus) {
+        sched_core_destroy(s->core);
+        s->core = NULL;
+        rc = -ENOMEM;
+    }
+    if (!s->core) {
+        if (rc == -ENOENT)
+            snprintf(err, err_size, "unknown scheduling policy '%s'", d->config.policy);
+        else
+            snprintf(err, err_size, "out of memory");
+        free(s);
+        return rc;
+    }
+    for (int i = 0; i < d->devices.count; i++) {
+        uint64_t total = d->devices.gpus[i].total_bytes;
+        rc = sched_core_add_gpu(s->core, i, total, d->config.gpu_reserve_bytes);
+        if (rc < 0) {
+            snprintf(err, err_size,
+                     "GPU %d: --gpu-reserve (%llu MiB) leaves none of its %llu MiB for jobs",
+                     i, (unsigned long long)(d->config.gpu_reserve_bytes >> 20),
+                     (unsigned long long)(total >> 20));
+            if (rc == -ENOMEM)
+                snprintf(err, err_size, "out of memory");
+            sched_core_destroy(s->core);
+            job_gpus_destroy(s->gpus);
+            free(s);
+            return rc;
+        }
+    }
+    if (d->config.wait_log_s > 0 && d->base) {
+        struct timeval every = {.tv_sec = d->config.wait_log_s};
+        s->wait_timer = event_new(d->base, -1, EV_PERSIST, on_wait_timer, d);
+        if (!s->wait_timer || event_add(s->wait_timer, &every) < 0)
+            LOG_WARN("cannot watch long waits (--wait-log-s): out of memory");
+    }
+    d->sched = s;
+    return 0;
+}
+
+void sched_fini(salusd_t *d)
+{
+    if (!d->sched)
+        return;
+    if (d->sched->wait_timer)
+        event_free(d->sched->wait_timer);
+    sched_core_destroy(d->sched->core);
+    job_gpus_destroy(d->sched->gpus);
+    free(d->sched);
+    d->sched = NULL;
+}
+
+int sched_group_release(salusd_t *d, uint64_t group_id, sched_core_effects_t *fx)
+{
+    if (!d->sched) /* (no scheduler yet: no rank can be registered) */
+        return -ENOENT;
+    return sched_core_group_release(d->sched->core, group_id, salusd_now_ns(), fx);
+}
+
+int sched_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq, sched_core_effects_t *fx)
+{
+    return sched_core_group_slot(d->sched->core, group_id, seq, salusd_now_ns(), fx);
+}

@@ -1,0 +1,561 @@
+/* Unit tests of the cluster's group records and gang slots (salusd/cluster/cluster_groups.c,
+ * cluster_slots.c) on their own, linked without the daemon: below them a fake layer (etcd's
+ * requests held until the test answers them, links that record what is sent, the jobs
+ * subsystem's few calls recorded), above them a stub observer (cluster_observer_t). This node
+ * is "a", it leads; node "b" is played by the test (its records through the watch, its
+ * messages through cluster_slots_message). Everything is synchronous: no loop, no clock.
+ *
+ * A group record's life (submitted, registered, released, over on both nodes, deleted), a
+ * node gone and a lease lost (the local group fails, the record says why), the slots of two
+ * groups in one order on both nodes, a slot sent again to a node that restarted or whose link
+ * came back. */
+#include "check_run.h"
+#include "cluster-internal.h"
+#include "groups.h"
+#include "jobs.h"
+#include "proto.h"
+#include "registry.h"
+
+#include <check.h>
+#include <errno.h>
+#include <json-c/json.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t salusd_now_ns(void)
+{
+    return 0;
+}
+
+/* ---- what happened, one line each ---------------------------------------------------------- */
+
+static char events[64][256];
+static size_t event_count;
+
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...)
+{
+    ck_assert_uint_lt(event_count, sizeof(events) / sizeof(events[0]));
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(events[event_count++], sizeof(events[0]), fmt, ap);
+    va_end(ap);
+}
+
+/* The index of the first event from `from` on that starts with prefix, or -1. */
+static int find_event(size_t from, const char *prefix)
+{
+    for (size_t i = from; i < event_count; i++)
+        if (strncmp(events[i], prefix, strlen(prefix)) == 0)
+            return (int)i;
+    return -1;
+}
+
+static void dump_events(void)
+{
+    for (size_t i = 0; i < event_count; i++)
+        fprintf(stderr, "  %zu: %s\n", i, events[i]);
+}
+
+/* ---- the fake etcd: transactions held until answered --------------------------------------- */
+
+typedef struct {
+    char key[300];
+    etcd_cmp_target_t target;
+    int64_t rev;
+    etcd_op_kind_t kind;
+    char *value;
+    etcd_cb cb;
+    void *ctx;
+    int answered;
+} fake_txn_t;
+
+static fake_txn_t txns[32];
+static size_t txn_count;
+static int64_t store_rev = 100;
+
+const char *etcd_endpoints(const etcd_t *etcd)
+{
+    (void)etcd;
+    return "127.0.0.1:2379";
+}
+
+int etcd_txn(etcd_t *etcd, const etcd_txn_t *txn, etcd_cb cb, void *ctx)
+{
+    (void)etcd;
+    ck_assert_uint_lt(txn_count, sizeof(txns) / sizeof(txns[0]));
+    fake_txn_t *t = &txns[txn_count++];
+    memset(t, 0, sizeof(*t));
+    snprintf(t->key, sizeof(t->key), "%s", txn->key);
+    t->target = txn->target;
+    t->rev = txn->rev;
+    t->kind = txn->success.kind;
+    t->value = txn->success.value ? strndup(txn->success.value, txn->success.value_len) : NULL;
+    t->cb = cb;
+    t->ctx = ctx;
+    note("etcd %s %s", t->kind == ETCD_OP_DELETE ? "delete" : "put", t->key);
+    return 0;
+}
+
+int etcd_get(etcd_t *etcd, const char *key, int prefix, etcd_cb cb, void *ctx)
+{
+    (void)etcd;
+    (void)prefix;
+    (void)cb;
+    (void)ctx;
+    note("etcd get %s", key); /* never answered: the record is not newer */
+    return -EAGAIN;
+}
+
+/* The last transaction not answered yet. */
+static fake_txn_t *last_txn(void)
+{
+    for (size_t i = txn_count; i > 0; i--)
+        if (!txns[i - 1].answered)
+            return &txns[i - 1];
+    ck_abort_msg("no transaction waits");
+    return NULL;
+}
+
+/* etcd answers t: its compare held, the store's revision goes up by one. */
+static int64_t txn_succeeds(fake_txn_t *t)
+{
+    etcd_result_t r = {.message = "", .revision = ++store_rev, .succeeded = 1};
+    t->answered = 1;
+    t->cb(t->ctx, &r);
+    return r.revision;
+}
+
+/* The watch delivers a record (this node's own writes come back this way too). */
+static void watch_put(cluster_t *cl, const char *key, int64_t create_rev, int64_t mod_rev,
+                      const char *value)
+{
+    char full[300];
+    snprintf(full, sizeof(full), "%s/groups/%s", cl->prefix, key);
+    etcd_kv_t kv = {.key = full, .key_len = strlen(full), .value = value,
+                    .value_len = strlen(value), .create_revision = create_rev,
+                    .mod_revision = mod_rev};
+    cluster_groups_event(cl, &kv, 0);
+}
+
+static void watch_delete(cluster_t *cl, const char *key, int64_t mod_rev)
+{
+    char full[300];
+    snprintf(full, sizeof(full), "%s/groups/%s", cl->prefix, key);
+    etcd_kv_t kv = {.key = full, .key_len = strlen(full), .mod_revision = mod_rev};
+    cluster_groups_event(cl, &kv, 1);
+}
+
+/* ---- the fake links: what is sent, decoded ------------------------------------------------- */
+
+static int link_down_to_b;
+
+int links_send(links_t *links, const char *node, const proto_enc_t *enc)
+{
+    (void)links;
+    proto_msg_t msg;
+    const char *why = NULL;
+    ck_assert_uint_gt(enc->sbuf.size, 4);
+    ck_assert_int_eq(proto_decode((const uint8_t *)enc->sbuf.data + 4, enc->sbuf.size - 4, &msg,
+                                  &why), 0);
+    char group[128] = "";
+    uint64_t value = 0;
+    proto_get_str_copy(&msg.body, "group", group, sizeof(group));
+    if (proto_get_uint(&msg.body, "seq", &value) < 0)
+        proto_get_uint(&msg.body, "last", &value);
+    int down = link_down_to_b && strcmp(node, "b") == 0;
+    note("send %s %s %s %llx%s", node, msg.op, group, (unsigned long long)value,
+         down ? " (link down)" : "");
+    proto_msg_free(&msg);
+    return down ? -ENOTCONN : 0;
+}
+
+/* node b sends this node a message */
+static void from_b(cluster_t *cl, const char *op, const char *group, int64_t epoch,
+                   uint64_t value, uint64_t iters)
+{
+    proto_enc_t enc;
+    proto_enc_init(&enc);
+    proto_enc_begin(&enc, PROTO_REQUEST, 0, op, 4);
+    proto_pack_kv_str(&enc.pk, "group", group);
+    proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)epoch);
+    proto_pack_kv_uint(&enc.pk, strcmp(op, "slot") == 0 ? "seq" : "last", value);
+    proto_pack_kv_uint(&enc.pk, "iters", iters);
+    proto_enc_finish(&enc);
+    proto_msg_t msg;
+    ck_assert_int_eq(proto_decode((const uint8_t *)enc.sbuf.data + 4, enc.sbuf.size - 4, &msg,
+                                  NULL), 0);
+    cluster_slots_message(cl, "b", &msg);
+    proto_msg_free(&msg);
+    proto_enc_destroy(&enc);
+}
+
+/* ---- the jobs subsystem below, as the cluster calls it ------------------------------------- */
+
+typedef struct {
+    uint64_t id;
+    const char *name;
+    uint32_t world;
+} local_group_t;
+
+static local_group_t locals[4];
+static size_t local_count;
+
+int groups_describe(const salusd_t *d, uint64_t id, groups_desc_t *desc, char *sync_buf,
+                    size_t sync_size)
+{
+    (void)d;
+    for (size_t i = 0; i < local_count; i++)
+        if (locals[i].id == id) {
+            snprintf(sync_buf, sync_size, "bsp");
+            *desc = (groups_desc_t){.uid = 1000, .name = locals[i].name,
+                                    .world = locals[i].world, .sync = sync_buf};
+            return 0;
+        }
+    return -ENOENT;
+}
+
+void groups_fail(salusd_t *d, uint64_t id, const char *failure)
+{
+    (void)d;
+    note("groups_fail %llu: %s", (unsigned long long)id, failure);
+}
+
+int jobs_admission_held(const salusd_t *d)
+{
+    (void)d;
+    return 0;
+}
+
+int jobs_group_release(salusd_t *d, uint64_t group_id)
+{
+    (void)d;
+    note("release %llu", (unsigned long long)group_id);
+    return 0;
+}
+
+int jobs_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq)
+{
+    (void)d;
+    note("slot %llu %llx", (unsigned long long)group_id, (unsigned long long)seq);
+    return 0;
+}
+
+uint64_t jobs_iterations(const job_t *job)
+{
+    (void)job;
+    return 0;
+}
+
+job_t *registry_find(registry_t *r, uint64_t id)
+{
+    (void)r;
+    (void)id;
+    return NULL; /* no local rank's iterations: each ready says 0 */
+}
+
+/* ---- cluster.c's helpers (the same rules) -------------------------------------------------- */
+
+void cluster_key(const cluster_t *cl, char *out, size_t size, const char *part)
+{
+    snprintf(out, size, "%s/%s", cl->prefix, part);
+}
+
+struct json_object *cluster_json_parse(const char *text, size_t len)
+{
+    struct json_tokener *tok = json_tokener_new();
+    struct json_object *o = json_tokener_parse_ex(tok, text, (int)len);
+    if (json_tokener_get_error(tok) != json_tokener_success ||
+        !json_object_is_type(o, json_type_object)) {
+        json_object_put(o);
+        o = NULL;
+    }
+    json_tokener_free(tok);
+    return o;
+}
+
+int cluster_is_member(const cluster_t *cl, const char *node)
+{
+    for (uint32_t i = 0; i < cl->member_count; i++)
+        if (strcmp(cl->members[i].node, node) == 0)
+            return 1;
+    return 0;
+}
+
+int cluster_is_leader(const cluster_t *cl)
+{
+    return !cl->lease_lost && cl->leader[0] && strcmp(cl->leader, cl->node) == 0;
+}
+
+/* ---- the observer above -------------------------------------------------------------------- */
+
+static void obs_ring_forget(cluster_t *cl, uint32_t uid, const char *name, int64_t epoch)
+{
+    (void)cl;
+    note("ring_forget %u/%s %lld", uid, name, (long long)epoch);
+}
+
+static const cluster_observer_t stub_observer = {.ring_forget = obs_ring_forget};
+
+/* ---- fixture ------------------------------------------------------------------------------- */
+
+static salusd_t dmn; /* the daemon the cluster role belongs to */
+static cluster_t *cl;
+
+static void setup(void)
+{
+    memset(&dmn, 0, sizeof(dmn));
+    event_count = txn_count = local_count = 0;
+    link_down_to_b = 0;
+    cl = calloc(1, sizeof(*cl));
+    ck_assert_ptr_nonnull(cl);
+    cl->d = &dmn;
+    dmn.cluster = cl;
+    cl->etcd = (etcd_t *)&dmn;   /* never dereferenced by the fakes */
+    cl->links = (links_t *)&dmn;
+    snprintf(cl->node, sizeof(cl->node), "a");
+    snprintf(cl->prefix, sizeof(cl->prefix), "/salus");
+    snprintf(cl->leader, sizeof(cl->leader), "a");
+    cl->leader_epoch = 3;
+    snprintf(cl->members[0].node, sizeof(cl->members[0].node), "a");
+    snprintf(cl->members[1].node, sizeof(cl->members[1].node), "b");
+    cl->member_count = 2;
+    cl->members_read = 1;
+    cl->observer = &stub_observer; /* as cluster_observe (cluster.c) registers it */
+}
+
+static void teardown(void)
+{
+    cluster_groups_free(cl);
+    free(cl);
+    for (size_t i = 0; i < txn_count; i++)
+        free(txns[i].value);
+}
+
+/* local group id (name, world 2): rank 0 here (job 100 + id), registered; its record written
+ * (answered), then node b's rank 1, registered, read through the watch: released here.
+ * Returns the record's epoch. */
+static int64_t two_node_group(uint64_t id, const char *name)
+{
+    locals[local_count++] = (local_group_t){.id = id, .name = name, .world = 2};
+    cluster_rank_submitted(&dmn, id, 0, 100 + id);
+    int64_t epoch = txn_succeeds(last_txn());
+    cluster_rank_registered(&dmn, id, 0, 100 + id);
+    int64_t rev = txn_succeeds(last_txn());
+    char key[64], value[512];
+    snprintf(key, sizeof(key), "1000/%s", name);
+    snprintf(value, sizeof(value),
+             "{\"world\":2,\"sync\":\"bsp\",\"share\":false,\"ranks\":{"
+             "\"0\":{\"node\":\"a\",\"job\":%llu,\"reg\":true},"
+             "\"1\":{\"node\":\"b\",\"job\":7,\"reg\":true}},\"over\":{}}",
+             (unsigned long long)(100 + id));
+    watch_put(cl, key, epoch, rev + 1, value);
+    return epoch;
+}
+
+/* ---- the tests ----------------------------------------------------------------------------- */
+
+START_TEST(record_life)
+{
+    locals[local_count++] = (local_group_t){.id = 5, .name = "g", .world = 2};
+    cluster_rank_submitted(&dmn, 5, 0, 105);
+    fake_txn_t *t = last_txn();
+    ck_assert_str_eq(t->key, "/salus/groups/1000/g");
+    ck_assert_int_eq(t->target, ETCD_CMP_CREATE_REVISION); /* made, not overwritten */
+    ck_assert_int_eq(t->rev, 0);
+    ck_assert_ptr_nonnull(strstr(t->value, "\"0\":{\"node\":\"a\",\"job\":105,\"reg\":false}"));
+    int64_t epoch = txn_succeeds(t);
+
+    cluster_rank_registered(&dmn, 5, 0, 105);
+    t = last_txn();
+    ck_assert_int_eq(t->target, ETCD_CMP_MOD_REVISION);
+    ck_assert_int_eq(t->rev, epoch);
+    ck_assert_ptr_nonnull(strstr(t->value, "\"reg\":true"));
+    int64_t rev = txn_succeeds(t);
+    ck_assert_int_lt(find_event(0, "release"), 0); /* rank 1 is not known yet */
+
+    /* node b's rank registers: every rank registered, the rank here is released */
+    watch_put(cl, "1000/g", epoch, rev + 1,
+              "{\"world\":2,\"sync\":\"bsp\",\"share\":false,\"ranks\":{"
+              "\"0\":{\"node\":\"a\",\"job\":105,\"reg\":true},"
+              "\"1\":{\"node\":\"b\",\"job\":9,\"reg\":true}},\"over\":{}}");
+    ck_assert_int_ge(find_event(0, "release 5"), 0);
+
+    /* over here: the record says so; then over on b too: deleted, its rings forgotten */
+    cluster_group_over(&dmn, 5);
+    t = last_txn();
+    ck_assert_ptr_nonnull(strstr(t->value, "\"over\":{\"a\":1}"));
+    rev = txn_succeeds(t);
+    size_t before = event_count;
+    watch_put(cl, "1000/g", epoch, rev + 1,
+              "{\"world\":2,\"sync\":\"bsp\",\"share\":false,\"ranks\":{"
+              "\"0\":{\"node\":\"a\",\"job\":105,\"reg\":true},"
+              "\"1\":{\"node\":\"b\",\"job\":9,\"reg\":true}},\"over\":{\"a\":1,\"b\":1}}");
+    int del = find_event(before, "etcd delete /salus/groups/1000/g");
+    if (del < 0)
+        dump_events();
+    ck_assert_int_ge(del, 0);
+    t = last_txn();
+    ck_assert_int_eq(t->kind, ETCD_OP_DELETE);
+    ck_assert_int_eq(t->rev, rev + 1); /* only that revision: a new run's record stays */
+    char forget[64];
+    snprintf(forget, sizeof(forget), "ring_forget 1000/g %lld", (long long)epoch);
+    ck_assert_int_gt(find_event(before, forget), del);
+
+    /* deleted: kept (groups.c still lists it) but gone, nothing more written */
+    txn_succeeds(t);
+    watch_delete(cl, "1000/g", rev + 2);
+    cluster_group_t *g = cluster_group_by_local(cl, 5);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_int_eq(g->record_gone, 1);
+    size_t txns_before = txn_count;
+    cluster_group_over(&dmn, 5);
+    ck_assert_uint_eq(txn_count, txns_before);
+    ck_assert_int_lt(find_event(0, "groups_fail"), 0);
+}
+END_TEST
+
+START_TEST(node_gone_fails_group)
+{
+    two_node_group(5, "g");
+    ck_assert_int_ge(find_event(0, "release 5"), 0);
+    size_t before = event_count;
+    cluster_groups_node_gone(cl, "b", "left the cluster (its lease expired)");
+    int fail = find_event(before, "groups_fail 5: node b left the cluster (its lease expired)");
+    if (fail < 0)
+        dump_events();
+    ck_assert_int_ge(fail, 0);
+    ck_assert_ptr_nonnull(strstr(last_txn()->value,
+                                 "\"failed\":\"node b left the cluster (its lease expired)\""));
+    ck_assert_uint_eq(cl->stats.groups_failed_node, 1);
+    /* said once: the node gone again changes nothing */
+    before = event_count;
+    cluster_groups_node_gone(cl, "b", "left the cluster (its lease expired)");
+    ck_assert_int_lt(find_event(before, "groups_fail"), 0);
+    /* a group without a rank on that node is not touched */
+    before = event_count;
+    cluster_groups_node_gone(cl, "c", "left the cluster (its lease expired)");
+    ck_assert_uint_eq(event_count, before);
+}
+END_TEST
+
+START_TEST(lease_lost_fails_group)
+{
+    two_node_group(5, "g");
+    size_t before = event_count;
+    cl->lease_lost = 1;
+    cluster_groups_lease_lost(cl);
+    ck_assert_int_ge(find_event(before, "groups_fail 5: node a lost etcd (127.0.0.1:2379): its "
+                                        "lease expired"), 0);
+    ck_assert_uint_eq(cl->stats.groups_failed_etcd, 1);
+    ck_assert_int_eq(cluster_is_leader(cl), 0);
+    /* no slot is asked for without the lease */
+    before = event_count;
+    cluster_rank_admitted(&dmn, 5);
+    ck_assert_int_lt(find_event(before, "slot"), 0);
+    ck_assert_int_lt(find_event(before, "send"), 0);
+}
+END_TEST
+
+/* Two groups on nodes a and b; b says it is ready for g2 first, then for g1: the leader
+ * issues g2's slot, then g1's, and both nodes get them in that one order (here: the core, in
+ * order; b: the messages, in order). Their slots done, the next round goes in the order of
+ * the readies again. */
+START_TEST(slot_order_two_groups)
+{
+    int64_t e1 = two_node_group(5, "g1");
+    int64_t e2 = two_node_group(6, "g2");
+    size_t before = event_count;
+    cluster_rank_admitted(&dmn, 5);
+    cluster_rank_admitted(&dmn, 6);
+    ck_assert_int_lt(find_event(before, "slot"), 0); /* b is not ready yet */
+    from_b(cl, "ready", "1000/g2", e2, 0, 0);
+    from_b(cl, "ready", "1000/g1", e1, 0, 0);
+    uint64_t s1 = (3ull << 32) | 1, s2 = (3ull << 32) | 2;
+    char a1[64], b1[64], a2[64], b2[64];
+    snprintf(a1, sizeof(a1), "slot 6 %llx", (unsigned long long)s1);
+    snprintf(b1, sizeof(b1), "send b slot 1000/g2 %llx", (unsigned long long)s1);
+    snprintf(a2, sizeof(a2), "slot 5 %llx", (unsigned long long)s2);
+    snprintf(b2, sizeof(b2), "send b slot 1000/g1 %llx", (unsigned long long)s2);
+    int ia1 = find_event(before, a1), ib1 = find_event(before, b1);
+    int ia2 = find_event(before, a2), ib2 = find_event(before, b2);
+    if (ia1 < 0 || ib1 < 0 || ia2 < 0 || ib2 < 0)
+        dump_events();
+    ck_assert_int_ge(ia1, 0);
+    ck_assert_int_ge(ib1, 0);
+    ck_assert_int_gt(ia2, ia1);
+    ck_assert_int_gt(ib2, ib1);
+
+    /* the slots are done here (g1's first), b is ready for g1 first: the next round's order
+     * is g1, g2 */
+    before = event_count;
+    cluster_slot_done(&dmn, 5, s2);
+    cluster_slot_done(&dmn, 6, s1);
+    from_b(cl, "ready", "1000/g1", e1, s2, 1);
+    from_b(cl, "ready", "1000/g2", e2, s1, 1);
+    uint64_t s3 = (3ull << 32) | 3, s4 = (3ull << 32) | 4;
+    snprintf(a1, sizeof(a1), "slot 5 %llx", (unsigned long long)s3);
+    snprintf(a2, sizeof(a2), "slot 6 %llx", (unsigned long long)s4);
+    ia1 = find_event(before, a1);
+    ia2 = find_event(before, a2);
+    if (ia1 < 0 || ia2 < 0)
+        dump_events();
+    ck_assert_int_ge(ia1, 0);
+    ck_assert_int_gt(ia2, ia1);
+}
+END_TEST
+
+/* The slot issued while b's link was down reaches b when the link is back; b restarted (its
+ * dmn knows no seq: ready with last 0, its ranks short of the slot's iterations) gets the
+ * slot again instead of a new one; a slot this node already had is not handed to the core
+ * twice. */
+START_TEST(slot_sent_again)
+{
+    int64_t e1 = two_node_group(5, "g1");
+    cluster_rank_admitted(&dmn, 5);
+    link_down_to_b = 1;
+    from_b(cl, "ready", "1000/g1", e1, 0, 0);
+    uint64_t s1 = (3ull << 32) | 1;
+    char sent[64], down[80];
+    snprintf(sent, sizeof(sent), "send b slot 1000/g1 %llx", (unsigned long long)s1);
+    snprintf(down, sizeof(down), "%s (link down)", sent);
+    ck_assert_int_ge(find_event(0, down), 0);
+
+    size_t before = event_count;
+    link_down_to_b = 0;
+    cluster_slots_link_up(cl, "b");
+    int again = find_event(before, sent);
+    if (again < 0)
+        dump_events();
+    ck_assert_int_ge(again, 0);
+
+    /* b restarted: ready with last 0 and 0 iterations: the same slot, not a new one */
+    before = event_count;
+    from_b(cl, "ready", "1000/g1", e1, 0, 0);
+    ck_assert_int_ge(find_event(before, sent), 0);
+    ck_assert_int_lt(find_event(before, "slot 5"), 0);
+    ck_assert_uint_eq(cl->slot_counter, 1);
+
+    /* the leader's own node: the slot again is not the core's again */
+    before = event_count;
+    cluster_slots_link_up(cl, "a");
+    ck_assert_int_lt(find_event(before, "slot 5"), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cluster");
+    TCase *tc = tcase_create("groups_slots");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, record_life);
+    tcase_add_test(tc, node_gone_fails_group);
+    tcase_add_test(tc, lease_lost_fails_group);
+    tcase_add_test(tc, slot_order_two_groups);
+    tcase_add_test(tc, slot_sent_again);
+    suite_add_tcase(s, tc);
+    return check_run_suite(s);
+}

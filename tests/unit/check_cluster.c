@@ -257,39 +257,6 @@ job_t *registry_find(registry_t *r, uint64_t id)
     return NULL; /* no local rank's iterations: each ready says 0 */
 }
 
-/* ---- cluster.c's helpers (the same rules) -------------------------------------------------- */
-
-void cluster_key(const cluster_t *cl, char *out, size_t size, const char *part)
-{
-    snprintf(out, size, "%s/%s", cl->prefix, part);
-}
-
-struct json_object *cluster_json_parse(const char *text, size_t len)
-{
-    struct json_tokener *tok = json_tokener_new();
-    struct json_object *o = json_tokener_parse_ex(tok, text, (int)len);
-    if (json_tokener_get_error(tok) != json_tokener_success ||
-        !json_object_is_type(o, json_type_object)) {
-        json_object_put(o);
-        o = NULL;
-    }
-    json_tokener_free(tok);
-    return o;
-}
-
-int cluster_is_member(const cluster_t *cl, const char *node)
-{
-    for (uint32_t i = 0; i < cl->member_count; i++)
-        if (strcmp(cl->members[i].node, node) == 0)
-            return 1;
-    return 0;
-}
-
-int cluster_is_leader(const cluster_t *cl)
-{
-    return !cl->lease_lost && cl->leader[0] && strcmp(cl->leader, cl->node) == 0;
-}
-
 /* ---- the observer above -------------------------------------------------------------------- */
 
 static void obs_ring_forget(cluster_t *cl, uint32_t uid, const char *name, int64_t epoch)

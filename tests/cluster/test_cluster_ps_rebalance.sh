@@ -31,10 +31,10 @@
 TOOL="$TBIN/ps-tool"
 [ -x "$TOOL" ] || fail "ps-tool was not built"
 SYNC_CHECK=(python3 "$(dirname "$0")/ps_sync_check.py")
-# SLOW_MS: 60 clocks last at least 15 s, so that the join (checked by polling etcd and the
+# SLOW_MS (salus-mlp's) and MS (ps-tool's time a clock): 60 clocks last at least 15 s, so that the join (checked by polling etcd and the
 # nodes, slow on a loaded machine) still falls inside training
 RTOL=1e-4 K=60 SLOW_MS=250 JOIN_AT=20 R=3 WORLD=4
-COUNT=4096 PARTS=4 MS=100
+COUNT=4096 PARTS=4 MS=250
 MOVED_MIN=0.05 MOVED_MAX=0.45
 ARGS=(--seed 7 --inputs 24 --hidden 48 --outputs 6 --samples 200 --lr 0.05 --print-every 10
     --iterations "$K" --batch 8 --ps bsp --ps-slow-ms "$SLOW_MS")

@@ -5,6 +5,8 @@ found by its name in any of the folders (salusd's subsystems have one name space
 
 usage: tools/include-graph.py salusd"""
 import os, re, sys
+if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+    sys.exit("usage: tools/include-graph.py FOLDER (e.g. salusd)")
 root = sys.argv[1]
 files = {}  # name -> path
 for dirpath, _, names in os.walk(root):

@@ -723,5 +723,6 @@ int cluster_sample(const salusd_t *d, cluster_sample_t *s)
     s->etcd_writes = es.writes;
     s->etcd_watch_streams = es.watch_streams;
     s->etcd_watch_events = es.watch_events;
+    s->etcd_txns_failed = es.txns_failed;
     return 0;
 }

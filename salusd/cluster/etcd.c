@@ -475,6 +475,8 @@ static void request_finish(etcd_request_t *req, const etcd_result_t *result)
     etcd_t *etcd = req->etcd;
     etcd_cb cb = req->cb;
     void *ctx = req->ctx;
+    if (req->kind == ETCD_REPLY_TXN && !result->error && !result->succeeded)
+        etcd->stats.txns_failed++;
     request_free(req);
     if (cb && !etcd->destroyed)
         cb(ctx, result);

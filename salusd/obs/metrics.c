@@ -189,7 +189,8 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
             .etcd_errors = cs.etcd_errors, .etcd_keepalives = cs.etcd_keepalives,
             .etcd_leases = cs.etcd_leases, .etcd_ranges = cs.etcd_ranges,
             .etcd_writes = cs.etcd_writes, .etcd_watch_streams = cs.etcd_watch_streams,
-            .etcd_watch_events = cs.etcd_watch_events};
+            .etcd_watch_events = cs.etcd_watch_events,
+            .etcd_txns_failed = cs.etcd_txns_failed};
         snap->cluster = &m->cluster;
     }
     ps_sample_t pss;

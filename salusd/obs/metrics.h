@@ -129,7 +129,7 @@ typedef struct metrics_cluster_sample_s {
     uint64_t failed_rank, failed_node, failed_etcd;
     uint64_t etcd_errors;
     uint64_t etcd_keepalives, etcd_leases, etcd_ranges, etcd_writes;
-    uint64_t etcd_watch_streams, etcd_watch_events;
+    uint64_t etcd_watch_streams, etcd_watch_events, etcd_txns_failed;
 } metrics_cluster_sample_t;
 
 /* The daemon process itself (getrusage RUSAGE_SELF: every thread). */

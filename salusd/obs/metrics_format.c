@@ -374,6 +374,9 @@ static void cluster_families(metrics_text_t *t, const metrics_cluster_sample_t *
         {"salus_cluster_etcd_watch_events_total", "counter",
          "Events etcd's watches delivered to this node (members, leader, group records).", "",
          CL(etcd_watch_events)},
+        {"salus_cluster_etcd_txns_failed_total", "counter",
+         "Transactions (compare-and-swap writes) etcd answered with their compare failed: "
+         "another node wrote the key first.", "", CL(etcd_txns_failed)},
 #undef CL
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {

@@ -263,7 +263,7 @@ START_TEST(test_render_cluster_process)
     metrics_cluster_sample_t c = {.member = 1, .members = 4, .messages_sent = 9,
                                   .etcd_keepalives = 30, .etcd_leases = 1, .etcd_ranges = 5,
                                   .etcd_writes = 12, .etcd_watch_streams = 3,
-                                  .etcd_watch_events = 77};
+                                  .etcd_watch_events = 77, .etcd_txns_failed = 4};
     metrics_process_sample_t p = {.user_ns = 1500000000ull, .system_ns = 250000000ull,
                                   .max_rss_bytes = 12582912};
     metrics_snapshot_t s = {.version = "1", .policy = "pack", .cluster = &c, .process = &p};
@@ -276,6 +276,7 @@ START_TEST(test_render_cluster_process)
     ck_assert_ptr_nonnull(strstr(text, "\nsalus_cluster_etcd_requests_total{kind=\"write\"} 12\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nsalus_cluster_etcd_requests_total{kind=\"watch\"} 3\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nsalus_cluster_etcd_watch_events_total 77\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nsalus_cluster_etcd_txns_failed_total 4\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nsalus_daemon_cpu_seconds_total{mode=\"user\"} 1.500000000\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nsalus_daemon_cpu_seconds_total{mode=\"system\"} 0.250000000\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nsalus_daemon_max_resident_bytes 12582912\n"));

@@ -714,5 +714,15 @@ int cluster_sample(const salusd_t *d, cluster_sample_t *s)
     s->links_frames_rejected = ls.frames_rejected;
     s->messages_sent = ls.sent;
     s->messages_received = ls.received;
+    etcd_stats_t es = {0};
+    if (cl->etcd)
+        etcd_get_stats(cl->etcd, &es);
+    s->etcd_keepalives = es.keepalives;
+    s->etcd_leases = es.leases;
+    s->etcd_ranges = es.ranges;
+    s->etcd_writes = es.writes;
+    s->etcd_watch_streams = es.watch_streams;
+    s->etcd_watch_events = es.watch_events;
+    s->etcd_txns_failed = es.txns_failed;
     return 0;
 }

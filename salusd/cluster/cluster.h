@@ -107,6 +107,11 @@ typedef struct cluster_sample_s {
     uint64_t slots_served;      /* on this node */
     uint64_t groups_failed_rank, groups_failed_node, groups_failed_etcd;
     uint64_t etcd_errors;
+    /* what this node asked of etcd (etcd.h's etcd_stats_t): keepalives, other lease requests,
+     * ranges, writes, watch streams opened, watch events received, transactions whose
+     * compare failed */
+    uint64_t etcd_keepalives, etcd_leases, etcd_ranges, etcd_writes;
+    uint64_t etcd_watch_streams, etcd_watch_events, etcd_txns_failed;
 } cluster_sample_t;
 int cluster_sample(const salusd_t *d, cluster_sample_t *sample); /* -ENOENT: no cluster */
 

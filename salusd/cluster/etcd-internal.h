@@ -86,6 +86,7 @@ struct etcd_s {
     struct etcd_request_s *requests; /* in flight (a list) */
     struct etcd_watch_s *watches;    /* a list */
     etcd_sock_t *socks;              /* libevent events of curl's sockets (a list) */
+    etcd_stats_t stats;              /* etcd_get_stats */
     int dispatching;                 /* > 0 while callbacks run: frees are deferred */
     bool destroyed;                  /* etcd_destroy came while dispatching */
 };

@@ -475,6 +475,8 @@ static void request_finish(etcd_request_t *req, const etcd_result_t *result)
     etcd_t *etcd = req->etcd;
     etcd_cb cb = req->cb;
     void *ctx = req->ctx;
+    if (req->kind == ETCD_REPLY_TXN && !result->error && !result->succeeded)
+        etcd->stats.txns_failed++;
     request_free(req);
     if (cb && !etcd->destroyed)
         cb(ctx, result);
@@ -561,8 +563,9 @@ static void process(etcd_t *etcd)
 }
 
 static int request_new(etcd_t *etcd, const char *path, etcd_reply_kind_t kind, char *body,
-                       etcd_cb cb, void *ctx)
+                       etcd_cb cb, void *ctx, uint64_t *counter)
 {
+    (*counter)++;
     etcd_request_t *req = body ? calloc(1, sizeof(*req)) : NULL;
     if (!req) {
         free(body);
@@ -586,47 +589,54 @@ static int request_new(etcd_t *etcd, const char *path, etcd_reply_kind_t kind, c
 int etcd_lease_grant(etcd_t *etcd, int64_t ttl_s, etcd_cb cb, void *ctx)
 {
     return request_new(etcd, "/v3/lease/grant", ETCD_REPLY_LEASE,
-                       etcd_json_lease_body(0, ttl_s), cb, ctx);
+                       etcd_json_lease_body(0, ttl_s), cb, ctx, &etcd->stats.leases);
 }
 
 int etcd_lease_keepalive(etcd_t *etcd, int64_t id, etcd_cb cb, void *ctx)
 {
     return request_new(etcd, "/v3/lease/keepalive", ETCD_REPLY_KEEPALIVE,
-                       etcd_json_lease_body(id, 0), cb, ctx);
+                       etcd_json_lease_body(id, 0), cb, ctx, &etcd->stats.keepalives);
 }
 
 int etcd_lease_timetolive(etcd_t *etcd, int64_t id, etcd_cb cb, void *ctx)
 {
     return request_new(etcd, "/v3/lease/timetolive", ETCD_REPLY_LEASE,
-                       etcd_json_lease_body(id, 0), cb, ctx);
+                       etcd_json_lease_body(id, 0), cb, ctx, &etcd->stats.leases);
 }
 
 int etcd_lease_revoke(etcd_t *etcd, int64_t id, etcd_cb cb, void *ctx)
 {
     return request_new(etcd, "/v3/lease/revoke", ETCD_REPLY_PLAIN, etcd_json_lease_body(id, 0),
-                       cb, ctx);
+                       cb, ctx, &etcd->stats.leases);
 }
 
 int etcd_put(etcd_t *etcd, const char *key, const char *value, size_t value_len, int64_t lease,
              etcd_cb cb, void *ctx)
 {
     return request_new(etcd, "/v3/kv/put", ETCD_REPLY_PLAIN,
-                       etcd_json_put_body(key, value, value_len, lease), cb, ctx);
+                       etcd_json_put_body(key, value, value_len, lease), cb, ctx,
+                       &etcd->stats.writes);
 }
 
 int etcd_get(etcd_t *etcd, const char *key, int prefix, etcd_cb cb, void *ctx)
 {
     return request_new(etcd, "/v3/kv/range", ETCD_REPLY_RANGE, etcd_json_range_body(key, prefix),
-                       cb, ctx);
+                       cb, ctx, &etcd->stats.ranges);
 }
 
 int etcd_delete(etcd_t *etcd, const char *key, int prefix, etcd_cb cb, void *ctx)
 {
     return request_new(etcd, "/v3/kv/deleterange", ETCD_REPLY_PLAIN,
-                       etcd_json_delete_body(key, prefix), cb, ctx);
+                       etcd_json_delete_body(key, prefix), cb, ctx, &etcd->stats.writes);
 }
 
 int etcd_txn(etcd_t *etcd, const etcd_txn_t *txn, etcd_cb cb, void *ctx)
 {
-    return request_new(etcd, "/v3/kv/txn", ETCD_REPLY_TXN, etcd_json_txn_body(txn), cb, ctx);
+    return request_new(etcd, "/v3/kv/txn", ETCD_REPLY_TXN, etcd_json_txn_body(txn), cb, ctx,
+                       &etcd->stats.writes);
+}
+
+void etcd_get_stats(const etcd_t *etcd, etcd_stats_t *stats)
+{
+    *stats = etcd->stats;
 }

@@ -117,6 +117,18 @@ typedef struct etcd_txn_s {
 
 int etcd_txn(etcd_t *etcd, const etcd_txn_t *txn, etcd_cb cb, void *ctx);
 
+/* What this client asked of etcd since etcd_create, counted when a request is queued (a
+ * request tried on a second endpoint counts once): lease keepalives (every TTL/3, whatever
+ * runs), the other lease requests (grant, timetolive, revoke), ranges, writes (put, delete,
+ * txn), watch streams opened (reconnects included) and the events they delivered; and the
+ * transactions etcd answered whose compare failed (a compare-and-swap that lost a race). */
+typedef struct etcd_stats_s {
+    uint64_t keepalives, leases, ranges, writes;
+    uint64_t watch_streams, watch_events;
+    uint64_t txns_failed;
+} etcd_stats_t;
+void etcd_get_stats(const etcd_t *etcd, etcd_stats_t *stats);
+
 /* ---- watches ---------------------------------------------------------------------------- */
 
 typedef enum etcd_event_kind_e {

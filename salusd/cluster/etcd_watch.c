@@ -97,6 +97,7 @@ static int stream_open(etcd_watch_t *watch)
         return -ENOMEM;
     watch->errbuf[0] = 0;
     watch->failed = false;
+    etcd->stats.watch_streams++;
     watch->easy = etcd_easy_new(etcd, watch->endpoint, "/v3/watch", watch->body, true, on_write,
                                 watch, &watch->headers);
     if (!watch->easy)
@@ -286,6 +287,7 @@ static bool deliver_message(etcd_watch_t *watch, json_object *root)
             watch->backoff_ms = WATCH_BACKOFF_FIRST_MS;
             watch->etcd->preferred = watch->endpoint;
         }
+        watch->etcd->stats.watch_events += n;
         if (!watch->cancelled && !watch->etcd->destroyed)
             watch->cb(watch->ctx, list, n, revision, 0, "");
     }

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define METRICS_PATH "/metrics"
@@ -59,6 +60,7 @@ typedef struct metrics_s {
     size_t group_capacity;
     metrics_cluster_sample_t cluster;
     metrics_ps_sample_t ps;
+    metrics_process_sample_t process;
     metrics_text_t text;
     uint64_t scrapes;
     metrics_conn_t *conns;
@@ -184,7 +186,11 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
             .messages_received = cs.messages_received, .slots_issued = cs.slots_issued,
             .slots_served = cs.slots_served, .failed_rank = cs.groups_failed_rank,
             .failed_node = cs.groups_failed_node, .failed_etcd = cs.groups_failed_etcd,
-            .etcd_errors = cs.etcd_errors};
+            .etcd_errors = cs.etcd_errors, .etcd_keepalives = cs.etcd_keepalives,
+            .etcd_leases = cs.etcd_leases, .etcd_ranges = cs.etcd_ranges,
+            .etcd_writes = cs.etcd_writes, .etcd_watch_streams = cs.etcd_watch_streams,
+            .etcd_watch_events = cs.etcd_watch_events,
+            .etcd_txns_failed = cs.etcd_txns_failed};
         snap->cluster = &m->cluster;
     }
     ps_sample_t pss;
@@ -202,6 +208,16 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
             .shard_copies = pss.shard_copies, .failovers = pss.failovers,
             .failover_last_ns = pss.failover_last_ns};
         snap->ps = &m->ps;
+    }
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) {
+        m->process = (metrics_process_sample_t){
+            .user_ns = (uint64_t)ru.ru_utime.tv_sec * 1000000000u +
+                       (uint64_t)ru.ru_utime.tv_usec * 1000u,
+            .system_ns = (uint64_t)ru.ru_stime.tv_sec * 1000000000u +
+                         (uint64_t)ru.ru_stime.tv_usec * 1000u,
+            .max_rss_bytes = (uint64_t)ru.ru_maxrss * 1024u}; /* Linux: KiB */
+        snap->process = &m->process;
     }
     for (int st = JOB_DONE; st < JOB_STATE_COUNT; st++)
         snap->jobs_ended[st] = registry_ended(d->registry, (job_state_t)st);

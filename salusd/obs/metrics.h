@@ -128,7 +128,15 @@ typedef struct metrics_cluster_sample_s {
     uint64_t slots_issued, slots_served;
     uint64_t failed_rank, failed_node, failed_etcd;
     uint64_t etcd_errors;
+    uint64_t etcd_keepalives, etcd_leases, etcd_ranges, etcd_writes;
+    uint64_t etcd_watch_streams, etcd_watch_events, etcd_txns_failed;
 } metrics_cluster_sample_t;
+
+/* The daemon process itself (getrusage RUSAGE_SELF: every thread). */
+typedef struct metrics_process_sample_s {
+    uint64_t user_ns, system_ns;
+    uint64_t max_rss_bytes;    /* the peak resident set */
+} metrics_process_sample_t;
 
 /* The parameter-server role (ps.h): tables, shards and their memory here, what the workers
  * and the servers moved. */
@@ -158,6 +166,7 @@ typedef struct metrics_snapshot_s {
     size_t group_count;
     const metrics_cluster_sample_t *cluster; /* NULL: not a cluster member */
     const metrics_ps_sample_t *ps; /* NULL: the parameter-server role is not running */
+    const metrics_process_sample_t *process; /* NULL: not shown */
     int omit_jobs;             /* no salus_job_* or per-group families (names and uids stay
                                   private); salus_groups (counts by state) stays */
 } metrics_snapshot_t;

@@ -362,6 +362,21 @@ static void cluster_families(metrics_text_t *t, const metrics_cluster_sample_t *
         {"salus_cluster_group_failures_total", NULL, NULL, "{cause=\"etcd\"}", CL(failed_etcd)},
         {"salus_cluster_etcd_errors_total", "counter",
          "etcd requests that failed (unreachable, refused).", "", CL(etcd_errors)},
+        {"salus_cluster_etcd_requests_total", "counter",
+         "Requests this node sent to etcd, by kind: lease keepalives (every TTL/3), other "
+         "lease requests, ranges (reads), writes (put, delete, txn), watch streams opened.",
+         "{kind=\"keepalive\"}", CL(etcd_keepalives)},
+        {"salus_cluster_etcd_requests_total", NULL, NULL, "{kind=\"lease\"}", CL(etcd_leases)},
+        {"salus_cluster_etcd_requests_total", NULL, NULL, "{kind=\"range\"}", CL(etcd_ranges)},
+        {"salus_cluster_etcd_requests_total", NULL, NULL, "{kind=\"write\"}", CL(etcd_writes)},
+        {"salus_cluster_etcd_requests_total", NULL, NULL, "{kind=\"watch\"}",
+         CL(etcd_watch_streams)},
+        {"salus_cluster_etcd_watch_events_total", "counter",
+         "Events etcd's watches delivered to this node (members, leader, group records).", "",
+         CL(etcd_watch_events)},
+        {"salus_cluster_etcd_txns_failed_total", "counter",
+         "Transactions (compare-and-swap writes) etcd answered with their compare failed: "
+         "another node wrote the key first.", "", CL(etcd_txns_failed)},
 #undef CL
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -546,6 +561,17 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
         for (size_t i = 0; i < s->group_count; i++)
             n += s->groups[i].state && strcmp(s->groups[i].state, group_states[k]) == 0;
         text_printf(t, "salus_groups{state=\"%s\"} %" PRIu64 "\n", group_states[k], n);
+    }
+    if (s->process) {
+        family(t, "salus_daemon_cpu_seconds_total", "counter",
+               "CPU time salusd used since it started (getrusage), by mode.");
+        metrics_format_ns_as_seconds(s->process->user_ns, value, sizeof(value));
+        text_printf(t, "salus_daemon_cpu_seconds_total{mode=\"user\"} %s\n", value);
+        metrics_format_ns_as_seconds(s->process->system_ns, value, sizeof(value));
+        text_printf(t, "salus_daemon_cpu_seconds_total{mode=\"system\"} %s\n", value);
+        family(t, "salus_daemon_max_resident_bytes", "gauge",
+               "The largest resident set salusd had since it started (getrusage).");
+        text_printf(t, "salus_daemon_max_resident_bytes %" PRIu64 "\n", s->process->max_rss_bytes);
     }
     if (s->cluster)
         cluster_families(t, s->cluster);

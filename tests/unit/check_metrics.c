@@ -257,6 +257,35 @@ START_TEST(test_render)
 }
 END_TEST
 
+/* The cluster's etcd requests by kind, and the daemon's own CPU and peak RSS (getrusage). */
+START_TEST(test_render_cluster_process)
+{
+    metrics_cluster_sample_t c = {.member = 1, .members = 4, .messages_sent = 9,
+                                  .etcd_keepalives = 30, .etcd_leases = 1, .etcd_ranges = 5,
+                                  .etcd_writes = 12, .etcd_watch_streams = 3,
+                                  .etcd_watch_events = 77, .etcd_txns_failed = 4};
+    metrics_process_sample_t p = {.user_ns = 1500000000ull, .system_ns = 250000000ull,
+                                  .max_rss_bytes = 12582912};
+    metrics_snapshot_t s = {.version = "1", .policy = "pack", .cluster = &c, .process = &p};
+    metrics_text_t t = {0};
+    ck_assert_int_eq(metrics_render(&s, &t), 0);
+    const char *text = t.data;
+    ck_assert_ptr_nonnull(strstr(text, "\nsalus_cluster_etcd_requests_total{kind=\"keepalive\"} 30\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nsalus_cluster_etcd_requests_total{kind=\"lease\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nsalus_cluster_etcd_requests_total{kind=\"range\"} 5\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nsalus_cluster_etcd_requests_total{kind=\"write\"} 12\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nsalus_cluster_etcd_requests_total{kind=\"watch\"} 3\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nsalus_cluster_etcd_watch_events_total 77\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nsalus_cluster_etcd_txns_failed_total 4\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nsalus_daemon_cpu_seconds_total{mode=\"user\"} 1.500000000\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nsalus_daemon_cpu_seconds_total{mode=\"system\"} 0.250000000\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nsalus_daemon_max_resident_bytes 12582912\n"));
+    ck_assert_int_eq(count_lines_starting(text, "# HELP salus_cluster_etcd_requests_total"), 1);
+    ck_assert_int_eq(count_lines_starting(text, "# TYPE salus_daemon_cpu_seconds_total counter"), 1);
+    metrics_text_free(&t);
+}
+END_TEST
+
 /* The policy's view: one series per job that has one, labelled with what the number means. */
 START_TEST(test_render_policy_rank)
 {
@@ -317,6 +346,7 @@ int main(void)
     tcase_add_test(tc, test_numbers);
     tcase_add_test(tc, test_render);
     tcase_add_test(tc, test_render_empty);
+    tcase_add_test(tc, test_render_cluster_process);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

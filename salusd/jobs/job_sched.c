@@ -185,6 +185,12 @@ static void apply_effects(salusd_t *d, sched_core_effects_t *fx)
             break;
         case SCHED_CORE_SLOT_DONE: /* taken above */
             break;
+        case SCHED_CORE_GATE: /* its role at the gate (sched_core.h, "Classes") */
+            LOG_DEBUG("job %llu: gate role %s", (unsigned long long)job->id,
+                      e->gate == SCHED_CORE_GATE_LC            ? "latency-critical"
+                      : e->gate == SCHED_CORE_GATE_PREEMPTIBLE ? "preemptible"
+                                                               : "none");
+            break;
         }
     }
     sched_core_effects_free(fx);

@@ -114,6 +114,7 @@ static void apply_from(sim_engine_t *e, size_t from)
         case SCHED_CORE_STOP_FREE_RUN: /* the model stops at every boundary anyway */
         case SCHED_CORE_LEARNED:
         case SCHED_CORE_SLOT_DONE: /* the simulator has no cluster groups */
+        case SCHED_CORE_GATE:      /* the simulator models no gate */
             break;
         }
     }

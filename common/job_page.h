@@ -39,6 +39,8 @@
 #ifndef SALUS_COMMON_JOB_PAGE_H
 #define SALUS_COMMON_JOB_PAGE_H
 
+#include "latency_hist.h"
+
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -82,6 +84,11 @@ typedef struct job_page_s {
     /* appended, shim -> daemon */
     _Atomic uint32_t trimmed_seq;        /* the boundary at whose park the unused chunks went
                                           * back (nothing more to ask for until it runs) */
+    /* appended, shim -> daemon: a latency-critical job's requests (its iterations, from the
+     * first submission to the quiescent point that ends it; latency_hist.h) */
+    _Atomic uint64_t requests;
+    _Atomic uint64_t requests_over_target;
+    _Atomic uint32_t request_hist[LATENCY_HIST_BUCKETS];
 } job_page_t;
 
 enum {

@@ -329,6 +329,7 @@ static void end_iteration(uint64_t now, int at_exit)
     uint64_t peak = atomic_load(&gate.peak_live);
     uint64_t ephemeral = peak > persistent ? peak - persistent : 0;
     atomic_fetch_add(&page->iterations, 1);
+    shim_class_request_done(page, duration);
     atomic_store(&page->last_iteration_ns, duration);
     atomic_fetch_add(&page->busy_ns, duration);
     atomic_store(&page->persistent_bytes, persistent);

@@ -181,6 +181,13 @@ void shim_gate_after_free(void);
 void shim_note_alloc(uint64_t live_bytes);
 int shim_mark_iteration(int begin);
 
+/* Job classes (gate_preempt.c): the fields of a latency-critical job's registration
+ * (SALUS_LATENCY_TARGET_MS, SALUS_REQUEST_MS): how many, and packed. */
+int shim_class_fields(void);
+void shim_class_pack(msgpack_packer *pk);
+/* An iteration of duration_ns ended: a latency-critical job counts it as a request. */
+void shim_class_request_done(job_page_t *page, uint64_t duration_ns);
+
 /* dlopen.c: set while the shim loads the real driver (its dlopen is not redirected) */
 extern __thread int shim_loading_driver;
 

@@ -113,6 +113,19 @@ void views_pack_jobs(conn_t *viewer, msgpack_packer *pk)
             proto_map_int_or_nil(&map, "group", 0, 0);
         proto_map_int_or_nil(&map, "rank", rank, group != NULL);
         proto_map_uint(&map, "gang_wait_ms", info.gang_wait_ns / 1000000);
+        /* latency-critical jobs: their target (null: best-effort) */
+        proto_map_str(&map, "class", job->latency_target_ns ? "latency-critical" : "best-effort");
+        proto_map_int_or_nil(&map, "latency_target_ms", (int64_t)(job->latency_target_ns / 1000000),
+                             job->latency_target_ns != 0);
+        /* its requests (iterations): count, over its target, latency percentiles (to within
+         * 25 %: latency_hist.h); null for a best-effort job */
+        bool lc = job->latency_target_ns != 0;
+        const job_stats_t *st = &job->stats;
+        proto_map_int_or_nil(&map, "requests", (int64_t)st->requests, lc);
+        proto_map_int_or_nil(&map, "requests_over_target", (int64_t)st->requests_over_target, lc);
+        proto_map_int_or_nil(&map, "request_p50_us", (int64_t)(st->request_p50_ns / 1000), lc);
+        proto_map_int_or_nil(&map, "request_p95_us", (int64_t)(st->request_p95_ns / 1000), lc);
+        proto_map_int_or_nil(&map, "request_p99_us", (int64_t)(st->request_p99_ns / 1000), lc);
         proto_map_uint(&map, "age_ms", (salusd_now_ns() - info.registered_ns) / 1000000);
         /* since salusd started; null until it happens */
         proto_map_uint(&map, "registered_at_ms", (info.registered_ns - d->started_ns) / 1000000);

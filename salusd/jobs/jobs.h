@@ -40,6 +40,8 @@ typedef struct jobs_fields_s {
     uint64_t gpus;                       /* GPUs of the one process (--gpus); 0 = 1 */
     int gpu_pinned;                      /* pin_gpu given: the one GPU it may run on */
     uint64_t pinned_gpu;
+    uint64_t latency_target_ns;          /* > 0: latency-critical (sched_core.h, "Classes") */
+    uint64_t request_ns;                 /* its expected GPU time per request; 0 = unknown */
 } jobs_fields_t;
 /* Reads and checks those fields of a request body: 0; -EINVAL when one has the wrong type
  * or a size is above 2^50 (the caller answers with its request's usage); -EILSEQ when the

@@ -332,13 +332,14 @@ static const verb_t verbs[] = {
     {"policy", 0, 1, verb_policy, "policy [NAME] [--json]",
      "show the scheduling policy, or switch to NAME"},
     {"run", 1, -1, verb_run, "run [--name N] [--iterations N] [--persistent B] [--ephemeral B] "
-     "[--priority N] [--gpus N] [--group G --world N --rank R [--local-rank L] "
+     "[--priority N] [--gpus N] [--latency-target MS] [--request-ms MS] [--group G --world N --rank R [--local-rank L] "
      "[--sync bsp|ssp:S|asp] [--share-gpus] [--restore]] -- CMD [ARGS]",
      "run a command as a salus job, in the foreground (a rank of group G: from the flags, or "
      "from mpirun's, srun's or torchrun's variables); B: 512MiB, 2GiB (powers of 1024) or "
      "512MB (10^6)"},
     {"submit", 1, -1, verb_submit, "submit [--log FILE] [--name N] [--iterations N] "
-     "[--persistent B] [--ephemeral B] [--priority N] [--gpus N] [--group G --world N --rank R "
+     "[--persistent B] [--ephemeral B] [--priority N] [--gpus N] [--latency-target MS] "
+     "[--request-ms MS] [--group G --world N --rank R "
      "[--local-rank L] [--sync bsp|ssp:S|asp] [--share-gpus] [--restore]] -- CMD [ARGS]",
      "run a command as a detached job (output to a log file); prints its id"},
     {"kill", 1, -1, verb_kill, "kill [--force] [--grace S] JOB",

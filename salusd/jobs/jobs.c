@@ -659,6 +659,12 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
         info->gang_wait_ns = job->end_gang_wait_ns;
     info->group_id = job->group_id;
     info->group_rank = job->group_rank;
+    info->latency_target_ns = job->latency_target_ns;
+    info->requests = job->stats.requests;
+    info->requests_over_target = job->stats.requests_over_target;
+    info->request_p50_ns = job->stats.request_p50_ns;
+    info->request_p95_ns = job->stats.request_p95_ns;
+    info->request_p99_ns = job->stats.request_p99_ns;
     info->iterations = job->stats.iterations;
     info->iterations_expected = job->iterations_expected;
     info->persistent_bytes = job->stats.persistent_bytes;

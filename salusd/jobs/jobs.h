@@ -109,6 +109,10 @@ typedef struct jobs_info_s {
     bool has_policy_rank;        /* the policy's view of the job (sched_rank_name says what) */
     double policy_rank;
     uint64_t registered_ns, admitted_ns, finished_ns; /* 0 until it happens */
+    /* a latency-critical job (target > 0): its requests (job_stats_t) */
+    uint64_t latency_target_ns;
+    uint64_t requests, requests_over_target;
+    uint64_t request_p50_ns, request_p95_ns, request_p99_ns;
 } jobs_info_t;
 /* Where the job runs, from the scheduling core's books (the one source): its GPU and memory
  * budget (never below what it holds); for a job that ended, the record of where it ran.

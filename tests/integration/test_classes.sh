@@ -3,7 +3,7 @@
 # Under the slo policy: one whose request alone is longer than its target is refused with the
 # reason; a second one whose requests would not fit the target beside the first one's is
 # refused; the first one's requests (its iterations) show in ps --json as a count, a count
-# over target and latency percentiles; a best-effort job shows null there.
+# over target and latency percentiles (so does /metrics); a best-effort job shows null there.
 . "$(dirname "$0")/lib.sh"
 trap cleanup_runs EXIT
 
@@ -19,7 +19,7 @@ until_jobs() { # until_jobs SECONDS PYTHON_CONDITION (j: jobs by name)
     wait_until "$seconds" jobs_show || fail "ps --json never showed: $condition ($(cat "$WORK/ps.json"))"
 }
 
-start_daemon --policy slo
+start_daemon --policy slo --metrics 127.0.0.1:0 --metrics-job-labels
 
 # a bad value is a usage error
 rc=0
@@ -69,3 +69,12 @@ assert 5000 <= s["request_p50_us"] <= s["request_p95_us"] <= s["request_p99_us"]
 assert t["class"] == "best-effort" and t["latency_target_ms"] is None and t["requests"] is None
 PY
 pass "ps --json shows the server's requests and their percentiles"
+metrics=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' "$(metrics_url)")
+for family in 'salus_job_requests_total{job_id="[0-9]*",name="server",uid="[0-9]*"} 60' \
+    'salus_job_requests_over_target_total{job_id="[0-9]*",name="server",uid="[0-9]*"} [0-9]' \
+    'salus_job_request_latency_seconds{job_id="[0-9]*",name="server",uid="[0-9]*",quantile="0.99"} 0\.0'; do
+    qgrep "^$family" <<<"$metrics" || fail "/metrics lacks $family: $(grep request <<<"$metrics")"
+done
+qgrep 'name="train".*quantile' <<<"$metrics" && fail "a best-effort job's request latency in /metrics"
+grep '^salus_job_request' <<<"$metrics"
+pass "/metrics shows the server's requests and their quantiles"

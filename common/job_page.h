@@ -89,6 +89,13 @@ typedef struct job_page_s {
     _Atomic uint64_t requests;
     _Atomic uint64_t requests_over_target;
     _Atomic uint32_t request_hist[LATENCY_HIST_BUCKETS];
+    /* appended, daemon -> shim: the job's role at the gate (SCHED_CORE_GATE_*: 0 none, 1
+     * latency-critical, 2 preemptible; gate_page.h), and the GPU whose gate page it uses */
+    _Atomic uint32_t gate_role;
+    _Atomic uint32_t gate_gpu;
+    /* appended, shim -> daemon: 1 while the job (latency-critical) is counted in its GPU's
+     * gate page; salusd takes it out when the job ends counted */
+    _Atomic uint32_t gate_counted;
 } job_page_t;
 
 enum {

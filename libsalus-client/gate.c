@@ -520,6 +520,9 @@ CUresult shim_gate_enter(CUstream stream, int ptds, int is_work, shim_gate_ticke
         *ticket = NULL;
     if (__builtin_expect(shim.mode != SHIM_MODE_MANAGED, 0))
         return shim.mode == SHIM_MODE_UNMANAGED ? CUDA_SUCCESS : shim.init_error;
+    uint32_t role = atomic_load_explicit(&shim.page->gate_role, memory_order_relaxed);
+    if (__builtin_expect(role != 0, 0)) /* preemption at the gate (gate_preempt.c) */
+        shim_gate_preempt(stream, ptds, is_work, role);
     gate_thread_t *me = gate_self;
     if (__builtin_expect(me != NULL && me->epoch != 0, 1)) {
         if (!is_work) {
@@ -558,6 +561,7 @@ void shim_after_sync(int whole_context)
         gate.per_thread_used = 0;
         atomic_store(&gate.min_live_since_quiescent, atomic_load(&shim.page->live_bytes));
         atomic_store(&gate.quiescent_flag, 1);
+        shim_gate_preempt_idle(); /* a latency-critical job's request is over */
         release_at_quiescent_point();
     }
     pthread_mutex_unlock(&gate.lock);

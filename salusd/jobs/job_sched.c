@@ -186,10 +186,7 @@ static void apply_effects(salusd_t *d, sched_core_effects_t *fx)
         case SCHED_CORE_SLOT_DONE: /* taken above */
             break;
         case SCHED_CORE_GATE: /* its role at the gate (sched_core.h, "Classes") */
-            LOG_DEBUG("job %llu: gate role %s", (unsigned long long)job->id,
-                      e->gate == SCHED_CORE_GATE_LC            ? "latency-critical"
-                      : e->gate == SCHED_CORE_GATE_PREEMPTIBLE ? "preemptible"
-                                                               : "none");
+            jobs_gate_role(d, job, e->gpu, e->gate);
             break;
         }
     }

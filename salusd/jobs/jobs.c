@@ -201,6 +201,8 @@ void jobs_release_runtime(salusd_t *d, job_t *job)
         close(rt->pidfd);
     if (rt->notify_fd >= 0)
         close(rt->notify_fd);
+    if (rt->page && JOB_STATE_IS_FINAL(job->state))
+        jobs_gate_job_ended(d, job); /* a latency-critical job that ended in a request */
     if (rt->page)
         munmap(rt->page, JOB_PAGE_BYTES);
     free(rt->chunks);
@@ -690,6 +692,7 @@ void jobs_shutdown(salusd_t *d)
         if (runtime_of(job))
             jobs_release_runtime(d, job);
     }
+    jobs_gate_shutdown();
 }
 
 job_t *jobs_reserve(conn_t *c, const jobs_fields_t *fields)

@@ -16,6 +16,14 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg);
+/* gate_page {}: the shared page of the job's GPU (gate_page.h), its descriptor passed. */
+void jobs_handle_gate_page(conn_t *c, const proto_msg_t *msg);
+/* The core's GATE effect: the job's role (SCHED_CORE_GATE_*) on gpu, into its page. */
+void jobs_gate_role(salusd_t *d, job_t *job, int gpu, unsigned role);
+void jobs_gate_shutdown(void);
+/* The job ended: if it was counted in its GPU's gate page (a request going on), it is not
+ * any more. */
+void jobs_gate_job_ended(salusd_t *d, job_t *job);
 void jobs_connection_closed(conn_t *c);
 /* Jobs across a restart (job_restart.c, job_reattach.c). jobs_restart_init reads the state file (a corrupt
  * or foreign one is set aside with a message and not used): the job-id counter, the policy's

@@ -5,7 +5,8 @@
  * submission reaches the driver); a preemptible best-effort job reads lc_active at each
  * submission (kernel, copy, memset, graph launch) and, while it is not 0, parks on wake_seq
  * (its memory stays; it resumes where it stopped), for at most GATE_MAX_PARK_NS at a time
- * (then GATE_INFLIGHT submissions pass before it parks again: the starvation bound).
+ * (then GATE_INFLIGHT submissions pass before it parks again: the starvation bound), and
+ * GATE_LINGER_NS after lc_active came down to 0 (a server's next request follows at once).
  *
  * Work already submitted is not stopped: while a latency-critical job is admitted on its
  * GPU, a preemptible job's thread records an event after every GATE_INFLIGHT-th launch and
@@ -25,6 +26,10 @@
 
 #define GATE_INFLIGHT 2u                       /* k: an event every k launches */
 #define GATE_MAX_PARK_NS (100ull * 1000000ull) /* the longest park at a time */
+/* A parked job that sees lc_active come down to 0 waits this much longer for the next
+ * request of a busy server (it starts within microseconds) before it goes on: else each
+ * request of a busy period would wait for one more best-effort kernel. */
+#define GATE_LINGER_NS (1000000ull)
 
 typedef struct gate_page_s {
     uint32_t magic;

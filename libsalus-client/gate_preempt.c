@@ -135,8 +135,14 @@ static void park_for_latency_critical(gate_page_t *g)
     uint64_t start = shim_now_ns(), now = start;
     for (;;) {
         uint32_t seq = atomic_load(&g->wake_seq);
-        if (!atomic_load(&g->lc_active))
-            break;
+        if (!atomic_load(&g->lc_active)) {
+            /* the request is over: a busy server's next one follows at once */
+            struct timespec linger = {.tv_sec = 0, .tv_nsec = (long)GATE_LINGER_NS};
+            nanosleep(&linger, NULL);
+            if (!atomic_load(&g->lc_active))
+                break;
+            continue;
+        }
         now = shim_now_ns();
         if (now - start >= GATE_MAX_PARK_NS) {
             gate_thread.pass_left = GATE_INFLIGHT;

@@ -84,8 +84,9 @@ typedef struct job_page_s {
     /* appended, shim -> daemon */
     _Atomic uint32_t trimmed_seq;        /* the boundary at whose park the unused chunks went
                                           * back (nothing more to ask for until it runs) */
-    /* appended, shim -> daemon: a latency-critical job's requests (its iterations, from the
-     * first submission to the quiescent point that ends it; latency_hist.h) */
+    /* appended, shim -> daemon: a latency-critical job's requests (its iterations but the
+     * first, which includes its start-up: from the first submission to the quiescent point
+     * that ends it; latency_hist.h) */
     _Atomic uint64_t requests;
     _Atomic uint64_t requests_over_target;
     _Atomic uint32_t request_hist[LATENCY_HIST_BUCKETS];

@@ -48,6 +48,8 @@ void shim_class_request_done(job_page_t *page, uint64_t duration_ns)
         target_ns = env_ms_ns("SALUS_LATENCY_TARGET_MS");
     if (!target_ns)
         return; /* best-effort */
+    if (atomic_load(&page->iterations) <= 1)
+        return; /* the first iteration includes the program's start-up: not a request */
     atomic_fetch_add(&page->requests, 1);
     if (duration_ns > target_ns)
         atomic_fetch_add(&page->requests_over_target, 1);

@@ -177,7 +177,8 @@ void views_pack_lanes(conn_t *viewer, msgpack_packer *pk)
 /* stats: raw counters; salusctl turns them into rates between two samples.
  * {now_ms, gpus: [{index, name, total_bytes, used_bytes, reserved_bytes, busy_ms|nil, lanes,
  *  jobs}], jobs: [{id, name, uid, state, gpu|nil, iterations, iterations_expected,
- *  memory_bytes, gpu_time_ms, wait_in_progress_ms, group|nil, rank|nil, gang_wait_ms}]}
+ *  memory_bytes, gpu_time_ms, wait_in_progress_ms, group|nil, rank|nil, gang_wait_ms,
+ *  latency_target_ms|nil, request_p99_us|nil, requests_over_target|nil}]}
  * (jobs: those the requester may see) */
 void views_handle_stats(conn_t *c, const proto_msg_t *msg)
 {
@@ -248,6 +249,13 @@ void views_handle_stats(conn_t *c, const proto_msg_t *msg)
             proto_map_int_or_nil(&map, "group", 0, 0);
         proto_map_int_or_nil(&map, "rank", rank, group != NULL);
         proto_map_uint(&map, "gang_wait_ms", info->gang_wait_ns / 1000000);
+        /* latency-critical jobs: their requests' p99 and count over target (null: none) */
+        bool lc = info->latency_target_ns != 0;
+        proto_map_int_or_nil(&map, "latency_target_ms", (int64_t)(info->latency_target_ns / 1000000),
+                             lc);
+        proto_map_int_or_nil(&map, "request_p99_us", (int64_t)(info->request_p99_ns / 1000), lc);
+        proto_map_int_or_nil(&map, "requests_over_target", (int64_t)info->requests_over_target,
+                             lc);
         proto_map_end(&map);
     }
     proto_enc_finish(enc);

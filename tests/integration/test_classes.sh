@@ -3,7 +3,8 @@
 # Under the slo policy: one whose request alone is longer than its target is refused with the
 # reason; a second one whose requests would not fit the target beside the first one's is
 # refused; the first one's requests (its iterations) show in ps --json as a count, a count
-# over target and latency percentiles (so does /metrics); a best-effort job shows null there.
+# over target and latency percentiles (so do /metrics, ps and top); a best-effort job shows
+# null there.
 . "$(dirname "$0")/lib.sh"
 trap cleanup_runs EXIT
 
@@ -69,8 +70,18 @@ assert 5000 <= s["request_p50_us"] <= s["request_p95_us"] <= s["request_p99_us"]
 assert t["class"] == "best-effort" and t["latency_target_ms"] is None and t["requests"] is None
 PY
 pass "ps --json shows the server's requests and their percentiles"
+"$SALUSCTL" ps >"$WORK/ps.txt"
+"$SALUSCTL" top </dev/null >"$WORK/top.txt"
+for view in ps top; do
+    qgrep "TARGET_MS  P99_MS   OVER" "$WORK/$view.txt" || fail "$view lacks the request columns: $(cat "$WORK/$view.txt")"
+    grep -E "server .* 40 +[0-9]+\.[0-9] +[0-9]+ *$" "$WORK/$view.txt" ||
+        fail "$view lacks the server's target, p99 and count over target: $(cat "$WORK/$view.txt")"
+    grep -E "train .* - +- +- *$" >/dev/null "$WORK/$view.txt" ||
+        fail "$view shows request columns for a best-effort job: $(cat "$WORK/$view.txt")"
+done
+pass "ps and top show the server's target, request p99 and requests over target"
 metrics=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' "$(metrics_url)")
-for family in 'salus_job_requests_total{job_id="[0-9]*",name="server",uid="[0-9]*"} 60' \
+for family in 'salus_job_requests_total{job_id="[0-9]*",name="server",uid="[0-9]*"} 59' \
     'salus_job_requests_over_target_total{job_id="[0-9]*",name="server",uid="[0-9]*"} [0-9]' \
     'salus_job_request_latency_seconds{job_id="[0-9]*",name="server",uid="[0-9]*",quantile="0.99"} 0\.0'; do
     qgrep "^$family" <<<"$metrics" || fail "/metrics lacks $family: $(grep request <<<"$metrics")"

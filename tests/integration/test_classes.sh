@@ -28,6 +28,12 @@ rc=0
 [ "$rc" -eq 2 ] && qgrep -- "--latency-target expects milliseconds" "$WORK/bad.out" ||
     fail "--latency-target 0: exit $rc, $(cat "$WORK/bad.out")"
 
+# the environment's default (a model server's container or unit)
+id=$(SALUS_LATENCY_TARGET_MS=30 "$SALUSCTL" submit --name by-env --log "$WORK/env.log" -- sleep 60)
+until_jobs 10 "j.get('by-env', {}).get('latency_target_ms') == 30"
+"$SALUSCTL" kill --force "$id" >/dev/null || fail "salusctl kill $id"
+pass "SALUS_LATENCY_TARGET_MS is --latency-target's default"
+
 # alone, a request of 8 ms cannot meet a 5 ms target
 rc=0
 "$SALUSCTL" run --name tight --latency-target 5 --request-ms 8 -- "$SYNTH" --iterations 1 \

@@ -188,8 +188,8 @@ CUresult shim_gate_preempt(CUstream stream, int ptds, int is_work, uint32_t role
         /* before its submission reaches the driver: a best-effort submission that reads
          * the count after this parks */
         if (!atomic_load(&lc_counted) && !atomic_exchange(&lc_counted, 1)) {
-            atomic_store(&shim.page->gate_counted, 1);
             atomic_fetch_add(&g->lc_active, 1);
+            atomic_store(&shim.page->gate_counted, 1); /* salusd takes it out if we die */
         }
         return CUDA_SUCCESS;
     }
@@ -206,11 +206,16 @@ void shim_gate_preempt_idle(void)
     if (!atomic_load(&lc_counted) || !atomic_exchange(&lc_counted, 0))
         return;
     gate_page_t *g = atomic_load(&gate_page_mapped);
-    if (g && atomic_fetch_sub(&g->lc_active, 1) == 1) {
+    /* whoever clears gate_counted takes the count out: this job, or salusd when it ended */
+    if (!g || !atomic_exchange(&shim.page->gate_counted, 0))
+        return;
+    uint32_t active = atomic_load(&g->lc_active);
+    while (active > 0 && !atomic_compare_exchange_weak(&g->lc_active, &active, active - 1))
+        ;
+    if (active == 1) {
         atomic_fetch_add(&g->wake_seq, 1);
         syscall(SYS_futex, (uint32_t *)&g->wake_seq, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
     }
-    atomic_store(&shim.page->gate_counted, 0);
 }
 
 /* A latency-critical job that ends with a request going on is not counted any more. */

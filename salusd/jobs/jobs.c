@@ -201,8 +201,6 @@ void jobs_release_runtime(salusd_t *d, job_t *job)
         close(rt->pidfd);
     if (rt->notify_fd >= 0)
         close(rt->notify_fd);
-    if (rt->page && JOB_STATE_IS_FINAL(job->state))
-        jobs_gate_job_ended(d, job); /* a latency-critical job that ended in a request */
     if (rt->page)
         munmap(rt->page, JOB_PAGE_BYTES);
     free(rt->chunks);
@@ -278,6 +276,7 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     }
     if (rt->conn)
         rt->conn->job_id = 0;
+    jobs_gate_job_ended(d, job); /* a latency-critical job that ended in a request */
     jobs_release_runtime(d, job);
     job->owner = NULL;
     job->committed_bytes = 0;

@@ -5,7 +5,9 @@
 # best-effort job after its first submission passed the gate, beside a best-effort job whose
 # iteration is 500 ms of 5 ms kernels and one that never synchronises. A request therefore
 # never waits for a best-effort job's whole iteration (100 kernels): its wait in kernels is
-# bounded, not a wall-clock time, so a loaded machine cannot make it flake.
+# bounded, not a wall-clock time, so a loaded machine cannot make it flake. Then a
+# latency-critical job killed in the middle of a request: salusd takes its count out of the
+# GPU's gate page and the best-effort job goes on.
 . "$(dirname "$0")/lib.sh"
 trap cleanup_runs EXIT
 
@@ -82,3 +84,27 @@ echo "slo:  $n_slo requests, best-effort kernels started before a request's kern
 [ "$max_slo" -le "$BOUND" ] ||
     fail "a request waited for $max_slo best-effort kernels (bound: $BOUND)"
 pass "every request waited for at most $max_slo best-effort kernels (bound $BOUND, i.e. $((BOUND * 5)) ms of 5 ms kernels; a best-effort iteration is 100)"
+
+# a latency-critical job killed during a request (one 30 s kernel): salusd takes it out of the
+# gate page, and the best-effort job that never synchronises goes on at full speed
+start_daemon --policy slo
+"$SALUSCTL" run --name be-nosync --persistent 64MiB --ephemeral 64MiB -- "$SYNTH" \
+    --iterations 1000000 --gpu-ms 5 --host-ms 0 --no-sync --persistent-mb 16 --ephemeral-mb 0 \
+    >"$WORK/be.out" 2>&1 &
+RUN_PIDS+=($!)
+until_jobs 30 "j.get('be-nosync', {}).get('state') == 'running'"
+"$SALUSCTL" run --name long-request --latency-target 60000 --persistent 64MiB --ephemeral 64MiB \
+    -- "$SYNTH" --iterations 1 --gpu-ms 30000 --host-ms 0 --persistent-mb 16 --ephemeral-mb 0 \
+    >"$WORK/long.out" 2>&1 &
+LONG=$!
+RUN_PIDS+=("$LONG")
+until_jobs 30 "j.get('long-request', {}).get('state') == 'running'"
+lines() { wc -l <"$WORK/be.out"; }
+before=$(lines)
+kill -9 "$LONG"
+wait_until 20 "grep -q 'ended during a request' '$WORK/salusd.log'" ||
+    fail "salusd did not take the killed job out of the gate page"
+# 200 iterations of 5 ms: a second of GPU; parked (2 submissions per 100 ms) it would take 10 s
+wait_until 8 '[ "$(lines)" -ge $((before + 200)) ]' ||
+    fail "the best-effort job did not go on after the request's job was killed ($before -> $(lines) lines)"
+pass "a latency-critical job killed during a request: $(grep -m1 -o 'job [0-9]* ended during a request.*' "$WORK/salusd.log")"

@@ -237,6 +237,7 @@ void sim_submit(sim_engine_t *e, size_t from, size_t to)
                                                                   : s->iteration_ms / 1e3)
                                 : 0,
             .priority = s->priority,
+            .latency_target_ns = sim_to_ns(s->latency_target_ms / 1e3),
         };
     }
     size_t first = e->effects.count;

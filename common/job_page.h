@@ -39,6 +39,8 @@
 #ifndef SALUS_COMMON_JOB_PAGE_H
 #define SALUS_COMMON_JOB_PAGE_H
 
+#include "latency_hist.h"
+
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -82,6 +84,19 @@ typedef struct job_page_s {
     /* appended, shim -> daemon */
     _Atomic uint32_t trimmed_seq;        /* the boundary at whose park the unused chunks went
                                           * back (nothing more to ask for until it runs) */
+    /* appended, shim -> daemon: a latency-critical job's requests (its iterations but the
+     * first, which includes its start-up: from the first submission to the quiescent point
+     * that ends it; latency_hist.h) */
+    _Atomic uint64_t requests;
+    _Atomic uint64_t requests_over_target;
+    _Atomic uint32_t request_hist[LATENCY_HIST_BUCKETS];
+    /* appended, daemon -> shim: the job's role at the gate (SCHED_CORE_GATE_*: 0 none, 1
+     * latency-critical, 2 preemptible; gate_page.h), and the GPU whose gate page it uses */
+    _Atomic uint32_t gate_role;
+    _Atomic uint32_t gate_gpu;
+    /* appended, shim -> daemon: 1 while the job (latency-critical) is counted in its GPU's
+     * gate page; salusd takes it out when the job ends counted */
+    _Atomic uint32_t gate_counted;
 } job_page_t;
 
 enum {

@@ -329,6 +329,7 @@ static void end_iteration(uint64_t now, int at_exit)
     uint64_t peak = atomic_load(&gate.peak_live);
     uint64_t ephemeral = peak > persistent ? peak - persistent : 0;
     atomic_fetch_add(&page->iterations, 1);
+    shim_class_request_done(page, duration);
     atomic_store(&page->last_iteration_ns, duration);
     atomic_fetch_add(&page->busy_ns, duration);
     atomic_store(&page->persistent_bytes, persistent);
@@ -519,6 +520,9 @@ CUresult shim_gate_enter(CUstream stream, int ptds, int is_work, shim_gate_ticke
         *ticket = NULL;
     if (__builtin_expect(shim.mode != SHIM_MODE_MANAGED, 0))
         return shim.mode == SHIM_MODE_UNMANAGED ? CUDA_SUCCESS : shim.init_error;
+    uint32_t role = atomic_load_explicit(&shim.page->gate_role, memory_order_relaxed);
+    if (__builtin_expect(role != 0, 0)) /* preemption at the gate (gate_preempt.c) */
+        shim_gate_preempt(stream, ptds, is_work, role);
     gate_thread_t *me = gate_self;
     if (__builtin_expect(me != NULL && me->epoch != 0, 1)) {
         if (!is_work) {
@@ -557,6 +561,7 @@ void shim_after_sync(int whole_context)
         gate.per_thread_used = 0;
         atomic_store(&gate.min_live_since_quiescent, atomic_load(&shim.page->live_bytes));
         atomic_store(&gate.quiescent_flag, 1);
+        shim_gate_preempt_idle(); /* a latency-critical job's request is over */
         release_at_quiescent_point();
     }
     pthread_mutex_unlock(&gate.lock);

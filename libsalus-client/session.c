@@ -236,7 +236,9 @@ static int register_job(const char *socket_path)
     uint64_t lost_at_ns = 0; /* salusd went away while the job waited for admission */
     for (;;) {
         msgpack_packer *pk = salus_client_begin(&shim.client, "register",
-                                                (reserved_id ? 6 : 5) + (gpus > 1) + pinned);
+                                                (reserved_id ? 6 : 5) + (gpus > 1) + pinned +
+                                                    shim_class_fields());
+        shim_class_pack(pk); /* latency-critical: its target (gate_preempt.c) */
         if (pinned)
             proto_pack_kv_uint(pk, "pin_gpu", pin);
         if (gpus > 1) /* a job that salusctl reserved keeps the GPUs it asked for there */

@@ -181,6 +181,21 @@ void shim_gate_after_free(void);
 void shim_note_alloc(uint64_t live_bytes);
 int shim_mark_iteration(int begin);
 
+/* Job classes (gate_preempt.c): the fields of a latency-critical job's registration
+ * (SALUS_LATENCY_TARGET_MS, SALUS_REQUEST_MS): how many, and packed. */
+int shim_class_fields(void);
+void shim_class_pack(msgpack_packer *pk);
+/* An iteration of duration_ns ended: a latency-critical job counts it as a request. */
+void shim_class_request_done(job_page_t *page, uint64_t duration_ns);
+/* Preemption at the gate (gate_preempt.c, gate_page.h), for a job whose page gives it a
+ * role (job_page.h gate_role): called by every submission before the gate's own work, it
+ * counts a latency-critical job's request, or parks a preemptible job while one goes on and
+ * bounds its launches in flight. shim_gate_preempt_idle: the job's work is all done (a
+ * quiescent point): its request is over. */
+enum { SHIM_GATE_LC = 1, SHIM_GATE_PREEMPTIBLE = 2 }; /* = SCHED_CORE_GATE_* */
+CUresult shim_gate_preempt(CUstream stream, int ptds, int is_work, uint32_t role);
+void shim_gate_preempt_idle(void);
+
 /* dlopen.c: set while the shim loads the real driver (its dlopen is not redirected) */
 extern __thread int shim_loading_driver;
 

@@ -22,7 +22,7 @@ void sched_core_effects_free(sched_core_effects_t *effects)
 const char *sched_core_effect_name(sched_core_effect_kind_t kind)
 {
     static const char *const names[] = {"admit", "refuse", "grant", "stop-free-run", "budget",
-                                        "move", "slot-done", "learned"};
+                                        "move", "slot-done", "learned", "gate"};
     return (unsigned)kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
 }
 
@@ -97,6 +97,8 @@ static void forget(sched_core_t *core, uint64_t id)
             core->admitted_count--;
         }
     }
+    if (job->latency_target_ns)
+        core->lc_jobs--;
     job->gone = true;
     job->admitted = false; /* every walk over the jobs looks at admitted ones only */
     core->gone_count++;
@@ -816,6 +818,10 @@ static int end(sched_core_t *core, uint64_t now_ns)
     refresh_budgets(core);
     dispatch_touched(core, now_ns);
     flush_yield(core);
+    if (core->lc_jobs || core->gated_jobs) { /* classes: the gate roles (sched_core_slo.c) */
+        core->gates_dirty = true;
+        core_gates_settle(core);
+    }
     core->effects = NULL;
     return core->error;
 }
@@ -853,20 +859,42 @@ static int add_job(sched_core_t *core, const sched_core_job_hints_t *hints, uint
         .only_gpu = hints->pinned && !hints->group.id ? hints->pinned_gpu : LANES_ANY_GPU,
         .group_id = hints->group.id,
         .rank = hints->group.rank,
+        .latency_target_ns = hints->latency_target_ns,
     };
+    if (hints->latency_target_ns)
+        core->lc_jobs++;
     if (hints->group.id) /* a rank waits for its group until it is admitted */
         core_gang_wait_start(&core->jobs[at], core->jobs[at].registered_ns);
     core->waiting[core->waiting_count++] = hints->id;
     return 0;
 }
 
+/* A latency-critical job no GPU can serve within its target is refused at once (sched_core.h,
+ * "Classes"). Within an event. */
+static void check_latency_target(sched_core_t *core, uint64_t id)
+{
+    core_job_t *job = find(core, id);
+    if (!job || !job->latency_target_ns)
+        return;
+    const char *reason = core_lc_check(core, job);
+    if (!reason)
+        return;
+    emit(core, (sched_core_effect_t){.kind = SCHED_CORE_REFUSE, .job_id = id, .gpu = -1,
+                                     .reason = reason});
+    forget(core, id);
+}
+
 int sched_core_jobs_registered(sched_core_t *core, const sched_core_job_hints_t *hints,
                                size_t count, uint64_t now_ns, sched_core_effects_t *effects)
 {
     int rc = 0;
+    size_t added = 0;
     for (size_t i = 0; i < count && rc == 0; i++)
-        rc = add_job(core, &hints[i], now_ns);
+        if ((rc = add_job(core, &hints[i], now_ns)) == 0)
+            added++;
     begin(core, effects);
+    for (size_t i = 0; i < added; i++)
+        check_latency_target(core, hints[i].id);
     admission_round(core, now_ns);
     int rc2 = end(core, now_ns);
     return rc < 0 ? rc : rc2;
@@ -879,6 +907,7 @@ int sched_core_job_registered(sched_core_t *core, const sched_core_job_hints_t *
     if (rc < 0)
         return rc;
     begin(core, effects);
+    check_latency_target(core, hints->id);
     admission_round(core, now_ns);
     return end(core, now_ns);
 }
@@ -1065,6 +1094,8 @@ int sched_core_set_policy(sched_core_t *core, const char *name, uint64_t now_ns,
     begin(core, effects);
     admission_round(core, now_ns);
     touch_all_lanes(core);
+    core->gates_dirty = true; /* the roles follow the policy's gate_preemption */
+    core_gates_settle(core);
     return end(core, now_ns);
 }
 
@@ -1208,6 +1239,8 @@ int sched_core_job_info_at(const sched_core_t *core, uint64_t job_id, uint64_t n
     }
     info->id = job->id;
     info->uid = job->uid;
+    info->latency_target_ns = job->latency_target_ns;
+    info->gate = job->admitted ? job->gate : SCHED_CORE_GATE_NONE;
     info->gpu = job->admitted ? job->gpu : -1;
     info->lane = job->admitted ? job->lane : 0;
     info->budget_bytes = job->admitted ? job->budget_bytes : 0;

@@ -202,7 +202,17 @@ typedef enum sched_core_effect_kind_e {
      * MOVE come with it), or do not fit now (reason: why; it keeps its provisional books and
      * is retried at its next boundary). */
     SCHED_CORE_LEARNED,
+    /* The job's gate role changed (gate: SCHED_CORE_GATE_*; "Classes" above). */
+    SCHED_CORE_GATE,
 } sched_core_effect_kind_t;
+
+/* A job's role at the shim's gate (sched_core.h, "Classes"). */
+enum {
+    SCHED_CORE_GATE_NONE = 0,        /* not parked between boundaries */
+    SCHED_CORE_GATE_LC = 1,          /* latency-critical: announces its work at the gate */
+    SCHED_CORE_GATE_PREEMPTIBLE = 2, /* best-effort: parked at its next submission while a
+                                        latency-critical job of its GPU has work */
+};
 
 typedef struct sched_core_effect_s {
     sched_core_effect_kind_t kind;
@@ -214,6 +224,7 @@ typedef struct sched_core_effect_s {
     uint64_t seq;                               /* SLOT_DONE */
     bool free_run;
     bool clear_needed;
+    uint8_t gate; /* GATE: SCHED_CORE_GATE_* */
     const char *reason;
 } sched_core_effect_t;
 
@@ -258,6 +269,9 @@ typedef struct sched_core_job_hints_s {
      * ranks of a group. */
     bool pinned;
     int pinned_gpu;
+    /* > 0: latency-critical, each iteration (a request) should take at most this long;
+     * 0: best-effort ("Classes" above) */
+    uint64_t latency_target_ns;
 } sched_core_job_hints_t;
 
 /* A job registered: it waits for admission; an admission round runs. -EEXIST, -EINVAL,
@@ -415,6 +429,8 @@ typedef struct sched_core_job_info_s {
      * its gang's slot, or for SSP's slowest rank), the current wait included */
     sched_core_group_t group;
     uint64_t gang_wait_ns;
+    uint64_t latency_target_ns; /* 0: best-effort */
+    uint8_t gate;               /* SCHED_CORE_GATE_*: its role at the gate now */
 } sched_core_job_info_t;
 
 /* 0, or -ENOENT when the core does not know the job. gang_wait_ns counts the current wait up

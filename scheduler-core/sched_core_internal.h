@@ -47,6 +47,9 @@ typedef struct core_job_s {
     bool ran_free;  /* granted free_run in its gang's slot, no boundary reported since */
     uint64_t slot_start_iterations;
     uint64_t gang_wait_ns, gang_wait_since_ns; /* since: 0 = not held for its group now */
+    /* classes (sched_core.h, "Classes") */
+    uint64_t latency_target_ns; /* 0: best-effort */
+    uint8_t gate;               /* the role last emitted (SCHED_CORE_GATE_*) */
 } core_job_t;
 
 /* A distributed job (sched_core.h, "Groups"). */
@@ -167,7 +170,18 @@ struct sched_core_s {
         uint64_t busy_ns;
     } *usage;
     size_t usage_count, usage_capacity;
+    /* classes: latency-critical jobs known (waiting or admitted), jobs with a gate role;
+     * gates_dirty: the admitted set changed since the roles were last settled */
+    size_t lc_jobs, gated_jobs;
+    bool gates_dirty;
 };
+
+/* sched_core_slo.c: classes */
+/* At registration of a latency-critical job: NULL when some GPU can serve it (its only_gpu
+ * set to the best one), else the reason it is refused. */
+const char *core_lc_check(sched_core_t *core, core_job_t *job);
+/* At the end of an event: emits GATE for each admitted job whose role changed. */
+void core_gates_settle(sched_core_t *core);
 
 /* sched_core.c */
 core_job_t *core_find_slow(const sched_core_t *core, uint64_t id);
@@ -224,6 +238,7 @@ static inline void emit(sched_core_t *core, sched_core_effect_t effect)
     slot->seq = effect.seq;
     slot->free_run = effect.free_run;
     slot->clear_needed = effect.clear_needed;
+    slot->gate = effect.gate;
     slot->reason = effect.reason;
 }
 
@@ -283,6 +298,7 @@ static inline void view_of_admitted(const core_job_t *job, policy_job_t *v)
         .priority = job->priority,
         .lane = job->lane,
         .runnable = job->ready && !job->holds_lane,
+        .latency_target_ns = job->latency_target_ns,
     };
 }
 

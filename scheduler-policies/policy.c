@@ -13,6 +13,7 @@ static const policy_ops_t *const registry[] = {
     &policy_fair_ops,
     &policy_las_ops,
     &policy_gittins_ops,
+    &policy_slo_ops,
 };
 
 #define REGISTRY_SIZE (sizeof(registry) / sizeof(registry[0]))

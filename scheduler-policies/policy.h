@@ -24,6 +24,9 @@ typedef struct policy_config_s {
     /* SRTF: iteration time assumed for a job not measured yet. 0 (default): an unmeasured job
      * counts as having no remaining time, so it runs one iteration first and gets measured. */
     uint64_t default_iteration_ns;
+    /* slo: the policy that orders the best-effort jobs under the latency-critical ones
+     * ("fair" when NULL; any policy but slo itself). */
+    const char *slo_base;
 } policy_config_t;
 
 typedef struct policy_job_s {
@@ -36,6 +39,8 @@ typedef struct policy_job_s {
     int32_t priority;             /* higher runs first when the policy's own order ties */
     uint32_t lane;                /* the lane manager's lane id */
     bool runnable;                /* waiting at an iteration boundary for a grant */
+    uint64_t latency_target_ns;   /* latency-critical: its target per iteration (a request);
+                                     0: best-effort */
 } policy_job_t;
 
 typedef struct policy_ops_s {
@@ -49,6 +54,10 @@ typedef struct policy_ops_s {
      * admission order (FIFO: true; lanes_admit_in_order's strict_order). */
     uint32_t max_jobs_per_gpu;
     bool admission_blocks;
+    /* The core parks best-effort jobs at their next submission while a latency-critical job
+     * of their GPU has work (sched_core.h, "Classes"); false: latency-critical jobs only go
+     * first where the policy's own order puts them. */
+    bool gate_preemption;
 
     /* Required. Called by policy_init / policy_switch, from the scheduling loop. Returns the
      * policy's state, or NULL on failure (then the previous policy stays). config may be

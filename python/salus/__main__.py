@@ -8,9 +8,11 @@ from . import Client, Error
 
 
 def print_ps(jobs):
+    # TARGET_MS, P99_MS, OVER when some job is latency-critical, as salusctl ps
+    classes = any(isinstance(j.latency_target_ms, int) for j in jobs)
     print(f"{'ID':<5} {'NAME':<20} {'PID':<8} {'UID':<6} {'STATE':<8} {'GPU':<4} {'LANE':<5} "
           f"{'ITER':>7} {'MEM_MIB':>9} {'GPU_S':>9} {'WAIT_S':>9} {'GROUP:RANK':<16} "
-          f"{'GANG_S':>6}")
+          f"{'GANG_S':>6}" + (" TARGET_MS  P99_MS   OVER" if classes else ""))
     for j in jobs:
         gpu = str(j.gpu) if isinstance(j.gpu, int) else "-"
         if j.gpus and len(j.gpus) > 1:  # --gpus N: every one
@@ -20,7 +22,16 @@ def print_ps(jobs):
         print(f"{j.id:<5} {j.name:<20.20} {j.pid:<8} {j.uid:<6} {j.state:<8} {gpu:<4} "
               f"{lane:<5} {j.iterations:>7} {j.memory_bytes / 1048576.0:9.1f} "
               f"{j.gpu_time_ms / 1000.0:9.1f} {j.wait_time_ms / 1000.0:9.1f} {group:<16.16} "
-              f"{j.gang_wait_ms / 1000.0:6.1f}")
+              f"{j.gang_wait_ms / 1000.0:6.1f}" + _request_columns(j, classes))
+
+
+def _request_columns(j, classes):
+    if not classes:
+        return ""
+    if not isinstance(j.latency_target_ms, int):
+        return f" {'-':>9} {'-':>7} {'-':>6}"
+    return (f" {j.latency_target_ms:9d} {(j.request_p99_us or 0) / 1000.0:7.1f} "
+            f"{j.requests_over_target or 0:6d}")
 
 
 def print_status(st):

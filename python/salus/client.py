@@ -80,6 +80,11 @@ class Job:
     group: str | None = None
     rank: int | None = None
     gang_wait_ms: int = 0
+    # a latency-critical job (submit(latency_target_ms=...)): its target and requests
+    latency_target_ms: int | None = None
+    requests: int | None = None
+    requests_over_target: int | None = None
+    request_p99_us: int | None = None
     raw: dict = dataclasses.field(default_factory=dict, repr=False)
 
 
@@ -277,18 +282,21 @@ class Client:
                 os.close(fd)
 
     def submit(self, command, name=None, log=None, group=None, world=None, rank=None,
-               sync=None, hints=None):
+               sync=None, hints=None, latency_target_ms=None):
         """Runs command (a list) as a detached job; returns its id. A job's process must be
         started by a client, never by salusd (which runs no user code), with the shim set up:
         this runs `salusctl submit`, found next to $SALUSCTL, on PATH, or given as
-        Client(salusctl=...). hints: extra salusctl options, e.g. ["--iterations", "100"]."""
+        Client(salusctl=...). hints: extra salusctl options, e.g. ["--iterations", "100"].
+        latency_target_ms: a latency-critical job (a model server), each request (iteration)
+        within that many milliseconds (salusctl --latency-target)."""
         salusctl = self._salusctl or os.environ.get("SALUSCTL") or shutil.which("salusctl")
         if not salusctl:
             raise ProtocolError(errno.ENOENT, "submit: salusctl is not on PATH (give "
                                 "Client(salusctl=PATH))")
         args = [salusctl, "--socket", self.socket, "--json", "submit"]
         for flag, value in (("--name", name), ("--log", log), ("--group", group),
-                            ("--world", world), ("--rank", rank), ("--sync", sync)):
+                            ("--world", world), ("--rank", rank), ("--sync", sync),
+                            ("--latency-target", latency_target_ms)):
             if value is not None:
                 args += [flag, str(value)]
         args += list(hints or []) + ["--"] + [str(c) for c in command]

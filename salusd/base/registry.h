@@ -32,6 +32,10 @@ typedef struct job_stats_s {
     uint64_t live_bytes;
     uint64_t busy_ns;
     uint64_t wait_ns;
+    /* a latency-critical job's requests (its iterations): how many, how many took longer
+     * than its target, and percentiles of their latency (latency_hist.h; 0: none yet) */
+    uint64_t requests, requests_over_target;
+    uint64_t request_p50_ns, request_p95_ns, request_p99_ns;
 } job_stats_t;
 
 typedef struct job_s {
@@ -52,6 +56,8 @@ typedef struct job_s {
     uint64_t persistent_hint_bytes;
     uint64_t ephemeral_hint_bytes;
     int64_t priority;
+    uint64_t latency_target_ns; /* > 0: latency-critical (salusctl run --latency-target) */
+    uint64_t request_ns;        /* its expected GPU time per request (--request-ms) */
     int gpu_pinned;           /* it may run on pinned_gpu only (SALUS_GPU) */
     int pinned_gpu;
     /* where a live job runs (GPU, lane, budget) is the scheduling core's (jobs_info_at) */

@@ -113,6 +113,19 @@ void views_pack_jobs(conn_t *viewer, msgpack_packer *pk)
             proto_map_int_or_nil(&map, "group", 0, 0);
         proto_map_int_or_nil(&map, "rank", rank, group != NULL);
         proto_map_uint(&map, "gang_wait_ms", info.gang_wait_ns / 1000000);
+        /* latency-critical jobs: their target (null: best-effort) */
+        proto_map_str(&map, "class", job->latency_target_ns ? "latency-critical" : "best-effort");
+        proto_map_int_or_nil(&map, "latency_target_ms", (int64_t)(job->latency_target_ns / 1000000),
+                             job->latency_target_ns != 0);
+        /* its requests (iterations): count, over its target, latency percentiles (to within
+         * 25 %: latency_hist.h); null for a best-effort job */
+        bool lc = job->latency_target_ns != 0;
+        const job_stats_t *st = &job->stats;
+        proto_map_int_or_nil(&map, "requests", (int64_t)st->requests, lc);
+        proto_map_int_or_nil(&map, "requests_over_target", (int64_t)st->requests_over_target, lc);
+        proto_map_int_or_nil(&map, "request_p50_us", (int64_t)(st->request_p50_ns / 1000), lc);
+        proto_map_int_or_nil(&map, "request_p95_us", (int64_t)(st->request_p95_ns / 1000), lc);
+        proto_map_int_or_nil(&map, "request_p99_us", (int64_t)(st->request_p99_ns / 1000), lc);
         proto_map_uint(&map, "age_ms", (salusd_now_ns() - info.registered_ns) / 1000000);
         /* since salusd started; null until it happens */
         proto_map_uint(&map, "registered_at_ms", (info.registered_ns - d->started_ns) / 1000000);
@@ -164,7 +177,8 @@ void views_pack_lanes(conn_t *viewer, msgpack_packer *pk)
 /* stats: raw counters; salusctl turns them into rates between two samples.
  * {now_ms, gpus: [{index, name, total_bytes, used_bytes, reserved_bytes, busy_ms|nil, lanes,
  *  jobs}], jobs: [{id, name, uid, state, gpu|nil, iterations, iterations_expected,
- *  memory_bytes, gpu_time_ms, wait_in_progress_ms, group|nil, rank|nil, gang_wait_ms}]}
+ *  memory_bytes, gpu_time_ms, wait_in_progress_ms, group|nil, rank|nil, gang_wait_ms,
+ *  latency_target_ms|nil, request_p99_us|nil, requests_over_target|nil}]}
  * (jobs: those the requester may see) */
 void views_handle_stats(conn_t *c, const proto_msg_t *msg)
 {
@@ -235,6 +249,13 @@ void views_handle_stats(conn_t *c, const proto_msg_t *msg)
             proto_map_int_or_nil(&map, "group", 0, 0);
         proto_map_int_or_nil(&map, "rank", rank, group != NULL);
         proto_map_uint(&map, "gang_wait_ms", info->gang_wait_ns / 1000000);
+        /* latency-critical jobs: their requests' p99 and count over target (null: none) */
+        bool lc = info->latency_target_ns != 0;
+        proto_map_int_or_nil(&map, "latency_target_ms", (int64_t)(info->latency_target_ns / 1000000),
+                             lc);
+        proto_map_int_or_nil(&map, "request_p99_us", (int64_t)(info->request_p99_ns / 1000), lc);
+        proto_map_int_or_nil(&map, "requests_over_target", (int64_t)info->requests_over_target,
+                             lc);
         proto_map_end(&map);
     }
     proto_enc_finish(enc);

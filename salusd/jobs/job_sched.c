@@ -185,6 +185,9 @@ static void apply_effects(salusd_t *d, sched_core_effects_t *fx)
             break;
         case SCHED_CORE_SLOT_DONE: /* taken above */
             break;
+        case SCHED_CORE_GATE: /* its role at the gate (sched_core.h, "Classes") */
+            jobs_gate_role(d, job, e->gpu, e->gate);
+            break;
         }
     }
     sched_core_effects_free(fx);

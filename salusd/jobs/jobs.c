@@ -56,6 +56,8 @@ int jobs_name_valid(const char *name)
 
 /* sizes above this are refused as malformed (a petabyte: no GPU, and no overflow when added) */
 #define JOBS_MAX_HINT_BYTES (1ull << 50)
+/* a latency target or request time above an hour is refused as malformed */
+#define JOBS_MAX_CLASS_NS (3600ull * 1000000000ull)
 
 void jobs_simgpu_shm_name(const salusd_t *d, char *out, size_t size)
 {
@@ -78,6 +80,9 @@ int jobs_fields_parse(const msgpack_object *body, jobs_fields_t *f)
         proto_get_uint(body, "ephemeral_bytes", &f->ephemeral_bytes) == -EINVAL ||
         proto_get_int(body, "priority", &f->priority) == -EINVAL ||
         proto_get_uint(body, "gpus", &f->gpus) == -EINVAL ||
+        proto_get_uint(body, "latency_target_ns", &f->latency_target_ns) == -EINVAL ||
+        proto_get_uint(body, "request_ns", &f->request_ns) == -EINVAL ||
+        f->latency_target_ns > JOBS_MAX_CLASS_NS || f->request_ns > JOBS_MAX_CLASS_NS ||
         f->persistent_bytes > JOBS_MAX_HINT_BYTES || f->ephemeral_bytes > JOBS_MAX_HINT_BYTES)
         return -EINVAL;
     if (proto_get(body, "pin_gpu")) { /* SALUS_GPU: a container given salus.dev/gpu=N */
@@ -143,6 +148,8 @@ static void apply_fields(job_t *job, const jobs_fields_t *f)
     job->persistent_hint_bytes = f->persistent_bytes;
     job->ephemeral_hint_bytes = f->ephemeral_bytes;
     job->priority = f->priority;
+    job->latency_target_ns = f->latency_target_ns;
+    job->request_ns = f->request_ns;
     job->gpu_pinned = f->gpu_pinned;
     job->pinned_gpu = f->gpu_pinned ? (int)f->pinned_gpu : -1;
 }
@@ -170,6 +177,13 @@ static void refresh_stats(job_t *job)
     job->stats.live_bytes = atomic_load(&page->live_bytes);
     job->stats.busy_ns = atomic_load(&page->busy_ns);
     job->stats.wait_ns = atomic_load(&page->wait_ns);
+    if (job->latency_target_ns) { /* a latency-critical job's requests (latency_hist.h) */
+        job->stats.requests = atomic_load(&page->requests);
+        job->stats.requests_over_target = atomic_load(&page->requests_over_target);
+        job->stats.request_p50_ns = latency_hist_percentile_ns(page->request_hist, 50.0);
+        job->stats.request_p95_ns = latency_hist_percentile_ns(page->request_hist, 95.0);
+        job->stats.request_p99_ns = latency_hist_percentile_ns(page->request_hist, 99.0);
+    }
 }
 
 /* Returns the job's chunks and closes what the daemon held for it (events, pidfd, eventfd,
@@ -262,6 +276,7 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     }
     if (rt->conn)
         rt->conn->job_id = 0;
+    jobs_gate_job_ended(d, job); /* a latency-critical job that ended in a request */
     jobs_release_runtime(d, job);
     job->owner = NULL;
     job->committed_bytes = 0;
@@ -645,6 +660,12 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
         info->gang_wait_ns = job->end_gang_wait_ns;
     info->group_id = job->group_id;
     info->group_rank = job->group_rank;
+    info->latency_target_ns = job->latency_target_ns;
+    info->requests = job->stats.requests;
+    info->requests_over_target = job->stats.requests_over_target;
+    info->request_p50_ns = job->stats.request_p50_ns;
+    info->request_p95_ns = job->stats.request_p95_ns;
+    info->request_p99_ns = job->stats.request_p99_ns;
     info->iterations = job->stats.iterations;
     info->iterations_expected = job->iterations_expected;
     info->persistent_bytes = job->stats.persistent_bytes;
@@ -670,6 +691,7 @@ void jobs_shutdown(salusd_t *d)
         if (runtime_of(job))
             jobs_release_runtime(d, job);
     }
+    jobs_gate_shutdown();
 }
 
 job_t *jobs_reserve(conn_t *c, const jobs_fields_t *fields)

@@ -16,6 +16,14 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg);
+/* gate_page {}: the shared page of the job's GPU (gate_page.h), its descriptor passed. */
+void jobs_handle_gate_page(conn_t *c, const proto_msg_t *msg);
+/* The core's GATE effect: the job's role (SCHED_CORE_GATE_*) on gpu, into its page. */
+void jobs_gate_role(salusd_t *d, job_t *job, int gpu, unsigned role);
+void jobs_gate_shutdown(void);
+/* The job ended: if it was counted in its GPU's gate page (a request going on), it is not
+ * any more. */
+void jobs_gate_job_ended(salusd_t *d, job_t *job);
 void jobs_connection_closed(conn_t *c);
 /* Jobs across a restart (job_restart.c, job_reattach.c). jobs_restart_init reads the state file (a corrupt
  * or foreign one is set aside with a message and not used): the job-id counter, the policy's
@@ -40,6 +48,8 @@ typedef struct jobs_fields_s {
     uint64_t gpus;                       /* GPUs of the one process (--gpus); 0 = 1 */
     int gpu_pinned;                      /* pin_gpu given: the one GPU it may run on */
     uint64_t pinned_gpu;
+    uint64_t latency_target_ns;          /* > 0: latency-critical (sched_core.h, "Classes") */
+    uint64_t request_ns;                 /* its expected GPU time per request; 0 = unknown */
 } jobs_fields_t;
 /* Reads and checks those fields of a request body: 0; -EINVAL when one has the wrong type
  * or a size is above 2^50 (the caller answers with its request's usage); -EILSEQ when the
@@ -107,6 +117,10 @@ typedef struct jobs_info_s {
     bool has_policy_rank;        /* the policy's view of the job (sched_rank_name says what) */
     double policy_rank;
     uint64_t registered_ns, admitted_ns, finished_ns; /* 0 until it happens */
+    /* a latency-critical job (target > 0): its requests (job_stats_t) */
+    uint64_t latency_target_ns;
+    uint64_t requests, requests_over_target;
+    uint64_t request_p50_ns, request_p95_ns, request_p99_ns;
 } jobs_info_t;
 /* Where the job runs, from the scheduling core's books (the one source): its GPU and memory
  * budget (never below what it holds); for a job that ended, the record of where it ran.

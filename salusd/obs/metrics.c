@@ -148,6 +148,12 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
         j->wait_ns = info.wait_ns;
         j->has_policy_rank = info.has_policy_rank;
         j->policy_rank = info.policy_rank;
+        j->latency_target_ns = info.latency_target_ns;
+        j->requests = info.requests;
+        j->requests_over_target = info.requests_over_target;
+        j->request_p50_ns = info.request_p50_ns;
+        j->request_p95_ns = info.request_p95_ns;
+        j->request_p99_ns = info.request_p99_ns;
         /* not admitted yet, or admitted and waiting for its turn: ps's "waiting" and
          * "paused" */
         snap->queue_length += strcmp(info.state, job_state_name(JOB_WAITING)) == 0 ||

@@ -108,6 +108,10 @@ typedef struct metrics_job_sample_s {
     uint64_t wait_ns;          /* waited in total, the wait in progress included */
     int has_policy_rank;       /* the policy's view of the job (snapshot's rank_name) */
     double policy_rank;
+    /* a latency-critical job (latency_target_ns > 0): its requests (job_stats_t) */
+    uint64_t latency_target_ns;
+    uint64_t requests, requests_over_target;
+    uint64_t request_p50_ns, request_p95_ns, request_p99_ns;
 } metrics_job_sample_t;
 
 /* A group of ranks (groups.c). */

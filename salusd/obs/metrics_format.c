@@ -305,6 +305,56 @@ static void gpu_gauge(metrics_text_t *t, const metrics_snapshot_t *s, const char
 
 /* field_offset: a uint64_t field of metrics_job_sample_t; seconds: it holds ns, written as
  * seconds */
+/* Latency-critical jobs' requests (their iterations): counts and latency quantiles (to
+ * within 25 %: latency_hist.h). Nothing when no job is latency-critical. */
+static void job_requests(metrics_text_t *t, const metrics_snapshot_t *s)
+{
+    char escaped[REGISTRY_NAME_BYTES * 3 + 1], number[64];
+    size_t lc = 0;
+    for (size_t i = 0; i < s->job_count; i++)
+        lc += s->jobs[i].latency_target_ns != 0;
+    if (lc == 0)
+        return;
+    family(t, "salus_job_requests_total", "counter",
+           "Requests (iterations) of a latency-critical job (salusctl run --latency-target).");
+    for (size_t i = 0; i < s->job_count; i++) {
+        const metrics_job_sample_t *j = &s->jobs[i];
+        if (!j->latency_target_ns)
+            continue;
+        metrics_escape_label(j->name, escaped, sizeof(escaped));
+        text_printf(t, "salus_job_requests_total{job_id=\"%" PRIu64 "\",name=\"%s\",uid=\"%u\"} %"
+                       PRIu64 "\n", j->id, escaped, j->uid, j->requests);
+    }
+    family(t, "salus_job_requests_over_target_total", "counter",
+           "Requests of a latency-critical job that took longer than its latency target.");
+    for (size_t i = 0; i < s->job_count; i++) {
+        const metrics_job_sample_t *j = &s->jobs[i];
+        if (!j->latency_target_ns)
+            continue;
+        metrics_escape_label(j->name, escaped, sizeof(escaped));
+        text_printf(t, "salus_job_requests_over_target_total{job_id=\"%" PRIu64 "\",name=\"%s\","
+                       "uid=\"%u\"} %" PRIu64 "\n", j->id, escaped, j->uid,
+                    j->requests_over_target);
+    }
+    family(t, "salus_job_request_latency_seconds", "gauge",
+           "Quantiles of a latency-critical job's request latency (from its first submission to "
+           "the synchronisation that ends it), to within 25 %.");
+    for (size_t i = 0; i < s->job_count; i++) {
+        const metrics_job_sample_t *j = &s->jobs[i];
+        static const char *const q[] = {"0.5", "0.95", "0.99"};
+        if (!j->latency_target_ns)
+            continue;
+        uint64_t ns[] = {j->request_p50_ns, j->request_p95_ns, j->request_p99_ns};
+        metrics_escape_label(j->name, escaped, sizeof(escaped));
+        for (int k = 0; k < 3; k++) {
+            metrics_format_double((double)ns[k] / 1e9, number, sizeof(number));
+            text_printf(t, "salus_job_request_latency_seconds{job_id=\"%" PRIu64 "\",name=\"%s\","
+                           "uid=\"%u\",quantile=\"%s\"} %s\n", j->id, escaped, j->uid, q[k],
+                        number);
+        }
+    }
+}
+
 static void job_value(metrics_text_t *t, const metrics_snapshot_t *s, const char *name,
                       const char *type, const char *help, size_t field_offset, int seconds)
 {
@@ -627,6 +677,7 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
     job_value(t, s, "salus_job_wait_seconds", "gauge",
               "Time the job has waited, for admission and for its turns, the wait going on "
               "now included (ps: wait_time_ms).", offsetof(metrics_job_sample_t, wait_ns), 1);
+    job_requests(t, s);
     if (s->rank_name) {
         metrics_escape_label(s->rank_name, value, sizeof(value));
         family(t, "salus_job_policy_rank", "gauge",

@@ -312,6 +312,8 @@ int job_gpus_effect(job_gpus_t *t, const sched_core_effects_t *fx, size_t index,
     case SCHED_CORE_LEARNED:
         /* the job's memory lives on its first GPU: member 0's budget is the page's */
         return k == 0 ? JOB_GPUS_CARRY_OUT : JOB_GPUS_CONSUMED;
+    case SCHED_CORE_GATE: /* a job on several GPUs is never parked between boundaries */
+        return JOB_GPUS_CONSUMED;
     case SCHED_CORE_REFUSE:       /* any member refused: the job fails (all leave) */
     case SCHED_CORE_STOP_FREE_RUN: /* any member's lane is wanted: the job stops */
     default:

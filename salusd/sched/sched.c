@@ -64,6 +64,8 @@ int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx
         .group = group_of(job),
         .pinned = job->gpu_pinned != 0,
         .pinned_gpu = job->pinned_gpu,
+        .latency_target_ns = job->latency_target_ns,
+        .iteration_ns = job->request_ns,
     };
     return report(job_gpus_register(d->sched->gpus, d->sched->core, &hints, salusd_now_ns(), fx),
                   "registration");
@@ -129,6 +131,7 @@ int sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_reattac
         .priority = (int32_t)job->priority,
         .arrival_ns = job->registered_ns,
         .group = group_of(job),
+        .latency_target_ns = job->latency_target_ns,
     };
     int rc = sched_core_job_reattached(d->sched->core, &hints, where, salusd_now_ns(), fx);
     return rc == -ENOSPC ? rc : report(rc, "re-attach");

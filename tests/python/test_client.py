@@ -63,6 +63,20 @@ def test_ps_lanes_stats_groups(client, jobs):
     assert g.world == 2 and g.state == "forming" and g.ranks[0].job_id == rank
 
 
+def test_submit_latency_critical(daemon, client):
+    log = os.path.join(daemon.work, "server.log")
+    job = client.submit(["sleep", "120"], name="py-server", log=log, latency_target_ms=40)
+    try:
+        row = next(j for j in client.ps() if j.id == job)
+        print(row)
+        assert row.latency_target_ms == 40 and row.raw["class"] == "latency-critical"
+        assert row.requests == 0 and row.request_p99_us == 0
+        other = next(j for j in client.ps() if j.id != job)
+        assert other.latency_target_ms is None and other.requests is None
+    finally:
+        client.kill(job, force=True)
+
+
 def test_kill_wait_logs(daemon, client):
     log = os.path.join(daemon.work, "echo.log")
     job = client.submit(["sh", "-c", "echo hello from the job; exec sleep 120"], name="py-echo",

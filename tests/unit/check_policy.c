@@ -287,9 +287,10 @@ static Suite *generic_suite(const char *name)
 
 START_TEST(test_registry)
 {
-    static const char *const expected[] = {"fifo", "srtf", "pack", "fair", "las", "gittins"};
-    ck_assert_uint_eq(policy_count(), 6);
-    for (size_t i = 0; i < 6; i++) {
+    static const char *const expected[] = {"fifo", "srtf", "pack", "fair", "las", "gittins",
+                                           "slo"};
+    ck_assert_uint_eq(policy_count(), 7);
+    for (size_t i = 0; i < 7; i++) {
         ck_assert_str_eq(policy_at(i)->name, expected[i]);
         ck_assert_ptr_eq(policy_find(expected[i]), policy_at(i));
     }
@@ -297,7 +298,7 @@ START_TEST(test_registry)
     ck_assert_ptr_null(policy_find("lottery"));
     ck_assert_ptr_null(policy_find(NULL));
     ck_assert_ptr_eq(policy_find("Gittins"), policy_find("gittins"));
-    ck_assert_ptr_null(policy_at(6));
+    ck_assert_ptr_null(policy_at(7));
     policy_t p = {0};
     ck_assert_int_eq(policy_init(&p, "lottery", NULL), -ENOENT);
     ck_assert_ptr_null(p.ops);
@@ -579,6 +580,91 @@ START_TEST(test_fair_equal_attained_time)
 }
 END_TEST
 
+/* SLO: a latency-critical job of a lane goes first; the best-effort ones take turns by the
+ * base policy; a best-effort job waits at most POLICY_SLO_LC_RUN_MAX latency-critical
+ * iterations in a row. */
+START_TEST(test_slo_latency_critical_first)
+{
+    policy_t p = {0};
+    sim_t s = {0};
+    start(&p, "slo");
+    ck_assert(p.ops->gate_preemption);
+    sim_add(&p, &s, 1, 0, 5 * MS, 0);
+    sim_add(&p, &s, 2, 0, 5 * MS, 0);
+    policy_job_t *lc = sim_add(&p, &s, 3, 0, 1 * MS, 0);
+    lc->latency_target_ns = 10 * MS;
+    lc = sim_add(&p, &s, 4, 0, 1 * MS, 0);
+    lc->latency_target_ns = 20 * MS;
+    /* the tighter target first, then the other latency-critical job */
+    ck_assert_uint_eq(sim_step(&p, &s, 0), 3);
+    s.jobs[2].runnable = false; /* job 3 is on the host now */
+    ck_assert_uint_eq(sim_step(&p, &s, 0), 4);
+    s.jobs[3].runnable = false;
+    /* best-effort: round by the base policy (fair: least attained first) */
+    uint64_t a = sim_step(&p, &s, 0), b = sim_step(&p, &s, 0);
+    ck_assert(a != b && a <= 2 && b <= 2);
+    /* a request arrives: it goes before the best-effort jobs at once */
+    s.jobs[2].runnable = true;
+    ck_assert_uint_eq(sim_step(&p, &s, 0), 3);
+    policy_fini(&p);
+}
+END_TEST
+
+START_TEST(test_slo_starvation_bound)
+{
+    policy_t p = {0};
+    sim_t s = {0};
+    start(&p, "slo");
+    sim_add(&p, &s, 1, 0, 5 * MS, 0);
+    policy_job_t *lc = sim_add(&p, &s, 2, 0, 1 * MS, 0);
+    lc->latency_target_ns = 10 * MS;
+    /* the latency-critical job always has work: the best-effort one still gets a turn
+     * after every POLICY_SLO_LC_RUN_MAX of its iterations */
+    unsigned in_row = 0, be_turns = 0;
+    for (int k = 0; k < 100; k++) {
+        if (sim_step(&p, &s, 0) == 2) {
+            in_row++;
+            ck_assert_uint_le(in_row, POLICY_SLO_LC_RUN_MAX);
+        } else {
+            in_row = 0;
+            be_turns++;
+        }
+    }
+    ck_assert_uint_ge(be_turns, 100 / (POLICY_SLO_LC_RUN_MAX + 1));
+    policy_fini(&p);
+}
+END_TEST
+
+START_TEST(test_slo_base_policy_and_admission)
+{
+    policy_config_t config = {.slo_base = "pack"};
+    policy_t p = {0};
+    ck_assert_int_eq(policy_init(&p, "slo", &config), 0);
+    sim_t s = {0};
+    sim_add(&p, &s, 1, 0, 1 * MS, 0);
+    sim_add(&p, &s, 2, 0, 9 * MS, 0);
+    /* pack underneath: strict round-robin however long the iterations */
+    uint64_t first = sim_step(&p, &s, 0);
+    for (int k = 0; k < 10; k++)
+        ck_assert_uint_eq(sim_step(&p, &s, 0), k % 2 ? first : 3 - first);
+    /* admission: latency-critical first, the others in the base's (arrival) order */
+    policy_job_t waiting[4] = {{.id = 10, .arrival_ns = 1}, {.id = 11, .arrival_ns = 2},
+                               {.id = 12, .arrival_ns = 3, .latency_target_ns = MS},
+                               {.id = 13, .arrival_ns = 4}};
+    size_t order[4];
+    policy_admission_order(&p, waiting, 4, order, 5);
+    ck_assert_uint_eq(order[0], 2);
+    ck_assert_uint_eq(order[1], 0);
+    ck_assert_uint_eq(order[2], 1);
+    ck_assert_uint_eq(order[3], 3);
+    policy_fini(&p);
+    config.slo_base = "slo"; /* not itself */
+    ck_assert_int_eq(policy_init(&p, "slo", &config), -ENOMEM);
+    config.slo_base = "lottery";
+    ck_assert_int_eq(policy_init(&p, "slo", &config), -ENOMEM);
+}
+END_TEST
+
 static Suite *specific_suite(void)
 {
     Suite *s = suite_create("policy");
@@ -594,6 +680,9 @@ static Suite *specific_suite(void)
     tcase_add_test(tc, test_pack_many_jobs_out_of_order);
     tcase_add_test(tc, test_records_find_get_remove);
     tcase_add_test(tc, test_fair_equal_attained_time);
+    tcase_add_test(tc, test_slo_latency_critical_first);
+    tcase_add_test(tc, test_slo_starvation_bound);
+    tcase_add_test(tc, test_slo_base_policy_and_admission);
     suite_add_tcase(s, tc);
     suite_add_tcase(s, policy_nohints_tcase());
     return s;

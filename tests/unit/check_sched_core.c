@@ -24,6 +24,7 @@ typedef struct fake_job_s {
     uint32_t lane;
     uint64_t budget_bytes;
     int learned;
+    int gate; /* the last GATE role (SCHED_CORE_GATE_*) */
 } fake_job_t;
 
 typedef struct fake_s {
@@ -135,6 +136,10 @@ static void apply(fake_t *f)
             ck_assert_uint_lt(f->done_count, 1024);
             f->done_groups[f->done_count] = e->job_id;
             f->done_seqs[f->done_count++] = e->seq;
+            break;
+        case SCHED_CORE_GATE:
+            ck_assert(j->admitted);
+            j->gate = e->gate;
             break;
         }
     }
@@ -2295,6 +2300,64 @@ START_TEST(test_pinned_job_runs_on_its_gpu)
 }
 END_TEST
 
+/* Classes: a latency-critical job that no GPU can serve within its target beside those there
+ * is refused with the reason; under slo the best-effort jobs of its GPU outside its lane are
+ * preemptible at the gate, group ranks never; under another policy nobody is. */
+static void reg_lc(fake_t *f, uint64_t id, uint64_t e, uint64_t iteration_ns, uint64_t target_ns,
+                   uint64_t group)
+{
+    sched_core_job_hints_t h = {.id = id, .persistent_bytes = 0, .ephemeral_bytes = e,
+                                .iteration_ns = iteration_ns, .latency_target_ns = target_ns};
+    if (group)
+        h.group = (sched_core_group_t){.id = group, .world = 1, .rank = 0,
+                                       .sync = SCHED_CORE_SYNC_ASP};
+    ck_assert_int_eq(sched_core_job_registered(f->core, &h, f->now_ns, &f->fx), 0);
+    apply(f);
+}
+
+START_TEST(test_classes_admission_and_gate_roles)
+{
+    fake_t f;
+    fake_start(&f, "slo", 16 * GIB);
+    reg(&f, 1, 0, 0, 1 * GIB, 0, 0);         /* best-effort */
+    reg_lc(&f, 2, 1 * GIB, 0, 0, 7);        /* best-effort rank of a group */
+    ck_assert(f.jobs[1].admitted && f.jobs[2].admitted);
+    ck_assert_int_eq(f.jobs[1].gate, SCHED_CORE_GATE_NONE); /* no latency-critical job yet */
+    reg_lc(&f, 3, 1 * GIB, 4 * MS, 10 * MS, 0);
+    ck_assert(f.jobs[3].admitted);
+    ck_assert_int_eq(f.jobs[3].gate, SCHED_CORE_GATE_LC);
+    ck_assert_int_eq(f.jobs[1].gate, SCHED_CORE_GATE_PREEMPTIBLE);
+    ck_assert_int_eq(f.jobs[2].gate, SCHED_CORE_GATE_NONE); /* a rank: exempt */
+    sched_core_job_info_t info;
+    ck_assert_int_eq(sched_core_job_info(f.core, 3, &info), 0);
+    ck_assert_uint_eq(info.latency_target_ns, 10 * MS);
+    /* alone, its iteration is longer than its target */
+    reg_lc(&f, 4, 1 * GIB, 12 * MS, 10 * MS, 0);
+    ck_assert(f.jobs[4].refused);
+    ck_assert_ptr_nonnull(strstr(f.last_refusal, "longer than its target"));
+    /* beside job 3: 4 + 7 ms > 10 ms (job 3's target) */
+    reg_lc(&f, 5, 1 * GIB, 7 * MS, 50 * MS, 0);
+    ck_assert(f.jobs[5].refused);
+    ck_assert_ptr_nonnull(strstr(f.last_refusal, "beside the latency-critical jobs"));
+    /* 4 + 5 ms fits both targets */
+    reg_lc(&f, 6, 1 * GIB, 5 * MS, 20 * MS, 0);
+    ck_assert(f.jobs[6].admitted && !f.jobs[6].refused);
+    /* the latency-critical jobs leave: nobody is preemptible any more */
+    leave(&f, 3);
+    ck_assert_int_eq(f.jobs[1].gate, SCHED_CORE_GATE_PREEMPTIBLE); /* job 6 is there */
+    leave(&f, 6);
+    ck_assert_int_eq(f.jobs[1].gate, SCHED_CORE_GATE_NONE);
+    /* another policy: roles go */
+    reg_lc(&f, 7, 1 * GIB, 1 * MS, 10 * MS, 0);
+    ck_assert_int_eq(f.jobs[1].gate, SCHED_CORE_GATE_PREEMPTIBLE);
+    ck_assert_int_eq(sched_core_set_policy(f.core, "fair", f.now_ns, &f.fx), 0);
+    apply(&f);
+    ck_assert_int_eq(f.jobs[1].gate, SCHED_CORE_GATE_NONE);
+    ck_assert_int_eq(f.jobs[7].gate, SCHED_CORE_GATE_NONE);
+    fake_stop(&f);
+}
+END_TEST
+
 static Suite *sched_core_suite(void)
 {
     Suite *s = suite_create("sched_core");
@@ -2351,6 +2414,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(c, test_cluster_single_job_between_slots);
     tcase_add_test(c, test_cluster_ranks_leave_drop_slots);
     tcase_add_test(c, test_cluster_beside_local_gangs);
+    tcase_add_test(c, test_classes_admission_and_gate_roles);
     tcase_add_test(c, test_cluster_three_nodes_never_deadlock);
     suite_add_tcase(s, c);
     return s;

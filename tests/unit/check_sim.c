@@ -559,6 +559,48 @@ START_TEST(test_trace_malformed)
 }
 END_TEST
 
+/* Classes and preemption at the gate: two best-effort jobs (GPU parts of 1 s in 1 ms kernels)
+ * and a latency-critical request of 10 ms at 0.5 s. Under slo the best-effort parts finish
+ * the kernel each has in flight (2 ms in all), stop, and the request runs alone: 12 ms. Under
+ * pack (processor sharing, no gate) it shares the GPU three ways: 30 ms. The best-effort jobs
+ * end at the same time either way (the GPU's work is the same). The classes' columns parse,
+ * may be left out, and are checked. */
+START_TEST(test_gate_preemption_model)
+{
+    static const char text[] = SIM_TRACE_HEADER_CLASSES "\n"
+                               "1,0,1,1000,1,100,100,,,1\n"
+                               "2,0,1,1000,1,100,100,,0,1\n"
+                               "3,0.5,1,10,1,100,100,,50\n";
+    static const double expect_ms[] = {12.0, 30.0};
+    static const char *const policies[] = {"slo", "pack"};
+    for (int k = 0; k < 2; k++) {
+        sim_trace_t trace;
+        sim_result_t result;
+        sim_config_t config;
+        char err[256] = "";
+        ck_assert_int_eq(parse(text, &trace, err, sizeof(err)), SIM_OK);
+        ck_assert(trace.jobs[2].latency_target_ms == 50 && trace.jobs[0].kernel_ms == 1);
+        sim_config_default(&config);
+        config.policy = policies[k];
+        ck_assert_int_eq(sim_run(&trace, &config, &result, err, sizeof(err)), SIM_OK);
+        ck_assert_uint_eq(result.jobs_completed, 3);
+        ck_assert_uint_eq(result.jobs[2].requests, 1);
+        ck_assert_uint_eq(result.jobs[0].requests, 0); /* best-effort: no requests */
+        ASSERT_NEAR(result.jobs[2].latencies_s[0] * 1e3, expect_ms[k]);
+        ASSERT_NEAR(result.jobs[0].finished_s, 2.01);
+        ASSERT_NEAR(result.jobs[1].finished_s, 2.01);
+        done(&trace, &result);
+    }
+    sim_trace_t trace;
+    char err[256] = "";
+    ck_assert_int_eq(parse(SIM_TRACE_HEADER_CLASSES "\n1,0,1,10,1,1,1,,-5,\n", &trace, err,
+                           sizeof(err)), SIM_ERROR_MALFORMED);
+    ck_assert_ptr_nonnull(strstr(err, "latency_target_ms"));
+    ck_assert_int_eq(parse(SIM_TRACE_HEADER "\n1,0,1,10,1,1,1,,50,1\n", &trace, err,
+                           sizeof(err)), SIM_ERROR_MALFORMED); /* no such columns declared */
+}
+END_TEST
+
 START_TEST(test_policy_names)
 {
     for (size_t i = 0; i < sizeof(every_policy) / sizeof(every_policy[0]); i++)
@@ -961,6 +1003,7 @@ static Suite *sim_suite(void)
     tcase_add_loop_test(model, test_too_large_is_refused, 0, (int)policies);
     tcase_add_loop_test(model, test_random_trace_completes, 0, (int)policies);
     tcase_add_test(model, test_quantile);
+    tcase_add_test(model, test_gate_preemption_model);
     tcase_add_loop_test(model, test_daemon_and_sim_adapters_grant_alike, 0, 2);
     suite_add_tcase(s, model);
 

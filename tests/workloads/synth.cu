@@ -96,6 +96,8 @@ typedef struct synth_config {
     bool async_alloc, touch;
     bool mark; /* salus.h iteration marks around each iteration */
     int device;
+    unsigned kernels; /* the device time of an iteration in this many kernels */
+    bool no_sync;     /* never synchronise (a best-effort job that never waits for its work) */
 } synth_config;
 
 typedef struct synth_kernels {
@@ -181,12 +183,15 @@ static void synth_run(const synth_config *config)
         if (config->touch && ephemeral != 0)
             synth_touch(&device, &kernels, ephemeral, config->ephemeral_bytes, iteration, mismatches);
         if (busy_ns != 0) {
-            void *busy_args[] = {&busy_ns};
-            CHECK_CU(cuLaunchKernel(kernels.busy, 1, 1, 1, 1, 1, 1, 0, device.stream, busy_args, NULL));
+            unsigned long long kernel_ns = busy_ns / config->kernels;
+            void *busy_args[] = {&kernel_ns};
+            for (unsigned k = 0; k < config->kernels; k++)
+                CHECK_CU(cuLaunchKernel(kernels.busy, 1, 1, 1, 1, 1, 1, 0, device.stream, busy_args, NULL));
         }
         if (config->async_alloc)
             workload_free(&device, ephemeral, true);
-        CHECK_CU(cuStreamSynchronize(device.stream));
+        if (!config->no_sync)
+            CHECK_CU(cuStreamSynchronize(device.stream));
         if (!config->async_alloc)
             workload_free(&device, ephemeral, false);
         if (config->touch)
@@ -236,6 +241,8 @@ static void synth_usage(FILE *out)
             "  --async-alloc       use cuMemAllocAsync/cuMemFreeAsync on the stream\n"
             "  --touch             write and verify every word of the memory with kernels\n"
             "  --mark              mark each iteration with salus.h (no-op without salus)\n"
+            "  --kernels N         the device time of an iteration in N kernels (default 1)\n"
+            "  --no-sync           never synchronise within the loop (needs --ephemeral-mb 0)\n"
             "  --device N          device ordinal (default 0)\n"
             "  --help              this text\n"
             "\n"
@@ -247,7 +254,8 @@ static void synth_usage(FILE *out)
 
 static void synth_parse(int argc, char **argv, synth_config *config)
 {
-    enum { PERSISTENT = 256, EPHEMERAL, GPU_MS, HOST_MS, ITERATIONS, ASYNC, TOUCH, DEVICE, MARK, HELP };
+    enum { PERSISTENT = 256, EPHEMERAL, GPU_MS, HOST_MS, ITERATIONS, ASYNC, TOUCH, DEVICE, MARK, KERNELS, NO_SYNC,
+           HELP };
     static const struct option options[] = {
         {"persistent-mb", required_argument, NULL, PERSISTENT},
         {"ephemeral-mb", required_argument, NULL, EPHEMERAL},
@@ -258,11 +266,14 @@ static void synth_parse(int argc, char **argv, synth_config *config)
         {"touch", no_argument, NULL, TOUCH},
         {"device", required_argument, NULL, DEVICE},
         {"mark", no_argument, NULL, MARK},
+        {"kernels", required_argument, NULL, KERNELS},
+        {"no-sync", no_argument, NULL, NO_SYNC},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
     };
     const double mebibyte = 1024.0 * 1024.0, memory_limit_mb = 1024.0 * 1024.0, time_limit_ms = 3600e3;
-    *config = synth_config{(size_t)(64 * mebibyte), (size_t)(128 * mebibyte), 10.0, 2.0, 20, false, false, false, 0};
+    *config = synth_config{(size_t)(64 * mebibyte), (size_t)(128 * mebibyte), 10.0, 2.0, 20, false, false, false, 0,
+                           1, false};
     int option;
     while ((option = getopt_long(argc, argv, "", options, NULL)) != -1) {
         const char *name = option >= PERSISTENT && option <= HELP ? options[option - PERSISTENT].name : "";
@@ -280,12 +291,16 @@ static void synth_parse(int argc, char **argv, synth_config *config)
         case TOUCH: config->touch = true; break;
         case DEVICE: config->device = (int)workload_parse_unsigned(name, optarg, 0, 1023); break;
         case MARK: config->mark = true; break;
+        case KERNELS: config->kernels = (unsigned)workload_parse_unsigned(name, optarg, 1, 1u << 20); break;
+        case NO_SYNC: config->no_sync = true; break;
         case HELP: synth_usage(stdout); exit(0);
         default: synth_usage(stderr); exit(WORKLOAD_EXIT_USAGE);
         }
     }
     if (optind < argc)
         workload_usage_error("unexpected argument '%s'", argv[optind]);
+    if (config->no_sync && (config->ephemeral_bytes != 0 || config->touch))
+        workload_usage_error("--no-sync needs --ephemeral-mb 0 and no --touch");
 }
 
 int main(int argc, char **argv)

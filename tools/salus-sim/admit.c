@@ -114,6 +114,7 @@ static void apply_from(sim_engine_t *e, size_t from)
         case SCHED_CORE_STOP_FREE_RUN: /* the model stops at every boundary anyway */
         case SCHED_CORE_LEARNED:
         case SCHED_CORE_SLOT_DONE: /* the simulator has no cluster groups */
+        case SCHED_CORE_GATE:      /* the simulator models no gate */
             break;
         }
     }
@@ -236,6 +237,7 @@ void sim_submit(sim_engine_t *e, size_t from, size_t to)
                                                                   : s->iteration_ms / 1e3)
                                 : 0,
             .priority = s->priority,
+            .latency_target_ns = sim_to_ns(s->latency_target_ms / 1e3),
         };
     }
     size_t first = e->effects.count;

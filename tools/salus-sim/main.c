@@ -42,6 +42,8 @@ static void usage(FILE *out)
           "                      (processor sharing); 'fcfs': one at a time, whole, in the\n"
           "                      order they start (simgpu's engine, one kernel per part)\n"
           "  --jobs-csv FILE     also write per-job times (submit, admitted, start, finish)\n"
+          "  --latency-csv FILE  also write each latency-critical job's request latencies\n"
+          "                      (requests, p50, p95, p99 ms, target, count over target)\n"
           "  --json              print one JSON object instead of text\n"
           "  --list-policies     print the accepted policy names, one a line\n"
           "  -h, --help          this help\n",
@@ -74,7 +76,7 @@ int main(int argc, char **argv)
 {
     enum { OPT_TRACE = 256, OPT_POLICY, OPT_GPUS, OPT_MEMORY, OPT_SWITCH, OPT_JSON, OPT_NO_HINTS,
            OPT_JOBS_CSV, OPT_LIST, OPT_LANE_HOLD, OPT_GPU_SHARE, OPT_HINTS, OPT_PROV_MIN,
-           OPT_PROV_MAX };
+           OPT_PROV_MAX, OPT_LATENCY_CSV };
     static const struct option options[] = {
         {"trace", required_argument, NULL, OPT_TRACE},
         {"policy", required_argument, NULL, OPT_POLICY},
@@ -84,6 +86,7 @@ int main(int argc, char **argv)
         {"json", no_argument, NULL, OPT_JSON},
         {"no-hints", no_argument, NULL, OPT_NO_HINTS},
         {"jobs-csv", required_argument, NULL, OPT_JOBS_CSV},
+        {"latency-csv", required_argument, NULL, OPT_LATENCY_CSV},
         {"list-policies", no_argument, NULL, OPT_LIST},
         {"lane-hold", required_argument, NULL, OPT_LANE_HOLD},
         {"gpu-share", required_argument, NULL, OPT_GPU_SHARE},
@@ -96,7 +99,7 @@ int main(int argc, char **argv)
     sim_config_t config;
     sim_trace_t trace = {0};
     sim_result_t result = {0};
-    const char *trace_path = NULL, *jobs_csv = NULL;
+    const char *trace_path = NULL, *jobs_csv = NULL, *latency_csv = NULL;
     bool json = false;
     double value;
     char err[512] = "";
@@ -146,6 +149,7 @@ int main(int argc, char **argv)
                 (uint64_t)llround(value * 1024 * 1024);
             break;
         case OPT_JOBS_CSV: jobs_csv = optarg; break;
+        case OPT_LATENCY_CSV: latency_csv = optarg; break;
         case OPT_LANE_HOLD:
             if (strcmp(optarg, "iteration") != 0 && strcmp(optarg, "gpu") != 0)
                 return usage_error("--lane-hold takes 'iteration' or 'gpu'");
@@ -186,7 +190,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "salus-sim: warning: %zu jobs of unknown sizes ran out of their claim "
                         "(out of memory) and failed\n", result.jobs_failed);
     if (result.jobs_refused)
-        fprintf(stderr, "salus-sim: warning: %zu jobs larger than a GPU were refused\n",
+        fprintf(stderr, "salus-sim: warning: %zu jobs were refused (larger than a GPU, or a latency target "
+                        "no GPU can serve)\n",
                 result.jobs_refused);
     if (jobs_csv) {
         FILE *out = fopen(jobs_csv, "w");
@@ -196,6 +201,17 @@ int main(int argc, char **argv)
         }
         if (out && fclose(out) != 0 && status == EXIT_SUCCESS) {
             fprintf(stderr, "salus-sim: %s: %s\n", jobs_csv, strerror(errno));
+            status = EXIT_RUNTIME;
+        }
+    }
+    if (latency_csv) {
+        FILE *out = fopen(latency_csv, "w");
+        if (!out || sim_report_latency_csv(out, &trace, &result) != SIM_OK) {
+            fprintf(stderr, "salus-sim: %s: %s\n", latency_csv, strerror(errno ? errno : EIO));
+            status = EXIT_RUNTIME;
+        }
+        if (out && fclose(out) != 0 && status == EXIT_SUCCESS) {
+            fprintf(stderr, "salus-sim: %s: %s\n", latency_csv, strerror(errno));
             status = EXIT_RUNTIME;
         }
     }

@@ -69,6 +69,8 @@ int sim_result_summarise(const sim_trace_t *trace, sim_result_t *result)
 
 void sim_result_free(sim_result_t *result)
 {
+    for (size_t i = 0; result->jobs && i < result->job_count; i++)
+        free(result->jobs[i].latencies_s);
     free(result->jobs);
     memset(result, 0, sizeof(*result));
 }
@@ -157,6 +159,28 @@ int sim_report_jobs_csv(FILE *out, const sim_trace_t *trace, const sim_result_t 
                     (unsigned long long)spec->trace_id, spec->submit_s, job->admitted_s,
                     job->started_s, job->finished_s, job->finished_s - spec->submit_s,
                     (unsigned long long)job->switches);
+    }
+    return ferror(out) ? SIM_ERROR_IO : SIM_OK;
+}
+
+int sim_report_latency_csv(FILE *out, const sim_trace_t *trace, sim_result_t *result)
+{
+    fputs("job_id,requests,p50_ms,p95_ms,p99_ms,target_ms,over_target\n", out);
+    for (size_t i = 0; i < trace->count; i++) {
+        sim_job_result_t *job = &result->jobs[i];
+        const sim_job_spec_t *spec = &trace->jobs[i];
+        if (spec->latency_target_ms <= 0)
+            continue;
+        size_t over = 0;
+        for (size_t k = 0; k < job->requests; k++)
+            over += job->latencies_s[k] * 1e3 > spec->latency_target_ms;
+        if (job->requests)
+            qsort(job->latencies_s, job->requests, sizeof(double), compare_double);
+        fprintf(out, "%llu,%zu,%.3f,%.3f,%.3f,%g,%zu\n", (unsigned long long)spec->trace_id,
+                job->requests, 1e3 * sim_quantile(job->latencies_s, job->requests, 0.50),
+                1e3 * sim_quantile(job->latencies_s, job->requests, 0.95),
+                1e3 * sim_quantile(job->latencies_s, job->requests, 0.99),
+                spec->latency_target_ms, over);
     }
     return ferror(out) ? SIM_ERROR_IO : SIM_OK;
 }

@@ -1,6 +1,7 @@
 /* The event heap and the processor-sharing GPU (sim-internal.h). */
 #include "sim-internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 static bool entry_less(const sim_heap_entry_t *a, const sim_heap_entry_t *b)
@@ -61,8 +62,85 @@ void sim_heap_free(sim_heap_t *heap)
     heap->count = heap->capacity = 0;
 }
 
+/* The gate's model (sim_gpu_t): best-effort parts progress until drain_until_s while
+ * latency-critical ones run, then stop; latency-critical ones progress from then on. */
+static void gate_advance(sim_gpu_t *gpu, double now_s)
+{
+    double t0 = gpu->updated_s, t1 = now_s;
+    if (t1 <= t0)
+        return;
+    double mid = t1;
+    if (gpu->lc_parts.count > 0)
+        mid = gpu->drain_until_s < t0 ? t0 : gpu->drain_until_s > t1 ? t1 : gpu->drain_until_s;
+    if (mid > t0 && gpu->parts.count > 0) {
+        gpu->virtual_s += (mid - t0) / (double)gpu->parts.count;
+        gpu->busy_s += mid - t0;
+    }
+    if (t1 > mid && gpu->lc_parts.count > 0)
+        gpu->busy_s += t1 - mid; /* one latency-critical part after the other */
+    gpu->updated_s = t1;
+}
+
+/* When the next best-effort and latency-critical parts finish (INFINITY: none). */
+static void gate_next(const sim_gpu_t *gpu, double *be_s, double *lc_s)
+{
+    *be_s = *lc_s = INFINITY;
+    if (gpu->lc_parts.count > 0)
+        *lc_s = gpu->lc_parts.items[0].key;
+    if (gpu->parts.count > 0) {
+        double left = gpu->parts.items[0].key - gpu->virtual_s;
+        double t = gpu->updated_s + (left > 0 ? left : 0) * (double)gpu->parts.count;
+        /* stopped from drain_until_s on while latency-critical parts run */
+        if (gpu->lc_parts.count == 0 || t <= gpu->drain_until_s)
+            *be_s = t;
+    }
+}
+
+static int gate_start(sim_gpu_t *gpu, double now_s, uint32_t job, double work_s)
+{
+    gate_advance(gpu, now_s);
+    if (!gpu->lc[job])
+        return sim_heap_push(&gpu->parts, gpu->virtual_s + work_s, job);
+    if (gpu->lc_parts.count == 0) {
+        /* the best-effort parts finish the kernel each has in flight (processor sharing:
+         * their sum of work at rate 1), then stop at the gate */
+        double drain = 0;
+        for (size_t i = 0; i < gpu->parts.count; i++) {
+            double left = gpu->parts.items[i].key - gpu->virtual_s;
+            double kernel = gpu->kernel_s[gpu->parts.items[i].job];
+            drain += left < kernel ? (left > 0 ? left : 0) : kernel;
+        }
+        gpu->drain_until_s = now_s + drain;
+        gpu->lc_tail_s = gpu->drain_until_s;
+    }
+    /* one after the other, in the order they come (a request's kernels, the best-effort
+     * ones parked) */
+    double finish_s = (gpu->lc_tail_s > now_s ? gpu->lc_tail_s : now_s) + work_s;
+    int rc = sim_heap_push(&gpu->lc_parts, finish_s, job);
+    if (rc == SIM_OK)
+        gpu->lc_tail_s = finish_s;
+    return rc;
+}
+
+static uint32_t gate_finish(sim_gpu_t *gpu, double now_s)
+{
+    double be_s, lc_s;
+    gate_next(gpu, &be_s, &lc_s);
+    gate_advance(gpu, now_s);
+    if (lc_s <= be_s)
+        return sim_heap_pop(&gpu->lc_parts).job;
+    sim_heap_entry_t part = sim_heap_pop(&gpu->parts);
+    if (gpu->virtual_s < part.key)
+        gpu->virtual_s = part.key;
+    return part.job;
+}
+
 void sim_gpu_advance(sim_gpu_t *gpu, double now_s)
 {
+    if (gpu->gate) {
+        gate_advance(gpu, now_s);
+        return;
+    }
     double elapsed = now_s - gpu->updated_s;
     if (elapsed > 0 && gpu->parts.count > 0) {
         gpu->virtual_s += elapsed / (double)gpu->parts.count;
@@ -74,6 +152,8 @@ void sim_gpu_advance(sim_gpu_t *gpu, double now_s)
 
 int sim_gpu_start(sim_gpu_t *gpu, double now_s, uint32_t job, double work_s)
 {
+    if (gpu->gate)
+        return gate_start(gpu, now_s, job, work_s);
     sim_gpu_advance(gpu, now_s);
     if (gpu->fcfs) {
         /* queued behind the parts started before it; the GPU is busy while any is queued */
@@ -88,6 +168,12 @@ int sim_gpu_start(sim_gpu_t *gpu, double now_s, uint32_t job, double work_s)
 
 double sim_gpu_next_finish_s(const sim_gpu_t *gpu, double empty)
 {
+    if (gpu->gate) {
+        double be_s, lc_s;
+        gate_next(gpu, &be_s, &lc_s);
+        double t = be_s < lc_s ? be_s : lc_s;
+        return t < INFINITY ? t : empty;
+    }
     if (gpu->parts.count == 0)
         return empty;
     if (gpu->fcfs)
@@ -100,6 +186,8 @@ double sim_gpu_next_finish_s(const sim_gpu_t *gpu, double empty)
 
 uint32_t sim_gpu_finish(sim_gpu_t *gpu, double now_s)
 {
+    if (gpu->gate)
+        return gate_finish(gpu, now_s);
     sim_gpu_advance(gpu, now_s);
     sim_heap_entry_t part = sim_heap_pop(&gpu->parts);
     if (gpu->fcfs)
@@ -113,5 +201,6 @@ uint32_t sim_gpu_finish(sim_gpu_t *gpu, double now_s)
 
 void sim_gpu_free(sim_gpu_t *gpu)
 {
+    sim_heap_free(&gpu->lc_parts);
     sim_heap_free(&gpu->parts);
 }

@@ -44,6 +44,20 @@ typedef struct sim_gpu_s {
     double busy_s;    /* simulated time with at least one part running */
     double tail_s;    /* fcfs: when the last part queued finishes */
     sim_heap_t parts; /* key: virtual finish time (fcfs: real finish time) */
+    /* Preemption at the gate (a policy with gate_preemption, processor sharing only): the
+     * parts of latency-critical jobs (lc[job]) run one after the other in the order they
+     * start (lc_parts, keyed by their real finish; lc_tail_s: when the last one queued
+     * finishes) and the best-effort parts (parts) stop while any is queued. When the first
+     * one starts, the best-effort parts running finish the kernel each has in flight first
+     * (kernel_s[job], at most what is left of the part; their sum, at rate 1):
+     * drain_until_s is when that is done; until then the best-effort parts go on and the
+     * latency-critical ones wait. */
+    bool gate;
+    const bool *lc;
+    const double *kernel_s;
+    sim_heap_t lc_parts;
+    double lc_tail_s;
+    double drain_until_s;
 } sim_gpu_t;
 
 /* Brings the virtual clock to now_s (now_s >= updated_s). */
@@ -54,6 +68,11 @@ int sim_gpu_start(sim_gpu_t *gpu, double now_s, uint32_t job, double work_s);
 double sim_gpu_next_finish_s(const sim_gpu_t *gpu, double empty);
 /* Removes the part that finishes first (call at its finish time); returns its job. */
 uint32_t sim_gpu_finish(sim_gpu_t *gpu, double now_s);
+/* Parts running (both classes). */
+static inline size_t sim_gpu_parts(const sim_gpu_t *gpu)
+{
+    return gpu->parts.count + gpu->lc_parts.count;
+}
 void sim_gpu_free(sim_gpu_t *gpu);
 
 
@@ -117,6 +136,8 @@ typedef struct sim_engine_s {
                              its departure's effects are carried out inside that walk) */
     sim_heap_t host_ends; /* key: end of the job's host part */
     sim_gpu_t *gpus;
+    bool *lc;          /* by job index: latency-critical (the gate's model, share.c) */
+    double *kernel_s;  /* by job index: its kernels' size */
     uint64_t *mps_used_bytes; /* mps: sum of P + E per GPU */
     size_t *gpu_jobs;         /* mps: jobs per GPU */
     uint64_t *lane_last_job;  /* by lane id: the job that ran the lane's last iteration */

@@ -172,6 +172,22 @@ static void timer_done(sim_engine_t *e, sim_job_t *job)
 
 /* ---- events ----------------------------------------------------------------------------- */
 
+static void record_latency(sim_engine_t *e, sim_job_t *job, double latency_s)
+{
+    sim_job_result_t *out = job->out;
+    if (out->requests == out->latency_capacity) {
+        size_t capacity = out->latency_capacity ? out->latency_capacity * 2 : 64;
+        double *items = realloc(out->latencies_s, capacity * sizeof(*items));
+        if (!items) {
+            sim_fail(e, SIM_ERROR_NO_MEMORY, "out of memory");
+            return;
+        }
+        out->latencies_s = items;
+        out->latency_capacity = capacity;
+    }
+    out->latencies_s[out->requests++] = latency_s > 0 ? latency_s : 0;
+}
+
 static void end_iteration(sim_engine_t *e, sim_job_t *job)
 {
     /* what the job reports is the time it held its lane: its whole iteration, or with
@@ -180,6 +196,8 @@ static void end_iteration(sim_engine_t *e, sim_job_t *job)
     if (!hold_whole_iteration(e))
         duration_s = job->spec->gpu_fraction > 0 ? e->now_s - job->hold_start_s : 0;
     job->iterations_done++;
+    if (job->spec->latency_target_ms > 0) /* a request: from when it needed the GPU */
+        record_latency(e, job, e->now_s - (job->iteration_start_s + job->host_s));
     job->last_iteration_ns = sim_to_ns(duration_s);
     job->busy_ns += job->last_iteration_ns;
     e->result->iterations++;
@@ -290,15 +308,24 @@ static int engine_init(sim_engine_t *e, const sim_trace_t *trace)
     e->arrivals = calloc(n, sizeof(*e->arrivals));
     e->starting = calloc(n, sizeof(*e->starting));
     e->gpus = calloc(c->gpus, sizeof(*e->gpus));
+    e->lc = calloc(n, sizeof(*e->lc));
+    e->kernel_s = calloc(n, sizeof(*e->kernel_s));
     e->mps_used_bytes = calloc(c->gpus, sizeof(*e->mps_used_bytes));
     e->gpu_jobs = calloc(c->gpus, sizeof(*e->gpu_jobs));
     e->result->jobs = calloc(n, sizeof(*e->result->jobs));
     if (!e->jobs || !e->waiting || !e->arrivals || !e->starting || !e->gpus ||
-        !e->mps_used_bytes || !e->gpu_jobs || !e->result->jobs)
+        !e->mps_used_bytes || !e->gpu_jobs || !e->result->jobs || !e->lc || !e->kernel_s)
         return sim_fail(e, SIM_ERROR_NO_MEMORY, "out of memory");
     e->result->job_count = trace->count;
-    for (unsigned g = 0; g < c->gpus; g++)
+    /* preemption at the gate: under a policy that has it (slo), with processor sharing */
+    const policy_ops_t *ops = e->mode == MODE_LANES ? policy_find(c->policy) : NULL;
+    bool gate = ops && ops->gate_preemption && !c->gpu_fcfs;
+    for (unsigned g = 0; g < c->gpus; g++) {
         e->gpus[g].fcfs = c->gpu_fcfs;
+        e->gpus[g].gate = gate;
+        e->gpus[g].lc = e->lc;
+        e->gpus[g].kernel_s = e->kernel_s;
+    }
 
     for (size_t i = 0; i < trace->count; i++) {
         e->jobs[i].spec = &trace->jobs[i];
@@ -311,6 +338,9 @@ static int engine_init(sim_engine_t *e, const sim_trace_t *trace)
         e->jobs[i].gpu = -1;
         e->jobs[i].host_s = (1.0 - s->gpu_fraction) * s->iteration_ms / 1e3;
         e->jobs[i].gpu_s = s->gpu_fraction * s->iteration_ms / 1e3;
+        e->lc[i] = s->latency_target_ms > 0;
+        e->kernel_s[i] = s->kernel_ms > 0 && s->kernel_ms / 1e3 < e->jobs[i].gpu_s
+                             ? s->kernel_ms / 1e3 : e->jobs[i].gpu_s;
     }
     e->count = e->unfinished = trace->count;
     return SIM_OK;
@@ -324,6 +354,8 @@ static void engine_free(sim_engine_t *e)
         sim_gpu_free(&e->gpus[g]);
     sim_heap_free(&e->host_ends);
     free(e->gpus);
+    free(e->lc);
+    free(e->kernel_s);
     free(e->jobs);
     free(e->waiting);
     free(e->arrivals);

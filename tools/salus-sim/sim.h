@@ -28,6 +28,10 @@
 
 #define SIM_TRACE_HEADER \
     "job_id,submit_s,iterations,iter_ms,gpu_frac,persistent_mb,ephemeral_mb,priority"
+/* The header with the classes' two columns (latency_target_ms: > 0 a latency-critical job,
+ * empty or 0 best-effort; kernel_ms: the size of its GPU part's kernels, empty or 0 the whole
+ * GPU part as one): rows may then have 8 to 10 fields. */
+#define SIM_TRACE_HEADER_CLASSES SIM_TRACE_HEADER ",latency_target_ms,kernel_ms"
 
 /* Return codes of the sim_* functions. */
 enum {
@@ -49,6 +53,8 @@ typedef struct sim_job_spec_s {
     uint64_t persistent_bytes;
     uint64_t ephemeral_bytes;
     int32_t priority; /* 0 when the column is empty */
+    double latency_target_ms; /* > 0: latency-critical (each iteration a request); 0: not */
+    double kernel_ms;         /* its GPU part in kernels of this size; 0: one kernel */
 } sim_job_spec_t;
 
 typedef struct sim_trace_s {
@@ -103,6 +109,10 @@ typedef struct sim_job_result_s {
     double started_s;  /* start of the first iteration */
     double finished_s;
     uint64_t switches; /* times a lane switched to this job */
+    /* a latency-critical job: each request's latency (its iteration from the end of its host
+     * part, when it needs the GPU, to the end of its GPU part), in completion order */
+    double *latencies_s;
+    size_t requests, latency_capacity;
 } sim_job_result_t;
 
 typedef struct sim_result_s {
@@ -150,5 +160,7 @@ double sim_quantile(const double *sorted, size_t count, double q);
 void sim_report_text(FILE *out, const sim_config_t *config, const sim_result_t *result);
 void sim_report_json(FILE *out, const sim_config_t *config, const sim_result_t *result);
 int sim_report_jobs_csv(FILE *out, const sim_trace_t *trace, const sim_result_t *result);
+/* Per latency-critical job: job_id,requests,p50_ms,p95_ms,p99_ms,target_ms,over_target. */
+int sim_report_latency_csv(FILE *out, const sim_trace_t *trace, sim_result_t *result);
 
 #endif

@@ -11,13 +11,14 @@
 #include <string.h>
 
 #define TRACE_FIELDS 8
+#define TRACE_FIELDS_CLASSES 10 /* with latency_target_ms and kernel_ms */
 #define MIB (1024.0 * 1024.0)
 #define MAX_MEMORY_MB (1024.0 * 1024.0 * 1024.0) /* 1 PiB: anything above is a typo */
 #define MAX_ITERATIONS 1000000000000ull
 
-static const char *const field_names[TRACE_FIELDS] = {
+static const char *const field_names[TRACE_FIELDS_CLASSES] = {
     "job_id", "submit_s", "iterations", "iter_ms", "gpu_frac", "persistent_mb", "ephemeral_mb",
-    "priority",
+    "priority", "latency_target_ms", "kernel_ms",
 };
 
 __attribute__((format(printf, 5, 6))) static int malformed(char *err, size_t err_size,
@@ -106,32 +107,41 @@ static size_t split_fields(char *line, char **fields, size_t max)
     return n;
 }
 
-static bool is_header(char *line)
+/* The header's field count (TRACE_FIELDS, or TRACE_FIELDS_CLASSES with the classes'
+ * columns), or 0 when the line is not a header. */
+static size_t header_fields(char *line)
 {
     /* Spaces around the column names are tolerated. */
-    char *fields[TRACE_FIELDS + 1];
-    if (split_fields(line, fields, TRACE_FIELDS) != TRACE_FIELDS)
-        return false;
-    for (size_t i = 0; i < TRACE_FIELDS; i++)
+    char *fields[TRACE_FIELDS_CLASSES + 1];
+    size_t n = split_fields(line, fields, TRACE_FIELDS_CLASSES);
+    if (n != TRACE_FIELDS && n != TRACE_FIELDS_CLASSES)
+        return 0;
+    for (size_t i = 0; i < n; i++)
         if (strcmp(fields[i], field_names[i]) != 0)
-            return false;
-    return true;
+            return 0;
+    return n;
 }
 
-static int parse_row(char *line, const char *name, unsigned number, sim_job_spec_t *job,
-                     char *err, size_t err_size)
+/* A time in ms >= 0 of the classes' columns; empty: 0. */
+static bool parse_class_ms(const char *text, double *out)
 {
-    char *f[TRACE_FIELDS + 1];
-    size_t n = split_fields(line, f, TRACE_FIELDS);
+    *out = 0;
+    return text[0] == '\0' || (parse_double(text, out) && *out >= 0 && *out <= 3600e3);
+}
+
+static int parse_row(char *line, const char *name, unsigned number, size_t columns,
+                     sim_job_spec_t *job, char *err, size_t err_size)
+{
+    char *f[TRACE_FIELDS_CLASSES + 1];
+    size_t n = split_fields(line, f, columns);
     double mb;
 
-    if (n == TRACE_FIELDS - 1) { /* no trailing comma for an empty priority */
-        f[TRACE_FIELDS - 1] = "";
-        n = TRACE_FIELDS;
-    }
-    if (n != TRACE_FIELDS)
-        return malformed(err, err_size, name, number, "expected %d fields, found %zu",
-                         TRACE_FIELDS, n);
+    /* trailing empty fields may be left out (priority, and the classes' columns) */
+    while (n >= TRACE_FIELDS - 1 && n < columns)
+        f[n++] = "";
+    if (n != columns)
+        return malformed(err, err_size, name, number, "expected %zu fields, found %zu",
+                         columns, n);
     memset(job, 0, sizeof(*job));
     job->line = number;
     if (!parse_u64(f[0], &job->trace_id))
@@ -160,6 +170,14 @@ static int parse_row(char *line, const char *name, unsigned number, sim_job_spec
     }
     if (f[7][0] != '\0' && !parse_i32(f[7], &job->priority))
         return malformed(err, err_size, name, number, "priority '%s' is not an integer", f[7]);
+    if (columns == TRACE_FIELDS_CLASSES) {
+        if (!parse_class_ms(f[8], &job->latency_target_ms))
+            return malformed(err, err_size, name, number,
+                             "latency_target_ms '%s' is not a time in ms >= 0", f[8]);
+        if (!parse_class_ms(f[9], &job->kernel_ms))
+            return malformed(err, err_size, name, number, "kernel_ms '%s' is not a time in ms >= 0",
+                             f[9]);
+    }
     return SIM_OK;
 }
 
@@ -218,7 +236,7 @@ int sim_trace_read(FILE *in, const char *name, sim_trace_t *trace, char *err, si
     char *line = NULL;
     size_t line_size = 0;
     unsigned number = 0;
-    bool header_seen = false;
+    size_t columns = 0; /* the header's: 0 until seen */
     int rc = SIM_OK;
 
     memset(trace, 0, sizeof(*trace));
@@ -241,17 +259,16 @@ int sim_trace_read(FILE *in, const char *name, sim_trace_t *trace, char *err, si
         char *text = trim(line);
         if (text[0] == '\0' || text[0] == '#')
             continue;
-        if (!header_seen) {
-            if (!is_header(text)) {
-                rc = malformed(err, err_size, name, number, "expected the header line '%s'",
-                               SIM_TRACE_HEADER);
+        if (!columns) {
+            if (!(columns = header_fields(text))) {
+                rc = malformed(err, err_size, name, number, "expected the header line '%s' "
+                               "(or with ',latency_target_ms,kernel_ms')", SIM_TRACE_HEADER);
                 goto done;
             }
-            header_seen = true;
             continue;
         }
         sim_job_spec_t job;
-        rc = parse_row(text, name, number, &job, err, err_size);
+        rc = parse_row(text, name, number, columns, &job, err, err_size);
         if (rc == SIM_OK)
             rc = push_job(trace, &job);
         if (rc != SIM_OK)
@@ -259,7 +276,7 @@ int sim_trace_read(FILE *in, const char *name, sim_trace_t *trace, char *err, si
     }
     if (rc != SIM_OK)
         goto done;
-    if (!header_seen) {
+    if (!columns) {
         rc = malformed(err, err_size, name, number ? number : 1, "no header line (empty trace)");
         goto done;
     }

@@ -152,9 +152,16 @@ static int verb_ps(ctl_t *ctl, int argc, char **argv)
             size_t id_len;
             containers |= proto_get_str(&jobs->via.array.ptr[i], "container", &id, &id_len) == 0;
         }
-        printf("%-5s %-20s %-8s %-6s %-8s %-4s %-5s %7s %9s %9s %9s %-16s %6s%s\n", "ID", "NAME",
+        /* TARGET_MS, P99_MS, OVER when some job is latency-critical (--latency-target) */
+        int classes = 0;
+        for (uint32_t i = 0; i < jobs->via.array.size; i++) {
+            const msgpack_object *t = proto_get(&jobs->via.array.ptr[i], "latency_target_ms");
+            classes |= t && t->type == MSGPACK_OBJECT_POSITIVE_INTEGER;
+        }
+        printf("%-5s %-20s %-8s %-6s %-8s %-4s %-5s %7s %9s %9s %9s %-16s %6s%s%s\n", "ID", "NAME",
                "PID", "UID", "STATE", "GPU", "LANE", "ITER", "MEM_MIB", "GPU_S", "WAIT_S",
-               "GROUP:RANK", "GANG_S", containers ? " CONTAINER" : "");
+               "GROUP:RANK", "GANG_S", containers ? " CONTAINER" : "",
+               classes ? " TARGET_MS  P99_MS   OVER" : "");
         for (uint32_t i = 0; i < jobs->via.array.size; i++) {
             const msgpack_object *j = &jobs->via.array.ptr[i];
             char name[64], state[16], gpu[32] = "-", lane[12] = "-";
@@ -178,7 +185,7 @@ static int verb_ps(ctl_t *ctl, int argc, char **argv)
             if (containers && proto_get_str_copy(j, "container", container, sizeof(container)) < 0)
                 snprintf(container, sizeof(container), "-");
             printf("%-5llu %-20.20s %-8llu %-6llu %-8s %-4s %-5s %7llu %9.1f %9.1f %9.1f %-16.16s "
-                   "%6.1f%s%s\n",
+                   "%6.1f%s%s",
                    (unsigned long long)get_u(j, "id"), get_s(j, "name", name, sizeof(name)),
                    (unsigned long long)get_u(j, "pid"), (unsigned long long)get_u(j, "uid"),
                    get_s(j, "state", state, sizeof(state)), gpu, lane,
@@ -188,6 +195,14 @@ static int verb_ps(ctl_t *ctl, int argc, char **argv)
                    (double)get_u(j, "wait_time_ms") / 1000.0, group,
                    (double)get_u(j, "gang_wait_ms") / 1000.0, containers ? " " : "",
                    containers ? container : "");
+            const msgpack_object *t = proto_get(j, "latency_target_ms");
+            if (classes && t && t->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                printf(" %9llu %7.1f %6llu", (unsigned long long)t->via.u64,
+                       (double)get_u(j, "request_p99_us") / 1000.0,
+                       (unsigned long long)get_u(j, "requests_over_target"));
+            else if (classes)
+                printf(" %9s %7s %6s", "-", "-", "-");
+            putchar('\n');
         }
     }
     proto_msg_free(&reply);
@@ -332,13 +347,14 @@ static const verb_t verbs[] = {
     {"policy", 0, 1, verb_policy, "policy [NAME] [--json]",
      "show the scheduling policy, or switch to NAME"},
     {"run", 1, -1, verb_run, "run [--name N] [--iterations N] [--persistent B] [--ephemeral B] "
-     "[--priority N] [--gpus N] [--group G --world N --rank R [--local-rank L] "
+     "[--priority N] [--gpus N] [--latency-target MS] [--request-ms MS] [--group G --world N --rank R [--local-rank L] "
      "[--sync bsp|ssp:S|asp] [--share-gpus] [--restore]] -- CMD [ARGS]",
      "run a command as a salus job, in the foreground (a rank of group G: from the flags, or "
      "from mpirun's, srun's or torchrun's variables); B: 512MiB, 2GiB (powers of 1024) or "
      "512MB (10^6)"},
     {"submit", 1, -1, verb_submit, "submit [--log FILE] [--name N] [--iterations N] "
-     "[--persistent B] [--ephemeral B] [--priority N] [--gpus N] [--group G --world N --rank R "
+     "[--persistent B] [--ephemeral B] [--priority N] [--gpus N] [--latency-target MS] "
+     "[--request-ms MS] [--group G --world N --rank R "
      "[--local-rank L] [--sync bsp|ssp:S|asp] [--share-gpus] [--restore]] -- CMD [ARGS]",
      "run a command as a detached job (output to a log file); prints its id"},
     {"kill", 1, -1, verb_kill, "kill [--force] [--grace S] JOB",

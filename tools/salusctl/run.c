@@ -64,7 +64,8 @@ static int prepend_env(const char *name, const char *value, char sep)
 static void usage_run(void)
 {
     fprintf(stderr, "usage: salusctl run [--name NAME] [--iterations N] [--persistent BYTES] "
-                    "[--ephemeral BYTES] [--priority N] [--gpus N] [--group NAME --world N --rank R "
+                    "[--ephemeral BYTES] [--priority N] [--gpus N] [--latency-target MS] "
+                    "[--request-ms MS] [--group NAME --world N --rank R "
                     "[--local-rank L] [--sync bsp|ssp:S|asp] [--share-gpus] [--restore]] "
                     "-- COMMAND [ARGS...]\n");
 }
@@ -199,6 +200,9 @@ int salusctl_job_options(const char *verb, int argc, char **argv, const char **l
         {"--name", "SALUS_JOB_NAME"},          {"--iterations", "SALUS_ITERATIONS"},
         {"--persistent", "SALUS_MEM_PERSISTENT"}, {"--ephemeral", "SALUS_MEM_EPHEMERAL"},
         {"--priority", "SALUS_PRIORITY"},      {"--gpus", "SALUS_GPUS"}, /* one process, N GPUs */
+        /* latency-critical: each iteration (a request) within MS; the expected GPU time of a
+         * request, for admission (salusd refuses a job no GPU can serve within its target) */
+        {"--latency-target", "SALUS_LATENCY_TARGET_MS"}, {"--request-ms", "SALUS_REQUEST_MS"},
     };
     int i = 0;
     launch_flags_t group = {0};
@@ -244,6 +248,16 @@ int salusctl_job_options(const char *verb, int argc, char **argv, const char **l
             return 2;
         }
         char text[32];
+        if (h == 6 || h == 7) {
+            char *end;
+            errno = 0;
+            double ms = strtod(value, &end);
+            if (end == value || *end || errno || !(ms > 0.0) || ms > 3600000.0) {
+                fprintf(stderr, "salusctl: %s: %s expects milliseconds (> 0, at most an hour), "
+                                "got '%s'\n", verb, hints[h][0], value);
+                return 2;
+            }
+        }
         if (h == 2 || h == 3) {
             snprintf(text, sizeof(text), "%llu", bytes);
             value = text;
@@ -315,6 +329,15 @@ static uint64_t env_u(const char *name)
     return v && *v ? strtoull(v, NULL, 10) : 0;
 }
 
+/* A time in milliseconds from the environment (salusctl_job_options checked it), in ns; 0
+ * when not set. */
+static uint64_t class_ns(const char *name)
+{
+    const char *v = getenv(name);
+    double ms = v && *v ? strtod(v, NULL) : 0.0;
+    return ms > 0.0 && ms <= 3600000.0 ? (uint64_t)(ms * 1e6) : 0;
+}
+
 int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
                      const char *log_path, const int *fds, const char *const *roles, int nfds,
                      uint64_t *id, char *err, size_t err_size)
@@ -329,9 +352,15 @@ int salusctl_reserve(const char *socket_path, int timeout_ms, const char *name,
     const launch_contract_t *g = &job_contract;
     int grouped = g->group[0] != '\0';
     uint64_t gpus = env_u("SALUS_GPUS");
+    uint64_t target_ns = class_ns("SALUS_LATENCY_TARGET_MS"), request_ns = class_ns("SALUS_REQUEST_MS");
     msgpack_packer *pk = salus_client_begin(&c, "submit", 5 + (log_path != NULL) + (nfds > 0) +
                                                               (grouped ? 7 + restore_group : 0) +
-                                                              (gpus > 1));
+                                                              (gpus > 1) + (target_ns > 0) +
+                                                              (request_ns > 0));
+    if (target_ns) /* latency-critical (protocol: an optional field, older daemons ignore it) */
+        proto_pack_kv_uint(pk, "latency_target_ns", target_ns);
+    if (request_ns)
+        proto_pack_kv_uint(pk, "request_ns", request_ns);
     if (gpus > 1) /* salusd refuses more than the node has */
         proto_pack_kv_uint(pk, "gpus", gpus);
     proto_pack_kv_str(pk, "name", given && *given ? given : name);

@@ -133,9 +133,15 @@ static void render(FILE *out, const proto_msg_t *now, const proto_msg_t *prev, c
                 (double)get_u(g, "reserved_bytes") / 1048576.0, util,
                 (unsigned long long)get_u(g, "lanes"), (unsigned long long)get_u(g, "jobs"), eol);
     }
-    fprintf(out, "%s%-5s %-20s %-6s %-8s %-4s %9s %9s %9s %8s %-16s %6s%s", eol, "ID", "NAME",
+    /* TARGET_MS, P99_MS, OVER when some job is latency-critical (--latency-target) */
+    int classes = 0;
+    for (uint32_t k = 0; jobs && k < jobs->via.array.size; k++) {
+        const msgpack_object *t = proto_get(&jobs->via.array.ptr[k], "latency_target_ms");
+        classes |= t && t->type == MSGPACK_OBJECT_POSITIVE_INTEGER;
+    }
+    fprintf(out, "%s%-5s %-20s %-6s %-8s %-4s %9s %9s %9s %8s %-16s %6s%s%s", eol, "ID", "NAME",
             "UID", "STATE", "GPU", "ITER", "ITER/S", "MEM_MIB", "WAIT_S", "GROUP:RANK", "GANG_S",
-            eol);
+            classes ? " TARGET_MS  P99_MS   OVER" : "", eol);
     int rows = 0;
     /* newest first, so that the live ones stay on a small screen */
     for (uint32_t k = jobs ? jobs->via.array.size : 0; k-- > 0 && rows < max_job_rows; rows++) {
@@ -159,11 +165,19 @@ static void render(FILE *out, const proto_msg_t *now, const proto_msg_t *prev, c
         if (proto_get_str(j, "group", &gname, &glen) == 0)
             snprintf(group, sizeof(group), "%.*s:%llu", (int)glen, gname,
                      (unsigned long long)get_u(j, "rank"));
-        fprintf(out, " %-4s %9llu %9s %9.1f %8.1f %-16.16s %6.1f%s", gpu,
+        fprintf(out, " %-4s %9llu %9s %9.1f %8.1f %-16.16s %6.1f", gpu,
                 (unsigned long long)get_u(j, "iterations"), rate_text,
                 (double)get_u(j, "memory_bytes") / 1048576.0,
                 (double)get_u(j, "wait_in_progress_ms") / 1000.0, group,
-                (double)get_u(j, "gang_wait_ms") / 1000.0, eol);
+                (double)get_u(j, "gang_wait_ms") / 1000.0);
+        const msgpack_object *t = proto_get(j, "latency_target_ms");
+        if (classes && t && t->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+            fprintf(out, " %9llu %7.1f %6llu", (unsigned long long)t->via.u64,
+                    (double)get_u(j, "request_p99_us") / 1000.0,
+                    (unsigned long long)get_u(j, "requests_over_target"));
+        else if (classes)
+            fprintf(out, " %9s %7s %6s", "-", "-", "-");
+        fputs(eol, out);
     }
 }
 

@@ -128,6 +128,7 @@ void simgpu_kernel_execute(simgpu_op_t *op, CUstream stream)
 
     simgpu_engine_acquire(device);
     op->u.kernel.segment_start_ns = simgpu_now_ns();
+    simgpu_record_kernel("start", kernel->name); /* under the engine: in start order */
     uint64_t cpu_start = thread_cpu_ns();
     if (kernel->run)
         kernel->run(launch);
@@ -172,6 +173,7 @@ static CUresult launch(CUfunction f, const simgpu_launch *shape, CUstream stream
     op->u.kernel.function = function;
     op->u.kernel.launch = *shape;
     op->u.kernel.consumed = &consumed;
+    simgpu_record_kernel("submit", function->kernel->name);
     return simgpu_stream_submit_until(stream, op, &consumed);
 }
 

@@ -74,6 +74,9 @@ CUresult simgpu_shm_attach(void);
 CUresult simgpu_mem_charge(int device, uint64_t bytes);
 void simgpu_mem_uncharge(int device, uint64_t bytes);
 void simgpu_mem_info(int device, uint64_t *used_bytes, uint64_t *total_bytes);
+/* The record of kernel starts (record.c, SIMGPU_KERNEL_LOG): what is "submit" or "start". */
+void simgpu_record_kernel(const char *what, const char *kernel_name);
+
 /* The engine: one kernel at a time per device across all processes. */
 void simgpu_engine_acquire(int device);
 void simgpu_engine_release(int device, uint64_t busy_ns);

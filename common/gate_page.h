@@ -1,0 +1,43 @@
+/* Preemption at the gate (sched_core.h, "Classes"): one shared page per GPU, a memfd salusd
+ * creates and hands to the jobs of that GPU that have a gate role (op gate_page). A
+ * latency-critical job counts itself in lc_active from the first submission of a request to
+ * the synchronisation that ends it (no daemon round trip: the count is up before its own
+ * submission reaches the driver); a preemptible best-effort job reads lc_active at each
+ * submission (kernel, copy, memset, graph launch) and, while it is not 0, parks on wake_seq
+ * (its memory stays; it resumes where it stopped), for at most GATE_MAX_PARK_NS at a time
+ * (then GATE_INFLIGHT submissions pass before it parks again: the starvation bound), and
+ * GATE_LINGER_NS after lc_active came down to 0 (a server's next request follows at once).
+ *
+ * Work already submitted is not stopped: while a latency-critical job is admitted on its
+ * GPU, a preemptible job's thread records an event after every GATE_INFLIGHT-th launch and
+ * waits for the previous such event before more pass, so at most 2 * GATE_INFLIGHT of its
+ * submissions are in flight (queued on the GPU or between the gate and the driver). A
+ * request therefore waits for at most 2 * GATE_INFLIGHT best-effort kernels per submitting
+ * best-effort thread of its GPU after its first submission passed the gate. */
+#ifndef SALUS_COMMON_GATE_PAGE_H
+#define SALUS_COMMON_GATE_PAGE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define GATE_PAGE_MAGIC 0x47415445u /* "GATE" */
+#define GATE_PAGE_VERSION 1u
+#define GATE_PAGE_BYTES 4096u
+
+#define GATE_INFLIGHT 2u                       /* k: an event every k launches */
+#define GATE_MAX_PARK_NS (100ull * 1000000ull) /* the longest park at a time */
+/* A parked job that sees lc_active come down to 0 waits this much longer for the next
+ * request of a busy server (it starts within microseconds) before it goes on: else each
+ * request of a busy period would wait for one more best-effort kernel. */
+#define GATE_LINGER_NS (1000000ull)
+
+typedef struct gate_page_s {
+    uint32_t magic;
+    uint32_t version;
+    _Atomic uint32_t lc_active;  /* latency-critical jobs of the GPU with a request going on */
+    _Atomic uint32_t wake_seq;   /* futex word: bumped when lc_active comes down to 0 */
+    _Atomic uint64_t parks;      /* submissions of preemptible jobs that parked */
+    _Atomic uint64_t parked_ns;  /* their time parked */
+} gate_page_t;
+
+#endif

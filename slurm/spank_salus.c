@@ -268,7 +268,7 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
     char shm[256] = "", preload[SALUS_PATH_BYTES + 16];
     uid_t uid;
     gid_t gid;
-    pid_t pid;
+    pid_t pid = getpid(); /* the task's process (S_TASK_PID is not known yet here) */
     uint32_t rank = 0, world = 1, local = 0;
     if (!salus_enabled)
         return 0;
@@ -279,7 +279,6 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
         return steps > 0 ? 0 : -1;
     if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS ||
-        spank_get_item(sp, S_TASK_PID, &pid) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_TASK_GLOBAL_ID, &rank) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_JOB_TOTAL_TASK_COUNT, &world) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_TASK_ID, &local) != ESPANK_SUCCESS) {
@@ -407,8 +406,8 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + sig;
     salus_client_t c;
     int rc = salus_client_open(&c, sock, "salus-spank", SALUS_TIMEOUT_MS, err, sizeof(err));
-    if (rc < 0) {
-        slurm_error("salus: cannot report the end of %s to salusd at %s: %s", tag, sock, err);
+    if (rc < 0) { /* the task failed at its start for the same reason, and said so */
+        slurm_debug("salus: cannot report the end of %s to salusd at %s: %s", tag, sock, err);
         return 0;
     }
     msgpack_packer *pk = salus_client_begin(&c, "reserved_exit", sig ? 3 : 2);

@@ -56,13 +56,25 @@ static int salus_option(int val, const char *optarg, int remote)
     return 0;
 }
 
-struct spank_option spank_options[] = {
-    {"salus", "[OPTS]",
-     "Run every task as a salus job of its node's salusd (OPTS: name=, iterations=, "
-     "persistent=, ephemeral=, priority=, sync=bsp|ssp:S|asp, share-gpus; comma-separated)",
-     2, 0, salus_option},
-    SPANK_OPTIONS_TABLE_END,
+static struct spank_option salus_spank_option = {
+    "salus", "[OPTS]",
+    "Run every task as a salus job of its node's salusd (OPTS: name=, iterations=, "
+    "persistent=, ephemeral=, priority=, sync=bsp|ssp:S|asp, share-gpus; comma-separated)",
+    2, 0, salus_option,
 };
+
+/* registered here, not through a spank_options table: sbatch and salloc (the allocator
+ * context) know only options registered this way */
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (spank_option_register(sp, &salus_spank_option) != ESPANK_SUCCESS) {
+        slurm_error("salus: cannot register the --salus option");
+        return -1;
+    }
+    return 0;
+}
 
 typedef struct salus_args_s {
     char socket[SALUS_PATH_BYTES]; /* with %n */

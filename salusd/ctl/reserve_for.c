@@ -49,6 +49,17 @@ static reserve_for_tag_t *tag_find(const char *tag)
     return NULL;
 }
 
+static void tag_drop(reserve_for_tag_t *gone)
+{
+    for (reserve_for_tag_t **p = &tags; *p; p = &(*p)->next) {
+        if (*p == gone) {
+            *p = gone->next;
+            free(gone);
+            return;
+        }
+    }
+}
+
 void reserve_for_shutdown(salusd_t *d)
 {
     (void)d;
@@ -154,6 +165,11 @@ void reserve_for_handle(conn_t *c, const proto_msg_t *msg)
         }
     }
     reserve_for_tag_t *known = tag_find(tag);
+    const job_t *known_job = known ? registry_find(d->registry, known->job_id) : NULL;
+    if (known && known_job && !known_job->runtime && JOB_STATE_IS_FINAL(known_job->state)) {
+        tag_drop(known); /* its job is over: the name is free again (a restarted manager) */
+        known = NULL;
+    }
     if (known) {
         server_reply_error(c, msg->id, PROTO_ESTATE, 0,
                            "reserve_for: tag %s already names job %llu", tag,

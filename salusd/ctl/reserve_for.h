@@ -9,7 +9,7 @@
  *       the program (alive: checked through its pidfd; kill signals it); supervisor_pid: the
  *       process that reports the end (its exit without a report ends a reservation no program
  *       took; never signalled). tag: the reserver's name of the reservation (1..63 printable
- *       bytes, unique among live ones), which reserved_exit names. With share_k/share_n
+ *       bytes, unique among the jobs not yet over), which reserved_exit names. With share_k/share_n
  *       (1 <= k <= n) and pin_gpu g: the job's budget is k/n of what GPU g offers jobs
  *       (its memory less --gpu-reserve), half persistent and half ephemeral, and the
  *       program's register cannot change it (nor the pin).

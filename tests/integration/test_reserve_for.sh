@@ -67,6 +67,12 @@ state=$("$SALUSCTL" --json ps | python3 -c 'import json,sys; print([j["state"] f
 [ "$state" = done ] || fail "job $id is $state: $(cat "$WORK/one.out")"
 pass "reserve_for: job $id ran the process's program, state $state"
 
+# 1b. the tag of a job that is over may name a new reservation (a resource manager restarted
+# from job id 1)
+"$PY" "$WORK/reserve.py" '{}' t-one true >"$WORK/again.out" 2>&1 ||
+    fail "a reservation under the tag of a job that is over: $(cat "$WORK/again.out")"
+pass "the tag t-one again, its first job over: $(head -1 "$WORK/again.out")"
+
 # 2. a share: a quarter of GPU 0, whatever SALUS_MEM_* the program's environment says
 total=$("$SALUSCTL" status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["gpus"][0]["total_bytes"])')
 quarter_mib=$((total / 4 / 1048576))

@@ -4,7 +4,6 @@
 #include "groups.h"
 #include "job_cgroup.h"
 #include "jobs.h"
-#include "reserve_for.h"
 
 #include "log.h"
 
@@ -262,7 +261,6 @@ void jobctl_shutdown(salusd_t *d)
     }
     free(d->jobctl);
     d->jobctl = NULL;
-    reserve_for_shutdown(d);
     job_cgroup_shutdown();
 }
 

@@ -88,8 +88,10 @@ touch "$WORK/go.a"
 rc=0
 wait "$srun_pid" || rc=$?
 [ "$rc" -eq 0 ] || fail "srun -N 2 -n 4 --ntasks-per-node=2 --salus exited $rc: $(cat "$OUT"/grp4.* 2>/dev/null | tail -5)"
+# srun has returned; the job may still be COMPLETING for a moment
+WAIT_POLL_S=0.5 wait_until 30 '[ "$(slurm_job_field "$jid" JobState)" = COMPLETED ]' ||
+    fail "job $jid: JobState=$(slurm_job_field "$jid" JobState)"
 state=$(slurm_job_field "$jid" JobState)
-[ "$state" = COMPLETED ] || fail "job $jid: JobState=$state"
 pass "srun -N 2 -n 4 --ntasks-per-node=2 --salus: group $group of 4 ranks on n2 and n3, all exit 0, job $jid JobState=$state ExitCode=$(slurm_job_field "$jid" ExitCode); final losses: $(cat "$OUT"/grp4.* | grep -c '^final_loss=')"
 
 # 1b. ranks that never call the driver: a 2-rank step on one node (rank 1 host-only) and a
@@ -153,10 +155,11 @@ for id in "${ids[@]:0:3}" "$fifth"; do
 done
 pass "4 shard jobs at once on n2, a fifth PD; greedy: $(grep -o 'cuMem[A-Za-z]*[^:]*: *CUDA_ERROR_OUT_OF_MEMORY\|CUDA_ERROR_OUT_OF_MEMORY' "$OUT/greedy.out" | head -1), JobState=$(slurm_job_field "${ids[3]}" JobState); the others COMPLETED"
 
-# 3. scancel of a running 2-node step
+# 3. scancel of a running 2-node step (3 and 4: sync=asp, whose turns the cluster's gang slots
+# do not order: what is checked is how the ranks end, not their turns)
 comm="slurm-$SUFFIX-c"
 node_argv 1
-"${NODE_ARGV[@]}" timeout -k 5 "$S_TIMEOUT" srun -J cancel -N 2 -n 4 --ntasks-per-node=2 --salus=share-gpus -o "$OUT/cancel.%t" \
+"${NODE_ARGV[@]}" timeout -k 5 "$S_TIMEOUT" srun -J cancel -N 2 -n 4 --ntasks-per-node=2 --salus=share-gpus,sync=asp -o "$OUT/cancel.%t" \
     "$MLP" --data-parallel simgpu --comm "$comm" --iterations 100000 --print-every 0 &
 srun_pid=$!
 wait_until 60 '[ -n "$(job_of cancel)" ]' || fail "the srun job did not start"
@@ -176,7 +179,7 @@ pass "scancel $jid: every rank gone and memory back on both nodes within $((SECO
 comm="slurm-$SUFFIX-d"
 node_argv 1
 "${NODE_ARGV[@]}" timeout -k 5 "$S_TIMEOUT" srun -J killed -N 2 -n 4 --ntasks-per-node=2 \
-    --salus=share-gpus -o "$OUT/killed.%t" "$MLP" --data-parallel simgpu --comm "$comm" \
+    --salus=share-gpus,sync=asp -o "$OUT/killed.%t" "$MLP" --data-parallel simgpu --comm "$comm" \
     --iterations 100000 --print-every 0 &
 srun_pid=$!
 wait_until 60 '[ -n "$(job_of killed)" ]' || fail "the srun job did not start"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # A real Slurm on the harness's nodes (lib.sh, nodes.sh): sourced after nodes.sh.
 #   slurm_installed               0 when slurmctld, slurmd, srun and munged are on PATH
 #   slurm_up PLUGSTACK_LINE       node 1: munged and slurmctld; nodes 2..CLUSTER_NODES: slurmd,

@@ -64,7 +64,7 @@ SYNTH="$BIN/salus-synth"
     --iterations 3 >"$WORK/one.out" 2>&1 || fail "reserve_for + program: $(cat "$WORK/one.out")"
 id=$(sed -n 's/^reserved \([0-9]*\) .*/\1/p' "$WORK/one.out")
 state=$("$SALUSCTL" --json ps | python3 -c 'import json,sys; print([j["state"] for j in json.load(sys.stdin) if j["id"] == int(sys.argv[1])][0])' "$id")
-[ "$state" = done ] || fail "job $id is $state: $(cat "$WORK/one.out")"
+[ "$state" = "done" ] || fail "job $id is $state: $(cat "$WORK/one.out")"
 pass "reserve_for: job $id ran the process's program, state $state"
 
 # 1b. the tag of a job that is over may name a new reservation (a resource manager restarted

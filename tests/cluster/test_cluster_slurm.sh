@@ -92,6 +92,10 @@ wait "$srun_pid" || rc=$?
 WAIT_POLL_S=0.5 wait_until 30 '[ "$(slurm_job_field "$jid" JobState)" = COMPLETED ]' ||
     fail "job $jid: JobState=$(slurm_job_field "$jid" JobState)"
 state=$(slurm_job_field "$jid" JobState)
+# and jobcomp/filetxt's record, as sacct -c reads it
+comp=$(slurm_exec sacct -c -n -j "$jid" -o state 2>&1 | tr -d ' ')
+[ "$comp" = COMPLETED ] || fail "sacct -c -j $jid: '$comp'"
+pass "sacct -c -j $jid: $comp"
 pass "srun -N 2 -n 4 --ntasks-per-node=2 --salus: group $group of 4 ranks on n2 and n3, all exit 0, job $jid JobState=$state ExitCode=$(slurm_job_field "$jid" ExitCode); final losses: $(cat "$OUT"/grp4.* | grep -c '^final_loss=')"
 
 # 1b. ranks that never call the driver: a 2-rank step on one node (rank 1 host-only) and a

@@ -13,6 +13,7 @@
 #include "notify.h"
 #include "paths.h"
 #include "ps.h"
+#include "reserve_for.h"
 #include "sched.h"
 #include "state.h"
 
@@ -262,6 +263,7 @@ out:
     metrics_stop(&d);
     jobs_shutdown(&d);
     jobctl_shutdown(&d);
+    reserve_for_shutdown(&d);
     groups_fini(&d);
     if (d.grow_timer)
         event_free(d.grow_timer);

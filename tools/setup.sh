@@ -40,8 +40,10 @@ PACKAGES=(build-essential cmake pkg-config python3 libevent-dev libjemalloc-dev 
           python3-venv python3-setuptools python3-wheel python3-msgpack python3-numpy
           python3-pytest python3-torch)
 # podman and what its rootless runs and --init need: tests/integration/test_containers.sh
-# (skipped without them)
-OPTIONAL=(libsystemd-dev clang gnuplot-nox podman crun uidmap catatonit)
+# (skipped without them); Slurm and munge: the SPANK plugin (slurm/, built with libslurm-dev's
+# spank.h) and tests/cluster/test_cluster_slurm.sh (skipped without them)
+OPTIONAL=(libsystemd-dev clang gnuplot-nox podman crun uidmap catatonit
+          slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

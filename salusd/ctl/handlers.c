@@ -6,6 +6,7 @@
 #include "jobctl.h"
 #include "jobs.h"
 #include "policy.h"
+#include "reserve_for.h"
 #include "ps_ckpt.h"
 #include "ps_cluster.h"
 #include "ps_local.h"
@@ -130,6 +131,8 @@ static const server_op_t ctl_ops[] = {
     {"kill", jobctl_handle_kill},
     {"wait", jobctl_handle_wait},
     {"logs", jobctl_handle_logs},
+    {"reserve_for", reserve_for_handle},
+    {"reserved_exit", reserve_for_handle_exit},
     {"stats", views_handle_stats},
     {NULL, NULL},
 };

@@ -30,6 +30,8 @@ typedef struct jobctl_entry_s {
     int log_fd;                  /* the log, taken from the submitter at submit; -1: none */
     int reported;                /* the supervisor reported the exit status (job_exit) */
     int supervised;              /* submitted: its supervisor reports the exit status */
+    int external;                /* reserved by root for another process (reserve_for): its
+                                    supervisor (a resource manager's) is never signalled */
     int supervisor_pidfd;        /* -1 once the supervisor is gone */
     struct event *supervisor_event;
     struct event *kill_timer;    /* SIGKILL when the grace period ends */
@@ -548,6 +550,45 @@ void jobctl_handle_submit(conn_t *c, const proto_msg_t *msg)
     server_send(c, enc);
 }
 
+int jobctl_report_exit(salusd_t *d, job_t *job, int exited, int code)
+{
+    jobctl_entry_t *e = entry_get(d, job->id);
+    if (!e)
+        return -ENOMEM;
+    uint64_t id = job->id;
+    e->reported = 1;
+    if (e->external) /* the reporter waited for the command: nothing of it is left to signal */
+        entry_close_command(e);
+    jobs_set_exit(d, job, exited, code);
+    if (jobs_is_reserved(job)) /* its command never used the GPU */
+        jobs_end_reserved(d, job, jobs_exit_state(job));
+    else
+        jobs_exit_probe_stop(d, job); /* the report is the status: no need to ask the kernel */
+    notify_waiters(d, id);
+    return 0;
+}
+
+int jobctl_watch_reserved_for(salusd_t *d, job_t *job, int supervisor_pidfd, int command_pidfd)
+{
+    jobctl_entry_t *e = entry_get(d, job->id);
+    if (!e)
+        return -ENOMEM;
+    e->supervised = 1;
+    e->external = 1;
+    e->supervisor_pidfd = supervisor_pidfd;
+    e->command_pidfd = command_pidfd;
+    e->supervisor_event = event_new(d->base, supervisor_pidfd, EV_READ, on_supervisor_exit, e);
+    if (!e->supervisor_event || event_add(e->supervisor_event, NULL) < 0) {
+        e->command_pidfd = -1; /* the caller's still */
+        if (e->supervisor_event)
+            event_free(e->supervisor_event);
+        e->supervisor_event = NULL;
+        e->supervisor_pidfd = -1;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
 /* job_exit {id, status, signal?}: the command's exit status, or the signal that killed it
  * (status then 128 + signal). */
 void jobctl_handle_job_exit(conn_t *c, const proto_msg_t *msg)
@@ -563,19 +604,10 @@ void jobctl_handle_job_exit(conn_t *c, const proto_msg_t *msg)
     job_t *job = controlled_job(c, msg, "job_exit");
     if (!job)
         return;
-    jobctl_entry_t *e = entry_get(d, job->id);
-    if (!e) {
+    if (jobctl_report_exit(d, job, sig == 0, sig ? (int)sig : (int)status) < 0) {
         server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
         return;
     }
-    uint64_t id = job->id;
-    e->reported = 1;
-    jobs_set_exit(d, job, sig == 0, sig ? (int)sig : (int)status);
-    if (jobs_is_reserved(job)) /* its command never used the GPU */
-        jobs_end_reserved(d, job, jobs_exit_state(job));
-    else
-        jobs_exit_probe_stop(d, job); /* the report is the status: no need to ask the kernel */
-    notify_waiters(d, id);
     proto_enc_t *enc = &d->enc;
     proto_enc_begin(enc, PROTO_REPLY, msg->id, "", 0);
     proto_enc_finish(enc);
@@ -598,7 +630,7 @@ static int signal_job(salusd_t *d, const job_t *job, int sig)
     if (e && e->command_pidfd >= 0 &&
         syscall(SYS_pidfd_send_signal, e->command_pidfd, sig, NULL, 0) == 0)
         rc = 0;
-    if (e && e->supervised && e->supervisor_pidfd >= 0) {
+    if (e && e->supervised && !e->external && e->supervisor_pidfd >= 0) {
         int via = sig == SIGKILL ? SIGUSR1 : sig;
         if (syscall(SYS_pidfd_send_signal, e->supervisor_pidfd, via, NULL, 0) == 0)
             rc = 0;

@@ -20,6 +20,14 @@ void jobctl_handle_logs(conn_t *c, const proto_msg_t *msg);
 /* Ends a job's processes as kill does: SIGTERM now, SIGKILL after grace_ms if it has not
  * ended or its supervisor has not reported its command's end. 0, or a negative errno (-ESRCH: no process known). */
 int jobctl_terminate(salusd_t *d, job_t *job, uint64_t grace_ms);
+/* How the job's command ended, as job_exit reports it: exited with code, or (exited == 0)
+ * killed by signal code; a job still only reserved ends. 0, or -ENOMEM. */
+int jobctl_report_exit(salusd_t *d, job_t *job, int exited, int code);
+/* A job root reserved for another process (reserve_for): supervisor_pidfd is the process that
+ * reports its end (its exit without a report ends a reservation no program took), never
+ * signalled; command_pidfd (or -1) the command's process, which kill signals. Takes both
+ * descriptors on success; 0, or -ENOMEM (they stay the caller's). */
+int jobctl_watch_reserved_for(salusd_t *d, job_t *job, int supervisor_pidfd, int command_pidfd);
 /* jobs.c: the job's run-time state is gone (done or failed). */
 void jobctl_job_finished(salusd_t *d, job_t *job);
 /* 1 when the finished job's end is settled (as wait answers it): its exit status known or

@@ -20,6 +20,8 @@ typedef struct job_runtime_s {
     chunk_t *chunks;
     size_t chunk_count, chunk_capacity;
     int reserved;                /* reserved by submit; its program has not registered yet */
+    int fields_fixed;            /* reserved for it by root (jobs_reserve_for): its register's
+                                    hints and pin do not replace the reservation's */
     int grow_pending;            /* a mem_grow waits for device memory */
     uint64_t grow_request_id;
     uint64_t grow_bytes;

@@ -154,6 +154,19 @@ static void apply_fields(job_t *job, const jobs_fields_t *f)
     job->pinned_gpu = f->gpu_pinned ? (int)f->pinned_gpu : -1;
 }
 
+/* A job root reserved for its program keeps the reservation's hints and pin: the register's
+ * fields (from the program's environment, which its user controls) do not widen them. */
+static void job_fields_keep_reserved(const job_runtime_t *rt, const job_t *job,
+                                     jobs_fields_t *fields)
+{
+    if (!rt || !rt->fields_fixed)
+        return;
+    fields->persistent_bytes = job->persistent_hint_bytes;
+    fields->ephemeral_bytes = job->ephemeral_hint_bytes;
+    fields->gpu_pinned = job->gpu_pinned;
+    fields->pinned_gpu = job->gpu_pinned ? (uint64_t)job->pinned_gpu : 0;
+}
+
 job_t *jobs_of_conn(conn_t *c)
 {
     return c->job_id ? registry_find(c->daemon->registry, c->job_id) : NULL;
@@ -499,7 +512,9 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     }
     for (size_t i = 0; i < registry_count(d->registry); i++) {
         const job_t *other = registry_at(d->registry, i);
-        if (other->runtime && other->pid == c->pid) {
+        /* a reservation made for this very process (reserve_for) is the one it takes */
+        if (other->runtime && other->pid == c->pid &&
+            !(other->id == reserved_id && jobs_is_reserved(other))) {
             server_reply_error(c, msg->id, PROTO_ESTATE, 0,
                                "process %d is already job %llu", (int)c->pid,
                                (unsigned long long)other->id);
@@ -558,6 +573,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
                 snprintf(job->name, sizeof(job->name), "%s", name);
         }
     }
+    job_fields_keep_reserved(rt, job, &fields);
     if (!job) {
         rt = calloc(1, sizeof(*rt));
         job = rt ? registry_add(d->registry, name, c->pid, c->uid, c->gid, salusd_now_ns(), c)
@@ -696,11 +712,16 @@ void jobs_shutdown(salusd_t *d)
 
 job_t *jobs_reserve(conn_t *c, const jobs_fields_t *fields)
 {
+    return jobs_reserve_for(c, c->uid, c->gid, c->pid, fields, 0);
+}
+
+job_t *jobs_reserve_for(conn_t *c, uid_t uid, gid_t gid, pid_t pid, const jobs_fields_t *fields,
+                        int fixed)
+{
     salusd_t *d = c->daemon;
     job_runtime_t *rt = calloc(1, sizeof(*rt));
     const char *name = fields->name[0] ? fields->name : "job";
-    job_t *job = rt ? registry_add(d->registry, name, c->pid, c->uid, c->gid, salusd_now_ns(),
-                                   NULL)
+    job_t *job = rt ? registry_add(d->registry, name, pid, uid, gid, salusd_now_ns(), NULL)
                     : NULL;
     if (!job) {
         free(rt);
@@ -711,6 +732,7 @@ job_t *jobs_reserve(conn_t *c, const jobs_fields_t *fields)
     rt->pidfd = -1;
     rt->notify_fd = -1;
     rt->reserved = 1;
+    rt->fields_fixed = fixed;
     access_note_job(c, job);
     if (reserve_gpus(d, job, fields->gpus) < 0) {
         registry_remove(d->registry, job->id);

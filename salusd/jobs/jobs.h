@@ -65,6 +65,11 @@ void jobs_reply_bad_name(conn_t *c, uint64_t request_id, const char *verb);
  * fields give no name). Its uid is the requester's; the program attaches by sending job_id
  * in its register request. NULL when out of memory. */
 job_t *jobs_reserve(conn_t *c, const jobs_fields_t *fields);
+/* The same, made by root for another process: the job is uid's, pid is its process until its
+ * program registers (a process of uid, attaching with job_id). fixed: the register's hints
+ * and pin do not replace fields' (a budget the reserver decided). NULL when out of memory. */
+job_t *jobs_reserve_for(conn_t *c, uid_t uid, gid_t gid, pid_t pid, const jobs_fields_t *fields,
+                        int fixed);
 /* 1 when name may be a job's name: printable (ASCII or UTF-8 without control characters),
  * shorter than REGISTRY_NAME_BYTES. Names reach terminals (ps, logs of the daemon). */
 int jobs_name_valid(const char *name);

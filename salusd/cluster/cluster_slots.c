@@ -360,6 +360,19 @@ static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, ui
     if (pending) { /* in a slot: ready when it ends; others behind it are sent it (below) */
         if (last > g->max_last)
             g->max_last = last;
+        if (last > g->cur_seq) {
+            /* a slot this leader did not issue (a former leader's, or its own before a
+             * restart) is in progress: it is the group's open slot, with the nodes in it as
+             * its targets, so that no other slot overtakes it where a late rank may join it
+             * (held_by) and the group's next slot waits for it */
+            g->cur_seq = last;
+            g->cur_target = 0;
+            g->slot_node_count = 0;
+            g->ready_count = 0;
+            g->ready_since_ns = 0;
+        }
+        if (last == g->cur_seq)
+            add_target(g, node);
         return;
     }
     if (g->max_last > g->cur_seq && last < g->max_last) {

@@ -635,6 +635,62 @@ START_TEST(open_slot_with_late_rank_holds_its_node)
 }
 END_TEST
 
+/* A new leader learns of a former leader's slot in progress from a node's pending report: it
+ * is the group's open slot, so another group's slot does not overtake it on a node where the
+ * group has a rank not registered yet (here: this node's rank of g1), and g1's next slot
+ * follows once the node in it is done. */
+START_TEST(former_leaders_open_slot_holds)
+{
+    locals[local_count++] = (local_group_t){.id = 5, .name = "g1", .world = 2};
+    cluster_rank_submitted(&dmn, 5, 0, 105); /* never registers here */
+    int64_t e1 = txn_succeeds(last_txn());
+    watch_put(cl, "1000/g1", e1, e1 + 1,
+              "{\"world\":2,\"sync\":\"bsp\",\"share\":false,\"ranks\":{"
+              "\"0\":{\"node\":\"a\",\"job\":105,\"reg\":false},"
+              "\"1\":{\"node\":\"b\",\"job\":7,\"reg\":true}},\"over\":{}}");
+    int64_t e2 = two_node_group(6, "g2");
+    uint64_t old = (2ull << 32) | 7; /* the former leader's term */
+    proto_enc_t enc;
+    proto_enc_init(&enc);
+    proto_enc_begin(&enc, PROTO_REQUEST, 0, "ready", 5);
+    proto_pack_kv_str(&enc.pk, "group", "1000/g1");
+    proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)e1);
+    proto_pack_kv_uint(&enc.pk, "last", old);
+    proto_pack_kv_uint(&enc.pk, "iters", 0);
+    proto_pack_kv_bool(&enc.pk, "pending", 1);
+    proto_enc_finish(&enc);
+    proto_msg_t msg;
+    ck_assert_int_eq(proto_decode((const uint8_t *)enc.sbuf.data + 4, enc.sbuf.size - 4, &msg,
+                                  NULL), 0);
+    cluster_slots_message(cl, "b", &msg);
+    proto_msg_free(&msg);
+    proto_enc_destroy(&enc);
+
+    size_t before = event_count;
+    cluster_rank_admitted(&dmn, 6);
+    from_b(cl, "ready", "1000/g2", e2, 0, 0);
+    if (find_event(before, "slot 6") >= 0)
+        dump_events();
+    ck_assert_int_lt(find_event(before, "slot 6"), 0); /* held behind g1's open slot */
+    ck_assert_int_lt(find_event(before, "send b slot"), 0);
+
+    /* b is done with the former leader's slot: g2's slot goes out, then g1's next (b only) */
+    before = event_count;
+    from_b(cl, "ready", "1000/g1", e1, old, 1);
+    char a1[64], b1[64], b2[64];
+    snprintf(a1, sizeof(a1), "slot 6 %llx", (unsigned long long)seq_of(1));
+    snprintf(b1, sizeof(b1), "send b slot 1000/g2 %llx", (unsigned long long)seq_of(1));
+    snprintf(b2, sizeof(b2), "send b slot 1000/g1 %llx", (unsigned long long)seq_of(2));
+    int ia1 = find_event(before, a1), ib1 = find_event(before, b1), ib2 = find_event(before, b2);
+    if (ia1 < 0 || ib1 < 0 || ib2 < 0)
+        dump_events();
+    ck_assert_int_ge(ia1, 0);
+    ck_assert_int_ge(ib1, 0);
+    ck_assert_int_gt(ib2, ib1);
+    ck_assert_int_lt(find_event(before, "slot 5"), 0); /* g1 has no registered rank here */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cluster");
@@ -647,6 +703,7 @@ int main(void)
     tcase_add_test(tc, slot_sent_again);
     tcase_add_test(tc, host_only_node_gets_no_slot);
     tcase_add_test(tc, open_slot_with_late_rank_holds_its_node);
+    tcase_add_test(tc, former_leaders_open_slot_holds);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

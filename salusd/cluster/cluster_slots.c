@@ -219,17 +219,20 @@ static uint32_t slot_targets(const cluster_t *cl, const cluster_group_t *g, cons
     return count;
 }
 
-/* A group whose open slot g's next slot would overtake on one of g's nodes (NULL: none): h
- * has a live rank there that its slot did not go to (a rank not registered yet). Should that
- * rank register, h's open slot goes to its node (its peers may wait for it in a collective);
- * a later slot served there before it could wait, in a circle, for h's ranks elsewhere. So no
- * later slot goes to such a node while h's slot is open: every node serves slots in one order. */
+/* A group whose open slot, issued before `before`, a slot of g up to `before` would overtake
+ * on one of nodes (NULL: none): h has a live rank there that its slot did not go to (a rank
+ * not registered yet). Should that rank register, h's open slot goes to its node (its peers
+ * may wait for it in a collective); a later slot served there before it could wait, in a
+ * circle, for h's ranks elsewhere. So no later slot goes to such a node while h's slot is
+ * open, neither a new one nor an open one that the node would join: every node is sent its
+ * slots in increasing order, and serves them so. */
 static const cluster_group_t *held_by(const cluster_t *cl, const cluster_group_t *g,
-                                      const char **nodes, uint32_t n, const char **where)
+                                      const char **nodes, uint32_t n, uint64_t before,
+                                      const char **where)
 {
     for (const cluster_group_t *h = cl->groups; h; h = h->next) {
         if (h == g || h->dropped || !h->ranks || h->failed || !bsp_with_turns(cl, h) ||
-            !slot_open(cl, h))
+            h->cur_seq >= before || !slot_open(cl, h))
             continue;
         for (uint32_t i = 0; i < n; i++)
             if (holds_rank(h, nodes[i]) && !is_target(h, nodes[i]) &&
@@ -260,7 +263,7 @@ static uint32_t may_issue(cluster_t *cl, cluster_group_t *g, const char **nodes,
     if (!g->ready_since_ns)
         g->ready_since_ns = now;
     const char *where = NULL;
-    const cluster_group_t *h = held_by(cl, g, nodes, n, &where);
+    const cluster_group_t *h = held_by(cl, g, nodes, n, UINT64_MAX, &where);
     if (h) {
         if (!g->held_logged)
             LOG_DEBUG("cluster: group %s: its next slot waits for the slot of group %s, whose "
@@ -388,6 +391,17 @@ static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, ui
     }
     if (g->cur_seq && last < g->cur_seq && !is_ready(g, node)) {
         int target = is_target(g, node);
+        const char *where = NULL, *one[1] = {node};
+        const cluster_group_t *h = !target && slot_open(cl, g)
+                                       ? held_by(cl, g, one, 1, g->cur_seq, &where) : NULL;
+        if (h) {
+            /* an earlier open slot waits for a rank on that node first: it joins this one
+             * once that slot has it or is over (its ready comes again at its resync) */
+            LOG_DEBUG("cluster: group %s: node %s joins slot %llx after group %s's slot %llx",
+                      g->name, node, (unsigned long long)g->cur_seq, h->name,
+                      (unsigned long long)h->cur_seq);
+            return;
+        }
         if (!target && slot_open(cl, g) && add_target(g, node) == 0) {
             /* a node whose ranks registered after the slot went out (late ranks: host-only
              * until their first driver call): it joins the slot in progress, whose ranks

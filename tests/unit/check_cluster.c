@@ -691,6 +691,40 @@ START_TEST(former_leaders_open_slot_holds)
 }
 END_TEST
 
+/* g1 and g2 each have a rank on b not registered yet; both slots go to a only (s1, then s2).
+ * b's rank of g2 registers first: b must not join s2 before s1 (a has them in the order
+ * s1, s2: b serving s2 first would wait in a circle), so it waits; b's rank of g1 registers:
+ * b joins s1, then, at its next ready of g2, s2. */
+START_TEST(late_joins_keep_the_order)
+{
+    int64_t e1 = host_only_group(5, "g1", 0);
+    int64_t e2 = host_only_group(6, "g2", 0);
+    cluster_rank_admitted(&dmn, 5);
+    cluster_rank_admitted(&dmn, 6);
+    char s1[64], s2[64], j1[64], j2[64];
+    snprintf(s1, sizeof(s1), "slot 5 %llx", (unsigned long long)seq_of(1));
+    snprintf(s2, sizeof(s2), "slot 6 %llx", (unsigned long long)seq_of(2));
+    snprintf(j1, sizeof(j1), "send b slot 1000/g1 %llx", (unsigned long long)seq_of(1));
+    snprintf(j2, sizeof(j2), "send b slot 1000/g2 %llx", (unsigned long long)seq_of(2));
+    if (find_event(0, s1) < 0 || find_event(0, s2) < 0)
+        dump_events();
+    ck_assert_int_ge(find_event(0, s1), 0);
+    ck_assert_int_ge(find_event(0, s2), 0);
+    size_t before = event_count;
+    from_b(cl, "ready", "1000/g2", e2, 0, 0);
+    if (find_event(before, "send b slot") >= 0)
+        dump_events();
+    ck_assert_int_lt(find_event(before, "send b slot"), 0); /* not before s1 */
+    from_b(cl, "ready", "1000/g1", e1, 0, 0);
+    ck_assert_int_ge(find_event(before, j1), 0);
+    from_b(cl, "ready", "1000/g2", e2, 0, 0); /* (its resync) */
+    int i1 = find_event(before, j1), i2 = find_event(before, j2);
+    if (i2 < 0)
+        dump_events();
+    ck_assert_int_gt(i2, i1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cluster");
@@ -704,6 +738,7 @@ int main(void)
     tcase_add_test(tc, host_only_node_gets_no_slot);
     tcase_add_test(tc, open_slot_with_late_rank_holds_its_node);
     tcase_add_test(tc, former_leaders_open_slot_holds);
+    tcase_add_test(tc, late_joins_keep_the_order);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

@@ -132,6 +132,11 @@ const option_def_t salusd_options[] = {
         "parameter servers: every UCX message between daemons carries an AES-GCM tag keyed "
         "per pair from the cluster key, checked before it is used (off: the data plane "
         "trusts its fabric, as NCCL and MPI do); every daemon of the cluster alike"),
+    ROW("ps-rejoin", OPTION_BOOL, "yes", 0, 0, ps_rejoin,
+        "parameter servers: a server that a fail-over took out of a table's view (its lease "
+        "ended, or its daemon restarted within it) is proposed back once it is a live "
+        "member again, catching up by whole-shard copies (no: only salusctl ps-servers "
+        "--add adds it)"),
     ROW("cluster", OPTION_STRING, NULL, 0, 0, cluster,
         "join the cluster coordinated by this etcd (etcd://HOST:PORT[,HOST:PORT...]): "
         "groups span nodes; default: a single node"),

@@ -53,6 +53,7 @@ typedef struct salusd_config_s {
     long long ps_fed_timeout_ms; /* a federated round open this long is closed as it is */
     long long ps_replicas;       /* replicas of each shard of a table opened here (R) */
     int ps_net_integrity;        /* every UCX message between daemons tagged (ps_net.h) */
+    int ps_rejoin;               /* a server a fail-over took out of a view is added back */
     /* the cluster role (cluster.h): empty cluster = a single node */
     char cluster[1024];          /* etcd endpoints: etcd://HOST:PORT[,HOST:PORT...] */
     char cluster_node[64];       /* this node's name (empty: the host name) */

@@ -78,6 +78,11 @@ typedef struct cluster_group_s {
     uint64_t round_iters;        /* the most iterations a node reported ready with */
     char (*ready_nodes)[LINKS_NODE_BYTES]; /* the nodes ready for the next slot */
     uint32_t ready_count;
+    char (*slot_nodes)[LINKS_NODE_BYTES]; /* the nodes the slot issued last went to (those of
+                                  * registered ranks), with the nodes of late ranks that joined it */
+    uint32_t slot_node_count;
+    uint64_t ready_since_ns;     /* every node its next slot needs is ready since (0: not yet) */
+    int held_logged;             /* its slot waits for another group's (said once) */
     struct cluster_group_s *next;
 } cluster_group_t;
 
@@ -110,6 +115,7 @@ typedef struct cluster_s {
     int campaign_busy;
     uint64_t slot_counter;       /* as leader: the low half of the last seq issued */
     int64_t counter_epoch;       /* the term slot_counter counts in */
+    int pass_busy, pass_again;   /* the leader's pass over the groups (cluster_slots.c) */
     cluster_group_t *groups;
     /* start-up */
     int start_done, start_error;
@@ -154,7 +160,8 @@ void cluster_slots_ready(cluster_t *cl, cluster_group_t *g);
 void cluster_slots_resync(cluster_t *cl);
 /* the leader forgets g's state (ended, failed) */
 void cluster_slots_forget(cluster_t *cl, cluster_group_t *g);
-/* the leader: issues g's next slot when every node of it is ready */
+/* the leader: issues the next slot of every group whose nodes are all ready (g's among them),
+ * the group ready longest first */
 void cluster_slots_check(cluster_t *cl, cluster_group_t *g);
 /* the leader: the link to node is (back) up: the slots it may have missed, again */
 void cluster_slots_link_up(cluster_t *cl, const char *node);

@@ -24,10 +24,14 @@
  * A group's life across nodes: each node adds its ranks to the record as they are submitted
  * (world, sync, share_gpus checked against the record; a rank taken on another node fails
  * the local one), marks each registered when its program registers; when every rank of the
- * record is registered every node releases its local ranks to the scheduling core
- * (sched_core_group_release), which admits them all or nothing on this node. Once a node has
- * admitted all its local ranks it tells the leader it is ready; when every node of the group
- * is, the leader issues the group's next slot (a message to each node over the daemon links:
+ * record is submitted (its node named) every node releases its local ranks to the scheduling
+ * core (sched_core_group_release), which admits the registered ones all or nothing on this
+ * node; the others are host-only (groups.h) until they register, then placed as late ranks.
+ * Once a node has admitted all its registered ranks it tells the leader it is ready; when every
+ * node of the group with a registered rank is, the leader issues the group's next slot (the
+ * group ready longest first; a node of host-only ranks only gets none; a late rank's node
+ * joins the slot in progress, and no later slot goes to a node where a group with an open
+ * slot has a rank outside it: cluster_slots.c) (a message to each node over the daemon links:
  * a slot costs a message, not an etcd transaction); each node serves slots in the order it
  * receives them (one global order) and reports ready again when the slot is over here
  * (SLOT_DONE).

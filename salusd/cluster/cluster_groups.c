@@ -40,6 +40,7 @@ static void group_free(cluster_group_t *g)
     free(g->local_job);
     free(g->local_reg);
     free(g->ready_nodes);
+    free(g->slot_nodes);
     free(g);
 }
 
@@ -183,6 +184,8 @@ static int parse_record(cluster_t *cl, cluster_group_t *g, const etcd_kv_t *kv)
         g->nodes_over_count = 0;
         g->cur_seq = 0;
         g->ready_count = 0;
+        g->slot_node_count = 0;
+        g->ready_since_ns = 0;
     }
     if (group_size(g, (uint32_t)world) < 0)
         goto out;
@@ -320,10 +323,11 @@ static int needs_write(const cluster_t *cl, const cluster_group_t *g)
 
 /* ---- the record's consequences here -------------------------------------------------------- */
 
-static int all_registered(const cluster_group_t *g)
+/* Every rank of the record was submitted somewhere (its node is named). */
+static int all_submitted(const cluster_group_t *g)
 {
     for (uint32_t i = 0; i < g->world; i++)
-        if (!g->ranks[i].node[0] || !g->ranks[i].registered)
+        if (!g->ranks[i].node[0])
             return 0;
     return 1;
 }
@@ -365,12 +369,17 @@ static void consider(cluster_t *cl, cluster_group_t *g)
         }
     if (g->failed && g->local_id && !g->local_failed)
         fail_local(cl, g, g->failure, &cl->stats.groups_failed_rank);
-    if (!g->failed && g->local_id && !g->released && !g->local_failed && all_registered(g)) {
+    if (!g->failed && g->local_id && !g->released && !g->local_failed && all_submitted(g)) {
+        /* every rank submitted: those registered here are admitted, the others are host-only
+         * (no GPU, no slot) until they register, then placed as late ranks */
         g->released = 1;
+        groups_cluster_complete(cl->d, g->local_id);
         int rc = jobs_group_release(cl->d, g->local_id);
-        LOG_INFO("cluster: group %s: every rank of %u registered: its %u rank%s here %s",
-                 g->name, g->world, g->local_ranks, g->local_ranks == 1 ? "" : "s",
-                 rc == 0 ? "may be admitted" : "could not be released");
+        LOG_INFO("cluster: group %s: every rank of %u submitted: of its %u rank%s here, %u "
+                 "registered %s", g->name, g->world, g->local_ranks,
+                 g->local_ranks == 1 ? "" : "s", g->local_registered,
+                 rc == 0 ? "may be admitted" : rc == -ENOENT ? "(none yet: host-only)"
+                                                            : "could not be released");
     }
     if (cluster_is_leader(cl))
         cluster_slots_check(cl, g);
@@ -666,14 +675,32 @@ void cluster_groups_check_members(cluster_t *cl)
     }
 }
 
+/* Whether every local rank that registered is admitted (host-only ranks, not registered,
+ * take no slot: a node of host-only ranks only is never ready, and gets no slot). */
+static int local_all_admitted(const cluster_group_t *g)
+{
+    return g->local_registered && g->local_admitted >= g->local_registered;
+}
+
 void cluster_groups_ready_all(cluster_t *cl)
 {
     for (cluster_group_t *g = cl->groups; g; g = g->next)
         if (!g->dropped && g->local_id && g->released && !g->ready_sent && !g->local_failed &&
-            !g->over && g->local_ranks && g->local_admitted >= g->local_ranks) {
+            !g->over && local_all_admitted(g)) {
             g->ready_sent = 1;
             cluster_slots_ready(cl, g);
         }
+}
+
+/* Tells the leader this node is ready for g's slots once its registered ranks are admitted
+ * (not while survivors of a restart may still come back: the tick does it then). */
+static void maybe_ready(cluster_t *cl, cluster_group_t *g)
+{
+    if (local_all_admitted(g) && !g->ready_sent && !g->local_failed && !g->over &&
+        !jobs_admission_held(cl->d)) {
+        g->ready_sent = 1;
+        cluster_slots_ready(cl, g);
+    }
 }
 
 void cluster_groups_lease_lost(cluster_t *cl)
@@ -770,9 +797,13 @@ void cluster_rank_registered(salusd_t *d, uint64_t group_id, uint32_t rank, uint
         g->local_reg[rank] = 1;
         g->local_registered++;
     }
-    if (g->released) /* registered again (a restart): the core has it back */
+    if (g->released) /* registered after the release (a late rank, or a restart) */
         jobs_group_release(d, g->local_id);
     write_record(cl, g);
+    /* (a late rank may have been admitted before this event came: ready now) */
+    g = cluster_group_by_local(cl, group_id);
+    if (g)
+        maybe_ready(cl, g);
 }
 
 void cluster_rank_admitted(salusd_t *d, uint64_t group_id)
@@ -782,12 +813,7 @@ void cluster_rank_admitted(salusd_t *d, uint64_t group_id)
     if (!g)
         return;
     g->local_admitted++;
-    /* not while survivors of a restart may still come back (the tick does it then) */
-    if (g->local_admitted >= g->local_ranks && !g->ready_sent && !g->local_failed &&
-        !jobs_admission_held(d)) {
-        g->ready_sent = 1;
-        cluster_slots_ready(cl, g);
-    }
+    maybe_ready(cl, g);
 }
 
 void cluster_group_failed(salusd_t *d, uint64_t group_id, const char *failure)

@@ -139,11 +139,34 @@ void cluster_slots_resync(cluster_t *cl)
 
 /* ---- the leader ------------------------------------------------------------------------------ */
 
+static int in_list(char (*list)[LINKS_NODE_BYTES], uint32_t count, const char *node)
+{
+    for (uint32_t i = 0; list && i < count; i++)
+        if (strcmp(list[i], node) == 0)
+            return 1;
+    return 0;
+}
+
 static int is_ready(const cluster_group_t *g, const char *node)
 {
-    for (uint32_t i = 0; i < g->ready_count; i++)
-        if (strcmp(g->ready_nodes[i], node) == 0)
-            return 1;
+    return in_list(g->ready_nodes, g->ready_count, node);
+}
+
+/* node was sent g's last slot (or joined it with a late rank) */
+static int is_target(const cluster_group_t *g, const char *node)
+{
+    return in_list(g->slot_nodes, g->slot_node_count, node);
+}
+
+static int add_target(cluster_group_t *g, const char *node)
+{
+    if (is_target(g, node))
+        return 0;
+    if (!g->slot_nodes && !(g->slot_nodes = calloc(CLUSTER_GROUP_MAX_NODES, sizeof(*g->slot_nodes))))
+        return -ENOMEM;
+    if (g->slot_node_count == CLUSTER_GROUP_MAX_NODES)
+        return -ENOSPC;
+    snprintf(g->slot_nodes[g->slot_node_count++], LINKS_NODE_BYTES, "%s", node);
     return 0;
 }
 
@@ -152,44 +175,181 @@ static int bsp_with_turns(const cluster_t *cl, const cluster_group_t *g)
     return strcmp(g->sync, "bsp") == 0 && !cl->d->config.gang_turns_off;
 }
 
-void cluster_slots_check(cluster_t *cl, cluster_group_t *g)
+/* 1 when node runs a rank of g (as the group's record says), else 0. */
+static int holds_rank(const cluster_group_t *g, const char *node)
 {
-    if (!cluster_is_leader(cl) || !g->ranks || g->failed || !bsp_with_turns(cl, g))
-        return;
+    for (uint32_t i = 0; g->ranks && i < g->world; i++)
+        if (strcmp(g->ranks[i].node, node) == 0)
+            return 1;
+    return 0;
+}
+
+/* 1 when node runs a rank of g that registered (its program called the driver). */
+static int holds_registered(const cluster_group_t *g, const char *node)
+{
+    for (uint32_t i = 0; g->ranks && i < g->world; i++)
+        if (g->ranks[i].registered && strcmp(g->ranks[i].node, node) == 0)
+            return 1;
+    return 0;
+}
+
+/* g's last slot is not over on a node it went to */
+static int slot_open(const cluster_t *cl, const cluster_group_t *g)
+{
+    for (uint32_t i = 0; g->cur_seq && i < g->slot_node_count; i++)
+        if (!is_ready(g, g->slot_nodes[i]) && !cluster_group_node_over(cl, g, g->slot_nodes[i]))
+            return 1;
+    return 0;
+}
+
+/* The nodes g's next slot goes to (up to max): those of its registered ranks, those that
+ * said they are ready (the record may come after the ready) and those its last slot went to,
+ * not over. A node whose ranks
+ * have not registered (host-only ranks, or GPU ranks whose first driver call is still to
+ * come) gets no slot: a late rank's node joins the slot in progress (leader_ready). */
+static uint32_t slot_targets(const cluster_t *cl, const cluster_group_t *g, const char **out,
+                             uint32_t max)
+{
     const char *nodes[CLUSTER_GROUP_MAX_NODES];
-    uint32_t n = cluster_group_nodes(g, nodes, CLUSTER_GROUP_MAX_NODES);
+    uint32_t n = cluster_group_nodes(g, nodes, CLUSTER_GROUP_MAX_NODES), count = 0;
+    for (uint32_t i = 0; i < n && count < max; i++)
+        if (!cluster_group_node_over(cl, g, nodes[i]) &&
+            (holds_registered(g, nodes[i]) || is_ready(g, nodes[i]) || is_target(g, nodes[i])))
+            out[count++] = nodes[i];
+    return count;
+}
+
+/* A group whose open slot, issued before `before`, a slot of g up to `before` would overtake
+ * on one of nodes (NULL: none): h has a live rank there that its slot did not go to (a rank
+ * not registered yet). Should that rank register, h's open slot goes to its node (its peers
+ * may wait for it in a collective); a later slot served there before it could wait, in a
+ * circle, for h's ranks elsewhere. So no later slot goes to such a node while h's slot is
+ * open, neither a new one nor an open one that the node would join: every node is sent its
+ * slots in increasing order, and serves them so. */
+static const cluster_group_t *held_by(const cluster_t *cl, const cluster_group_t *g,
+                                      const char **nodes, uint32_t n, uint64_t before,
+                                      const char **where)
+{
+    for (const cluster_group_t *h = cl->groups; h; h = h->next) {
+        if (h == g || h->dropped || !h->ranks || h->failed || !bsp_with_turns(cl, h) ||
+            h->cur_seq >= before || !slot_open(cl, h))
+            continue;
+        for (uint32_t i = 0; i < n; i++)
+            if (holds_rank(h, nodes[i]) && !is_target(h, nodes[i]) &&
+                !cluster_group_node_over(cl, h, nodes[i])) {
+                *where = nodes[i];
+                return h;
+            }
+    }
+    return NULL;
+}
+
+/* Whether g's next slot may be issued now: every node it goes to is ready, and no other
+ * group's open slot holds one of them (held_by). Sets g->ready_since_ns. */
+static uint32_t may_issue(cluster_t *cl, cluster_group_t *g, const char **nodes, uint64_t now)
+{
+    if (g->dropped || !g->ranks || g->failed || !bsp_with_turns(cl, g))
+        return 0;
     for (uint32_t i = 0; i < g->world; i++)
         if (!g->ranks[i].node[0])
-            return; /* not every rank is known yet */
-    uint32_t live = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        /* a node whose ranks have all ended gives no ready again: the others go on */
-        if (cluster_group_node_over(cl, g, nodes[i]))
-            continue;
-        live++;
+            return 0; /* not every rank is known yet */
+    /* a node whose ranks have all ended gives no ready again: the others go on */
+    uint32_t n = slot_targets(cl, g, nodes, CLUSTER_GROUP_MAX_NODES);
+    for (uint32_t i = 0; i < n; i++)
         if (!is_ready(g, nodes[i]))
-            return;
+            return 0;
+    if (!n)
+        return 0;
+    if (!g->ready_since_ns)
+        g->ready_since_ns = now;
+    const char *where = NULL;
+    const cluster_group_t *h = held_by(cl, g, nodes, n, UINT64_MAX, &where);
+    if (h) {
+        if (!g->held_logged)
+            LOG_DEBUG("cluster: group %s: its next slot waits for the slot of group %s, whose "
+                      "rank on node %s has not joined it", g->name, h->name, where);
+        g->held_logged = 1;
+        return 0;
     }
-    if (!live)
-        return;
+    g->held_logged = 0;
+    return n;
+}
+
+static void issue(cluster_t *cl, cluster_group_t *g, const char **nodes, uint32_t n)
+{
     uint64_t seq = ((uint64_t)cl->leader_epoch << 32) | ++cl->slot_counter;
     uint64_t k = cl->d->config.gang_slot_iterations > 0 ? (uint64_t)cl->d->config.gang_slot_iterations : 1;
     g->cur_seq = seq;
     g->cur_target = g->round_iters + k;
     g->ready_count = 0;
     g->round_iters = 0;
+    g->ready_since_ns = 0;
+    g->slot_node_count = 0;
+    /* (the names are the record's: copied before a send that may change it) */
+    char names[CLUSTER_GROUP_MAX_NODES][LINKS_NODE_BYTES];
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(names[i], sizeof(names[i]), "%s", nodes[i]);
+        add_target(g, nodes[i]);
+    }
     cl->stats.slots_issued++;
     LOG_DEBUG("cluster: group %s: slot %llx issued to %u node%s (ranks reach %llu iterations)",
               g->name, (unsigned long long)seq, n, n == 1 ? "" : "s",
               (unsigned long long)g->cur_target);
+    uint64_t target = g->cur_target;
     for (uint32_t i = 0; i < n; i++) {
-        if (cluster_group_node_over(cl, g, nodes[i]))
-            continue;
-        if (strcmp(nodes[i], cl->node) == 0)
+        if (strcmp(names[i], cl->node) == 0)
             node_slot(cl, g, seq);
         else
-            send_to(cl, nodes[i], "slot", g, "seq", seq, g->cur_target);
+            send_to(cl, names[i], "slot", g, "seq", seq, target);
     }
+}
+
+/* The leader's pass: the groups whose next slot may be issued, the one ready longest first
+ * (then the one served least recently), each once per round; a slot that ends at once here
+ * asks for another round (at most a few: the resync's readies, every second, go on). */
+static void leader_pass(cluster_t *cl)
+{
+    if (!cluster_is_leader(cl))
+        return;
+    if (cl->pass_busy) {
+        cl->pass_again = 1;
+        return;
+    }
+    cl->pass_busy = 1;
+    uint64_t now = salusd_now_ns();
+    const char *nodes[CLUSTER_GROUP_MAX_NODES], *best_nodes[CLUSTER_GROUP_MAX_NODES];
+    for (int round = 0; round < 4; round++) {
+        cl->pass_again = 0;
+        uint64_t pass_seq = cl->slot_counter; /* groups issued in this round have cur_seq above */
+        for (;;) {
+            cluster_group_t *best = NULL;
+            uint32_t best_n = 0;
+            for (cluster_group_t *g = cl->groups; g; g = g->next) {
+                if (g->cur_seq && (g->cur_seq >> 32) == (uint64_t)cl->leader_epoch &&
+                    (g->cur_seq & 0xffffffffu) > pass_seq)
+                    continue; /* once per round */
+                uint32_t n = may_issue(cl, g, nodes, now);
+                if (n && (!best || g->ready_since_ns < best->ready_since_ns ||
+                          (g->ready_since_ns == best->ready_since_ns && g->cur_seq < best->cur_seq))) {
+                    best = g;
+                    best_n = n;
+                    memcpy(best_nodes, nodes, n * sizeof(*nodes));
+                }
+            }
+            if (!best)
+                break;
+            issue(cl, best, best_nodes, best_n);
+        }
+        if (!cl->pass_again)
+            break;
+    }
+    cl->pass_busy = 0;
+}
+
+void cluster_slots_check(cluster_t *cl, cluster_group_t *g)
+{
+    (void)g; /* every group: one may wait for another's slot (held_by) */
+    leader_pass(cl);
 }
 
 static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, uint64_t last,
@@ -203,6 +363,19 @@ static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, ui
     if (pending) { /* in a slot: ready when it ends; others behind it are sent it (below) */
         if (last > g->max_last)
             g->max_last = last;
+        if (last > g->cur_seq) {
+            /* a slot this leader did not issue (a former leader's, or its own before a
+             * restart) is in progress: it is the group's open slot, with the nodes in it as
+             * its targets, so that no other slot overtakes it where a late rank may join it
+             * (held_by) and the group's next slot waits for it */
+            g->cur_seq = last;
+            g->cur_target = 0;
+            g->slot_node_count = 0;
+            g->ready_count = 0;
+            g->ready_since_ns = 0;
+        }
+        if (last == g->cur_seq)
+            add_target(g, node);
         return;
     }
     if (g->max_last > g->cur_seq && last < g->max_last) {
@@ -216,18 +389,44 @@ static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, ui
             send_to(cl, node, "slot", g, "seq", g->max_last, 0);
         return;
     }
-    if (g->cur_seq && last < g->cur_seq && iters < g->cur_target && !is_ready(g, node)) {
-        /* it has not had the slot issued last (lost with a link, or it restarted before its
-         * ranks did the slot's iterations: a restarted daemon knows no seq, its ranks know
-         * their count) */
-        LOG_DEBUG("cluster: group %s: node %s missed slot %llx (at %llu of %llu iterations): "
-                  "sent again", g->name, node, (unsigned long long)g->cur_seq,
-                  (unsigned long long)iters, (unsigned long long)g->cur_target);
-        if (strcmp(node, cl->node) == 0)
-            node_slot(cl, g, g->cur_seq);
-        else
-            send_to(cl, node, "slot", g, "seq", g->cur_seq, g->cur_target);
-        return;
+    if (g->cur_seq && last < g->cur_seq && !is_ready(g, node)) {
+        int target = is_target(g, node);
+        const char *where = NULL, *one[1] = {node};
+        const cluster_group_t *h = !target && slot_open(cl, g)
+                                       ? held_by(cl, g, one, 1, g->cur_seq, &where) : NULL;
+        if (h) {
+            /* an earlier open slot waits for a rank on that node first: it joins this one
+             * once that slot has it or is over (its ready comes again at its resync) */
+            LOG_DEBUG("cluster: group %s: node %s joins slot %llx after group %s's slot %llx",
+                      g->name, node, (unsigned long long)g->cur_seq, h->name,
+                      (unsigned long long)h->cur_seq);
+            return;
+        }
+        if (!target && slot_open(cl, g) && add_target(g, node) == 0) {
+            /* a node whose ranks registered after the slot went out (late ranks: host-only
+             * until their first driver call): it joins the slot in progress, whose ranks
+             * may wait for its ranks in a collective (no later slot went to it: held_by) */
+            LOG_DEBUG("cluster: group %s: node %s, with a late rank, joins slot %llx", g->name,
+                      node, (unsigned long long)g->cur_seq);
+            if (strcmp(node, cl->node) == 0)
+                node_slot(cl, g, g->cur_seq);
+            else
+                send_to(cl, node, "slot", g, "seq", g->cur_seq, g->cur_target);
+            return;
+        }
+        if (target && iters < g->cur_target) {
+            /* it has not had the slot issued last (lost with a link, or it restarted before
+             * its ranks did the slot's iterations: a restarted daemon knows no seq, its ranks
+             * know their count) */
+            LOG_DEBUG("cluster: group %s: node %s missed slot %llx (at %llu of %llu "
+                      "iterations): sent again", g->name, node, (unsigned long long)g->cur_seq,
+                      (unsigned long long)iters, (unsigned long long)g->cur_target);
+            if (strcmp(node, cl->node) == 0)
+                node_slot(cl, g, g->cur_seq);
+            else
+                send_to(cl, node, "slot", g, "seq", g->cur_seq, g->cur_target);
+            return;
+        }
     }
     if (iters > g->round_iters)
         g->round_iters = iters;
@@ -240,7 +439,7 @@ static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, ui
         if (g->ready_count < CLUSTER_GROUP_MAX_NODES)
             snprintf(g->ready_nodes[g->ready_count++], LINKS_NODE_BYTES, "%s", node);
     }
-    cluster_slots_check(cl, g);
+    leader_pass(cl);
 }
 
 void cluster_slots_forget(cluster_t *cl, cluster_group_t *g)
@@ -251,6 +450,8 @@ void cluster_slots_forget(cluster_t *cl, cluster_group_t *g)
     g->cur_target = 0;
     g->round_iters = 0;
     g->ready_count = 0;
+    g->slot_node_count = 0;
+    g->ready_since_ns = 0;
 }
 
 void cluster_slots_link_up(cluster_t *cl, const char *node)
@@ -258,26 +459,13 @@ void cluster_slots_link_up(cluster_t *cl, const char *node)
     if (!cluster_is_leader(cl))
         return;
     for (cluster_group_t *g = cl->groups; g; g = g->next) {
-        if (!g->cur_seq || g->failed || is_ready(g, node))
+        if (!g->cur_seq || g->failed || is_ready(g, node) || !is_target(g, node))
             continue;
-        for (uint32_t i = 0; g->ranks && i < g->world; i++)
-            if (strcmp(g->ranks[i].node, node) == 0) {
-                send_to(cl, node, "slot", g, "seq", g->cur_seq, g->cur_target);
-                break;
-            }
+        send_to(cl, node, "slot", g, "seq", g->cur_seq, g->cur_target);
     }
 }
 
 /* ---- messages from other daemons ------------------------------------------------------------ */
-
-/* 1 when node runs a rank of g (as the group's record says), else 0. */
-static int holds_rank(const cluster_group_t *g, const char *node)
-{
-    for (uint32_t i = 0; g->ranks && i < g->world; i++)
-        if (strcmp(g->ranks[i].node, node) == 0)
-            return 1;
-    return 0;
-}
 
 void cluster_slots_message(cluster_t *cl, const char *from, const proto_msg_t *msg)
 {

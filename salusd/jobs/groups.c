@@ -32,6 +32,7 @@ typedef struct group_s {
     uint32_t staleness;
     int share_gpus;
     int restore;               /* a rank joined with "restore" */
+    int cluster_complete;      /* a cluster group: every rank on every node was submitted */
     group_rank_t *ranks;       /* world entries, by rank */
     uint32_t joined;           /* ranks submitted */
     uint32_t over;             /* of those, ended */
@@ -260,10 +261,25 @@ int groups_all_submitted(const salusd_t *d, uint64_t id)
     const group_t *g = group_by_id(d, id);
     if (!g)
         return 0;
-    /* (a cluster group is released when every rank on every node registered: cluster_groups.c;
-     * a node cannot tell a rank that never calls the driver from one whose first call is late,
-     * and the leader's slots must not go to a part of the group) */
-    return !d->cluster && g->joined == g->world;
+    /* (a cluster group: when its record has every rank's node, cluster_groups.c) */
+    return d->cluster ? g->cluster_complete : g->joined == g->world;
+}
+
+void groups_cluster_complete(salusd_t *d, uint64_t id)
+{
+    group_t *g = group_by_id(d, id);
+    if (!g || g->cluster_complete)
+        return;
+    g->cluster_complete = 1;
+    uint32_t registered = 0;
+    for (uint32_t i = 0; i < g->world; i++) {
+        job_t *rank = d->registry && g->ranks[i].job_id && !g->ranks[i].over
+                          ? registry_find(d->registry, g->ranks[i].job_id) : NULL;
+        registered += rank && !jobs_is_reserved(rank);
+    }
+    LOG_INFO("group %s of uid %u: every rank of %u submitted on the cluster's nodes; %u of the "
+             "%u here registered, the others are host-only until they register", g->name,
+             (unsigned)g->uid, g->world, registered, g->joined);
 }
 
 /* A submitted rank that has not registered once its group is complete: it makes no driver

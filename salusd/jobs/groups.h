@@ -15,8 +15,9 @@
  * 0 does not fail its group.
  *
  * Host-only ranks: a rank is known from its submit on. Once every rank of the group has been
- * submitted (one node; not yet for groups across nodes: cluster_groups.c), the ranks that registered are
- * released for admission (sched_core_group_release) and a rank that has not registered is
+ * submitted (across nodes: once the group's record names every rank's node, cluster.h), the
+ * ranks that registered are released for admission (sched_core_group_release) and a rank
+ * that has not registered is
  * host-only: it makes no driver call, holds no GPU and no memory, does not delay admission,
  * gang slots or SSP bounds, and is listed as "host-only" (groups, ps). If it calls the driver
  * later it registers and is placed as the group's late rank. Its end counts as any rank's: a
@@ -80,9 +81,12 @@ int groups_join(salusd_t *d, job_t *job, const groups_fields_t *fields);
 /* The job ended and how is settled (its exit status known, or given up on): a bad end fails
  * its group. Idempotent. */
 void groups_rank_over(salusd_t *d, job_t *job);
-/* 1 when every rank of group id was submitted (a group on one node; 0 for a cluster group):
- * its ranks not registered are host-only. */
+/* 1 when every rank of group id was submitted (a cluster group: on every node, as its record
+ * says, groups_cluster_complete): its ranks not registered are host-only. */
 int groups_all_submitted(const salusd_t *d, uint64_t id);
+/* The cluster role saw every rank of cluster group id submitted (its record names every
+ * rank's node): from now on its ranks here not registered are host-only. Idempotent. */
+void groups_cluster_complete(salusd_t *d, uint64_t id);
 /* The state ps shows for a job: "host-only" for a host-only rank, else state. */
 const char *groups_job_state(const salusd_t *d, const job_t *job, const char *state);
 /* The group name and rank of a job, for ps (NULL: not in a group). */

@@ -186,6 +186,16 @@ typedef struct ring_req_s {
 
 /* ---- the views (ps_cluster_view.c: reads, watches, deliveries; ps_cluster_view_etcd.c:
  * create, propose, the fail-over) ---------------------------------------------------------- */
+#define PS_VIEW_REJOIN_MAX 8
+#define PS_VIEW_REJOIN_FORGET_MS 30000 /* a proposal without it not seen within: forgotten */
+
+typedef struct vrejoin_s {  /* a server a fail-over of this daemon took out of a view */
+    char node[PS_NET_NODE_BYTES];
+    int out;                 /* seen out of the view */
+    int busy;                /* its proposal is in flight */
+    uint64_t since_ns;       /* recorded at (one never seen out is forgotten) */
+} vrejoin_t;
+
 typedef struct vtable_s {   /* a watched table */
     uid_t uid;
     char group[LAUNCH_GROUP_BYTES];
@@ -195,6 +205,10 @@ typedef struct vtable_s {   /* a watched table */
     ps_view_t *queue;        /* read, not handed to view_changed yet (increasing numbers) */
     uint32_t queued, queue_cap;
     ps_failover_t fo;
+    /* servers a fail-over of this daemon took out of the view (lease ended, or restarted
+     * within it): proposed back once live members again (--ps-rejoin, ps_views_rejoin_eval) */
+    vrejoin_t rejoin[PS_VIEW_REJOIN_MAX];
+    uint32_t rejoins;
     struct vtable_s *next;
 } vtable_t;
 
@@ -257,6 +271,10 @@ int ps_views_args_ok(uid_t uid, const char *group, uint64_t epoch, const char *t
 ps_views_t *ps_views_ready(salusd_t *d, int *rc);
 /* ps_cluster_view_etcd.c, for ps_cluster_view.c: the fail-over's look at table t's view */
 void ps_views_failover_eval(ps_views_t *vs, vtable_t *t);
+/* Records that this daemon proposed the view of t without node (a fail-over), and proposes
+ * each such server back once it is out of the view and a live member again (the tick). */
+void ps_views_rejoin_note(ps_views_t *vs, vtable_t *t, const char *node);
+void ps_views_rejoin_eval(ps_views_t *vs, vtable_t *t);
 
 typedef struct ps_cluster_s {
     salusd_t *d;

@@ -148,6 +148,11 @@ int ps_cluster_view_create(salusd_t *d, uid_t uid, const char *group, uint64_t e
 int ps_cluster_view_propose(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
                             const char *table, uint64_t from, const char *servers,
                             ps_view_done_fn done, void *arg);
+/* A fail-over of this daemon proposes the view of the table without node (its daemon
+ * restarted within its lease and lost its state): with --ps-rejoin it is proposed back once
+ * it is out of the view and a live member (ps_views_rejoin_eval). */
+void ps_cluster_view_left(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                          const char *table, const char *node);
 /* 1 when node's lease is alive in etcd as far as this daemon last read (a member), else 0;
  * self is always 1. For the service: a server whose lease ended is never waited for. */
 int ps_cluster_member_alive(salusd_t *d, const char *node);

@@ -279,8 +279,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     for (vgroup_t *g = vs->groups; g; g = g->next)
         if (g->need_read || !g->w)
             group_read(vs, g);
-    for (vtable_t *t = vs->tables; t; t = t->next)
+    for (vtable_t *t = vs->tables; t; t = t->next) {
         ps_views_failover_eval(vs, t);
+        ps_views_rejoin_eval(vs, t);
+    }
 }
 
 void ps_cluster_view_node_gone(ps_cluster_t *ps, const char *node)

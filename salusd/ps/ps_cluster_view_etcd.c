@@ -48,9 +48,15 @@ static void on_failover_done(void *arg, int rc, const char *err, const ps_view_t
     failover_t *f = arg;
     ps_views_t *vs = f->vs;
     vtable_t *t = ps_views_table_find(vs, f->uid, f->group, f->epoch, f->table);
-    if (rc == 0 && view)
+    if (rc == 0 && view) {
         LOG_WARN("ps: view of table %s/%s: %s left (lease ended): %s (view %" PRIu64 ")",
                  f->group, f->table, f->gone, view->servers, view->number);
+        char gone[PS_VIEW_SERVERS_BYTES];
+        snprintf(gone, sizeof(gone), "%s", f->gone);
+        for (char *save = NULL, *n = strtok_r(gone, ",", &save); t && n;
+             n = strtok_r(NULL, ",", &save))
+            ps_views_rejoin_note(vs, t, n);
+    }
     else if (rc == -ESTALE && view)
         LOG_INFO("ps: view of table %s/%s: another daemon changed view %" PRIu64 " first "
                  "(now view %" PRIu64 ": %s)", f->group, f->table, f->from, view->number,
@@ -101,6 +107,126 @@ void ps_views_failover_eval(ps_views_t *vs, vtable_t *t)
         free(f);
         ps_failover_result(&t->fo, rc, salusd_now_ns());
     }
+}
+
+/* ---- a server back: rejoining ------------------------------------------------------------------ */
+
+typedef struct rejoin_s {
+    ps_views_t *vs;
+    uid_t uid;
+    char group[LAUNCH_GROUP_BYTES];
+    uint64_t epoch;
+    char table[PS_NAME_BYTES];
+    char node[PS_NET_NODE_BYTES];
+    uint64_t from;
+} rejoin_t;
+
+void ps_views_rejoin_note(ps_views_t *vs, vtable_t *t, const char *node)
+{
+    if (!vs->d->config.ps_rejoin || !node[0] || strlen(node) >= sizeof(t->rejoin[0].node))
+        return;
+    uint32_t i = 0;
+    while (i < t->rejoins && strcmp(t->rejoin[i].node, node) != 0)
+        i++;
+    if (i == t->rejoins) {
+        if (t->rejoins == PS_VIEW_REJOIN_MAX)
+            return;
+        t->rejoins++;
+        memset(&t->rejoin[i], 0, sizeof(t->rejoin[i]));
+        snprintf(t->rejoin[i].node, sizeof(t->rejoin[i].node), "%s", node);
+    }
+    t->rejoin[i].since_ns = salusd_now_ns();
+}
+
+static void rejoin_drop(vtable_t *t, uint32_t i)
+{
+    t->rejoin[i] = t->rejoin[--t->rejoins];
+}
+
+static void on_rejoin_done(void *arg, int rc, const char *err, const ps_view_t *view)
+{
+    rejoin_t *j = arg;
+    vtable_t *t = ps_views_table_find(j->vs, j->uid, j->group, j->epoch, j->table);
+    for (uint32_t i = 0; t && i < t->rejoins; i++)
+        if (strcmp(t->rejoin[i].node, j->node) == 0)
+            t->rejoin[i].busy = 0; /* (the tick forgets it once the view has it) */
+    if (rc == 0 && view)
+        LOG_WARN("ps: view of table %s/%s: %s rejoined (a live member again; its shards are "
+                 "copied to it): %s (view %" PRIu64 ")", j->group, j->table, j->node,
+                 view->servers, view->number);
+    else if (rc == -ESTALE && view)
+        LOG_INFO("ps: view of table %s/%s: view %" PRIu64 " changed before %s rejoined (now "
+                 "view %" PRIu64 ": %s): judged again", j->group, j->table, j->from, j->node,
+                 view->number, view->servers);
+    else
+        LOG_WARN("ps: view of table %s/%s: the view with %s back could not be proposed: %s",
+                 j->group, j->table, j->node, err && err[0] ? err : strerror(-rc));
+    free(j);
+}
+
+void ps_views_rejoin_eval(ps_views_t *vs, vtable_t *t)
+{
+    ps_cluster_t *ps = vs->ps;
+    if (!t->rejoins || !ps || !ps->started || ps->cl->lease_lost || !ps->cl->members_read ||
+        !t->seen.number)
+        return;
+    uint64_t now = salusd_now_ns();
+    for (uint32_t i = 0; i < t->rejoins;) {
+        vrejoin_t *r = &t->rejoin[i];
+        int in = ps_servers_has(t->seen.servers, r->node);
+        if (r->busy) {
+            i++;
+            continue;
+        }
+        if (!vs->d->config.ps_rejoin || (in && r->out) ||
+            (!r->out && in && now - r->since_ns > (uint64_t)PS_VIEW_REJOIN_FORGET_MS * 1000000ull)) {
+            rejoin_drop(t, i); /* back (by itself or by a command), or never taken out */
+            continue;
+        }
+        if (in) { /* the proposal without it is not in force yet */
+            i++;
+            continue;
+        }
+        r->out = 1;
+        char with[PS_VIEW_SERVERS_BYTES];
+        if (!ps_cluster_member_alive(vs->d, r->node) ||
+            ps_servers_with(t->seen.servers, r->node, with, sizeof(with)) < 0 ||
+            ps_servers_count(with) > PS_MAX_SERVERS) {
+            i++;
+            continue;
+        }
+        rejoin_t *j = calloc(1, sizeof(*j));
+        if (!j)
+            return;
+        j->vs = vs;
+        j->uid = t->uid;
+        j->epoch = t->epoch;
+        j->from = t->seen.number;
+        snprintf(j->group, sizeof(j->group), "%s", t->group);
+        snprintf(j->table, sizeof(j->table), "%s", t->table);
+        snprintf(j->node, sizeof(j->node), "%s", r->node);
+        LOG_INFO("ps: view of table %s/%s: %s, taken out by a fail-over, is a live member "
+                 "again: proposing view %" PRIu64 " with it (%s)", t->group, t->table, r->node,
+                 t->seen.number, with);
+        if (propose(vs, t->uid, t->group, t->epoch, t->table, t->seen.number, with,
+                    on_rejoin_done, j, free) < 0) {
+            free(j);
+            i++;
+            continue;
+        }
+        r->busy = 1;
+        i++;
+    }
+}
+
+void ps_cluster_view_left(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                          const char *table, const char *node)
+{
+    int rc;
+    ps_views_t *vs = cl_of(d) ? ps_views_ready(d, &rc) : NULL;
+    vtable_t *t = vs ? ps_views_table_find(vs, uid, group, epoch, table) : NULL;
+    if (t)
+        ps_views_rejoin_note(vs, t, node);
 }
 
 /* ---- create and propose ---------------------------------------------------------------------- */

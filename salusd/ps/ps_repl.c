@@ -231,6 +231,7 @@ void ps_repl_peer_restarted(ps_t *ps, const char *node)
         LOG_WARN("ps: table '%s' of group %s: server %s restarted within its lease (its state "
                  "is lost): proposing view %llu without it", t->name, t->group, node,
                  (unsigned long long)t->view);
+        ps_cluster_view_left(ps->d, t->uid, t->group, t->epoch, t->name, node); /* back later */
         int rc = ps_cluster_view_propose(ps->d, t->uid, t->group, t->epoch, t->name, t->view,
                                          rest, on_restart_view, NULL);
         if (rc < 0)

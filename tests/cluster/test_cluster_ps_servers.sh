@@ -13,7 +13,9 @@
 #  5. a live table (2 ranks of ps-tool on n1 and n2 open it on the servers n1,n2): its
 #     view is in etcd and both daemons read it; ps-servers --add n3 (on n3): both read the
 #     new view n1,n2,n3; n3's salusd killed (-9): once its lease ends, n1 (the first live
-#     server) proposes the view without it ("n3 left (lease ended)") and n2 reads it.
+#     server) proposes the view without it ("n3 left (lease ended)") and n2 reads it; n3's
+#     salusd started again (a new lease): n1 proposes it back ("n3 rejoined", --ps-rejoin)
+#     within 2 TTLs, without a command.
 . "$(dirname "$0")/lib.sh"
 TTL=${TTL:-3}
 . "$(dirname "$0")/nodes.sh"
@@ -139,6 +141,15 @@ grep -h "n3 left (lease ended)" "$WORK/n1/salusd.log" | tail -n 1
 ! logs_say "ps: view of table $G/t: n3 left (lease ended)" 2 || fail "n2 proposed too (n1 is the first live server)"
 last=$(grep -h "ps: view of table $G/t: n1,n2 (view " "$WORK/n1/salusd.log" | tail -n 1 | sed 's/.*(view \([0-9]*\),.*/\1/')
 wait_until 10 logs_say "ps: view of table $G/t: n1,n2 (view $last," 2 || fail "n2 did not read view $last"
+pass "a member killed: its lease ended, the first live server proposed the view without it, both read it"
+t0=$SECONDS
+node_start 3
+wait_until $((2 * TTL)) '[ "$(view_servers "$(view_of 1 "$G" t)")" = n1,n2,n3 ]' ||
+    fail "n3 was not back in the view within 2 TTLs of its return: $(view_of 1 "$G" t) ($(grep -h "view of table $G" "$WORK/n1/salusd.log" | tail -n 2))"
+wait_until 10 logs_say "ps: view of table $G/t: n3 rejoined" 1 ||
+    fail "n1 does not log the rejoin: $(grep -h "view of table $G" "$WORK/n1/salusd.log" | tail -n 2)"
+grep -h "n3 rejoined" "$WORK/n1/salusd.log" | tail -n 1
+echo "n3 back (a new lease): in the view again after $((SECONDS - t0)) s (lease TTL $TTL s)"
 touch "$WORK/go"
 ranks_wait 60 live0 live1
-pass "a member killed: its lease ended, the first live server proposed the view without it, both read it"
+pass "the member back with a new lease: the server that took it out proposed it back, no command"

@@ -8,7 +8,8 @@
  * A group record's life (submitted, registered, released, over on both nodes, deleted), a
  * node gone and a lease lost (the local group fails, the record says why), the slots of two
  * groups in one order on both nodes, a slot sent again to a node that restarted or whose link
- * came back. */
+ * came back; a node of host-only ranks gets no slot, a late rank joins the slot in progress,
+ * and another group's slot waits for that slot rather than overtake it on the late rank's node. */
 #include "check_run.h"
 #include "cluster-internal.h"
 #include "groups.h"
@@ -224,6 +225,12 @@ void groups_fail(salusd_t *d, uint64_t id, const char *failure)
     note("groups_fail %llu: %s", (unsigned long long)id, failure);
 }
 
+void groups_cluster_complete(salusd_t *d, uint64_t id)
+{
+    (void)d;
+    note("complete %llu", (unsigned long long)id);
+}
+
 int jobs_admission_held(const salusd_t *d)
 {
     (void)d;
@@ -321,6 +328,32 @@ static int64_t two_node_group(uint64_t id, const char *name)
              (unsigned long long)(100 + id));
     watch_put(cl, key, epoch, rev + 1, value);
     return epoch;
+}
+
+/* local group id (name, world 2): rank 0 here (job 100 + id), registered and admitted; node
+ * b's rank 1 submitted but not registered (b_reg 0: host-only, or a GPU rank whose first
+ * driver call is still to come), read through the watch: released here. Returns the epoch. */
+static int64_t host_only_group(uint64_t id, const char *name, int b_reg)
+{
+    locals[local_count++] = (local_group_t){.id = id, .name = name, .world = 2};
+    cluster_rank_submitted(&dmn, id, 0, 100 + id);
+    int64_t epoch = txn_succeeds(last_txn());
+    cluster_rank_registered(&dmn, id, 0, 100 + id);
+    int64_t rev = txn_succeeds(last_txn());
+    char key[64], value[512];
+    snprintf(key, sizeof(key), "1000/%s", name);
+    snprintf(value, sizeof(value),
+             "{\"world\":2,\"sync\":\"bsp\",\"share\":false,\"ranks\":{"
+             "\"0\":{\"node\":\"a\",\"job\":%llu,\"reg\":true},"
+             "\"1\":{\"node\":\"b\",\"job\":7,\"reg\":%s}},\"over\":{}}",
+             (unsigned long long)(100 + id), b_reg ? "true" : "false");
+    watch_put(cl, key, epoch, rev + 1, value);
+    return epoch;
+}
+
+static uint64_t seq_of(uint32_t n)
+{
+    return (3ull << 32) | n;
 }
 
 /* ---- the tests ----------------------------------------------------------------------------- */
@@ -513,6 +546,185 @@ START_TEST(slot_sent_again)
 }
 END_TEST
 
+/* A group whose rank on b never registered (host-only) is released once every rank was
+ * submitted; this node's rank is admitted and the leader's slots go to this node only (b has
+ * no registered rank: it gets none); a rank on b that registers late (b says it is ready
+ * while a slot is in progress) joins that slot, not a new one. */
+START_TEST(host_only_node_gets_no_slot)
+{
+    int64_t e = host_only_group(5, "g", 0);
+    int rel = find_event(0, "release 5"), done = find_event(0, "complete 5");
+    if (rel < 0 || done < 0)
+        dump_events();
+    ck_assert_int_ge(done, 0);
+    ck_assert_int_gt(rel, done);
+    size_t before = event_count;
+    cluster_rank_admitted(&dmn, 5);
+    char here[64], b1[64];
+    snprintf(here, sizeof(here), "slot 5 %llx", (unsigned long long)seq_of(1));
+    snprintf(b1, sizeof(b1), "send b slot 1000/g %llx", (unsigned long long)seq_of(1));
+    if (find_event(before, here) < 0)
+        dump_events();
+    ck_assert_int_ge(find_event(before, here), 0);
+    ck_assert_int_lt(find_event(before, "send b slot"), 0);
+
+    /* b's rank registers late, is admitted: b's ready joins slot 1 in progress */
+    before = event_count;
+    from_b(cl, "ready", "1000/g", e, 0, 0);
+    if (find_event(before, b1) < 0)
+        dump_events();
+    ck_assert_int_ge(find_event(before, b1), 0);
+    ck_assert_uint_eq(cl->slot_counter, 1);
+
+    /* the slot over on both nodes: the next goes to both */
+    before = event_count;
+    cluster_slot_done(&dmn, 5, seq_of(1));
+    ck_assert_int_lt(find_event(before, "slot 5"), 0); /* b is still in it */
+    from_b(cl, "ready", "1000/g", e, seq_of(1), 1);
+    snprintf(here, sizeof(here), "slot 5 %llx", (unsigned long long)seq_of(2));
+    snprintf(b1, sizeof(b1), "send b slot 1000/g %llx", (unsigned long long)seq_of(2));
+    if (find_event(before, here) < 0 || find_event(before, b1) < 0)
+        dump_events();
+    ck_assert_int_ge(find_event(before, here), 0);
+    ck_assert_int_ge(find_event(before, b1), 0);
+}
+END_TEST
+
+/* g1 has a rank on b not registered (its slots go to a only); g2 has registered ranks on a
+ * and b. While g1's slot is in progress, no slot of g2 goes to b: should g1's rank there
+ * register, it joins g1's slot, and b must not serve a later slot first (g2's ranks on b
+ * would then wait for g2's rank on a, behind g1's slot, whose rank waits for b: a circle).
+ * g1's slot over, g2 (ready longer) has its slot first, then g1; b's late rank joins g1's. */
+START_TEST(open_slot_with_late_rank_holds_its_node)
+{
+    int64_t e1 = host_only_group(5, "g1", 0);
+    int64_t e2 = two_node_group(6, "g2");
+    cluster_rank_admitted(&dmn, 5); /* g1's slot 1: a only */
+    char s[64];
+    snprintf(s, sizeof(s), "slot 5 %llx", (unsigned long long)seq_of(1));
+    ck_assert_int_ge(find_event(0, s), 0);
+    size_t before = event_count;
+    cluster_rank_admitted(&dmn, 6);
+    from_b(cl, "ready", "1000/g2", e2, 0, 0);
+    if (find_event(before, "slot 6") >= 0 || find_event(before, "send b slot 1000/g2") >= 0)
+        dump_events();
+    ck_assert_int_lt(find_event(before, "slot 6"), 0);
+    ck_assert_int_lt(find_event(before, "send b slot"), 0);
+
+    /* g1's slot over here: g2's slot goes out (2), then g1's next (3) */
+    before = event_count;
+    cluster_slot_done(&dmn, 5, seq_of(1));
+    char a2[64], b2[64], a3[64], b3[64];
+    snprintf(a2, sizeof(a2), "slot 6 %llx", (unsigned long long)seq_of(2));
+    snprintf(b2, sizeof(b2), "send b slot 1000/g2 %llx", (unsigned long long)seq_of(2));
+    snprintf(a3, sizeof(a3), "slot 5 %llx", (unsigned long long)seq_of(3));
+    snprintf(b3, sizeof(b3), "send b slot 1000/g1 %llx", (unsigned long long)seq_of(3));
+    int ia2 = find_event(before, a2), ib2 = find_event(before, b2), ia3 = find_event(before, a3);
+    if (ia2 < 0 || ib2 < 0 || ia3 < 0)
+        dump_events();
+    ck_assert_int_ge(ia2, 0);
+    ck_assert_int_ge(ib2, 0);
+    ck_assert_int_gt(ia3, ia2);
+    ck_assert_int_lt(find_event(before, "send b slot 1000/g1"), 0);
+    /* b's rank of g1 registers: b joins slot 3, after slot 2 (one order on both nodes) */
+    before = event_count;
+    from_b(cl, "ready", "1000/g1", e1, 0, 0);
+    if (find_event(before, b3) < 0)
+        dump_events();
+    ck_assert_int_ge(find_event(before, b3), 0);
+}
+END_TEST
+
+/* A new leader learns of a former leader's slot in progress from a node's pending report: it
+ * is the group's open slot, so another group's slot does not overtake it on a node where the
+ * group has a rank not registered yet (here: this node's rank of g1), and g1's next slot
+ * follows once the node in it is done. */
+START_TEST(former_leaders_open_slot_holds)
+{
+    locals[local_count++] = (local_group_t){.id = 5, .name = "g1", .world = 2};
+    cluster_rank_submitted(&dmn, 5, 0, 105); /* never registers here */
+    int64_t e1 = txn_succeeds(last_txn());
+    watch_put(cl, "1000/g1", e1, e1 + 1,
+              "{\"world\":2,\"sync\":\"bsp\",\"share\":false,\"ranks\":{"
+              "\"0\":{\"node\":\"a\",\"job\":105,\"reg\":false},"
+              "\"1\":{\"node\":\"b\",\"job\":7,\"reg\":true}},\"over\":{}}");
+    int64_t e2 = two_node_group(6, "g2");
+    uint64_t old = (2ull << 32) | 7; /* the former leader's term */
+    proto_enc_t enc;
+    proto_enc_init(&enc);
+    proto_enc_begin(&enc, PROTO_REQUEST, 0, "ready", 5);
+    proto_pack_kv_str(&enc.pk, "group", "1000/g1");
+    proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)e1);
+    proto_pack_kv_uint(&enc.pk, "last", old);
+    proto_pack_kv_uint(&enc.pk, "iters", 0);
+    proto_pack_kv_bool(&enc.pk, "pending", 1);
+    proto_enc_finish(&enc);
+    proto_msg_t msg;
+    ck_assert_int_eq(proto_decode((const uint8_t *)enc.sbuf.data + 4, enc.sbuf.size - 4, &msg,
+                                  NULL), 0);
+    cluster_slots_message(cl, "b", &msg);
+    proto_msg_free(&msg);
+    proto_enc_destroy(&enc);
+
+    size_t before = event_count;
+    cluster_rank_admitted(&dmn, 6);
+    from_b(cl, "ready", "1000/g2", e2, 0, 0);
+    if (find_event(before, "slot 6") >= 0)
+        dump_events();
+    ck_assert_int_lt(find_event(before, "slot 6"), 0); /* held behind g1's open slot */
+    ck_assert_int_lt(find_event(before, "send b slot"), 0);
+
+    /* b is done with the former leader's slot: g2's slot goes out, then g1's next (b only) */
+    before = event_count;
+    from_b(cl, "ready", "1000/g1", e1, old, 1);
+    char a1[64], b1[64], b2[64];
+    snprintf(a1, sizeof(a1), "slot 6 %llx", (unsigned long long)seq_of(1));
+    snprintf(b1, sizeof(b1), "send b slot 1000/g2 %llx", (unsigned long long)seq_of(1));
+    snprintf(b2, sizeof(b2), "send b slot 1000/g1 %llx", (unsigned long long)seq_of(2));
+    int ia1 = find_event(before, a1), ib1 = find_event(before, b1), ib2 = find_event(before, b2);
+    if (ia1 < 0 || ib1 < 0 || ib2 < 0)
+        dump_events();
+    ck_assert_int_ge(ia1, 0);
+    ck_assert_int_ge(ib1, 0);
+    ck_assert_int_gt(ib2, ib1);
+    ck_assert_int_lt(find_event(before, "slot 5"), 0); /* g1 has no registered rank here */
+}
+END_TEST
+
+/* g1 and g2 each have a rank on b not registered yet; both slots go to a only (s1, then s2).
+ * b's rank of g2 registers first: b must not join s2 before s1 (a has them in the order
+ * s1, s2: b serving s2 first would wait in a circle), so it waits; b's rank of g1 registers:
+ * b joins s1, then, at its next ready of g2, s2. */
+START_TEST(late_joins_keep_the_order)
+{
+    int64_t e1 = host_only_group(5, "g1", 0);
+    int64_t e2 = host_only_group(6, "g2", 0);
+    cluster_rank_admitted(&dmn, 5);
+    cluster_rank_admitted(&dmn, 6);
+    char s1[64], s2[64], j1[64], j2[64];
+    snprintf(s1, sizeof(s1), "slot 5 %llx", (unsigned long long)seq_of(1));
+    snprintf(s2, sizeof(s2), "slot 6 %llx", (unsigned long long)seq_of(2));
+    snprintf(j1, sizeof(j1), "send b slot 1000/g1 %llx", (unsigned long long)seq_of(1));
+    snprintf(j2, sizeof(j2), "send b slot 1000/g2 %llx", (unsigned long long)seq_of(2));
+    if (find_event(0, s1) < 0 || find_event(0, s2) < 0)
+        dump_events();
+    ck_assert_int_ge(find_event(0, s1), 0);
+    ck_assert_int_ge(find_event(0, s2), 0);
+    size_t before = event_count;
+    from_b(cl, "ready", "1000/g2", e2, 0, 0);
+    if (find_event(before, "send b slot") >= 0)
+        dump_events();
+    ck_assert_int_lt(find_event(before, "send b slot"), 0); /* not before s1 */
+    from_b(cl, "ready", "1000/g1", e1, 0, 0);
+    ck_assert_int_ge(find_event(before, j1), 0);
+    from_b(cl, "ready", "1000/g2", e2, 0, 0); /* (its resync) */
+    int i1 = find_event(before, j1), i2 = find_event(before, j2);
+    if (i2 < 0)
+        dump_events();
+    ck_assert_int_gt(i2, i1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cluster");
@@ -523,6 +735,10 @@ int main(void)
     tcase_add_test(tc, lease_lost_fails_group);
     tcase_add_test(tc, slot_order_two_groups);
     tcase_add_test(tc, slot_sent_again);
+    tcase_add_test(tc, host_only_node_gets_no_slot);
+    tcase_add_test(tc, open_slot_with_late_rank_holds_its_node);
+    tcase_add_test(tc, former_leaders_open_slot_holds);
+    tcase_add_test(tc, late_joins_keep_the_order);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

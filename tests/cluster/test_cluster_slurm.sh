@@ -3,8 +3,7 @@
 # salusd --cluster (simgpu, one GPU of 4 shards each) on nodes 2 and 3, the SPANK plugin in
 # plugstack.conf with a per-node socket. Checks:
 #   1. srun -N 2 -n 4 --ntasks-per-node=2 --salus: one salus group of 4 ranks across both nodes, all exit 0, the
-#      job COMPLETED; steps whose odd ranks never call the driver finish too (with
-#      SALUS_TEST_HOST_ONLY=1: host-only ranks of cluster groups)
+#      job COMPLETED; steps whose odd ranks never call the driver (host-only) finish too
 #   2. four sbatch --gres=shard:1 --salus jobs on one node run at once, each with a quarter of
 #      the GPU's memory; one asking for more gets CUDA_ERROR_OUT_OF_MEMORY, the others finish;
 #      a fifth waits in Slurm's queue (PD)
@@ -99,9 +98,8 @@ pass "sacct -c -j $jid: $comp"
 pass "srun -N 2 -n 4 --ntasks-per-node=2 --salus: group $group of 4 ranks on n2 and n3, all exit 0, job $jid JobState=$state ExitCode=$(slurm_job_field "$jid" ExitCode); final losses: $(cat "$OUT"/grp4.* | grep -c '^final_loss=')"
 
 # 1b. ranks that never call the driver: a 2-rank step on one node (rank 1 host-only) and a
-# 4-rank step across both nodes (ranks 1 and 3 host-only). Run with SALUS_TEST_HOST_ONLY=1:
-# salusd --cluster makes every group a cluster group, and host-only ranks of a cluster group
-# are not known yet (its ranks that use the GPU wait for the others), on one node or several
+# 4-rank step across both nodes (ranks 1 and 3 host-only); salusd --cluster makes every group a
+# cluster group, so this is the cluster's host-only path on one node and on two
 hostonly_step() {
     local tag="$1" rc=0
     shift
@@ -111,12 +109,8 @@ hostonly_step() {
     [ "$rc" -eq 0 ] || fail "the step with host-only ranks ($*) exited $rc: $(tail -n 3 "$OUT/$tag".* 2>/dev/null)"
     pass "a step with host-only ranks ($*) finishes: exit 0; $(cat "$OUT/$tag".* | grep -c 'host only') host-only, $(cat "$OUT/$tag".* | grep -c '^final_loss=') trained"
 }
-if [ "${SALUS_TEST_HOST_ONLY:-0}" = 1 ]; then
-    hostonly_step ho1 -w n2 -N 1 -n 2
-    hostonly_step ho2 -N 2 -n 4 --ntasks-per-node=2
-else
-    echo "not run: the steps with host-only ranks under salusd --cluster (SALUS_TEST_HOST_ONLY=1 runs them)"
-fi
+hostonly_step ho1 -w n2 -N 1 -n 2
+hostonly_step ho2 -N 2 -n 4 --ntasks-per-node=2
 
 # 2. shards: four jobs of one shard on n2 at once, a fifth waits
 quarter_mib=$(ctl 2 status --json | python3 -c '

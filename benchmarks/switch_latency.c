@@ -3,7 +3,7 @@
  *
  *   salus-switch-latency --side 0|1 --shared FILE --switches N [--gpu-us U]
  *                        [--ephemeral-mb M] [--persistent-mb P] [--host-us H]
- *                        [--lane-hold gpu|iteration] --out FILE
+ *                        [--lane-hold gpu|iteration] [--pattern] --out FILE
  *   salus-switch-latency --floor direct|relay --switches N
  *
  * --side: a job of a lane shared with the other side (run both under salusctl run). Each
@@ -27,6 +27,11 @@
  * in its GPU work (from its gate's return to the end of its synchronisation, work done): 0
  * when the GPU is used by one job of the lane at a time. (Host code after a release runs
  * while the other job holds the lane, legitimately; it is not counted.)
+ * --pattern (with --ephemeral-mb): each iteration first reads the first word of its new
+ * ephemeral memory (the other side's word there counts as inherited: the lane's chunks are
+ * shared), writes its own word (side and iteration) over all of it, does its device work and
+ * synchronises, then copies it back and counts the words that are not its own; prints
+ * "switch_side_pattern side=S mismatches=M inherited=I" after the done line.
  *
  * --floor: two processes alternating turns through a futex in shared memory, without CUDA:
  * direct (the outgoing process wakes the next one) or relay (it writes an eventfd that a
@@ -105,7 +110,14 @@ typedef struct {
     uint64_t gpu_ns, host_ns;
     size_t ephemeral_bytes, persistent_bytes;
     int release_at_sync; /* --lane-hold gpu */
+    int pattern;         /* --pattern: write and check the ephemeral memory each iteration */
 } side_args_t;
+
+/* --pattern: the iteration's word of this side, written over all its ephemeral memory */
+static uint32_t pattern_word(int side, long iteration)
+{
+    return (uint32_t)(side + 1) << 24 | (uint32_t)(iteration & 0xffffff);
+}
 
 static int run_side(const side_args_t *a)
 {
@@ -127,8 +139,10 @@ static int run_side(const side_args_t *a)
     CUstream stream;
     CUdeviceptr persistent = 0, ephemeral = 0;
     int other = 1 - a->side, rc = 1;
-    long count = 0, iterations = 0;
-    if (!samples || check(cuInit(0), "cuInit") || check(cuDeviceGet(&dev, 0), "cuDeviceGet") ||
+    long count = 0, iterations = 0, mismatches = 0, inherited = 0;
+    size_t words = a->ephemeral_bytes / sizeof(uint32_t);
+    uint32_t *check_buf = a->pattern && words ? malloc(words * sizeof(uint32_t)) : NULL;
+    if ((a->pattern && words && !check_buf) || !samples || check(cuInit(0), "cuInit") || check(cuDeviceGet(&dev, 0), "cuDeviceGet") ||
         check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain") ||
         check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent") ||
         check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") ||
@@ -158,7 +172,24 @@ static int run_side(const side_args_t *a)
         /* the first boundaries are found at a gate in either mode (nothing to compare with) */
         if (theirs > start && iterations > 2)
             samples[count++] = back - theirs;
-        if (a->ephemeral_bytes) {
+        if (check_buf) {
+            /* what the memory held when this iteration got it: the other side's last word
+             * when the lane's chunks are shared (the test's proof that they are) */
+            uint32_t first = 0;
+            uint32_t word = pattern_word(a->side, iterations);
+            /* all on the stream, then one synchronisation: the shape of the other rows */
+            if (check(cuMemcpyDtoHAsync(&first, ephemeral, sizeof(first), stream),
+                      "cuMemcpyDtoHAsync") ||
+                check(cuMemsetD32Async(ephemeral, word, words, stream), "cuMemsetD32Async") ||
+                check(cuLaunchHostFunc(stream, busy, &work), "cuLaunchHostFunc") ||
+                check(cuMemcpyDtoHAsync(check_buf, ephemeral, words * sizeof(uint32_t), stream),
+                      "cuMemcpyDtoHAsync") ||
+                check(cuCtxSynchronize(), "cuCtxSynchronize"))
+                goto out;
+            inherited += first >> 24 == (uint32_t)other + 1;
+            for (size_t i = 0; i < words; i++)
+                mismatches += check_buf[i] != word;
+        } else if (a->ephemeral_bytes) {
             if (check(cuMemsetD8Async(ephemeral, 1, 4096, stream), "cuMemsetD8Async") ||
                 check(cuLaunchHostFunc(stream, busy, &work), "cuLaunchHostFunc") ||
                 check(cuCtxSynchronize(), "cuCtxSynchronize"))
@@ -193,11 +224,15 @@ static int run_side(const side_args_t *a)
         goto out;
     printf("switch_side_done side=%d switches=%ld iterations=%ld ms_per_iteration=%.4f "
            "overlaps=%ld\n", a->side, count, iterations, ms, overlaps);
+    if (a->pattern)
+        printf("switch_side_pattern side=%d mismatches=%ld inherited=%ld\n", a->side, mismatches,
+               inherited);
     rc = 0;
 out:
     atomic_store(&sh->in_lane[a->side], 0);
     atomic_store(&sh->done[a->side], 1);
     free(samples);
+    free(check_buf);
     return rc;
 }
 
@@ -320,7 +355,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: salus-switch-latency --side 0|1 --shared FILE --switches N --out FILE "
                     "[--gpu-us U] [--ephemeral-mb M] [--persistent-mb P] [--host-us H]\n"
-                    "       [--lane-hold gpu|iteration]\n"
+                    "       [--lane-hold gpu|iteration] [--pattern]\n"
                     "       salus-switch-latency --floor direct|relay --switches N\n");
     exit(2);
 }
@@ -334,7 +369,7 @@ int main(int argc, char **argv)
         {"persistent-mb", required_argument, NULL, 'p'},
         {"out", required_argument, NULL, 'o'},      {"floor", required_argument, NULL, 'F'},
         {"host-us", required_argument, NULL, 'h'},  {"lane-hold", required_argument, NULL, 'l'},
-        {NULL, 0, NULL, 0}};
+        {"pattern", no_argument, NULL, 'P'},        {NULL, 0, NULL, 0}};
     side_args_t a = {.side = -1, .switches = 10000, .gpu_ns = 100000, .persistent_bytes = 16u << 20,
                      .release_at_sync = 1};
     const char *floor_kind = NULL;
@@ -342,7 +377,7 @@ int main(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
         char *end = NULL;
         long v = optarg ? strtol(optarg, &end, 10) : 0;
-        if (opt != 'f' && opt != 'o' && opt != 'F' && opt != 'l' &&
+        if (opt != 'f' && opt != 'o' && opt != 'F' && opt != 'l' && opt != 'P' &&
             (opt == '?' || !end || *end || v < 0))
             usage();
         switch (opt) {
@@ -355,6 +390,7 @@ int main(int argc, char **argv)
         case 'o': a.out_path = optarg; break;
         case 'F': floor_kind = optarg; break;
         case 'h': a.host_ns = (uint64_t)v * 1000u; break;
+        case 'P': a.pattern = 1; break;
         case 'l':
             if (strcmp(optarg, "gpu") != 0 && strcmp(optarg, "iteration") != 0)
                 usage();

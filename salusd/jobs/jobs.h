@@ -15,6 +15,8 @@ extern const server_op_t jobs_ops[];
 void jobs_handle_register(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg);
+/* lane_map: the lane's shared chunks and its lane page (--lane-memory shared), or {shared: 0} */
+void jobs_handle_lane_map(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg);
 void jobs_connection_closed(conn_t *c);
 /* Jobs across a restart (job_restart.c, job_reattach.c). jobs_restart_init reads the state file (a corrupt

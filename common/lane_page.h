@@ -1,0 +1,30 @@
+/* The lane's page (salusd --lane-memory shared): one memfd per lane's set of chunks, which
+ * salusd creates with the set and passes, with the chunks' descriptors, to every job of the
+ * lane that maps them (lane_map). Its one live word is `owner`: the id of the job that uses
+ * the lane's chunks now, 0 when none does. A job serves allocations from the lane's chunks
+ * only after it took `owner` with a CAS 0 -> its id, and stores 0 only when no block of its
+ * own lives in them and its work on them is complete (at the point it gives its lane up).
+ * So two jobs never use the same bytes at once, whatever the turns: a job that still holds
+ * lane memory at its release (it did not free it: by the learned-size rule that memory is
+ * persistent) keeps `owner`, and its lane-mates take chunks of their own meanwhile, as with
+ * --lane-memory fresh. salusd clears `owner` when the job that holds it ends. */
+#ifndef SALUS_COMMON_LANE_PAGE_H
+#define SALUS_COMMON_LANE_PAGE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define LANE_PAGE_MAGIC 0x534c4e50u /* "SLNP" */
+#define LANE_PAGE_VERSION 1u
+#define LANE_PAGE_BYTES 4096u
+
+typedef struct lane_page_s {
+    uint32_t magic;
+    uint32_t version;
+    _Atomic uint64_t owner;      /* the job that uses the lane's chunks now; 0: none */
+    uint64_t bytes;              /* the chunks' size, all together */
+    _Atomic uint64_t handovers;  /* owner taken by another job than the last (statistics) */
+    _Atomic uint64_t last_owner; /* the job that held owner last */
+} lane_page_t;
+
+#endif

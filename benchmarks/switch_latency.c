@@ -27,11 +27,12 @@
  * in its GPU work (from its gate's return to the end of its synchronisation, work done): 0
  * when the GPU is used by one job of the lane at a time. (Host code after a release runs
  * while the other job holds the lane, legitimately; it is not counted.)
- * --pattern (with --ephemeral-mb): each iteration first reads the first word of its new
- * ephemeral memory (the other side's word there counts as inherited: the lane's chunks are
- * shared), writes its own word (side and iteration) over all of it, does its device work and
- * synchronises, then copies it back and counts the words that are not its own; prints
- * "switch_side_pattern side=S mismatches=M inherited=I" after the done line.
+ * --pattern (with --ephemeral-mb): each iteration first copies out its new ephemeral memory
+ * (the other side's word in its first word counts as inherited: the lane's chunks are shared;
+ * every word of the other side's in it counts as foreign), writes its own word (side and
+ * iteration) over all of it, does its device work and synchronises, then checks that every
+ * word is its own; prints "switch_side_pattern side=S mismatches=M inherited=I foreign=F"
+ * after the done line.
  *
  * --floor: two processes alternating turns through a futex in shared memory, without CUDA:
  * direct (the outgoing process wakes the next one) or relay (it writes an eventfd that a
@@ -139,10 +140,11 @@ static int run_side(const side_args_t *a)
     CUstream stream;
     CUdeviceptr persistent = 0, ephemeral = 0;
     int other = 1 - a->side, rc = 1;
-    long count = 0, iterations = 0, mismatches = 0, inherited = 0;
+    long count = 0, iterations = 0, mismatches = 0, inherited = 0, foreign = 0;
     size_t words = a->ephemeral_bytes / sizeof(uint32_t);
     uint32_t *check_buf = a->pattern && words ? malloc(words * sizeof(uint32_t)) : NULL;
-    if ((a->pattern && words && !check_buf) || !samples || check(cuInit(0), "cuInit") || check(cuDeviceGet(&dev, 0), "cuDeviceGet") ||
+    uint32_t *found_buf = a->pattern && words ? malloc(words * sizeof(uint32_t)) : NULL;
+    if ((a->pattern && words && (!check_buf || !found_buf)) || !samples || check(cuInit(0), "cuInit") || check(cuDeviceGet(&dev, 0), "cuDeviceGet") ||
         check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain") ||
         check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent") ||
         check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") ||
@@ -173,12 +175,12 @@ static int run_side(const side_args_t *a)
         if (theirs > start && iterations > 2)
             samples[count++] = back - theirs;
         if (check_buf) {
-            /* what the memory held when this iteration got it: the other side's last word
-             * when the lane's chunks are shared (the test's proof that they are) */
-            uint32_t first = 0;
+            /* what the memory held when this iteration got it: the other side's words when
+             * the lane's chunks are shared by one user's jobs (the proof that they are), none
+             * when they were cleared for another user's job (or are this job's own) */
             uint32_t word = pattern_word(a->side, iterations);
             /* all on the stream, then one synchronisation: the shape of the other rows */
-            if (check(cuMemcpyDtoHAsync(&first, ephemeral, sizeof(first), stream),
+            if (check(cuMemcpyDtoHAsync(found_buf, ephemeral, words * sizeof(uint32_t), stream),
                       "cuMemcpyDtoHAsync") ||
                 check(cuMemsetD32Async(ephemeral, word, words, stream), "cuMemsetD32Async") ||
                 check(cuLaunchHostFunc(stream, busy, &work), "cuLaunchHostFunc") ||
@@ -186,9 +188,11 @@ static int run_side(const side_args_t *a)
                       "cuMemcpyDtoHAsync") ||
                 check(cuCtxSynchronize(), "cuCtxSynchronize"))
                 goto out;
-            inherited += first >> 24 == (uint32_t)other + 1;
-            for (size_t i = 0; i < words; i++)
+            inherited += found_buf[0] >> 24 == (uint32_t)other + 1;
+            for (size_t i = 0; i < words; i++) {
                 mismatches += check_buf[i] != word;
+                foreign += found_buf[i] >> 24 == (uint32_t)other + 1;
+            }
         } else if (a->ephemeral_bytes) {
             if (check(cuMemsetD8Async(ephemeral, 1, 4096, stream), "cuMemsetD8Async") ||
                 check(cuLaunchHostFunc(stream, busy, &work), "cuLaunchHostFunc") ||
@@ -225,14 +229,15 @@ static int run_side(const side_args_t *a)
     printf("switch_side_done side=%d switches=%ld iterations=%ld ms_per_iteration=%.4f "
            "overlaps=%ld\n", a->side, count, iterations, ms, overlaps);
     if (a->pattern)
-        printf("switch_side_pattern side=%d mismatches=%ld inherited=%ld\n", a->side, mismatches,
-               inherited);
+        printf("switch_side_pattern side=%d mismatches=%ld inherited=%ld foreign=%ld\n", a->side,
+               mismatches, inherited, foreign);
     rc = 0;
 out:
     atomic_store(&sh->in_lane[a->side], 0);
     atomic_store(&sh->done[a->side], 1);
     free(samples);
     free(check_buf);
+    free(found_buf);
     return rc;
 }
 

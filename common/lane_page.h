@@ -7,7 +7,13 @@
  * So two jobs never use the same bytes at once, whatever the turns: a job that still holds
  * lane memory at its release (it did not free it: by the learned-size rule that memory is
  * persistent) keeps `owner`, and its lane-mates take chunks of their own meanwhile, as with
- * --lane-memory fresh. salusd clears `owner` when the job that holds it ends. */
+ * --lane-memory fresh. salusd clears `owner` when the job that holds it ends.
+ * Between users (salusd --share-lanes-across-users) the chunks are mapped by the jobs of one
+ * user at a time: when a job of another user asks for them, salusd sets `evict_uid` to the
+ * user whose jobs map them (the asking job takes chunks of its own this time); each of those
+ * unmaps them when it gives its lane up and tells salusd (lane_unmap); once none maps them,
+ * the next job of the other user that asks gets them after salusd cleared them on the device.
+ * Hand-overs between one user's jobs never unmap or clear. */
 #ifndef SALUS_COMMON_LANE_PAGE_H
 #define SALUS_COMMON_LANE_PAGE_H
 
@@ -25,6 +31,10 @@ typedef struct lane_page_s {
     uint64_t bytes;              /* the chunks' size, all together */
     _Atomic uint64_t handovers;  /* owner taken by another job than the last (statistics) */
     _Atomic uint64_t last_owner; /* the job that held owner last */
+    /* salusd -> shims, lanes shared across users: uid + 1 of the user whose jobs unmap the
+     * chunks when they give their lane up (a job of another user asked for them); 0: none.
+     * salusd clears them before they go to another user's job. */
+    _Atomic uint32_t evict_uid;
 } lane_page_t;
 
 #endif

@@ -29,6 +29,8 @@ static struct {
     CUdeviceptr base;
     uint64_t bytes;
     uint64_t persistent; /* the job's persistent size: its own chunks serve that much */
+    uint64_t uid;     /* the job's user as salusd knows it (the lane page's evict_uid) */
+    uint64_t unmaps;  /* unmapped for another user's job */
     int owned;        /* this job holds the owner word */
     uint64_t blocks;  /* live blocks in the lane's chunks */
     uint64_t pinned;  /* give-ups that kept the owner word (lane memory live) */
@@ -77,8 +79,12 @@ static void map_lane(void)
     uint64_t bytes = 0;
     int page_fd = -1, chunk_fd = -1, retry = 0;
     lane.state = LANE_NONE;
-    if (shim_session_lane_map(&bytes, &lane.persistent, &page_fd, &chunk_fd, &retry) < 0) {
-        if (retry) {
+    if (shim_session_lane_map(&bytes, &lane.persistent, &lane.uid, &page_fd, &chunk_fd,
+                              &retry) < 0) {
+        if (retry == 2) { /* another user's jobs map them: they unmap at their release */
+            lane.state = LANE_UNASKED;
+            lane.ask_at = atomic_load(&shim.page->iterations) + 1;
+        } else if (retry) {
             unsigned shift = lane.asks < 12 ? lane.asks : 12;
             lane.state = LANE_UNASKED;
             lane.ask_at = atomic_load(&shim.page->iterations) + (1ull << shift);
@@ -172,15 +178,32 @@ void shim_lane_free(uint64_t address)
 
 void shim_lane_give_up(int frees_pending)
 {
-    if (!lane.owned)
+    if (lane.state != LANE_MAPPED)
         return;
-    if (lane.blocks > 0 || frees_pending) {
+    if (lane.owned && (lane.blocks > 0 || frees_pending)) {
         if (lane.pinned++ == 0)
             LOG_DEBUG("lane memory live past the release (%llu blocks): the job keeps the "
                       "lane's chunks and its lane-mates take their own",
                       (unsigned long long)lane.blocks);
         return;
     }
-    lane.owned = 0;
-    atomic_store(&lane.page->owner, 0);
+    if (lane.owned) {
+        lane.owned = 0;
+        atomic_store(&lane.page->owner, 0);
+    }
+    if (atomic_load(&lane.page->evict_uid) != lane.uid + 1)
+        return;
+    /* a job of another user asked for them: unmapped now, before salusd clears them for it;
+     * asked for again at this job's next allocation past its persistent size */
+    shim.drv.fn_cuMemUnmap(lane.base, lane.bytes);
+    shim.drv.fn_cuMemAddressFree(lane.base, lane.bytes);
+    allocator_destroy(lane.allocator);
+    lane.allocator = NULL;
+    munmap(lane.page, LANE_PAGE_BYTES);
+    lane.page = NULL;
+    lane.state = LANE_UNASKED;
+    lane.ask_at = 0;
+    lane.asks = 0;
+    lane.unmaps++;
+    shim_session_lane_unmap();
 }

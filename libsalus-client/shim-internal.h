@@ -120,10 +120,13 @@ int shim_session_grow(uint64_t bytes, uint32_t device, uint64_t *chunk_id,
                       uint64_t *chunk_bytes);
 int shim_session_alive(void);
 /* The lane's shared chunks (salusd --lane-memory shared): the lane page's and the chunks'
- * descriptors, their size and the job's persistent size; -ENOENT when salusd has none for this
- * job (*retry: it may have them later). */
-int shim_session_lane_map(uint64_t *bytes, uint64_t *persistent, int *page_fd, int *chunk_fd,
-                          int *retry);
+ * descriptors, their size, the job's persistent size and its uid as salusd knows it; -ENOENT
+ * when salusd has none for this job (*retry: 1, it may have them later; 2, at its next
+ * iteration: another user's jobs map them now). */
+int shim_session_lane_map(uint64_t *bytes, uint64_t *persistent, uint64_t *uid, int *page_fd,
+                          int *chunk_fd, int *retry);
+/* The job unmapped them (a job of another user asked for them: lane_page.h). */
+int shim_session_lane_unmap(void);
 /* Gives chunk_id back to salusd (after it was unmapped). */
 int shim_session_release(uint64_t chunk_id);
 /* Charges bytes the job took through the real driver to its budget (release: gives them

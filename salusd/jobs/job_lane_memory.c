@@ -4,10 +4,12 @@
  * has no room for them, asks again at a later iteration), with a lane page (lane_page.h) whose owner word says
  * which job uses them now. Every job of the lane that asks maps them at addresses of its own
  * and serves its ephemeral allocations from them while it holds the lane, so a switch creates,
- * maps, unmaps and returns nothing. Only the jobs of the set's user get it: with lanes shared
- * across users (--share-lanes-across-users) a job of another user is answered {shared: 0} and
- * takes chunks of its own, as with --lane-memory fresh, so it never has another user's bytes
- * mapped. The set goes when the last job that mapped it leaves; the owner word is cleared
+ * maps, unmaps and returns nothing. Only the jobs of one user map them at a time: with lanes
+ * shared across users (--share-lanes-across-users) a job of another user is answered {shared:
+ * 0, retry: 2} while they are mapped (it takes chunks of its own for that iteration), and
+ * those that map them unmap them at their next release (lane_page.h: evict_uid, lane_unmap);
+ * then salusd clears them on the device before the next job of the other user gets them, so
+ * a job never has another user's bytes mapped. The set goes when the last job that mapped it leaves; the owner word is cleared
  * when its job leaves. On a real GPU the chunks are created in salusd's own context of that
  * GPU, as every chunk is (devices.c). */
 #include "jobs-internal.h"
@@ -32,8 +34,38 @@ typedef struct lane_region_s {
     int chunk_fd;
     int page_fd;
     lane_page_t *page;
-    size_t jobs; /* jobs that mapped it */
+    size_t jobs;        /* jobs that asked for it (rt->lane_region) */
+    size_t mappers;     /* of those, the jobs that have it mapped now (all of user uid) */
+    uint64_t clear_at;  /* mapped in salusd's context, for clearing (0: not yet) */
+    uint64_t clears;    /* cleared for another user's job */
+    uint64_t clear_ns;  /* time those clears took, all together */
 } lane_region_t;
+
+/* The lane's chunks for a job of another user than the one whose jobs had them: NULL while
+ * jobs of that user map them (they are asked to unmap them at their next release: evict_uid),
+ * else cleared on the device and then that job's user's. */
+static lane_region_t *hand_to_user(salusd_t *d, lane_region_t *r, const job_t *job)
+{
+    if (r->mappers > 0) {
+        atomic_store(&r->page->evict_uid, (uint32_t)r->uid + 1);
+        return NULL;
+    }
+    uint64_t start = salusd_now_ns();
+    if ((!r->clear_at && devices_chunk_map(&d->devices, &r->chunk, &r->clear_at) < 0) ||
+        devices_mapped_clear(&d->devices, &r->chunk, r->clear_at) < 0) {
+        LOG_WARN("lane %u of GPU %d: its shared chunks could not be cleared; not handed over",
+                 r->lane, r->gpu);
+        return NULL;
+    }
+    uint64_t took = salusd_now_ns() - start;
+    r->clears++;
+    r->clear_ns += took;
+    LOG_DEBUG("lane %u of GPU %d: shared chunks cleared for user %u in %.3f ms", r->lane, r->gpu,
+              (unsigned)job->uid, (double)took / 1e6);
+    r->uid = job->uid;
+    atomic_store(&r->page->evict_uid, 0);
+    return r;
+}
 
 static lane_region_t *find_region(salusd_t *d, int gpu, uint32_t lane)
 {
@@ -50,10 +82,17 @@ static void free_region(salusd_t *d, lane_region_t *r)
             *link = r->next;
             break;
         }
+    if (r->clear_at)
+        devices_chunk_unmap(&d->devices, &r->chunk, r->clear_at);
     devices_chunk_release(&d->devices, &r->chunk);
     close(r->chunk_fd);
     close(r->page_fd);
     munmap(r->page, LANE_PAGE_BYTES);
+    if (r->clears)
+        LOG_INFO("lane %u of GPU %d: its shared chunks (%llu MiB) were cleared %llu times for "
+                 "another user's job, %.3f ms each on average", r->lane, r->gpu,
+                 (unsigned long long)(r->chunk.bytes >> 20), (unsigned long long)r->clears,
+                 (double)r->clear_ns / 1e6 / (double)r->clears);
     LOG_DEBUG("lane %u of GPU %d: its shared chunks are gone", r->lane, r->gpu);
     free(r);
 }
@@ -105,12 +144,12 @@ static lane_region_t *region_for(salusd_t *d, const job_t *job, const char **why
     }
     lane_region_t *r = find_region(d, view.gpu, view.lane);
     if (r) {
-        if (r->uid != job->uid) {
-            *retry = 0;
+        if (r->uid != job->uid && !d->config.share_lanes_across_users) {
+            *retry = 0; /* (lanes are not shared across users then: a lane id reused) */
             *why = "the lane's chunks are another user's";
             return NULL;
         }
-        return r;
+        return r; /* another user's: handed over in jobs_handle_lane_map */
     }
     sched_lane_view_t *lanes = NULL;
     size_t count = 0;
@@ -169,6 +208,16 @@ void jobs_handle_lane_map(conn_t *c, const proto_msg_t *msg)
         r->jobs++;
         rt->lane_region = r;
     }
+    if (r && !rt->lane_mapped && r->uid != job->uid && (r = hand_to_user(d, r, job)) == NULL) {
+        why = "another user's job maps the lane's chunks now";
+        retry = 2; /* at its next iteration */
+    }
+    if (r && !rt->lane_mapped) {
+        rt->lane_mapped = 1;
+        r->mappers++;
+        LOG_DEBUG("lane %u of GPU %d: mapped by job %llu of user %u", r->lane, r->gpu,
+                  (unsigned long long)job->id, (unsigned)job->uid);
+    }
     proto_enc_t *e = &d->enc;
     if (!r) {
         LOG_DEBUG("job %llu takes chunks of its own for its lane: %s",
@@ -184,8 +233,9 @@ void jobs_handle_lane_map(conn_t *c, const proto_msg_t *msg)
     uint32_t lane = 0;
     if (sched_job_sizes(d, job, &persistent, &ephemeral, &lane) < 0)
         persistent = 0;
-    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 5);
+    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 6);
     proto_pack_kv_uint(&e->pk, "shared", 1);
+    proto_pack_kv_uint(&e->pk, "uid", (uint64_t)job->uid); /* whose jobs evict_uid names */
     /* what the job's own chunks serve: its memory up to its persistent size */
     proto_pack_kv_uint(&e->pk, "persistent", persistent);
     proto_pack_kv_uint(&e->pk, "chunk_id", r->chunk.id);
@@ -198,6 +248,27 @@ void jobs_handle_lane_map(conn_t *c, const proto_msg_t *msg)
                  (unsigned long long)job->id);
 }
 
+/* lane_unmap: the job unmapped the lane's chunks (it gave its lane up while a job of another
+ * user asked for them). */
+void jobs_handle_lane_unmap(conn_t *c, const proto_msg_t *msg)
+{
+    job_t *job = jobs_of_conn(c);
+    job_runtime_t *rt = runtime_of(job);
+    if (!rt || !rt->lane_region || !rt->lane_mapped) {
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "lane_unmap: the job has no lane "
+                                                        "chunks mapped");
+        return;
+    }
+    lane_region_t *r = rt->lane_region;
+    uint64_t me = job->id; /* (it gave the owner word back before it unmapped) */
+    atomic_compare_exchange_strong(&r->page->owner, &me, 0);
+    rt->lane_mapped = 0;
+    r->mappers--;
+    LOG_DEBUG("lane %u of GPU %d: unmapped by job %llu of user %u", r->lane, r->gpu,
+              (unsigned long long)job->id, (unsigned)job->uid);
+    server_reply_done(c, msg->id);
+}
+
 void jobs_lane_memory_leave(salusd_t *d, job_t *job)
 {
     job_runtime_t *rt = runtime_of(job);
@@ -206,6 +277,12 @@ void jobs_lane_memory_leave(salusd_t *d, job_t *job)
         return;
     uint64_t me = job->id; /* it ended holding them: its work on them ended with it */
     atomic_compare_exchange_strong(&r->page->owner, &me, 0);
+    if (rt->lane_mapped) {
+        r->mappers--;
+        LOG_DEBUG("lane %u of GPU %d: unmapped by job %llu of user %u (it ended)", r->lane,
+                  r->gpu, (unsigned long long)job->id, (unsigned)job->uid);
+    }
+    rt->lane_mapped = 0;
     rt->lane_region = NULL;
     if (--r->jobs == 0)
         free_region(d, r);

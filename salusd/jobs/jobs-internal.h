@@ -30,7 +30,8 @@ typedef struct job_runtime_s {
     uint64_t page_dev, page_ino; /* the job page's memfd (what a re-attach re-presents) */
     int reattaching;             /* re-attach begun, its chunks not all checked yet */
     uint32_t reattach_chunks;    /* chunks the job said it re-presents */
-    struct lane_region_s *lane_region; /* its lane's shared chunks, mapped (lane_map) */
+    struct lane_region_s *lane_region; /* its lane's shared chunks (lane_map) */
+    int lane_mapped;             /* it has them mapped now (lane_unmap: no longer) */
 } job_runtime_t;
 
 static inline job_runtime_t *runtime_of(const job_t *job)

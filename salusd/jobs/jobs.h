@@ -17,6 +17,8 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg);
 /* lane_map: the lane's shared chunks and its lane page (--lane-memory shared), or {shared: 0} */
 void jobs_handle_lane_map(conn_t *c, const proto_msg_t *msg);
+/* lane_unmap: the job unmapped them (a job of another user asked for them) */
+void jobs_handle_lane_unmap(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg);
 void jobs_connection_closed(conn_t *c);
 /* Jobs across a restart (job_restart.c, job_reattach.c). jobs_restart_init reads the state file (a corrupt

@@ -15,7 +15,7 @@
 # a lane.
 #   benchmarks/switch-latency.sh [--build-dir DIR] [--switches N] [--ephemeral-mb M]
 #       [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check] [--check-kept]
-#       [--check-shared]
+#       [--check-shared] [--cross-user]
 # --host-us: host time after each release in the extra --lane-hold gpu rows (default 1000).
 # SWITCH_ROWS (e.g. "gpu.none iteration.room") measures a subset, SWITCH_MECHS (e.g. "current
 # shared") a subset of the columns; SWITCH_DAEMON_ARGS is added to
@@ -26,6 +26,13 @@
 # mechanism's p50 is below half the baseline's where a job parks (--lane-hold iteration: its
 # chunks stay, nothing regrown). At a release (--lane-hold gpu) a job with lane-mates hands its
 # unused chunks back, as the baseline does: on the host it could not answer a trim request.
+# --cross-user (as root: it creates a user for the run): one more row, --lane-hold gpu with the
+# memory hand-over, the second job run as another user and salusd --share-lanes-across-users
+# (an 800 MiB lane on a 1.5 GiB GPU, at most USERS_SWITCHES (100) switches: every hand-over
+# between the users clears the lane), and what salusd's clears cost.
+# Two more rows with memory on a GPU with room: a caching allocator's shape (the ephemeral
+# memory allocated once and kept, as PyTorch's default allocator does) and a stream-ordered
+# one's (cuMemAllocAsync and cuMemFreeAsync each iteration, as its cudaMallocAsync backend).
 # --check-shared: exit 1 unless, in every row with memory, the shared column's p50 is at most
 # 50 us and at most twice the relay floor's p50.
 set -euo pipefail
@@ -40,6 +47,8 @@ HOST_US=1000
 CHECK=0
 CHECK_KEPT=0
 CHECK_SHARED=0
+CROSS_USER=0
+OTHER_USER=""
 read -r -a MECHS <<<"${SWITCH_MECHS:-baseline current shared}"
 usage() {
     echo "usage: $0 [--build-dir DIR] [--switches N] [--ephemeral-mb M] [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check] [--check-kept] [--check-shared]" >&2
@@ -57,6 +66,7 @@ while [ $# -gt 0 ]; do
         --check) CHECK=1; shift ;;
         --check-kept) CHECK_KEPT=1; shift ;;
         --check-shared) CHECK_SHARED=1; shift ;;
+        --cross-user) CROSS_USER=1; shift ;;
         *) usage ;;
     esac
 done
@@ -85,6 +95,7 @@ cleanup() {
     for pid in "${JOBS[@]}"; do kill "$pid" 2>/dev/null || true; done
     for pid in "${JOBS[@]}"; do wait "$pid" 2>/dev/null || true; done
     stop_daemon
+    [ -n "$OTHER_USER" ] && userdel "$OTHER_USER" 2>/dev/null
     [ -n "${SWITCH_KEEP_LOG:-}" ] && cp "$RUN/salusd.log" "$SWITCH_KEEP_LOG"
     [ -n "${SWITCH_KEEP_SAMPLES:-}" ] && cp "$RUN"/samples.* "$RUN"/side.* "$SWITCH_KEEP_SAMPLES"/ 2>/dev/null
     rm -rf "$RUN"
@@ -110,7 +121,8 @@ start_daemon() {
 # count ms_per_iteration". full: a GPU too small for both jobs' ephemeral memory at once, so
 # that it must move.
 pair() {
-    local hold=$1 mech=$2 eph=$3 side out host=${5:-0}
+    local hold=$1 mech=$2 eph=$3 side out host=${5:-0} switches=$SWITCHES as=() alloc=plain
+    case ${4:-} in caching | async) alloc=$4 ;; esac
     local baseline=0 hints=(--persistent 64MiB --ephemeral 600MiB) gpu_mb=1024 lane_memory=fresh
     [ "$mech" = baseline ] && baseline=1
     [ "$mech" = shared ] && lane_memory=shared
@@ -118,23 +130,54 @@ pair() {
         # persistent: a 64 MiB chunk each (the default chunk size); one lane, not two
         gpu_mb=$((eph + 128 + eph / 2)); hints=(--persistent 64MiB --ephemeral "$((eph + 8))MiB")
     fi
-    SIMGPU_MEMORY_MB=$gpu_mb SALUS_SWITCH_BASELINE=$baseline start_daemon "$hold" "$lane_memory"
-    rm -f "$RUN/shared" && truncate -s 4096 "$RUN/shared"
+    if [ "${4:-}" = caching ]; then
+        # one lane of 800 MiB, and room beside it for the other job's own chunks: a caching
+        # allocator's first block keeps the lane's shared chunks for good (lane_page.h)
+        gpu_mb=1536; hints=(--persistent 64MiB --ephemeral 800MiB)
+    fi
+    if [ "${4:-}" = users ]; then
+        # one lane of 800 MiB, and room beside it for a job's own chunks for a turn
+        gpu_mb=1536; hints=(--persistent 64MiB --ephemeral 800MiB)
+        [ "$switches" -gt "${USERS_SWITCHES:-100}" ] && switches=${USERS_SWITCHES:-100}
+    fi
+    local across=""
+    [ "${4:-}" = users ] && across=" --share-lanes-across-users"
+    SIMGPU_MEMORY_MB=$gpu_mb SALUS_SWITCH_BASELINE=$baseline \
+        SWITCH_DAEMON_ARGS="${SWITCH_DAEMON_ARGS:-}$across" start_daemon "$hold" "$lane_memory"
+    LOG_FROM=$(wc -l <"$RUN/salusd.log")
+    rm -f "$RUN/shared" && truncate -s 4096 "$RUN/shared" && chmod 0666 "$RUN/shared"
     JOBS=()
-    for side in 0 1; do
+    local order=(0 1)
+    [ "${4:-}" = users ] && order=(1 0) # runuser starts slowly: the other user's job first
+    for side in "${order[@]}"; do
+        as=()
+        if [ "${4:-}" = users ] && [ "$side" = 1 ]; then
+            as=(runuser -u "$OTHER_USER" -- env SALUS_SOCKET="$SALUS_SOCKET")
+            : >"$RUN/samples.$side" && chown "$OTHER_USER" "$RUN/samples.$side"
+        fi
         # hints that do not fit two lanes of the 1 GiB GPU: the two jobs share one
-        SALUS_SWITCH_BASELINE=$baseline "$BIN/salusctl" run --name "switch-$side" "${hints[@]}" -- \
-            "$BENCH" --side "$side" --shared "$RUN/shared" --switches "$SWITCHES" \
+        SALUS_SWITCH_BASELINE=$baseline "${as[@]}" "$BIN/salusctl" run --name "switch-$side" "${hints[@]}" -- \
+            "$BENCH" --side "$side" --shared "$RUN/shared" --switches "$switches" \
             --gpu-us "$GPU_US" --ephemeral-mb "$eph" --persistent-mb 16 \
-            --lane-hold "$hold" --host-us "$host" \
+            --lane-hold "$hold" --host-us "$host" --alloc "$alloc" \
             --out "$RUN/samples.$side" >"$RUN/side.$side" 2>&1 &
-        JOBS+=("$!")
+        JOBS[$side]=$!
+        if [ "${#as[@]}" -gt 0 ]; then # admitted before the first job starts alone
+            for _ in $(seq 1 400); do
+                tail -n +"$((LOG_FROM + 1))" "$RUN/salusd.log" | grep -q "'switch-1' admitted" && break
+                sleep 0.05
+            done
+        fi
     done
     for side in 0 1; do
         wait "${JOBS[$side]}" || { cat "$RUN/side.$side" "$RUN/salusd.log" >&2; echo "switch-latency: side $side failed" >&2; exit 1; }
     done
     JOBS=()
     stop_daemon
+    # the clears of salusd's lanes between users, logged when their chunks went
+    tail -n +"$((LOG_FROM + 1))" "$RUN/salusd.log" |
+        grep -o "cleared [0-9]* times for another user's job, [0-9.]* ms each on average" \
+        >"$RUN/clears.$mech" || true
     python3 - "$RUN/samples.0" "$RUN/samples.1" "$RUN/side.0" "$RUN/side.1" <<'PY'
 import re, sys
 s = sorted(int(x) for f in sys.argv[1:3] for x in open(f).read().split())
@@ -184,8 +227,16 @@ PY
 
 # (not in $(...): a subshell would leave its jobs and daemon behind when it fails)
 declare -A R
-ROWS=(gpu.none gpu.room gpu.roomhost gpu.full gpu.host)
+CLEARS=""
+ROWS=(gpu.none gpu.room gpu.roomhost gpu.full gpu.host gpu.caching gpu.async)
 [ "$ITERATION" = 1 ] && ROWS+=(iteration.none iteration.room iteration.full)
+if [ "$CROSS_USER" = 1 ]; then
+    [ "$(id -u)" -eq 0 ] || { echo "switch-latency: --cross-user creates a user: run it as root" >&2; exit 1; }
+    OTHER_USER="salus-switch-$$"
+    useradd -M -N -s /usr/sbin/nologin "$OTHER_USER" || { OTHER_USER=""; echo "switch-latency: useradd failed" >&2; exit 1; }
+    chmod 0755 "$RUN"
+    ROWS+=(gpu.users)
+fi
 [ -n "${SWITCH_ROWS:-}" ] && read -r -a ROWS <<<"$SWITCH_ROWS" # a subset, while trying things
 for row in "${ROWS[@]}"; do
     hold=${row%%.*}
@@ -196,8 +247,11 @@ for row in "${ROWS[@]}"; do
             roomhost) pair "$hold" "$mech" "$EPHEMERAL_MB" room "$HOST_US" >"$RUN/result" ;;
             full) pair "$hold" "$mech" "$EPHEMERAL_MB" full >"$RUN/result" ;;
             host) pair "$hold" "$mech" "$EPHEMERAL_MB" full "$HOST_US" >"$RUN/result" ;;
+            users) pair "$hold" "$mech" "$EPHEMERAL_MB" users >"$RUN/result" ;;
+            caching | async) pair "$hold" "$mech" "$EPHEMERAL_MB" "${row#*.}" >"$RUN/result" ;;
         esac
         R[$mech.$row]=$(cat "$RUN/result")
+        [ "$row" = gpu.users ] && CLEARS+="$mech: $(cat "$RUN/clears.$mech" 2>/dev/null || true);"
     done
 done
 ARGS=()
@@ -216,16 +270,17 @@ if [ "$SYNTH" = 1 ]; then
 fi
 
 python3 - "$SWITCHES" "$EPHEMERAL_MB" "$GPU_US" "$HOST_US" "$CHECK" "$CHECK_KEPT" "$CHECK_SHARED" \
-    "$FLOOR_DIRECT" "$FLOOR_RELAY" "$SYNTH_LINE" "${MECHS[*]}" "${ARGS[@]}" <<'PY'
+    "$FLOOR_DIRECT" "$FLOOR_RELAY" "$SYNTH_LINE" "${MECHS[*]}" "$CLEARS" "${ARGS[@]}" <<'PY'
 import sys
 switches, eph, gpu_us, host_us, check, check_kept, check_shared = sys.argv[1:8]
-floors, synth, mechs = sys.argv[8:10], sys.argv[10], sys.argv[11].split()
-rest = sys.argv[12:]
+floors, synth, mechs, clears = sys.argv[8:10], sys.argv[10], sys.argv[11].split(), sys.argv[12]
+rest = sys.argv[13:]
 res = {rest[i]: list(map(float, rest[i + 1].split())) for i in range(0, len(rest), 2)}
 rows = sorted({k.split(".", 1)[1] for k in res}, key=lambda r: list(res).index(next(k for k in res if k.endswith("." + r))))
 names = {"none": "without the memory hand-over", "room": "with the memory hand-over",
          "roomhost": f"  and {host_us} us host time", "full": "  and a GPU too small for both",
-         "host": f"  too small, {host_us} us host time"}
+         "host": f"  too small, {host_us} us host time", "users": "  across users, 800 MiB lane",
+         "caching": "  caching allocator (kept blocks)", "async": "  stream-ordered (MemAllocAsync)"}
 titles = {"baseline": "baseline", "current": "fresh (--lane-memory)", "shared": "shared (--lane-memory)"}
 print(f"switch latency, us: job A gives the lane up -> job B's gate call returned (2 jobs in one "
       f"lane, salusd --policy pack on simgpu, {gpu_us} us of device work per iteration)")
@@ -237,7 +292,7 @@ for hold, title in (("gpu", "--lane-hold gpu (default): A gives the lane up at i
     if not any(r.startswith(hold + ".") for r in rows):
         continue
     print(title)
-    for kind in ("none", "room", "roomhost", "full", "host"):
+    for kind in ("none", "room", "roomhost", "full", "host", "caching", "async", "users"):
         row = f"{hold}.{kind}"
         if row not in rows:
             continue
@@ -249,6 +304,9 @@ print(f"  (memory hand-over: {eph} MiB ephemeral allocated and freed per iterati
       f"   the GPU has room and move when it is too small; at a release with lane-mates they go back, as\n"
       f"   in the baseline; shared: the lane's one set of chunks is mapped by both jobs, nothing moves;\n"
       f"   the host-time rows: each job spends that long on the host after its release)")
+if clears:
+    print("  across users (--share-lanes-across-users; the second job another user's): salusd's clears of\n"
+          "  the lane between the users, " + "; ".join(c.strip() for c in clears.split(";") if c.strip()))
 relay_p50 = None
 for f in floors:
     m = dict(kv.split("=") for kv in f.split()[1:])
@@ -280,7 +338,7 @@ if check_kept == "1" and "iteration.room" in rows and "baseline" in mechs and "c
         failed = True
 if check_shared == "1" and "shared" in mechs:
     for row in rows:
-        if row.endswith(".none"):
+        if row.endswith(".none") or row.endswith(".users") or row.endswith(".caching"):
             continue
         p50 = res[f"shared.{row}"][0]
         limit = min(50.0, 2 * relay_p50) if relay_p50 else 50.0

@@ -3,7 +3,8 @@
  *
  *   salus-switch-latency --side 0|1 --shared FILE --switches N [--gpu-us U]
  *                        [--ephemeral-mb M] [--persistent-mb P] [--host-us H]
- *                        [--lane-hold gpu|iteration] [--pattern] --out FILE
+ *                        [--lane-hold gpu|iteration] [--pattern]
+ *                        [--alloc plain|caching|async] --out FILE
  *   salus-switch-latency --floor direct|relay --switches N
  *
  * --side: a job of a lane shared with the other side (run both under salusctl run). Each
@@ -60,6 +61,7 @@ typedef struct {
     _Atomic uint64_t boundary_ns[2]; /* each side's last boundary */
     _Atomic uint32_t done[2];        /* the side stopped */
     _Atomic uint32_t in_lane[2];     /* between its boundary call's return and its next one */
+    _Atomic uint32_t ready[2];       /* the side is admitted (cuInit returned) */
 } shared_t;
 
 static uint64_t now_ns(void)
@@ -112,7 +114,16 @@ typedef struct {
     size_t ephemeral_bytes, persistent_bytes;
     int release_at_sync; /* --lane-hold gpu */
     int pattern;         /* --pattern: write and check the ephemeral memory each iteration */
+    int alloc;           /* --alloc: ALLOC_* */
 } side_args_t;
+
+/* --alloc, with --ephemeral-mb: how an iteration gets its ephemeral memory. plain: cuMemAlloc
+ * at its start, cuMemFree at its end. caching: once, kept (a caching allocator that never
+ * frees to the driver, as PyTorch's default one: by the learned-size rule that memory is
+ * persistent); the iteration opens with a cuMemsetD8Async into it. async: cuMemAllocAsync at
+ * its start and cuMemFreeAsync on the stream before its synchronisation (a stream-ordered
+ * allocator, as PyTorch's cudaMallocAsync backend). */
+enum { ALLOC_PLAIN = 0, ALLOC_CACHING, ALLOC_ASYNC };
 
 /* --pattern: the iteration's word of this side, written over all its ephemeral memory */
 static uint32_t pattern_word(int side, long iteration)
@@ -147,8 +158,19 @@ static int run_side(const side_args_t *a)
     if ((a->pattern && words && (!check_buf || !found_buf)) || !samples || check(cuInit(0), "cuInit") || check(cuDeviceGet(&dev, 0), "cuDeviceGet") ||
         check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain") ||
         check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent") ||
-        check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") ||
-        (a->persistent_bytes && check(cuMemAlloc(&persistent, a->persistent_bytes), "cuMemAlloc")))
+        check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate"))
+        goto out;
+    /* both admitted before either takes the lane (a side that starts much later, e.g. under
+     * runuser, would find the other one done); at most 60 s */
+    atomic_store(&sh->ready[a->side], 1);
+    for (int i = 0; i < 60000 && !atomic_load(&sh->ready[other]) && !atomic_load(&sh->done[other]);
+         i++) {
+        struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
+        nanosleep(&ms, NULL);
+    }
+    if (a->persistent_bytes && check(cuMemAlloc(&persistent, a->persistent_bytes), "cuMemAlloc"))
+        goto out;
+    if (a->alloc == ALLOC_CACHING && check(cuMemAlloc(&ephemeral, a->ephemeral_bytes), "cuMemAlloc"))
         goto out;
     uint64_t first_ns = 0;
     long overlaps = 0;
@@ -159,8 +181,10 @@ static int run_side(const side_args_t *a)
         if (!a->release_at_sync) /* the gate call is the boundary */
             atomic_store(&sh->boundary_ns[a->side], start);
         atomic_store(&work.done, 0);
-        CUresult r = a->ephemeral_bytes ? cuMemAlloc(&ephemeral, a->ephemeral_bytes)
-                                        : cuLaunchHostFunc(stream, busy, &work);
+        CUresult r = !a->ephemeral_bytes         ? cuLaunchHostFunc(stream, busy, &work)
+                     : a->alloc == ALLOC_CACHING ? cuMemsetD8Async(ephemeral, 1, 4096, stream)
+                     : a->alloc == ALLOC_ASYNC   ? cuMemAllocAsync(&ephemeral, a->ephemeral_bytes, stream)
+                                                 : cuMemAlloc(&ephemeral, a->ephemeral_bytes);
         uint64_t back = now_ns();
         if (check(r, a->ephemeral_bytes ? "cuMemAlloc (ephemeral)" : "cuLaunchHostFunc"))
             goto out;
@@ -193,6 +217,17 @@ static int run_side(const side_args_t *a)
                 mismatches += check_buf[i] != word;
                 foreign += found_buf[i] >> 24 == (uint32_t)other + 1;
             }
+        } else if (a->alloc == ALLOC_CACHING || a->alloc == ALLOC_ASYNC) {
+            /* the work (and the free, stream-ordered) on the stream; the synchronisation below
+             * is then the release, as without memory */
+            if ((a->alloc == ALLOC_ASYNC &&
+                 check(cuMemsetD8Async(ephemeral, 1, 4096, stream), "cuMemsetD8Async")) ||
+                check(cuLaunchHostFunc(stream, busy, &work), "cuLaunchHostFunc") ||
+                (a->alloc == ALLOC_ASYNC &&
+                 check(cuMemFreeAsync(ephemeral, stream), "cuMemFreeAsync")))
+                goto out;
+            while (!atomic_load(&work.done))
+                sched_yield();
         } else if (a->ephemeral_bytes) {
             if (check(cuMemsetD8Async(ephemeral, 1, 4096, stream), "cuMemsetD8Async") ||
                 check(cuLaunchHostFunc(stream, busy, &work), "cuLaunchHostFunc") ||
@@ -206,8 +241,8 @@ static int run_side(const side_args_t *a)
         atomic_store(&sh->in_lane[a->side], 0);
         if (a->release_at_sync) /* the synchronisation (the free) gives the lane up */
             atomic_store(&sh->boundary_ns[a->side], now_ns());
-        if (a->ephemeral_bytes ? check(cuMemFree(ephemeral), "cuMemFree")
-                               : check(cuCtxSynchronize(), "cuCtxSynchronize"))
+        if (a->ephemeral_bytes && a->alloc == ALLOC_PLAIN ? check(cuMemFree(ephemeral), "cuMemFree")
+                                                          : check(cuCtxSynchronize(), "cuCtxSynchronize"))
             goto out;
         if (a->host_ns) { /* idle on the host, as a server between requests */
             struct timespec pause = {.tv_sec = (time_t)(a->host_ns / 1000000000u),
@@ -360,7 +395,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: salus-switch-latency --side 0|1 --shared FILE --switches N --out FILE "
                     "[--gpu-us U] [--ephemeral-mb M] [--persistent-mb P] [--host-us H]\n"
-                    "       [--lane-hold gpu|iteration] [--pattern]\n"
+                    "       [--lane-hold gpu|iteration] [--pattern] [--alloc plain|caching|async]\n"
                     "       salus-switch-latency --floor direct|relay --switches N\n");
     exit(2);
 }
@@ -374,7 +409,8 @@ int main(int argc, char **argv)
         {"persistent-mb", required_argument, NULL, 'p'},
         {"out", required_argument, NULL, 'o'},      {"floor", required_argument, NULL, 'F'},
         {"host-us", required_argument, NULL, 'h'},  {"lane-hold", required_argument, NULL, 'l'},
-        {"pattern", no_argument, NULL, 'P'},        {NULL, 0, NULL, 0}};
+        {"pattern", no_argument, NULL, 'P'},        {"alloc", required_argument, NULL, 'A'},
+        {NULL, 0, NULL, 0}};
     side_args_t a = {.side = -1, .switches = 10000, .gpu_ns = 100000, .persistent_bytes = 16u << 20,
                      .release_at_sync = 1};
     const char *floor_kind = NULL;
@@ -382,7 +418,7 @@ int main(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
         char *end = NULL;
         long v = optarg ? strtol(optarg, &end, 10) : 0;
-        if (opt != 'f' && opt != 'o' && opt != 'F' && opt != 'l' && opt != 'P' &&
+        if (opt != 'f' && opt != 'o' && opt != 'F' && opt != 'l' && opt != 'P' && opt != 'A' &&
             (opt == '?' || !end || *end || v < 0))
             usage();
         switch (opt) {
@@ -396,6 +432,16 @@ int main(int argc, char **argv)
         case 'F': floor_kind = optarg; break;
         case 'h': a.host_ns = (uint64_t)v * 1000u; break;
         case 'P': a.pattern = 1; break;
+        case 'A':
+            if (strcmp(optarg, "plain") == 0)
+                a.alloc = ALLOC_PLAIN;
+            else if (strcmp(optarg, "caching") == 0)
+                a.alloc = ALLOC_CACHING;
+            else if (strcmp(optarg, "async") == 0)
+                a.alloc = ALLOC_ASYNC;
+            else
+                usage();
+            break;
         case 'l':
             if (strcmp(optarg, "gpu") != 0 && strcmp(optarg, "iteration") != 0)
                 usage();
@@ -410,5 +456,7 @@ int main(int argc, char **argv)
         return run_floor(floor_kind, a.switches);
     if ((a.side != 0 && a.side != 1) || !a.shared_path || !a.out_path)
         usage();
+    if (a.alloc != ALLOC_PLAIN && (!a.ephemeral_bytes || a.pattern))
+        usage(); /* --alloc needs --ephemeral-mb; --pattern is for plain allocations */
     return run_side(&a);
 }

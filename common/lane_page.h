@@ -23,6 +23,7 @@
 #define LANE_PAGE_MAGIC 0x534c4e50u /* "SLNP" */
 #define LANE_PAGE_VERSION 1u
 #define LANE_PAGE_BYTES 4096u
+#define LANE_PAGE_MOVED 64
 
 typedef struct lane_page_s {
     uint32_t magic;
@@ -35,6 +36,10 @@ typedef struct lane_page_s {
      * chunks when they give their lane up (a job of another user asked for them); 0: none.
      * salusd clears them before they go to another user's job. */
     _Atomic uint32_t evict_uid;
+    /* salusd -> shims: jobs a re-layout moved to another lane; each unmaps these chunks when it
+     * gives its lane up (lane_unmap) and asks for its new lane's at its next allocation past its
+     * persistent size. 0: a free slot; the jobs past LANE_PAGE_MOVED keep them mapped. */
+    _Atomic uint64_t moved[LANE_PAGE_MOVED];
 } lane_page_t;
 
 #endif

@@ -191,10 +191,14 @@ void shim_lane_give_up(int frees_pending)
         lane.owned = 0;
         atomic_store(&lane.page->owner, 0);
     }
-    if (atomic_load(&lane.page->evict_uid) != lane.uid + 1)
+    int moved = 0;
+    for (int i = 0; i < LANE_PAGE_MOVED && !moved; i++)
+        moved = atomic_load(&lane.page->moved[i]) == shim.job_id;
+    if (!moved && atomic_load(&lane.page->evict_uid) != lane.uid + 1)
         return;
-    /* a job of another user asked for them: unmapped now, before salusd clears them for it;
-     * asked for again at this job's next allocation past its persistent size */
+    /* a job of another user asked for them (unmapped now, before salusd clears them for it),
+     * or a re-layout moved this job to another lane: asked for again (its lane's) at its next
+     * allocation past its persistent size */
     shim.drv.fn_cuMemUnmap(lane.base, lane.bytes);
     shim.drv.fn_cuMemAddressFree(lane.base, lane.bytes);
     allocator_destroy(lane.allocator);

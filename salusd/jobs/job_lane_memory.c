@@ -266,7 +266,35 @@ void jobs_handle_lane_unmap(conn_t *c, const proto_msg_t *msg)
     r->mappers--;
     LOG_DEBUG("lane %u of GPU %d: unmapped by job %llu of user %u", r->lane, r->gpu,
               (unsigned long long)job->id, (unsigned)job->uid);
+    for (int i = 0; i < LANE_PAGE_MOVED; i++) {
+        uint64_t id = job->id;
+        if (atomic_compare_exchange_strong(&r->page->moved[i], &id, 0)) {
+            /* a re-layout moved it: its next lane_map is for its new lane's chunks */
+            rt->lane_region = NULL;
+            if (--r->jobs == 0)
+                free_region(c->daemon, r);
+            break;
+        }
+    }
     server_reply_done(c, msg->id);
+}
+
+void jobs_lane_memory_moved(salusd_t *d, job_t *job, int gpu, uint32_t lane)
+{
+    (void)d;
+    job_runtime_t *rt = runtime_of(job);
+    lane_region_t *r = rt ? rt->lane_region : NULL;
+    if (!r || (r->gpu == gpu && r->lane == lane) || !rt->lane_mapped)
+        return;
+    for (int i = 0; i < LANE_PAGE_MOVED; i++) {
+        uint64_t none = 0;
+        if (atomic_load(&r->page->moved[i]) == job->id ||
+            atomic_compare_exchange_strong(&r->page->moved[i], &none, job->id)) {
+            LOG_DEBUG("job %llu moved from lane %u: it unmaps that lane's shared chunks at its "
+                      "next release", (unsigned long long)job->id, r->lane);
+            return;
+        }
+    }
 }
 
 void jobs_lane_memory_leave(salusd_t *d, job_t *job)
@@ -277,6 +305,10 @@ void jobs_lane_memory_leave(salusd_t *d, job_t *job)
         return;
     uint64_t me = job->id; /* it ended holding them: its work on them ended with it */
     atomic_compare_exchange_strong(&r->page->owner, &me, 0);
+    for (int i = 0; i < LANE_PAGE_MOVED; i++) {
+        uint64_t id = job->id;
+        atomic_compare_exchange_strong(&r->page->moved[i], &id, 0);
+    }
     if (rt->lane_mapped) {
         r->mappers--;
         LOG_DEBUG("lane %u of GPU %d: unmapped by job %llu of user %u (it ended)", r->lane,

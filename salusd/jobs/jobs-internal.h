@@ -77,6 +77,9 @@ void jobs_retry_pending_grows(salusd_t *d);
 /* job_lane_memory.c: the job leaves its lane's shared chunks (it ended): the owner word is
  * cleared if it held it, and the chunks go with the last job that mapped them. */
 void jobs_lane_memory_leave(salusd_t *d, job_t *job);
+/* A re-layout moved the job to lane `lane` of GPU `gpu`: if it maps another lane's shared
+ * chunks, it is asked to unmap them at its next release (lane_page.h: moved). */
+void jobs_lane_memory_moved(salusd_t *d, job_t *job, int gpu, uint32_t lane);
 
 /* job_restart.c: the jobs that were running under the previous salusd (survivors), for the
  * re-attach requests (job_reattach.c). jobs_survivor: the record of job id, or NULL;

@@ -281,11 +281,16 @@ void jobs_handle_lane_unmap(conn_t *c, const proto_msg_t *msg)
 
 void jobs_lane_memory_moved(salusd_t *d, job_t *job, int gpu, uint32_t lane)
 {
-    (void)d;
     job_runtime_t *rt = runtime_of(job);
     lane_region_t *r = rt ? rt->lane_region : NULL;
-    if (!r || (r->gpu == gpu && r->lane == lane) || !rt->lane_mapped)
+    if (!r || (r->gpu == gpu && r->lane == lane))
         return;
+    if (!rt->lane_mapped) { /* (unmapped for another user's job): its next ask is its new lane's */
+        rt->lane_region = NULL;
+        if (--r->jobs == 0)
+            free_region(d, r);
+        return;
+    }
     for (int i = 0; i < LANE_PAGE_MOVED; i++) {
         uint64_t none = 0;
         if (atomic_load(&r->page->moved[i]) == job->id ||

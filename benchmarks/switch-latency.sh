@@ -6,15 +6,19 @@
 # (each iteration allocates and frees EPHEMERAL_MB MiB), under salusd's default --lane-hold gpu
 # (the lane goes at the quiescent point: the synchronising call, or the free that brings memory
 # down) and --lane-hold iteration (at the next submission). Baseline (SALUS_SWITCH_BASELINE=1:
-# the hand-over before parked and released jobs kept their chunks, and before wake_seq) and the
-# current mechanism run alternately in one run, side by side. Then the floors (two processes
+# the hand-over before parked and released jobs kept their chunks, and before wake_seq), the
+# current mechanism with salusd --lane-memory fresh (each job's chunks its own: the default)
+# and with --lane-memory shared (one set of chunks per lane, mapped by both jobs: a switch
+# moves no memory) run one after another in one run, side by side. Then the floors (two processes
 # taking turns through a futex, without salus: directly, or relayed by a third process as the
 # daemon does) and salus-synth (0.2 ms GPU, 300 MiB ephemeral per iteration) alone and two in
 # a lane.
 #   benchmarks/switch-latency.sh [--build-dir DIR] [--switches N] [--ephemeral-mb M]
 #       [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check] [--check-kept]
+#       [--check-shared] [--cross-user]
 # --host-us: host time after each release in the extra --lane-hold gpu rows (default 1000).
-# SWITCH_ROWS (e.g. "gpu.none iteration.room") measures a subset; SWITCH_DAEMON_ARGS is added to
+# SWITCH_ROWS (e.g. "gpu.none iteration.room") measures a subset, SWITCH_MECHS (e.g. "current
+# shared") a subset of the columns; SWITCH_DAEMON_ARGS is added to
 # salusd's command line (e.g. --log-level debug); SWITCH_KEEP_LOG=FILE keeps salusd's log and
 # SWITCH_KEEP_SAMPLES=DIR the last measurement's samples and side outputs.
 # --check: exit 1 when the current mechanism's p50 without the memory hand-over is over 50 us.
@@ -22,6 +26,15 @@
 # mechanism's p50 is below half the baseline's where a job parks (--lane-hold iteration: its
 # chunks stay, nothing regrown). At a release (--lane-hold gpu) a job with lane-mates hands its
 # unused chunks back, as the baseline does: on the host it could not answer a trim request.
+# --cross-user (as root: it creates a user for the run): one more row, --lane-hold gpu with the
+# memory hand-over, the second job run as another user and salusd --share-lanes-across-users
+# (an 800 MiB lane on a 1.5 GiB GPU, at most USERS_SWITCHES (100) switches: every hand-over
+# between the users clears the lane), and what salusd's clears cost.
+# Two more rows with memory on a GPU with room: a caching allocator's shape (the ephemeral
+# memory allocated once and kept, as PyTorch's default allocator does) and a stream-ordered
+# one's (cuMemAllocAsync and cuMemFreeAsync each iteration, as its cudaMallocAsync backend).
+# --check-shared: exit 1 unless, in every row with memory, the shared column's p50 is at most
+# 50 us and at most twice the relay floor's p50.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD="$ROOT/build"
@@ -33,8 +46,12 @@ ITERATION=1
 HOST_US=1000
 CHECK=0
 CHECK_KEPT=0
+CHECK_SHARED=0
+CROSS_USER=0
+OTHER_USER=""
+read -r -a MECHS <<<"${SWITCH_MECHS:-baseline current shared}"
 usage() {
-    echo "usage: $0 [--build-dir DIR] [--switches N] [--ephemeral-mb M] [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check] [--check-kept]" >&2
+    echo "usage: $0 [--build-dir DIR] [--switches N] [--ephemeral-mb M] [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check] [--check-kept] [--check-shared]" >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -48,6 +65,8 @@ while [ $# -gt 0 ]; do
         --no-iteration) ITERATION=0; shift ;;
         --check) CHECK=1; shift ;;
         --check-kept) CHECK_KEPT=1; shift ;;
+        --check-shared) CHECK_SHARED=1; shift ;;
+        --cross-user) CROSS_USER=1; shift ;;
         *) usage ;;
     esac
 done
@@ -76,6 +95,7 @@ cleanup() {
     for pid in "${JOBS[@]}"; do kill "$pid" 2>/dev/null || true; done
     for pid in "${JOBS[@]}"; do wait "$pid" 2>/dev/null || true; done
     stop_daemon
+    [ -n "$OTHER_USER" ] && userdel "$OTHER_USER" 2>/dev/null
     [ -n "${SWITCH_KEEP_LOG:-}" ] && cp "$RUN/salusd.log" "$SWITCH_KEEP_LOG"
     [ -n "${SWITCH_KEEP_SAMPLES:-}" ] && cp "$RUN"/samples.* "$RUN"/side.* "$SWITCH_KEEP_SAMPLES"/ 2>/dev/null
     rm -rf "$RUN"
@@ -83,11 +103,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-# start_daemon [LANE_HOLD]: a fresh salusd (the mechanism comes from SALUS_SWITCH_BASELINE in
-# the environment)
+# start_daemon [LANE_HOLD] [LANE_MEMORY]: a fresh salusd (the shim's mechanism comes from
+# SALUS_SWITCH_BASELINE in the environment)
 start_daemon() {
     rm -rf "$RUN/state" # learned sizes of an earlier measurement would change this one
-    "$BIN/salusd" --foreground --policy pack --lane-hold "${1:-gpu}" --state-dir "$RUN/state" ${SWITCH_DAEMON_ARGS:-} \
+    "$BIN/salusd" --foreground --policy pack --lane-hold "${1:-gpu}" --lane-memory "${2:-fresh}" \
+        --state-dir "$RUN/state" ${SWITCH_DAEMON_ARGS:-} \
         2>>"$RUN/salusd.log" &
     DAEMON=$!
     for _ in $(seq 1 200); do "$BIN/salusctl" status >/dev/null 2>&1 && return 0; sleep 0.05; done
@@ -100,30 +121,63 @@ start_daemon() {
 # count ms_per_iteration". full: a GPU too small for both jobs' ephemeral memory at once, so
 # that it must move.
 pair() {
-    local hold=$1 mech=$2 eph=$3 side out host=${5:-0}
-    local baseline=0 hints=(--persistent 64MiB --ephemeral 600MiB) gpu_mb=1024
+    local hold=$1 mech=$2 eph=$3 side out host=${5:-0} switches=$SWITCHES as=() alloc=plain
+    case ${4:-} in caching | async) alloc=$4 ;; esac
+    local baseline=0 hints=(--persistent 64MiB --ephemeral 600MiB) gpu_mb=1024 lane_memory=fresh
     [ "$mech" = baseline ] && baseline=1
+    [ "$mech" = shared ] && lane_memory=shared
     if [ "${4:-}" = full ]; then
         # persistent: a 64 MiB chunk each (the default chunk size); one lane, not two
         gpu_mb=$((eph + 128 + eph / 2)); hints=(--persistent 64MiB --ephemeral "$((eph + 8))MiB")
     fi
-    SIMGPU_MEMORY_MB=$gpu_mb SALUS_SWITCH_BASELINE=$baseline start_daemon "$hold"
-    rm -f "$RUN/shared" && truncate -s 4096 "$RUN/shared"
+    if [ "${4:-}" = caching ]; then
+        # one lane of 800 MiB, and room beside it for the other job's own chunks: a caching
+        # allocator's first block keeps the lane's shared chunks for good (lane_page.h)
+        gpu_mb=1536; hints=(--persistent 64MiB --ephemeral 800MiB)
+    fi
+    if [ "${4:-}" = users ]; then
+        # one lane of 800 MiB, and room beside it for a job's own chunks for a turn
+        gpu_mb=1536; hints=(--persistent 64MiB --ephemeral 800MiB)
+        [ "$switches" -gt "${USERS_SWITCHES:-100}" ] && switches=${USERS_SWITCHES:-100}
+    fi
+    local across=""
+    [ "${4:-}" = users ] && across=" --share-lanes-across-users"
+    SIMGPU_MEMORY_MB=$gpu_mb SALUS_SWITCH_BASELINE=$baseline \
+        SWITCH_DAEMON_ARGS="${SWITCH_DAEMON_ARGS:-}$across" start_daemon "$hold" "$lane_memory"
+    LOG_FROM=$(wc -l <"$RUN/salusd.log")
+    rm -f "$RUN/shared" && truncate -s 4096 "$RUN/shared" && chmod 0666 "$RUN/shared"
     JOBS=()
-    for side in 0 1; do
+    local order=(0 1)
+    [ "${4:-}" = users ] && order=(1 0) # runuser starts slowly: the other user's job first
+    for side in "${order[@]}"; do
+        as=()
+        if [ "${4:-}" = users ] && [ "$side" = 1 ]; then
+            as=(runuser -u "$OTHER_USER" -- env SALUS_SOCKET="$SALUS_SOCKET")
+            : >"$RUN/samples.$side" && chown "$OTHER_USER" "$RUN/samples.$side"
+        fi
         # hints that do not fit two lanes of the 1 GiB GPU: the two jobs share one
-        SALUS_SWITCH_BASELINE=$baseline "$BIN/salusctl" run --name "switch-$side" "${hints[@]}" -- \
-            "$BENCH" --side "$side" --shared "$RUN/shared" --switches "$SWITCHES" \
+        SALUS_SWITCH_BASELINE=$baseline "${as[@]}" "$BIN/salusctl" run --name "switch-$side" "${hints[@]}" -- \
+            "$BENCH" --side "$side" --shared "$RUN/shared" --switches "$switches" \
             --gpu-us "$GPU_US" --ephemeral-mb "$eph" --persistent-mb 16 \
-            --lane-hold "$hold" --host-us "$host" \
+            --lane-hold "$hold" --host-us "$host" --alloc "$alloc" \
             --out "$RUN/samples.$side" >"$RUN/side.$side" 2>&1 &
-        JOBS+=("$!")
+        JOBS[$side]=$!
+        if [ "${#as[@]}" -gt 0 ]; then # admitted before the first job starts alone
+            for _ in $(seq 1 400); do
+                tail -n +"$((LOG_FROM + 1))" "$RUN/salusd.log" | grep -q "'switch-1' admitted" && break
+                sleep 0.05
+            done
+        fi
     done
     for side in 0 1; do
         wait "${JOBS[$side]}" || { cat "$RUN/side.$side" "$RUN/salusd.log" >&2; echo "switch-latency: side $side failed" >&2; exit 1; }
     done
     JOBS=()
     stop_daemon
+    # the clears of salusd's lanes between users, logged when their chunks went
+    tail -n +"$((LOG_FROM + 1))" "$RUN/salusd.log" |
+        grep -o "cleared [0-9]* times for another user's job, [0-9.]* ms each on average" \
+        >"$RUN/clears.$mech" || true
     python3 - "$RUN/samples.0" "$RUN/samples.1" "$RUN/side.0" "$RUN/side.1" <<'PY'
 import re, sys
 s = sorted(int(x) for f in sys.argv[1:3] for x in open(f).read().split())
@@ -141,9 +195,10 @@ PY
 
 # synth COUNT MECH: COUNT salus-synth jobs at once; prints their mean ms per iteration
 synth() {
-    local count=$1 mech=$2 i baseline=0 iters=2000
+    local count=$1 mech=$2 i baseline=0 iters=2000 lane_memory=fresh
     [ "$mech" = baseline ] && baseline=1
-    SIMGPU_MEMORY_MB=1024 SALUS_SWITCH_BASELINE=$baseline start_daemon
+    [ "$mech" = shared ] && lane_memory=shared
+    SIMGPU_MEMORY_MB=1024 SALUS_SWITCH_BASELINE=$baseline start_daemon gpu "$lane_memory"
     JOBS=()
     for i in $(seq 1 "$count"); do
         SALUS_SWITCH_BASELINE=$baseline "$BIN/salusctl" run --name "synth-$i" \
@@ -172,83 +227,125 @@ PY
 
 # (not in $(...): a subshell would leave its jobs and daemon behind when it fails)
 declare -A R
-ROWS=(gpu.none gpu.room gpu.roomhost gpu.full gpu.host)
+CLEARS=""
+ROWS=(gpu.none gpu.room gpu.roomhost gpu.full gpu.host gpu.caching gpu.async)
 [ "$ITERATION" = 1 ] && ROWS+=(iteration.none iteration.room iteration.full)
+if [ "$CROSS_USER" = 1 ]; then
+    [ "$(id -u)" -eq 0 ] || { echo "switch-latency: --cross-user creates a user: run it as root" >&2; exit 1; }
+    OTHER_USER="salus-switch-$$"
+    useradd -M -N -s /usr/sbin/nologin "$OTHER_USER" || { OTHER_USER=""; echo "switch-latency: useradd failed" >&2; exit 1; }
+    chmod 0755 "$RUN"
+    ROWS+=(gpu.users)
+fi
 [ -n "${SWITCH_ROWS:-}" ] && read -r -a ROWS <<<"$SWITCH_ROWS" # a subset, while trying things
 for row in "${ROWS[@]}"; do
     hold=${row%%.*}
-    for mech in baseline current; do
+    for mech in "${MECHS[@]}"; do
         case ${row#*.} in
             none) pair "$hold" "$mech" 0 >"$RUN/result" ;;
             room) pair "$hold" "$mech" "$EPHEMERAL_MB" >"$RUN/result" ;;
             roomhost) pair "$hold" "$mech" "$EPHEMERAL_MB" room "$HOST_US" >"$RUN/result" ;;
             full) pair "$hold" "$mech" "$EPHEMERAL_MB" full >"$RUN/result" ;;
             host) pair "$hold" "$mech" "$EPHEMERAL_MB" full "$HOST_US" >"$RUN/result" ;;
+            users) pair "$hold" "$mech" "$EPHEMERAL_MB" users >"$RUN/result" ;;
+            caching | async) pair "$hold" "$mech" "$EPHEMERAL_MB" "${row#*.}" >"$RUN/result" ;;
         esac
         R[$mech.$row]=$(cat "$RUN/result")
+        [ "$row" = gpu.users ] && CLEARS+="$mech: $(cat "$RUN/clears.$mech" 2>/dev/null || true);"
     done
 done
 ARGS=()
-for row in "${ROWS[@]}"; do ARGS+=("$row" "${R[baseline.$row]}" "${R[current.$row]}"); done
+for row in "${ROWS[@]}"; do
+    for mech in "${MECHS[@]}"; do ARGS+=("$mech.$row" "${R[$mech.$row]}"); done
+done
 FLOOR_DIRECT=$("$BENCH" --floor direct --switches "$SWITCHES")
 FLOOR_RELAY=$("$BENCH" --floor relay --switches "$SWITCHES")
 SYNTH_LINE=""
 if [ "$SYNTH" = 1 ]; then
     synth 1 current >"$RUN/result"; alone=$(cat "$RUN/result")
-    synth 2 baseline >"$RUN/result"; two_base=$(cat "$RUN/result")
-    synth 2 current >"$RUN/result"; two_cur=$(cat "$RUN/result")
-    SYNTH_LINE="$alone $two_base $two_cur"
+    SYNTH_LINE="$alone"
+    for mech in "${MECHS[@]}"; do
+        synth 2 "$mech" >"$RUN/result"; SYNTH_LINE+=" $(cat "$RUN/result")"
+    done
 fi
 
-python3 - "$SWITCHES" "$EPHEMERAL_MB" "$GPU_US" "$HOST_US" "$CHECK" "$CHECK_KEPT" "$FLOOR_DIRECT" \
-    "$FLOOR_RELAY" "$SYNTH_LINE" "${ARGS[@]}" <<'PY'
+python3 - "$SWITCHES" "$EPHEMERAL_MB" "$GPU_US" "$HOST_US" "$CHECK" "$CHECK_KEPT" "$CHECK_SHARED" \
+    "$FLOOR_DIRECT" "$FLOOR_RELAY" "$SYNTH_LINE" "${MECHS[*]}" "$CLEARS" "${ARGS[@]}" <<'PY'
 import sys
-switches, eph, gpu_us, host_us, check, check_kept = sys.argv[1:7]
-floors, synth = sys.argv[7:9], sys.argv[9]
-rest = sys.argv[10:]
-rows = {rest[i]: (list(map(float, rest[i + 1].split())), list(map(float, rest[i + 2].split())))
-        for i in range(0, len(rest), 3)}
+switches, eph, gpu_us, host_us, check, check_kept, check_shared = sys.argv[1:8]
+floors, synth, mechs, clears = sys.argv[8:10], sys.argv[10], sys.argv[11].split(), sys.argv[12]
+rest = sys.argv[13:]
+res = {rest[i]: list(map(float, rest[i + 1].split())) for i in range(0, len(rest), 2)}
+rows = sorted({k.split(".", 1)[1] for k in res}, key=lambda r: list(res).index(next(k for k in res if k.endswith("." + r))))
 names = {"none": "without the memory hand-over", "room": "with the memory hand-over",
          "roomhost": f"  and {host_us} us host time", "full": "  and a GPU too small for both",
-         "host": f"  too small, {host_us} us host time"}
+         "host": f"  too small, {host_us} us host time", "users": "  across users, 800 MiB lane",
+         "caching": "  caching allocator (kept blocks)", "async": "  stream-ordered (MemAllocAsync)"}
+titles = {"baseline": "baseline", "current": "fresh (--lane-memory)", "shared": "shared (--lane-memory)"}
 print(f"switch latency, us: job A gives the lane up -> job B's gate call returned (2 jobs in one "
       f"lane, salusd --policy pack on simgpu, {gpu_us} us of device work per iteration)")
-print(f"{'':34} {'baseline':>26} {'current':>26}")
-print(f"{'':34} {'p50':>8} {'p99':>8} {'max':>8} {'p50':>8} {'p99':>8} {'max':>8} {'switches':>9} {'ms/iter b/c':>12}")
+print(f"{'':34}" + "".join(f" {titles.get(m, m):>26}" for m in mechs))
+print(f"{'':34}" + " ".join(f"{'p50':>8} {'p99':>8} {'max':>8}" for m in mechs) +
+      f" {'switches':>9} {'ms/iter ' + '/'.join(m[0] for m in mechs):>18}")
 for hold, title in (("gpu", "--lane-hold gpu (default): A gives the lane up at its sync / free"),
                     ("iteration", "--lane-hold iteration: A gives the lane up at its next gate call")):
     if not any(r.startswith(hold + ".") for r in rows):
         continue
     print(title)
-    for kind in ("none", "room", "roomhost", "full", "host"):
-        if f"{hold}.{kind}" not in rows:
+    for kind in ("none", "room", "roomhost", "full", "host", "caching", "async", "users"):
+        row = f"{hold}.{kind}"
+        if row not in rows:
             continue
-        b, c = rows[f"{hold}.{kind}"]
-        print(f"  {names[kind]:32} {b[0]:8.1f} {b[1]:8.1f} {b[2]:8.1f} {c[0]:8.1f} {c[1]:8.1f} {c[2]:8.1f} "
-              f"{int(min(b[3], c[3])):9d} {b[4]:5.3f}/{c[4]:5.3f}")
+        vals = [res[f"{m}.{row}"] for m in mechs]
+        print(f"  {names[kind]:32}" + "".join(f" {v[0]:8.1f} {v[1]:8.1f} {v[2]:8.1f}" for v in vals) +
+              f" {int(min(v[3] for v in vals)):9d} {'/'.join(f'{v[4]:.3f}' for v in vals):>18}")
 print(f"  (memory hand-over: {eph} MiB ephemeral allocated and freed per iteration; baseline: the unused\n"
-      f"   chunks go back at every release or park and are regrown; current: at a park they stay while\n"
+      f"   chunks go back at every release or park and are regrown; fresh: at a park they stay while\n"
       f"   the GPU has room and move when it is too small; at a release with lane-mates they go back, as\n"
-      f"   in the baseline; the host-time row: each job spends that long on the host after its release)")
+      f"   in the baseline; shared: the lane's one set of chunks is mapped by both jobs, nothing moves;\n"
+      f"   the host-time rows: each job spends that long on the host after its release)")
+if clears:
+    print("  across users (--share-lanes-across-users; the second job another user's): salusd's clears of\n"
+          "  the lane between the users, " + "; ".join(c.strip() for c in clears.split(";") if c.strip()))
+relay_p50 = None
 for f in floors:
     m = dict(kv.split("=") for kv in f.split()[1:])
+    if m["kind"] == "relay":
+        relay_p50 = float(m["p50_us"])
     print(f"floor without salus, {m['kind']:6} futex hand-over: p50 {float(m['p50_us']):.1f} us, "
           f"p99 {float(m['p99_us']):.1f} us, max {float(m['max_us']):.1f} us")
 if synth:
     print("salus-synth, 0.2 ms GPU and 300 MiB ephemeral per iteration, --lane-hold gpu, ms per iteration (mean / median):")
-    (a, am), (b, bm), (c, cm) = (map(float, x.split(",")) for x in synth.split())
-    print(f"  alone {a:.3f} / {am:.3f}; two in one lane: baseline {b:.3f} / {bm:.3f}, current {c:.3f} / {cm:.3f}")
-    print(f"  per switch, (two in one lane - 2 x alone) / 2: baseline {(b - 2 * a) / 2:.3f} / {(bm - 2 * am) / 2:.3f}, "
-          f"current {(c - 2 * a) / 2:.3f} / {(cm - 2 * am) / 2:.3f}")
+    parts = synth.split()
+    a, am = map(float, parts[0].split(","))
+    line = f"  alone {a:.3f} / {am:.3f}; two in one lane:"
+    per = "  per switch, (two in one lane - 2 x alone) / 2:"
+    for m, x in zip(mechs, parts[1:]):
+        b, bm = map(float, x.split(","))
+        line += f" {m} {b:.3f} / {bm:.3f};"
+        per += f" {m} {(b - 2 * a) / 2:.3f} / {(bm - 2 * am) / 2:.3f};"
+    print(line.rstrip(";"))
+    print(per.rstrip(";"))
 failed = False
-if check == "1" and rows["gpu.none"][1][0] > 50:
+if check == "1" and "current.gpu.none" in res and res["current.gpu.none"][0] > 50:
     print("switch-latency: goal missed: p50 over 50 us without the memory hand-over")
     failed = True
-for row in (r for r in rows if r == "iteration.room" and check_kept == "1"):
-    b, c = rows[row]
+if check_kept == "1" and "iteration.room" in rows and "baseline" in mechs and "current" in mechs:
+    b, c = res["baseline.iteration.room"], res["current.iteration.room"]
     if not c[0] < b[0] / 2:
-        print(f"switch-latency: {row}: the current p50 ({c[0]:.1f} us) is not below half the "
+        print(f"switch-latency: iteration.room: the current p50 ({c[0]:.1f} us) is not below half the "
               f"baseline's ({b[0]:.1f} us): the chunks seem to move at each switch")
         failed = True
+if check_shared == "1" and "shared" in mechs:
+    for row in rows:
+        if row.endswith(".none") or row.endswith(".users") or row.endswith(".caching"):
+            continue
+        p50 = res[f"shared.{row}"][0]
+        limit = min(50.0, 2 * relay_p50) if relay_p50 else 50.0
+        print(f"shared {row}: p50 {p50:.1f} us, goal <= {limit:.1f} us (50 us and 2 x the relay "
+              f"floor): {'met' if p50 <= limit else 'MISSED'}")
+        if p50 > limit:
+            print(f"switch-latency: goal missed: shared {row} p50 {p50:.1f} us over {limit:.1f} us")
+            failed = True
 sys.exit(1 if failed else 0)
 PY

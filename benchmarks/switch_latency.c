@@ -3,7 +3,8 @@
  *
  *   salus-switch-latency --side 0|1 --shared FILE --switches N [--gpu-us U]
  *                        [--ephemeral-mb M] [--persistent-mb P] [--host-us H]
- *                        [--lane-hold gpu|iteration] --out FILE
+ *                        [--lane-hold gpu|iteration] [--pattern]
+ *                        [--alloc plain|caching|async] --out FILE
  *   salus-switch-latency --floor direct|relay --switches N
  *
  * --side: a job of a lane shared with the other side (run both under salusctl run). Each
@@ -27,6 +28,12 @@
  * in its GPU work (from its gate's return to the end of its synchronisation, work done): 0
  * when the GPU is used by one job of the lane at a time. (Host code after a release runs
  * while the other job holds the lane, legitimately; it is not counted.)
+ * --pattern (with --ephemeral-mb): each iteration first copies out its new ephemeral memory
+ * (the other side's word in its first word counts as inherited: the lane's chunks are shared;
+ * every word of the other side's in it counts as foreign), writes its own word (side and
+ * iteration) over all of it, does its device work and synchronises, then checks that every
+ * word is its own; prints "switch_side_pattern side=S mismatches=M inherited=I foreign=F"
+ * after the done line.
  *
  * --floor: two processes alternating turns through a futex in shared memory, without CUDA:
  * direct (the outgoing process wakes the next one) or relay (it writes an eventfd that a
@@ -54,6 +61,7 @@ typedef struct {
     _Atomic uint64_t boundary_ns[2]; /* each side's last boundary */
     _Atomic uint32_t done[2];        /* the side stopped */
     _Atomic uint32_t in_lane[2];     /* between its boundary call's return and its next one */
+    _Atomic uint32_t ready[2];       /* the side is admitted (cuInit returned) */
 } shared_t;
 
 static uint64_t now_ns(void)
@@ -105,7 +113,23 @@ typedef struct {
     uint64_t gpu_ns, host_ns;
     size_t ephemeral_bytes, persistent_bytes;
     int release_at_sync; /* --lane-hold gpu */
+    int pattern;         /* --pattern: write and check the ephemeral memory each iteration */
+    int alloc;           /* --alloc: ALLOC_* */
 } side_args_t;
+
+/* --alloc, with --ephemeral-mb: how an iteration gets its ephemeral memory. plain: cuMemAlloc
+ * at its start, cuMemFree at its end. caching: once, kept (a caching allocator that never
+ * frees to the driver, as PyTorch's default one: by the learned-size rule that memory is
+ * persistent); the iteration opens with a cuMemsetD8Async into it. async: cuMemAllocAsync at
+ * its start and cuMemFreeAsync on the stream before its synchronisation (a stream-ordered
+ * allocator, as PyTorch's cudaMallocAsync backend). */
+enum { ALLOC_PLAIN = 0, ALLOC_CACHING, ALLOC_ASYNC };
+
+/* --pattern: the iteration's word of this side, written over all its ephemeral memory */
+static uint32_t pattern_word(int side, long iteration)
+{
+    return (uint32_t)(side + 1) << 24 | (uint32_t)(iteration & 0xffffff);
+}
 
 static int run_side(const side_args_t *a)
 {
@@ -127,12 +151,26 @@ static int run_side(const side_args_t *a)
     CUstream stream;
     CUdeviceptr persistent = 0, ephemeral = 0;
     int other = 1 - a->side, rc = 1;
-    long count = 0, iterations = 0;
-    if (!samples || check(cuInit(0), "cuInit") || check(cuDeviceGet(&dev, 0), "cuDeviceGet") ||
+    long count = 0, iterations = 0, mismatches = 0, inherited = 0, foreign = 0;
+    size_t words = a->ephemeral_bytes / sizeof(uint32_t);
+    uint32_t *check_buf = a->pattern && words ? malloc(words * sizeof(uint32_t)) : NULL;
+    uint32_t *found_buf = a->pattern && words ? malloc(words * sizeof(uint32_t)) : NULL;
+    if ((a->pattern && words && (!check_buf || !found_buf)) || !samples || check(cuInit(0), "cuInit") || check(cuDeviceGet(&dev, 0), "cuDeviceGet") ||
         check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain") ||
         check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent") ||
-        check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") ||
-        (a->persistent_bytes && check(cuMemAlloc(&persistent, a->persistent_bytes), "cuMemAlloc")))
+        check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate"))
+        goto out;
+    /* both admitted before either takes the lane (a side that starts much later, e.g. under
+     * runuser, would find the other one done); at most 60 s */
+    atomic_store(&sh->ready[a->side], 1);
+    for (int i = 0; i < 60000 && !atomic_load(&sh->ready[other]) && !atomic_load(&sh->done[other]);
+         i++) {
+        struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
+        nanosleep(&ms, NULL);
+    }
+    if (a->persistent_bytes && check(cuMemAlloc(&persistent, a->persistent_bytes), "cuMemAlloc"))
+        goto out;
+    if (a->alloc == ALLOC_CACHING && check(cuMemAlloc(&ephemeral, a->ephemeral_bytes), "cuMemAlloc"))
         goto out;
     uint64_t first_ns = 0;
     long overlaps = 0;
@@ -143,8 +181,10 @@ static int run_side(const side_args_t *a)
         if (!a->release_at_sync) /* the gate call is the boundary */
             atomic_store(&sh->boundary_ns[a->side], start);
         atomic_store(&work.done, 0);
-        CUresult r = a->ephemeral_bytes ? cuMemAlloc(&ephemeral, a->ephemeral_bytes)
-                                        : cuLaunchHostFunc(stream, busy, &work);
+        CUresult r = !a->ephemeral_bytes         ? cuLaunchHostFunc(stream, busy, &work)
+                     : a->alloc == ALLOC_CACHING ? cuMemsetD8Async(ephemeral, 1, 4096, stream)
+                     : a->alloc == ALLOC_ASYNC   ? cuMemAllocAsync(&ephemeral, a->ephemeral_bytes, stream)
+                                                 : cuMemAlloc(&ephemeral, a->ephemeral_bytes);
         uint64_t back = now_ns();
         if (check(r, a->ephemeral_bytes ? "cuMemAlloc (ephemeral)" : "cuLaunchHostFunc"))
             goto out;
@@ -158,7 +198,37 @@ static int run_side(const side_args_t *a)
         /* the first boundaries are found at a gate in either mode (nothing to compare with) */
         if (theirs > start && iterations > 2)
             samples[count++] = back - theirs;
-        if (a->ephemeral_bytes) {
+        if (check_buf) {
+            /* what the memory held when this iteration got it: the other side's words when
+             * the lane's chunks are shared by one user's jobs (the proof that they are), none
+             * when they were cleared for another user's job (or are this job's own) */
+            uint32_t word = pattern_word(a->side, iterations);
+            /* all on the stream, then one synchronisation: the shape of the other rows */
+            if (check(cuMemcpyDtoHAsync(found_buf, ephemeral, words * sizeof(uint32_t), stream),
+                      "cuMemcpyDtoHAsync") ||
+                check(cuMemsetD32Async(ephemeral, word, words, stream), "cuMemsetD32Async") ||
+                check(cuLaunchHostFunc(stream, busy, &work), "cuLaunchHostFunc") ||
+                check(cuMemcpyDtoHAsync(check_buf, ephemeral, words * sizeof(uint32_t), stream),
+                      "cuMemcpyDtoHAsync") ||
+                check(cuCtxSynchronize(), "cuCtxSynchronize"))
+                goto out;
+            inherited += found_buf[0] >> 24 == (uint32_t)other + 1;
+            for (size_t i = 0; i < words; i++) {
+                mismatches += check_buf[i] != word;
+                foreign += found_buf[i] >> 24 == (uint32_t)other + 1;
+            }
+        } else if (a->alloc == ALLOC_CACHING || a->alloc == ALLOC_ASYNC) {
+            /* the work (and the free, stream-ordered) on the stream; the synchronisation below
+             * is then the release, as without memory */
+            if ((a->alloc == ALLOC_ASYNC &&
+                 check(cuMemsetD8Async(ephemeral, 1, 4096, stream), "cuMemsetD8Async")) ||
+                check(cuLaunchHostFunc(stream, busy, &work), "cuLaunchHostFunc") ||
+                (a->alloc == ALLOC_ASYNC &&
+                 check(cuMemFreeAsync(ephemeral, stream), "cuMemFreeAsync")))
+                goto out;
+            while (!atomic_load(&work.done))
+                sched_yield();
+        } else if (a->ephemeral_bytes) {
             if (check(cuMemsetD8Async(ephemeral, 1, 4096, stream), "cuMemsetD8Async") ||
                 check(cuLaunchHostFunc(stream, busy, &work), "cuLaunchHostFunc") ||
                 check(cuCtxSynchronize(), "cuCtxSynchronize"))
@@ -171,8 +241,8 @@ static int run_side(const side_args_t *a)
         atomic_store(&sh->in_lane[a->side], 0);
         if (a->release_at_sync) /* the synchronisation (the free) gives the lane up */
             atomic_store(&sh->boundary_ns[a->side], now_ns());
-        if (a->ephemeral_bytes ? check(cuMemFree(ephemeral), "cuMemFree")
-                               : check(cuCtxSynchronize(), "cuCtxSynchronize"))
+        if (a->ephemeral_bytes && a->alloc == ALLOC_PLAIN ? check(cuMemFree(ephemeral), "cuMemFree")
+                                                          : check(cuCtxSynchronize(), "cuCtxSynchronize"))
             goto out;
         if (a->host_ns) { /* idle on the host, as a server between requests */
             struct timespec pause = {.tv_sec = (time_t)(a->host_ns / 1000000000u),
@@ -193,11 +263,16 @@ static int run_side(const side_args_t *a)
         goto out;
     printf("switch_side_done side=%d switches=%ld iterations=%ld ms_per_iteration=%.4f "
            "overlaps=%ld\n", a->side, count, iterations, ms, overlaps);
+    if (a->pattern)
+        printf("switch_side_pattern side=%d mismatches=%ld inherited=%ld foreign=%ld\n", a->side,
+               mismatches, inherited, foreign);
     rc = 0;
 out:
     atomic_store(&sh->in_lane[a->side], 0);
     atomic_store(&sh->done[a->side], 1);
     free(samples);
+    free(check_buf);
+    free(found_buf);
     return rc;
 }
 
@@ -320,7 +395,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: salus-switch-latency --side 0|1 --shared FILE --switches N --out FILE "
                     "[--gpu-us U] [--ephemeral-mb M] [--persistent-mb P] [--host-us H]\n"
-                    "       [--lane-hold gpu|iteration]\n"
+                    "       [--lane-hold gpu|iteration] [--pattern] [--alloc plain|caching|async]\n"
                     "       salus-switch-latency --floor direct|relay --switches N\n");
     exit(2);
 }
@@ -334,6 +409,7 @@ int main(int argc, char **argv)
         {"persistent-mb", required_argument, NULL, 'p'},
         {"out", required_argument, NULL, 'o'},      {"floor", required_argument, NULL, 'F'},
         {"host-us", required_argument, NULL, 'h'},  {"lane-hold", required_argument, NULL, 'l'},
+        {"pattern", no_argument, NULL, 'P'},        {"alloc", required_argument, NULL, 'A'},
         {NULL, 0, NULL, 0}};
     side_args_t a = {.side = -1, .switches = 10000, .gpu_ns = 100000, .persistent_bytes = 16u << 20,
                      .release_at_sync = 1};
@@ -342,7 +418,7 @@ int main(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
         char *end = NULL;
         long v = optarg ? strtol(optarg, &end, 10) : 0;
-        if (opt != 'f' && opt != 'o' && opt != 'F' && opt != 'l' &&
+        if (opt != 'f' && opt != 'o' && opt != 'F' && opt != 'l' && opt != 'P' && opt != 'A' &&
             (opt == '?' || !end || *end || v < 0))
             usage();
         switch (opt) {
@@ -355,6 +431,17 @@ int main(int argc, char **argv)
         case 'o': a.out_path = optarg; break;
         case 'F': floor_kind = optarg; break;
         case 'h': a.host_ns = (uint64_t)v * 1000u; break;
+        case 'P': a.pattern = 1; break;
+        case 'A':
+            if (strcmp(optarg, "plain") == 0)
+                a.alloc = ALLOC_PLAIN;
+            else if (strcmp(optarg, "caching") == 0)
+                a.alloc = ALLOC_CACHING;
+            else if (strcmp(optarg, "async") == 0)
+                a.alloc = ALLOC_ASYNC;
+            else
+                usage();
+            break;
         case 'l':
             if (strcmp(optarg, "gpu") != 0 && strcmp(optarg, "iteration") != 0)
                 usage();
@@ -369,5 +456,7 @@ int main(int argc, char **argv)
         return run_floor(floor_kind, a.switches);
     if ((a.side != 0 && a.side != 1) || !a.shared_path || !a.out_path)
         usage();
+    if (a.alloc != ALLOC_PLAIN && (!a.ephemeral_bytes || a.pattern))
+        usage(); /* --alloc needs --ephemeral-mb; --pattern is for plain allocations */
     return run_side(&a);
 }

@@ -296,6 +296,7 @@ static CUresult park(uint32_t seq)
         shim_mem_trim();
         atomic_store(&page->trimmed_seq, seq);
     }
+    shim_mem_lane_give_up(); /* the lane goes: its shared chunks too (lane_memory.c) */
     atomic_store(&page->waiting, 1);
     notify_daemon();
     CUresult rc = baseline ? wait_for_grant_baseline(page, seq) : wait_for_grant(page, seq);
@@ -379,6 +380,7 @@ static void release_at_quiescent_point(void)
     gate.work_since_boundary = 0;
     gate.released = 1;
     invalidate_fast_paths();
+    shim_mem_lane_give_up(); /* the lane goes: its shared chunks too (lane_memory.c) */
     /* alone in its lane it keeps its chunks; with lane-mates it hands back those it does not
      * use (as the baseline does). Keeping them while the GPU has room makes such a switch move
      * no memory, but a job on the host cannot answer a trim request: on a full GPU its

@@ -200,9 +200,16 @@ static CUresult grow(int k, uint64_t bytes)
     return CUDA_SUCCESS;
 }
 
+/* The pool index of a block in the lane's shared chunks (lane_memory.c) */
+#define LANE_POOL (-1)
+
 static void release_block(int k, uint64_t address)
 {
     uint64_t size = 0;
+    if (k == LANE_POOL) {
+        shim_lane_free(address);
+        return;
+    }
     if (allocator_free(mem.pools[k].allocator, address, &size) == 0)
         (void)size;
 }
@@ -281,6 +288,13 @@ CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, CUstream stream, int st
         shim_note_alloc(mem.live_bytes);
         goto out;
     }
+    uint64_t lane_bytes = 0; /* --lane-memory shared: the lane's chunks first */
+    if (k == 0 && shim_lane_alloc(bytes, mem.live_bytes, &address, &lane_bytes) == 0) {
+        mem.live_bytes += lane_bytes;
+        *dptr = (CUdeviceptr)address;
+        shim_note_alloc(mem.live_bytes);
+        goto out;
+    }
     int arc = allocator_alloc(pool->allocator, bytes, &address);
     if (arc == -ENOMEM && mem.pending) {
         retire_pending(1);
@@ -316,7 +330,9 @@ CUresult shim_mem_free(CUdeviceptr dptr, CUstream stream, int stream_ordered)
         return CUDA_SUCCESS;
     pthread_mutex_lock(&mem.lock);
     int k = 0; /* the pool that holds dptr */
-    while (k < SHIM_MAX_GPUS &&
+    if (shim_lane_lookup(dptr, &block.base, &block.size_bytes) == 0)
+        k = LANE_POOL;
+    while (k >= 0 && k < SHIM_MAX_GPUS &&
            (!mem.pools[k].allocator || allocator_lookup(mem.pools[k].allocator, dptr, &block) < 0))
         k++;
     if (k == SHIM_MAX_GPUS) {
@@ -380,6 +396,18 @@ void shim_mem_trim(void)
         }
     }
     atomic_store(&shim.page->mapped_bytes, mem.mapped_bytes);
+    pthread_mutex_unlock(&mem.lock);
+}
+
+void shim_mem_lane_give_up(void)
+{
+    int lane_pending = 0;
+    pthread_mutex_lock(&mem.lock);
+    if (mem.pending)
+        retire_pending(0); /* the job's work is complete here: their events are */
+    for (pending_free_t *p = mem.pending; p && !lane_pending; p = p->next)
+        lane_pending = p->pool == LANE_POOL;
+    shim_lane_give_up(lane_pending);
     pthread_mutex_unlock(&mem.lock);
 }
 

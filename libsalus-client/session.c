@@ -517,3 +517,59 @@ int shim_session_charge(uint64_t bytes, int release)
     proto_msg_free(&reply);
     return 0;
 }
+
+int shim_session_lane_map(uint64_t *bytes, uint64_t *persistent, uint64_t *uid, int *page_fd,
+                          int *chunk_fd, int *retry)
+{
+    char err[256] = "";
+    proto_msg_t reply;
+    int fds[2] = {-1, -1}, nfds = 0, rc;
+    uint64_t shared = 0;
+    pthread_mutex_lock(&shim.client_lock);
+    do {
+        salus_client_begin(&shim.client, "lane_map", 0);
+        rc = shim.client.fd >= 0 ? salus_client_call_fds(&shim.client, &reply, err, sizeof(err),
+                                                         30000, fds, 2, &nfds)
+                                 : -ECONNRESET;
+    } while (rc < 0 && again_after_restart(rc));
+    pthread_mutex_unlock(&shim.client_lock);
+    if (rc < 0) {
+        LOG_DEBUG("lane_map refused: %s", err);
+        return rc;
+    }
+    uint64_t again = 0;
+    *retry = proto_get_uint(&reply.body, "retry", &again) == 0 && again <= 2 ? (int)again : 0;
+    if (proto_get_uint(&reply.body, "shared", &shared) < 0 || !shared || nfds != 2 ||
+        proto_get_uint(&reply.body, "bytes", bytes) < 0 || *bytes == 0 ||
+        proto_get_uint(&reply.body, "persistent", persistent) < 0 ||
+        proto_get_uint(&reply.body, "uid", uid) < 0) {
+        proto_msg_free(&reply);
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        return -ENOENT;
+    }
+    proto_msg_free(&reply);
+    *page_fd = fds[0];
+    *chunk_fd = fds[1];
+    return 0;
+}
+
+int shim_session_lane_unmap(void)
+{
+    char err[256] = "";
+    proto_msg_t reply;
+    int rc;
+    pthread_mutex_lock(&shim.client_lock);
+    do {
+        salus_client_begin(&shim.client, "lane_unmap", 0);
+        rc = shim.client.fd >= 0 ? salus_client_call(&shim.client, &reply, err, sizeof(err))
+                                 : -ECONNRESET;
+    } while (rc < 0 && again_after_restart(rc));
+    pthread_mutex_unlock(&shim.client_lock);
+    if (rc < 0) {
+        LOG_DEBUG("lane_unmap failed: %s", err);
+        return rc;
+    }
+    proto_msg_free(&reply);
+    return 0;
+}

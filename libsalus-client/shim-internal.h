@@ -119,6 +119,14 @@ void *shim_real_dlsym(void *handle, const char *symbol);
 int shim_session_grow(uint64_t bytes, uint32_t device, uint64_t *chunk_id,
                       uint64_t *chunk_bytes);
 int shim_session_alive(void);
+/* The lane's shared chunks (salusd --lane-memory shared): the lane page's and the chunks'
+ * descriptors, their size, the job's persistent size and its uid as salusd knows it; -ENOENT
+ * when salusd has none for this job (*retry: 1, it may have them later; 2, at its next
+ * iteration: another user's jobs map them now). */
+int shim_session_lane_map(uint64_t *bytes, uint64_t *persistent, uint64_t *uid, int *page_fd,
+                          int *chunk_fd, int *retry);
+/* The job unmapped them (a job of another user asked for them: lane_page.h). */
+int shim_session_lane_unmap(void);
 /* Gives chunk_id back to salusd (after it was unmapped). */
 int shim_session_release(uint64_t chunk_id);
 /* Charges bytes the job took through the real driver to its budget (release: gives them
@@ -149,6 +157,19 @@ void shim_mem_info(size_t *free_bytes, size_t *total_bytes);
 /* Device memory held outside the sub-allocator (virtual-memory allocations, managed memory,
  * arrays): counted as live like a block, so that boundaries and learned sizes see it. */
 void shim_mem_note_extra(uint64_t bytes, int freed);
+
+/* The job gives its lane up (gate.c): it stops using the lane's shared chunks, unless lane
+ * memory of its own is still live there (lane_memory.c). */
+void shim_mem_lane_give_up(void);
+
+/* lane_memory.c, with the memory lock held: an allocation from the lane's shared chunks when it
+ * takes the job's live memory (live_bytes now) past its persistent size (0: served;
+ * *block_bytes: what it takes), a lookup (0: dptr is in them), a free, and the give-up
+ * (frees_pending: an async free of a lane block is not complete yet). */
+int shim_lane_alloc(size_t bytes, uint64_t live_bytes, uint64_t *address, uint64_t *block_bytes);
+int shim_lane_lookup(uint64_t address, uint64_t *base, uint64_t *block_bytes);
+void shim_lane_free(uint64_t address);
+void shim_lane_give_up(int frees_pending);
 
 /* charged.c: memory taken through the real driver and charged to the job */
 /* CUDA_ERROR_NOT_FOUND: dptr is not a charged allocation */

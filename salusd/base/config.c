@@ -72,6 +72,10 @@ const option_def_t salusd_options[] = {
     ROW("lane-hold", OPTION_STRING, "gpu", 0, 0, lane_hold_text,
         "what a job holds its lane for: 'gpu' (its GPU work: it gives the lane up at each "
         "quiescent point) or 'iteration' (its whole iteration, host time included)"),
+    ROW("lane-memory", OPTION_STRING, "fresh", 0, 0, lane_memory_text,
+        "a lane's ephemeral memory: 'fresh' (each job takes chunks of its own) or 'shared' "
+        "(one set of chunks per lane, mapped by each of its jobs of one user: a switch moves "
+        "no memory)"),
     ROW("wait-log-s", OPTION_INT, "30", 0, 86400, wait_log_s,
         "a job waiting longer than this many seconds (for admission, or for its turn) is "
         "logged once per interval with the job that holds its lane; 0: never"),
@@ -256,6 +260,12 @@ int salusd_config_load(salusd_config_t *cfg, int argc, char **argv)
         return -1;
     }
     cfg->lane_hold_gpu = strcmp(cfg->lane_hold_text, "gpu") == 0;
+    if (strcmp(cfg->lane_memory_text, "fresh") != 0 && strcmp(cfg->lane_memory_text, "shared") != 0) {
+        fprintf(stderr, "salusd: --lane-memory '%s': expected 'fresh' or 'shared'\n",
+                cfg->lane_memory_text);
+        return -1;
+    }
+    cfg->lane_memory_shared = strcmp(cfg->lane_memory_text, "shared") == 0;
     if (strcmp(cfg->gang_turns_text, "on") != 0 && strcmp(cfg->gang_turns_text, "off") != 0) {
         fprintf(stderr, "salusd: --gang-turns '%s': expected 'on' or 'off'\n",
                 cfg->gang_turns_text);

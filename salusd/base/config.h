@@ -43,6 +43,8 @@ typedef struct salusd_config_s {
     long long user_max_jobs;     /* admitted jobs of one user at once */
     char lane_hold_text[16];     /* --lane-hold as given */
     int lane_hold_gpu;           /* 1: jobs give their lanes up at quiescent points */
+    char lane_memory_text[16];   /* --lane-memory as given */
+    int lane_memory_shared;      /* 1: one set of chunks per lane (job_lane_memory.c) */
     char state_dir[4096];        /* what outlives a restart; empty: the default (state.h) */
     long long reattach_grace_s;  /* survivors of a restart re-attach within this */
     char gang_turns_text[8];     /* --gang-turns as given */

@@ -91,6 +91,7 @@ typedef struct salusd_s {
     struct jobctl_s *jobctl;  /* submitted jobs' logs, exit statuses, waiters (jobctl.c) */
     struct restart_s *restart; /* the state file and the survivors of a restart (job_reattach.c) */
     struct groups_s *groups;  /* groups of ranks (groups.c) */
+    struct lane_region_s *lane_regions; /* --lane-memory shared: the lanes' chunks (job_lane_memory.c) */
     /* the tables of the subsystems above jobs that hear its events, and the events raised
      * during an apply of the core's effects, not delivered yet (jobs_observer.h) */
     struct jobs_notifier_s *jobs_notifier;

@@ -168,6 +168,49 @@ static int clear_chunk(devices_t *devs, int gpu, CUmemGenericAllocationHandle ha
     return rc == CUDA_SUCCESS ? 0 : -EIO;
 }
 
+int devices_chunk_map(devices_t *devs, const chunk_t *chunk, uint64_t *at)
+{
+    driver_t *d = &devs->driver;
+    CUdeviceptr va = 0;
+    d->fn_cuCtxSetCurrent(devs->gpus[chunk->gpu].context);
+    CUresult rc = d->fn_cuMemAddressReserve(&va, chunk->bytes,
+                                            devs->gpus[chunk->gpu].granularity_bytes, 0, 0);
+    if (rc != CUDA_SUCCESS)
+        return -EIO;
+    rc = d->fn_cuMemMap(va, chunk->bytes, 0, chunk->handle, 0);
+    if (rc == CUDA_SUCCESS) {
+        CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE,
+                                               .id = chunk->gpu},
+                                  .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        rc = d->fn_cuMemSetAccess(va, chunk->bytes, &access, 1);
+        if (rc != CUDA_SUCCESS)
+            d->fn_cuMemUnmap(va, chunk->bytes);
+    }
+    if (rc != CUDA_SUCCESS) {
+        d->fn_cuMemAddressFree(va, chunk->bytes);
+        return -EIO;
+    }
+    *at = (uint64_t)va;
+    return 0;
+}
+
+void devices_chunk_unmap(devices_t *devs, const chunk_t *chunk, uint64_t at)
+{
+    devs->driver.fn_cuCtxSetCurrent(devs->gpus[chunk->gpu].context);
+    devs->driver.fn_cuMemUnmap((CUdeviceptr)at, chunk->bytes);
+    devs->driver.fn_cuMemAddressFree((CUdeviceptr)at, chunk->bytes);
+}
+
+int devices_mapped_clear(devices_t *devs, const chunk_t *chunk, uint64_t at)
+{
+    driver_t *d = &devs->driver;
+    d->fn_cuCtxSetCurrent(devs->gpus[chunk->gpu].context);
+    CUresult rc = d->fn_cuMemsetD8((CUdeviceptr)at, 0, chunk->bytes);
+    if (rc == CUDA_SUCCESS) /* done on the device before the memory goes out */
+        rc = d->fn_cuCtxSynchronize(devs->gpus[chunk->gpu].context);
+    return rc == CUDA_SUCCESS ? 0 : -EIO;
+}
+
 int devices_chunk_create(devices_t *devs, int gpu, uint64_t bytes, int clear, chunk_t *chunk,
                          int *fd_out)
 {

@@ -50,6 +50,12 @@ void devices_release_segment(devices_t *devs);
 int devices_chunk_create(devices_t *devs, int gpu, uint64_t bytes, int clear, chunk_t *chunk,
                          int *fd_out);
 void devices_chunk_release(devices_t *devs, chunk_t *chunk);
+/* A chunk mapped in salusd's own context (at *at), for clearing it again and again: a lane's
+ * shared chunks before they go to another user's job (devices_mapped_clear: a memset on the
+ * device, waited for). 0 or -EIO. */
+int devices_chunk_map(devices_t *devs, const chunk_t *chunk, uint64_t *at);
+void devices_chunk_unmap(devices_t *devs, const chunk_t *chunk, uint64_t at);
+int devices_mapped_clear(devices_t *devs, const chunk_t *chunk, uint64_t at);
 /* Takes back a chunk a job re-presents after a restart (fd: its descriptor, the caller's):
  * the driver must import it as memory of gpu, of exactly `bytes`; it becomes chunk `id`
  * again. 0; -EINVAL when the driver does not take it as such (not a chunk of this device). */

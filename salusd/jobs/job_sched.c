@@ -171,6 +171,7 @@ static void apply_effects(salusd_t *d, sched_core_effects_t *fx)
         case SCHED_CORE_MOVE:
             if (jobs_page(job)) /* its new lane has other jobs (moves merge lanes) */
                 atomic_store(&jobs_page(job)->lane_shared, 1);
+            jobs_lane_memory_moved(d, job, e->gpu, e->lane); /* --lane-memory shared */
             LOG_DEBUG("job %llu moves to lane %u of GPU %d", (unsigned long long)job->id,
                       e->lane, e->gpu);
             break;

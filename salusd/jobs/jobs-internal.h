@@ -32,6 +32,8 @@ typedef struct job_runtime_s {
     uint64_t page_dev, page_ino; /* the job page's memfd (what a re-attach re-presents) */
     int reattaching;             /* re-attach begun, its chunks not all checked yet */
     uint32_t reattach_chunks;    /* chunks the job said it re-presents */
+    struct lane_region_s *lane_region; /* its lane's shared chunks (lane_map) */
+    int lane_mapped;             /* it has them mapped now (lane_unmap: no longer) */
 } job_runtime_t;
 
 static inline job_runtime_t *runtime_of(const job_t *job)
@@ -73,6 +75,13 @@ void jobs_exit_probe_free(job_t *job);
 /* job_memory.c: retries chunk requests that found the device full (after memory came back,
  * and from a timer); answers those that waited too long with out-of-memory. */
 void jobs_retry_pending_grows(salusd_t *d);
+
+/* job_lane_memory.c: the job leaves its lane's shared chunks (it ended): the owner word is
+ * cleared if it held it, and the chunks go with the last job that mapped them. */
+void jobs_lane_memory_leave(salusd_t *d, job_t *job);
+/* A re-layout moved the job to lane `lane` of GPU `gpu`: if it maps another lane's shared
+ * chunks, it is asked to unmap them at its next release (lane_page.h: moved). */
+void jobs_lane_memory_moved(salusd_t *d, job_t *job, int gpu, uint32_t lane);
 
 /* job_restart.c: the jobs that were running under the previous salusd (survivors), for the
  * re-attach requests (job_reattach.c). jobs_survivor: the record of job id, or NULL;

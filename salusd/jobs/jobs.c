@@ -204,6 +204,7 @@ static void refresh_stats(job_t *job)
 void jobs_release_runtime(salusd_t *d, job_t *job)
 {
     job_runtime_t *rt = runtime_of(job);
+    jobs_lane_memory_leave(d, job);
     for (size_t i = 0; i < rt->chunk_count; i++)
         devices_chunk_release(&d->devices, &rt->chunks[i]);
     if (rt->pid_event)

@@ -15,6 +15,10 @@ extern const server_op_t jobs_ops[];
 void jobs_handle_register(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg);
+/* lane_map: the lane's shared chunks and its lane page (--lane-memory shared), or {shared: 0} */
+void jobs_handle_lane_map(conn_t *c, const proto_msg_t *msg);
+/* lane_unmap: the job unmapped them (a job of another user asked for them) */
+void jobs_handle_lane_unmap(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_mem_charge(conn_t *c, const proto_msg_t *msg);
 /* gate_page {}: the shared page of the job's GPU (gate_page.h), its descriptor passed. */
 void jobs_handle_gate_page(conn_t *c, const proto_msg_t *msg);

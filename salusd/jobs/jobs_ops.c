@@ -9,6 +9,8 @@ const server_op_t jobs_ops[] = {
     {"mem_release", jobs_handle_mem_release},
     {"mem_charge", jobs_handle_mem_charge},
     {"gate_page", jobs_handle_gate_page},
+    {"lane_map", jobs_handle_lane_map},
+    {"lane_unmap", jobs_handle_lane_unmap},
     {"reattach", jobs_handle_reattach},
     {"reattach_chunk", jobs_handle_reattach_chunk},
     {"reattach_done", jobs_handle_reattach_done},

@@ -28,6 +28,9 @@
 # VALIDATION_TRACE (that trace alone) / VALIDATION_POLICIES (default pack srtf) /
 # VALIDATION_KEEP=DIR (copy the work folder there: daemon log, job outputs, ps listings) are
 # for investigating; the merge trace runs through VALIDATION_TRACE (CMakeLists.txt).
+# VALIDATION_LANE_MEMORY (default fresh; e.g. "fresh shared": one after the other in one run)
+# is salusd's --lane-memory, VALIDATION_DAEMON_ARGS more of its options; each real run also
+# prints the GPU's utilisation (simgpu's busy time over the real makespan).
 . "$(dirname "$0")/lib.sh"
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -51,13 +54,14 @@ for run in "${RUNS[@]}"; do
     TRACE=${run%%|*}
     name=$(basename "$TRACE" .csv)
     for policy in ${run#*|}; do
+      for lane_memory in ${VALIDATION_LANE_MEMORY:-fresh}; do
         [ -n "${DAEMON_PID:-}" ] && kill -0 "$DAEMON_PID" 2>/dev/null && stop_daemon
         rm -f "/dev/shm/$SIMGPU_SHM_NAME"
         export SIMGPU_MEMORY_MB=$GPU_MEM_MB
-        start_daemon --policy "$policy"
-        out="$WORK/$name-$policy"
+        start_daemon --policy "$policy" --lane-memory "$lane_memory" ${VALIDATION_DAEMON_ARGS:-}
+        out="$WORK/$name-$policy-$lane_memory"
         mkdir -p "$out"
-        echo "--- $name, $policy"
+        echo "--- $name, $policy, --lane-memory $lane_memory"
         python3 "$HERE/validation.py" real --trace "$TRACE" --policy "$policy" --bin "$BIN" \
             --work "$out" --out "$out.json" || {
             "$SALUSCTL" ps --json >"$out.ps.json" 2>&1 || true
@@ -65,13 +69,22 @@ for run in "${RUNS[@]}"; do
             fail "$name, $policy: the real run failed"
         }
         "$SALUSCTL" ps --json >"$out.ps.json"
+        "$SALUSCTL" --json status >"$out.status.json"
+        python3 - "$out.json" "$out.status.json" <<'PY'
+import json, sys
+real, status = (json.load(open(f)) for f in sys.argv[1:3])
+busy_s = sum(g["busy_ms"] for g in status["gpus"]) / 1e3
+print(f"real: GPU busy {busy_s:.3f} s over a makespan of {real['makespan_s']:.3f} s: "
+      f"utilisation {100 * busy_s / real['makespan_s']:.1f} %, average JCT {real['avg_jct_s']:.3f} s")
+PY
         if python3 "$HERE/validation.py" compare --trace "$TRACE" --policy "$policy" \
             --sim "$BIN/salus-sim" --real "$out.json" --sim-jobs "$out.sim.csv" \
             --gpu-mem-mb "$GPU_MEM_MB" --switch-us "$SWITCH_US" --gpu-share fcfs --hints iterations; then
             pass "$name, $policy: real and simulated average JCT and makespan within 10%"
         else
-            bad+=("$name, $policy")
+            bad+=("$name, $policy, --lane-memory $lane_memory")
         fi
+      done
     done
 done
 stop_daemon

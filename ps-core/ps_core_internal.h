@@ -137,6 +137,49 @@ static inline float ps_rule_apply(const ps_rule_t *rule, float current, float v)
     return current;
 }
 
+/* The rule of kind `kind` (a constant where the kernels below are inlined: the switch folds
+ * away) applied to one element; the same expressions as ps_rule_apply, so the same results. */
+static inline __attribute__((always_inline)) float ps_rule_apply_k(int kind, float lr,
+                                                                   float current, float v)
+{
+    return kind == PS_RULE_ASSIGN ? v : kind == PS_RULE_SGD ? current - lr * v : current + v;
+}
+
+/* 1 when the rule (kind, lr) applied to base[i] and sum[i] is finite for every i < n; in
+ * blocks of 8, so that it is vector code for each kind. */
+static inline __attribute__((always_inline)) uint32_t ps_vec_rule_bad_k(int kind, float lr,
+                                                                        const float *base,
+                                                                        const float *sum,
+                                                                        uint64_t n)
+{
+    uint32_t bad = 0;
+    uint64_t i = 0;
+    for (; i + PS_VEC_BLOCK <= n; i += PS_VEC_BLOCK) {
+        uint32_t b = 0;
+        for (int k = 0; k < PS_VEC_BLOCK; k++)
+            b |= ps_float_bad(ps_rule_apply_k(kind, lr, base[i + k], sum[i + k]));
+        bad |= b;
+    }
+    for (; i < n; i++)
+        bad |= ps_float_bad(ps_rule_apply_k(kind, lr, base[i], sum[i]));
+    return bad;
+}
+
+/* 1 when ps_rule_apply(rule, base[i], sum[i]) is not finite for some i < n. */
+static inline int ps_vec_rule_bad(const ps_rule_t *rule, const float *base, const float *sum,
+                                  uint64_t n)
+{
+    switch (rule->kind) {
+    case PS_RULE_ADD:
+        return ps_vec_rule_bad_k(PS_RULE_ADD, 0.0f, base, sum, n) != 0;
+    case PS_RULE_ASSIGN:
+        return ps_vec_rule_bad_k(PS_RULE_ASSIGN, 0.0f, base, sum, n) != 0;
+    case PS_RULE_SGD:
+        return ps_vec_rule_bad_k(PS_RULE_SGD, rule->lr, base, sum, n) != 0;
+    }
+    return 0;
+}
+
 /* Sets the bit of every element of a span ([offset, offset + n), or keys[]). */
 static inline void ps_span_mark(uint8_t *touched, uint64_t offset, uint64_t n,
                                 const uint64_t *keys)

@@ -167,10 +167,7 @@ int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64
                 unmake(shard, p, npending, had_spare);
                 return -EINVAL;
             }
-            uint32_t bad = 0;
-            for (uint64_t i = 0; base && i < n; i++)
-                bad |= ps_float_bad(ps_rule_apply(&shard->rule, base[i], p->sum[i]));
-            if (bad) {
+            if (base && ps_vec_rule_bad(&shard->rule, base, p->sum, n)) {
                 unmake(shard, p, npending, had_spare);
                 goto refused;
             }
@@ -226,14 +223,25 @@ static void apply_done_clock(ps_shard_t *shard)
              * every one is finite; else the clock is refused whole (values as they were) */
             float *restrict next = p->sum;
             uint32_t bad = 0;
+            uint64_t i = 0;
             if (shard->rule.kind == PS_RULE_ADD) {
-                for (uint64_t i = 0; i < elems; i++) {
+                for (; i + PS_VEC_BLOCK <= elems; i += PS_VEC_BLOCK) /* vector code */
+                    for (int k = 0; k < PS_VEC_BLOCK; k++) {
+                        next[i + k] = values[i + k] + next[i + k];
+                        bad |= ps_float_bad(next[i + k]);
+                    }
+                for (; i < elems; i++) {
                     next[i] = values[i] + next[i];
                     bad |= ps_float_bad(next[i]);
                 }
             } else {
                 float lr = shard->rule.lr;
-                for (uint64_t i = 0; i < elems; i++) {
+                for (; i + PS_VEC_BLOCK <= elems; i += PS_VEC_BLOCK)
+                    for (int k = 0; k < PS_VEC_BLOCK; k++) {
+                        next[i + k] = values[i + k] - lr * next[i + k];
+                        bad |= ps_float_bad(next[i + k]);
+                    }
+                for (; i < elems; i++) {
                     next[i] = values[i] - lr * next[i];
                     bad |= ps_float_bad(next[i]);
                 }

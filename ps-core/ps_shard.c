@@ -174,7 +174,11 @@ int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64
             if (p->touched)
                 ps_bits_set(p->touched, 0, shard->elems);
         } else {
-            if (whole && !ps_vec_finite(values, n)) {
+            /* a whole contribution to a sum already filled: its values are checked by the
+             * update's own pass (a value that is not finite makes a result that is not;
+             * which of the two it was is found only then) */
+            int checked = whole && p->filled;
+            if (whole && !checked && !ps_vec_finite(values, n)) {
                 unmake(shard, p, npending, had_spare);
                 return -EINVAL;
             }
@@ -186,6 +190,8 @@ int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64
                 unmake(shard, p, npending, had_spare);
                 if (rc < 0)
                     return rc;
+                if (checked && !ps_vec_finite(values, n))
+                    return -EINVAL;
                 goto refused;
             }
             if (p->touched)

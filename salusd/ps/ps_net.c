@@ -274,6 +274,7 @@ void ps_net_destroy(ps_net_t *net)
     if (net->context)
         ucp_cleanup(net->context);
     memset(net->master, 0, sizeof(net->master));
+    ps_net_buf_drain(net);
     free(net);
 }
 
@@ -284,6 +285,11 @@ int ps_net_address(const ps_net_t *net, const void **addr, size_t *len)
     *addr = net->address;
     *len = net->address_len;
     return 0;
+}
+
+int ps_net_integrity(const ps_net_t *net)
+{
+    return net && net->integrity;
 }
 
 void ps_net_get_stats(const ps_net_t *net, ps_net_stats_t *stats)

@@ -145,39 +145,49 @@ static inline __attribute__((always_inline)) float ps_rule_apply_k(int kind, flo
     return kind == PS_RULE_ASSIGN ? v : kind == PS_RULE_SGD ? current - lr * v : current + v;
 }
 
-/* 1 when the rule (kind, lr) applied to base[i] and sum[i] is finite for every i < n; in
- * blocks of 8, so that it is vector code for each kind. */
-static inline __attribute__((always_inline)) uint32_t ps_vec_rule_bad_k(int kind, float lr,
-                                                                        const float *base,
-                                                                        const float *sum,
-                                                                        uint64_t n)
+/* dst[i] = src[i] for i < n, in one pass with two checks: bit 0 of the result set when a
+ * value is not finite, bit 1 when the rule (kind, lr) applied to base[i] (base not NULL)
+ * and the value is not (each value read once). */
+static inline __attribute__((always_inline)) uint32_t ps_vec_copy_rule_bad_k(
+    int kind, float lr, float *restrict dst, const float *restrict src,
+    const float *restrict base, uint64_t n)
 {
-    uint32_t bad = 0;
+    uint32_t bad = 0, rbad = 0;
     uint64_t i = 0;
     for (; i + PS_VEC_BLOCK <= n; i += PS_VEC_BLOCK) {
-        uint32_t b = 0;
-        for (int k = 0; k < PS_VEC_BLOCK; k++)
-            b |= ps_float_bad(ps_rule_apply_k(kind, lr, base[i + k], sum[i + k]));
+        uint32_t b = 0, r = 0;
+        for (int k = 0; k < PS_VEC_BLOCK; k++) {
+            float v = src[i + k];
+            dst[i + k] = v;
+            b |= ps_float_bad(v);
+            r |= ps_float_bad(ps_rule_apply_k(kind, lr, base[i + k], v));
+        }
         bad |= b;
+        rbad |= r;
     }
-    for (; i < n; i++)
-        bad |= ps_float_bad(ps_rule_apply_k(kind, lr, base[i], sum[i]));
-    return bad;
+    for (; i < n; i++) {
+        dst[i] = src[i];
+        bad |= ps_float_bad(src[i]);
+        rbad |= ps_float_bad(ps_rule_apply_k(kind, lr, base[i], src[i]));
+    }
+    return (bad ? 1u : 0u) | (rbad ? 2u : 0u);
 }
 
-/* 1 when ps_rule_apply(rule, base[i], sum[i]) is not finite for some i < n. */
-static inline int ps_vec_rule_bad(const ps_rule_t *rule, const float *base, const float *sum,
-                                  uint64_t n)
+/* ps_vec_copy_finite and ps_vec_rule_bad of the copy in one pass (base not NULL): bit 0 a
+ * value is not finite, bit 1 the rule's result on base is not. */
+static inline uint32_t ps_vec_copy_rule_bad(const ps_rule_t *rule, float *restrict dst,
+                                            const float *restrict src,
+                                            const float *restrict base, uint64_t n)
 {
     switch (rule->kind) {
     case PS_RULE_ADD:
-        return ps_vec_rule_bad_k(PS_RULE_ADD, 0.0f, base, sum, n) != 0;
+        return ps_vec_copy_rule_bad_k(PS_RULE_ADD, 0.0f, dst, src, base, n);
     case PS_RULE_ASSIGN:
-        return ps_vec_rule_bad_k(PS_RULE_ASSIGN, 0.0f, base, sum, n) != 0;
+        return ps_vec_copy_rule_bad_k(PS_RULE_ASSIGN, 0.0f, dst, src, base, n);
     case PS_RULE_SGD:
-        return ps_vec_rule_bad_k(PS_RULE_SGD, rule->lr, base, sum, n) != 0;
+        return ps_vec_copy_rule_bad_k(PS_RULE_SGD, rule->lr, dst, src, base, n);
     }
-    return 0;
+    return ps_vec_copy_finite(dst, src, n) ? 0u : 1u;
 }
 
 /* Sets the bit of every element of a span ([offset, offset + n), or keys[]). */

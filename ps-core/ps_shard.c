@@ -162,12 +162,15 @@ int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64
          * it is applied (apply_done_clock) */
         const float *base = p == shard->pending && clock == shard->done ? shard->values : NULL;
         if (whole && !p->filled) {
-            /* the clock's first contribution: copied in, each value read once and checked */
-            if (!ps_vec_copy_finite(p->sum, values, n)) {
+            /* the clock's first contribution: copied in, each value read once and checked
+             * (and, with a base, what it makes of it: in the same pass) */
+            uint32_t bad = base ? ps_vec_copy_rule_bad(&shard->rule, p->sum, values, base, n)
+                                : (ps_vec_copy_finite(p->sum, values, n) ? 0u : 1u);
+            if (bad & 1u) {
                 unmake(shard, p, npending, had_spare);
                 return -EINVAL;
             }
-            if (base && ps_vec_rule_bad(&shard->rule, base, p->sum, n)) {
+            if (bad & 2u) {
                 unmake(shard, p, npending, had_spare);
                 goto refused;
             }

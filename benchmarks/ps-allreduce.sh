@@ -17,7 +17,8 @@
 # the table got, min(r, nodes). Each line gives its R, the same MPI figure, and its PS/MPI.
 # --no-ps / --no-mpi leave a side out (its columns print "-"). Each run (all ranks of one
 # side, one size) is ended after T seconds (default 60 + per round 1 s + 1 s per 8 MiB);
-# a PS run that hangs is run once more and its line marked "*". --logs DIR: the
+# a PS run that hangs is run once more and its line marked "*"; one whose rank fails (a
+# daemon's lease lost on an overloaded machine, say) prints "-" marked "!" (said on stderr). --logs DIR: the
 # daemons' logs and the ranks' outputs are copied there at the end (CLUSTER_DEBUG=1: debug logs).
 # --ps-net-integrity: the daemons tag every UCX message (salusd --ps-net-integrity), to
 # measure what that costs.
@@ -153,7 +154,7 @@ tcp_run() {
 
 # a run's time limit: T when given, else 60 s + per round 1 s + 1 s per 8 MiB
 run_limit() { if [ -n "$RUN_S" ]; then echo "$RUN_S"; else echo $((60 + (ROUNDS + 1) * ($1 / 8 + 1))); fi; }
-RETRIED=0
+RETRIED=0 FAILED=0
 # ps_attempt N BYTES GROUP REPLICAS: one run of N ranks (REPLICAS: a number or "default");
 # 0, 124 when it timed out, else fails with every failed rank's last lines (the first rank
 # to fail is not always the first in rank order: the group ends the others)
@@ -179,7 +180,10 @@ ps_attempt() {
         esac
     done
     [ "$hung" -eq 1 ] && return 124
-    [ -z "$failed" ] || fail "PS run of $n nodes, $bytes bytes, replicas $replicas: $failed"
+    if [ -n "$failed" ]; then
+        echo "ps-allreduce: PS run of $n nodes, $bytes bytes, replicas $replicas ($CURRENT): $failed" >&2
+        return 3
+    fi
     return 0
 }
 # ps N BYTES REPLICAS: sets PS_MS (the slowest rank's median round). A run that hangs (a
@@ -188,12 +192,20 @@ ps_attempt() {
 ps_run() {
     local n=$1 bytes=$2 replicas=$3 group="ps$1x$(($2 >> 20))r${3:0:1}${CURRENT:0:1}-$SUFFIX" ms
     PS_MS=-
-    if ! ps_attempt "$n" "$bytes" "$group" "$replicas"; then
+    local rc=0
+    ps_attempt "$n" "$bytes" "$group" "$replicas" || rc=$?
+    if [ "$rc" -eq 3 ]; then
+        FAILED=1 # a rank failed (said above): the cell prints "-" marked "!", the run goes on
+        return 0
+    fi
+    if [ "$rc" -ne 0 ]; then
         echo "ps-allreduce: the PS run of $n nodes, $bytes bytes, replicas $replicas hung past $(run_limit $((bytes >> 20))) s; once more" >&2
         RETRIED=1
         group="${group}r"
-        ps_attempt "$n" "$bytes" "$group" "$replicas" ||
-            fail "the PS run of $n nodes, $bytes bytes, replicas $replicas hung twice"
+        rc=0
+        ps_attempt "$n" "$bytes" "$group" "$replicas" || rc=$?
+        [ "$rc" -ne 124 ] || fail "the PS run of $n nodes, $bytes bytes, replicas $replicas hung twice"
+        [ "$rc" -eq 0 ] || { FAILED=1; return 0; }
     fi
     PS_MS=$(sed -n 's/^ps_bench .*median_round_ms=\([0-9.]*\).*/\1/p' "$WORK/$group".*.out |
         sort -g | tail -1)
@@ -249,7 +261,8 @@ for n in $NODES; do
                 [ "$DO_PS" -eq 0 ] || ps_run "$n" "$bytes" "$rep"
                 PS_OF[$b.$rep]=$PS_MS MARK_OF[$b.$rep]=""
                 [ "$RETRIED" -eq 0 ] || MARK_OF[$b.$rep]=" *"
-                RETRIED=0
+                [ "$FAILED" -eq 0 ] || MARK_OF[$b.$rep]=" !"
+                RETRIED=0 FAILED=0
             done
         done
         [ "$DO_MPI" -eq 0 ] || mpi_run "$n" "$bytes"

@@ -129,6 +129,19 @@ use_build() {
         wait_until 30 '[ "$(members_of '"$i"')" = "'"$want"'" ]' ||
             fail "after the switch to the $1 build node $i lists members '$(members_of "$i")'"
     done
+    # and every daemon's links and UCX peers up (a table opened before that can miss its
+    # servers' answers: "N server(s) did not answer the open")
+    for ((i = 1; i <= MAXN; i++)); do
+        wait_until 30 '[ "$(peers_up '"$i"')" -ge '"$((MAXN - 1))"' ]' ||
+            fail "after the switch to the $1 build node $i has $(peers_up "$i") UCX peers and links up"
+    done
+}
+# peers_up I: the least of node I's links up and UCX peers (status --json)
+peers_up() {
+    ctl "$1" status --json 2>/dev/null | python3 -c '
+import json, sys
+c = json.load(sys.stdin).get("cluster", {})
+print(min(int(c.get("links_up", 0)), len(c.get("ps_peers", []))))' 2>/dev/null || echo 0
 }
 
 # the wire's floor: a listener on node 2 (when there is one) for the run's whole length

@@ -110,18 +110,18 @@ static inline __attribute__((always_inline)) int range_update_k(
     return 1;
 }
 
-#define RANGE_UPDATE_BASE(K, L)                                                         \
-    do {                                                                                    \
-        if (!base)                                                                          \
-            return range_update_k(K, L, -1, 0.0f, x, NULL, n, values);                  \
-        switch (base_rule->kind) {                                                          \
-        case PS_RULE_ADD:                                                                   \
-            return range_update_k(K, L, PS_RULE_ADD, 0.0f, x, base, n, values);         \
-        case PS_RULE_ASSIGN:                                                                \
-            return range_update_k(K, L, PS_RULE_ASSIGN, 0.0f, x, base, n, values);      \
-        case PS_RULE_SGD:                                                                   \
-            return range_update_k(K, L, PS_RULE_SGD, base_rule->lr, x, base, n, values); \
-        }                                                                                   \
+#define RANGE_UPDATE_BASE(K, L)                                                            \
+    do {                                                                                   \
+        if (!base)                                                                         \
+            return range_update_k(K, L, -1, 0.0f, x, NULL, n, values);                     \
+        switch (base_rule->kind) {                                                         \
+        case PS_RULE_ADD:                                                                  \
+            return range_update_k(K, L, PS_RULE_ADD, 0.0f, x, base, n, values);            \
+        case PS_RULE_ASSIGN:                                                               \
+            return range_update_k(K, L, PS_RULE_ASSIGN, 0.0f, x, base, n, values);         \
+        case PS_RULE_SGD:                                                                  \
+            return range_update_k(K, L, PS_RULE_SGD, base_rule->lr, x, base, n, values);   \
+        }                                                                                  \
     } while (0)
 
 /* range_update_k for the rules given: 1 written, 0 a result would not be finite, -1 the

@@ -145,16 +145,6 @@ typedef struct ps_stream_s {
 } ps_stream_t;
 #define PS_UPDATE_BACKOFF_MAX 4 /* 2, 4, 8, 16, then every 32 s */
 
-/* What keeps a table's clock sums (its ps_agg) while UCX still reads updates from them: an
- * update of a clock's sum is sent from the sum itself (no copy; the sum stays until every
- * shard acknowledged it). One reference is the table's (until ps_worker_fini), one each
- * send on its way; the last one dropped destroys the aggregation (ps_msg.c). */
-typedef struct ps_pin_s {
-    unsigned refs;
-    struct ps_agg_s *agg;     /* set when the table lets go of it */
-} ps_pin_t;
-void ps_pin_drop(ps_pin_t *pin);
-
 typedef enum ps_table_state_e { PS_TABLE_OPENING, PS_TABLE_READY, PS_TABLE_FAILED } ps_table_state_t;
 
 struct ps_table_s {
@@ -190,7 +180,6 @@ struct ps_table_s {
     uint32_t local_workers;
     int worker_over;          /* the local group ended (or never had workers here) */
     ps_agg_t *agg;            /* BSP/SSP */
-    ps_pin_t *pin;            /* NULL until an update is sent from a clock's sum */
     uint64_t *asp_seq, *asp_clock; /* ASP: per local worker */
     /* updates a server refused (their result would not be finite): each local worker's next
      * push hears of the last one, once */

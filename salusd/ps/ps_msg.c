@@ -48,24 +48,14 @@ typedef struct sending_s {
     uint64_t update_table;    /* an update's table handle (0: not an update), shard, seq */
     uint32_t update_shard;
     uint64_t update_seq;
-    ps_pin_t *pin;            /* the payload is a clock's sum, not a copy: kept by this */
     ps_net_t *net;            /* copy: ps_net's pooled buffer (copy_cap bytes) */
     void *copy;
     size_t copy_cap;
 } sending_t;
 
-void ps_pin_drop(ps_pin_t *pin)
-{
-    if (!pin || --pin->refs > 0)
-        return;
-    ps_agg_destroy(pin->agg);
-    free(pin);
-}
-
 static void on_sent(void *ctx, int status)
 {
     sending_t *s = ctx;
-    ps_pin_drop(s->pin);
     ps_net_buf_put(s->net, s->copy, s->copy_cap);
     if (s->update_table) /* failed (a link that dropped): resent at the next retry */
         ps_worker_update_sent(s->ps, s->update_table, s->update_shard, s->update_seq,
@@ -78,22 +68,17 @@ static void on_sent(void *ctx, int status)
 }
 
 /* Sends header w and a copy of payload (the state it came from may change before UCX has
- * sent it), or, with t->pin (borrow: payload is in one of t's clock sums, which stay until
- * every shard acknowledged its update), the payload itself. 0 or a negative errno. */
+ * sent it; the copy in one of ps_net's pooled buffers). 0 or a negative errno. (Sending an
+ * update from the clock's sum itself, which stays until every shard acknowledged it, was
+ * tried: measured slower at 256 MiB, benchmarks/README.md.) */
 static int send_msg_update(ps_t *ps, const char *node, const wbuf_t *w, const void *payload,
-                           size_t len, ps_table_t *t, uint32_t shard, uint64_t seq, int borrow)
+                           size_t len, const ps_table_t *t, uint32_t shard, uint64_t seq)
 {
     if (ps->send_tap && !w->bad) /* a test's */
         return ps->send_tap(ps->send_tap_arg, node, w->b, w->len, payload, len);
     ps_net_t *net = ps_cluster_net(ps->d);
     if (!net || w->bad)
         return -EHOSTUNREACH;
-    /* (integrity on: the tag is made when the send starts, over bytes that a resend still
-     * on its way after the first one's acknowledgement would read from a reused sum: a copy) */
-    borrow = borrow && !ps_net_integrity(net);
-    if (borrow && !t->pin && (t->pin = calloc(1, sizeof(*t->pin))) != NULL)
-        t->pin->refs = 1; /* the table's */
-    borrow = borrow && t->pin;
     sending_t *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
@@ -103,20 +88,15 @@ static int send_msg_update(ps_t *ps, const char *node, const wbuf_t *w, const vo
     s->update_shard = shard;
     s->update_seq = seq;
     snprintf(s->node, sizeof(s->node), "%s", node);
-    if (borrow) {
-        s->pin = t->pin;
-        s->pin->refs++;
-    } else if (len) {
+    if (len) {
         if (!(s->copy = ps_net_buf_get(net, len, &s->copy_cap))) {
             free(s);
             return -ENOMEM;
         }
         memcpy(s->copy, payload, len);
-        payload = s->copy;
     }
-    int rc = ps_net_send(net, node, w->b, w->len, len ? payload : NULL, len, on_sent, s);
+    int rc = ps_net_send(net, node, w->b, w->len, s->copy, len, on_sent, s);
     if (rc < 0) {
-        ps_pin_drop(s->pin);
         ps_net_buf_put(net, s->copy, s->copy_cap);
         free(s);
     }
@@ -126,7 +106,7 @@ static int send_msg_update(ps_t *ps, const char *node, const wbuf_t *w, const vo
 int ps_msg_send(ps_t *ps, const char *node, const wbuf_t *w, const void *payload,
                     size_t len)
 {
-    return send_msg_update(ps, node, w, payload, len, NULL, 0, 0, 0);
+    return send_msg_update(ps, node, w, payload, len, NULL, 0, 0);
 }
 
 int ps_msg_send_open(ps_table_t *t, const char *node)
@@ -182,18 +162,16 @@ int ps_msg_send_update(ps_table_t *t, uint32_t shard, const ps_update_t *u)
     ps_msg_begin(&w, MSG_UPDATE, t);
     ps_msg_put_update(&w, shard, t->self_source, u);
     const char *node = ps_ring_name(t->ring, t->owner[shard]);
-    if (!u->keys) /* the values as they are: from the clock's sum itself (BSP/SSP), else
-                   * copied once by send_msg_update (an ASP push's own buffer goes with its
-                   * acknowledgement, maybe before a resend's completion) */
+    if (!u->keys) /* the values as they are (send_msg copies them once) */
         return send_msg_update(t->ps, node, &w, u->values, u->n * sizeof(float), t, shard,
-                               u->seq, u->outgoing != NULL);
+                               u->seq);
     size_t len = u->n * (sizeof(float) + sizeof(uint64_t));
     uint8_t *payload = malloc(len);
     if (!payload)
         return -ENOMEM;
     memcpy(payload, u->values, u->n * sizeof(float));
     memcpy(payload + u->n * sizeof(float), u->keys, u->n * sizeof(uint64_t));
-    int rc = send_msg_update(t->ps, node, &w, payload, len, t, shard, u->seq, 0);
+    int rc = send_msg_update(t->ps, node, &w, payload, len, t, shard, u->seq);
     free(payload);
     return rc;
 }

@@ -287,11 +287,6 @@ int ps_net_address(const ps_net_t *net, const void **addr, size_t *len)
     return 0;
 }
 
-int ps_net_integrity(const ps_net_t *net)
-{
-    return net && net->integrity;
-}
-
 void ps_net_get_stats(const ps_net_t *net, ps_net_stats_t *stats)
 {
     *stats = net->stats;

@@ -63,8 +63,7 @@ int ps_net_set_integrity(ps_net_t *net, const uint8_t master[32]);
  * buffer given back from a send's `sent` callback (also those destroy runs) is fine. */
 void *ps_net_buf_get(ps_net_t *net, size_t len, size_t *cap);
 void ps_net_buf_put(ps_net_t *net, void *p, size_t cap);
-/* 1 when integrity is on (every message tagged when it is sent). */
-int ps_net_integrity(const ps_net_t *net);
+
 /* NULL ok; pending sends complete with -ECANCELED, their `sent` called from inside destroy (the
  * one exception to "later"). Not from inside ps_net's own callbacks. */
 void ps_net_destroy(ps_net_t *net);

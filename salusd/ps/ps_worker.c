@@ -69,12 +69,7 @@ void ps_worker_fini(ps_table_t *t)
     }
     free(t->streams);
     t->streams = NULL;
-    if (t->pin) { /* sends still read its sums: destroyed by the last one's completion */
-        t->pin->agg = t->agg;
-        ps_pin_drop(t->pin);
-        t->pin = NULL;
-    } else
-        ps_agg_destroy(t->agg);
+    ps_agg_destroy(t->agg);
     t->agg = NULL;
     free(t->asp_seq);
     free(t->asp_clock);

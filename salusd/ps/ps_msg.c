@@ -48,15 +48,12 @@ typedef struct sending_s {
     uint64_t update_table;    /* an update's table handle (0: not an update), shard, seq */
     uint32_t update_shard;
     uint64_t update_seq;
-    ps_net_t *net;            /* copy: ps_net's pooled buffer (copy_cap bytes) */
-    void *copy;
-    size_t copy_cap;
+    unsigned char payload[];
 } sending_t;
 
 static void on_sent(void *ctx, int status)
 {
     sending_t *s = ctx;
-    ps_net_buf_put(s->net, s->copy, s->copy_cap);
     if (s->update_table) /* failed (a link that dropped): resent at the next retry */
         ps_worker_update_sent(s->ps, s->update_table, s->update_shard, s->update_seq,
                               status == 0);
@@ -68,9 +65,7 @@ static void on_sent(void *ctx, int status)
 }
 
 /* Sends header w and a copy of payload (the state it came from may change before UCX has
- * sent it; the copy in one of ps_net's pooled buffers). 0 or a negative errno. (Sending an
- * update from the clock's sum itself, which stays until every shard acknowledged it, was
- * tried: measured slower at 256 MiB, benchmarks/README.md.) */
+ * sent it). 0 or a negative errno. */
 static int send_msg_update(ps_t *ps, const char *node, const wbuf_t *w, const void *payload,
                            size_t len, const ps_table_t *t, uint32_t shard, uint64_t seq)
 {
@@ -79,27 +74,19 @@ static int send_msg_update(ps_t *ps, const char *node, const wbuf_t *w, const vo
     ps_net_t *net = ps_cluster_net(ps->d);
     if (!net || w->bad)
         return -EHOSTUNREACH;
-    sending_t *s = calloc(1, sizeof(*s));
+    sending_t *s = malloc(sizeof(*s) + len);
     if (!s)
         return -ENOMEM;
     s->ps = ps;
-    s->net = net;
     s->update_table = t ? t->handle : 0;
     s->update_shard = shard;
     s->update_seq = seq;
     snprintf(s->node, sizeof(s->node), "%s", node);
-    if (len) {
-        if (!(s->copy = ps_net_buf_get(net, len, &s->copy_cap))) {
-            free(s);
-            return -ENOMEM;
-        }
-        memcpy(s->copy, payload, len);
-    }
-    int rc = ps_net_send(net, node, w->b, w->len, s->copy, len, on_sent, s);
-    if (rc < 0) {
-        ps_net_buf_put(net, s->copy, s->copy_cap);
+    if (len)
+        memcpy(s->payload, payload, len);
+    int rc = ps_net_send(net, node, w->b, w->len, len ? s->payload : NULL, len, on_sent, s);
+    if (rc < 0)
         free(s);
-    }
     return rc;
 }
 

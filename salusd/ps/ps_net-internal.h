@@ -34,9 +34,6 @@ struct event;
 #define PS_NET_PREV_TOKENS 8 /* a peer's receive tokens before the current one still taken */
 
 typedef struct ps_net_peer_s ps_net_peer_t;
-#define PS_NET_POOL_BUFS 64
-#define PS_NET_POOL_MIN (64u << 10)
-#define PS_NET_POOL_BYTES (96u << 20)
 
 /* One accepted send, from ps_net_send until its `sent` callback. */
 typedef struct ps_net_send_s {
@@ -63,7 +60,6 @@ typedef struct ps_net_recv_s {
     int ready, failed;
     void *ucx_data;                      /* eager data UCX keeps for us (ucp_am_data_release) */
     void *buffer;                        /* our copy or the rendezvous buffer (free) */
-    size_t buffer_cap;                   /* its size (the pool's, ps_net_buf_put) */
     size_t payload_len;
     size_t header_len;     /* the caller's, at wire + header_at */
     size_t header_at;
@@ -114,13 +110,6 @@ struct ps_net_s {
     int integrity;
     uint8_t master[PS_NET_AUTH_KEY_BYTES];
     uint64_t auth_seq;                 /* the last number given to a message sent */
-    /* payload buffers of PS_NET_POOL_MIN bytes or more (received, and the callers' copies
-     * to send: ps_net_buf_get), kept for the next ones (a large table's shards go as messages
-     * of the same size every clock: no fresh pages to fault in and clear each time), at most
-     * PS_NET_POOL_BUFS of them, PS_NET_POOL_BYTES together */
-    struct { void *p; size_t cap; } pool[PS_NET_POOL_BUFS];
-    unsigned npool;
-    size_t pool_bytes;
     salus_log_limit_t forged_log;
 };
 
@@ -142,7 +131,5 @@ ucs_status_t ps_net_on_am(void *arg, const void *header, size_t header_length, v
 void ps_net_recv_free(ps_net_t *net, ps_net_recv_t *r);
 void ps_net_peer_discard_recvs(ps_net_t *net, ps_net_peer_t *peer);
 void ps_net_deliver(ps_net_t *net);
-/* The pool's buffers freed (destroy). */
-void ps_net_buf_drain(ps_net_t *net);
 
 #endif

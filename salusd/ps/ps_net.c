@@ -274,7 +274,6 @@ void ps_net_destroy(ps_net_t *net)
     if (net->context)
         ucp_cleanup(net->context);
     memset(net->master, 0, sizeof(net->master));
-    ps_net_buf_drain(net);
     free(net);
 }
 

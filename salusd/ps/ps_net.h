@@ -57,13 +57,6 @@ int ps_net_create(struct event_base *base, const char *self, ps_net_recv_fn recv
  * Both ends must have it on (a message of the other kind is dropped). 0, -EBUSY (peers are
  * known already), -EINVAL. */
 int ps_net_set_integrity(ps_net_t *net, const uint8_t master[32]);
-/* A buffer of len bytes or more (*cap: its size) for a payload: one kept by the pool when
- * one of len .. 2 len is there, else malloc's; NULL when out of memory. ps_net_buf_put gives
- * it back (freed when small or the pool is full); the pool goes with ps_net_destroy, so a
- * buffer given back from a send's `sent` callback (also those destroy runs) is fine. */
-void *ps_net_buf_get(ps_net_t *net, size_t len, size_t *cap);
-void ps_net_buf_put(ps_net_t *net, void *p, size_t cap);
-
 /* NULL ok; pending sends complete with -ECANCELED, their `sent` called from inside destroy (the
  * one exception to "later"). Not from inside ps_net's own callbacks. */
 void ps_net_destroy(ps_net_t *net);

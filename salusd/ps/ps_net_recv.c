@@ -83,50 +83,12 @@ static void unlink_receiving(ps_net_t *net, ps_net_recv_t *r)
     r->iprev = r->inext = NULL;
 }
 
-void *ps_net_buf_get(ps_net_t *net, size_t len, size_t *cap)
-{
-    if (len >= PS_NET_POOL_MIN) {
-        for (unsigned i = 0; i < net->npool; i++) {
-            if (net->pool[i].cap >= len && net->pool[i].cap / 2 <= len) {
-                void *p = net->pool[i].p;
-                *cap = net->pool[i].cap;
-                net->pool_bytes -= *cap;
-                net->pool[i] = net->pool[--net->npool];
-                return p;
-            }
-        }
-    }
-    *cap = len ? len : 1;
-    return malloc(*cap);
-}
-
-void ps_net_buf_put(ps_net_t *net, void *p, size_t cap)
-{
-    if (!p)
-        return;
-    if (cap < PS_NET_POOL_MIN || net->npool == PS_NET_POOL_BUFS ||
-        net->pool_bytes + cap > PS_NET_POOL_BYTES) {
-        free(p);
-        return;
-    }
-    net->pool[net->npool].p = p;
-    net->pool[net->npool++].cap = cap;
-    net->pool_bytes += cap;
-}
-
-void ps_net_buf_drain(ps_net_t *net)
-{
-    while (net->npool > 0)
-        free(net->pool[--net->npool].p);
-    net->pool_bytes = 0;
-}
-
 void ps_net_recv_free(ps_net_t *net, ps_net_recv_t *r)
 {
     unlink_receiving(net, r);
     if (r->ucx_data && net->worker)
         ucp_am_data_release(net->worker, r->ucx_data);
-    ps_net_buf_put(net, r->buffer, r->buffer_cap);
+    free(r->buffer);
     free(r);
 }
 
@@ -194,7 +156,7 @@ ucs_status_t ps_net_on_am(void *arg, const void *header, size_t header_length, v
         r->seq = get_le(r->wire + PS_NET_WIRE_SEQ_AT, 8);
     ucs_status_t keep = UCS_OK;
     if (rndv) {
-        r->buffer = ps_net_buf_get(net, length, &r->buffer_cap);
+        r->buffer = malloc(length ? length : 1);
         if (!r->buffer)
             goto no_memory;
         ucp_request_param_t rp = {
@@ -223,7 +185,7 @@ ucs_status_t ps_net_on_am(void *arg, const void *header, size_t header_length, v
         keep = UCS_INPROGRESS;
     } else {
         if (length) {
-            r->buffer = ps_net_buf_get(net, length, &r->buffer_cap);
+            r->buffer = malloc(length);
             if (!r->buffer)
                 goto no_memory;
             memcpy(r->buffer, data, length);

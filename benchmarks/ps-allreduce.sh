@@ -126,12 +126,14 @@ use_build() {
     for ((i = 1; i <= MAXN; i++)); do node_start "$i"; done
     want=$(for ((i = 1; i <= MAXN; i++)); do echo "n$i"; done | paste -sd' ')
     for ((i = 1; i <= MAXN; i++)); do
+        # shellcheck disable=SC2016 # wait_until evaluates it
         wait_until 30 '[ "$(members_of '"$i"')" = "'"$want"'" ]' ||
             fail "after the switch to the $1 build node $i lists members '$(members_of "$i")'"
     done
     # and every daemon's links and UCX peers up (a table opened before that can miss its
     # servers' answers: "N server(s) did not answer the open")
     for ((i = 1; i <= MAXN; i++)); do
+        # shellcheck disable=SC2016 # wait_until evaluates it
         wait_until 30 '[ "$(peers_up '"$i"')" -ge '"$((MAXN - 1))"' ]' ||
             fail "after the switch to the $1 build node $i has $(peers_up "$i") UCX peers and links up"
     done

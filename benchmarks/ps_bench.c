@@ -3,7 +3,9 @@
  * --bytes bytes (float32, rule add, sync bsp) and for each of --rounds rounds (after one
  * untimed warm-up) pushes the whole tensor (all ones), ends its clock and pulls the whole
  * tensor, timing the round; then prints
- *     ps_bench bytes=S rounds=R median_round_ms=X
+ *     ps_bench bytes=S rounds=R median_round_ms=X push_ms=P clock_ms=C pull_ms=L
+ * (P, C, L: the medians of the round's three calls, where the round's time goes as the rank
+ * sees it)
  * Each pull is checked: under BSP, after k rounds of all-ones pushes by N workers, every
  * element is N * k (exit 1 otherwise). Uses only salus_ps.h. */
 #include "salus_ps.h"
@@ -25,6 +27,12 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static int fail(const char *what, int rc)
@@ -56,7 +64,8 @@ int main(int argc, char **argv)
         return 2;
     }
     float *ones = malloc(count * sizeof(float)), *got = malloc(count * sizeof(float));
-    double *ms = calloc((size_t)rounds, sizeof(double));
+    double *ms = calloc((size_t)rounds * 4, sizeof(double));
+    double *push_ms = ms + rounds, *clock_ms = ms + 2 * rounds, *pull_ms = ms + 3 * rounds;
     if (!ones || !got || !ms) {
         fprintf(stderr, "ps_bench: out of memory\n");
         return 1;
@@ -72,13 +81,19 @@ int main(int argc, char **argv)
         double t0 = now_ms();
         if ((rc = salus_ps_push(t, 0, count, ones)) != 0)
             return fail("salus_ps_push", rc);
+        double t1 = now_ms();
         if ((rc = salus_ps_clock(t)) != 0)
             return fail("salus_ps_clock", rc);
+        double t2 = now_ms();
         if ((rc = salus_ps_pull(t, 0, count, got, NULL)) != 0)
             return fail("salus_ps_pull", rc);
-        double took = now_ms() - t0;
-        if (r >= 0)
-            ms[r] = took;
+        double t3 = now_ms();
+        if (r >= 0) {
+            ms[r] = t3 - t0;
+            push_ms[r] = t1 - t0;
+            clock_ms[r] = t2 - t1;
+            pull_ms[r] = t3 - t2;
+        }
         float want = (float)world * (float)(r + 2); /* rounds done so far, warm-up included */
         for (uint64_t i = 0; i < count; i++) {
             if (got[i] != want) {
@@ -89,10 +104,9 @@ int main(int argc, char **argv)
         }
     }
     salus_ps_close(t);
-    qsort(ms, (size_t)rounds, sizeof(double), cmp_double);
-    double median = rounds % 2 ? ms[rounds / 2] : (ms[rounds / 2 - 1] + ms[rounds / 2]) / 2;
-    printf("ps_bench bytes=%llu rounds=%d median_round_ms=%.3f\n", (unsigned long long)bytes,
-           rounds, median);
+    printf("ps_bench bytes=%llu rounds=%d median_round_ms=%.3f push_ms=%.3f clock_ms=%.3f "
+           "pull_ms=%.3f\n", (unsigned long long)bytes, rounds, median_of(ms, rounds),
+           median_of(push_ms, rounds), median_of(clock_ms, rounds), median_of(pull_ms, rounds));
     free(ones);
     free(got);
     free(ms);

@@ -232,7 +232,11 @@ int ps_agg_push(ps_agg_t *agg, uint32_t worker, uint64_t seq, uint64_t clock, ui
         c->filled = 1;
         ps_bits_set(c->written, 0, agg->count);
     } else {
-        if (whole && !ps_vec_finite(values, n)) {
+        /* a whole push into a sum already filled: its values are checked by the update's
+         * own pass (a value that is not finite makes a sum that is not; which of the two
+         * it was is found only then) */
+        int checked = whole && c->filled;
+        if (whole && !checked && !ps_vec_finite(values, n)) {
             unmake(agg, c, nopen, had_spare);
             return -EINVAL;
         }
@@ -241,6 +245,8 @@ int ps_agg_push(ps_agg_t *agg, uint32_t worker, uint64_t seq, uint64_t clock, ui
         int rc = ps_span_update_finite(c->sum, NULL, NULL, NULL, offset, n, keys, values);
         if (rc <= 0) {
             unmake(agg, c, nopen, had_spare);
+            if (rc == 0 && checked && !ps_vec_finite(values, n))
+                return -EINVAL;
             return rc < 0 ? rc : -ERANGE;
         }
         ps_span_mark(c->written, offset, n, keys);

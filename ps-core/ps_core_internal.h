@@ -137,6 +137,59 @@ static inline float ps_rule_apply(const ps_rule_t *rule, float current, float v)
     return current;
 }
 
+/* The rule of kind `kind` (a constant where the kernels below are inlined: the switch folds
+ * away) applied to one element; the same expressions as ps_rule_apply, so the same results. */
+static inline __attribute__((always_inline)) float ps_rule_apply_k(int kind, float lr,
+                                                                   float current, float v)
+{
+    return kind == PS_RULE_ASSIGN ? v : kind == PS_RULE_SGD ? current - lr * v : current + v;
+}
+
+/* dst[i] = src[i] for i < n, in one pass with two checks: bit 0 of the result set when a
+ * value is not finite, bit 1 when the rule (kind, lr) applied to base[i] (base not NULL)
+ * and the value is not (each value read once). */
+static inline __attribute__((always_inline)) uint32_t ps_vec_copy_rule_bad_k(
+    int kind, float lr, float *restrict dst, const float *restrict src,
+    const float *restrict base, uint64_t n)
+{
+    uint32_t bad = 0, rbad = 0;
+    uint64_t i = 0;
+    for (; i + PS_VEC_BLOCK <= n; i += PS_VEC_BLOCK) {
+        uint32_t b = 0, r = 0;
+        for (int k = 0; k < PS_VEC_BLOCK; k++) {
+            float v = src[i + k];
+            dst[i + k] = v;
+            b |= ps_float_bad(v);
+            r |= ps_float_bad(ps_rule_apply_k(kind, lr, base[i + k], v));
+        }
+        bad |= b;
+        rbad |= r;
+    }
+    for (; i < n; i++) {
+        dst[i] = src[i];
+        bad |= ps_float_bad(src[i]);
+        rbad |= ps_float_bad(ps_rule_apply_k(kind, lr, base[i], src[i]));
+    }
+    return (bad ? 1u : 0u) | (rbad ? 2u : 0u);
+}
+
+/* ps_vec_copy_finite and ps_vec_rule_bad of the copy in one pass (base not NULL): bit 0 a
+ * value is not finite, bit 1 the rule's result on base is not. */
+static inline uint32_t ps_vec_copy_rule_bad(const ps_rule_t *rule, float *restrict dst,
+                                            const float *restrict src,
+                                            const float *restrict base, uint64_t n)
+{
+    switch (rule->kind) {
+    case PS_RULE_ADD:
+        return ps_vec_copy_rule_bad_k(PS_RULE_ADD, 0.0f, dst, src, base, n);
+    case PS_RULE_ASSIGN:
+        return ps_vec_copy_rule_bad_k(PS_RULE_ASSIGN, 0.0f, dst, src, base, n);
+    case PS_RULE_SGD:
+        return ps_vec_copy_rule_bad_k(PS_RULE_SGD, rule->lr, dst, src, base, n);
+    }
+    return ps_vec_copy_finite(dst, src, n) ? 0u : 1u;
+}
+
 /* Sets the bit of every element of a span ([offset, offset + n), or keys[]). */
 static inline void ps_span_mark(uint8_t *touched, uint64_t offset, uint64_t n,
                                 const uint64_t *keys)

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,13 +67,97 @@ static inline float combine(const ps_rule_t *rule, float current, float v)
     return rule ? ps_rule_apply(rule, current, v) : current + v;
 }
 
+/* 1 when x[0, n) and y[0, n) share a byte (the kernels below assume they do not). */
+static int range_overlaps(const float *x, const float *y, uint64_t n)
+{
+    uintptr_t a = (uintptr_t)x, b = (uintptr_t)y, len = (uintptr_t)n * sizeof(float);
+    return n > 0 && a < b + len && b < a + len;
+}
+
+/* The range case of ps_span_update_finite for rule kinds known here (kind: the combining
+ * rule, ADD when NULL; bkind: base's rule, -1 when there is no base): the check, then the
+ * writes, each in blocks of 8 (vector code), the same expressions as combine and
+ * ps_rule_apply (so the same results). 1 when written. */
+static inline __attribute__((always_inline)) int range_update_k(
+    int kind, float lr, int bkind, float blr, float *restrict x, const float *restrict base,
+    uint64_t n, const float *restrict values)
+{
+    uint32_t bad = 0;
+    uint64_t i = 0;
+    for (; i + PS_VEC_BLOCK <= n; i += PS_VEC_BLOCK) {
+        uint32_t b = 0;
+        for (int k = 0; k < PS_VEC_BLOCK; k++) {
+            float r = ps_rule_apply_k(kind, lr, x[i + k], values[i + k]);
+            b |= ps_float_bad(r);
+            if (bkind >= 0)
+                b |= ps_float_bad(ps_rule_apply_k(bkind, blr, base[i + k], r));
+        }
+        bad |= b;
+    }
+    for (; i < n; i++) {
+        float r = ps_rule_apply_k(kind, lr, x[i], values[i]);
+        bad |= ps_float_bad(r);
+        if (bkind >= 0)
+            bad |= ps_float_bad(ps_rule_apply_k(bkind, blr, base[i], r));
+    }
+    if (bad)
+        return 0;
+    for (i = 0; i + PS_VEC_BLOCK <= n; i += PS_VEC_BLOCK)
+        for (int k = 0; k < PS_VEC_BLOCK; k++)
+            x[i + k] = ps_rule_apply_k(kind, lr, x[i + k], values[i + k]);
+    for (; i < n; i++)
+        x[i] = ps_rule_apply_k(kind, lr, x[i], values[i]);
+    return 1;
+}
+
+#define RANGE_UPDATE_BASE(K, L)                                                            \
+    do {                                                                                   \
+        if (!base)                                                                         \
+            return range_update_k(K, L, -1, 0.0f, x, NULL, n, values);                     \
+        switch (base_rule->kind) {                                                         \
+        case PS_RULE_ADD:                                                                  \
+            return range_update_k(K, L, PS_RULE_ADD, 0.0f, x, base, n, values);            \
+        case PS_RULE_ASSIGN:                                                               \
+            return range_update_k(K, L, PS_RULE_ASSIGN, 0.0f, x, base, n, values);         \
+        case PS_RULE_SGD:                                                                  \
+            return range_update_k(K, L, PS_RULE_SGD, base_rule->lr, x, base, n, values);   \
+        }                                                                                  \
+    } while (0)
+
+/* range_update_k for the rules given: 1 written, 0 a result would not be finite, -1 the
+ * kernels cannot take it (x overlaps values or base, no base rule): the caller's element
+ * loop does it then. */
+static int range_update(float *x, const float *base, const ps_rule_t *base_rule,
+                        const ps_rule_t *rule, uint64_t n, const float *values)
+{
+    if (range_overlaps(x, values, n) || (base && (!base_rule || range_overlaps(x, base, n))))
+        return -1;
+    switch (rule ? rule->kind : PS_RULE_ADD) {
+    case PS_RULE_ADD:
+        RANGE_UPDATE_BASE(PS_RULE_ADD, 0.0f);
+        break;
+    case PS_RULE_ASSIGN:
+        RANGE_UPDATE_BASE(PS_RULE_ASSIGN, 0.0f);
+        break;
+    case PS_RULE_SGD:
+        RANGE_UPDATE_BASE(PS_RULE_SGD, rule->lr);
+        break;
+    }
+    return -1;
+}
+
 int ps_span_update_finite(float *x, const float *base, const ps_rule_t *base_rule,
                           const ps_rule_t *rule, uint64_t offset, uint64_t n,
                           const uint64_t *keys, const float *values)
 {
     uint32_t bad = 0;
     if (keys == NULL) {
-        /* a range holds each element once: checked first, then written */
+        /* a range holds each element once: checked first, then written (vector code for
+         * each pair of rules, range_update) */
+        int done = range_update(x + offset, base ? base + offset : NULL, base_rule, rule, n,
+                                values);
+        if (done >= 0)
+            return done;
         for (uint64_t i = 0; i < n; i++) {
             float r = combine(rule, x[offset + i], values[i]);
             bad |= ps_float_bad(r);

@@ -162,22 +162,26 @@ int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64
          * it is applied (apply_done_clock) */
         const float *base = p == shard->pending && clock == shard->done ? shard->values : NULL;
         if (whole && !p->filled) {
-            /* the clock's first contribution: copied in, each value read once and checked */
-            if (!ps_vec_copy_finite(p->sum, values, n)) {
+            /* the clock's first contribution: copied in, each value read once and checked
+             * (and, with a base, what it makes of it: in the same pass) */
+            uint32_t bad = base ? ps_vec_copy_rule_bad(&shard->rule, p->sum, values, base, n)
+                                : (ps_vec_copy_finite(p->sum, values, n) ? 0u : 1u);
+            if (bad & 1u) {
                 unmake(shard, p, npending, had_spare);
                 return -EINVAL;
             }
-            uint32_t bad = 0;
-            for (uint64_t i = 0; base && i < n; i++)
-                bad |= ps_float_bad(ps_rule_apply(&shard->rule, base[i], p->sum[i]));
-            if (bad) {
+            if (bad & 2u) {
                 unmake(shard, p, npending, had_spare);
                 goto refused;
             }
             if (p->touched)
                 ps_bits_set(p->touched, 0, shard->elems);
         } else {
-            if (whole && !ps_vec_finite(values, n)) {
+            /* a whole contribution to a sum already filled: its values are checked by the
+             * update's own pass (a value that is not finite makes a result that is not;
+             * which of the two it was is found only then) */
+            int checked = whole && p->filled;
+            if (whole && !checked && !ps_vec_finite(values, n)) {
                 unmake(shard, p, npending, had_spare);
                 return -EINVAL;
             }
@@ -189,6 +193,8 @@ int ps_shard_contribute(ps_shard_t *shard, uint32_t source, uint64_t seq, uint64
                 unmake(shard, p, npending, had_spare);
                 if (rc < 0)
                     return rc;
+                if (checked && !ps_vec_finite(values, n))
+                    return -EINVAL;
                 goto refused;
             }
             if (p->touched)
@@ -226,14 +232,25 @@ static void apply_done_clock(ps_shard_t *shard)
              * every one is finite; else the clock is refused whole (values as they were) */
             float *restrict next = p->sum;
             uint32_t bad = 0;
+            uint64_t i = 0;
             if (shard->rule.kind == PS_RULE_ADD) {
-                for (uint64_t i = 0; i < elems; i++) {
+                for (; i + PS_VEC_BLOCK <= elems; i += PS_VEC_BLOCK) /* vector code */
+                    for (int k = 0; k < PS_VEC_BLOCK; k++) {
+                        next[i + k] = values[i + k] + next[i + k];
+                        bad |= ps_float_bad(next[i + k]);
+                    }
+                for (; i < elems; i++) {
                     next[i] = values[i] + next[i];
                     bad |= ps_float_bad(next[i]);
                 }
             } else {
                 float lr = shard->rule.lr;
-                for (uint64_t i = 0; i < elems; i++) {
+                for (; i + PS_VEC_BLOCK <= elems; i += PS_VEC_BLOCK)
+                    for (int k = 0; k < PS_VEC_BLOCK; k++) {
+                        next[i + k] = values[i + k] - lr * next[i + k];
+                        bad |= ps_float_bad(next[i + k]);
+                    }
+                for (; i < elems; i++) {
                     next[i] = values[i] - lr * next[i];
                     bad |= ps_float_bad(next[i]);
                 }

@@ -8,6 +8,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1333,6 +1334,43 @@ START_TEST(test_agg_whole_push_refused)
 }
 END_TEST
 
+/* The vector kernels (blocks of 8 and a tail, per rule) give what the element formulas give,
+ * bit for bit: two sources' whole contributions summed in arrival order and applied; a
+ * second contribution whose sum would overflow is refused (-ERANGE) and the first one alone
+ * is applied. */
+START_TEST(test_shard_kernels_exact)
+{
+    enum { N = 37 };
+    static const char *const rules[] = {"add", "sgd:0.5", "assign"};
+    for (int r = 0; r < 3; r++) {
+        ps_shard_t *sh = shard_new(N, rules[r], "bsp", 2);
+        float a[N], b[N], want[N] = {0};
+        for (int i = 0; i < N; i++) {
+            a[i] = (float)i * 0.25f - 3.0f;
+            b[i] = 1.5f - (float)i * 0.125f;
+        }
+        for (uint64_t clock = 0; clock < 2; clock++) {
+            if (clock == 1) /* the sum overflows where both are FLT_MAX: b is refused */
+                for (int i = 5; i < N; i += 28)
+                    a[i] = b[i] = FLT_MAX;
+            ck_assert_int_eq(ps_shard_contribute(sh, 0, clock + 1, clock, 0, N, NULL, a), 1);
+            ck_assert_int_eq(ps_shard_contribute(sh, 1, clock + 1, clock, 0, N, NULL, b),
+                             clock == 0 ? 1 : -ERANGE);
+            ck_assert_int_eq(ps_shard_close(sh, 0, clock), 1);
+            ck_assert_int_eq(ps_shard_close(sh, 1, clock), 1);
+            for (int i = 0; i < N; i++) {
+                float sum = clock == 0 ? a[i] + b[i] : a[i];
+                want[i] = r == 0 ? want[i] + sum : r == 1 ? want[i] - 0.5f * sum : sum;
+                ck_assert_msg(memcmp(&ps_shard_values(sh)[i], &want[i], sizeof(float)) == 0,
+                              "rule %s clock %llu element %d: %a, not %a", rules[r],
+                              (unsigned long long)clock, i, ps_shard_values(sh)[i], want[i]);
+            }
+        }
+        ps_shard_destroy(sh);
+    }
+}
+END_TEST
+
 /* The same for a shard's whole-shard contributions (the first one of a clock is copied in),
  * add and assign: refused with nothing changed; applied right after. */
 START_TEST(test_shard_whole_refused)
@@ -1623,6 +1661,7 @@ static Suite *ps_core_suite(void)
     tcase_add_test(agg, test_agg_sums);
     tcase_add_test(agg, test_agg_whole_push_refused);
     tcase_add_test(shard, test_shard_whole_refused);
+    tcase_add_test(shard, test_shard_kernels_exact);
     tcase_add_test(shard, test_shard_overflow_refused);
     tcase_add_test(agg, test_agg_ssp_fast_worker);
     tcase_add_test(agg, test_agg_duplicates_and_bad);

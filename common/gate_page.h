@@ -17,8 +17,12 @@
 #ifndef SALUS_COMMON_GATE_PAGE_H
 #define SALUS_COMMON_GATE_PAGE_H
 
+#include <linux/futex.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define GATE_PAGE_MAGIC 0x47415445u /* "GATE" */
 #define GATE_PAGE_VERSION 1u
@@ -39,5 +43,20 @@ typedef struct gate_page_s {
     _Atomic uint64_t parks;      /* submissions of preemptible jobs that parked */
     _Atomic uint64_t parked_ns;  /* their time parked */
 } gate_page_t;
+
+/* A latency-critical job's request is over (or the job ended during one): its count comes
+ * out of lc_active, never below 0, and the GPU's parked jobs are woken when it reaches 0.
+ * Called by the job itself, or by salusd for a job that ended, by whichever of the two
+ * cleared the job's gate_counted. */
+static inline void gate_page_lc_leave(gate_page_t *g)
+{
+    uint32_t active = atomic_load(&g->lc_active);
+    while (active > 0 && !atomic_compare_exchange_weak(&g->lc_active, &active, active - 1))
+        ;
+    if (active == 1) {
+        atomic_fetch_add(&g->wake_seq, 1);
+        syscall(SYS_futex, (uint32_t *)&g->wake_seq, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+    }
+}
 
 #endif

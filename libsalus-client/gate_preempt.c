@@ -209,13 +209,7 @@ void shim_gate_preempt_idle(void)
     /* whoever clears gate_counted takes the count out: this job, or salusd when it ended */
     if (!g || !atomic_exchange(&shim.page->gate_counted, 0))
         return;
-    uint32_t active = atomic_load(&g->lc_active);
-    while (active > 0 && !atomic_compare_exchange_weak(&g->lc_active, &active, active - 1))
-        ;
-    if (active == 1) {
-        atomic_fetch_add(&g->wake_seq, 1);
-        syscall(SYS_futex, (uint32_t *)&g->wake_seq, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
-    }
+    gate_page_lc_leave(g);
 }
 
 /* A latency-critical job that ends with a request going on is not counted any more. */

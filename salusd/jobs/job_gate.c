@@ -10,9 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -105,13 +103,7 @@ void jobs_gate_job_ended(salusd_t *d, job_t *job)
     gate_page_t *g = gpu < GATE_MAX_GPUS ? gate_pages[gpu].page : NULL;
     if (!g)
         return;
-    uint32_t active = atomic_load(&g->lc_active);
-    while (active > 0 && !atomic_compare_exchange_weak(&g->lc_active, &active, active - 1))
-        ;
-    if (active == 1) {
-        atomic_fetch_add(&g->wake_seq, 1);
-        syscall(SYS_futex, (uint32_t *)&g->wake_seq, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
-    }
+    gate_page_lc_leave(g);
     LOG_INFO("job %llu ended during a request: its GPU's best-effort jobs go on",
              (unsigned long long)job->id);
 }

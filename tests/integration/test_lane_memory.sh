@@ -10,11 +10,14 @@
 # fails: LANE_MEMORY=fresh shows it). Also: salusd refuses a --lane-memory it does not know;
 # and the same with 4,000 switches across a kill -9 of salusd and a restart: the jobs re-attach
 # and keep their lane's chunks mapped (the new salusd does not know them: not re-presented),
-# with 0 mismatches and no overlap.
+# with 0 mismatches and no overlap. LANE_RESTART_SWITCHES (4,000, at least 400) sets the
+# second run's count; the sanitizer pass of tools/test.sh runs fewer of both.
 . "$(dirname "$0")/lib.sh"
 trap cleanup_runs EXIT
 
 SWITCHES=${LANE_SWITCHES:-10000}
+RESTART_SWITCHES=${LANE_RESTART_SWITCHES:-4000}
+[ "$RESTART_SWITCHES" -ge 400 ] || fail "LANE_RESTART_SWITCHES must be at least 400 (the restart comes at 200)"
 MODE=${LANE_MEMORY:-shared}
 BENCH="$SALUS_BUILD_DIR/benchmarks/salus-switch-latency"
 [ -x "$BENCH" ] || fail "$BENCH is missing"
@@ -67,7 +70,7 @@ SIMGPU_MEMORY_MB=1024 start_daemon --policy pack --lane-memory "$MODE"
 RUN_PIDS=()
 for side in 0 1; do
     "$SALUSCTL" run --name "again-$side" --persistent 16MiB --ephemeral 600MiB -- \
-        "$BENCH" --side "$side" --shared "$WORK/shared" --switches 4000 --gpu-us 100 \
+        "$BENCH" --side "$side" --shared "$WORK/shared" --switches "$RESTART_SWITCHES" --gpu-us 100 \
         --ephemeral-mb 2 --persistent-mb 16 --pattern --out "$WORK/samples.$side" \
         >"$WORK/side.$side" 2>&1 &
     RUN_PIDS+=("$!")

@@ -79,6 +79,20 @@ wait_until() {
     done
 }
 
+# ps_json_file: salusctl ps --json into $WORK/ps.json. until_ps SECONDS PYTHON_CONDITION: polls
+# it until the condition (a Python expression over j, the jobs by name) holds; fails the test,
+# showing the last list, after SECONDS.
+ps_json_file() { "$SALUSCTL" ps --json >"$WORK/ps.json"; }
+until_ps() {
+    local seconds=$1 condition=$2
+    ps_shows() {
+        ps_json_file
+        python3 -c "import json,sys; j={x['name']: x for x in json.load(open(sys.argv[1]))}; sys.exit(0 if ($condition) else 1)" \
+            "$WORK/ps.json" 2>/dev/null
+    }
+    wait_until "$seconds" ps_shows || fail "ps --json never showed: $condition ($(cat "$WORK/ps.json"))"
+}
+
 # stop_daemon [SIGNAL]: stops DAEMON_PID and checks that it exited cleanly (exit 0; under
 # the sanitizers a leak or error makes the exit status non-zero).
 stop_daemon() {

@@ -9,16 +9,6 @@
 trap cleanup_runs EXIT
 
 SYNTH="$BIN/salus-synth"
-ps_json() { "$SALUSCTL" ps --json >"$WORK/ps.json"; }
-until_jobs() { # until_jobs SECONDS PYTHON_CONDITION (j: jobs by name)
-    local seconds=$1 condition=$2
-    jobs_show() {
-        ps_json
-        python3 -c "import json,sys; j={x['name']: x for x in json.load(open(sys.argv[1]))}; sys.exit(0 if ($condition) else 1)" \
-            "$WORK/ps.json" 2>/dev/null
-    }
-    wait_until "$seconds" jobs_show || fail "ps --json never showed: $condition ($(cat "$WORK/ps.json"))"
-}
 
 start_daemon --policy slo --metrics 127.0.0.1:0 --metrics-job-labels
 
@@ -30,7 +20,7 @@ rc=0
 
 # the environment's default (a model server's container or unit)
 id=$(SALUS_LATENCY_TARGET_MS=30 "$SALUSCTL" submit --name by-env --log "$WORK/env.log" -- sleep 60)
-until_jobs 10 "j.get('by-env', {}).get('latency_target_ms') == 30"
+until_ps 10 "j.get('by-env', {}).get('latency_target_ms') == 30"
 "$SALUSCTL" kill --force "$id" >/dev/null || fail "salusctl kill $id"
 pass "SALUS_LATENCY_TARGET_MS is --latency-target's default"
 
@@ -50,7 +40,7 @@ RUN_PIDS+=("$SERVER")
 "$SALUSCTL" run --name train -- "$SYNTH" --iterations 20 --gpu-ms 5 >"$WORK/train.out" 2>&1 &
 TRAIN=$!
 RUN_PIDS+=("$TRAIN")
-until_jobs 30 "(j.get('server', {}).get('requests') or 0) >= 3"
+until_ps 30 "(j.get('server', {}).get('requests') or 0) >= 3"
 
 # beside it, 36 ms requests would make the server's wait 41 ms > 40 ms
 rc=0
@@ -60,12 +50,12 @@ rc=0
     fail "a latency-critical job that does not fit beside the server was not refused: exit $rc, $(cat "$WORK/second.out")"
 pass "refused beside the server: $(grep -m1 'latency target' "$WORK/second.out")"
 
-until_jobs 60 "(j['server']['requests'] or 0) >= 60"
+until_ps 60 "(j['server']['requests'] or 0) >= 60"
 server_id=$(python3 -c 'import json,sys; print([j["id"] for j in json.load(open(sys.argv[1])) if j["name"] == "server"][0])' "$WORK/ps.json")
 "$SALUSCTL" kill "$server_id" >/dev/null || fail "salusctl kill $server_id"
 wait "$SERVER" || true # ended by SIGTERM
 wait "$TRAIN" || fail "the training job failed: $(tail -3 "$WORK/train.out")"
-until_jobs 10 "j['server']['state'] not in ('running', 'paused')"
+until_ps 10 "j['server']['state'] not in ('running', 'paused')"
 python3 - "$WORK/ps.json" <<'PY' || fail "ps --json: $(cat "$WORK/ps.json")"
 import json, sys
 jobs = {j["name"]: j for j in json.load(open(sys.argv[1]))}

@@ -15,16 +15,6 @@ SYNTH="$BIN/salus-synth"
 RECORD="$WORK/kernels.log"
 BOUND=$((2 * 2 * 2)) # 2 best-effort jobs, 2 * GATE_INFLIGHT each
 
-ps_json() { "$SALUSCTL" ps --json >"$WORK/ps.json"; }
-until_jobs() { # until_jobs SECONDS PYTHON_CONDITION (j: jobs by name)
-    local seconds=$1 condition=$2
-    jobs_show() {
-        ps_json
-        python3 -c "import json,sys; j={x['name']: x for x in json.load(open(sys.argv[1]))}; sys.exit(0 if ($condition) else 1)" \
-            "$WORK/ps.json" 2>/dev/null
-    }
-    wait_until "$seconds" jobs_show || fail "ps --json never showed: $condition ($(cat "$WORK/ps.json"))"
-}
 
 # one run: POLICY; prints the analysis of its record into $WORK/POLICY.txt
 run_mix() {
@@ -40,7 +30,7 @@ run_mix() {
         --ephemeral 64MiB -- "$SYNTH" --iterations 1000000 --gpu-ms 5 --host-ms 0 --no-sync \
         --persistent-mb 16 --ephemeral-mb 0 >"$WORK/be-nosync.out" 2>&1 &
     RUN_PIDS+=($!)
-    until_jobs 30 "j.get('be-iter', {}).get('state') == 'running' and j.get('be-nosync', {}).get('state') == 'running'"
+    until_ps 30 "j.get('be-iter', {}).get('state') == 'running' and j.get('be-nosync', {}).get('state') == 'running'"
     rc=0
     SIMGPU_KERNEL_LOG_TAG=lc "$SALUSCTL" run --name server --latency-target 50 --persistent 64MiB \
         --ephemeral 64MiB -- "$SYNTH" --iterations 30 --gpu-ms 1 --host-ms 20 --persistent-mb 16 \
@@ -48,7 +38,7 @@ run_mix() {
     [ "$rc" -eq 0 ] || fail "the server failed under $policy: $(tail -3 "$WORK/server.out")"
     echo "server iterations under $policy (wall ms, 20 of them host time): $(sed -n 's/^iter=[0-9]* ms=//p' "$WORK/server.out" | tr '\n' ' ')"
     unset SIMGPU_KERNEL_LOG
-    ps_json
+    ps_json_file
     stop_runs
     RUN_PIDS=()
     stop_daemon
@@ -92,13 +82,13 @@ start_daemon --policy slo
     --iterations 1000000 --gpu-ms 5 --host-ms 0 --no-sync --persistent-mb 16 --ephemeral-mb 0 \
     >"$WORK/be.out" 2>&1 &
 RUN_PIDS+=($!)
-until_jobs 30 "j.get('be-nosync', {}).get('state') == 'running'"
+until_ps 30 "j.get('be-nosync', {}).get('state') == 'running'"
 "$SALUSCTL" run --name long-request --latency-target 60000 --persistent 64MiB --ephemeral 64MiB \
     -- "$SYNTH" --iterations 1 --gpu-ms 30000 --host-ms 0 --persistent-mb 16 --ephemeral-mb 0 \
     >"$WORK/long.out" 2>&1 &
 LONG=$!
 RUN_PIDS+=("$LONG")
-until_jobs 30 "j.get('long-request', {}).get('state') == 'running'"
+until_ps 30 "j.get('long-request', {}).get('state') == 'running'"
 lines() { wc -l <"$WORK/be.out"; }
 before=$(lines)
 kill -9 "$LONG"

@@ -14,16 +14,6 @@ synth() { # synth NAME ITERATIONS: no length hints (no --iterations: the policy 
         --iterations "$2" --gpu-ms 20 --host-ms 1 --persistent-mb 16 --ephemeral-mb 550 \
         >"$WORK/$1.out" 2>&1
 }
-ps_json() { "$SALUSCTL" ps --json >"$WORK/ps.json"; }
-until_jobs() { # until_jobs SECONDS PYTHON_CONDITION (j: jobs by name)
-    local seconds=$1 condition=$2
-    jobs_show() {
-        ps_json
-        python3 -c "import json,sys; j={x['name']: x for x in json.load(open(sys.argv[1]))}; sys.exit(0 if ($condition) else 1)" \
-            "$WORK/ps.json" 2>/dev/null
-    }
-    wait_until "$seconds" jobs_show || fail "ps --json never showed: $condition ($(cat "$WORK/ps.json"))"
-}
 
 export SIMGPU_MEMORY_MB=1024
 start_daemon --policy las --metrics 127.0.0.1:0 --metrics-job-labels
@@ -32,16 +22,16 @@ ADDR=$("$SALUSCTL" status --json | python3 -c 'import json,sys; print(json.load(
 synth long 400 &
 LONG=$!
 # past LAS's first queue (1 s of GPU time) before the short ones come
-until_jobs 30 "j.get('long', {}).get('gpu_time_ms', 0) >= 1200"
+until_ps 30 "j.get('long', {}).get('gpu_time_ms', 0) >= 1200"
 pids=()
 for i in 1 2 3; do
     synth "short$i" 30 & # ~0.7 s of GPU time: they stay in queue 0
     pids+=($!)
-    until_jobs 10 "'short$i' in j" # registered in this order
+    until_ps 10 "'short$i' in j" # registered in this order
 done
 # while they share the lane (short3 waits behind short1 and short2, then runs: about 2 s):
 # the queues in ps --json and /metrics
-until_jobs 20 "j['long']['policy_rank_name'] == 'queue' and j['long']['policy_rank'] >= 1 and j['short3']['state'] in ('running', 'paused') and j['short3']['policy_rank'] == 0"
+until_ps 20 "j['long']['policy_rank_name'] == 'queue' and j['long']['policy_rank'] >= 1 and j['short3']['state'] in ('running', 'paused') and j['short3']['policy_rank'] == 0"
 python3 -c 'import json,sys; print("ps --json while they share:", [(x["name"], x["state"], x["policy_rank_name"], x["policy_rank"], x["gpu_time_ms"]) for x in json.load(open(sys.argv[1]))])' "$WORK/ps.json"
 metrics=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' "http://$ADDR/metrics")
 qgrep '^salus_job_policy_rank{job_id="[0-9]*",name="long",uid="[0-9]*",rank="queue"} [1-9]' <<<"$metrics" ||
@@ -53,7 +43,7 @@ for p in "${pids[@]}" "$LONG"; do wait "$p" || fail "a job failed: $(tail -3 "$W
 for name in long short1 short2 short3; do
     grep -q "^synth_done " "$WORK/$name.out" || fail "$name did not finish: $(tail -3 "$WORK/$name.out")"
 done
-ps_json
+ps_json_file
 python3 - "$WORK/ps.json" <<'PY' || fail "LAS order"
 import json, sys
 jobs = {j["name"]: j for j in json.load(open(sys.argv[1]))}
@@ -72,9 +62,9 @@ pass "LAS: three short jobs submitted after a long one, without hints, finished 
 # --- Gittins: switched to live; its index shows in ps --json
 synth long2 200 &
 LONG2=$!
-until_jobs 20 "j.get('long2', {}).get('iterations', 0) >= 3"
+until_ps 20 "j.get('long2', {}).get('iterations', 0) >= 3"
 "$SALUSCTL" policy gittins >/dev/null || fail "salusctl policy gittins"
-until_jobs 10 "j['long2']['policy_rank_name'] == 'index'"
+until_ps 10 "j['long2']['policy_rank_name'] == 'index'"
 python3 -c 'import json,sys; print("ps --json under gittins:", [(x["name"], x["policy_rank_name"], x["policy_rank"]) for x in json.load(open(sys.argv[1])) if x["state"] != "done"])' "$WORK/ps.json"
 # four sizes learned already? no: they left under LAS; Gittins starts with none (index 0),
 # and learns the sizes of the jobs that leave while it runs

@@ -102,6 +102,8 @@ typedef struct cluster_s {
     int relist;                  /* lost it: read everything again when back */
     int listing_busy, put_busy;
     int member_ok;               /* this node's member key is written */
+    int64_t member_rev; /* etcd's revision at this lease's grant, then at the member key's
+                         * write: a delete of the key at or before it is of a former lease */
     int returns_checked;         /* the restart's survivors were checked (tick) */
     int keepalive_busy;
     uint64_t last_resync_ns, last_grant_ns;

@@ -77,6 +77,7 @@ static void on_granted(void *ctx, const etcd_result_t *r)
     cl->lease_ok_ns = salusd_now_ns();
     cl->lease_lost = 0;
     cl->keepalive_busy = 0;
+    cl->member_rev = r->revision;
     lease_file_write(cl);
     LOG_INFO("cluster: node %s holds lease %llx (TTL %lld s)", cl->node,
              (unsigned long long)cl->lease_id, (long long)cl->ttl_s);
@@ -163,6 +164,7 @@ static void on_member_put(void *ctx, const etcd_result_t *r)
         return;
     }
     cl->member_ok = 1;
+    cl->member_rev = r->revision;
     if (!cl->start_done) {
         cl->start_done = 1; /* the listing and the watch follow (cluster_start) */
     } else if (cl->relist) {
@@ -254,6 +256,15 @@ static void member_event(cluster_t *cl, const char *node, const etcd_kv_t *kv, i
     while (i < cl->member_count && strcmp(cl->members[i].node, node) != 0)
         i++;
     if (deleted) {
+        if (strcmp(node, cl->node) == 0 && kv->mod_revision &&
+            kv->mod_revision <= cl->member_rev) {
+            /* the key of a lease this node has already replaced (a watch that delivers the
+             * expiry late, after the new grant): not a loss of the new lease */
+            LOG_INFO("cluster: node %s: the delete of its former member key (revision %lld, "
+                     "not after %lld) is stale: ignored", node, (long long)kv->mod_revision,
+                     (long long)cl->member_rev);
+            return;
+        }
         if (i == cl->member_count)
             return;
         cl->members[i] = cl->members[--cl->member_count];

@@ -86,11 +86,13 @@ echo "node n1: $(left_seen 1 | sed 's/.* warn //')"
 # node lists every member with its link up, then the UCX peers.
 wait_until $((TTL + 20)) 'qgrep "node n3 is back in the cluster" "$WORK/n3/salusd.log"' ||
     fail "n3 did not come back after its freeze: $(tail -n 5 "$WORK/n3/salusd.log")"
-members_linked() { # I: every member listed, its link up
+members_linked() { # I: a member itself, every member listed, its link up
     ctl "$1" status --json 2>/dev/null | python3 -c '
 import json, sys
-m = json.load(sys.stdin).get("cluster", {}).get("members", [])
-sys.exit(0 if sorted(x["node"] for x in m) == ["n1", "n2", "n3"] and all(x["link_up"] for x in m) else 1)'
+c = json.load(sys.stdin).get("cluster", {})
+m = c.get("members", [])
+sys.exit(0 if c.get("member") and sorted(x["node"] for x in m) == ["n1", "n2", "n3"]
+         and all(x["link_up"] for x in m) else 1)'
 }
 for i in 1 2 3; do
     wait_until 30 members_linked "$i" ||

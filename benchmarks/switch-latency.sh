@@ -15,7 +15,7 @@
 # a lane.
 #   benchmarks/switch-latency.sh [--build-dir DIR] [--switches N] [--ephemeral-mb M]
 #       [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check] [--check-kept]
-#       [--check-shared] [--cross-user]
+#       [--check-shared] [--cross-user] [--on-device]
 # --host-us: host time after each release in the extra --lane-hold gpu rows (default 1000).
 # SWITCH_ROWS (e.g. "gpu.none iteration.room") measures a subset, SWITCH_MECHS (e.g. "current
 # shared") a subset of the columns; SWITCH_DAEMON_ARGS is added to
@@ -35,6 +35,16 @@
 # one's (cuMemAllocAsync and cuMemFreeAsync each iteration, as its cudaMallocAsync backend).
 # --check-shared: exit 1 unless, in every row with memory, the shared column's p50 is at most
 # 50 us and at most twice the relay floor's p50.
+# --on-device: the rows run on the device salusd takes, whatever its memory (a real GPU when a
+# driver works, as tools/gpu-check.sh runs it; else simgpu of SIMGPU_MEMORY_MB, 16 GiB by
+# default), instead of a simgpu of each row's size: each row's size (1 GiB with room for both
+# jobs, EPHEMERAL_MB * 1.5 + 128 MiB too small for both, 1.5 GiB for the allocator and
+# cross-user rows) is arranged by salusd's --gpu-reserve (the device's memory less the row's
+# size kept out of the lanes; --job-overhead 0, so that the books are the simgpu rows') and, once
+# both jobs are admitted and their contexts made, a ballast process that takes the device's
+# free memory but the row's size less the chunks salusd holds (salusd makes chunks only while
+# the device has room: without it a job would never have to wait for the other's memory).
+# Leaves salus-synth out (it has no start gate for the ballast).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD="$ROOT/build"
@@ -48,10 +58,11 @@ CHECK=0
 CHECK_KEPT=0
 CHECK_SHARED=0
 CROSS_USER=0
+ON_DEVICE=0
 OTHER_USER=""
 read -r -a MECHS <<<"${SWITCH_MECHS:-baseline current shared}"
 usage() {
-    echo "usage: $0 [--build-dir DIR] [--switches N] [--ephemeral-mb M] [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check] [--check-kept] [--check-shared]" >&2
+    echo "usage: $0 [--build-dir DIR] [--switches N] [--ephemeral-mb M] [--gpu-us U] [--host-us H] [--no-synth] [--no-iteration] [--check] [--check-kept] [--check-shared] [--cross-user] [--on-device]" >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -67,6 +78,7 @@ while [ $# -gt 0 ]; do
         --check-kept) CHECK_KEPT=1; shift ;;
         --check-shared) CHECK_SHARED=1; shift ;;
         --cross-user) CROSS_USER=1; shift ;;
+        --on-device) ON_DEVICE=1; SYNTH=0; shift ;;
         *) usage ;;
     esac
 done
@@ -84,8 +96,11 @@ export SALUS_SOCKET="$RUN/salusd.sock"
 export SIMGPU_SHM_NAME="salus-switch-${RUN##*.}"
 
 DAEMON=""
+BALLAST=""
 JOBS=()
 stop_daemon() {
+    if [ -n "$BALLAST" ]; then kill "$BALLAST" 2>/dev/null || true; wait "$BALLAST" 2>/dev/null || true; fi
+    BALLAST=""
     if [ -n "$DAEMON" ]; then kill "$DAEMON" 2>/dev/null || true; wait "$DAEMON" 2>/dev/null || true; fi
     DAEMON=""
     rm -f "/dev/shm/$SIMGPU_SHM_NAME"
@@ -103,12 +118,20 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-# start_daemon [LANE_HOLD] [LANE_MEMORY]: a fresh salusd (the shim's mechanism comes from
-# SALUS_SWITCH_BASELINE in the environment)
+# start_daemon LANE_HOLD LANE_MEMORY GPU_MB: a fresh salusd (the shim's mechanism comes from
+# SALUS_SWITCH_BASELINE in the environment) on a GPU of GPU_MB MiB: a simgpu of that size, or
+# with --on-device the device, GPU_MB of it for the lanes (0: the whole device, as it is)
 start_daemon() {
+    local mem=() sized=()
     rm -rf "$RUN/state" # learned sizes of an earlier measurement would change this one
-    "$BIN/salusd" --foreground --policy pack --lane-hold "${1:-gpu}" --lane-memory "${2:-fresh}" \
-        --state-dir "$RUN/state" ${SWITCH_DAEMON_ARGS:-} \
+    if [ "$ON_DEVICE" = 0 ]; then
+        mem=(SIMGPU_MEMORY_MB="$3")
+    elif [ "$3" -gt 0 ]; then
+        [ "$DEVICE_MB" -gt "$3" ] || { echo "switch-latency: the device has $DEVICE_MB MiB, a row needs $3" >&2; exit 1; }
+        sized=(--gpu-reserve "$((DEVICE_MB - $3))MiB" --job-overhead 0)
+    fi
+    env "${mem[@]}" "$BIN/salusd" --foreground --policy pack --lane-hold "$1" --lane-memory "$2" \
+        --state-dir "$RUN/state" "${sized[@]}" ${SWITCH_DAEMON_ARGS:-} \
         2>>"$RUN/salusd.log" &
     DAEMON=$!
     for _ in $(seq 1 200); do "$BIN/salusctl" status >/dev/null 2>&1 && return 0; sleep 0.05; done
@@ -116,6 +139,76 @@ start_daemon() {
     echo "switch-latency: salusd did not start" >&2
     exit 1
 }
+
+# --on-device: what salusd takes (device kind, its driver, GPU 0's name and MiB)
+DEVICE_KIND=simgpu DEVICE_MB=0 DRIVER="" DEVICE_NAME=""
+probe_device() {
+    start_daemon gpu fresh 0
+    "$BIN/salusctl" status --json >"$RUN/status.json"
+    stop_daemon
+    { read -r DEVICE_KIND; read -r DEVICE_MB; read -r DRIVER; read -r DEVICE_NAME; } < <(python3 - "$RUN/status.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+g = s["gpus"][0]
+print(s["device"], g["total_bytes"] >> 20, s["driver"], g["name"], sep="\n")
+PY
+    )
+}
+
+# fill_device GPU_MB: with --on-device, once both sides are ready (their contexts made), a
+# ballast takes the device's free memory but GPU_MB less the chunks salusd holds; then go
+fill_device() {
+    local i leave side
+    for i in $(seq 1 2400); do
+        python3 -c 'import struct, sys; r = struct.unpack_from("<II", open(sys.argv[1], "rb").read(), 32); sys.exit(0 if all(r) else 1)' \
+            "$RUN/shared" && break
+        for side in 0 1; do
+            kill -0 "${JOBS[$side]}" 2>/dev/null || { cat "$RUN/side.$side" >&2; echo "switch-latency: side $side stopped before it was ready" >&2; exit 1; }
+        done
+        sleep 0.05
+    done
+    leave=$("$BIN/salusctl" status --json | python3 -c 'import json, sys; print((int(sys.argv[1]) << 20) - json.load(sys.stdin)["gpus"][0]["used_bytes"])' "$1")
+    python3 - "$DRIVER" "$leave" >"$RUN/ballast" 2>&1 <<'PY' &
+import ctypes as C, sys, time
+cu = C.CDLL(sys.argv[1])
+leave = int(sys.argv[2])
+cu.cuDevicePrimaryCtxRetain.argtypes = [C.POINTER(C.c_void_p), C.c_int]
+cu.cuCtxSetCurrent.argtypes = [C.c_void_p]
+cu.cuMemGetInfo_v2.argtypes = [C.POINTER(C.c_size_t), C.POINTER(C.c_size_t)]
+cu.cuMemAlloc_v2.argtypes = [C.POINTER(C.c_uint64), C.c_size_t]
+def ok(rc, what):
+    if rc:
+        sys.exit(f"switch-latency: ballast: {what} failed ({rc})")
+dev, ctx, free, total = C.c_int(), C.c_void_p(), C.c_size_t(), C.c_size_t()
+ok(cu.cuInit(0), "cuInit")
+ok(cu.cuDeviceGet(C.byref(dev), 0), "cuDeviceGet")
+ok(cu.cuDevicePrimaryCtxRetain(C.byref(ctx), dev.value), "cuDevicePrimaryCtxRetain")
+ok(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+ok(cu.cuMemGetInfo_v2(C.byref(free), C.byref(total)), "cuMemGetInfo")
+want, held, piece, step = free.value - leave, 0, 1 << 30, 2 << 20
+while want - held >= step and piece >= step:
+    n = min(piece, (want - held) // step * step)
+    if cu.cuMemAlloc_v2(C.byref(C.c_uint64()), n):
+        piece //= 2  # fragmentation: smaller pieces
+        continue
+    held += n
+ok(cu.cuMemGetInfo_v2(C.byref(free), C.byref(total)), "cuMemGetInfo")
+print(f"ballast_ready held_mib={held >> 20} free_mib={free.value >> 20} total_mib={total.value >> 20}", flush=True)
+while True:
+    time.sleep(3600)
+PY
+    BALLAST=$!
+    for i in $(seq 1 1200); do
+        grep -q ballast_ready "$RUN/ballast" && break
+        kill -0 "$BALLAST" 2>/dev/null || break
+        sleep 0.05
+    done
+    grep -q ballast_ready "$RUN/ballast" || { cat "$RUN/ballast" >&2; echo "switch-latency: the ballast did not fill the device" >&2; exit 1; }
+    BALLASTS+="$(grep -o 'held_mib=[0-9]* free_mib=[0-9]*' "$RUN/ballast") (row $1 MiB, salusd's chunks $(( ($1 << 20) - leave >> 20)) MiB);"
+    python3 -c 'import struct, sys
+with open(sys.argv[1], "r+b") as f: f.seek(40); f.write(struct.pack("<I", 1))' "$RUN/shared"
+}
+BALLASTS=""
 
 # pair LANE_HOLD MECH EPHEMERAL_MB [full|room] [HOST_US]: one measurement; prints "p50 p99 max
 # count ms_per_iteration". full: a GPU too small for both jobs' ephemeral memory at once, so
@@ -142,12 +235,13 @@ pair() {
     fi
     local across=""
     [ "${4:-}" = users ] && across=" --share-lanes-across-users"
-    SIMGPU_MEMORY_MB=$gpu_mb SALUS_SWITCH_BASELINE=$baseline \
-        SWITCH_DAEMON_ARGS="${SWITCH_DAEMON_ARGS:-}$across" start_daemon "$hold" "$lane_memory"
+    SALUS_SWITCH_BASELINE=$baseline \
+        SWITCH_DAEMON_ARGS="${SWITCH_DAEMON_ARGS:-}$across" start_daemon "$hold" "$lane_memory" "$gpu_mb"
     LOG_FROM=$(wc -l <"$RUN/salusd.log")
     rm -f "$RUN/shared" && truncate -s 4096 "$RUN/shared" && chmod 0666 "$RUN/shared"
     JOBS=()
-    local order=(0 1)
+    local order=(0 1) go=()
+    [ "$ON_DEVICE" = 1 ] && go=(--wait-go)
     [ "${4:-}" = users ] && order=(1 0) # runuser starts slowly: the other user's job first
     for side in "${order[@]}"; do
         as=()
@@ -159,7 +253,7 @@ pair() {
         SALUS_SWITCH_BASELINE=$baseline "${as[@]}" "$BIN/salusctl" run --name "switch-$side" "${hints[@]}" -- \
             "$BENCH" --side "$side" --shared "$RUN/shared" --switches "$switches" \
             --gpu-us "$GPU_US" --ephemeral-mb "$eph" --persistent-mb 16 \
-            --lane-hold "$hold" --host-us "$host" --alloc "$alloc" \
+            --lane-hold "$hold" --host-us "$host" --alloc "$alloc" "${go[@]}" \
             --out "$RUN/samples.$side" >"$RUN/side.$side" 2>&1 &
         JOBS[$side]=$!
         if [ "${#as[@]}" -gt 0 ]; then # admitted before the first job starts alone
@@ -169,6 +263,7 @@ pair() {
             done
         fi
     done
+    [ "$ON_DEVICE" = 1 ] && fill_device "$gpu_mb"
     for side in 0 1; do
         wait "${JOBS[$side]}" || { cat "$RUN/side.$side" "$RUN/salusd.log" >&2; echo "switch-latency: side $side failed" >&2; exit 1; }
     done
@@ -198,7 +293,7 @@ synth() {
     local count=$1 mech=$2 i baseline=0 iters=2000 lane_memory=fresh
     [ "$mech" = baseline ] && baseline=1
     [ "$mech" = shared ] && lane_memory=shared
-    SIMGPU_MEMORY_MB=1024 SALUS_SWITCH_BASELINE=$baseline start_daemon gpu "$lane_memory"
+    SALUS_SWITCH_BASELINE=$baseline start_daemon gpu "$lane_memory" 1024
     JOBS=()
     for i in $(seq 1 "$count"); do
         SALUS_SWITCH_BASELINE=$baseline "$BIN/salusctl" run --name "synth-$i" \
@@ -228,6 +323,12 @@ PY
 # (not in $(...): a subshell would leave its jobs and daemon behind when it fails)
 declare -A R
 CLEARS=""
+DEVICE="simgpu of each row's size"
+if [ "$ON_DEVICE" = 1 ]; then
+    probe_device
+    DEVICE="$DEVICE_KIND: $DEVICE_NAME, $DEVICE_MB MiB, each row's size arranged by --gpu-reserve and a ballast"
+    echo "switch-latency: on $DEVICE (driver $DRIVER)" >&2
+fi
 ROWS=(gpu.none gpu.room gpu.roomhost gpu.full gpu.host gpu.caching gpu.async)
 [ "$ITERATION" = 1 ] && ROWS+=(iteration.none iteration.room iteration.full)
 if [ "$CROSS_USER" = 1 ]; then
@@ -270,11 +371,12 @@ if [ "$SYNTH" = 1 ]; then
 fi
 
 python3 - "$SWITCHES" "$EPHEMERAL_MB" "$GPU_US" "$HOST_US" "$CHECK" "$CHECK_KEPT" "$CHECK_SHARED" \
-    "$FLOOR_DIRECT" "$FLOOR_RELAY" "$SYNTH_LINE" "${MECHS[*]}" "$CLEARS" "${ARGS[@]}" <<'PY'
+    "$FLOOR_DIRECT" "$FLOOR_RELAY" "$SYNTH_LINE" "${MECHS[*]}" "$CLEARS" "$DEVICE" "$BALLASTS" "${ARGS[@]}" <<'PY'
 import sys
 switches, eph, gpu_us, host_us, check, check_kept, check_shared = sys.argv[1:8]
 floors, synth, mechs, clears = sys.argv[8:10], sys.argv[10], sys.argv[11].split(), sys.argv[12]
-rest = sys.argv[13:]
+device, ballasts = sys.argv[13], sys.argv[14]
+rest = sys.argv[15:]
 res = {rest[i]: list(map(float, rest[i + 1].split())) for i in range(0, len(rest), 2)}
 rows = sorted({k.split(".", 1)[1] for k in res}, key=lambda r: list(res).index(next(k for k in res if k.endswith("." + r))))
 names = {"none": "without the memory hand-over", "room": "with the memory hand-over",
@@ -283,7 +385,7 @@ names = {"none": "without the memory hand-over", "room": "with the memory hand-o
          "caching": "  caching allocator (kept blocks)", "async": "  stream-ordered (MemAllocAsync)"}
 titles = {"baseline": "baseline", "current": "fresh (--lane-memory)", "shared": "shared (--lane-memory)"}
 print(f"switch latency, us: job A gives the lane up -> job B's gate call returned (2 jobs in one "
-      f"lane, salusd --policy pack on simgpu, {gpu_us} us of device work per iteration)")
+      f"lane, salusd --policy pack on {device}, {gpu_us} us of device work per iteration)")
 print(f"{'':34}" + "".join(f" {titles.get(m, m):>26}" for m in mechs))
 print(f"{'':34}" + " ".join(f"{'p50':>8} {'p99':>8} {'max':>8}" for m in mechs) +
       f" {'switches':>9} {'ms/iter ' + '/'.join(m[0] for m in mechs):>18}")
@@ -304,6 +406,10 @@ print(f"  (memory hand-over: {eph} MiB ephemeral allocated and freed per iterati
       f"   the GPU has room and move when it is too small; at a release with lane-mates they go back, as\n"
       f"   in the baseline; shared: the lane's one set of chunks is mapped by both jobs, nothing moves;\n"
       f"   the host-time rows: each job spends that long on the host after its release)")
+if ballasts:
+    sizes = sorted(set(b.strip() for b in ballasts.split(";") if b.strip()))
+    print("  ballasts (the device's memory the rows left out): " + "; ".join(sizes[:3]) +
+          (f"; ... ({len(sizes)} sizes)" if len(sizes) > 3 else ""))
 if clears:
     print("  across users (--share-lanes-across-users; the second job another user's): salusd's clears of\n"
           "  the lane between the users, " + "; ".join(c.strip() for c in clears.split(";") if c.strip()))

@@ -4,7 +4,7 @@
  *   salus-switch-latency --side 0|1 --shared FILE --switches N [--gpu-us U]
  *                        [--ephemeral-mb M] [--persistent-mb P] [--host-us H]
  *                        [--lane-hold gpu|iteration] [--pattern]
- *                        [--alloc plain|caching|async] --out FILE
+ *                        [--alloc plain|caching|async] [--wait-go] --out FILE
  *   salus-switch-latency --floor direct|relay --switches N
  *
  * --side: a job of a lane shared with the other side (run both under salusctl run). Each
@@ -35,6 +35,10 @@
  * word is its own; prints "switch_side_pattern side=S mismatches=M inherited=I foreign=F"
  * after the done line.
  *
+ * --wait-go: once both sides are ready (admitted, their contexts made), wait until the script
+ * sets the page's go word (at most 120 s): switch-latency.sh --on-device fills the device's
+ * spare memory then, when the jobs' contexts are in it (the row's size is what is left).
+ *
  * --floor: two processes alternating turns through a futex in shared memory, without CUDA:
  * direct (the outgoing process wakes the next one) or relay (it writes an eventfd that a
  * third process, standing for the daemon, reads before it wakes the next one). Prints
@@ -62,6 +66,7 @@ typedef struct {
     _Atomic uint32_t done[2];        /* the side stopped */
     _Atomic uint32_t in_lane[2];     /* between its boundary call's return and its next one */
     _Atomic uint32_t ready[2];       /* the side is admitted (cuInit returned) */
+    _Atomic uint32_t go;             /* --wait-go: the script says start (offset 40) */
 } shared_t;
 
 static uint64_t now_ns(void)
@@ -115,6 +120,7 @@ typedef struct {
     int release_at_sync; /* --lane-hold gpu */
     int pattern;         /* --pattern: write and check the ephemeral memory each iteration */
     int alloc;           /* --alloc: ALLOC_* */
+    int wait_go;         /* --wait-go */
 } side_args_t;
 
 /* --alloc, with --ephemeral-mb: how an iteration gets its ephemeral memory. plain: cuMemAlloc
@@ -167,6 +173,14 @@ static int run_side(const side_args_t *a)
          i++) {
         struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
         nanosleep(&ms, NULL);
+    }
+    for (int i = 0; a->wait_go && i < 120000 && !atomic_load(&sh->go); i++) {
+        struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
+        nanosleep(&ms, NULL);
+    }
+    if (a->wait_go && !atomic_load(&sh->go)) {
+        fprintf(stderr, "salus-switch-latency: --wait-go: no go in 120 s\n");
+        goto out;
     }
     if (a->persistent_bytes && check(cuMemAlloc(&persistent, a->persistent_bytes), "cuMemAlloc"))
         goto out;
@@ -396,6 +410,7 @@ static void usage(void)
     fprintf(stderr, "usage: salus-switch-latency --side 0|1 --shared FILE --switches N --out FILE "
                     "[--gpu-us U] [--ephemeral-mb M] [--persistent-mb P] [--host-us H]\n"
                     "       [--lane-hold gpu|iteration] [--pattern] [--alloc plain|caching|async]\n"
+                    "       [--wait-go]\n"
                     "       salus-switch-latency --floor direct|relay --switches N\n");
     exit(2);
 }
@@ -410,7 +425,7 @@ int main(int argc, char **argv)
         {"out", required_argument, NULL, 'o'},      {"floor", required_argument, NULL, 'F'},
         {"host-us", required_argument, NULL, 'h'},  {"lane-hold", required_argument, NULL, 'l'},
         {"pattern", no_argument, NULL, 'P'},        {"alloc", required_argument, NULL, 'A'},
-        {NULL, 0, NULL, 0}};
+        {"wait-go", no_argument, NULL, 'G'},        {NULL, 0, NULL, 0}};
     side_args_t a = {.side = -1, .switches = 10000, .gpu_ns = 100000, .persistent_bytes = 16u << 20,
                      .release_at_sync = 1};
     const char *floor_kind = NULL;
@@ -419,6 +434,7 @@ int main(int argc, char **argv)
         char *end = NULL;
         long v = optarg ? strtol(optarg, &end, 10) : 0;
         if (opt != 'f' && opt != 'o' && opt != 'F' && opt != 'l' && opt != 'P' && opt != 'A' &&
+            opt != 'G' &&
             (opt == '?' || !end || *end || v < 0))
             usage();
         switch (opt) {
@@ -432,6 +448,7 @@ int main(int argc, char **argv)
         case 'F': floor_kind = optarg; break;
         case 'h': a.host_ns = (uint64_t)v * 1000u; break;
         case 'P': a.pattern = 1; break;
+        case 'G': a.wait_go = 1; break;
         case 'A':
             if (strcmp(optarg, "plain") == 0)
                 a.alloc = ALLOC_PLAIN;

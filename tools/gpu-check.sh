@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real-GPU check (needs an NVIDIA GPU, its driver and the CUDA toolkit; < 8 minutes):
+# The real-GPU check (needs an NVIDIA GPU, its driver and the CUDA toolkit; < 12 minutes):
 # builds salus, starts salusd on the real GPU and runs
 #   (a) salus-mlp natively and under the shim, comparing final_loss;
 #   (b) an nvcc-built runtime-API program (default static runtime) under the shim;
@@ -9,21 +9,73 @@
 #       pools), salus-managed (managed memory), natively and under the shim, each job's
 #       memory in ps at least what it asked for and at most that plus one chunk;
 #   (d) the shim overhead benchmark;
+#   (f) the switch benchmark's rows with memory (benchmarks/switch-latency.sh --on-device:
+#       baseline, fresh and shared lane memory, 300 MiB per iteration, on a GPU with room for
+#       both jobs and on one too small for both, arranged on the real GPU whatever its size);
 # then prints one summary table. Never changes the GPU's settings.
+#   tools/gpu-check.sh [--only switch] [--build-dir DIR] [--no-build]
+# --only switch runs (f) alone; with --no-build and --build-dir build it runs on simgpu where
+# there is no GPU (salusd takes simgpu then): a dry run of that part's path.
+# GPU_CHECK_SWITCHES (default 2000): switches per row of (f).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD="$ROOT/build-gpu"
+ONLY=""
+NO_BUILD=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --only) ONLY=${2:?}; shift 2 ;;
+        --build-dir) BUILD=${2:?}; shift 2 ;;
+        --no-build) NO_BUILD=1; shift ;;
+        *) echo "usage: $0 [--only switch] [--build-dir DIR] [--no-build]" >&2; exit 2 ;;
+    esac
+done
+[ -z "$ONLY" ] || [ "$ONLY" = switch ] || { echo "gpu-check: --only takes 'switch'" >&2; exit 2; }
 OUT_DIR=${OUT:-$(mktemp -d /tmp/salus-gpu-check.XXXXXX)}
 mkdir -p "$OUT_DIR"
 declare -A RESULT
 
 row() { RESULT[$1]="$2"; echo "[$1] $2"; }
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1 |
-    tee "$OUT_DIR/gpu.txt"
-"$ROOT/tools/setup.sh" --build-dir "$BUILD" >"$OUT_DIR/setup.log" 2>&1 ||
-    { tail -30 "$OUT_DIR/setup.log"; echo "gpu-check: build failed"; exit 1; }
+# (f) the switch benchmark's rows with memory, on the device salusd takes (no salusd of this
+# script may run meanwhile: the benchmark starts its own for each measurement)
+switch_rows() {
+    SWITCH_ROWS="gpu.none gpu.room gpu.full gpu.caching gpu.async iteration.room iteration.full" \
+        timeout 900 bash "$ROOT/benchmarks/switch-latency.sh" --build-dir "$BUILD" --on-device \
+        --switches "${GPU_CHECK_SWITCHES:-2000}" --check-shared >"$OUT_DIR/switch.txt" 2>&1
+    local rc=$? shared
+    shared=$(grep -o '^shared [a-z.]*: p50 [0-9.]* us' "$OUT_DIR/switch.txt" | sed 's/^shared //' | paste -sd, -)
+    if [ "$rc" = 0 ]; then
+        row switch "PASS (no overlap; shared p50 within the goal) ${shared}"
+    elif grep -q '^switch-latency: goal missed' "$OUT_DIR/switch.txt" && grep -q '^floor without salus' "$OUT_DIR/switch.txt"; then
+        row switch "RAN, shared goal missed (no overlap): ${shared}"
+    else
+        row switch "FAIL $(grep -v '^  ' "$OUT_DIR/switch.txt" | tail -3 | tr '\n' ' ')"
+    fi
+}
+
+gpu_name() {
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1
+    else
+        echo "no nvidia-smi (salusd will take simgpu)"
+    fi
+}
+gpu_name | tee "$OUT_DIR/gpu.txt"
+if [ "$NO_BUILD" = 0 ]; then
+    "$ROOT/tools/setup.sh" --build-dir "$BUILD" >"$OUT_DIR/setup.log" 2>&1 ||
+        { tail -30 "$OUT_DIR/setup.log"; echo "gpu-check: build failed"; exit 1; }
+fi
 BIN="$BUILD/bin"
+if [ "$ONLY" = switch ]; then
+    switch_rows
+    echo
+    echo "== salus gpu-check summary, (f) only ($(cat "$OUT_DIR/gpu.txt"))"
+    printf '%-10s %s\n' switch "${RESULT[switch]}"
+    cat "$OUT_DIR/switch.txt"
+    case ${RESULT[switch]} in FAIL*) exit 1 ;; esac
+    exit 0
+fi
 export SALUS_SOCKET="$OUT_DIR/salusd.sock"
 "$BIN/salusd" --foreground --log-level info --state-dir "$OUT_DIR/state" 2>"$OUT_DIR/salusd.log" &
 DAEMON=$!
@@ -111,9 +163,11 @@ kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null
 timeout 240 "$ROOT/benchmarks/shim-overhead.sh" --build-dir "$BUILD" --real --repeat 2 \
     >"$OUT_DIR/overhead.txt" 2>&1 && row overhead "$(grep '^launch' "$OUT_DIR/overhead.txt")" ||
     row overhead "FAIL $(tail -2 "$OUT_DIR/overhead.txt" | tr '\n' ' ')"
+switch_rows
 "$BIN/salusctl" ps 2>/dev/null >"$OUT_DIR/ps.txt" || true
 
 echo
 echo "== salus gpu-check summary ($(cat "$OUT_DIR/gpu.txt"))"
-for k in daemon mlp runtime torch torch-exp vmm-vecadd pool-loop managed overhead; do printf '%-10s %s\n' "$k" "${RESULT[$k]:-not run}"; done
+for k in daemon mlp runtime torch torch-exp vmm-vecadd pool-loop managed overhead switch; do printf '%-10s %s\n' "$k" "${RESULT[$k]:-not run}"; done
 cat "$OUT_DIR/overhead.txt" 2>/dev/null
+cat "$OUT_DIR/switch.txt" 2>/dev/null

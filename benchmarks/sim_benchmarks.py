@@ -15,17 +15,32 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The lane switch cost of the figures, us: salus-sim's default (SIM_SWITCH_US_DEFAULT, sim.h),
+# salusd's switch with --lane-memory shared as measured by switch-latency.sh. Table 5 runs the
+# same figures at 100 us (the cost these figures used before that measurement) and at 314 us
+# (the same measurement's switch under --lane-memory fresh, salusd's default: a 300 MiB chunk
+# created, mapped and unmapped per switch).
+SWITCH_US = 14
+ALSO_SWITCH_US = "100,314"
 GEN = os.path.join(HERE, "gen-trace.py")
 
 
 class Bench:
-    def __init__(self, args):
+    def __init__(self, args, quiet=False):
         self.args = args
         self.lines = []
+        self.quiet = quiet
+        self.section = ""
+        self.figures = {}  # what the switch-cost summary compares: name -> value
 
     def say(self, text=""):
+        if self.quiet:
+            return
         print(text, flush=True)
         self.lines.append(text)
+
+    def figure(self, name, value):
+        self.figures[name] = value
 
     def trace(self, name, *options):
         path = os.path.join(self.args.work, name + ".csv")
@@ -51,6 +66,7 @@ class Bench:
                 r["peak_jobs_resident"]))
 
     def ratio_line(self, what, ours, salus):
+        self.figure("%s|%s" % (self.section, what.strip()), ours)
         self.say("  %-56s ours %7.2fx   Salus %6s" % (what, ours, salus))
 
 
@@ -121,6 +137,10 @@ def compare_jct(b, quick):
                                       "iteration")))
     b.table(rows)
     r = dict(rows)
+    b.section = "mixed"
+    for policy in ("srtf", "pack", "fair"):
+        b.figure("mixed|average JCT s, %s" % policy, r[policy]["avg_jct_s"])
+    b.figure("mixed|lane switches, pack", r["pack"]["switches"])
     b.ratio_line("average JCT FIFO / SRTF",
                  ratio(r["fifo"]["avg_jct_s"], r["srtf"]["avg_jct_s"]), "3.19x")
     b.ratio_line("average JCT MPS / PACK (>= 1: PACK as fast or faster)",
@@ -150,6 +170,9 @@ def compare_hyperparam(b, quick):
     ]
     b.table(rows)
     r = dict(rows)
+    b.section = "hyperparam"
+    b.figure("hyperparam|utilisation %, pack", 100 * r["salus (pack)"]["utilization"])
+    b.figure("hyperparam|lane switches, pack", r["salus (pack)"]["switches"])
     ceiling = 1 / mean_gpu_frac(trace)
     ours = ratio(r["salus (pack)"]["utilization"], r["exclusive"]["utilization"])
     b.ratio_line("utilisation salus / exclusive", ours, "2.38x")
@@ -180,6 +203,9 @@ def compare_inference(b, quick):
     ]
     b.table(rows)
     r = dict(rows)
+    b.section = "inference"
+    b.figure("inference|utilisation %, pack", 100 * r["salus (pack)"]["utilization"])
+    b.figure("inference|lane switches, pack", r["salus (pack)"]["switches"])
     for label in ("salus (pack)", OLD):
         b.ratio_line("utilisation %s / exclusive" % label,
                      ratio(r[label]["utilization"], r["exclusive"]["utilization"]),
@@ -235,7 +261,11 @@ def compare_nohints(b, quick):
             b.say("  %-22s %10.1f %10.1f %9.2fx %13.2fx %14.1f" % (
                 label, v["avg_jct_s"], v["p95_jct_s"], ratio(fifo, v["avg_jct_s"]),
                 ratio(v["avg_jct_s"], srtf), v["max_turn_wait_s"]))
+        b.section = "nohints " + name.split(",")[1].strip()
         best = min(("las (no hints)", "gittins (no hints)"), key=lambda k: r[k]["avg_jct_s"])
+        for label in ("las (no hints)", "gittins (no hints)"):
+            b.figure("%s|FIFO / %s" % (b.section, label.split()[0]),
+                     ratio(fifo, r[label]["avg_jct_s"]))
         b.ratio_line("average JCT FIFO / %s" % best, ratio(fifo, r[best]["avg_jct_s"]), "3.19x")
         b.say("  %-52s %7.1f%%  goal <= 25%%" % (
             "%s above SRTF (full hints)" % best,
@@ -249,6 +279,33 @@ def compare_nohints(b, quick):
     b.say()
 
 
+def run_all(b, quick):
+    compare_jct(b, quick)
+    compare_hyperparam(b, quick)
+    compare_inference(b, quick)
+    compare_nohints(b, quick)
+
+
+def switch_summary(b, others):
+    """5. The same figures at other lane switch costs, each a run of its own (quiet)."""
+    costs = [(args.switch_us, other) for args, other in others] + [(b.args.switch_us, b)]
+    b.say("5. The lane switch cost (--switch-us), side by side: the figures above at each cost")
+    b.say("  %-56s" % "figure" + "".join(" %9s" % ("%g us" % c) for c, _ in costs))
+    section = None
+    for key in b.figures:
+        sec, what = key.split("|", 1)
+        if "(no hints)" in what:  # the best of LAS and Gittins: both are listed
+            continue
+        if sec != section:
+            b.say("  %s" % sec)
+            section = sec
+        values = [o.figures.get(key) for _, o in costs]
+        fmt = "%9d" if what.startswith("lane switches") else "%9.2f"
+        b.say("    %-54s" % what.split(" (>=")[0] + "".join(" " + (fmt % v if v is not None else "%9s" % "-")
+                                           for v in values))
+    b.say()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sim", required=True)
@@ -257,17 +314,30 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--gpus", type=int, default=1)
     ap.add_argument("--gpu-mem-mb", type=int, default=16384)
-    ap.add_argument("--switch-us", type=float, default=100)
+    ap.add_argument("--switch-us", type=float, default=SWITCH_US)
+    ap.add_argument("--also-switch-us", default=ALSO_SWITCH_US,
+                    help="comma-separated switch costs (us) to run the same figures at, quietly, "
+                         "for the side-by-side table 5 ('' for none)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    others = []
+    for cost in (float(c) for c in args.also_switch_us.split(",") if c.strip()):
+        if cost == args.switch_us:
+            continue
+        other_args = argparse.Namespace(**vars(args))
+        other_args.switch_us = cost
+        other_args.out = os.path.join(args.work, "switch-%g" % cost)  # its .dat files: unused
+        os.makedirs(other_args.out, exist_ok=True)
+        other = Bench(other_args, quiet=True)
+        run_all(other, args.quick)
+        others.append((other_args, other))
     b = Bench(args)
     b.say("salus-sim benchmarks%s: lane switch cost %g us; ratios 'ours' vs Salus (MLSys 2020)"
           % (" (quick)" if args.quick else "", args.switch_us))
     b.say()
-    compare_jct(b, args.quick)
-    compare_hyperparam(b, args.quick)
-    compare_inference(b, args.quick)
-    compare_nohints(b, args.quick)
+    run_all(b, args.quick)
+    if others:
+        switch_summary(b, others)
     with open(os.path.join(args.out, "results.txt"), "w", encoding="ascii") as f:
         f.write("\n".join(b.lines) + "\n")
     return 0

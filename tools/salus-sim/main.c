@@ -12,6 +12,8 @@
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
 #define MAX_GPUS 1024
+#define SIM_STR_(x) #x
+#define SIM_STR(x) SIM_STR_(x)
 
 static void usage(FILE *out)
 {
@@ -27,7 +29,8 @@ static void usage(FILE *out)
           "  --gpus N            GPUs in the node (default 1)\n"
           "  --gpu-mem-mb M      memory of each GPU in MiB (default 16384)\n"
           "  --switch-us T       cost of a lane switching jobs at an iteration boundary,\n"
-          "                      microseconds (default 0)\n"
+          "                      microseconds (default " SIM_STR(SIM_SWITCH_US_DEFAULT) ": salusd's switch\n"
+          "                      with --lane-memory shared, measured on simgpu)\n"
           "  --no-hints          policies do not see the trace's iteration counts and times\n"
           "                      before measuring them (default: they do, like Salus profiles)\n"
           "  --hints WHAT        'all' (default), 'iterations' (the count only, no iteration\n"
@@ -106,6 +109,7 @@ int main(int argc, char **argv)
     int opt, status = EXIT_SUCCESS;
 
     sim_config_default(&config);
+    config.switch_s = SIM_SWITCH_US_DEFAULT / 1e6;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         switch (opt) {

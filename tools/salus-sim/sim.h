@@ -26,6 +26,19 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* salus-sim's --switch-us default, microseconds: the p50 of a switch with 300 MiB of ephemeral
+ * memory per iteration under salusd --lane-memory shared (one set of chunks per lane: a switch
+ * moves no memory), --lane-hold gpu, on a GPU with room for both jobs: the row "with the memory
+ * hand-over" of `benchmarks/switch-latency.sh --switches 3000 --no-synth` (14.3 us; 9.2-17.2 us
+ * in that run's other shared rows with memory; 11.9 us in a second run of that row; 13.1 and
+ * 13.5 us in benchmarks/README.md's two runs of 10,000 switches). Measured
+ * on simgpu, so it is the host side of a switch (the daemon's round trip); on a real GPU nothing
+ * of a switch is device work with shared lane memory. With --lane-memory fresh (salusd's default)
+ * the same row costs 314 us p50 (a 300 MiB chunk created, mapped, unmapped): run with
+ * --switch-us 314 for that. sim_config_default keeps 0, a switch without cost, which the unit
+ * tests reason on. */
+#define SIM_SWITCH_US_DEFAULT 14
+
 #define SIM_TRACE_HEADER \
     "job_id,submit_s,iterations,iter_ms,gpu_frac,persistent_mb,ephemeral_mb,priority"
 /* The header with the classes' two columns (latency_target_ms: > 0 a latency-critical job,

@@ -59,12 +59,12 @@ typedef struct conn_s {
     LIST_ENTRY(conn_s) link;
 } conn_t;
 
-typedef struct sched_s sched_t;
+typedef struct gpu_sched_s gpu_sched_t;
 
 typedef struct salusd_s {
     salusd_config_t config;
     devices_t devices;
-    sched_t *sched;           /* lanes and the active policy (sched.c) */
+    gpu_sched_t *gpu_sched;   /* lanes and the active policy (gpu_sched.c) */
     struct event *grow_timer; /* retries chunk requests that found the device full (jobs.c) */
     struct event_base *base;
     struct evconnlistener *listener;

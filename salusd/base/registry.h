@@ -77,7 +77,7 @@ typedef struct job_s {
     uint64_t end_budget_bytes;
     void *exit_probe;         /* jobs.c: asks the kernel for the exit status; NULL: done */
     /* a rank of a group (groups.c; group_id 0: a single job): what the scheduling core is
-     * told at registration (sched.c), and its gang wait when it left the core */
+     * told at registration (gpu_sched.c), and its gang wait when it left the core */
     uint64_t group_id;
     uint32_t group_world, group_rank, group_staleness;
     int group_sync;           /* sched_core_sync_t */

@@ -11,7 +11,7 @@
 #include "ps_cluster.h"
 #include "ps_local.h"
 #include "metrics.h"
-#include "sched.h"
+#include "gpu_sched.h"
 #include "views.h"
 
 #include "log.h"
@@ -48,7 +48,7 @@ static void reply_status(conn_t *c, const proto_msg_t *msg)
         proto_pack_kv_uint(&e->pk, "index", (uint64_t)i);
         proto_pack_kv_str(&e->pk, "name", g->name);
         proto_pack_kv_uint(&e->pk, "total_bytes", g->total_bytes);
-        proto_pack_kv_uint(&e->pk, "reserved_bytes", sched_gpu_reserved_bytes(d, i));
+        proto_pack_kv_uint(&e->pk, "reserved_bytes", gpu_sched_gpu_reserved_bytes(d, i));
         proto_pack_kv_uint(&e->pk, "used_bytes", g->chunk_bytes);
         proto_pack_kv_uint(&e->pk, "busy_ms", busy_ns / 1000000);
     }
@@ -112,7 +112,7 @@ static void reply_policy(conn_t *c, const proto_msg_t *msg)
     }
     proto_enc_t *e = &c->daemon->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 2);
-    proto_pack_kv_str(&e->pk, "policy", sched_policy_name(c->daemon));
+    proto_pack_kv_str(&e->pk, "policy", gpu_sched_policy_name(c->daemon));
     proto_pack_str(&e->pk, "policies");
     msgpack_pack_array(&e->pk, (uint32_t)policy_count());
     for (size_t i = 0; i < policy_count(); i++)

@@ -4,7 +4,7 @@
 #include "access.h"
 #include "groups.h"
 #include "jobs.h"
-#include "sched.h"
+#include "gpu_sched.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +21,7 @@ static int visible(conn_t *viewer, uint64_t job_id)
 static void pack_gpus(salusd_t *d, proto_map_t *map, const jobs_info_t *info)
 {
     job_gpus_info_t multi;
-    int is_multi = job_gpus_info(sched_job_gpus(d), info->id, &multi) == 0;
+    int is_multi = job_gpus_info(gpu_sched_job_gpus(d), info->id, &multi) == 0;
     uint32_t n = is_multi ? (multi.admitted ? multi.gpus : 0) : info->gpu >= 0;
     proto_pack_str(&map->pk, "gpus");
     msgpack_pack_array(&map->pk, n);
@@ -93,7 +93,7 @@ void views_pack_jobs(conn_t *viewer, msgpack_packer *pk)
         proto_map_int_or_nil(&map, "lane_holder", (int64_t)info.lane_holder,
                              visible(viewer, info.lane_holder));
         /* the policy's view (LAS: its queue, Gittins: its index); null when it has none */
-        const char *rank_name = info.has_policy_rank ? sched_rank_name(d) : NULL;
+        const char *rank_name = info.has_policy_rank ? gpu_sched_rank_name(d) : NULL;
         if (rank_name) {
             proto_map_str(&map, "policy_rank_name", rank_name);
             proto_pack_str(&map.pk, "policy_rank");
@@ -146,13 +146,13 @@ void views_pack_jobs(conn_t *viewer, msgpack_packer *pk)
 
 void views_pack_lanes(conn_t *viewer, msgpack_packer *pk)
 {
-    sched_lane_view_t *lanes = NULL;
+    gpu_sched_lane_info_t *lanes = NULL;
     size_t n = 0;
-    if (sched_lanes(viewer->daemon, &lanes, &n) < 0)
+    if (gpu_sched_lanes(viewer->daemon, &lanes, &n) < 0)
         n = 0;
     msgpack_pack_array(pk, (uint32_t)n);
     for (size_t i = 0; i < n; i++) {
-        const sched_lane_view_t *l = &lanes[i];
+        const gpu_sched_lane_info_t *l = &lanes[i];
         uint32_t shown = 0;
         for (size_t k = 0; k < l->job_count; k++)
             shown += visible(viewer, l->jobs[k]);
@@ -171,7 +171,7 @@ void views_pack_lanes(conn_t *viewer, msgpack_packer *pk)
                              visible(viewer, l->active_job));
         proto_map_end(&map);
     }
-    sched_lanes_free(lanes, n);
+    gpu_sched_lanes_free(lanes, n);
 }
 
 /* stats: raw counters; salusctl turns them into rates between two samples.
@@ -184,9 +184,9 @@ void views_handle_stats(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
     registry_t *reg = d->registry;
-    sched_lane_view_t *lanes = NULL;
+    gpu_sched_lane_info_t *lanes = NULL;
     size_t lane_count = 0;
-    if (sched_lanes(d, &lanes, &lane_count) < 0)
+    if (gpu_sched_lanes(d, &lanes, &lane_count) < 0)
         lane_count = 0;
     jobs_info_t *infos = calloc(registry_count(reg) + 1, sizeof(*infos));
     size_t job_count = 0;
@@ -213,7 +213,7 @@ void views_handle_stats(conn_t *c, const proto_msg_t *msg)
         proto_map_str(&map, "name", g->name);
         proto_map_uint(&map, "total_bytes", g->total_bytes);
         proto_map_uint(&map, "used_bytes", g->chunk_bytes);
-        proto_map_uint(&map, "reserved_bytes", sched_gpu_reserved_bytes(d, i));
+        proto_map_uint(&map, "reserved_bytes", gpu_sched_gpu_reserved_bytes(d, i));
         proto_map_int_or_nil(&map, "busy_ms", (int64_t)(busy_ns / 1000000), has_busy);
         proto_map_uint(&map, "lanes", lanes_here);
         proto_map_uint(&map, "jobs", jobs);
@@ -261,5 +261,5 @@ void views_handle_stats(conn_t *c, const proto_msg_t *msg)
     proto_enc_finish(enc);
     server_send(c, enc);
     free(infos);
-    sched_lanes_free(lanes, lane_count);
+    gpu_sched_lanes_free(lanes, lane_count);
 }

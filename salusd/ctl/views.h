@@ -1,5 +1,5 @@
 /* The one place that renders what `salusctl ps`, `lanes` and `stats` (top) show, from typed
- * snapshots: jobs_info_at() for jobs (which decides "running" once) and sched_lanes() for
+ * snapshots: jobs_info_at() for jobs (which decides "running" once) and gpu_sched_lanes() for
  * lanes. The metrics endpoint renders the same jobs_info_t (metrics.c, metrics_format.c).
  * Each function writes one reply body part for the requester, leaving out the jobs it may
  * not see (access_may_control). */

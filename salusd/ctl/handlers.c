@@ -12,7 +12,7 @@
 #include "ps_local.h"
 #include "metrics.h"
 #include "gpu_sched.h"
-#include "views.h"
+#include "render.h"
 
 #include "log.h"
 
@@ -71,7 +71,7 @@ static void reply_ps(conn_t *c, const proto_msg_t *msg)
     proto_enc_t *e = &c->daemon->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
     proto_pack_str(&e->pk, "jobs");
-    views_pack_jobs(c, &e->pk); /* the requester's jobs (all for admins) */
+    render_jobs(c, &e->pk); /* the requester's jobs (all for admins) */
     proto_enc_finish(e);
     server_send(c, e);
 }
@@ -81,7 +81,7 @@ static void reply_lanes(conn_t *c, const proto_msg_t *msg)
     proto_enc_t *e = &c->daemon->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
     proto_pack_str(&e->pk, "lanes");
-    views_pack_lanes(c, &e->pk);
+    render_lanes(c, &e->pk);
     proto_enc_finish(e);
     server_send(c, e);
 }
@@ -133,7 +133,7 @@ static const server_op_t ctl_ops[] = {
     {"logs", jobctl_handle_logs},
     {"reserve_for", reserve_for_handle},
     {"reserved_exit", reserve_for_handle_exit},
-    {"stats", views_handle_stats},
+    {"stats", render_handle_stats},
     {NULL, NULL},
 };
 

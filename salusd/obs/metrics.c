@@ -202,7 +202,7 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
     }
     ps_sample_t pss;
     snap->ps = NULL;
-    if (ps_sample(d, &pss) == 0) {
+    if (ps_report_sample(d, &pss) == 0) {
         m->ps = (metrics_ps_sample_t){
             .tables = pss.tables, .shards = pss.shards, .bytes = pss.bytes,
             .pushes = pss.pushes, .pushes_duplicate = pss.pushes_duplicate, .pulls = pss.pulls,

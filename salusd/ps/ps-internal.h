@@ -1,5 +1,5 @@
 /* The parameter-server service's parts (ps.h): what ps_service.c, ps_tables.c, ps_open.c,
- * ps_worker.c, ps_pull.c, ps_server.c, ps_msg.c and ps_view.c share. Single-threaded:
+ * ps_worker.c, ps_pull.c, ps_server.c, ps_msg.c and ps_report.c share. Single-threaded:
  * everything runs on the daemon's loop.
  *
  * One ps_table_t per table this daemon knows, keyed (uid, group name, table name, ring
@@ -227,7 +227,7 @@ struct ps_s {
     struct event *pump_timer;   /* a zero timer: sends the rest of a large clock's updates */
     LIST_HEAD(ps_pull_list, ps_pull_s) pulls;
     ps_fetch_t *fetches;
-    ps_sample_t stats;          /* counters (tables, shards, bytes: computed by ps_sample) */
+    ps_sample_t stats;          /* counters (tables, shards, bytes: computed by ps_report_sample) */
     uint64_t dropped;           /* bad messages from peers */
     /* part 2 (ps_repl*.c) */
     struct ps_copy_s *copies;   /* whole-state copies sent, not acknowledged yet */

@@ -121,9 +121,9 @@ void ps_group_over(salusd_t *d, uint64_t group_id);
  * view: the number of the server view in force here; shards_moved: primaries its changes
  * moved, replica_copies: replicas they added). */
 struct msgpack_packer;
-void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer *pk);
+void ps_report_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer *pk);
 /* What the parameter servers hear of the jobs subsystem (main registers it): a group over
- * (ps_group_over), its tables for the groups op (ps_pack_group_tables). */
+ * (ps_group_over), its tables for the groups op (ps_report_group_tables). */
 /* The parameter servers' rows of the request table (ps_ops.c). */
 extern const server_op_t ps_ops[];
 extern const jobs_observer_t ps_jobs_observer;
@@ -146,6 +146,6 @@ typedef struct ps_sample_s {
      * shard's primary, answered again after a view change), and the last one's time */
     uint64_t failovers, failover_last_ns;
 } ps_sample_t;
-int ps_sample(const salusd_t *d, ps_sample_t *sample);
+int ps_report_sample(const salusd_t *d, ps_sample_t *sample);
 
 #endif

@@ -1,7 +1,7 @@
 /* The parameter-server service (ps.h): start and stop, the deferred callbacks, and the entry
  * points the local endpoint calls; the work is in ps_tables.c (open, quota), ps_worker.c
  * (pushes, clocks, pulls), ps_server.c (shards served here), ps_msg.c (messages between
- * daemons) and ps_view.c (salusctl groups, /metrics). */
+ * daemons) and ps_report.c (salusctl groups, /metrics). */
 #include "ps-internal.h"
 #include "ps_ckpt.h"
 #include "ps_cluster.h"
@@ -425,5 +425,5 @@ void ps_group_over(salusd_t *d, uint64_t group_id)
 
 const jobs_observer_t ps_jobs_observer = {
     .group_over = ps_group_over,
-    .pack_group_tables = ps_pack_group_tables,
+    .pack_group_tables = ps_report_group_tables,
 };

@@ -274,7 +274,7 @@ START_TEST(test_view_change_resends_heads)
     ck_assert_uint_eq(t->outage_ns, 0);
     ck_assert_uint_eq(t->failovers, 1);
     ps_sample_t s;
-    ck_assert_int_eq(ps_sample(&d, &s), 0);
+    ck_assert_int_eq(ps_report_sample(&d, &s), 0);
     ck_assert_uint_eq(s.failovers, 1);
     ck_assert_uint_gt(s.failover_last_ns, 0);
     ck_assert_uint_eq(s.failover_last_ns, t->failover_ns);
@@ -290,7 +290,7 @@ START_TEST(test_view_change_resends_heads)
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    ps_pack_group_tables(&d, t->group_id, &pk);
+    ps_report_group_tables(&d, t->group_id, &pk);
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     size_t off = 0;

@@ -46,7 +46,7 @@ static uint64_t table_bytes_here(const ps_table_t *t)
     return sum;
 }
 
-void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer *pk)
+void ps_report_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer *pk)
 {
     ps_t *ps = ps_of(d);
     uint32_t n = 0;
@@ -85,7 +85,7 @@ void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer 
     }
 }
 
-int ps_sample(const salusd_t *d, ps_sample_t *s)
+int ps_report_sample(const salusd_t *d, ps_sample_t *s)
 {
     const ps_t *ps = ps_of(d);
     if (!ps)

@@ -127,6 +127,9 @@ typedef struct cluster_s {
     void *ps;                    /* their state (ps_cluster.c) */
 } cluster_t;
 
+/* The daemon's cluster role (NULL: a single node). */
+static inline cluster_t *cluster_of(const salusd_t *d) { return d->cluster; }
+
 /* cluster.c */
 int cluster_is_member(const cluster_t *cl, const char *node);
 int cluster_is_leader(const cluster_t *cl);

@@ -291,11 +291,9 @@ typedef struct ps_cluster_s {
     struct ps_views_s *views;    /* ps_cluster_view.c's (NULL until a view is asked for) */
 } ps_cluster_t;
 
-static inline cluster_t *cl_of(const salusd_t *d) { return (cluster_t *)d->cluster; }
-
 static inline ps_cluster_t *ps_of(const salusd_t *d)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     return cl ? (ps_cluster_t *)cl->ps : NULL;
 }
 

@@ -379,7 +379,7 @@ void ps_cluster_send_failed(salusd_t *d, const char *node, int status)
 
 int ps_cluster_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     if (!cl) {
         if (ps_cluster_view_local_start(d, hooks, ctx) < 0) {
             LOG_ERROR("ps: out of memory");
@@ -471,7 +471,7 @@ void ps_cluster_stop(salusd_t *d)
 
 const char *ps_cluster_self(const salusd_t *d)
 {
-    const cluster_t *cl = cl_of(d);
+    const cluster_t *cl = cluster_of(d);
     return cl ? cl->node : "local";
 }
 
@@ -502,7 +502,7 @@ static int name_cmp(const void *a, const void *b)
 uint32_t ps_cluster_group_nodes(salusd_t *d, uint64_t group_id, const char **nodes,
                                 uint32_t *ranks, uint32_t max)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     if (max == 0)
         return 0;
     if (!cl) {
@@ -533,7 +533,7 @@ uint32_t ps_cluster_group_nodes(salusd_t *d, uint64_t group_id, const char **nod
 
 int ps_cluster_local_index(salusd_t *d, uint64_t group_id, uint32_t rank)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     if (!cl) {
         groups_desc_t desc;
         char sync[32];

@@ -195,7 +195,7 @@ int ps_cluster_ring_agree(salusd_t *d, uid_t uid, const char *group, const char 
     if (!group || !table || !want || !done || !ps_key_name_ok(group, LAUNCH_GROUP_BYTES) ||
         !ps_key_name_ok(table, PS_NAME_BYTES) || ps_ring_record_check(want, err, sizeof(err)) < 0)
         return -EINVAL;
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     ps_cluster_t *ps = ps_of(d);
     if (cl && (!ps || !ps->started))
         return -ENOTCONN;
@@ -245,7 +245,7 @@ int ps_cluster_ring_agree(salusd_t *d, uid_t uid, const char *group, const char 
 
 void ps_cluster_ring_forget(salusd_t *d, uid_t uid, const char *group)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     if (!cl || !group || !ps_key_name_ok(group, LAUNCH_GROUP_BYTES))
         return;
     char gkey[sizeof(((cluster_group_t *)0)->key)];

@@ -305,7 +305,7 @@ int ps_views_args_ok(uid_t uid, const char *group, uint64_t epoch, const char *t
 /* The views of daemon d, made when missing; NULL when d's cluster part is not started. */
 ps_views_t *ps_views_ready(salusd_t *d, int *rc)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     ps_cluster_t *ps = ps_of(d);
     *rc = -ENOTCONN;
     if (cl && (!ps || !ps->started))
@@ -422,7 +422,7 @@ int ps_cluster_member_alive(salusd_t *d, const char *node)
         return 0;
     if (strcmp(node, ps_cluster_self(d)) == 0)
         return 1;
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     return cl && cluster_is_member(cl, node);
 }
 

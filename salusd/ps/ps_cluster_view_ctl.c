@@ -180,7 +180,7 @@ static void table_propose(servers_op_t *op, uint32_t i)
  * create revision). 0, or -1 after the reply. */
 static int read_rings(servers_op_t *op, const etcd_result_t *res)
 {
-    cluster_t *cl = cl_of(op->d);
+    cluster_t *cl = cluster_of(op->d);
     char gkey[sizeof(((cluster_group_t *)0)->key)];
     snprintf(gkey, sizeof(gkey), "%u/%s", (unsigned)op->uid, op->group);
     cluster_group_t *g = cluster_group_by_key(cl, gkey);
@@ -270,7 +270,7 @@ static void on_rings(void *ctx, const etcd_result_t *res)
     }
     if (read_rings(op, res) < 0)
         return;
-    if (etcd_get(cl_of(op->d)->etcd, op->views, 1, on_views, op) < 0)
+    if (etcd_get(cluster_of(op->d)->etcd, op->views, 1, on_views, op) < 0)
         op_error(op, PROTO_EINTERNAL, "out of memory");
 }
 
@@ -353,7 +353,7 @@ void ps_cluster_handle_servers(conn_t *c, const proto_msg_t *msg)
                            node);
         return;
     }
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     ps_cluster_t *ps = ps_of(d);
     if (!cl) {
         server_reply_error(c, msg->id, PROTO_ESTATE, 0, "salusd runs without "

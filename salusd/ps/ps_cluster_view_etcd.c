@@ -223,7 +223,7 @@ void ps_cluster_view_left(salusd_t *d, uid_t uid, const char *group, uint64_t ep
                           const char *table, const char *node)
 {
     int rc;
-    ps_views_t *vs = cl_of(d) ? ps_views_ready(d, &rc) : NULL;
+    ps_views_t *vs = cluster_of(d) ? ps_views_ready(d, &rc) : NULL;
     vtable_t *t = vs ? ps_views_table_find(vs, uid, group, epoch, table) : NULL;
     if (t)
         ps_views_rejoin_note(vs, t, node);
@@ -445,7 +445,7 @@ int ps_cluster_view_propose(salusd_t *d, uid_t uid, const char *group, uint64_t 
     if (!done || !servers || from == 0 || !ps_views_args_ok(uid, group, epoch, table) ||
         ps_servers_check(servers, PS_VIEW_SERVERS_BYTES, err, sizeof(err)) < 0)
         return -EINVAL;
-    if (!cl_of(d))
+    if (!cluster_of(d))
         return -EOPNOTSUPP; /* without a cluster the view never changes */
     int rc;
     ps_views_t *vs = ps_views_ready(d, &rc);

@@ -190,7 +190,7 @@ static void handlers_dispatch(conn_t *c, const proto_msg_t *msg)
 static void handlers_connection_closed(conn_t *c)
 {
     ps_local_connection_closed(c);
-    ps_cluster_servers_closed(c);
+    ps_replicas_servers_closed(c);
     jobctl_connection_closed(c);
     jobs_connection_closed(c);
 }

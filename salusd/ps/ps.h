@@ -59,7 +59,7 @@ typedef struct ps_table_spec_s {
     ps_sync_t sync;
     char servers[PS_SERVERS_BYTES]; /* "": the group's nodes */
     int federated;             /* 1: rule text "fedavg:..." (ps_fed.h), in fed; one daemon
-                                * serves it (salusd/ps_fed.c) */
+                                * serves it (salusd/ps/ps_fed_table.c) */
     ps_fed_spec_t fed;
     uint32_t replicas;         /* R, 1 .. PS_MAX_REPLICAS; 0: the daemon's --ps-replicas */
 } ps_table_spec_t;

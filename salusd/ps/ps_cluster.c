@@ -224,7 +224,7 @@ static void hook_node_gone(cluster_t *cl, const char *node, const char *how)
 {
     ps_cluster_t *ps = cl->ps;
     if (ps->started && !cluster_is_member(cl, node)) /* its lease ended (not a link down) */
-        ps_cluster_view_node_gone(ps, node);
+        ps_replicas_node_gone(ps, node);
     ps_peer_t *p = peer_find(ps, node);
     if (!p)
         return;
@@ -253,7 +253,7 @@ static void hook_free(cluster_t *cl)
         return;
     ps->started = 0;
     ps_net_destroy(ps->net);
-    ps_cluster_view_free(ps);
+    ps_replicas_free(ps);
     if (ps->retry)
         event_free(ps->retry);
     if (ps->probe)
@@ -381,7 +381,7 @@ int ps_cluster_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx)
 {
     cluster_t *cl = cluster_of(d);
     if (!cl) {
-        if (ps_cluster_view_local_start(d, hooks, ctx) < 0) {
+        if (ps_replicas_local_start(d, hooks, ctx) < 0) {
             LOG_ERROR("ps: out of memory");
             return -1;
         }
@@ -441,11 +441,11 @@ int ps_cluster_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx)
 void ps_cluster_stop(salusd_t *d)
 {
     ps_cluster_ring_stop(d);
-    ps_cluster_view_local_stop(d);
+    ps_replicas_local_stop(d);
     ps_cluster_t *ps = ps_of(d);
     if (!ps)
         return;
-    ps_cluster_view_stop(ps);
+    ps_replicas_stop(ps);
     ps_cluster_reqs_cancel(&ps->reqs, d);
     if (ps->retry) {
         event_free(ps->retry);

@@ -30,7 +30,7 @@ void ps_cluster_forget_epoch(cluster_t *cl, uint32_t uid, const char *name, int6
     LOG_DEBUG("ps: the ring records and views of group %s (epoch %lld) go", name,
               (long long)epoch);
     /* the views first (their keys are named by the ring records' epochs), then the records */
-    if (!cl->ps || ps_cluster_view_forget(cl->ps, uid, name, key) < 0)
+    if (!cl->ps || ps_replicas_forget(cl->ps, uid, name, key) < 0)
         etcd_delete(cl->etcd, key, 1, NULL, NULL);
 }
 

@@ -55,8 +55,8 @@ static void on_sent(void *ctx, int status)
 {
     sending_t *s = ctx;
     if (s->update_table) /* failed (a link that dropped): resent at the next retry */
-        ps_worker_update_sent(s->ps, s->update_table, s->update_shard, s->update_seq,
-                              status == 0);
+        ps_retarget_update_sent(s->ps, s->update_table, s->update_shard, s->update_seq,
+                                status == 0);
     /* a lost message is covered: updates are resent, and a node that went down fails what
      * waits on it */
     if (status < 0 && s->ps->d->ps == s->ps)

@@ -377,8 +377,8 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
             values = copy;
         }
         snprintf(err, sizeof(err), "server %s refused the read", node);
-        ps_fetch_finish(f, rc < 0 ? rc : values ? 0 : -ENOMEM, err, values, done, at_request,
-                        waited_ns, waited != 0);
+        ps_pull_fetch_finish(f, rc < 0 ? rc : values ? 0 : -ENOMEM, err, values, done, at_request,
+                             waited_ns, waited != 0);
         free(copy);
         return;
     }

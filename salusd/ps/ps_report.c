@@ -1,7 +1,7 @@
 /* What salusctl groups and /metrics show of the parameter servers. */
 #include "ps-internal.h"
 #include "ps_cluster.h"
-#include "ps_fed-internal.h"
+#include "ps_fed_table-internal.h"
 
 #include "proto.h"
 

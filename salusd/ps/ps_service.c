@@ -5,7 +5,7 @@
 #include "ps-internal.h"
 #include "ps_ckpt.h"
 #include "ps_cluster.h"
-#include "ps_fed-internal.h"
+#include "ps_fed_table-internal.h"
 
 #include "log.h"
 
@@ -78,7 +78,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    ps_worker_retry(arg);
+    ps_retarget_retry(arg);
 }
 
 static void on_pump(evutil_socket_t fd, short what, void *arg)
@@ -92,7 +92,7 @@ static void on_peer_down(void *ctx, const char *node)
 {
     ps_t *ps = ctx;
     LOG_INFO("ps: node %s is unreachable: what waits on it fails", node);
-    ps_worker_node_down(ps, node);
+    ps_retarget_node_down(ps, node);
     for (ps_table_t *t = ps->tables, *next; t; t = next) {
         next = t->next;
         ps_server_drop_waits(t, node, NULL);
@@ -359,7 +359,7 @@ int ps_pull(salusd_t *d, const ps_worker_t *w, uint64_t handle, uint64_t clock,
     if (t)
         rc = t->fed ? ps_fed_table_pull(t, worker, clock, offset, n, out, done, arg, w->owner,
                                         err, err_size)
-                    : ps_worker_pull(t, w, clock, offset, n, out, done, arg, err, err_size);
+                    : ps_pull_start(t, w, clock, offset, n, out, done, arg, err, err_size);
     if (rc < 0)
         ps->stats.refused++;
     return rc < 0 ? rc : 0;
@@ -378,7 +378,7 @@ void ps_forget_owner(salusd_t *d, const void *owner)
             free(c);
         }
     }
-    ps_fed_forget_owner(ps, owner);
+    ps_fed_table_forget_owner(ps, owner);
     ps_pull_t *p;
     LIST_FOREACH(p, &ps->pulls, link)
         if (p->owner == owner) {

@@ -930,7 +930,7 @@ START_TEST(test_resends_after_a_lost_message)
     f->sent_ns = 1;
     f->next = ps->fetches;
     ps->fetches = f;
-    ps_worker_retry(ps);
+    ps_retarget_retry(ps);
     ck_assert_uint_gt(f->sent_ns, 1);
     ps->fetches = f->next;
     free(f);
@@ -952,10 +952,10 @@ START_TEST(test_failed_update_send_resent)
     ps_stream_t *st = &t->streams[0];
     st->head = st->tail = u;
     st->in_flight = 1;
-    ps_worker_update_sent(d.ps, t->handle, 0, 7, 0); /* the send failed */
+    ps_retarget_update_sent(d.ps, t->handle, 0, 7, 0); /* the send failed */
     ck_assert_int_eq(st->sent, 1);
     ck_assert_uint_eq(st->sent_ns, 0); /* due at once */
-    ps_worker_update_sent(d.ps, t->handle, 0, 7, 1); /* sent */
+    ps_retarget_update_sent(d.ps, t->handle, 0, 7, 1); /* sent */
     ck_assert_int_eq(st->sent, 1);
     ck_assert_uint_gt(st->sent_ns, 0);
 }

@@ -152,7 +152,7 @@ typedef struct metrics_ps_sample_s {
     uint64_t staleness_waits, staleness_wait_ns;
     uint64_t refused;
     uint64_t fed_rounds_timed_out;
-    uint64_t views, shards_moved, shard_copies; /* part 2: view changes, what they moved */
+    uint64_t views, shards_moved, shard_copies; /* view changes, what they moved */
     uint64_t failovers, failover_last_ns; /* the workers' side's recoveries, the last's time */
 } metrics_ps_sample_t;
 

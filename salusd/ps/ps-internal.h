@@ -194,11 +194,11 @@ struct ps_table_s {
     ps_wait_t *waits;
     struct ps_fed_table_s
         *fed; /* a federated table (salusd/ps/ps_fed_table.c): the rounds, no shards */
-    /* part 2: replicas and views (ps_repl.c) */
+    /* replicas and views (ps_repl.c) */
     uint32_t replicas;        /* R: the view's (until a view is read: the open's; 0 counts
                                * as 1). R > 1 (and more than one server): the worker side
-                               * waits for the next view when a primary cannot be reached,
-                               * else it fails at once (part 1) */
+                               * waits for the next view when a primary cannot be reached;
+                               * with R 1 it fails at once */
     uint64_t view;            /* the number of the view in force here (0: none yet) */
     char view_servers[PS_SERVERS_BYTES]; /* its servers (sorted); "": the ring record's */
     int watching;             /* ps_replicas_watch was called */
@@ -230,7 +230,7 @@ struct ps_s {
     ps_fetch_t *fetches;
     ps_sample_t stats;          /* counters (tables, shards, bytes: computed by ps_report_sample) */
     uint64_t dropped;           /* bad messages from peers */
-    /* part 2 (ps_repl*.c) */
+    /* replication (ps_repl*.c) */
     struct ps_copy_s *copies;   /* whole-state copies sent, not acknowledged yet */
     struct event *repl_timer;   /* while forwards or copies wait: liveness, resends */
     /* test seams: NULL in the daemon (ps_replicas_member_alive, ps_net) */
@@ -379,7 +379,7 @@ int ps_msg_send_pull(ps_table_t *t, const ps_fetch_t *f);
 void ps_msg_send_pull_reply(ps_table_t *t, const ps_wait_t *w, int rc, const char *err);
 void ps_msg_send_bye(ps_table_t *t);
 
-/* ---- part 2: replicas, fail-over, re-balancing (ps_repl.c and its parts) -------------------
+/* ---- replicas, fail-over, re-balancing (ps_repl.c and its parts) ---------------------------
  * A table's t->ring and t->owner[] always describe its CURRENT view (ps_cluster.h's ps_view_t):
  * t->owner[shard] is the shard's primary; the standbys follow (ps_ring_replicas). On a view
  * change the server side swaps ring and owners, moves or copies shard state as needed, and
@@ -453,7 +453,7 @@ void ps_repl_peer_restarted(ps_t *ps, const char *node);
 int ps_repl_is_primary(const ps_table_t *t, uint32_t shard);
 /* 1 when node is alive as far as the cluster knows (the test seam first). */
 int ps_repl_alive(ps_t *ps, const char *node);
-/* The table's part 2 books go (forwards, copies). */
+/* The table's replication books go (forwards, copies). */
 void ps_repl_fini(ps_table_t *t);
 /* The element bytes of the shards this daemon holds a replica of (the quota). */
 uint64_t ps_repl_shard_bytes(const ps_table_t *t);

@@ -139,10 +139,10 @@ typedef struct ps_sample_s {
     uint64_t staleness_waits, staleness_wait_ns;
     uint64_t refused;                        /* requests refused (bad input, quota, access) */
     uint64_t fed_rounds_timed_out;           /* federated rounds closed by the timeout */
-    uint64_t views;                          /* table views taken here (part 2) */
+    uint64_t views;                          /* table views taken here */
     uint64_t shards_moved;                   /* shards whose primary changed, over them */
     uint64_t shard_copies;                   /* whole-state copies sent */
-    /* the workers' side (part 2): outages ended (updates or reads that could not reach a
+    /* the workers' side: outages ended (updates or reads that could not reach a
      * shard's primary, answered again after a view change), and the last one's time */
     uint64_t failovers, failover_last_ns;
 } ps_sample_t;

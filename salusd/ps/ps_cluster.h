@@ -33,12 +33,12 @@ typedef struct ps_cluster_hooks_s {
     void (*peer_down)(void *ctx, const char *node);
     /* peer node is reachable over ps_net now (first time or again) */
     void (*peer_up)(void *ctx, const char *node);
-    /* (part 2) a newer view of a watched table (ps_replicas_watch): its server set
+    /* a newer view of a watched table (ps_replicas_watch): its server set
      * changed (fail-over, a server joined or left). Called for each newer view this daemon
      * reads, in increasing view number; never from inside a ps_cluster call. NULL: ignored. */
     void (*view_changed)(void *ctx, uid_t uid, const char *group, uint64_t epoch,
                          const char *table, const struct ps_view_s *view);
-    /* (added after part 2's interface, optional) peer node's daemon restarted (a new UCX
+    /* (optional) peer node's daemon restarted (a new UCX
      * address: within its lease, so it stays a member) and lost what it held; called after
      * peer_down. NULL: ignored. */
     void (*peer_restarted)(void *ctx, const char *node);
@@ -83,7 +83,7 @@ typedef struct ps_ring_record_s {
     char rule[PS_FED_RULE_BYTES], sync[32]; /* rule: up to 63 characters (a fedavg rule) */
     char servers[1024];        /* "node,node,..." sorted: the ring's members */
     uint32_t vnodes;
-    /* (part 2, checkpoints) the clock the table starts at: 0, or C when it was restored from
+    /* the clock the table starts at: 0, or C when it was restored from
      * a checkpoint taken at C ("start" in the record, absent when 0: records without it read
      * as 0), so that every opener's workers and servers start there */
     uint64_t start;

@@ -112,7 +112,7 @@ int ps_msg_send_open_as(ps_table_t *t, const char *node, int fresh)
     ps_msg_put(&w, t->vnodes, 4); /* the record's: every server builds the same ring */
     ps_msg_put_str(&w, t->rule_text);
     ps_msg_put_str(&w, t->sync_text);
-    ps_msg_put(&w, t->view, 8);   /* part 2: the view, R, fresh (optional for a receiver) */
+    ps_msg_put(&w, t->view, 8);   /* the view, R, fresh (optional for a receiver) */
     ps_msg_put(&w, t->replicas, 4);
     ps_msg_put(&w, (uint64_t)(fresh != 0), 1);
     size_t cap = 2 * PS_SERVERS_BYTES + (size_t)t->sources * PS_NODE_BYTES + 2, len;

@@ -1,6 +1,6 @@
 /* Replicas, fail-over and re-balancing of the tables' shards: the server side.
  *
- * THE DESIGN (primary-backup; ps_cluster.h part 2 for the views, ps_core.h for the state):
+ * THE DESIGN (primary-backup; ps_cluster.h for the views, ps_core.h for the state):
  *
  * Replica sets. A table's VIEW (etcd, ps_replicas_*) names its servers and R, the replica
  * count (the open's `replicas`, else the opener's --ps-replicas, default 3; placing bounds it

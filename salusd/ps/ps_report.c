@@ -70,7 +70,7 @@ void ps_report_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packe
         proto_map_uint(&map, "bytes_here", table_bytes_here(t));
         /* the least done among the shards served here (nil: none here) */
         proto_map_int_or_nil(&map, "done", (int64_t)done, done != UINT64_MAX);
-        /* part 2: the view in force here, R, and what its changes moved */
+        /* the view in force here, R, and what its changes moved */
         proto_map_uint(&map, "view", t->view);
         proto_map_str(&map, "view_servers", t->view_servers);
         proto_map_uint(&map, "replicas", t->replicas);

@@ -1,4 +1,4 @@
-/* The worker side's fail-over (part 2), shared by ps_worker.c, ps_pull.c and ps_retarget.c:
+/* The worker side's fail-over, shared by ps_worker.c, ps_pull.c and ps_retarget.c:
  * an update or read that cannot reach its shard's primary (the server is down, or answers
  * -ESTALE: it is not the primary in its view, or the shard is moving) is kept, "stalled", and
  * sent again to the shard's primary at the next view change (ps_retarget_view_changed) or retry;

@@ -2,8 +2,9 @@
  * the token exchange that makes two members UCX peers (ps_cluster-internal.h); and a daemon
  * without --cluster (a real salusd_t, its loop, groups made as the daemon makes them): self
  * "local", a group's nodes {local: its world}, a ring agreed on the next loop turn (epoch 1).
- * The views (part 2): the view record's JSON, server sets, the fail-over's decisions (who
- * proposes, the grace, the bounded retries), and without a cluster {local}, number 1, R 1.
+ * A table's replica set (ps_replicas_rec.c): the view record's JSON, server sets, the
+ * fail-over's decisions (who proposes, the grace, the bounded retries), and without a cluster
+ * {local}, number 1, R 1.
  * The views against a real etcd: check_ps_cluster_etcd.c (this program's second file). The
  * cluster side proper is tests/cluster/test_cluster_ps.sh's. */
 #include "check_run.h"

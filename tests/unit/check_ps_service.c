@@ -1055,7 +1055,7 @@ START_TEST(test_assign_written_only)
 END_TEST
 
 
-/* ---- replicas (part 2): messages to other daemons captured (ps->send_tap), liveness set by
+/* ---- replicas: messages to other daemons captured (ps->send_tap), liveness set by
  * the test (ps->member_alive) ------------------------------------------------------------- */
 #define SENT_MAX 64
 typedef struct sent_s {

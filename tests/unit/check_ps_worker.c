@@ -363,7 +363,7 @@ START_TEST(test_estale_kept_then_bounded)
 END_TEST
 
 /* A server that goes down (peer down): with R 2 the updates and reads that wait on it wait
- * for the next view; with R 1 the table fails at once (part 1). */
+ * for the next view; with R 1 the table fails at once. */
 START_TEST(test_node_down_waits_when_replicated)
 {
     make_group("r2", 1, 0);

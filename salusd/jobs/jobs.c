@@ -270,7 +270,7 @@ const char *jobs_state(const salusd_t *d, const job_t *job)
     /* admitted and live: it runs while it holds its lane in the core's books */
     if (job->runtime && job->state == JOB_PAUSED && gpu_sched_job_info(d, job, &sched_info) == 0 &&
         sched_info.admitted)
-        return job_state_name(sched_info.holds_lane ? JOB_RUNNING : JOB_PAUSED);
+        return sched_info.holds_lane ? JOB_STATE_RUNNING_NAME : job_state_name(JOB_PAUSED);
     return job_state_name(job->state);
 }
 

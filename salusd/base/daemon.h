@@ -140,9 +140,9 @@ void server_send(conn_t *c, const proto_enc_t *enc);
  * they cannot be sent in order (the caller drops the connection). The fds stay the
  * caller's to close. */
 int server_send_fds(conn_t *c, const proto_enc_t *enc, const int *fds, int nfds);
-/* Sends an error reply; with close_after, closes the connection once it is written. */
 /* A reply with an empty body: the request with this id was done. */
 void server_reply_done(conn_t *c, uint64_t id);
+/* Sends an error reply; with close_after, closes the connection once it is written. */
 void server_reply_error(conn_t *c, uint64_t id, proto_error_code_t code, int close_after,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 

@@ -9,12 +9,12 @@
 #include "jobs_observer.h"
 #include "metrics.h"
 
+#include "gpu_sched.h"
 #include "log.h"
 #include "notify.h"
 #include "paths.h"
 #include "ps.h"
 #include "reserve_for.h"
-#include "gpu_sched.h"
 #include "state.h"
 
 #include <errno.h>

@@ -2,9 +2,9 @@
 #include "render.h"
 
 #include "access.h"
+#include "gpu_sched.h"
 #include "groups.h"
 #include "jobs.h"
-#include "gpu_sched.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,10 +2,10 @@
 #include "groups.h"
 
 #include "access.h"
+#include "gpu_sched.h"
 #include "jobs.h"
 #include "jobs-internal.h"
 #include "jobs_observer.h"
-#include "gpu_sched.h"
 
 #include "log.h"
 

@@ -9,10 +9,10 @@
  * events: each event has its own effects list, and every effect looks its job up again. */
 #include "jobs-internal.h"
 
+#include "gpu_sched.h"
 #include "groups.h"
 #include "jobs_observer.h"
 #include "log.h"
-#include "gpu_sched.h"
 
 #include <linux/futex.h>
 #include <stdatomic.h>

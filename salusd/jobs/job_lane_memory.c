@@ -14,9 +14,9 @@
  * GPU, as every chunk is (devices.c). */
 #include "jobs-internal.h"
 
+#include "gpu_sched.h"
 #include "lane_page.h"
 #include "log.h"
-#include "gpu_sched.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,8 +6,8 @@
  * {wait: 1} and asks again (libsalus-client/session.c). */
 #include "jobs-internal.h"
 
-#include "log.h"
 #include "gpu_sched.h"
+#include "log.h"
 
 #include <errno.h>
 #include <event2/event.h>

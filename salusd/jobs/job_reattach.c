@@ -23,10 +23,10 @@
 #include "jobs-internal.h"
 
 #include "access.h"
+#include "gpu_sched.h"
 #include "groups.h"
 #include "jobs_observer.h"
 #include "log.h"
-#include "gpu_sched.h"
 #include "state.h"
 
 #include <errno.h>

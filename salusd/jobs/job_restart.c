@@ -8,10 +8,10 @@
  * and kept out of the lanes until the driver has it back. */
 #include "jobs-internal.h"
 
+#include "gpu_sched.h"
 #include "groups.h"
 #include "log.h"
 #include "paths.h"
-#include "gpu_sched.h"
 #include "state.h"
 
 #include <errno.h>

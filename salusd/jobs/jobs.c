@@ -6,10 +6,10 @@
 #include "jobs-internal.h"
 #include "access.h"
 
+#include "gpu_sched.h"
 #include "job_page.h"
 #include "jobs_observer.h"
 #include "log.h"
-#include "gpu_sched.h"
 
 #include <errno.h>
 #include <event2/event.h>

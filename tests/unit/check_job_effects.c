@@ -15,13 +15,13 @@
 #include "check_run.h"
 #include "config.h"
 #include "daemon.h"
+#include "gpu_sched.h"
 #include "groups.h"
 #include "jobs-internal.h"
 #include "jobs.h"
 #include "jobs_observer.h"
 #include "log.h"
 #include "registry.h"
-#include "gpu_sched.h"
 
 #include <check.h>
 #include <event2/bufferevent.h>

@@ -6,11 +6,11 @@
 /* salusd's adapter to the core (test_daemon_and_sim_adapters_grant_alike) */
 #include "config.h"
 #include "daemon.h"
+#include "gpu_sched.h"
 #include "job_page.h"
 #include "jobs-internal.h"
 #include "log.h"
 #include "registry.h"
-#include "gpu_sched.h"
 
 #include <check.h>
 #include <errno.h>

@@ -62,7 +62,7 @@ typedef struct cluster_group_s {
                                   * record can go, and a new run of the name can start) */
     int released;
     int over;                    /* every local rank ended */
-    int record_gone;             /* over here and the record deleted: kept for the views */
+    int record_gone;             /* over here and the record deleted: kept for what groups shows */
     int write_busy;              /* a transaction on the record is in flight */
     char *written;               /* the value it writes */
     int written_failed;          /* with the failure */

@@ -590,7 +590,7 @@ int cluster_start(salusd_t *d)
         snprintf(cl->etcd_warning, sizeof(cl->etcd_warning),
                  "etcd at %s is plain HTTP on an address other than loopback: whoever reaches "
                  "it or its path can change the members, the group records, the leader and "
-                 "the parameter-server views; give etcd TLS with client certificates "
+                 "the tables' replica sets; give etcd TLS with client certificates "
                  "(--etcd-cacert, --etcd-cert, --etcd-key)", plain);
         LOG_WARN("cluster: %s", cl->etcd_warning);
     }
@@ -669,7 +669,7 @@ void cluster_stop(salusd_t *d)
     d->cluster = NULL;
 }
 
-/* ---- views --------------------------------------------------------------------------------- */
+/* ---- what status and groups show ------------------------------------------------------------- */
 
 void cluster_pack_status(salusd_t *d, msgpack_packer *pk)
 {

@@ -681,7 +681,7 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
     if (s->rank_name) {
         metrics_escape_label(s->rank_name, value, sizeof(value));
         family(t, "salus_job_policy_rank", "gauge",
-               "The policy's view of the job, named by the rank label (las: its queue, lower "
+               "The policy's rank of the job, named by the rank label (las: its queue, lower "
                "runs first; gittins: its Gittins index in 1/s, higher runs first).");
         for (size_t i = 0; i < s->job_count; i++) {
             const metrics_job_sample_t *j = &s->jobs[i];

@@ -286,7 +286,7 @@ START_TEST(test_render_cluster_process)
 }
 END_TEST
 
-/* The policy's view: one series per job that has one, labelled with what the number means. */
+/* The policy's rank: one series per job that has one, labelled with what the number means. */
 START_TEST(test_render_policy_rank)
 {
     metrics_job_sample_t jobs[3] = {

@@ -335,7 +335,7 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("job_sched");
+    Suite *s = suite_create("job_effects");
     TCase *tc = tcase_create("observers");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, events_after_apply);

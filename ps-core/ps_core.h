@@ -112,7 +112,7 @@ size_t ps_ring_owner(const ps_ring_t *ring, const char *table, uint32_t shard);
 uint32_t ps_ring_moved(const ps_ring_t *a, const ps_ring_t *b, const char *table,
                        uint32_t shards);
 
-/* ---- replicas (part 2) ----------------------------------------------------------------------
+/* ---- replicas ------------------------------------------------------------------------------
  * A shard lives on r distinct servers (r bounded by the ring's size): the primary, which is
  * ps_ring_owner's server, then the standbys, the next distinct servers met going round the
  * ring from the shard's key. */
@@ -171,7 +171,7 @@ uint64_t ps_shard_bytes(const ps_shard_t *shard);
  * values. */
 uint64_t ps_shard_pending_bytes(const ps_shard_t *shard);
 
-/* ---- a shard's whole state, to copy or move it (part 2) -------------------------------------
+/* ---- a shard's whole state, to copy or move it --------------------------------------------
  * What a standby is caught up with and a re-balanced shard moves with: the values, done, each
  * source's last seq and closed clocks, the pending clocks' sums and written bits. The bytes are
  * a little-endian format of ps-core's own (a magic and a version first), the same on every

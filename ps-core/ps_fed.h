@@ -1,6 +1,6 @@
 /* Federated rounds on a parameter-server table (FedAvg, FedProx): the pure logic. No I/O, no
- * clock, no globals; salusd/ps_fed.c serves it, the salus-fed workload's sequential mode runs
- * the same code in-process (so a run with salus and one without average alike).
+ * clock, no globals; salusd/ps/ps_fed_table.c serves it, the salus-fed workload's sequential
+ * mode runs the same code in-process (so a run with salus and one without average alike).
  *
  * A federated table holds a global model of `count` float32 values. Its rule text is
  *     fedavg:N:K:E:SEED:POLICY

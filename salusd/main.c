@@ -9,12 +9,12 @@
 #include "jobs_observer.h"
 #include "metrics.h"
 
+#include "gpu_sched.h"
 #include "log.h"
 #include "notify.h"
 #include "paths.h"
 #include "ps.h"
 #include "reserve_for.h"
-#include "sched.h"
 #include "state.h"
 
 #include <errno.h>
@@ -227,7 +227,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < d.devices.count; i++)
         LOG_INFO("GPU %d: %s, %llu MiB", i, d.devices.gpus[i].name,
                  (unsigned long long)(d.devices.gpus[i].total_bytes >> 20));
-    if (sched_init(&d, err, sizeof(err)) < 0) {
+    if (gpu_sched_init(&d, err, sizeof(err)) < 0) {
         LOG_ERROR("%s", err);
         goto out;
     }
@@ -245,7 +245,7 @@ int main(int argc, char **argv)
         goto out;
 
     LOG_INFO("salusd %s listening on %s (pid %d, protocol %d, policy %s)", SALUS_VERSION,
-             d.config.socket_path, (int)getpid(), PROTO_VERSION, sched_policy_name(&d));
+             d.config.socket_path, (int)getpid(), PROTO_VERSION, gpu_sched_policy_name(&d));
     notify_ready("listening");
     if (ready_fd >= 0)
         log_to_file(&d);
@@ -267,7 +267,7 @@ out:
     groups_fini(&d);
     if (d.grow_timer)
         event_free(d.grow_timer);
-    sched_fini(&d);
+    gpu_sched_fini(&d);
     devices_close(&d.devices);
     devices_release_segment(&d.devices);
     for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++)

@@ -443,7 +443,7 @@ const char *sched_core_phase_name(sched_core_job_phase_t phase);
 /* The lane manager's books, for reading (lanes_list, lanes_gpu_info, lanes_lane_jobs). */
 const lanes_t *sched_core_lanes(const sched_core_t *core);
 const char *sched_core_policy_name(const sched_core_t *core);
-/* The policy's view of a job (policy.h, job_rank): its name ("queue", "index"), NULL when the
+/* The policy's rank of a job (policy.h, job_rank): its name ("queue", "index"), NULL when the
  * policy has none; and the job's value at now_ns: 0, -ENOENT (unknown job) or -ENOTSUP. */
 const char *sched_core_rank_name(const sched_core_t *core);
 int sched_core_job_rank(const sched_core_t *core, uint64_t job_id, uint64_t now_ns, double *rank);

@@ -2,9 +2,10 @@
  *
  * A policy decides (a) which job of a lane runs its next iteration and (b) in which order
  * waiting jobs are offered to the lane manager. It is pure logic: no I/O, no clock of its own
- * (every hook gets now_ns from the caller), no threads, no blocking; the daemon's scheduling
- * loop and the trace simulator drive the same code. Nothing here is thread-safe: one thread
- * (the daemon's loop) owns a policy instance.
+ * (every hook gets now_ns from the caller), no threads, no blocking. Its one caller is the
+ * scheduling core (scheduler-core/sched_core.h), which salusd (salusd/sched/gpu_sched.c) and
+ * the trace simulator (tools/salus-sim) both drive. Nothing here is thread-safe: the thread
+ * that owns the core (salusd's event loop, the simulator's) owns its policy instance.
  *
  * The job view (policy_job_t) belongs to the caller, who keeps it current before each call
  * (in particular, before iteration_done: iterations_done, mean_iteration_ns and attained_ns
@@ -31,7 +32,8 @@ typedef struct policy_config_s {
 
 typedef struct policy_job_s {
     uint64_t id;
-    uint64_t arrival_ns;          /* when the job registered with the daemon */
+    uint64_t arrival_ns;          /* when the job came to the core (registered with salusd;
+                                   * its submission in a trace) */
     uint64_t iterations_done;
     uint64_t iterations_expected; /* from hints; 0 = unknown */
     uint64_t mean_iteration_ns;   /* measured; 0 = not measured yet */
@@ -48,7 +50,7 @@ typedef struct policy_ops_s {
     const char *name;
     const char *description;
 
-    /* Admission properties, read by the daemon and given to the lane manager:
+    /* Admission properties, read by the scheduling core and given to the lane manager:
      * max_jobs_per_gpu: admitted jobs per GPU (0 = no limit; FIFO: 1, i.e. no sharing).
      * admission_blocks: a waiting job that does not fit blocks the jobs behind it in
      * admission order (FIFO: true; lanes_admit_in_order's strict_order). */
@@ -94,20 +96,20 @@ typedef struct policy_ops_s {
     void (*admission_order)(void *state, const policy_job_t *waiting, size_t count,
                             size_t *order, uint64_t now_ns);
 
-    /* Optional. What the policy learned and wants back after a daemon restart (the daemon
-     * keeps it in its state directory; the simulator never calls these). save_state writes
-     * at most cap bytes into buf and returns the length written, or a negative errno
-     * (-ENOSPC when cap is too small). load_state gets bytes that an earlier save_state of a
+    /* Optional. What the policy learned and wants back after a restart of salusd (salusd
+     * keeps it in its state directory, through sched_core_policy_save_state; the simulator
+     * never calls these). save_state writes at most cap bytes into buf and returns the length
+     * written, or a negative errno (-ENOSPC when cap is too small). load_state gets bytes that an earlier save_state of a
      * policy of the same name wrote (the caller has already checked the file's integrity, not
      * its meaning): it validates them and restores its state, or returns a negative errno and
      * leaves its state as init made it. Neither blocks. */
     long (*save_state)(void *state, void *buf, size_t cap);
     int (*load_state)(void *state, const void *buf, size_t len);
 
-    /* Optional. The policy's view of one job, shown by `salusctl ps --json` and the metrics:
+    /* Optional. The policy's rank of one job, shown by `salusctl ps --json` and the metrics:
      * one number, named rank_name (LAS: "queue", lower runs first; Gittins: "index", higher
      * runs first). job is the caller's current view; now_ns the caller's clock. Called when
-     * the daemon builds a view or the simulator gathers statistics, never to schedule; it
+     * salusd renders ps or /metrics or the simulator gathers statistics, never to schedule; it
      * must not change the policy's state. Never blocks. rank_name is set when job_rank is. */
     const char *rank_name;
     double (*job_rank)(void *state, const policy_job_t *job, uint64_t now_ns);

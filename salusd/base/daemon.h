@@ -59,12 +59,12 @@ typedef struct conn_s {
     LIST_ENTRY(conn_s) link;
 } conn_t;
 
-typedef struct sched_s sched_t;
+typedef struct gpu_sched_s gpu_sched_t;
 
 typedef struct salusd_s {
     salusd_config_t config;
     devices_t devices;
-    sched_t *sched;           /* lanes and the active policy (sched.c) */
+    gpu_sched_t *gpu_sched;   /* lanes and the active policy (gpu_sched.c) */
     struct event *grow_timer; /* retries chunk requests that found the device full (jobs.c) */
     struct event_base *base;
     struct evconnlistener *listener;
@@ -140,9 +140,9 @@ void server_send(conn_t *c, const proto_enc_t *enc);
  * they cannot be sent in order (the caller drops the connection). The fds stay the
  * caller's to close. */
 int server_send_fds(conn_t *c, const proto_enc_t *enc, const int *fds, int nfds);
-/* Sends an error reply; with close_after, closes the connection once it is written. */
 /* A reply with an empty body: the request with this id was done. */
 void server_reply_done(conn_t *c, uint64_t id);
+/* Sends an error reply; with close_after, closes the connection once it is written. */
 void server_reply_error(conn_t *c, uint64_t id, proto_error_code_t code, int close_after,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 

@@ -147,7 +147,15 @@ uint64_t registry_ended(const registry_t *reg, job_state_t state)
 
 const char *job_state_name(job_state_t state)
 {
-    static const char *const names[] = {"waiting", "running", "paused", "done",
-                                         "failed",  "killed",  "ended"};
-    return (unsigned)state < sizeof(names) / sizeof(names[0]) ? names[state] : "unknown";
+    static const char *const names[] = {"waiting", "paused", "done", "failed", "killed",
+                                         "ended"};
+    _Static_assert(sizeof(names) / sizeof(names[0]) == JOB_STATE_COUNT, "a name per state");
+    return (unsigned)state < JOB_STATE_COUNT ? names[state] : "unknown";
+}
+
+const char *job_shown_state_name(size_t index)
+{
+    if (index == 1)
+        return JOB_STATE_RUNNING_NAME;
+    return job_state_name((job_state_t)(index > 1 ? index - 1 : index));
 }

@@ -9,10 +9,11 @@
 
 #define REGISTRY_NAME_BYTES 64
 
+/* A job's state as the registry keeps it. "running" is none of them: whether an admitted job
+ * runs (holds its lane) is the scheduling core's to know, so the registry keeps it JOB_PAUSED
+ * and jobs_state (jobs.h) shows it "running" while the core's books say it holds its lane. */
 typedef enum job_state {
     JOB_WAITING = 0,
-    JOB_RUNNING, /* a view's name only: the registry keeps an admitted job JOB_PAUSED, and
-                    whether it runs (holds its lane) is the scheduling core's (jobs_state) */
     JOB_PAUSED,  /* admitted */
     JOB_DONE,    /* exited with status 0 */
     JOB_FAILED,  /* exited with a non-zero status, or refused */
@@ -20,6 +21,13 @@ typedef enum job_state {
     JOB_ENDED,   /* ended, status unknown (no supervisor, the kernel did not say) */
     JOB_STATE_COUNT
 } job_state_t;
+
+/* The name jobs_state shows an admitted job with while it holds its lane. */
+#define JOB_STATE_RUNNING_NAME "running"
+/* Every name a job's state is shown with (jobs_state), in the order /metrics lists them:
+ * job_state_name's, with "running" after "waiting". "unknown" past the end. */
+#define JOB_SHOWN_STATE_COUNT (JOB_STATE_COUNT + 1)
+const char *job_shown_state_name(size_t index);
 
 /* 1 for the states a job ends in (done, failed, killed, ended). */
 #define JOB_STATE_IS_FINAL(s) ((s) >= JOB_DONE && (s) < JOB_STATE_COUNT)
@@ -77,7 +85,7 @@ typedef struct job_s {
     uint64_t end_budget_bytes;
     void *exit_probe;         /* jobs.c: asks the kernel for the exit status; NULL: done */
     /* a rank of a group (groups.c; group_id 0: a single job): what the scheduling core is
-     * told at registration (sched.c), and its gang wait when it left the core */
+     * told at registration (gpu_sched.c), and its gang wait when it left the core */
     uint64_t group_id;
     uint32_t group_world, group_rank, group_staleness;
     int group_sync;           /* sched_core_sync_t */

@@ -62,7 +62,7 @@ typedef struct cluster_group_s {
                                   * record can go, and a new run of the name can start) */
     int released;
     int over;                    /* every local rank ended */
-    int record_gone;             /* over here and the record deleted: kept for the views */
+    int record_gone;             /* over here and the record deleted: kept for what groups shows */
     int write_busy;              /* a transaction on the record is in flight */
     char *written;               /* the value it writes */
     int written_failed;          /* with the failure */
@@ -126,6 +126,9 @@ typedef struct cluster_s {
     const cluster_observer_t *observer; /* NULL: the parameter servers are not started */
     void *ps;                    /* their state (ps_cluster.c) */
 } cluster_t;
+
+/* The daemon's cluster role (NULL: a single node). */
+static inline cluster_t *cluster_of(const salusd_t *d) { return d->cluster; }
 
 /* cluster.c */
 int cluster_is_member(const cluster_t *cl, const char *node);

@@ -18,8 +18,6 @@
 #define TICK_MS 250
 #define START_WAIT_S 8
 
-static cluster_t *cl_of(const salusd_t *d) { return (cluster_t *)d->cluster; }
-
 /* ---- the lease ----------------------------------------------------------------------------- */
 
 static void lease_file_write(cluster_t *cl)
@@ -592,7 +590,7 @@ int cluster_start(salusd_t *d)
         snprintf(cl->etcd_warning, sizeof(cl->etcd_warning),
                  "etcd at %s is plain HTTP on an address other than loopback: whoever reaches "
                  "it or its path can change the members, the group records, the leader and "
-                 "the parameter-server views; give etcd TLS with client certificates "
+                 "the tables' replica sets; give etcd TLS with client certificates "
                  "(--etcd-cacert, --etcd-cert, --etcd-key)", plain);
         LOG_WARN("cluster: %s", cl->etcd_warning);
     }
@@ -654,7 +652,7 @@ int cluster_start(salusd_t *d)
 
 void cluster_stop(salusd_t *d)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     if (!cl)
         return;
     if (cl->tick)
@@ -671,11 +669,11 @@ void cluster_stop(salusd_t *d)
     d->cluster = NULL;
 }
 
-/* ---- views --------------------------------------------------------------------------------- */
+/* ---- what status and groups show ------------------------------------------------------------- */
 
 void cluster_pack_status(salusd_t *d, msgpack_packer *pk)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     uint64_t now = salusd_now_ns();
     int64_t left_ms = cl->lease_ok_ns && !cl->lease_lost
                           ? (int64_t)cl->ttl_s * 1000 - (int64_t)((now - cl->lease_ok_ns) / 1000000)
@@ -711,7 +709,7 @@ void cluster_pack_status(salusd_t *d, msgpack_packer *pk)
 
 int cluster_sample(const salusd_t *d, cluster_sample_t *s)
 {
-    const cluster_t *cl = cl_of(d);
+    const cluster_t *cl = cluster_of(d);
     if (!cl)
         return -ENOENT;
     *s = cl->stats;

@@ -15,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static cluster_t *cl_of(const salusd_t *d) { return (cluster_t *)d->cluster; }
-
 cluster_group_t *cluster_group_by_key(cluster_t *cl, const char *key)
 {
     for (cluster_group_t *g = cl->groups; g; g = g->next)
@@ -767,7 +765,7 @@ static cluster_group_t *local_group(cluster_t *cl, uint64_t group_id)
 
 void cluster_rank_submitted(salusd_t *d, uint64_t group_id, uint32_t rank, uint64_t job_id)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     if (!cl)
         return;
     cluster_group_t *g = local_group(cl, group_id);
@@ -789,7 +787,7 @@ void cluster_rank_submitted(salusd_t *d, uint64_t group_id, uint32_t rank, uint6
 
 void cluster_rank_registered(salusd_t *d, uint64_t group_id, uint32_t rank, uint64_t job_id)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     cluster_group_t *g = cl ? cluster_group_by_local(cl, group_id) : NULL;
     if (!g || rank >= g->world || g->local_job[rank] != job_id)
         return;
@@ -808,7 +806,7 @@ void cluster_rank_registered(salusd_t *d, uint64_t group_id, uint32_t rank, uint
 
 void cluster_rank_admitted(salusd_t *d, uint64_t group_id)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     cluster_group_t *g = cl ? cluster_group_by_local(cl, group_id) : NULL;
     if (!g)
         return;
@@ -818,7 +816,7 @@ void cluster_rank_admitted(salusd_t *d, uint64_t group_id)
 
 void cluster_group_failed(salusd_t *d, uint64_t group_id, const char *failure)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     cluster_group_t *g = cl ? cluster_group_by_local(cl, group_id) : NULL;
     if (!g || g->local_failed)
         return;
@@ -835,7 +833,7 @@ void cluster_group_failed(salusd_t *d, uint64_t group_id, const char *failure)
 
 void cluster_group_over(salusd_t *d, uint64_t group_id)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     cluster_group_t *g = cl ? cluster_group_by_local(cl, group_id) : NULL;
     if (!g || g->over)
         return;
@@ -845,7 +843,7 @@ void cluster_group_over(salusd_t *d, uint64_t group_id)
 
 const char *cluster_rank_node(const salusd_t *d, uint64_t group_id, uint32_t rank)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     cluster_group_t *g = cl ? cluster_group_by_local(cl, group_id) : NULL;
     if (!g || !g->ranks || rank >= g->world)
         return NULL;

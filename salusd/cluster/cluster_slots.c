@@ -13,8 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static cluster_t *cl_of(const salusd_t *d) { return (cluster_t *)d->cluster; }
-
 static void send_to(cluster_t *cl, const char *node, const char *op, const cluster_group_t *g,
                     const char *seq_key, uint64_t seq, uint64_t iters)
 {
@@ -112,7 +110,7 @@ static void report_pending(cluster_t *cl, cluster_group_t *g)
 
 void cluster_slot_done(salusd_t *d, uint64_t group_id, uint64_t seq)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     cluster_group_t *g = cl ? cluster_group_by_local(cl, group_id) : NULL;
     if (!g)
         return;

@@ -1,6 +1,4 @@
-/* Nonces and handshake macs of daemon links (link_auth.h).
- * Built apart from salusd's other files (salusd/CMakeLists.txt): OpenSSL's headers include
- * <pthread.h>, which includes <sched.h>, and salusd's own sched.h would be found first. */
+/* Nonces and handshake macs of daemon links (link_auth.h). */
 #include "link_auth.h"
 
 #include <errno.h>

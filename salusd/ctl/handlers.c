@@ -11,8 +11,8 @@
 #include "ps_cluster.h"
 #include "ps_local.h"
 #include "metrics.h"
-#include "sched.h"
-#include "views.h"
+#include "gpu_sched.h"
+#include "render.h"
 
 #include "log.h"
 
@@ -48,7 +48,7 @@ static void reply_status(conn_t *c, const proto_msg_t *msg)
         proto_pack_kv_uint(&e->pk, "index", (uint64_t)i);
         proto_pack_kv_str(&e->pk, "name", g->name);
         proto_pack_kv_uint(&e->pk, "total_bytes", g->total_bytes);
-        proto_pack_kv_uint(&e->pk, "reserved_bytes", sched_gpu_reserved_bytes(d, i));
+        proto_pack_kv_uint(&e->pk, "reserved_bytes", gpu_sched_gpu_reserved_bytes(d, i));
         proto_pack_kv_uint(&e->pk, "used_bytes", g->chunk_bytes);
         proto_pack_kv_uint(&e->pk, "busy_ms", busy_ns / 1000000);
     }
@@ -71,7 +71,7 @@ static void reply_ps(conn_t *c, const proto_msg_t *msg)
     proto_enc_t *e = &c->daemon->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
     proto_pack_str(&e->pk, "jobs");
-    views_pack_jobs(c, &e->pk); /* the requester's jobs (all for admins) */
+    render_jobs(c, &e->pk); /* the requester's jobs (all for admins) */
     proto_enc_finish(e);
     server_send(c, e);
 }
@@ -81,7 +81,7 @@ static void reply_lanes(conn_t *c, const proto_msg_t *msg)
     proto_enc_t *e = &c->daemon->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
     proto_pack_str(&e->pk, "lanes");
-    views_pack_lanes(c, &e->pk);
+    render_lanes(c, &e->pk);
     proto_enc_finish(e);
     server_send(c, e);
 }
@@ -112,7 +112,7 @@ static void reply_policy(conn_t *c, const proto_msg_t *msg)
     }
     proto_enc_t *e = &c->daemon->enc;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 2);
-    proto_pack_kv_str(&e->pk, "policy", sched_policy_name(c->daemon));
+    proto_pack_kv_str(&e->pk, "policy", gpu_sched_policy_name(c->daemon));
     proto_pack_str(&e->pk, "policies");
     msgpack_pack_array(&e->pk, (uint32_t)policy_count());
     for (size_t i = 0; i < policy_count(); i++)
@@ -133,7 +133,7 @@ static const server_op_t ctl_ops[] = {
     {"logs", jobctl_handle_logs},
     {"reserve_for", reserve_for_handle},
     {"reserved_exit", reserve_for_handle_exit},
-    {"stats", views_handle_stats},
+    {"stats", render_handle_stats},
     {NULL, NULL},
 };
 
@@ -190,7 +190,7 @@ static void handlers_dispatch(conn_t *c, const proto_msg_t *msg)
 static void handlers_connection_closed(conn_t *c)
 {
     ps_local_connection_closed(c);
-    ps_cluster_servers_closed(c);
+    ps_replicas_servers_closed(c);
     jobctl_connection_closed(c);
     jobs_connection_closed(c);
 }

@@ -1,6 +1,6 @@
 /* Subsystem ctl/ (libsalusd-ctl), the highest: the request table (its own rows and those jobs/
  * and ps/ export), salusctl's verbs (jobctl.c), the renderers of ps, lanes and stats
- * (views.c). May call every subsystem; nothing below calls it (it hears the jobs through
+ * (render.c). May call every subsystem; nothing below calls it (it hears the jobs through
  * jobctl_jobs_observer).
  *
  * The request handlers (handlers.c): one row per op, each writing exactly one reply or error.

@@ -2,10 +2,10 @@
 #include "groups.h"
 
 #include "access.h"
+#include "gpu_sched.h"
 #include "jobs.h"
 #include "jobs-internal.h"
 #include "jobs_observer.h"
-#include "sched.h"
 
 #include "log.h"
 
@@ -480,9 +480,9 @@ static uint64_t group_gang_wait_ns(salusd_t *d, const group_t *g)
     uint64_t sum = g->gang_wait_ns;
     for (uint32_t i = 0; i < g->world; i++) {
         job_t *job = rank_job(d, &g->ranks[i]);
-        sched_job_view_t view;
-        if (job && job->runtime && sched_job_view(d, job, &view) == 0)
-            sum += view.gang_wait_ns;
+        gpu_sched_job_info_t sched_info;
+        if (job && job->runtime && gpu_sched_job_info(d, job, &sched_info) == 0)
+            sum += sched_info.gang_wait_ns;
         else if (job && !job->runtime)
             sum += job->end_gang_wait_ns;
     }
@@ -497,15 +497,15 @@ static void pack_rank(salusd_t *d, msgpack_packer *pk, const group_t *g, uint32_
     uint64_t budget = 0, gang_wait_ns = 0;
     const char *state = r->over ? r->end_state : "not submitted";
     pid_t pid = r->pid;
-    sched_job_view_t view;
+    gpu_sched_job_info_t sched_info;
     if (job) {
         jobs_placement(d, job, &gpu, &budget);
         state = host_only(d, g, job)     ? "host-only"
                 : jobs_is_reserved(job) ? "submitted"
                                         : jobs_state(d, job);
         pid = jobs_is_reserved(job) ? 0 : job->pid;
-        if (job->runtime && sched_job_view(d, job, &view) == 0)
-            gang_wait_ns = view.gang_wait_ns;
+        if (job->runtime && gpu_sched_job_info(d, job, &sched_info) == 0)
+            gang_wait_ns = sched_info.gang_wait_ns;
         else
             gang_wait_ns = job->end_gang_wait_ns;
     }

@@ -14,9 +14,9 @@
  * GPU, as every chunk is (devices.c). */
 #include "jobs-internal.h"
 
+#include "gpu_sched.h"
 #include "lane_page.h"
 #include "log.h"
-#include "sched.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -128,21 +128,21 @@ static int create_lane_page(lane_region_t *r)
 static lane_region_t *region_for(salusd_t *d, const job_t *job, const char **why, int *retry)
 {
     *retry = 1; /* (the reasons that may pass: not admitted yet, a claim, a full GPU) */
-    sched_job_view_t view;
-    if (sched_job_view(d, job, &view) < 0 || !view.admitted) {
+    gpu_sched_job_info_t sched_info;
+    if (gpu_sched_job_info(d, job, &sched_info) < 0 || !sched_info.admitted) {
         *why = "not admitted";
         return NULL;
     }
-    if (view.provisional) {
+    if (sched_info.provisional) {
         *why = "its sizes are being learned (a lane of its own)";
         return NULL;
     }
-    if (job_gpus_count(sched_job_gpus(d), job->id) > 1) {
+    if (job_gpus_count(gpu_sched_job_gpus(d), job->id) > 1) {
         *retry = 0;
         *why = "a job on several GPUs";
         return NULL;
     }
-    lane_region_t *r = find_region(d, view.gpu, view.lane);
+    lane_region_t *r = find_region(d, sched_info.gpu, sched_info.lane);
     if (r) {
         if (r->uid != job->uid && !d->config.share_lanes_across_users) {
             *retry = 0; /* (lanes are not shared across users then: a lane id reused) */
@@ -151,14 +151,14 @@ static lane_region_t *region_for(salusd_t *d, const job_t *job, const char **why
         }
         return r; /* another user's: handed over in jobs_handle_lane_map */
     }
-    sched_lane_view_t *lanes = NULL;
+    gpu_sched_lane_info_t *lanes = NULL;
     size_t count = 0;
     uint64_t size = 0;
-    if (sched_lanes(d, &lanes, &count) == 0) {
+    if (gpu_sched_lanes(d, &lanes, &count) == 0) {
         for (size_t i = 0; i < count; i++)
-            if (lanes[i].gpu == view.gpu && lanes[i].lane == view.lane)
+            if (lanes[i].gpu == sched_info.gpu && lanes[i].lane == sched_info.lane)
                 size = lanes[i].size_bytes;
-        sched_lanes_free(lanes, count);
+        gpu_sched_lanes_free(lanes, count);
     }
     if (size == 0) {
         *why = "its lane has no ephemeral memory";
@@ -169,10 +169,10 @@ static lane_region_t *region_for(salusd_t *d, const job_t *job, const char **why
         *why = "out of memory";
         return NULL;
     }
-    r->gpu = view.gpu;
-    r->lane = view.lane;
+    r->gpu = sched_info.gpu;
+    r->lane = sched_info.lane;
     r->uid = job->uid;
-    int rc = devices_chunk_create(&d->devices, view.gpu, size, 0, &r->chunk, &r->chunk_fd);
+    int rc = devices_chunk_create(&d->devices, sched_info.gpu, size, 0, &r->chunk, &r->chunk_fd);
     if (rc < 0) {
         *why = rc == -ENOMEM ? "the GPU has no room for them now" : "the GPU could not create them";
         free(r);
@@ -231,7 +231,7 @@ void jobs_handle_lane_map(conn_t *c, const proto_msg_t *msg)
     }
     uint64_t persistent = 0, ephemeral = 0;
     uint32_t lane = 0;
-    if (sched_job_sizes(d, job, &persistent, &ephemeral, &lane) < 0)
+    if (gpu_sched_job_sizes(d, job, &persistent, &ephemeral, &lane) < 0)
         persistent = 0;
     proto_enc_begin(e, PROTO_REPLY, msg->id, "", 6);
     proto_pack_kv_uint(&e->pk, "shared", 1);

@@ -6,8 +6,8 @@
  * {wait: 1} and asks again (libsalus-client/session.c). */
 #include "jobs-internal.h"
 
+#include "gpu_sched.h"
 #include "log.h"
-#include "sched.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -23,10 +23,10 @@ static int device_place(salusd_t *d, job_t *job, uint32_t device, int *gpu, uint
         *committed = &job->committed_bytes;
         return jobs_placement(d, job, gpu, budget);
     }
-    *committed = job_gpus_committed(sched_job_gpus(d), job->id, device);
+    *committed = job_gpus_committed(gpu_sched_job_gpus(d), job->id, device);
     if (!*committed || !jobs_page(job))
         return -ENOENT;
-    return sched_job_member(d, job, device, gpu, budget);
+    return gpu_sched_job_member(d, job, device, gpu, budget);
 }
 
 /* Creates a chunk for the job and sends it. -ENOMEM: the device has no room now (the books
@@ -90,7 +90,7 @@ static int grant_chunk(salusd_t *d, job_t *job, job_runtime_t *rt, uint64_t requ
 
 #define GROW_WAIT_NS (20ull * 1000000000ull)
 
-/* parked and released jobs keep their chunks until memory is short (job_sched.c) */
+/* parked and released jobs keep their chunks until memory is short (job_effects.c) */
 static void request_trims_for(salusd_t *d, const job_t *job)
 {
     int gpu;
@@ -167,14 +167,14 @@ static int over_claim(salusd_t *d, uint64_t job_id, uint64_t bytes, uint32_t dev
     job_t *job = registry_find(d->registry, job_id);
     int gpu;
     uint64_t budget = 0, none = 0, *committed = &none;
-    sched_job_view_t view;
+    gpu_sched_job_info_t sched_info;
     if (device_place(d, job, device, &gpu, &budget, &committed) == 0 && *committed <= budget &&
         bytes <= budget - *committed)
         return 0;
-    if (device != 0 || sched_job_view(d, job, &view) < 0 || !view.provisional ||
+    if (device != 0 || gpu_sched_job_info(d, job, &sched_info) < 0 || !sched_info.provisional ||
         *committed + bytes < *committed)
         return -ENOSPC;
-    int rc = jobs_sched_wants(d, job, *committed + bytes, *committed);
+    int rc = jobs_core_wants(d, job, *committed + bytes, *committed);
     if (rc == 0 || rc == -EAGAIN)
         LOG_INFO("job %llu (sizes being learned) needs %llu MiB: %s", (unsigned long long)job->id,
                  (unsigned long long)((*committed + bytes) >> 20),
@@ -217,10 +217,10 @@ void jobs_handle_mem_grow(conn_t *c, const proto_msg_t *msg)
     }
     /* device: the job's k-th GPU (--gpus N: 0 .. N - 1) */
     if (proto_get_uint(&msg->body, "device", &device) == -EINVAL ||
-        device >= job_gpus_count(sched_job_gpus(d), job->id)) {
+        device >= job_gpus_count(gpu_sched_job_gpus(d), job->id)) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0,
                            "mem_grow: device must be one of the job's %u GPUs (0 ..)",
-                           (unsigned)job_gpus_count(sched_job_gpus(d), job->id));
+                           (unsigned)job_gpus_count(gpu_sched_job_gpus(d), job->id));
         return;
     }
     uint64_t id = job->id;
@@ -272,8 +272,8 @@ void jobs_handle_mem_release(conn_t *c, const proto_msg_t *msg)
         if (rt->chunks[i].id != id)
             continue;
         /* a chunk on another GPU of the job (--gpus) is that member's */
-        uint32_t k = job_gpus_member_on(sched_job_gpus(d), job->id, rt->chunks[i].gpu);
-        uint64_t *committed = k ? job_gpus_committed(sched_job_gpus(d), job->id, k)
+        uint32_t k = job_gpus_member_on(gpu_sched_job_gpus(d), job->id, rt->chunks[i].gpu);
+        uint64_t *committed = k ? job_gpus_committed(gpu_sched_job_gpus(d), job->id, k)
                                 : &job->committed_bytes;
         *committed -= rt->chunks[i].bytes;
         devices_chunk_release(&d->devices, &rt->chunks[i]);

@@ -23,10 +23,10 @@
 #include "jobs-internal.h"
 
 #include "access.h"
+#include "gpu_sched.h"
 #include "groups.h"
 #include "jobs_observer.h"
 #include "log.h"
-#include "sched.h"
 #include "state.h"
 
 #include <errno.h>
@@ -295,7 +295,7 @@ void jobs_handle_reattach_done(conn_t *c, const proto_msg_t *msg)
         .busy_ns = atomic_load(&page->busy_ns),
     };
     sched_core_effects_t fx = {0};
-    int rc = sched_job_reattached(d, job, &where, &fx);
+    int rc = gpu_sched_job_reattached(d, job, &where, &fx);
     sched_core_effects_free(&fx);
     if (rc < 0) {
         refuse(c, msg->id, job, "re-attach refused: %s",
@@ -333,5 +333,5 @@ void jobs_handle_reattach_done(conn_t *c, const proto_msg_t *msg)
         jobs_raise_rank_admitted(d, job);
     }
     /* parked at its boundary while salusd was away: it asks for its turn now */
-    jobs_sched_parked(d, job);
+    jobs_core_parked(d, job);
 }

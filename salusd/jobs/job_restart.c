@@ -8,10 +8,10 @@
  * and kept out of the lanes until the driver has it back. */
 #include "jobs-internal.h"
 
+#include "gpu_sched.h"
 #include "groups.h"
 #include "log.h"
 #include "paths.h"
-#include "sched.h"
 #include "state.h"
 
 #include <errno.h>
@@ -62,18 +62,19 @@ int jobs_admission_held(const salusd_t *d)
 static int fill_job(salusd_t *d, job_t *job, state_job_t *out)
 {
     job_runtime_t *rt = runtime_of(job);
-    sched_job_view_t view;
-    if (!rt || !rt->page || rt->reattaching || sched_job_view(d, job, &view) < 0 || !view.admitted)
+    gpu_sched_job_info_t sched_info;
+    if (!rt || !rt->page || rt->reattaching || gpu_sched_job_info(d, job, &sched_info) < 0 ||
+        !sched_info.admitted)
         return -ENOENT;
     memset(out, 0, sizeof(*out));
-    if (sched_job_sizes(d, job, &out->persistent_bytes, &out->ephemeral_bytes, &out->lane) < 0)
+    if (gpu_sched_job_sizes(d, job, &out->persistent_bytes, &out->ephemeral_bytes, &out->lane) < 0)
         return -ENOENT;
     out->id = job->id;
     out->uid = (uint32_t)job->uid;
     out->gid = (uint32_t)job->gid;
     out->pid = (int32_t)job->pid;
     snprintf(out->name, sizeof(out->name), "%s", job->name);
-    out->gpu = view.gpu;
+    out->gpu = sched_info.gpu;
     out->iterations_expected = job->iterations_expected;
     out->priority = job->priority;
     out->page_dev = rt->page_dev;
@@ -130,8 +131,8 @@ static void save(salusd_t *d, int durable)
         return;
     memset(&st, 0, sizeof(st));
     st.next_job_id = registry_next_id(d->registry);
-    snprintf(st.policy, sizeof(st.policy), "%s", sched_policy_name(d));
-    long n = sched_policy_save_state(d, policy_state, sizeof(policy_state));
+    snprintf(st.policy, sizeof(st.policy), "%s", gpu_sched_policy_name(d));
+    long n = gpu_sched_policy_save_state(d, policy_state, sizeof(policy_state));
     if (n > 0) {
         st.policy_state = malloc((size_t)n);
         if (st.policy_state) {
@@ -247,7 +248,7 @@ static void on_recheck(evutil_socket_t fd, short events, void *arg)
         r->hold_job[g] = 0;
         r->reserved_bytes[g] = 0;
         registry_remove(d->registry, id);
-        jobs_sched_left(d, id); /* an admission round runs */
+        jobs_core_left(d, id); /* an admission round runs */
     }
     if (!left)
         event_del(r->recheck_timer);
@@ -269,7 +270,7 @@ static void reserve_unaccounted(salusd_t *d)
         sched_core_effects_t fx = {0};
         uint64_t grain = d->devices.gpus[g].granularity_bytes;
         uint64_t capacity, persistent, lane_bytes, lanes;
-        sched_gpu_books(d, g, &capacity, &persistent, &lane_bytes, &lanes);
+        gpu_sched_gpu_books(d, g, &capacity, &persistent, &lane_bytes, &lanes);
         uint64_t room = capacity > persistent + lane_bytes ? capacity - persistent - lane_bytes : 0;
         uint64_t keep = (r->reserved_bytes[g] + grain - 1) / grain * grain;
         /* the books may not have that much left: what they have left is kept out then */
@@ -280,7 +281,7 @@ static void reserve_unaccounted(salusd_t *d)
             .persistent_bytes = keep,
             .ephemeral_bytes = grain,
         };
-        if (sched_job_reattached(d, hold, &where, &fx) < 0) {
+        if (gpu_sched_job_reattached(d, hold, &where, &fx) < 0) {
             LOG_WARN("GPU %d: could not keep the %llu MiB out of the lanes", g,
                      (unsigned long long)(r->reserved_bytes[g] >> 20));
             registry_remove(d->registry, hold->id);
@@ -326,10 +327,10 @@ static void end_hold(salusd_t *d, const char *why)
     for (size_t i = 0; i < registry_count(d->registry);) {
         job_t *job = registry_at(d->registry, i);
         uint64_t id = job->id;
-        sched_job_view_t view;
+        gpu_sched_job_info_t sched_info;
         if (jobs_waiting_admission(job) && !jobs_is_reserved(job) &&
-            sched_job_view(d, job, &view) < 0)
-            jobs_sched_registered(d, job);
+            gpu_sched_job_info(d, job, &sched_info) < 0)
+            jobs_core_registered(d, job);
         /* its effects may have forgotten finished jobs (a refused one, at once with
          * --finished-jobs-kept 0), which moves the later ones down: on from the first job
          * after it */
@@ -444,9 +445,9 @@ int jobs_restart_init(salusd_t *d)
         return 0;
     }
     registry_set_next_id(d->registry, r->loaded.next_job_id);
-    if (r->loaded.policy_state_bytes && strcmp(r->loaded.policy, sched_policy_name(d)) == 0) {
-        int prc = sched_policy_load_state(d, r->loaded.policy_state,
-                                          r->loaded.policy_state_bytes);
+    if (r->loaded.policy_state_bytes && strcmp(r->loaded.policy, gpu_sched_policy_name(d)) == 0) {
+        int prc = gpu_sched_policy_load_state(d, r->loaded.policy_state,
+                                              r->loaded.policy_state_bytes);
         if (prc < 0 && prc != -ENOTSUP)
             LOG_WARN("policy %s refused its saved state (%s); it starts afresh", r->loaded.policy,
                      strerror(-prc));

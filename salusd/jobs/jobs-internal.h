@@ -41,14 +41,14 @@ static inline job_runtime_t *runtime_of(const job_t *job)
     return job ? job->runtime : NULL;
 }
 
-/* job_sched.c: what happens to a job goes to the scheduling core; its effects are carried
+/* job_effects.c: what happens to a job goes to the scheduling core; its effects are carried
  * out before these return. */
-void jobs_sched_registered(salusd_t *d, job_t *job);
-void jobs_sched_parked(salusd_t *d, job_t *job);
-void jobs_sched_left(salusd_t *d, uint64_t job_id); /* it ended: its place goes on */
-/* A job on a claim needs a budget of budget_bytes and holds held_bytes (sched_job_wants);
+void jobs_core_registered(salusd_t *d, job_t *job);
+void jobs_core_parked(salusd_t *d, job_t *job);
+void jobs_core_left(salusd_t *d, uint64_t job_id); /* it ended: its place goes on */
+/* A job on a claim needs a budget of budget_bytes and holds held_bytes (gpu_sched_job_wants);
  * the effects are carried out. 0, -EAGAIN (it waits), -ENOSPC (never), or an error. */
-int jobs_sched_wants(salusd_t *d, job_t *job, uint64_t budget_bytes, uint64_t held_bytes);
+int jobs_core_wants(salusd_t *d, job_t *job, uint64_t budget_bytes, uint64_t held_bytes);
 /* A chunk request found GPU gpu full: the jobs on it that hold unused chunks and do not hold
  * their lane (parked, or released at a quiescent point) are asked to hand them back
  * (trim_request on their page); asking twice is harmless. */

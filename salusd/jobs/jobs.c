@@ -1,15 +1,15 @@
 /* Jobs at run time (see jobs.h): registration, the job page and its notifications, and the
- * end of a job. Admission and turns are the scheduling core's (sched.c adapts it): a
+ * end of a job. Admission and turns are the scheduling core's (gpu_sched.c adapts it): a
  * registered job waits until the core admits it (jobs_admit answers its register request
  * with its GPU and budget) or refuses it (jobs_fail). */
 #include "jobs.h"
 #include "jobs-internal.h"
 #include "access.h"
 
+#include "gpu_sched.h"
 #include "job_page.h"
 #include "jobs_observer.h"
 #include "log.h"
-#include "sched.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -123,7 +123,7 @@ static int reserve_gpus(salusd_t *d, job_t *job, uint64_t gpus)
 {
     if (gpus <= 1)
         return 0;
-    int rc = job_gpus_add(sched_job_gpus(d), d->registry, job->id, (uint32_t)gpus);
+    int rc = job_gpus_add(gpu_sched_job_gpus(d), d->registry, job->id, (uint32_t)gpus);
     if (rc == 0) {
         registry_set_next_id(d->registry, job->id + gpus);
         LOG_INFO("job %llu runs on %llu GPUs (its members: ids %llu to %llu)",
@@ -245,31 +245,32 @@ static void forget_old_finished(salusd_t *d)
 
 int jobs_placement(const salusd_t *d, const job_t *job, int *gpu, uint64_t *budget_bytes)
 {
-    sched_job_view_t view;
+    gpu_sched_job_info_t sched_info;
     *gpu = job->end_gpu;
     *budget_bytes = job->end_budget_bytes;
     if (!job->runtime)
         return *gpu >= 0 ? 0 : -ENOENT;
     /* admitted by the core and carried out here (its page exists) */
-    if (!runtime_of(job)->page || sched_job_view(d, job, &view) < 0 || !view.admitted) {
+    if (!runtime_of(job)->page || gpu_sched_job_info(d, job, &sched_info) < 0 ||
+        !sched_info.admitted) {
         *gpu = -1;
         *budget_bytes = 0;
         return -ENOENT;
     }
-    *gpu = view.gpu;
+    *gpu = sched_info.gpu;
     /* never below what the job already holds (chunk rounding): jobs_set_budget's floor */
-    *budget_bytes = view.budget_bytes > job->committed_bytes ? view.budget_bytes
+    *budget_bytes = sched_info.budget_bytes > job->committed_bytes ? sched_info.budget_bytes
                                                              : job->committed_bytes;
     return 0;
 }
 
 const char *jobs_state(const salusd_t *d, const job_t *job)
 {
-    sched_job_view_t view;
+    gpu_sched_job_info_t sched_info;
     /* admitted and live: it runs while it holds its lane in the core's books */
-    if (job->runtime && job->state == JOB_PAUSED && sched_job_view(d, job, &view) == 0 &&
-        view.admitted)
-        return job_state_name(view.holds_lane ? JOB_RUNNING : JOB_PAUSED);
+    if (job->runtime && job->state == JOB_PAUSED && gpu_sched_job_info(d, job, &sched_info) == 0 &&
+        sched_info.admitted)
+        return sched_info.holds_lane ? JOB_STATE_RUNNING_NAME : job_state_name(JOB_PAUSED);
     return job_state_name(job->state);
 }
 
@@ -280,10 +281,10 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     if (!rt)
         return;
     refresh_stats(job);
-    /* the record of where it ran, before the core forgets it (jobs_sched_left below) */
+    /* the record of where it ran, before the core forgets it (jobs_core_left below) */
     jobs_placement(d, job, &job->end_gpu, &job->end_budget_bytes);
-    sched_job_view_t last;
-    if (sched_job_view(d, job, &last) == 0) {
+    gpu_sched_job_info_t last;
+    if (gpu_sched_job_info(d, job, &last) == 0) {
         if (last.admitted)
             job->end_lane = (int)last.lane;
         job->end_gang_wait_ns = last.gang_wait_ns;
@@ -308,7 +309,7 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
     /* last: its memory is back, so the jobs admitted now find it free, and they are
      * admitted after it finished */
     /* a survivor of a restart that ended while re-attaching: no need to wait for it */
-    jobs_sched_left(d, id);
+    jobs_core_left(d, id);
     forget_old_finished(d);
     jobs_survivor_settled(d, id, 0);
     jobs_state_save(d);
@@ -344,7 +345,7 @@ void jobs_on_notify(evutil_socket_t fd, short events, void *arg)
         ;
     job_t *job = registry_find(rt->daemon->registry, rt->job_id);
     if (job)
-        jobs_sched_parked(rt->daemon, job);
+        jobs_core_parked(rt->daemon, job);
 }
 
 static int create_page(job_runtime_t *rt, int *page_fd)
@@ -370,7 +371,7 @@ static int create_page(job_runtime_t *rt, int *page_fd)
     rt->page = p;
     rt->page->magic = JOB_PAGE_MAGIC;
     rt->page->version = JOB_PAGE_VERSION;
-    atomic_store(&rt->page->features, JOB_PAGE_FEATURE_WAKE_SEQ); /* job_sched.c */
+    atomic_store(&rt->page->features, JOB_PAGE_FEATURE_WAKE_SEQ); /* job_effects.c */
     *page_fd = fd;
     return 0;
 }
@@ -385,11 +386,11 @@ int jobs_waiting_admission(const job_t *job)
 /* The budget a job's page shows: the core's, or for a job on a claim the GPU's memory. */
 static uint64_t page_budget(const salusd_t *d, const job_t *job, uint64_t budget_bytes)
 {
-    sched_job_view_t view;
-    if (sched_job_view(d, job, &view) == 0 && view.admitted && view.provisional &&
-        view.gpu >= 0 && view.gpu < d->devices.count &&
-        d->devices.gpus[view.gpu].total_bytes > budget_bytes)
-        return d->devices.gpus[view.gpu].total_bytes;
+    gpu_sched_job_info_t sched_info;
+    if (gpu_sched_job_info(d, job, &sched_info) == 0 && sched_info.admitted &&
+        sched_info.provisional && sched_info.gpu >= 0 && sched_info.gpu < d->devices.count &&
+        d->devices.gpus[sched_info.gpu].total_bytes > budget_bytes)
+        return d->devices.gpus[sched_info.gpu].total_bytes;
     return budget_bytes;
 }
 
@@ -423,7 +424,7 @@ int jobs_admit(salusd_t *d, job_t *job, int gpu, uint64_t budget_bytes, uint32_t
     proto_pack_kv_uint(&e->pk, "gpu", (uint64_t)gpu);
     /* every GPU of the job, in member order (the first is gpu): what it may see */
     job_gpus_info_t multi;
-    int is_multi = job_gpus_info(sched_job_gpus(d), job->id, &multi) == 0;
+    int is_multi = job_gpus_info(gpu_sched_job_gpus(d), job->id, &multi) == 0;
     proto_pack_str(&e->pk, "gpus");
     msgpack_pack_array(&e->pk, is_multi ? multi.gpus : 1);
     for (uint32_t k = 0; k < (is_multi ? multi.gpus : 1); k++)
@@ -615,7 +616,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     }
     LOG_INFO("job %llu '%s' registered (pid %d, uid %u)", (unsigned long long)job->id,
              job->name, (int)job->pid, (unsigned)job->uid);
-    jobs_sched_registered(d, job);
+    jobs_core_registered(d, job);
 }
 
 void jobs_connection_closed(conn_t *c)
@@ -647,7 +648,7 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
         return -ENOENT;
     job_t *job = registry_at(d->registry, index);
     uint64_t now = salusd_now_ns();
-    sched_job_view_t view;
+    gpu_sched_job_info_t sched_info;
     refresh_stats(job);
     memset(info, 0, sizeof(*info));
     info->id = job->id;
@@ -662,16 +663,16 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
     info->finished_ns = job->finished_ns;
     uint64_t end = job->finished_ns ? job->finished_ns : now;
     uint64_t admission_wait = (job->admitted_ns ? job->admitted_ns : end) - job->registered_ns;
-    if (job->runtime && sched_job_view(d, job, &view) == 0) {
-        if (view.admitted)
-            info->lane = view.lane;
-        info->provisional = view.admitted && view.provisional;
-        if (view.waiting_since_ns && view.waiting_since_ns <= now)
-            info->wait_in_progress_ns = now - view.waiting_since_ns;
-        info->lane_holder = view.lane_holder;
-        info->gang_wait_ns = view.gang_wait_ns;
-        info->has_policy_rank = view.has_rank;
-        info->policy_rank = view.rank;
+    if (job->runtime && gpu_sched_job_info(d, job, &sched_info) == 0) {
+        if (sched_info.admitted)
+            info->lane = sched_info.lane;
+        info->provisional = sched_info.admitted && sched_info.provisional;
+        if (sched_info.waiting_since_ns && sched_info.waiting_since_ns <= now)
+            info->wait_in_progress_ns = now - sched_info.waiting_since_ns;
+        info->lane_holder = sched_info.lane_holder;
+        info->gang_wait_ns = sched_info.gang_wait_ns;
+        info->has_policy_rank = sched_info.has_rank;
+        info->policy_rank = sched_info.rank;
     }
     if (!job->runtime)
         info->gang_wait_ns = job->end_gang_wait_ns;
@@ -691,7 +692,7 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
     info->learned_ephemeral_bytes = job->learned_ephemeral_bytes;
     info->ephemeral_peak_bytes = job->stats.ephemeral_peak_bytes;
     info->memory_bytes = job->committed_bytes + /* and on its other GPUs (--gpus) */
-                         job_gpus_committed_total(sched_job_gpus(d), job->id);
+                         job_gpus_committed_total(gpu_sched_job_gpus(d), job->id);
     info->live_bytes = job->runtime ? job->stats.live_bytes : 0;
     info->busy_ns = job->stats.busy_ns;
     /* the shim adds a turn's wait when it ends: the one going on is added here */

@@ -93,7 +93,7 @@ void jobs_end_reserved(salusd_t *d, job_t *job, job_state_t final_state);
 /* Sends sig to the job's registered process through its pidfd. 0, -ESRCH when the job
  * has no live registered process, or a negative errno. */
 int jobs_signal(const job_t *job, int sig);
-/* One job as ps, top and the metrics endpoint show it: the typed snapshot that every view
+/* One job as ps, top and the metrics endpoint show it: the typed snapshot that every renderer
  * renders (jobs_pack_list writes it for ps). state is a static string ("waiting", "running",
  * "paused", "done", "failed", "killed", "ended"); running means the job holds its GPU now
  * (jobs_state decides it). */
@@ -123,7 +123,7 @@ typedef struct jobs_info_s {
     uint64_t group_id;           /* a rank of this group (groups.c); 0: a single job */
     uint32_t group_rank;
     uint64_t gang_wait_ns;       /* a rank: held back for its group (sched_core.h) */
-    bool has_policy_rank;        /* the policy's view of the job (sched_rank_name says what) */
+    bool has_policy_rank;        /* the policy's rank of the job (gpu_sched_rank_name says what) */
     double policy_rank;
     uint64_t registered_ns, admitted_ns, finished_ns; /* 0 until it happens */
     /* a latency-critical job (target > 0): its requests (job_stats_t) */
@@ -135,7 +135,7 @@ typedef struct jobs_info_s {
  * budget (never below what it holds); for a job that ended, the record of where it ran.
  * 0, or -ENOENT (gpu -1, budget 0) when it was not admitted. */
 int jobs_placement(const salusd_t *d, const job_t *job, int *gpu, uint64_t *budget_bytes);
-/* The job's state as every view shows it; the one place "running" is decided: an admitted
+/* The job's state as every renderer shows it; the one place "running" is decided: an admitted
  * live job runs while it holds its lane in the core's books, else it is "paused". */
 const char *jobs_state(const salusd_t *d, const job_t *job);
 /* Fills info with the index-th job of the registry (0 <= index < registry_count()), the
@@ -147,7 +147,7 @@ void jobs_simgpu_shm_name(const salusd_t *d, char *out, size_t size);
 /* Releases every job's resources (shutdown). */
 void jobs_shutdown(salusd_t *d);
 
-/* Switches the scheduling policy (sched_set_policy) and carries out what follows. 0, or a
+/* Switches the scheduling policy (gpu_sched_set_policy) and carries out what follows. 0, or a
  * negative errno with err saying why (the policy stays). */
 int jobs_set_policy(salusd_t *d, const char *name, char *err, size_t err_size);
 /* The cluster role's events for the scheduling core, carried out (sched_core_group_release,
@@ -157,7 +157,7 @@ int jobs_group_release(salusd_t *d, uint64_t group_id);
 uint64_t jobs_iterations(const job_t *job);
 int jobs_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq);
 
-/* For job_sched.c */
+/* For job_effects.c */
 struct job_page_s;
 struct job_page_s *jobs_page(const job_t *job);
 /* Registered, its register request waiting for admission. */

@@ -3,7 +3,7 @@
  * be NULL.
  *
  * Notifications go to every table that has the entry, in the order of registration. Those
- * raised while the scheduling core's effects are applied (job_sched.c) are queued and
+ * raised while the scheduling core's effects are applied (job_effects.c) are queued and
  * delivered, in the order raised, once the outermost apply is over: an observer never
  * re-enters the effect loop from inside it. job_finished is the exception, delivered at once:
  * the job may be forgotten right after it (its observer only answers the waits: jobctl.c).
@@ -64,7 +64,7 @@ const char *jobs_ask_rank_node(const salusd_t *d, uint64_t group_id, uint32_t ra
 /* 1 when an observer packed the tables, else 0 (the caller packs an empty array) */
 int jobs_ask_pack_group_tables(salusd_t *d, uint64_t group_id, msgpack_packer *pk);
 
-/* Around an apply of the core's effects (job_sched.c): notifications raised in between are
+/* Around an apply of the core's effects (job_effects.c): notifications raised in between are
  * queued; the outermost jobs_effects_end delivers them. */
 void jobs_effects_begin(salusd_t *d);
 void jobs_effects_end(salusd_t *d);

@@ -9,7 +9,7 @@
 #include "jobs.h"
 #include "log.h"
 #include "ps.h"
-#include "sched.h"
+#include "gpu_sched.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -94,9 +94,10 @@ static void sample_gpu(metrics_t *m, int gpu, uint64_t now_ns)
     s->index = gpu;
     s->name = g->name;
     s->total_bytes = g->total_bytes;
-    s->reserved_bytes = sched_gpu_reserved_bytes(d, gpu);
+    s->reserved_bytes = gpu_sched_gpu_reserved_bytes(d, gpu);
     s->used_bytes = g->chunk_bytes;
-    sched_gpu_books(d, gpu, &s->capacity_bytes, &s->persistent_bytes, &s->lane_bytes, &s->lanes);
+    gpu_sched_gpu_books(d, gpu, &s->capacity_bytes, &s->persistent_bytes, &s->lane_bytes,
+                        &s->lanes);
     if (devices_busy_ns(&d->devices, gpu, &busy_ns) < 0)
         return;
     s->has_busy = 1;
@@ -201,7 +202,7 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
     }
     ps_sample_t pss;
     snap->ps = NULL;
-    if (ps_sample(d, &pss) == 0) {
+    if (ps_report_sample(d, &pss) == 0) {
         m->ps = (metrics_ps_sample_t){
             .tables = pss.tables, .shards = pss.shards, .bytes = pss.bytes,
             .pushes = pss.pushes, .pushes_duplicate = pss.pushes_duplicate, .pulls = pss.pulls,
@@ -228,8 +229,8 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
     for (int st = JOB_DONE; st < JOB_STATE_COUNT; st++)
         snap->jobs_ended[st] = registry_ended(d->registry, (job_state_t)st);
     snap->version = SALUS_VERSION;
-    snap->policy = d->sched ? sched_policy_name(d) : "none";
-    snap->rank_name = d->sched ? sched_rank_name(d) : NULL;
+    snap->policy = d->gpu_sched ? gpu_sched_policy_name(d) : "none";
+    snap->rank_name = d->gpu_sched ? gpu_sched_rank_name(d) : NULL;
     snap->gpus = m->gpus;
     snap->gpu_count = (size_t)d->devices.count;
     snap->jobs = m->jobs;

@@ -106,7 +106,7 @@ typedef struct metrics_job_sample_s {
     uint64_t persistent_bytes;
     uint64_t ephemeral_peak_bytes;
     uint64_t wait_ns;          /* waited in total, the wait in progress included */
-    int has_policy_rank;       /* the policy's view of the job (snapshot's rank_name) */
+    int has_policy_rank;       /* the policy's rank of the job (snapshot's rank_name) */
     double policy_rank;
     /* a latency-critical job (latency_target_ns > 0): its requests (job_stats_t) */
     uint64_t latency_target_ns;
@@ -152,7 +152,7 @@ typedef struct metrics_ps_sample_s {
     uint64_t staleness_waits, staleness_wait_ns;
     uint64_t refused;
     uint64_t fed_rounds_timed_out;
-    uint64_t views, shards_moved, shard_copies; /* part 2: view changes, what they moved */
+    uint64_t views, shards_moved, shard_copies; /* view changes, what they moved */
     uint64_t failovers, failover_last_ns; /* the workers' side's recoveries, the last's time */
 } metrics_ps_sample_t;
 

@@ -649,8 +649,8 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
     for (size_t i = 0; i < s->job_count; i++) {
         const metrics_job_sample_t *j = &s->jobs[i];
         metrics_escape_label(j->name, escaped, sizeof(escaped));
-        for (int st = JOB_WAITING; st < JOB_STATE_COUNT; st++) {
-            const char *name = job_state_name((job_state_t)st);
+        for (size_t st = 0; st < JOB_SHOWN_STATE_COUNT; st++) {
+            const char *name = job_shown_state_name(st);
             text_printf(t, "salus_job_state{job_id=\"%" PRIu64 "\",name=\"%s\",uid=\"%u\","
                            "state=\"%s\"} %d\n", j->id, escaped, j->uid, name,
                         j->state && strcmp(j->state, name) == 0);
@@ -681,7 +681,7 @@ int metrics_render(const metrics_snapshot_t *s, metrics_text_t *t)
     if (s->rank_name) {
         metrics_escape_label(s->rank_name, value, sizeof(value));
         family(t, "salus_job_policy_rank", "gauge",
-               "The policy's view of the job, named by the rank label (las: its queue, lower "
+               "The policy's rank of the job, named by the rank label (las: its queue, lower "
                "runs first; gittins: its Gittins index in 1/s, higher runs first).");
         for (size_t i = 0; i < s->job_count; i++) {
             const metrics_job_sample_t *j = &s->jobs[i];

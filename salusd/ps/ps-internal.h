@@ -1,5 +1,5 @@
 /* The parameter-server service's parts (ps.h): what ps_service.c, ps_tables.c, ps_open.c,
- * ps_worker.c, ps_pull.c, ps_server.c, ps_msg.c and ps_view.c share. Single-threaded:
+ * ps_worker.c, ps_pull.c, ps_server.c, ps_msg.c and ps_report.c share. Single-threaded:
  * everything runs on the daemon's loop.
  *
  * One ps_table_t per table this daemon knows, keyed (uid, group name, table name, ring
@@ -192,15 +192,16 @@ struct ps_table_s {
     /* server side */
     ps_shard_t **shards;      /* per shard; NULL where this daemon holds no replica of it */
     ps_wait_t *waits;
-    struct ps_fed_table_s *fed; /* a federated table (salusd/ps_fed.c): the rounds, no shards */
-    /* part 2: replicas and views (ps_repl.c) */
+    struct ps_fed_table_s
+        *fed; /* a federated table (salusd/ps/ps_fed_table.c): the rounds, no shards */
+    /* replicas and views (ps_repl.c) */
     uint32_t replicas;        /* R: the view's (until a view is read: the open's; 0 counts
                                * as 1). R > 1 (and more than one server): the worker side
-                               * waits for the next view when a primary cannot be reached,
-                               * else it fails at once (part 1) */
+                               * waits for the next view when a primary cannot be reached;
+                               * with R 1 it fails at once */
     uint64_t view;            /* the number of the view in force here (0: none yet) */
     char view_servers[PS_SERVERS_BYTES]; /* its servers (sorted); "": the ring record's */
-    int watching;             /* ps_cluster_view_watch was called */
+    int watching;             /* ps_replicas_watch was called */
     struct ps_repl_shard_s *repl; /* per shard: this daemon's part in its replica set */
     struct ps_forward_s *forwards; /* updates applied here as primary, waiting for standbys */
     uint64_t moved, copies;   /* primaries moved, replica copies made, over its views */
@@ -227,12 +228,12 @@ struct ps_s {
     struct event *pump_timer;   /* a zero timer: sends the rest of a large clock's updates */
     LIST_HEAD(ps_pull_list, ps_pull_s) pulls;
     ps_fetch_t *fetches;
-    ps_sample_t stats;          /* counters (tables, shards, bytes: computed by ps_sample) */
+    ps_sample_t stats;          /* counters (tables, shards, bytes: computed by ps_report_sample) */
     uint64_t dropped;           /* bad messages from peers */
-    /* part 2 (ps_repl*.c) */
+    /* replication (ps_repl*.c) */
     struct ps_copy_s *copies;   /* whole-state copies sent, not acknowledged yet */
     struct event *repl_timer;   /* while forwards or copies wait: liveness, resends */
-    /* test seams: NULL in the daemon (ps_cluster_member_alive, ps_net) */
+    /* test seams: NULL in the daemon (ps_replicas_member_alive, ps_net) */
     int (*member_alive)(salusd_t *d, const char *node);
     int (*send_tap)(void *arg, const char *node, const void *header, size_t header_len,
                     const void *payload, size_t payload_len);
@@ -295,8 +296,10 @@ int ps_quota_check(ps_t *ps, uid_t uid, uint64_t more, const char *table, char *
 /* The element bytes of this table's shards served here (from the owners: also before they
  * are created). */
 uint64_t ps_table_shard_bytes(const ps_table_t *t);
+/* The rule text of a spec (a fedavg rule's or ps_rule_format's); the length or < 0. */
+int ps_table_rule_text(const ps_table_spec_t *spec, char *buf, size_t size);
 
-/* ps_worker.c, ps_pull.c (ps_worker_pull, ps_pull_slice, fetches) */
+/* ps_worker.c, ps_pull.c (ps_pull_start, ps_pull_slice, fetches) */
 int ps_worker_init(ps_table_t *t);   /* agg / ASP books / streams; 0 or -ENOMEM */
 void ps_worker_fini(ps_table_t *t);
 /* The clocks this node has closed for the table (every local worker closed them): their
@@ -312,11 +315,11 @@ int ps_worker_clock(ps_table_t *t, uint32_t worker, uint64_t clock, char *err,
 void ps_worker_acked(ps_table_t *t, uint32_t shard, uint64_t seq, int rc);
 /* The send of update seq of a shard's stream completed (ps_msg.c's sent callback); ok 0: it
  * failed (a link that dropped), and the next retry sends it again. */
-void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq, int ok);
+void ps_retarget_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq, int ok);
 /* Arms the retry timer (updates and fetches on their way). */
-void ps_worker_arm_retry(ps_t *ps);
+void ps_retarget_arm_retry(ps_t *ps);
 /* Resends the updates not acknowledged within PS_UPDATE_RETRY_MS of their send. */
-void ps_worker_retry(ps_t *ps);
+void ps_retarget_retry(ps_t *ps);
 /* Sends the updates a large clock left for later turns (the pump timer), up to
  * PS_PUMP_TURN_BYTES a turn. */
 #define PS_PUMP_TURN_BYTES (16u << 20)
@@ -325,9 +328,9 @@ void ps_worker_pump_later(ps_t *ps);
  * pull of either kind of table). */
 int ps_pull_range_check(const ps_table_t *t, uint64_t offset, uint64_t n, char *err,
                         size_t err_size);
-int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
-                   uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
-                   size_t err_size);
+int ps_pull_start(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
+                  uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
+                  size_t err_size);
 /* A slice of a pull arrived (or failed: rc < 0). */
 void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
                    const float *values, uint64_t n, uint64_t done, uint64_t done_at_request,
@@ -335,13 +338,13 @@ void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
 /* A fetch's answer (or failure) goes to each of its riders; the fetch is freed. But rc
  * -ESTALE (its server is not the shard's primary now, or the shard is moving): the fetch is
  * kept (back on ps->fetches) and asked again at the next view change or retry. */
-void ps_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values,
-                     uint64_t done, uint64_t done_at_request, uint64_t waited_ns, int waited);
+void ps_pull_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values,
+                          uint64_t done, uint64_t done_at_request, uint64_t waited_ns, int waited);
 /* The table's fetches on their way fail (rc, err). */
 void ps_worker_fail_fetches(ps_table_t *t, int rc, const char *err);
 /* Node is down (peer down): the update streams and fetches that wait on it fail (R 1), or
  * wait for the next view (R > 1; ps_retarget.c), at most PS_FAILOVER_TTLS lease TTLs. */
-void ps_worker_node_down(ps_t *ps, const char *node);
+void ps_retarget_node_down(ps_t *ps, const char *node);
 
 /* ps_server.c */
 /* An update from this daemon's own workers (source) to a shard whose primary is here
@@ -376,11 +379,11 @@ int ps_msg_send_pull(ps_table_t *t, const ps_fetch_t *f);
 void ps_msg_send_pull_reply(ps_table_t *t, const ps_wait_t *w, int rc, const char *err);
 void ps_msg_send_bye(ps_table_t *t);
 
-/* ---- part 2: replicas, fail-over, re-balancing (ps_repl.c and its parts) -------------------
+/* ---- replicas, fail-over, re-balancing (ps_repl.c and its parts) ---------------------------
  * A table's t->ring and t->owner[] always describe its CURRENT view (ps_cluster.h's ps_view_t):
  * t->owner[shard] is the shard's primary; the standbys follow (ps_ring_replicas). On a view
  * change the server side swaps ring and owners, moves or copies shard state as needed, and
- * then calls ps_worker_view_changed so that the worker side sends again what went to a
+ * then calls ps_retarget_view_changed so that the worker side sends again what went to a
  * replaced primary. A server that is not (or not yet) the primary of a shard in its view
  * answers an update or a read of it with -ESTALE: the sender keeps it and sends it again
  * after the next view change (or its retry timer). */
@@ -450,7 +453,7 @@ void ps_repl_peer_restarted(ps_t *ps, const char *node);
 int ps_repl_is_primary(const ps_table_t *t, uint32_t shard);
 /* 1 when node is alive as far as the cluster knows (the test seam first). */
 int ps_repl_alive(ps_t *ps, const char *node);
-/* The table's part 2 books go (forwards, copies). */
+/* The table's replication books go (forwards, copies). */
 void ps_repl_fini(ps_table_t *t);
 /* The element bytes of the shards this daemon holds a replica of (the quota). */
 uint64_t ps_repl_shard_bytes(const ps_table_t *t);
@@ -475,7 +478,7 @@ int ps_repl_recv(ps_t *ps, const char *node, int type, struct rbuf_s *r, ps_tabl
                  const void *payload, size_t payload_len);
 /* ps_worker.c / ps_pull.c: the table's view changed: the heads of the update streams and the
  * fetches whose primary changed go again to the new primaries (same seq: applied once). */
-void ps_worker_view_changed(ps_table_t *t);
+void ps_retarget_view_changed(ps_table_t *t);
 /* (ps_retarget.c; what it needs of the server side:) t->self_server is this daemon's index in
  * the new ring; reads kept on a shard this daemon no longer primaries (ps_wait_t with pull !=
  * NULL) are left on t->waits, or answered -ESTALE (ps_pull_slice): either way the worker side

@@ -59,7 +59,7 @@ typedef struct ps_table_spec_s {
     ps_sync_t sync;
     char servers[PS_SERVERS_BYTES]; /* "": the group's nodes */
     int federated;             /* 1: rule text "fedavg:..." (ps_fed.h), in fed; one daemon
-                                * serves it (salusd/ps_fed.c) */
+                                * serves it (salusd/ps/ps_fed_table.c) */
     ps_fed_spec_t fed;
     uint32_t replicas;         /* R, 1 .. PS_MAX_REPLICAS; 0: the daemon's --ps-replicas */
 } ps_table_spec_t;
@@ -121,9 +121,9 @@ void ps_group_over(salusd_t *d, uint64_t group_id);
  * view: the number of the server view in force here; shards_moved: primaries its changes
  * moved, replica_copies: replicas they added). */
 struct msgpack_packer;
-void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer *pk);
+void ps_report_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer *pk);
 /* What the parameter servers hear of the jobs subsystem (main registers it): a group over
- * (ps_group_over), its tables for the groups op (ps_pack_group_tables). */
+ * (ps_group_over), its tables for the groups op (ps_report_group_tables). */
 /* The parameter servers' rows of the request table (ps_ops.c). */
 extern const server_op_t ps_ops[];
 extern const jobs_observer_t ps_jobs_observer;
@@ -139,13 +139,13 @@ typedef struct ps_sample_s {
     uint64_t staleness_waits, staleness_wait_ns;
     uint64_t refused;                        /* requests refused (bad input, quota, access) */
     uint64_t fed_rounds_timed_out;           /* federated rounds closed by the timeout */
-    uint64_t views;                          /* table views taken here (part 2) */
+    uint64_t views;                          /* table views taken here */
     uint64_t shards_moved;                   /* shards whose primary changed, over them */
     uint64_t shard_copies;                   /* whole-state copies sent */
-    /* the workers' side (part 2): outages ended (updates or reads that could not reach a
+    /* the workers' side: outages ended (updates or reads that could not reach a
      * shard's primary, answered again after a view change), and the last one's time */
     uint64_t failovers, failover_last_ns;
 } ps_sample_t;
-int ps_sample(const salusd_t *d, ps_sample_t *sample);
+int ps_report_sample(const salusd_t *d, ps_sample_t *sample);
 
 #endif

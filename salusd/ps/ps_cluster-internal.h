@@ -1,8 +1,8 @@
 /* ps_cluster's parts: the pure pieces (the ring record's JSON, the token exchange:
  * ps_cluster_ring.c; the view record, server sets and the fail-over's decisions:
- * ps_cluster_view_rec.c), kept apart so that tests/unit/check_ps_cluster.c tests them alone,
+ * ps_replicas_rec.c), kept apart so that tests/unit/check_ps_cluster.c tests them alone,
  * and the state shared by ps_cluster.c (peers, the net), ps_cluster_etcd.c (ring records) and
- * ps_cluster_view.c (views: create, propose, watch, fail-over; ps_cluster_view_ctl.c: the
+ * ps_replicas.c (views: create, propose, watch, fail-over; ps_replicas_ctl.c: the
  * ps_servers op). */
 #ifndef SALUS_SALUSD_PS_CLUSTER_INTERNAL_H
 #define SALUS_SALUSD_PS_CLUSTER_INTERNAL_H
@@ -23,7 +23,7 @@
 /* Whether servers (a NUL-terminated text in cap bytes) is a sorted list of distinct node names
  * [A-Za-z0-9._-]{1,63} separated by single commas, at most PS_MAX_SERVERS. 0 or -EINVAL with
  * err saying what is wrong. */
-int ps_servers_check(const char *servers, size_t cap, char *err, size_t err_size);
+int ps_cluster_ring_servers_check(const char *servers, size_t cap, char *err, size_t err_size);
 
 /* Whether rec's fields are sane (count 1..PS_RING_MAX_COUNT, rule and sync of
  * [a-z0-9:.+-], servers a sorted list of distinct node names [A-Za-z0-9._-]{1,63}, vnodes
@@ -43,41 +43,41 @@ int ps_json_object_parse(const char *text, size_t len, const char *what, int who
                          struct json_object **o, char *err, size_t err_size);
 /* Writes servers ("a,b") at buf + *at as JSON strings ("a","b"; plain names, checked:
  * nothing to escape), *at moved past them. 0, or -ENOSPC (size too small). */
-int ps_servers_to_json(const char *servers, char *buf, size_t size, size_t *at);
+int ps_cluster_ring_servers_to_json(const char *servers, char *buf, size_t size, size_t *at);
 /* Reads o's "servers" (a JSON list of node names) into out (cap bytes) as "a,b,c", in the
- * list's order (the caller checks the set: ps_servers_check). 0, or -1 with err set
- * ("<what>'s servers ..."). Shared by the ring record and the view record. */
-int ps_servers_from_json(struct json_object *o, const char *what, char *out, size_t cap,
-                         char *err, size_t err_size);
+ * list's order (the caller checks the set: ps_cluster_ring_servers_check). 0, or -1 with err
+ * set ("<what>'s servers ..."). Shared by the ring record and the view record. */
+int ps_cluster_ring_servers_from_json(struct json_object *o, const char *what, char *out,
+                                      size_t cap, char *err, size_t err_size);
 /* Reads a value (len bytes, not NUL-terminated) into rec (epoch left 0), every field checked:
  * 0, or -EINVAL with err saying what is wrong. */
 int ps_ring_record_parse(const char *text, size_t len, ps_ring_record_t *rec, char *err,
                          size_t err_size);
 
-/* ---- the view record: P/psv/UID/GROUP/EPOCH/TABLE (ps_cluster_view_rec.c) -----------------
+/* ---- the view record: P/psv/UID/GROUP/EPOCH/TABLE (ps_replicas_rec.c) -----------------
  * value {"servers": ["n1", "n2"], "replicas": 3}; the view's number is the key's mod revision
  * (not in the value). */
 
-/* Whether v's fields are sane (servers: ps_servers_check; replicas 1..PS_MAX_REPLICAS). 0 or
- * -EINVAL with err saying which. */
-int ps_view_check(const ps_view_t *v, char *err, size_t err_size);
+/* Whether v's fields are sane (servers: ps_cluster_ring_servers_check; replicas
+ * 1..PS_MAX_REPLICAS). 0 or -EINVAL with err saying which. */
+int ps_replicas_check(const ps_view_t *v, char *err, size_t err_size);
 /* The value for v (checked first). The length, -EINVAL (err set) or -ENOSPC. */
-int ps_view_format(const ps_view_t *v, char *buf, size_t size, char *err, size_t err_size);
+int ps_replicas_format(const ps_view_t *v, char *buf, size_t size, char *err, size_t err_size);
 /* Reads a value (len bytes, not NUL-terminated) into v (number left 0), every field checked:
  * 0, or -EPROTO with err saying what is wrong (a record that is not one is never trusted). */
-int ps_view_parse(const char *text, size_t len, ps_view_t *v, char *err, size_t err_size);
+int ps_replicas_parse(const char *text, size_t len, ps_view_t *v, char *err, size_t err_size);
 
 /* Server sets ("a,b,c": sorted, distinct). 1 when node is in servers. */
-int ps_servers_has(const char *servers, const char *node);
+int ps_replicas_has(const char *servers, const char *node);
 /* out = servers with node added (sorted): 0, -EEXIST (already in), -EINVAL (a bad name) or
  * -ENOSPC. */
-int ps_servers_with(const char *servers, const char *node, char *out, size_t size);
+int ps_replicas_with(const char *servers, const char *node, char *out, size_t size);
 /* out = servers without node: 0 (out may be ""), -ENOENT (not in) or -ENOSPC. */
-int ps_servers_without(const char *servers, const char *node, char *out, size_t size);
+int ps_replicas_without(const char *servers, const char *node, char *out, size_t size);
 /* The number of servers in the set. */
-uint32_t ps_servers_count(const char *servers);
+uint32_t ps_replicas_count(const char *servers);
 
-/* ---- the fail-over's decisions (pure; ps_cluster_view.c runs them) -------------------------
+/* ---- the fail-over's decisions (pure; ps_replicas.c runs them) -------------------------
  * A watched view that holds servers whose lease ended (alive() says 0) is proposed without
  * them by its first live server by name; after PS_FAILOVER_GRACE_MS with a dead server still
  * in the view (the first live one does not watch it, or cannot reach etcd) every live watcher
@@ -91,27 +91,28 @@ uint32_t ps_servers_count(const char *servers);
 
 typedef int (*ps_alive_fn)(void *ctx, const char *node);
 
-typedef struct ps_failover_s {
+typedef struct ps_replicas_failover_s {
     int busy;                  /* a proposal in flight */
     uint32_t tries;            /* proposals since a dead server was first seen in the view */
     uint64_t dead_since_ns;    /* when the view was first seen holding a dead server (0: no) */
     uint64_t gave_up_number;   /* the view it gave up on (0: none) */
     uint64_t retry_at_ns;      /* after an etcd error: not before then */
-} ps_failover_t;
+} ps_replicas_failover_t;
 
-typedef enum ps_failover_act_e {
+typedef enum ps_replicas_failover_act_e {
     PS_FAILOVER_NONE = 0,      /* nothing to do now */
     PS_FAILOVER_PROPOSE,       /* propose out (from the view's number) */
     PS_FAILOVER_GIVE_UP,       /* the tries are spent (log it once) */
-} ps_failover_act_t;
+} ps_replicas_failover_act_t;
 
 /* One look at view v (number > 0) as read now: what this daemon (self) does. out: the view's
  * servers without the dead ones; gone: the dead ones ("n3" or "n3,n5"). */
-ps_failover_act_t ps_failover_step(ps_failover_t *f, const ps_view_t *v, const char *self,
-                                   ps_alive_fn alive, void *ctx, uint64_t now_ns, char *out,
-                                   size_t out_size, char *gone, size_t gone_size);
+ps_replicas_failover_act_t ps_replicas_failover_step(ps_replicas_failover_t *f, const ps_view_t *v,
+                                                     const char *self, ps_alive_fn alive, void *ctx,
+                                                     uint64_t now_ns, char *out, size_t out_size,
+                                                     char *gone, size_t gone_size);
 /* The proposal's answer (rc 0: it won; -ESTALE: it lost; another: etcd's error). */
-void ps_failover_result(ps_failover_t *f, int rc, uint64_t now_ns);
+void ps_replicas_failover_result(ps_replicas_failover_t *f, int rc, uint64_t now_ns);
 
 /* ---- the token exchange over the links ("ps_hello" {addr, token, have}) --------------------
  * Per member: mine, the token we expect on its messages (sent to it in our last hello;
@@ -184,7 +185,7 @@ typedef struct ring_req_s {
     struct ring_req_s *next;
 } ring_req_t;
 
-/* ---- the views (ps_cluster_view.c: reads, watches, deliveries; ps_cluster_view_etcd.c:
+/* ---- the views (ps_replicas.c: reads, watches, deliveries; ps_replicas_etcd.c:
  * create, propose, the fail-over) ---------------------------------------------------------- */
 #define PS_VIEW_REJOIN_MAX 8
 #define PS_VIEW_REJOIN_FORGET_MS 30000 /* a proposal without it not seen within: forgotten */
@@ -204,16 +205,16 @@ typedef struct vtable_s {   /* a watched table */
     ps_view_t seen;          /* the newest view read (number 0: none yet) */
     ps_view_t *queue;        /* read, not handed to view_changed yet (increasing numbers) */
     uint32_t queued, queue_cap;
-    ps_failover_t fo;
+    ps_replicas_failover_t fo;
     /* servers a fail-over of this daemon took out of the view (lease ended, or restarted
-     * within it): proposed back once live members again (--ps-rejoin, ps_views_rejoin_eval) */
+     * within it): proposed back once live members again (--ps-rejoin, ps_replicas_rejoin_eval) */
     vrejoin_t rejoin[PS_VIEW_REJOIN_MAX];
     uint32_t rejoins;
     struct vtable_s *next;
 } vtable_t;
 
 typedef struct vgroup_s {   /* a watched group (every run of its name): one etcd watch */
-    struct ps_views_s *vs;
+    struct ps_replicas_s *vs;
     uid_t uid;
     char group[LAUNCH_GROUP_BYTES];
     char prefix[600];        /* P/psv/UID/GROUP/ (keys EPOCH/TABLE) */
@@ -226,7 +227,7 @@ typedef struct vgroup_s {   /* a watched group (every run of its name): one etcd
 enum { VREQ_CREATE, VREQ_PROPOSE, VREQ_READ, VREQ_FORGET };
 
 typedef struct vreq_s {     /* an etcd request of this file (or a local answer's turn) */
-    struct ps_views_s *vs;
+    struct ps_replicas_s *vs;
     int kind, stage;         /* PROPOSE: 0 the read, 1 the transaction */
     uid_t uid;
     char group[LAUNCH_GROUP_BYTES];
@@ -245,7 +246,7 @@ typedef struct vreq_s {     /* an etcd request of this file (or a local answer's
     struct vreq_s *next;
 } vreq_t;
 
-typedef struct ps_views_s {
+typedef struct ps_replicas_s {
     salusd_t *d;
     struct ps_cluster_s *ps; /* NULL: a daemon without a cluster */
     ps_cluster_hooks_t hooks; /* without a cluster (else ps->hooks) */
@@ -255,26 +256,26 @@ typedef struct ps_views_s {
     vreq_t *reqs;
     struct event *tick;      /* every PS_VIEW_POLL_MS: reads to retry, the fail-over */
     struct event *deliver;   /* a later loop turn: view_changed */
-    struct ps_views_s *next; /* local_views */
-} ps_views_t;
+    struct ps_replicas_s *next; /* local_views */
+} ps_replicas_t;
 
 
-/* ps_cluster_view.c, for ps_cluster_view_etcd.c */
-vtable_t *ps_views_table_find(ps_views_t *vs, uid_t uid, const char *group, uint64_t epoch,
-                              const char *table);
+/* ps_replicas.c, for ps_replicas_etcd.c */
+vtable_t *ps_replicas_table_find(ps_replicas_t *vs, uid_t uid, const char *group, uint64_t epoch,
+                                 const char *table);
 /* a view of watched table t read: queued for view_changed when newer than those before */
-void ps_views_seen(ps_views_t *vs, vtable_t *t, const ps_view_t *v);
-void ps_views_req_unlink(ps_views_t *vs, vreq_t *r);
-void ps_views_req_free(vreq_t *r);
-int ps_views_args_ok(uid_t uid, const char *group, uint64_t epoch, const char *table);
+void ps_replicas_seen(ps_replicas_t *vs, vtable_t *t, const ps_view_t *v);
+void ps_replicas_req_unlink(ps_replicas_t *vs, vreq_t *r);
+void ps_replicas_req_free(vreq_t *r);
+int ps_replicas_args_ok(uid_t uid, const char *group, uint64_t epoch, const char *table);
 /* daemon d's views (made when missing); NULL (*rc: why) when its cluster part is not started */
-ps_views_t *ps_views_ready(salusd_t *d, int *rc);
-/* ps_cluster_view_etcd.c, for ps_cluster_view.c: the fail-over's look at table t's view */
-void ps_views_failover_eval(ps_views_t *vs, vtable_t *t);
+ps_replicas_t *ps_replicas_ready(salusd_t *d, int *rc);
+/* ps_replicas_etcd.c, for ps_replicas.c: the fail-over's look at table t's view */
+void ps_replicas_failover_eval(ps_replicas_t *vs, vtable_t *t);
 /* Records that this daemon proposed the view of t without node (a fail-over), and proposes
  * each such server back once it is out of the view and a live member again (the tick). */
-void ps_views_rejoin_note(ps_views_t *vs, vtable_t *t, const char *node);
-void ps_views_rejoin_eval(ps_views_t *vs, vtable_t *t);
+void ps_replicas_rejoin_note(ps_replicas_t *vs, vtable_t *t, const char *node);
+void ps_replicas_rejoin_eval(ps_replicas_t *vs, vtable_t *t);
 
 typedef struct ps_cluster_s {
     salusd_t *d;
@@ -288,14 +289,12 @@ typedef struct ps_cluster_s {
     ring_req_t *reqs;
     struct event *retry;
     struct event *probe;         /* every PROBE_MS: the endpoints still work */
-    struct ps_views_s *views;    /* ps_cluster_view.c's (NULL until a view is asked for) */
+    struct ps_replicas_s *views;    /* ps_replicas.c's (NULL until a view is asked for) */
 } ps_cluster_t;
-
-static inline cluster_t *cl_of(const salusd_t *d) { return (cluster_t *)d->cluster; }
 
 static inline ps_cluster_t *ps_of(const salusd_t *d)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     return cl ? (ps_cluster_t *)cl->ps : NULL;
 }
 
@@ -307,22 +306,22 @@ void ps_cluster_reqs_cancel(ring_req_t **list, const salusd_t *d);
 /* daemon d's agreements without a cluster go */
 void ps_cluster_ring_stop(const salusd_t *d);
 
-/* ps_cluster_view*.c, for ps_cluster.c */
+/* ps_replicas*.c, for ps_cluster.c */
 /* node's lease ended (its member key is gone): the watched views that hold it fail over */
-void ps_cluster_view_node_gone(ps_cluster_t *ps, const char *node);
+void ps_replicas_node_gone(ps_cluster_t *ps, const char *node);
 /* ps_cluster_stop: watches and requests go (no callback after; those in flight are freed by
  * their etcd callback) */
-void ps_cluster_view_stop(ps_cluster_t *ps);
+void ps_replicas_stop(ps_cluster_t *ps);
 /* cluster_stop, after etcd is gone: everything freed */
-void ps_cluster_view_free(ps_cluster_t *ps);
+void ps_replicas_free(ps_cluster_t *ps);
 /* a daemon without a cluster: the hooks (view_changed) kept; its views and requests go */
-int ps_cluster_view_local_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx);
-void ps_cluster_view_local_stop(const salusd_t *d);
+int ps_replicas_local_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx);
+void ps_replicas_local_stop(const salusd_t *d);
 /* ring_prefix P/ps/UID/NAME/GEPOCH/ (a group run over everywhere): its ring records are read,
  * the views they name deleted, then the records. 0, or a negative errno (nothing done). */
-int ps_cluster_view_forget(ps_cluster_t *ps, uint32_t uid, const char *name,
-                           const char *ring_prefix);
-/* ps_cluster_view_ctl.c: daemon d's ps_servers ops go (etcd is gone: no callback comes) */
-void ps_cluster_servers_free(const salusd_t *d);
+int ps_replicas_forget(ps_cluster_t *ps, uint32_t uid, const char *name,
+                       const char *ring_prefix);
+/* ps_replicas_ctl.c: daemon d's ps_servers ops go (etcd is gone: no callback comes) */
+void ps_replicas_servers_free(const salusd_t *d);
 
 #endif

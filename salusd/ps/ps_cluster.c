@@ -224,7 +224,7 @@ static void hook_node_gone(cluster_t *cl, const char *node, const char *how)
 {
     ps_cluster_t *ps = cl->ps;
     if (ps->started && !cluster_is_member(cl, node)) /* its lease ended (not a link down) */
-        ps_cluster_view_node_gone(ps, node);
+        ps_replicas_node_gone(ps, node);
     ps_peer_t *p = peer_find(ps, node);
     if (!p)
         return;
@@ -253,7 +253,7 @@ static void hook_free(cluster_t *cl)
         return;
     ps->started = 0;
     ps_net_destroy(ps->net);
-    ps_cluster_view_free(ps);
+    ps_replicas_free(ps);
     if (ps->retry)
         event_free(ps->retry);
     if (ps->probe)
@@ -379,9 +379,9 @@ void ps_cluster_send_failed(salusd_t *d, const char *node, int status)
 
 int ps_cluster_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     if (!cl) {
-        if (ps_cluster_view_local_start(d, hooks, ctx) < 0) {
+        if (ps_replicas_local_start(d, hooks, ctx) < 0) {
             LOG_ERROR("ps: out of memory");
             return -1;
         }
@@ -441,11 +441,11 @@ int ps_cluster_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx)
 void ps_cluster_stop(salusd_t *d)
 {
     ps_cluster_ring_stop(d);
-    ps_cluster_view_local_stop(d);
+    ps_replicas_local_stop(d);
     ps_cluster_t *ps = ps_of(d);
     if (!ps)
         return;
-    ps_cluster_view_stop(ps);
+    ps_replicas_stop(ps);
     ps_cluster_reqs_cancel(&ps->reqs, d);
     if (ps->retry) {
         event_free(ps->retry);
@@ -471,7 +471,7 @@ void ps_cluster_stop(salusd_t *d)
 
 const char *ps_cluster_self(const salusd_t *d)
 {
-    const cluster_t *cl = cl_of(d);
+    const cluster_t *cl = cluster_of(d);
     return cl ? cl->node : "local";
 }
 
@@ -502,7 +502,7 @@ static int name_cmp(const void *a, const void *b)
 uint32_t ps_cluster_group_nodes(salusd_t *d, uint64_t group_id, const char **nodes,
                                 uint32_t *ranks, uint32_t max)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     if (max == 0)
         return 0;
     if (!cl) {
@@ -533,7 +533,7 @@ uint32_t ps_cluster_group_nodes(salusd_t *d, uint64_t group_id, const char **nod
 
 int ps_cluster_local_index(salusd_t *d, uint64_t group_id, uint32_t rank)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     if (!cl) {
         groups_desc_t desc;
         char sync[32];

@@ -33,12 +33,12 @@ typedef struct ps_cluster_hooks_s {
     void (*peer_down)(void *ctx, const char *node);
     /* peer node is reachable over ps_net now (first time or again) */
     void (*peer_up)(void *ctx, const char *node);
-    /* (part 2) a newer view of a watched table (ps_cluster_view_watch): its server set
+    /* a newer view of a watched table (ps_replicas_watch): its server set
      * changed (fail-over, a server joined or left). Called for each newer view this daemon
      * reads, in increasing view number; never from inside a ps_cluster call. NULL: ignored. */
     void (*view_changed)(void *ctx, uid_t uid, const char *group, uint64_t epoch,
                          const char *table, const struct ps_view_s *view);
-    /* (added after part 2's interface, optional) peer node's daemon restarted (a new UCX
+    /* (optional) peer node's daemon restarted (a new UCX
      * address: within its lease, so it stays a member) and lost what it held; called after
      * peer_down. NULL: ignored. */
     void (*peer_restarted)(void *ctx, const char *node);
@@ -83,7 +83,7 @@ typedef struct ps_ring_record_s {
     char rule[PS_FED_RULE_BYTES], sync[32]; /* rule: up to 63 characters (a fedavg rule) */
     char servers[1024];        /* "node,node,..." sorted: the ring's members */
     uint32_t vnodes;
-    /* (part 2, checkpoints) the clock the table starts at: 0, or C when it was restored from
+    /* the clock the table starts at: 0, or C when it was restored from
      * a checkpoint taken at C ("start" in the record, absent when 0: records without it read
      * as 0), so that every opener's workers and servers start there */
     uint64_t start;
@@ -99,9 +99,14 @@ int ps_cluster_ring_agree(salusd_t *d, uid_t uid, const char *group, const char 
 /* The group's run is over everywhere: its records go (best effort). */
 void ps_cluster_ring_forget(salusd_t *d, uid_t uid, const char *group);
 
-/* ---- part 2: a table's server view (replicas, fail-over, re-balancing) ----------------------
- * The ring record (above) is the table's identity and first server set; the VIEW is the server
- * set in force now: P/psv/UID/GROUP/EPOCH/TABLE {"servers": ["n1", ...], "replicas": R}
+/* ---- a table's replica set in etcd -----------------------------------------------------------
+ * ps_replicas*.c: ps_replicas.c reads and watches, ps_replicas_etcd.c writes, ps_replicas_rec.c
+ * holds the record's JSON and the fail-over's decisions, ps_replicas_ctl.c the ps_servers op.
+ * A VIEW is the replica set at one number: the servers in force and R, as one etcd key holds
+ * them; "view" means nothing else in salusd.
+ *
+ * The ring record (above) is the table's identity and first server set; the view is the
+ * server set in force now: P/psv/UID/GROUP/EPOCH/TABLE {"servers": ["n1", ...], "replicas": R}
  * (EPOCH: the ring record's epoch, the table's identity; so the group run's views are found
  * through its ring records, and go with them),
  * written with the ring record when the table is created (servers = the record's, R = the
@@ -131,39 +136,39 @@ typedef struct ps_view_s {
 /* Starts watching the view of (uid, group, epoch, table) (the table is open here on either
  * side): hooks.view_changed is called with the current view soon (on a later loop turn) and
  * with each newer one. Idempotent per table. 0 or a negative errno. */
-int ps_cluster_view_watch(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
-                          const char *table);
-void ps_cluster_view_unwatch(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
-                             const char *table);
+int ps_replicas_watch(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                      const char *table);
+void ps_replicas_unwatch(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                         const char *table);
 /* Writes the first view of a table just agreed (ps_cluster_ring_agree's record): created only
  * when absent (so that every opener may call it; the first wins). done(rc, err, view): the
  * view now in etcd. Without a cluster: {self}, number 1, R 1, on the next loop turn. */
 typedef void (*ps_view_done_fn)(void *arg, int rc, const char *err, const ps_view_t *view);
-int ps_cluster_view_create(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
-                           const char *table, const char *servers, uint32_t replicas,
-                           ps_view_done_fn done, void *arg);
+int ps_replicas_create(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                       const char *table, const char *servers, uint32_t replicas,
+                       ps_view_done_fn done, void *arg);
 /* Proposes that view number `from` be replaced by server set `servers` (sorted, distinct):
  * done(0, view) with the new view, or done(-ESTALE, the view now there) when the number is no
  * longer `from`, or another negative errno (etcd unreachable). 0 or a negative errno. */
-int ps_cluster_view_propose(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
-                            const char *table, uint64_t from, const char *servers,
-                            ps_view_done_fn done, void *arg);
+int ps_replicas_propose(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                        const char *table, uint64_t from, const char *servers,
+                        ps_view_done_fn done, void *arg);
 /* A fail-over of this daemon proposes the view of the table without node (its daemon
  * restarted within its lease and lost its state): with --ps-rejoin it is proposed back once
- * it is out of the view and a live member (ps_views_rejoin_eval). */
-void ps_cluster_view_left(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
-                          const char *table, const char *node);
+ * it is out of the view and a live member (ps_replicas_rejoin_eval). */
+void ps_replicas_left(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                      const char *table, const char *node);
 /* 1 when node's lease is alive in etcd as far as this daemon last read (a member), else 0;
  * self is always 1. For the service: a server whose lease ended is never waited for. */
-int ps_cluster_member_alive(salusd_t *d, const char *node);
+int ps_replicas_member_alive(salusd_t *d, const char *node);
 
-/* The ps_servers op of salusctl ps-servers (handlers.c; added after the interface was
- * declared): {group: G, add: NODE | remove: NODE}; the caller's (its uid's) group's tables in
- * etcd each get the view with NODE added or removed (ps_cluster_view_propose). The reply:
- * {group, epoch, tables: [{table, from, to, servers, note?, error?}]}, or an error (unknown
- * group, NODE not a live member, already in / not in every view, the last server removed,
- * no cluster). ps_cluster_servers_closed: the connection went (no reply then). */
-void ps_cluster_handle_servers(conn_t *c, const proto_msg_t *msg);
-void ps_cluster_servers_closed(conn_t *c);
+/* The ps_servers op of salusctl ps-servers (a row of ps_ops, ps_ops.c): {group: G, add: NODE
+ * | remove: NODE}; the caller's (its uid's) group's tables in etcd each get the view with NODE
+ * added or removed (ps_replicas_propose). The reply: {group, epoch, tables: [{table, from, to,
+ * servers, note?, error?}]}, or an error (unknown group, NODE not a live member, already in /
+ * not in every view, the last server removed, no cluster). ps_replicas_servers_closed: the
+ * connection went (no reply then). */
+void ps_replicas_handle_servers(conn_t *c, const proto_msg_t *msg);
+void ps_replicas_servers_closed(conn_t *c);
 
 #endif

@@ -30,7 +30,7 @@ void ps_cluster_forget_epoch(cluster_t *cl, uint32_t uid, const char *name, int6
     LOG_DEBUG("ps: the ring records and views of group %s (epoch %lld) go", name,
               (long long)epoch);
     /* the views first (their keys are named by the ring records' epochs), then the records */
-    if (!cl->ps || ps_cluster_view_forget(cl->ps, uid, name, key) < 0)
+    if (!cl->ps || ps_replicas_forget(cl->ps, uid, name, key) < 0)
         etcd_delete(cl->etcd, key, 1, NULL, NULL);
 }
 
@@ -195,7 +195,7 @@ int ps_cluster_ring_agree(salusd_t *d, uid_t uid, const char *group, const char 
     if (!group || !table || !want || !done || !ps_key_name_ok(group, LAUNCH_GROUP_BYTES) ||
         !ps_key_name_ok(table, PS_NAME_BYTES) || ps_ring_record_check(want, err, sizeof(err)) < 0)
         return -EINVAL;
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     ps_cluster_t *ps = ps_of(d);
     if (cl && (!ps || !ps->started))
         return -ENOTCONN;
@@ -245,7 +245,7 @@ int ps_cluster_ring_agree(salusd_t *d, uid_t uid, const char *group, const char 
 
 void ps_cluster_ring_forget(salusd_t *d, uid_t uid, const char *group)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     if (!cl || !group || !ps_key_name_ok(group, LAUNCH_GROUP_BYTES))
         return;
     char gkey[sizeof(((cluster_group_t *)0)->key)];

@@ -32,7 +32,7 @@ static int node_char(char c)
            c == '.' || c == '_' || c == '-';
 }
 
-int ps_servers_check(const char *servers, size_t cap, char *err, size_t err_size)
+int ps_cluster_ring_servers_check(const char *servers, size_t cap, char *err, size_t err_size)
 {
     size_t len = strnlen(servers, cap);
     if (len == 0 || len >= cap) {
@@ -100,7 +100,7 @@ int ps_ring_record_check(const ps_ring_record_t *rec, char *err, size_t err_size
         snprintf(err, err_size, "vnodes %u is not within 1..%u", rec->vnodes, PS_RING_MAX_VNODES);
         return -EINVAL;
     }
-    return ps_servers_check(rec->servers, sizeof(rec->servers), err, err_size);
+    return ps_cluster_ring_servers_check(rec->servers, sizeof(rec->servers), err, err_size);
 }
 
 int ps_ring_record_format(const ps_ring_record_t *rec, char *buf, size_t size, char *err,
@@ -116,7 +116,7 @@ int ps_ring_record_format(const ps_ring_record_t *rec, char *buf, size_t size, c
     if (n < 0 || (size_t)n >= size)
         return -ENOSPC;
     size_t at = (size_t)n;
-    if (ps_servers_to_json(rec->servers, buf, size, &at) < 0)
+    if (ps_cluster_ring_servers_to_json(rec->servers, buf, size, &at) < 0)
         return -ENOSPC;
     n = rec->start ? snprintf(buf + at, size - at, "],\"vnodes\":%u,\"start\":%" PRIu64 "}",
                               rec->vnodes, rec->start)
@@ -190,7 +190,7 @@ int ps_json_object_parse(const char *text, size_t len, const char *what, int who
     return 0;
 }
 
-int ps_servers_to_json(const char *servers, char *buf, size_t size, size_t *at)
+int ps_cluster_ring_servers_to_json(const char *servers, char *buf, size_t size, size_t *at)
 {
     for (const char *s = servers; *s;) {
         size_t len = strcspn(s, ",");
@@ -206,8 +206,8 @@ int ps_servers_to_json(const char *servers, char *buf, size_t size, size_t *at)
     return 0;
 }
 
-int ps_servers_from_json(struct json_object *o, const char *what, char *out, size_t cap,
-                         char *err, size_t err_size)
+int ps_cluster_ring_servers_from_json(struct json_object *o, const char *what, char *out,
+                                      size_t cap, char *err, size_t err_size)
 {
     struct json_object *servers;
     if (!json_object_object_get_ex(o, "servers", &servers) ||
@@ -266,8 +266,8 @@ int ps_ring_record_parse(const char *text, size_t len, ps_ring_record_t *rec, ch
         snprintf(err, err_size, "the record's start clock is out of range");
         goto out;
     }
-    if (ps_servers_from_json(o, "the record", rec->servers, sizeof(rec->servers), err,
-                             err_size) < 0)
+    if (ps_cluster_ring_servers_from_json(o, "the record", rec->servers, sizeof(rec->servers), err,
+                                          err_size) < 0)
         goto out;
     rc = ps_ring_record_check(rec, err, err_size);
 out:

@@ -290,7 +290,7 @@ void ps_local_handle_open(conn_t *c, const proto_msg_t *msg)
                            (unsigned long long)PS_LOCAL_MAX_COUNT);
         goto out;
     }
-    spec.federated = ps_fed_is_rule(rule); /* "fedavg...": salusd/ps_fed.c serves it */
+    spec.federated = ps_fed_is_rule(rule); /* "fedavg...": salusd/ps/ps_fed_table.c serves it */
     if ((spec.federated ? ps_fed_parse(rule, &spec.fed, err, sizeof(err))
                         : ps_rule_parse(rule, &spec.rule, err, sizeof(err))) < 0 ||
         ps_sync_parse(sync, &spec.sync, err, sizeof(err)) < 0) {

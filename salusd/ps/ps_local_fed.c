@@ -1,10 +1,10 @@
 /* The local endpoint's federated ops (ps_local.h): a federated table's open round
- * (ps_fed_state) and a client's push of its local model (ps_fed_push), handed to ps_fed.c
- * (ps_fed-internal.h) on a connection's table (ps_local-internal.h). */
+ * (ps_fed_state) and a client's push of its local model (ps_fed_push), handed to
+ * ps_fed_table.c (ps_fed_table-internal.h) on a connection's table (ps_local-internal.h). */
 #include "ps_local.h"
 
 #include "ps_local-internal.h"
-#include "ps_fed-internal.h"
+#include "ps_fed_table-internal.h"
 
 #include <stdint.h>
 
@@ -18,7 +18,7 @@ void ps_local_handle_fed_state(conn_t *c, const proto_msg_t *msg)
     char err[256] = "";
     if (!t)
         return;
-    int rc = ps_fed_state(c->daemon, &w, t->handle, &st, err, sizeof(err));
+    int rc = ps_fed_table_state(c->daemon, &w, t->handle, &st, err, sizeof(err));
     if (rc < 0) {
         ps_local_reply_error(c, msg->id, "ps_fed_state", rc, err);
         return;

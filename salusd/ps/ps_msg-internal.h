@@ -20,7 +20,7 @@ enum {
     MSG_PULL,
     MSG_PULL_REPLY,
     MSG_BYE,
-    /* part 2: replication (ps_repl_fwd.c; 16 .. 31 are replication's and re-targeting's) */
+    /* replication (ps_repl_fwd.c; 16 .. 31 are replication's and re-targeting's) */
     MSG_REPL_UPDATE = 16,     /* primary -> standby: an update it took (as MSG_UPDATE) */
     MSG_REPL_ACK = 17,        /* standby -> primary: u32 shard, u32 source, u64 seq, i32 rc */
     MSG_SHARD_STATE = 18,     /* a shard's whole state: u32 shard, u64 req, u8 handover */

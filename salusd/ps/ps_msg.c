@@ -55,8 +55,8 @@ static void on_sent(void *ctx, int status)
 {
     sending_t *s = ctx;
     if (s->update_table) /* failed (a link that dropped): resent at the next retry */
-        ps_worker_update_sent(s->ps, s->update_table, s->update_shard, s->update_seq,
-                              status == 0);
+        ps_retarget_update_sent(s->ps, s->update_table, s->update_shard, s->update_seq,
+                                status == 0);
     /* a lost message is covered: updates are resent, and a node that went down fails what
      * waits on it */
     if (status < 0 && s->ps->d->ps == s->ps)
@@ -112,7 +112,7 @@ int ps_msg_send_open_as(ps_table_t *t, const char *node, int fresh)
     ps_msg_put(&w, t->vnodes, 4); /* the record's: every server builds the same ring */
     ps_msg_put_str(&w, t->rule_text);
     ps_msg_put_str(&w, t->sync_text);
-    ps_msg_put(&w, t->view, 8);   /* part 2: the view, R, fresh (optional for a receiver) */
+    ps_msg_put(&w, t->view, 8);   /* the view, R, fresh (optional for a receiver) */
     ps_msg_put(&w, t->replicas, 4);
     ps_msg_put(&w, (uint64_t)(fresh != 0), 1);
     size_t cap = 2 * PS_SERVERS_BYTES + (size_t)t->sources * PS_NODE_BYTES + 2, len;

@@ -30,8 +30,7 @@ static int is_server(const ps_table_t *t, const char *node)
     return 0;
 }
 
-/* A remote open: the table's shards here. 0, or a negative errno with err. */
-/* The view an open carries (part 2; absent from an older sender: the record's, R 1). */
+/* The view an open carries (absent from an older sender: the record's, R 1). */
 typedef struct open_view_s {
     uint64_t number;
     uint32_t replicas;
@@ -39,6 +38,7 @@ typedef struct open_view_s {
     char servers[PS_SERVERS_BYTES];
 } open_view_t;
 
+/* A remote open: the table's shards here. 0, or a negative errno with err. */
 static int recv_open(ps_t *ps, const char *node, uid_t uid, const char *group,
                      const char *name, ps_ring_record_t *rec, open_view_t *view,
                      const char *payload, size_t payload_len, char *err, size_t err_size)
@@ -188,7 +188,7 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         ps_msg_get_str(&r, rec.rule, sizeof(rec.rule));
         ps_msg_get_str(&r, rec.sync, sizeof(rec.sync));
         open_view_t view = {.replicas = 1, .fresh = 1};
-        if (!r.bad && r.at < r.len) { /* part 2 */
+        if (!r.bad && r.at < r.len) { /* the view (absent from an older sender) */
             view.number = ps_msg_get(&r, 8);
             view.replicas = (uint32_t)ps_msg_get(&r, 4);
             view.fresh = (int)ps_msg_get(&r, 1);
@@ -377,8 +377,8 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
             values = copy;
         }
         snprintf(err, sizeof(err), "server %s refused the read", node);
-        ps_fetch_finish(f, rc < 0 ? rc : values ? 0 : -ENOMEM, err, values, done, at_request,
-                        waited_ns, waited != 0);
+        ps_pull_fetch_finish(f, rc < 0 ? rc : values ? 0 : -ENOMEM, err, values, done, at_request,
+                             waited_ns, waited != 0);
         free(copy);
         return;
     }

@@ -5,7 +5,7 @@
 #include "ps-internal.h"
 #include "ps_ckpt.h"
 #include "ps_cluster.h"
-#include "ps_fed-internal.h"
+#include "ps_fed_table-internal.h"
 
 #include "log.h"
 
@@ -146,8 +146,8 @@ static void on_agreed(void *arg, int rc, const char *why, const ps_ring_record_t
     uint32_t r = t->spec.replicas ? t->spec.replicas
                                   : (uint32_t)t->ps->d->config.ps_replicas;
     r = r < 1 ? 1 : r > PS_MAX_REPLICAS ? PS_MAX_REPLICAS : r;
-    rc = ps_cluster_view_create(t->ps->d, t->uid, t->group, rec->epoch, t->name, rec->servers,
-                                r, on_view, a);
+    rc = ps_replicas_create(t->ps->d, t->uid, t->group, rec->epoch, t->name, rec->servers,
+                            r, on_view, a);
     if (rc < 0) {
         free(a);
         snprintf(err, sizeof(err), "table '%s': its view cannot be written: %s", t->name,
@@ -183,7 +183,7 @@ static void on_view(void *arg, int rc, const char *why, const ps_view_t *view)
         snprintf(err, sizeof(err), "table '%s': group %s has no nodes", t->name, t->group);
         rc = -ENOENT;
     }
-    if (rc == 0 && t->spec.federated) { /* served by salusd/ps_fed.c */
+    if (rc == 0 && t->spec.federated) { /* served by salusd/ps/ps_fed_table.c */
         if ((rc = ps_fed_table_start(t, rec, err, sizeof(err))) < 0) {
             ps->stats.refused++;
             ps_table_fail(t, rc, err);
@@ -296,7 +296,7 @@ int ps_table_open(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
     }
     int rc = check_spec(spec, servers, sizeof(servers), err, err_size);
     if (rc == 0 && spec->federated)
-        rc = ps_fed_open_check(ps, w, spec, servers, err, err_size);
+        rc = ps_fed_table_open_check(ps, w, spec, servers, err, err_size);
     if (rc < 0)
         return rc;
     if (ps_cluster_local_index(ps->d, w->group_id, w->rank) < 0) {

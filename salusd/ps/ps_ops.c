@@ -14,6 +14,6 @@ const server_op_t ps_ops[] = {
     {"ps_checkpoint", ps_ckpt_handle_checkpoint},
     {"ps_fed_state", ps_local_handle_fed_state},
     {"ps_fed_push", ps_local_handle_fed_push},
-    {"ps_servers", ps_cluster_handle_servers},
+    {"ps_servers", ps_replicas_handle_servers},
     {NULL, NULL},
 };

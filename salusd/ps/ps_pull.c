@@ -70,8 +70,8 @@ void ps_pull_slice(ps_pull_t *p, int rc, const char *err, uint64_t out_index,
     free(p);
 }
 
-void ps_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values,
-                     uint64_t done, uint64_t done_at_request, uint64_t waited_ns, int waited)
+void ps_pull_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values,
+                          uint64_t done, uint64_t done_at_request, uint64_t waited_ns, int waited)
 {
     ps_table_t *t = f->table;
     if (rc == -ESTALE && t->state == PS_TABLE_READY) {
@@ -84,7 +84,7 @@ void ps_fetch_finish(ps_fetch_t *f, int rc, const char *err, const float *values
         f->sent_ns = salusd_now_ns();
         f->next = t->ps->fetches;
         t->ps->fetches = f;
-        ps_worker_arm_retry(t->ps);
+        ps_retarget_arm_retry(t->ps);
         return;
     }
     if (rc >= 0)
@@ -135,7 +135,7 @@ static int ask_here(ps_fetch_t *f)
     return 0;
 }
 
-void ps_fetch_ask(ps_fetch_t *f, int first)
+void ps_pull_fetch_ask(ps_fetch_t *f, int first)
 {
     ps_table_t *t = f->table;
     ps_t *ps = t->ps;
@@ -160,13 +160,13 @@ void ps_fetch_ask(ps_fetch_t *f, int first)
             ps_retarget_stall(t, &f->stalled_ns, why); /* the next view's primary */
         else if (first) {
             snprintf(why, sizeof(why), "table '%s': server %s is unreachable", t->name, f->node);
-            ps_fetch_finish(f, -EHOSTUNREACH, why, NULL, 0, 0, 0, 0);
+            ps_pull_fetch_finish(f, -EHOSTUNREACH, why, NULL, 0, 0, 0, 0);
             return;
         } /* else asked again at the next retry (a link that dropped; or the node goes down) */
     }
     f->next = ps->fetches;
     ps->fetches = f;
-    ps_worker_arm_retry(ps);
+    ps_retarget_arm_retry(ps);
 }
 
 /* A slice of a shard served elsewhere (or here, not ready yet): rides along a fetch of the
@@ -199,7 +199,7 @@ static int fetch_slice(ps_table_t *t, ps_pull_t *p, uint32_t shard, uint64_t min
     f->first = first;
     f->n = n;
     f->riders = r;
-    ps_fetch_ask(f, 1); /* (a failed send fails the slice: R 1) */
+    ps_pull_fetch_ask(f, 1); /* (a failed send fails the slice: R 1) */
     return 0;
 }
 
@@ -215,9 +215,9 @@ int ps_pull_range_check(const ps_table_t *t, uint64_t offset, uint64_t n, char *
     return 0;
 }
 
-int ps_worker_pull(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
-                   uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
-                   size_t err_size)
+int ps_pull_start(ps_table_t *t, const ps_worker_t *w, uint64_t clock, uint64_t offset,
+                  uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
+                  size_t err_size)
 {
     ps_t *ps = t->ps;
     int range = ps_pull_range_check(t, offset, n, err, err_size);

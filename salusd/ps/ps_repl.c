@@ -1,8 +1,8 @@
 /* Replicas, fail-over and re-balancing of the tables' shards: the server side.
  *
- * THE DESIGN (primary-backup; ps_cluster.h part 2 for the views, ps_core.h for the state):
+ * THE DESIGN (primary-backup; ps_cluster.h for the views, ps_core.h for the state):
  *
- * Replica sets. A table's VIEW (etcd, ps_cluster_view_*) names its servers and R, the replica
+ * Replica sets. A table's VIEW (etcd, ps_replicas_*) names its servers and R, the replica
  * count (the open's `replicas`, else the opener's --ps-replicas, default 3; placing bounds it
  * by the server count). The first view is written when the table is created, right after its
  * ring record is agreed (ps_open.c), with the record's servers. A shard's replicas in a view
@@ -16,7 +16,7 @@
  * (same source, seq, clock, payload) to each standby of the shard over the one in-order
  * endpoint to it (MSG_REPL_UPDATE), and acknowledges the source (MSG_UPDATE_ACK, or
  * ps_worker_acked for its own workers) only when every standby that is ALIVE
- * (ps_cluster_member_alive: its lease; a link that is only down is waited for) has
+ * (ps_replicas_member_alive: its lease; a link that is only down is waited for) has
  * acknowledged (MSG_REPL_ACK). A duplicate is forwarded too: after a fail-over the new primary
  * may be the only replica that had it. A standby applies what is forwarded exactly as a
  * primary would (the same de-duplication); one that refuses (behind: a gap in its clocks; no
@@ -28,7 +28,7 @@
  *
  * Reads (MSG_PULL, and this node's workers' pulls) are answered by the primary only; any
  * other server answers -ESTALE, updates likewise: the sender keeps them and sends them again
- * to the primary of its next view (ps_worker_view_changed) or after its retry timer.
+ * to the primary of its next view (ps_retarget_view_changed) or after its retry timer.
  *
  * View changes (view_changed hook, in increasing number). Per shard, with the old and new
  * replica sets:
@@ -45,7 +45,7 @@
  *   - a standby now, nothing before: no state until its primary's copy comes (forwards to it
  *     are refused until then, which asks for a copy too);
  *   - no replica now: the shard's state goes here (quota charge with it).
- * Then the worker side (ps_worker_view_changed) sends again what its old primaries had not
+ * Then the worker side (ps_retarget_view_changed) sends again what its old primaries had not
  * acknowledged. Before that, each source daemon sends the open (MSG_OPEN, not fresh: no empty
  * shards) to each server new in the view; that server builds the table from the ring record
  * and the view the open carries, then watches the view. The log line per change: "ps: table G/T view 12 -> 15:
@@ -173,7 +173,7 @@ void ps_repl_watch(ps_table_t *t)
 {
     if (t->watching)
         return;
-    int rc = ps_cluster_view_watch(t->ps->d, t->uid, t->group, t->epoch, t->name);
+    int rc = ps_replicas_watch(t->ps->d, t->uid, t->group, t->epoch, t->name);
     if (rc < 0)
         LOG_WARN("ps: table '%s' of group %s: its view is not watched: %s", t->name, t->group,
                  strerror(-rc));
@@ -231,9 +231,9 @@ void ps_repl_peer_restarted(ps_t *ps, const char *node)
         LOG_WARN("ps: table '%s' of group %s: server %s restarted within its lease (its state "
                  "is lost): proposing view %llu without it", t->name, t->group, node,
                  (unsigned long long)t->view);
-        ps_cluster_view_left(ps->d, t->uid, t->group, t->epoch, t->name, node); /* back later */
-        int rc = ps_cluster_view_propose(ps->d, t->uid, t->group, t->epoch, t->name, t->view,
-                                         rest, on_restart_view, NULL);
+        ps_replicas_left(ps->d, t->uid, t->group, t->epoch, t->name, node); /* back later */
+        int rc = ps_replicas_propose(ps->d, t->uid, t->group, t->epoch, t->name, t->view,
+                                     rest, on_restart_view, NULL);
         if (rc < 0)
             LOG_WARN("ps: table '%s': the view without %s cannot be proposed: %s", t->name,
                      node, strerror(-rc));
@@ -241,7 +241,7 @@ void ps_repl_peer_restarted(ps_t *ps, const char *node)
 }
 
 /* Another node's kept read of a shard no longer primaried here hears -ESTALE (its daemon asks
- * the new primary); this node's own are moved by ps_worker_view_changed. */
+ * the new primary); this node's own are moved by ps_retarget_view_changed. */
 static void fence_waits(ps_table_t *t)
 {
     char err[PS_ERR_BYTES];
@@ -417,7 +417,7 @@ static void apply_view(ps_table_t *t, const ps_view_t *v)
         t->charged_bytes = ps_repl_shard_bytes(t);
     if (t->self_source >= 0 && t->streams && t->state == PS_TABLE_READY)
         open_new_servers(t, old_servers, sorted); /* before any update or read goes there */
-    ps_worker_view_changed(t);
+    ps_retarget_view_changed(t);
 }
 
 void ps_repl_view_changed(void *ctx, uid_t uid, const char *group, uint64_t epoch,

@@ -25,7 +25,7 @@ int ps_repl_alive(ps_t *ps, const char *node)
     if (strcmp(node, ps_cluster_self(ps->d)) == 0)
         return 1;
     return ps->member_alive ? ps->member_alive(ps->d, node)
-                            : ps_cluster_member_alive(ps->d, node);
+                            : ps_replicas_member_alive(ps->d, node);
 }
 
 void ps_repl_arm(ps_t *ps)

@@ -172,7 +172,7 @@ static uint32_t move_local_reads(ps_table_t *t)
     return moved;
 }
 
-void ps_worker_view_changed(ps_table_t *t)
+void ps_retarget_view_changed(ps_table_t *t)
 {
     if (t->state != PS_TABLE_READY || !t->ring || !t->owner)
         return;
@@ -207,7 +207,7 @@ void ps_worker_view_changed(ps_table_t *t)
     for (ps_fetch_t *f = take_retargeted(t), *next; f; f = next) {
         next = f->next;
         asked++;
-        ps_fetch_ask(f, 0);
+        ps_pull_fetch_ask(f, 0);
     }
     if (t->state == PS_TABLE_READY)
         moved = move_local_reads(t);
@@ -217,7 +217,7 @@ void ps_worker_view_changed(ps_table_t *t)
                  t->group, resent, asked, moved);
 }
 
-void ps_worker_node_down(ps_t *ps, const char *node)
+void ps_retarget_node_down(ps_t *ps, const char *node)
 {
     char err[PS_ERR_BYTES];
     snprintf(err, sizeof(err), "server %s is unreachable", node);
@@ -232,7 +232,7 @@ void ps_worker_node_down(ps_t *ps, const char *node)
             fp = &f->next;
         } else {
             *fp = f->next;
-            ps_fetch_finish(f, -EHOSTUNREACH, err, NULL, 0, 0, 0, 0);
+            ps_pull_fetch_finish(f, -EHOSTUNREACH, err, NULL, 0, 0, 0, 0);
         }
     }
     for (ps_table_t *t = ps->tables, *next; t; t = next) {
@@ -264,7 +264,7 @@ void ps_worker_node_down(ps_t *ps, const char *node)
 }
 
 /* ---- the retry timer: updates and reads on their way ---------------------------------- */
-void ps_worker_arm_retry(ps_t *ps)
+void ps_retarget_arm_retry(ps_t *ps)
 {
     if (!evtimer_pending(ps->retry_timer, NULL)) { /* (idle daemons never wake) */
         struct timeval every = {0, 250000};
@@ -272,7 +272,7 @@ void ps_worker_arm_retry(ps_t *ps)
     }
 }
 
-void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq, int ok)
+void ps_retarget_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t seq, int ok)
 {
     for (ps_table_t *t = ps->tables; t; t = t->next) {
         if (t->handle != handle || !t->streams || shard >= t->layout.shards)
@@ -285,7 +285,7 @@ void ps_worker_update_sent(ps_t *ps, uint64_t handle, uint32_t shard, uint64_t s
     }
 }
 
-void ps_worker_retry(ps_t *ps)
+void ps_retarget_retry(ps_t *ps)
 {
     uint64_t now = salusd_now_ns();
     ps_retarget_check(ps); /* what waited for a primary too long fails its table */
@@ -314,7 +314,7 @@ void ps_worker_retry(ps_t *ps)
         next = f->next;
         LOG_DEBUG("ps: table '%s' shard %u: read %llu asked again of %s", f->table->name,
                   f->shard, (unsigned long long)f->req, ps_retarget_primary(f->table, f->shard));
-        ps_fetch_ask(f, 0);
+        ps_pull_fetch_ask(f, 0);
     }
     int out = 0;
     for (ps_table_t *t = ps->tables; t && !out; t = t->next)
@@ -339,7 +339,7 @@ void ps_worker_retry(ps_t *ps)
              * standbys: with replicas a large clock takes seconds) is sent again less and
              * less often: each resend is forwarded again to the standbys still missing it, and
              * resending every 2 s under such load only grew the queues. A view change sends it
-             * again at once (ps_worker_view_changed), whatever its backoff. */
+             * again at once (ps_retarget_view_changed), whatever its backoff. */
             uint32_t shift = st->backoff < PS_UPDATE_BACKOFF_MAX ? st->backoff
                                                                  : PS_UPDATE_BACKOFF_MAX;
             uint64_t after_ms = st->stalled_ns ? PS_STALLED_RETRY_MS

@@ -1,7 +1,7 @@
-/* The worker side's fail-over (part 2), shared by ps_worker.c, ps_pull.c and ps_retarget.c:
+/* The worker side's fail-over, shared by ps_worker.c, ps_pull.c and ps_retarget.c:
  * an update or read that cannot reach its shard's primary (the server is down, or answers
  * -ESTALE: it is not the primary in its view, or the shard is moving) is kept, "stalled", and
- * sent again to the shard's primary at the next view change (ps_worker_view_changed) or retry;
+ * sent again to the shard's primary at the next view change (ps_retarget_view_changed) or retry;
  * while it waits for a view (its server unreachable, or answering -ESTALE since the last
  * view), at most PS_FAILOVER_TTLS lease TTLs (the cluster's) from its stall or the last view
  * change (a new view is progress), else the table fails with a clear error. (A reachable
@@ -48,6 +48,6 @@ void ps_worker_resend_head(ps_table_t *t, uint32_t shard);
  * remote server, or reads of the shard here (when this daemon is the primary now); f goes
  * (back) on ps->fetches while it waits, or is freed. first: a new fetch, whose failed send
  * fails its riders unless the table is replicated (a resend's failure waits for the retry). */
-void ps_fetch_ask(ps_fetch_t *f, int first);
+void ps_pull_fetch_ask(ps_fetch_t *f, int first);
 
 #endif

@@ -1,11 +1,11 @@
 /* The parameter-server service (ps.h): start and stop, the deferred callbacks, and the entry
  * points the local endpoint calls; the work is in ps_tables.c (open, quota), ps_worker.c
  * (pushes, clocks, pulls), ps_server.c (shards served here), ps_msg.c (messages between
- * daemons) and ps_view.c (salusctl groups, /metrics). */
+ * daemons) and ps_report.c (salusctl groups, /metrics). */
 #include "ps-internal.h"
 #include "ps_ckpt.h"
 #include "ps_cluster.h"
-#include "ps_fed-internal.h"
+#include "ps_fed_table-internal.h"
 
 #include "log.h"
 
@@ -78,7 +78,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    ps_worker_retry(arg);
+    ps_retarget_retry(arg);
 }
 
 static void on_pump(evutil_socket_t fd, short what, void *arg)
@@ -92,7 +92,7 @@ static void on_peer_down(void *ctx, const char *node)
 {
     ps_t *ps = ctx;
     LOG_INFO("ps: node %s is unreachable: what waits on it fails", node);
-    ps_worker_node_down(ps, node);
+    ps_retarget_node_down(ps, node);
     for (ps_table_t *t = ps->tables, *next; t; t = next) {
         next = t->next;
         ps_server_drop_waits(t, node, NULL);
@@ -359,7 +359,7 @@ int ps_pull(salusd_t *d, const ps_worker_t *w, uint64_t handle, uint64_t clock,
     if (t)
         rc = t->fed ? ps_fed_table_pull(t, worker, clock, offset, n, out, done, arg, w->owner,
                                         err, err_size)
-                    : ps_worker_pull(t, w, clock, offset, n, out, done, arg, err, err_size);
+                    : ps_pull_start(t, w, clock, offset, n, out, done, arg, err, err_size);
     if (rc < 0)
         ps->stats.refused++;
     return rc < 0 ? rc : 0;
@@ -378,7 +378,7 @@ void ps_forget_owner(salusd_t *d, const void *owner)
             free(c);
         }
     }
-    ps_fed_forget_owner(ps, owner);
+    ps_fed_table_forget_owner(ps, owner);
     ps_pull_t *p;
     LIST_FOREACH(p, &ps->pulls, link)
         if (p->owner == owner) {
@@ -425,5 +425,5 @@ void ps_group_over(salusd_t *d, uint64_t group_id)
 
 const jobs_observer_t ps_jobs_observer = {
     .group_over = ps_group_over,
-    .pack_group_tables = ps_pack_group_tables,
+    .pack_group_tables = ps_report_group_tables,
 };

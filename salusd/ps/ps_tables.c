@@ -2,7 +2,7 @@
  * failure and freeing. Opening them is ps_open.c. */
 #include "ps-internal.h"
 #include "ps_cluster.h"
-#include "ps_fed-internal.h"
+#include "ps_fed_table-internal.h"
 
 #include "log.h"
 
@@ -64,7 +64,7 @@ void ps_table_free(ps_table_t *t)
     ps_fed_table_free(t);
     ps_repl_fini(t);
     if (t->watching)
-        ps_cluster_view_unwatch(ps->d, t->uid, t->group, t->epoch, t->name);
+        ps_replicas_unwatch(ps->d, t->uid, t->group, t->epoch, t->name);
     while (t->waiters) {
         ps_open_wait_t *w = t->waiters;
         t->waiters = w->next;
@@ -317,4 +317,10 @@ int ps_table_create_shards(ps_table_t *t, char *err, size_t err_size)
         }
     }
     return 0;
+}
+
+int ps_table_rule_text(const ps_table_spec_t *spec, char *buf, size_t size)
+{
+    return spec->federated ? ps_fed_format(&spec->fed, buf, size)
+                           : ps_rule_format(&spec->rule, buf, size);
 }

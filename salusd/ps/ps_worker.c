@@ -99,7 +99,7 @@ void ps_worker_fail_fetches(ps_table_t *t, int rc, const char *err)
         ps_fetch_t *f = *fp;
         if (f->table == t) {
             *fp = f->next;
-            ps_fetch_finish(f, rc, err, NULL, 0, 0, 0, 0);
+            ps_pull_fetch_finish(f, rc, err, NULL, 0, 0, 0, 0);
         } else
             fp = &f->next;
     }
@@ -114,7 +114,7 @@ static void hold_head(ps_table_t *t, ps_stream_t *st)
     st->in_flight = 1;
     st->sent = 1;
     st->sent_ns = salusd_now_ns();
-    ps_worker_arm_retry(t->ps);
+    ps_retarget_arm_retry(t->ps);
 }
 
 /* Sends (or applies here) the head of a shard's stream when nothing is in flight, to the
@@ -154,7 +154,7 @@ static void pump_as(ps_table_t *t, uint32_t shard, int resend)
         st->sent = 0;
         if (!resend || !st->first_sent_ns)
             st->first_sent_ns = salusd_now_ns();
-        ps_worker_arm_retry(t->ps);
+        ps_retarget_arm_retry(t->ps);
         if (ps_msg_send_update(t, shard, u) < 0) {
             if (!resend && !ps_retarget_replicated(t)) {
                 snprintf(why, sizeof(why), "table '%s': server %s is unreachable", t->name,

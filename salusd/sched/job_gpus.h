@@ -29,7 +29,7 @@
 
 typedef struct job_gpus_s job_gpus_t;
 
-/* What the table knows of one multi-GPU job (a copy, for the views). */
+/* What the table knows of one multi-GPU job (a copy, for what ps and /metrics show). */
 typedef struct job_gpus_info_s {
     uint64_t job_id;
     uint32_t gpus;           /* N >= 2 */

@@ -6,7 +6,7 @@
 #     killed and started again at once (within its lease): the others see a new UCX worker
 #     (peer down, then up with new tokens) and list it again; the rest runs on those tokens;
 #  1c. n3 frozen (SIGSTOP) past its lease, then continued: it leaves and comes back with the
-#     same UCX worker, every daemon lives and lists the others (part 2 runs on all three);
+#     same UCX worker, every daemon lives and lists the others (step 2 runs on all three);
 #  2. a group of 3 ranks, one per node (ps-tool under salusctl run), opens an `add` table of
 #     1000 elements (BSP), each rank r pushes r+1 everywhere, clocks and pulls: every rank reads
 #     1+2+3 = 6 everywhere; meanwhile the ring record is in etcd under
@@ -14,7 +14,7 @@
 #     spec and the servers n1,n2,n3; once the group is over everywhere the record goes;
 #  3. a table whose servers are only n3 (which runs no rank of that group): 2 ranks on n1 and
 #     n2 push 1 and 2 and pull 3 everywhere; its ring record names n3 alone;
-#  4. replicated (part 2): a table of ranks on n1 and n3 served by n1, n2, n3 (the daemons'
+#  4. replicated: a table of ranks on n1 and n3 served by n1, n2, n3 (the daemons'
 #     default of 3 replicas, as the view in etcd says); n2's salusd killed (kill -9) while n1's
 #     rank waits in a BSP pull for n3's rank, which then pushes and clocks: the pull completes
 #     after the fail-over (n2's shards served by their standbys, the view in etcd without n2)
@@ -69,7 +69,7 @@ pass "n2 restarted (kill -9, started again at once): every node has the two othe
 
 # ---- 1c. a daemon frozen longer than its lease (its loop held: SIGSTOP), then going on: the
 # others see it leave (its lease expired) and come back with the same UCX worker; every
-# daemon lives on and lists the others again (part 2 then runs on all three)
+# daemon lives on and lists the others again (step 2 then runs on all three)
 kill -STOP "$(salusd_node_pid 3)"
 left_seen() { grep -E "ps: UCX peer n3 is down" "$WORK/n$1/salusd.log" | tail -n 1; }
 wait_until $((TTL + 10)) '[ -n "$(left_seen 1)" ] && [ -n "$(left_seen 2)" ]' || {
@@ -81,7 +81,7 @@ echo "node n1: $(left_seen 1 | sed 's/.* warn //')"
 # Right after SIGCONT n3 still lists its members and peers as before the freeze: its checks below
 # would pass on that stale state, and n1 and n2 may list n3 as a peer again (a hello over a link
 # n3 dialled with its new lease) before n3 reads the cluster again, which drops and re-dials its
-# links (another exchange of tokens). Part 2 must not start in the middle of that: first n3 has
+# links (another exchange of tokens). Step 2 must not start in the middle of that: first n3 has
 # read the cluster again (its members are cleared then, and listed again once read), then every
 # node lists every member with its link up, then the UCX peers.
 wait_until $((TTL + 20)) 'qgrep "node n3 is back in the cluster" "$WORK/n3/salusd.log"' ||

@@ -225,8 +225,8 @@ START_TEST(test_render)
     ck_assert_ptr_nonnull(strstr(text, want));
     ck_assert_ptr_nonnull(strstr(
         text, "salus_job_state{job_id=\"8\",name=\"plain\",uid=\"0\",state=\"done\"} 1\n"));
-    /* a state set: one series per job and state (JOB_STATE_COUNT), exactly one of them 1 */
-    ck_assert_int_eq(count_lines_starting(text, "salus_job_state{"), 2 * JOB_STATE_COUNT);
+    /* a state set: one series per job and state (JOB_SHOWN_STATE_COUNT), exactly one of them 1 */
+    ck_assert_int_eq(count_lines_starting(text, "salus_job_state{"), 2 * JOB_SHOWN_STATE_COUNT);
     /* every family has one HELP and one TYPE line, and no line is empty */
     int help = count_lines_starting(text, "# HELP "), type = count_lines_starting(text, "# TYPE ");
     ck_assert_int_eq(help, type);
@@ -286,7 +286,7 @@ START_TEST(test_render_cluster_process)
 }
 END_TEST
 
-/* The policy's view: one series per job that has one, labelled with what the number means. */
+/* The policy's rank: one series per job that has one, labelled with what the number means. */
 START_TEST(test_render_policy_rank)
 {
     metrics_job_sample_t jobs[3] = {

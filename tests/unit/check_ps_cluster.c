@@ -2,8 +2,9 @@
  * the token exchange that makes two members UCX peers (ps_cluster-internal.h); and a daemon
  * without --cluster (a real salusd_t, its loop, groups made as the daemon makes them): self
  * "local", a group's nodes {local: its world}, a ring agreed on the next loop turn (epoch 1).
- * The views (part 2): the view record's JSON, server sets, the fail-over's decisions (who
- * proposes, the grace, the bounded retries), and without a cluster {local}, number 1, R 1.
+ * A table's replica set (ps_replicas_rec.c): the view record's JSON, server sets, the
+ * fail-over's decisions (who proposes, the grace, the bounded retries), and without a cluster
+ * {local}, number 1, R 1.
  * The views against a real etcd: check_ps_cluster_etcd.c (this program's second file). The
  * cluster side proper is tests/cluster/test_cluster_ps.sh's. */
 #include "check_run.h"
@@ -370,27 +371,27 @@ START_TEST(test_view_round_trip)
     ps_view_t v = view_of("n1,n2,n3", 3), back;
     v.number = 42; /* not in the value */
     char buf[2048], err[200];
-    int n = ps_view_format(&v, buf, sizeof(buf), err, sizeof(err));
+    int n = ps_replicas_format(&v, buf, sizeof(buf), err, sizeof(err));
     ck_assert_int_gt(n, 0);
     ck_assert_uint_eq(strlen(buf), (size_t)n);
     ck_assert_str_eq(buf, "{\"servers\":[\"n1\",\"n2\",\"n3\"],\"replicas\":3}");
     back.number = 7;
-    ck_assert_int_eq(ps_view_parse(buf, (size_t)n, &back, err, sizeof(err)), 0);
+    ck_assert_int_eq(ps_replicas_parse(buf, (size_t)n, &back, err, sizeof(err)), 0);
     ck_assert_uint_eq(back.number, 0);
     ck_assert_str_eq(back.servers, "n1,n2,n3");
     ck_assert_uint_eq(back.replicas, 3);
     /* the other order of the fields, spaces: the same view */
     const char *other = " { \"replicas\" : 1 , \"servers\" : [ \"a.b-c_d\" ] } ";
-    ck_assert_int_eq(ps_view_parse(other, strlen(other), &back, err, sizeof(err)), 0);
+    ck_assert_int_eq(ps_replicas_parse(other, strlen(other), &back, err, sizeof(err)), 0);
     ck_assert_str_eq(back.servers, "a.b-c_d");
     ck_assert_uint_eq(back.replicas, 1);
     /* R may exceed the server count (bounded when placing) */
     v = view_of("only", PS_MAX_REPLICAS);
-    n = ps_view_format(&v, buf, sizeof(buf), err, sizeof(err));
+    n = ps_replicas_format(&v, buf, sizeof(buf), err, sizeof(err));
     ck_assert_int_gt(n, 0);
-    ck_assert_int_eq(ps_view_parse(buf, (size_t)n, &back, err, sizeof(err)), 0);
+    ck_assert_int_eq(ps_replicas_parse(buf, (size_t)n, &back, err, sizeof(err)), 0);
     ck_assert_uint_eq(back.replicas, PS_MAX_REPLICAS);
-    ck_assert_int_eq(ps_view_format(&v, buf, 12, err, sizeof(err)), -ENOSPC);
+    ck_assert_int_eq(ps_replicas_format(&v, buf, 12, err, sizeof(err)), -ENOSPC);
 }
 END_TEST
 
@@ -407,17 +408,17 @@ START_TEST(test_view_check_refuses)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         ps_view_t v = view_of(bad[i].servers, bad[i].replicas);
         err[0] = 0;
-        ck_assert_msg(ps_view_check(&v, err, sizeof(err)) == -EINVAL, "case %zu", i);
+        ck_assert_msg(ps_replicas_check(&v, err, sizeof(err)) == -EINVAL, "case %zu", i);
         ck_assert_msg(err[0] != 0, "case %zu has no reason", i);
-        ck_assert_int_eq(ps_view_format(&v, buf, sizeof(buf), err, sizeof(err)), -EINVAL);
+        ck_assert_int_eq(ps_replicas_format(&v, buf, sizeof(buf), err, sizeof(err)), -EINVAL);
     }
     /* a name of 64 characters is one too long */
     ps_view_t v = view_of("", 1);
     memset(v.servers, 'a', 64);
     v.servers[64] = 0;
-    ck_assert_int_eq(ps_view_check(&v, err, sizeof(err)), -EINVAL);
+    ck_assert_int_eq(ps_replicas_check(&v, err, sizeof(err)), -EINVAL);
     v.servers[63] = 0;
-    ck_assert_int_eq(ps_view_check(&v, err, sizeof(err)), 0);
+    ck_assert_int_eq(ps_replicas_check(&v, err, sizeof(err)), 0);
 }
 END_TEST
 
@@ -452,7 +453,7 @@ START_TEST(test_view_parse_refuses)
         ps_view_t v;
         char err[200] = "";
         v.number = 5;
-        ck_assert_msg(ps_view_parse(bad[i], strlen(bad[i]), &v, err, sizeof(err)) == -EPROTO,
+        ck_assert_msg(ps_replicas_parse(bad[i], strlen(bad[i]), &v, err, sizeof(err)) == -EPROTO,
                       "case %zu (%s)", i, bad[i]);
         ck_assert_msg(err[0] != 0, "case %zu has no reason", i);
         ck_assert_uint_eq(v.number, 0);
@@ -462,55 +463,55 @@ START_TEST(test_view_parse_refuses)
     ps_view_t v;
     char err[200];
     const char nul[] = "{\"servers\":[\"n1\"],\"replicas\":2}\0";
-    ck_assert_int_eq(ps_view_parse(nul, sizeof(nul), &v, err, sizeof(err)), -EPROTO);
+    ck_assert_int_eq(ps_replicas_parse(nul, sizeof(nul), &v, err, sizeof(err)), -EPROTO);
     static char big[8192];
     size_t at = (size_t)snprintf(big, sizeof(big), "{\"replicas\":1,\"servers\":[");
     for (int i = 0; i < 200; i++)
         at += (size_t)snprintf(big + at, sizeof(big) - at, "%s\"node%03d\"", i ? "," : "", i);
     at += (size_t)snprintf(big + at, sizeof(big) - at, "]}");
-    ck_assert_int_eq(ps_view_parse(big, at, &v, err, sizeof(err)), -EPROTO);
+    ck_assert_int_eq(ps_replicas_parse(big, at, &v, err, sizeof(err)), -EPROTO);
 }
 END_TEST
 
 START_TEST(test_servers_sets)
 {
     char out[64];
-    ck_assert_int_eq(ps_servers_has("n1,n2,n3", "n2"), 1);
-    ck_assert_int_eq(ps_servers_has("n1,n2,n3", "n"), 0);
-    ck_assert_int_eq(ps_servers_has("n1,n2,n3", "n22"), 0);
-    ck_assert_int_eq(ps_servers_has("n1,n2,n3", "n1,n2"), 0);
-    ck_assert_int_eq(ps_servers_has("", "n1"), 0);
-    ck_assert_int_eq(ps_servers_has("n1", NULL), 0);
-    ck_assert_uint_eq(ps_servers_count("n1,n2,n3"), 3);
-    ck_assert_uint_eq(ps_servers_count("n1"), 1);
-    ck_assert_uint_eq(ps_servers_count(""), 0);
+    ck_assert_int_eq(ps_replicas_has("n1,n2,n3", "n2"), 1);
+    ck_assert_int_eq(ps_replicas_has("n1,n2,n3", "n"), 0);
+    ck_assert_int_eq(ps_replicas_has("n1,n2,n3", "n22"), 0);
+    ck_assert_int_eq(ps_replicas_has("n1,n2,n3", "n1,n2"), 0);
+    ck_assert_int_eq(ps_replicas_has("", "n1"), 0);
+    ck_assert_int_eq(ps_replicas_has("n1", NULL), 0);
+    ck_assert_uint_eq(ps_replicas_count("n1,n2,n3"), 3);
+    ck_assert_uint_eq(ps_replicas_count("n1"), 1);
+    ck_assert_uint_eq(ps_replicas_count(""), 0);
     /* added in order: first, middle, last */
-    ck_assert_int_eq(ps_servers_with("n2,n4", "n1", out, sizeof(out)), 0);
+    ck_assert_int_eq(ps_replicas_with("n2,n4", "n1", out, sizeof(out)), 0);
     ck_assert_str_eq(out, "n1,n2,n4");
-    ck_assert_int_eq(ps_servers_with("n2,n4", "n3", out, sizeof(out)), 0);
+    ck_assert_int_eq(ps_replicas_with("n2,n4", "n3", out, sizeof(out)), 0);
     ck_assert_str_eq(out, "n2,n3,n4");
-    ck_assert_int_eq(ps_servers_with("n2,n4", "n5", out, sizeof(out)), 0);
+    ck_assert_int_eq(ps_replicas_with("n2,n4", "n5", out, sizeof(out)), 0);
     ck_assert_str_eq(out, "n2,n4,n5");
-    ck_assert_int_eq(ps_servers_with("n2", "n10", out, sizeof(out)), 0);
+    ck_assert_int_eq(ps_replicas_with("n2", "n10", out, sizeof(out)), 0);
     ck_assert_str_eq(out, "n10,n2"); /* byte order, as the ring's */
-    ck_assert_int_eq(ps_servers_with("n2,n4", "n4", out, sizeof(out)), -EEXIST);
-    ck_assert_int_eq(ps_servers_with("n2,n4", "a,b", out, sizeof(out)), -EINVAL);
-    ck_assert_int_eq(ps_servers_with("n2,n4", "", out, sizeof(out)), -EINVAL);
-    ck_assert_int_eq(ps_servers_with("n2,n4", "a/b", out, sizeof(out)), -EINVAL);
-    ck_assert_int_eq(ps_servers_with("n2,n4", NULL, out, sizeof(out)), -EINVAL);
-    ck_assert_int_eq(ps_servers_with("n2,n4", "n3", out, 8), -ENOSPC);
-    ck_assert_int_eq(ps_servers_with("n2,n4", "n3", out, 9), 0);
+    ck_assert_int_eq(ps_replicas_with("n2,n4", "n4", out, sizeof(out)), -EEXIST);
+    ck_assert_int_eq(ps_replicas_with("n2,n4", "a,b", out, sizeof(out)), -EINVAL);
+    ck_assert_int_eq(ps_replicas_with("n2,n4", "", out, sizeof(out)), -EINVAL);
+    ck_assert_int_eq(ps_replicas_with("n2,n4", "a/b", out, sizeof(out)), -EINVAL);
+    ck_assert_int_eq(ps_replicas_with("n2,n4", NULL, out, sizeof(out)), -EINVAL);
+    ck_assert_int_eq(ps_replicas_with("n2,n4", "n3", out, 8), -ENOSPC);
+    ck_assert_int_eq(ps_replicas_with("n2,n4", "n3", out, 9), 0);
     /* removed: first, middle, last, the only one */
-    ck_assert_int_eq(ps_servers_without("n1,n2,n3", "n1", out, sizeof(out)), 0);
+    ck_assert_int_eq(ps_replicas_without("n1,n2,n3", "n1", out, sizeof(out)), 0);
     ck_assert_str_eq(out, "n2,n3");
-    ck_assert_int_eq(ps_servers_without("n1,n2,n3", "n2", out, sizeof(out)), 0);
+    ck_assert_int_eq(ps_replicas_without("n1,n2,n3", "n2", out, sizeof(out)), 0);
     ck_assert_str_eq(out, "n1,n3");
-    ck_assert_int_eq(ps_servers_without("n1,n2,n3", "n3", out, sizeof(out)), 0);
+    ck_assert_int_eq(ps_replicas_without("n1,n2,n3", "n3", out, sizeof(out)), 0);
     ck_assert_str_eq(out, "n1,n2");
-    ck_assert_int_eq(ps_servers_without("n1", "n1", out, sizeof(out)), 0);
+    ck_assert_int_eq(ps_replicas_without("n1", "n1", out, sizeof(out)), 0);
     ck_assert_str_eq(out, "");
-    ck_assert_int_eq(ps_servers_without("n1,n2", "n", out, sizeof(out)), -ENOENT);
-    ck_assert_int_eq(ps_servers_without("n1,n2,n3", "n3", out, 5), -ENOSPC);
+    ck_assert_int_eq(ps_replicas_without("n1,n2", "n", out, sizeof(out)), -ENOENT);
+    ck_assert_int_eq(ps_replicas_without("n1,n2,n3", "n3", out, 5), -ENOSPC);
 }
 END_TEST
 
@@ -533,54 +534,56 @@ START_TEST(test_failover_first_live_proposes)
     ps_view_t v = view_of("n1,n2,n3,n4", 3);
     v.number = 100;
     char out[PS_VIEW_SERVERS_BYTES], gone[PS_VIEW_SERVERS_BYTES];
-    ps_failover_t f1 = {0}, f2 = {0};
+    ps_replicas_failover_t f1 = {0}, f2 = {0};
     memset(dead_nodes, 0, sizeof(dead_nodes));
     /* every server lives: nothing */
-    ck_assert_int_eq(ps_failover_step(&f1, &v, "n1", fake_alive, NULL, 1000 * MS, out,
-                                      sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
+    ck_assert_int_eq(ps_replicas_failover_step(&f1, &v, "n1", fake_alive, NULL, 1000 * MS, out,
+                                               sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
     ck_assert_str_eq(gone, "");
     /* n3 dies: n1 (the first live) proposes n1,n2,n4 at once; n2 waits */
     dead_nodes[0] = "n3";
-    ck_assert_int_eq(ps_failover_step(&f1, &v, "n1", fake_alive, NULL, 2000 * MS, out,
-                                      sizeof(out), gone, sizeof(gone)), PS_FAILOVER_PROPOSE);
+    ck_assert_int_eq(ps_replicas_failover_step(&f1, &v, "n1", fake_alive, NULL, 2000 * MS, out,
+                                               sizeof(out), gone, sizeof(gone)),
+                     PS_FAILOVER_PROPOSE);
     ck_assert_str_eq(out, "n1,n2,n4");
     ck_assert_str_eq(gone, "n3");
-    ck_assert_int_eq(ps_failover_step(&f2, &v, "n2", fake_alive, NULL, 2000 * MS, out,
-                                      sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
+    ck_assert_int_eq(ps_replicas_failover_step(&f2, &v, "n2", fake_alive, NULL, 2000 * MS, out,
+                                               sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
     ck_assert_str_eq(gone, "n3");
     /* n1 has one in flight: no second one */
-    ck_assert_int_eq(ps_failover_step(&f1, &v, "n1", fake_alive, NULL, 2001 * MS, out,
-                                      sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
+    ck_assert_int_eq(ps_replicas_failover_step(&f1, &v, "n1", fake_alive, NULL, 2001 * MS, out,
+                                               sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
     /* n1 dies too: n2 is the first live one now and proposes without both */
     dead_nodes[1] = "n1";
-    ck_assert_int_eq(ps_failover_step(&f2, &v, "n2", fake_alive, NULL, 2100 * MS, out,
-                                      sizeof(out), gone, sizeof(gone)), PS_FAILOVER_PROPOSE);
+    ck_assert_int_eq(ps_replicas_failover_step(&f2, &v, "n2", fake_alive, NULL, 2100 * MS, out,
+                                               sizeof(out), gone, sizeof(gone)),
+                     PS_FAILOVER_PROPOSE);
     ck_assert_str_eq(out, "n2,n4");
     ck_assert_str_eq(gone, "n1,n3");
     /* it won: the new view has no dead server, nothing more */
-    ps_failover_result(&f2, 0, 2200 * MS);
+    ps_replicas_failover_result(&f2, 0, 2200 * MS);
     ps_view_t w = view_of("n2,n4", 3);
     w.number = 130;
-    ck_assert_int_eq(ps_failover_step(&f2, &w, "n2", fake_alive, NULL, 2300 * MS, out,
-                                      sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
+    ck_assert_int_eq(ps_replicas_failover_step(&f2, &w, "n2", fake_alive, NULL, 2300 * MS, out,
+                                               sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
     ck_assert_uint_eq(f2.tries, 0);
     ck_assert_uint_eq(f2.dead_since_ns, 0);
     /* a watcher that is not in the view (a worker's daemon) never goes first */
-    ps_failover_t f5 = {0};
-    ck_assert_int_eq(ps_failover_step(&f5, &v, "n5", fake_alive, NULL, 2000 * MS, out,
-                                      sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
+    ps_replicas_failover_t f5 = {0};
+    ck_assert_int_eq(ps_replicas_failover_step(&f5, &v, "n5", fake_alive, NULL, 2000 * MS, out,
+                                               sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
     /* no live server would remain: nothing (a view is never empty) */
     ps_view_t lone = view_of("n3", 1);
     lone.number = 9;
-    ps_failover_t f6 = {0};
-    ck_assert_int_eq(ps_failover_step(&f6, &lone, "n5", fake_alive, NULL, 9000 * MS, out,
-                                      sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
-    ck_assert_int_eq(ps_failover_step(&f6, &lone, "n5", fake_alive, NULL, 99000 * MS, out,
-                                      sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
+    ps_replicas_failover_t f6 = {0};
+    ck_assert_int_eq(ps_replicas_failover_step(&f6, &lone, "n5", fake_alive, NULL, 9000 * MS, out,
+                                               sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
+    ck_assert_int_eq(ps_replicas_failover_step(&f6, &lone, "n5", fake_alive, NULL, 99000 * MS, out,
+                                               sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
     /* no view read yet */
     ps_view_t none = view_of("n1,n3", 1);
-    ck_assert_int_eq(ps_failover_step(&f6, &none, "n1", fake_alive, NULL, 1 * MS, out,
-                                      sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
+    ck_assert_int_eq(ps_replicas_failover_step(&f6, &none, "n1", fake_alive, NULL, 1 * MS, out,
+                                               sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
 }
 END_TEST
 
@@ -589,19 +592,21 @@ START_TEST(test_failover_grace_then_anyone)
     ps_view_t v = view_of("n1,n2,n3", 3);
     v.number = 50;
     char out[PS_VIEW_SERVERS_BYTES], gone[PS_VIEW_SERVERS_BYTES];
-    ps_failover_t f = {0};
+    ps_replicas_failover_t f = {0};
     memset(dead_nodes, 0, sizeof(dead_nodes));
     dead_nodes[0] = "n3";
     uint64_t t0 = 5000 * MS;
-    ck_assert_int_eq(ps_failover_step(&f, &v, "n2", fake_alive, NULL, t0, out, sizeof(out),
-                                      gone, sizeof(gone)), PS_FAILOVER_NONE);
-    ck_assert_int_eq(ps_failover_step(&f, &v, "n2", fake_alive, NULL,
-                                      t0 + (PS_FAILOVER_GRACE_MS - 1) * MS, out, sizeof(out),
-                                      gone, sizeof(gone)), PS_FAILOVER_NONE);
+    ck_assert_int_eq(ps_replicas_failover_step(&f, &v, "n2", fake_alive, NULL, t0, out, sizeof(out),
+                                               gone, sizeof(gone)), PS_FAILOVER_NONE);
+    ck_assert_int_eq(ps_replicas_failover_step(&f, &v, "n2", fake_alive, NULL,
+                                               t0 + (PS_FAILOVER_GRACE_MS - 1) * MS, out,
+                                               sizeof(out), gone, sizeof(gone)),
+                     PS_FAILOVER_NONE);
     /* n1 did not change it within the grace: n2 proposes */
-    ck_assert_int_eq(ps_failover_step(&f, &v, "n2", fake_alive, NULL,
-                                      t0 + PS_FAILOVER_GRACE_MS * MS, out, sizeof(out), gone,
-                                      sizeof(gone)), PS_FAILOVER_PROPOSE);
+    ck_assert_int_eq(ps_replicas_failover_step(&f, &v, "n2", fake_alive, NULL,
+                                               t0 + PS_FAILOVER_GRACE_MS * MS, out, sizeof(out),
+                                               gone, sizeof(gone)),
+                     PS_FAILOVER_PROPOSE);
     ck_assert_str_eq(out, "n1,n2");
 }
 END_TEST
@@ -609,7 +614,7 @@ END_TEST
 START_TEST(test_failover_lost_retries_bounded)
 {
     char out[PS_VIEW_SERVERS_BYTES], gone[PS_VIEW_SERVERS_BYTES];
-    ps_failover_t f = {0};
+    ps_replicas_failover_t f = {0};
     memset(dead_nodes, 0, sizeof(dead_nodes));
     dead_nodes[0] = "n9";
     uint64_t now = 1000 * MS, number = 10;
@@ -618,30 +623,33 @@ START_TEST(test_failover_lost_retries_bounded)
     for (int i = 0; i < PS_FAILOVER_MAX_TRIES; i++) {
         ps_view_t v = view_of("n1,n9", 2);
         v.number = number++;
-        ck_assert_int_eq(ps_failover_step(&f, &v, "n1", fake_alive, NULL, now, out,
-                                          sizeof(out), gone, sizeof(gone)), PS_FAILOVER_PROPOSE);
+        ck_assert_int_eq(ps_replicas_failover_step(&f, &v, "n1", fake_alive, NULL, now, out,
+                                                   sizeof(out), gone, sizeof(gone)),
+                         PS_FAILOVER_PROPOSE);
         ck_assert_str_eq(out, "n1");
-        ps_failover_result(&f, -ESTALE, now);
+        ps_replicas_failover_result(&f, -ESTALE, now);
         now += MS;
     }
     ps_view_t v = view_of("n1,n9", 2);
     v.number = number;
-    ck_assert_int_eq(ps_failover_step(&f, &v, "n1", fake_alive, NULL, now, out, sizeof(out),
-                                      gone, sizeof(gone)), PS_FAILOVER_GIVE_UP);
+    ck_assert_int_eq(ps_replicas_failover_step(&f, &v, "n1", fake_alive, NULL, now, out,
+                                               sizeof(out), gone, sizeof(gone)),
+                     PS_FAILOVER_GIVE_UP);
     /* once: then nothing for that view */
-    ck_assert_int_eq(ps_failover_step(&f, &v, "n1", fake_alive, NULL, now + 100 * MS, out,
-                                      sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
+    ck_assert_int_eq(ps_replicas_failover_step(&f, &v, "n1", fake_alive, NULL, now + 100 * MS, out,
+                                               sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
     /* another daemon's change (a newer view, n9 still in it): tried again */
     v.number++;
-    ck_assert_int_eq(ps_failover_step(&f, &v, "n1", fake_alive, NULL, now + 200 * MS, out,
-                                      sizeof(out), gone, sizeof(gone)), PS_FAILOVER_PROPOSE);
+    ck_assert_int_eq(ps_replicas_failover_step(&f, &v, "n1", fake_alive, NULL, now + 200 * MS, out,
+                                               sizeof(out), gone, sizeof(gone)),
+                     PS_FAILOVER_PROPOSE);
 }
 END_TEST
 
 START_TEST(test_failover_etcd_error_waits)
 {
     char out[PS_VIEW_SERVERS_BYTES], gone[PS_VIEW_SERVERS_BYTES];
-    ps_failover_t f = {0};
+    ps_replicas_failover_t f = {0};
     memset(dead_nodes, 0, sizeof(dead_nodes));
     dead_nodes[0] = "n2";
     ps_view_t v = view_of("n1,n2", 2);
@@ -649,18 +657,21 @@ START_TEST(test_failover_etcd_error_waits)
     uint64_t now = 1000 * MS;
     /* etcd unreachable, many times: never given up, each try PS_FAILOVER_RETRY_MS apart */
     for (int i = 0; i < 3 * PS_FAILOVER_MAX_TRIES; i++) {
-        ck_assert_int_eq(ps_failover_step(&f, &v, "n1", fake_alive, NULL, now, out,
-                                          sizeof(out), gone, sizeof(gone)), PS_FAILOVER_PROPOSE);
-        ps_failover_result(&f, -EHOSTUNREACH, now);
-        ck_assert_int_eq(ps_failover_step(&f, &v, "n1", fake_alive, NULL,
-                                          now + (PS_FAILOVER_RETRY_MS - 1) * MS, out,
-                                          sizeof(out), gone, sizeof(gone)), PS_FAILOVER_NONE);
+        ck_assert_int_eq(ps_replicas_failover_step(&f, &v, "n1", fake_alive, NULL, now, out,
+                                                   sizeof(out), gone, sizeof(gone)),
+                         PS_FAILOVER_PROPOSE);
+        ps_replicas_failover_result(&f, -EHOSTUNREACH, now);
+        ck_assert_int_eq(ps_replicas_failover_step(&f, &v, "n1", fake_alive, NULL,
+                                                   now + (PS_FAILOVER_RETRY_MS - 1) * MS, out,
+                                                   sizeof(out), gone, sizeof(gone)),
+                         PS_FAILOVER_NONE);
         now += PS_FAILOVER_RETRY_MS * MS;
     }
     /* the member comes back (a new lease under its name) before the view changed: nothing */
     dead_nodes[0] = NULL;
-    ck_assert_int_eq(ps_failover_step(&f, &v, "n1", fake_alive, NULL, now, out, sizeof(out),
-                                      gone, sizeof(gone)), PS_FAILOVER_NONE);
+    ck_assert_int_eq(ps_replicas_failover_step(&f, &v, "n1", fake_alive, NULL, now, out,
+                                               sizeof(out), gone, sizeof(gone)),
+                     PS_FAILOVER_NONE);
     ck_assert_uint_eq(f.tries, 0);
 }
 END_TEST
@@ -829,8 +840,8 @@ START_TEST(test_local_view_watch)
     seen_t seen = {0};
     ps_cluster_hooks_t hooks = {.view_changed = on_view_changed};
     ck_assert_int_eq(ps_cluster_start(&d, &hooks, &seen), 0);
-    ck_assert_int_eq(ps_cluster_view_watch(&d, 1000, "g", 1, "w"), 0);
-    ck_assert_int_eq(ps_cluster_view_watch(&d, 1000, "g", 1, "w"), 0); /* idempotent */
+    ck_assert_int_eq(ps_replicas_watch(&d, 1000, "g", 1, "w"), 0);
+    ck_assert_int_eq(ps_replicas_watch(&d, 1000, "g", 1, "w"), 0); /* idempotent */
     ck_assert_int_eq(seen.called, 0); /* never from inside the call */
     run_loop();
     ck_assert_int_eq(seen.called, 1);
@@ -844,22 +855,22 @@ START_TEST(test_local_view_watch)
     run_loop();
     ck_assert_int_eq(seen.called, 1); /* it never changes */
     /* unwatched before its turn: no call; watched again: called again */
-    ck_assert_int_eq(ps_cluster_view_watch(&d, 1000, "g", 1, "v"), 0);
-    ps_cluster_view_unwatch(&d, 1000, "g", 1, "v");
+    ck_assert_int_eq(ps_replicas_watch(&d, 1000, "g", 1, "v"), 0);
+    ps_replicas_unwatch(&d, 1000, "g", 1, "v");
     run_loop();
     ck_assert_int_eq(seen.called, 1);
-    ps_cluster_view_unwatch(&d, 1000, "g", 1, "w");
-    ck_assert_int_eq(ps_cluster_view_watch(&d, 1000, "g", 1, "w"), 0);
+    ps_replicas_unwatch(&d, 1000, "g", 1, "w");
+    ck_assert_int_eq(ps_replicas_watch(&d, 1000, "g", 1, "w"), 0);
     run_loop();
     ck_assert_int_eq(seen.called, 2);
-    ps_cluster_view_unwatch(&d, 1000, "g", 1, "nothing"); /* not watched: nothing */
+    ps_replicas_unwatch(&d, 1000, "g", 1, "nothing"); /* not watched: nothing */
     /* bad arguments */
-    ck_assert_int_eq(ps_cluster_view_watch(&d, 1000, "a/b", 1, "w"), -EINVAL);
-    ck_assert_int_eq(ps_cluster_view_watch(&d, 1000, "g", 0, "w"), -EINVAL);
-    ck_assert_int_eq(ps_cluster_view_watch(&d, 1000, "g", 1, ""), -EINVAL);
-    ck_assert_int_eq(ps_cluster_view_watch(&d, 1000, NULL, 1, "w"), -EINVAL);
+    ck_assert_int_eq(ps_replicas_watch(&d, 1000, "a/b", 1, "w"), -EINVAL);
+    ck_assert_int_eq(ps_replicas_watch(&d, 1000, "g", 0, "w"), -EINVAL);
+    ck_assert_int_eq(ps_replicas_watch(&d, 1000, "g", 1, ""), -EINVAL);
+    ck_assert_int_eq(ps_replicas_watch(&d, 1000, NULL, 1, "w"), -EINVAL);
     /* stopped with a view not handed yet: no call after it */
-    ck_assert_int_eq(ps_cluster_view_watch(&d, 1000, "g", 1, "late"), 0);
+    ck_assert_int_eq(ps_replicas_watch(&d, 1000, "g", 1, "late"), 0);
     ps_cluster_stop(&d);
     run_loop();
     ck_assert_int_eq(seen.called, 2);
@@ -869,7 +880,7 @@ END_TEST
 START_TEST(test_local_view_create_propose)
 {
     viewed_t a = {0};
-    ck_assert_int_eq(ps_cluster_view_create(&d, 1000, "g", 1, "w", "n1,n2", 3, on_viewed, &a), 0);
+    ck_assert_int_eq(ps_replicas_create(&d, 1000, "g", 1, "w", "n1,n2", 3, on_viewed, &a), 0);
     ck_assert_int_eq(a.called, 0);
     run_loop();
     ck_assert_int_eq(a.called, 1);
@@ -880,33 +891,33 @@ START_TEST(test_local_view_create_propose)
     run_loop();
     ck_assert_int_eq(a.called, 1);
     /* refused: bad servers, R, names, no callback */
-    ck_assert_int_eq(ps_cluster_view_create(&d, 1000, "g", 1, "w", "n2,n1", 3, on_viewed, &a),
+    ck_assert_int_eq(ps_replicas_create(&d, 1000, "g", 1, "w", "n2,n1", 3, on_viewed, &a),
                      -EINVAL);
-    ck_assert_int_eq(ps_cluster_view_create(&d, 1000, "g", 1, "w", "n1", 0, on_viewed, &a),
+    ck_assert_int_eq(ps_replicas_create(&d, 1000, "g", 1, "w", "n1", 0, on_viewed, &a),
                      -EINVAL);
-    ck_assert_int_eq(ps_cluster_view_create(&d, 1000, "g", 1, "w", "n1",
-                                            PS_MAX_REPLICAS + 1, on_viewed, &a), -EINVAL);
-    ck_assert_int_eq(ps_cluster_view_create(&d, 1000, "g", 1, "w/x", "n1", 1, on_viewed, &a),
+    ck_assert_int_eq(ps_replicas_create(&d, 1000, "g", 1, "w", "n1",
+                                        PS_MAX_REPLICAS + 1, on_viewed, &a), -EINVAL);
+    ck_assert_int_eq(ps_replicas_create(&d, 1000, "g", 1, "w/x", "n1", 1, on_viewed, &a),
                      -EINVAL);
-    ck_assert_int_eq(ps_cluster_view_create(&d, 1000, "g", 1, "w", "n1", 1, NULL, &a), -EINVAL);
-    ck_assert_int_eq(ps_cluster_view_create(&d, 1000, "g", 0, "w", "n1", 1, on_viewed, &a),
+    ck_assert_int_eq(ps_replicas_create(&d, 1000, "g", 1, "w", "n1", 1, NULL, &a), -EINVAL);
+    ck_assert_int_eq(ps_replicas_create(&d, 1000, "g", 0, "w", "n1", 1, on_viewed, &a),
                      -EINVAL);
     /* a view never changes without a cluster */
-    ck_assert_int_eq(ps_cluster_view_propose(&d, 1000, "g", 1, "w", 1, "local,n2", on_viewed,
-                                             &a), -EOPNOTSUPP);
-    ck_assert_int_eq(ps_cluster_view_propose(&d, 1000, "g", 1, "w", 1, "n2,n1", on_viewed, &a),
+    ck_assert_int_eq(ps_replicas_propose(&d, 1000, "g", 1, "w", 1, "local,n2", on_viewed,
+                                         &a), -EOPNOTSUPP);
+    ck_assert_int_eq(ps_replicas_propose(&d, 1000, "g", 1, "w", 1, "n2,n1", on_viewed, &a),
                      -EINVAL);
-    ck_assert_int_eq(ps_cluster_view_propose(&d, 1000, "g", 1, "w", 0, "n1", on_viewed, &a),
+    ck_assert_int_eq(ps_replicas_propose(&d, 1000, "g", 1, "w", 0, "n1", on_viewed, &a),
                      -EINVAL);
     run_loop();
     ck_assert_int_eq(a.called, 1);
     /* members: self only */
-    ck_assert_int_eq(ps_cluster_member_alive(&d, "local"), 1);
-    ck_assert_int_eq(ps_cluster_member_alive(&d, "n2"), 0);
-    ck_assert_int_eq(ps_cluster_member_alive(&d, NULL), 0);
+    ck_assert_int_eq(ps_replicas_member_alive(&d, "local"), 1);
+    ck_assert_int_eq(ps_replicas_member_alive(&d, "n2"), 0);
+    ck_assert_int_eq(ps_replicas_member_alive(&d, NULL), 0);
     /* a create in flight when the service stops: no callback */
     viewed_t b = {0};
-    ck_assert_int_eq(ps_cluster_view_create(&d, 1000, "g", 1, "v", "n1", 1, on_viewed, &b), 0);
+    ck_assert_int_eq(ps_replicas_create(&d, 1000, "g", 1, "v", "n1", 1, on_viewed, &b), 0);
     ps_cluster_stop(&d);
     run_loop();
     ck_assert_int_eq(b.called, 0);

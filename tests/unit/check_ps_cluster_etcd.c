@@ -190,9 +190,9 @@ static void fake_down(fake_t *f)
 {
     if (!f->ps)
         return;
-    ps_cluster_view_stop(f->ps);
+    ps_replicas_stop(f->ps);
     etcd_destroy(f->cl.etcd);
-    ps_cluster_view_free(f->ps);
+    ps_replicas_free(f->ps);
     free(f->ps);
     f->ps = NULL;
 }
@@ -242,7 +242,7 @@ static void fakes_setup(void)
     long long deadline = now_ms() + 20000;
     done_t o;
     do {
-        RUN(o, ps_cluster_view_create(&f1.d, 1000, "probe", 1, "p", "n1", 1, on_done, &o));
+        RUN(o, ps_replicas_create(&f1.d, 1000, "probe", 1, "p", "n1", 1, on_done, &o));
         if (o.rc == 0)
             break;
         run_for(200);
@@ -304,7 +304,7 @@ START_TEST(test_etcd_create_and_propose)
 {
     done_t o;
     /* the first view: created */
-    RUN(o, ps_cluster_view_create(&f1.d, 1000, "g", 7, "w", "n1,n2,n3", 3, on_done, &o));
+    RUN(o, ps_replicas_create(&f1.d, 1000, "g", 7, "w", "n1,n2,n3", 3, on_done, &o));
     ck_assert_msg(o.rc == 0, "%s", o.err);
     ck_assert_str_eq(o.view.servers, "n1,n2,n3");
     ck_assert_uint_eq(o.view.replicas, 3);
@@ -316,13 +316,13 @@ START_TEST(test_etcd_create_and_propose)
     ck_assert_str_eq(g.value, "{\"servers\":[\"n1\",\"n2\",\"n3\"],\"replicas\":3}");
     ck_assert_uint_eq((uint64_t)g.mod_revision, first);
     /* another opener's create finds it: the first wins */
-    RUN(o, ps_cluster_view_create(&f2.d, 1000, "g", 7, "w", "n4", 1, on_done, &o));
+    RUN(o, ps_replicas_create(&f2.d, 1000, "g", 7, "w", "n4", 1, on_done, &o));
     ck_assert_int_eq(o.rc, 0);
     ck_assert_str_eq(o.view.servers, "n1,n2,n3");
     ck_assert_uint_eq(o.view.number, first);
     /* a proposal from the current view wins (R kept) */
-    RUN(o, ps_cluster_view_propose(&f2.d, 1000, "g", 7, "w", first, "n1,n2,n3,n4", on_done,
-                                   &o));
+    RUN(o, ps_replicas_propose(&f2.d, 1000, "g", 7, "w", first, "n1,n2,n3,n4", on_done,
+                               &o));
     ck_assert_msg(o.rc == 0, "%s", o.err);
     ck_assert_str_eq(o.view.servers, "n1,n2,n3,n4");
     ck_assert_uint_eq(o.view.replicas, 3);
@@ -331,7 +331,7 @@ START_TEST(test_etcd_create_and_propose)
     g = get_key(key);
     ck_assert_uint_eq((uint64_t)g.mod_revision, second);
     /* one from a view that is gone loses: -ESTALE with the view now there */
-    RUN(o, ps_cluster_view_propose(&f1.d, 1000, "g", 7, "w", first, "n1,n2", on_done, &o));
+    RUN(o, ps_replicas_propose(&f1.d, 1000, "g", 7, "w", first, "n1,n2", on_done, &o));
     ck_assert_int_eq(o.rc, -ESTALE);
     ck_assert(o.has_view);
     ck_assert_uint_eq(o.view.number, second);
@@ -339,19 +339,19 @@ START_TEST(test_etcd_create_and_propose)
     g = get_key(key);
     ck_assert_uint_eq((uint64_t)g.mod_revision, second); /* untouched */
     /* a table without a view: -ENOENT */
-    RUN(o, ps_cluster_view_propose(&f1.d, 1000, "g", 7, "none", 5, "n1", on_done, &o));
+    RUN(o, ps_replicas_propose(&f1.d, 1000, "g", 7, "none", 5, "n1", on_done, &o));
     ck_assert_int_eq(o.rc, -ENOENT);
     ck_assert(!o.has_view);
     /* a malformed record is never trusted: -EPROTO, for a create and a proposal */
     view_key(key, sizeof(key), "bad");
     put_key(key, "{\"servers\":[\"n2\",\"n1\"],\"replicas\":3}");
-    RUN(o, ps_cluster_view_create(&f1.d, 1000, "g", 7, "bad", "n1", 1, on_done, &o));
+    RUN(o, ps_replicas_create(&f1.d, 1000, "g", 7, "bad", "n1", 1, on_done, &o));
     ck_assert_int_eq(o.rc, -EPROTO);
     ck_assert(!o.has_view);
     ck_assert_ptr_nonnull(strstr(o.err, "malformed"));
     g = get_key(key);
-    RUN(o, ps_cluster_view_propose(&f1.d, 1000, "g", 7, "bad", (uint64_t)g.mod_revision, "n1",
-                                   on_done, &o));
+    RUN(o, ps_replicas_propose(&f1.d, 1000, "g", 7, "bad", (uint64_t)g.mod_revision, "n1",
+                               on_done, &o));
     ck_assert_int_eq(o.rc, -EPROTO);
     /* the group's run (group epoch 3) is over: the views its ring records name (their
      * create revisions) go with them; another run's view stays */
@@ -359,7 +359,7 @@ START_TEST(test_etcd_create_and_propose)
     snprintf(ring, sizeof(ring), "%s/ps/1000/g/3/v", prefix);
     put_key(ring, "{\"count\":1}");
     uint64_t e = (uint64_t)get_key(ring).mod_revision; /* (created: mod = create revision) */
-    RUN(o, ps_cluster_view_create(&f1.d, 1000, "g", e, "v", "n1", 1, on_done, &o));
+    RUN(o, ps_replicas_create(&f1.d, 1000, "g", e, "v", "n1", 1, on_done, &o));
     ck_assert_int_eq(o.rc, 0);
     snprintf(rkey, sizeof(rkey), "%s/psv/1000/g/%llu/v", prefix, (unsigned long long)e);
     ck_assert_uint_eq(get_key(rkey).count, 1);
@@ -382,20 +382,20 @@ START_TEST(test_etcd_unreachable_bounded)
     fake_up(&f3, "n3", prefix, dead);
     done_t o;
     long long t0 = now_ms();
-    RUN(o, ps_cluster_view_create(&f3.d, 1000, "g", 7, "w", "n1", 1, on_done, &o));
+    RUN(o, ps_replicas_create(&f3.d, 1000, "g", 7, "w", "n1", 1, on_done, &o));
     ck_assert_int_lt(o.rc, 0);
     ck_assert_ptr_nonnull(strstr(o.err, "cannot be written"));
-    RUN(o, ps_cluster_view_propose(&f3.d, 1000, "g", 7, "w", 3, "n1", on_done, &o));
+    RUN(o, ps_replicas_propose(&f3.d, 1000, "g", 7, "w", 3, "n1", on_done, &o));
     ck_assert_int_lt(o.rc, 0);
     ck_assert_int_ne(o.rc, -ESTALE);
     ck_assert_int_lt(now_ms() - t0, 2 * STEP_MS);
     /* a watch meanwhile: no call, no crash; stopped with requests in flight: no call after */
-    ck_assert_int_eq(ps_cluster_view_watch(&f3.d, 1000, "g", 7, "w"), 0);
+    ck_assert_int_eq(ps_replicas_watch(&f3.d, 1000, "g", 7, "w"), 0);
     run_for(500);
     ck_assert_int_eq(f3.seen, 0);
     memset(&o, 0, sizeof(o));
-    ck_assert_int_eq(ps_cluster_view_create(&f3.d, 1000, "g", 7, "v", "n1", 1, on_done, &o), 0);
-    ps_cluster_view_stop(f3.ps);
+    ck_assert_int_eq(ps_replicas_create(&f3.d, 1000, "g", 7, "v", "n1", 1, on_done, &o), 0);
+    ps_replicas_stop(f3.ps);
     run_for(2500);
     ck_assert_int_eq(o.called, 0);
     fake_down(&f3);
@@ -406,22 +406,22 @@ START_TEST(test_etcd_watch_in_order)
 {
     done_t o;
     /* watched before the view exists: its creation is the first view */
-    ck_assert_int_eq(ps_cluster_view_watch(&f1.d, 1000, "g", 7, "w"), 0);
-    ck_assert_int_eq(ps_cluster_view_watch(&f2.d, 1000, "g", 7, "w"), 0);
-    ck_assert_int_eq(ps_cluster_view_watch(&f2.d, 1000, "g", 7, "w"), 0); /* idempotent */
-    ck_assert_int_eq(ps_cluster_view_watch(&f2.d, 1000, "g", 7, "x"), 0);
+    ck_assert_int_eq(ps_replicas_watch(&f1.d, 1000, "g", 7, "w"), 0);
+    ck_assert_int_eq(ps_replicas_watch(&f2.d, 1000, "g", 7, "w"), 0);
+    ck_assert_int_eq(ps_replicas_watch(&f2.d, 1000, "g", 7, "w"), 0); /* idempotent */
+    ck_assert_int_eq(ps_replicas_watch(&f2.d, 1000, "g", 7, "x"), 0);
     run_for(300);
     ck_assert_int_eq(f1.seen + f2.seen, 0);
-    RUN(o, ps_cluster_view_create(&f1.d, 1000, "g", 7, "w", "n1,n2", 2, on_done, &o));
+    RUN(o, ps_replicas_create(&f1.d, 1000, "g", 7, "w", "n1,n2", 2, on_done, &o));
     ck_assert_int_eq(o.rc, 0);
     uint64_t v1 = o.view.number;
     ck_assert(run_until(&f1.seen, STEP_MS));
     ck_assert(run_until(&f2.seen, STEP_MS));
     /* two proposals in a row: every daemon sees both, once each, in order */
-    RUN(o, ps_cluster_view_propose(&f1.d, 1000, "g", 7, "w", v1, "n1,n2,n3", on_done, &o));
+    RUN(o, ps_replicas_propose(&f1.d, 1000, "g", 7, "w", v1, "n1,n2,n3", on_done, &o));
     ck_assert_int_eq(o.rc, 0);
     uint64_t v2 = o.view.number;
-    RUN(o, ps_cluster_view_propose(&f2.d, 1000, "g", 7, "w", v2, "n2,n3", on_done, &o));
+    RUN(o, ps_replicas_propose(&f2.d, 1000, "g", 7, "w", v2, "n2,n3", on_done, &o));
     ck_assert_int_eq(o.rc, 0);
     uint64_t v3 = o.view.number;
     long long deadline = now_ms() + STEP_MS;
@@ -443,16 +443,16 @@ START_TEST(test_etcd_watch_in_order)
         }
     }
     /* a table watched after its view exists: read at once */
-    ps_cluster_view_unwatch(&f1.d, 1000, "g", 7, "w");
-    ck_assert_int_eq(ps_cluster_view_watch(&f1.d, 1000, "g", 7, "w"), 0);
+    ps_replicas_unwatch(&f1.d, 1000, "g", 7, "w");
+    ck_assert_int_eq(ps_replicas_watch(&f1.d, 1000, "g", 7, "w"), 0);
     deadline = now_ms() + STEP_MS;
     while (f1.seen < 4 && now_ms() < deadline)
         run_for(50);
     ck_assert_int_eq(f1.seen, 4);
     ck_assert_uint_eq(f1.views[3].number, v3);
     /* unwatched: no more calls there */
-    ps_cluster_view_unwatch(&f2.d, 1000, "g", 7, "w");
-    RUN(o, ps_cluster_view_propose(&f1.d, 1000, "g", 7, "w", v3, "n3", on_done, &o));
+    ps_replicas_unwatch(&f2.d, 1000, "g", 7, "w");
+    RUN(o, ps_replicas_propose(&f1.d, 1000, "g", 7, "w", v3, "n3", on_done, &o));
     ck_assert_int_eq(o.rc, 0);
     deadline = now_ms() + STEP_MS;
     while (f1.seen < 5 && now_ms() < deadline)
@@ -486,21 +486,21 @@ static int wait_view(fake_t *f, const char *servers, int timeout_ms)
 START_TEST(test_etcd_failover)
 {
     done_t o;
-    RUN(o, ps_cluster_view_create(&f1.d, 1000, "g", 7, "w", "n1,n2,n3", 3, on_done, &o));
+    RUN(o, ps_replicas_create(&f1.d, 1000, "g", 7, "w", "n1,n2,n3", 3, on_done, &o));
     uint64_t v1 = o.view.number;
-    ck_assert_int_eq(ps_cluster_view_watch(&f1.d, 1000, "g", 7, "w"), 0);
-    ck_assert_int_eq(ps_cluster_view_watch(&f2.d, 1000, "g", 7, "w"), 0);
+    ck_assert_int_eq(ps_replicas_watch(&f1.d, 1000, "g", 7, "w"), 0);
+    ck_assert_int_eq(ps_replicas_watch(&f2.d, 1000, "g", 7, "w"), 0);
     ck_assert_int_ge(wait_view(&f1, "n1,n2,n3", STEP_MS), 0);
     ck_assert_int_ge(wait_view(&f2, "n1,n2,n3", STEP_MS), 0);
-    ck_assert_int_eq(ps_cluster_member_alive(&f1.d, "n3"), 1);
+    ck_assert_int_eq(ps_replicas_member_alive(&f1.d, "n3"), 1);
     /* n3's lease ends (its member key deleted: both daemons' lists lose it) */
     const char *without3[] = {"n1", "n2", "n4", NULL};
     set_members(&f1, without3);
     set_members(&f2, without3);
-    ck_assert_int_eq(ps_cluster_member_alive(&f1.d, "n3"), 0);
-    ck_assert_int_eq(ps_cluster_member_alive(&f1.d, "n1"), 1); /* self */
-    ps_cluster_view_node_gone(f1.ps, "n3");
-    ps_cluster_view_node_gone(f2.ps, "n3");
+    ck_assert_int_eq(ps_replicas_member_alive(&f1.d, "n3"), 0);
+    ck_assert_int_eq(ps_replicas_member_alive(&f1.d, "n1"), 1); /* self */
+    ps_replicas_node_gone(f1.ps, "n3");
+    ps_replicas_node_gone(f2.ps, "n3");
     /* n1 (the first live server) proposes at once; both read the view without n3, once */
     int i1 = wait_view(&f1, "n1,n2", PS_FAILOVER_GRACE_MS - 500);
     int i2 = wait_view(&f2, "n1,n2", PS_FAILOVER_GRACE_MS - 500);
@@ -514,8 +514,8 @@ START_TEST(test_etcd_failover)
     /* n1's lease ends too: n2 is the first live one now */
     const char *only24[] = {"n2", "n4", NULL};
     set_members(&f2, only24);
-    ps_cluster_view_stop(f1.ps); /* n1 is gone: it watches nothing */
-    ps_cluster_view_node_gone(f2.ps, "n1");
+    ps_replicas_stop(f1.ps); /* n1 is gone: it watches nothing */
+    ps_replicas_node_gone(f2.ps, "n1");
     ck_assert_int_eq(wait_view(&f2, "n2", PS_FAILOVER_GRACE_MS - 500), 2);
     char key[128];
     view_key(key, sizeof(key), "w");
@@ -528,13 +528,13 @@ START_TEST(test_etcd_failover_grace)
 {
     /* n1 is the first live server but does not watch the table: n2 proposes after the grace */
     done_t o;
-    RUN(o, ps_cluster_view_create(&f2.d, 1000, "g", 7, "w", "n1,n2,n3", 3, on_done, &o));
-    ck_assert_int_eq(ps_cluster_view_watch(&f2.d, 1000, "g", 7, "w"), 0);
+    RUN(o, ps_replicas_create(&f2.d, 1000, "g", 7, "w", "n1,n2,n3", 3, on_done, &o));
+    ck_assert_int_eq(ps_replicas_watch(&f2.d, 1000, "g", 7, "w"), 0);
     ck_assert_int_ge(wait_view(&f2, "n1,n2,n3", STEP_MS), 0);
     const char *without3[] = {"n1", "n2", NULL};
     set_members(&f2, without3);
     long long t0 = now_ms();
-    ps_cluster_view_node_gone(f2.ps, "n3");
+    ps_replicas_node_gone(f2.ps, "n3");
     run_for(PS_FAILOVER_GRACE_MS - 500);
     ck_assert_int_eq(f2.seen, 1); /* n1's turn first */
     ck_assert_int_ge(wait_view(&f2, "n1,n2", STEP_MS), 1);

@@ -1,8 +1,9 @@
-/* Unit tests of what replication needs from the parameter server's pure core (ps-core/ps_core.h,
- * part 2): a shard's replica set on the ring and what moves between two rings, a shard's whole
- * state saved and loaded (round trips at every step of random runs, truncated, corrupted and
- * wrong-shape states refused), a shard and a node's aggregation made at a clock (restored from
- * a checkpoint). Part 1 is tests/unit/check_ps_core.c. Nothing here sleeps or prints. */
+/* Unit tests of what replication needs from the parameter server's pure core
+ * (ps-core/ps_core.h): a shard's replica set on the ring and what moves between two rings, a
+ * shard's whole state saved and loaded (round trips at every step of random runs, truncated,
+ * corrupted and wrong-shape states refused), a shard and a node's aggregation made at a clock
+ * (restored from a checkpoint). The rest of ps_core.h is tests/unit/check_ps_core.c's. Nothing
+ * here sleeps or prints. */
 #include "check_run.h"
 #include "ps_core.h"
 #include "ps_core_test.h"

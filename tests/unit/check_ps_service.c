@@ -173,7 +173,7 @@ START_TEST(test_bsp_exact_clocks)
     ck_assert_uint_eq(p.read.done, 2);
 
     ps_sample_t s;
-    ck_assert_int_eq(ps_sample(&d, &s), 0);
+    ck_assert_int_eq(ps_report_sample(&d, &s), 0);
     ck_assert_uint_eq(s.tables, 1);
     ck_assert_uint_ge(s.shards, 1);
     ck_assert_uint_ge(s.bytes, N * sizeof(float));
@@ -268,7 +268,7 @@ START_TEST(test_asp_never_waits)
     ck_assert_uint_eq(p.read.done, 2);
     ck_assert_int_eq(p.read.waited, 0);
     ps_sample_t s;
-    ps_sample(&d, &s);
+    ps_report_sample(&d, &s);
     ck_assert_uint_eq(s.staleness_waits, 0);
 }
 END_TEST
@@ -306,7 +306,7 @@ START_TEST(test_duplicate_push_once)
     wait_for(&p);
     assert_all(out, N, 1.5f);
     ps_sample_t s;
-    ps_sample(&d, &s);
+    ps_report_sample(&d, &s);
     ck_assert_uint_eq(s.pushes, 2);
     ck_assert_uint_eq(s.pushes_duplicate, 1);
 }
@@ -388,7 +388,7 @@ START_TEST(test_bad_input_refused)
     run_idle();
     ck_assert_int_eq(r.called, 0);
     ps_sample_t s;
-    ps_sample(&d, &s);
+    ps_report_sample(&d, &s);
     ck_assert_uint_eq(s.refused, 20);
     ck_assert_uint_eq(s.pushes, 0);
     ck_assert_uint_eq(s.tables, 1);
@@ -418,7 +418,7 @@ START_TEST(test_quota_refused)
     ck_assert_int_eq(r.rc, -EDQUOT);
     ck_assert_ptr_nonnull(strstr(r.err, "ps-user-bytes"));
     ps_sample_t s;
-    ps_sample(&d, &s);
+    ps_report_sample(&d, &s);
     ck_assert_uint_eq(s.tables, 0);
     ck_assert_uint_eq(s.bytes, 0);
     ck_assert_uint_eq(s.refused, 1);
@@ -435,14 +435,14 @@ START_TEST(test_quota_refused)
     float v[50];
     fill(v, 50, 1.0f);
     ps_push_id_t id = {.rank = 0, .clock = 0, .seq = 1};
-    ps_sample(&d, &s);
+    ps_report_sample(&d, &s);
     uint64_t held = s.bytes;
     memset(&r, 0, sizeof(r));
     int rc = ps_push(&d, &w0, hb, &id, 0, 50, NULL, v, on_done, &r, err, sizeof(err));
     rc = harness_outcome(rc, &r, err, sizeof(err));
     ck_assert_int_eq(rc, -EDQUOT);
     ck_assert_msg(strstr(err, "ps-user-bytes") != NULL, "%s", err);
-    ps_sample(&d, &s);
+    ps_report_sample(&d, &s);
     ck_assert_uint_eq(s.bytes, held);
     /* room for the sum (its values, bits and the list of clocks): taken */
     d.config.ps_user_bytes = 1000 + 50 * sizeof(float) + 7 + 4 * 64;
@@ -496,7 +496,7 @@ START_TEST(test_view_and_group_over)
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    ps_pack_group_tables(&d, gid, &pk);
+    ps_report_group_tables(&d, gid, &pk);
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     size_t off = 0;
@@ -517,7 +517,7 @@ START_TEST(test_view_and_group_over)
 
     ps_group_over(&d, gid);
     ps_sample_t s;
-    ps_sample(&d, &s);
+    ps_report_sample(&d, &s);
     ck_assert_uint_eq(s.tables, 0);
     ck_assert_uint_eq(s.bytes, 0);
     char err[256];
@@ -710,7 +710,7 @@ START_TEST(test_remote_open_served_here)
     ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1); /* a retry: the same */
     ck_assert_ptr_eq(ps_table_find(ps, 1000, "rg", "t", 7), t);
     ps_sample_t s;
-    ps_sample(&d, &s);
+    ps_report_sample(&d, &s);
     ck_assert_uint_eq(s.tables, 1);
     ck_assert_uint_eq(s.shards, t->layout.shards);
     /* n2's clock 0 to shard 0 (its values), then shard 0 is done with clock 0 */
@@ -742,7 +742,7 @@ START_TEST(test_remote_open_served_here)
     msg_put(&m, 1, 8); /* the clocks it closed */
     ps_msg_recv(ps, "n2", m.b, m.len, NULL, 0);
     ck_assert_ptr_null(ps_table_find(ps, 1000, "rg", "t", 7));
-    ps_sample(&d, &s);
+    ps_report_sample(&d, &s);
     ck_assert_uint_eq(s.tables, 0);
 }
 END_TEST
@@ -824,19 +824,19 @@ START_TEST(test_open_ring_agreed)
     ck_assert_ptr_nonnull(t);
     ck_assert_uint_eq(t->vnodes, 32);
     ps_sample_t s;
-    ps_sample(&d, &s);
+    ps_report_sample(&d, &s);
     uint64_t refused = s.refused;
     ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1); /* the same: taken */
-    ps_sample(&d, &s);
+    ps_report_sample(&d, &s);
     ck_assert_uint_eq(s.refused, refused);
     msg_open(&m, "rv", "t", 7, 100); /* 64 virtual nodes: another ring */
     ps_msg_recv(ps, "n2", m.b, m.len, payload, sizeof(payload) - 1);
-    ps_sample(&d, &s);
+    ps_report_sample(&d, &s);
     ck_assert_uint_eq(s.refused, refused + 1);
     m.b[m.len - 1 - 3 - 1 - 3 - 4] = 32;
     const char other[] = "local,n9\0n2"; /* another server set */
     ps_msg_recv(ps, "n2", m.b, m.len, other, sizeof(other) - 1);
-    ps_sample(&d, &s);
+    ps_report_sample(&d, &s);
     ck_assert_uint_eq(s.refused, refused + 2);
     ck_assert_ptr_eq(ps_table_find(ps, 1000, "rv", "t", 7), t);
     ck_assert_uint_eq(t->vnodes, 32);
@@ -930,7 +930,7 @@ START_TEST(test_resends_after_a_lost_message)
     f->sent_ns = 1;
     f->next = ps->fetches;
     ps->fetches = f;
-    ps_worker_retry(ps);
+    ps_retarget_retry(ps);
     ck_assert_uint_gt(f->sent_ns, 1);
     ps->fetches = f->next;
     free(f);
@@ -952,10 +952,10 @@ START_TEST(test_failed_update_send_resent)
     ps_stream_t *st = &t->streams[0];
     st->head = st->tail = u;
     st->in_flight = 1;
-    ps_worker_update_sent(d.ps, t->handle, 0, 7, 0); /* the send failed */
+    ps_retarget_update_sent(d.ps, t->handle, 0, 7, 0); /* the send failed */
     ck_assert_int_eq(st->sent, 1);
     ck_assert_uint_eq(st->sent_ns, 0); /* due at once */
-    ps_worker_update_sent(d.ps, t->handle, 0, 7, 1); /* sent */
+    ps_retarget_update_sent(d.ps, t->handle, 0, 7, 1); /* sent */
     ck_assert_int_eq(st->sent, 1);
     ck_assert_uint_gt(st->sent_ns, 0);
 }
@@ -1008,7 +1008,7 @@ START_TEST(test_failed_table_uncharged)
     run_idle();
     ck_assert_uint_eq(ps_user_bytes(d.ps, 1000), 0);
     ps_sample_t s;
-    ps_sample(&d, &s);
+    ps_report_sample(&d, &s);
     ck_assert_uint_eq(s.bytes, 0);
     /* the failed handle says why; a re-open builds a new table within the quota */
     result_t r = {0};
@@ -1055,7 +1055,7 @@ START_TEST(test_assign_written_only)
 END_TEST
 
 
-/* ---- replicas (part 2): messages to other daemons captured (ps->send_tap), liveness set by
+/* ---- replicas: messages to other daemons captured (ps->send_tap), liveness set by
  * the test (ps->member_alive) ------------------------------------------------------------- */
 #define SENT_MAX 64
 typedef struct sent_s {
@@ -1512,7 +1512,7 @@ START_TEST(test_repl_copy_to_new_standby)
     ck_assert_int_eq(sent_count(18, "n3"), 0);
     ck_assert_uint_gt(t->copies, 0);
     ps_sample_t sample;
-    ps_sample(&d, &sample);
+    ps_report_sample(&d, &sample);
     ck_assert_uint_eq(sample.views, 1);
     ck_assert_uint_ge(sample.shard_copies, (uint64_t)want);
     /* n4 refuses a forward (it has not taken its copy yet): it gets the state again */

@@ -3,7 +3,7 @@
  * daemon opens it. The test then plays the server side's part: it swaps the table's ring and
  * owners to a view that names another server, n2 (there is no net: every send to n2 fails, as
  * to a server that died), answers for n2 with crafted messages (ps_msg_recv), and calls
- * ps_worker_view_changed as the server side does after a swap. */
+ * ps_retarget_view_changed as the server side does after a swap. */
 #include "groups.h"
 #include "ps-internal.h"
 #include "ps.h"
@@ -249,13 +249,13 @@ START_TEST(test_view_change_resends_heads)
     ck_assert_int_eq(p.called, 0);
     ck_assert_uint_gt(fetches_of(t, "n2", 1), 0);
     /* the retry before the bound resends and keeps everything */
-    ps_worker_retry(d.ps);
+    ps_retarget_retry(d.ps);
     ck_assert_int_eq(t->state, PS_TABLE_READY);
     ck_assert_ptr_nonnull(t->streams[sr].head);
 
     /* the new view: n2 gone */
     set_view(t, one, 1, 2);
-    ps_worker_view_changed(t);
+    ps_retarget_view_changed(t);
     for (uint32_t s = 0; s < t->layout.shards; s++) {
         ck_assert_ptr_null(t->streams[s].head);
         ck_assert_int_eq(t->streams[s].in_flight, 0);
@@ -274,7 +274,7 @@ START_TEST(test_view_change_resends_heads)
     ck_assert_uint_eq(t->outage_ns, 0);
     ck_assert_uint_eq(t->failovers, 1);
     ps_sample_t s;
-    ck_assert_int_eq(ps_sample(&d, &s), 0);
+    ck_assert_int_eq(ps_report_sample(&d, &s), 0);
     ck_assert_uint_eq(s.failovers, 1);
     ck_assert_uint_gt(s.failover_last_ns, 0);
     ck_assert_uint_eq(s.failover_last_ns, t->failover_ns);
@@ -290,7 +290,7 @@ START_TEST(test_view_change_resends_heads)
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    ps_pack_group_tables(&d, t->group_id, &pk);
+    ps_report_group_tables(&d, t->group_id, &pk);
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     size_t off = 0;
@@ -337,7 +337,7 @@ START_TEST(test_estale_kept_then_bounded)
                   t->outage_why);
     /* a resend that cannot go (R 1, n2 has no link) is not a failure before the bound */
     st->sent_ns = 1;
-    ps_worker_retry(d.ps);
+    ps_retarget_retry(d.ps);
     ck_assert_int_eq(t->state, PS_TABLE_READY);
     ck_assert_ptr_eq(st->head, u);
     /* past the bound, but a view came meanwhile (progress): the whole bound again */
@@ -345,14 +345,14 @@ START_TEST(test_estale_kept_then_bounded)
     ck_assert_uint_eq(limit, (uint64_t)d.config.cluster_lease_ttl_s * 3 * 1000000000ull);
     uint64_t before = salusd_now_ns();
     st->stalled_ns = before - limit - 1000000000ull;
-    ps_worker_view_changed(t);
+    ps_retarget_view_changed(t);
     ck_assert_uint_ge(st->stalled_ns, before);
     ck_assert_ptr_eq(st->head, u);
-    ps_worker_retry(d.ps);
+    ps_retarget_retry(d.ps);
     ck_assert_int_eq(t->state, PS_TABLE_READY);
     /* past the bound with no view */
     st->stalled_ns = salusd_now_ns() - limit - 1000000000ull;
-    ps_worker_retry(d.ps);
+    ps_retarget_retry(d.ps);
     ck_assert_int_eq(t->state, PS_TABLE_FAILED);
     ck_assert_msg(strstr(t->error_text, "no primary of shard") != NULL &&
                       strstr(t->error_text, "no new view replaced it") != NULL &&
@@ -363,7 +363,7 @@ START_TEST(test_estale_kept_then_bounded)
 END_TEST
 
 /* A server that goes down (peer down): with R 2 the updates and reads that wait on it wait
- * for the next view; with R 1 the table fails at once (part 1). */
+ * for the next view; with R 1 the table fails at once. */
 START_TEST(test_node_down_waits_when_replicated)
 {
     make_group("r2", 1, 0);
@@ -393,7 +393,7 @@ START_TEST(test_node_down_waits_when_replicated)
     ck_assert_int_eq(p1.rc, -EHOSTUNREACH);
     ck_assert_msg(strstr(p1.err, "server n2 is unreachable") != NULL, "%s", p1.err);
 
-    ps_worker_node_down(d.ps, "n2");
+    ps_retarget_node_down(d.ps, "n2");
     ck_assert_int_eq(t2->state, PS_TABLE_READY);
     ck_assert_ptr_nonnull(t2->streams[sr].head);
     ck_assert_uint_eq(fetches_of(t2, "n2", 1), stalled);
@@ -404,7 +404,7 @@ START_TEST(test_node_down_waits_when_replicated)
     ck_assert_int_eq(p.called, 0);
     /* n2 is back in a view as the primary (its lease never ended: a link that came back) and
      * answers the read and the update */
-    ps_worker_view_changed(t2); /* n2 still primary: asked again of it, nothing lost */
+    ps_retarget_view_changed(t2); /* n2 still primary: asked again of it, nothing lost */
     ck_assert_ptr_nonnull(t2->streams[sr].head);
     for (uint32_t s = 0; s < t2->layout.shards; s++)
         if (t2->streams[s].head)
@@ -509,7 +509,7 @@ START_TEST(test_local_reads_move_to_new_primary)
         waits++;
     ck_assert_uint_eq(waits, t->layout.shards);
     set_view(t, two, 2, 2);
-    ps_worker_view_changed(t);
+    ps_retarget_view_changed(t);
     size_t remote = 0;
     for (uint32_t s = 0; s < t->layout.shards; s++)
         remote += (int)t->owner[s] != t->self_server;
@@ -592,7 +592,7 @@ START_TEST(test_fenced_local_read_asked_again)
     }
     ck_assert_uint_gt(fenced, 0);
     ck_assert_uint_eq(fetches_of(t, "n2", 1), fenced);
-    ps_worker_view_changed(t);
+    ps_retarget_view_changed(t);
     ck_assert_uint_eq(fetches_of(t, "n2", 1), fenced);
     run_idle();
     ck_assert_int_eq(p.called, 0);
@@ -671,7 +671,7 @@ START_TEST(test_failover_through_the_view)
     /* n2 had forwarded shard sr's update here before it died; the others' it had not */
     ck_assert_int_eq(ps_server_apply(t, sr, 0, t->streams[sr].head), 1);
     n2_up = 0;
-    ps_worker_node_down(d.ps, "n2");
+    ps_retarget_node_down(d.ps, "n2");
     ck_assert_int_eq(t->state, PS_TABLE_READY);
     /* its outage began when the update went, not when n2 was found down */
     ck_assert_uint_ne(t->streams[sr].first_sent_ns, 0);
@@ -720,10 +720,10 @@ START_TEST(test_kept_read_not_bounded)
     t->outage_ns = f->stalled_ns;
     f->next = d.ps->fetches;
     d.ps->fetches = f;
-    ps_worker_retry(d.ps);
+    ps_retarget_retry(d.ps);
     ck_assert_int_eq(t->state, PS_TABLE_READY);
     f->refused = 1;
-    ps_worker_retry(d.ps);
+    ps_retarget_retry(d.ps);
     ck_assert_int_eq(t->state, PS_TABLE_FAILED);
     ck_assert_msg(strstr(t->error_text, "answered its read") != NULL, "%s", t->error_text);
     ck_assert_ptr_null(d.ps->fetches);

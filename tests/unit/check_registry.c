@@ -60,7 +60,6 @@ END_TEST
 START_TEST(test_state_names)
 {
     ck_assert_str_eq(job_state_name(JOB_WAITING), "waiting");
-    ck_assert_str_eq(job_state_name(JOB_RUNNING), "running");
     ck_assert_str_eq(job_state_name(JOB_PAUSED), "paused");
     ck_assert_str_eq(job_state_name(JOB_DONE), "done");
     ck_assert_str_eq(job_state_name(JOB_FAILED), "failed");
@@ -68,6 +67,12 @@ START_TEST(test_state_names)
     ck_assert_str_eq(job_state_name(JOB_ENDED), "ended");
     ck_assert_str_eq(job_state_name(JOB_STATE_COUNT), "unknown");
     ck_assert_str_eq(job_state_name((job_state_t)42), "unknown");
+    /* as shown: "running" is no stored state, only a name jobs_state gives */
+    const char *shown[] = {"waiting", "running", "paused", "done", "failed", "killed", "ended"};
+    ck_assert_uint_eq(JOB_SHOWN_STATE_COUNT, sizeof(shown) / sizeof(shown[0]));
+    for (size_t i = 0; i < JOB_SHOWN_STATE_COUNT; i++)
+        ck_assert_str_eq(job_shown_state_name(i), shown[i]);
+    ck_assert_str_eq(job_shown_state_name(JOB_SHOWN_STATE_COUNT), "unknown");
     ck_assert(!JOB_STATE_IS_FINAL(JOB_PAUSED) && JOB_STATE_IS_FINAL(JOB_DONE) &&
               JOB_STATE_IS_FINAL(JOB_ENDED) && !JOB_STATE_IS_FINAL(JOB_STATE_COUNT));
 }

@@ -591,7 +591,7 @@ START_TEST(test_leaving_holder_hands_the_lane_on)
 }
 END_TEST
 
-/* The policy's view of a job through the core: LAS's queue follows the GPU time the job
+/* The policy's rank of a job through the core: LAS's queue follows the GPU time the job
  * reported at its boundaries; a policy without a view says so. */
 START_TEST(test_policy_rank_through_the_core)
 {

@@ -6,11 +6,11 @@
 /* salusd's adapter to the core (test_daemon_and_sim_adapters_grant_alike) */
 #include "config.h"
 #include "daemon.h"
+#include "gpu_sched.h"
 #include "job_page.h"
 #include "jobs-internal.h"
 #include "log.h"
 #include "registry.h"
-#include "sched.h"
 
 #include <check.h>
 #include <errno.h>
@@ -654,7 +654,7 @@ static void grant_log_sort(grant_log_t *log)
     free(pairs);
 }
 
-/* salusd's own adapter (salusd/jobs.c, job_sched.c, sched.c) on the trace's jobs: a daemon
+/* salusd's own adapter (salusd/jobs.c, job_effects.c, gpu_sched.c) on the trace's jobs: a daemon
  * state as main() builds it (config from the command line, one simulated 1 GiB GPU, the
  * registry, the event loop), its clock the replay's (salusd_now_ns below). Each job is a
  * child process that waits to be killed, its connection a socket pair: it registers through
@@ -865,7 +865,7 @@ static void daemon_replay(const sim_trace_t *trace, const char *policy, grant_lo
     r->d.devices.simulated = 1;
     r->d.devices.count = 1;
     r->d.devices.gpus[0].total_bytes = 1 * GIB;
-    ck_assert_msg(sched_init(&r->d, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(gpu_sched_init(&r->d, err, sizeof(err)) == 0, "%s", err);
     r->count = trace->count;
     r->jobs = calloc(r->count, sizeof(*r->jobs));
     r->log = log;
@@ -906,7 +906,7 @@ static void daemon_replay(const sim_trace_t *trace, const char *policy, grant_lo
     }
 
     jobs_shutdown(&r->d);
-    sched_fini(&r->d);
+    gpu_sched_fini(&r->d);
     for (size_t i = 0; i < r->count; i++) {
         shim_job_t *j = &r->jobs[i];
         if (j->pid && !j->done) {

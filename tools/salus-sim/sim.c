@@ -109,9 +109,10 @@ void sim_start_gpu_part(sim_engine_t *e, sim_job_t *job)
         sim_fail(e, SIM_ERROR_NO_MEMORY, "out of memory");
 }
 
-/* An iteration begins. Holding the lane for the whole iteration (the default, and mps where
- * every job is its own lane): the switch cost, then the host part, then the GPU part. With
- * --lane-hold gpu: the host part runs without the lane; the job then waits for its lane. */
+/* An iteration begins. By default (--lane-hold gpu) the host part runs without the lane and
+ * the job then waits for its lane (sim_boundary). Holding the lane for the whole iteration
+ * (--lane-hold iteration, and mps where every job is its own lane): the switch cost, then the
+ * host part, then the GPU part. */
 void sim_start_iteration(sim_engine_t *e, sim_job_t *job, double switch_s)
 {
     /* with --lane-hold gpu a job that waits for its first grant started its first iteration

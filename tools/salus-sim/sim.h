@@ -10,9 +10,12 @@
  *     sharing: with k of them running, each progresses at rate 1/k.
  *   - Lane policies (every policy of the registry): jobs are admitted by lanes_admit_in_order
  *     in the policy's admission order; jobs of one lane take turns one iteration at a time
- *     (the policy's pick), and a lane is held for its job's whole iteration (host part
- *     included), as in Salus. A lane that switches from one job to another pays switch_s
- *     (lane held, GPU idle) before the iteration starts.
+ *     (the policy's pick). By default (lane_hold_gpu_only, --lane-hold gpu, as salusd does) a
+ *     lane is held only for the GPU part of an iteration: the host part runs without it, then
+ *     the job waits for its turn; with --lane-hold iteration it is held for the whole
+ *     iteration, host part included, as in Salus. A lane that switches from one job to
+ *     another pays switch_s (lane held, GPU idle) before the GPU part (or, holding whole
+ *     iterations, before the iteration) starts.
  *   - Baselines: "exclusive" (one job per GPU, strict FIFO admission, through the lane
  *     manager with max_jobs_per_gpu = 1) and "mps" (every job that fits by the sum of P + E
  *     runs at once as its own lane, FIFO order without head-of-line blocking).

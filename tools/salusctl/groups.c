@@ -98,7 +98,7 @@ int verb_groups(ctl_t *ctl, int argc, char **argv)
                        (double)failover_ms / 1000.0);
             uint64_t view = 0, replicas = 0, primaries = 0, moved = 0, copies = 0, nshards = 0;
             char vservers[256];
-            if (proto_get_uint(t, "view", &view) == 0 && view > 0) { /* part 2: replicas */
+            if (proto_get_uint(t, "view", &view) == 0 && view > 0) { /* replicas */
                 print_field(t, "view_servers", vservers, sizeof(vservers));
                 proto_get_uint(t, "replicas", &replicas);
                 proto_get_uint(t, "primaries_here", &primaries);

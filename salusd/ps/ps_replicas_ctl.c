@@ -108,8 +108,8 @@ static void op_reply(servers_op_t *op)
  * (refused: error). */
 static int table_change(servers_op_t *op, servers_table_t *t, char *out, size_t size)
 {
-    int rc = op->add ? ps_servers_with(t->view.servers, op->node, out, size)
-                     : ps_servers_without(t->view.servers, op->node, out, size);
+    int rc = op->add ? ps_replicas_with(t->view.servers, op->node, out, size)
+                     : ps_replicas_without(t->view.servers, op->node, out, size);
     if (rc == -EEXIST || rc == -ENOENT) {
         snprintf(t->note, sizeof(t->note), "%s is %s a server of it", op->node,
                  op->add ? "already" : "not");
@@ -120,7 +120,7 @@ static int table_change(servers_op_t *op, servers_table_t *t, char *out, size_t 
                  op->node);
         return -1;
     }
-    if (rc == 0 && ps_servers_count(out) > PS_MAX_SERVERS)
+    if (rc == 0 && ps_replicas_count(out) > PS_MAX_SERVERS)
         rc = -ENOSPC;
     if (rc < 0) {
         snprintf(t->error, sizeof(t->error), "its new server set cannot be written (%s)",
@@ -166,8 +166,8 @@ static void table_propose(servers_op_t *op, uint32_t i)
     t->index = i;
     t->from = t->view.number;
     t->tries++;
-    int rc = ps_cluster_view_propose(op->d, op->uid, op->group, t->epoch, t->table,
-                                     t->view.number, out, on_proposed, t);
+    int rc = ps_replicas_propose(op->d, op->uid, op->group, t->epoch, t->table,
+                                 t->view.number, out, on_proposed, t);
     if (rc < 0) {
         snprintf(t->error, sizeof(t->error), "cannot be proposed: %s", strerror(-rc));
         return;
@@ -180,7 +180,7 @@ static void table_propose(servers_op_t *op, uint32_t i)
  * create revision). 0, or -1 after the reply. */
 static int read_rings(servers_op_t *op, const etcd_result_t *res)
 {
-    cluster_t *cl = cl_of(op->d);
+    cluster_t *cl = cluster_of(op->d);
     char gkey[sizeof(((cluster_group_t *)0)->key)];
     snprintf(gkey, sizeof(gkey), "%u/%s", (unsigned)op->uid, op->group);
     cluster_group_t *g = cluster_group_by_key(cl, gkey);
@@ -238,7 +238,7 @@ static int read_views(servers_op_t *op, const etcd_result_t *res)
             if (kv->key_len != plen + wlen || memcmp(kv->key + plen, want, wlen) != 0)
                 continue;
             char why[200];
-            if (ps_view_parse(kv->value, kv->value_len, &t->view, why, sizeof(why)) < 0) {
+            if (ps_replicas_parse(kv->value, kv->value_len, &t->view, why, sizeof(why)) < 0) {
                 op_error(op, PROTO_EINTERNAL, "the view of table '%s' in etcd is malformed: %s",
                          t->table, why);
                 return -1;
@@ -270,7 +270,7 @@ static void on_rings(void *ctx, const etcd_result_t *res)
     }
     if (read_rings(op, res) < 0)
         return;
-    if (etcd_get(cl_of(op->d)->etcd, op->views, 1, on_views, op) < 0)
+    if (etcd_get(cluster_of(op->d)->etcd, op->views, 1, on_views, op) < 0)
         op_error(op, PROTO_EINTERNAL, "out of memory");
 }
 
@@ -330,10 +330,11 @@ static void on_views(void *ctx, const etcd_result_t *res)
 static int node_name_ok(const char *s)
 {
     char err[120];
-    return s[0] && !strchr(s, ',') && ps_servers_check(s, LINKS_NODE_BYTES, err, sizeof(err)) == 0;
+    return s[0] && !strchr(s, ',') &&
+           ps_cluster_ring_servers_check(s, LINKS_NODE_BYTES, err, sizeof(err)) == 0;
 }
 
-void ps_cluster_handle_servers(conn_t *c, const proto_msg_t *msg)
+void ps_replicas_handle_servers(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
     char group[LAUNCH_GROUP_BYTES] = "", add[LINKS_NODE_BYTES] = "", rem[LINKS_NODE_BYTES] = "";
@@ -353,7 +354,7 @@ void ps_cluster_handle_servers(conn_t *c, const proto_msg_t *msg)
                            node);
         return;
     }
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     ps_cluster_t *ps = ps_of(d);
     if (!cl) {
         server_reply_error(c, msg->id, PROTO_ESTATE, 0, "salusd runs without "
@@ -366,7 +367,7 @@ void ps_cluster_handle_servers(conn_t *c, const proto_msg_t *msg)
                                             "lost)" : "not serving parameter servers");
         return;
     }
-    if (has_add && !ps_cluster_member_alive(d, node)) {
+    if (has_add && !ps_replicas_member_alive(d, node)) {
         server_reply_error(c, msg->id, PROTO_EBADARG, 0, "%s is not a live member "
                            "of the cluster", node);
         return;
@@ -391,7 +392,7 @@ void ps_cluster_handle_servers(conn_t *c, const proto_msg_t *msg)
         op_error(op, PROTO_EINTERNAL, "out of memory");
 }
 
-void ps_cluster_servers_closed(conn_t *c)
+void ps_replicas_servers_closed(conn_t *c)
 {
     servers_op_t *op;
     LIST_FOREACH(op, &servers_ops, link)
@@ -399,7 +400,7 @@ void ps_cluster_servers_closed(conn_t *c)
             op->conn = NULL; /* its requests end by themselves; no reply */
 }
 
-void ps_cluster_servers_free(const salusd_t *d)
+void ps_replicas_servers_free(const salusd_t *d)
 {
     for (servers_op_t *op = LIST_FIRST(&servers_ops), *next; op; op = next) {
         next = LIST_NEXT(op, link);

@@ -10,18 +10,18 @@
 
 /* ---- the view record ------------------------------------------------------------------------ */
 
-int ps_view_check(const ps_view_t *v, char *err, size_t err_size)
+int ps_replicas_check(const ps_view_t *v, char *err, size_t err_size)
 {
     if (v->replicas < 1 || v->replicas > PS_MAX_REPLICAS) {
         snprintf(err, err_size, "replicas %u is not within 1..%d", v->replicas, PS_MAX_REPLICAS);
         return -EINVAL;
     }
-    return ps_servers_check(v->servers, sizeof(v->servers), err, err_size);
+    return ps_cluster_ring_servers_check(v->servers, sizeof(v->servers), err, err_size);
 }
 
-int ps_view_format(const ps_view_t *v, char *buf, size_t size, char *err, size_t err_size)
+int ps_replicas_format(const ps_view_t *v, char *buf, size_t size, char *err, size_t err_size)
 {
-    int rc = ps_view_check(v, err, err_size);
+    int rc = ps_replicas_check(v, err, err_size);
     if (rc < 0)
         return rc;
     /* node names are of plain characters (checked): nothing to escape */
@@ -29,7 +29,7 @@ int ps_view_format(const ps_view_t *v, char *buf, size_t size, char *err, size_t
     if (n < 0 || (size_t)n >= size)
         return -ENOSPC;
     size_t at = (size_t)n;
-    if (ps_servers_to_json(v->servers, buf, size, &at) < 0)
+    if (ps_cluster_ring_servers_to_json(v->servers, buf, size, &at) < 0)
         return -ENOSPC;
     n = snprintf(buf + at, size - at, "],\"replicas\":%u}", v->replicas);
     if (n < 0 || (size_t)n >= size - at)
@@ -37,7 +37,7 @@ int ps_view_format(const ps_view_t *v, char *buf, size_t size, char *err, size_t
     return (int)(at + (size_t)n);
 }
 
-int ps_view_parse(const char *text, size_t len, ps_view_t *v, char *err, size_t err_size)
+int ps_replicas_parse(const char *text, size_t len, ps_view_t *v, char *err, size_t err_size)
 {
     memset(v, 0, sizeof(*v));
     struct json_object *o, *replicas;
@@ -61,9 +61,10 @@ int ps_view_parse(const char *text, size_t len, ps_view_t *v, char *err, size_t 
         goto out;
     }
     v->replicas = (uint32_t)r;
-    if (ps_servers_from_json(o, "the view", v->servers, sizeof(v->servers), err, err_size) < 0)
+    if (ps_cluster_ring_servers_from_json(o, "the view", v->servers, sizeof(v->servers), err,
+                                          err_size) < 0)
         goto out;
-    if (ps_view_check(v, err, err_size) < 0)
+    if (ps_replicas_check(v, err, err_size) < 0)
         goto out;
     rc = 0;
 out:
@@ -96,7 +97,7 @@ static int is_node(void *ctx, const char *name, size_t len)
     return strlen(node) == len && memcmp(node, name, len) == 0;
 }
 
-int ps_servers_has(const char *servers, const char *node)
+int ps_replicas_has(const char *servers, const char *node)
 {
     return servers && node && each(servers, is_node, (void *)node);
 }
@@ -109,7 +110,7 @@ static int count_one(void *ctx, const char *name, size_t len)
     return 0;
 }
 
-uint32_t ps_servers_count(const char *servers)
+uint32_t ps_replicas_count(const char *servers)
 {
     uint32_t n = 0;
     each(servers, count_one, &n);
@@ -144,14 +145,14 @@ static int name_cmp(const char *a, size_t alen, const char *b, size_t blen)
     return c ? c : (alen > blen) - (alen < blen);
 }
 
-int ps_servers_with(const char *servers, const char *node, char *out, size_t size)
+int ps_replicas_with(const char *servers, const char *node, char *out, size_t size)
 {
     char err[120];
     char one[PS_NET_NODE_BYTES + 1];
     if (!node || snprintf(one, sizeof(one), "%s", node) >= (int)sizeof(one) ||
-        ps_servers_check(one, sizeof(one), err, sizeof(err)) < 0 || strchr(node, ','))
+        ps_cluster_ring_servers_check(one, sizeof(one), err, sizeof(err)) < 0 || strchr(node, ','))
         return -EINVAL;
-    if (ps_servers_has(servers, node))
+    if (ps_replicas_has(servers, node))
         return -EEXIST;
     if (size == 0)
         return -ENOSPC;
@@ -175,9 +176,9 @@ int ps_servers_with(const char *servers, const char *node, char *out, size_t siz
     return b.full ? -ENOSPC : 0;
 }
 
-int ps_servers_without(const char *servers, const char *node, char *out, size_t size)
+int ps_replicas_without(const char *servers, const char *node, char *out, size_t size)
 {
-    if (!ps_servers_has(servers, node))
+    if (!ps_replicas_has(servers, node))
         return -ENOENT;
     if (size == 0)
         return -ENOSPC;
@@ -197,9 +198,10 @@ int ps_servers_without(const char *servers, const char *node, char *out, size_t 
 
 /* ---- the fail-over's decisions --------------------------------------------------------------- */
 
-ps_failover_act_t ps_failover_step(ps_failover_t *f, const ps_view_t *v, const char *self,
-                                   ps_alive_fn alive, void *ctx, uint64_t now_ns, char *out,
-                                   size_t out_size, char *gone, size_t gone_size)
+ps_replicas_failover_act_t ps_replicas_failover_step(ps_replicas_failover_t *f, const ps_view_t *v,
+                                                     const char *self, ps_alive_fn alive, void *ctx,
+                                                     uint64_t now_ns, char *out, size_t out_size,
+                                                     char *gone, size_t gone_size)
 {
     if (out_size == 0 || gone_size == 0)
         return PS_FAILOVER_NONE;
@@ -252,7 +254,7 @@ ps_failover_act_t ps_failover_step(ps_failover_t *f, const ps_view_t *v, const c
     return PS_FAILOVER_PROPOSE;
 }
 
-void ps_failover_result(ps_failover_t *f, int rc, uint64_t now_ns)
+void ps_replicas_failover_result(ps_replicas_failover_t *f, int rc, uint64_t now_ns)
 {
     f->busy = 0;
     if (rc == 0) {

@@ -1,10 +1,10 @@
-/* A table's server view in etcd (ps_cluster.h, part 2): P/psv/UID/GROUP/EPOCH/TABLE created
- * only when absent, changed by compare-and-swap on its mod revision (the view's number); the
- * watched tables' views read when watched and then from one etcd watch per group name (the
- * prefix P/psv/UID/GROUP/: every table of it, whatever its epoch), handed to
- * hooks.view_changed on a later loop turn, once per newer view, in order; the fail-over (a
- * member's lease ended: ps_failover_step decides who proposes what). Without a cluster every
- * view is {self}, number 1, R 1, and never changes. */
+/* A table's replica set in etcd, read and watched (ps_cluster.h: a table's replica set):
+ * P/psv/UID/GROUP/EPOCH/TABLE created only when absent, changed by compare-and-swap on its mod
+ * revision (the view's number); the watched tables' views read when watched and then from one
+ * etcd watch per group name (the prefix P/psv/UID/GROUP/: every table of it, whatever its
+ * epoch), handed to hooks.view_changed on a later loop turn, once per newer view, in order; the
+ * fail-over (a member's lease ended: ps_replicas_failover_step decides who proposes what).
+ * Without a cluster every view is {self}, number 1, R 1, and never changes. */
 #include "ps_cluster-internal.h"
 
 #include "log.h"
@@ -16,16 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static ps_views_t *local_views; /* daemons without a cluster (several in tests) */
+static ps_replicas_t *local_views; /* daemons without a cluster (several in tests) */
 
 /* ---- bookkeeping ---------------------------------------------------------------------------- */
 
-static ps_views_t *views_of(const salusd_t *d)
+static ps_replicas_t *views_of(const salusd_t *d)
 {
     ps_cluster_t *ps = ps_of(d);
     if (ps)
         return ps->views;
-    for (ps_views_t *vs = local_views; vs; vs = vs->next)
+    for (ps_replicas_t *vs = local_views; vs; vs = vs->next)
         if (vs->d == d)
             return vs;
     return NULL;
@@ -34,9 +34,9 @@ static ps_views_t *views_of(const salusd_t *d)
 static void on_tick(evutil_socket_t fd, short what, void *arg);
 static void on_deliver(evutil_socket_t fd, short what, void *arg);
 
-static ps_views_t *views_new(salusd_t *d, ps_cluster_t *ps)
+static ps_replicas_t *views_new(salusd_t *d, ps_cluster_t *ps)
 {
-    ps_views_t *vs = calloc(1, sizeof(*vs));
+    ps_replicas_t *vs = calloc(1, sizeof(*vs));
     if (!vs)
         return NULL;
     vs->d = d;
@@ -54,9 +54,9 @@ static ps_views_t *views_new(salusd_t *d, ps_cluster_t *ps)
     return vs;
 }
 
-static ps_views_t *views_get(salusd_t *d)
+static ps_replicas_t *views_get(salusd_t *d)
 {
-    ps_views_t *vs = views_of(d);
+    ps_replicas_t *vs = views_of(d);
     ps_cluster_t *ps = ps_of(d);
     if (vs || !ps)
         return vs;
@@ -64,7 +64,7 @@ static ps_views_t *views_get(salusd_t *d)
     return ps->views;
 }
 
-static const ps_cluster_hooks_t *hooks_of(const ps_views_t *vs, void **ctx)
+static const ps_cluster_hooks_t *hooks_of(const ps_replicas_t *vs, void **ctx)
 {
     if (vs->ps) {
         *ctx = vs->ps->ctx;
@@ -74,8 +74,8 @@ static const ps_cluster_hooks_t *hooks_of(const ps_views_t *vs, void **ctx)
     return &vs->hooks;
 }
 
-vtable_t *ps_views_table_find(ps_views_t *vs, uid_t uid, const char *group, uint64_t epoch,
-                            const char *table)
+vtable_t *ps_replicas_table_find(ps_replicas_t *vs, uid_t uid, const char *group, uint64_t epoch,
+                                 const char *table)
 {
     for (vtable_t *t = vs->tables; t; t = t->next)
         if (t->uid == uid && t->epoch == epoch && strcmp(t->group, group) == 0 &&
@@ -84,7 +84,7 @@ vtable_t *ps_views_table_find(ps_views_t *vs, uid_t uid, const char *group, uint
     return NULL;
 }
 
-static vgroup_t *group_find(ps_views_t *vs, uid_t uid, const char *group)
+static vgroup_t *group_find(ps_replicas_t *vs, uid_t uid, const char *group)
 {
     for (vgroup_t *g = vs->groups; g; g = g->next)
         if (g->uid == uid && strcmp(g->group, group) == 0)
@@ -92,7 +92,7 @@ static vgroup_t *group_find(ps_views_t *vs, uid_t uid, const char *group)
     return NULL;
 }
 
-void ps_views_req_unlink(ps_views_t *vs, vreq_t *r)
+void ps_replicas_req_unlink(ps_replicas_t *vs, vreq_t *r)
 {
     for (vreq_t **p = &vs->reqs; *p; p = &(*p)->next)
         if (*p == r) {
@@ -101,7 +101,7 @@ void ps_views_req_unlink(ps_views_t *vs, vreq_t *r)
         }
 }
 
-void ps_views_req_free(vreq_t *r)
+void ps_replicas_req_free(vreq_t *r)
 {
     if (!r->finished && r->free_arg)
         r->free_arg(r->arg);
@@ -115,7 +115,7 @@ void ps_views_req_free(vreq_t *r)
 
 /* A view of a watched table read (from etcd, or a create's or proposal's answer): queued for
  * view_changed when newer than every one read before. */
-void ps_views_seen(ps_views_t *vs, vtable_t *t, const ps_view_t *v)
+void ps_replicas_seen(ps_replicas_t *vs, vtable_t *t, const ps_view_t *v)
 {
     if (v->number <= t->seen.number)
         return;
@@ -134,14 +134,14 @@ void ps_views_seen(ps_views_t *vs, vtable_t *t, const ps_view_t *v)
     t->seen = *v;
     struct timeval now = {0, 0};
     event_add(vs->deliver, &now); /* a later loop turn */
-    ps_views_failover_eval(vs, t);
+    ps_replicas_failover_eval(vs, t);
 }
 
 static void on_deliver(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    ps_views_t *vs = arg;
+    ps_replicas_t *vs = arg;
     void *ctx;
     /* one view at a time, the table found again after each call: view_changed may unwatch */
     for (;;) {
@@ -168,7 +168,7 @@ static void on_deliver(evutil_socket_t fd, short what, void *arg)
 }
 
 /* One key read under a watched group's prefix (a listing or the watch): EPOCH/TABLE. */
-static void kv_seen(ps_views_t *vs, const vgroup_t *g, const etcd_kv_t *kv)
+static void kv_seen(ps_replicas_t *vs, const vgroup_t *g, const etcd_kv_t *kv)
 {
     size_t plen = strlen(g->prefix);
     if (kv->key_len <= plen || memcmp(kv->key, g->prefix, plen) != 0 ||
@@ -182,25 +182,25 @@ static void kv_seen(ps_views_t *vs, const vgroup_t *g, const etcd_kv_t *kv)
     if (sscanf(rest, "%llu/%n", &epoch, &used) != 1 || used == 0 ||
         snprintf(table, sizeof(table), "%s", rest + used) >= (int)sizeof(table))
         return;
-    vtable_t *t = ps_views_table_find(vs, g->uid, g->group, epoch, table);
+    vtable_t *t = ps_replicas_table_find(vs, g->uid, g->group, epoch, table);
     if (!t || kv->mod_revision <= 0 || (uint64_t)kv->mod_revision <= t->seen.number)
         return;
     ps_view_t v;
     char why[200];
-    if (ps_view_parse(kv->value, kv->value_len, &v, why, sizeof(why)) < 0) {
+    if (ps_replicas_parse(kv->value, kv->value_len, &v, why, sizeof(why)) < 0) {
         LOG_WARN("ps: the view of table %s/%s in etcd (revision %lld) is malformed: %s: ignored",
                  g->group, table, (long long)kv->mod_revision, why);
         return;
     }
     v.number = (uint64_t)kv->mod_revision;
-    ps_views_seen(vs, t, &v);
+    ps_replicas_seen(vs, t, &v);
 }
 
 static void on_watch(void *ctx, const etcd_event_t *events, size_t count, int64_t revision,
                      int error, const char *message)
 {
     vgroup_t *g = ctx; /* alive: its watch is cancelled before it is freed */
-    ps_views_t *vs = g->vs;
+    ps_replicas_t *vs = g->vs;
     (void)revision;
     if (error == -ERANGE) { /* compacted past what was read: read again, then watch again */
         LOG_WARN("ps: the views' watch of group %s fell behind etcd's compaction (%s): "
@@ -224,8 +224,8 @@ static void on_watch(void *ctx, const etcd_event_t *events, size_t count, int64_
 static void on_read(void *ctx, const etcd_result_t *res)
 {
     vreq_t *r = ctx;
-    ps_views_t *vs = r->vs;
-    ps_views_req_unlink(vs, r);
+    ps_replicas_t *vs = r->vs;
+    ps_replicas_req_unlink(vs, r);
     vgroup_t *g = r->cancelled ? NULL : group_find(vs, r->uid, r->group);
     if (g) {
         g->read_busy = 0;
@@ -243,11 +243,11 @@ static void on_read(void *ctx, const etcd_result_t *res)
             }
         }
     }
-    ps_views_req_free(r);
+    ps_replicas_req_free(r);
 }
 
 /* Reads every view of g's run (and starts its watch after that read). */
-static void group_read(ps_views_t *vs, vgroup_t *g)
+static void group_read(ps_replicas_t *vs, vgroup_t *g)
 {
     if (g->read_busy)
         return;
@@ -273,29 +273,29 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    ps_views_t *vs = arg;
+    ps_replicas_t *vs = arg;
     if (!vs->ps->started)
         return;
     for (vgroup_t *g = vs->groups; g; g = g->next)
         if (g->need_read || !g->w)
             group_read(vs, g);
     for (vtable_t *t = vs->tables; t; t = t->next) {
-        ps_views_failover_eval(vs, t);
-        ps_views_rejoin_eval(vs, t);
+        ps_replicas_failover_eval(vs, t);
+        ps_replicas_rejoin_eval(vs, t);
     }
 }
 
-void ps_cluster_view_node_gone(ps_cluster_t *ps, const char *node)
+void ps_replicas_node_gone(ps_cluster_t *ps, const char *node)
 {
-    ps_views_t *vs = ps->views;
+    ps_replicas_t *vs = ps->views;
     if (!vs)
         return;
     for (vtable_t *t = vs->tables; t; t = t->next)
-        if (ps_servers_has(t->seen.servers, node))
-            ps_views_failover_eval(vs, t);
+        if (ps_replicas_has(t->seen.servers, node))
+            ps_replicas_failover_eval(vs, t);
 }
 
-int ps_views_args_ok(uid_t uid, const char *group, uint64_t epoch, const char *table)
+int ps_replicas_args_ok(uid_t uid, const char *group, uint64_t epoch, const char *table)
 {
     (void)uid;
     return epoch > 0 && ps_key_name_ok(group, LAUNCH_GROUP_BYTES) &&
@@ -303,30 +303,30 @@ int ps_views_args_ok(uid_t uid, const char *group, uint64_t epoch, const char *t
 }
 
 /* The views of daemon d, made when missing; NULL when d's cluster part is not started. */
-ps_views_t *ps_views_ready(salusd_t *d, int *rc)
+ps_replicas_t *ps_replicas_ready(salusd_t *d, int *rc)
 {
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     ps_cluster_t *ps = ps_of(d);
     *rc = -ENOTCONN;
     if (cl && (!ps || !ps->started))
         return NULL;
-    ps_views_t *vs = views_get(d);
+    ps_replicas_t *vs = views_get(d);
     *rc = vs ? 0 : (cl ? -ENOMEM : -ENOTCONN);
     return vs;
 }
 
 /* ---- watch ----------------------------------------------------------------------------------- */
 
-int ps_cluster_view_watch(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
-                          const char *table)
+int ps_replicas_watch(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                      const char *table)
 {
-    if (!ps_views_args_ok(uid, group, epoch, table))
+    if (!ps_replicas_args_ok(uid, group, epoch, table))
         return -EINVAL;
     int rc;
-    ps_views_t *vs = ps_views_ready(d, &rc);
+    ps_replicas_t *vs = ps_replicas_ready(d, &rc);
     if (!vs)
         return rc;
-    if (ps_views_table_find(vs, uid, group, epoch, table))
+    if (ps_replicas_table_find(vs, uid, group, epoch, table))
         return 0;
     vgroup_t *g = vs->ps ? group_find(vs, uid, group) : NULL;
     int new_group = vs->ps && !g;
@@ -359,7 +359,7 @@ int ps_cluster_view_watch(salusd_t *d, uid_t uid, const char *group, uint64_t ep
     if (!vs->ps) { /* {self}, number 1, R 1, on a later loop turn */
         ps_view_t v = {.number = 1, .replicas = 1};
         snprintf(v.servers, sizeof(v.servers), "%s", ps_cluster_self(d));
-        ps_views_seen(vs, t, &v);
+        ps_replicas_seen(vs, t, &v);
         return 0;
     }
     if (new_group) {
@@ -380,7 +380,7 @@ static void table_free(vtable_t *t)
     free(t);
 }
 
-static void group_release(ps_views_t *vs, uid_t uid, const char *group)
+static void group_release(ps_replicas_t *vs, uid_t uid, const char *group)
 {
     for (vgroup_t **p = &vs->groups; *p; p = &(*p)->next) {
         vgroup_t *g = *p;
@@ -397,10 +397,10 @@ static void group_release(ps_views_t *vs, uid_t uid, const char *group)
     }
 }
 
-void ps_cluster_view_unwatch(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
-                             const char *table)
+void ps_replicas_unwatch(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                         const char *table)
 {
-    ps_views_t *vs = views_of(d);
+    ps_replicas_t *vs = views_of(d);
     if (!vs || !group || !table)
         return;
     for (vtable_t **p = &vs->tables; *p; p = &(*p)->next) {
@@ -416,21 +416,21 @@ void ps_cluster_view_unwatch(salusd_t *d, uid_t uid, const char *group, uint64_t
     }
 }
 
-int ps_cluster_member_alive(salusd_t *d, const char *node)
+int ps_replicas_member_alive(salusd_t *d, const char *node)
 {
     if (!node)
         return 0;
     if (strcmp(node, ps_cluster_self(d)) == 0)
         return 1;
-    cluster_t *cl = cl_of(d);
+    cluster_t *cl = cluster_of(d);
     return cl && cluster_is_member(cl, node);
 }
 
 /* ---- start and stop -------------------------------------------------------------------------- */
 
-int ps_cluster_view_local_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx)
+int ps_replicas_local_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx)
 {
-    ps_views_t *vs = views_of(d);
+    ps_replicas_t *vs = views_of(d);
     if (!vs) {
         vs = views_new(d, NULL);
         if (!vs)
@@ -444,7 +444,7 @@ int ps_cluster_view_local_start(salusd_t *d, const ps_cluster_hooks_t *hooks, vo
     return 0;
 }
 
-static void views_clear(ps_views_t *vs, int etcd_gone)
+static void views_clear(ps_replicas_t *vs, int etcd_gone)
 {
     while (vs->tables) {
         vtable_t *t = vs->tables;
@@ -466,14 +466,14 @@ static void views_clear(ps_views_t *vs, int etcd_gone)
             continue;
         }
         *p = r->next;
-        ps_views_req_free(r);
+        ps_replicas_req_free(r);
     }
     if (vs->tick)
         event_del(vs->tick);
     event_del(vs->deliver);
 }
 
-static void views_free(ps_views_t *vs)
+static void views_free(ps_replicas_t *vs)
 {
     views_clear(vs, 1);
     if (vs->tick)
@@ -482,26 +482,26 @@ static void views_free(ps_views_t *vs)
     free(vs);
 }
 
-void ps_cluster_view_local_stop(const salusd_t *d)
+void ps_replicas_local_stop(const salusd_t *d)
 {
-    for (ps_views_t **p = &local_views; *p; p = &(*p)->next)
+    for (ps_replicas_t **p = &local_views; *p; p = &(*p)->next)
         if ((*p)->d == d) {
-            ps_views_t *vs = *p;
+            ps_replicas_t *vs = *p;
             *p = vs->next;
             views_free(vs);
             return;
         }
 }
 
-void ps_cluster_view_stop(ps_cluster_t *ps)
+void ps_replicas_stop(ps_cluster_t *ps)
 {
     if (ps->views)
         views_clear(ps->views, 0);
 }
 
-void ps_cluster_view_free(ps_cluster_t *ps)
+void ps_replicas_free(ps_cluster_t *ps)
 {
-    ps_cluster_servers_free(ps->d);
+    ps_replicas_servers_free(ps->d);
     if (ps->views)
         views_free(ps->views);
     ps->views = NULL;

@@ -1,7 +1,7 @@
 /* What salusctl groups and /metrics show of the parameter servers. */
 #include "ps-internal.h"
 #include "ps_cluster.h"
-#include "ps_fed-internal.h"
+#include "ps_fed_table-internal.h"
 
 #include "proto.h"
 
@@ -46,7 +46,7 @@ static uint64_t table_bytes_here(const ps_table_t *t)
     return sum;
 }
 
-void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer *pk)
+void ps_report_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer *pk)
 {
     ps_t *ps = ps_of(d);
     uint32_t n = 0;
@@ -70,7 +70,7 @@ void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer 
         proto_map_uint(&map, "bytes_here", table_bytes_here(t));
         /* the least done among the shards served here (nil: none here) */
         proto_map_int_or_nil(&map, "done", (int64_t)done, done != UINT64_MAX);
-        /* part 2: the view in force here, R, and what its changes moved */
+        /* the view in force here, R, and what its changes moved */
         proto_map_uint(&map, "view", t->view);
         proto_map_str(&map, "view_servers", t->view_servers);
         proto_map_uint(&map, "replicas", t->replicas);
@@ -85,7 +85,7 @@ void ps_pack_group_tables(salusd_t *d, uint64_t group_id, struct msgpack_packer 
     }
 }
 
-int ps_sample(const salusd_t *d, ps_sample_t *s)
+int ps_report_sample(const salusd_t *d, ps_sample_t *s)
 {
     const ps_t *ps = ps_of(d);
     if (!ps)

@@ -1,18 +1,18 @@
-/* Renders ps, lanes and stats from typed snapshots (see views.h). */
-#include "views.h"
+/* Renders ps, lanes and stats from typed snapshots (see render.h). */
+#include "render.h"
 
 #include "access.h"
+#include "gpu_sched.h"
 #include "groups.h"
 #include "jobs.h"
-#include "sched.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static int visible(conn_t *viewer, uint64_t job_id)
+static int visible(conn_t *requester, uint64_t job_id)
 {
-    const job_t *job = job_id ? registry_find(viewer->daemon->registry, job_id) : NULL;
-    return job && access_may_control(viewer, job->uid);
+    const job_t *job = job_id ? registry_find(requester->daemon->registry, job_id) : NULL;
+    return job && access_may_control(requester, job->uid);
 }
 
 /* "gpus": every GPU of the job in member order ([] until admitted); a job on several GPUs
@@ -21,7 +21,7 @@ static int visible(conn_t *viewer, uint64_t job_id)
 static void pack_gpus(salusd_t *d, proto_map_t *map, const jobs_info_t *info)
 {
     job_gpus_info_t multi;
-    int is_multi = job_gpus_info(sched_job_gpus(d), info->id, &multi) == 0;
+    int is_multi = job_gpus_info(gpu_sched_job_gpus(d), info->id, &multi) == 0;
     uint32_t n = is_multi ? (multi.admitted ? multi.gpus : 0) : info->gpu >= 0;
     proto_pack_str(&map->pk, "gpus");
     msgpack_pack_array(&map->pk, n);
@@ -34,17 +34,17 @@ static void pack_gpus(salusd_t *d, proto_map_t *map, const jobs_info_t *info)
     }
 }
 
-void views_pack_jobs(conn_t *viewer, msgpack_packer *pk)
+void render_jobs(conn_t *requester, msgpack_packer *pk)
 {
-    salusd_t *d = viewer->daemon;
+    salusd_t *d = requester->daemon;
     size_t n = registry_count(d->registry), shown = 0;
     for (size_t i = 0; i < n; i++)
-        shown += access_may_control(viewer, registry_at(d->registry, i)->uid);
+        shown += access_may_control(requester, registry_at(d->registry, i)->uid);
     msgpack_pack_array(pk, (uint32_t)shown);
     for (size_t i = 0; i < n; i++) {
         const job_t *job = registry_at(d->registry, i);
         jobs_info_t info;
-        if (!access_may_control(viewer, job->uid))
+        if (!access_may_control(requester, job->uid))
             continue;
         if (jobs_info_at(d, i, &info) < 0) { /* cannot happen: i < count */
             msgpack_pack_nil(pk);
@@ -91,9 +91,10 @@ void views_pack_jobs(conn_t *viewer, msgpack_packer *pk)
         /* the wait going on now (admission or a turn); lane_holder: who has its lane */
         proto_map_uint(&map, "wait_in_progress_ms", info.wait_in_progress_ns / 1000000);
         proto_map_int_or_nil(&map, "lane_holder", (int64_t)info.lane_holder,
-                             visible(viewer, info.lane_holder));
-        /* the policy's view (LAS: its queue, Gittins: its index); null when it has none */
-        const char *rank_name = info.has_policy_rank ? sched_rank_name(d) : NULL;
+                             visible(requester, info.lane_holder));
+        /* the policy's rank of the job (LAS: its queue, Gittins: its index); null when it has
+         * none */
+        const char *rank_name = info.has_policy_rank ? gpu_sched_rank_name(d) : NULL;
         if (rank_name) {
             proto_map_str(&map, "policy_rank_name", rank_name);
             proto_pack_str(&map.pk, "policy_rank");
@@ -144,18 +145,18 @@ void views_pack_jobs(conn_t *viewer, msgpack_packer *pk)
     }
 }
 
-void views_pack_lanes(conn_t *viewer, msgpack_packer *pk)
+void render_lanes(conn_t *requester, msgpack_packer *pk)
 {
-    sched_lane_view_t *lanes = NULL;
+    gpu_sched_lane_info_t *lanes = NULL;
     size_t n = 0;
-    if (sched_lanes(viewer->daemon, &lanes, &n) < 0)
+    if (gpu_sched_lanes(requester->daemon, &lanes, &n) < 0)
         n = 0;
     msgpack_pack_array(pk, (uint32_t)n);
     for (size_t i = 0; i < n; i++) {
-        const sched_lane_view_t *l = &lanes[i];
+        const gpu_sched_lane_info_t *l = &lanes[i];
         uint32_t shown = 0;
         for (size_t k = 0; k < l->job_count; k++)
-            shown += visible(viewer, l->jobs[k]);
+            shown += visible(requester, l->jobs[k]);
         proto_map_t map;
         proto_map_begin(&map, pk);
         proto_map_int_or_nil(&map, "gpu", l->gpu, 1);
@@ -164,14 +165,14 @@ void views_pack_lanes(conn_t *viewer, msgpack_packer *pk)
         proto_pack_str(&map.pk, "jobs");
         msgpack_pack_array(&map.pk, shown);
         for (size_t k = 0; k < l->job_count; k++)
-            if (visible(viewer, l->jobs[k]))
+            if (visible(requester, l->jobs[k]))
                 msgpack_pack_uint64(&map.pk, l->jobs[k]);
         map.count++;
         proto_map_int_or_nil(&map, "active", (int64_t)l->active_job,
-                             visible(viewer, l->active_job));
+                             visible(requester, l->active_job));
         proto_map_end(&map);
     }
-    sched_lanes_free(lanes, n);
+    gpu_sched_lanes_free(lanes, n);
 }
 
 /* stats: raw counters; salusctl turns them into rates between two samples.
@@ -180,13 +181,13 @@ void views_pack_lanes(conn_t *viewer, msgpack_packer *pk)
  *  memory_bytes, gpu_time_ms, wait_in_progress_ms, group|nil, rank|nil, gang_wait_ms,
  *  latency_target_ms|nil, request_p99_us|nil, requests_over_target|nil}]}
  * (jobs: those the requester may see) */
-void views_handle_stats(conn_t *c, const proto_msg_t *msg)
+void render_handle_stats(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
     registry_t *reg = d->registry;
-    sched_lane_view_t *lanes = NULL;
+    gpu_sched_lane_info_t *lanes = NULL;
     size_t lane_count = 0;
-    if (sched_lanes(d, &lanes, &lane_count) < 0)
+    if (gpu_sched_lanes(d, &lanes, &lane_count) < 0)
         lane_count = 0;
     jobs_info_t *infos = calloc(registry_count(reg) + 1, sizeof(*infos));
     size_t job_count = 0;
@@ -213,7 +214,7 @@ void views_handle_stats(conn_t *c, const proto_msg_t *msg)
         proto_map_str(&map, "name", g->name);
         proto_map_uint(&map, "total_bytes", g->total_bytes);
         proto_map_uint(&map, "used_bytes", g->chunk_bytes);
-        proto_map_uint(&map, "reserved_bytes", sched_gpu_reserved_bytes(d, i));
+        proto_map_uint(&map, "reserved_bytes", gpu_sched_gpu_reserved_bytes(d, i));
         proto_map_int_or_nil(&map, "busy_ms", (int64_t)(busy_ns / 1000000), has_busy);
         proto_map_uint(&map, "lanes", lanes_here);
         proto_map_uint(&map, "jobs", jobs);
@@ -261,5 +262,5 @@ void views_handle_stats(conn_t *c, const proto_msg_t *msg)
     proto_enc_finish(enc);
     server_send(c, enc);
     free(infos);
-    sched_lanes_free(lanes, lane_count);
+    gpu_sched_lanes_free(lanes, lane_count);
 }

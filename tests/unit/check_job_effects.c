@@ -1,4 +1,4 @@
-/* Unit tests of the jobs subsystem's effects and events (salusd/jobs/job_sched.c,
+/* Unit tests of the jobs subsystem's effects and events (salusd/jobs/job_effects.c,
  * jobs_observer.c) against a stub observer in place of the cluster: the jobs, sched and base
  * libraries only, a daemon state as main() builds it (one simulated 1 GiB GPU, the registry,
  * the event loop, the clock ticking one microsecond a reading), cluster groups of two ranks
@@ -15,13 +15,13 @@
 #include "check_run.h"
 #include "config.h"
 #include "daemon.h"
+#include "gpu_sched.h"
 #include "groups.h"
 #include "jobs-internal.h"
 #include "jobs.h"
 #include "jobs_observer.h"
 #include "log.h"
 #include "registry.h"
-#include "sched.h"
 
 #include <check.h>
 #include <event2/bufferevent.h>
@@ -174,7 +174,7 @@ static void setup(void)
     d.devices.simulated = 1;
     d.devices.count = 1;
     d.devices.gpus[0].total_bytes = 1 * GIB;
-    ck_assert_msg(sched_init(&d, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(gpu_sched_init(&d, err, sizeof(err)) == 0, "%s", err);
     d.cluster = (struct cluster_s *)&d; /* a cluster member: the ranks wait for the release */
     ck_assert_int_eq(jobs_observe(&d, &stub), 0);
 }
@@ -183,7 +183,7 @@ static void teardown(void)
 {
     jobs_shutdown(&d);
     groups_fini(&d);
-    sched_fini(&d);
+    gpu_sched_fini(&d);
     for (int i = 0; i < RANKS; i++) {
         if (ranks[i].pid > 0) {
             kill(ranks[i].pid, SIGKILL);
@@ -335,7 +335,7 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("job_sched");
+    Suite *s = suite_create("job_effects");
     TCase *tc = tcase_create("observers");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, events_after_apply);

@@ -1,10 +1,10 @@
 /* The daemon's side of the scheduling core (scheduler-core/sched_core.h), below the jobs
  * module: the core's life (GPUs, policy), the daemon's events turned into the core's (a
  * registration, a job parked at a boundary as its job page says, a job gone) with the
- * daemon's clock, and read-only views of the core's books (a job, the lanes, a GPU).
- * The effects go back to the caller, who carries them out (job_sched.c). Long waits are
+ * daemon's clock, and read-only copies of the core's books (a job, the lanes, a GPU).
+ * The effects go back to the caller, who carries them out (job_effects.c). Long waits are
  * logged here (--wait-log-s). */
-#include "sched.h"
+#include "gpu_sched.h"
 
 #include "config.h"
 #include "job_gpus.h"
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-struct sched_s {
+struct gpu_sched_s {
     sched_core_t *core;
     struct event *wait_timer; /* --wait-log-s: logs long waits */
     job_gpus_t *gpus;         /* jobs on several GPUs: their members (job_gpus.h) */
@@ -50,7 +50,7 @@ static sched_core_group_t group_of(const job_t *job)
                                 .cluster = job->group_cluster != 0};
 }
 
-int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx)
+int gpu_sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx)
 {
     int hinted = job->persistent_hint_bytes || job->ephemeral_hint_bytes;
     sched_core_job_hints_t hints = {
@@ -67,8 +67,9 @@ int sched_job_registered(salusd_t *d, const job_t *job, sched_core_effects_t *fx
         .latency_target_ns = job->latency_target_ns,
         .iteration_ns = job->request_ns,
     };
-    return report(job_gpus_register(d->sched->gpus, d->sched->core, &hints, salusd_now_ns(), fx),
-                  "registration");
+    return report(
+        job_gpus_register(d->gpu_sched->gpus, d->gpu_sched->core, &hints, salusd_now_ns(), fx),
+        "registration");
 }
 
 /* What the page says at a boundary: ready asks for the lane again, !ready gives it up (a
@@ -84,43 +85,45 @@ static int report_boundary(salusd_t *d, const job_t *job, const job_page_t *page
         .ephemeral_bytes = atomic_load(&page->ephemeral_peak_bytes),
         .ready = ready,
     };
-    return report(job_gpus_boundary(d->sched->gpus, d->sched->core, job->id, &b, salusd_now_ns(),
-                                    fx),
-                  ready ? "boundary" : "release");
+    return report(
+        job_gpus_boundary(d->gpu_sched->gpus, d->gpu_sched->core, job->id, &b, salusd_now_ns(), fx),
+        ready ? "boundary" : "release");
 }
 
-int sched_job_parked(salusd_t *d, const job_t *job, const job_page_t *page,
-                     sched_core_effects_t *fx)
+int gpu_sched_job_parked(salusd_t *d, const job_t *job, const job_page_t *page,
+                         sched_core_effects_t *fx)
 {
     if (!parked(page))
         return -EAGAIN; /* a stale notification: nothing to report */
     return report_boundary(d, job, page, true, fx);
 }
 
-int sched_job_released(salusd_t *d, const job_t *job, const job_page_t *page,
-                       sched_core_effects_t *fx)
+int gpu_sched_job_released(salusd_t *d, const job_t *job, const job_page_t *page,
+                           sched_core_effects_t *fx)
 {
     return report_boundary(d, job, page, false, fx);
 }
 
-int sched_lane_shared(const salusd_t *d, const job_t *job)
+int gpu_sched_lane_shared(const salusd_t *d, const job_t *job)
 {
     sched_core_job_info_t info;
-    if (sched_core_job_info(d->sched->core, job->id, &info) < 0 || info.phase == SCHED_CORE_WAITING)
+    if (sched_core_job_info(d->gpu_sched->core, job->id, &info) < 0 ||
+        info.phase == SCHED_CORE_WAITING)
         return 0;
-    return lanes_lane_jobs(sched_core_lanes(d->sched->core), info.lane, NULL, 0) > 1;
+    return lanes_lane_jobs(sched_core_lanes(d->gpu_sched->core), info.lane, NULL, 0) > 1;
 }
 
-int sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx)
+int gpu_sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx)
 {
-    return report(job_gpus_left(d->sched->gpus, d->sched->core, job_id, SCHED_CORE_EXIT_GONE,
-                                salusd_now_ns(), fx), "departure");
+    return report(job_gpus_left(d->gpu_sched->gpus, d->gpu_sched->core, job_id,
+                                SCHED_CORE_EXIT_GONE, salusd_now_ns(), fx),
+                  "departure");
 }
 
 
 
-int sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_reattach_t *where,
-                         sched_core_effects_t *fx)
+int gpu_sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_reattach_t *where,
+                             sched_core_effects_t *fx)
 {
     sched_core_job_hints_t hints = {
         .id = job->id,
@@ -133,27 +136,27 @@ int sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_reattac
         .group = group_of(job),
         .latency_target_ns = job->latency_target_ns,
     };
-    int rc = sched_core_job_reattached(d->sched->core, &hints, where, salusd_now_ns(), fx);
+    int rc = sched_core_job_reattached(d->gpu_sched->core, &hints, where, salusd_now_ns(), fx);
     return rc == -ENOSPC ? rc : report(rc, "re-attach");
 }
 
-int sched_job_wants(salusd_t *d, const job_t *job, uint64_t budget_bytes, uint64_t held_bytes,
-                    sched_core_effects_t *fx)
+int gpu_sched_job_wants(salusd_t *d, const job_t *job, uint64_t budget_bytes, uint64_t held_bytes,
+                        sched_core_effects_t *fx)
 {
-    return sched_core_job_wants(d->sched->core, job->id, budget_bytes, held_bytes,
+    return sched_core_job_wants(d->gpu_sched->core, job->id, budget_bytes, held_bytes,
                                 salusd_now_ns(), fx);
 }
 
-int sched_admit(salusd_t *d, sched_core_effects_t *fx)
+int gpu_sched_admit(salusd_t *d, sched_core_effects_t *fx)
 {
-    return report(sched_core_admit(d->sched->core, salusd_now_ns(), fx), "admission round");
+    return report(sched_core_admit(d->gpu_sched->core, salusd_now_ns(), fx), "admission round");
 }
 
-int sched_job_sizes(const salusd_t *d, const job_t *job, uint64_t *persistent_bytes,
-                    uint64_t *ephemeral_bytes, uint32_t *lane)
+int gpu_sched_job_sizes(const salusd_t *d, const job_t *job, uint64_t *persistent_bytes,
+                        uint64_t *ephemeral_bytes, uint32_t *lane)
 {
     lanes_placement_t pl;
-    if (lanes_job_placement(sched_core_lanes(d->sched->core), job->id, &pl) != LANES_OK)
+    if (lanes_job_placement(sched_core_lanes(d->gpu_sched->core), job->id, &pl) != LANES_OK)
         return -ENOENT;
     *persistent_bytes = pl.persistent_bytes;
     *ephemeral_bytes = pl.ephemeral_bytes;
@@ -161,61 +164,61 @@ int sched_job_sizes(const salusd_t *d, const job_t *job, uint64_t *persistent_by
     return 0;
 }
 
-long sched_policy_save_state(salusd_t *d, void *buf, size_t cap)
+long gpu_sched_policy_save_state(salusd_t *d, void *buf, size_t cap)
 {
-    return sched_core_policy_save_state(d->sched->core, buf, cap);
+    return sched_core_policy_save_state(d->gpu_sched->core, buf, cap);
 }
 
-int sched_policy_load_state(salusd_t *d, const void *buf, size_t len)
+int gpu_sched_policy_load_state(salusd_t *d, const void *buf, size_t len)
 {
-    return sched_core_policy_load_state(d->sched->core, buf, len);
+    return sched_core_policy_load_state(d->gpu_sched->core, buf, len);
 }
 
-int sched_job_view(const salusd_t *d, const job_t *job, sched_job_view_t *view)
+int gpu_sched_job_info(const salusd_t *d, const job_t *job, gpu_sched_job_info_t *out)
 {
     sched_core_job_info_t info;
-    if (sched_core_job_info_at(d->sched->core, job->id, salusd_now_ns(), &info) < 0)
+    if (sched_core_job_info_at(d->gpu_sched->core, job->id, salusd_now_ns(), &info) < 0)
         return -ENOENT;
-    memset(view, 0, sizeof(*view));
-    view->admitted = info.phase != SCHED_CORE_WAITING;
-    view->gpu = info.gpu;
-    view->lane = info.lane;
-    view->budget_bytes = info.budget_bytes;
-    view->holds_lane = job_gpus_holds_lanes(d->sched->gpus, d->sched->core, job->id);
-    view->waiting_since_ns = info.waiting_since_ns;
-    view->lane_holder = job_gpus_lane_holder(d->sched->gpus, d->sched->core, job->id);
-    view->gang_wait_ns = info.gang_wait_ns;
-    view->provisional = info.provisional;
-    view->has_rank = sched_core_job_rank(d->sched->core, job->id, salusd_now_ns(),
-                                         &view->rank) == 0;
+    memset(out, 0, sizeof(*out));
+    out->admitted = info.phase != SCHED_CORE_WAITING;
+    out->gpu = info.gpu;
+    out->lane = info.lane;
+    out->budget_bytes = info.budget_bytes;
+    out->holds_lane = job_gpus_holds_lanes(d->gpu_sched->gpus, d->gpu_sched->core, job->id);
+    out->waiting_since_ns = info.waiting_since_ns;
+    out->lane_holder = job_gpus_lane_holder(d->gpu_sched->gpus, d->gpu_sched->core, job->id);
+    out->gang_wait_ns = info.gang_wait_ns;
+    out->provisional = info.provisional;
+    out->has_rank = sched_core_job_rank(d->gpu_sched->core, job->id, salusd_now_ns(),
+                                         &out->rank) == 0;
     return 0;
 }
 
-job_gpus_t *sched_job_gpus(const salusd_t *d)
+job_gpus_t *gpu_sched_job_gpus(const salusd_t *d)
 {
-    return d->sched ? d->sched->gpus : NULL;
+    return d->gpu_sched ? d->gpu_sched->gpus : NULL;
 }
 
-int sched_job_member(const salusd_t *d, const job_t *job, uint32_t k, int *gpu,
-                     uint64_t *budget_bytes)
+int gpu_sched_job_member(const salusd_t *d, const job_t *job, uint32_t k, int *gpu,
+                         uint64_t *budget_bytes)
 {
-    return job_gpus_place(d->sched->gpus, d->sched->core, job->id, k, gpu, budget_bytes);
+    return job_gpus_place(d->gpu_sched->gpus, d->gpu_sched->core, job->id, k, gpu, budget_bytes);
 }
 
-const char *sched_policy_name(const salusd_t *d)
+const char *gpu_sched_policy_name(const salusd_t *d)
 {
-    return sched_core_policy_name(d->sched->core);
+    return sched_core_policy_name(d->gpu_sched->core);
 }
 
-const char *sched_rank_name(const salusd_t *d)
+const char *gpu_sched_rank_name(const salusd_t *d)
 {
-    return sched_core_rank_name(d->sched->core);
+    return sched_core_rank_name(d->gpu_sched->core);
 }
 
-int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size,
-                     sched_core_effects_t *fx)
+int gpu_sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size,
+                         sched_core_effects_t *fx)
 {
-    int rc = sched_core_set_policy(d->sched->core, name, salusd_now_ns(), fx);
+    int rc = sched_core_set_policy(d->gpu_sched->core, name, salusd_now_ns(), fx);
     if (rc == -ENOENT) {
         char names[192] = "";
         salusd_policy_names(names, sizeof(names));
@@ -223,73 +226,73 @@ int sched_set_policy(salusd_t *d, const char *name, char *err, size_t err_size,
     }
     else if (rc < 0)
         snprintf(err, err_size, "policy '%s' failed to start; '%s' stays", name,
-                 sched_core_policy_name(d->sched->core));
+                 sched_core_policy_name(d->gpu_sched->core));
     else
-        LOG_INFO("scheduling policy is now %s", sched_core_policy_name(d->sched->core));
+        LOG_INFO("scheduling policy is now %s", sched_core_policy_name(d->gpu_sched->core));
     return rc;
 }
 
-uint64_t sched_gpu_reserved_bytes(salusd_t *d, int gpu)
+uint64_t gpu_sched_gpu_reserved_bytes(salusd_t *d, int gpu)
 {
     uint64_t capacity = 0, persistent = 0, lane_bytes = 0, lanes = 0;
-    sched_gpu_books(d, gpu, &capacity, &persistent, &lane_bytes, &lanes);
+    gpu_sched_gpu_books(d, gpu, &capacity, &persistent, &lane_bytes, &lanes);
     return persistent + lane_bytes;
 }
 
-void sched_gpu_books(const salusd_t *d, int gpu, uint64_t *capacity_bytes,
-                     uint64_t *persistent_bytes, uint64_t *lane_bytes, uint64_t *lanes)
+void gpu_sched_gpu_books(const salusd_t *d, int gpu, uint64_t *capacity_bytes,
+                         uint64_t *persistent_bytes, uint64_t *lane_bytes, uint64_t *lanes)
 {
     lanes_gpu_info_t info;
     memset(&info, 0, sizeof(info));
-    lanes_gpu_info(sched_core_lanes(d->sched->core), gpu, &info);
+    lanes_gpu_info(sched_core_lanes(d->gpu_sched->core), gpu, &info);
     *capacity_bytes = info.capacity_bytes;
     *persistent_bytes = info.persistent_bytes;
     *lane_bytes = info.lane_bytes;
     *lanes = info.lane_count;
 }
 
-int sched_lanes(const salusd_t *d, sched_lane_view_t **out, size_t *count)
+int gpu_sched_lanes(const salusd_t *d, gpu_sched_lane_info_t **out, size_t *count)
 {
-    const lanes_t *lanes = sched_core_lanes(d->sched->core);
+    const lanes_t *lanes = sched_core_lanes(d->gpu_sched->core);
     size_t n = lanes_list(lanes, NULL, 0);
     lanes_lane_info_t *info = n ? calloc(n, sizeof(*info)) : NULL;
-    sched_lane_view_t *views = n ? calloc(n, sizeof(*views)) : NULL;
+    gpu_sched_lane_info_t *rows = n ? calloc(n, sizeof(*rows)) : NULL;
     *out = NULL;
     *count = 0;
-    if (n && (!info || !views))
+    if (n && (!info || !rows))
         goto fail;
     n = lanes_list(lanes, info, n);
     for (size_t i = 0; i < n; i++) {
         size_t jobs = lanes_lane_jobs(lanes, info[i].lane_id, NULL, 0);
-        views[i] = (sched_lane_view_t){
+        rows[i] = (gpu_sched_lane_info_t){
             .gpu = info[i].gpu,
             .lane = info[i].lane_id,
             .size_bytes = info[i].size_bytes,
             .active_job = info[i].active ? info[i].active_job_id : 0,
             .jobs = jobs ? calloc(jobs, sizeof(uint64_t)) : NULL,
         };
-        if (jobs && !views[i].jobs) {
-            sched_lanes_free(views, i);
-            views = NULL;
+        if (jobs && !rows[i].jobs) {
+            gpu_sched_lanes_free(rows, i);
+            rows = NULL;
             goto fail;
         }
-        views[i].job_count = lanes_lane_jobs(lanes, info[i].lane_id, views[i].jobs, jobs);
+        rows[i].job_count = lanes_lane_jobs(lanes, info[i].lane_id, rows[i].jobs, jobs);
         /* a member of a job on several GPUs is shown as its job */
-        for (size_t k = 0; k < views[i].job_count; k++)
-            views[i].jobs[k] = job_gpus_owner(d->sched->gpus, views[i].jobs[k], NULL);
-        views[i].active_job = job_gpus_owner(d->sched->gpus, views[i].active_job, NULL);
+        for (size_t k = 0; k < rows[i].job_count; k++)
+            rows[i].jobs[k] = job_gpus_owner(d->gpu_sched->gpus, rows[i].jobs[k], NULL);
+        rows[i].active_job = job_gpus_owner(d->gpu_sched->gpus, rows[i].active_job, NULL);
     }
     free(info);
-    *out = views;
+    *out = rows;
     *count = n;
     return 0;
 fail:
     free(info);
-    free(views);
+    free(rows);
     return -ENOMEM;
 }
 
-void sched_lanes_free(sched_lane_view_t *lanes, size_t count)
+void gpu_sched_lanes_free(gpu_sched_lane_info_t *lanes, size_t count)
 {
     for (size_t i = 0; lanes && i < count; i++)
         free(lanes[i].jobs);
@@ -307,14 +310,14 @@ static void on_wait_timer(evutil_socket_t fd, short events, void *arg)
     for (size_t i = 0; i < registry_count(d->registry); i++) {
         const job_t *job = registry_at(d->registry, i);
         sched_core_job_info_t info;
-        if (!job->runtime || sched_core_job_info(d->sched->core, job->id, &info) < 0 ||
+        if (!job->runtime || sched_core_job_info(d->gpu_sched->core, job->id, &info) < 0 ||
             !info.waiting_since_ns || now - info.waiting_since_ns < limit)
             continue;
         uint64_t waited_s = (now - info.waiting_since_ns) / 1000000000ull;
         if (info.phase == SCHED_CORE_WAITING)
             LOG_WARN("job %llu '%s' has waited %llu s for admission (policy %s)",
                      (unsigned long long)job->id, job->name, (unsigned long long)waited_s,
-                     sched_core_policy_name(d->sched->core));
+                     sched_core_policy_name(d->gpu_sched->core));
         else
             LOG_WARN("job %llu '%s' has waited %llu s for its turn in lane %u of GPU %d, "
                      "held by job %llu", (unsigned long long)job->id, job->name,
@@ -323,9 +326,9 @@ static void on_wait_timer(evutil_socket_t fd, short events, void *arg)
     }
 }
 
-int sched_init(salusd_t *d, char *err, size_t err_size)
+int gpu_sched_init(salusd_t *d, char *err, size_t err_size)
 {
-    sched_t *s = calloc(1, sizeof(*s));
+    gpu_sched_t *s = calloc(1, sizeof(*s));
     sched_core_config_t config;
     int rc = -ENOMEM;
     if (!s) {
@@ -388,30 +391,30 @@ int sched_init(salusd_t *d, char *err, size_t err_size)
         if (!s->wait_timer || event_add(s->wait_timer, &every) < 0)
             LOG_WARN("cannot watch long waits (--wait-log-s): out of memory");
     }
-    d->sched = s;
+    d->gpu_sched = s;
     return 0;
 }
 
-void sched_fini(salusd_t *d)
+void gpu_sched_fini(salusd_t *d)
 {
-    if (!d->sched)
+    if (!d->gpu_sched)
         return;
-    if (d->sched->wait_timer)
-        event_free(d->sched->wait_timer);
-    sched_core_destroy(d->sched->core);
-    job_gpus_destroy(d->sched->gpus);
-    free(d->sched);
-    d->sched = NULL;
+    if (d->gpu_sched->wait_timer)
+        event_free(d->gpu_sched->wait_timer);
+    sched_core_destroy(d->gpu_sched->core);
+    job_gpus_destroy(d->gpu_sched->gpus);
+    free(d->gpu_sched);
+    d->gpu_sched = NULL;
 }
 
-int sched_group_release(salusd_t *d, uint64_t group_id, sched_core_effects_t *fx)
+int gpu_sched_group_release(salusd_t *d, uint64_t group_id, sched_core_effects_t *fx)
 {
-    if (!d->sched) /* (no scheduler yet: no rank can be registered) */
+    if (!d->gpu_sched) /* (no scheduler yet: no rank can be registered) */
         return -ENOENT;
-    return sched_core_group_release(d->sched->core, group_id, salusd_now_ns(), fx);
+    return sched_core_group_release(d->gpu_sched->core, group_id, salusd_now_ns(), fx);
 }
 
-int sched_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq, sched_core_effects_t *fx)
+int gpu_sched_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq, sched_core_effects_t *fx)
 {
-    return sched_core_group_slot(d->sched->core, group_id, seq, salusd_now_ns(), fx);
+    return sched_core_group_slot(d->gpu_sched->core, group_id, seq, salusd_now_ns(), fx);
 }

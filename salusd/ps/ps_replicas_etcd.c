@@ -1,8 +1,9 @@
-/* A table's server view in etcd, its transactions (ps_cluster.h, part 2; ps_cluster_view.c
- * reads and watches): the first view created only when absent; a proposal reads the view (its
- * R, whether it is still `from`) and writes the new one by compare-and-swap on its mod revision
- * (the view's number); the fail-over's proposals (ps_failover_step decides). Every request is
- * bounded in time by the etcd client's (an unreachable etcd is an error). */
+/* A table's replica set in etcd, its transactions (ps_cluster.h: a table's replica set;
+ * ps_replicas.c reads and watches): the first view created only when absent; a proposal reads
+ * the view (its R, whether it is still `from`) and writes the new one by compare-and-swap on
+ * its mod revision (the view's number); the fail-over's proposals (ps_replicas_failover_step
+ * decides). Every request is bounded in time by the etcd client's (an unreachable etcd is an
+ * error). */
 #include "ps_cluster-internal.h"
 
 #include "log.h"
@@ -14,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int view_key(const ps_views_t *vs, uid_t uid, const char *group, uint64_t epoch,
+static int view_key(const ps_replicas_t *vs, uid_t uid, const char *group, uint64_t epoch,
                     const char *table, char *out, size_t size)
 {
     int n = snprintf(out, size, "%s/psv/%u/%s/%" PRIu64 "/%s", vs->ps->cl->prefix,
@@ -25,7 +26,7 @@ static int view_key(const ps_views_t *vs, uid_t uid, const char *group, uint64_t
 /* ---- the fail-over --------------------------------------------------------------------------- */
 
 typedef struct failover_s {
-    ps_views_t *vs;
+    ps_replicas_t *vs;
     uid_t uid;
     char group[LAUNCH_GROUP_BYTES];
     uint64_t epoch;
@@ -36,18 +37,18 @@ typedef struct failover_s {
 
 static int alive_cb(void *ctx, const char *node)
 {
-    return ps_cluster_member_alive(ctx, node);
+    return ps_replicas_member_alive(ctx, node);
 }
 
-static int propose(ps_views_t *vs, uid_t uid, const char *group, uint64_t epoch,
+static int propose(ps_replicas_t *vs, uid_t uid, const char *group, uint64_t epoch,
                    const char *table, uint64_t from, const char *servers, ps_view_done_fn done,
                    void *arg, void (*free_arg)(void *));
 
 static void on_failover_done(void *arg, int rc, const char *err, const ps_view_t *view)
 {
     failover_t *f = arg;
-    ps_views_t *vs = f->vs;
-    vtable_t *t = ps_views_table_find(vs, f->uid, f->group, f->epoch, f->table);
+    ps_replicas_t *vs = f->vs;
+    vtable_t *t = ps_replicas_table_find(vs, f->uid, f->group, f->epoch, f->table);
     if (rc == 0 && view) {
         LOG_WARN("ps: view of table %s/%s: %s left (lease ended): %s (view %" PRIu64 ")",
                  f->group, f->table, f->gone, view->servers, view->number);
@@ -55,7 +56,7 @@ static void on_failover_done(void *arg, int rc, const char *err, const ps_view_t
         snprintf(gone, sizeof(gone), "%s", f->gone);
         for (char *save = NULL, *n = strtok_r(gone, ",", &save); t && n;
              n = strtok_r(NULL, ",", &save))
-            ps_views_rejoin_note(vs, t, n);
+            ps_replicas_rejoin_note(vs, t, n);
     }
     else if (rc == -ESTALE && view)
         LOG_INFO("ps: view of table %s/%s: another daemon changed view %" PRIu64 " first "
@@ -65,21 +66,21 @@ static void on_failover_done(void *arg, int rc, const char *err, const ps_view_t
         LOG_WARN("ps: view of table %s/%s: the view without %s could not be proposed: %s",
                  f->group, f->table, f->gone, err && err[0] ? err : strerror(-rc));
     if (t) {
-        ps_failover_result(&t->fo, rc, salusd_now_ns());
-        ps_views_failover_eval(vs, t); /* lost: the view now there, judged again */
+        ps_replicas_failover_result(&t->fo, rc, salusd_now_ns());
+        ps_replicas_failover_eval(vs, t); /* lost: the view now there, judged again */
     }
     free(f);
 }
 
-void ps_views_failover_eval(ps_views_t *vs, vtable_t *t)
+void ps_replicas_failover_eval(ps_replicas_t *vs, vtable_t *t)
 {
     ps_cluster_t *ps = vs->ps;
     if (!ps || !ps->started || ps->cl->lease_lost || !ps->cl->members_read || !t->seen.number)
         return;
     char out[PS_VIEW_SERVERS_BYTES], gone[PS_VIEW_SERVERS_BYTES];
-    ps_failover_act_t act = ps_failover_step(&t->fo, &t->seen, ps->cl->node, alive_cb, vs->d,
-                                             salusd_now_ns(), out, sizeof(out), gone,
-                                             sizeof(gone));
+    ps_replicas_failover_act_t act =
+        ps_replicas_failover_step(&t->fo, &t->seen, ps->cl->node, alive_cb, vs->d, salusd_now_ns(),
+                                  out, sizeof(out), gone, sizeof(gone));
     if (act == PS_FAILOVER_GIVE_UP) {
         LOG_WARN("ps: view of table %s/%s: %d proposals without %s lost: this daemon leaves "
                  "view %" PRIu64 " to the others", t->group, t->table, PS_FAILOVER_MAX_TRIES,
@@ -105,14 +106,14 @@ void ps_views_failover_eval(ps_views_t *vs, vtable_t *t)
     }
     if (rc < 0) {
         free(f);
-        ps_failover_result(&t->fo, rc, salusd_now_ns());
+        ps_replicas_failover_result(&t->fo, rc, salusd_now_ns());
     }
 }
 
 /* ---- a server back: rejoining ------------------------------------------------------------------ */
 
 typedef struct rejoin_s {
-    ps_views_t *vs;
+    ps_replicas_t *vs;
     uid_t uid;
     char group[LAUNCH_GROUP_BYTES];
     uint64_t epoch;
@@ -121,7 +122,7 @@ typedef struct rejoin_s {
     uint64_t from;
 } rejoin_t;
 
-void ps_views_rejoin_note(ps_views_t *vs, vtable_t *t, const char *node)
+void ps_replicas_rejoin_note(ps_replicas_t *vs, vtable_t *t, const char *node)
 {
     if (!vs->d->config.ps_rejoin || !node[0] || strlen(node) >= sizeof(t->rejoin[0].node))
         return;
@@ -146,7 +147,7 @@ static void rejoin_drop(vtable_t *t, uint32_t i)
 static void on_rejoin_done(void *arg, int rc, const char *err, const ps_view_t *view)
 {
     rejoin_t *j = arg;
-    vtable_t *t = ps_views_table_find(j->vs, j->uid, j->group, j->epoch, j->table);
+    vtable_t *t = ps_replicas_table_find(j->vs, j->uid, j->group, j->epoch, j->table);
     for (uint32_t i = 0; t && i < t->rejoins; i++)
         if (strcmp(t->rejoin[i].node, j->node) == 0)
             t->rejoin[i].busy = 0; /* (the tick forgets it once the view has it) */
@@ -164,7 +165,7 @@ static void on_rejoin_done(void *arg, int rc, const char *err, const ps_view_t *
     free(j);
 }
 
-void ps_views_rejoin_eval(ps_views_t *vs, vtable_t *t)
+void ps_replicas_rejoin_eval(ps_replicas_t *vs, vtable_t *t)
 {
     ps_cluster_t *ps = vs->ps;
     if (!t->rejoins || !ps || !ps->started || ps->cl->lease_lost || !ps->cl->members_read ||
@@ -173,7 +174,7 @@ void ps_views_rejoin_eval(ps_views_t *vs, vtable_t *t)
     uint64_t now = salusd_now_ns();
     for (uint32_t i = 0; i < t->rejoins;) {
         vrejoin_t *r = &t->rejoin[i];
-        int in = ps_servers_has(t->seen.servers, r->node);
+        int in = ps_replicas_has(t->seen.servers, r->node);
         if (r->busy) {
             i++;
             continue;
@@ -189,9 +190,9 @@ void ps_views_rejoin_eval(ps_views_t *vs, vtable_t *t)
         }
         r->out = 1;
         char with[PS_VIEW_SERVERS_BYTES];
-        if (!ps_cluster_member_alive(vs->d, r->node) ||
-            ps_servers_with(t->seen.servers, r->node, with, sizeof(with)) < 0 ||
-            ps_servers_count(with) > PS_MAX_SERVERS) {
+        if (!ps_replicas_member_alive(vs->d, r->node) ||
+            ps_replicas_with(t->seen.servers, r->node, with, sizeof(with)) < 0 ||
+            ps_replicas_count(with) > PS_MAX_SERVERS) {
             i++;
             continue;
         }
@@ -219,25 +220,25 @@ void ps_views_rejoin_eval(ps_views_t *vs, vtable_t *t)
     }
 }
 
-void ps_cluster_view_left(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
-                          const char *table, const char *node)
+void ps_replicas_left(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                      const char *table, const char *node)
 {
     int rc;
-    ps_views_t *vs = cl_of(d) ? ps_views_ready(d, &rc) : NULL;
-    vtable_t *t = vs ? ps_views_table_find(vs, uid, group, epoch, table) : NULL;
+    ps_replicas_t *vs = cluster_of(d) ? ps_replicas_ready(d, &rc) : NULL;
+    vtable_t *t = vs ? ps_replicas_table_find(vs, uid, group, epoch, table) : NULL;
     if (t)
-        ps_views_rejoin_note(vs, t, node);
+        ps_replicas_rejoin_note(vs, t, node);
 }
 
 /* ---- create and propose ---------------------------------------------------------------------- */
 
 static void req_finish(vreq_t *r, int rc, const char *err, const ps_view_t *view)
 {
-    ps_views_t *vs = r->vs;
+    ps_replicas_t *vs = r->vs;
     if (!r->cancelled && view && (rc == 0 || rc == -ESTALE)) {
-        vtable_t *t = ps_views_table_find(vs, r->uid, r->group, r->epoch, r->table);
+        vtable_t *t = ps_replicas_table_find(vs, r->uid, r->group, r->epoch, r->table);
         if (t)
-            ps_views_seen(vs, t, view);
+            ps_replicas_seen(vs, t, view);
     }
     if (!r->cancelled && r->done)
         r->done(r->arg, rc, err ? err : "", view);
@@ -256,7 +257,7 @@ static int read_current(vreq_t *r, const etcd_result_t *res, ps_view_t *v, char 
         return -ENOENT;
     }
     char why[200];
-    if (ps_view_parse(res->kvs[0].value, res->kvs[0].value_len, v, why, sizeof(why)) < 0 ||
+    if (ps_replicas_parse(res->kvs[0].value, res->kvs[0].value_len, v, why, sizeof(why)) < 0 ||
         res->kvs[0].mod_revision <= 0) {
         snprintf(err, err_size, "the view of table '%s' in etcd is malformed: %s", r->table,
                  res->kvs[0].mod_revision <= 0 ? "no mod revision" : why);
@@ -273,7 +274,7 @@ static void on_req(void *ctx, const etcd_result_t *res);
 static void on_req(void *ctx, const etcd_result_t *res)
 {
     vreq_t *r = ctx;
-    ps_views_t *vs = r->vs;
+    ps_replicas_t *vs = r->vs;
     char err[400] = "";
     ps_view_t v;
     int rc;
@@ -281,9 +282,9 @@ static void on_req(void *ctx, const etcd_result_t *res)
         vs->ps->cl->stats.etcd_errors++;
         snprintf(err, sizeof(err), "the view of table '%s' cannot be %s: %s", r->table,
                  r->kind == VREQ_CREATE ? "written" : "changed", res->message);
-        ps_views_req_unlink(vs, r);
+        ps_replicas_req_unlink(vs, r);
         req_finish(r, res->error, err, NULL);
-        ps_views_req_free(r);
+        ps_replicas_req_free(r);
         return;
     }
     if (r->kind == VREQ_PROPOSE && r->stage == 0) { /* the view now: still `from`? */
@@ -296,7 +297,7 @@ static void on_req(void *ctx, const etcd_result_t *res)
         if (rc == 0 && !r->cancelled) {
             r->want.replicas = v.replicas;
             char why[200];
-            if (ps_view_format(&r->want, r->value, sizeof(r->value), why, sizeof(why)) < 0)
+            if (ps_replicas_format(&r->want, r->value, sizeof(r->value), why, sizeof(why)) < 0)
                 rc = -EINVAL;
             else if (send_txn(r, ETCD_CMP_MOD_REVISION, (int64_t)r->from) == 0)
                 return; /* still on the list */
@@ -305,12 +306,12 @@ static void on_req(void *ctx, const etcd_result_t *res)
             snprintf(err, sizeof(err), "the view of table '%s' cannot be changed: %s",
                      r->table, strerror(-rc));
         }
-        ps_views_req_unlink(vs, r);
+        ps_replicas_req_unlink(vs, r);
         req_finish(r, rc, err, rc == 0 || rc == -ESTALE ? &v : NULL);
-        ps_views_req_free(r);
+        ps_replicas_req_free(r);
         return;
     }
-    ps_views_req_unlink(vs, r);
+    ps_replicas_req_unlink(vs, r);
     if (res->succeeded) {
         v = r->want;
         v.number = (uint64_t)res->revision;
@@ -332,7 +333,7 @@ static void on_req(void *ctx, const etcd_result_t *res)
         }
     }
     req_finish(r, rc, err, rc == 0 || rc == -ESTALE ? &v : NULL);
-    ps_views_req_free(r);
+    ps_replicas_req_free(r);
 }
 
 static int send_txn(vreq_t *r, etcd_cmp_target_t target, int64_t rev)
@@ -352,15 +353,15 @@ static void on_local_turn(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     vreq_t *r = arg;
-    ps_views_t *vs = r->vs;
-    ps_views_req_unlink(vs, r);
+    ps_replicas_t *vs = r->vs;
+    ps_replicas_req_unlink(vs, r);
     ps_view_t v = {.number = 1, .replicas = 1};
     snprintf(v.servers, sizeof(v.servers), "%s", ps_cluster_self(vs->d));
     req_finish(r, 0, "", &v);
-    ps_views_req_free(r);
+    ps_replicas_req_free(r);
 }
 
-static vreq_t *req_new(ps_views_t *vs, int kind, uid_t uid, const char *group, uint64_t epoch,
+static vreq_t *req_new(ps_replicas_t *vs, int kind, uid_t uid, const char *group, uint64_t epoch,
                        const char *table, ps_view_done_fn done, void *arg)
 {
     vreq_t *r = calloc(1, sizeof(*r));
@@ -381,19 +382,19 @@ static vreq_t *req_new(ps_views_t *vs, int kind, uid_t uid, const char *group, u
     return r;
 }
 
-int ps_cluster_view_create(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
-                           const char *table, const char *servers, uint32_t replicas,
-                           ps_view_done_fn done, void *arg)
+int ps_replicas_create(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                       const char *table, const char *servers, uint32_t replicas,
+                       ps_view_done_fn done, void *arg)
 {
     char err[200];
-    if (!done || !servers || !ps_views_args_ok(uid, group, epoch, table))
+    if (!done || !servers || !ps_replicas_args_ok(uid, group, epoch, table))
         return -EINVAL;
     ps_view_t want = {.replicas = replicas};
     if (snprintf(want.servers, sizeof(want.servers), "%s", servers) >= (int)sizeof(want.servers) ||
-        ps_view_check(&want, err, sizeof(err)) < 0)
+        ps_replicas_check(&want, err, sizeof(err)) < 0)
         return -EINVAL;
     int rc;
-    ps_views_t *vs = ps_views_ready(d, &rc);
+    ps_replicas_t *vs = ps_replicas_ready(d, &rc);
     if (!vs)
         return rc;
     vreq_t *r = req_new(vs, VREQ_CREATE, uid, group, epoch, table, done, arg);
@@ -404,12 +405,12 @@ int ps_cluster_view_create(salusd_t *d, uid_t uid, const char *group, uint64_t e
         struct timeval now = {0, 0};
         r->ev = event_new(d->base, -1, 0, on_local_turn, r);
         if (!r->ev || event_add(r->ev, &now) < 0) {
-            ps_views_req_free(r);
+            ps_replicas_req_free(r);
             return -ENOMEM;
         }
-    } else if (ps_view_format(&want, r->value, sizeof(r->value), err, sizeof(err)) < 0 ||
+    } else if (ps_replicas_format(&want, r->value, sizeof(r->value), err, sizeof(err)) < 0 ||
                send_txn(r, ETCD_CMP_CREATE_REVISION, 0) < 0) {
-        ps_views_req_free(r);
+        ps_replicas_req_free(r);
         return -ENOMEM;
     }
     r->next = vs->reqs;
@@ -417,7 +418,7 @@ int ps_cluster_view_create(salusd_t *d, uid_t uid, const char *group, uint64_t e
     return 0;
 }
 
-static int propose(ps_views_t *vs, uid_t uid, const char *group, uint64_t epoch,
+static int propose(ps_replicas_t *vs, uid_t uid, const char *group, uint64_t epoch,
                    const char *table, uint64_t from, const char *servers, ps_view_done_fn done,
                    void *arg, void (*free_arg)(void *))
 {
@@ -437,18 +438,18 @@ static int propose(ps_views_t *vs, uid_t uid, const char *group, uint64_t epoch,
     return 0;
 }
 
-int ps_cluster_view_propose(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
-                            const char *table, uint64_t from, const char *servers,
-                            ps_view_done_fn done, void *arg)
+int ps_replicas_propose(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
+                        const char *table, uint64_t from, const char *servers,
+                        ps_view_done_fn done, void *arg)
 {
     char err[200];
-    if (!done || !servers || from == 0 || !ps_views_args_ok(uid, group, epoch, table) ||
-        ps_servers_check(servers, PS_VIEW_SERVERS_BYTES, err, sizeof(err)) < 0)
+    if (!done || !servers || from == 0 || !ps_replicas_args_ok(uid, group, epoch, table) ||
+        ps_cluster_ring_servers_check(servers, PS_VIEW_SERVERS_BYTES, err, sizeof(err)) < 0)
         return -EINVAL;
-    if (!cl_of(d))
+    if (!cluster_of(d))
         return -EOPNOTSUPP; /* without a cluster the view never changes */
     int rc;
-    ps_views_t *vs = ps_views_ready(d, &rc);
+    ps_replicas_t *vs = ps_replicas_ready(d, &rc);
     if (!vs)
         return rc;
     return propose(vs, uid, group, epoch, table, from, servers, done, arg, NULL);
@@ -460,8 +461,8 @@ int ps_cluster_view_propose(salusd_t *d, uid_t uid, const char *group, uint64_t 
 static void on_forget_read(void *ctx, const etcd_result_t *res)
 {
     vreq_t *r = ctx;
-    ps_views_t *vs = r->vs;
-    ps_views_req_unlink(vs, r);
+    ps_replicas_t *vs = r->vs;
+    ps_replicas_req_unlink(vs, r);
     if (res->error) {
         LOG_DEBUG("ps: the ring records of group %s cannot be read (%s): its views stay",
                   r->group, res->message);
@@ -481,14 +482,14 @@ static void on_forget_read(void *ctx, const etcd_result_t *res)
         }
     }
     etcd_delete(vs->ps->cl->etcd, r->key, 1, NULL, NULL);
-    ps_views_req_free(r);
+    ps_replicas_req_free(r);
 }
 
-int ps_cluster_view_forget(ps_cluster_t *ps, uint32_t uid, const char *name,
-                           const char *ring_prefix)
+int ps_replicas_forget(ps_cluster_t *ps, uint32_t uid, const char *name,
+                       const char *ring_prefix)
 {
     int rc;
-    ps_views_t *vs = ps_views_ready(ps->d, &rc);
+    ps_replicas_t *vs = ps_replicas_ready(ps->d, &rc);
     if (!vs || !vs->ps)
         return rc < 0 ? rc : -ENOTCONN;
     vreq_t *r = calloc(1, sizeof(*r));

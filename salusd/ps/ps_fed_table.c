@@ -1,7 +1,7 @@
-/* Federated tables served by this daemon (ps_fed-internal.h): the model and its rounds
+/* Federated tables served by this daemon (ps_fed_table-internal.h): the model and its rounds
  * (ps-core's ps_fed_t), the workers' clocks, pulls waiting for their round, the failure
  * timeout, the quota. */
-#include "ps_fed-internal.h"
+#include "ps_fed_table-internal.h"
 #include "ps_cluster.h"
 
 #include "log.h"
@@ -32,14 +32,8 @@ typedef struct ps_fed_table_s {
     uint64_t rounds_timed_out;
 } ps_fed_table_t;
 
-int ps_table_rule_text(const ps_table_spec_t *spec, char *buf, size_t size)
-{
-    return spec->federated ? ps_fed_format(&spec->fed, buf, size)
-                           : ps_rule_format(&spec->rule, buf, size);
-}
-
-int ps_fed_open_check(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
-                      const char *servers, char *err, size_t err_size)
+int ps_fed_table_open_check(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
+                            const char *servers, char *err, size_t err_size)
 {
     const char *self = ps_cluster_self(ps->d);
     const char *nodes[PS_MAX_SOURCES];
@@ -278,7 +272,7 @@ uint64_t ps_fed_table_bytes(const ps_table_t *t)
     return t->fed ? ps_fed_bytes(t->fed->fed) : 0;
 }
 
-void ps_fed_forget_owner(ps_t *ps, const void *owner)
+void ps_fed_table_forget_owner(ps_t *ps, const void *owner)
 {
     for (ps_table_t *t = ps->tables; t; t = t->next)
         for (ps_fed_wait_t **wp = t->fed ? &t->fed->waits : NULL; wp && *wp;) {
@@ -323,8 +317,8 @@ static ps_table_t *fed_table(salusd_t *d, const ps_worker_t *w, uint64_t handle,
     return NULL;
 }
 
-int ps_fed_state(salusd_t *d, const ps_worker_t *w, uint64_t handle, ps_fed_state_t *state,
-                 char *err, size_t err_size)
+int ps_fed_table_state(salusd_t *d, const ps_worker_t *w, uint64_t handle, ps_fed_state_t *state,
+                       char *err, size_t err_size)
 {
     int rc;
     ps_table_t *t = fed_table(d, w, handle, &rc, err, err_size);

@@ -1,5 +1,5 @@
-/* Federated tables inside the parameter-server service (salusd/ps_fed.c; the rounds' logic is
- * ps-core/ps_fed.h). A table whose rule text starts with "fedavg" is a ps_table_t with no
+/* Federated tables inside the parameter-server service (salusd/ps/ps_fed_table.c; the rounds'
+ * logic is ps-core/ps_fed.h). A table whose rule text starts with "fedavg" is a ps_table_t with no
  * shards, no aggregation and no streams: its t->fed holds the global model (a ps_fed_t), the
  * clocks of its workers and the pulls waiting for a round. One daemon serves it: the group's
  * only node (federated tables are not served across nodes yet). Client ids are the group's
@@ -11,22 +11,20 @@
  * within --ps-fed-timeout-ms is closed with the pushes it has (logged, counted). The quota
  * counts the model and the open round's pushes (ps_fed_bytes).
  *
- * The other parts call in with one line each ("if the table is federated, ps_fed_..."):
+ * The other parts call in with one line each ("if the table is federated, ps_fed_table_..."):
  * ps_open.c (the checks, the start once the record is agreed), ps_service.c (pull, clock,
  * forget_owner; a plain push is refused), ps_tables.c (fail, free). */
-#ifndef SALUS_SALUSD_PS_FED_INTERNAL_H
-#define SALUS_SALUSD_PS_FED_INTERNAL_H
+#ifndef SALUS_SALUSD_PS_FED_TABLE_INTERNAL_H
+#define SALUS_SALUSD_PS_FED_TABLE_INTERNAL_H
 
 #include "ps-internal.h"
 
 struct ps_ring_record_s;
 
-/* The rule text of a spec (a fedavg rule's or ps_rule_format's); the length or < 0. */
-int ps_table_rule_text(const ps_table_spec_t *spec, char *buf, size_t size);
 /* A federated spec's open by worker w (servers: the sorted server list given, "" for the
  * group's nodes): 0, or -EINVAL with err (served across nodes, N not the group's world). */
-int ps_fed_open_check(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
-                      const char *servers, char *err, size_t err_size);
+int ps_fed_table_open_check(ps_t *ps, const ps_worker_t *w, const ps_table_spec_t *spec,
+                            const char *servers, char *err, size_t err_size);
 /* The record is agreed: the table's model, clocks and timer made, the quota charged, the
  * table ready. 0, or a negative errno with err (the caller fails the table). */
 int ps_fed_table_start(ps_table_t *t, const struct ps_ring_record_s *rec, char *err,
@@ -44,7 +42,7 @@ void ps_fed_table_free(ps_table_t *t);
 uint64_t ps_fed_table_round(const ps_table_t *t);
 uint64_t ps_fed_table_bytes(const ps_table_t *t);
 /* The requester is gone: its waiting pulls go without a callback. */
-void ps_fed_forget_owner(ps_t *ps, const void *owner);
+void ps_fed_table_forget_owner(ps_t *ps, const void *owner);
 
 /* ---- the local endpoint's federated ops (ps_local.c), answered at once ---------------- */
 typedef struct ps_fed_state_s {
@@ -53,8 +51,8 @@ typedef struct ps_fed_state_s {
     int pushed;               /* it pushed for it */
     uint32_t clients, per_round, epochs;
 } ps_fed_state_t;
-int ps_fed_state(salusd_t *d, const ps_worker_t *w, uint64_t handle, ps_fed_state_t *state,
-                 char *err, size_t err_size);
+int ps_fed_table_state(salusd_t *d, const ps_worker_t *w, uint64_t handle, ps_fed_state_t *state,
+                       char *err, size_t err_size);
 /* The worker's local model (the whole table: n must be its count) for round, its sample
  * count and epochs of work: 0 taken, 1 a duplicate (applied once), or a negative errno with
  * err (-EINVAL: ps_fed_push's reason; the round unchanged). values are read once each. */

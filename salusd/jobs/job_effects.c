@@ -1,4 +1,4 @@
-/* The jobs module's side of scheduling: it sends the scheduling core (through sched.c) what
+/* The jobs module's side of scheduling: it sends the scheduling core (through gpu_sched.c) what
  * happens to jobs and carries out what the core decides, on job pages, futexes and sockets:
  *   ADMIT -> jobs_admit (answers the register request), REFUSE -> jobs_fail,
  *   GRANT -> lane word HELD, grant_seq, wake_seq + FUTEX_WAKE (free_run: the shim passes
@@ -9,10 +9,10 @@
  * events: each event has its own effects list, and every effect looks its job up again. */
 #include "jobs-internal.h"
 
+#include "gpu_sched.h"
 #include "groups.h"
 #include "jobs_observer.h"
 #include "log.h"
-#include "sched.h"
 
 #include <linux/futex.h>
 #include <stdatomic.h>
@@ -32,7 +32,7 @@ static void grant(salusd_t *d, job_t *job, int free_run)
     if (!page)
         return;
     atomic_store(&page->release_ok, (uint32_t)(d->config.lane_hold_gpu != 0));
-    atomic_store(&page->lane_shared, (uint32_t)sched_lane_shared(d, job));
+    atomic_store(&page->lane_shared, (uint32_t)gpu_sched_lane_shared(d, job));
     atomic_store(&page->lane, JOB_LANE_HELD);
     atomic_store(&page->free_run, (uint32_t)free_run);
     atomic_store(&page->grant_seq, atomic_load(&page->boundary_seq));
@@ -108,7 +108,7 @@ static void take_released_lane(salusd_t *d, job_t *job, int released_too)
     if (!taken)
         return;
     sched_core_effects_t fx = {0};
-    sched_job_released(d, job, page, &fx);
+    gpu_sched_job_released(d, job, page, &fx);
     apply(d, &fx);
 }
 
@@ -131,14 +131,14 @@ static void apply_effects(salusd_t *d, sched_core_effects_t *fx)
             continue;
         }
         sched_core_effect_t mapped; /* a member's effect as its job's (job_gpus.h) */
-        if (job_gpus_effect(sched_job_gpus(d), fx, i, &mapped) == JOB_GPUS_CONSUMED)
+        if (job_gpus_effect(gpu_sched_job_gpus(d), fx, i, &mapped) == JOB_GPUS_CONSUMED)
             continue;
         const sched_core_effect_t *e = &mapped;
         job_t *job = registry_find(d->registry, e->job_id);
         if (!job || !job->runtime) {
             if (e->kind == SCHED_CORE_ADMIT) { /* gone meanwhile: give its place back */
                 sched_core_effects_t more = {0};
-                sched_job_id_left(d, e->job_id, &more);
+                gpu_sched_job_id_left(d, e->job_id, &more);
                 apply(d, &more);
             }
             continue;
@@ -194,7 +194,7 @@ static void apply_effects(salusd_t *d, sched_core_effects_t *fx)
     sched_core_effects_free(fx);
 }
 
-void jobs_sched_registered(salusd_t *d, job_t *job)
+void jobs_core_registered(salusd_t *d, job_t *job)
 {
     sched_core_effects_t fx = {0};
     uint64_t id = job->id;
@@ -203,7 +203,7 @@ void jobs_sched_registered(salusd_t *d, job_t *job)
                  (unsigned long long)job->id);
         return;
     }
-    sched_job_registered(d, job, &fx);
+    gpu_sched_job_registered(d, job, &fx);
     apply(d, &fx);
     job = registry_find(d->registry, id);
     if (job && job->runtime && job->group_cluster)
@@ -215,7 +215,7 @@ void jobs_sched_registered(salusd_t *d, job_t *job)
 int jobs_group_release(salusd_t *d, uint64_t group_id)
 {
     sched_core_effects_t fx = {0};
-    int rc = sched_group_release(d, group_id, &fx);
+    int rc = gpu_sched_group_release(d, group_id, &fx);
     apply(d, &fx);
     return rc;
 }
@@ -223,12 +223,12 @@ int jobs_group_release(salusd_t *d, uint64_t group_id)
 int jobs_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq)
 {
     sched_core_effects_t fx = {0};
-    int rc = sched_group_slot(d, group_id, seq, &fx);
+    int rc = gpu_sched_group_slot(d, group_id, seq, &fx);
     apply(d, &fx);
     return rc;
 }
 
-void jobs_sched_parked(salusd_t *d, job_t *job)
+void jobs_core_parked(salusd_t *d, job_t *job)
 {
     sched_core_effects_t fx = {0};
     job_page_t *page = jobs_page(job);
@@ -238,7 +238,7 @@ void jobs_sched_parked(salusd_t *d, job_t *job)
     job = registry_find(d->registry, id); /* the effects may have ended it */
     if (!job || !job->runtime)
         return;
-    sched_job_parked(d, job, jobs_page(job), &fx); /* running or not: the core's books */
+    gpu_sched_job_parked(d, job, jobs_page(job), &fx); /* running or not: the core's books */
     apply(d, &fx);
 }
 
@@ -250,22 +250,22 @@ static void refresh_lane_shared(salusd_t *d)
         job_t *job = registry_at(d->registry, i);
         job_page_t *page = job->runtime ? jobs_page(job) : NULL;
         if (page)
-            atomic_store(&page->lane_shared, (uint32_t)sched_lane_shared(d, job));
+            atomic_store(&page->lane_shared, (uint32_t)gpu_sched_lane_shared(d, job));
     }
 }
 
-int jobs_sched_wants(salusd_t *d, job_t *job, uint64_t budget_bytes, uint64_t held_bytes)
+int jobs_core_wants(salusd_t *d, job_t *job, uint64_t budget_bytes, uint64_t held_bytes)
 {
     sched_core_effects_t fx = {0};
-    int rc = sched_job_wants(d, job, budget_bytes, held_bytes, &fx);
+    int rc = gpu_sched_job_wants(d, job, budget_bytes, held_bytes, &fx);
     apply(d, &fx);
     return rc;
 }
 
-void jobs_sched_left(salusd_t *d, uint64_t job_id)
+void jobs_core_left(salusd_t *d, uint64_t job_id)
 {
     sched_core_effects_t fx = {0};
-    sched_job_id_left(d, job_id, &fx);
+    gpu_sched_job_id_left(d, job_id, &fx);
     apply(d, &fx);
     refresh_lane_shared(d);
 }
@@ -273,7 +273,7 @@ void jobs_sched_left(salusd_t *d, uint64_t job_id)
 int jobs_set_policy(salusd_t *d, const char *name, char *err, size_t err_size)
 {
     sched_core_effects_t fx = {0};
-    int rc = sched_set_policy(d, name, err, err_size, &fx);
+    int rc = gpu_sched_set_policy(d, name, err, err_size, &fx);
     apply(d, &fx);
     if (rc == 0)
         jobs_state_dirty(d);

@@ -139,25 +139,19 @@ static void gittins_fini(void *opaque)
 static void gittins_job_arrived(void *opaque, const policy_job_t *job, uint64_t now_ns)
 {
     gittins_state_t *state = opaque;
-    (void)now_ns;
-    bool known = policy_records_find(&state->records, job->id) != NULL;
-    policy_record_t *record = policy_records_get(&state->records, job->id);
-    if (!record) /* out of memory: its size will not be learned */
-        return;
-    record->value = job->attained_ns;
-    if (!known)
-        policy_promotion_arrived(record, now_ns);
+    policy_record_t *record = policy_promotion_job_arrived(&state->records, job->id, now_ns);
+    if (record) /* else out of memory: its size will not be learned */
+        record->value = job->attained_ns;
 }
 
 static void gittins_iteration_done(void *opaque, const policy_job_t *job, uint64_t duration_ns,
                                    uint64_t now_ns)
 {
     gittins_state_t *state = opaque;
-    policy_record_t *record = policy_records_find(&state->records, job->id);
-    if (!record)
-        return;
-    record->value = job->attained_ns;
-    policy_promotion_iteration_done(record, job, duration_ns, now_ns);
+    policy_record_t *record =
+        policy_promotion_job_iteration(&state->records, job, duration_ns, now_ns);
+    if (record)
+        record->value = job->attained_ns;
 }
 
 static void gittins_job_left(void *opaque, uint64_t job_id, uint64_t now_ns)
@@ -175,35 +169,27 @@ static void gittins_job_left(void *opaque, uint64_t job_id, uint64_t now_ns)
     rebuild(state);
 }
 
-/* pick and admission carry the clock to the key function (promotion) */
-typedef struct gittins_clock_s {
-    const gittins_state_t *state;
-    uint64_t now_ns;
-} gittins_clock_t;
-
-/* A promoted job's key is 0 (first); the table's keys of index 0 or more are >= 1. */
+/* The table's key of the job's bucket, at least 1 (policy_pick_promoted gives a promoted job
+ * 0: first). */
 static uint64_t gittins_key(const void *opaque, const policy_job_t *job)
 {
-    const gittins_clock_t *clock = opaque;
-    const gittins_state_t *state = clock->state;
-    if (policy_promoted(policy_records_find(&state->records, job->id), job, clock->now_ns))
-        return 0;
+    const gittins_state_t *state = opaque;
     uint64_t key = state->key[bucket_of(job->attained_ns)];
     return key == 0 ? 1 : key;
 }
 
-static int gittins_pick(void *state, uint32_t lane, const policy_job_t *jobs, size_t count,
+static int gittins_pick(void *opaque, uint32_t lane, const policy_job_t *jobs, size_t count,
                         uint64_t now_ns)
 {
-    gittins_clock_t clock = {state, now_ns};
-    return policy_pick_lowest(&clock, gittins_key, lane, jobs, count);
+    gittins_state_t *state = opaque;
+    return policy_pick_promoted(&state->records, state, gittins_key, lane, jobs, count, now_ns);
 }
 
-static void gittins_admission_order(void *state, const policy_job_t *waiting, size_t count,
+static void gittins_admission_order(void *opaque, const policy_job_t *waiting, size_t count,
                                     size_t *order, uint64_t now_ns)
 {
-    gittins_clock_t clock = {state, now_ns};
-    policy_order_by_key(&clock, gittins_key, waiting, count, order);
+    gittins_state_t *state = opaque;
+    policy_order_promoted(&state->records, state, gittins_key, waiting, count, order, now_ns);
 }
 
 /* The index the job is ordered by (its bucket's), in 1/s; before any job has left, 0. */

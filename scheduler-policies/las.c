@@ -65,11 +65,7 @@ static void las_fini(void *opaque)
 static void las_job_arrived(void *opaque, const policy_job_t *job, uint64_t now_ns)
 {
     las_state_t *state = opaque;
-    if (policy_records_find(&state->records, job->id))
-        return; /* known already: its wait goes on */
-    policy_record_t *record = policy_records_get(&state->records, job->id);
-    if (record) /* out of memory: the job waits from its arrival (policy_promoted) */
-        policy_promotion_arrived(record, now_ns);
+    policy_promotion_job_arrived(&state->records, job->id, now_ns);
 }
 
 static void las_job_left(void *opaque, uint64_t job_id, uint64_t now_ns)
@@ -79,54 +75,39 @@ static void las_job_left(void *opaque, uint64_t job_id, uint64_t now_ns)
     policy_records_remove(&state->records, job_id);
 }
 
-/* The job's queue at now_ns, promotion included. */
-static uint32_t las_queue_at(const las_state_t *state, const policy_job_t *job, uint64_t now_ns)
-{
-    if (policy_promoted(policy_records_find(&state->records, job->id), job, now_ns))
-        return 0;
-    return policy_las_queue_of(job->attained_ns);
-}
-
 static void las_iteration_done(void *opaque, const policy_job_t *job, uint64_t duration_ns,
                                uint64_t now_ns)
 {
     las_state_t *state = opaque;
-    policy_record_t *record = policy_records_find(&state->records, job->id);
-    if (!record)
-        return;
-    policy_promotion_iteration_done(record, job, duration_ns, now_ns);
+    policy_promotion_job_iteration(&state->records, job, duration_ns, now_ns);
 }
 
-/* The key of the job's queue; the policy's pick has the clock, the key function not, so
- * pick and admission go through these two thin wrappers that carry it. */
-typedef struct las_clock_s {
-    const las_state_t *state;
-    uint64_t now_ns;
-} las_clock_t;
-
-static uint64_t las_key(const void *opaque, const policy_job_t *job)
+/* The job's queue, promotion aside (policy_pick_promoted puts a promoted job in queue 0). */
+static uint64_t las_key(const void *state, const policy_job_t *job)
 {
-    const las_clock_t *clock = opaque;
-    return las_queue_at(clock->state, job, clock->now_ns);
+    (void)state;
+    return policy_las_queue_of(job->attained_ns);
 }
 
-static int las_pick(void *state, uint32_t lane, const policy_job_t *jobs, size_t count,
+static int las_pick(void *opaque, uint32_t lane, const policy_job_t *jobs, size_t count,
                     uint64_t now_ns)
 {
-    las_clock_t clock = {state, now_ns};
-    return policy_pick_lowest(&clock, las_key, lane, jobs, count);
+    las_state_t *state = opaque;
+    return policy_pick_promoted(&state->records, state, las_key, lane, jobs, count, now_ns);
 }
 
-static void las_admission_order(void *state, const policy_job_t *waiting, size_t count,
+static void las_admission_order(void *opaque, const policy_job_t *waiting, size_t count,
                                 size_t *order, uint64_t now_ns)
 {
-    las_clock_t clock = {state, now_ns};
-    policy_order_by_key(&clock, las_key, waiting, count, order);
+    las_state_t *state = opaque;
+    policy_order_promoted(&state->records, state, las_key, waiting, count, order, now_ns);
 }
 
-static double las_job_rank(void *state, const policy_job_t *job, uint64_t now_ns)
+/* The job's queue at now_ns, promotion included. */
+static double las_job_rank(void *opaque, const policy_job_t *job, uint64_t now_ns)
 {
-    return (double)las_queue_at(state, job, now_ns);
+    las_state_t *state = opaque;
+    return (double)policy_promoted_key(&state->records, state, las_key, job, now_ns);
 }
 
 const policy_ops_t policy_las_ops = {

@@ -278,6 +278,64 @@ void policy_promotion_iteration_done(policy_record_t *record, const policy_job_t
     record->waiting_since_ns = now_ns;
 }
 
+policy_record_t *policy_promotion_job_arrived(policy_records_t *records, uint64_t job_id,
+                                              uint64_t now_ns)
+{
+    bool known = policy_records_find(records, job_id) != NULL;
+    policy_record_t *record = policy_records_get(records, job_id);
+    if (record && !known)
+        policy_promotion_arrived(record, now_ns);
+    return record;
+}
+
+policy_record_t *policy_promotion_job_iteration(policy_records_t *records,
+                                                const policy_job_t *job, uint64_t duration_ns,
+                                                uint64_t now_ns)
+{
+    policy_record_t *record = policy_records_find(records, job->id);
+    if (record)
+        policy_promotion_iteration_done(record, job, duration_ns, now_ns);
+    return record;
+}
+
+uint64_t policy_promoted_key(const policy_records_t *records, const void *state,
+                             policy_key_fn key, const policy_job_t *job, uint64_t now_ns)
+{
+    if (policy_promoted(policy_records_find(records, job->id), job, now_ns))
+        return 0;
+    return key(state, job);
+}
+
+/* pick and admission order carry the records, the policy's key and the clock to the key
+ * function through this */
+typedef struct promoted_keying_s {
+    const policy_records_t *records;
+    const void *state;
+    policy_key_fn key;
+    uint64_t now_ns;
+} promoted_keying_t;
+
+static uint64_t promoted_keying_key(const void *opaque, const policy_job_t *job)
+{
+    const promoted_keying_t *k = opaque;
+    return policy_promoted_key(k->records, k->state, k->key, job, k->now_ns);
+}
+
+int policy_pick_promoted(const policy_records_t *records, const void *state, policy_key_fn key,
+                         uint32_t lane, const policy_job_t *jobs, size_t count, uint64_t now_ns)
+{
+    promoted_keying_t k = {records, state, key, now_ns};
+    return policy_pick_lowest(&k, promoted_keying_key, lane, jobs, count);
+}
+
+void policy_order_promoted(const policy_records_t *records, const void *state,
+                           policy_key_fn key, const policy_job_t *jobs, size_t count,
+                           size_t *order, uint64_t now_ns)
+{
+    promoted_keying_t k = {records, state, key, now_ns};
+    policy_order_by_key(&k, promoted_keying_key, jobs, count, order);
+}
+
 void policy_records_free(policy_records_t *records)
 {
     free(records->items);

@@ -124,11 +124,10 @@ typedef struct cluster_s {
     char start_err[512];
     cluster_sample_t stats;
     const cluster_observer_t *observer; /* NULL: the parameter servers are not started */
-    void *ps;                    /* their state (ps_cluster.c) */
+    void *observer_state;        /* their state (ps_cluster.c) */
 } cluster_t;
 
 /* cluster.c */
-int cluster_is_member(const cluster_t *cl, const char *node);
 int cluster_is_leader(const cluster_t *cl);
 /* json helpers */
 struct json_object *cluster_json_parse(const char *text, size_t len);

@@ -28,7 +28,7 @@ static const uint64_t LAS_THRESHOLD_NS[] = {1 * SECOND_NS,  4 * SECOND_NS,   16 
 #define LAS_QUEUES (sizeof(LAS_THRESHOLD_NS) / sizeof(LAS_THRESHOLD_NS[0]) + 1)
 
 typedef struct las_state_s {
-    policy_records_t records; /* the promotion fields only */
+    policy_promoting_t promoting; /* first (policy_promoting_pick); records: promotion only */
 } las_state_t;
 
 uint32_t policy_las_queue_of(uint64_t attained_ns)
@@ -49,65 +49,54 @@ uint64_t policy_las_promote_after_ns(void)
     return POLICY_PROMOTE_AFTER_NS;
 }
 
-static void *las_init(const policy_config_t *config)
-{
-    (void)config;
-    return calloc(1, sizeof(las_state_t));
-}
-
-static void las_fini(void *opaque)
-{
-    las_state_t *state = opaque;
-    policy_records_free(&state->records);
-    free(state);
-}
-
-static void las_job_arrived(void *opaque, const policy_job_t *job, uint64_t now_ns)
-{
-    las_state_t *state = opaque;
-    policy_promotion_job_arrived(&state->records, job->id, now_ns);
-}
-
-static void las_job_left(void *opaque, uint64_t job_id, uint64_t now_ns)
-{
-    las_state_t *state = opaque;
-    (void)now_ns;
-    policy_records_remove(&state->records, job_id);
-}
-
-static void las_iteration_done(void *opaque, const policy_job_t *job, uint64_t duration_ns,
-                               uint64_t now_ns)
-{
-    las_state_t *state = opaque;
-    policy_promotion_job_iteration(&state->records, job, duration_ns, now_ns);
-}
-
-/* The job's queue, promotion aside (policy_pick_promoted puts a promoted job in queue 0). */
+/* The job's queue, promotion aside (policy_promoting_pick puts a promoted job in queue 0). */
 static uint64_t las_key(const void *state, const policy_job_t *job)
 {
     (void)state;
     return policy_las_queue_of(job->attained_ns);
 }
 
-static int las_pick(void *opaque, uint32_t lane, const policy_job_t *jobs, size_t count,
-                    uint64_t now_ns)
+static void *las_init(const policy_config_t *config)
 {
-    las_state_t *state = opaque;
-    return policy_pick_promoted(&state->records, state, las_key, lane, jobs, count, now_ns);
+    (void)config;
+    las_state_t *state = calloc(1, sizeof(*state));
+    if (state)
+        state->promoting.key = las_key;
+    return state;
 }
 
-static void las_admission_order(void *opaque, const policy_job_t *waiting, size_t count,
-                                size_t *order, uint64_t now_ns)
+static void las_fini(void *opaque)
 {
     las_state_t *state = opaque;
-    policy_order_promoted(&state->records, state, las_key, waiting, count, order, now_ns);
+    policy_records_free(&state->promoting.records);
+    free(state);
+}
+
+static void las_job_arrived(void *opaque, const policy_job_t *job, uint64_t now_ns)
+{
+    las_state_t *state = opaque;
+    policy_promotion_job_arrived(&state->promoting.records, job->id, now_ns);
+}
+
+static void las_job_left(void *opaque, uint64_t job_id, uint64_t now_ns)
+{
+    las_state_t *state = opaque;
+    (void)now_ns;
+    policy_records_remove(&state->promoting.records, job_id);
+}
+
+static void las_iteration_done(void *opaque, const policy_job_t *job, uint64_t duration_ns,
+                               uint64_t now_ns)
+{
+    las_state_t *state = opaque;
+    policy_promotion_job_iteration(&state->promoting.records, job, duration_ns, now_ns);
 }
 
 /* The job's queue at now_ns, promotion included. */
 static double las_job_rank(void *opaque, const policy_job_t *job, uint64_t now_ns)
 {
     las_state_t *state = opaque;
-    return (double)policy_promoted_key(&state->records, state, las_key, job, now_ns);
+    return (double)policy_promoted_key(&state->promoting.records, state, las_key, job, now_ns);
 }
 
 const policy_ops_t policy_las_ops = {
@@ -119,7 +108,7 @@ const policy_ops_t policy_las_ops = {
     .job_arrived = las_job_arrived,
     .job_left = las_job_left,
     .iteration_done = las_iteration_done,
-    .pick = las_pick,
-    .admission_order = las_admission_order,
+    .pick = policy_promoting_pick,
+    .admission_order = policy_promoting_admission_order,
     .job_rank = las_job_rank,
 };

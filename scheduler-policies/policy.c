@@ -306,34 +306,31 @@ uint64_t policy_promoted_key(const policy_records_t *records, const void *state,
     return key(state, job);
 }
 
-/* pick and admission order carry the records, the policy's key and the clock to the key
- * function through this */
-typedef struct promoted_keying_s {
-    const policy_records_t *records;
-    const void *state;
-    policy_key_fn key;
+/* pick and admission order carry the policy's state and the clock to the key function */
+typedef struct promoting_clock_s {
+    const void *state; /* starts with a policy_promoting_t */
     uint64_t now_ns;
-} promoted_keying_t;
+} promoting_clock_t;
 
-static uint64_t promoted_keying_key(const void *opaque, const policy_job_t *job)
+static uint64_t promoting_clock_key(const void *opaque, const policy_job_t *job)
 {
-    const promoted_keying_t *k = opaque;
-    return policy_promoted_key(k->records, k->state, k->key, job, k->now_ns);
+    const promoting_clock_t *clock = opaque;
+    const policy_promoting_t *p = clock->state;
+    return policy_promoted_key(&p->records, clock->state, p->key, job, clock->now_ns);
 }
 
-int policy_pick_promoted(const policy_records_t *records, const void *state, policy_key_fn key,
-                         uint32_t lane, const policy_job_t *jobs, size_t count, uint64_t now_ns)
+int policy_promoting_pick(void *state, uint32_t lane, const policy_job_t *jobs, size_t count,
+                          uint64_t now_ns)
 {
-    promoted_keying_t k = {records, state, key, now_ns};
-    return policy_pick_lowest(&k, promoted_keying_key, lane, jobs, count);
+    promoting_clock_t clock = {state, now_ns};
+    return policy_pick_lowest(&clock, promoting_clock_key, lane, jobs, count);
 }
 
-void policy_order_promoted(const policy_records_t *records, const void *state,
-                           policy_key_fn key, const policy_job_t *jobs, size_t count,
-                           size_t *order, uint64_t now_ns)
+void policy_promoting_admission_order(void *state, const policy_job_t *waiting, size_t count,
+                                      size_t *order, uint64_t now_ns)
 {
-    promoted_keying_t k = {records, state, key, now_ns};
-    policy_order_by_key(&k, promoted_keying_key, jobs, count, order);
+    promoting_clock_t clock = {state, now_ns};
+    policy_order_by_key(&clock, promoting_clock_key, waiting, count, order);
 }
 
 void policy_records_free(policy_records_t *records)

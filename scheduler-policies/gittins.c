@@ -32,11 +32,12 @@
 #define GITTINS_BUCKETS (1 + 4 * 64)
 
 typedef struct gittins_state_s {
+    /* first (policy_promoting_pick); records' value: attained service at its last report */
+    policy_promoting_t promoting;
     uint64_t ring[GITTINS_WINDOW]; /* sizes, in the order the jobs left */
     size_t count, next;
     uint64_t sorted[GITTINS_WINDOW]; /* the same, ascending */
     uint64_t key[GITTINS_BUCKETS];   /* per bucket: lower runs first */
-    policy_records_t records; /* value: attained service at its last report; promotion */
 } gittins_state_t;
 
 static unsigned bucket_of(uint64_t attained_ns)
@@ -120,90 +121,65 @@ static void add_size(gittins_state_t *state, uint64_t size_ns)
         state->count++;
 }
 
+/* The table's key of the job's bucket, at least 1 (policy_promoting_pick gives a promoted job
+ * 0: first). */
+static uint64_t gittins_key(const void *opaque, const policy_job_t *job)
+{
+    const gittins_state_t *state = opaque;
+    uint64_t key = state->key[bucket_of(job->attained_ns)];
+    return key == 0 ? 1 : key;
+}
+
 static void *gittins_init(const policy_config_t *config)
 {
     (void)config;
     gittins_state_t *state = calloc(1, sizeof(*state));
-    if (state)
+    if (state) {
+        state->promoting.key = gittins_key;
         rebuild(state);
+    }
     return state;
 }
 
 static void gittins_fini(void *opaque)
 {
     gittins_state_t *state = opaque;
-    policy_records_free(&state->records);
+    policy_records_free(&state->promoting.records);
     free(state);
 }
 
 static void gittins_job_arrived(void *opaque, const policy_job_t *job, uint64_t now_ns)
 {
     gittins_state_t *state = opaque;
-    (void)now_ns;
-    bool known = policy_records_find(&state->records, job->id) != NULL;
-    policy_record_t *record = policy_records_get(&state->records, job->id);
-    if (!record) /* out of memory: its size will not be learned */
-        return;
-    record->value = job->attained_ns;
-    if (!known)
-        policy_promotion_arrived(record, now_ns);
+    policy_record_t *record =
+        policy_promotion_job_arrived(&state->promoting.records, job->id, now_ns);
+    if (record) /* else out of memory: its size will not be learned */
+        record->value = job->attained_ns;
 }
 
 static void gittins_iteration_done(void *opaque, const policy_job_t *job, uint64_t duration_ns,
                                    uint64_t now_ns)
 {
     gittins_state_t *state = opaque;
-    policy_record_t *record = policy_records_find(&state->records, job->id);
-    if (!record)
-        return;
-    record->value = job->attained_ns;
-    policy_promotion_iteration_done(record, job, duration_ns, now_ns);
+    policy_record_t *record =
+        policy_promotion_job_iteration(&state->promoting.records, job, duration_ns, now_ns);
+    if (record)
+        record->value = job->attained_ns;
 }
 
 static void gittins_job_left(void *opaque, uint64_t job_id, uint64_t now_ns)
 {
     gittins_state_t *state = opaque;
     (void)now_ns;
-    policy_record_t *record = policy_records_find(&state->records, job_id);
+    policy_record_t *record = policy_records_find(&state->promoting.records, job_id);
     if (!record)
         return;
     uint64_t size_ns = record->value;
-    policy_records_remove(&state->records, job_id);
+    policy_records_remove(&state->promoting.records, job_id);
     if (size_ns == 0)
         return; /* never ran: no size */
     add_size(state, size_ns);
     rebuild(state);
-}
-
-/* pick and admission carry the clock to the key function (promotion) */
-typedef struct gittins_clock_s {
-    const gittins_state_t *state;
-    uint64_t now_ns;
-} gittins_clock_t;
-
-/* A promoted job's key is 0 (first); the table's keys of index 0 or more are >= 1. */
-static uint64_t gittins_key(const void *opaque, const policy_job_t *job)
-{
-    const gittins_clock_t *clock = opaque;
-    const gittins_state_t *state = clock->state;
-    if (policy_promoted(policy_records_find(&state->records, job->id), job, clock->now_ns))
-        return 0;
-    uint64_t key = state->key[bucket_of(job->attained_ns)];
-    return key == 0 ? 1 : key;
-}
-
-static int gittins_pick(void *state, uint32_t lane, const policy_job_t *jobs, size_t count,
-                        uint64_t now_ns)
-{
-    gittins_clock_t clock = {state, now_ns};
-    return policy_pick_lowest(&clock, gittins_key, lane, jobs, count);
-}
-
-static void gittins_admission_order(void *state, const policy_job_t *waiting, size_t count,
-                                    size_t *order, uint64_t now_ns)
-{
-    gittins_clock_t clock = {state, now_ns};
-    policy_order_by_key(&clock, gittins_key, waiting, count, order);
 }
 
 /* The index the job is ordered by (its bucket's), in 1/s; before any job has left, 0. */
@@ -275,8 +251,8 @@ const policy_ops_t policy_gittins_ops = {
     .job_arrived = gittins_job_arrived,
     .job_left = gittins_job_left,
     .iteration_done = gittins_iteration_done,
-    .pick = gittins_pick,
-    .admission_order = gittins_admission_order,
+    .pick = policy_promoting_pick,
+    .admission_order = policy_promoting_admission_order,
     .save_state = gittins_save_state,
     .load_state = gittins_load_state,
     .job_rank = gittins_job_rank,

@@ -28,7 +28,7 @@ static const uint64_t LAS_THRESHOLD_NS[] = {1 * SECOND_NS,  4 * SECOND_NS,   16 
 #define LAS_QUEUES (sizeof(LAS_THRESHOLD_NS) / sizeof(LAS_THRESHOLD_NS[0]) + 1)
 
 typedef struct las_state_s {
-    policy_records_t records; /* the promotion fields only */
+    policy_promoting_t promoting; /* first (policy_promoting_pick); records: promotion only */
 } las_state_t;
 
 uint32_t policy_las_queue_of(uint64_t attained_ns)
@@ -49,84 +49,54 @@ uint64_t policy_las_promote_after_ns(void)
     return POLICY_PROMOTE_AFTER_NS;
 }
 
+/* The job's queue, promotion aside (policy_promoting_pick puts a promoted job in queue 0). */
+static uint64_t las_key(const void *state, const policy_job_t *job)
+{
+    (void)state;
+    return policy_las_queue_of(job->attained_ns);
+}
+
 static void *las_init(const policy_config_t *config)
 {
     (void)config;
-    return calloc(1, sizeof(las_state_t));
+    las_state_t *state = calloc(1, sizeof(*state));
+    if (state)
+        state->promoting.key = las_key;
+    return state;
 }
 
 static void las_fini(void *opaque)
 {
     las_state_t *state = opaque;
-    policy_records_free(&state->records);
+    policy_records_free(&state->promoting.records);
     free(state);
 }
 
 static void las_job_arrived(void *opaque, const policy_job_t *job, uint64_t now_ns)
 {
     las_state_t *state = opaque;
-    if (policy_records_find(&state->records, job->id))
-        return; /* known already: its wait goes on */
-    policy_record_t *record = policy_records_get(&state->records, job->id);
-    if (record) /* out of memory: the job waits from its arrival (policy_promoted) */
-        policy_promotion_arrived(record, now_ns);
+    policy_promotion_job_arrived(&state->promoting.records, job->id, now_ns);
 }
 
 static void las_job_left(void *opaque, uint64_t job_id, uint64_t now_ns)
 {
     las_state_t *state = opaque;
     (void)now_ns;
-    policy_records_remove(&state->records, job_id);
-}
-
-/* The job's queue at now_ns, promotion included. */
-static uint32_t las_queue_at(const las_state_t *state, const policy_job_t *job, uint64_t now_ns)
-{
-    if (policy_promoted(policy_records_find(&state->records, job->id), job, now_ns))
-        return 0;
-    return policy_las_queue_of(job->attained_ns);
+    policy_records_remove(&state->promoting.records, job_id);
 }
 
 static void las_iteration_done(void *opaque, const policy_job_t *job, uint64_t duration_ns,
                                uint64_t now_ns)
 {
     las_state_t *state = opaque;
-    policy_record_t *record = policy_records_find(&state->records, job->id);
-    if (!record)
-        return;
-    policy_promotion_iteration_done(record, job, duration_ns, now_ns);
+    policy_promotion_job_iteration(&state->promoting.records, job, duration_ns, now_ns);
 }
 
-/* The key of the job's queue; the policy's pick has the clock, the key function not, so
- * pick and admission go through these two thin wrappers that carry it. */
-typedef struct las_clock_s {
-    const las_state_t *state;
-    uint64_t now_ns;
-} las_clock_t;
-
-static uint64_t las_key(const void *opaque, const policy_job_t *job)
+/* The job's queue at now_ns, promotion included. */
+static double las_job_rank(void *opaque, const policy_job_t *job, uint64_t now_ns)
 {
-    const las_clock_t *clock = opaque;
-    return las_queue_at(clock->state, job, clock->now_ns);
-}
-
-static int las_pick(void *state, uint32_t lane, const policy_job_t *jobs, size_t count,
-                    uint64_t now_ns)
-{
-    las_clock_t clock = {state, now_ns};
-    return policy_pick_lowest(&clock, las_key, lane, jobs, count);
-}
-
-static void las_admission_order(void *state, const policy_job_t *waiting, size_t count,
-                                size_t *order, uint64_t now_ns)
-{
-    las_clock_t clock = {state, now_ns};
-    policy_order_by_key(&clock, las_key, waiting, count, order);
-}
-
-static double las_job_rank(void *state, const policy_job_t *job, uint64_t now_ns)
-{
-    return (double)las_queue_at(state, job, now_ns);
+    las_state_t *state = opaque;
+    return (double)policy_promoted_key(&state->promoting.records, state, las_key, job, now_ns);
 }
 
 const policy_ops_t policy_las_ops = {
@@ -138,7 +108,7 @@ const policy_ops_t policy_las_ops = {
     .job_arrived = las_job_arrived,
     .job_left = las_job_left,
     .iteration_done = las_iteration_done,
-    .pick = las_pick,
-    .admission_order = las_admission_order,
+    .pick = policy_promoting_pick,
+    .admission_order = policy_promoting_admission_order,
     .job_rank = las_job_rank,
 };

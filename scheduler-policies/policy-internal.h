@@ -86,4 +86,31 @@ bool policy_promoted(const policy_record_t *record, const policy_job_t *job, uin
 void policy_promotion_iteration_done(policy_record_t *record, const policy_job_t *job,
                                      uint64_t duration_ns, uint64_t now_ns);
 
+/* The promotion's steps as LAS and Gittins take them, on records (one per job, from its
+ * arrival to its leaving):
+ * job_arrived: the job's record, new (its wait starts now) or known (its wait goes on); NULL
+ * when out of memory (its wait then counts from its arrival). */
+policy_record_t *policy_promotion_job_arrived(policy_records_t *records, uint64_t job_id,
+                                              uint64_t now_ns);
+/* iteration_done: the job's record after policy_promotion_iteration_done, or NULL when the
+ * job has none. */
+policy_record_t *policy_promotion_job_iteration(policy_records_t *records,
+                                                const policy_job_t *job, uint64_t duration_ns,
+                                                uint64_t now_ns);
+/* The job's key at now_ns: 0 while it is promoted, else key(state, job). */
+uint64_t policy_promoted_key(const policy_records_t *records, const void *state,
+                             policy_key_fn key, const policy_job_t *job, uint64_t now_ns);
+/* The state of a policy with promotion (LAS, Gittins) starts with this: its records and its
+ * key, promotion aside (called with the policy's state). Such a policy's pick and
+ * admission_order may be these two: policy_pick_lowest and policy_order_by_key over
+ * policy_promoted_key. */
+typedef struct policy_promoting_s {
+    policy_records_t records;
+    policy_key_fn key;
+} policy_promoting_t;
+int policy_promoting_pick(void *state, uint32_t lane, const policy_job_t *jobs, size_t count,
+                          uint64_t now_ns);
+void policy_promoting_admission_order(void *state, const policy_job_t *waiting, size_t count,
+                                      size_t *order, uint64_t now_ns);
+
 #endif

@@ -278,6 +278,61 @@ void policy_promotion_iteration_done(policy_record_t *record, const policy_job_t
     record->waiting_since_ns = now_ns;
 }
 
+policy_record_t *policy_promotion_job_arrived(policy_records_t *records, uint64_t job_id,
+                                              uint64_t now_ns)
+{
+    bool known = policy_records_find(records, job_id) != NULL;
+    policy_record_t *record = policy_records_get(records, job_id);
+    if (record && !known)
+        policy_promotion_arrived(record, now_ns);
+    return record;
+}
+
+policy_record_t *policy_promotion_job_iteration(policy_records_t *records,
+                                                const policy_job_t *job, uint64_t duration_ns,
+                                                uint64_t now_ns)
+{
+    policy_record_t *record = policy_records_find(records, job->id);
+    if (record)
+        policy_promotion_iteration_done(record, job, duration_ns, now_ns);
+    return record;
+}
+
+uint64_t policy_promoted_key(const policy_records_t *records, const void *state,
+                             policy_key_fn key, const policy_job_t *job, uint64_t now_ns)
+{
+    if (policy_promoted(policy_records_find(records, job->id), job, now_ns))
+        return 0;
+    return key(state, job);
+}
+
+/* pick and admission order carry the policy's state and the clock to the key function */
+typedef struct promoting_clock_s {
+    const void *state; /* starts with a policy_promoting_t */
+    uint64_t now_ns;
+} promoting_clock_t;
+
+static uint64_t promoting_clock_key(const void *opaque, const policy_job_t *job)
+{
+    const promoting_clock_t *clock = opaque;
+    const policy_promoting_t *p = clock->state;
+    return policy_promoted_key(&p->records, clock->state, p->key, job, clock->now_ns);
+}
+
+int policy_promoting_pick(void *state, uint32_t lane, const policy_job_t *jobs, size_t count,
+                          uint64_t now_ns)
+{
+    promoting_clock_t clock = {state, now_ns};
+    return policy_pick_lowest(&clock, promoting_clock_key, lane, jobs, count);
+}
+
+void policy_promoting_admission_order(void *state, const policy_job_t *waiting, size_t count,
+                                      size_t *order, uint64_t now_ns)
+{
+    promoting_clock_t clock = {state, now_ns};
+    policy_order_by_key(&clock, promoting_clock_key, waiting, count, order);
+}
+
 void policy_records_free(policy_records_t *records)
 {
     free(records->items);

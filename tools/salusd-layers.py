@@ -8,7 +8,8 @@ Calls: every symbol a subsystem's objects leave undefined (nm -u) must not be de
 subsystem above it; the objects are what the linker sees, so a function of an upper subsystem
 declared in a lower header (or not declared at all) is caught as well.
 Includes: a file in folder F includes only headers of F, of the folders below F, or from
-outside salusd/ (the pure modules: common/, scheduler-core/, ps-core/, memory/, ...).
+outside salusd/ (the pure modules: common/, scheduler-core/, ps-core/, memory/, ...); of
+another folder never a *-internal.h (those books are its own), only its public headers.
 Exits 1 on the first kind of breach found, after printing every breach."""
 import os
 import re
@@ -78,6 +79,10 @@ def main():
                 where = headers.get(os.path.basename(inc))
                 if where is not None and rank[where] > rank[n]:
                     print("include up: %s/%s includes %s of %s" % (n, f, inc, where))
+                    breaches += 1
+                elif where is not None and where != n and inc.endswith('-internal.h'):
+                    print("include internal: %s/%s includes %s, internal to %s (use its "
+                          "public header)" % (n, f, inc, where))
                     breaches += 1
 
     print("subsystems, lowest first: %s" % " < ".join(names))

@@ -210,3 +210,66 @@ int fsio_open_parent(const char *path, int create, const char **name, char *err,
     *name = last;
     return fsio_open_dir(dir, create, err, err_size);
 }
+
+int fsio_read_file(const char *path, size_t max_bytes, int own_uid, const char *what,
+                   uint8_t **data, size_t *len, char *err, size_t err_size)
+{
+    *data = NULL;
+    *len = 0;
+    const char *name = NULL;
+    char where[PATH_MAX + 256];
+    int dfd = fsio_open_parent(path, 0, &name, where, sizeof(where));
+    if (dfd < 0) {
+        snprintf(err, err_size, "%s", where);
+        return dfd;
+    }
+    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    close(dfd);
+    if (fd < 0) {
+        int rc = -errno;
+        snprintf(err, err_size, "%s: %s", path, strerror(-rc));
+        return rc;
+    }
+    struct stat st;
+    uint8_t *buf = NULL;
+    int rc = 0;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        rc = -EINVAL;
+        snprintf(err, err_size, "%s: not a regular file", path);
+        goto out;
+    }
+    if (own_uid && st.st_uid != geteuid()) {
+        rc = -EPERM;
+        snprintf(err, err_size, "%s belongs to uid %u, not to salusd's user (%u): refused", path,
+                 (unsigned)st.st_uid, (unsigned)geteuid());
+        goto out;
+    }
+    if ((uint64_t)st.st_size > max_bytes) {
+        rc = -EFBIG;
+        snprintf(err, err_size, "%s: %lld bytes, larger than %s can be", path,
+                 (long long)st.st_size, what);
+        goto out;
+    }
+    buf = malloc((size_t)st.st_size + 1);
+    if (!buf) {
+        rc = -ENOMEM;
+        snprintf(err, err_size, "%s: out of memory", path);
+        goto out;
+    }
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    *data = buf;
+    *len = got;
+    buf = NULL;
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}

@@ -5,6 +5,7 @@
 #define SALUS_FSIO_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* mkdir -p of path's directory part: the directories it creates above the last get
@@ -33,5 +34,14 @@ int fsio_check_state_dir(const char *dir, char *real, size_t real_size, char *er
  * errno with err. */
 int fsio_open_parent(const char *path, int create, const char **name, char *err,
                      size_t err_size);
+
+/* Reads the regular file at path whole into a fresh buffer (*data, *len; the caller frees
+ * *data, NULL on failure): its directory opened with fsio_open_parent (create 0), the file
+ * with O_NOFOLLOW. own_uid: the file must belong to salusd's uid. 0, or a negative errno
+ * with err naming path and saying why: -ENOENT (no such file), -EINVAL (not a regular
+ * file), -EPERM (another uid's), -EFBIG (over max_bytes: "larger than WHAT can be"), -ENOMEM,
+ * or fsio_open_parent's. */
+int fsio_read_file(const char *path, size_t max_bytes, int own_uid, const char *what,
+                   uint8_t **data, size_t *len, char *err, size_t err_size);
 
 #endif

@@ -1,5 +1,6 @@
 /* The control socket: listening, connections, framing, the hello handshake. */
 #include "access.h"
+#include "frame_read.h"
 #include "server-internal.h"
 
 #include "log.h"
@@ -363,27 +364,24 @@ static void process_input(conn_t *c)
     struct evbuffer *in = c->input;
 
     while (!c->closing) {
-        uint8_t header[PROTO_HEADER_BYTES];
-        uint32_t len;
+        frame_read_t frame;
+        char bad[128];
         size_t available = evbuffer_get_length(in);
-        if (available < PROTO_HEADER_BYTES)
+        int rc = frame_read_next(in, 1, (uint32_t)d->config.max_frame_bytes, &frame, bad,
+                                 sizeof(bad));
+        if (rc == FRAME_READ_MORE)
             break;
-        evbuffer_copyout(in, header, sizeof(header));
-        if (proto_frame_length(header, sizeof(header), d->config.max_frame_bytes, &len) < 0) {
+        if (rc < 0) { /* a length out of bounds, or no memory to hold the frame */
             evbuffer_drain(in, available);
-            reject_frame(c, "frame length is zero or over the size cap");
+            reject_frame(c, bad);
             break;
         }
-        if (available < PROTO_HEADER_BYTES + (size_t)len)
-            break;
         uint64_t start = c->received - available;
-        claim_frame_fds(c, start, start + PROTO_HEADER_BYTES + len);
-        evbuffer_drain(in, PROTO_HEADER_BYTES);
-        const uint8_t *payload = evbuffer_pullup(in, len);
+        claim_frame_fds(c, start, start + frame.frame_bytes);
         proto_msg_t msg;
         const char *why = "malformed";
-        int rc = payload ? proto_decode(payload, len, &msg, &why) : PROTO_E_NOMEM;
-        evbuffer_drain(in, len);
+        rc = proto_decode(frame.payload, frame.payload_bytes, &msg, &why);
+        frame_read_drain(in, &frame);
         if (rc < 0) {
             close_fds(c->frame_fds, &c->frame_nfds);
             reject_frame(c, why);

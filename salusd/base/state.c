@@ -361,62 +361,17 @@ out:
 int state_read_file(const char *path, salusd_state_t *state, char *err, size_t err_size)
 {
     memset(state, 0, sizeof(*state));
-    const char *name = NULL;
-    char where[PATH_MAX + 256];
-    int dfd = fsio_open_parent(path, 0, &name, where, sizeof(where));
-    if (dfd < 0) {
-        snprintf(err, err_size, "%s", where);
-        return dfd;
-    }
-    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    close(dfd);
-    if (fd < 0) {
-        int rc = -errno;
-        snprintf(err, err_size, "%s: %s", path, strerror(-rc));
-        return rc;
-    }
-    struct stat st;
     uint8_t *image = NULL;
-    int rc = 0;
-    char why[256] = "";
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        rc = -EINVAL;
-        snprintf(err, err_size, "%s: not a regular file", path);
-        goto out;
-    }
-    if (st.st_uid != geteuid()) {
-        rc = -EPERM;
-        snprintf(err, err_size, "%s belongs to uid %u, not to salusd's user (%u): refused", path,
-                 (unsigned)st.st_uid, (unsigned)geteuid());
-        goto out;
-    }
-    if ((uint64_t)st.st_size > STATE_MAX_BYTES + STATE_HEADER_BYTES) {
-        rc = -EFBIG;
-        snprintf(err, err_size, "%s: %lld bytes, larger than a state file can be", path,
-                 (long long)st.st_size);
-        goto out;
-    }
-    image = malloc((size_t)st.st_size + 1);
-    if (!image) {
-        rc = -ENOMEM;
-        snprintf(err, err_size, "out of memory");
-        goto out;
-    }
     size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t n = read(fd, image + got, (size_t)st.st_size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
+    char why[256] = "";
+    int rc = fsio_read_file(path, STATE_MAX_BYTES + STATE_HEADER_BYTES, 1, "a state file",
+                            &image, &got, err, err_size);
+    if (rc < 0)
+        return rc;
     rc = state_decode(image, got, state, why, sizeof(why));
     if (rc < 0)
         snprintf(err, err_size, "%s: %s", path, why);
-out:
     free(image);
-    close(fd);
     return rc;
 }
 

@@ -124,14 +124,11 @@ typedef struct cluster_s {
     char start_err[512];
     cluster_sample_t stats;
     const cluster_observer_t *observer; /* NULL: the parameter servers are not started */
-    void *ps;                    /* their state (ps_cluster.c) */
+    void *observer_state;        /* their state (ps_cluster.c) */
 } cluster_t;
 
-/* The daemon's cluster role (NULL: a single node). */
-static inline cluster_t *cluster_of(const salusd_t *d) { return d->cluster; }
 
 /* cluster.c */
-int cluster_is_member(const cluster_t *cl, const char *node);
 int cluster_is_leader(const cluster_t *cl);
 /* json helpers */
 struct json_object *cluster_json_parse(const char *text, size_t len);

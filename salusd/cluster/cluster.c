@@ -540,9 +540,10 @@ static void set_lease_file(cluster_t *cl)
     snprintf(cl->lease_file, sizeof(cl->lease_file), "%s/cluster-%s.lease", dir, cl->node);
 }
 
-void cluster_observe(cluster_t *cl, const cluster_observer_t *obs)
+void cluster_observe(cluster_t *cl, const cluster_observer_t *obs, void *state)
 {
     cl->observer = obs;
+    cl->observer_state = state;
 }
 
 int cluster_start(salusd_t *d)

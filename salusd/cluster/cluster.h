@@ -53,6 +53,9 @@
 
 #define CLUSTER_MAX_MEMBERS 256
 
+/* The daemon's cluster role (NULL: a single node). */
+static inline struct cluster_s *cluster_of(const salusd_t *d) { return d->cluster; }
+
 /* Joins the cluster when --cluster is set (else does nothing, 0): reads the key, starts the
  * links, and waits (running the loop, before the daemon serves) for etcd to grant or renew
  * the lease and list the members: at most a few seconds. 0, or -1 with the reason logged
@@ -77,8 +80,44 @@ typedef struct cluster_observer_s {
     void (*free)(struct cluster_s *cl); /* cluster_stop, after etcd is gone */
 } cluster_observer_t;
 
-/* Registers obs (NULL: none); one table. */
-void cluster_observe(struct cluster_s *cl, const cluster_observer_t *obs);
+/* Registers obs (NULL: none) and its state (cluster_observer_state); one table. */
+void cluster_observe(struct cluster_s *cl, const cluster_observer_t *obs, void *state);
+
+/* What the observer (the parameter servers' part, ps_cluster*.c) reads of the cluster: the
+ * cluster's own books stay in cluster-internal.h. */
+typedef struct cluster_s cluster_t;
+struct etcd_s;
+struct links_s;
+void *cluster_observer_state(const cluster_t *cl); /* NULL: none registered */
+struct etcd_s *cluster_etcd(const cluster_t *cl);   /* the cluster's etcd gateway (etcd.h) */
+struct links_s *cluster_links(const cluster_t *cl); /* the daemon links (links.h) */
+const char *cluster_node(const cluster_t *cl);      /* this node's name */
+const char *cluster_prefix(const cluster_t *cl);    /* --cluster-prefix: the keys' root */
+/* the lease has expired (or would have): this node is out of the cluster until it is back */
+int cluster_lease_lost(const cluster_t *cl);
+int cluster_members_read(const cluster_t *cl);      /* the first listing of members arrived */
+int cluster_is_member(const cluster_t *cl, const char *node);
+/* The members now (in the order of the listing): how many, and the name of member i. */
+uint32_t cluster_member_count(const cluster_t *cl);
+const char *cluster_member_node(const cluster_t *cl, uint32_t i);
+/* The UCX messages' master key (32 bytes, ps_net_auth.h). */
+const uint8_t *cluster_ps_net_master(const cluster_t *cl);
+/* Counted in the cluster's samples (cluster_sample_t): a message sent over a link, an error
+ * answered by etcd. */
+void cluster_count_message_sent(cluster_t *cl);
+void cluster_count_etcd_error(cluster_t *cl);
+/* The epoch (its record's create revision) of group uid/name as this node knows it; 0 when
+ * no record of it was seen. */
+int64_t cluster_group_epoch(cluster_t *cl, uint32_t uid, const char *name);
+/* The nodes of local group group_id's record (groups.c's id), sorted by name, up to max,
+ * each with ranks[i], its number of ranks; their count (0: no record yet). The names stay
+ * valid until the record changes. */
+uint32_t cluster_group_rank_nodes(cluster_t *cl, uint64_t group_id, const char **nodes,
+                                  uint32_t *ranks, uint32_t max);
+/* Rank rank of local group group_id, when it runs on this node (named there in the record,
+ * or submitted here): its index among the group's ranks here; -1 when it is not here or the
+ * group is unknown. */
+int cluster_group_local_index(cluster_t *cl, uint64_t group_id, uint32_t rank);
 
 /* What the cluster hears of the jobs subsystem: cluster_jobs_observer (main registers it),
  * each entry a no-op without a cluster. */

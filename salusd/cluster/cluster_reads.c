@@ -1,11 +1,13 @@
 /* The cluster's state read without effects: a key under the cluster's prefix, a JSON object
- * from etcd's text, membership and leadership. Apart from cluster.c so that the files above
+ * from etcd's text, membership and leadership, and what cluster.h lets its observer read.
+ * Apart from cluster.c so that the files above
  * it (group records, gang slots) link in their unit test without the lease, the watch and
  * the links. */
 #include "cluster-internal.h"
 
 #include <json-c/json.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,4 +41,113 @@ int cluster_is_member(const cluster_t *cl, const char *node)
 int cluster_is_leader(const cluster_t *cl)
 {
     return !cl->lease_lost && cl->leader[0] && strcmp(cl->leader, cl->node) == 0;
+}
+
+void *cluster_observer_state(const cluster_t *cl)
+{
+    return cl->observer_state;
+}
+
+etcd_t *cluster_etcd(const cluster_t *cl)
+{
+    return cl->etcd;
+}
+
+links_t *cluster_links(const cluster_t *cl)
+{
+    return cl->links;
+}
+
+const char *cluster_node(const cluster_t *cl)
+{
+    return cl->node;
+}
+
+const char *cluster_prefix(const cluster_t *cl)
+{
+    return cl->prefix;
+}
+
+int cluster_lease_lost(const cluster_t *cl)
+{
+    return cl->lease_lost;
+}
+
+int cluster_members_read(const cluster_t *cl)
+{
+    return cl->members_read;
+}
+
+uint32_t cluster_member_count(const cluster_t *cl)
+{
+    return cl->member_count;
+}
+
+const char *cluster_member_node(const cluster_t *cl, uint32_t i)
+{
+    return i < cl->member_count ? cl->members[i].node : NULL;
+}
+
+const uint8_t *cluster_ps_net_master(const cluster_t *cl)
+{
+    return cl->ps_net_master;
+}
+
+void cluster_count_message_sent(cluster_t *cl)
+{
+    cl->stats.messages_sent++;
+}
+
+void cluster_count_etcd_error(cluster_t *cl)
+{
+    cl->stats.etcd_errors++;
+}
+
+int64_t cluster_group_epoch(cluster_t *cl, uint32_t uid, const char *name)
+{
+    char key[sizeof(((cluster_group_t *)0)->key)];
+    snprintf(key, sizeof(key), "%u/%s", (unsigned)uid, name);
+    cluster_group_t *g = cluster_group_by_key(cl, key);
+    return g && g->epoch > 0 ? g->epoch : 0;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+uint32_t cluster_group_rank_nodes(cluster_t *cl, uint64_t group_id, const char **nodes,
+                                  uint32_t *ranks, uint32_t max)
+{
+    cluster_group_t *g = cluster_group_by_local(cl, group_id);
+    if (max == 0 || !g || !g->ranks)
+        return 0;
+    const char *all[CLUSTER_GROUP_MAX_NODES];
+    uint32_t n = cluster_group_nodes(g, all, CLUSTER_GROUP_MAX_NODES);
+    qsort(all, n, sizeof(all[0]), name_cmp);
+    if (n > max)
+        n = max;
+    for (uint32_t i = 0; i < n; i++) {
+        nodes[i] = all[i];
+        ranks[i] = 0;
+        for (uint32_t r = 0; r < g->world; r++)
+            ranks[i] += strcmp(g->ranks[r].node, all[i]) == 0;
+    }
+    return n;
+}
+
+int cluster_group_local_index(cluster_t *cl, uint64_t group_id, uint32_t rank)
+{
+    cluster_group_t *g = cluster_group_by_local(cl, group_id);
+    if (!g || rank >= g->world)
+        return -1;
+    int index = 0;
+    for (uint32_t r = 0; r <= rank; r++) {
+        int here = (g->ranks && strcmp(g->ranks[r].node, cl->node) == 0) ||
+                   (g->local_job && g->local_job[r]);
+        if (r == rank)
+            return here ? index : -1;
+        index += here;
+    }
+    return -1;
 }

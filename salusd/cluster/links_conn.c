@@ -2,6 +2,7 @@
  * handshake of links.h, for both the dialer and the acceptor. Every fault closes the
  * connection: an accepted one is freed here, a dialed one goes to links_peer_failed (which
  * dials again). */
+#include "frame_read.h"
 #include "links-internal.h"
 #include "log.h"
 
@@ -336,38 +337,30 @@ static void on_read(struct bufferevent *bev, void *arg)
     links_t *l = c->links;
     struct evbuffer *in = bufferevent_get_input(bev);
     for (;;) {
-        uint8_t header[PROTO_HEADER_BYTES];
-        uint32_t len;
-        size_t available = evbuffer_get_length(in);
-        if (available == 0)
+        if (evbuffer_get_length(in) == 0)
             return;
         if (c->peer && c->state == LINKS_CONN_UP) { /* its tags would be checked with ours */
             refuse(c, "a frame on a link this daemon dialed (links carry one way)");
             return;
         }
-        if (available < PROTO_HEADER_BYTES)
-            return;
         /* once up, a frame ends with its tag */
         size_t tag = c->state == LINKS_CONN_UP ? LINK_AUTH_TAG_BYTES : 0;
         uint32_t cap = c->state == LINKS_CONN_UP ? l->max_frame_bytes + LINK_AUTH_TAG_BYTES
                                                  : LINKS_HANDSHAKE_MAX_FRAME_BYTES;
-        evbuffer_copyout(in, header, sizeof(header));
-        if (proto_frame_length(header, sizeof(header), cap, &len) < 0 || len <= tag) {
-            l->stats.frames_rejected++;
-            refuse(c, "a frame length of zero or over the size cap");
+        frame_read_t f;
+        char bad[128];
+        int rc = frame_read_next(in, (uint32_t)tag + 1, cap, &f, bad, sizeof(bad));
+        if (rc == FRAME_READ_MORE)
+            return;
+        if (rc < 0) {
+            if (rc == -EMSGSIZE)
+                l->stats.frames_rejected++;
+            refuse(c, bad);
             return;
         }
-        if (available < PROTO_HEADER_BYTES + (size_t)len)
-            return;
-        const uint8_t *frame = evbuffer_pullup(in, (ev_ssize_t)(PROTO_HEADER_BYTES + (size_t)len));
-        if (!frame) {
-            refuse(c, "out of memory");
-            return;
-        }
-        size_t body = len - tag;
-        if (tag && !link_auth_frame_check(c->session_key, c->seq, frame, PROTO_HEADER_BYTES,
-                                          frame + PROTO_HEADER_BYTES, body,
-                                          frame + PROTO_HEADER_BYTES + body)) {
+        size_t body = f.payload_bytes - tag;
+        if (tag && !link_auth_frame_check(c->session_key, c->seq, f.frame, PROTO_HEADER_BYTES,
+                                          f.payload, body, f.payload + body)) {
             refuse_forged(c); /* before anything of the frame is parsed */
             return;
         }
@@ -375,8 +368,8 @@ static void on_read(struct bufferevent *bev, void *arg)
             c->seq++;
         proto_msg_t msg;
         const char *why = "malformed";
-        int rc = proto_decode(frame + PROTO_HEADER_BYTES, body, &msg, &why);
-        evbuffer_drain(in, PROTO_HEADER_BYTES + (size_t)len);
+        rc = proto_decode(f.payload, body, &msg, &why);
+        frame_read_drain(in, &f);
         if (rc < 0) {
             char text[160];
             snprintf(text, sizeof(text), "a frame that does not decode (%s)", why);

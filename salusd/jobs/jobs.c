@@ -642,6 +642,14 @@ void jobs_connection_closed(conn_t *c)
         finish_job(d, job, rt->reply_pending ? JOB_FAILED : JOB_ENDED);
 }
 
+void jobs_sample(const salusd_t *d, jobs_sample_t *sample)
+{
+    memset(sample, 0, sizeof(*sample));
+    sample->count = registry_count(d->registry);
+    for (int st = JOB_DONE; st < JOB_STATE_COUNT; st++)
+        sample->ended[st] = registry_ended(d->registry, (job_state_t)st);
+}
+
 int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
 {
     if (index >= registry_count(d->registry))

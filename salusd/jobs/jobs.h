@@ -141,6 +141,13 @@ const char *jobs_state(const salusd_t *d, const job_t *job);
 /* Fills info with the index-th job of the registry (0 <= index < registry_count()), the
  * same values jobs_pack_list() sends. Returns 0, or -ENOENT past the end. */
 int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info);
+/* For /metrics: the jobs in the registry now (jobs_info_at's indexes) and those that ended,
+ * by the state they ended in (JOB_DONE and above; 0 below). */
+typedef struct jobs_sample_s {
+    size_t count;
+    uint64_t ended[JOB_STATE_COUNT];
+} jobs_sample_t;
+void jobs_sample(const salusd_t *d, jobs_sample_t *sample);
 /* The shared segment of salusd's simulated devices ("/simgpu-UID" or SIMGPU_SHM_NAME), ""
  * when salusd runs on real GPUs. */
 void jobs_simgpu_shm_name(const salusd_t *d, char *out, size_t size);

@@ -85,21 +85,24 @@ int metrics_check_config(const struct salusd_config_s *cfg)
  * stands. */
 static void sample_gpu(metrics_t *m, int gpu, uint64_t now_ns)
 {
-    salusd_t *d = m->daemon;
-    const gpu_t *g = &d->devices.gpus[gpu];
     metrics_gpu_sample_t *s = &m->gpus[gpu];
-    uint64_t busy_ns = 0;
+    gpu_sched_gpu_sample_t g;
 
     memset(s, 0, sizeof(*s));
     s->index = gpu;
-    s->name = g->name;
-    s->total_bytes = g->total_bytes;
-    s->reserved_bytes = gpu_sched_gpu_reserved_bytes(d, gpu);
-    s->used_bytes = g->chunk_bytes;
-    gpu_sched_gpu_books(d, gpu, &s->capacity_bytes, &s->persistent_bytes, &s->lane_bytes,
-                        &s->lanes);
-    if (devices_busy_ns(&d->devices, gpu, &busy_ns) < 0)
+    if (gpu_sched_gpu_sample(m->daemon, gpu, &g) < 0)
         return;
+    s->name = g.name;
+    s->total_bytes = g.total_bytes;
+    s->reserved_bytes = g.reserved_bytes;
+    s->used_bytes = g.used_bytes;
+    s->capacity_bytes = g.capacity_bytes;
+    s->persistent_bytes = g.persistent_bytes;
+    s->lane_bytes = g.lane_bytes;
+    s->lanes = g.lanes;
+    if (!g.has_busy)
+        return;
+    uint64_t busy_ns = g.busy_ns;
     s->has_busy = 1;
     s->busy_ns = busy_ns;
     if (m->have_previous[gpu] && now_ns > m->previous_sample_ns[gpu]) {
@@ -119,7 +122,11 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
 {
     salusd_t *d = m->daemon;
     uint64_t now = salusd_now_ns();
-    size_t count = registry_count(d->registry);
+    jobs_sample_t js;
+    gpu_sched_sample_t ss;
+    jobs_sample(d, &js);
+    gpu_sched_sample(d, &ss);
+    size_t count = js.count;
 
     memset(snap, 0, sizeof(*snap));
     if (count > m->job_capacity) {
@@ -129,7 +136,7 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
         m->jobs = jobs;
         m->job_capacity = count;
     }
-    for (int i = 0; i < d->devices.count; i++)
+    for (int i = 0; i < ss.gpus && i < DEVICES_MAX_GPUS; i++)
         sample_gpu(m, i, now);
     for (size_t i = 0; i < count; i++) {
         jobs_info_t info;
@@ -227,12 +234,12 @@ static int collect(metrics_t *m, metrics_snapshot_t *snap)
         snap->process = &m->process;
     }
     for (int st = JOB_DONE; st < JOB_STATE_COUNT; st++)
-        snap->jobs_ended[st] = registry_ended(d->registry, (job_state_t)st);
+        snap->jobs_ended[st] = js.ended[st];
     snap->version = SALUS_VERSION;
-    snap->policy = d->gpu_sched ? gpu_sched_policy_name(d) : "none";
-    snap->rank_name = d->gpu_sched ? gpu_sched_rank_name(d) : NULL;
+    snap->policy = ss.policy;
+    snap->rank_name = ss.rank_name;
     snap->gpus = m->gpus;
-    snap->gpu_count = (size_t)d->devices.count;
+    snap->gpu_count = (size_t)(ss.gpus < DEVICES_MAX_GPUS ? ss.gpus : DEVICES_MAX_GPUS);
     snap->jobs = m->jobs;
     snap->job_count = count;
     snap->omit_jobs = !d->config.metrics_job_labels;
@@ -444,7 +451,9 @@ int metrics_start(salusd_t *d)
     }
     fd = -1; /* evhttp closes it */
     /* the first scrape's utilization covers the time from now */
-    for (int i = 0; i < d->devices.count; i++)
+    gpu_sched_sample_t ss;
+    gpu_sched_sample(d, &ss);
+    for (int i = 0; i < ss.gpus && i < DEVICES_MAX_GPUS; i++)
         sample_gpu(m, i, salusd_now_ns());
     d->metrics = m;
     if (metrics_is_loopback((const struct sockaddr *)&bound))

@@ -333,60 +333,18 @@ int ps_ckpt_read(const char *path, ps_ckpt_header_t *h, float **values, char *er
                  size_t err_size)
 {
     *values = NULL;
-    const char *name = NULL;
-    char where[PATH_MAX + 256];
-    int dfd = fsio_open_parent(path, 0, &name, where, sizeof(where));
-    if (dfd == -ENOENT) {
-        snprintf(err, err_size, "%s: no checkpoint (no such file)", path);
-        return dfd;
-    }
-    if (dfd < 0) {
-        snprintf(err, err_size, "%s", where);
-        return dfd;
-    }
-    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    close(dfd);
-    if (fd < 0) {
-        int rc = -errno;
-        snprintf(err, err_size, "%s: %s", path,
-                 rc == -ENOENT ? "no checkpoint (no such file)" : strerror(-rc));
-        return rc;
-    }
-    struct stat st;
     uint8_t *buf = NULL;
-    int rc = 0;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        rc = -EINVAL;
-        snprintf(err, err_size, "%s: not a regular file", path);
-        goto out;
-    }
-    if ((uint64_t)st.st_size > 64 + 4 * PS_CKPT_TEXT_BYTES + PS_CKPT_MAX_COUNT * sizeof(float)) {
-        rc = -EINVAL;
-        snprintf(err, err_size, "%s: too large for a checkpoint (%lld bytes)", path,
-                 (long long)st.st_size);
-        goto out;
-    }
-    buf = malloc((size_t)st.st_size + 1);
-    if (!buf) {
-        rc = -ENOMEM;
-        snprintf(err, err_size, "%s: out of memory", path);
-        goto out;
-    }
     size_t len = 0;
-    while (len < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-    }
+    int rc = fsio_read_file(path, 64 + 4 * PS_CKPT_TEXT_BYTES + PS_CKPT_MAX_COUNT * sizeof(float),
+                            0, "a checkpoint", &buf, &len, err, err_size);
+    if (rc == -ENOENT)
+        snprintf(err, err_size, "%s: no checkpoint (no such file)", path);
+    if (rc < 0)
+        return rc;
     char why[256];
     rc = ps_ckpt_decode(buf, len, h, values, why, sizeof(why));
     if (rc < 0)
         snprintf(err, err_size, "%s: %s", path, why);
-out:
     free(buf);
-    close(fd);
     return rc;
 }

@@ -7,7 +7,10 @@
 #ifndef SALUS_SALUSD_PS_CLUSTER_INTERNAL_H
 #define SALUS_SALUSD_PS_CLUSTER_INTERNAL_H
 
-#include "cluster-internal.h"
+#include "cluster.h"
+#include "etcd.h"
+#include "launch.h"
+#include "links.h"
 #include "ps_cluster.h"
 
 #include <stddef.h>
@@ -295,7 +298,7 @@ typedef struct ps_cluster_s {
 static inline ps_cluster_t *ps_of(const salusd_t *d)
 {
     cluster_t *cl = cluster_of(d);
-    return cl ? (ps_cluster_t *)cl->ps : NULL;
+    return cl ? (ps_cluster_t *)cluster_observer_state(cl) : NULL;
 }
 
 /* ps_cluster_etcd.c, for ps_cluster.c */

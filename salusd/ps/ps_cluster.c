@@ -6,7 +6,6 @@
  * here when the service starts (cluster_observe), the cluster's one way to speak upward. */
 #include "ps_cluster-internal.h"
 
-#include "cluster-internal.h"
 #include "groups.h"
 #include "log.h"
 
@@ -65,9 +64,9 @@ static void send_hello(ps_cluster_t *ps, ps_peer_t *p, uint64_t token, int have)
     proto_pack_kv_uint(&enc.pk, "token", token);
     proto_pack_kv_bool(&enc.pk, "have", have);
     proto_enc_finish(&enc);
-    int rc = links_send(ps->cl->links, p->node, &enc);
+    int rc = links_send(cluster_links(ps->cl), p->node, &enc);
     if (rc == 0)
-        ps->cl->stats.messages_sent++;
+        cluster_count_message_sent(ps->cl);
     else
         LOG_DEBUG("ps: hello to %s not sent (%s): sent again when its link is back", p->node,
                   strerror(-rc));
@@ -199,7 +198,8 @@ static void hello_received(ps_cluster_t *ps, const char *from, const proto_msg_t
     p->addr = copy;
     p->addr_len = len;
     ps_hello_out_t out;
-    ps_hello_received(&p->tok, token, have, links_is_up(ps->cl->links, from), fresh, &out);
+    ps_hello_received(&p->tok, token, have, links_is_up(cluster_links(ps->cl), from), fresh,
+                      &out);
     LOG_DEBUG("ps: ps_hello from %s (%zu address bytes%s)", from, len,
               have ? "" : ", asks for ours");
     apply(ps, p, &out);
@@ -209,20 +209,20 @@ static void hello_received(ps_cluster_t *ps, const char *from, const proto_msg_t
 
 static void hook_link_up(cluster_t *cl, const char *node)
 {
-    link_up(cl->ps, node);
+    link_up(cluster_observer_state(cl), node);
 }
 
 static void hook_message(cluster_t *cl, const char *from, const proto_msg_t *msg)
 {
     if (strcmp(msg->op, "ps_hello") == 0)
-        hello_received(cl->ps, from, msg);
+        hello_received(cluster_observer_state(cl), from, msg);
     else
         LOG_WARN("ps: an unknown message '%s' from %s: ignored", msg->op, from);
 }
 
 static void hook_node_gone(cluster_t *cl, const char *node, const char *how)
 {
-    ps_cluster_t *ps = cl->ps;
+    ps_cluster_t *ps = cluster_observer_state(cl);
     if (ps->started && !cluster_is_member(cl, node)) /* its lease ended (not a link down) */
         ps_replicas_node_gone(ps, node);
     ps_peer_t *p = peer_find(ps, node);
@@ -235,7 +235,7 @@ static void hook_node_gone(cluster_t *cl, const char *node, const char *how)
 
 static void hook_pack_peers(cluster_t *cl, msgpack_packer *pk)
 {
-    ps_cluster_t *ps = cl->ps;
+    ps_cluster_t *ps = cluster_observer_state(cl);
     uint32_t n = 0;
     for (uint32_t i = 0; ps && ps->started && i < ps->peer_count; i++)
         n += ps->peers[i].up;
@@ -248,7 +248,7 @@ static void hook_pack_peers(cluster_t *cl, msgpack_packer *pk)
 
 static void hook_free(cluster_t *cl)
 {
-    ps_cluster_t *ps = cl->ps;
+    ps_cluster_t *ps = cluster_observer_state(cl);
     if (!ps)
         return;
     ps->started = 0;
@@ -269,8 +269,7 @@ static void hook_free(cluster_t *cl)
     }
     free(ps->peers);
     free(ps);
-    cl->ps = NULL;
-    cluster_observe(cl, NULL);
+    cluster_observe(cl, NULL, NULL);
 }
 
 static const cluster_observer_t cluster_hooks = {
@@ -294,7 +293,7 @@ static void endpoint_failed(ps_cluster_t *ps, ps_peer_t *p, int status)
     peer_down(ps, p, why);
     uint64_t fresh = ps_cluster_token();
     ps_hello_out_t out;
-    ps_hello_down(&p->tok, fresh && links_is_up(ps->cl->links, p->node), fresh, &out);
+    ps_hello_down(&p->tok, fresh && links_is_up(cluster_links(ps->cl), p->node), fresh, &out);
     apply(ps, p, &out);
 }
 
@@ -326,7 +325,7 @@ static void on_probe(evutil_socket_t fd, short what, void *arg)
     ps_cluster_t *ps = arg;
     for (uint32_t i = 0; ps->started && ps->net && i < ps->peer_count; i++) {
         ps_peer_t *p = &ps->peers[i];
-        if (!p->added && p->readd && links_is_up(ps->cl->links, p->node)) {
+        if (!p->added && p->readd && links_is_up(cluster_links(ps->cl), p->node)) {
             p->readd = 0; /* (a failed add, paced by this timer) */
             endpoint_failed(ps, p, -EAGAIN);
             continue;
@@ -373,7 +372,7 @@ void ps_cluster_send_failed(salusd_t *d, const char *node, int status)
     peer_down(ps, p, why);
     ps_hello_out_t out;
     uint64_t fresh = ps_cluster_token();
-    ps_hello_down(&p->tok, fresh && links_is_up(ps->cl->links, node), fresh, &out);
+    ps_hello_down(&p->tok, fresh && links_is_up(cluster_links(ps->cl), node), fresh, &out);
     apply(ps, p, &out);
 }
 
@@ -387,7 +386,7 @@ int ps_cluster_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx)
         }
         return 0;
     }
-    ps_cluster_t *ps = cl->ps;
+    ps_cluster_t *ps = cluster_observer_state(cl);
     if (!ps) {
         ps = calloc(1, sizeof(*ps));
         if (!ps) {
@@ -396,8 +395,7 @@ int ps_cluster_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx)
         }
         ps->d = d;
         ps->cl = cl;
-        cl->ps = ps;
-        cluster_observe(cl, &cluster_hooks);
+        cluster_observe(cl, &cluster_hooks, ps);
     }
     if (ps->started)
         return 0;
@@ -405,14 +403,15 @@ int ps_cluster_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx)
         ps->hooks = *hooks;
     ps->ctx = ctx;
     char err[512] = "";
-    int rc = ps_net_create(d->base, cl->node, net_recv, ps, &ps->net, err, sizeof(err));
+    int rc = ps_net_create(d->base, cluster_node(cl), net_recv, ps, &ps->net, err, sizeof(err));
     if (rc < 0) {
-        LOG_ERROR("ps: the UCX net of node %s: %s", cl->node, err[0] ? err : strerror(-rc));
+        LOG_ERROR("ps: the UCX net of node %s: %s", cluster_node(cl),
+                  err[0] ? err : strerror(-rc));
         ps->net = NULL;
         return -1;
     }
     if (d->config.ps_net_integrity) {
-        rc = ps_net_set_integrity(ps->net, cl->ps_net_master);
+        rc = ps_net_set_integrity(ps->net, cluster_ps_net_master(cl));
         if (rc < 0) {
             LOG_ERROR("ps: integrity of the UCX messages: %s", strerror(-rc));
             ps_net_destroy(ps->net);
@@ -428,12 +427,13 @@ int ps_cluster_start(salusd_t *d, const ps_cluster_hooks_t *hooks, void *ctx)
     if (!ps->probe || event_add(ps->probe, &every) < 0)
         LOG_WARN("ps: no timer to try the UCX endpoints: a failed one waits for its link");
     LOG_INFO("ps: node %s's UCX net is up: its address goes to the members over the links",
-             cl->node);
+             cluster_node(cl));
     /* the links up already: the exchange starts now */
-    for (uint32_t i = 0; i < cl->member_count; i++)
-        if (strcmp(cl->members[i].node, cl->node) != 0 &&
-            links_is_up(cl->links, cl->members[i].node))
-            link_up(ps, cl->members[i].node);
+    for (uint32_t i = 0; i < cluster_member_count(cl); i++) {
+        const char *node = cluster_member_node(cl, i);
+        if (strcmp(node, cluster_node(cl)) != 0 && links_is_up(cluster_links(cl), node))
+            link_up(ps, node);
+    }
     return 0;
 }
 
@@ -472,7 +472,7 @@ void ps_cluster_stop(salusd_t *d)
 const char *ps_cluster_self(const salusd_t *d)
 {
     const cluster_t *cl = cluster_of(d);
-    return cl ? cl->node : "local";
+    return cl ? cluster_node(cl) : "local";
 }
 
 ps_net_t *ps_cluster_net(salusd_t *d)
@@ -494,11 +494,6 @@ int ps_cluster_reachable(salusd_t *d, const char *node)
 
 /* ---- a group's nodes ------------------------------------------------------------------------- */
 
-static int name_cmp(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 uint32_t ps_cluster_group_nodes(salusd_t *d, uint64_t group_id, const char **nodes,
                                 uint32_t *ranks, uint32_t max)
 {
@@ -514,21 +509,7 @@ uint32_t ps_cluster_group_nodes(salusd_t *d, uint64_t group_id, const char **nod
         ranks[0] = desc.world;
         return 1;
     }
-    cluster_group_t *g = cluster_group_by_local(cl, group_id);
-    if (!g || !g->ranks)
-        return 0;
-    const char *all[CLUSTER_GROUP_MAX_NODES];
-    uint32_t n = cluster_group_nodes(g, all, CLUSTER_GROUP_MAX_NODES);
-    qsort(all, n, sizeof(all[0]), name_cmp);
-    if (n > max)
-        n = max;
-    for (uint32_t i = 0; i < n; i++) {
-        nodes[i] = all[i];
-        ranks[i] = 0;
-        for (uint32_t r = 0; r < g->world; r++)
-            ranks[i] += strcmp(g->ranks[r].node, all[i]) == 0;
-    }
-    return n;
+    return cluster_group_rank_nodes(cl, group_id, nodes, ranks, max);
 }
 
 int ps_cluster_local_index(salusd_t *d, uint64_t group_id, uint32_t rank)
@@ -541,16 +522,5 @@ int ps_cluster_local_index(salusd_t *d, uint64_t group_id, uint32_t rank)
             return -1;
         return (int)rank; /* every rank of the group is here */
     }
-    cluster_group_t *g = cluster_group_by_local(cl, group_id);
-    if (!g || rank >= g->world)
-        return -1;
-    int index = 0;
-    for (uint32_t r = 0; r <= rank; r++) {
-        int here = (g->ranks && strcmp(g->ranks[r].node, cl->node) == 0) ||
-                   (g->local_job && g->local_job[r]);
-        if (r == rank)
-            return here ? index : -1;
-        index += here;
-    }
-    return -1;
+    return cluster_group_local_index(cl, group_id, rank);
 }

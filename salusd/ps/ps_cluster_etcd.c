@@ -20,18 +20,19 @@ static ring_req_t *local_reqs;
 
 void ps_cluster_forget_epoch(cluster_t *cl, uint32_t uid, const char *name, int64_t epoch)
 {
-    if (epoch <= 0 || !cl->etcd)
+    if (epoch <= 0 || !cluster_etcd(cl))
         return;
     char key[512];
-    int n = snprintf(key, sizeof(key), "%s/ps/%u/%s/%lld/", cl->prefix, uid, name,
+    int n = snprintf(key, sizeof(key), "%s/ps/%u/%s/%lld/", cluster_prefix(cl), uid, name,
                      (long long)epoch);
     if (n < 0 || (size_t)n >= sizeof(key))
         return;
     LOG_DEBUG("ps: the ring records and views of group %s (epoch %lld) go", name,
               (long long)epoch);
     /* the views first (their keys are named by the ring records' epochs), then the records */
-    if (!cl->ps || ps_replicas_forget(cl->ps, uid, name, key) < 0)
-        etcd_delete(cl->etcd, key, 1, NULL, NULL);
+    ps_cluster_t *ps = cluster_observer_state(cl);
+    if (!ps || ps_replicas_forget(ps, uid, name, key) < 0)
+        etcd_delete(cluster_etcd(cl), key, 1, NULL, NULL);
 }
 
 void ps_cluster_req_free(ring_req_t *r)
@@ -102,7 +103,7 @@ static void on_txn(void *ctx, const etcd_result_t *res)
     char err[400];
     if (res->error) {
         if (ps)
-            ps->cl->stats.etcd_errors++;
+            cluster_count_etcd_error(ps->cl);
         snprintf(err, sizeof(err), "the ring of table '%s' cannot be agreed: %s", r->table,
                  res->message);
         req_done(r, res->error, err, NULL);
@@ -141,19 +142,17 @@ static void on_txn(void *ctx, const etcd_result_t *res)
 static int req_try(ps_cluster_t *ps, ring_req_t *r)
 {
     cluster_t *cl = ps->cl;
-    char gkey[sizeof(((cluster_group_t *)0)->key)];
-    snprintf(gkey, sizeof(gkey), "%u/%s", (unsigned)r->uid, r->group);
-    cluster_group_t *g = cluster_group_by_key(cl, gkey);
-    if (!g || g->epoch <= 0)
+    int64_t epoch = cluster_group_epoch(cl, (uint32_t)r->uid, r->group);
+    if (epoch <= 0)
         return 0;
     char key[600];
-    snprintf(key, sizeof(key), "%s/ps/%u/%s/%lld/%s", cl->prefix, (unsigned)r->uid, r->group,
-             (long long)g->epoch, r->table);
+    snprintf(key, sizeof(key), "%s/ps/%u/%s/%lld/%s", cluster_prefix(cl), (unsigned)r->uid,
+             r->group, (long long)epoch, r->table);
     etcd_txn_t txn = {.key = key, .target = ETCD_CMP_CREATE_REVISION, .rev = 0,
                       .success = {.kind = ETCD_OP_PUT, .value = r->value,
                                   .value_len = strlen(r->value)},
                       .failure = {.kind = ETCD_OP_GET}};
-    if (etcd_txn(cl->etcd, &txn, on_txn, r) < 0)
+    if (etcd_txn(cluster_etcd(cl), &txn, on_txn, r) < 0)
         return 0; /* out of memory: the retry tries again */
     r->in_flight = 1;
     LOG_DEBUG("ps: agreeing on %s: %s", key, r->value);
@@ -176,7 +175,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
         if (now >= r->deadline_ns) {
             char err[300];
             snprintf(err, sizeof(err), "the cluster record of group %s is not known on node "
-                     "%s: table '%s' cannot be agreed", r->group, ps->cl->node, r->table);
+                     "%s: table '%s' cannot be agreed", r->group, cluster_node(ps->cl), r->table);
             req_unlink(&ps->reqs, r);
             req_done(r, -ETIMEDOUT, err, NULL);
             ps_cluster_req_free(r);
@@ -248,9 +247,7 @@ void ps_cluster_ring_forget(salusd_t *d, uid_t uid, const char *group)
     cluster_t *cl = cluster_of(d);
     if (!cl || !group || !ps_key_name_ok(group, LAUNCH_GROUP_BYTES))
         return;
-    char gkey[sizeof(((cluster_group_t *)0)->key)];
-    snprintf(gkey, sizeof(gkey), "%u/%s", (unsigned)uid, group);
-    cluster_group_t *g = cluster_group_by_key(cl, gkey);
-    if (g && g->epoch > 0)
-        ps_cluster_forget_epoch(cl, (uint32_t)uid, group, g->epoch);
+    int64_t epoch = cluster_group_epoch(cl, (uint32_t)uid, group);
+    if (epoch > 0)
+        ps_cluster_forget_epoch(cl, (uint32_t)uid, group, epoch);
 }

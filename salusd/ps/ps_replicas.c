@@ -211,7 +211,7 @@ static void on_watch(void *ctx, const etcd_event_t *events, size_t count, int64_
         return;
     }
     if (error) {
-        vs->ps->cl->stats.etcd_errors++;
+        cluster_count_etcd_error(vs->ps->cl);
         LOG_DEBUG("ps: the views' watch of group %s: %s", g->group, message);
         return;
     }
@@ -230,14 +230,15 @@ static void on_read(void *ctx, const etcd_result_t *res)
     if (g) {
         g->read_busy = 0;
         if (res->error) {
-            vs->ps->cl->stats.etcd_errors++;
+            cluster_count_etcd_error(vs->ps->cl);
             g->need_read = 1; /* the tick reads again */
             LOG_DEBUG("ps: reading the views of group %s: %s", g->group, res->message);
         } else {
             for (size_t i = 0; i < res->count; i++)
                 kv_seen(vs, g, &res->kvs[i]);
             if (!g->w) {
-                g->w = etcd_watch(vs->ps->cl->etcd, g->prefix, res->revision + 1, on_watch, g);
+                g->w = etcd_watch(cluster_etcd(vs->ps->cl), g->prefix, res->revision + 1,
+                                  on_watch, g);
                 if (!g->w)
                     g->need_read = 1;
             }
@@ -259,7 +260,7 @@ static void group_read(ps_replicas_t *vs, vgroup_t *g)
     r->kind = VREQ_READ;
     r->uid = g->uid;
     snprintf(r->group, sizeof(r->group), "%s", g->group);
-    if (etcd_get(vs->ps->cl->etcd, g->prefix, 1, on_read, r) < 0) {
+    if (etcd_get(cluster_etcd(vs->ps->cl), g->prefix, 1, on_read, r) < 0) {
         free(r);
         return;
     }
@@ -337,7 +338,7 @@ int ps_replicas_watch(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
         g->vs = vs;
         g->uid = uid;
         snprintf(g->group, sizeof(g->group), "%s", group);
-        int n = snprintf(g->prefix, sizeof(g->prefix), "%s/psv/%u/%s/", vs->ps->cl->prefix,
+        int n = snprintf(g->prefix, sizeof(g->prefix), "%s/psv/%u/%s/", cluster_prefix(vs->ps->cl),
                          (unsigned)uid, group);
         if (n < 0 || (size_t)n >= sizeof(g->prefix)) {
             free(g);

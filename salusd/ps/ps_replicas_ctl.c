@@ -181,9 +181,7 @@ static void table_propose(servers_op_t *op, uint32_t i)
 static int read_rings(servers_op_t *op, const etcd_result_t *res)
 {
     cluster_t *cl = cluster_of(op->d);
-    char gkey[sizeof(((cluster_group_t *)0)->key)];
-    snprintf(gkey, sizeof(gkey), "%u/%s", (unsigned)op->uid, op->group);
-    cluster_group_t *g = cluster_group_by_key(cl, gkey);
+    int64_t record_epoch = cluster_group_epoch(cl, (uint32_t)op->uid, op->group);
     size_t plen = strlen(op->rings);
     uint64_t newest = 0;
     for (size_t i = 0; i < res->count; i++) {
@@ -192,7 +190,7 @@ static int read_rings(servers_op_t *op, const etcd_result_t *res)
         if (kv->key_len > plen && sscanf(kv->key + plen, "%llu/", &epoch) == 1 && epoch > newest)
             newest = epoch;
     }
-    op->epoch = g && g->epoch > 0 ? (uint64_t)g->epoch : newest;
+    op->epoch = record_epoch > 0 ? (uint64_t)record_epoch : newest;
     char eprefix[64];
     snprintf(eprefix, sizeof(eprefix), "%" PRIu64 "/", op->epoch);
     size_t elen = strlen(eprefix);
@@ -270,7 +268,7 @@ static void on_rings(void *ctx, const etcd_result_t *res)
     }
     if (read_rings(op, res) < 0)
         return;
-    if (etcd_get(cluster_of(op->d)->etcd, op->views, 1, on_views, op) < 0)
+    if (etcd_get(cluster_etcd(cluster_of(op->d)), op->views, 1, on_views, op) < 0)
         op_error(op, PROTO_EINTERNAL, "out of memory");
 }
 
@@ -361,10 +359,11 @@ void ps_replicas_handle_servers(conn_t *c, const proto_msg_t *msg)
                            "--cluster: a table's server is this node and never changes");
         return;
     }
-    if (!ps || !ps->started || cl->lease_lost) {
-        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "node %s is %s", cl->node,
-                           cl->lease_lost ? "not a member of the cluster now (its lease was "
-                                            "lost)" : "not serving parameter servers");
+    if (!ps || !ps->started || cluster_lease_lost(cl)) {
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0, "node %s is %s", cluster_node(cl),
+                           cluster_lease_lost(cl) ? "not a member of the cluster now (its "
+                                                    "lease was lost)"
+                                                  : "not serving parameter servers");
         return;
     }
     if (has_add && !ps_replicas_member_alive(d, node)) {
@@ -384,11 +383,12 @@ void ps_replicas_handle_servers(conn_t *c, const proto_msg_t *msg)
     op->add = has_add;
     snprintf(op->group, sizeof(op->group), "%s", group);
     snprintf(op->node, sizeof(op->node), "%s", node);
-    snprintf(op->rings, sizeof(op->rings), "%s/ps/%u/%s/", cl->prefix, (unsigned)c->uid, group);
-    snprintf(op->views, sizeof(op->views), "%s/psv/%u/%s/", cl->prefix, (unsigned)c->uid,
+    snprintf(op->rings, sizeof(op->rings), "%s/ps/%u/%s/", cluster_prefix(cl), (unsigned)c->uid,
+             group);
+    snprintf(op->views, sizeof(op->views), "%s/psv/%u/%s/", cluster_prefix(cl), (unsigned)c->uid,
              group);
     LIST_INSERT_HEAD(&servers_ops, op, link);
-    if (etcd_get(cl->etcd, op->rings, 1, on_rings, op) < 0)
+    if (etcd_get(cluster_etcd(cl), op->rings, 1, on_rings, op) < 0)
         op_error(op, PROTO_EINTERNAL, "out of memory");
 }
 

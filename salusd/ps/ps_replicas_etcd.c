@@ -18,7 +18,7 @@
 static int view_key(const ps_replicas_t *vs, uid_t uid, const char *group, uint64_t epoch,
                     const char *table, char *out, size_t size)
 {
-    int n = snprintf(out, size, "%s/psv/%u/%s/%" PRIu64 "/%s", vs->ps->cl->prefix,
+    int n = snprintf(out, size, "%s/psv/%u/%s/%" PRIu64 "/%s", cluster_prefix(vs->ps->cl),
                      (unsigned)uid, group, epoch, table);
     return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
@@ -75,12 +75,13 @@ static void on_failover_done(void *arg, int rc, const char *err, const ps_view_t
 void ps_replicas_failover_eval(ps_replicas_t *vs, vtable_t *t)
 {
     ps_cluster_t *ps = vs->ps;
-    if (!ps || !ps->started || ps->cl->lease_lost || !ps->cl->members_read || !t->seen.number)
+    if (!ps || !ps->started || cluster_lease_lost(ps->cl) || !cluster_members_read(ps->cl) ||
+        !t->seen.number)
         return;
     char out[PS_VIEW_SERVERS_BYTES], gone[PS_VIEW_SERVERS_BYTES];
-    ps_replicas_failover_act_t act =
-        ps_replicas_failover_step(&t->fo, &t->seen, ps->cl->node, alive_cb, vs->d, salusd_now_ns(),
-                                  out, sizeof(out), gone, sizeof(gone));
+    ps_replicas_failover_act_t act = ps_replicas_failover_step(&t->fo, &t->seen, cluster_node(ps->cl), alive_cb,
+                                             vs->d, salusd_now_ns(), out, sizeof(out), gone,
+                                             sizeof(gone));
     if (act == PS_FAILOVER_GIVE_UP) {
         LOG_WARN("ps: view of table %s/%s: %d proposals without %s lost: this daemon leaves "
                  "view %" PRIu64 " to the others", t->group, t->table, PS_FAILOVER_MAX_TRIES,
@@ -168,8 +169,8 @@ static void on_rejoin_done(void *arg, int rc, const char *err, const ps_view_t *
 void ps_replicas_rejoin_eval(ps_replicas_t *vs, vtable_t *t)
 {
     ps_cluster_t *ps = vs->ps;
-    if (!t->rejoins || !ps || !ps->started || ps->cl->lease_lost || !ps->cl->members_read ||
-        !t->seen.number)
+    if (!t->rejoins || !ps || !ps->started || cluster_lease_lost(ps->cl) ||
+        !cluster_members_read(ps->cl) || !t->seen.number)
         return;
     uint64_t now = salusd_now_ns();
     for (uint32_t i = 0; i < t->rejoins;) {
@@ -279,7 +280,7 @@ static void on_req(void *ctx, const etcd_result_t *res)
     ps_view_t v;
     int rc;
     if (res->error) {
-        vs->ps->cl->stats.etcd_errors++;
+        cluster_count_etcd_error(vs->ps->cl);
         snprintf(err, sizeof(err), "the view of table '%s' cannot be %s: %s", r->table,
                  r->kind == VREQ_CREATE ? "written" : "changed", res->message);
         ps_replicas_req_unlink(vs, r);
@@ -342,7 +343,7 @@ static int send_txn(vreq_t *r, etcd_cmp_target_t target, int64_t rev)
                       .success = {.kind = ETCD_OP_PUT, .value = r->value,
                                   .value_len = strlen(r->value)},
                       .failure = {.kind = ETCD_OP_GET}};
-    if (etcd_txn(r->vs->ps->cl->etcd, &txn, on_req, r) < 0)
+    if (etcd_txn(cluster_etcd(r->vs->ps->cl), &txn, on_req, r) < 0)
         return -ENOMEM;
     r->stage = 1;
     return 0;
@@ -428,7 +429,7 @@ static int propose(ps_replicas_t *vs, uid_t uid, const char *group, uint64_t epo
     r->from = from;
     snprintf(r->want.servers, sizeof(r->want.servers), "%s", servers);
     /* first the view now (its R, and whether it is still `from`), then the transaction */
-    if (etcd_get(vs->ps->cl->etcd, r->key, 0, on_req, r) < 0) {
+    if (etcd_get(cluster_etcd(vs->ps->cl), r->key, 0, on_req, r) < 0) {
         free(r); /* (arg stays the caller's) */
         return -ENOMEM;
     }
@@ -474,14 +475,14 @@ static void on_forget_read(void *ctx, const etcd_result_t *res)
             if (kv->key_len <= plen || kv->create_revision <= 0 ||
                 memchr(kv->key + plen, '/', kv->key_len - plen))
                 continue;
-            int n = snprintf(key, sizeof(key), "%s/psv/%u/%s/%lld/%.*s", vs->ps->cl->prefix,
+            int n = snprintf(key, sizeof(key), "%s/psv/%u/%s/%lld/%.*s", cluster_prefix(vs->ps->cl),
                              (unsigned)r->uid, r->group, (long long)kv->create_revision,
                              (int)(kv->key_len - plen), kv->key + plen);
             if (n > 0 && (size_t)n < sizeof(key))
-                etcd_delete(vs->ps->cl->etcd, key, 0, NULL, NULL);
+                etcd_delete(cluster_etcd(vs->ps->cl), key, 0, NULL, NULL);
         }
     }
-    etcd_delete(vs->ps->cl->etcd, r->key, 1, NULL, NULL);
+    etcd_delete(cluster_etcd(vs->ps->cl), r->key, 1, NULL, NULL);
     ps_replicas_req_free(r);
 }
 
@@ -500,7 +501,7 @@ int ps_replicas_forget(ps_cluster_t *ps, uint32_t uid, const char *name,
     r->uid = uid;
     snprintf(r->group, sizeof(r->group), "%s", name);
     if (snprintf(r->key, sizeof(r->key), "%s", ring_prefix) >= (int)sizeof(r->key) ||
-        etcd_get(ps->cl->etcd, r->key, 1, on_forget_read, r) < 0) {
+        etcd_get(cluster_etcd(ps->cl), r->key, 1, on_forget_read, r) < 0) {
         free(r);
         return -ENOMEM;
     }

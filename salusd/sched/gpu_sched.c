@@ -251,6 +251,31 @@ void gpu_sched_gpu_books(const salusd_t *d, int gpu, uint64_t *capacity_bytes,
     *lanes = info.lane_count;
 }
 
+void gpu_sched_sample(const salusd_t *d, gpu_sched_sample_t *sample)
+{
+    sample->policy = d->gpu_sched ? gpu_sched_policy_name(d) : "none";
+    sample->rank_name = d->gpu_sched ? gpu_sched_rank_name(d) : NULL;
+    sample->gpus = d->devices.count;
+}
+
+int gpu_sched_gpu_sample(salusd_t *d, int gpu, gpu_sched_gpu_sample_t *sample)
+{
+    if (gpu < 0 || gpu >= d->devices.count)
+        return -ENOENT;
+    const gpu_t *g = &d->devices.gpus[gpu];
+    memset(sample, 0, sizeof(*sample));
+    sample->name = g->name;
+    sample->total_bytes = g->total_bytes;
+    sample->used_bytes = g->chunk_bytes;
+    sample->reserved_bytes = gpu_sched_gpu_reserved_bytes(d, gpu);
+    gpu_sched_gpu_books(d, gpu, &sample->capacity_bytes, &sample->persistent_bytes,
+                    &sample->lane_bytes, &sample->lanes);
+    sample->has_busy = devices_busy_ns(&d->devices, gpu, &sample->busy_ns) == 0;
+    if (!sample->has_busy)
+        sample->busy_ns = 0;
+    return 0;
+}
+
 int gpu_sched_lanes(const salusd_t *d, gpu_sched_lane_info_t **out, size_t *count)
 {
     const lanes_t *lanes = sched_core_lanes(d->gpu_sched->core);

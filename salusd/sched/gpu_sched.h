@@ -86,6 +86,25 @@ void gpu_sched_gpu_books(const salusd_t *d, int gpu, uint64_t *capacity_bytes,
 /* Memory booked on a GPU, from the lane manager's books: the admitted jobs' persistent memory
  * plus the lanes' sizes (jobs that share a lane count it once). */
 uint64_t gpu_sched_gpu_reserved_bytes(salusd_t *d, int gpu);
+/* For /metrics: the policy and the node's GPUs, and one GPU's figures (the device's and the
+ * lane manager's books), so that the layers above read none of the books themselves. */
+typedef struct gpu_sched_sample_s {
+    const char *policy;    /* "none" before gpu_sched_init */
+    const char *rank_name; /* what a job's policy rank means; NULL: none */
+    int gpus;              /* GPUs 0 .. gpus-1 */
+} gpu_sched_sample_t;
+void gpu_sched_sample(const salusd_t *d, gpu_sched_sample_t *sample);
+typedef struct gpu_sched_gpu_sample_s {
+    const char *name;
+    uint64_t total_bytes;
+    uint64_t used_bytes;     /* handed out in chunks, all jobs */
+    uint64_t reserved_bytes; /* gpu_sched_gpu_reserved_bytes */
+    uint64_t capacity_bytes, persistent_bytes, lane_bytes, lanes; /* gpu_sched_gpu_books */
+    int has_busy;            /* the device's busy time is known: */
+    uint64_t busy_ns;
+} gpu_sched_gpu_sample_t;
+/* 0, or -ENOENT for a GPU the node does not have. */
+int gpu_sched_gpu_sample(salusd_t *d, int gpu, gpu_sched_gpu_sample_t *sample);
 /* Every lane: its GPU, id, size, jobs (admission order) and the job that holds it. */
 typedef struct gpu_sched_lane_info_s {
     int gpu;

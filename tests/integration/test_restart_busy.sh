@@ -86,7 +86,7 @@ for name in "${NAMES[@]}"; do
         echo "job $name FAILED (exit $rc): $(grep -v '^iter=' "$WORK/$name.out" | tail -4)" >&2
     fi
 done
-! grep -n "frame length is zero or over the size cap" "$WORK/salusd.log" ||
+! grep -nE "frame length ([0-9]+ )?is (zero|over|under)" "$WORK/salusd.log" ||
     fail "salusd read a broken frame from a re-attached job"
 [ "$finished" -eq "$COUNT" ] || fail "$finished of $COUNT re-attached jobs finished"
 pass "$finished of $COUNT re-attached jobs (allocating every iteration, async, marking, another user's) finished all $ITERATIONS iterations"

@@ -8,6 +8,7 @@
  * none after unwatch), a group run's views forgotten with its ring records, and the fail-over (a member's lease ends:
  * the first live server proposes the view without it, the others read it; a first live
  * server that does not watch: another proposes after the grace). */
+#include "cluster-internal.h"
 #include "ps_cluster-internal.h"
 
 #include <arpa/inet.h>
@@ -183,7 +184,7 @@ static void fake_up(fake_t *f, const char *node, const char *prefix, const char 
     f->ps->started = 1;
     f->ps->hooks.view_changed = on_view_changed;
     f->ps->ctx = f;
-    f->cl.ps = f->ps;
+    f->cl.observer_state = f->ps;
 }
 
 static void fake_down(fake_t *f)

@@ -187,15 +187,6 @@ static void handlers_dispatch(conn_t *c, const proto_msg_t *msg)
     server_reply_error(c, msg->id, PROTO_EUNKNOWN_OP, 0, "unknown request '%s'", msg->op);
 }
 
-static void handlers_connection_closed(conn_t *c)
-{
-    ps_local_connection_closed(c);
-    ps_cluster_servers_closed(c);
-    jobctl_connection_closed(c);
-    jobs_connection_closed(c);
-}
-
 const server_ops_t handlers_ops = {
     .dispatch = handlers_dispatch,
-    .connection_closed = handlers_connection_closed,
 };

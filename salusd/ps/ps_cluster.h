@@ -162,8 +162,7 @@ int ps_cluster_member_alive(salusd_t *d, const char *node);
  * etcd each get the view with NODE added or removed (ps_cluster_view_propose). The reply:
  * {group, epoch, tables: [{table, from, to, servers, note?, error?}]}, or an error (unknown
  * group, NODE not a live member, already in / not in every view, the last server removed,
- * no cluster). ps_cluster_servers_closed: the connection went (no reply then). */
+ * no cluster). A caller that goes away gets no reply (CONN_SLOT_PS_SERVERS). */
 void ps_cluster_handle_servers(conn_t *c, const proto_msg_t *msg);
-void ps_cluster_servers_closed(conn_t *c);
 
 #endif

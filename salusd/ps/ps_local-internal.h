@@ -9,7 +9,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/queue.h>
 
 typedef struct ps_local_table_s {
     int used;
@@ -36,7 +35,6 @@ typedef struct ps_local_conn_s {
     uint64_t clock, seq;
     uint64_t open_handle;      /* ps_open's out-parameter */
     ps_local_table_t tables[PS_LOCAL_MAX_TABLES];
-    LIST_ENTRY(ps_local_conn_s) link;
 } ps_local_conn_t;
 
 /* The state of a connection that opened a table and has no request in flight, its worker

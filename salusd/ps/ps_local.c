@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/queue.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,22 +30,20 @@
 #define PS_LOCAL_MAX_COUNT (1ull << 32)
 #define PS_LOCAL_REGION_BYTES(count) ((count) * (sizeof(float) + sizeof(uint64_t)))
 
-/* The connections that used a PS op (one daemon per process: daemon.h). */
-static LIST_HEAD(ps_local_list, ps_local_conn_s) ps_local_conns = LIST_HEAD_INITIALIZER(ps_local_conns);
-
+/* The connection's PS state (its slot, CONN_SLOT_PS_LOCAL); with create, made on first use. */
 static ps_local_conn_t *conn_state(conn_t *c, int create)
 {
-    ps_local_conn_t *pc;
-    LIST_FOREACH(pc, &ps_local_conns, link)
-        if (pc->conn == c)
-            return pc;
-    if (!create)
-        return NULL;
+    ps_local_conn_t *pc = server_conn_slot(c, CONN_SLOT_PS_LOCAL);
+    if (pc || !create)
+        return pc;
     pc = calloc(1, sizeof(*pc));
     if (!pc)
         return NULL;
     pc->conn = c;
-    LIST_INSERT_HEAD(&ps_local_conns, pc, link);
+    if (server_conn_slot_set(c, CONN_SLOT_PS_LOCAL, pc) < 0) {
+        free(pc);
+        return NULL;
+    }
     return pc;
 }
 
@@ -58,18 +55,16 @@ static void table_unmap(ps_local_table_t *t)
     memset(t, 0, sizeof(*t));
 }
 
-void ps_local_connection_closed(conn_t *c)
+static void on_conn_close(conn_t *c, void *state)
 {
-    ps_ckpt_connection_closed(c); /* a checkpoint's requester: no reply */
-    ps_local_conn_t *pc = conn_state(c, 0);
-    if (!pc)
-        return;
+    ps_local_conn_t *pc = state;
     ps_forget_owner(c->daemon, pc); /* no callback writes into a mapping after this */
     for (int i = 0; i < PS_LOCAL_MAX_TABLES; i++)
         table_unmap(&pc->tables[i]);
-    LIST_REMOVE(pc, link);
     free(pc);
 }
+
+const conn_slot_ops_t ps_local_conn_ops = {.on_close = on_conn_close};
 
 static proto_error_code_t error_code(int rc)
 {

@@ -164,12 +164,23 @@ void server_later_done(server_later_t *later);
 void server_later_close(conn_t *c, void *state);
 extern const conn_slot_ops_t server_later_ops;
 
+/* Who may call an op and what it counts against: a row's flags, checked once by ctl's
+ * dispatcher before the handler runs (handlers.c), each refusal a clear error reply. */
+enum {
+    SERVER_OP_ANYONE = 0,
+    SERVER_OP_ROOT = 1u << 0,         /* root from salusd's own pid and user namespaces only */
+    SERVER_OP_JOB = 1u << 1,          /* only on a connection registered as a job */
+    SERVER_OP_CAP_JOBS = 1u << 2,     /* makes a job of the caller: max-jobs-per-uid */
+    SERVER_OP_CAP_SUBMITS = 1u << 3,  /* queues a job of the caller: max-queued-submits-per-uid */
+};
+
 /* One row of the request table: each subsystem exports its rows (jobs_ops, ps_ops), ctl's
  * table concatenates them with its own (handlers.c). A handler writes exactly one reply or
  * error. A table ends with a row whose op is NULL. */
 typedef struct server_op_s {
     const char *op;
     void (*fn)(conn_t *c, const proto_msg_t *msg);
+    unsigned flags;                   /* SERVER_OP_* */
 } server_op_t;
 /* Whether salusd may take the socket path: 0 nothing there, 1 a stale socket (no server
  * answers), or negative (logged): a live server answers, or the path is not a socket. */

@@ -329,7 +329,8 @@ static int run_start(salusd_t *d, uid_t uid, uint64_t group_id, const char *grou
             return -EBUSY;
         }
     ckpt_run_t *r = calloc(1, sizeof(*r));
-    if (!r) {
+    if (!r || (conn && server_later_add(conn, CONN_SLOT_PS_CKPT, &r->requester, msg_id) < 0)) {
+        free(r);
         snprintf(err, err_size, "out of memory");
         return -ENOMEM;
     }
@@ -338,11 +339,6 @@ static int run_start(salusd_t *d, uid_t uid, uint64_t group_id, const char *grou
     r->group_id = group_id;
     snprintf(r->group, sizeof(r->group), "%s", group);
     r->started_ns = salusd_now_ns();
-    if (conn && server_later_add(conn, CONN_SLOT_PS_CKPT, &r->requester, msg_id) < 0) {
-        snprintf(err, err_size, "out of memory");
-        free(r);
-        return -ENOMEM;
-    }
     const char *self = ps_cluster_self(d);
     /* the group's tables here, open on the worker side; C the largest clock closed */
     for (ps_table_t *t = ps ? ps->tables : NULL; t; t = t->next) {

@@ -38,7 +38,8 @@ typedef struct ps_local_conn_s {
 } ps_local_conn_t;
 
 /* The state of a connection that opened a table and has no request in flight, its worker
- * and the table named by the body's handle (NULL: an error was answered). */
+ * (w NULL: not looked up) and the table named by the body's handle (NULL: an error was
+ * answered). */
 ps_local_table_t *ps_local_request_table(conn_t *c, const proto_msg_t *msg,
                                          ps_local_conn_t **pcp, ps_worker_t *w);
 /* Answers request id with the service's rc as a protocol error: "op: err" (err empty: the

@@ -14,6 +14,7 @@
 #include "notify.h"
 #include "paths.h"
 #include "ps.h"
+#include "ps_local.h"
 #include "reserve_for.h"
 #include "state.h"
 
@@ -201,6 +202,15 @@ int main(int argc, char **argv)
     if (jobs_observe(&d, &jobctl_jobs_observer) < 0 || jobs_observe(&d, &ps_jobs_observer) < 0 ||
         jobs_observe(&d, &cluster_jobs_observer) < 0) {
         LOG_ERROR("out of memory at start-up");
+        goto out;
+    }
+    /* the subsystems that keep state per connection let go of it when one closes */
+    if (server_observe_close(&d, CONN_SLOT_JOB, &jobs_conn_ops) < 0 ||
+        server_observe_close(&d, CONN_SLOT_PS_SERVERS, &server_later_ops) < 0 ||
+        server_observe_close(&d, CONN_SLOT_PS_LOCAL, &ps_local_conn_ops) < 0 ||
+        server_observe_close(&d, CONN_SLOT_PS_CKPT, &server_later_ops) < 0 ||
+        server_observe_close(&d, CONN_SLOT_JOBCTL, &jobctl_conn_ops) < 0) {
+        LOG_ERROR("cannot register the connections' close observers");
         goto out;
     }
     d.registry = registry_create();

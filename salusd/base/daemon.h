@@ -26,6 +26,20 @@ struct server_user_s;
 /* descriptors a client may pass with one frame; more are closed on arrival */
 #define SERVER_MAX_FRAME_FDS 4
 
+/* The subsystems above base that keep state per connection: one slot each in conn_t (base's
+ * own state, server.c's books and access.c's cache, are conn_t's fields). The order is that of
+ * the layers: when a connection goes, server.c hands each slot that is set to the on_close its
+ * owner registered (server_observe_close), from the last owner to the first, so that a
+ * subsystem lets go of a connection before the subsystems it calls do. */
+typedef enum conn_slot_e {
+    CONN_SLOT_JOB,        /* jobs/: the runtime of the job the connection registered */
+    CONN_SLOT_PS_SERVERS, /* ps/ps_replicas_ctl.c: its ps_servers ops not answered yet */
+    CONN_SLOT_PS_LOCAL,   /* ps/ps_local.c: its tables and the request in flight */
+    CONN_SLOT_PS_CKPT,    /* ps/ps_ckpt.c: its checkpoints not answered yet */
+    CONN_SLOT_JOBCTL,     /* ctl/jobctl.c: its waits */
+    CONN_SLOT_COUNT
+} conn_slot_t;
+
 typedef struct conn_s {
     struct salusd_s *daemon;
     struct bufferevent *bev;  /* writes (replies); reading is server.c's own */
@@ -53,8 +67,10 @@ typedef struct conn_s {
     struct event *hello_deadline; /* closes the connection if no hello by then */
     int hello_done;
     int closing;              /* an error was sent; close once it is written */
-    uint64_t job_id;          /* 0: not registered as a job */
     int access;               /* access.c's cache: 0 unknown, 1 sees all jobs, 2 own only */
+    /* the subsystems' state (NULL: none), each reached through server_conn_slot and
+     * released by its owner's on_close when the connection goes */
+    void *slot[CONN_SLOT_COUNT];
     char client[32];
     LIST_ENTRY(conn_s) link;
 } conn_t;
@@ -87,6 +103,7 @@ typedef struct salusd_s {
     int socket_bound;
     proto_enc_t enc;          /* scratch encoder for replies (single-threaded loop) */
     const struct server_ops_s *server_ops; /* the requests' dispatcher (server_start) */
+    const struct conn_slot_ops_s *slot_ops[CONN_SLOT_COUNT]; /* server_observe_close */
     struct metrics_s *metrics; /* the /metrics endpoint (metrics.c); NULL: off */
     struct jobctl_s *jobctl;  /* submitted jobs' logs, exit statuses, waiters (jobctl.c) */
     struct restart_s *restart; /* the state file and the survivors of a restart (job_reattach.c) */
@@ -106,11 +123,56 @@ uint64_t salusd_now_ns(void);
 typedef struct server_ops_s {
     /* answers one request (kind PROTO_REQUEST) from a connection that said hello */
     void (*dispatch)(conn_t *c, const proto_msg_t *msg);
-    /* a connection goes away: forgets the job it registered */
-    void (*connection_closed)(conn_t *c);
 } server_ops_t;
 
 int server_start(salusd_t *d, const server_ops_t *ops);
+
+/* What the owner of a connection slot does when a connection goes; each owner registers its
+ * table once, at start (main.c), before server_start. */
+typedef struct conn_slot_ops_s {
+    /* Called by server.c on the loop's thread, once per closing connection whose slot of
+     * this owner is set, after the upper owners' and before the connection is freed; the
+     * slot is already cleared. Releases state; must not block nor write to c. Required. */
+    void (*on_close)(conn_t *c, void *state);
+} conn_slot_ops_t;
+
+/* 0, -EINVAL (no such owner, or no on_close) or -EEXIST (the owner registered already). */
+int server_observe_close(salusd_t *d, conn_slot_t owner, const conn_slot_ops_t *ops);
+/* The state owner keeps for c (NULL: none). */
+static inline void *server_conn_slot(const conn_t *c, conn_slot_t owner)
+{
+    return c->slot[owner];
+}
+/* Sets (or with NULL clears) the state owner keeps for c: 0, or -ENOSYS when owner registered
+ * no on_close (the state would never be released: nothing is set). */
+int server_conn_slot_set(conn_t *c, conn_slot_t owner, void *state);
+
+/* A request answered later (a wait, a checkpoint, a ps_servers op), part of its owner's
+ * record of it and linked in the list that the owner's slot of the connection holds, so
+ * that the requester going away is known: conn becomes NULL, and no reply is sent. */
+typedef struct server_later_s {
+    conn_t *conn;             /* the requester; NULL: gone, or never linked */
+    uint64_t request_id;
+    LIST_ENTRY(server_later_s) link;
+} server_later_t;
+/* Links later to c's requests of owner: 0, -ENOMEM, or -ENOSYS (no on_close for owner). */
+int server_later_add(conn_t *c, conn_slot_t owner, server_later_t *later, uint64_t request_id);
+/* Unlinks later (answered, or its record goes); harmless when it is not linked. */
+void server_later_done(server_later_t *later);
+/* The on_close of an owner whose slot holds only requests answered later: each is unlinked,
+ * its conn NULL, and the list goes. */
+void server_later_close(conn_t *c, void *state);
+extern const conn_slot_ops_t server_later_ops;
+
+/* Who may call an op and what it counts against: a row's flags, checked once by ctl's
+ * dispatcher before the handler runs (handlers.c), each refusal a clear error reply. */
+enum {
+    SERVER_OP_ANYONE = 0,
+    SERVER_OP_ROOT = 1u << 0,         /* root from salusd's own pid and user namespaces only */
+    SERVER_OP_JOB = 1u << 1,          /* only on a connection registered as a job */
+    SERVER_OP_CAP_JOBS = 1u << 2,     /* makes a job of the caller: max-jobs-per-uid */
+    SERVER_OP_CAP_SUBMITS = 1u << 3,  /* queues a job of the caller: max-queued-submits-per-uid */
+};
 
 /* One row of the request table: each subsystem exports its rows (jobs_ops, ps_ops), ctl's
  * table concatenates them with its own (handlers.c). A handler writes exactly one reply or
@@ -118,6 +180,7 @@ int server_start(salusd_t *d, const server_ops_t *ops);
 typedef struct server_op_s {
     const char *op;
     void (*fn)(conn_t *c, const proto_msg_t *msg);
+    unsigned flags;                   /* SERVER_OP_* */
 } server_op_t;
 /* Whether salusd may take the socket path: 0 nothing there, 1 a stale socket (no server
  * answers), or negative (logged): a live server answers, or the path is not a socket. */

@@ -47,11 +47,82 @@ static void close_fds(int *fds, int *n)
     *n = 0;
 }
 
+int server_observe_close(salusd_t *d, conn_slot_t owner, const conn_slot_ops_t *ops)
+{
+    if ((unsigned)owner >= CONN_SLOT_COUNT || !ops || !ops->on_close)
+        return -EINVAL;
+    if (d->slot_ops[owner])
+        return -EEXIST;
+    d->slot_ops[owner] = ops;
+    return 0;
+}
+
+int server_conn_slot_set(conn_t *c, conn_slot_t owner, void *state)
+{
+    if ((unsigned)owner >= CONN_SLOT_COUNT || (state && !c->daemon->slot_ops[owner]))
+        return -ENOSYS;
+    c->slot[owner] = state;
+    return 0;
+}
+
+LIST_HEAD(server_later_list, server_later_s);
+
+int server_later_add(conn_t *c, conn_slot_t owner, server_later_t *later, uint64_t request_id)
+{
+    struct server_later_list *list = server_conn_slot(c, owner);
+    if (!list) {
+        list = calloc(1, sizeof(*list));
+        if (!list)
+            return -ENOMEM;
+        LIST_INIT(list);
+        int rc = server_conn_slot_set(c, owner, list);
+        if (rc < 0) {
+            free(list);
+            return rc;
+        }
+    }
+    later->conn = c;
+    later->request_id = request_id;
+    LIST_INSERT_HEAD(list, later, link);
+    return 0;
+}
+
+void server_later_done(server_later_t *later)
+{
+    if (later->conn)
+        LIST_REMOVE(later, link);
+    later->conn = NULL;
+}
+
+void server_later_close(conn_t *c, void *state)
+{
+    (void)c;
+    struct server_later_list *list = state;
+    while (!LIST_EMPTY(list))
+        server_later_done(LIST_FIRST(list));
+    free(list);
+}
+
+const conn_slot_ops_t server_later_ops = {.on_close = server_later_close};
+
+/* Each owner lets go of c, the upper layers first (daemon.h: conn_slot_t). Nothing more is
+ * written to c meanwhile. */
+static void close_slots(conn_t *c)
+{
+    c->closing = 1;
+    for (int owner = CONN_SLOT_COUNT - 1; owner >= 0; owner--) {
+        void *state = c->slot[owner];
+        if (!state)
+            continue;
+        c->slot[owner] = NULL;
+        c->daemon->slot_ops[owner]->on_close(c, state);
+    }
+}
+
 static void conn_free(conn_t *c)
 {
     salusd_t *d = c->daemon;
-    if (d->server_ops)
-        d->server_ops->connection_closed(c);
+    close_slots(c);
     LIST_REMOVE(c, link);
     d->connection_count--;
     d->partial_frame_bytes -= c->input_held_bytes;

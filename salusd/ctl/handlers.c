@@ -122,32 +122,30 @@ static void reply_policy(conn_t *c, const proto_msg_t *msg)
 }
 
 static const server_op_t ctl_ops[] = {
-    {"lanes", reply_lanes},
-    {"policy", reply_policy},
-    {"status", reply_status},
-    {"ps", reply_ps},
-    {"submit", jobctl_handle_submit},
-    {"job_exit", jobctl_handle_job_exit},
-    {"kill", jobctl_handle_kill},
-    {"wait", jobctl_handle_wait},
-    {"logs", jobctl_handle_logs},
-    {"reserve_for", reserve_for_handle},
-    {"reserved_exit", reserve_for_handle_exit},
-    {"stats", render_handle_stats},
-    {NULL, NULL},
+    {"lanes", reply_lanes, SERVER_OP_ANYONE},
+    {"policy", reply_policy, SERVER_OP_ANYONE},
+    {"status", reply_status, SERVER_OP_ANYONE},
+    {"ps", reply_ps, SERVER_OP_ANYONE},
+    {"submit", jobctl_handle_submit, SERVER_OP_CAP_SUBMITS},
+    {"job_exit", jobctl_handle_job_exit, SERVER_OP_ANYONE},
+    {"kill", jobctl_handle_kill, SERVER_OP_ANYONE},
+    {"wait", jobctl_handle_wait, SERVER_OP_ANYONE},
+    {"logs", jobctl_handle_logs, SERVER_OP_ANYONE},
+    {"reserve_for", reserve_for_handle, SERVER_OP_ROOT},
+    {"reserved_exit", reserve_for_handle_exit, SERVER_OP_ROOT},
+    {"stats", render_handle_stats, SERVER_OP_ANYONE},
+    {NULL, NULL, 0},
 };
 
 /* the request table: ctl's rows and those the subsystems below export (op names are unique) */
 static const server_op_t *const op_tables[] = {ctl_ops, jobs_ops, ps_ops};
 
-/* Per-user caps on live jobs, checked before submit and register: a user cannot fill the
+/* Per-user caps on live jobs, for the ops flagged SERVER_OP_CAP_*: a user cannot fill the
  * daemon (and its descriptors) with jobs. Root and salusd's own user are not capped. */
-static int over_job_caps(conn_t *c, const proto_msg_t *msg)
+static int over_job_caps(conn_t *c, const proto_msg_t *msg, unsigned flags)
 {
     salusd_t *d = c->daemon;
-    int submit = strcmp(msg->op, "submit") == 0;
-    if ((!submit && strcmp(msg->op, "register") != 0 && strcmp(msg->op, "reattach") != 0) ||
-        c->uid == 0 || c->uid == geteuid())
+    if (c->uid == 0 || c->uid == geteuid())
         return 0;
     long long queued = 0, registered = 0;
     for (size_t i = 0; i < registry_count(d->registry); i++) {
@@ -159,13 +157,13 @@ static int over_job_caps(conn_t *c, const proto_msg_t *msg)
         else
             registered++;
     }
-    if (submit && queued >= d->config.max_queued_submits_per_uid) {
+    if ((flags & SERVER_OP_CAP_SUBMITS) && queued >= d->config.max_queued_submits_per_uid) {
         server_reply_error(c, msg->id, PROTO_EBUSY, 0,
                            "uid %u has %lld submitted jobs whose program has not started yet "
                            "(max-queued-submits-per-uid)", (unsigned)c->uid, queued);
         return 1;
     }
-    if (!submit && registered >= d->config.max_jobs_per_uid) {
+    if ((flags & SERVER_OP_CAP_JOBS) && registered >= d->config.max_jobs_per_uid) {
         server_reply_error(c, msg->id, PROTO_EBUSY, 0,
                            "uid %u has %lld jobs registered already (max-jobs-per-uid)",
                            (unsigned)c->uid, registered);
@@ -174,28 +172,37 @@ static int over_job_caps(conn_t *c, const proto_msg_t *msg)
     return 0;
 }
 
+/* What the row's flags ask of the caller: 1 with the error answered, or 0. */
+static int refused_by_flags(conn_t *c, const proto_msg_t *msg, unsigned flags)
+{
+    if ((flags & SERVER_OP_ROOT) && !(c->uid == 0 && access_is_admin(c))) {
+        server_reply_error(c, msg->id, PROTO_EPERM, 0,
+                           "permission_denied: %s is root's (a resource manager's plugin, from "
+                           "salusd's own pid and user namespaces)", msg->op);
+        return 1;
+    }
+    if ((flags & SERVER_OP_JOB) && !server_conn_slot(c, CONN_SLOT_JOB)) {
+        server_reply_error(c, msg->id, PROTO_ESTATE, 0,
+                           "%s: this connection is not a registered job (register first)",
+                           msg->op);
+        return 1;
+    }
+    return (flags & (SERVER_OP_CAP_JOBS | SERVER_OP_CAP_SUBMITS)) &&
+           over_job_caps(c, msg, flags);
+}
+
 static void handlers_dispatch(conn_t *c, const proto_msg_t *msg)
 {
-    if (over_job_caps(c, msg))
-        return;
     for (size_t t = 0; t < sizeof(op_tables) / sizeof(op_tables[0]); t++)
         for (const server_op_t *row = op_tables[t]; row->op; row++)
             if (strcmp(row->op, msg->op) == 0) {
-                row->fn(c, msg);
+                if (!refused_by_flags(c, msg, row->flags))
+                    row->fn(c, msg);
                 return;
             }
     server_reply_error(c, msg->id, PROTO_EUNKNOWN_OP, 0, "unknown request '%s'", msg->op);
 }
 
-static void handlers_connection_closed(conn_t *c)
-{
-    ps_local_connection_closed(c);
-    ps_replicas_servers_closed(c);
-    jobctl_connection_closed(c);
-    jobs_connection_closed(c);
-}
-
 const server_ops_t handlers_ops = {
     .dispatch = handlers_dispatch,
-    .connection_closed = handlers_connection_closed,
 };

@@ -43,8 +43,7 @@ typedef struct jobctl_entry_s {
 } jobctl_entry_t;
 
 typedef struct jobctl_waiter_s {
-    conn_t *conn;
-    uint64_t request_id;
+    server_later_t requester;    /* its conn NULL once the requester's connection went */
     uint64_t job_id;
     struct jobctl_waiter_s *next;
 } jobctl_waiter_t;
@@ -204,12 +203,13 @@ static void notify_waiters(salusd_t *d, uint64_t job_id)
             continue;
         }
         if (job)
-            reply_wait(d, w->conn, w->request_id, job);
+            reply_wait(d, w->requester.conn, w->requester.request_id, job);
         else
-            server_reply_error(w->conn, w->request_id, PROTO_ENOTFOUND, 0,
+            server_reply_error(w->requester.conn, w->requester.request_id, PROTO_ENOTFOUND, 0,
                                "job %llu was forgotten before it ended",
                                (unsigned long long)job_id);
         *p = w->next;
+        server_later_done(&w->requester);
         free(w);
     }
 }
@@ -229,13 +229,13 @@ void jobctl_job_finished(salusd_t *d, job_t *job)
     notify_waiters(d, job->id);
 }
 
-void jobctl_connection_closed(conn_t *c)
+/* The connection's waits (its slot, CONN_SLOT_JOBCTL) go with it. */
+static void on_conn_close(conn_t *c, void *state)
 {
     salusd_t *d = c->daemon;
-    if (!d->jobctl)
-        return;
+    server_later_close(c, state);
     for (jobctl_waiter_t **p = &d->jobctl->waiters; *p;) {
-        if ((*p)->conn == c) {
+        if (!(*p)->requester.conn) {
             jobctl_waiter_t *gone = *p;
             *p = gone->next;
             free(gone);
@@ -245,6 +245,8 @@ void jobctl_connection_closed(conn_t *c)
     }
 }
 
+const conn_slot_ops_t jobctl_conn_ops = {.on_close = on_conn_close};
+
 void jobctl_shutdown(salusd_t *d)
 {
     if (!d->jobctl)
@@ -252,6 +254,7 @@ void jobctl_shutdown(salusd_t *d)
     while (d->jobctl->waiters) {
         jobctl_waiter_t *w = d->jobctl->waiters;
         d->jobctl->waiters = w->next;
+        server_later_done(&w->requester);
         free(w);
     }
     while (d->jobctl->entries) {
@@ -734,13 +737,11 @@ void jobctl_handle_wait(conn_t *c, const proto_msg_t *msg)
     }
     jobctl_waiter_t *w = calloc(1, sizeof(*w));
     struct jobctl_s *ctl = ctl_of(d);
-    if (!w || !ctl) {
+    if (!w || !ctl || server_later_add(c, CONN_SLOT_JOBCTL, &w->requester, msg->id) < 0) {
         free(w);
         server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
         return;
     }
-    w->conn = c;
-    w->request_id = msg->id;
     w->job_id = job->id;
     w->next = ctl->waiters;
     ctl->waiters = w;

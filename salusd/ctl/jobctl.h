@@ -36,8 +36,9 @@ int jobctl_job_settled(salusd_t *d, const job_t *job);
 /* What jobctl hears of the jobs subsystem (main registers it first): a job finished, whether
  * its end is settled, and the ending of a group's ranks (jobctl_terminate). */
 extern const jobs_observer_t jobctl_jobs_observer;
-/* The connection goes away: forget its waits. */
-void jobctl_connection_closed(conn_t *c);
+/* The close observer of a connection's waits (CONN_SLOT_JOBCTL), registered by main: they
+ * are forgotten. */
+extern const conn_slot_ops_t jobctl_conn_ops;
 /* Shutdown: answers nobody, frees everything. */
 void jobctl_shutdown(salusd_t *d);
 

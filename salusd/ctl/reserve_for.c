@@ -80,17 +80,6 @@ static int tag_valid(const char *tag)
     return 1;
 }
 
-/* root from salusd's own namespaces; else the error is answered (0) */
-static int root_only(conn_t *c, const proto_msg_t *msg, const char *op)
-{
-    if (c->uid == 0 && access_is_admin(c))
-        return 1;
-    server_reply_error(c, msg->id, PROTO_EPERM, 0,
-                       "permission_denied: %s is root's (a resource manager's plugin, from "
-                       "salusd's own pid and user namespaces)", op);
-    return 0;
-}
-
 static int pid_open(uint64_t pid)
 {
     if (pid == 0 || pid > 0x3fffffff)
@@ -123,8 +112,6 @@ void reserve_for_handle(conn_t *c, const proto_msg_t *msg)
     uint64_t uid = 0, gid = 0, pid = 0, supervisor = 0, share_k = 0, share_n = 0;
     jobs_fields_t fields;
     groups_fields_t group;
-    if (!root_only(c, msg, "reserve_for"))
-        return;
     prune(d);
     int frc = jobs_fields_parse(b, &fields);
     if (proto_get_str_copy(b, "tag", tag, sizeof(tag)) < 0 || !tag_valid(tag) ||
@@ -234,8 +221,6 @@ void reserve_for_handle_exit(conn_t *c, const proto_msg_t *msg)
     salusd_t *d = c->daemon;
     char tag[RESERVE_FOR_TAG_BYTES] = "";
     int64_t status = -1, sig = 0;
-    if (!root_only(c, msg, "reserved_exit"))
-        return;
     if (proto_get_str_copy(&msg->body, "tag", tag, sizeof(tag)) < 0 || !tag_valid(tag) ||
         proto_get_int(&msg->body, "status", &status) < 0 || status < 0 || status > 255 ||
         proto_get_int(&msg->body, "signal", &sig) == -EINVAL || sig < 0 || sig > 127) {

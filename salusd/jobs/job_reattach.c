@@ -87,7 +87,7 @@ static void refuse(conn_t *c, uint64_t request_id, job_t *job, const char *fmt, 
     LOG_WARN("re-attach of job %llu (pid %d, uid %u) refused: %s", (unsigned long long)id,
              (int)c->pid, (unsigned)c->uid, why);
     if (job) {
-        c->job_id = 0;
+        jobs_conn_bind(c, NULL);
         runtime_of(job)->conn = NULL;
         jobs_fail(d, job, NULL);
         jobs_survivor_settled(d, id, 0);
@@ -106,9 +106,9 @@ void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg)
                                                          "two descriptors (job page, eventfd)");
         return;
     }
-    if (c->job_id) {
+    if (jobs_conn_job_id(c)) {
         server_reply_error(c, msg->id, PROTO_ESTATE, 1, "this connection is job %llu already",
-                           (unsigned long long)c->job_id);
+                           (unsigned long long)jobs_conn_job_id(c));
         return;
     }
     int pending = 0;
@@ -170,7 +170,7 @@ void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg)
     job->priority = rec->priority;
     job->state = JOB_PAUSED;
     job->admitted_ns = salusd_now_ns();
-    c->job_id = id;
+    jobs_conn_bind(c, rt);
     rt->pid_event = event_new(d->base, pidfd, EV_READ, jobs_on_process_exit, rt);
     if (rt->pid_event)
         event_add(rt->pid_event, NULL);

@@ -60,8 +60,10 @@ void jobs_request_trim(job_t *job);
 void jobs_on_process_exit(int fd, short events, void *arg);
 void jobs_on_notify(int fd, short events, void *arg);
 
-/* The job a connection registered, or NULL. */
+/* The job a connection registered, or NULL (jobs.h: jobs_conn_job_id). */
 job_t *jobs_of_conn(conn_t *c);
+/* c is the connection of rt's job now (rt NULL: of none). */
+void jobs_conn_bind(conn_t *c, job_runtime_t *rt);
 /* Returns the job's chunks and closes what the daemon held for it; runtime is gone after. */
 void jobs_release_runtime(salusd_t *d, job_t *job);
 

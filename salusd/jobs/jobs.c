@@ -167,9 +167,23 @@ static void job_fields_keep_reserved(const job_runtime_t *rt, const job_t *job,
     fields->pinned_gpu = job->gpu_pinned ? (uint64_t)job->pinned_gpu : 0;
 }
 
+uint64_t jobs_conn_job_id(const conn_t *c)
+{
+    const job_runtime_t *rt = server_conn_slot(c, CONN_SLOT_JOB);
+    return rt ? rt->job_id : 0;
+}
+
 job_t *jobs_of_conn(conn_t *c)
 {
-    return c->job_id ? registry_find(c->daemon->registry, c->job_id) : NULL;
+    uint64_t id = jobs_conn_job_id(c);
+    return id ? registry_find(c->daemon->registry, id) : NULL;
+}
+
+void jobs_conn_bind(conn_t *c, job_runtime_t *rt)
+{
+    if (server_conn_slot_set(c, CONN_SLOT_JOB, rt) < 0)
+        LOG_ERROR("job %llu: no close observer for the jobs' connection slot: its connection "
+                  "is not watched", (unsigned long long)(rt ? rt->job_id : 0));
 }
 
 uint64_t jobs_iterations(const job_t *job)
@@ -204,6 +218,8 @@ static void refresh_stats(job_t *job)
 void jobs_release_runtime(salusd_t *d, job_t *job)
 {
     job_runtime_t *rt = runtime_of(job);
+    if (rt->conn && server_conn_slot(rt->conn, CONN_SLOT_JOB) == rt)
+        jobs_conn_bind(rt->conn, NULL);
     jobs_lane_memory_leave(d, job);
     for (size_t i = 0; i < rt->chunk_count; i++)
         devices_chunk_release(&d->devices, &rt->chunks[i]);
@@ -290,7 +306,7 @@ static void finish_job(salusd_t *d, job_t *job, job_state_t final_state)
         job->end_gang_wait_ns = last.gang_wait_ns;
     }
     if (rt->conn)
-        rt->conn->job_id = 0;
+        jobs_conn_bind(rt->conn, NULL);
     jobs_gate_job_ended(d, job); /* a latency-critical job that ended in a request */
     jobs_release_runtime(d, job);
     job->owner = NULL;
@@ -502,10 +518,10 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     }
     if (jobs_reply_bad_gpus(c, msg->id, "register", &fields))
         return;
-    if (c->job_id) {
+    if (jobs_conn_job_id(c)) {
         server_reply_error(c, msg->id, PROTO_ESTATE, 0,
                            "this connection is already registered as job %llu",
-                           (unsigned long long)c->job_id);
+                           (unsigned long long)jobs_conn_job_id(c));
         return;
     }
     if (d->devices.count == 0) {
@@ -605,7 +621,7 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     rt->pidfd = pidfd;
     job->runtime = rt;
     apply_fields(job, &fields);
-    c->job_id = job->id;
+    jobs_conn_bind(c, rt);
     if (rt->pidfd >= 0) {
         rt->pid_event = event_new(d->base, rt->pidfd, EV_READ, jobs_on_process_exit, rt);
         if (rt->pid_event)
@@ -619,10 +635,10 @@ void jobs_handle_register(conn_t *c, const proto_msg_t *msg)
     jobs_core_registered(d, job);
 }
 
-void jobs_connection_closed(conn_t *c)
+static void on_conn_close(conn_t *c, void *state)
 {
     salusd_t *d = c->daemon;
-    job_t *job = jobs_of_conn(c);
+    job_t *job = registry_find(d->registry, ((job_runtime_t *)state)->job_id);
     job_runtime_t *rt = runtime_of(job);
     if (!rt)
         return;
@@ -649,6 +665,8 @@ void jobs_sample(const salusd_t *d, jobs_sample_t *sample)
     for (int st = JOB_DONE; st < JOB_STATE_COUNT; st++)
         sample->ended[st] = registry_ended(d->registry, (job_state_t)st);
 }
+
+const conn_slot_ops_t jobs_conn_ops = {.on_close = on_conn_close};
 
 int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
 {

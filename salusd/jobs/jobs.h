@@ -28,7 +28,11 @@ void jobs_gate_shutdown(void);
 /* The job ended: if it was counted in its GPU's gate page (a request going on), it is not
  * any more. */
 void jobs_gate_job_ended(salusd_t *d, job_t *job);
-void jobs_connection_closed(conn_t *c);
+/* The close observer of a job's connection (CONN_SLOT_JOB), registered by main. The slot
+ * holds the job's runtime from register or reattach until the runtime or the connection goes;
+ * jobs_conn_job_id: the id of the job c registered (0: none). */
+extern const conn_slot_ops_t jobs_conn_ops;
+uint64_t jobs_conn_job_id(const conn_t *c);
 /* Jobs across a restart (job_restart.c, job_reattach.c). jobs_restart_init reads the state file (a corrupt
  * or foreign one is set aside with a message and not used): the job-id counter, the policy's
  * state and the jobs that were running; while some of those may still re-attach (until

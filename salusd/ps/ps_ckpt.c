@@ -46,8 +46,7 @@ typedef struct ckpt_run_s {
     char copy_nodes[PS_MAX_SOURCES][PS_NODE_BYTES]; /* the other nodes of the group */
     uint8_t copy_done[PS_MAX_SOURCES];
     uint32_t ncopies;
-    conn_t *conn;              /* NULL: periodic, or the requester left */
-    uint64_t msg_id;
+    server_later_t requester;  /* its conn NULL: periodic, or the requester left */
     struct event *timer;
     struct event *write_event; /* the files, on the turn after the last shard answered */
     int finishing;
@@ -85,6 +84,7 @@ static void run_free(ckpt_run_t *r)
             *rp = r->next;
             break;
         }
+    server_later_done(&r->requester);
     if (r->timer)
         event_free(r->timer);
     if (r->write_event)
@@ -107,14 +107,15 @@ static void run_end(ckpt_run_t *r, int rc, const char *err, char lines[][PATH_MA
                  err);
     for (uint32_t i = 0; rc == 0 && i < nlines; i++)
         LOG_INFO("ps: %s", lines[i]);
-    if (r->conn && rc < 0) {
-        server_reply_error(r->conn, r->msg_id,
+    conn_t *conn = r->requester.conn;
+    if (conn && rc < 0) {
+        server_reply_error(conn, r->requester.request_id,
                            rc == -ENOENT  ? PROTO_ENOTFOUND
                                             : PROTO_EINTERNAL,
                            0, "ps_checkpoint: %s", err);
-    } else if (r->conn) {
+    } else if (conn) {
         proto_enc_t *e = &r->d->enc;
-        proto_enc_begin(e, PROTO_REPLY, r->msg_id, "", 3);
+        proto_enc_begin(e, PROTO_REPLY, r->requester.request_id, "", 3);
         proto_pack_kv_uint(&e->pk, "clock", r->clock);
         proto_pack_kv_uint(&e->pk, "ms", ms);
         proto_pack_str(&e->pk, "lines");
@@ -122,7 +123,7 @@ static void run_end(ckpt_run_t *r, int rc, const char *err, char lines[][PATH_MA
         for (uint32_t i = 0; i < nlines; i++)
             proto_pack_str(&e->pk, lines[i]);
         proto_enc_finish(e);
-        server_send(r->conn, e);
+        server_send(conn, e);
     }
     run_free(r);
 }
@@ -328,7 +329,8 @@ static int run_start(salusd_t *d, uid_t uid, uint64_t group_id, const char *grou
             return -EBUSY;
         }
     ckpt_run_t *r = calloc(1, sizeof(*r));
-    if (!r) {
+    if (!r || (conn && server_later_add(conn, CONN_SLOT_PS_CKPT, &r->requester, msg_id) < 0)) {
+        free(r);
         snprintf(err, err_size, "out of memory");
         return -ENOMEM;
     }
@@ -337,8 +339,6 @@ static int run_start(salusd_t *d, uid_t uid, uint64_t group_id, const char *grou
     r->group_id = group_id;
     snprintf(r->group, sizeof(r->group), "%s", group);
     r->started_ns = salusd_now_ns();
-    r->conn = conn;
-    r->msg_id = msg_id;
     const char *self = ps_cluster_self(d);
     /* the group's tables here, open on the worker side; C the largest clock closed */
     for (ps_table_t *t = ps ? ps->tables : NULL; t; t = t->next) {
@@ -554,13 +554,6 @@ void ps_ckpt_handle_checkpoint(conn_t *c, const proto_msg_t *msg)
                            : rc == -EBUSY ? PROTO_EBUSY
                                           : PROTO_EINTERNAL,
                            0, "ps_checkpoint: %s", err);
-}
-
-void ps_ckpt_connection_closed(conn_t *c)
-{
-    for (ckpt_run_t *r = runs; r; r = r->next)
-        if (r->conn == c)
-            r->conn = NULL;
 }
 
 void ps_ckpt_stop(salusd_t *d)

@@ -56,8 +56,6 @@ enum {
 /* ps_ckpt.c: the op ps_checkpoint {group, uid?, period_s?, timeout_s?} -> {clock, ms, lines}
  * (or {period_s, lines} when setting the period). */
 void ps_ckpt_handle_checkpoint(conn_t *c, const proto_msg_t *msg);
-/* The requester's connection closed: its checkpoint goes on, its reply is dropped. */
-void ps_ckpt_connection_closed(conn_t *c);
 /* A shard's answer reached the checkpoint req (from node; NULL values when rc < 0). */
 void ps_ckpt_snap_arrived(ps_t *ps, const char *node, uint64_t req, uint32_t shard, int rc,
                           const char *why, const float *values, uint64_t n, uint64_t done,

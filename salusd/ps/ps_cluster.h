@@ -162,13 +162,12 @@ void ps_replicas_left(salusd_t *d, uid_t uid, const char *group, uint64_t epoch,
  * self is always 1. For the service: a server whose lease ended is never waited for. */
 int ps_replicas_member_alive(salusd_t *d, const char *node);
 
-/* The ps_servers op of salusctl ps-servers (a row of ps_ops, ps_ops.c): {group: G, add: NODE
- * | remove: NODE}; the caller's (its uid's) group's tables in etcd each get the view with NODE
- * added or removed (ps_replicas_propose). The reply: {group, epoch, tables: [{table, from, to,
- * servers, note?, error?}]}, or an error (unknown group, NODE not a live member, already in /
- * not in every view, the last server removed, no cluster). ps_replicas_servers_closed: the
- * connection went (no reply then). */
+/* The ps_servers op of salusctl ps-servers (handlers.c; added after the interface was
+ * declared): {group: G, add: NODE | remove: NODE}; the caller's (its uid's) group's tables in
+ * etcd each get the view with NODE added or removed (ps_replicas_propose). The reply:
+ * {group, epoch, tables: [{table, from, to, servers, note?, error?}]}, or an error (unknown
+ * group, NODE not a live member, already in / not in every view, the last server removed,
+ * no cluster). A caller that goes away gets no reply (CONN_SLOT_PS_SERVERS). */
 void ps_replicas_handle_servers(conn_t *c, const proto_msg_t *msg);
-void ps_replicas_servers_closed(conn_t *c);
 
 #endif

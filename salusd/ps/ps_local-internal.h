@@ -9,7 +9,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/queue.h>
 
 typedef struct ps_local_table_s {
     int used;
@@ -36,11 +35,11 @@ typedef struct ps_local_conn_s {
     uint64_t clock, seq;
     uint64_t open_handle;      /* ps_open's out-parameter */
     ps_local_table_t tables[PS_LOCAL_MAX_TABLES];
-    LIST_ENTRY(ps_local_conn_s) link;
 } ps_local_conn_t;
 
 /* The state of a connection that opened a table and has no request in flight, its worker
- * and the table named by the body's handle (NULL: an error was answered). */
+ * (w NULL: not looked up) and the table named by the body's handle (NULL: an error was
+ * answered). */
 ps_local_table_t *ps_local_request_table(conn_t *c, const proto_msg_t *msg,
                                          ps_local_conn_t **pcp, ps_worker_t *w);
 /* Answers request id with the service's rc as a protocol error: "op: err" (err empty: the

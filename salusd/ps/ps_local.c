@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/queue.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,22 +30,20 @@
 #define PS_LOCAL_MAX_COUNT (1ull << 32)
 #define PS_LOCAL_REGION_BYTES(count) ((count) * (sizeof(float) + sizeof(uint64_t)))
 
-/* The connections that used a PS op (one daemon per process: daemon.h). */
-static LIST_HEAD(ps_local_list, ps_local_conn_s) ps_local_conns = LIST_HEAD_INITIALIZER(ps_local_conns);
-
+/* The connection's PS state (its slot, CONN_SLOT_PS_LOCAL); with create, made on first use. */
 static ps_local_conn_t *conn_state(conn_t *c, int create)
 {
-    ps_local_conn_t *pc;
-    LIST_FOREACH(pc, &ps_local_conns, link)
-        if (pc->conn == c)
-            return pc;
-    if (!create)
-        return NULL;
+    ps_local_conn_t *pc = server_conn_slot(c, CONN_SLOT_PS_LOCAL);
+    if (pc || !create)
+        return pc;
     pc = calloc(1, sizeof(*pc));
     if (!pc)
         return NULL;
     pc->conn = c;
-    LIST_INSERT_HEAD(&ps_local_conns, pc, link);
+    if (server_conn_slot_set(c, CONN_SLOT_PS_LOCAL, pc) < 0) {
+        free(pc);
+        return NULL;
+    }
     return pc;
 }
 
@@ -58,18 +55,16 @@ static void table_unmap(ps_local_table_t *t)
     memset(t, 0, sizeof(*t));
 }
 
-void ps_local_connection_closed(conn_t *c)
+static void on_conn_close(conn_t *c, void *state)
 {
-    ps_ckpt_connection_closed(c); /* a checkpoint's requester: no reply */
-    ps_local_conn_t *pc = conn_state(c, 0);
-    if (!pc)
-        return;
+    ps_local_conn_t *pc = state;
     ps_forget_owner(c->daemon, pc); /* no callback writes into a mapping after this */
     for (int i = 0; i < PS_LOCAL_MAX_TABLES; i++)
         table_unmap(&pc->tables[i]);
-    LIST_REMOVE(pc, link);
     free(pc);
 }
+
+const conn_slot_ops_t ps_local_conn_ops = {.on_close = on_conn_close};
 
 static proto_error_code_t error_code(int rc)
 {
@@ -163,7 +158,7 @@ ps_local_table_t *ps_local_request_table(conn_t *c, const proto_msg_t *msg,
                            msg->op);
         return NULL;
     }
-    if (worker_of(c, msg, pc->job_id, pc, w) < 0)
+    if (w && worker_of(c, msg, pc->job_id, pc, w) < 0)
         return NULL;
     *pcp = pc;
     pc->slot = (int)handle - 1;
@@ -191,18 +186,54 @@ static int read_range(conn_t *c, const proto_msg_t *msg, uint64_t count, int key
     return 0;
 }
 
+/* ps_local_request_table, and the body's clock; NULL: an error was answered (usage: the op's
+ * body, as the error shows it). */
+static ps_local_table_t *clocked_request(conn_t *c, const proto_msg_t *msg, const char *usage,
+                                         ps_local_conn_t **pcp, ps_worker_t *w, uint64_t *clock)
+{
+    ps_local_table_t *t = ps_local_request_table(c, msg, pcp, w);
+    if (t && proto_get_uint(&msg->body, "clock", clock) < 0) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "%s: usage %s", msg->op, usage);
+        return NULL;
+    }
+    return t;
+}
+
+/* The service took the request (rc 0: its callback answers it) or refused it (answered now
+ * with the error). */
+static void request_started(conn_t *c, const proto_msg_t *msg, ps_local_conn_t *pc,
+                            ps_local_op_t op, int rc, const char *err)
+{
+    if (rc < 0)
+        ps_local_reply_error(c, msg->id, msg->op, rc, err);
+    else
+        pc->op = op;
+}
+
+/* The service's callback: the request in flight is over. The connection to answer (the
+ * request's id in *id), or NULL when rc < 0 (the error was answered, "op: err"). */
+static conn_t *request_over(ps_local_conn_t *pc, const char *op, int rc, const char *err,
+                            uint64_t *id)
+{
+    *id = pc->request_id;
+    pc->op = PS_OP_NONE;
+    if (rc < 0) {
+        ps_local_reply_error(pc->conn, *id, op, rc, err);
+        return NULL;
+    }
+    return pc->conn;
+}
+
 /* ---- open ---------------------------------------------------------------------------- */
 
 static void open_done(void *arg, int rc, const char *err)
 {
     ps_local_conn_t *pc = arg;
-    conn_t *c = pc->conn;
     ps_local_table_t *t = &pc->tables[pc->slot];
-    uint64_t id = pc->request_id;
-    pc->op = PS_OP_NONE;
-    if (rc < 0) {
+    uint64_t id;
+    conn_t *c = request_over(pc, "ps_open", rc, err, &id);
+    if (!c) {
         table_unmap(t);
-        ps_local_reply_error(c, id, "ps_open", rc, err);
         return;
     }
     t->handle = pc->open_handle;
@@ -336,12 +367,9 @@ void ps_local_handle_open(conn_t *c, const proto_msg_t *msg)
     pc->slot = slot;
     pc->request_id = msg->id;
     int rc = ps_open(d, &w, &spec, &pc->open_handle, open_done, pc, err, sizeof(err));
-    if (rc < 0) {
+    if (rc < 0)
         table_unmap(t);
-        ps_local_reply_error(c, msg->id, "ps_open", rc, err);
-        goto out;
-    }
-    pc->op = PS_OP_OPEN;
+    request_started(c, msg, pc, PS_OP_OPEN, rc, err);
 out:
     if (fd >= 0)
         close(fd); /* the mapping stays */
@@ -352,14 +380,11 @@ out:
 static void push_done(void *arg, int rc, const char *err)
 {
     ps_local_conn_t *pc = arg;
-    conn_t *c = pc->conn;
     ps_local_table_t *t = &pc->tables[pc->slot];
-    uint64_t id = pc->request_id;
-    pc->op = PS_OP_NONE;
-    if (rc < 0) {
-        ps_local_reply_error(c, id, "ps_push", rc, err);
+    uint64_t id;
+    conn_t *c = request_over(pc, "ps_push", rc, err, &id);
+    if (!c)
         return;
-    }
     /* a duplicate: this connection had the id acknowledged, or the service says this push
      * was one (rc 1) */
     int duplicate = pc->seq <= t->last_seq || rc == 1;
@@ -372,10 +397,11 @@ static void push_done(void *arg, int rc, const char *err)
  * the region's first n floats (offset .. offset + n for a range) and first n keys. */
 void ps_local_handle_push(conn_t *c, const proto_msg_t *msg)
 {
+    static const char usage[] = "{handle, offset, n, keyed, clock, seq >= 1}";
     ps_local_conn_t *pc = NULL;
     ps_worker_t w;
-    ps_local_table_t *t = ps_local_request_table(c, msg, &pc, &w);
     uint64_t offset, n, clock = 0, seq = 0;
+    ps_local_table_t *t = clocked_request(c, msg, usage, &pc, &w, &clock);
     int keyed = 0;
     float *values = NULL;
     uint64_t *keys = NULL;
@@ -383,10 +409,8 @@ void ps_local_handle_push(conn_t *c, const proto_msg_t *msg)
     if (!t)
         return;
     if (proto_get_bool(&msg->body, "keyed", &keyed) == -EINVAL ||
-        proto_get_uint(&msg->body, "clock", &clock) < 0 ||
         proto_get_uint(&msg->body, "seq", &seq) < 0 || seq == 0) {
-        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
-                           "ps_push: usage {handle, offset, n, keyed, clock, seq >= 1}");
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "ps_push: usage %s", usage);
         return;
     }
     if (read_range(c, msg, t->count, keyed, &offset, &n) < 0)
@@ -422,25 +446,17 @@ void ps_local_handle_push(conn_t *c, const proto_msg_t *msg)
     rc = ps_push(c->daemon, &w, t->handle, &push_id, offset, n, keys, values, push_done, pc,
                  err, sizeof(err));
 pushed:
-    if (rc < 0) {
-        ps_local_reply_error(c, msg->id, "ps_push", rc, err);
-        return;
-    }
-    pc->op = PS_OP_PUSH;
+    request_started(c, msg, pc, PS_OP_PUSH, rc, err);
 }
 
 /* ---- pull ---------------------------------------------------------------------------- */
 
 static void pull_done(void *arg, int rc, const char *err, const ps_read_t *read)
 {
-    ps_local_conn_t *pc = arg;
-    conn_t *c = pc->conn;
-    uint64_t id = pc->request_id;
-    pc->op = PS_OP_NONE;
-    if (rc < 0 || !read) {
-        ps_local_reply_error(c, id, "ps_pull", rc < 0 ? rc : -EIO, err);
+    uint64_t id;
+    conn_t *c = request_over(arg, "ps_pull", rc < 0 || read ? rc : -EIO, err, &id);
+    if (!c)
         return;
-    }
     proto_enc_t *e = &c->daemon->enc;
     proto_enc_begin(e, PROTO_REPLY, id, "", 5);
     proto_pack_kv_uint(&e->pk, "clock", read->clock);
@@ -458,27 +474,18 @@ void ps_local_handle_pull(conn_t *c, const proto_msg_t *msg)
 {
     ps_local_conn_t *pc = NULL;
     ps_worker_t w;
-    ps_local_table_t *t = ps_local_request_table(c, msg, &pc, &w);
     uint64_t offset, n, clock = 0;
+    ps_local_table_t *t = clocked_request(c, msg, "{handle, offset, n, clock}", &pc, &w, &clock);
     char err[256] = "";
     if (!t)
         return;
-    if (proto_get_uint(&msg->body, "clock", &clock) < 0) {
-        server_reply_error(c, msg->id, PROTO_EBADARG, 0,
-                           "ps_pull: usage {handle, offset, n, clock}");
-        return;
-    }
     if (read_range(c, msg, t->count, 0, &offset, &n) < 0)
         return;
     pc->request_id = msg->id;
     int rc = ps_pull(c->daemon, &w, t->handle, clock, offset, n,
                      (float *)(void *)(t->map + offset * sizeof(float)), pull_done, pc, err,
                      sizeof(err));
-    if (rc < 0) {
-        ps_local_reply_error(c, msg->id, "ps_pull", rc, err);
-        return;
-    }
-    pc->op = PS_OP_PULL;
+    request_started(c, msg, pc, PS_OP_PULL, rc, err);
 }
 
 /* ---- clock, close -------------------------------------------------------------------- */
@@ -486,13 +493,10 @@ void ps_local_handle_pull(conn_t *c, const proto_msg_t *msg)
 static void clock_done(void *arg, int rc, const char *err)
 {
     ps_local_conn_t *pc = arg;
-    conn_t *c = pc->conn;
-    uint64_t id = pc->request_id;
-    pc->op = PS_OP_NONE;
-    if (rc < 0) {
-        ps_local_reply_error(c, id, "ps_clock", rc, err);
+    uint64_t id;
+    conn_t *c = request_over(pc, "ps_clock", rc, err, &id);
+    if (!c)
         return;
-    }
     proto_enc_t *e = &c->daemon->enc;
     proto_enc_begin(e, PROTO_REPLY, id, "", 1);
     proto_pack_kv_uint(&e->pk, "clock", pc->clock + 1);
@@ -505,45 +509,24 @@ void ps_local_handle_clock(conn_t *c, const proto_msg_t *msg)
 {
     ps_local_conn_t *pc = NULL;
     ps_worker_t w;
-    ps_local_table_t *t = ps_local_request_table(c, msg, &pc, &w);
     uint64_t clock = 0;
+    ps_local_table_t *t = clocked_request(c, msg, "{handle, clock}", &pc, &w, &clock);
     char err[256] = "";
     if (!t)
         return;
-    if (proto_get_uint(&msg->body, "clock", &clock) < 0) {
-        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "ps_clock: usage {handle, clock}");
-        return;
-    }
     pc->request_id = msg->id;
     pc->clock = clock;
     int rc = ps_clock(c->daemon, &w, t->handle, clock, clock_done, pc, err, sizeof(err));
-    if (rc < 0) {
-        ps_local_reply_error(c, msg->id, "ps_clock", rc, err);
-        return;
-    }
-    pc->op = PS_OP_CLOCK;
+    request_started(c, msg, pc, PS_OP_CLOCK, rc, err);
 }
 
 /* ps_close {handle}: the handle and its mapping go (the table lives on in the group). */
 void ps_local_handle_close(conn_t *c, const proto_msg_t *msg)
 {
-    ps_local_conn_t *pc = conn_state(c, 0);
-    uint64_t handle = 0;
-    if (proto_get_uint(&msg->body, "handle", &handle) < 0) {
-        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "ps_close: handle (uint) is required");
+    ps_local_conn_t *pc = NULL;
+    ps_local_table_t *t = ps_local_request_table(c, msg, &pc, NULL);
+    if (!t)
         return;
-    }
-    if (!pc || handle == 0 || handle > PS_LOCAL_MAX_TABLES || !pc->tables[handle - 1].used) {
-        server_reply_error(c, msg->id, PROTO_ENOTFOUND, 0,
-                           "ps_close: unknown table handle %llu on this connection",
-                           (unsigned long long)handle);
-        return;
-    }
-    if (pc->op != PS_OP_NONE) {
-        server_reply_error(c, msg->id, PROTO_EBUSY, 0,
-                           "ps_close: one request at a time per connection (one is in flight)");
-        return;
-    }
-    table_unmap(&pc->tables[handle - 1]);
+    table_unmap(t);
     server_reply_done(c, msg->id);
 }

@@ -17,7 +17,8 @@ void ps_local_handle_close(conn_t *c, const proto_msg_t *msg);
 /* Federated tables (rule fedavg:...): the open round's state, a client's push. */
 void ps_local_handle_fed_state(conn_t *c, const proto_msg_t *msg);
 void ps_local_handle_fed_push(conn_t *c, const proto_msg_t *msg);
-/* The connection goes away: its requests in flight are forgotten, its mappings go. */
-void ps_local_connection_closed(conn_t *c);
+/* The close observer of a connection's PS state (CONN_SLOT_PS_LOCAL), registered by main:
+ * its requests in flight are forgotten, its mappings go. */
+extern const conn_slot_ops_t ps_local_conn_ops;
 
 #endif

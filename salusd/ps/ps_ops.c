@@ -6,14 +6,14 @@
 #include "ps_local.h"
 
 const server_op_t ps_ops[] = {
-    {"ps_open", ps_local_handle_open},
-    {"ps_push", ps_local_handle_push},
-    {"ps_pull", ps_local_handle_pull},
-    {"ps_clock", ps_local_handle_clock},
-    {"ps_close", ps_local_handle_close},
-    {"ps_checkpoint", ps_ckpt_handle_checkpoint},
-    {"ps_fed_state", ps_local_handle_fed_state},
-    {"ps_fed_push", ps_local_handle_fed_push},
-    {"ps_servers", ps_replicas_handle_servers},
-    {NULL, NULL},
+    {"ps_open", ps_local_handle_open, SERVER_OP_ANYONE},
+    {"ps_push", ps_local_handle_push, SERVER_OP_ANYONE},
+    {"ps_pull", ps_local_handle_pull, SERVER_OP_ANYONE},
+    {"ps_clock", ps_local_handle_clock, SERVER_OP_ANYONE},
+    {"ps_close", ps_local_handle_close, SERVER_OP_ANYONE},
+    {"ps_checkpoint", ps_ckpt_handle_checkpoint, SERVER_OP_ANYONE},
+    {"ps_fed_state", ps_local_handle_fed_state, SERVER_OP_ANYONE},
+    {"ps_fed_push", ps_local_handle_fed_push, SERVER_OP_ANYONE},
+    {"ps_servers", ps_replicas_handle_servers, SERVER_OP_ANYONE},
+    {NULL, NULL, 0},
 };

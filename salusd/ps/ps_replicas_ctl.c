@@ -37,9 +37,9 @@ typedef struct servers_table_s {
 } servers_table_t;
 
 typedef struct servers_op_s {
-    conn_t *conn;               /* NULL: the caller went away */
+    server_later_t caller;      /* its conn NULL: the caller went away (its requests end by
+                                 * themselves; no reply) */
     salusd_t *d;
-    uint64_t id;
     uid_t uid;
     char group[LAUNCH_GROUP_BYTES];
     char node[LINKS_NODE_BYTES];
@@ -57,6 +57,7 @@ static LIST_HEAD(, servers_op_s) servers_ops = LIST_HEAD_INITIALIZER(servers_ops
 static void op_free(servers_op_t *op)
 {
     LIST_REMOVE(op, link);
+    server_later_done(&op->caller);
     free(op->tables);
     free(op);
 }
@@ -71,16 +72,16 @@ static void op_error(servers_op_t *op, proto_error_code_t code, const char *fmt,
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
-    if (op->conn)
-        server_reply_error(op->conn, op->id, code, 0, "%s", text);
+    if (op->caller.conn)
+        server_reply_error(op->caller.conn, op->caller.request_id, code, 0, "%s", text);
     op_free(op);
 }
 
 static void op_reply(servers_op_t *op)
 {
-    if (op->conn) {
+    if (op->caller.conn) {
         proto_enc_t *e = &op->d->enc;
-        proto_enc_begin(e, PROTO_REPLY, op->id, "", 3);
+        proto_enc_begin(e, PROTO_REPLY, op->caller.request_id, "", 3);
         proto_pack_kv_str(&e->pk, "group", op->group);
         proto_pack_kv_uint(&e->pk, "epoch", op->epoch);
         proto_pack_str(&e->pk, "tables");
@@ -99,7 +100,7 @@ static void op_reply(servers_op_t *op)
                 proto_pack_kv_str(&e->pk, "error", t->error);
         }
         proto_enc_finish(e);
-        server_send(op->conn, e);
+        server_send(op->caller.conn, e);
     }
     op_free(op);
 }
@@ -372,13 +373,12 @@ void ps_replicas_handle_servers(conn_t *c, const proto_msg_t *msg)
         return;
     }
     servers_op_t *op = calloc(1, sizeof(*op));
-    if (!op) {
+    if (!op || server_later_add(c, CONN_SLOT_PS_SERVERS, &op->caller, msg->id) < 0) {
+        free(op);
         server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "out of memory");
         return;
     }
-    op->conn = c;
     op->d = d;
-    op->id = msg->id;
     op->uid = c->uid;
     op->add = has_add;
     snprintf(op->group, sizeof(op->group), "%s", group);
@@ -390,14 +390,6 @@ void ps_replicas_handle_servers(conn_t *c, const proto_msg_t *msg)
     LIST_INSERT_HEAD(&servers_ops, op, link);
     if (etcd_get(cluster_etcd(cl), op->rings, 1, on_rings, op) < 0)
         op_error(op, PROTO_EINTERNAL, "out of memory");
-}
-
-void ps_replicas_servers_closed(conn_t *c)
-{
-    servers_op_t *op;
-    LIST_FOREACH(op, &servers_ops, link)
-        if (op->conn == c)
-            op->conn = NULL; /* its requests end by themselves; no reply */
 }
 
 void ps_replicas_servers_free(const salusd_t *d)

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <event2/event.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,32 +275,59 @@ static ps_table_t *worker_table(ps_t *ps, const ps_worker_t *w, uint64_t handle,
     return t;
 }
 
+/* A worker's call (push, clock, pull) on the table of handle: the table, as worker_table,
+ * and the service in *psp (NULL with *rc -ENOTSUP: the role is not running). */
+static ps_table_t *call_table(salusd_t *d, const ps_worker_t *w, uint64_t handle, ps_t **psp,
+                              uint32_t *index, int *rc, char *err, size_t err_size)
+{
+    ps_t *ps = *psp = ps_of(d);
+    if (!ps) {
+        *rc = not_started(err, err_size);
+        return NULL;
+    }
+    return worker_table(ps, w, handle, index, rc, err, err_size);
+}
+
+/* A call refused (rc < 0): counted when the role runs. */
+static int call_refused(ps_t *ps, int rc)
+{
+    if (ps)
+        ps->stats.refused++;
+    return rc;
+}
+
+/* A call's own check failed: NULL, with *rc and err set. */
+static ps_table_t *call_invalid(int *rc, char *err, size_t err_size, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static ps_table_t *call_invalid(int *rc, char *err, size_t err_size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_size, fmt, ap);
+    va_end(ap);
+    *rc = -EINVAL;
+    return NULL;
+}
+
 int ps_push(salusd_t *d, const ps_worker_t *w, uint64_t handle, const ps_push_id_t *id,
             uint64_t offset, uint64_t n, const uint64_t *keys, const float *values,
             ps_done_fn done, void *arg, char *err, size_t err_size)
 {
-    ps_t *ps = ps_of(d);
-    if (!ps)
-        return not_started(err, err_size);
+    ps_t *ps;
     uint32_t worker;
     int rc;
-    ps_table_t *t = worker_table(ps, w, handle, &worker, &rc, err, err_size);
-    if (t && (!id || id->rank != w->rank)) {
-        snprintf(err, err_size, "a push's id must name the pushing rank %u", w->rank);
-        t = NULL;
-        rc = -EINVAL;
-    }
-    if (t && t->fed) { /* federated: salus_ps_fed_push */
-        snprintf(err, err_size, "table '%s' is federated: push with salus_ps_fed_push", t->name);
-        t = NULL;
-        rc = -EINVAL;
-    }
+    ps_table_t *t = call_table(d, w, handle, &ps, &worker, &rc, err, err_size);
+    if (t && (!id || id->rank != w->rank))
+        t = call_invalid(&rc, err, err_size, "a push's id must name the pushing rank %u",
+                         w->rank);
+    if (t && t->fed) /* federated: salus_ps_fed_push */
+        t = call_invalid(&rc, err, err_size,
+                         "table '%s' is federated: push with salus_ps_fed_push", t->name);
     if (t)
         rc = ps_worker_push(t, worker, id, offset, n, keys, values, err, err_size);
-    if (rc < 0) {
-        ps->stats.refused++;
-        return rc;
-    }
+    if (rc < 0)
+        return call_refused(ps, rc);
     if (rc == 0)
         ps->stats.pushes_duplicate++;
     else {
@@ -324,19 +352,15 @@ int ps_push_reads_once(salusd_t *d, const ps_worker_t *w, uint64_t handle)
 int ps_clock(salusd_t *d, const ps_worker_t *w, uint64_t handle, uint64_t clock,
              ps_done_fn done, void *arg, char *err, size_t err_size)
 {
-    ps_t *ps = ps_of(d);
-    if (!ps)
-        return not_started(err, err_size);
+    ps_t *ps;
     uint32_t worker;
     int rc;
-    ps_table_t *t = worker_table(ps, w, handle, &worker, &rc, err, err_size);
+    ps_table_t *t = call_table(d, w, handle, &ps, &worker, &rc, err, err_size);
     if (t)
         rc = t->fed ? ps_fed_table_clock(t, worker, clock, err, err_size)
                     : ps_worker_clock(t, worker, clock, err, err_size);
-    if (rc < 0) {
-        ps->stats.refused++;
-        return rc;
-    }
+    if (rc < 0)
+        return call_refused(ps, rc);
     ps_call_done(ps, w->owner, done, arg, 0, NULL);
     return 0;
 }
@@ -345,24 +369,17 @@ int ps_pull(salusd_t *d, const ps_worker_t *w, uint64_t handle, uint64_t clock,
             uint64_t offset, uint64_t n, float *out, ps_pull_fn done, void *arg, char *err,
             size_t err_size)
 {
-    ps_t *ps = ps_of(d);
-    if (!ps)
-        return not_started(err, err_size);
+    ps_t *ps;
     uint32_t worker;
     int rc;
-    ps_table_t *t = worker_table(ps, w, handle, &worker, &rc, err, err_size);
-    if (t && !out) {
-        snprintf(err, err_size, "a pull needs a buffer");
-        t = NULL;
-        rc = -EINVAL;
-    }
+    ps_table_t *t = call_table(d, w, handle, &ps, &worker, &rc, err, err_size);
+    if (t && !out)
+        t = call_invalid(&rc, err, err_size, "a pull needs a buffer");
     if (t)
         rc = t->fed ? ps_fed_table_pull(t, worker, clock, offset, n, out, done, arg, w->owner,
                                         err, err_size)
                     : ps_pull_start(t, w, clock, offset, n, out, done, arg, err, err_size);
-    if (rc < 0)
-        ps->stats.refused++;
-    return rc < 0 ? rc : 0;
+    return rc < 0 ? call_refused(ps, rc) : 0;
 }
 
 void ps_forget_owner(salusd_t *d, const void *owner)

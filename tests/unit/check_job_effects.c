@@ -177,6 +177,7 @@ static void setup(void)
     ck_assert_msg(gpu_sched_init(&d, err, sizeof(err)) == 0, "%s", err);
     d.cluster = (struct cluster_s *)&d; /* a cluster member: the ranks wait for the release */
     ck_assert_int_eq(jobs_observe(&d, &stub), 0);
+    ck_assert_int_eq(server_observe_close(&d, CONN_SLOT_JOB, &jobs_conn_ops), 0);
 }
 
 static void teardown(void)
@@ -268,7 +269,7 @@ static void register_rank(int i)
                      MSGPACK_UNPACK_SUCCESS);
     msg.body = msg.unpacked.data;
     jobs_handle_register(&r->conn, &msg);
-    ck_assert_uint_eq(r->conn.job_id, r->job_id);
+    ck_assert_uint_eq(jobs_conn_job_id(&r->conn), r->job_id);
     msgpack_unpacked_destroy(&msg.unpacked);
     msgpack_sbuffer_destroy(&sbuf);
 }

@@ -827,7 +827,7 @@ static void shim_register(shim_replay_t *r, shim_job_t *j, uint64_t request_id)
                      MSGPACK_UNPACK_SUCCESS);
     msg.body = msg.unpacked.data;
     jobs_handle_register(c, &msg);
-    ck_assert_msg(c->job_id != 0, "job %llu was not registered", (unsigned long long)j->spec->trace_id);
+    ck_assert_msg(jobs_conn_job_id(c) != 0, "job %llu was not registered", (unsigned long long)j->spec->trace_id);
     msgpack_unpacked_destroy(&msg.unpacked);
     msgpack_sbuffer_destroy(&sbuf);
 }
@@ -843,7 +843,7 @@ static void shim_exit(shim_replay_t *r, shim_job_t *j)
     kill(j->pid, SIGKILL);
     ck_assert_int_eq(waitpid(j->pid, &status, 0), j->pid);
     replay_pump(r);
-    ck_assert_msg(!j->conn.job_id, "the daemon missed job %llu's end",
+    ck_assert_msg(!jobs_conn_job_id(&j->conn), "the daemon missed job %llu's end",
                   (unsigned long long)j->spec->trace_id);
 }
 
@@ -866,6 +866,7 @@ static void daemon_replay(const sim_trace_t *trace, const char *policy, grant_lo
     r->d.devices.count = 1;
     r->d.devices.gpus[0].total_bytes = 1 * GIB;
     ck_assert_msg(gpu_sched_init(&r->d, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(server_observe_close(&r->d, CONN_SLOT_JOB, &jobs_conn_ops), 0);
     r->count = trace->count;
     r->jobs = calloc(r->count, sizeof(*r->jobs));
     r->log = log;

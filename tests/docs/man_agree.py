@@ -3,7 +3,8 @@
 
 salusd --help (its one option table) against salusd(8), salusd.conf(5) and the commented
 default config (tools/salusd.conf), option by option and default by default; salusctl help
-against salusctl(1), verb by verb and flag by flag (the global options with their defaults);
+against salusctl(1), verb by verb and flag by flag (the global options with their defaults),
+and against docs/operating.md's verb list;
 salus-sim --help against salus-sim(1) (the defaults its option lines give);
 the functions of salus.h and salus_ps.h against salus.h(3) and salus_ps(3). Both ways: a page
 that documents what the program does not have fails too. Each failure names the page, what
@@ -139,6 +140,40 @@ for verb in verbs:
 for key in man1:
     if re.fullmatch(r"[a-z][a-z-]*", key) and key not in verbs:
         problems.append(f"salusctl.1.scd: documents the verb {key}, which salusctl help does not list")
+
+# --- docs/operating.md's verb list (the indented block under 'build/bin/salusctl [--socket
+# PATH] ... VERB'): its head names every global option, the list every verb of salusctl help
+# and each flag its help line names (--json is the head's; submit's [OPTS] are run's)
+ops = open(os.path.join(SRC, "docs", "operating.md"), encoding="utf-8").read().splitlines()
+head = [k for k, l in enumerate(ops) if l.startswith("    build/bin/salusctl [--socket PATH]")]
+check(len(head) == 1, "docs/operating.md: no verb list under 'build/bin/salusctl [--socket PATH]'")
+for flag, _ in globals_ if head else []:
+    check(f"[{flag}" in ops[head[0]],
+          f"docs/operating.md: its verb list's head lacks the global option {flag} (salusctl help lists it)")
+listed, key = {}, None
+for line in ops[head[0] + 1:] if head else []:
+    if not line.startswith("      "):
+        break
+    m = re.match(r"^      ([a-z][a-z-]*)((?: \| [a-z][a-z-]*)*)", line)
+    if m:
+        key = m.group(1)
+        for name in [m.group(1)] + re.findall(r"[a-z][a-z-]*", m.group(2)):
+            listed[name] = key
+        listed.setdefault(key, key)
+    if key is not None:
+        listed["text:" + key] = listed.get("text:" + key, "") + line + "\n"
+for verb in verbs:
+    check(verb in listed, f"docs/operating.md: its verb list lacks {verb} (salusctl help lists it)")
+    if verb not in listed:
+        continue
+    text = listed["text:" + listed[verb]] + (listed.get("text:run", "") if verb == "submit" else "")
+    line = run(ctl, "help", verb).splitlines()[0]
+    for flag in sorted(set(re.findall(r"(?<![a-z])-{1,2}[a-z][a-z-]*", line)) - {"--json"}):
+        check(re.search(r"(?<![a-z-])" + re.escape(flag) + r"(?![a-z-])", text) is not None,
+              f"docs/operating.md: its verb list's {verb} lacks {flag} (salusctl help {verb}: {line.strip()})")
+for name in listed:
+    if not name.startswith("text:") and name not in verbs:
+        problems.append(f"docs/operating.md: its verb list has {name}, which salusctl help does not list")
 
 # --- salus-sim -------------------------------------------------------------------------------
 sim = os.path.join(BIN, "salus-sim")

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The documents' commands run as printed: every fenced block marked ```sh runnable in README.md
 # and docs/*.md runs, from the source tree, against a salusd on simgpu (two simulated GPUs)
-# that this test starts; `build/` in a command is this build directory, and build/bin is first
-# on PATH (so the guides' bare `salusctl` is this one). A block fails the test when it exits
-# non-zero (bash -e, pipefail) or runs past its bound; the test prints each block, how many
-# commands it ran and how long the whole set took. Blocks that need etcd, Slurm or podman stay
-# unmarked: their own tests cover them.
+# that this test starts; `build/` in a command is this build directory. From the source tree
+# salus's programs are not on PATH, so a bare `salusctl` (or salusd, salus-sim, ...) in a block
+# runs a stand-in that fails naming build/bin/NAME, also where one is installed on PATH. A block
+# fails the test when it exits non-zero (bash -e, pipefail) or runs past its bound; the test
+# prints each block, how many commands it ran and how long the whole set took. Blocks that
+# need etcd, Slurm or podman stay unmarked: their own tests cover them.
 . "$(dirname "$0")/../integration/lib.sh"
 
 SRC="${SALUS_SOURCE_DIR:?}"
@@ -40,6 +41,15 @@ awk -v out="$WORK/blocks" -v src="$SRC/" '
 blocks=$(find "$WORK/blocks" -name '*.sh' | wc -l)
 [ "$blocks" -ge 1 ] || fail "no \`\`\`sh runnable block in ${files[*]}"
 
+# what a block finds on PATH for salus's own programs: a stand-in that fails
+mkdir "$WORK/not-on-path"
+for prog in "$BIN"/*; do
+    name=$(basename "$prog")
+    printf '#!/bin/sh\necho "%s: not on PATH from the source tree: write build/bin/%s" >&2\nexit 127\n' \
+        "$name" "$name" >"$WORK/not-on-path/$name"
+    chmod +x "$WORK/not-on-path/$name"
+done
+
 SIMGPU_DEVICES=2 start_daemon
 start=$SECONDS
 commands=0
@@ -49,7 +59,7 @@ for script in "$WORK"/blocks/*.sh; do
     n=$(awk '/\\$/ { next } { sub(/#.*/, "") } /[^ \t]/ { c++ } END { print c + 0 }' "$script")
     sed -E -i "s#(^|[[:space:]=(\"':])build/#\\1$SALUS_BUILD_DIR/#g" "$script"
     # a process group of its own: a block that fails or overstays goes with all it started
-    (cd "$SRC" && PATH="$BIN:$PATH" exec setsid bash -e -o pipefail "$script") </dev/null >"$WORK/out" 2>&1 &
+    (cd "$SRC" && PATH="$WORK/not-on-path:$PATH" exec setsid bash -e -o pipefail "$script") </dev/null >"$WORK/out" 2>&1 &
     BLOCK_PGID=$!
     rc=0
     wait_until 60 '! kill -0 "$BLOCK_PGID" 2>/dev/null || [ "$(ps -o stat= -p "$BLOCK_PGID")" = Z ]' || rc=timeout

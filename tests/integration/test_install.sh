@@ -30,6 +30,13 @@ trap 'restore_manifest; cleanup' EXIT
 "$CMAKE" --install "$SALUS_BUILD_DIR" --prefix "$PREFIX" >"$WORK/install.log" 2>&1 ||
     { cat "$WORK/install.log" >&2; fail "cmake --install"; }
 ls -lR "$PREFIX" >"$WORK/ls.log"
+# everything under the prefix: also the SPANK plugin, whose home is Slurm's plugin directory
+# only in an install into the configured prefix
+outside=$(sed -nE 's/^-- (Installing|Up-to-date): //p' "$WORK/install.log" | grep -v "^$PREFIX/" || true)
+[ -z "$outside" ] || fail "cmake --install --prefix $PREFIX wrote outside the prefix: $outside"
+if [ -e "$SALUS_BUILD_DIR/lib/slurm/salus_spank.so" ]; then
+    [ -f "$PREFIX/lib/slurm/salus_spank.so" ] || fail "the SPANK plugin is not in $PREFIX/lib/slurm"
+fi
 INSTALLED_AS=$PREFIX
 PREFIX=$(realpath "$PREFIX") # salusd reports the paths it resolved
 

@@ -198,4 +198,4 @@ for i in "$P" "$Q"; do
             fail "b: n$i applied the late slot $hex"
     done
 done
-pass "b: $lead cut off granted nothing; its ${#late[@]} late slots (revision $LREV) refused by n$P and n$Q under $new_lead (revision $NREV), logged; both groups finished, slots in one order per node"
+pass "b: $lead cut off granted nothing after its lease ended; its ${#late[@]} late slots (revision $LREV) refused by n$P and n$Q under $new_lead (revision $NREV), logged; both groups finished, slots in one order per node"

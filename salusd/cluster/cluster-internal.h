@@ -114,6 +114,8 @@ typedef struct cluster_s {
     int members_read;            /* the first listing arrived */
     char leader[LINKS_NODE_BYTES];
     int64_t leader_epoch;        /* P/leader's create revision */
+    int64_t newest_epoch;        /* the newest leader key's create revision seen (fence) */
+    uint64_t lease_request_ns;   /* when the keepalive or grant in flight was sent */
     int campaign_busy;
     uint64_t slot_counter;       /* as leader: the low half of the last seq issued */
     int64_t counter_epoch;       /* the term slot_counter counts in */
@@ -128,8 +130,39 @@ typedef struct cluster_s {
 } cluster_t;
 
 
+/* cluster_fence.c: which slots a node takes (a leader that was cut off, by a partition or a
+ * pause, may still send some: they must not interleave with its successor's), and whether a
+ * leader may grant. Pure. */
+typedef enum {
+    CLUSTER_FENCE_TAKE,        /* from the leader this node knows, of its term */
+    CLUSTER_FENCE_STALE,       /* its term is older than the newest election revision seen
+                                * here: refused, logged, counted */
+    CLUSTER_FENCE_NOT_LEADER,  /* from a node that is not the leader known here: refused */
+    CLUSTER_FENCE_AHEAD,       /* from the known leader, of a newer term than its key read
+                                * here (the watch is behind): not taken, said again at resync */
+} cluster_fence_verdict_t;
+
+typedef struct cluster_fence_view_s {
+    int64_t newest_revision;   /* the newest leader key's create revision seen (never lowers
+                                * until a re-read of the cluster) */
+    const char *leader;        /* the leader known now ("" or NULL: none) */
+    int64_t leader_revision;   /* its key's create revision */
+} cluster_fence_view_t;
+
+/* revision: the sender's term as the slot message says it ("term": the leader key's create
+ * revision it leads at; from a daemon that sends none, the seq's high half). A new leader
+ * sends a former leader's slot on (a node that missed it); the term is its own. */
+cluster_fence_verdict_t cluster_fence_slot(const cluster_fence_view_t *view, const char *from,
+                                           int64_t revision);
+/* 1 while a lease that etcd confirmed for a request sent at lease_confirmed_ns (the send, not
+ * the answer: etcd's TTL ran from no earlier) cannot have expired at now_ns */
+int cluster_fence_may_grant(uint64_t now_ns, uint64_t lease_confirmed_ns, uint64_t ttl_ns);
+const char *cluster_fence_name(cluster_fence_verdict_t verdict);
+
 /* cluster.c */
 int cluster_is_leader(const cluster_t *cl);
+/* it leads and its lease cannot have expired yet (cluster_fence_may_grant): it may grant */
+int cluster_may_grant(const cluster_t *cl);
 /* json helpers */
 struct json_object *cluster_json_parse(const char *text, size_t len);
 void cluster_key(const cluster_t *cl, char *out, size_t size, const char *part);

@@ -50,6 +50,29 @@ static void on_old_renewed(void *ctx, const etcd_result_t *r);
 static void watch_links(cluster_t *cl, uint64_t now, uint64_t ttl_ns);
 static void relist(cluster_t *cl);
 
+/* When etcd confirmed the lease from: the send of the request it answered (its TTL ran from no
+ * earlier), so that this node's own clock says "expired" no later than etcd does. */
+static uint64_t lease_confirmed_at(const cluster_t *cl)
+{
+    uint64_t now = salusd_now_ns();
+    return cl->lease_request_ns && cl->lease_request_ns <= now ? cl->lease_request_ns : now;
+}
+
+/* The lease ended (or may have): out of the cluster until a new one; a leader stops leading
+ * at once (a successor may take P/leader as soon as etcd drops it), and its groups fail. */
+static void lose_lease(cluster_t *cl)
+{
+    if (cl->lease_lost)
+        return;
+    if (cluster_is_leader(cl))
+        LOG_WARN("cluster: node %s no longer leads (its lease ended): it grants no slot of "
+                 "leader revision %lld any more", cl->node, (long long)cl->leader_epoch);
+    cl->lease_lost = 1;
+    cl->relist = 1; /* when back: read everything again (relist) */
+    cl->leader[0] = 0;
+    cluster_groups_lease_lost(cl);
+}
+
 static void start_failed(cluster_t *cl, const char *fmt, const char *what)
 {
     if (cl->start_done)
@@ -72,7 +95,7 @@ static void on_granted(void *ctx, const etcd_result_t *r)
         return;
     }
     cl->lease_id = r->lease_id;
-    cl->lease_ok_ns = salusd_now_ns();
+    cl->lease_ok_ns = lease_confirmed_at(cl);
     cl->lease_lost = 0;
     cl->keepalive_busy = 0;
     cl->member_rev = r->revision;
@@ -85,6 +108,7 @@ static void on_granted(void *ctx, const etcd_result_t *r)
 static void grant(cluster_t *cl)
 {
     cl->keepalive_busy = 1;
+    cl->lease_request_ns = salusd_now_ns();
     if (etcd_lease_grant(cl->etcd, cl->ttl_s, on_granted, cl) < 0)
         cl->keepalive_busy = 0;
 }
@@ -102,6 +126,7 @@ static void on_old_lease(void *ctx, const etcd_result_t *r)
         /* renewed at once: what was left of it may be less than a keepalive period */
         LOG_INFO("cluster: node %s keeps lease %llx across its restart (%lld s were left)",
                  cl->node, (unsigned long long)cl->lease_id, (long long)r->ttl);
+        cl->lease_request_ns = salusd_now_ns();
         if (etcd_lease_keepalive(cl->etcd, cl->lease_id, on_old_renewed, cl) < 0)
             start_failed(cl, "%s", "out of memory");
         return;
@@ -123,7 +148,7 @@ static void on_old_renewed(void *ctx, const etcd_result_t *r)
         grant(cl);
         return;
     }
-    cl->lease_ok_ns = salusd_now_ns();
+    cl->lease_ok_ns = lease_confirmed_at(cl);
     put_member(cl);
 }
 
@@ -138,15 +163,11 @@ static void on_keepalive(void *ctx, const etcd_result_t *r)
     }
     if (r->ttl <= 0) {
         LOG_WARN("cluster: etcd says the lease of node %s has expired", cl->node);
-        if (!cl->lease_lost) {
-            cl->lease_lost = 1;
-            cl->relist = 1;
-            cluster_groups_lease_lost(cl);
-        }
+        lose_lease(cl);
         grant(cl);
         return;
     }
-    cl->lease_ok_ns = salusd_now_ns();
+    cl->lease_ok_ns = lease_confirmed_at(cl);
 }
 
 static void on_member_put(void *ctx, const etcd_result_t *r)
@@ -230,6 +251,8 @@ static void leader_event(cluster_t *cl, const etcd_kv_t *kv, int deleted)
         }
         snprintf(cl->leader, sizeof(cl->leader), "%s", json_object_get_string(n));
         cl->leader_epoch = kv->create_revision;
+        if (kv->create_revision > cl->newest_epoch)
+            cl->newest_epoch = kv->create_revision; /* slots of older terms are refused */
         json_object_put(o);
         if (cl->counter_epoch != cl->leader_epoch) { /* a new term: its slots count afresh */
             cl->counter_epoch = cl->leader_epoch;
@@ -268,11 +291,7 @@ static void member_event(cluster_t *cl, const char *node, const etcd_kv_t *kv, i
         cl->members[i] = cl->members[--cl->member_count];
         LOG_WARN("cluster: node %s left the cluster (its lease ended)", node);
         if (strcmp(node, cl->node) == 0) {
-            if (!cl->lease_lost) {
-                cl->lease_lost = 1;
-                cl->relist = 1;
-                cluster_groups_lease_lost(cl);
-            }
+            lose_lease(cl);
             return;
         }
         links_forget(cl->links, node);
@@ -392,6 +411,7 @@ static void relist(cluster_t *cl)
             links_forget(cl->links, cl->members[i].node);
     cl->member_count = 0;
     cl->leader[0] = 0;
+    cl->newest_epoch = 0; /* (a new etcd counts its revisions afresh): from the listing */
     cl->members_read = 0;
     cl->listing_busy = 1;
     char prefix[256];
@@ -417,10 +437,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         LOG_WARN("cluster: etcd (%s) not reached for %lld s: the lease of node %s has "
                  "expired; its cluster groups fail", etcd_endpoints(cl->etcd),
                  (long long)cl->ttl_s, cl->node);
-        cl->lease_lost = 1;
-        cl->relist = 1; /* when back: read everything again (relist) */
-        cl->leader[0] = 0;
-        cluster_groups_lease_lost(cl);
+        lose_lease(cl);
     }
     if (!cl->lease_lost && cl->start_done) {
         if (!cl->member_ok && !cl->put_busy && cl->lease_id)
@@ -453,6 +470,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
     if (now - cl->lease_ok_ns >= ttl_ns / 3) {
         cl->keepalive_busy = 1;
+        cl->lease_request_ns = now;
         if (etcd_lease_keepalive(cl->etcd, cl->lease_id, on_keepalive, cl) < 0)
             cl->keepalive_busy = 0;
     }

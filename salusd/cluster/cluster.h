@@ -148,6 +148,8 @@ typedef struct cluster_sample_s {
     uint64_t messages_sent, messages_received;
     uint64_t slots_issued;      /* as leader */
     uint64_t slots_served;      /* on this node */
+    uint64_t slots_refused;     /* received and refused: of a former leader's term, or from a
+                                 * node that does not lead */
     uint64_t groups_failed_rank, groups_failed_node, groups_failed_etcd;
     uint64_t etcd_errors;
     /* what this node asked of etcd (etcd.h's etcd_stats_t): keepalives, other lease requests,

@@ -43,6 +43,13 @@ int cluster_is_leader(const cluster_t *cl)
     return !cl->lease_lost && cl->leader[0] && strcmp(cl->leader, cl->node) == 0;
 }
 
+int cluster_may_grant(const cluster_t *cl)
+{
+    return cluster_is_leader(cl) &&
+           cluster_fence_may_grant(salusd_now_ns(), cl->lease_ok_ns,
+                                   (uint64_t)cl->ttl_s * 1000000000ull);
+}
+
 void *cluster_observer_state(const cluster_t *cl)
 {
     return cl->observer_state;

@@ -16,13 +16,16 @@
 static void send_to(cluster_t *cl, const char *node, const char *op, const cluster_group_t *g,
                     const char *seq_key, uint64_t seq, uint64_t iters)
 {
+    int is_slot = strcmp(op, "slot") == 0;
     proto_enc_t enc;
     proto_enc_init(&enc);
-    proto_enc_begin(&enc, PROTO_REQUEST, 0, op, 4);
+    proto_enc_begin(&enc, PROTO_REQUEST, 0, op, is_slot ? 5 : 4);
     proto_pack_kv_str(&enc.pk, "group", g->key);
     proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)g->epoch);
     proto_pack_kv_uint(&enc.pk, seq_key, seq);
     proto_pack_kv_uint(&enc.pk, "iters", iters);
+    if (is_slot) /* the sender's term: a former leader's slot it sends on is still its own act */
+        proto_pack_kv_uint(&enc.pk, "term", (uint64_t)cl->leader_epoch);
     proto_enc_finish(&enc);
     if (links_send(cl->links, node, &enc) == 0)
         cl->stats.messages_sent++;
@@ -41,7 +44,8 @@ static void node_slot(cluster_t *cl, cluster_group_t *g, uint64_t seq)
     if (seq <= g->last_seq || seq == g->pending_seq)
         return; /* a slot sent again that this node has had */
     g->pending_seq = seq;
-    LOG_DEBUG("cluster: group %s: slot %llx here", g->name, (unsigned long long)seq);
+    LOG_DEBUG("cluster: group %s: slot %llx here (leader revision %llu)", g->name,
+              (unsigned long long)seq, (unsigned long long)(seq >> 32));
     int rc = jobs_group_slot(cl->d, g->local_id, seq);
     if (rc < 0 && rc != -EALREADY) {
         /* never a ready from here (the leader, this node, would issue the next slot inside
@@ -79,10 +83,12 @@ void cluster_slots_ready(cluster_t *cl, cluster_group_t *g)
     if (!cl->leader[0] || cl->lease_lost)
         return; /* sent when a leader is known (cluster_slots_resync) */
     uint64_t iters = local_iters(cl, g);
-    if (cluster_is_leader(cl))
-        leader_ready(cl, cl->node, g, g->last_seq, iters, 0);
-    else
+    if (cluster_is_leader(cl)) {
+        if (cluster_may_grant(cl))
+            leader_ready(cl, cl->node, g, g->last_seq, iters, 0);
+    } else {
         send_to(cl, cl->leader, "ready", g, "last", g->last_seq, iters);
+    }
 }
 
 /* A node in a slot tells the leader which (a new leader learns how far the old one got). */
@@ -91,7 +97,8 @@ static void report_pending(cluster_t *cl, cluster_group_t *g)
     if (!cl->leader[0] || cl->lease_lost)
         return;
     if (cluster_is_leader(cl)) {
-        leader_ready(cl, cl->node, g, g->pending_seq, 0, 1);
+        if (cluster_may_grant(cl))
+            leader_ready(cl, cl->node, g, g->pending_seq, 0, 1);
         return;
     }
     proto_enc_t enc;
@@ -307,8 +314,9 @@ static void issue(cluster_t *cl, cluster_group_t *g, const char **nodes, uint32_
  * asks for another round (at most a few: the resync's readies, every second, go on). */
 static void leader_pass(cluster_t *cl)
 {
-    if (!cluster_is_leader(cl))
-        return;
+    if (!cluster_may_grant(cl))
+        return; /* not the leader, or its lease may have expired unseen (cut off, paused):
+                 * a successor may be granting already */
     if (cl->pass_busy) {
         cl->pass_again = 1;
         return;
@@ -353,7 +361,7 @@ void cluster_slots_check(cluster_t *cl, cluster_group_t *g)
 static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, uint64_t last,
                          uint64_t iters, int pending)
 {
-    if (g->failed)
+    if (g->failed || !cluster_may_grant(cl))
         return;
     /* this leader's own slots, from before a restart of it or a re-read: numbers go on */
     if ((last >> 32) == (uint64_t)cl->leader_epoch && (last & 0xffffffffu) > cl->slot_counter)
@@ -454,7 +462,7 @@ void cluster_slots_forget(cluster_t *cl, cluster_group_t *g)
 
 void cluster_slots_link_up(cluster_t *cl, const char *node)
 {
-    if (!cluster_is_leader(cl))
+    if (!cluster_may_grant(cl))
         return;
     for (cluster_group_t *g = cl->groups; g; g = g->next) {
         if (!g->cur_seq || g->failed || is_ready(g, node) || !is_target(g, node))
@@ -468,7 +476,7 @@ void cluster_slots_link_up(cluster_t *cl, const char *node)
 void cluster_slots_message(cluster_t *cl, const char *from, const proto_msg_t *msg)
 {
     char key[sizeof(((cluster_group_t *)0)->key)];
-    uint64_t epoch = 0, value = 0, iters = 0;
+    uint64_t epoch = 0, value = 0, iters = 0, term = 0;
     int pending = 0;
     int is_slot = strcmp(msg->op, "slot") == 0, is_ready_msg = strcmp(msg->op, "ready") == 0;
     if ((!is_slot && !is_ready_msg) ||
@@ -476,7 +484,9 @@ void cluster_slots_message(cluster_t *cl, const char *from, const proto_msg_t *m
         proto_get_uint(&msg->body, "epoch", &epoch) < 0 ||
         proto_get_uint(&msg->body, is_slot ? "seq" : "last", &value) < 0 ||
         proto_get_uint(&msg->body, "iters", &iters) < 0 ||
-        proto_get_bool(&msg->body, "pending", &pending) == -EINVAL) {
+        proto_get_bool(&msg->body, "pending", &pending) == -EINVAL ||
+        (is_slot && proto_get_uint(&msg->body, "term", &term) == -EINVAL) ||
+        term > INT64_MAX) {
         LOG_WARN("cluster: a malformed message '%s' from %s: ignored", msg->op, from);
         return;
     }
@@ -487,12 +497,28 @@ void cluster_slots_message(cluster_t *cl, const char *from, const proto_msg_t *m
         return; /* the sender says it again when it resyncs; a record not read yet comes */
     }
     if (is_slot) {
-        if (strcmp(from, cl->leader) != 0) {
-            LOG_WARN("cluster: a slot from %s, which does not lead: ignored", from);
+        cluster_fence_view_t view = {.newest_revision = cl->newest_epoch, .leader = cl->leader,
+                                     .leader_revision = cl->leader_epoch};
+        if (!term) /* (a daemon that sends no term: the seq's own) */
+            term = value >> 32;
+        cluster_fence_verdict_t verdict = cluster_fence_slot(&view, from, (int64_t)term);
+        if (verdict == CLUSTER_FENCE_AHEAD) {
+            LOG_DEBUG("cluster: slot %llx of group %s from %s: of leader revision %llu, newer "
+                      "than the leader key read here (%lld): not taken yet",
+                      (unsigned long long)value, g->name, from, (unsigned long long)term,
+                      (long long)cl->leader_epoch);
+            return; /* the leader sends it again at the next ready (resync) */
+        }
+        if (verdict != CLUSTER_FENCE_TAKE) {
+            cl->stats.slots_refused++;
+            LOG_WARN("cluster: slot %llx of group %s from %s refused (%s): slot revision %llu, "
+                     "current revision %lld (leader %s)", (unsigned long long)value, g->name, from,
+                     cluster_fence_name(verdict), (unsigned long long)term,
+                     (long long)cl->newest_epoch, cl->leader[0] ? cl->leader : "(none)");
             return;
         }
         node_slot(cl, g, value);
-    } else if (cluster_is_leader(cl)) {
+    } else if (cluster_may_grant(cl)) {
         if (!holds_rank(g, from)) {
             /* a node speaks for its own ranks only: a member of the cluster with no rank in
              * the group must not make its slots (its iterations, a slot it claims to be in).

@@ -129,7 +129,7 @@ typedef struct metrics_group_sample_s {
 typedef struct metrics_cluster_sample_s {
     uint64_t member, members, leader;
     uint64_t links_up, links_refused, links_frames_rejected, messages_sent, messages_received;
-    uint64_t slots_issued, slots_served;
+    uint64_t slots_issued, slots_served, slots_refused;
     uint64_t failed_rank, failed_node, failed_etcd;
     uint64_t etcd_errors;
     uint64_t etcd_keepalives, etcd_leases, etcd_ranges, etcd_writes;

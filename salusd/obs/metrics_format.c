@@ -402,9 +402,11 @@ static void cluster_families(metrics_text_t *t, const metrics_cluster_sample_t *
         {"salus_cluster_messages_total", NULL, NULL, "{direction=\"received\"}",
          CL(messages_received)},
         {"salus_cluster_slots_total", "counter",
-         "Gang slots: issued by this node as leader, served on this node.", "{kind=\"issued\"}",
+         "Gang slots: issued by this node as leader, served on this node, refused (of a former "
+         "leader's term, or from a node that does not lead).", "{kind=\"issued\"}",
          CL(slots_issued)},
         {"salus_cluster_slots_total", NULL, NULL, "{kind=\"served\"}", CL(slots_served)},
+        {"salus_cluster_slots_total", NULL, NULL, "{kind=\"refused\"}", CL(slots_refused)},
         {"salus_cluster_group_failures_total", "counter",
          "Cluster groups failed here, by cause: a rank, a node gone, etcd lost.",
          "{cause=\"rank\"}", CL(failed_rank)},

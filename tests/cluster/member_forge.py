@@ -43,8 +43,10 @@ def recv_msg(s):
     return unpack(recv_exact(s, n))[0]
 
 
-def main():
-    addr, port, keyfile, node, leader, group, epoch = sys.argv[1:8]
+def dial(addr, port, keyfile, node, peer):
+    """A link to peer's port as node, the key proved as a daemon does (salusd/link_auth.h).
+    Returns (socket, tagged): tagged(seq, frame) is the frame with its tag under the session
+    key; (None, why) when the peer gave no welcome."""
     key = open(keyfile, "rb").read()
     s = socket.create_connection((addr, int(port)), timeout=10)
     own = os.urandom(32)
@@ -52,21 +54,18 @@ def main():
                                        "nonce": own}))
     kind, mid, op, body = recv_msg(s)
     if op != "challenge":
-        print("expected a challenge, got %r %r" % (op, body))
-        return 1
+        return None, "expected a challenge, got %r %r" % (op, body)
     theirs = body["nonce"]
     # the dialer's mac: label 0 answered_nonce sender_nonce sender_node 0 receiver_node
-    msg = b"salus-link-dialer\0" + theirs + own + node.encode() + b"\0" + leader.encode()
+    msg = b"salus-link-dialer\0" + theirs + own + node.encode() + b"\0" + peer.encode()
     s.sendall(frame(REQUEST, mid, "prove", {"mac": hmac.new(key, msg, hashlib.sha256).digest()}))
     kind, _, op, body = recv_msg(s)
     if kind != REPLY or op != "welcome":
-        print("no welcome: %r %r %r" % (kind, op, body))
-        return 1
-    print("welcome", flush=True)
+        return None, "no welcome: %r %r %r" % (kind, op, body)
     # every frame after the welcome ends with its tag (salusd/link_auth.h): the first 16 bytes
     # of HMAC-SHA256(session key, seq (8 bytes, big-endian) length-prefix body), seq from 0
     session = hmac.new(key, b"salus-link-frames\0" + own + theirs + node.encode() + b"\0" +
-                       leader.encode(), hashlib.sha256).digest()
+                       peer.encode(), hashlib.sha256).digest()
 
     def tagged(seq, plain):
         body = plain[4:]
@@ -74,6 +73,16 @@ def main():
         tag = hmac.new(session, struct.pack(">Q", seq) + head + body, hashlib.sha256).digest()
         return head + body + tag[:16]
 
+    return s, tagged
+
+
+def main():
+    addr, port, keyfile, node, leader, group, epoch = sys.argv[1:8]
+    s, tagged = dial(addr, port, keyfile, node, leader)
+    if s is None:
+        print(tagged)
+        return 1
+    print("welcome", flush=True)
     forged = [{"group": group, "epoch": int(epoch), "last": 0, "iters": 1 << 40},
               {"group": group, "epoch": int(epoch), "last": (1 << 62) + 7, "iters": 0,
                "pending": True}]

@@ -26,9 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+static uint64_t fake_now_ns;
+
 uint64_t salusd_now_ns(void)
 {
-    return 0;
+    return fake_now_ns;
 }
 
 /* ---- what happened, one line each ---------------------------------------------------------- */
@@ -194,6 +196,27 @@ static void from_b(cluster_t *cl, const char *op, const char *group, int64_t epo
     proto_enc_destroy(&enc);
 }
 
+/* node b sends this node a slot with its term (the revision b says it leads at) */
+static void slot_from_b(cluster_t *cl, const char *group, int64_t epoch, uint64_t seq,
+                        uint64_t term)
+{
+    proto_enc_t enc;
+    proto_enc_init(&enc);
+    proto_enc_begin(&enc, PROTO_REQUEST, 0, "slot", 5);
+    proto_pack_kv_str(&enc.pk, "group", group);
+    proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)epoch);
+    proto_pack_kv_uint(&enc.pk, "seq", seq);
+    proto_pack_kv_uint(&enc.pk, "iters", 0);
+    proto_pack_kv_uint(&enc.pk, "term", term);
+    proto_enc_finish(&enc);
+    proto_msg_t msg;
+    ck_assert_int_eq(proto_decode((const uint8_t *)enc.sbuf.data + 4, enc.sbuf.size - 4, &msg,
+                                  NULL), 0);
+    cluster_slots_message(cl, "b", &msg);
+    proto_msg_free(&msg);
+    proto_enc_destroy(&enc);
+}
+
 /* ---- the jobs subsystem below, as the cluster calls it ------------------------------------- */
 
 typedef struct {
@@ -294,6 +317,10 @@ static void setup(void)
     snprintf(cl->prefix, sizeof(cl->prefix), "/salus");
     snprintf(cl->leader, sizeof(cl->leader), "a");
     cl->leader_epoch = 3;
+    cl->newest_epoch = 3;
+    cl->ttl_s = 3;
+    fake_now_ns = 1000;
+    cl->lease_ok_ns = 1; /* the lease confirmed just now */
     snprintf(cl->members[0].node, sizeof(cl->members[0].node), "a");
     snprintf(cl->members[1].node, sizeof(cl->members[1].node), "b");
     cl->member_count = 2;
@@ -725,6 +752,100 @@ START_TEST(late_joins_keep_the_order)
 }
 END_TEST
 
+/* The fence's verdicts: a former term's slot is refused whoever sends it (even the leader
+ * known now: a node that lost and won the leadership again); one from a node that does not
+ * lead, too; one of a term newer than the leader key read here waits. A leader may grant
+ * until the TTL has run from its lease's last confirmed request. */
+START_TEST(fence_verdicts)
+{
+    cluster_fence_view_t view = {.newest_revision = 9, .leader = "b", .leader_revision = 9};
+    ck_assert_int_eq(cluster_fence_slot(&view, "b", 9), CLUSTER_FENCE_TAKE);
+    ck_assert_int_eq(cluster_fence_slot(&view, "b", 7), CLUSTER_FENCE_STALE);
+    ck_assert_int_eq(cluster_fence_slot(&view, "c", 7), CLUSTER_FENCE_STALE);
+    ck_assert_int_eq(cluster_fence_slot(&view, "c", 9), CLUSTER_FENCE_NOT_LEADER);
+    ck_assert_int_eq(cluster_fence_slot(&view, "b", 12), CLUSTER_FENCE_AHEAD);
+    view.leader = "";
+    ck_assert_int_eq(cluster_fence_slot(&view, "b", 9), CLUSTER_FENCE_NOT_LEADER);
+    view.leader = NULL;
+    ck_assert_int_eq(cluster_fence_slot(&view, "b", 9), CLUSTER_FENCE_NOT_LEADER);
+    /* the leader key deleted (no leader now): the newest revision still fences */
+    view = (cluster_fence_view_t){.newest_revision = 9, .leader = "", .leader_revision = 0};
+    ck_assert_int_eq(cluster_fence_slot(&view, "b", 8), CLUSTER_FENCE_STALE);
+
+    uint64_t s = 1000000000ull;
+    ck_assert_int_eq(cluster_fence_may_grant(5 * s, 3 * s, 3 * s), 1);
+    ck_assert_int_eq(cluster_fence_may_grant(6 * s, 3 * s, 3 * s), 0);
+    ck_assert_int_eq(cluster_fence_may_grant(9 * s, 3 * s, 3 * s), 0);
+    ck_assert_int_eq(cluster_fence_may_grant(5 * s, 0, 3 * s), 0); /* never confirmed */
+    ck_assert_int_eq(cluster_fence_may_grant(2 * s, 3 * s, 3 * s), 0); /* a clock gone back */
+}
+END_TEST
+
+/* b leads at revision 5 (a had led at 3): a late slot of revision 3 from a, or from b, is
+ * refused and counted; one of b's term is taken, once. */
+START_TEST(former_terms_slot_refused)
+{
+    int64_t e1 = two_node_group(5, "g1");
+    snprintf(cl->leader, sizeof(cl->leader), "b");
+    cl->leader_epoch = 5;
+    cl->newest_epoch = 5;
+    size_t before = event_count;
+    from_b(cl, "slot", "1000/g1", e1, (3ull << 32) | 17, 0);
+    ck_assert_int_lt(find_event(before, "slot 5"), 0);
+    ck_assert_uint_eq(cl->stats.slots_refused, 1);
+    from_b(cl, "slot", "1000/g1", e1, (5ull << 32) | 1, 0);
+    char want[64];
+    snprintf(want, sizeof(want), "slot 5 %llx", (5ull << 32) | 1);
+    ck_assert_int_ge(find_event(before, want), 0);
+    ck_assert_uint_eq(cl->stats.slots_refused, 1);
+    /* the leader key gone (its lease ended): no leader, and the former term still fenced */
+    cl->leader[0] = 0;
+    cl->leader_epoch = 0;
+    from_b(cl, "slot", "1000/g1", e1, (5ull << 32) | 2, 0);
+    ck_assert_uint_eq(cl->stats.slots_refused, 2);
+}
+END_TEST
+
+/* b leads at 5 and sends on a slot of the former leader (revision 3) that this node missed:
+ * its term says 5, the slot is taken; a slot of revision 5 sent with term 3 is refused. */
+START_TEST(forwarded_former_slot_taken)
+{
+    int64_t e1 = two_node_group(5, "g1");
+    snprintf(cl->leader, sizeof(cl->leader), "b");
+    cl->leader_epoch = 5;
+    cl->newest_epoch = 5;
+    size_t before = event_count;
+    uint64_t old = (3ull << 32) | 9;
+    slot_from_b(cl, "1000/g1", e1, old, 3);
+    ck_assert_uint_eq(cl->stats.slots_refused, 1);
+    slot_from_b(cl, "1000/g1", e1, old, 5);
+    char want[64];
+    snprintf(want, sizeof(want), "slot 5 %llx", (unsigned long long)old);
+    ck_assert_int_ge(find_event(before, want), 0);
+    ck_assert_uint_eq(cl->stats.slots_refused, 1);
+}
+END_TEST
+
+/* This node leads, but its lease was last confirmed a TTL ago (cut off from etcd, or paused,
+ * and its tick has not said so yet): a ready that arrives now grants nothing. */
+START_TEST(cut_off_leader_grants_nothing)
+{
+    int64_t e1 = two_node_group(5, "g1");
+    cluster_rank_admitted(&dmn, 5);
+    fake_now_ns = cl->lease_ok_ns + 3000000000ull;
+    size_t before = event_count;
+    from_b(cl, "ready", "1000/g1", e1, 0, 0);
+    cluster_slots_link_up(cl, "b");
+    ck_assert_int_lt(find_event(before, "slot"), 0);
+    ck_assert_int_lt(find_event(before, "send b slot"), 0);
+    ck_assert_uint_eq(cl->stats.slots_issued, 0);
+    /* the lease confirmed again: the slot goes out */
+    cl->lease_ok_ns = fake_now_ns;
+    from_b(cl, "ready", "1000/g1", e1, 0, 0);
+    ck_assert_int_ge(find_event(before, "send b slot 1000/g1"), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cluster");
@@ -739,6 +860,10 @@ int main(void)
     tcase_add_test(tc, open_slot_with_late_rank_holds_its_node);
     tcase_add_test(tc, former_leaders_open_slot_holds);
     tcase_add_test(tc, late_joins_keep_the_order);
+    tcase_add_test(tc, fence_verdicts);
+    tcase_add_test(tc, former_terms_slot_refused);
+    tcase_add_test(tc, forwarded_former_slot_taken);
+    tcase_add_test(tc, cut_off_leader_grants_nothing);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

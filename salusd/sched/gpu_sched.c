@@ -135,6 +135,7 @@ int gpu_sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_rea
         .arrival_ns = job->registered_ns,
         .group = group_of(job),
         .latency_target_ns = job->latency_target_ns,
+        .iteration_ns = job->request_ns,
     };
     int rc = sched_core_job_reattached(d->gpu_sched->core, &hints, where, salusd_now_ns(), fx);
     return rc == -ENOSPC ? rc : report(rc, "re-attach");

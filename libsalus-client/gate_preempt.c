@@ -105,8 +105,7 @@ static gate_page_t *gate_page(void)
                      (unsigned long long)(b.max_park_ns / 1000000ull), b.pass_after_park,
                      b.inflight);
             atomic_store(&gate_page_mapped, p);
-        }
-        else {
+        } else {
             LOG_WARN("no gate page from salusd (%s): this job is not parked for "
                      "latency-critical jobs", rc < 0 ? err : "a malformed reply");
             atomic_store(&gate_page_failed, 1);
@@ -241,8 +240,8 @@ void shim_gate_preempt_reattached(void)
     atomic_store(&gate_page_failed, 0);
     /* a request counted there: out of it (its parked jobs go on); the next submission
      * counts it in the new page */
-    if (atomic_exchange(&lc_counted, 0) && shim.page && atomic_exchange(&shim.page->gate_counted, 0) &&
-        old)
+    if (atomic_exchange(&lc_counted, 0) && shim.page &&
+        atomic_exchange(&shim.page->gate_counted, 0) && old)
         gate_page_lc_leave(old);
 }
 

@@ -60,6 +60,7 @@ void shim_class_request_done(job_page_t *page, uint64_t duration_ns)
  * The job page says the job's role (gate_role, from the scheduling core's GATE effects); the
  * GPU's gate page comes from salusd at the first submission that needs it. */
 
+/* (its bounds, gate_page_bounds, are written by salusd before it hands the page out) */
 static _Atomic(gate_page_t *) gate_page_mapped;
 static _Atomic int gate_page_failed;
 static pthread_mutex_t gate_page_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -97,9 +98,14 @@ static gate_page_t *gate_page(void)
                 munmap(m, GATE_PAGE_BYTES);
             }
         }
-        if (p)
+        if (p) {
+            gate_bounds_t b = gate_page_bounds(p);
+            LOG_INFO("gate page from salusd: parks of at most %llu ms, then %u submissions "
+                     "pass; an event every %u launches",
+                     (unsigned long long)(b.max_park_ns / 1000000ull), b.pass_after_park,
+                     b.inflight);
             atomic_store(&gate_page_mapped, p);
-        else {
+        } else {
             LOG_WARN("no gate page from salusd (%s): this job is not parked for "
                      "latency-critical jobs", rc < 0 ? err : "a malformed reply");
             atomic_store(&gate_page_failed, 1);
@@ -119,15 +125,17 @@ static void gate_futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t 
 /* A preemptible job's thread: what it submitted while a latency-critical job was admitted. */
 static __thread struct {
     uint32_t launches;  /* launches counted for the in-flight bound */
-    CUevent event;      /* recorded after every GATE_INFLIGHT-th launch */
+    CUevent event;      /* recorded after every k-th launch (inflight) */
     int event_pending;
-    uint32_t pass_left; /* after a park that reached GATE_MAX_PARK_NS: submissions that pass */
+    uint32_t pass_left; /* after a park that reached max_park_ns: submissions that pass */
 } gate_thread;
 
-/* Parks while a latency-critical job of the GPU has a request going on, at most
- * GATE_MAX_PARK_NS; then GATE_INFLIGHT submissions pass before the next park. */
+/* Parks while a latency-critical job of the GPU has a request going on, at most max_park_ns;
+ * then pass_after_park submissions pass before the next park. */
 static void park_for_latency_critical(gate_page_t *g)
 {
+    gate_bounds_t bounds = gate_page_bounds(g);
+    uint64_t max_park_ns = bounds.max_park_ns;
     if (gate_thread.pass_left > 0) {
         gate_thread.pass_left--;
         return;
@@ -146,22 +154,22 @@ static void park_for_latency_critical(gate_page_t *g)
             continue;
         }
         now = shim_now_ns();
-        if (now - start >= GATE_MAX_PARK_NS) {
-            gate_thread.pass_left = GATE_INFLIGHT;
+        if (now - start >= max_park_ns) {
+            gate_thread.pass_left = bounds.pass_after_park;
             break;
         }
-        gate_futex_wait(&g->wake_seq, seq, GATE_MAX_PARK_NS - (now - start));
+        gate_futex_wait(&g->wake_seq, seq, max_park_ns - (now - start));
     }
     atomic_fetch_add(&g->parks, 1);
     atomic_fetch_add(&g->parked_ns, shim_now_ns() - start);
 }
 
-/* At most 2 * GATE_INFLIGHT launches of this thread in flight: an event after every
- * GATE_INFLIGHT-th launch, the previous one waited for first. Real driver calls only (no
- * gate, no boundary). */
-static void bound_in_flight(CUstream stream, int ptds)
+/* At most 2k launches of this thread in flight (k: inflight): an event after every k-th
+ * launch, the previous one waited for first. Real driver calls only (no gate, no
+ * boundary). */
+static void bound_in_flight(const gate_page_t *g, CUstream stream, int ptds)
 {
-    if (++gate_thread.launches % GATE_INFLIGHT != 0)
+    if (++gate_thread.launches % gate_page_bounds(g).inflight != 0)
         return;
     if (!gate_thread.event) {
         if (!shim.real.cuEventCreate ||
@@ -177,10 +185,20 @@ static void bound_in_flight(CUstream stream, int ptds)
                                 shim.real.cuEventRecord(gate_thread.event, s) == CUDA_SUCCESS;
 }
 
+/* The role this job last acted in, logged when it changes (salusctl run's output says
+ * whether a job is parked for latency-critical ones). */
+static _Atomic uint32_t gate_role_seen;
+
 CUresult shim_gate_preempt(CUstream stream, int ptds, int is_work, uint32_t role)
 {
     if (!is_work)
         return CUDA_SUCCESS; /* allocations are not GPU work */
+    if (atomic_load_explicit(&gate_role_seen, memory_order_relaxed) != role &&
+        atomic_exchange(&gate_role_seen, role) != role)
+        LOG_INFO("gate role: %s", role == SHIM_GATE_LC ? "latency-critical (its requests go "
+                                                         "first)"
+                                                       : "preemptible (parks while a "
+                                                         "latency-critical job has a request)");
     gate_page_t *g = gate_page();
     if (!g)
         return CUDA_SUCCESS;
@@ -197,7 +215,7 @@ CUresult shim_gate_preempt(CUstream stream, int ptds, int is_work, uint32_t role
         return CUDA_SUCCESS;
     park_for_latency_critical(g);
     if (is_work == SHIM_WORK_LAUNCH)
-        bound_in_flight(stream, ptds);
+        bound_in_flight(g, stream, ptds);
     return CUDA_SUCCESS;
 }
 
@@ -210,6 +228,21 @@ void shim_gate_preempt_idle(void)
     if (!g || !atomic_exchange(&shim.page->gate_counted, 0))
         return;
     gate_page_lc_leave(g);
+}
+
+void shim_gate_preempt_reattached(void)
+{
+    /* the previous daemon's page stays mapped (a thread may be parked on it, for at most a
+     * park's length): only the pointer goes, and the next submission asks the new daemon.
+     * Called with the client lock held, so not under gate_page_lock (taken before it); a
+     * gate_page() in progress waits for the client lock and asks the new daemon. */
+    gate_page_t *old = atomic_exchange(&gate_page_mapped, NULL);
+    atomic_store(&gate_page_failed, 0);
+    /* a request counted there: out of it (its parked jobs go on); the next submission
+     * counts it in the new page */
+    if (atomic_exchange(&lc_counted, 0) && shim.page &&
+        atomic_exchange(&shim.page->gate_counted, 0) && old)
+        gate_page_lc_leave(old);
 }
 
 /* A latency-critical job that ends with a request going on is not counted any more. */

@@ -253,6 +253,7 @@ int shim_reattach_locked(void)
                  * the closed one's number, which the program may have reused meanwhile */
                 atomic_store(&re.watched_fd, shim.client.fd);
                 atomic_store(&re.lost, 0);
+                shim_gate_preempt_reattached();
                 LOG_INFO("job %llu re-attached to salusd (budget %llu MiB)",
                          (unsigned long long)shim.job_id, (unsigned long long)(budget >> 20));
                 fprintf(stderr, "salus: job %llu re-attached to the restarted salusd\n",

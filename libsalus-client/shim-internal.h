@@ -216,6 +216,9 @@ void shim_class_request_done(job_page_t *page, uint64_t duration_ns);
 enum { SHIM_GATE_LC = 1, SHIM_GATE_PREEMPTIBLE = 2 }; /* = SCHED_CORE_GATE_* */
 CUresult shim_gate_preempt(CUstream stream, int ptds, int is_work, uint32_t role);
 void shim_gate_preempt_idle(void);
+/* After a re-attach to a restarted salusd: the gate page is the new daemon's, asked for at the
+ * next submission that needs it (the previous one's stays mapped, unused). */
+void shim_gate_preempt_reattached(void);
 
 /* dlopen.c: set while the shim loads the real driver (its dlopen is not redirected) */
 extern __thread int shim_loading_driver;

@@ -1015,6 +1015,7 @@ int sched_core_job_reattached(sched_core_t *core, const sched_core_job_hints_t *
     }
     /* the core's usage counts from its own start: a survivor's past GPU time is its own */
     job->admitted = true;
+    add_admitted(core, job->id); /* every walk over the admitted jobs sees it (its class too) */
     job->gpu = pl.gpu;
     job->lane = pl.lane_id;
     job->provisional = false;

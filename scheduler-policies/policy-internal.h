@@ -12,9 +12,6 @@ extern const policy_ops_t policy_las_ops;
 extern const policy_ops_t policy_gittins_ops;
 extern const policy_ops_t policy_slo_ops;
 
-/* slo (slo.c): the most latency-critical iterations in a row a lane grants while a
- * best-effort job of it is runnable; then that job's turn (the starvation bound). */
-#define POLICY_SLO_LC_RUN_MAX 8u
 
 /* LAS's queues (las.c), exposed for its tests: the queue of an attained service (promotion
  * aside), the upper bound of a queue (UINT64_MAX for the last), the promotion wait. */

@@ -28,7 +28,12 @@ typedef struct policy_config_s {
     /* slo: the policy that orders the best-effort jobs under the latency-critical ones
      * ("fair" when NULL; any policy but slo itself). */
     const char *slo_base;
+    /* slo: the starvation bound, the most latency-critical iterations a lane grants in a row
+     * while a best-effort job of it is runnable (0: POLICY_SLO_DEFAULT_LC_RUN_MAX, 8). */
+    uint32_t slo_lc_run_max;
 } policy_config_t;
+
+#define POLICY_SLO_DEFAULT_LC_RUN_MAX 8u
 
 typedef struct policy_job_s {
     uint64_t id;

@@ -4,10 +4,11 @@
  *
  * In a lane: the runnable latency-critical job with the tightest target goes first (ties:
  * priority, arrival, id); the best-effort jobs are picked by the base policy among
- * themselves. Starvation bound: after POLICY_SLO_LC_RUN_MAX latency-critical iterations in a
- * row in a lane while a best-effort job of it was runnable, that lane's next pick is the
- * base policy's best-effort job, so a runnable best-effort job waits at most
- * POLICY_SLO_LC_RUN_MAX latency-critical iterations (plus the one running) for its turn.
+ * themselves. Starvation bound: after N latency-critical iterations in a row in a lane while
+ * a best-effort job of it was runnable (N: config slo_lc_run_max, salusd --slo-lc-run-max;
+ * POLICY_SLO_DEFAULT_LC_RUN_MAX, 8, by default), that lane's next pick is the base policy's
+ * best-effort job, so a runnable best-effort job waits at most N latency-critical
+ * iterations (plus the one running) for its turn.
  * Admission: latency-critical jobs first (arrival order), then the base policy's order.
  * Nothing is kept across a restart (a Gittins base starts without its learned sizes).
  *
@@ -21,6 +22,7 @@
 
 typedef struct slo_state_s {
     policy_t base;
+    uint64_t lc_run_max;    /* the starvation bound (config slo_lc_run_max) */
     policy_records_t lanes; /* job_id: the lane id; value: latency-critical iterations in a
                                row while a best-effort job of the lane was runnable */
     policy_job_t *scratch;  /* the best-effort jobs handed to the base policy */
@@ -52,6 +54,8 @@ static void *slo_init(const policy_config_t *config)
         free(state);
         return NULL;
     }
+    state->lc_run_max = config && config->slo_lc_run_max ? config->slo_lc_run_max
+                                                          : POLICY_SLO_DEFAULT_LC_RUN_MAX;
     return state;
 }
 
@@ -126,7 +130,7 @@ static int slo_pick(void *opaque, uint32_t lane, const policy_job_t *jobs, size_
     }
     if (lc >= 0 && be >= 0) {
         const policy_record_t *run = policy_records_find(&state->lanes, lane);
-        if (!run || run->value < POLICY_SLO_LC_RUN_MAX)
+        if (!run || run->value < state->lc_run_max)
             return lc;
     } else if (lc >= 0) {
         return lc;

@@ -119,6 +119,19 @@ const option_def_t salusd_options[] = {
         "to compare: ranks take turns one by one, and collectives may deadlock"),
     ROW("gang-slot-iterations", OPTION_INT, "1", 1, 1000, gang_slot_iterations,
         "iterations of each rank in one gang slot before the lanes go back to the policy"),
+    ROW("slo-lc-run-max", OPTION_INT, "8", 1, 10000, slo_lc_run_max,
+        "slo policy: the most latency-critical iterations a lane grants in a row while a "
+        "best-effort job of it waits (the best-effort jobs' starvation bound)"),
+    ROW("gate-park-max-ms", OPTION_INT, "100", 1, 60000, gate_park_max_ms,
+        "preemption at the gate (slo): the longest a best-effort job parks at a time while a "
+        "latency-critical job of its GPU has a request going on"),
+    ROW("gate-pass-after-park", OPTION_INT, "2", 1, 1000, gate_pass_after_park,
+        "preemption at the gate (slo): submissions of a best-effort thread that pass after a "
+        "park reached --gate-park-max-ms, before it may park again"),
+    ROW("gate-inflight", OPTION_INT, "2", 1, 1024, gate_inflight,
+        "preemption at the gate (slo): k; while a latency-critical job is on its GPU, a "
+        "best-effort thread records an event every k launches and waits for the previous one "
+        "(at most 2k of its submissions in flight)"),
     ROW("group-kill-grace-s", OPTION_INT, "5", 0, 9, group_kill_grace_s,
         "when a rank fails, the group's other ranks get SIGTERM, then SIGKILL this many "
         "seconds later"),

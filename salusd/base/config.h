@@ -50,6 +50,11 @@ typedef struct salusd_config_s {
     char gang_turns_text[8];     /* --gang-turns as given */
     int gang_turns_off;          /* --gang-turns off: BSP ranks take turns one by one */
     long long gang_slot_iterations; /* iterations of each rank in one gang slot */
+    /* the slo policy and preemption at the gate (policy.h slo_lc_run_max, gate_page.h) */
+    long long slo_lc_run_max;    /* latency-critical iterations in a row while best-effort waits */
+    long long gate_park_max_ms;  /* the longest park of a best-effort job at a time */
+    long long gate_pass_after_park; /* its submissions that pass after such a park */
+    long long gate_inflight;     /* k: an event every k launches, 2k in flight at most */
     long long group_kill_grace_s; /* a failed group's other ranks: SIGTERM, then SIGKILL */
     unsigned long long ps_user_bytes; /* parameter-server memory of one user here (ps.h) */
     long long ps_fed_timeout_ms; /* a federated round open this long is closed as it is */

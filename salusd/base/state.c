@@ -19,7 +19,13 @@
 
 static void pack_job(msgpack_packer *pk, const state_job_t *job)
 {
-    msgpack_pack_map(pk, job->group[0] ? 23 : 16);
+    /* the optional parts (a group, a class) only when there is one: a file without them is
+     * what an older salusd wrote, and loads as a single best-effort job */
+    msgpack_pack_map(pk, 16 + (job->group[0] ? 7 : 0) + (job->latency_target_ns ? 2 : 0));
+    if (job->latency_target_ns) {
+        proto_pack_kv_uint(pk, "latency_target_ns", job->latency_target_ns);
+        proto_pack_kv_uint(pk, "request_ns", job->request_ns);
+    }
     if (job->group[0]) {
         proto_pack_kv_str(pk, "group", job->group);
         proto_pack_kv_uint(pk, "group_world", job->group_world);
@@ -171,6 +177,15 @@ static int decode_job(const msgpack_object *o, state_job_t *job, const char **wh
         return -EPROTO;
     } else {
         job->group[0] = 0;
+    }
+    *what = "a job's class";
+    if (proto_get(o, "latency_target_ns")) { /* a latency-critical job (absent: best-effort) */
+        if (need_uint(o, "latency_target_ns", STATE_MAX_CLASS_NS, &job->latency_target_ns) < 0 ||
+            job->latency_target_ns == 0 ||
+            need_uint(o, "request_ns", STATE_MAX_CLASS_NS, &job->request_ns) < 0)
+            return -EPROTO;
+    } else if (proto_get(o, "request_ns")) {
+        return -EPROTO; /* a request time without a target: not what this module writes */
     }
     const msgpack_object *chunks = proto_get(o, "chunks");
     *what = "a job's chunks";

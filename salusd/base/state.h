@@ -4,7 +4,9 @@
  * counter, the policy's state (policy_save_state), and, for each live job, what the job will
  * re-present when it re-attaches and must be checked against: its uid and pid, its GPU and
  * sizes (learned ones included) and which lane it shared, its job page and each chunk it was
- * handed (size and the identity of the file behind its descriptor: st_dev, st_ino).
+ * handed (size and the identity of the file behind its descriptor: st_dev, st_ino); and what
+ * only its registration said: its class (a latency target and request time; absent in files
+ * of older salusd, which load as best-effort) and its group.
  *
  * The file: a 24-byte header, then a msgpack body.
  *     magic "SALUSST\0" | format version (u32 LE) | body length (u32 LE) | FNV-1a 64 of the body
@@ -27,6 +29,7 @@
 #define STATE_MAX_CHUNKS 65536u
 #define STATE_NAME_BYTES 64
 #define STATE_POLICY_BYTES 32
+#define STATE_MAX_CLASS_NS (3600ull * 1000000000ull) /* an hour, as register takes */
 
 typedef struct state_chunk_s {
     uint64_t id;
@@ -54,6 +57,10 @@ typedef struct state_job_s {
     int32_t group_local_rank;
     uint32_t group_sync;              /* launch_sync_t */
     uint32_t group_share_gpus;
+    /* its class (sched_core.h, "Classes"): > 0 a latency-critical job's target per request
+     * (then request_ns, its expected GPU time per request, 0 = unknown); 0 best-effort. Both
+     * at most STATE_MAX_CLASS_NS. */
+    uint64_t latency_target_ns, request_ns;
 } state_job_t;
 
 typedef struct salusd_state_s {

@@ -23,8 +23,9 @@ static struct {
     gate_page_t *page;
 } gate_pages[GATE_MAX_GPUS];
 
-/* The page of gpu, created when first asked for: its descriptor, or a negative errno. */
-static int gate_page_fd(int gpu)
+/* The page of gpu, created when first asked for (with the bounds of salusd's options): its
+ * descriptor, or a negative errno. */
+static int gate_page_fd(const salusd_t *d, int gpu)
 {
     if (gpu < 0 || gpu >= GATE_MAX_GPUS)
         return -EINVAL;
@@ -47,6 +48,9 @@ static int gate_page_fd(int gpu)
     }
     gate_pages[gpu].page = p;
     gate_pages[gpu].fd = fd;
+    gate_pages[gpu].page->max_park_ns = (uint64_t)d->config.gate_park_max_ms * 1000000ull;
+    gate_pages[gpu].page->pass_after_park = (uint32_t)d->config.gate_pass_after_park;
+    gate_pages[gpu].page->inflight = (uint32_t)d->config.gate_inflight;
     gate_pages[gpu].page->magic = GATE_PAGE_MAGIC;
     gate_pages[gpu].page->version = GATE_PAGE_VERSION;
     return fd;
@@ -77,7 +81,7 @@ void jobs_handle_gate_page(conn_t *c, const proto_msg_t *msg)
         server_reply_error(c, msg->id, PROTO_EBADARG, 0, "gate_page needs an admitted job");
         return;
     }
-    int fd = gate_page_fd(gpu);
+    int fd = gate_page_fd(d, gpu);
     if (fd < 0) {
         server_reply_error(c, msg->id, PROTO_EINTERNAL, 0, "no gate page for GPU %d: %s", gpu,
                            strerror(-fd));

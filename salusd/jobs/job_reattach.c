@@ -168,6 +168,8 @@ void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg)
     job->runtime = rt;
     job->iterations_expected = rec->iterations_expected;
     job->priority = rec->priority;
+    job->latency_target_ns = rec->latency_target_ns; /* its class, as it registered */
+    job->request_ns = rec->request_ns;
     job->state = JOB_PAUSED;
     job->admitted_ns = salusd_now_ns();
     jobs_conn_bind(c, rt);
@@ -267,6 +269,19 @@ void jobs_handle_reattach_chunk(conn_t *c, const proto_msg_t *msg)
     server_reply_done(c, msg->id);
 }
 
+/* The gate roles a re-attach settled (this job's, and those of the best-effort jobs of its
+ * GPU when it is latency-critical): the rest of its effects concern the layout, which the
+ * reply below carries. */
+static void apply_gate_roles(salusd_t *d, const sched_core_effects_t *fx)
+{
+    for (size_t i = 0; i < fx->count; i++) {
+        const sched_core_effect_t *e = &fx->items[i];
+        job_t *job = e->kind == SCHED_CORE_GATE ? registry_find(d->registry, e->job_id) : NULL;
+        if (job && job->runtime)
+            jobs_gate_role(d, job, e->gpu, e->gate);
+    }
+}
+
 void jobs_handle_reattach_done(conn_t *c, const proto_msg_t *msg)
 {
     salusd_t *d = c->daemon;
@@ -295,7 +310,12 @@ void jobs_handle_reattach_done(conn_t *c, const proto_msg_t *msg)
         .busy_ns = atomic_load(&page->busy_ns),
     };
     sched_core_effects_t fx = {0};
+    /* its role at the gate is the new core's (none until it says otherwise), not what the
+     * page kept from the previous daemon */
+    atomic_store(&page->gate_role, SCHED_CORE_GATE_NONE);
     int rc = gpu_sched_job_reattached(d, job, &where, &fx);
+    if (rc == 0)
+        apply_gate_roles(d, &fx);
     sched_core_effects_free(&fx);
     if (rc < 0) {
         refuse(c, msg->id, job, "re-attach refused: %s",

@@ -80,6 +80,8 @@ static int fill_job(salusd_t *d, job_t *job, state_job_t *out)
     out->page_dev = rt->page_dev;
     out->page_ino = rt->page_ino;
     out->charged_bytes = rt->charged_bytes;
+    out->latency_target_ns = job->latency_target_ns; /* its class: back as it registered */
+    out->request_ns = job->latency_target_ns ? job->request_ns : 0;
     if (job->group_id && job->group_name[0]) {
         snprintf(out->group, sizeof(out->group), "%s", job->group_name);
         out->group_world = job->group_world;

@@ -135,6 +135,7 @@ int gpu_sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_rea
         .arrival_ns = job->registered_ns,
         .group = group_of(job),
         .latency_target_ns = job->latency_target_ns,
+        .iteration_ns = job->request_ns,
     };
     int rc = sched_core_job_reattached(d->gpu_sched->core, &hints, where, salusd_now_ns(), fx);
     return rc == -ENOSPC ? rc : report(rc, "re-attach");
@@ -372,6 +373,7 @@ int gpu_sched_init(salusd_t *d, char *err, size_t err_size)
     config.persistent_grain_bytes = d->config.chunk_bytes; /* the least a shim maps at once */
     config.gang_turns_off = d->config.gang_turns_off != 0;
     config.gang_slot_iterations = (uint32_t)d->config.gang_slot_iterations;
+    config.policy.slo_lc_run_max = (uint32_t)d->config.slo_lc_run_max;
     /* a job without hints is admitted where at least --provisional-min (at most half the
      * smallest GPU) is free; learned sizes are whole chunks of the coarsest granularity */
     for (int i = 0; i < d->devices.count; i++) {

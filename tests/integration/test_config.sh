@@ -43,6 +43,16 @@ expect_error "unknown option '--bogus'" --bogus
 expect_error "log-level" --log-level loud
 expect_error "max-frame-bytes" --max-frame-bytes 1TiB
 expect_error "unexpected argument" stray
+# the bounds of the slo policy and of preemption at the gate: 0, negative or absurd values
+expect_error "slo-lc-run-max: expected an integer in \[1, 10000\], got '0'" --slo-lc-run-max 0
+expect_error "slo-lc-run-max: expected an integer in \[1, 10000\], got '-3'" --slo-lc-run-max -3
+expect_error "gate-park-max-ms: expected an integer in \[1, 60000\], got '0'" --gate-park-max-ms 0
+expect_error "gate-park-max-ms: expected an integer in \[1, 60000\], got '3600000'" \
+    --gate-park-max-ms 3600000
+expect_error "gate-pass-after-park: expected an integer in \[1, 1000\], got '-1'" \
+    --gate-pass-after-park -1
+expect_error "gate-inflight: expected an integer in \[1, 1024\], got '0'" --gate-inflight 0
+expect_error "gate-inflight: expected an integer in \[1, 1024\], got '1e9'" --gate-inflight 1e9
 printf 'socket = /x\nfrobnicate = 1\n' >"$WORK/bad.conf"
 expect_error "bad.conf:2: unknown option 'frobnicate'" --config "$WORK/bad.conf"
 expect_error "No such file" --config "$WORK/missing.conf"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Preemption at the gate, on simgpu, counted from simgpu's record of kernel starts
 # (SIMGPU_KERNEL_LOG): under the slo policy a latency-critical job's request (one 1 ms
-# kernel) waits for at most 2 * GATE_INFLIGHT (gate_page.h: 4) best-effort kernels per
+# kernel) waits for at most 2k (k: --gate-inflight, 2; so 4) best-effort kernels per
 # best-effort job after its first submission passed the gate, beside a best-effort job whose
 # iteration is 500 ms of 5 ms kernels and one that never synchronises. A request therefore
 # never waits for a best-effort job's whole iteration (100 kernels): its wait in kernels is
@@ -13,7 +13,7 @@ trap cleanup_runs EXIT
 
 SYNTH="$BIN/salus-synth"
 RECORD="$WORK/kernels.log"
-BOUND=$((2 * 2 * 2)) # 2 best-effort jobs, 2 * GATE_INFLIGHT each
+BOUND=$((2 * 2 * 2)) # 2 best-effort jobs, 2k each (k = --gate-inflight, 2 by default)
 
 
 # one run: POLICY; prints the analysis of its record into $WORK/POLICY.txt

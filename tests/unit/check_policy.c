@@ -581,8 +581,8 @@ START_TEST(test_fair_equal_attained_time)
 END_TEST
 
 /* SLO: a latency-critical job of a lane goes first; the best-effort ones take turns by the
- * base policy; a best-effort job waits at most POLICY_SLO_LC_RUN_MAX latency-critical
- * iterations in a row. */
+ * base policy; a best-effort job waits at most POLICY_SLO_DEFAULT_LC_RUN_MAX
+ * latency-critical iterations in a row (slo_runs below). */
 START_TEST(test_slo_latency_critical_first)
 {
     policy_t p = {0};
@@ -610,28 +610,50 @@ START_TEST(test_slo_latency_critical_first)
 }
 END_TEST
 
-START_TEST(test_slo_starvation_bound)
+/* The latency-critical job always has work: the best-effort one gets a turn after every
+ * run_max of its iterations in a row, never later and never sooner. Returns the turns. */
+static unsigned slo_runs(const policy_config_t *config, unsigned run_max)
 {
     policy_t p = {0};
     sim_t s = {0};
-    start(&p, "slo");
+    ck_assert_int_eq(policy_init(&p, "slo", config), 0);
     sim_add(&p, &s, 1, 0, 5 * MS, 0);
     policy_job_t *lc = sim_add(&p, &s, 2, 0, 1 * MS, 0);
     lc->latency_target_ns = 10 * MS;
-    /* the latency-critical job always has work: the best-effort one still gets a turn
-     * after every POLICY_SLO_LC_RUN_MAX of its iterations */
     unsigned in_row = 0, be_turns = 0;
     for (int k = 0; k < 100; k++) {
         if (sim_step(&p, &s, 0) == 2) {
             in_row++;
-            ck_assert_uint_le(in_row, POLICY_SLO_LC_RUN_MAX);
+            ck_assert_uint_le(in_row, run_max);
         } else {
+            ck_assert_uint_eq(in_row, run_max); /* not before the bound either */
             in_row = 0;
             be_turns++;
         }
     }
-    ck_assert_uint_ge(be_turns, 100 / (POLICY_SLO_LC_RUN_MAX + 1));
+    ck_assert_uint_eq(be_turns, 100 / (run_max + 1));
     policy_fini(&p);
+    return be_turns;
+}
+
+START_TEST(test_slo_starvation_bound)
+{
+    ck_assert_uint_eq(slo_runs(NULL, POLICY_SLO_DEFAULT_LC_RUN_MAX), 11);
+    policy_config_t config = {.slo_lc_run_max = 0}; /* 0: the default */
+    ck_assert_uint_eq(slo_runs(&config, POLICY_SLO_DEFAULT_LC_RUN_MAX), 11);
+}
+END_TEST
+
+/* salusd --slo-lc-run-max: the bound is the config's, tighter or looser than the default's
+ * (ignored, the first would see 8 in a row and the second a best-effort turn after 8). */
+START_TEST(test_slo_starvation_bound_configured)
+{
+    policy_config_t config = {.slo_lc_run_max = 3};
+    ck_assert_uint_eq(slo_runs(&config, 3), 25);
+    config.slo_lc_run_max = 12;
+    ck_assert_uint_eq(slo_runs(&config, 12), 7);
+    config.slo_lc_run_max = 1; /* alternate */
+    ck_assert_uint_eq(slo_runs(&config, 1), 50);
 }
 END_TEST
 
@@ -682,6 +704,7 @@ static Suite *specific_suite(void)
     tcase_add_test(tc, test_fair_equal_attained_time);
     tcase_add_test(tc, test_slo_latency_critical_first);
     tcase_add_test(tc, test_slo_starvation_bound);
+    tcase_add_test(tc, test_slo_starvation_bound_configured);
     tcase_add_test(tc, test_slo_base_policy_and_admission);
     suite_add_tcase(s, tc);
     suite_add_tcase(s, policy_nohints_tcase());

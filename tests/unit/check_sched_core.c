@@ -2358,6 +2358,48 @@ START_TEST(test_classes_admission_and_gate_roles)
 }
 END_TEST
 
+/* A latency-critical job that survived a restart of salusd comes back with its class: it is
+ * one of the admitted jobs every walk sees, so the best-effort jobs of its GPU are preemptible
+ * at the gate (those back before it too, and those that register after) and a latency-critical
+ * job that would not fit beside it is refused. */
+START_TEST(test_reattached_latency_critical_job_keeps_its_class)
+{
+    fake_t f;
+    fake_start(&f, "slo", 16 * GIB);
+    sched_core_reattach_t place = {.gpu = 0, .persistent_bytes = 256 * MIB,
+                                   .ephemeral_bytes = 256 * MIB, .iterations = 5,
+                                   .busy_ns = 20 * MS};
+    sched_core_job_hints_t be = {.id = 1, .uid = 1000};
+    ck_assert_int_eq(sched_core_job_reattached(f.core, &be, &place, f.now_ns, &f.fx), 0);
+    f.jobs[1].admitted = 1; /* (no ADMIT: the daemon answers a re-attach itself) */
+    apply(&f);
+    ck_assert_int_eq(f.jobs[1].gate, SCHED_CORE_GATE_NONE); /* no latency-critical job yet */
+    sched_core_job_hints_t lc = {.id = 2, .uid = 1000, .iteration_ns = 1 * MS,
+                                 .latency_target_ns = 10 * MS};
+    ck_assert_int_eq(sched_core_job_reattached(f.core, &lc, &place, f.now_ns, &f.fx), 0);
+    f.jobs[2].admitted = 1;
+    apply(&f);
+    ck_assert_int_eq(f.jobs[2].gate, SCHED_CORE_GATE_LC);
+    ck_assert_int_eq(f.jobs[1].gate, SCHED_CORE_GATE_PREEMPTIBLE);
+    sched_core_job_info_t info;
+    ck_assert_int_eq(sched_core_job_info(f.core, 2, &info), 0);
+    ck_assert_uint_eq(info.latency_target_ns, 10 * MS);
+    /* its requests took 4 ms (20 ms in 5): 4 + 7 ms > its 10 ms target */
+    reg_lc(&f, 3, 1 * GIB, 7 * MS, 50 * MS, 0);
+    ck_assert(f.jobs[3].refused);
+    ck_assert_ptr_nonnull(strstr(f.last_refusal, "beside the latency-critical jobs"));
+    /* a best-effort job that registers now is preemptible at once */
+    reg(&f, 4, 0, 0, 1 * GIB, 0, 0);
+    ck_assert(f.jobs[4].admitted);
+    ck_assert_int_eq(f.jobs[4].gate, SCHED_CORE_GATE_PREEMPTIBLE);
+    /* it leaves: nobody is preemptible any more */
+    leave(&f, 2);
+    ck_assert_int_eq(f.jobs[1].gate, SCHED_CORE_GATE_NONE);
+    ck_assert_int_eq(f.jobs[4].gate, SCHED_CORE_GATE_NONE);
+    fake_stop(&f);
+}
+END_TEST
+
 static Suite *sched_core_suite(void)
 {
     Suite *s = suite_create("sched_core");
@@ -2415,6 +2457,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(c, test_cluster_ranks_leave_drop_slots);
     tcase_add_test(c, test_cluster_beside_local_gangs);
     tcase_add_test(c, test_classes_admission_and_gate_roles);
+    tcase_add_test(c, test_reattached_latency_critical_job_keeps_its_class);
     tcase_add_test(c, test_cluster_three_nodes_never_deadlock);
     suite_add_tcase(s, c);
     return s;

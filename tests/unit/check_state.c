@@ -46,7 +46,8 @@ static void sample(salusd_state_t *st)
                             .priority = -3, .page_dev = 7, .page_ino = 999,
                             .charged_bytes = 4096, .chunks = chunks, .chunk_count = 2};
     jobs[1] = (state_job_t){.id = 6, .uid = 0, .pid = 1, .name = "infer", .gpu = 1, .lane = 5,
-                            .persistent_bytes = 1, .ephemeral_bytes = 2};
+                            .persistent_bytes = 1, .ephemeral_bytes = 2,
+                            .latency_target_ns = 20000000, .request_ns = 5000000};
     st->next_job_id = 11;
     snprintf(st->policy, sizeof(st->policy), "pack");
     st->policy_state = policy_state;
@@ -88,6 +89,60 @@ static void expect_refused(const char *want)
     ck_assert_ptr_null(st.jobs);
 }
 
+/* Writes body as a whole state file of format 1 (header, checksum) and frees it. */
+static void write_body(msgpack_sbuffer *sbuf)
+{
+    uint8_t *image = malloc(24 + sbuf->size);
+    ck_assert_ptr_nonnull(image);
+    memcpy(image, "SALUSST", 8);
+    uint32_t version = 1, size = (uint32_t)sbuf->size;
+    memcpy(image + 8, &version, 4);
+    memcpy(image + 12, &size, 4);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < sbuf->size; i++) {
+        h ^= (uint8_t)sbuf->data[i];
+        h *= 0x100000001b3ull;
+    }
+    memcpy(image + 16, &h, 8);
+    memcpy(image + 24, sbuf->data, sbuf->size);
+    write_raw(image, 24 + sbuf->size);
+    free(image);
+    msgpack_sbuffer_destroy(sbuf);
+}
+
+/* A file with one job record as the salusd before classes wrote it (its 16 fields), plus
+ * extra_keys more that the caller packs after this returns (the record's last ones). */
+static void begin_old_file(msgpack_sbuffer *sbuf, msgpack_packer *pk, uint32_t extra_keys)
+{
+    msgpack_sbuffer_init(sbuf);
+    msgpack_packer_init(pk, sbuf, msgpack_sbuffer_write);
+    msgpack_pack_map(pk, 4);
+    proto_pack_kv_uint(pk, "next_job_id", 5);
+    proto_pack_kv_str(pk, "policy", "slo");
+    proto_pack_str(pk, "policy_state");
+    msgpack_pack_bin(pk, 0);
+    proto_pack_str(pk, "jobs");
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_map(pk, 16 + extra_keys);
+    proto_pack_kv_uint(pk, "id", 3);
+    proto_pack_kv_uint(pk, "uid", 1000);
+    proto_pack_kv_uint(pk, "gid", 100);
+    proto_pack_kv_int(pk, "pid", 4242);
+    proto_pack_kv_str(pk, "name", "server");
+    proto_pack_kv_int(pk, "gpu", 0);
+    proto_pack_kv_uint(pk, "lane", 1);
+    proto_pack_kv_uint(pk, "persistent_bytes", 64u << 20);
+    proto_pack_kv_uint(pk, "ephemeral_bytes", 64u << 20);
+    proto_pack_kv_uint(pk, "iterations_expected", 0);
+    proto_pack_kv_int(pk, "priority", 0);
+    proto_pack_kv_uint(pk, "page_dev", 7);
+    proto_pack_kv_uint(pk, "page_ino", 99);
+    proto_pack_kv_uint(pk, "charged_bytes", 0);
+    proto_pack_kv_uint(pk, "chunk_count", 0);
+    proto_pack_str(pk, "chunks");
+    msgpack_pack_array(pk, 0);
+}
+
 START_TEST(test_round_trip_keeps_every_field)
 {
     salusd_state_t in, out;
@@ -125,8 +180,12 @@ START_TEST(test_round_trip_keeps_every_field)
     ck_assert_uint_eq(a->chunks[1].id, 9);
     ck_assert_uint_eq(a->chunks[1].bytes, 2u << 20);
     ck_assert_uint_eq(a->chunks[1].ino, 1002);
+    ck_assert_uint_eq(a->latency_target_ns, 0); /* best-effort */
+    ck_assert_uint_eq(a->request_ns, 0);
     ck_assert_uint_eq(b->id, 6);
     ck_assert_int_eq(b->gpu, 1);
+    ck_assert_uint_eq(b->latency_target_ns, 20000000); /* latency-critical, as it registered */
+    ck_assert_uint_eq(b->request_ns, 5000000);
     ck_assert_uint_eq(b->chunk_count, 0);
     state_free(&out);
     /* a second write replaces the first whole */
@@ -206,23 +265,72 @@ START_TEST(test_well_sealed_nonsense_is_refused)
     msgpack_pack_array(&pk, 1);
     msgpack_pack_map(&pk, 1);
     proto_pack_kv_uint(&pk, "id", 9); /* a job record without its fields, past next_job_id */
-    uint8_t *image = malloc(24 + sbuf.size);
-    ck_assert_ptr_nonnull(image);
-    memcpy(image, "SALUSST", 8);
-    uint32_t version = 1, size = (uint32_t)sbuf.size;
-    memcpy(image + 8, &version, 4);
-    memcpy(image + 12, &size, 4);
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < sbuf.size; i++) {
-        h ^= (uint8_t)sbuf.data[i];
-        h *= 0x100000001b3ull;
-    }
-    memcpy(image + 16, &h, 8);
-    memcpy(image + 24, sbuf.data, sbuf.size);
-    write_raw(image, 24 + sbuf.size);
-    free(image);
-    msgpack_sbuffer_destroy(&sbuf);
+    write_body(&sbuf);
     expect_refused("bad a job record");
+}
+END_TEST
+
+/* A file of the salusd before classes (no latency_target_ns, no request_ns) still loads: its
+ * jobs are best-effort, as they were. */
+START_TEST(test_file_without_classes_loads)
+{
+    msgpack_sbuffer sbuf;
+    msgpack_packer pk;
+    begin_old_file(&sbuf, &pk, 0);
+    write_body(&sbuf);
+    salusd_state_t st;
+    char err[512] = "";
+    ck_assert_msg(state_read_file(path, &st, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(st.job_count, 1);
+    ck_assert_str_eq(st.jobs[0].name, "server");
+    ck_assert_uint_eq(st.jobs[0].latency_target_ns, 0);
+    ck_assert_uint_eq(st.jobs[0].request_ns, 0);
+    state_free(&st);
+    /* with them (what this salusd writes for a latency-critical job) */
+    begin_old_file(&sbuf, &pk, 2);
+    proto_pack_kv_uint(&pk, "latency_target_ns", 40000000);
+    proto_pack_kv_uint(&pk, "request_ns", 0);
+    write_body(&sbuf);
+    ck_assert_msg(state_read_file(path, &st, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(st.jobs[0].latency_target_ns, 40000000);
+    ck_assert_uint_eq(st.jobs[0].request_ns, 0);
+    state_free(&st);
+}
+END_TEST
+
+/* A class this module never writes: a target of 0 or above an hour, a request time above an
+ * hour or without a target, a target that is not a number. */
+START_TEST(test_bad_class_is_refused)
+{
+    static const struct {
+        const char *key;
+        uint64_t value;
+        const char *key2;
+        uint64_t value2;
+    } bad[] = {
+        {"latency_target_ns", 0, "request_ns", 0},
+        {"latency_target_ns", 3600ull * 1000000000ull + 1, "request_ns", 0},
+        {"latency_target_ns", 1000000, "request_ns", 3600ull * 1000000000ull + 1},
+        {"request_ns", 1000000, NULL, 0},
+        {"latency_target_ns", 1000000, NULL, 0}, /* without its request time */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        msgpack_sbuffer sbuf;
+        msgpack_packer pk;
+        begin_old_file(&sbuf, &pk, bad[i].key2 ? 2 : 1);
+        proto_pack_kv_uint(&pk, bad[i].key, bad[i].value);
+        if (bad[i].key2)
+            proto_pack_kv_uint(&pk, bad[i].key2, bad[i].value2);
+        write_body(&sbuf);
+        expect_refused("bad a job's class");
+    }
+    msgpack_sbuffer sbuf;
+    msgpack_packer pk;
+    begin_old_file(&sbuf, &pk, 2);
+    proto_pack_kv_str(&pk, "latency_target_ns", "20ms");
+    proto_pack_kv_uint(&pk, "request_ns", 0);
+    write_body(&sbuf);
+    expect_refused("bad a job's class");
 }
 END_TEST
 
@@ -285,6 +393,8 @@ static Suite *state_suite(void)
     tcase_add_test(t, test_foreign_file_is_refused);
     tcase_add_test(t, test_newer_format_is_refused);
     tcase_add_test(t, test_well_sealed_nonsense_is_refused);
+    tcase_add_test(t, test_file_without_classes_loads);
+    tcase_add_test(t, test_bad_class_is_refused);
     tcase_add_test(t, test_file_of_another_user_is_refused);
     tcase_add_test(t, test_file_names);
     tcase_add_test(t, test_loose_state_directory_is_refused);

@@ -327,6 +327,20 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         w->first = ps_msg_get(&r, 8);
         w->n = ps_msg_get(&r, 8);
         snprintf(w->node, sizeof(w->node), "%s", node);
+        if (!r.bad && !t) {
+            /* not here (this daemon restarted, and the open that would give it the table was
+             * lost): not the primary here, as for an update. The reader asks the shard's
+             * primary of its view again, and sends that primary the open again. Dropped
+             * without an answer, its read was asked again forever and never answered. */
+            ps_table_t id = {.ps = ps, .uid = uid, .epoch = epoch};
+            snprintf(id.group, sizeof(id.group), "%s", group);
+            snprintf(id.name, sizeof(id.name), "%s", name);
+            snprintf(err, sizeof(err), "table '%s' is not served here", name);
+            ps_msg_send_pull_reply(&id, w, -ESTALE, err);
+            drop(ps, node, "a pull of a table not here");
+            free(w);
+            return;
+        }
         if (r.bad || !t || !t->ring || source_index(t, node) < 0 ||
             w->shard >= t->layout.shards || w->n == 0) {
             drop(ps, node, "bad pull");
@@ -365,6 +379,12 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
             return;
         }
         *fp = f->next;
+        /* the primary of our view refused it: it may have lost the table (restarted, and the
+         * open sent when it came back was lost); one that has it answers the open OK */
+        const char *primary = t->repl ? ps_table_primary(t, f->shard) : NULL;
+        if (rc == -ESTALE && t->state == PS_TABLE_READY && primary &&
+            strcmp(primary, node) == 0)
+            ps_msg_send_open_as(t, node, 0);
         /* read in place when aligned for floats, else copied */
         float *copy = NULL;
         const float *values = NULL;

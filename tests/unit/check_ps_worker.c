@@ -699,6 +699,83 @@ START_TEST(test_failover_through_the_view)
 }
 END_TEST
 
+/* What went to n2 (the tap2): the messages' types, and the rc of the last pull reply. */
+static uint32_t sent_opens, sent_replies;
+static int32_t reply_rc;
+
+static int tap2(void *arg, const char *node, const void *header, size_t header_len,
+                const void *payload, size_t payload_len)
+{
+    (void)arg;
+    (void)payload;
+    (void)payload_len;
+    const uint8_t *h = header;
+    if (strcmp(node, "n2") != 0 || header_len < 5)
+        return -EHOSTUNREACH;
+    sent_opens += h[4] == 1; /* MSG_OPEN */
+    if (h[4] == 7) {         /* MSG_PULL_REPLY: after the identity, u64 req, i32 rc */
+        size_t at = 4 + 1 + 4 + 8;
+        at += 1 + h[at];
+        at += 1 + h[at];
+        at += 8;
+        uint32_t rc = 0;
+        for (int i = 0; i < 4 && at + 4 <= header_len; i++)
+            rc |= (uint32_t)h[at + (size_t)i] << (8 * i);
+        reply_rc = (int32_t)rc;
+        sent_replies++;
+    }
+    return 0;
+}
+
+/* A server restarted within its lease has lost its tables; the open that gives one back can
+ * be lost (sent before its daemon took this node's messages). A read of a table it does not
+ * have is answered -ESTALE (not dropped: the reader asked again forever), and the reader, to
+ * which it is the shard's primary, sends it the open again. */
+START_TEST(test_read_of_a_lost_table_refused)
+{
+    d.ps->send_tap = tap2;
+    d.ps->member_alive = n2_alive;
+    sent_opens = sent_replies = 0;
+    reply_rc = 0;
+    /* the server side: a read of a table not here */
+    msg_t m;
+    msg_begin(&m, 6, "lt"); /* MSG_PULL */
+    msg_put(&m, 77, 8);     /* req */
+    msg_put(&m, 0, 4);      /* shard */
+    msg_put(&m, 1, 8);      /* min_done */
+    msg_put(&m, 0, 8);      /* first */
+    msg_put(&m, 4, 8);      /* n */
+    ps_msg_recv(d.ps, "n2", m.b, m.len, NULL, 0);
+    ck_assert_uint_eq(sent_replies, 1);
+    ck_assert_int_eq(reply_rc, -ESTALE);
+}
+END_TEST
+
+START_TEST(test_refused_read_reopens)
+{
+    d.ps->send_tap = tap2;
+    d.ps->member_alive = n2_alive;
+    /* the reader's side: n2 is the primary of some shards of its view and answers -ESTALE */
+    make_group("lt", 1, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "lt", &o0);
+    uint64_t h;
+    ps_table_t *t = open_table(&w0, "lt", &h);
+    view_to(t, t->view + 1, "local,n2", 2);
+    sent_opens = 0;
+    float out[N];
+    result_t p = {0};
+    pull_start(&w0, h, 0, out, &p);
+    ck_assert_uint_gt(fetches_of(t, "n2", 0), 0);
+    answer_fetches(t, "lt", -ESTALE, 0, 0);
+    ck_assert_uint_gt(sent_opens, 0);
+    ck_assert_int_eq(t->state, PS_TABLE_READY);
+    answer_fetches(t, "lt", 0, 3, 0); /* n2 serves it again */
+    wait_for(&p);
+    ck_assert_int_eq(p.rc, 0);
+}
+END_TEST
+
 /* The bound is for what waits for a view: a read its (reachable) primary only keeps, as a
  * primary keeps reads beyond its sources' clocks, may wait past it; one answered -ESTALE
  * since the last view may not. */
@@ -745,6 +822,8 @@ int main(void)
     tcase_add_test(tc, test_fenced_local_read_asked_again);
     tcase_add_test(tc, test_failover_through_the_view);
     tcase_add_test(tc, test_kept_read_not_bounded);
+    tcase_add_test(tc, test_read_of_a_lost_table_refused);
+    tcase_add_test(tc, test_refused_read_reopens);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

@@ -10,12 +10,10 @@ revision NODE led at) and "term" TERM, as a leader that kept granting after its 
 would have sent them. Prints "welcome" and "sent N" (exit 0), or why not (exit 1). What PEER
 makes of them is read from its log by the test."""
 import os
-import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from link_attacker import frame  # noqa: E402
-from member_forge import REQUEST, dial  # noqa: E402
+from member_forge import dial, send_requests  # noqa: E402
 
 
 def main():
@@ -30,16 +28,8 @@ def main():
         print(tagged)
         return 1
     print("welcome", flush=True)
-    for seq, body in enumerate(slots):
-        s.sendall(tagged(seq, frame(REQUEST, 0, "slot", body)))
-    print("sent %d" % len(slots), flush=True)
     # the peer answers nothing to a slot: the link stays a moment, then goes
-    s.settimeout(2)
-    try:
-        s.recv(4096)
-    except (socket.timeout, TimeoutError):
-        pass
-    s.close()
+    send_requests(s, tagged, "slot", slots, 2)
     return 0
 
 

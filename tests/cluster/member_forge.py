@@ -76,6 +76,20 @@ def dial(addr, port, keyfile, node, peer):
     return s, tagged
 
 
+def send_requests(s, tagged, op, bodies, linger_s):
+    """Sends each body as a request OP over the dialled link, says how many, then keeps the
+    link linger_s seconds (the far end answers nothing to these) and closes it."""
+    for seq, body in enumerate(bodies):
+        s.sendall(tagged(seq, frame(REQUEST, 0, op, body)))
+    print("sent %d" % len(bodies), flush=True)
+    s.settimeout(linger_s)
+    try:
+        s.recv(4096)
+    except (socket.timeout, TimeoutError):
+        pass
+    s.close()
+
+
 def main():
     addr, port, keyfile, node, leader, group, epoch = sys.argv[1:8]
     s, tagged = dial(addr, port, keyfile, node, leader)
@@ -86,16 +100,8 @@ def main():
     forged = [{"group": group, "epoch": int(epoch), "last": 0, "iters": 1 << 40},
               {"group": group, "epoch": int(epoch), "last": (1 << 62) + 7, "iters": 0,
                "pending": True}]
-    for seq, body in enumerate(forged):
-        s.sendall(tagged(seq, frame(REQUEST, 0, "ready", body)))
-    print("sent %d" % len(forged), flush=True)
     # the leader answers nothing to a ready; the link stays until the test is done with it
-    s.settimeout(3)
-    try:
-        s.recv(4096)
-    except (socket.timeout, TimeoutError):
-        pass
-    s.close()
+    send_requests(s, tagged, "ready", forged, 3)
     return 0
 
 

@@ -37,6 +37,10 @@
  *                                  a failed call: `error op=OP id=ID clock=C rc=RC t_ns=T
  *                                  msg=...` in LOG and on stdout, and the loop stops there
  *                                  -> train id=ID clocks=DONE rc=RC
+ *                                  With PS_TOOL_TRAIN_HOLD=C:FILE in the environment the loop
+ *                                  waits before its C-th clock (counted from 0) until FILE
+ *                                  exists (at most 120 s; then it goes on): a test that must act
+ *                                  while clocks remain holds the ranks there until it has.
  *   pullto OFF N FILE              pull [OFF, OFF + N), every value into FILE (one %.9g a line)
  *                                  -> as pull
  * `ps-tool -f FILE` reads the steps from FILE instead (words separated by white space: salusctl
@@ -143,7 +147,14 @@ static int train(salus_ps_table_t *t, uint64_t id, uint64_t off, uint64_t n, uin
         fprintf(stderr, "ps-tool: train: cannot write %s, or PARTS not in 1 .. N\n", log_path);
         exit(2);
     }
+    const char *hold = getenv("PS_TOOL_TRAIN_HOLD"), *hold_file = hold ? strchr(hold, ':') : NULL;
+    uint64_t hold_at = hold_file ? strtoull(hold, NULL, 10) : UINT64_MAX;
     for (uint64_t k = 0; k < clocks && rc == 0; k++) {
+        if (k == hold_at) {
+            struct timespec pause = {.tv_nsec = 20000000};
+            for (int tries = 0; access(hold_file + 1, F_OK) != 0 && tries < 6000; tries++)
+                nanosleep(&pause, NULL);
+        }
         uint64_t c = salus_ps_clock_of(t);
         salus_ps_read_t r = {0};
         uint64_t t0 = now_ns();

@@ -364,7 +364,10 @@ int sched_core_job_reattached(sched_core_t *core, const sched_core_job_hints_t *
  * every local rank of a group has left, its slots in the FIFO are dropped, each with its
  * SLOT_DONE. A slot of a group whose ranks here were put in one lane (share_gpus: they take
  * single turns) ends at once. SSP and ASP cluster groups, and BSP ones with gang_turns_off,
- * take turns as single jobs (no slots; SSP's staleness is kept among the local ranks only). */
+ * take turns as single jobs (no slots). An SSP cluster group's staleness holds among all its
+ * ranks: the caller gives the fewest iterations done by its ranks on the other nodes
+ * (sched_core_group_remote_least), and a local rank more than S iterations ahead of the
+ * slowest of its local admitted ranks and that value waits (as it does for a local one). */
 
 /* Releases group group_id for admission: a cluster group once every rank of it on every node
  * is known; a local group once every rank was submitted (its ranks not registered are
@@ -379,6 +382,12 @@ int sched_core_group_release(sched_core_t *core, uint64_t group_id, uint64_t now
  * group's last slot's: a duplicate, ignored), -ENOMEM; on an error nothing changed. */
 int sched_core_group_slot(sched_core_t *core, uint64_t group_id, uint64_t seq, uint64_t now_ns,
                           sched_core_effects_t *effects);
+/* The fewest iterations done by the ranks of SSP cluster group group_id on other nodes
+ * (UINT64_MAX: none known, the bound is kept among the local ranks); a local rank more than
+ * its staleness ahead of it waits, and held ranks are offered their lanes again when it
+ * grows. 0; -ENOENT (no local rank of that group), -EINVAL (not an SSP cluster group). */
+int sched_core_group_remote_least(sched_core_t *core, uint64_t group_id, uint64_t least,
+                                  uint64_t now_ns, sched_core_effects_t *effects);
 /* The slot being served, the FIFO's head (*group_id, *seq; 0, 0 when none; either pointer may
  * be NULL); returns how many slots are queued behind it. */
 size_t sched_core_slots_queued(const sched_core_t *core, uint64_t *group_id, uint64_t *seq);

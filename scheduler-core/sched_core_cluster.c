@@ -98,3 +98,22 @@ size_t sched_core_slots_queued(const sched_core_t *core, uint64_t *group_id, uin
         *seq = any ? core->slots[0].seq : 0;
     return any ? core->slot_count - 1 : 0;
 }
+
+int sched_core_group_remote_least(sched_core_t *core, uint64_t group_id, uint64_t least,
+                                  uint64_t now_ns, sched_core_effects_t *effects)
+{
+    core_group_t *group = group_id ? core_group_find(core, group_id) : NULL;
+    if (!group)
+        return -ENOENT;
+    if (!group->hints.cluster || group->hints.sync != SCHED_CORE_SYNC_SSP)
+        return -EINVAL;
+    if (group->remote_least == least)
+        return 0;
+    group->remote_least = least;
+    for (uint32_t i = 0; i < group->member_count; i++) { /* held ranks may go on now */
+        const core_job_t *m = find(core, group->members[i]);
+        if (m && m->admitted)
+            touch(core, m->lane);
+    }
+    return core_run_event(core, false, now_ns, effects);
+}

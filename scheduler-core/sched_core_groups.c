@@ -56,7 +56,8 @@ int core_group_join(sched_core_t *core, const sched_core_group_t *g, uint64_t id
             return -ENOMEM;
         group = &core->groups[core->group_count++];
         *group = (core_group_t){.hints = *g, .members = members,
-                                .gang = g->sync == SCHED_CORE_SYNC_BSP && !core->gang_turns_off};
+                                .gang = g->sync == SCHED_CORE_SYNC_BSP && !core->gang_turns_off,
+                                .remote_least = UINT64_MAX};
         group->slots = g->cluster && group->gang;
         group->hints.rank = 0;
     }
@@ -111,10 +112,11 @@ void core_gang_wait_stop(core_job_t *job, uint64_t now_ns)
 
 /* ---- gangs ------------------------------------------------------------------------------ */
 
-/* Is the SSP rank more than S iterations ahead of its group's slowest admitted rank? */
+/* Is the SSP rank more than S iterations ahead of its group's slowest admitted rank (a cluster
+ * group's ranks on other nodes included: remote_least)? */
 static bool ssp_ahead(const sched_core_t *core, const core_group_t *group, const core_job_t *job)
 {
-    uint64_t slowest = UINT64_MAX;
+    uint64_t slowest = group->remote_least;
     for (uint32_t i = 0; i < group->member_count; i++) {
         const core_job_t *m = find(core, group->members[i]);
         if (m && m->admitted && m->iterations < slowest)

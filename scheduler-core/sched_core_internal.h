@@ -65,6 +65,9 @@ typedef struct core_group_s {
      * (core->slots: BSP with gang turns); the last slot's seq given to it */
     bool released, slots;
     uint64_t last_seq;
+    /* SSP cluster groups: the fewest iterations of the group's ranks on other nodes
+     * (sched_core_group_remote_least; UINT64_MAX: none known) */
+    uint64_t remote_least;
     uint64_t *members;        /* ids of its registered ranks (waiting or admitted) */
     uint32_t member_count;    /* <= hints.world */
 } core_group_t;

@@ -20,6 +20,13 @@ typedef struct cluster_member_s {
     int declared_gone;           /* down longer than the TTL: its groups failed */
 } cluster_member_t;
 
+/* What an SSP group's node said of its ranks (cluster_ssp.c). */
+typedef struct cluster_ssp_node_s {
+    char node[LINKS_NODE_BYTES];
+    uint64_t least;              /* the fewest iterations of its live registered ranks */
+    int live;                    /* it has a live registered rank */
+} cluster_ssp_node_t;
+
 /* What a node knows of one rank of a record. */
 typedef struct cluster_rank_s {
     char node[LINKS_NODE_BYTES]; /* "" : not submitted yet */
@@ -83,6 +90,12 @@ typedef struct cluster_group_s {
     uint32_t slot_node_count;
     uint64_t ready_since_ns;     /* every node its next slot needs is ready since (0: not yet) */
     int held_logged;             /* its slot waits for another group's (said once) */
+    /* SSP across nodes (cluster_ssp.c): what the other nodes said, what this one said last,
+     * what the core was given last */
+    cluster_ssp_node_t *ssp;     /* CLUSTER_GROUP_MAX_NODES entries once one is heard */
+    uint32_t ssp_count;
+    uint64_t ssp_sent, ssp_given;
+    int ssp_sent_live, ssp_sent_set, ssp_given_set;
     struct cluster_group_s *next;
 } cluster_group_t;
 
@@ -200,5 +213,17 @@ void cluster_slots_forget(cluster_t *cl, cluster_group_t *g);
 void cluster_slots_check(cluster_t *cl, cluster_group_t *g);
 /* the leader: the link to node is (back) up: the slots it may have missed, again */
 void cluster_slots_link_up(cluster_t *cl, const char *node);
+
+/* cluster_ssp.c: SSP groups' least iterations between their nodes */
+/* g's local counts changed, or a rank registered: the other nodes and the core are told */
+void cluster_ssp_update(cluster_t *cl, cluster_group_t *g);
+/* every SSP group's count said again (a lost message), the core's value refreshed */
+void cluster_ssp_resync(cluster_t *cl);
+/* every local rank of g ended: the other nodes are told this node no longer counts */
+void cluster_ssp_over(cluster_t *cl, cluster_group_t *g);
+/* the jobs observer's rank_iterations */
+void cluster_ssp_iterations(salusd_t *d, uint64_t group_id);
+/* an "ssp" message from node from */
+void cluster_ssp_message(cluster_t *cl, const char *from, const proto_msg_t *msg);
 
 #endif

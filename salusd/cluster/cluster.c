@@ -457,6 +457,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
          * not read yet) is said again; the leader takes it once */
         cl->last_resync_ns = now;
         cluster_slots_resync(cl);
+        cluster_ssp_resync(cl);
         cluster_groups_retry(cl);
     }
     if (cl->keepalive_busy)
@@ -534,6 +535,10 @@ static void hook_message(void *ctx, const char *node, const proto_msg_t *msg)
     if (strncmp(msg->op, "ps_", 3) == 0) {
         if (cl->observer)
             cl->observer->message(cl, node, msg);
+        return;
+    }
+    if (strcmp(msg->op, "ssp") == 0) {
+        cluster_ssp_message(cl, node, msg);
         return;
     }
     cluster_slots_message(cl, node, msg);

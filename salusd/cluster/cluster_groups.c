@@ -39,6 +39,7 @@ static void group_free(cluster_group_t *g)
     free(g->local_reg);
     free(g->ready_nodes);
     free(g->slot_nodes);
+    free(g->ssp);
     free(g);
 }
 
@@ -812,6 +813,7 @@ void cluster_rank_admitted(salusd_t *d, uint64_t group_id)
         return;
     g->local_admitted++;
     maybe_ready(cl, g);
+    cluster_ssp_update(cl, g);
 }
 
 void cluster_group_failed(salusd_t *d, uint64_t group_id, const char *failure)
@@ -838,6 +840,7 @@ void cluster_group_over(salusd_t *d, uint64_t group_id)
     if (!g || g->over)
         return;
     g->over = 1;
+    cluster_ssp_over(cl, g);
     write_record(cl, g);
 }
 
@@ -859,5 +862,6 @@ const jobs_observer_t cluster_jobs_observer = {
     .group_failed = cluster_group_failed,
     .group_over = cluster_group_over,
     .slot_done = cluster_slot_done,
+    .rank_iterations = cluster_ssp_iterations,
     .rank_node = cluster_rank_node,
 };

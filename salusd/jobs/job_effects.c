@@ -228,6 +228,14 @@ int jobs_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq)
     return rc;
 }
 
+int jobs_group_remote_least(salusd_t *d, uint64_t group_id, uint64_t least)
+{
+    sched_core_effects_t fx = {0};
+    int rc = gpu_sched_group_remote_least(d, group_id, least, &fx);
+    apply(d, &fx);
+    return rc;
+}
+
 void jobs_core_parked(salusd_t *d, job_t *job)
 {
     sched_core_effects_t fx = {0};
@@ -239,7 +247,10 @@ void jobs_core_parked(salusd_t *d, job_t *job)
     if (!job || !job->runtime)
         return;
     gpu_sched_job_parked(d, job, jobs_page(job), &fx); /* running or not: the core's books */
+    uint64_t group_id = job->group_id;
     apply(d, &fx);
+    if (group_id) /* its count may be the group's least (SSP across nodes) */
+        jobs_raise_rank_iterations(d, group_id);
 }
 
 /* After a departure or a move: each job's lane_shared follows its lane's members again (a

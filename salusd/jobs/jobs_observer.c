@@ -16,6 +16,7 @@ typedef enum {
     EV_GROUP_FAILED,
     EV_GROUP_OVER,
     EV_SLOT_DONE,
+    EV_RANK_ITERATIONS,
 } ev_kind_t;
 
 typedef struct {
@@ -84,6 +85,10 @@ static void deliver(salusd_t *d, const ev_t *ev)
         case EV_SLOT_DONE:
             if (o->slot_done)
                 o->slot_done(d, ev->group_id, ev->value);
+            break;
+        case EV_RANK_ITERATIONS:
+            if (o->rank_iterations)
+                o->rank_iterations(d, ev->group_id);
             break;
         }
         n = d->jobs_notifier;
@@ -183,6 +188,12 @@ void jobs_raise_group_over(salusd_t *d, uint64_t group_id)
 void jobs_raise_slot_done(salusd_t *d, uint64_t group_id, uint64_t seq)
 {
     ev_t ev = {.kind = EV_SLOT_DONE, .group_id = group_id, .value = seq};
+    raise_event(d, &ev);
+}
+
+void jobs_raise_rank_iterations(salusd_t *d, uint64_t group_id)
+{
+    ev_t ev = {.kind = EV_RANK_ITERATIONS, .group_id = group_id};
     raise_event(d, &ev);
 }
 

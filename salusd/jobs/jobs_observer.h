@@ -30,6 +30,8 @@ typedef struct jobs_observer_s {
     void (*group_over)(salusd_t *d, uint64_t group_id);
     /* the core's SLOT_DONE: gang slot seq of cluster group group_id is over here */
     void (*slot_done)(salusd_t *d, uint64_t group_id, uint64_t seq);
+    /* a rank of group_id stopped at an iteration boundary (its count may have grown) */
+    void (*rank_iterations)(salusd_t *d, uint64_t group_id);
     /* a job has ended (at once, never queued) */
     void (*job_finished)(salusd_t *d, job_t *job);
     /* 0 while a finished job's end is not settled yet (its exit status may still come, its
@@ -56,6 +58,7 @@ void jobs_raise_rank_admitted(salusd_t *d, const job_t *job);
 void jobs_raise_group_failed(salusd_t *d, uint64_t group_id, const char *failure);
 void jobs_raise_group_over(salusd_t *d, uint64_t group_id);
 void jobs_raise_slot_done(salusd_t *d, uint64_t group_id, uint64_t seq);
+void jobs_raise_rank_iterations(salusd_t *d, uint64_t group_id);
 void jobs_raise_job_finished(salusd_t *d, job_t *job);
 int jobs_ask_job_settled(salusd_t *d, const job_t *job);
 /* -ESRCH when no observer can end processes */

@@ -445,3 +445,10 @@ int gpu_sched_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq, sched_cor
 {
     return sched_core_group_slot(d->gpu_sched->core, group_id, seq, salusd_now_ns(), fx);
 }
+
+int gpu_sched_group_remote_least(salusd_t *d, uint64_t group_id, uint64_t least,
+                                 sched_core_effects_t *fx)
+{
+    return sched_core_group_remote_least(d->gpu_sched->core, group_id, least, salusd_now_ns(),
+                                         fx);
+}

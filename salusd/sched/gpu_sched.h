@@ -39,6 +39,9 @@ int gpu_sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_rea
 /* A cluster group's release and its gang slots (sched_core_group_release, _slot). */
 int gpu_sched_group_release(salusd_t *d, uint64_t group_id, sched_core_effects_t *fx);
 int gpu_sched_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq, sched_core_effects_t *fx);
+/* An SSP cluster group's fewest iterations on other nodes (sched_core_group_remote_least). */
+int gpu_sched_group_remote_least(salusd_t *d, uint64_t group_id, uint64_t least,
+                                 sched_core_effects_t *fx);
 /* An admission round (after a restart's hold on new admissions ended). */
 int gpu_sched_admit(salusd_t *d, sched_core_effects_t *fx);
 /* A job on a claim (sizes not learned yet) needs a budget of budget_bytes and holds

@@ -223,6 +223,7 @@ typedef struct {
     uint64_t id;
     const char *name;
     uint32_t world;
+    const char *sync; /* NULL: bsp */
 } local_group_t;
 
 static local_group_t locals[4];
@@ -234,7 +235,7 @@ int groups_describe(const salusd_t *d, uint64_t id, groups_desc_t *desc, char *s
     (void)d;
     for (size_t i = 0; i < local_count; i++)
         if (locals[i].id == id) {
-            snprintf(sync_buf, sync_size, "bsp");
+            snprintf(sync_buf, sync_size, "%s", locals[i].sync ? locals[i].sync : "bsp");
             *desc = (groups_desc_t){.uid = 1000, .name = locals[i].name,
                                     .world = locals[i].world, .sync = sync_buf};
             return 0;
@@ -271,6 +272,14 @@ int jobs_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq)
 {
     (void)d;
     note("slot %llu %llx", (unsigned long long)group_id, (unsigned long long)seq);
+    return 0;
+}
+
+int jobs_group_remote_least(salusd_t *d, uint64_t group_id, uint64_t least)
+{
+    (void)d;
+    note("remote_least %llu %lld", (unsigned long long)group_id,
+         least == UINT64_MAX ? -1ll : (long long)least);
     return 0;
 }
 
@@ -828,6 +837,69 @@ END_TEST
 
 /* This node leads, but its lease was last confirmed a TTL ago (cut off from etcd, or paused,
  * and its tick has not said so yet): a ready that arrives now grants nothing. */
+/* node `from` says its least SSP count of group (least absent when least_too is 0) */
+static void ssp_from(const char *from, const char *group, int64_t epoch, uint64_t least, int live,
+                     int least_too)
+{
+    proto_enc_t enc;
+    proto_enc_init(&enc);
+    proto_enc_begin(&enc, PROTO_REQUEST, 0, "ssp", least_too ? 4 : 3);
+    proto_pack_kv_str(&enc.pk, "group", group);
+    proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)epoch);
+    if (least_too)
+        proto_pack_kv_uint(&enc.pk, "least", least);
+    proto_pack_kv_bool(&enc.pk, "live", live);
+    proto_enc_finish(&enc);
+    proto_msg_t msg;
+    ck_assert_int_eq(proto_decode((const uint8_t *)enc.sbuf.data + 4, enc.sbuf.size - 4, &msg,
+                                  NULL), 0);
+    cluster_ssp_message(cl, from, &msg);
+    proto_msg_free(&msg);
+    proto_enc_destroy(&enc);
+}
+
+/* SSP:1 group 5 of world 2, rank 0 here, rank 1 on b: the resync tells b this node's count
+ * and gives the core 0 for b (not heard from yet); b's count is given to the core as it
+ * changes; b with no live rank no longer counts; the local ranks over, b is told; a count from c (no rank of the group), a
+ * malformed one and one for a BSP group are refused, the core told nothing. */
+START_TEST(ssp_counts_between_nodes)
+{
+    locals[local_count++] = (local_group_t){.id = 5, .name = "s", .world = 2, .sync = "ssp:1"};
+    cluster_rank_submitted(&dmn, 5, 0, 105);
+    int64_t epoch = txn_succeeds(last_txn());
+    cluster_rank_registered(&dmn, 5, 0, 105);
+    int64_t rev = txn_succeeds(last_txn());
+    watch_put(cl, "1000/s", epoch, rev + 1,
+              "{\"world\":2,\"sync\":\"ssp:1\",\"share\":false,\"ranks\":{"
+              "\"0\":{\"node\":\"a\",\"job\":105,\"reg\":true},"
+              "\"1\":{\"node\":\"b\",\"job\":7,\"reg\":true}},\"over\":{}}");
+    ck_assert_int_ge(find_event(0, "release 5"), 0);
+    size_t before = event_count;
+    cluster_ssp_resync(cl);
+    ck_assert_int_ge(find_event(before, "send b ssp 1000/s 0"), 0);
+    ck_assert_int_ge(find_event(before, "remote_least 5 0"), 0);
+    before = event_count;
+    ssp_from("b", "1000/s", epoch, 3, 1, 1);
+    ck_assert_int_ge(find_event(before, "remote_least 5 3"), 0);
+    before = event_count;
+    ssp_from("b", "1000/s", epoch, 3, 1, 1); /* the same again: nothing new */
+    ssp_from("c", "1000/s", epoch, 9, 1, 1); /* holds no rank of it */
+    ssp_from("b", "1000/s", epoch, 0, 1, 0); /* malformed */
+    ssp_from("b", "1000/s", epoch + 1, 9, 1, 1); /* another record's */
+    ck_assert_int_lt(find_event(before, "remote_least"), 0);
+    ssp_from("b", "1000/s", epoch, 3, 0, 1); /* b's ranks ended */
+    ck_assert_int_ge(find_event(before, "remote_least 5 -1"), 0);
+    before = event_count; /* every local rank ended: b is told at once */
+    cluster_group_over(&dmn, 5);
+    ck_assert_int_ge(find_event(before, "send b ssp 1000/s 0"), 0);
+    /* a BSP group's: refused */
+    int64_t bsp_epoch = two_node_group(6, "g");
+    before = event_count;
+    ssp_from("b", "1000/g", bsp_epoch, 1, 1, 1);
+    ck_assert_int_lt(find_event(before, "remote_least"), 0);
+}
+END_TEST
+
 START_TEST(cut_off_leader_grants_nothing)
 {
     int64_t e1 = two_node_group(5, "g1");
@@ -864,6 +936,7 @@ int main(void)
     tcase_add_test(tc, former_terms_slot_refused);
     tcase_add_test(tc, forwarded_former_slot_taken);
     tcase_add_test(tc, cut_off_leader_grants_nothing);
+    tcase_add_test(tc, ssp_counts_between_nodes);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

@@ -1788,6 +1788,49 @@ static int group_slot(fake_t *f, uint64_t group, uint64_t seq)
     return rc;
 }
 
+/* An SSP:1 cluster group of world 3, rank 0 here: without a remote count the bound is kept
+ * among the local ranks (none to wait for); once the others' least count is given, the rank
+ * 2 iterations ahead of it is held, and goes on when it grows; a value for an unknown group
+ * or a group not SSP across nodes is refused. */
+START_TEST(test_cluster_ssp_remote_least)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 1, 1 * GIB, 1, false);
+    sched_core_job_hints_t h = {.id = 1, .uid = 1000, .persistent_bytes = 100 * MIB,
+                                .ephemeral_bytes = 600 * MIB, .iterations_expected = 1000,
+                                .group = {.id = 9, .world = 3, .rank = 0, .staleness = 1,
+                                          .sync = SCHED_CORE_SYNC_SSP, .cluster = true}};
+    ck_assert_int_eq(sched_core_job_registered(f.core, &h, f.now_ns, &f.fx), 0);
+    apply(&f);
+    ck_assert_int_eq(group_release(&f, 9), 0);
+    ask(&f, 1);
+    ck_assert(f.jobs[1].running);
+    ck_assert_int_eq(sched_core_group_remote_least(f.core, 9, 0, f.now_ns, &f.fx), 0);
+    apply(&f);
+    boundary(&f, 1, 1 * MS);
+    ck_assert(f.jobs[1].running); /* 1 ahead of the others: fine */
+    boundary(&f, 1, 1 * MS);
+    ck_assert(!f.jobs[1].running); /* 2 ahead: held */
+    f.now_ns += 3 * MS;
+    ck_assert_int_eq(sched_core_group_remote_least(f.core, 9, 1, f.now_ns, &f.fx), 0);
+    apply(&f);
+    ck_assert(f.jobs[1].running); /* the slowest elsewhere did one: it goes on */
+    boundary(&f, 1, 1 * MS);
+    ck_assert(!f.jobs[1].running); /* 3 done, the others 1: held again */
+    ck_assert_int_eq(sched_core_group_remote_least(f.core, 9, UINT64_MAX, f.now_ns, &f.fx), 0);
+    apply(&f);
+    ck_assert(f.jobs[1].running); /* no other rank left: the local bound only */
+    sched_core_job_info_t ji;
+    ck_assert_int_eq(sched_core_job_info(f.core, 1, &ji), 0);
+    ck_assert_uint_eq(ji.gang_wait_ns, 3 * MS);
+    ck_assert_int_eq(sched_core_group_remote_least(f.core, 77, 1, f.now_ns, &f.fx), -ENOENT);
+    reg_cluster(&f, 2, 8, 2, 0); /* BSP */
+    ck_assert_int_eq(sched_core_group_remote_least(f.core, 8, 1, f.now_ns, &f.fx), -EINVAL);
+    apply(&f);
+    fake_stop(&f);
+}
+END_TEST
+
 /* Two of a world of 3 here: checked like local ranks, not admitted until the release, then
  * both in that event on distinct GPUs; a cluster group with more ranks here than GPUs is
  * refused at registration (one with more in its world is not); release of an unknown group
@@ -2452,6 +2495,7 @@ static Suite *sched_core_suite(void)
     TCase *c = tcase_create("cluster");
     tcase_set_timeout(c, 120);
     tcase_add_test(c, test_cluster_waits_for_release);
+    tcase_add_test(c, test_cluster_ssp_remote_least);
     tcase_add_test(c, test_cluster_slots_in_fifo_order);
     tcase_add_test(c, test_cluster_single_job_between_slots);
     tcase_add_test(c, test_cluster_ranks_leave_drop_slots);

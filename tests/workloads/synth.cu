@@ -98,6 +98,7 @@ typedef struct synth_config {
     int device;
     unsigned kernels; /* the device time of an iteration in this many kernels */
     bool no_sync;     /* never synchronise (a best-effort job that never waits for its work) */
+    bool stamps;      /* 'begin=N t=NS' / 'end=N t=NS' lines (CLOCK_MONOTONIC) */
 } synth_config;
 
 typedef struct synth_kernels {
@@ -176,6 +177,10 @@ static void synth_run(const synth_config *config)
             fprintf(stderr, "salus-synth: salus_iteration_begin failed: salusd is gone\n");
             exit(1);
         }
+        if (config->stamps) {
+            printf("begin=%u t=%llu\n", iteration, (unsigned long long)workload_now_ns());
+            fflush(stdout);
+        }
 
         CUdeviceptr ephemeral = 0;
         if (config->ephemeral_bytes != 0)
@@ -196,8 +201,12 @@ static void synth_run(const synth_config *config)
             workload_free(&device, ephemeral, false);
         if (config->touch)
             synth_check_mismatches(mismatches, "ephemeral", iteration);
+        /* taken before the end mark: a rank granted after this one's boundary stamps later */
+        uint64_t end_ns = workload_now_ns();
         if (config->mark)
             salus_iteration_end();
+        if (config->stamps)
+            printf("end=%u t=%llu\n", iteration, (unsigned long long)end_ns);
 
         printf("iter=%u ms=%.3f\n", iteration, (double)(workload_now_ns() - iteration_start_ns) / 1e6);
         fflush(stdout);
@@ -243,6 +252,9 @@ static void synth_usage(FILE *out)
             "  --mark              mark each iteration with salus.h (no-op without salus)\n"
             "  --kernels N         the device time of an iteration in N kernels (default 1)\n"
             "  --no-sync           never synchronise within the loop (needs --ephemeral-mb 0)\n"
+            "  --stamps            also print 'begin=<n> t=<ns>' once iteration n may start (after\n"
+            "                      --mark's wait) and 'end=<n> t=<ns>' (taken before its end mark),\n"
+            "                      t from CLOCK_MONOTONIC\n"
             "  --device N          device ordinal (default 0)\n"
             "  --help              this text\n"
             "\n"
@@ -255,7 +267,7 @@ static void synth_usage(FILE *out)
 static void synth_parse(int argc, char **argv, synth_config *config)
 {
     enum { PERSISTENT = 256, EPHEMERAL, GPU_MS, HOST_MS, ITERATIONS, ASYNC, TOUCH, DEVICE, MARK, KERNELS, NO_SYNC,
-           HELP };
+           STAMPS, HELP };
     static const struct option options[] = {
         {"persistent-mb", required_argument, NULL, PERSISTENT},
         {"ephemeral-mb", required_argument, NULL, EPHEMERAL},
@@ -268,12 +280,13 @@ static void synth_parse(int argc, char **argv, synth_config *config)
         {"mark", no_argument, NULL, MARK},
         {"kernels", required_argument, NULL, KERNELS},
         {"no-sync", no_argument, NULL, NO_SYNC},
+        {"stamps", no_argument, NULL, STAMPS},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
     };
     const double mebibyte = 1024.0 * 1024.0, memory_limit_mb = 1024.0 * 1024.0, time_limit_ms = 3600e3;
     *config = synth_config{(size_t)(64 * mebibyte), (size_t)(128 * mebibyte), 10.0, 2.0, 20, false, false, false, 0,
-                           1, false};
+                           1, false, false};
     int option;
     while ((option = getopt_long(argc, argv, "", options, NULL)) != -1) {
         const char *name = option >= PERSISTENT && option <= HELP ? options[option - PERSISTENT].name : "";
@@ -293,6 +306,7 @@ static void synth_parse(int argc, char **argv, synth_config *config)
         case MARK: config->mark = true; break;
         case KERNELS: config->kernels = (unsigned)workload_parse_unsigned(name, optarg, 1, 1u << 20); break;
         case NO_SYNC: config->no_sync = true; break;
+        case STAMPS: config->stamps = true; break;
         case HELP: synth_usage(stdout); exit(0);
         default: synth_usage(stderr); exit(WORKLOAD_EXIT_USAGE);
         }

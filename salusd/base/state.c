@@ -19,9 +19,23 @@
 
 static void pack_job(msgpack_packer *pk, const state_job_t *job)
 {
-    /* the optional parts (a group, a class) only when there is one: a file without them is
-     * what an older salusd wrote, and loads as a single best-effort job */
-    msgpack_pack_map(pk, 16 + (job->group[0] ? 7 : 0) + (job->latency_target_ns ? 2 : 0));
+    /* the optional parts (a group, a class, other GPUs) only when there is one: a file without
+     * them is what an older salusd wrote, and loads as a single best-effort job on one GPU */
+    int several = job->gpus >= 2 && job->members;
+    msgpack_pack_map(pk, 16 + (job->group[0] ? 7 : 0) + (job->latency_target_ns ? 2 : 0) +
+                             (several ? 2 : 0));
+    if (several) {
+        proto_pack_kv_uint(pk, "gpus", job->gpus);
+        proto_pack_str(pk, "members");
+        msgpack_pack_array(pk, job->gpus - 1);
+        for (uint32_t k = 0; k + 1 < job->gpus; k++) {
+            msgpack_pack_array(pk, 4);
+            msgpack_pack_uint64(pk, (uint64_t)job->members[k].gpu);
+            msgpack_pack_uint64(pk, job->members[k].lane);
+            msgpack_pack_uint64(pk, job->members[k].persistent_bytes);
+            msgpack_pack_uint64(pk, job->members[k].ephemeral_bytes);
+        }
+    }
     if (job->latency_target_ns) {
         proto_pack_kv_uint(pk, "latency_target_ns", job->latency_target_ns);
         proto_pack_kv_uint(pk, "request_ns", job->request_ns);
@@ -53,11 +67,15 @@ static void pack_job(msgpack_packer *pk, const state_job_t *job)
     proto_pack_str(pk, "chunks");
     msgpack_pack_array(pk, (uint32_t)job->chunk_count);
     for (size_t i = 0; i < job->chunk_count; i++) {
-        msgpack_pack_array(pk, 4);
+        /* [id, bytes, dev, ino], and the job's GPU it is on when not its first */
+        int elsewhere = several && job->chunks[i].device != 0;
+        msgpack_pack_array(pk, elsewhere ? 5 : 4);
         msgpack_pack_uint64(pk, job->chunks[i].id);
         msgpack_pack_uint64(pk, job->chunks[i].bytes);
         msgpack_pack_uint64(pk, job->chunks[i].dev);
         msgpack_pack_uint64(pk, job->chunks[i].ino);
+        if (elsewhere)
+            msgpack_pack_uint64(pk, job->chunks[i].device);
     }
 }
 
@@ -102,8 +120,10 @@ void state_free(salusd_state_t *state)
 {
     if (!state)
         return;
-    for (size_t i = 0; i < state->job_count; i++)
+    for (size_t i = 0; i < state->job_count; i++) {
         free(state->jobs[i].chunks);
+        free(state->jobs[i].members);
+    }
     free(state->jobs);
     free(state->policy_state);
     memset(state, 0, sizeof(*state));
@@ -121,6 +141,53 @@ static int need_int(const msgpack_object *map, const char *key, int64_t lo, int6
     return proto_get_int(map, key, value) == 0 && *value >= lo && *value <= hi ? 0 : -EPROTO;
 }
 
+/* A job's other GPUs (--gpus N): "gpus" N and "members", N - 1 arrays [gpu, lane,
+ * persistent_bytes, ephemeral_bytes], each GPU in range and none twice (the job's own
+ * included). Neither key: a job on one GPU (files of older salusd). */
+static int decode_members(const msgpack_object *o, state_job_t *job, const char **what)
+{
+    const msgpack_object *members = proto_get(o, "members");
+    uint64_t n = 1;
+    *what = "a job's GPUs (--gpus: gpus and members)";
+    job->gpus = 1;
+    if (!proto_get(o, "gpus"))
+        return members ? -EPROTO : 0;
+    if (need_uint(o, "gpus", STATE_MAX_GPUS, &n) < 0 || n < 2 || !members ||
+        members->type != MSGPACK_OBJECT_ARRAY || members->via.array.size != n - 1)
+        return -EPROTO;
+    job->members = calloc(n - 1, sizeof(*job->members));
+    if (!job->members)
+        return -ENOMEM;
+    job->gpus = (uint32_t)n;
+    for (uint32_t k = 0; k + 1 < n; k++) {
+        const msgpack_object *m = &members->via.array.ptr[k];
+        uint64_t f[4];
+        if (m->type != MSGPACK_OBJECT_ARRAY || m->via.array.size != 4)
+            return -EPROTO;
+        for (int i = 0; i < 4; i++) {
+            if (m->via.array.ptr[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+                return -EPROTO;
+            f[i] = m->via.array.ptr[i].via.u64;
+        }
+        if (f[0] > STATE_MAX_GPU_INDEX) {
+            *what = "a job's GPUs (--gpus: a member's GPU index out of range)";
+            return -EPROTO;
+        }
+        if (f[1] > UINT32_MAX || f[2] > (1ull << 50) || f[3] > (1ull << 50))
+            return -EPROTO;
+        int twice = (int64_t)f[0] == job->gpu;
+        for (uint32_t j = 0; j < k; j++)
+            twice |= (int64_t)f[0] == job->members[j].gpu;
+        if (twice) {
+            *what = "a job's GPUs (--gpus: one GPU given to two of its members)";
+            return -EPROTO;
+        }
+        job->members[k] = (state_member_t){.gpu = (int32_t)f[0], .lane = (uint32_t)f[1],
+                                           .persistent_bytes = f[2], .ephemeral_bytes = f[3]};
+    }
+    return 0;
+}
+
 static int decode_job(const msgpack_object *o, state_job_t *job, const char **what)
 {
     uint64_t u[11];
@@ -131,7 +198,8 @@ static int decode_job(const msgpack_object *o, state_job_t *job, const char **wh
     if (need_uint(o, "id", UINT64_MAX, &u[0]) < 0 || u[0] == 0 ||
         need_uint(o, "uid", UINT32_MAX, &u[1]) < 0 || need_uint(o, "gid", UINT32_MAX, &u[2]) < 0 ||
         need_int(o, "pid", 1, INT32_MAX, &pid) < 0 ||
-        need_int(o, "gpu", 0, 1023, &gpu) < 0 || need_uint(o, "lane", UINT32_MAX, &u[3]) < 0 ||
+        need_int(o, "gpu", 0, STATE_MAX_GPU_INDEX, &gpu) < 0 ||
+        need_uint(o, "lane", UINT32_MAX, &u[3]) < 0 ||
         need_uint(o, "persistent_bytes", 1ull << 50, &u[4]) < 0 ||
         need_uint(o, "ephemeral_bytes", 1ull << 50, &u[5]) < 0 ||
         need_uint(o, "iterations_expected", UINT64_MAX, &u[6]) < 0 ||
@@ -187,6 +255,9 @@ static int decode_job(const msgpack_object *o, state_job_t *job, const char **wh
     } else if (proto_get(o, "request_ns")) {
         return -EPROTO; /* a request time without a target: not what this module writes */
     }
+    int rc = decode_members(o, job, what);
+    if (rc < 0)
+        return rc;
     const msgpack_object *chunks = proto_get(o, "chunks");
     *what = "a job's chunks";
     if (!chunks || chunks->type != MSGPACK_OBJECT_ARRAY || chunks->via.array.size != u[10])
@@ -197,17 +268,24 @@ static int decode_job(const msgpack_object *o, state_job_t *job, const char **wh
         return -ENOMEM;
     for (size_t i = 0; i < job->chunk_count; i++) {
         const msgpack_object *c = &chunks->via.array.ptr[i];
-        if (c->type != MSGPACK_OBJECT_ARRAY || c->via.array.size != 4)
+        /* [id, bytes, dev, ino] on the job's first GPU; [.., device] on its device-th */
+        if (c->type != MSGPACK_OBJECT_ARRAY ||
+            (c->via.array.size != 4 && c->via.array.size != 5))
             return -EPROTO;
-        uint64_t f[4];
-        for (int k = 0; k < 4; k++) {
+        uint64_t f[5] = {0};
+        for (uint32_t k = 0; k < c->via.array.size; k++) {
             if (c->via.array.ptr[k].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
                 return -EPROTO;
             f[k] = c->via.array.ptr[k].via.u64;
         }
         if (f[1] == 0 || f[1] > (1ull << 50))
             return -EPROTO;
-        job->chunks[i] = (state_chunk_t){.id = f[0], .bytes = f[1], .dev = f[2], .ino = f[3]};
+        if (f[4] >= job->gpus) {
+            *what = "a job's chunks (a chunk on a GPU the job does not have)";
+            return -EPROTO;
+        }
+        job->chunks[i] = (state_chunk_t){.id = f[0], .bytes = f[1], .dev = f[2], .ino = f[3],
+                                         .device = (uint32_t)f[4]};
     }
     return 0;
 }

@@ -4,9 +4,11 @@
  * counter, the policy's state (policy_save_state), and, for each live job, what the job will
  * re-present when it re-attaches and must be checked against: its uid and pid, its GPU and
  * sizes (learned ones included) and which lane it shared, its job page and each chunk it was
- * handed (size and the identity of the file behind its descriptor: st_dev, st_ino); and what
- * only its registration said: its class (a latency target and request time; absent in files
- * of older salusd, which load as best-effort) and its group.
+ * handed (size, the identity of the file behind its descriptor: st_dev, st_ino, and which of
+ * the job's GPUs it is memory of); and what only its registration said: its class (a latency
+ * target and request time; absent in files of older salusd, which load as best-effort), its
+ * group, and for a job on several GPUs (--gpus N) its other members' GPUs, sizes and lanes
+ * (absent in files of older salusd, whose jobs load as jobs on one GPU).
  *
  * The file: a 24-byte header, then a msgpack body.
  *     magic "SALUSST\0" | format version (u32 LE) | body length (u32 LE) | FNV-1a 64 of the body
@@ -30,12 +32,22 @@
 #define STATE_NAME_BYTES 64
 #define STATE_POLICY_BYTES 32
 #define STATE_MAX_CLASS_NS (3600ull * 1000000000ull) /* an hour, as register takes */
+#define STATE_MAX_GPUS 32        /* a --gpus job's GPUs at most (JOB_GPUS_MAX) */
+#define STATE_MAX_GPU_INDEX 1023 /* a GPU index on file; the node's count is checked at re-attach */
 
 typedef struct state_chunk_s {
     uint64_t id;
     uint64_t bytes;
     uint64_t dev, ino;  /* the file behind the chunk's descriptor */
+    uint32_t device;    /* the job's k-th GPU it is memory of (--gpus; 0: its first) */
 } state_chunk_t;
+
+/* Member k >= 1 of a job on several GPUs (member 0 is the job's own gpu, lane and sizes). */
+typedef struct state_member_s {
+    int32_t gpu;
+    uint32_t lane;
+    uint64_t persistent_bytes, ephemeral_bytes;
+} state_member_t;
 
 typedef struct state_job_s {
     uint64_t id;
@@ -61,6 +73,10 @@ typedef struct state_job_s {
      * (then request_ns, its expected GPU time per request, 0 = unknown); 0 best-effort. Both
      * at most STATE_MAX_CLASS_NS. */
     uint64_t latency_target_ns, request_ns;
+    /* a job on several GPUs (--gpus N): gpus N >= 2 and members[0 .. N - 2] its members 1 ..
+     * N - 1, every member on a GPU of its own; 0 or 1 (members NULL): a job on one GPU */
+    uint32_t gpus;
+    state_member_t *members;
 } state_job_t;
 
 typedef struct salusd_state_s {

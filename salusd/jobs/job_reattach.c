@@ -131,8 +131,15 @@ void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg)
                  (unsigned)rec->uid);
         return;
     }
-    if (rec->gpu >= d->devices.count || chunks > rec->chunk_count) {
+    char gpus_why[128] = "";
+    for (uint32_t k = 1; rec->members && k < rec->gpus && !gpus_why[0]; k++)
+        if (rec->members[k - 1].gpu >= d->devices.count)
+            snprintf(gpus_why, sizeof(gpus_why), "its GPU %d (the job's device %u, --gpus) is "
+                     "not one of this salusd's %d", (int)rec->members[k - 1].gpu, (unsigned)k,
+                     d->devices.count);
+    if (rec->gpu >= d->devices.count || chunks > rec->chunk_count || gpus_why[0]) {
         why = rec->gpu >= d->devices.count ? "its GPU is not one of this salusd's"
+              : gpus_why[0]                ? gpus_why
                                            : "it re-presents more chunks than salusd handed it";
         refuse(c, msg->id, NULL, "re-attach refused: %s", why);
         jobs_survivor_settled(d, id, 0);
@@ -188,6 +195,14 @@ void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg)
     rt->notify_fd = notify_fd;
     rt->charged_bytes = rec->charged_bytes;
     job->committed_bytes = rec->charged_bytes;
+    if (rec->gpus > 1) { /* a job on several GPUs: its members again (ids id .. id + N - 1) */
+        job_gpus_remove(gpu_sched_job_gpus(d), id); /* (left by a try cut short) */
+        if (job_gpus_add(gpu_sched_job_gpus(d), d->registry, id, rec->gpus) < 0) {
+            refuse(c, msg->id, job, "re-attach refused: %s",
+                   "its GPUs (--gpus) cannot be recorded again");
+            return;
+        }
+    }
     if (rec->group[0]) { /* a rank: back in its group (and, in a cluster, in its record) */
         groups_fields_t f = {.world = rec->group_world, .rank = rec->group_rank,
                              .local_rank = rec->group_local_rank,
@@ -255,17 +270,22 @@ void jobs_handle_reattach_chunk(conn_t *c, const proto_msg_t *msg)
         rt->chunks = chunks;
         rt->chunk_capacity = cap;
     }
-    int rc = devices_chunk_import(&d->devices, rec->gpu, fd, id, bytes,
-                                  &rt->chunks[rt->chunk_count]);
+    /* memory of the job's device-th GPU (--gpus: that member's; 0: its first) */
+    int gpu = want->device == 0 || !rec->members ? rec->gpu : rec->members[want->device - 1].gpu;
+    uint64_t *committed = want->device == 0 ? &job->committed_bytes
+                          : job_gpus_committed(gpu_sched_job_gpus(d), job->id, want->device);
+    int rc = committed ? devices_chunk_import(&d->devices, gpu, fd, id, bytes,
+                                              &rt->chunks[rt->chunk_count])
+                       : -EINVAL;
     close(fd);
     if (rc < 0) {
         snprintf(why, sizeof(why), "the driver does not take chunk %llu as %llu bytes of GPU %d",
-                 (unsigned long long)id, (unsigned long long)bytes, rec->gpu);
+                 (unsigned long long)id, (unsigned long long)bytes, gpu);
         refuse(c, msg->id, job, "re-attach refused: %s", why);
         return;
     }
     rt->chunk_count++;
-    job->committed_bytes += bytes;
+    *committed += bytes;
     server_reply_done(c, msg->id);
 }
 
@@ -298,22 +318,28 @@ void jobs_handle_reattach_done(conn_t *c, const proto_msg_t *msg)
                "it re-presented fewer chunks than it announced");
         return;
     }
-    /* its lane mates: a survivor back already that had the same lane */
-    uint64_t mate = jobs_survivor_lane_mate(d, rec);
+    /* on each of its GPUs (one; --gpus N: N members, member 0 the job's own record): the
+     * sizes it had, and its lane mates there (a survivor back already that had that lane) */
     job_page_t *page = rt->page;
-    sched_core_reattach_t where = {
-        .gpu = rec->gpu,
-        .lane_of_job = mate,
-        .persistent_bytes = rec->persistent_bytes,
-        .ephemeral_bytes = rec->ephemeral_bytes,
-        .iterations = atomic_load(&page->iterations),
-        .busy_ns = atomic_load(&page->busy_ns),
-    };
+    sched_core_reattach_t where[STATE_MAX_GPUS];
+    uint32_t gpus = rec->gpus > 1 && rec->members ? rec->gpus : 1;
+    for (uint32_t k = 0; k < gpus; k++) {
+        const state_member_t *m = k ? &rec->members[k - 1] : NULL;
+        int gpu = m ? m->gpu : rec->gpu;
+        where[k] = (sched_core_reattach_t){
+            .gpu = gpu,
+            .lane_of_job = jobs_survivor_lane_mate(d, gpu, m ? m->lane : rec->lane),
+            .persistent_bytes = m ? m->persistent_bytes : rec->persistent_bytes,
+            .ephemeral_bytes = m ? m->ephemeral_bytes : rec->ephemeral_bytes,
+            .iterations = atomic_load(&page->iterations),
+            .busy_ns = atomic_load(&page->busy_ns),
+        };
+    }
     sched_core_effects_t fx = {0};
     /* its role at the gate is the new core's (none until it says otherwise), not what the
      * page kept from the previous daemon */
     atomic_store(&page->gate_role, SCHED_CORE_GATE_NONE);
-    int rc = gpu_sched_job_reattached(d, job, &where, &fx);
+    int rc = gpu_sched_job_reattached(d, job, where, &fx);
     if (rc == 0)
         apply_gate_roles(d, &fx);
     sched_core_effects_free(&fx);
@@ -340,10 +366,13 @@ void jobs_handle_reattach_done(conn_t *c, const proto_msg_t *msg)
     proto_pack_kv_uint(&e->pk, "budget_bytes", budget);
     proto_enc_finish(e);
     server_send(c, e);
-    LOG_INFO("job %llu '%s' re-attached (pid %d): GPU %d, %zu chunk%s, %llu MiB, budget %llu "
+    char gpus_text[128];
+    job_gpus_text(gpu_sched_job_gpus(d), job->id, gpu, gpus_text, sizeof(gpus_text));
+    LOG_INFO("job %llu '%s' re-attached (pid %d): GPU %s, %zu chunk%s, %llu MiB, budget %llu "
              "MiB, %llu iterations so far", (unsigned long long)job->id, job->name,
-             (int)job->pid, gpu, rt->chunk_count, rt->chunk_count == 1 ? "" : "s",
-             (unsigned long long)(job->committed_bytes >> 20),
+             (int)job->pid, gpus_text, rt->chunk_count, rt->chunk_count == 1 ? "" : "s",
+             (unsigned long long)((job->committed_bytes +
+                                   job_gpus_committed_total(gpu_sched_job_gpus(d), job->id)) >> 20),
              (unsigned long long)(budget >> 20),
              (unsigned long long)atomic_load(&page->iterations));
     jobs_survivor_settled(d, job->id, 1);

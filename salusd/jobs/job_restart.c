@@ -91,13 +91,53 @@ static int fill_job(salusd_t *d, job_t *job, state_job_t *out)
         out->group_staleness = job->group_staleness;
         out->group_share_gpus = job->group_share_gpus != 0;
     }
+    /* a job on several GPUs (--gpus): its other members' GPUs, sizes and lanes */
+    job_gpus_t *multi = gpu_sched_job_gpus(d);
+    uint32_t gpus = job_gpus_count(multi, job->id);
+    out->gpus = 1;
+    if (gpus > 1) {
+        out->members = calloc(gpus - 1, sizeof(*out->members));
+        if (!out->members)
+            return -ENOMEM;
+        for (uint32_t k = 1; k < gpus; k++) {
+            state_member_t *m = &out->members[k - 1];
+            if (gpu_sched_member_sizes(d, job, k, &m->gpu, &m->persistent_bytes,
+                                       &m->ephemeral_bytes, &m->lane) < 0)
+                return -ENOENT;
+        }
+        out->gpus = gpus;
+    }
     out->chunk_count = rt->chunk_count;
     out->chunks = rt->chunk_count ? calloc(rt->chunk_count, sizeof(*out->chunks)) : NULL;
     if (rt->chunk_count && !out->chunks)
         return -ENOMEM;
     for (size_t i = 0; i < rt->chunk_count; i++)
-        out->chunks[i] = (state_chunk_t){.id = rt->chunks[i].id, .bytes = rt->chunks[i].bytes,
-                                         .dev = rt->chunks[i].dev, .ino = rt->chunks[i].ino};
+        out->chunks[i] = (state_chunk_t){
+            .id = rt->chunks[i].id, .bytes = rt->chunks[i].bytes, .dev = rt->chunks[i].dev,
+            .ino = rt->chunks[i].ino,
+            /* which of the job's GPUs (0: its first; a member's on another) */
+            .device = gpus > 1 ? job_gpus_member_on(multi, job->id, rt->chunks[i].gpu) : 0};
+    return 0;
+}
+
+/* A deep copy of a survivor's record (its chunks and members its own). 0 or -ENOMEM. */
+static int copy_record(state_job_t *to, const state_job_t *from)
+{
+    *to = *from;
+    to->chunks = NULL;
+    to->members = NULL;
+    if (from->chunk_count) {
+        to->chunks = malloc(from->chunk_count * sizeof(*to->chunks));
+        if (!to->chunks)
+            return -ENOMEM;
+        memcpy(to->chunks, from->chunks, from->chunk_count * sizeof(*to->chunks));
+    }
+    if (from->gpus > 1 && from->members) {
+        to->members = malloc((from->gpus - 1) * sizeof(*to->members));
+        if (!to->members)
+            return -ENOMEM;
+        memcpy(to->members, from->members, (from->gpus - 1) * sizeof(*to->members));
+    }
     return 0;
 }
 
@@ -148,23 +188,24 @@ static void save(salusd_t *d, int durable)
     st.jobs = total ? calloc(total, sizeof(*st.jobs)) : NULL;
     if (total && !st.jobs)
         goto out;
-    for (size_t i = 0; i < registry_count(d->registry); i++)
-        if (fill_job(d, registry_at(d->registry, i), &st.jobs[st.job_count]) == 0)
+    for (size_t i = 0; i < registry_count(d->registry); i++) {
+        state_job_t *to = &st.jobs[st.job_count];
+        if (fill_job(d, registry_at(d->registry, i), to) == 0) {
             st.job_count++;
+        } else { /* (what it had filled in before it gave up) */
+            free(to->chunks);
+            free(to->members);
+            memset(to, 0, sizeof(*to));
+        }
+    }
     /* survivors that may still come back stay on file, as they were */
     for (size_t i = 0; i < r->loaded.job_count && st.job_count < total; i++) {
         if (r->survivor[i] != SURVIVOR_PENDING)
             continue;
         state_job_t *to = &st.jobs[st.job_count];
-        *to = r->loaded.jobs[i];
-        to->chunks = NULL;
-        if (to->chunk_count) {
-            to->chunks = malloc(to->chunk_count * sizeof(*to->chunks));
-            if (!to->chunks)
-                goto out;
-            memcpy(to->chunks, r->loaded.jobs[i].chunks, to->chunk_count * sizeof(*to->chunks));
-        }
-        st.job_count++;
+        st.job_count++; /* (what state_free releases, also when the copy fails half-way) */
+        if (copy_record(to, &r->loaded.jobs[i]) < 0)
+            goto out;
     }
     /* a fresh write is still due durably (the periodic timer), unless this one is */
     r->dirty = !durable;
@@ -197,6 +238,11 @@ static uint64_t unaccounted_bytes(salusd_t *d, int g, uint64_t *used_out, uint64
         uint64_t budget;
         if (job->runtime && jobs_placement(d, job, &gpu, &budget) == 0 && gpu == g)
             held += job->committed_bytes;
+        /* a job on several GPUs: what it holds on g as one of its other GPUs */
+        uint32_t k = job->runtime ? job_gpus_member_on(gpu_sched_job_gpus(d), job->id, g) : 0;
+        uint64_t *there = k ? job_gpus_committed(gpu_sched_job_gpus(d), job->id, k) : NULL;
+        if (there)
+            held += *there;
     }
     uint64_t used = total > free_bytes ? total - free_bytes : 0;
     uint64_t expected = held + d->config.gpu_reserve_bytes;
@@ -549,13 +595,20 @@ uint64_t jobs_survivor_chunk_owner(const salusd_t *d, uint64_t dev, uint64_t ino
     return 0;
 }
 
-uint64_t jobs_survivor_lane_mate(const salusd_t *d, const state_job_t *rec)
+uint64_t jobs_survivor_lane_mate(const salusd_t *d, int gpu, uint32_t lane)
 {
     const struct restart_s *r = restart_of(d);
-    for (size_t i = 0; r && r->survivor && i < r->loaded.job_count; i++)
-        if (r->survivor[i] == SURVIVOR_BACK && r->loaded.jobs[i].gpu == rec->gpu &&
-            r->loaded.jobs[i].lane == rec->lane)
+    for (size_t i = 0; r && r->survivor && i < r->loaded.job_count; i++) {
+        const state_job_t *back = &r->loaded.jobs[i];
+        if (r->survivor[i] != SURVIVOR_BACK)
+            continue;
+        if (back->gpu == gpu && back->lane == lane)
             return r->back_as[i];
+        /* a member of a job on several GPUs: its id in the core is the job's + k */
+        for (uint32_t k = 1; back->members && k < back->gpus; k++)
+            if (back->members[k - 1].gpu == gpu && back->members[k - 1].lane == lane)
+                return r->back_as[i] + k;
+    }
     return 0;
 }
 

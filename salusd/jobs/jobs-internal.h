@@ -88,11 +88,12 @@ void jobs_lane_memory_moved(salusd_t *d, job_t *job, int gpu, uint32_t lane);
 /* job_restart.c: the jobs that were running under the previous salusd (survivors), for the
  * re-attach requests (job_reattach.c). jobs_survivor: the record of job id, or NULL;
  * *pending: it may still re-attach. chunk_owner: the survivor a chunk file was handed to (0:
- * none). lane_mate: a survivor back already that shared rec's lane (0: none). settled: it is
+ * none). lane_mate: the core id of a survivor back already (or of its member, --gpus) that
+ * had lane `lane` of GPU `gpu` (0: none). settled: it is
  * back (back = 1) or refused; the hold on admissions ends with the last one. */
 const state_job_t *jobs_survivor(const salusd_t *d, uint64_t id, int *pending);
 uint64_t jobs_survivor_chunk_owner(const salusd_t *d, uint64_t dev, uint64_t ino);
-uint64_t jobs_survivor_lane_mate(const salusd_t *d, const state_job_t *rec);
+uint64_t jobs_survivor_lane_mate(const salusd_t *d, int gpu, uint32_t lane);
 void jobs_survivor_settled(salusd_t *d, uint64_t id, int back);
 
 /* job_restart.c: the state file (--state-dir). jobs_state_save writes it now (atomic, not

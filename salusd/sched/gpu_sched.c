@@ -137,7 +137,8 @@ int gpu_sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_rea
         .latency_target_ns = job->latency_target_ns,
         .iteration_ns = job->request_ns,
     };
-    int rc = sched_core_job_reattached(d->gpu_sched->core, &hints, where, salusd_now_ns(), fx);
+    int rc = job_gpus_reattached(d->gpu_sched->gpus, d->gpu_sched->core, &hints, where,
+                                 salusd_now_ns(), fx);
     return rc == -ENOSPC ? rc : report(rc, "re-attach");
 }
 
@@ -156,9 +157,18 @@ int gpu_sched_admit(salusd_t *d, sched_core_effects_t *fx)
 int gpu_sched_job_sizes(const salusd_t *d, const job_t *job, uint64_t *persistent_bytes,
                         uint64_t *ephemeral_bytes, uint32_t *lane)
 {
+    int gpu;
+    return gpu_sched_member_sizes(d, job, 0, &gpu, persistent_bytes, ephemeral_bytes, lane);
+}
+
+int gpu_sched_member_sizes(const salusd_t *d, const job_t *job, uint32_t k, int *gpu,
+                           uint64_t *persistent_bytes, uint64_t *ephemeral_bytes, uint32_t *lane)
+{
     lanes_placement_t pl;
-    if (lanes_job_placement(sched_core_lanes(d->gpu_sched->core), job->id, &pl) != LANES_OK)
+    if (k >= job_gpus_count(d->gpu_sched->gpus, job->id) ||
+        lanes_job_placement(sched_core_lanes(d->gpu_sched->core), job->id + k, &pl) != LANES_OK)
         return -ENOENT;
+    *gpu = pl.gpu;
     *persistent_bytes = pl.persistent_bytes;
     *ephemeral_bytes = pl.ephemeral_bytes;
     *lane = pl.lane_id;

@@ -32,8 +32,9 @@ int gpu_sched_job_released(salusd_t *d, const job_t *job, const job_page_t *page
 int gpu_sched_lane_shared(const salusd_t *d, const job_t *job);
 /* The job is gone (its place and lane go to the others; an admission round runs). */
 int gpu_sched_job_id_left(salusd_t *d, uint64_t job_id, sched_core_effects_t *fx);
-/* A job that survived a restart is back (sched_core_job_reattached): -ENOSPC when it does
- * not fit beside the jobs already back. */
+/* A job that survived a restart is back (sched_core_job_reattached): where[] has one entry
+ * per GPU of the job (one; N for a job on several GPUs, member k's at where[k]: job_gpus.h,
+ * job_gpus_reattached). -ENOSPC when it does not fit beside the jobs already back. */
 int gpu_sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_reattach_t *where,
                              sched_core_effects_t *fx);
 /* A cluster group's release and its gang slots (sched_core_group_release, _slot). */
@@ -52,6 +53,10 @@ int gpu_sched_job_wants(salusd_t *d, const job_t *job, uint64_t budget_bytes, ui
 /* The sizes an admitted job's budget is made of (the lane manager's books) and its lane. */
 int gpu_sched_job_sizes(const salusd_t *d, const job_t *job, uint64_t *persistent_bytes,
                         uint64_t *ephemeral_bytes, uint32_t *lane);
+/* The same for member k of the job (0: the job itself; k >= 1 of a job on several GPUs), with
+ * its GPU. 0 or -ENOENT. */
+int gpu_sched_member_sizes(const salusd_t *d, const job_t *job, uint32_t k, int *gpu,
+                           uint64_t *persistent_bytes, uint64_t *ephemeral_bytes, uint32_t *lane);
 /* The active policy's state for the state file (-ENOTSUP: it keeps none), and back. */
 long gpu_sched_policy_save_state(salusd_t *d, void *buf, size_t cap);
 int gpu_sched_policy_load_state(salusd_t *d, const void *buf, size_t len);

@@ -90,6 +90,16 @@ int job_gpus_add(job_gpus_t *t, registry_t *reg, uint64_t job_id, uint32_t gpus)
     return 0;
 }
 
+void job_gpus_remove(job_gpus_t *t, uint64_t job_id)
+{
+    job_gpus_entry_t *e = entry_of(t, job_id);
+    if (!e || e->info.job_id != job_id)
+        return;
+    size_t at = (size_t)(e - t->entries);
+    memmove(e, e + 1, (t->count - at - 1) * sizeof(*e));
+    t->count--;
+}
+
 uint32_t job_gpus_count(const job_gpus_t *t, uint64_t job_id)
 {
     const job_gpus_entry_t *e = entry_of(t, job_id);
@@ -141,6 +151,21 @@ void job_gpus_text(const job_gpus_t *t, uint64_t job_id, int gpu, char *out, siz
 
 /* ---- events ------------------------------------------------------------------------------ */
 
+/* Member k's hints: the job's, its id + k, rank k of the job's group. */
+static sched_core_job_hints_t member_hints(const job_gpus_entry_t *e,
+                                           const sched_core_job_hints_t *hints, uint32_t k)
+{
+    sched_core_job_hints_t member = *hints;
+    member.id = hints->id + k;
+    member.group = (sched_core_group_t){
+        .id = hints->id | JOB_GPUS_GROUP_BIT,
+        .world = e->info.gpus,
+        .rank = k,
+        .sync = SCHED_CORE_SYNC_BSP,
+    };
+    return member;
+}
+
 int job_gpus_register(job_gpus_t *t, sched_core_t *core, const sched_core_job_hints_t *hints,
                       uint64_t now_ns, sched_core_effects_t *fx)
 {
@@ -148,17 +173,33 @@ int job_gpus_register(job_gpus_t *t, sched_core_t *core, const sched_core_job_hi
     if (!e || e->info.job_id != hints->id)
         return sched_core_job_registered(core, hints, now_ns, fx);
     sched_core_job_hints_t members[JOB_GPUS_MAX];
-    for (uint32_t k = 0; k < e->info.gpus; k++) {
-        members[k] = *hints;
-        members[k].id = hints->id + k;
-        members[k].group = (sched_core_group_t){
-            .id = hints->id | JOB_GPUS_GROUP_BIT,
-            .world = e->info.gpus,
-            .rank = k,
-            .sync = SCHED_CORE_SYNC_BSP,
-        };
-    }
+    for (uint32_t k = 0; k < e->info.gpus; k++)
+        members[k] = member_hints(e, hints, k);
     return sched_core_jobs_registered(core, members, e->info.gpus, now_ns, fx);
+}
+
+int job_gpus_reattached(job_gpus_t *t, sched_core_t *core, const sched_core_job_hints_t *hints,
+                        const sched_core_reattach_t *where, uint64_t now_ns,
+                        sched_core_effects_t *fx)
+{
+    job_gpus_entry_t *e = entry_of(t, hints->id);
+    if (!e || e->info.job_id != hints->id)
+        return sched_core_job_reattached(core, hints, where, now_ns, fx);
+    for (uint32_t k = 0; k < e->info.gpus; k++) {
+        sched_core_job_hints_t member = member_hints(e, hints, k);
+        sched_core_reattach_t at = where[k];
+        /* a lane mate that is a member of this job: none (its members are on distinct GPUs) */
+        if (at.lane_of_job >= hints->id && at.lane_of_job - hints->id < e->info.gpus)
+            at.lane_of_job = 0;
+        int rc = sched_core_job_reattached(core, &member, &at, now_ns, fx);
+        if (rc < 0)
+            return rc;
+        e->info.gpu[k] = at.gpu;
+    }
+    /* admitted on every GPU (what an ADMIT of each member would have recorded) */
+    e->admitted_mask = all_members(e->info.gpus);
+    e->info.admitted = true;
+    return 0;
 }
 
 int job_gpus_boundary(job_gpus_t *t, sched_core_t *core, uint64_t job_id,

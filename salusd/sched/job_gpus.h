@@ -48,6 +48,9 @@ void job_gpus_destroy(job_gpus_t *t); /* NULL ok */
  * registry no longer lists are dropped first (reg may be NULL: none). 0, -EINVAL (gpus 0 or
  * above JOB_GPUS_MAX, or already recorded), -ENOMEM. */
 int job_gpus_add(job_gpus_t *t, registry_t *reg, uint64_t job_id, uint32_t gpus);
+/* Forgets job_id's entry, if it has one (a re-attach cut short left one: the next try starts
+ * afresh). */
+void job_gpus_remove(job_gpus_t *t, uint64_t job_id);
 /* The number of GPUs of job_id: its entry's, else 1. */
 uint32_t job_gpus_count(const job_gpus_t *t, uint64_t job_id);
 /* 0 with *info, or -ENOENT (a job on one GPU). */
@@ -63,6 +66,14 @@ void job_gpus_text(const job_gpus_t *t, uint64_t job_id, int gpu, char *out, siz
  * group, in one batch; a job on one GPU as it is. sched_core_jobs_registered's returns. */
 int job_gpus_register(job_gpus_t *t, sched_core_t *core, const sched_core_job_hints_t *hints,
                       uint64_t now_ns, sched_core_effects_t *fx);
+/* A job that survived a restart of salusd is back (hints->id is the job's id; for a job on
+ * several GPUs, job_gpus_add came first): member k at where[k] (its GPU, sizes, the lane it
+ * shared), where[] one per GPU of the job, in the group of world N as at registration; the
+ * entry is admitted on those GPUs at once (no ADMIT comes out). sched_core_job_reattached's
+ * returns; members back before an error stay in the core (job_gpus_left ends them). */
+int job_gpus_reattached(job_gpus_t *t, sched_core_t *core, const sched_core_job_hints_t *hints,
+                        const sched_core_reattach_t *where, uint64_t now_ns,
+                        sched_core_effects_t *fx);
 /* The job stopped at a boundary (or released its lane: boundary->ready false): reported for
  * every member; the job's grant is over. The first error, after trying every member. */
 int job_gpus_boundary(job_gpus_t *t, sched_core_t *core, uint64_t job_id,

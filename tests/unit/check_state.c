@@ -199,6 +199,130 @@ START_TEST(test_round_trip_keeps_every_field)
 }
 END_TEST
 
+/* A job on three GPUs (--gpus 3): GPUs 0, 2, 1, a chunk on each; beside a job on one GPU. */
+static void sample_gpus(salusd_state_t *st, state_job_t *jobs, state_chunk_t *chunks,
+                        state_member_t *members)
+{
+    sample(st);
+    memcpy(jobs, st->jobs, 2 * sizeof(*jobs));
+    chunks[0] = (state_chunk_t){.id = 20, .bytes = 2u << 20, .dev = 7, .ino = 2000};
+    chunks[1] = (state_chunk_t){.id = 21, .bytes = 4u << 20, .dev = 7, .ino = 2001, .device = 2};
+    chunks[2] = (state_chunk_t){.id = 22, .bytes = 8u << 20, .dev = 7, .ino = 2002, .device = 1};
+    members[0] = (state_member_t){.gpu = 2, .lane = 7, .persistent_bytes = 32u << 20,
+                                  .ephemeral_bytes = 96u << 20};
+    members[1] = (state_member_t){.gpu = 1, .lane = 3, .persistent_bytes = 16u << 20,
+                                  .ephemeral_bytes = 48u << 20};
+    jobs[1].chunks = chunks;
+    jobs[1].chunk_count = 3;
+    jobs[1].gpu = 0;
+    jobs[1].gpus = 3;
+    jobs[1].members = members;
+    st->jobs = jobs;
+}
+
+/* Writes st as the file and expects a refusal whose message contains want. */
+static void expect_encoded_refused(const salusd_state_t *st, const char *want)
+{
+    uint8_t *image = NULL;
+    size_t bytes = 0;
+    ck_assert_int_eq(state_encode(st, &image, &bytes), 0);
+    write_raw(image, bytes);
+    free(image);
+    expect_refused(want);
+}
+
+/* A job on several GPUs keeps its members (GPU, lane, sizes) and which GPU each chunk is on. */
+START_TEST(test_gpus_job_round_trip)
+{
+    salusd_state_t in, out;
+    state_job_t jobs[2];
+    state_chunk_t chunks[3];
+    state_member_t members[2];
+    char err[512] = "";
+    sample_gpus(&in, jobs, chunks, members);
+    ck_assert_int_eq(state_write_file(path, &in, 0, err, sizeof(err)), 0);
+    ck_assert_msg(state_read_file(path, &out, err, sizeof(err)) == 0, "%s", err);
+    const state_job_t *a = &out.jobs[0], *b = &out.jobs[1];
+    ck_assert_uint_eq(a->gpus, 1); /* one GPU: no members */
+    ck_assert_ptr_null(a->members);
+    ck_assert_uint_eq(a->chunks[0].device, 0);
+    ck_assert_uint_eq(a->chunks[1].device, 0);
+    ck_assert_uint_eq(b->gpus, 3);
+    ck_assert_ptr_nonnull(b->members);
+    ck_assert_int_eq(b->gpu, 0);
+    ck_assert_int_eq(b->members[0].gpu, 2);
+    ck_assert_uint_eq(b->members[0].lane, 7);
+    ck_assert_uint_eq(b->members[0].persistent_bytes, 32u << 20);
+    ck_assert_uint_eq(b->members[0].ephemeral_bytes, 96u << 20);
+    ck_assert_int_eq(b->members[1].gpu, 1);
+    ck_assert_uint_eq(b->members[1].lane, 3);
+    ck_assert_uint_eq(b->members[1].persistent_bytes, 16u << 20);
+    ck_assert_uint_eq(b->members[1].ephemeral_bytes, 48u << 20);
+    ck_assert_uint_eq(b->chunk_count, 3);
+    ck_assert_uint_eq(b->chunks[0].device, 0);
+    ck_assert_uint_eq(b->chunks[1].device, 2);
+    ck_assert_uint_eq(b->chunks[1].ino, 2001);
+    ck_assert_uint_eq(b->chunks[2].device, 1);
+    state_free(&out);
+}
+END_TEST
+
+/* A job's GPUs this module never writes: a member on the job's own GPU or two on one, a GPU
+ * index out of range, a count that is not the members', a chunk on a GPU the job lacks: the
+ * file is refused with a message saying so (no crash, nothing used). */
+START_TEST(test_bad_gpus_are_refused)
+{
+    salusd_state_t st;
+    state_job_t jobs[2];
+    state_chunk_t chunks[3];
+    state_member_t members[2];
+    sample_gpus(&st, jobs, chunks, members);
+    members[1].gpu = 0; /* the job's own */
+    expect_encoded_refused(&st, "bad a job's GPUs (--gpus: one GPU given to two of its members)");
+    sample_gpus(&st, jobs, chunks, members);
+    members[1].gpu = 2; /* member 1's */
+    expect_encoded_refused(&st, "one GPU given to two of its members");
+    sample_gpus(&st, jobs, chunks, members);
+    members[0].gpu = 1024;
+    expect_encoded_refused(&st, "bad a job's GPUs (--gpus: a member's GPU index out of range)");
+    sample_gpus(&st, jobs, chunks, members);
+    members[0].gpu = -1; /* (written as a huge number) */
+    expect_encoded_refused(&st, "a member's GPU index out of range");
+    sample_gpus(&st, jobs, chunks, members);
+    chunks[1].device = 3; /* of 3 GPUs: 0 .. 2 */
+    expect_encoded_refused(&st, "bad a job's chunks (a chunk on a GPU the job does not have)");
+    /* by hand: members without gpus, gpus 1 or above 32, members of the wrong count or type */
+    static const struct {
+        int with_gpus;
+        uint64_t gpus;
+        uint32_t members;
+        int bad_type;
+    } bad[] = {{0, 0, 1, 0}, {1, 1, 0, 0}, {1, 33, 32, 0}, {1, 2, 2, 0}, {1, 3, 1, 0},
+               {1, 2, 1, 1}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        msgpack_sbuffer sbuf;
+        msgpack_packer pk;
+        begin_old_file(&sbuf, &pk, bad[i].with_gpus ? 2 : 1);
+        if (bad[i].with_gpus)
+            proto_pack_kv_uint(&pk, "gpus", bad[i].gpus);
+        proto_pack_str(&pk, "members");
+        msgpack_pack_array(&pk, bad[i].members);
+        for (uint32_t k = 0; k < bad[i].members; k++) {
+            msgpack_pack_array(&pk, 4);
+            msgpack_pack_uint64(&pk, 1 + k);
+            msgpack_pack_uint64(&pk, 0);
+            if (bad[i].bad_type)
+                proto_pack_str(&pk, "64MiB");
+            else
+                msgpack_pack_uint64(&pk, 1);
+            msgpack_pack_uint64(&pk, 1);
+        }
+        write_body(&sbuf);
+        expect_refused("bad a job's GPUs (--gpus: gpus and members)");
+    }
+}
+END_TEST
+
 START_TEST(test_missing_file_is_a_first_start)
 {
     salusd_state_t st;
@@ -285,6 +409,8 @@ START_TEST(test_file_without_classes_loads)
     ck_assert_str_eq(st.jobs[0].name, "server");
     ck_assert_uint_eq(st.jobs[0].latency_target_ns, 0);
     ck_assert_uint_eq(st.jobs[0].request_ns, 0);
+    ck_assert_uint_eq(st.jobs[0].gpus, 1); /* before --gpus jobs were kept: one GPU */
+    ck_assert_ptr_null(st.jobs[0].members);
     state_free(&st);
     /* with them (what this salusd writes for a latency-critical job) */
     begin_old_file(&sbuf, &pk, 2);
@@ -395,6 +521,8 @@ static Suite *state_suite(void)
     tcase_add_test(t, test_well_sealed_nonsense_is_refused);
     tcase_add_test(t, test_file_without_classes_loads);
     tcase_add_test(t, test_bad_class_is_refused);
+    tcase_add_test(t, test_gpus_job_round_trip);
+    tcase_add_test(t, test_bad_gpus_are_refused);
     tcase_add_test(t, test_file_of_another_user_is_refused);
     tcase_add_test(t, test_file_names);
     tcase_add_test(t, test_loose_state_directory_is_refused);

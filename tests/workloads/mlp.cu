@@ -228,6 +228,7 @@ typedef struct mlp_config {
     bool device_given;
     const char *start_after; /* wait until this file exists before the first GPU work */
     const char *dump_weights; /* --dump-weights: the final weights, one a line */
+    unsigned devices;         /* --devices N: data-parallel on this process's N devices; 0: no */
 } mlp_config;
 
 static mlp_parallel parallel = {MLP_SINGLE, -1, -1, std::string(), NULL};
@@ -639,6 +640,135 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
     mlp_weights_report(final_weights, config->dump_weights);
 }
 
+/* --devices N: one process trains data-parallel on its devices 0 .. N - 1 (a program run with
+ * salusctl run --gpus N). Device k is rank k of world N: it takes rows k*batch.. of the global
+ * batch and computes its gradients; they are summed on the host in device order and every
+ * device makes the step with their mean, so that all hold the same weights. Parameters and
+ * data set stay resident on every device; activations come and go every iteration. */
+typedef struct mlp_replica {
+    workload_device device;
+    CUfunction hidden_forward, output_forward, loss_kernel, output_delta, hidden_delta;
+    CUfunction layer_gradient, layer_step;
+    CUdeviceptr x, targets, w1, b1, w2, b2, sums; /* sums: gradients (output, hidden), loss */
+    mlp_activations a;
+    std::vector<float> host_sums;
+} mlp_replica;
+
+static void mlp_replica_open(mlp_replica *r, int ordinal, const mlp_model *model, unsigned long long sum_count)
+{
+    workload_device_open(&r->device, ordinal, salus_workload_mlp_image);
+    static const char *const names[] = {"mlp_hidden_forward", "mlp_output_forward", "mlp_loss",
+                                        "mlp_output_delta",   "mlp_hidden_delta",   "mlp_layer_gradient",
+                                        "mlp_layer_step"};
+    CUfunction *functions[] = {&r->hidden_forward, &r->output_forward, &r->loss_kernel, &r->output_delta,
+                               &r->hidden_delta,   &r->layer_gradient, &r->layer_step};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        CHECK_CU(cuModuleGetFunction(functions[i], r->device.module, names[i]));
+    r->x = mlp_upload(&r->device, model->x, "data set x");
+    r->targets = mlp_upload(&r->device, model->targets, "data set targets");
+    r->w1 = mlp_upload(&r->device, model->w1, "weights w1");
+    r->b1 = mlp_upload(&r->device, model->b1, "biases b1");
+    r->w2 = mlp_upload(&r->device, model->w2, "weights w2");
+    r->b2 = mlp_upload(&r->device, model->b2, "biases b2");
+    r->sums = workload_alloc(&r->device, sum_count * sizeof(float), false, "gradient sums");
+    r->host_sums.resize(sum_count);
+}
+
+static void mlp_train_on_devices(const mlp_config *config, const mlp_model *model)
+{
+    const unsigned n = config->devices;
+    unsigned batch = config->batch, inputs = config->inputs, hidden = config->hidden, outputs = config->outputs,
+             samples = config->samples, zero = 0; /* (kernel arguments: not const) */
+    const unsigned long long output_parameters = (unsigned long long)outputs * (hidden + 1),
+                             hidden_parameters = (unsigned long long)hidden * (inputs + 1),
+                             sum_count = output_parameters + hidden_parameters + 1;
+    float learning_rate = config->learning_rate, scale = 1.0f / (float)n, loss = 0.0f;
+    std::vector<mlp_replica> replicas(n);
+    std::vector<float> total(sum_count);
+    for (unsigned k = 0; k < n; k++)
+        mlp_replica_open(&replicas[k], (int)k, model, sum_count);
+    printf("data_parallel=devices world=%u\n", n);
+    fflush(stdout);
+    uint64_t start_ns = workload_now_ns();
+    for (unsigned iteration = 1; iteration <= config->iterations; iteration++) {
+        if (config->host_ms > 0)
+            workload_sleep_ns((uint64_t)(config->host_ms * 1e6));
+        for (unsigned k = 0; k < n; k++) { /* rank k's gradients and loss */
+            mlp_replica *r = &replicas[k];
+            CHECK_CU(cuCtxSetCurrent(r->device.context));
+            mlp_activations_alloc(&r->device, config, &r->a);
+            unsigned first = (unsigned)(((unsigned long long)(iteration - 1) * n + k) * batch % samples);
+            CUdeviceptr output_sums = r->sums, hidden_sums = r->sums + output_parameters * sizeof(float),
+                        loss_slot = r->sums + (output_parameters + hidden_parameters) * sizeof(float);
+            void *hidden_forward_args[] = {&r->x, &r->w1, &r->b1, &r->a.h, &first, &samples, &batch, &inputs, &hidden};
+            workload_launch_1d(&r->device, r->hidden_forward, batch * hidden, hidden_forward_args);
+            void *output_forward_args[] = {&r->a.h, &r->w2, &r->b2, &r->a.y, &batch, &hidden, &outputs};
+            workload_launch_1d(&r->device, r->output_forward, batch * outputs, output_forward_args);
+            if (mlp_prints(config, iteration)) {
+                void *loss_args[] = {&r->a.y, &r->targets, &loss_slot, &first, &samples, &batch, &outputs};
+                CHECK_CU(cuLaunchKernel(r->loss_kernel, 1, 1, 1, 1, 1, 1, 0, r->device.stream, loss_args, NULL));
+            } else {
+                CHECK_CU(cuMemsetD32Async(loss_slot, 0, 1, r->device.stream));
+            }
+            void *output_delta_args[] = {&r->a.y, &r->targets, &r->a.dy, &first, &samples, &batch, &outputs};
+            workload_launch_1d(&r->device, r->output_delta, batch * outputs, output_delta_args);
+            void *hidden_delta_args[] = {&r->a.dy, &r->w2, &r->a.h, &r->a.dh, &batch, &hidden, &outputs};
+            workload_launch_1d(&r->device, r->hidden_delta, batch * hidden, hidden_delta_args);
+            void *output_gradient_args[] = {&output_sums, &r->a.dy, &r->a.h, &zero, &batch, &batch, &hidden, &outputs};
+            workload_launch_1d(&r->device, r->layer_gradient, outputs * (hidden + 1), output_gradient_args);
+            void *hidden_gradient_args[] = {&hidden_sums, &r->a.dh, &r->x, &first, &samples, &batch, &inputs, &hidden};
+            workload_launch_1d(&r->device, r->layer_gradient, hidden * (inputs + 1), hidden_gradient_args);
+        }
+        for (unsigned k = 0; k < n; k++) { /* their sum, in device order */
+            mlp_replica *r = &replicas[k];
+            CHECK_CU(cuCtxSetCurrent(r->device.context));
+            CHECK_CU(cuStreamSynchronize(r->device.stream));
+            CHECK_CU(cuMemcpyDtoH(r->host_sums.data(), r->sums, sum_count * sizeof(float)));
+            for (unsigned long long i = 0; i < sum_count; i++)
+                total[i] = k == 0 ? r->host_sums[i] : total[i] + r->host_sums[i];
+        }
+        for (unsigned k = 0; k < n; k++) { /* every device's step with the mean */
+            mlp_replica *r = &replicas[k];
+            CUdeviceptr output_sums = r->sums, hidden_sums = r->sums + output_parameters * sizeof(float);
+            CHECK_CU(cuCtxSetCurrent(r->device.context));
+            CHECK_CU(cuMemcpyHtoDAsync(r->sums, total.data(), sum_count * sizeof(float), r->device.stream));
+            void *output_step_args[] = {&r->w2, &r->b2, &output_sums, &hidden, &outputs, &learning_rate, &scale};
+            workload_launch_1d(&r->device, r->layer_step, outputs * (hidden + 1), output_step_args);
+            void *hidden_step_args[] = {&r->w1, &r->b1, &hidden_sums, &inputs, &hidden, &learning_rate, &scale};
+            workload_launch_1d(&r->device, r->layer_step, hidden * (inputs + 1), hidden_step_args);
+            CHECK_CU(cuStreamSynchronize(r->device.stream));
+            mlp_activations_free(&r->device, config, &r->a);
+        }
+        if (mlp_prints(config, iteration)) {
+            loss = total.back() * scale; /* the sum of the ranks' means -> the global batch's mean */
+            mlp_report(config, iteration, loss);
+        }
+    }
+    uint64_t elapsed_ns = workload_now_ns() - start_ns;
+    mlp_model layers; /* the final weights, from device 0 (every device holds the same) */
+    layers.w1.resize((size_t)hidden * inputs);
+    layers.b1.resize(hidden);
+    layers.w2.resize((size_t)outputs * hidden);
+    layers.b2.resize(outputs);
+    CHECK_CU(cuCtxSetCurrent(replicas[0].device.context));
+    CHECK_CU(cuMemcpyDtoH(layers.w1.data(), replicas[0].w1, layers.w1.size() * sizeof(float)));
+    CHECK_CU(cuMemcpyDtoH(layers.b1.data(), replicas[0].b1, layers.b1.size() * sizeof(float)));
+    CHECK_CU(cuMemcpyDtoH(layers.w2.data(), replicas[0].w2, layers.w2.size() * sizeof(float)));
+    CHECK_CU(cuMemcpyDtoH(layers.b2.data(), replicas[0].b2, layers.b2.size() * sizeof(float)));
+    std::vector<float> final_weights;
+    mlp_flatten(config, &layers, &final_weights);
+    for (unsigned k = 0; k < n; k++) {
+        mlp_replica *r = &replicas[k];
+        CHECK_CU(cuCtxSetCurrent(r->device.context));
+        CUdeviceptr persistent[] = {r->x, r->targets, r->w1, r->b1, r->w2, r->b2, r->sums};
+        for (CUdeviceptr pointer : persistent)
+            CHECK_CU(cuMemFree(pointer));
+        workload_device_close(&r->device);
+    }
+    mlp_report_end(config, elapsed_ns, loss);
+    mlp_weights_report(final_weights, config->dump_weights);
+}
+
 static void mlp_usage(FILE *out)
 {
     fprintf(out,
@@ -659,6 +789,9 @@ static void mlp_usage(FILE *out)
             "  --async-alloc        allocate activations with cuMemAllocAsync/cuMemFreeAsync\n"
             "  --cpu-reference      the same math on the host, no driver calls\n"
             "  --device N           device ordinal (default 0)\n"
+            "  --devices N          data-parallel in this one process on its devices 0..N-1 (as\n"
+            "                       salusctl run --gpus N gives it): device k takes rows k*batch.. of\n"
+            "                       the global batch; gradients summed on the host in device order\n"
             "  --host-ms X          host time per iteration before its GPU work, as data loading\n"
             "                       would take (default 0; not with --cpu-reference)\n"
             "  --data-parallel M    data-parallel training, gradients summed by M: 'simgpu' (the\n"
@@ -692,7 +825,7 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
 {
     enum { SEED = 256, INPUTS, HIDDEN, OUTPUTS, BATCH, SAMPLES, ITERATIONS, LR, PRINT_EVERY, KEEP, ASYNC, CPU,
            DEVICE, HOST_MS, DATA_PARALLEL, RANK, WORLD, COMM, START_AFTER, PS, PS_LOG, PS_SLOW_MS, DUMP_WEIGHTS,
-           PS_STOP_AT, PS_DUMP_FIRST, HELP };
+           PS_STOP_AT, PS_DUMP_FIRST, DEVICES, HELP };
     static const struct option options[] = {
         {"seed", required_argument, NULL, SEED},
         {"inputs", required_argument, NULL, INPUTS},
@@ -719,11 +852,12 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         {"dump-weights", required_argument, NULL, DUMP_WEIGHTS},
         {"ps-stop-at", required_argument, NULL, PS_STOP_AT},
         {"ps-dump-first", required_argument, NULL, PS_DUMP_FIRST},
+        {"devices", required_argument, NULL, DEVICES},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
     };
     const unsigned long long size_limit = 1u << 16;
-    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0, 0.0, false, NULL, NULL};
+    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0, 0.0, false, NULL, NULL, 0};
     int option;
     while ((option = getopt_long(argc, argv, "", options, NULL)) != -1) {
         const char *name = option >= SEED && option <= HELP ? options[option - SEED].name : "";
@@ -756,6 +890,7 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         case DUMP_WEIGHTS: config->dump_weights = optarg; break;
         case PS_STOP_AT: ps.stop_at = (unsigned)workload_parse_unsigned(name, optarg, 1, 1u << 30); break;
         case PS_DUMP_FIRST: ps.dump_first = optarg; break;
+        case DEVICES: config->devices = (unsigned)workload_parse_unsigned(name, optarg, 1, 64); break;
         case HELP: mlp_usage(stdout); exit(0);
         default: mlp_usage(stderr); exit(WORKLOAD_EXIT_USAGE);
         }
@@ -786,11 +921,18 @@ int main(int argc, char **argv)
     } else {
         mlp_ps_start(&ps, -1, -1, config.iterations);
     }
+    if (config.devices && (config.cpu_reference || ps.enabled || parallel.mode != MLP_SINGLE ||
+                           config.device_given || config.keep_activations || config.async_alloc ||
+                           config.start_after))
+        workload_usage_error("--devices: not with --cpu-reference, --ps, --data-parallel, --device, "
+                             "--keep-activations, --async-alloc or --start-after");
     mlp_parallel_start(&parallel, &argc, &argv);
     mlp_model model;
     mlp_model_make(&config, &model);
     if (config.cpu_reference)
         mlp_train_on_cpu(&config, &model);
+    else if (config.devices)
+        mlp_train_on_devices(&config, &model);
     else
         mlp_train_on_device(&config, &model);
     mlp_parallel_finish(&parallel);

@@ -141,7 +141,9 @@ void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg)
         why = rec->gpu >= d->devices.count ? "its GPU is not one of this salusd's"
               : gpus_why[0]                ? gpus_why
                                            : "it re-presents more chunks than salusd handed it";
-        refuse(c, msg->id, NULL, "re-attach refused: %s", why);
+        server_reply_error(c, msg->id, PROTO_EPERM, 1, "re-attach refused: %s", why);
+        LOG_WARN("re-attach of job %llu (pid %d, uid %u) refused: %s", (unsigned long long)id,
+                 (int)c->pid, (unsigned)c->uid, why);
         jobs_survivor_settled(d, id, 0);
         return;
     }
@@ -291,14 +293,17 @@ void jobs_handle_reattach_chunk(conn_t *c, const proto_msg_t *msg)
 
 /* The gate roles a re-attach settled (this job's, and those of the best-effort jobs of its
  * GPU when it is latency-critical): the rest of its effects concern the layout, which the
- * reply below carries. */
+ * reply below carries. A job on several GPUs takes no gate role (job_gpus.h). */
 static void apply_gate_roles(salusd_t *d, const sched_core_effects_t *fx)
 {
     for (size_t i = 0; i < fx->count; i++) {
-        const sched_core_effect_t *e = &fx->items[i];
-        job_t *job = e->kind == SCHED_CORE_GATE ? registry_find(d->registry, e->job_id) : NULL;
+        sched_core_effect_t e;
+        if (fx->items[i].kind != SCHED_CORE_GATE ||
+            job_gpus_effect(gpu_sched_job_gpus(d), fx, i, &e) == JOB_GPUS_CONSUMED)
+            continue;
+        job_t *job = registry_find(d->registry, e.job_id);
         if (job && job->runtime)
-            jobs_gate_role(d, job, e->gpu, e->gate);
+            jobs_gate_role(d, job, e.gpu, e.gate);
     }
 }
 

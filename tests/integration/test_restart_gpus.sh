@@ -4,7 +4,9 @@
 # job's chunks on both) on two of three simulated GPUs; salusd is killed while it trains and
 # started again: the job re-attaches with both its GPUs and the chunks it holds on each (the
 # driver's memory agrees with the books on every GPU), and finishes with the losses and weights
-# of the same job run without the kill, bit for bit.
+# of the same job run without the kill, bit for bit. Then forged records of such a job (a
+# member on a GPU the node lacks, two members on one GPU) each get a clear log line, and
+# salusd runs on.
 . "$(dirname "$0")/lib.sh"
 
 MLP="$BIN/salus-mlp"
@@ -85,4 +87,35 @@ grep -q "re-attached to the restarted salusd" "$WORK/int.out" || fail "the job n
 echo "  killed and restarted: exit 0, final_loss=$got, $(grep -c '^iter=' "$WORK/int.out") loss lines and the weights identical"
 [ "$(field_of int state)" = '"done"' ] || fail "the job is not done: $("$SALUSCTL" ps)"
 pass "a --gpus 2 job across kill -9 of salusd: back on both its GPUs with its chunks, finished with the uninterrupted run's losses and weights, bit for bit"
+
+# --- forged records of a --gpus job (as written by someone who can write the state
+# directory): a clear log line each, and salusd runs on
+FORGE="$(dirname "$0")/state_forge.py"
+# forged TAG GPU: job TAG runs, salusd is killed, its member 1 is put on GPU GPU in the
+# state file, salusd starts again; the job fails closed (it cannot re-attach)
+forged() {
+    local t="$1" gpu="$2" pid
+    job "$t" 20
+    wait_until 60 "[ \"\$(field_of $t iterations)\" -ge 5 ] 2>/dev/null" || fail "$t did not train"
+    kill -9 "$DAEMON_PID"
+    wait "$DAEMON_PID" 2>/dev/null || true
+    python3 "$FORGE" "$STATE_DIRECTORY"/salusd*.state "$t" member-gpu 1 "$gpu" | sed 's/^/  /' ||
+        fail "cannot forge the state file"
+    start_daemon --policy pack
+    pid=$(eval "echo \$PID_$t")
+    wait_until 60 "gone $pid" || fail "$t did not end after its forged record: $(tail -3 "$WORK/$t.out")"
+    wait "$pid" && fail "$t ended well with a forged record"
+    "$SALUSCTL" status >/dev/null || fail "salusd stopped answering after a forged record"
+}
+forged range 9 # GPU 9 of 3
+line=$(grep "re-attach of job .* refused: its GPU 9 (the job's device 1, --gpus) is not one of this salusd's 3" "$WORK/salusd.log") ||
+    fail "no clear line for a member on GPU 9 of 3"
+echo "  salusd: ${line#*Z }"
+grep -q "refused job .* re-attach (re-attach refused: its GPU 9" "$WORK/range.out" || fail "the job was not told why: $(tail -3 "$WORK/range.out")"
+pass "a member's GPU out of range (9 of 3): its re-attach refused with a clear line, salusd runs on"
+forged twice own # member 1 on the job's first GPU
+line=$(grep "state file refused: .*bad a job's GPUs (--gpus: one GPU given to two of its members); it is moved to" "$WORK/salusd.log") ||
+    fail "no clear line for a member on its job's own GPU"
+echo "  salusd: ${line#*Z }"
+pass "two members on one GPU: the state file refused with a clear line, salusd runs on"
 stop_daemon # exits 0: nothing leaked (under the sanitizers)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data-parallel salus-mlp on simgpu (4 simulated devices, no salusd): 4 ranks of batch 8
 # reach the same losses as one process with batch 32, with gradients summed
-#   (1) by the simgpu collective kernel (allreduce_sum_f32, --data-parallel simgpu), and
+#   (1) by the simgpu collective kernel (allreduce_sum_f32, --data-parallel simgpu),
+#   (1b) on the host, in one process on its 4 devices (--devices 4), and
 #   (2) by MPI_Allreduce (salus-mlp-mpi under Open MPI's mpirun, --data-parallel mpi).
 # Tolerance: relative 1e-5 on every printed loss. The ranks' gradient sums differ from the
 # single process's only in the order of the float additions (the 1/4 scale is exact), which
@@ -59,6 +60,16 @@ workload_mlp_compare "$WORKLOAD_TMP/single.out" "$WORKLOAD_TMP/simgpu-0.out" "$T
 if compgen -G "/dev/shm/simgpu-comm-*-$COMM" > /dev/null; then
     workload_fail "the communicator's segment was left behind"
 fi
+
+# (1b) one process on its 4 devices (--devices 4, as a salusctl run --gpus 4 job): gradients
+# summed on the host in device order
+"$MLP" "${ARGS[@]}" --batch $BATCH --devices $WORLD > "$WORKLOAD_TMP/devices.out" ||
+    workload_fail "salus-mlp --devices $WORLD failed"
+grep -q "^data_parallel=devices world=$WORLD\$" "$WORKLOAD_TMP/devices.out" ||
+    workload_fail "--devices $WORLD: no 'data_parallel=devices world=$WORLD' line"
+echo "one process on 4 devices x batch $BATCH vs one process x batch $((WORLD * BATCH)):"
+workload_mlp_compare "$WORKLOAD_TMP/single.out" "$WORKLOAD_TMP/devices.out" "$TOLERANCE" ||
+    workload_fail "the --devices run differs from the single process"
 
 # (2) MPI_Allreduce under mpirun
 [[ -x "$MLP_MPI" ]] || workload_fail "$MLP_MPI was not built: CMake did not find MPI (tools/setup.sh installs openmpi-bin and libopenmpi-dev)"

@@ -7,7 +7,8 @@
 #     done with both ranks (before, the group ended with rank 1 alone and rank 0 formed a new
 #     group of the name that waited for a rank 1 that never came);
 #  2. a rank that ends badly still fails a forming group at once (not after the bound);
-#  3. the bound: with --group-form-timeout-s 2 a missing rank that never comes fails the group:
+#  3. salusd stops cleanly (exit 0, under the sanitizers no leak) with a group waiting; the
+#     bound: with --group-form-timeout-s 2 a missing rank that never comes fails the group:
 #     `rank 0 never came`.
 . "$(dirname "$0")/lib.sh"
 
@@ -85,6 +86,11 @@ wait_until 20 bad_failed || fail "$GB: $("$SALUSCTL" --json groups)"
 pass "a forming group whose rank exited 3 failed at once: $(groups_py 'print(q(sys.argv[1])[0]["failure"])' "$GB")"
 
 # ---- 3. the bound: a missing rank that never comes fails the group ----
+# (salusd stops cleanly with a group waiting for its missing rank: its timer goes with it)
+GP="late-pending-$$"
+"$SALUSCTL" run --group "$GP" --world 2 --rank 1 -- true || fail "rank 1 of $GP failed"
+wait_until 10 '[ "$(groups_py "print(q(sys.argv[1])[0][\"state\"])" "$GP" 2>/dev/null)" = forming ]' ||
+    fail "$GP is not forming: $("$SALUSCTL" groups)"
 stop_daemon
 start_daemon --group-form-timeout-s 2
 GT="late-never-$$"

@@ -135,6 +135,10 @@ const option_def_t salusd_options[] = {
     ROW("group-kill-grace-s", OPTION_INT, "5", 0, 9, group_kill_grace_s,
         "when a rank fails, the group's other ranks get SIGTERM, then SIGKILL this many "
         "seconds later"),
+    ROW("group-form-timeout-s", OPTION_INT, "60", 1, 86400, group_form_timeout_s,
+        "a group not every rank of which was submitted yet, whose submitted ranks all exited "
+        "0, waits this long for the others (a late rank joins it), then fails: 'rank N never "
+        "came'"),
     ROW("ps-user-bytes", OPTION_BYTES, "1GiB", 0, 1LL << 50, ps_user_bytes,
         "parameter-server tables: memory one user's tables may hold on this daemon (table "
         "elements where its workers run, shards where it serves); more is refused"),

@@ -56,6 +56,8 @@ typedef struct salusd_config_s {
     long long gate_pass_after_park; /* its submissions that pass after such a park */
     long long gate_inflight;     /* k: an event every k launches, 2k in flight at most */
     long long group_kill_grace_s; /* a failed group's other ranks: SIGTERM, then SIGKILL */
+    long long group_form_timeout_s; /* a forming group whose ranks all ended well waits this
+                                     * long for the missing ones, then fails (groups.h) */
     unsigned long long ps_user_bytes; /* parameter-server memory of one user here (ps.h) */
     long long ps_fed_timeout_ms; /* a federated round open this long is closed as it is */
     long long ps_replicas;       /* replicas of each shard of a table opened here (R) */

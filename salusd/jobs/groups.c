@@ -10,6 +10,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,10 @@ typedef struct group_s {
     char failure[160];         /* "rank 1: killed by signal 9" */
     uint64_t ended_ns;         /* 0 while a rank may still run or join */
     uint64_t gang_wait_ns;     /* the ended ranks' gang waits */
+    /* forming, every rank that came ended well: the missing ranks are waited for this long
+     * (--group-form-timeout-s) before the group fails */
+    struct event *form_timer;
+    salusd_t *d;               /* (the timer's) */
     struct group_s *next;
 } group_t;
 
@@ -83,6 +88,8 @@ static group_t *group_current(const salusd_t *d, uid_t uid, const char *name)
 
 static void group_free(group_t *g)
 {
+    if (g->form_timer)
+        event_free(g->form_timer);
     free(g->ranks);
     free(g);
 }
@@ -185,6 +192,12 @@ int groups_check_join(salusd_t *d, uid_t uid, const groups_fields_t *f, char *er
                  g->share_gpus ? "with" : "without");
         return -EINVAL;
     }
+    if (g->ranks[f->rank].job_id && g->ranks[f->rank].over) {
+        snprintf(err, err_size, "rank %u of group %s is taken (job %llu, ended; the group "
+                 "waits up to %lld s for its ranks not submitted yet)", f->rank, g->name,
+                 (unsigned long long)g->ranks[f->rank].job_id, d->config.group_form_timeout_s);
+        return -EBUSY;
+    }
     if (g->ranks[f->rank].job_id) {
         snprintf(err, err_size, "rank %u of group %s is taken (job %llu)", f->rank, g->name,
                  (unsigned long long)g->ranks[f->rank].job_id);
@@ -216,12 +229,18 @@ int groups_join(salusd_t *d, job_t *job, const groups_fields_t *f)
         g->share_gpus = f->share_gpus;
         g->ranks = ranks;
         g->failed_rank = -1;
+        g->d = d;
         g->next = all->list;
         all->list = g;
         LOG_INFO("group %s of uid %u formed (id %llu, world %u)", g->name, (unsigned)g->uid,
                  (unsigned long long)g->id, g->world);
     }
     g->restore |= f->restore != 0;
+    if (g->form_timer && event_pending(g->form_timer, EV_TIMEOUT, NULL)) {
+        event_del(g->form_timer); /* a missing rank came: the group lives on with it */
+        LOG_INFO("group %s of uid %u: rank %u came while the group waited for its missing "
+                 "ranks", g->name, (unsigned)g->uid, f->rank);
+    }
     group_rank_t *r = &g->ranks[f->rank];
     r->job_id = job->id;
     r->local_rank = f->local_rank;
@@ -256,6 +275,8 @@ int groups_join(salusd_t *d, job_t *job, const groups_fields_t *f)
     return 0;
 }
 
+static void settle(salusd_t *d, group_t *g);
+
 int groups_all_submitted(const salusd_t *d, uint64_t id)
 {
     const group_t *g = group_by_id(d, id);
@@ -280,6 +301,7 @@ void groups_cluster_complete(salusd_t *d, uint64_t id)
     LOG_INFO("group %s of uid %u: every rank of %u submitted on the cluster's nodes; %u of the "
              "%u here registered, the others are host-only until they register", g->name,
              (unsigned)g->uid, g->world, registered, g->joined);
+    settle(d, g); /* its ranks here may all have ended well while it waited for the others */
 }
 
 /* A submitted rank that has not registered once its group is complete: it makes no driver
@@ -368,6 +390,85 @@ static void end_other_ranks(salusd_t *d, uint64_t group_id)
     }
 }
 
+/* Over: every rank it had ended (or the group failed and they have). */
+static void end_group(salusd_t *d, group_t *g)
+{
+    if (g->form_timer)
+        event_del(g->form_timer);
+    g->ended_ns = salusd_now_ns();
+    LOG_INFO("group %s of uid %u ended: %s", g->name, (unsigned)g->uid,
+             g->failed ? "failed" : "done");
+    jobs_raise_group_over(d, g->id); /* its parameter-server tables here go too */
+}
+
+/* A rank not submitted anywhere (a cluster group: its record names no node for it). */
+static int rank_missing(const salusd_t *d, const group_t *g, uint32_t i)
+{
+    return !g->ranks[i].job_id && !(d->cluster && jobs_ask_rank_node(d, g->id, i));
+}
+
+static void on_form_timeout(evutil_socket_t fd, short events, void *arg)
+{
+    (void)fd;
+    (void)events;
+    group_t *g = arg;
+    salusd_t *d = g->d;
+    if (g->ended_ns || g->failed || g->over != g->joined || groups_all_submitted(d, g->id))
+        return; /* (a rank came meanwhile: joins take the timer off) */
+    uint32_t missing = 0;
+    int32_t first = -1;
+    for (uint32_t i = 0; i < g->world; i++)
+        if (rank_missing(d, g, i) && missing++ == 0)
+            first = (int32_t)i;
+    g->failed = 1;
+    g->failed_rank = first;
+    if (first < 0) /* (every rank is named, but the record did not say so complete here) */
+        snprintf(g->failure, sizeof(g->failure), "not every rank came within %lld s after "
+                 "the ranks here ended", d->config.group_form_timeout_s);
+    else if (missing == 1)
+        snprintf(g->failure, sizeof(g->failure), "rank %d never came (waited %lld s after "
+                 "the other ranks ended)", first, d->config.group_form_timeout_s);
+    else
+        snprintf(g->failure, sizeof(g->failure), "rank %d never came, nor %u other rank%s "
+                 "(waited %lld s after the ranks submitted ended)", first, missing - 1,
+                 missing == 2 ? "" : "s", d->config.group_form_timeout_s);
+    LOG_WARN("group %s of uid %u failed: %s", g->name, (unsigned)g->uid, g->failure);
+    uint64_t id = g->id;
+    jobs_raise_group_failed(d, id, g->failure);
+    g = group_by_id(d, id);
+    if (g && !g->ended_ns)
+        end_group(d, g);
+}
+
+/* Ends g once every rank it had is over, unless it is still forming (fewer ranks submitted
+ * than its world) and has not failed: a rank that came late must join this group, not form
+ * another of the name, so it waits for its missing ranks up to --group-form-timeout-s. */
+static void settle(salusd_t *d, group_t *g)
+{
+    if (g->ended_ns || g->over != g->joined)
+        return;
+    if (g->failed || groups_all_submitted(d, g->id)) {
+        end_group(d, g);
+        return;
+    }
+    if (!g->form_timer && d->base)
+        g->form_timer = evtimer_new(d->base, on_form_timeout, g);
+    struct timeval bound = {.tv_sec = d->config.group_form_timeout_s};
+    if (!g->form_timer || evtimer_add(g->form_timer, &bound) < 0) {
+        LOG_ERROR("group %s of uid %u: no timer for the wait for its missing ranks: it ends "
+                  "now", g->name, (unsigned)g->uid);
+        end_group(d, g);
+        return;
+    }
+    uint32_t missing = 0;
+    for (uint32_t i = 0; i < g->world; i++)
+        missing += rank_missing(d, g, i);
+    LOG_INFO("group %s of uid %u: its %u rank%s here ended well, %u of its world %u not "
+             "submitted yet: it waits for them up to %lld s", g->name, (unsigned)g->uid,
+             g->joined, g->joined == 1 ? "" : "s", missing, g->world,
+             d->config.group_form_timeout_s);
+}
+
 void groups_rank_over(salusd_t *d, job_t *job)
 {
     /* (ending the other ranks may forget this job: only these copies are used after it) */
@@ -396,14 +497,10 @@ void groups_rank_over(salusd_t *d, job_t *job)
             return;
         jobs_raise_group_failed(d, g->id, g->failure);
     }
-    /* every rank it had ended: over, also while forming (a rank that never comes must not
-     * keep the group, and its name with the ranks taken, forever) */
-    if (!g->ended_ns && g->over == g->joined) {
-        g->ended_ns = salusd_now_ns();
-        LOG_INFO("group %s of uid %u ended: %s", g->name, (unsigned)g->uid,
-                 g->failed ? "failed" : "done");
-        jobs_raise_group_over(d, g->id); /* its parameter-server tables here go too */
-    }
+    /* every rank it had ended: over; while forming after good ends, once the missing ranks
+     * came and ended, or after the bound (a rank that never comes must not keep the group,
+     * and its name with the ranks taken, forever) */
+    settle(d, g);
 }
 
 int groups_describe(const salusd_t *d, uint64_t id, groups_desc_t *desc, char *sync_buf,
@@ -432,10 +529,8 @@ void groups_fail(salusd_t *d, uint64_t id, const char *failure)
              (unsigned)g->uid, g->failure);
     end_other_ranks(d, id);
     g = group_by_id(d, id);
-    if (g && !g->ended_ns && g->over == g->joined) {
-        g->ended_ns = salusd_now_ns();
-        jobs_raise_group_over(d, g->id);
-    }
+    if (g)
+        settle(d, g);
 }
 
 uint32_t groups_live_jobs(salusd_t *d, uint64_t id, uint64_t *jobs, uint32_t max)

@@ -27,7 +27,11 @@
  *
  * Life: forming (fewer ranks submitted than its world), waiting (some registered rank not
  * admitted yet), running (a group of host-only ranks only is running too), then failed or
- * done once every rank it had has ended. An ended group's name is
+ * done once every rank it had has ended. A forming group whose submitted ranks (here) all
+ * ended well does not end: it waits for its missing ranks (a host-only rank may exit 0
+ * before another rank is even submitted), a late rank joins it; if the missing ranks have not
+ * come --group-form-timeout-s after, it fails ("rank N never came"). Across nodes the cluster
+ * record keeps this node's part (not over) while it waits. An ended group's name is
  * free again at once when it is done, GROUPS_FAILED_LINGER_S after its end when it failed
  * (ranks of the same launch that come late hear of the failure); the last GROUPS_ENDED_KEPT
  * ended groups stay listed (salusctl groups). */

@@ -14,6 +14,12 @@
 #  4. kill -9 of a host-only rank's program (n1) fails its group on both nodes within 10 s and
 #     ends its GPU rank on n2; kill -9 of a host-only rank's `salusctl run` (salusd sees the
 #     submit connection's process exit through its pidfd) does too.
+#  5. a host-only rank that exits 0 before the group's GPU rank is even submitted, the GPU
+#     rank then on the other node and (as `srun -w n2 -N 1 -n 2` does it) on the same node: the
+#     group waits `forming`, its record in etcd stays, the late rank joins it and runs, both
+#     exit 0, the group is done and its record deleted (before, the group ended with the
+#     host-only rank alone and its record went; a late rank on the same node formed a new group
+#     that failed: "its cluster record was deleted").
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/nodes.sh"
 
@@ -167,3 +173,44 @@ kill_case program
 pass "kill -9 of a host-only rank's program fails its group on both nodes within 10 s"
 kill_case run
 pass "kill -9 of a host-only rank's salusctl run fails its group on both nodes within 10 s (the submit connection's pidfd)"
+
+# ---- 5. the host-only rank 1 exits 0 before rank 0 (GPU) is submitted, on n1 and on n2
+late_case() { # late_case NODE_OF_RANK_0
+    local n0=$1 G="hol-$1-$SUFFIX" rc
+    node_argv 2
+    "${NODE_ARGV[@]}" "$SALUSCTL" run --name hol1 --group "$G" --world 2 --rank 1 -- true ||
+        fail "the host-only rank 1 of $G on n2 failed"
+    forming() {
+        ctl 2 groups --json | python3 -c '
+import json, sys
+[x] = [x for x in json.load(sys.stdin) if x["name"] == sys.argv[1]]
+assert x["state"] == "forming" and [(r["rank"], r["state"]) for r in x["ranks"]] == [(1, "done")], x' "$G" 2>/dev/null
+    }
+    wait_until 10 forming || fail "$G is not forming on n2 with rank 1 done: $(ctl 2 groups --json)"
+    etcd_get 1 "/salus/groups/0/$G" >"$WORK/$G.rec" || fail "the record of $G is gone while it waits for rank 0"
+    echo "  $G on n2: forming, rank 1 done; its record: $(cat "$WORK/$G.rec")"
+    node_argv "$n0"
+    rc=0
+    "${NODE_ARGV[@]}" "$SALUSCTL" run --name hol0 --group "$G" --world 2 --rank 0 -- "$SYNTH" \
+        --iterations 5 --gpu-ms 1 --persistent-mb 8 --ephemeral-mb 8 >"$WORK/$G-0.out" 2>&1 &
+    local r0=$!
+    RANK_PIDS+=($r0)
+    wait_until 60 gone $r0 || fail "rank 0 of $G on n$n0 did not finish within 60 s: $(ctl "$n0" groups)"
+    wait $r0 || rc=$?
+    [ "$rc" -eq 0 ] || fail "rank 0 of $G on n$n0 exited $rc: $(tail -3 "$WORK/$G-0.out")"
+    done_on() { [ "$(group_state "$1" "$G")" = done ]; }
+    wait_until 10 'done_on 2 && done_on '"$n0" || fail "$G not done: $(ctl 2 groups; ctl "$n0" groups)"
+    ctl "$n0" groups --json | python3 -c '
+import json, sys
+[x] = [x for x in json.load(sys.stdin) if x["name"] == sys.argv[1]]
+st = {r["rank"]: r for r in x["ranks"]}
+assert x["failure"] is None and st[0]["state"] == "done" and st[0]["gpu"] is not None, x
+assert st[1]["node"] == "n2" and st[1]["state"] in ("done", "remote"), x
+print("  n%s: %s done: rank 0 on GPU %d, rank 1 (n2) %s" % (sys.argv[2], x["name"], st[0]["gpu"], st[1]["state"]))' \
+        "$G" "$n0" || fail "$G on n$n0: $(ctl "$n0" groups --json)"
+    wait_until 10 '! etcd_get 1 "/salus/groups/0/$G" >/dev/null 2>&1' || fail "the record of the done $G stays"
+}
+late_case 1
+pass "the host-only rank 1 (n2) exited 0 before rank 0 (n1, GPU) was submitted: the group waited, rank 0 joined it, both exit 0, done, its record deleted"
+late_case 2
+pass "the host-only rank 1 exited 0 before rank 0 was submitted on the same node (n2): rank 0 joined the group, both exit 0, done, its record deleted"

@@ -84,20 +84,28 @@ id=$("$SALUSCTL" submit --log "$WORK/sub.log" --group "sub-$$" --world 1 --rank 
 groups_py '[x] = q(sys.argv[1]); assert x["state"] == "done" and x["ranks"][0]["job_id"] == int(sys.argv[2]), x' \
     "sub-$$" "$id" || fail "the submitted rank's group: $("$SALUSCTL" groups)"
 pass "salusctl submit takes the group's flags too (job $id, group sub-$$ done)"
-# ---- a forming group whose every submitted rank ended cleanly is over: its name is free ----
+# ---- a forming group whose submitted ranks all ended cleanly waits for the others (up to
+# --group-form-timeout-s): a rank that comes late joins it; once it is done the name is free ----
 G5="it-g5-$$"
 "$SALUSCTL" run --group "$G5" --world 2 --rank 0 -- true || fail "rank 0 of $G5 failed"
-g5_over() { groups_py '[x] = q(sys.argv[1]); assert x["state"] == "done", x' "$G5" 2>/dev/null; }
-wait_until 10 g5_over || fail "$G5 (rank 0 ended, rank 1 never came) never ends: $("$SALUSCTL" --json groups)"
+g5_forming() { groups_py '[x] = q(sys.argv[1]); assert x["state"] == "forming" and x["ranks"][0]["state"] == "done", x' "$G5" 2>/dev/null; }
+wait_until 10 g5_forming || fail "$G5 (rank 0 ended, rank 1 not yet submitted) is not forming: $("$SALUSCTL" --json groups)"
+rc=0; "$SALUSCTL" run --group "$G5" --world 2 --rank 0 -- true >/dev/null 2>"$WORK/g5.err" || rc=$?
+[ "$rc" -eq 1 ] && qgrep -F "rank 0 of group $G5 is taken" "$WORK/g5.err" ||
+    fail "rank 0 of the waiting $G5 again: rc $rc: $(cat "$WORK/g5.err")"
+echo "  refused ($rc): $(cat "$WORK/g5.err")"
+"$SALUSCTL" run --group "$G5" --world 2 --rank 1 -- true || fail "rank 1 of $G5 (late) failed"
+g5_done() { groups_py '[x] = q(sys.argv[1]); assert x["state"] == "done" and [r["rank"] for r in x["ranks"]] == [0, 1], x' "$G5" 2>/dev/null; }
+wait_until 10 g5_done || fail "$G5 with its late rank 1: $("$SALUSCTL" --json groups)"
 "$SALUSCTL" run --group "$G5" --world 2 --rank 0 -- true 2>"$WORK/g5.err" ||
     fail "a new launch of $G5 is refused: $(cat "$WORK/g5.err")"
-pass "a forming group ends when every rank it had ended cleanly; the name is free again"
+pass "a forming group whose rank ended cleanly waits; the late rank joins it, it is done; the name is free again"
 # the daemon's options for groups are checked
-for bad in "--gang-turns maybe" "--gang-slot-iterations 0" "--group-kill-grace-s 10"; do
+for bad in "--gang-turns maybe" "--gang-slot-iterations 0" "--group-kill-grace-s 10" "--group-form-timeout-s 0"; do
     rc=0; "$SALUSD" --foreground --socket "$WORK/bad.sock" $bad >"$WORK/bad.out" 2>&1 || rc=$?
     [ "$rc" -eq 2 ] && qgrep -- "${bad%% *}" "$WORK/bad.out" || fail "salusd $bad: rc $rc: $(cat "$WORK/bad.out")"
 done
-pass "salusd refuses --gang-turns maybe, --gang-slot-iterations 0, --group-kill-grace-s 10"
+pass "salusd refuses --gang-turns maybe, --gang-slot-iterations 0, --group-kill-grace-s 10, --group-form-timeout-s 0"
 
 # ---- another user's group of the same name is a group of its own ----
 mkdir "$WORK/b" && chown "$USER_B" "$WORK/b"

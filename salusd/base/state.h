@@ -6,7 +6,8 @@
  * sizes (learned ones included) and which lane it shared, its job page and each chunk it was
  * handed (size and the identity of the file behind its descriptor: st_dev, st_ino); and what
  * only its registration said: its class (a latency target and request time; absent in files
- * of older salusd, which load as best-effort) and its group.
+ * of older salusd, which load as best-effort) and its group; and the lane's shared chunks it
+ * was handed (--lane-memory shared), which it re-presents too.
  *
  * The file: a 24-byte header, then a msgpack body.
  *     magic "SALUSST\0" | format version (u32 LE) | body length (u32 LE) | FNV-1a 64 of the body
@@ -37,6 +38,15 @@ typedef struct state_chunk_s {
     uint64_t dev, ino;  /* the file behind the chunk's descriptor */
 } state_chunk_t;
 
+/* The lane's shared chunks a job was handed (salusd --lane-memory shared; bytes 0: none):
+ * the chunk's id, size and file, and the lane page's file. Its lane mates' records name the
+ * same set; the set is its user's (the job's uid). */
+typedef struct state_lane_set_s {
+    uint64_t chunk_id, bytes;
+    uint64_t dev, ino;
+    uint64_t page_dev, page_ino;
+} state_lane_set_t;
+
 typedef struct state_job_s {
     uint64_t id;
     uint32_t uid, gid;
@@ -61,6 +71,7 @@ typedef struct state_job_s {
      * (then request_ns, its expected GPU time per request, 0 = unknown); 0 best-effort. Both
      * at most STATE_MAX_CLASS_NS. */
     uint64_t latency_target_ns, request_ns;
+    state_lane_set_t lane_set;        /* absent in files of older salusd: none */
 } state_job_t;
 
 typedef struct salusd_state_s {

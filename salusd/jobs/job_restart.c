@@ -98,6 +98,7 @@ static int fill_job(salusd_t *d, job_t *job, state_job_t *out)
     for (size_t i = 0; i < rt->chunk_count; i++)
         out->chunks[i] = (state_chunk_t){.id = rt->chunks[i].id, .bytes = rt->chunks[i].bytes,
                                          .dev = rt->chunks[i].dev, .ino = rt->chunks[i].ino};
+    jobs_lane_memory_record(job, &out->lane_set);
     return 0;
 }
 
@@ -183,7 +184,8 @@ out:
  * Memory in use that no job of the books holds (a survivor that did not come back but still
  * runs, another program) is logged and kept out of the lanes. */
 /* Memory of GPU g the driver reports in use beyond what the books account for (the jobs'
- * chunks and charges, the reserve, the daemon's own context on a GPU); 0 within a grain. */
+ * chunks and charges, the lanes' shared chunks, the reserve, the daemon's own context on a
+ * GPU); 0 within a grain. */
 static uint64_t unaccounted_bytes(salusd_t *d, int g, uint64_t *used_out, uint64_t *expected_out,
                                   uint64_t *free_out)
 {
@@ -198,6 +200,7 @@ static uint64_t unaccounted_bytes(salusd_t *d, int g, uint64_t *used_out, uint64
         if (job->runtime && jobs_placement(d, job, &gpu, &budget) == 0 && gpu == g)
             held += job->committed_bytes;
     }
+    held += jobs_lane_memory_bytes(d, g); /* and the lanes' shared chunks (re-presented) */
     uint64_t used = total > free_bytes ? total - free_bytes : 0;
     uint64_t expected = held + d->config.gpu_reserve_bytes;
     if (!d->devices.simulated)

@@ -32,6 +32,10 @@
  * unknown op, which the library reports as -ENOSYS): ps_fed_state {handle}, reply {round,
  * selected, pushed, clients, per_round, epochs}; ps_fed_push {handle, round, samples (int),
  * work, n} (the model in the region's first n floats, n = count), reply {duplicate}.
+ * Re-attaching a lane's shared chunks (salusd --lane-memory shared), also without a new
+ * minor: a daemon that takes it says lane_sets: 1 in its reattach reply, and only then does
+ * the shim send reattach_lane {chunk_id, bytes} with the lane page's and the chunk's
+ * descriptors (before reattach_done), reply {taken}.
  * Fields are never removed or
  * retyped within a major.
  *

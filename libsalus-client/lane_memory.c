@@ -2,8 +2,9 @@
  * the job's first GPU that takes its live memory past its persistent size (the lane manager's
  * books: hints, or learned sizes) is served from the lane's chunks when they have room; what
  * stays below it (its persistent memory) from chunks of its own. salusd sends them at the
- * first such allocation (lane_map), the job maps them at addresses of its own and keeps them mapped
- * until it ends. Before it allocates there the job takes the lane page's owner word (CAS
+ * first such allocation (lane_map), the job maps them at addresses of its own and keeps them
+ * mapped until it ends (re-presenting them to a restarted salusd: reattach.c). Before it
+ * allocates there the job takes the lane page's owner word (CAS
  * 0 -> its id); when it gives its lane up it stores 0 again, but only when no block of its own
  * lives in the lane's chunks and no free of one is pending (its work is complete then: the
  * lane goes only at a quiescent point or a boundary). A job that kept lane memory live keeps
@@ -76,11 +77,11 @@ static CUresult map_chunk(int fd, uint64_t bytes)
  * again (asked at a later iteration, less and less often) when it may have them later. */
 static void map_lane(void)
 {
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, chunk_id = 0;
     int page_fd = -1, chunk_fd = -1, retry = 0;
     lane.state = LANE_NONE;
-    if (shim_session_lane_map(&bytes, &lane.persistent, &lane.uid, &page_fd, &chunk_fd,
-                              &retry) < 0) {
+    if (shim_session_lane_map(&chunk_id, &bytes, &lane.persistent, &lane.uid, &page_fd,
+                              &chunk_fd, &retry) < 0) {
         if (retry == 2) { /* another user's jobs map them: they unmap at their release */
             lane.state = LANE_UNASKED;
             lane.ask_at = atomic_load(&shim.page->iterations) + 1;
@@ -93,8 +94,8 @@ static void map_lane(void)
         return;
     }
     void *p = mmap(NULL, LANE_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
-    close(page_fd);
     if (p == MAP_FAILED) {
+        close(page_fd);
         close(chunk_fd);
         return;
     }
@@ -103,6 +104,9 @@ static void map_lane(void)
     if (lane.page->magic == LANE_PAGE_MAGIC && lane.page->version == LANE_PAGE_VERSION &&
         lane.page->bytes == bytes)
         rc = map_chunk(chunk_fd, bytes);
+    if (rc == CUDA_SUCCESS) /* re-presented if salusd restarts (reattach.c) */
+        shim_lane_keep(chunk_id, bytes, page_fd, chunk_fd);
+    close(page_fd);
     close(chunk_fd);
     if (rc == CUDA_SUCCESS) {
         lane.allocator = allocator_create(0);
@@ -113,6 +117,7 @@ static void map_lane(void)
         }
     }
     if (rc != CUDA_SUCCESS) {
+        shim_lane_forget();
         LOG_WARN("the lane's shared chunks could not be mapped; the job takes its own");
         if (lane.allocator)
             allocator_destroy(lane.allocator);
@@ -201,6 +206,7 @@ void shim_lane_give_up(int frees_pending)
      * allocation past its persistent size */
     shim.drv.fn_cuMemUnmap(lane.base, lane.bytes);
     shim.drv.fn_cuMemAddressFree(lane.base, lane.bytes);
+    shim_lane_forget();
     allocator_destroy(lane.allocator);
     lane.allocator = NULL;
     munmap(lane.page, LANE_PAGE_BYTES);

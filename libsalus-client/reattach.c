@@ -46,7 +46,10 @@ static struct {
     _Atomic int watched_fd;      /* the connection the watcher watches */
     _Atomic int stop;            /* the job failed closed: the watcher ends */
     int watching;
-} re = {.lock = PTHREAD_MUTEX_INITIALIZER, .watched_fd = -1};
+    kept_chunk_t lane;           /* the lane's shared chunk (fd -1: none) */
+    int lane_page_fd;            /* and its lane page */
+} re = {.lock = PTHREAD_MUTEX_INITIALIZER, .watched_fd = -1, .lane = {.fd = -1},
+        .lane_page_fd = -1};
 
 void shim_chunk_keep(uint64_t id, uint64_t bytes, int fd)
 {
@@ -82,6 +85,35 @@ void shim_chunk_forget(uint64_t id)
             break;
         }
     }
+    pthread_mutex_unlock(&re.lock);
+}
+
+void shim_lane_keep(uint64_t chunk_id, uint64_t bytes, int page_fd, int chunk_fd)
+{
+    int page = fcntl(page_fd, F_DUPFD_CLOEXEC, 0);
+    int chunk = page >= 0 ? fcntl(chunk_fd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (chunk < 0) {
+        if (page >= 0)
+            close(page);
+        LOG_WARN("cannot keep the lane chunks' descriptors: a restarted salusd will not count "
+                 "them");
+        return;
+    }
+    shim_lane_forget();
+    pthread_mutex_lock(&re.lock);
+    re.lane = (kept_chunk_t){.id = chunk_id, .bytes = bytes, .fd = chunk};
+    re.lane_page_fd = page;
+    pthread_mutex_unlock(&re.lock);
+}
+
+void shim_lane_forget(void)
+{
+    pthread_mutex_lock(&re.lock);
+    if (re.lane.fd >= 0) {
+        close(re.lane.fd);
+        close(re.lane_page_fd);
+    }
+    re.lane.fd = re.lane_page_fd = -1;
     pthread_mutex_unlock(&re.lock);
 }
 
@@ -194,12 +226,25 @@ static int reattach_on(salus_client_t *c, char *err, size_t err_size, uint64_t *
     }
     if (n)
         memcpy(chunks, re.chunks, n * sizeof(*chunks));
+    /* the lane's set: copies, sent after the job's own chunks */
+    kept_chunk_t lane = re.lane;
+    int lane_fds[2] = {-1, -1};
+    if (re.lane.fd >= 0) {
+        lane_fds[0] = fcntl(re.lane_page_fd, F_DUPFD_CLOEXEC, 0);
+        lane_fds[1] = fcntl(re.lane.fd, F_DUPFD_CLOEXEC, 0);
+    }
     pthread_mutex_unlock(&re.lock);
     msgpack_packer *pk = salus_client_begin(c, "reattach", 2);
     proto_pack_kv_uint(pk, "job_id", shim.job_id);
     proto_pack_kv_uint(pk, "chunks", n);
     int fds[2] = {shim.page_fd, shim.notify_fd};
-    int rc = call(c, fds, 2, &reply, err, err_size);
+    uint64_t lane_sets = 0; /* the daemon takes reattach_lane */
+    int rc = salus_client_call_passing(c, fds, 2, &reply, err, err_size);
+    if (rc == 0) {
+        if (proto_get_uint(&reply.body, "lane_sets", &lane_sets) < 0)
+            lane_sets = 0;
+        proto_msg_free(&reply);
+    }
     for (size_t i = 0; rc == 0 && i < n; i++) {
         pk = salus_client_begin(c, "reattach_chunk", 2);
         proto_pack_kv_uint(pk, "chunk_id", chunks[i].id);
@@ -207,6 +252,22 @@ static int reattach_on(salus_client_t *c, char *err, size_t err_size, uint64_t *
         rc = call(c, &chunks[i].fd, 1, &reply, err, err_size);
     }
     free(chunks);
+    if (rc == 0 && lane.fd >= 0 && lane_fds[0] >= 0 && lane_fds[1] >= 0 && lane_sets) {
+        pk = salus_client_begin(c, "reattach_lane", 2);
+        proto_pack_kv_uint(pk, "chunk_id", lane.id);
+        proto_pack_kv_uint(pk, "bytes", lane.bytes);
+        rc = salus_client_call_passing(c, lane_fds, 2, &reply, err, err_size);
+        uint64_t taken = 0;
+        if (rc == 0) {
+            /* taken 0: a set its record does not name; it keeps them mapped, uncounted */
+            if (proto_get_uint(&reply.body, "taken", &taken) == 0 && !taken)
+                LOG_WARN("the restarted salusd does not count the lane's shared chunks");
+            proto_msg_free(&reply);
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (lane_fds[i] >= 0)
+            close(lane_fds[i]);
     if (rc < 0)
         return rc;
     salus_client_begin(c, "reattach_done", 0);

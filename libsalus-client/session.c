@@ -518,8 +518,8 @@ int shim_session_charge(uint64_t bytes, int release)
     return 0;
 }
 
-int shim_session_lane_map(uint64_t *bytes, uint64_t *persistent, uint64_t *uid, int *page_fd,
-                          int *chunk_fd, int *retry)
+int shim_session_lane_map(uint64_t *chunk_id, uint64_t *bytes, uint64_t *persistent,
+                          uint64_t *uid, int *page_fd, int *chunk_fd, int *retry)
 {
     char err[256] = "";
     proto_msg_t reply;
@@ -542,7 +542,8 @@ int shim_session_lane_map(uint64_t *bytes, uint64_t *persistent, uint64_t *uid, 
     if (proto_get_uint(&reply.body, "shared", &shared) < 0 || !shared || nfds != 2 ||
         proto_get_uint(&reply.body, "bytes", bytes) < 0 || *bytes == 0 ||
         proto_get_uint(&reply.body, "persistent", persistent) < 0 ||
-        proto_get_uint(&reply.body, "uid", uid) < 0) {
+        proto_get_uint(&reply.body, "uid", uid) < 0 ||
+        proto_get_uint(&reply.body, "chunk_id", chunk_id) < 0) {
         proto_msg_free(&reply);
         for (int i = 0; i < nfds; i++)
             close(fds[i]);

@@ -120,11 +120,11 @@ int shim_session_grow(uint64_t bytes, uint32_t device, uint64_t *chunk_id,
                       uint64_t *chunk_bytes);
 int shim_session_alive(void);
 /* The lane's shared chunks (salusd --lane-memory shared): the lane page's and the chunks'
- * descriptors, their size, the job's persistent size and its uid as salusd knows it; -ENOENT
- * when salusd has none for this job (*retry: 1, it may have them later; 2, at its next
- * iteration: another user's jobs map them now). */
-int shim_session_lane_map(uint64_t *bytes, uint64_t *persistent, uint64_t *uid, int *page_fd,
-                          int *chunk_fd, int *retry);
+ * descriptors, the chunk's id and size, the job's persistent size and its uid as salusd
+ * knows it; -ENOENT when salusd has none for this job (*retry: 1, it may have them later;
+ * 2, at its next iteration: another user's jobs map them now). */
+int shim_session_lane_map(uint64_t *chunk_id, uint64_t *bytes, uint64_t *persistent,
+                          uint64_t *uid, int *page_fd, int *chunk_fd, int *retry);
 /* The job unmapped them (a job of another user asked for them: lane_page.h). */
 int shim_session_lane_unmap(void);
 /* Gives chunk_id back to salusd (after it was unmapped). */
@@ -140,6 +140,11 @@ int shim_session_charge(uint64_t bytes, int release);
  * held: 0, or -1 when the job failed closed, with one line saying why). */
 void shim_chunk_keep(uint64_t id, uint64_t bytes, int fd);
 void shim_chunk_forget(uint64_t id);
+/* The lane's shared chunks the job has mapped (a copy of the lane page's and the chunk's
+ * descriptors, from lane_map until it unmaps them): re-presented too (reattach_lane), so that
+ * they stay the lane's set in the restarted salusd. */
+void shim_lane_keep(uint64_t chunk_id, uint64_t bytes, int page_fd, int chunk_fd);
+void shim_lane_forget(void);
 void shim_watch_start(void);
 int shim_daemon_lost(void);
 int shim_reattach_locked(void);

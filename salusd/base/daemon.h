@@ -109,6 +109,8 @@ typedef struct salusd_s {
     struct restart_s *restart; /* the state file and the survivors of a restart (job_reattach.c) */
     struct groups_s *groups;  /* groups of ranks (groups.c) */
     struct lane_region_s *lane_regions; /* --lane-memory shared: the lanes' chunks (job_lane_memory.c) */
+    /* lanes' sets of chunks since start: made, and re-presented by their jobs after a restart */
+    uint64_t lane_sets_created, lane_sets_restored;
     /* the tables of the subsystems above jobs that hear its events, and the events raised
      * during an apply of the core's effects, not delivered yet (jobs_observer.h) */
     struct jobs_notifier_s *jobs_notifier;

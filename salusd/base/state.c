@@ -17,13 +17,49 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The lane set a job had mapped: "lane_set": [chunk_id, bytes, dev, ino, page_dev, page_ino],
+ * only when it had one (a file without it loads as a job without one). */
+static void pack_lane_set(msgpack_packer *pk, const state_lane_set_t *set)
+{
+    const uint64_t f[6] = {set->chunk_id, set->bytes, set->dev, set->ino, set->page_dev,
+                           set->page_ino};
+    if (!set->bytes)
+        return;
+    proto_pack_str(pk, "lane_set");
+    msgpack_pack_array(pk, 6);
+    for (int k = 0; k < 6; k++)
+        msgpack_pack_uint64(pk, f[k]);
+}
+
+static int decode_lane_set(const msgpack_object *job, state_lane_set_t *set)
+{
+    const msgpack_object *o = proto_get(job, "lane_set");
+    uint64_t f[6];
+    memset(set, 0, sizeof(*set));
+    if (!o)
+        return 0;
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 6)
+        return -EPROTO;
+    for (int k = 0; k < 6; k++) {
+        if (o->via.array.ptr[k].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+            return -EPROTO;
+        f[k] = o->via.array.ptr[k].via.u64;
+    }
+    if (f[1] == 0 || f[1] > (1ull << 50))
+        return -EPROTO;
+    *set = (state_lane_set_t){.chunk_id = f[0], .bytes = f[1], .dev = f[2], .ino = f[3],
+                              .page_dev = f[4], .page_ino = f[5]};
+    return 0;
+}
+
 static void pack_job(msgpack_packer *pk, const state_job_t *job)
 {
-    /* the optional parts (a group, a class, other GPUs) only when there is one: a file without
-     * them is what an older salusd wrote, and loads as a single best-effort job on one GPU */
+    /* the optional parts (a group, a class, other GPUs, a lane set) only when there is one: a
+     * file without them is what an older salusd wrote, and loads as a single best-effort job on
+     * one GPU */
     int several = job->gpus >= 2 && job->members;
     msgpack_pack_map(pk, 16 + (job->group[0] ? 7 : 0) + (job->latency_target_ns ? 2 : 0) +
-                             (several ? 2 : 0));
+                             (several ? 2 : 0) + (job->lane_set.bytes ? 1 : 0));
     if (several) {
         proto_pack_kv_uint(pk, "gpus", job->gpus);
         proto_pack_str(pk, "members");
@@ -36,6 +72,7 @@ static void pack_job(msgpack_packer *pk, const state_job_t *job)
             msgpack_pack_uint64(pk, job->members[k].ephemeral_bytes);
         }
     }
+    pack_lane_set(pk, &job->lane_set);
     if (job->latency_target_ns) {
         proto_pack_kv_uint(pk, "latency_target_ns", job->latency_target_ns);
         proto_pack_kv_uint(pk, "request_ns", job->request_ns);
@@ -258,6 +295,9 @@ static int decode_job(const msgpack_object *o, state_job_t *job, const char **wh
     int rc = decode_members(o, job, what);
     if (rc < 0)
         return rc;
+    *what = "a job's lane set";
+    if (decode_lane_set(o, &job->lane_set) < 0)
+        return -EPROTO;
     const msgpack_object *chunks = proto_get(o, "chunks");
     *what = "a job's chunks";
     if (!chunks || chunks->type != MSGPACK_OBJECT_ARRAY || chunks->via.array.size != u[10])

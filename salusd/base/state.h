@@ -8,7 +8,8 @@
  * the job's GPUs it is memory of); and what only its registration said: its class (a latency
  * target and request time; absent in files of older salusd, which load as best-effort), its
  * group, and for a job on several GPUs (--gpus N) its other members' GPUs, sizes and lanes
- * (absent in files of older salusd, whose jobs load as jobs on one GPU).
+ * (absent in files of older salusd, whose jobs load as jobs on one GPU); and the lane's shared
+ * chunks it was handed (--lane-memory shared), which it re-presents too.
  *
  * The file: a 24-byte header, then a msgpack body.
  *     magic "SALUSST\0" | format version (u32 LE) | body length (u32 LE) | FNV-1a 64 of the body
@@ -49,6 +50,15 @@ typedef struct state_member_s {
     uint64_t persistent_bytes, ephemeral_bytes;
 } state_member_t;
 
+/* The lane's shared chunks a job was handed (salusd --lane-memory shared; bytes 0: none):
+ * the chunk's id, size and file, and the lane page's file. Its lane mates' records name the
+ * same set; the set is its user's (the job's uid). */
+typedef struct state_lane_set_s {
+    uint64_t chunk_id, bytes;
+    uint64_t dev, ino;
+    uint64_t page_dev, page_ino;
+} state_lane_set_t;
+
 typedef struct state_job_s {
     uint64_t id;
     uint32_t uid, gid;
@@ -77,6 +87,7 @@ typedef struct state_job_s {
      * N - 1, every member on a GPU of its own; 0 or 1 (members NULL): a job on one GPU */
     uint32_t gpus;
     state_member_t *members;
+    state_lane_set_t lane_set;        /* absent in files of older salusd: none */
 } state_job_t;
 
 typedef struct salusd_state_s {

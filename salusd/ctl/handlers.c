@@ -28,7 +28,7 @@ static void reply_status(conn_t *c, const proto_msg_t *msg)
     char shm_name[256];
     jobs_simgpu_shm_name(d, shm_name, sizeof(shm_name));
     proto_enc_begin(e, PROTO_REPLY, msg->id, "",
-                    12 + (metrics != NULL) + (d->cluster != NULL) + (shm_name[0] != '\0'));
+                    13 + (metrics != NULL) + (d->cluster != NULL) + (shm_name[0] != '\0'));
     proto_pack_kv_str(&e->pk, "server", "salusd " SALUS_VERSION);
     proto_pack_kv_uint(&e->pk, "protocol", PROTO_VERSION);
     proto_pack_kv_uint(&e->pk, "pid", (uint64_t)getpid());
@@ -56,6 +56,12 @@ static void reply_status(conn_t *c, const proto_msg_t *msg)
     proto_pack_kv_uint(&e->pk, "connections", d->connection_count);
     proto_pack_kv_uint(&e->pk, "requests_served", d->requests_served);
     proto_pack_kv_uint(&e->pk, "frames_rejected", d->frames_rejected);
+    /* the lanes' shared chunks (--lane-memory shared) this salusd made, and those it took
+     * back from their jobs after a restart */
+    proto_pack_str(&e->pk, "lane_sets");
+    msgpack_pack_map(&e->pk, 2);
+    proto_pack_kv_uint(&e->pk, "created", d->lane_sets_created);
+    proto_pack_kv_uint(&e->pk, "restored", d->lane_sets_restored);
     if (metrics)
         proto_pack_kv_str(&e->pk, "metrics", metrics);
     if (d->cluster) {

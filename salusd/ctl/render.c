@@ -170,6 +170,22 @@ void render_lanes(conn_t *requester, msgpack_packer *pk)
         map.count++;
         proto_map_int_or_nil(&map, "active", (int64_t)l->active_job,
                              visible(requester, l->active_job));
+        /* its shared chunks (--lane-memory shared), null when it has none */
+        jobs_lane_set_info_t set;
+        proto_pack_str(&map.pk, "shared");
+        map.count++;
+        if (jobs_lane_set_info(requester->daemon, l->gpu, l->lane, &set) < 0) {
+            msgpack_pack_nil(&map.pk);
+        } else {
+            msgpack_pack_map(&map.pk, 7);
+            proto_pack_kv_uint(&map.pk, "chunk_id", set.chunk_id);
+            proto_pack_kv_uint(&map.pk, "bytes", set.bytes);
+            proto_pack_kv_uint(&map.pk, "jobs", set.jobs);
+            proto_pack_kv_uint(&map.pk, "mapped", set.mapped);
+            proto_pack_kv_uint(&map.pk, "maps", set.maps);
+            proto_pack_kv_uint(&map.pk, "handovers", set.handovers);
+            proto_pack_kv_uint(&map.pk, "restored", (uint64_t)set.restored);
+        }
         proto_map_end(&map);
     }
     gpu_sched_lanes_free(lanes, n);

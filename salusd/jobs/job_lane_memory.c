@@ -11,7 +11,17 @@
  * then salusd clears them on the device before the next job of the other user gets them, so
  * a job never has another user's bytes mapped. The set goes when the last job that mapped it leaves; the owner word is cleared
  * when its job leaves. On a real GPU the chunks are created in salusd's own context of that
- * GPU, as every chunk is (devices.c). */
+ * GPU, as every chunk is (devices.c).
+ * Across a restart of salusd the set stays the lane's: each job's record in the state file
+ * names the set it has mapped (state.h: lane_set), the job re-presents it when it re-attaches
+ * (reattach_lane: the lane page and the chunk, checked against the record), and the first job
+ * back makes it the lane's set again in the new salusd (imported, not created: its lane is
+ * the lane the new scheduling core gives that job); its lane mates join it, so no switch
+ * creates or maps anything afterwards. A set whose jobs come back in another lane than it is
+ * now (or a set another one of that lane took first) is asked to be unmapped by them at their
+ * next release, as after a re-layout, and goes with its last job.
+ * A re-layout moves the set only for the jobs it moves (jobs_lane_memory_moved): a job that
+ * stays in its lane keeps its mapping. */
 #include "jobs-internal.h"
 
 #include "gpu_sched.h"
@@ -23,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct lane_region_s {
@@ -33,12 +44,17 @@ typedef struct lane_region_s {
     chunk_t chunk;
     int chunk_fd;
     int page_fd;
+    uint64_t page_dev, page_ino; /* the lane page's memfd (what a re-attach re-presents) */
     lane_page_t *page;
     size_t jobs;        /* jobs that asked for it (rt->lane_region) */
     size_t mappers;     /* of those, the jobs that have it mapped now (all of user uid) */
     uint64_t clear_at;  /* mapped in salusd's context, for clearing (0: not yet) */
     uint64_t clears;    /* cleared for another user's job */
     uint64_t clear_ns;  /* time those clears took, all together */
+    uint64_t maps;      /* lane_map answers that handed them to a job */
+    int restored;       /* re-presented by its jobs after a restart of salusd, not created */
+    int placed;         /* its lane is known (a restored set: once its first job is back) */
+    int retired;        /* not its lane's set (any more): its jobs unmap it at their release */
 } lane_region_t;
 
 /* The lane's chunks for a job of another user than the one whose jobs had them: NULL while
@@ -70,9 +86,31 @@ static lane_region_t *hand_to_user(salusd_t *d, lane_region_t *r, const job_t *j
 static lane_region_t *find_region(salusd_t *d, int gpu, uint32_t lane)
 {
     for (lane_region_t *r = d->lane_regions; r; r = r->next)
-        if (r->gpu == gpu && r->lane == lane)
+        if (r->gpu == gpu && r->lane == lane && r->placed && !r->retired)
             return r;
     return NULL;
+}
+
+/* The set whose chunk is that file (a restored set's lane mates re-present the same one). */
+static lane_region_t *find_region_file(salusd_t *d, uint64_t dev, uint64_t ino)
+{
+    for (lane_region_t *r = d->lane_regions; r; r = r->next)
+        if (r->chunk.dev == dev && r->chunk.ino == ino)
+            return r;
+    return NULL;
+}
+
+/* The job is asked to unmap r at its next release (lane_page.h: moved); 0, or -ENOSPC when
+ * every slot is taken (it keeps them mapped). */
+static int ask_to_unmap(lane_region_t *r, const job_t *job)
+{
+    for (int i = 0; i < LANE_PAGE_MOVED; i++) {
+        uint64_t none = 0;
+        if (atomic_load(&r->page->moved[i]) == job->id ||
+            atomic_compare_exchange_strong(&r->page->moved[i], &none, job->id))
+            return 0;
+    }
+    return -ENOSPC;
 }
 
 static void free_region(salusd_t *d, lane_region_t *r)
@@ -113,6 +151,11 @@ static int create_lane_page(lane_region_t *r)
         int rc = -errno;
         close(fd);
         return rc;
+    }
+    struct stat st;
+    if (fstat(fd, &st) == 0) {
+        r->page_dev = (uint64_t)st.st_dev;
+        r->page_ino = (uint64_t)st.st_ino;
     }
     r->page_fd = fd;
     r->page = p;
@@ -185,8 +228,10 @@ static lane_region_t *region_for(salusd_t *d, const job_t *job, const char **why
         *why = "no lane page";
         return NULL;
     }
+    r->placed = 1;
     r->next = d->lane_regions;
     d->lane_regions = r;
+    d->lane_sets_created++;
     LOG_INFO("lane %u of GPU %d: %llu MiB of shared chunks for its jobs", r->lane, r->gpu,
              (unsigned long long)(r->chunk.bytes >> 20));
     return r;
@@ -207,6 +252,7 @@ void jobs_handle_lane_map(conn_t *c, const proto_msg_t *msg)
     if (d->config.lane_memory_shared && !r && (r = region_for(d, job, &why, &retry)) != NULL) {
         r->jobs++;
         rt->lane_region = r;
+        jobs_state_save(d); /* on file before the job has them: it re-presents them */
     }
     if (r && !rt->lane_mapped && r->uid != job->uid && (r = hand_to_user(d, r, job)) == NULL) {
         why = "another user's job maps the lane's chunks now";
@@ -215,6 +261,7 @@ void jobs_handle_lane_map(conn_t *c, const proto_msg_t *msg)
     if (r && !rt->lane_mapped) {
         rt->lane_mapped = 1;
         r->mappers++;
+        r->maps++;
         LOG_DEBUG("lane %u of GPU %d: mapped by job %llu of user %u", r->lane, r->gpu,
                   (unsigned long long)job->id, (unsigned)job->uid);
     }
@@ -271,6 +318,7 @@ void jobs_handle_lane_unmap(conn_t *c, const proto_msg_t *msg)
         if (atomic_compare_exchange_strong(&r->page->moved[i], &id, 0)) {
             /* a re-layout moved it: its next lane_map is for its new lane's chunks */
             rt->lane_region = NULL;
+            jobs_state_dirty(c->daemon); /* its record names them no more */
             if (--r->jobs == 0)
                 free_region(c->daemon, r);
             break;
@@ -291,15 +339,9 @@ void jobs_lane_memory_moved(salusd_t *d, job_t *job, int gpu, uint32_t lane)
             free_region(d, r);
         return;
     }
-    for (int i = 0; i < LANE_PAGE_MOVED; i++) {
-        uint64_t none = 0;
-        if (atomic_load(&r->page->moved[i]) == job->id ||
-            atomic_compare_exchange_strong(&r->page->moved[i], &none, job->id)) {
-            LOG_DEBUG("job %llu moved from lane %u: it unmaps that lane's shared chunks at its "
-                      "next release", (unsigned long long)job->id, r->lane);
-            return;
-        }
-    }
+    if (ask_to_unmap(r, job) == 0)
+        LOG_DEBUG("job %llu moved from lane %u: it unmaps that lane's shared chunks at its "
+                  "next release", (unsigned long long)job->id, r->lane);
 }
 
 void jobs_lane_memory_leave(salusd_t *d, job_t *job)
@@ -323,4 +365,174 @@ void jobs_lane_memory_leave(salusd_t *d, job_t *job)
     rt->lane_region = NULL;
     if (--r->jobs == 0)
         free_region(d, r);
+}
+
+/* ---- across a restart of salusd ----------------------------------------------------------- */
+
+void jobs_lane_memory_record(const job_t *job, state_lane_set_t *out)
+{
+    job_runtime_t *rt = runtime_of(job);
+    /* (also while unmapped for another user's job: the same set, which it re-presents only
+     * when it has it mapped) */
+    const lane_region_t *r = rt ? rt->lane_region : NULL;
+    memset(out, 0, sizeof(*out));
+    if (r)
+        *out = (state_lane_set_t){.chunk_id = r->chunk.id, .bytes = r->chunk.bytes,
+                                  .dev = r->chunk.dev, .ino = r->chunk.ino,
+                                  .page_dev = r->page_dev, .page_ino = r->page_ino};
+}
+
+/* The re-presented lane page: the recorded memfd, sealed at its size, of the set's layout. */
+static int adopt_lane_page(lane_region_t *r, const state_lane_set_t *set, int fd,
+                           const char **why)
+{
+    struct stat st;
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != LANE_PAGE_BYTES ||
+        (uint64_t)st.st_dev != set->page_dev || (uint64_t)st.st_ino != set->page_ino) {
+        *why = "its lane page is not the one salusd gave it";
+        return -EPERM;
+    }
+    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+        *why = "its lane page is not sealed";
+        return -EPERM;
+    }
+    void *p = mmap(NULL, LANE_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        *why = "its lane page cannot be mapped";
+        return -EPERM;
+    }
+    lane_page_t *page = p;
+    if (page->magic != LANE_PAGE_MAGIC || page->version != LANE_PAGE_VERSION ||
+        page->bytes != set->bytes) {
+        munmap(p, LANE_PAGE_BYTES);
+        *why = "its lane page has another layout version or size";
+        return -EPERM;
+    }
+    r->page = page;
+    r->page_fd = fd;
+    r->page_dev = set->page_dev;
+    r->page_ino = set->page_ino;
+    return 0;
+}
+
+int jobs_lane_memory_reattach(salusd_t *d, job_t *job, const state_job_t *rec, uint64_t chunk_id,
+                              uint64_t bytes, int page_fd, int chunk_fd, const char **why)
+{
+    job_runtime_t *rt = runtime_of(job);
+    const state_lane_set_t *set = &rec->lane_set;
+    struct stat st;
+    if (!rt || rt->lane_region) {
+        *why = "it re-presents a lane set twice";
+        return -EPERM;
+    }
+    if (fstat(chunk_fd, &st) < 0 || chunk_id != set->chunk_id || bytes != set->bytes ||
+        (uint64_t)st.st_dev != set->dev || (uint64_t)st.st_ino != set->ino) {
+        *why = "the lane chunk it re-presents is not the one salusd handed it";
+        return -EPERM;
+    }
+    lane_region_t *r = find_region_file(d, set->dev, set->ino);
+    if (r) { /* a lane mate brought it back already */
+        if (r->gpu != rec->gpu || r->uid != job->uid || r->chunk.id != chunk_id ||
+            r->page_dev != set->page_dev || r->page_ino != set->page_ino ||
+            fstat(page_fd, &st) < 0 || (uint64_t)st.st_dev != set->page_dev ||
+            (uint64_t)st.st_ino != set->page_ino) {
+            *why = "the lane set it re-presents is not the one its lane mates re-presented";
+            return -EPERM;
+        }
+        close(page_fd);
+        close(chunk_fd);
+    } else {
+        r = calloc(1, sizeof(*r));
+        if (!r) {
+            *why = "salusd is out of memory";
+            return -ENOMEM;
+        }
+        if (adopt_lane_page(r, set, page_fd, why) < 0) {
+            free(r);
+            return -EPERM;
+        }
+        if (devices_chunk_import(&d->devices, rec->gpu, chunk_fd, chunk_id, bytes, &r->chunk) <
+            0) {
+            munmap(r->page, LANE_PAGE_BYTES);
+            free(r);
+            *why = "the driver does not take its lane chunk as memory of its GPU of that size";
+            return -EPERM;
+        }
+        r->chunk_fd = chunk_fd;
+        r->gpu = rec->gpu;
+        r->lane = rec->lane; /* until its first job is back: the lane the new core gives it */
+        r->uid = job->uid;
+        r->restored = 1;
+        r->next = d->lane_regions;
+        d->lane_regions = r;
+        d->lane_sets_restored++;
+    }
+    r->jobs++;
+    r->mappers++;
+    rt->lane_region = r;
+    rt->lane_mapped = 1;
+    return 0;
+}
+
+void jobs_lane_memory_reattached(salusd_t *d, job_t *job)
+{
+    job_runtime_t *rt = runtime_of(job);
+    lane_region_t *r = rt ? rt->lane_region : NULL;
+    gpu_sched_job_info_t info;
+    if (!r || gpu_sched_job_info(d, job, &info) < 0 || !info.admitted)
+        return;
+    if (!r->placed) {
+        r->placed = 1;
+        r->lane = info.lane;
+        if (!d->config.lane_memory_shared || find_region(d, r->gpu, r->lane) != r) {
+            r->retired = 1; /* fresh chunks now, or another set is that lane's already */
+            LOG_WARN("lane %u of GPU %d: the shared chunks job %llu re-presented (%llu MiB) are "
+                     "not the lane's set here (%s): its jobs unmap them at their next release",
+                     r->lane, r->gpu, (unsigned long long)job->id,
+                     (unsigned long long)(r->chunk.bytes >> 20),
+                     d->config.lane_memory_shared ? "the lane has another set"
+                                                  : "salusd runs with --lane-memory fresh");
+        } else {
+            LOG_INFO("lane %u of GPU %d: %llu MiB of shared chunks re-presented by job %llu "
+                     "after salusd's restart: the lane's set again", r->lane, r->gpu,
+                     (unsigned long long)(r->chunk.bytes >> 20), (unsigned long long)job->id);
+        }
+    }
+    if (r->retired || info.gpu != r->gpu || info.lane != r->lane) {
+        if (ask_to_unmap(r, job) == 0)
+            LOG_DEBUG("job %llu came back in lane %u, not its set's lane %u: it unmaps the "
+                      "set at its next release", (unsigned long long)job->id, info.lane,
+                      r->lane);
+        return;
+    }
+    LOG_DEBUG("lane %u of GPU %d: job %llu maps its shared chunks again (re-attached)", r->lane,
+              r->gpu, (unsigned long long)job->id);
+}
+
+uint64_t jobs_lane_memory_bytes(const salusd_t *d, int gpu)
+{
+    uint64_t bytes = 0;
+    for (const lane_region_t *r = d->lane_regions; r; r = r->next)
+        if (r->gpu == gpu)
+            bytes += r->chunk.bytes;
+    return bytes;
+}
+
+int jobs_lane_set_info(const salusd_t *d, int gpu, uint32_t lane, jobs_lane_set_info_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (const lane_region_t *r = d->lane_regions; r; r = r->next) {
+        if (r->gpu != gpu || r->lane != lane || !r->placed || r->retired)
+            continue;
+        out->chunk_id = r->chunk.id;
+        out->bytes = r->chunk.bytes;
+        out->jobs = r->jobs;
+        out->mapped = r->mappers;
+        out->maps = r->maps;
+        out->restored = r->restored;
+        out->handovers = atomic_load(&r->page->handovers);
+        return 0;
+    }
+    return -ENOENT;
 }

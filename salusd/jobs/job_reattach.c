@@ -13,6 +13,11 @@
  *   reattach_chunk {chunk_id, bytes} + [chunk]       each chunk must be one recorded for this
  *       job (same id, size and file: a plain memfd, or another job's chunk, is refused) and
  *       the driver must take it as memory of the job's GPU of that size
+ *   reattach_lane {chunk_id, bytes} + [lane page, chunk]  (--lane-memory shared; the reattach
+ *       reply's lane_sets says the daemon takes it) the lane's shared chunks the job has
+ *       mapped: they must be the set its record names (else it is refused); they become its
+ *       lane's set again (job_lane_memory.c); reply {taken} (0: its record names none, from
+ *       a salusd that kept no lane sets: it keeps them mapped, outside the books)
  *   reattach_done {}                                 the job gets its place back in the
  *       scheduling core (its GPU, sizes, lane mates) and a reply {job_id, gpu, budget_bytes}
  *
@@ -218,7 +223,11 @@ void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg)
             LOG_WARN("job %llu re-attaches outside its group %s: %s", (unsigned long long)id,
                      rec->group, err);
     }
-    server_reply_done(c, msg->id);
+    proto_enc_t *e = &d->enc; /* lane_sets: it takes reattach_lane (a job's lane set) */
+    proto_enc_begin(e, PROTO_REPLY, msg->id, "", 1);
+    proto_pack_kv_uint(&e->pk, "lane_sets", 1);
+    proto_enc_finish(e);
+    server_send(c, e);
 }
 
 void jobs_handle_reattach_chunk(conn_t *c, const proto_msg_t *msg)
@@ -291,6 +300,50 @@ void jobs_handle_reattach_chunk(conn_t *c, const proto_msg_t *msg)
     server_reply_done(c, msg->id);
 }
 
+static void reply_taken(conn_t *c, uint64_t request_id, int taken)
+{
+    proto_enc_t *e = &c->daemon->enc;
+    proto_enc_begin(e, PROTO_REPLY, request_id, "", 1);
+    proto_pack_kv_uint(&e->pk, "taken", (uint64_t)taken);
+    proto_enc_finish(e);
+    server_send(c, e);
+}
+
+void jobs_handle_reattach_lane(conn_t *c, const proto_msg_t *msg)
+{
+    salusd_t *d = c->daemon;
+    job_t *job = jobs_of_conn(c);
+    job_runtime_t *rt = runtime_of(job);
+    uint64_t id = 0, bytes = 0;
+    const char *why = NULL;
+    if (!rt || !rt->reattaching || proto_get_uint(&msg->body, "chunk_id", &id) < 0 ||
+        proto_get_uint(&msg->body, "bytes", &bytes) < 0 || server_frame_fds(c) != 2) {
+        server_reply_error(c, msg->id, PROTO_EBADARG, 0, "reattach_lane takes chunk_id, bytes "
+                           "and two descriptors (lane page, chunk), after reattach");
+        return;
+    }
+    int pending;
+    const state_job_t *rec = jobs_survivor(d, job->id, &pending);
+    int page_fd = server_take_fd(c);
+    int chunk_fd = server_take_fd(c);
+    if (rec && !rec->lane_set.bytes) {
+        /* (mapped under a salusd that kept no lane sets): it keeps them, uncounted here */
+        close(page_fd);
+        close(chunk_fd);
+        LOG_WARN("job %llu re-presents lane chunks that its record does not name; it keeps "
+                 "them mapped, outside this salusd's books", (unsigned long long)job->id);
+        reply_taken(c, msg->id, 0);
+        return;
+    }
+    if (!rec || jobs_lane_memory_reattach(d, job, rec, id, bytes, page_fd, chunk_fd, &why) < 0) {
+        close(page_fd);
+        close(chunk_fd);
+        refuse(c, msg->id, job, "re-attach refused: %s", why ? why : "it is not a survivor");
+        return;
+    }
+    reply_taken(c, msg->id, 1);
+}
+
 /* The gate roles a re-attach settled (this job's, and those of the best-effort jobs of its
  * GPU when it is latency-critical): the rest of its effects concern the layout, which the
  * reply below carries. A job on several GPUs takes no gate role (job_gpus.h). */
@@ -355,6 +408,7 @@ void jobs_handle_reattach_done(conn_t *c, const proto_msg_t *msg)
         return;
     }
     rt->reattaching = 0;
+    jobs_lane_memory_reattached(d, job); /* its lane set: the lane's again */
     rt->notify_event = event_new(d->base, rt->notify_fd, EV_READ | EV_PERSIST, jobs_on_notify, rt);
     if (rt->notify_event)
         event_add(rt->notify_event, NULL);

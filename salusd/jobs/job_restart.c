@@ -117,6 +117,7 @@ static int fill_job(salusd_t *d, job_t *job, state_job_t *out)
             .ino = rt->chunks[i].ino,
             /* which of the job's GPUs (0: its first; a member's on another) */
             .device = gpus > 1 ? job_gpus_member_on(multi, job->id, rt->chunks[i].gpu) : 0};
+    jobs_lane_memory_record(job, &out->lane_set);
     return 0;
 }
 
@@ -224,7 +225,8 @@ out:
  * Memory in use that no job of the books holds (a survivor that did not come back but still
  * runs, another program) is logged and kept out of the lanes. */
 /* Memory of GPU g the driver reports in use beyond what the books account for (the jobs'
- * chunks and charges, the reserve, the daemon's own context on a GPU); 0 within a grain. */
+ * chunks and charges, the lanes' shared chunks, the reserve, the daemon's own context on a
+ * GPU); 0 within a grain. */
 static uint64_t unaccounted_bytes(salusd_t *d, int g, uint64_t *used_out, uint64_t *expected_out,
                                   uint64_t *free_out)
 {
@@ -244,6 +246,7 @@ static uint64_t unaccounted_bytes(salusd_t *d, int g, uint64_t *used_out, uint64
         if (there)
             held += *there;
     }
+    held += jobs_lane_memory_bytes(d, g); /* and the lanes' shared chunks (re-presented) */
     uint64_t used = total > free_bytes ? total - free_bytes : 0;
     uint64_t expected = held + d->config.gpu_reserve_bytes;
     if (!d->devices.simulated)

@@ -84,6 +84,17 @@ void jobs_lane_memory_leave(salusd_t *d, job_t *job);
 /* A re-layout moved the job to lane `lane` of GPU `gpu`: if it maps another lane's shared
  * chunks, it is asked to unmap them at its next release (lane_page.h: moved). */
 void jobs_lane_memory_moved(salusd_t *d, job_t *job, int gpu, uint32_t lane);
+/* Across a restart: the set the job asked for, for its record (bytes 0: none). reattach:
+ * the lane page and chunk it re-presents (reattach_lane) against rec's lane_set; the set is
+ * brought back (or joined, when a lane mate brought it back) and the descriptors are taken;
+ * 0, or a negative errno with why (the descriptors stay the caller's). reattached: once the
+ * new core placed the job, the set is its lane's (or, in another lane, unmapped by it at its
+ * next release). lane_memory_bytes: the sets' memory on a GPU (the books after a restart). */
+void jobs_lane_memory_record(const job_t *job, state_lane_set_t *out);
+int jobs_lane_memory_reattach(salusd_t *d, job_t *job, const state_job_t *rec, uint64_t chunk_id,
+                              uint64_t bytes, int page_fd, int chunk_fd, const char **why);
+void jobs_lane_memory_reattached(salusd_t *d, job_t *job);
+uint64_t jobs_lane_memory_bytes(const salusd_t *d, int gpu);
 
 /* job_restart.c: the jobs that were running under the previous salusd (survivors), for the
  * re-attach requests (job_reattach.c). jobs_survivor: the record of job id, or NULL;

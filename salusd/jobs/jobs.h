@@ -47,6 +47,21 @@ int jobs_admission_held(const salusd_t *d);
 void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_reattach_chunk(conn_t *c, const proto_msg_t *msg);
 void jobs_handle_reattach_done(conn_t *c, const proto_msg_t *msg);
+/* reattach_lane {chunk_id, bytes} with the lane page's and the lane chunk's descriptors,
+ * between reattach and reattach_done: the lane's shared chunks the job has mapped
+ * (--lane-memory shared), which stay its lane's set (job_lane_memory.c). The reattach reply
+ * says {lane_sets: 1} when the daemon takes it. */
+void jobs_handle_reattach_lane(conn_t *c, const proto_msg_t *msg);
+/* A lane's shared chunks (--lane-memory shared): the chunk's id and size, the jobs that
+ * asked for them and those that map them now, the lane_map answers that handed them out,
+ * restored: re-presented by its jobs after a restart (not created by this salusd), the
+ * owner word's hand-overs between jobs. 0, or -ENOENT when the lane has none. */
+typedef struct jobs_lane_set_info_s {
+    uint64_t chunk_id, bytes;
+    uint64_t jobs, mapped, maps, handovers;
+    int restored;
+} jobs_lane_set_info_t;
+int jobs_lane_set_info(const salusd_t *d, int gpu, uint32_t lane, jobs_lane_set_info_t *out);
 /* The job's description that register and submit both take, each field optional. */
 typedef struct jobs_fields_s {
     char name[REGISTRY_NAME_BYTES];      /* "" when not given */

@@ -14,6 +14,7 @@ const server_op_t jobs_ops[] = {
     {"reattach", jobs_handle_reattach, SERVER_OP_CAP_JOBS},
     {"reattach_chunk", jobs_handle_reattach_chunk, SERVER_OP_JOB},
     {"reattach_done", jobs_handle_reattach_done, SERVER_OP_JOB},
+    {"reattach_lane", jobs_handle_reattach_lane, SERVER_OP_JOB},
     {"groups", groups_handle_list, SERVER_OP_ANYONE},
     {NULL, NULL, 0},
 };

@@ -7,7 +7,8 @@
  *   salus-reattach-test claim SOCKET JOB_ID             re-attach as a job of another process
  *   salus-reattach-test bad SOCKET                      malformed re-attach requests
  *   salus-reattach-test hello SOCKET VERSION MINOR|-    a hello of that version (- : no minor)
- *   salus-reattach-test job SOCKET MIB GO_FILE MODE     MODE: honest | memfd | steal | cut
+ *   salus-reattach-test job SOCKET MIB GO_FILE MODE     MODE: honest | memfd | steal | cut |
+ *                                                       lane | lane-memfd
  *
  * job: registers (persistent MIB, ephemeral 2 MiB), takes one chunk of MIB, prints
  * "admitted job=N chunk=C bytes=B", waits for salusd to go away ("lost"), then for GO_FILE to
@@ -16,7 +17,10 @@
  * as simgpu names its chunks; steal forks a second honest job first and re-presents that
  * job's chunk as its own (the second job prints its lines prefixed "mate "); cut sends the
  * first re-attach request, closes that connection (printing "cut") and re-attaches honestly on
- * a new one. */
+ * a new one. lane (salusd --lane-memory shared) also asks for its lane's shared chunks once
+ * admitted (lane_map; prints "lane chunk=C bytes=B") and re-presents them too (reattach_lane);
+ * lane-memfd re-presents a plain memfd of their size, named as simgpu names its chunks, in
+ * their place. */
 #include "client.h"
 #include "job_page.h"
 
@@ -71,7 +75,37 @@ static int used(void)
 typedef struct held_s {
     uint64_t job_id, chunk_id, chunk_bytes;
     int page_fd, notify_fd, chunk_fd;
+    uint64_t lane_chunk_id, lane_bytes; /* the lane's shared chunks (lane modes) */
+    int lane_page_fd, lane_chunk_fd;    /* -1: none */
 } held_t;
+
+/* lane_map: the lane's shared chunks, into h (lane modes). */
+static int lane_map(salus_client_t *c, held_t *h)
+{
+    char err[256] = "";
+    proto_msg_t reply;
+    int fds[2], nfds = 0;
+    uint64_t shared = 0;
+    salus_client_begin(c, "lane_map", 0);
+    if (salus_client_call_fds(c, &reply, err, sizeof(err), 30000, fds, 2, &nfds) < 0) {
+        fprintf(stderr, "%slane_map: %s\n", prefix, err);
+        return -1;
+    }
+    proto_get_uint(&reply.body, "shared", &shared);
+    proto_get_uint(&reply.body, "chunk_id", &h->lane_chunk_id);
+    proto_get_uint(&reply.body, "bytes", &h->lane_bytes);
+    proto_msg_free(&reply);
+    if (!shared || nfds != 2) {
+        fprintf(stderr, "%slane_map: no shared chunks\n", prefix);
+        return -1;
+    }
+    h->lane_page_fd = fds[0];
+    h->lane_chunk_fd = fds[1];
+    printf("%slane chunk=%llu bytes=%llu\n", prefix, (unsigned long long)h->lane_chunk_id,
+           (unsigned long long)h->lane_bytes);
+    fflush(stdout);
+    return 0;
+}
 
 static int admit(salus_client_t *c, const char *sock, uint64_t mib, held_t *h)
 {
@@ -111,9 +145,10 @@ static int admit(salus_client_t *c, const char *sock, uint64_t mib, held_t *h)
     return 0;
 }
 
-/* Waits for salusd to go, then for go_file, then re-attaches presenting chunk_fd. */
+/* Waits for salusd to go, then for go_file, then re-attaches presenting chunk_fd (and, when
+ * lane_fd >= 0, the lane page and lane_fd as its lane's chunks). */
 static int reattach(salus_client_t *c, const char *sock, const char *go_file, const held_t *h,
-                    int chunk_fd, int cut)
+                    int chunk_fd, int cut, int lane_fd)
 {
     char err[256] = "", end_file[4200];
     proto_msg_t reply;
@@ -167,6 +202,14 @@ static int reattach(salus_client_t *c, const char *sock, const char *go_file, co
         proto_pack_kv_uint(pk, "bytes", h->chunk_bytes);
         rc = salus_client_call_passing(c, &chunk_fd, 1, &reply, err, sizeof(err));
     }
+    if (rc == 0 && lane_fd >= 0) {
+        proto_msg_free(&reply);
+        int lane_fds[2] = {h->lane_page_fd, lane_fd};
+        pk = salus_client_begin(c, "reattach_lane", 2);
+        proto_pack_kv_uint(pk, "chunk_id", h->lane_chunk_id);
+        proto_pack_kv_uint(pk, "bytes", h->lane_bytes);
+        rc = salus_client_call_passing(c, lane_fds, 2, &reply, err, sizeof(err));
+    }
     if (rc == 0) {
         proto_msg_free(&reply);
         salus_client_begin(c, "reattach_done", 0);
@@ -189,7 +232,7 @@ static int reattach(salus_client_t *c, const char *sock, const char *go_file, co
 static int job(const char *sock, uint64_t mib, const char *go_file, const char *mode)
 {
     salus_client_t c;
-    held_t h;
+    held_t h = {.lane_page_fd = -1, .lane_chunk_fd = -1};
     int pair[2] = {-1, -1}, mate_fd = -1;
     pid_t mate = -1;
     if (strcmp(mode, "steal") == 0) {
@@ -213,7 +256,7 @@ static int job(const char *sock, uint64_t mib, const char *go_file, const char *
             memcpy(CMSG_DATA(cm), &h.chunk_fd, sizeof(int));
             if (sendmsg(pair[1], &m, 0) != 1)
                 _exit(1);
-            _exit(reattach(&c, sock, go_file, &h, h.chunk_fd, 0));
+            _exit(reattach(&c, sock, go_file, &h, h.chunk_fd, 0, -1));
         }
         close(pair[1]);
         char one;
@@ -225,17 +268,22 @@ static int job(const char *sock, uint64_t mib, const char *go_file, const char *
             return 1;
         memcpy(&mate_fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof(int));
     }
-    if (admit(&c, sock, mib, &h) < 0)
+    int lane = strncmp(mode, "lane", 4) == 0;
+    if (admit(&c, sock, mib, &h) < 0 || (lane && lane_map(&c, &h) < 0))
         return 1;
-    int present = h.chunk_fd;
+    int present = h.chunk_fd, lane_present = lane ? h.lane_chunk_fd : -1;
     if (strcmp(mode, "memfd") == 0) {
         present = memfd_create("simgpu-vmm-d0", MFD_CLOEXEC);
         if (present < 0 || ftruncate(present, (off_t)h.chunk_bytes) < 0)
             return 1;
     } else if (strcmp(mode, "steal") == 0) {
         present = mate_fd;
+    } else if (strcmp(mode, "lane-memfd") == 0) {
+        lane_present = memfd_create("simgpu-vmm-d0", MFD_CLOEXEC);
+        if (lane_present < 0 || ftruncate(lane_present, (off_t)h.lane_bytes) < 0)
+            return 1;
     }
-    int rc = reattach(&c, sock, go_file, &h, present, strcmp(mode, "cut") == 0);
+    int rc = reattach(&c, sock, go_file, &h, present, strcmp(mode, "cut") == 0, lane_present);
     if (mate > 0) {
         int st = 0;
         waitpid(mate, &st, 0);
@@ -397,6 +445,6 @@ int main(int argc, char **argv)
         return job(argv[2], strtoull(argv[3], NULL, 10), argv[4], argv[5]);
     fprintf(stderr, "usage: salus-reattach-test used | claim SOCKET JOB_ID | bad SOCKET |\n"
                     "       hello SOCKET VERSION MINOR|- |\n"
-                    "       job SOCKET MIB GO_FILE honest|memfd|steal|cut\n");
+                    "       job SOCKET MIB GO_FILE honest|memfd|steal|cut|lane|lane-memfd\n");
     return 2;
 }

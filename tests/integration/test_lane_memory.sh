@@ -9,8 +9,8 @@
 # other's word in memory it had just allocated (never with --lane-memory fresh, where the test
 # fails: LANE_MEMORY=fresh shows it). Also: salusd refuses a --lane-memory it does not know;
 # and the same with 4,000 switches across a kill -9 of salusd and a restart: the jobs re-attach
-# and keep their lane's chunks mapped (the new salusd does not know them: not re-presented),
-# with 0 mismatches and no overlap. LANE_RESTART_SWITCHES (4,000, at least 400) sets the
+# and keep their lane's chunks mapped (re-presented: the new salusd keeps them as the lane's
+# set, test_lane_memory_restart.sh), with 0 mismatches and no overlap. LANE_RESTART_SWITCHES (4,000, at least 400) sets the
 # second run's count; the sanitizer pass of tools/test.sh runs fewer of both.
 . "$(dirname "$0")/lib.sh"
 trap cleanup_runs EXIT

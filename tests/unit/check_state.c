@@ -460,6 +460,60 @@ START_TEST(test_bad_class_is_refused)
 }
 END_TEST
 
+/* The lane set a job has mapped (--lane-memory shared) comes back as written; a file without
+ * one (an older salusd's, or a job with none) loads with none; one that is not six numbers
+ * with a size of 1 byte to 1 PiB is refused. */
+START_TEST(test_lane_set_round_trip)
+{
+    salusd_state_t in, out;
+    char err[512] = "";
+    sample(&in);
+    in.jobs[0].lane_set = (state_lane_set_t){.chunk_id = 12, .bytes = 600u << 20, .dev = 7,
+                                             .ino = 2001, .page_dev = 7, .page_ino = 2002};
+    ck_assert_int_eq(state_write_file(path, &in, 0, err, sizeof(err)), 0);
+    ck_assert_msg(state_read_file(path, &out, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(out.jobs[0].lane_set.chunk_id, 12);
+    ck_assert_uint_eq(out.jobs[0].lane_set.bytes, 600u << 20);
+    ck_assert_uint_eq(out.jobs[0].lane_set.dev, 7);
+    ck_assert_uint_eq(out.jobs[0].lane_set.ino, 2001);
+    ck_assert_uint_eq(out.jobs[0].lane_set.page_dev, 7);
+    ck_assert_uint_eq(out.jobs[0].lane_set.page_ino, 2002);
+    ck_assert_uint_eq(out.jobs[1].lane_set.bytes, 0); /* none */
+    ck_assert_uint_eq(out.jobs[0].chunk_count, 2);    /* the rest as before */
+    ck_assert_uint_eq(out.jobs[1].latency_target_ns, 20000000);
+    state_free(&out);
+    in.jobs[0].lane_set = (state_lane_set_t){0};
+    msgpack_sbuffer sbuf;
+    msgpack_packer pk;
+    begin_old_file(&sbuf, &pk, 0);
+    write_body(&sbuf);
+    ck_assert_msg(state_read_file(path, &out, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(out.jobs[0].lane_set.bytes, 0);
+    state_free(&out);
+    static const uint64_t bad_sizes[] = {0, (1ull << 50) + 1};
+    for (size_t i = 0; i < 2; i++) {
+        begin_old_file(&sbuf, &pk, 1);
+        proto_pack_str(&pk, "lane_set");
+        msgpack_pack_array(&pk, 6);
+        for (int k = 0; k < 6; k++)
+            msgpack_pack_uint64(&pk, k == 1 ? bad_sizes[i] : 5);
+        write_body(&sbuf);
+        expect_refused("bad a job's lane set");
+    }
+    begin_old_file(&sbuf, &pk, 1); /* five numbers */
+    proto_pack_str(&pk, "lane_set");
+    msgpack_pack_array(&pk, 5);
+    for (int k = 0; k < 5; k++)
+        msgpack_pack_uint64(&pk, 5);
+    write_body(&sbuf);
+    expect_refused("bad a job's lane set");
+    begin_old_file(&sbuf, &pk, 1); /* not an array */
+    proto_pack_kv_str(&pk, "lane_set", "lane 1");
+    write_body(&sbuf);
+    expect_refused("bad a job's lane set");
+}
+END_TEST
+
 START_TEST(test_file_of_another_user_is_refused)
 {
     if (geteuid() != 0)
@@ -523,6 +577,7 @@ static Suite *state_suite(void)
     tcase_add_test(t, test_bad_class_is_refused);
     tcase_add_test(t, test_gpus_job_round_trip);
     tcase_add_test(t, test_bad_gpus_are_refused);
+    tcase_add_test(t, test_lane_set_round_trip);
     tcase_add_test(t, test_file_of_another_user_is_refused);
     tcase_add_test(t, test_file_names);
     tcase_add_test(t, test_loose_state_directory_is_refused);

@@ -138,6 +138,7 @@ typedef struct ps_stream_s {
     uint64_t first_sent_ns;   /* when the head first went to a remote primary (0: not yet):
                                * a server found down later has not answered it since then */
     int refused;              /* the head was answered -ESTALE since the last view */
+    uint64_t warned_ns;       /* the first_sent_ns of the head logged as unacknowledged */
     uint64_t backoff_seq;     /* the head whose plain resends `backoff` counts */
     uint32_t backoff;         /* resends of that head by the retry timer while its primary
                                * was reachable (only slow): the next waits
@@ -204,6 +205,7 @@ struct ps_table_s {
     int watching;             /* ps_replicas_watch was called */
     struct ps_repl_shard_s *repl; /* per shard: this daemon's part in its replica set */
     struct ps_forward_s *forwards; /* updates applied here as primary, waiting for standbys */
+    struct ps_reopen_s *reopens; /* opens sent again to servers, not answered yet */
     uint64_t moved, copies;   /* primaries moved, replica copies made, over its views */
     /* the worker side's fail-over (ps_retarget.c): since when an update or read of the table
      * cannot reach its shard's primary (0: all can), why, and the recoveries seen */
@@ -410,6 +412,7 @@ typedef struct ps_forward_s {
     char origin[PS_NODE_BYTES]; /* the source's node; "" for this daemon's own workers */
     uint8_t waiting[PS_MAX_REPLICAS]; /* per standby index */
     int rc;                   /* what the source hears: 0, or -ERANGE (refused) */
+    uint64_t since_ns;        /* when it was taken */
     struct ps_forward_s *next;
 } ps_forward_t;
 /* A whole-state copy on its way (primary -> standby, or old primary -> new one). */
@@ -423,13 +426,34 @@ typedef struct ps_copy_s {
     void *buf;
     size_t len;
     uint64_t sent_ns;
+    uint64_t since_ns;        /* its first send: not taken within the fail-over bound, it */
+    int warned;               /* is logged once (warned), with the node's last refusal */
+    int refused;              /* (0: none) */
     struct ps_copy_s *next;
 } ps_copy_t;
+
+/* An open this node (a source) sent to a server that may have lost the table (its daemon
+ * restarted within its lease) or joined the view: such an open can be lost (sent before that
+ * daemon took this node's messages), and a server without the table refuses every copy and
+ * forward, which its primaries wait on without a bound (its lease is alive). So it is sent
+ * again every PS_REOPEN_RESEND_MS until the server answers it (OK or an error), it leaves
+ * the view, or its lease ends; logged once when unanswered past the fail-over bound. */
+typedef struct ps_reopen_s {
+    char node[PS_NODE_BYTES];
+    uint64_t since_ns, sent_ns;
+    int warned;
+    struct ps_reopen_s *next;
+} ps_reopen_t;
+#define PS_REOPEN_RESEND_MS 500
 
 /* ps_server.c's ps_server_update returns this when the update was taken here as primary and
  * its acknowledgement waits for the standbys (ps_worker_acked is called then). */
 #define PS_UPDATE_PENDING 2
 #define PS_COPY_RESEND_MS 200  /* a copy not acknowledged by then is sent again */
+/* A forward a live standby has not acknowledged by then (lost on its way: a daemon restarted
+ * within its lease drops what comes before it took this daemon's messages) is covered by a
+ * copy sent to that standby, without waiting for the source to send the update again. */
+#define PS_FORWARD_WAIT_MS 10000
 
 /* ps_repl.c: views */
 /* Builds ring and owners for view servers `servers` with R `replicas`, marks the replicas
@@ -449,6 +473,14 @@ void ps_repl_peer_up(ps_t *ps, const char *node);
 /* node's daemon restarted within its lease (its tables lost, its place in the views kept):
  * each table whose view has it proposes the view without it, as when its lease ends. */
 void ps_repl_peer_restarted(ps_t *ps, const char *node);
+/* Sends the table's open (not fresh) to server node and keeps it to send again until node
+ * answers it (ps_reopen_t). 0, or the send's negative errno (kept all the same). */
+int ps_repl_send_open(ps_table_t *t, const char *node);
+/* node answered the table's open (OK, or refused it: logged by the caller). */
+void ps_repl_open_answered(ps_table_t *t, const char *node);
+/* The repl timer's turn for the table's opens: resent when due, dropped when the server left
+ * the view or its lease ended. 1 when some still wait for an answer. */
+int ps_repl_check_opens(ps_table_t *t, uint64_t now);
 /* 1 when this daemon is shard's primary in the table's view. */
 int ps_repl_is_primary(const ps_table_t *t, uint32_t shard);
 /* 1 when node is alive as far as the cluster knows (the test seam first). */

@@ -225,6 +225,7 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
             is_server(t, node)) { /* a server new in the view took the table (or not) */
             if (type == MSG_OPEN_ERR)
                 LOG_WARN("ps: table '%s': server %s refused it: %s", t->name, node, why);
+            ps_repl_open_answered(t, node);
             return;
         }
         if (r.bad || !t || t->state != PS_TABLE_OPENING || t->open_req != req ||
@@ -312,8 +313,8 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
             return;
         }
         if (rc == -ESTALE && t->state == PS_TABLE_READY && t->repl)
-            ps_msg_send_open_as(t, node, 0); /* the primary of our view: it may have lost the
-                                              * table (restarted); one that has it answers OK */
+            ps_repl_send_open(t, node); /* the primary of our view: it may have lost the
+                                         * table (restarted); one that has it answers OK */
         ps_worker_acked(t, shard, seq, rc);
         return;
     }
@@ -384,7 +385,7 @@ void ps_msg_recv(void *ctx, const char *node, const void *header, size_t header_
         const char *primary = t->repl ? ps_table_primary(t, f->shard) : NULL;
         if (rc == -ESTALE && t->state == PS_TABLE_READY && primary &&
             strcmp(primary, node) == 0)
-            ps_msg_send_open_as(t, node, 0);
+            ps_repl_send_open(t, node);
         /* read in place when aligned for floats, else copied */
         float *copy = NULL;
         const float *values = NULL;

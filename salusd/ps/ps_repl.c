@@ -58,6 +58,7 @@
  * standby for that. */
 #include "ps-internal.h"
 #include "ps_cluster.h"
+#include "ps_retarget.h"
 
 #include "log.h"
 
@@ -181,6 +182,89 @@ void ps_repl_watch(ps_table_t *t)
         t->watching = 1;
 }
 
+/* ---- opens sent again to servers (ps_reopen_t) --------------------------------------- */
+
+static int in_view(const ps_table_t *t, const char *node)
+{
+    for (size_t i = 0; t->ring && i < ps_ring_size(t->ring); i++)
+        if (strcmp(ps_ring_name(t->ring, i), node) == 0)
+            return 1;
+    return 0;
+}
+
+int ps_repl_send_open(ps_table_t *t, const char *node)
+{
+    uint64_t now = salusd_now_ns();
+    ps_reopen_t *o = t->reopens;
+    while (o && strcmp(o->node, node) != 0)
+        o = o->next;
+    if (!o && (o = calloc(1, sizeof(*o)))) {
+        snprintf(o->node, sizeof(o->node), "%s", node);
+        o->since_ns = now;
+        o->next = t->reopens;
+        t->reopens = o;
+    }
+    if (o)
+        o->sent_ns = now;
+    ps_repl_arm(t->ps); /* (its timer sends it again) */
+    return ps_msg_send_open_as(t, node, 0);
+}
+
+void ps_repl_open_answered(ps_table_t *t, const char *node)
+{
+    for (ps_reopen_t **op = &t->reopens; *op; op = &(*op)->next)
+        if (strcmp((*op)->node, node) == 0) {
+            ps_reopen_t *o = *op;
+            *op = o->next;
+            if (o->warned)
+                LOG_INFO("ps: table '%s' of group %s: server %s answered its open after "
+                         "%.1f s", t->name, t->group, node,
+                         (double)(salusd_now_ns() - o->since_ns) / 1e9);
+            free(o);
+            return;
+        }
+}
+
+static void reopens_free(ps_table_t *t)
+{
+    while (t->reopens) {
+        ps_reopen_t *o = t->reopens;
+        t->reopens = o->next;
+        free(o);
+    }
+}
+
+int ps_repl_check_opens(ps_table_t *t, uint64_t now)
+{
+    if (t->state != PS_TABLE_READY) {
+        reopens_free(t);
+        return 0;
+    }
+    for (ps_reopen_t **op = &t->reopens; *op;) {
+        ps_reopen_t *o = *op;
+        if (!in_view(t, o->node) || !ps_repl_alive(t->ps, o->node)) {
+            *op = o->next; /* (a view without it, or its lease ended: nothing to wait for) */
+            free(o);
+            continue;
+        }
+        op = &o->next;
+        if (now - o->sent_ns < PS_REOPEN_RESEND_MS * 1000000ull)
+            continue;
+        if (!o->warned && now - o->since_ns > ps_retarget_limit_ns(t->ps)) {
+            o->warned = 1;
+            LOG_WARN("ps: table '%s' of group %s: server %s has not answered its open for "
+                     "%.1f s (it may have lost the table): sent again every %d ms", t->name,
+                     t->group, o->node, (double)(now - o->since_ns) / 1e9,
+                     PS_REOPEN_RESEND_MS);
+        }
+        LOG_DEBUG("ps: table '%s': the open to %s sent again (not answered)", t->name,
+                  o->node);
+        o->sent_ns = now;
+        ps_msg_send_open_as(t, o->node, 0);
+    }
+    return t->reopens != NULL;
+}
+
 void ps_repl_peer_up(ps_t *ps, const char *node)
 {
     if (strcmp(node, ps_cluster_self(ps->d)) == 0)
@@ -190,9 +274,9 @@ void ps_repl_peer_up(ps_t *ps, const char *node)
             continue;
         for (size_t i = 0; t->ring && i < ps_ring_size(t->ring); i++)
             if (strcmp(ps_ring_name(t->ring, i), node) == 0) {
-                if (ps_msg_send_open_as(t, node, 0) < 0)
-                    LOG_WARN("ps: table '%s': the open to %s (reachable again) was not sent",
-                             t->name, node);
+                if (ps_repl_send_open(t, node) < 0)
+                    LOG_DEBUG("ps: table '%s': the open to %s (reachable again) was not sent "
+                              "now (sent again)", t->name, node);
                 break;
             }
     }
@@ -301,9 +385,9 @@ static void open_new_servers(ps_table_t *t, const char *a, const char *b)
             continue;
         LOG_DEBUG("ps: table '%s': the open goes to %s, a server that joined its view",
                   t->name, tok);
-        if (ps_msg_send_open_as(t, tok, 0) < 0)
-            LOG_WARN("ps: table '%s': the open to %s (new in its view) was not sent", t->name,
-                     tok);
+        if (ps_repl_send_open(t, tok) < 0)
+            LOG_DEBUG("ps: table '%s': the open to %s (new in its view) was not sent now "
+                      "(sent again)", t->name, tok);
     }
 }
 

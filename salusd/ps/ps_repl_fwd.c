@@ -11,6 +11,7 @@
  *   SHARD_STATE_ACK u32 shard, u64 req, i32 rc */
 #include "ps_msg-internal.h"
 #include "ps_cluster.h"
+#include "ps_retarget.h"
 
 #include "log.h"
 
@@ -145,6 +146,7 @@ int ps_repl_update(ps_table_t *t, uint32_t shard, uint32_t source, const ps_upda
         f->seq = u->seq;
         f->mark = rs->applied;
         f->rc = rc == -ERANGE ? rc : 0;
+        f->since_ns = salusd_now_ns();
         snprintf(f->origin, sizeof(f->origin), "%s", origin ? origin : "");
     }
     int wait = 0;
@@ -254,7 +256,7 @@ int ps_repl_send_copy(ps_table_t *t, uint32_t shard, const char *node, int hando
     if (rc < 0)
         LOG_DEBUG("ps: '%s' shard %u: state not sent to %s now: %s", t->name, shard, node,
                   strerror(-rc));
-    c->sent_ns = salusd_now_ns();
+    c->sent_ns = c->since_ns = salusd_now_ns();
     c->next = ps->copies;
     ps->copies = c;
     ps->stats.shard_copies++;
@@ -283,8 +285,41 @@ void ps_repl_fini(ps_table_t *t)
         free(f);
     }
     drop_copies(t->ps, t->handle, UINT32_MAX, NULL, 1);
+    while (t->reopens) {
+        ps_reopen_t *o = t->reopens;
+        t->reopens = o->next;
+        free(o);
+    }
     free(t->repl);
     t->repl = NULL;
+}
+
+/* Forwards a live standby has not acknowledged within PS_FORWARD_WAIT_MS (lost: nothing
+ * else sends them again but the source's resend, which backs off to 32 s): that standby gets
+ * a copy, which stands for every forward taken before it, unless one taken after the oldest
+ * such forward is on its way to it already. */
+static void catch_up(ps_table_t *t, uint64_t now)
+{
+    for (ps_forward_t *f = t->forwards; f; f = f->next) {
+        if (now - f->since_ns < PS_FORWARD_WAIT_MS * 1000000ull || !t->repl ||
+            !ps_repl_is_primary(t, f->shard) || !t->shards[f->shard])
+            continue;
+        ps_repl_shard_t *rs = &t->repl[f->shard];
+        for (uint32_t k = 0; k < rs->nstandbys; k++) {
+            if (!f->waiting[k])
+                continue;
+            int covered = 0;
+            for (const ps_copy_t *c = t->ps->copies; c && !covered; c = c->next)
+                covered = c->table == t->handle && c->shard == f->shard && !c->handover &&
+                          c->req == rs->standby[k].copy_req && c->mark >= f->mark;
+            if (covered)
+                continue;
+            LOG_INFO("ps: '%s' shard %u: standby %s has not acknowledged update %llu for "
+                     "%.1f s: it gets the state", t->name, f->shard, rs->standby[k].node,
+                     (unsigned long long)f->seq, (double)(now - f->since_ns) / 1e9);
+            ps_repl_send_copy(t, f->shard, rs->standby[k].node, 0);
+        }
+    }
 }
 
 static ps_table_t *table_of(ps_t *ps, uint64_t handle)
@@ -316,6 +351,13 @@ void ps_repl_check(ps_t *ps)
         if (now - c->sent_ns < PS_COPY_RESEND_MS * 1000000ull ||
             !ps_repl_alive(ps, c->node))
             continue;
+        if (!c->warned && now - c->since_ns > ps_retarget_limit_ns(ps)) {
+            c->warned = 1; /* (an answer to it is logged, a silent wait is not) */
+            LOG_WARN("ps: '%s' shard %u: %s has not taken the shard's state for %.1f s "
+                     "(%s): sent again every %d ms", t->name, c->shard, c->node,
+                     (double)(now - c->since_ns) / 1e9,
+                     c->refused ? strerror(-c->refused) : "no answer", PS_COPY_RESEND_MS);
+        }
         /* a standby's copy is taken again (the forwards it refused since are in it); its
          * ack may answer the first send (same req): it stands only for what every send held */
         uint64_t mark = c->mark;
@@ -326,11 +368,15 @@ void ps_repl_check(ps_t *ps)
         c->sent_ns = now;
     }
     int pending = ps->copies != NULL;
-    for (ps_table_t *t = ps->tables; t; t = t->next)
+    for (ps_table_t *t = ps->tables; t; t = t->next) {
         if (t->forwards) {
             settle(t);
+            catch_up(t, now);
             pending |= t->forwards != NULL;
         }
+        if (t->reopens)
+            pending |= ps_repl_check_opens(t, now);
+    }
     if (!pending && ps->repl_timer)
         evtimer_del(ps->repl_timer);
 }
@@ -520,6 +566,7 @@ static void recv_state_ack(ps_t *ps, const char *node, rbuf_t *r)
     if (rc < 0) { /* kept: sent again after PS_COPY_RESEND_MS */
         LOG_DEBUG("ps: shard %u: %s did not take its state yet: %s", shard, node,
                   strerror(-rc));
+        c->refused = rc;
         return;
     }
     *cp = c->next;

@@ -348,6 +348,18 @@ void ps_retarget_retry(ps_t *ps)
                 continue;
             if (!st->stalled_ns)
                 st->backoff++;
+            if (!st->stalled_ns && st->first_sent_ns && st->warned_ns != st->first_sent_ns &&
+                now - st->first_sent_ns > ps_retarget_limit_ns(ps)) {
+                /* its primary is reachable and keeps it: waiting on a standby, or beyond the
+                 * sync window of a slow source; never a silent wait */
+                st->warned_ns = st->first_sent_ns;
+                LOG_WARN("ps: table '%s' of group %s shard %u: update %llu (clock %llu) not "
+                         "acknowledged by %s for %.1f s: sent again (its primary waits for "
+                         "a standby, or for slower ranks' clocks)", t->name, t->group, s,
+                         (unsigned long long)st->head->seq,
+                         (unsigned long long)st->head->clock, st->sent_to,
+                         (double)(now - st->first_sent_ns) / 1e9);
+            }
             LOG_DEBUG("ps: table '%s' shard %u: update %llu resent to %s", t->name, s,
                       (unsigned long long)st->head->seq, ps_retarget_primary(t, s));
             ps_worker_resend_head(t, s); /* here, or to the primary now */

@@ -776,6 +776,160 @@ START_TEST(test_refused_read_reopens)
 }
 END_TEST
 
+/* Opens sent to n2 (a tap that takes every message to n2; n2's lease is alive). */
+static uint32_t n2_opens;
+
+static int tap_opens(void *arg, const char *node, const void *header, size_t header_len,
+                     const void *payload, size_t payload_len)
+{
+    (void)arg;
+    (void)payload;
+    (void)payload_len;
+    if (strcmp(node, "n2") != 0)
+        return -EHOSTUNREACH;
+    n2_opens += header_len > 4 && ((const uint8_t *)header)[4] == 1; /* MSG_OPEN */
+    return 0;
+}
+
+static int every_alive(salusd_t *dd, const char *node)
+{
+    (void)dd;
+    (void)node;
+    return 1;
+}
+
+static void open_answer(const char *group, uint64_t req, int rc)
+{
+    msg_t m;
+    msg_begin(&m, rc == 0 ? 2 : 3, group); /* MSG_OPEN_OK, MSG_OPEN_ERR */
+    msg_put(&m, req, 8);
+    if (rc < 0) {
+        msg_put(&m, (uint64_t)(uint32_t)rc, 4);
+        m.b[m.len++] = 2;
+        m.b[m.len++] = 'n';
+        m.b[m.len++] = 'o';
+    }
+    ps_msg_recv(d.ps, "n2", m.b, m.len, NULL, 0);
+}
+
+/* The repl timer's turn a little more than `ms` later. */
+static void repl_turn_after(uint64_t ms)
+{
+    harness_skew_ns += ms * 1000000ull + 1000000ull;
+    ps_repl_check(d.ps);
+}
+
+/* A server restarted within its lease has lost its tables, and the open that gives one back
+ * can be lost (sent before its daemon took this node's messages). Answered -ESTALE, a read or
+ * update sends it again; but a server that is only a standby of every shard it holds gets
+ * neither, and refuses the copies and forwards of its primaries, which wait for it without a
+ * bound (its lease is alive): the ranks stalled, silently. So an open to a server new in the
+ * view or reachable again is sent again until the server answers it, OK or not, and no longer
+ * once it left the view. */
+START_TEST(test_lost_open_sent_again)
+{
+    d.ps->send_tap = tap_opens;
+    d.ps->member_alive = every_alive;
+    n2_opens = 0;
+    make_group("ro", 1, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "ro", &o0);
+    uint64_t h;
+    ps_table_t *t = open_table(&w0, "ro", &h);
+    uint64_t v0 = t->view;
+    view_to(t, v0 + 1, "local,n2", 2); /* n2 joins: the open goes to it */
+    ck_assert_uint_eq(n2_opens, 1);
+    repl_turn_after(0);
+    ck_assert_uint_eq(n2_opens, 1); /* (not due yet) */
+    repl_turn_after(500);
+    ck_assert_uint_eq(n2_opens, 2); /* not answered (lost): sent again */
+    repl_turn_after(500);
+    ck_assert_uint_eq(n2_opens, 3);
+    open_answer("ro", t->open_req, 0);
+    repl_turn_after(500);
+    repl_turn_after(500);
+    ck_assert_uint_eq(n2_opens, 3); /* answered: no more */
+
+    /* n2's daemon restarted within its lease: reachable again, the open goes again */
+    ps_repl_peer_up(d.ps, "n2");
+    ck_assert_uint_eq(n2_opens, 4);
+    repl_turn_after(500);
+    ck_assert_uint_eq(n2_opens, 5);
+    open_answer("ro", t->open_req, -EDQUOT); /* refused: an answer too (logged) */
+    repl_turn_after(500);
+    ck_assert_uint_eq(n2_opens, 5);
+
+    /* not answered, then n2 leaves the view: nothing more to send it */
+    ps_repl_peer_up(d.ps, "n2");
+    ck_assert_uint_eq(n2_opens, 6);
+    view_to(t, v0 + 2, "local", 2);
+    repl_turn_after(500);
+    repl_turn_after(500);
+    ck_assert_uint_eq(n2_opens, 6);
+    ck_assert_int_eq(t->state, PS_TABLE_READY);
+}
+END_TEST
+
+/* n2 takes every copy on its way to it (MSG_SHARD_STATE_ACK, rc 0); how many there were. */
+static uint32_t ack_copies_to_n2(const char *group)
+{
+    uint64_t reqs[256];
+    uint32_t shards[256], k = 0;
+    for (const ps_copy_t *c = d.ps->copies; c && k < 256; c = c->next)
+        if (strcmp(c->node, "n2") == 0) {
+            reqs[k] = c->req;
+            shards[k++] = c->shard;
+        }
+    for (uint32_t i = 0; i < k; i++) {
+        msg_t m;
+        msg_begin(&m, 19, group); /* MSG_SHARD_STATE_ACK */
+        msg_put(&m, shards[i], 4);
+        msg_put(&m, reqs[i], 8);
+        msg_put(&m, 0, 4);
+        ps_msg_recv(d.ps, "n2", m.b, m.len, NULL, 0);
+    }
+    return k;
+}
+
+/* This daemon the primary, n2 a live standby (restarted within its lease: what was sent to
+ * it before its daemon took this node's messages was dropped there). A forward n2 never
+ * acknowledged is not left to the source's resend (which backs off to 32 s): past
+ * PS_FORWARD_WAIT_MS n2 gets the shard's state, whose acknowledgement stands for it. */
+START_TEST(test_lost_forward_covered_by_a_copy)
+{
+    d.ps->send_tap = tap_opens;
+    d.ps->member_alive = every_alive;
+    make_group("lf", 1, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "lf", &o0);
+    uint64_t h;
+    ps_table_t *t = open_table(&w0, "lf", &h);
+    view_to(t, t->view + 1, "local,n2", 2);
+    uint32_t sl = local_shard(t);
+    ck_assert_uint_gt(ack_copies_to_n2("lf"), 0); /* n2 took the state it joined with */
+    ck_assert_ptr_null(d.ps->copies);
+    float ones[N];
+    fill(ones, N, 1);
+    push_ok(&w0, h, 0, 1, ones);
+    clock_ok(&w0, h, 0);
+    /* applied here, forwarded to n2 (lost): not acknowledged, kept */
+    ck_assert_uint_eq(ps_shard_done(t->shards[sl]), 1);
+    ck_assert_ptr_nonnull(t->streams[sl].head);
+    ck_assert_ptr_nonnull(t->forwards);
+    repl_turn_after(0);
+    ck_assert_ptr_null(d.ps->copies); /* (not yet) */
+    repl_turn_after(PS_FORWARD_WAIT_MS);
+    ck_assert_ptr_nonnull(d.ps->copies); /* n2 gets the state */
+    ck_assert_uint_gt(ack_copies_to_n2("lf"), 0);
+    run_idle();
+    for (uint32_t s = 0; s < t->layout.shards; s++)
+        if ((int)t->owner[s] == t->self_server)
+            ck_assert_ptr_null(t->streams[s].head); /* acknowledged */
+    ck_assert_ptr_null(t->forwards);
+    ck_assert_int_eq(t->state, PS_TABLE_READY);
+}
+END_TEST
+
 /* The bound is for what waits for a view: a read its (reachable) primary only keeps, as a
  * primary keeps reads beyond its sources' clocks, may wait past it; one answered -ESTALE
  * since the last view may not. */
@@ -824,6 +978,8 @@ int main(void)
     tcase_add_test(tc, test_kept_read_not_bounded);
     tcase_add_test(tc, test_read_of_a_lost_table_refused);
     tcase_add_test(tc, test_refused_read_reopens);
+    tcase_add_test(tc, test_lost_open_sent_again);
+    tcase_add_test(tc, test_lost_forward_covered_by_a_copy);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

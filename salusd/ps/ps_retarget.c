@@ -217,6 +217,18 @@ void ps_retarget_view_changed(ps_table_t *t)
                  t->group, resent, asked, moved);
 }
 
+/* When a stall on a node found down now began: when the update or read went there (a cut link
+ * is found down later than that), but not before one lease TTL ago. A server is found down at
+ * most a TTL after it fell silent (its lease ends then), and a read or update it kept before
+ * that was waiting for its clock (BSP: the other ranks' pushes), not for a server: a read kept
+ * 14 s for a slow rank must not fail the moment its server dies. */
+static uint64_t stalled_since(const ps_t *ps, uint64_t went_ns)
+{
+    uint64_t now = salusd_now_ns(), ttl = ps_retarget_limit_ns(ps) / PS_FAILOVER_TTLS;
+    uint64_t floor = now > ttl ? now - ttl : 0;
+    return went_ns && went_ns > floor ? went_ns : floor;
+}
+
 void ps_retarget_node_down(ps_t *ps, const char *node)
 {
     char err[PS_ERR_BYTES];
@@ -226,9 +238,8 @@ void ps_retarget_node_down(ps_t *ps, const char *node)
         if (strcmp(f->node, node) != 0) {
             fp = &f->next;
         } else if (ps_retarget_replicated(f->table) && f->table->state == PS_TABLE_READY) {
-            /* kept for the next view's primary; not answered since it was asked */
-            ps_retarget_stall_since(f->table, &f->stalled_ns, err,
-                                    f->asked_ns ? f->asked_ns : salusd_now_ns());
+            /* kept for the next view's primary; not answered since it was asked (or a TTL) */
+            ps_retarget_stall_since(f->table, &f->stalled_ns, err, stalled_since(ps, f->asked_ns));
             fp = &f->next;
         } else {
             *fp = f->next;
@@ -256,9 +267,10 @@ void ps_retarget_node_down(ps_t *ps, const char *node)
             /* an update on its way there has not been answered since it first went (a cut
              * link is found down later than that) */
             if (st->head && st->in_flight)
-                ps_retarget_stall_since(t, &st->stalled_ns, err,
-                                        sent_there && st->first_sent_ns ? st->first_sent_ns
-                                                                        : salusd_now_ns());
+                ps_retarget_stall_since(
+                    t, &st->stalled_ns, err,
+                    sent_there && st->first_sent_ns ? stalled_since(ps, st->first_sent_ns)
+                                                    : salusd_now_ns());
         }
     }
 }

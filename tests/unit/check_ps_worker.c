@@ -961,6 +961,42 @@ START_TEST(test_kept_read_not_bounded)
 }
 END_TEST
 
+/* A read its primary kept past the bound (BSP: waiting for a slow rank's push), whose server
+ * then dies: the wait for a view counts from one lease TTL before the server was found down at
+ * the earliest, not from when the read was asked, so the table does not fail at once; past
+ * the bound from then it does. */
+START_TEST(test_kept_read_of_a_dead_server_gets_the_bound)
+{
+    make_group("kd", 1, 0);
+    int o0;
+    ps_worker_t w0 = worker_of(0, "kd", &o0);
+    uint64_t h;
+    ps_table_t *t = open_table(&w0, "kd", &h);
+    set_view(t, two, 2, 2);
+    uint64_t limit = ps_retarget_limit_ns(d.ps);
+    ps_fetch_t *f = calloc(1, sizeof(*f)); /* asked of n2 long ago, kept there */
+    ck_assert_ptr_nonnull(f);
+    f->req = 9;
+    snprintf(f->node, sizeof(f->node), "n2");
+    f->table = t;
+    f->shard = remote_shard(t);
+    f->n = 1;
+    f->sent_ns = f->asked_ns = salusd_now_ns() - limit - 2000000000ull;
+    f->next = d.ps->fetches;
+    d.ps->fetches = f;
+    ps_retarget_node_down(d.ps, "n2");
+    ck_assert_uint_ne(f->stalled_ns, 0);
+    ps_retarget_check(d.ps);
+    ck_assert_int_eq(t->state, PS_TABLE_READY);
+    harness_skew_ns += limit;
+    ps_retarget_check(d.ps);
+    ck_assert_int_eq(t->state, PS_TABLE_FAILED);
+    ck_assert_msg(strstr(t->error_text, "answered its read") != NULL &&
+                      strstr(t->error_text, "server n2 is unreachable") != NULL,
+                  "%s", t->error_text);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ps_worker");
@@ -976,6 +1012,7 @@ int main(void)
     tcase_add_test(tc, test_fenced_local_read_asked_again);
     tcase_add_test(tc, test_failover_through_the_view);
     tcase_add_test(tc, test_kept_read_not_bounded);
+    tcase_add_test(tc, test_kept_read_of_a_dead_server_gets_the_bound);
     tcase_add_test(tc, test_read_of_a_lost_table_refused);
     tcase_add_test(tc, test_refused_read_reopens);
     tcase_add_test(tc, test_lost_open_sent_again);

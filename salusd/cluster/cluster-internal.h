@@ -77,6 +77,7 @@ typedef struct cluster_group_s {
     int read_busy;               /* a read of the record is in flight */
     uint64_t last_seq;           /* the last slot served here (0: none) */
     uint64_t pending_seq;        /* a slot received and not over yet (0: none) */
+    uint64_t pending_target;     /* its target, as the leader sent it (0: not known) */
     int ready_sent;              /* admitted here and the leader told so */
     /* the leader's part */
     uint64_t cur_seq;            /* the slot issued last */
@@ -151,8 +152,9 @@ typedef enum {
     CLUSTER_FENCE_STALE,       /* its term is older than the newest election revision seen
                                 * here: refused, logged, counted */
     CLUSTER_FENCE_NOT_LEADER,  /* from a node that is not the leader known here: refused */
-    CLUSTER_FENCE_AHEAD,       /* from the known leader, of a newer term than its key read
-                                * here (the watch is behind): not taken, said again at resync */
+    CLUSTER_FENCE_AHEAD,       /* of a newer term than every leader key read here (the
+                                * watch is behind: from the known leader or a new one): not
+                                * taken, said again at resync */
 } cluster_fence_verdict_t;
 
 typedef struct cluster_fence_view_s {

@@ -47,6 +47,7 @@ static void node_slot(cluster_t *cl, cluster_group_t *g, uint64_t seq, uint64_t 
         return; /* a slot sent again that this node has had */
     g->pending_seq = seq;
     g->pending_target = target;
+    g->wait_since_ns = 0;
     LOG_DEBUG("cluster: group %s: slot %llx here (leader revision %llu)", g->name,
               (unsigned long long)seq, (unsigned long long)(seq >> 32));
     int rc = jobs_group_slot(cl->d, g->local_id, seq);
@@ -86,6 +87,8 @@ void cluster_slots_ready(cluster_t *cl, cluster_group_t *g)
     if (!cl->leader[0] || cl->lease_lost)
         return; /* sent when a leader is known (cluster_slots_resync) */
     uint64_t iters = local_iters(cl, g);
+    if (!g->pending_seq && !g->wait_since_ns)
+        g->wait_since_ns = salusd_now_ns();
     if (cluster_is_leader(cl)) {
         if (cluster_may_grant(cl))
             leader_ready(cl, cl->node, g, g->last_seq, iters, 0);
@@ -289,6 +292,7 @@ static void issue(cluster_t *cl, cluster_group_t *g, const char **nodes, uint32_
     uint64_t seq = ((uint64_t)cl->leader_epoch << 32) | ++cl->slot_counter;
     uint64_t k = cl->d->config.gang_slot_iterations > 0 ? (uint64_t)cl->d->config.gang_slot_iterations : 1;
     g->cur_seq = seq;
+    g->cur_since_ns = salusd_now_ns();
     g->cur_target = g->round_iters + k;
     g->ready_count = 0;
     g->round_iters = 0;
@@ -379,6 +383,7 @@ static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, ui
              * its targets, so that no other slot overtakes it where a late rank may join it
              * (held_by) and the group's next slot waits for it */
             g->cur_seq = last;
+            g->cur_since_ns = salusd_now_ns();
             g->cur_target = 0;
             g->slot_node_count = 0;
             g->ready_count = 0;
@@ -464,6 +469,7 @@ void cluster_slots_forget(cluster_t *cl, cluster_group_t *g)
 {
     (void)cl;
     g->cur_seq = 0;
+    g->cur_since_ns = 0;
     g->max_last = 0;
     g->cur_target = 0;
     g->round_iters = 0;
@@ -480,6 +486,67 @@ void cluster_slots_link_up(cluster_t *cl, const char *node)
         if (!g->cur_seq || g->failed || is_ready(g, node) || !is_target(g, node))
             continue;
         send_to(cl, node, "slot", g, "seq", g->cur_seq, g->cur_target);
+    }
+}
+
+/* ---- the watchdog --------------------------------------------------------------------------- */
+
+/* appends node to a comma-separated list */
+static void list_add(char *list, size_t size, const char *node)
+{
+    size_t len = strlen(list);
+    if (len + 1 < size)
+        snprintf(list + len, size - len, "%s%s", len ? "," : "", node);
+}
+
+int cluster_slots_diagnose(const cluster_t *cl, const cluster_group_t *g, uint64_t now_ns,
+                           uint64_t limit_ns, char *out, size_t size)
+{
+    out[0] = 0;
+    if (!limit_ns || g->dropped || g->failed || !bsp_with_turns(cl, g))
+        return 0;
+    /* (a slot whose ranks never ask for their lanes, host-bound ranks that registered, stays
+     * open with nobody waiting: said only once a node is ready for the next) */
+    if (cluster_is_leader(cl) && g->cur_seq && g->cur_since_ns && g->ready_count &&
+        slot_open(cl, g) && now_ns - g->cur_since_ns >= limit_ns) {
+        char open[CLUSTER_GROUP_MAX_NODES * LINKS_NODE_BYTES] = "";
+        char ready[CLUSTER_GROUP_MAX_NODES * LINKS_NODE_BYTES] = "";
+        for (uint32_t i = 0; i < g->slot_node_count; i++)
+            if (!is_ready(g, g->slot_nodes[i]) &&
+                !cluster_group_node_over(cl, g, g->slot_nodes[i]))
+                list_add(open, sizeof(open), g->slot_nodes[i]);
+        for (uint32_t i = 0; i < g->ready_count; i++)
+            list_add(ready, sizeof(ready), g->ready_nodes[i]);
+        snprintf(out, size, "group %s: slot %llx (target %llu iterations) has been open for "
+                 "%llu s: not over on %s; ready for the next: %s", g->name,
+                 (unsigned long long)g->cur_seq, (unsigned long long)g->cur_target,
+                 (unsigned long long)((now_ns - g->cur_since_ns) / 1000000000ull), open,
+                 ready[0] ? ready : "(none)");
+        return 1;
+    }
+    if (g->local_id && g->ready_sent && !g->local_failed && !g->over && !g->pending_seq &&
+        g->wait_since_ns && now_ns - g->wait_since_ns >= limit_ns) {
+        snprintf(out, size, "group %s has waited %llu s here for a gang slot: the last served "
+                 "here %llx, none received since; ready said to leader %s (revision %lld) "
+                 "every second", g->name,
+                 (unsigned long long)((now_ns - g->wait_since_ns) / 1000000000ull),
+                 (unsigned long long)g->last_seq, cl->leader[0] ? cl->leader : "(none known)",
+                 (long long)cl->leader_epoch);
+        return 1;
+    }
+    return 0;
+}
+
+void cluster_slots_watch(cluster_t *cl, uint64_t now_ns, uint64_t limit_ns)
+{
+    char line[512];
+    for (cluster_group_t *g = cl->groups; g; g = g->next) {
+        if (g->wait_logged_ns && now_ns - g->wait_logged_ns < limit_ns)
+            continue;
+        if (cluster_slots_diagnose(cl, g, now_ns, limit_ns, line, sizeof(line))) {
+            g->wait_logged_ns = now_ns;
+            LOG_WARN("cluster: %s", line);
+        }
     }
 }
 

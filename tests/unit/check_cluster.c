@@ -823,6 +823,38 @@ START_TEST(adopted_slot_sent_again)
 }
 END_TEST
 
+/* The watchdog: slot 1 of g1 open for the wait-log interval is said, with the node it is not
+ * over on and the nodes counted ready; this node ready with no slot that long is said, with
+ * its last slot and the leader asked; shorter waits, and a slot here, say nothing. */
+START_TEST(slot_waits_diagnosed)
+{
+    int64_t e1 = two_node_group(5, "g1");
+    uint64_t limit = 30000000000ull;
+    char line[512];
+    cluster_group_t *g = cluster_group_by_local(cl, 5);
+    ck_assert_ptr_nonnull(g);
+    cluster_rank_admitted(&dmn, 5); /* ready here; b not yet */
+    ck_assert_int_eq(cluster_slots_diagnose(cl, g, fake_now_ns + limit - 1, limit, line,
+                                            sizeof(line)), 0);
+    ck_assert_int_eq(cluster_slots_diagnose(cl, g, fake_now_ns + limit, limit, line,
+                                            sizeof(line)), 1);
+    ck_assert_msg(strstr(line, "group g1 has waited 30 s here for a gang slot: the last served "
+                               "here 0, none received since; ready said to leader a (revision 3)"),
+                  "%s", line);
+    from_b(cl, "ready", "1000/g1", e1, 0, 0); /* slot 1 to both */
+    ck_assert_uint_eq(g->pending_seq, seq_of(1));
+    cluster_slot_done(&dmn, 5, seq_of(1)); /* over here, b still in it */
+    uint64_t t = fake_now_ns + limit;
+    ck_assert_int_eq(cluster_slots_diagnose(cl, g, t, limit, line, sizeof(line)), 1);
+    ck_assert_msg(strstr(line, "group g1: slot 300000001 (target 1 iterations) has been open "
+                               "for 30 s: not over on b; ready for the next: a"), "%s", line);
+    from_b(cl, "ready", "1000/g1", e1, seq_of(1), 1); /* slot 2: no wait */
+    ck_assert_int_eq(cluster_slots_diagnose(cl, g, fake_now_ns + 1, limit, line, sizeof(line)),
+                     0);
+    ck_assert_str_eq(line, "");
+}
+END_TEST
+
 /* The fence's verdicts: a former term's slot is refused whoever sends it (even the leader
  * known now: a node that lost and won the leadership again); one from a node that does not
  * lead, too; one of a term newer than the leader key read here waits. A leader may grant
@@ -997,6 +1029,7 @@ int main(void)
     tcase_add_test(tc, former_leaders_open_slot_holds);
     tcase_add_test(tc, late_joins_keep_the_order);
     tcase_add_test(tc, adopted_slot_sent_again);
+    tcase_add_test(tc, slot_waits_diagnosed);
     tcase_add_test(tc, fence_verdicts);
     tcase_add_test(tc, former_terms_slot_refused);
     tcase_add_test(tc, forwarded_former_slot_taken);

@@ -77,10 +77,14 @@ typedef struct cluster_group_s {
     int read_busy;               /* a read of the record is in flight */
     uint64_t last_seq;           /* the last slot served here (0: none) */
     uint64_t pending_seq;        /* a slot received and not over yet (0: none) */
+    uint64_t pending_target;     /* its target, as the leader sent it (0: not known) */
     int ready_sent;              /* admitted here and the leader told so */
+    uint64_t wait_since_ns;      /* ready here with no slot since (0: in one, or not ready) */
+    uint64_t wait_logged_ns;     /* the watch said last that this node or the slot waits */
     /* the leader's part */
     uint64_t cur_seq;            /* the slot issued last */
     uint64_t cur_target;         /* the iterations each rank has done at its end */
+    uint64_t cur_since_ns;       /* it was issued (or learnt from a pending report) then */
     uint64_t max_last;           /* the latest slot a node said it is in (a former leader's) */
     uint64_t round_iters;        /* the most iterations a node reported ready with */
     char (*ready_nodes)[LINKS_NODE_BYTES]; /* the nodes ready for the next slot */
@@ -151,8 +155,9 @@ typedef enum {
     CLUSTER_FENCE_STALE,       /* its term is older than the newest election revision seen
                                 * here: refused, logged, counted */
     CLUSTER_FENCE_NOT_LEADER,  /* from a node that is not the leader known here: refused */
-    CLUSTER_FENCE_AHEAD,       /* from the known leader, of a newer term than its key read
-                                * here (the watch is behind): not taken, said again at resync */
+    CLUSTER_FENCE_AHEAD,       /* of a newer term than every leader key read here (the
+                                * watch is behind: from the known leader or a new one): not
+                                * taken, said again at resync */
 } cluster_fence_verdict_t;
 
 typedef struct cluster_fence_view_s {
@@ -213,6 +218,16 @@ void cluster_slots_forget(cluster_t *cl, cluster_group_t *g);
 void cluster_slots_check(cluster_t *cl, cluster_group_t *g);
 /* the leader: the link to node is (back) up: the slots it may have missed, again */
 void cluster_slots_link_up(cluster_t *cl, const char *node);
+/* What g waits for, when it has waited limit_ns or more at now_ns (a slot of this leader open
+ * that long while a node of it is ready for the next; this node ready that long with no
+ * slot): one line into out (the slot, the nodes
+ * it is not over on, the nodes counted ready; or the last slot served here and the leader
+ * asked); 1 when there is something to say, else 0 (out ""). Pure (reads g and cl). */
+int cluster_slots_diagnose(const cluster_t *cl, const cluster_group_t *g, uint64_t now_ns,
+                           uint64_t limit_ns, char *out, size_t size);
+/* The tick's watchdog: each group that waits that long is logged (a warning, once per
+ * limit_ns), so that a wait that does not end says what it waits for */
+void cluster_slots_watch(cluster_t *cl, uint64_t now_ns, uint64_t limit_ns);
 
 /* cluster_ssp.c: SSP groups' least iterations between their nodes */
 /* g's local counts changed, or a rank registered: the other nodes and the core are told */

@@ -459,6 +459,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         cluster_slots_resync(cl);
         cluster_ssp_resync(cl);
         cluster_groups_retry(cl);
+        if (cl->d->config.wait_log_s > 0) /* a wait for a slot that does not end says why */
+            cluster_slots_watch(cl, now, (uint64_t)cl->d->config.wait_log_s * 1000000000ull);
     }
     if (cl->keepalive_busy)
         return;

@@ -9,6 +9,9 @@ cluster_fence_verdict_t cluster_fence_slot(const cluster_fence_view_t *view, con
 {
     if (revision < view->newest_revision)
         return CLUSTER_FENCE_STALE; /* a former term's: its leader was cut off */
+    if (revision > view->newest_revision)
+        return CLUSTER_FENCE_AHEAD; /* a new leader whose key the watch has not brought yet
+                                     * (its slots may come first): said again at resync */
     if (!view->leader || !view->leader[0] || strcmp(from, view->leader) != 0)
         return CLUSTER_FENCE_NOT_LEADER;
     if (revision != view->leader_revision)

@@ -81,7 +81,7 @@ static void detach_local(cluster_group_t *g)
     g->failure_ours_pending = g->conflict = g->await_fresh = 0;
     g->local_failure[0] = 0;
     g->local_world = 0;
-    g->last_seq = g->pending_seq = 0;
+    g->last_seq = g->pending_seq = g->pending_target = g->wait_since_ns = 0;
 }
 
 /* A group by key, made when unknown (world 0: not read yet). */

@@ -37,13 +37,17 @@ static void send_to(cluster_t *cl, const char *node, const char *op, const clust
 
 /* ---- this node: slots in, ready out --------------------------------------------------------- */
 
-static void node_slot(cluster_t *cl, cluster_group_t *g, uint64_t seq)
+/* target: the iterations each rank has done at the slot's end, as its leader sent it (0:
+ * not known), said back in this node's pending reports (a new leader learns it) */
+static void node_slot(cluster_t *cl, cluster_group_t *g, uint64_t seq, uint64_t target)
 {
     if (!g->local_id || g->local_failed || g->over)
         return;
     if (seq <= g->last_seq || seq == g->pending_seq)
         return; /* a slot sent again that this node has had */
     g->pending_seq = seq;
+    g->pending_target = target;
+    g->wait_since_ns = 0;
     LOG_DEBUG("cluster: group %s: slot %llx here (leader revision %llu)", g->name,
               (unsigned long long)seq, (unsigned long long)(seq >> 32));
     int rc = jobs_group_slot(cl->d, g->local_id, seq);
@@ -83,6 +87,8 @@ void cluster_slots_ready(cluster_t *cl, cluster_group_t *g)
     if (!cl->leader[0] || cl->lease_lost)
         return; /* sent when a leader is known (cluster_slots_resync) */
     uint64_t iters = local_iters(cl, g);
+    if (!g->pending_seq && !g->wait_since_ns)
+        g->wait_since_ns = salusd_now_ns();
     if (cluster_is_leader(cl)) {
         if (cluster_may_grant(cl))
             leader_ready(cl, cl->node, g, g->last_seq, iters, 0);
@@ -91,14 +97,15 @@ void cluster_slots_ready(cluster_t *cl, cluster_group_t *g)
     }
 }
 
-/* A node in a slot tells the leader which (a new leader learns how far the old one got). */
+/* A node in a slot tells the leader which, with the slot's target as "iters" (a new leader
+ * learns how far the old one got, and how far the slot goes). */
 static void report_pending(cluster_t *cl, cluster_group_t *g)
 {
     if (!cl->leader[0] || cl->lease_lost)
         return;
     if (cluster_is_leader(cl)) {
         if (cluster_may_grant(cl))
-            leader_ready(cl, cl->node, g, g->pending_seq, 0, 1);
+            leader_ready(cl, cl->node, g, g->pending_seq, g->pending_target, 1);
         return;
     }
     proto_enc_t enc;
@@ -107,7 +114,7 @@ static void report_pending(cluster_t *cl, cluster_group_t *g)
     proto_pack_kv_str(&enc.pk, "group", g->key);
     proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)g->epoch);
     proto_pack_kv_uint(&enc.pk, "last", g->pending_seq);
-    proto_pack_kv_uint(&enc.pk, "iters", 0);
+    proto_pack_kv_uint(&enc.pk, "iters", g->pending_target);
     proto_pack_kv_bool(&enc.pk, "pending", 1);
     proto_enc_finish(&enc);
     if (links_send(cl->links, cl->leader, &enc) == 0)
@@ -285,6 +292,7 @@ static void issue(cluster_t *cl, cluster_group_t *g, const char **nodes, uint32_
     uint64_t seq = ((uint64_t)cl->leader_epoch << 32) | ++cl->slot_counter;
     uint64_t k = cl->d->config.gang_slot_iterations > 0 ? (uint64_t)cl->d->config.gang_slot_iterations : 1;
     g->cur_seq = seq;
+    g->cur_since_ns = salusd_now_ns();
     g->cur_target = g->round_iters + k;
     g->ready_count = 0;
     g->round_iters = 0;
@@ -303,7 +311,7 @@ static void issue(cluster_t *cl, cluster_group_t *g, const char **nodes, uint32_
     uint64_t target = g->cur_target;
     for (uint32_t i = 0; i < n; i++) {
         if (strcmp(names[i], cl->node) == 0)
-            node_slot(cl, g, seq);
+            node_slot(cl, g, seq, target);
         else
             send_to(cl, names[i], "slot", g, "seq", seq, target);
     }
@@ -375,13 +383,17 @@ static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, ui
              * its targets, so that no other slot overtakes it where a late rank may join it
              * (held_by) and the group's next slot waits for it */
             g->cur_seq = last;
+            g->cur_since_ns = salusd_now_ns();
             g->cur_target = 0;
             g->slot_node_count = 0;
             g->ready_count = 0;
             g->ready_since_ns = 0;
         }
-        if (last == g->cur_seq)
+        if (last == g->cur_seq) {
             add_target(g, node);
+            if (iters > g->cur_target) /* (an adopted slot's: what its nodes were sent) */
+                g->cur_target = iters;
+        }
         return;
     }
     if (g->max_last > g->cur_seq && last < g->max_last) {
@@ -390,7 +402,7 @@ static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, ui
         LOG_DEBUG("cluster: group %s: node %s missed slot %llx of the former leader: sent",
                   g->name, node, (unsigned long long)g->max_last);
         if (strcmp(node, cl->node) == 0)
-            node_slot(cl, g, g->max_last);
+            node_slot(cl, g, g->max_last, 0);
         else
             send_to(cl, node, "slot", g, "seq", g->max_last, 0);
         return;
@@ -415,20 +427,25 @@ static void leader_ready(cluster_t *cl, const char *node, cluster_group_t *g, ui
             LOG_DEBUG("cluster: group %s: node %s, with a late rank, joins slot %llx", g->name,
                       node, (unsigned long long)g->cur_seq);
             if (strcmp(node, cl->node) == 0)
-                node_slot(cl, g, g->cur_seq);
+                node_slot(cl, g, g->cur_seq, g->cur_target);
             else
                 send_to(cl, node, "slot", g, "seq", g->cur_seq, g->cur_target);
             return;
         }
-        if (target && iters < g->cur_target) {
-            /* it has not had the slot issued last (lost with a link, or it restarted before
-             * its ranks did the slot's iterations: a restarted daemon knows no seq, its ranks
-             * know their count) */
+        /* a slot asks at least one iteration of each rank: an adopted slot whose target no
+         * pending report told (0) still is not over for a node whose ranks did none */
+        uint64_t need = g->cur_target ? g->cur_target : 1;
+        if (target && iters < need) {
+            /* it has not had the slot issued last (lost with a link, refused by its fence
+             * while it had not read this leader's key yet, or it restarted before its ranks
+             * did the slot's iterations: a restarted daemon knows no seq, its ranks know
+             * their count); counted ready without it, it would never have it, and the
+             * slot's other ranks would wait for its ranks in it for ever */
             LOG_DEBUG("cluster: group %s: node %s missed slot %llx (at %llu of %llu "
                       "iterations): sent again", g->name, node, (unsigned long long)g->cur_seq,
-                      (unsigned long long)iters, (unsigned long long)g->cur_target);
+                      (unsigned long long)iters, (unsigned long long)need);
             if (strcmp(node, cl->node) == 0)
-                node_slot(cl, g, g->cur_seq);
+                node_slot(cl, g, g->cur_seq, g->cur_target);
             else
                 send_to(cl, node, "slot", g, "seq", g->cur_seq, g->cur_target);
             return;
@@ -452,6 +469,7 @@ void cluster_slots_forget(cluster_t *cl, cluster_group_t *g)
 {
     (void)cl;
     g->cur_seq = 0;
+    g->cur_since_ns = 0;
     g->max_last = 0;
     g->cur_target = 0;
     g->round_iters = 0;
@@ -468,6 +486,67 @@ void cluster_slots_link_up(cluster_t *cl, const char *node)
         if (!g->cur_seq || g->failed || is_ready(g, node) || !is_target(g, node))
             continue;
         send_to(cl, node, "slot", g, "seq", g->cur_seq, g->cur_target);
+    }
+}
+
+/* ---- the watchdog --------------------------------------------------------------------------- */
+
+/* appends node to a comma-separated list */
+static void list_add(char *list, size_t size, const char *node)
+{
+    size_t len = strlen(list);
+    if (len + 1 < size)
+        snprintf(list + len, size - len, "%s%s", len ? "," : "", node);
+}
+
+int cluster_slots_diagnose(const cluster_t *cl, const cluster_group_t *g, uint64_t now_ns,
+                           uint64_t limit_ns, char *out, size_t size)
+{
+    out[0] = 0;
+    if (!limit_ns || g->dropped || g->failed || !bsp_with_turns(cl, g))
+        return 0;
+    /* (a slot whose ranks never ask for their lanes, host-bound ranks that registered, stays
+     * open with nobody waiting: said only once a node is ready for the next) */
+    if (cluster_is_leader(cl) && g->cur_seq && g->cur_since_ns && g->ready_count &&
+        slot_open(cl, g) && now_ns - g->cur_since_ns >= limit_ns) {
+        char open[CLUSTER_GROUP_MAX_NODES * LINKS_NODE_BYTES] = "";
+        char ready[CLUSTER_GROUP_MAX_NODES * LINKS_NODE_BYTES] = "";
+        for (uint32_t i = 0; i < g->slot_node_count; i++)
+            if (!is_ready(g, g->slot_nodes[i]) &&
+                !cluster_group_node_over(cl, g, g->slot_nodes[i]))
+                list_add(open, sizeof(open), g->slot_nodes[i]);
+        for (uint32_t i = 0; i < g->ready_count; i++)
+            list_add(ready, sizeof(ready), g->ready_nodes[i]);
+        snprintf(out, size, "group %s: slot %llx (target %llu iterations) has been open for "
+                 "%llu s: not over on %s; ready for the next: %s", g->name,
+                 (unsigned long long)g->cur_seq, (unsigned long long)g->cur_target,
+                 (unsigned long long)((now_ns - g->cur_since_ns) / 1000000000ull), open,
+                 ready[0] ? ready : "(none)");
+        return 1;
+    }
+    if (g->local_id && g->ready_sent && !g->local_failed && !g->over && !g->pending_seq &&
+        g->wait_since_ns && now_ns - g->wait_since_ns >= limit_ns) {
+        snprintf(out, size, "group %s has waited %llu s here for a gang slot: the last served "
+                 "here %llx, none received since; ready said to leader %s (revision %lld) "
+                 "every second", g->name,
+                 (unsigned long long)((now_ns - g->wait_since_ns) / 1000000000ull),
+                 (unsigned long long)g->last_seq, cl->leader[0] ? cl->leader : "(none known)",
+                 (long long)cl->leader_epoch);
+        return 1;
+    }
+    return 0;
+}
+
+void cluster_slots_watch(cluster_t *cl, uint64_t now_ns, uint64_t limit_ns)
+{
+    char line[512];
+    for (cluster_group_t *g = cl->groups; g; g = g->next) {
+        if (g->wait_logged_ns && now_ns - g->wait_logged_ns < limit_ns)
+            continue;
+        if (cluster_slots_diagnose(cl, g, now_ns, limit_ns, line, sizeof(line))) {
+            g->wait_logged_ns = now_ns;
+            LOG_WARN("cluster: %s", line);
+        }
     }
 }
 
@@ -517,7 +596,7 @@ void cluster_slots_message(cluster_t *cl, const char *from, const proto_msg_t *m
                      (long long)cl->newest_epoch, cl->leader[0] ? cl->leader : "(none)");
             return;
         }
-        node_slot(cl, g, value);
+        node_slot(cl, g, value, iters);
     } else if (cluster_may_grant(cl)) {
         if (!holds_rank(g, from)) {
             /* a node speaks for its own ranks only: a member of the cluster with no rank in

@@ -761,6 +761,100 @@ START_TEST(late_joins_keep_the_order)
 }
 END_TEST
 
+/* b's pending report (the former leader's slot, with that slot's target: 1 iteration) makes
+ * `old` g1's open slot here; this node's rank missed it and joins it. Then the same from the
+ * other side: this node reports the former slot in progress and b joins; the slot sent on to
+ * b is lost (its link broke, or b refused it: b had not read this leader's key yet); b's
+ * next ready (last 0, no iteration done) gets it again: b is not counted ready without it
+ * (the slot's other ranks would wait for b's in it, and b's for a slot, for ever). */
+START_TEST(adopted_slot_sent_again)
+{
+    int64_t e1 = two_node_group(5, "g1");
+    cluster_rank_admitted(&dmn, 5); /* (b is not ready: no slot) */
+    uint64_t old = (2ull << 32) | 7; /* the former leader's term */
+    proto_enc_t enc;
+    proto_enc_init(&enc);
+    proto_enc_begin(&enc, PROTO_REQUEST, 0, "ready", 5);
+    proto_pack_kv_str(&enc.pk, "group", "1000/g1");
+    proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)e1);
+    proto_pack_kv_uint(&enc.pk, "last", old);
+    proto_pack_kv_uint(&enc.pk, "iters", 1);
+    proto_pack_kv_bool(&enc.pk, "pending", 1);
+    proto_enc_finish(&enc);
+    proto_msg_t msg;
+    ck_assert_int_eq(proto_decode((const uint8_t *)enc.sbuf.data + 4, enc.sbuf.size - 4, &msg,
+                                  NULL), 0);
+    size_t before = event_count;
+    cluster_slots_message(cl, "b", &msg);
+    proto_msg_free(&msg);
+    proto_enc_destroy(&enc);
+    cluster_slots_resync(cl); /* this node's ready (last 0): it joins the former slot */
+    char here[64];
+    snprintf(here, sizeof(here), "slot 5 %llx", (unsigned long long)old);
+    if (find_event(before, here) < 0)
+        dump_events();
+    ck_assert_int_ge(find_event(before, here), 0);
+    ck_assert_uint_eq(cl->stats.slots_issued, 0);
+
+    /* the other way round: a fresh group g2, this node in the former slot old2, b joins */
+    int64_t e2 = two_node_group(6, "g2");
+    uint64_t old2 = (2ull << 32) | 8;
+    cluster_rank_admitted(&dmn, 6);
+    cluster_group_t *g2 = cluster_group_by_local(cl, 6);
+    ck_assert_ptr_nonnull(g2);
+    g2->pending_seq = old2; /* (the former leader's slot reached this node only) */
+    before = event_count;
+    cluster_slots_resync(cl);
+    link_down_to_b = 1; /* b's join is lost on the way */
+    from_b(cl, "ready", "1000/g2", e2, 0, 0);
+    char sent[64], down[80];
+    snprintf(sent, sizeof(sent), "send b slot 1000/g2 %llx", (unsigned long long)old2);
+    snprintf(down, sizeof(down), "%s (link down)", sent);
+    if (find_event(before, down) < 0)
+        dump_events();
+    ck_assert_int_ge(find_event(before, down), 0);
+    link_down_to_b = 0;
+    before = event_count;
+    from_b(cl, "ready", "1000/g2", e2, 0, 0); /* b's resync: it never had the slot */
+    if (find_event(before, sent) < 0)
+        dump_events();
+    ck_assert_int_ge(find_event(before, sent), 0);
+    ck_assert_uint_eq(cl->stats.slots_issued, 0); /* no new slot: b is not ready */
+}
+END_TEST
+
+/* The watchdog: slot 1 of g1 open for the wait-log interval is said, with the node it is not
+ * over on and the nodes counted ready; this node ready with no slot that long is said, with
+ * its last slot and the leader asked; shorter waits, and a slot here, say nothing. */
+START_TEST(slot_waits_diagnosed)
+{
+    int64_t e1 = two_node_group(5, "g1");
+    uint64_t limit = 30000000000ull;
+    char line[512];
+    cluster_group_t *g = cluster_group_by_local(cl, 5);
+    ck_assert_ptr_nonnull(g);
+    cluster_rank_admitted(&dmn, 5); /* ready here; b not yet */
+    ck_assert_int_eq(cluster_slots_diagnose(cl, g, fake_now_ns + limit - 1, limit, line,
+                                            sizeof(line)), 0);
+    ck_assert_int_eq(cluster_slots_diagnose(cl, g, fake_now_ns + limit, limit, line,
+                                            sizeof(line)), 1);
+    ck_assert_msg(strstr(line, "group g1 has waited 30 s here for a gang slot: the last served "
+                               "here 0, none received since; ready said to leader a (revision 3)"),
+                  "%s", line);
+    from_b(cl, "ready", "1000/g1", e1, 0, 0); /* slot 1 to both */
+    ck_assert_uint_eq(g->pending_seq, seq_of(1));
+    cluster_slot_done(&dmn, 5, seq_of(1)); /* over here, b still in it */
+    uint64_t t = fake_now_ns + limit;
+    ck_assert_int_eq(cluster_slots_diagnose(cl, g, t, limit, line, sizeof(line)), 1);
+    ck_assert_msg(strstr(line, "group g1: slot 300000001 (target 1 iterations) has been open "
+                               "for 30 s: not over on b; ready for the next: a"), "%s", line);
+    from_b(cl, "ready", "1000/g1", e1, seq_of(1), 1); /* slot 2: no wait */
+    ck_assert_int_eq(cluster_slots_diagnose(cl, g, fake_now_ns + 1, limit, line, sizeof(line)),
+                     0);
+    ck_assert_str_eq(line, "");
+}
+END_TEST
+
 /* The fence's verdicts: a former term's slot is refused whoever sends it (even the leader
  * known now: a node that lost and won the leadership again); one from a node that does not
  * lead, too; one of a term newer than the leader key read here waits. A leader may grant
@@ -773,6 +867,8 @@ START_TEST(fence_verdicts)
     ck_assert_int_eq(cluster_fence_slot(&view, "c", 7), CLUSTER_FENCE_STALE);
     ck_assert_int_eq(cluster_fence_slot(&view, "c", 9), CLUSTER_FENCE_NOT_LEADER);
     ck_assert_int_eq(cluster_fence_slot(&view, "b", 12), CLUSTER_FENCE_AHEAD);
+    /* a new leader's slot before its key: not taken yet, not refused as not the leader's */
+    ck_assert_int_eq(cluster_fence_slot(&view, "c", 12), CLUSTER_FENCE_AHEAD);
     view.leader = "";
     ck_assert_int_eq(cluster_fence_slot(&view, "b", 9), CLUSTER_FENCE_NOT_LEADER);
     view.leader = NULL;
@@ -932,6 +1028,8 @@ int main(void)
     tcase_add_test(tc, open_slot_with_late_rank_holds_its_node);
     tcase_add_test(tc, former_leaders_open_slot_holds);
     tcase_add_test(tc, late_joins_keep_the_order);
+    tcase_add_test(tc, adopted_slot_sent_again);
+    tcase_add_test(tc, slot_waits_diagnosed);
     tcase_add_test(tc, fence_verdicts);
     tcase_add_test(tc, former_terms_slot_refused);
     tcase_add_test(tc, forwarded_former_slot_taken);

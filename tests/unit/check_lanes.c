@@ -300,7 +300,7 @@ START_TEST(test_lanes_case)
             ck_assert_int_eq(lanes_add_gpu(l, st->gpu, st->p, st->e), LANES_OK);
             break;
         case L_ADMIT: {
-            lanes_request_t r = {st->job, st->uid, st->p, st->e, st->gpu, 0};
+            lanes_request_t r = {st->job, st->uid, st->p, st->e, st->gpu, 0, false};
             status = lanes_admit(l, &r, &p);
             break;
         }
@@ -363,7 +363,7 @@ START_TEST(test_provisional_flag)
 {
     lanes_t *l = lanes_create(NULL);
     lanes_placement_t p;
-    lanes_request_t r = {1, 1000, UNKNOWN, 3 * G, LANES_ANY_GPU, 0};
+    lanes_request_t r = {1, 1000, UNKNOWN, 3 * G, LANES_ANY_GPU, 0, false};
     ck_assert_int_eq(lanes_add_gpu(l, 0, 16 * G, 1 * G), LANES_OK);
     ck_assert_int_eq(lanes_add_gpu(l, 0, 16 * G, 1 * G), LANES_ERROR_EXISTS);
     ck_assert_int_eq(lanes_add_gpu(l, 1, 1 * G, 1 * G), LANES_ERROR_INVALID);
@@ -416,7 +416,7 @@ START_TEST(test_claims)
         {7, 0, LANES_WAIT, 0, 0},
     };
     for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
-        lanes_request_t r = {steps[i].id, 1000, UNKNOWN, UNKNOWN, LANES_ANY_GPU, steps[i].cap};
+        lanes_request_t r = {steps[i].id, 1000, UNKNOWN, UNKNOWN, LANES_ANY_GPU, steps[i].cap, false};
         ck_assert_int_eq(lanes_admit(l, &r, &p), steps[i].status);
         if (steps[i].status != LANES_OK)
             continue;
@@ -460,8 +460,8 @@ START_TEST(test_claim_wants)
     lanes_placement_t p;
     lanes_gpu_info_t info;
     ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
-    lanes_request_t known = {1, 1000, 4 * G, 2 * G, LANES_ANY_GPU, 0};
-    lanes_request_t unknown = {2, 1000, UNKNOWN, UNKNOWN, LANES_ANY_GPU, 0};
+    lanes_request_t known = {1, 1000, 4 * G, 2 * G, LANES_ANY_GPU, 0, false};
+    lanes_request_t unknown = {2, 1000, UNKNOWN, UNKNOWN, LANES_ANY_GPU, 0, false};
     ck_assert_int_eq(lanes_admit(l, &known, &p), LANES_OK);
     ck_assert_int_eq(lanes_admit(l, &unknown, &p), LANES_OK);
     ck_assert_uint_eq(p.ephemeral_bytes, 4 * G);
@@ -474,7 +474,7 @@ START_TEST(test_claim_wants)
     ck_assert_int_eq(lanes_gpu_info(l, 0, &info), LANES_OK);
     ck_assert_uint_eq(info.free_bytes, 3 * G);
     /* a newcomer may have what it gave back meanwhile */
-    lanes_request_t small = {3, 1000, 1 * G, 1 * G, LANES_ANY_GPU, 0};
+    lanes_request_t small = {3, 1000, 1 * G, 1 * G, LANES_ANY_GPU, 0, false};
     ck_assert_int_eq(lanes_admit(l, &small, &p), LANES_OK);
     /* job 1 leaves: 7 free, the claim takes its 5 first */
     ck_assert_int_eq(lanes_release(l, 1), LANES_OK);
@@ -503,12 +503,12 @@ START_TEST(test_admit_in_order)
         config.job_overhead_bytes = 0;
         lanes_t *l = lanes_create(&config);
         ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
-        lanes_request_t first = {1, 1000, 4 * G, 4 * G, LANES_ANY_GPU, 0};
+        lanes_request_t first = {1, 1000, 4 * G, 4 * G, LANES_ANY_GPU, 0, false};
         ck_assert_int_eq(lanes_admit(l, &first, NULL), LANES_OK);
         const lanes_request_t waiting[] = {
-            {2, 1000, 1 * G, 64 * G, LANES_ANY_GPU, 0}, /* never fits: refused, blocks nothing */
-            {3, 2000, 3 * G, 3 * G, LANES_ANY_GPU, 0},  /* must wait */
-            {4, 2000, 1 * G, 1 * G, LANES_ANY_GPU, 0},  /* fits */
+            {2, 1000, 1 * G, 64 * G, LANES_ANY_GPU, 0, false}, /* never fits: refused, blocks nothing */
+            {3, 2000, 3 * G, 3 * G, LANES_ANY_GPU, 0, false},  /* must wait */
+            {4, 2000, 1 * G, 1 * G, LANES_ANY_GPU, 0, false},  /* fits */
         };
         lanes_status_t results[3];
         lanes_placement_t placements[3];
@@ -547,9 +547,9 @@ START_TEST(test_change_reports)
     config.on_change_context = &log;
     lanes_t *l = lanes_create(&config);
     ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
-    lanes_request_t a = {1, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0};
-    lanes_request_t b = {2, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0};
-    lanes_request_t c = {3, 2000, 1 * G, 4 * G, LANES_ANY_GPU, 0};
+    lanes_request_t a = {1, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0, false};
+    lanes_request_t b = {2, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0, false};
+    lanes_request_t c = {3, 2000, 1 * G, 4 * G, LANES_ANY_GPU, 0, false};
     ck_assert_int_eq(lanes_admit(l, &a, NULL), LANES_OK);
     ck_assert_int_eq(lanes_admit(l, &b, NULL), LANES_OK);
     ck_assert_int_eq(log.count, 2);
@@ -603,7 +603,7 @@ START_TEST(test_random_invariant)
         uint64_t id = NEXT() % 64;
         if (!present[id]) {
             lanes_request_t r = {id, (uint32_t)(1000 + NEXT() % 3), (1 + NEXT() % 16) * 256 * M,
-                                 (1 + NEXT() % 32) * 256 * M, LANES_ANY_GPU, 0};
+                                 (1 + NEXT() % 32) * 256 * M, LANES_ANY_GPU, 0, false};
             lanes_status_t st = lanes_admit(l, &r, NULL);
             ck_assert(st == LANES_OK || st == LANES_WAIT || st == LANES_NEVER_FITS);
             present[id] = st == LANES_OK;
@@ -648,7 +648,7 @@ START_TEST(test_random_grants)
         bool changes = false; /* admitted or released: the version must move */
         if (!present[id]) {
             lanes_request_t r = {id, (uint32_t)(1000 + NEXT() % 2), (NEXT() % 4) * 256 * M,
-                                 (1 + NEXT() % 24) * 256 * M, LANES_ANY_GPU, 0};
+                                 (1 + NEXT() % 24) * 256 * M, LANES_ANY_GPU, 0, false};
             lanes_status_t st = lanes_admit(l, &r, NULL);
             ck_assert(st == LANES_OK || st == LANES_WAIT);
             present[id] = st == LANES_OK;
@@ -771,9 +771,9 @@ START_TEST(test_clone_is_a_silent_scratch_copy)
     lanes_t *l = lanes_create(&config);
     ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
     ck_assert_int_eq(lanes_add_gpu(l, 1, 10 * G, 0), LANES_OK);
-    lanes_request_t a = {1, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0};
-    lanes_request_t b = {2, 1000, 1 * G, 3 * G, 1, 0};
-    lanes_request_t c = {3, 2000, 1 * G, 4 * G, 1, 0};
+    lanes_request_t a = {1, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0, false};
+    lanes_request_t b = {2, 1000, 1 * G, 3 * G, 1, 0, false};
+    lanes_request_t c = {3, 2000, 1 * G, 4 * G, 1, 0, false};
     ck_assert_int_eq(lanes_admit(l, &a, NULL), LANES_OK);
     ck_assert_int_eq(lanes_grant(l, 1, NULL), LANES_OK);
     log.count = 0;

@@ -603,7 +603,7 @@ START_TEST(test_random_invariant)
         uint64_t id = NEXT() % 64;
         if (!present[id]) {
             lanes_request_t r = {id, (uint32_t)(1000 + NEXT() % 3), (1 + NEXT() % 16) * 256 * M,
-                                 (1 + NEXT() % 32) * 256 * M, LANES_ANY_GPU, 0, false};
+                                 (1 + NEXT() % 32) * 256 * M, LANES_ANY_GPU, 0, id % 5 == 0};
             lanes_status_t st = lanes_admit(l, &r, NULL);
             ck_assert(st == LANES_OK || st == LANES_WAIT || st == LANES_NEVER_FITS);
             present[id] = st == LANES_OK;
@@ -617,8 +617,63 @@ START_TEST(test_random_invariant)
             present[id] = false;
         }
         check_invariants(l, "random", step);
+        for (uint64_t j = 0; j < 64; j += 5) { /* an `alone` job's lane holds it only */
+            lanes_placement_t pl;
+            uint64_t ids[64];
+            if (present[j] && lanes_job_placement(l, j, &pl) == LANES_OK)
+                ck_assert_msg(lanes_lane_jobs(l, pl.lane_id, ids, 64) == 1,
+                              "step %d: job %llu shares lane %u", step, (unsigned long long)j,
+                              pl.lane_id);
+        }
     }
 #undef NEXT
+    lanes_destroy(l);
+}
+END_TEST
+
+/* An `alone` request (a latency-critical job) opens a lane of its own: it neither joins nor
+ * grows a lane that would take it, other lanes merge to make room, nobody joins it or lands
+ * in it at a re-attach, and it waits where no merge makes room. */
+START_TEST(test_alone)
+{
+    lanes_config_t config;
+    lanes_config_default(&config);
+    config.job_overhead_bytes = 0;
+    lanes_t *l = lanes_create(&config);
+    ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
+    lanes_request_t a = {1, 1000, 1 * G, 4 * G, LANES_ANY_GPU, 0, false};
+    lanes_request_t b = {2, 1000, 1 * G, 2 * G, LANES_ANY_GPU, 0, false};
+    lanes_request_t lc = {3, 1000, 0, 3 * G, LANES_ANY_GPU, 0, true};
+    lanes_placement_t pa, pb, plc;
+    ck_assert_int_eq(lanes_admit(l, &a, &pa), LANES_OK);
+    ck_assert_int_eq(lanes_admit(l, &b, &pb), LANES_OK); /* 2 GiB left */
+    ck_assert_int_eq(lanes_admit(l, &lc, &plc), LANES_OK); /* a and b merge */
+    ck_assert_int_eq(lanes_job_placement(l, 2, &pb), LANES_OK);
+    ck_assert_uint_eq(pb.lane_id, pa.lane_id);
+    ck_assert_uint_ne(plc.lane_id, pa.lane_id);
+    /* nobody joins it: a best-effort job it would fit best takes the other lane */
+    lanes_request_t c = {4, 1000, 1 * G, 2 * G, LANES_ANY_GPU, 0, false};
+    lanes_placement_t pc;
+    ck_assert_int_eq(lanes_admit(l, &c, &pc), LANES_OK);
+    ck_assert_uint_eq(pc.lane_id, pa.lane_id);
+    /* nor at a re-attach, and an `alone` one joins nobody's */
+    lanes_request_t d = {5, 1000, 0, 1 * G, LANES_ANY_GPU, 0, false};
+    ck_assert_int_eq(lanes_admit_to_lane(l, &d, plc.lane_id, NULL), LANES_ERROR_INVALID);
+    d.alone = true;
+    ck_assert_int_eq(lanes_admit_to_lane(l, &d, pa.lane_id, NULL), LANES_ERROR_INVALID);
+    /* no room for a lane of its own and nothing to merge: it waits */
+    ck_assert_int_eq(lanes_release(l, 4), LANES_OK); /* 1 GiB free */
+    d.ephemeral_bytes = 2 * G;
+    ck_assert_int_eq(lanes_admit(l, &d, NULL), LANES_WAIT);
+    d.ephemeral_bytes = 1 * G;
+    ck_assert_int_eq(lanes_admit(l, &d, NULL), LANES_OK);
+    /* learned sizes that do not fit its lane: it never moves into another (lane 1 would
+     * hold it) */
+    ck_assert_int_eq(lanes_update_sizes(l, 3, 0, 4 * G, NULL), LANES_NO_LONGER_FITS);
+    ck_assert_int_eq(lanes_release(l, 5), LANES_OK);
+    ck_assert_int_eq(lanes_update_sizes(l, 3, 0, 4 * G, &plc), LANES_OK);
+    uint64_t ids[8];
+    ck_assert_uint_eq(lanes_lane_jobs(l, plc.lane_id, ids, 8), 1);
     lanes_destroy(l);
 }
 END_TEST
@@ -813,6 +868,7 @@ static Suite *lanes_suite(void)
     tcase_add_test(tc, test_change_reports);
     tcase_add_test(tc, test_admit_to_lane);
     tcase_add_test(tc, test_clone_is_a_silent_scratch_copy);
+    tcase_add_test(tc, test_alone);
     tcase_add_loop_test(tc, test_random_invariant, 0, 2);
     tcase_add_loop_test(tc, test_random_grants, 0, 2);
     suite_add_tcase(s, tc);

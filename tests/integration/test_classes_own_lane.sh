@@ -56,15 +56,15 @@ placed() {
 }
 
 train be1 768
-wait_until 20 placed be1 || fail "be1 never got a lane: $(cat "$WORK/lanes.json" "$WORK/be1.out")"
+wait_until 60 placed be1 || fail "be1 never got a lane: $(cat "$WORK/lanes.json" "$WORK/be1.out")"
 train be2 128
-wait_until 20 placed be1 be2 || fail "be2 never got a lane: $(cat "$WORK/lanes.json")"
+wait_until 60 placed be1 be2 || fail "be2 never got a lane: $(cat "$WORK/lanes.json")"
 python3 -c 'import json,sys; w=json.load(open(sys.argv[1])); sys.exit(0 if w["be1"] != w["be2"] else 1)' \
     "$WORK/where" || fail "the best-effort jobs share a lane before the server came: $(cat "$WORK/lanes.json")"
 pass "two best-effort jobs, a lane each: $(cat "$WORK/where")"
 
 serve server
-wait_until 20 placed be1 be2 server || fail "the server never got a lane: $(cat "$WORK/lanes.json"; cat "$WORK/server.out")"
+wait_until 60 placed be1 be2 server || fail "the server never got a lane: $(cat "$WORK/lanes.json"; cat "$WORK/server.out")"
 python3 - "$WORK/where" <<'PY' || fail "the server shares its lane: $(cat "$WORK/lanes.json") $(cat "$WORK/where")"
 import json, sys
 w = json.load(open(sys.argv[1]))
@@ -75,7 +75,7 @@ PY
 pass "the server has a lane of its own, the best-effort jobs share one: $(cat "$WORK/where")"
 
 train be3 96
-wait_until 20 placed be1 be2 be3 server || fail "be3 never got a lane: $(cat "$WORK/lanes.json")"
+wait_until 60 placed be1 be2 be3 server || fail "be3 never got a lane: $(cat "$WORK/lanes.json")"
 python3 - "$WORK/where" <<'PY' || fail "a best-effort job joined the server's lane: $(cat "$WORK/lanes.json") $(cat "$WORK/where")"
 import json, sys
 w = json.load(open(sys.argv[1]))
@@ -86,10 +86,10 @@ pass "a third best-effort job stays out of the server's lane: $(cat "$WORK/where
 
 serve server2
 # its admission round runs when it registers, before salusd answers anyone else
-wait_until 20 "qgrep \"'server2' registered\" \"\$WORK/salusd.log\"" ||
+wait_until 60 "qgrep \"'server2' registered\" \"\$WORK/salusd.log\"" ||
     fail "server2 never registered: $(cat "$WORK/server2.out")"
 lanes_json
-until_ps 5 "j['server2']['state'] == 'waiting'"
+until_ps 30 "j['server2']['state'] == 'waiting'"
 python3 - "$WORK/where" <<'PY' || fail "the second server got a lane: $(cat "$WORK/lanes.json") $(cat "$WORK/where")"
 import json, sys
 w = json.load(open(sys.argv[1]))
@@ -98,7 +98,7 @@ PY
 pass "a second server with no room for a lane of its own waits: $(cat "$WORK/where")"
 server_id=$(python3 -c 'import json,sys; print([j["id"] for j in json.load(open(sys.argv[1])) if j["name"] == "server"][0])' "$WORK/ps.json")
 "$SALUSCTL" kill "$server_id" >/dev/null || fail "salusctl kill $server_id"
-wait_until 20 placed be1 be2 be3 server2 || fail "server2 never got a lane: $(cat "$WORK/lanes.json" "$WORK/server2.out")"
+wait_until 60 placed be1 be2 be3 server2 || fail "server2 never got a lane: $(cat "$WORK/lanes.json" "$WORK/server2.out")"
 python3 - "$WORK/where" <<'PY' || fail "the second server shares its lane: $(cat "$WORK/lanes.json") $(cat "$WORK/where")"
 import json, sys
 w = json.load(open(sys.argv[1]))

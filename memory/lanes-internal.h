@@ -8,7 +8,8 @@
  * State invariants after every committed call: every lane holds at least one job, and its
  * size equals the largest E of its jobs (lanes_state_tidy); each GPU keeps
  * sum(P + overhead) + sum(lane sizes) <= capacity; a claim lane (lanes.h, "Learned sizes")
- * holds exactly one job, a provisional one, whose E is the claim. */
+ * holds exactly one job, a provisional one, whose E is the claim; a lane with an `alone` job
+ * holds that job only. */
 #ifndef SALUS_MEMORY_LANES_INTERNAL_H
 #define SALUS_MEMORY_LANES_INTERNAL_H
 
@@ -29,6 +30,7 @@ typedef struct lanes_job_s {
     bool granted;
     uint64_t claim_max_bytes; /* provisional: the request's cap (0: none) */
     uint64_t want_bytes;      /* provisional: the claim it waits to grow to (0: none) */
+    bool alone;               /* a lane of its own, always (lanes.h, "Lanes of their own") */
 } lanes_job_t;
 
 typedef struct lanes_lane_s {
@@ -38,6 +40,7 @@ typedef struct lanes_lane_s {
     uint32_t tenant_uid;  /* the uid of its jobs when lanes are not shared */
     long long memory_uid; /* uid whose data the lane may hold, or LANES_MEMORY_* */
     bool claim;           /* a provisional job's claim: nobody joins or merges it */
+    bool alone;           /* its job's own lane (lanes_job_t.alone): nobody joins or merges it */
 } lanes_lane_t;
 
 typedef struct lanes_gpu_s {

@@ -254,6 +254,7 @@ lanes_status_t lanes_admit(lanes_t *lanes, const lanes_request_t *request,
         .lane_id = LANES_NO_LANE,
         .provisional = provisional,
         .claim_max_bytes = provisional ? request->claim_max_bytes : 0,
+        .alone = request->alone,
     };
     /* (a claim takes at least one byte, and at most what its GPU has) */
     if (!fits_some_gpu(&lanes->state, request->gpu,
@@ -318,6 +319,7 @@ lanes_status_t lanes_admit_to_lane(lanes_t *lanes, const lanes_request_t *reques
     if (!lane)
         return LANES_ERROR_UNKNOWN;
     if ((request->gpu != LANES_ANY_GPU && request->gpu != lane->gpu) || lane->claim ||
+        lane->alone || request->alone ||
         (!config->share_lanes_across_users && lane->tenant_uid != request->uid))
         return LANES_ERROR_INVALID;
     const lanes_gpu_t *gpu = lanes_state_gpu(&lanes->state, lane->gpu);

@@ -57,6 +57,14 @@
  *   LANES_NO_LONGER_FITS (LANES_NEVER_FITS if they exceed the GPU). Its GPU never changes:
  *   its persistent memory lives there.
  *
+ * Lanes of their own: a request with `alone` (a latency-critical job) is placed only in a new
+ *   lane of its own (step 1; step 3 may merge other jobs' lanes to make room for it, never
+ *   grow or join one), and nobody joins, grows into or merges with its lane, also when its
+ *   sizes are learned, a job leaves or lanes merge for others: it never shares ephemeral
+ *   memory. Where no GPU has room for such a lane now it gets LANES_WAIT (LANES_NEVER_FITS
+ *   when it exceeds every allowed GPU, as above); lanes_admit_to_lane refuses it, and refuses
+ *   anyone a lane of its own.
+ *
  * Pure logic: no I/O, no clock, no driver calls, not thread-safe (the daemon's loop owns it).
  * Numbers of jobs per node are small (tens), so the structures are plain arrays; the calls made
  * at every iteration (lanes_grant, lanes_yield, lanes_job_placement) find the job and its lane
@@ -128,6 +136,7 @@ typedef struct lanes_request_s {
     uint64_t ephemeral_bytes;  /* or LANES_SIZE_UNKNOWN */
     int gpu;                   /* LANES_ANY_GPU, or the only GPU allowed */
     uint64_t claim_max_bytes;  /* unknown sizes: the most its claim may hold (0: no cap) */
+    bool alone;                /* a lane of its own, always ("Lanes of their own") */
 } lanes_request_t;
 
 typedef struct lanes_placement_s {
@@ -184,8 +193,9 @@ lanes_status_t lanes_admit(lanes_t *lanes, const lanes_request_t *request,
  * the lane to the job's E when the GPU has room: for a job that comes back after a daemon
  * restart to the lane it shared. Sizes must be known. Ignores max_jobs_per_gpu (the job was
  * admitted already). LANES_OK, LANES_WAIT (no room; nothing changed), LANES_ERROR_UNKNOWN (no
- * such lane), LANES_ERROR_INVALID (unknown sizes, another GPU, or the lane's tenancy does not
- * allow the uid), LANES_ERROR_EXISTS, LANES_ERROR_NO_MEMORY. */
+ * such lane), LANES_ERROR_INVALID (unknown sizes, another GPU, the lane's tenancy does not
+ * allow the uid, the request is `alone` or the lane is one's own), LANES_ERROR_EXISTS,
+ * LANES_ERROR_NO_MEMORY. */
 lanes_status_t lanes_admit_to_lane(lanes_t *lanes, const lanes_request_t *request,
                                    uint32_t lane_id, lanes_placement_t *placement);
 /* Tries requests in the given order (the policy's admission order). results[i] gets each

@@ -115,7 +115,7 @@ void lanes_state_tidy(lanes_state_t *state, int gpu)
         lanes_lane_t *lane = &state->lanes[i];
         uint64_t largest = 0;
         size_t members = 0;
-        bool provisional = false;
+        bool provisional = false, alone = false;
         if (lane->gpu != gpu) {
             i++;
             continue;
@@ -125,6 +125,7 @@ void lanes_state_tidy(lanes_state_t *state, int gpu)
                 continue;
             members++;
             provisional |= state->jobs[j].provisional;
+            alone |= state->jobs[j].alone;
             if (state->jobs[j].ephemeral_bytes > largest)
                 largest = state->jobs[j].ephemeral_bytes;
         }
@@ -134,6 +135,7 @@ void lanes_state_tidy(lanes_state_t *state, int gpu)
         }
         lane->size_bytes = largest;
         lane->claim = provisional;
+        lane->alone = alone;
         i++;
     }
 }
@@ -152,10 +154,18 @@ static bool tenancy_allows(const lanes_config_t *config, const lanes_lane_t *lan
     return config->share_lanes_across_users || lane->tenant_uid == uid;
 }
 
+/* Whether another job may join, grow into or merge with the lane (a claim or a lane of its
+ * job's own: lanes.h, "Lanes of their own"). */
+static bool lane_shared(const lanes_lane_t *lane)
+{
+    return !lane->claim && !lane->alone;
+}
+
 static bool lanes_compatible(const lanes_config_t *config, const lanes_lane_t *a,
                              const lanes_lane_t *b)
 {
-    return config->share_lanes_across_users || a->tenant_uid == b->tenant_uid;
+    return lane_shared(a) && lane_shared(b) &&
+           (config->share_lanes_across_users || a->tenant_uid == b->tenant_uid);
 }
 
 static bool gpu_has_room_for_job(const lanes_state_t *state, const lanes_config_t *config, int gpu)
@@ -303,10 +313,10 @@ static void plain_options(const lanes_state_t *state, const lanes_config_t *conf
                       0};
         consider(best, &o);
     }
-    for (size_t i = 0; i < state->lane_count; i++) {
+    for (size_t i = 0; i < state->lane_count && !job->alone; i++) {
         const lanes_lane_t *lane = &state->lanes[i];
         if (lane->gpu != gpu->index || lane->size_bytes < job->ephemeral_bytes ||
-            lane->claim || !tenancy_allows(config, lane, job->uid))
+            !lane_shared(lane) || !tenancy_allows(config, lane, job->uid))
             continue;
         /* Best fit first; then a lane of the job's own user (no clearing), then the emptier
          * lane. */
@@ -333,6 +343,7 @@ static void apply_option(lanes_state_t *state, lanes_job_t *job, const option_t 
         lane->tenant_uid = job->uid;
         lane->memory_uid = LANES_MEMORY_FRESH;
         lane->claim = job->provisional;
+        lane->alone = job->alone;
         job->lane_id = lane->id;
     } else {
         job->lane_id = option->lane_id;
@@ -361,11 +372,12 @@ static bool grow_and_join(lanes_state_t *state, const lanes_config_t *config, la
     uint64_t charge = job->persistent_bytes + config->job_overhead_bytes;
     lanes_lane_t *best = NULL;
 
-    if (charge > free_bytes || job->provisional)
+    if (charge > free_bytes || job->provisional || job->alone)
         return false;
     for (size_t i = 0; i < state->lane_count; i++) {
         lanes_lane_t *lane = &state->lanes[i];
-        if (lane->gpu != gpu->index || lane->claim || !tenancy_allows(config, lane, job->uid))
+        if (lane->gpu != gpu->index || !lane_shared(lane) ||
+            !tenancy_allows(config, lane, job->uid))
             continue;
         uint64_t growth = job->ephemeral_bytes > lane->size_bytes
                               ? job->ephemeral_bytes - lane->size_bytes : 0;
@@ -402,8 +414,7 @@ static bool merge_best_pair(lanes_state_t *state, const lanes_config_t *config, 
     for (size_t i = 0; i < state->lane_count; i++) {
         for (size_t j = i + 1; j < state->lane_count; j++) {
             const lanes_lane_t *a = &state->lanes[i], *b = &state->lanes[j];
-            if (a->gpu != gpu || b->gpu != gpu || a->claim || b->claim ||
-                !lanes_compatible(config, a, b))
+            if (a->gpu != gpu || b->gpu != gpu || !lanes_compatible(config, a, b))
                 continue;
             uint64_t saving = a->size_bytes < b->size_bytes ? a->size_bytes : b->size_bytes;
             if (found && saving <= best_saving)

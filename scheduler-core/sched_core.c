@@ -631,7 +631,8 @@ static void admit_by_user(sched_core_t *core, size_t n, bool strict)
         lanes_request_t *r = &core->requests[step];
         *r = (lanes_request_t){.job_id = job->id, .uid = job->uid,
                                .persistent_bytes = job->persistent_hint,
-                               .ephemeral_bytes = job->ephemeral_hint, .gpu = job->only_gpu};
+                               .ephemeral_bytes = job->ephemeral_hint, .gpu = job->only_gpu,
+                               .alone = job->latency_target_ns != 0};
         lanes_status_t st = LANES_WAIT;
         if (!blocked && core_within_caps(core, job, user, &r->gpu)) {
             r->claim_max_bytes = core_claim_cap(core, job, r->gpu);
@@ -687,6 +688,7 @@ static void admission_round(sched_core_t *core, uint64_t now_ns)
                 .persistent_bytes = job->persistent_hint,
                 .ephemeral_bytes = job->ephemeral_hint,
                 .gpu = job->only_gpu,
+                .alone = job->latency_target_ns != 0, /* a lane of its own, always */
             };
         }
         lanes_admit_in_order(core->lanes, core->requests, n, strict, core->statuses, NULL);
@@ -999,11 +1001,14 @@ int sched_core_job_reattached(sched_core_t *core, const sched_core_job_hints_t *
     core_job_t *job = find(core, hints->id);
     lanes_request_t request = {.job_id = job->id, .uid = job->uid,
                                .persistent_bytes = where->persistent_bytes,
-                               .ephemeral_bytes = where->ephemeral_bytes, .gpu = where->gpu};
+                               .ephemeral_bytes = where->ephemeral_bytes, .gpu = where->gpu,
+                               .alone = job->latency_target_ns != 0};
     lanes_placement_t pl;
     begin(core, effects);
+    /* (a latency-critical job, or one whose mate is, takes a lane of its own: a salusd before
+     * lanes of their own may have let them share one) */
     const core_job_t *mate = where->lane_of_job ? find(core, where->lane_of_job) : NULL;
-    lanes_status_t st = mate && mate->admitted
+    lanes_status_t st = mate && mate->admitted && !request.alone && !mate->latency_target_ns
                             ? lanes_admit_to_lane(core->lanes, &request, mate->lane, &pl)
                             : lanes_admit(core->lanes, &request, &pl);
     if (st != LANES_OK) {

@@ -269,8 +269,9 @@ typedef struct sched_core_job_hints_s {
      * ranks of a group. */
     bool pinned;
     int pinned_gpu;
-    /* > 0: latency-critical, each iteration (a request) should take at most this long;
-     * 0: best-effort ("Classes" above) */
+    /* > 0: latency-critical, each iteration (a request) should take at most this long; it
+     * always has a lane of its own (memory/lanes.h, "Lanes of their own"); 0: best-effort
+     * ("Classes" above) */
     uint64_t latency_target_ns;
 } sched_core_job_hints_t;
 

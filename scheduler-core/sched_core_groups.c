@@ -739,7 +739,8 @@ void core_admit_with_groups(sched_core_t *core, size_t n, bool strict, bool by_u
                 core->requests[step] = (lanes_request_t){
                     .job_id = rank->id, .uid = rank->uid,
                     .persistent_bytes = rank->persistent_hint,
-                    .ephemeral_bytes = rank->ephemeral_hint, .gpu = LANES_ANY_GPU};
+                    .ephemeral_bytes = rank->ephemeral_hint, .gpu = LANES_ANY_GPU,
+                    .alone = rank->latency_target_ns != 0};
                 core->statuses[step++] = LANES_WAIT;
             }
             admit_group(core, group, first, step - first, user, strict, &blocked);
@@ -748,7 +749,8 @@ void core_admit_with_groups(sched_core_t *core, size_t n, bool strict, bool by_u
         lanes_request_t *r = &core->requests[step];
         *r = (lanes_request_t){.job_id = job->id, .uid = job->uid,
                                .persistent_bytes = job->persistent_hint,
-                               .ephemeral_bytes = job->ephemeral_hint, .gpu = job->only_gpu};
+                               .ephemeral_bytes = job->ephemeral_hint, .gpu = job->only_gpu,
+                               .alone = job->latency_target_ns != 0};
         lanes_status_t st = LANES_WAIT;
         if (!blocked && (!user || core_within_caps(core, job, user, &r->gpu))) {
             st = lanes_admit(core->lanes, r, NULL);

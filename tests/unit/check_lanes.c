@@ -300,7 +300,7 @@ START_TEST(test_lanes_case)
             ck_assert_int_eq(lanes_add_gpu(l, st->gpu, st->p, st->e), LANES_OK);
             break;
         case L_ADMIT: {
-            lanes_request_t r = {st->job, st->uid, st->p, st->e, st->gpu, 0};
+            lanes_request_t r = {st->job, st->uid, st->p, st->e, st->gpu, 0, false};
             status = lanes_admit(l, &r, &p);
             break;
         }
@@ -363,7 +363,7 @@ START_TEST(test_provisional_flag)
 {
     lanes_t *l = lanes_create(NULL);
     lanes_placement_t p;
-    lanes_request_t r = {1, 1000, UNKNOWN, 3 * G, LANES_ANY_GPU, 0};
+    lanes_request_t r = {1, 1000, UNKNOWN, 3 * G, LANES_ANY_GPU, 0, false};
     ck_assert_int_eq(lanes_add_gpu(l, 0, 16 * G, 1 * G), LANES_OK);
     ck_assert_int_eq(lanes_add_gpu(l, 0, 16 * G, 1 * G), LANES_ERROR_EXISTS);
     ck_assert_int_eq(lanes_add_gpu(l, 1, 1 * G, 1 * G), LANES_ERROR_INVALID);
@@ -416,7 +416,7 @@ START_TEST(test_claims)
         {7, 0, LANES_WAIT, 0, 0},
     };
     for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
-        lanes_request_t r = {steps[i].id, 1000, UNKNOWN, UNKNOWN, LANES_ANY_GPU, steps[i].cap};
+        lanes_request_t r = {steps[i].id, 1000, UNKNOWN, UNKNOWN, LANES_ANY_GPU, steps[i].cap, false};
         ck_assert_int_eq(lanes_admit(l, &r, &p), steps[i].status);
         if (steps[i].status != LANES_OK)
             continue;
@@ -460,8 +460,8 @@ START_TEST(test_claim_wants)
     lanes_placement_t p;
     lanes_gpu_info_t info;
     ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
-    lanes_request_t known = {1, 1000, 4 * G, 2 * G, LANES_ANY_GPU, 0};
-    lanes_request_t unknown = {2, 1000, UNKNOWN, UNKNOWN, LANES_ANY_GPU, 0};
+    lanes_request_t known = {1, 1000, 4 * G, 2 * G, LANES_ANY_GPU, 0, false};
+    lanes_request_t unknown = {2, 1000, UNKNOWN, UNKNOWN, LANES_ANY_GPU, 0, false};
     ck_assert_int_eq(lanes_admit(l, &known, &p), LANES_OK);
     ck_assert_int_eq(lanes_admit(l, &unknown, &p), LANES_OK);
     ck_assert_uint_eq(p.ephemeral_bytes, 4 * G);
@@ -474,7 +474,7 @@ START_TEST(test_claim_wants)
     ck_assert_int_eq(lanes_gpu_info(l, 0, &info), LANES_OK);
     ck_assert_uint_eq(info.free_bytes, 3 * G);
     /* a newcomer may have what it gave back meanwhile */
-    lanes_request_t small = {3, 1000, 1 * G, 1 * G, LANES_ANY_GPU, 0};
+    lanes_request_t small = {3, 1000, 1 * G, 1 * G, LANES_ANY_GPU, 0, false};
     ck_assert_int_eq(lanes_admit(l, &small, &p), LANES_OK);
     /* job 1 leaves: 7 free, the claim takes its 5 first */
     ck_assert_int_eq(lanes_release(l, 1), LANES_OK);
@@ -503,12 +503,12 @@ START_TEST(test_admit_in_order)
         config.job_overhead_bytes = 0;
         lanes_t *l = lanes_create(&config);
         ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
-        lanes_request_t first = {1, 1000, 4 * G, 4 * G, LANES_ANY_GPU, 0};
+        lanes_request_t first = {1, 1000, 4 * G, 4 * G, LANES_ANY_GPU, 0, false};
         ck_assert_int_eq(lanes_admit(l, &first, NULL), LANES_OK);
         const lanes_request_t waiting[] = {
-            {2, 1000, 1 * G, 64 * G, LANES_ANY_GPU, 0}, /* never fits: refused, blocks nothing */
-            {3, 2000, 3 * G, 3 * G, LANES_ANY_GPU, 0},  /* must wait */
-            {4, 2000, 1 * G, 1 * G, LANES_ANY_GPU, 0},  /* fits */
+            {2, 1000, 1 * G, 64 * G, LANES_ANY_GPU, 0, false}, /* never fits: refused, blocks nothing */
+            {3, 2000, 3 * G, 3 * G, LANES_ANY_GPU, 0, false},  /* must wait */
+            {4, 2000, 1 * G, 1 * G, LANES_ANY_GPU, 0, false},  /* fits */
         };
         lanes_status_t results[3];
         lanes_placement_t placements[3];
@@ -547,9 +547,9 @@ START_TEST(test_change_reports)
     config.on_change_context = &log;
     lanes_t *l = lanes_create(&config);
     ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
-    lanes_request_t a = {1, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0};
-    lanes_request_t b = {2, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0};
-    lanes_request_t c = {3, 2000, 1 * G, 4 * G, LANES_ANY_GPU, 0};
+    lanes_request_t a = {1, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0, false};
+    lanes_request_t b = {2, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0, false};
+    lanes_request_t c = {3, 2000, 1 * G, 4 * G, LANES_ANY_GPU, 0, false};
     ck_assert_int_eq(lanes_admit(l, &a, NULL), LANES_OK);
     ck_assert_int_eq(lanes_admit(l, &b, NULL), LANES_OK);
     ck_assert_int_eq(log.count, 2);
@@ -603,7 +603,7 @@ START_TEST(test_random_invariant)
         uint64_t id = NEXT() % 64;
         if (!present[id]) {
             lanes_request_t r = {id, (uint32_t)(1000 + NEXT() % 3), (1 + NEXT() % 16) * 256 * M,
-                                 (1 + NEXT() % 32) * 256 * M, LANES_ANY_GPU, 0};
+                                 (1 + NEXT() % 32) * 256 * M, LANES_ANY_GPU, 0, id % 5 == 0};
             lanes_status_t st = lanes_admit(l, &r, NULL);
             ck_assert(st == LANES_OK || st == LANES_WAIT || st == LANES_NEVER_FITS);
             present[id] = st == LANES_OK;
@@ -617,8 +617,63 @@ START_TEST(test_random_invariant)
             present[id] = false;
         }
         check_invariants(l, "random", step);
+        for (uint64_t j = 0; j < 64; j += 5) { /* an `alone` job's lane holds it only */
+            lanes_placement_t pl;
+            uint64_t ids[64];
+            if (present[j] && lanes_job_placement(l, j, &pl) == LANES_OK)
+                ck_assert_msg(lanes_lane_jobs(l, pl.lane_id, ids, 64) == 1,
+                              "step %d: job %llu shares lane %u", step, (unsigned long long)j,
+                              pl.lane_id);
+        }
     }
 #undef NEXT
+    lanes_destroy(l);
+}
+END_TEST
+
+/* An `alone` request (a latency-critical job) opens a lane of its own: it neither joins nor
+ * grows a lane that would take it, other lanes merge to make room, nobody joins it or lands
+ * in it at a re-attach, and it waits where no merge makes room. */
+START_TEST(test_alone)
+{
+    lanes_config_t config;
+    lanes_config_default(&config);
+    config.job_overhead_bytes = 0;
+    lanes_t *l = lanes_create(&config);
+    ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
+    lanes_request_t a = {1, 1000, 1 * G, 4 * G, LANES_ANY_GPU, 0, false};
+    lanes_request_t b = {2, 1000, 1 * G, 2 * G, LANES_ANY_GPU, 0, false};
+    lanes_request_t lc = {3, 1000, 0, 3 * G, LANES_ANY_GPU, 0, true};
+    lanes_placement_t pa, pb, plc;
+    ck_assert_int_eq(lanes_admit(l, &a, &pa), LANES_OK);
+    ck_assert_int_eq(lanes_admit(l, &b, &pb), LANES_OK); /* 2 GiB left */
+    ck_assert_int_eq(lanes_admit(l, &lc, &plc), LANES_OK); /* a and b merge */
+    ck_assert_int_eq(lanes_job_placement(l, 2, &pb), LANES_OK);
+    ck_assert_uint_eq(pb.lane_id, pa.lane_id);
+    ck_assert_uint_ne(plc.lane_id, pa.lane_id);
+    /* nobody joins it: a best-effort job it would fit best takes the other lane */
+    lanes_request_t c = {4, 1000, 1 * G, 2 * G, LANES_ANY_GPU, 0, false};
+    lanes_placement_t pc;
+    ck_assert_int_eq(lanes_admit(l, &c, &pc), LANES_OK);
+    ck_assert_uint_eq(pc.lane_id, pa.lane_id);
+    /* nor at a re-attach, and an `alone` one joins nobody's */
+    lanes_request_t d = {5, 1000, 0, 1 * G, LANES_ANY_GPU, 0, false};
+    ck_assert_int_eq(lanes_admit_to_lane(l, &d, plc.lane_id, NULL), LANES_ERROR_INVALID);
+    d.alone = true;
+    ck_assert_int_eq(lanes_admit_to_lane(l, &d, pa.lane_id, NULL), LANES_ERROR_INVALID);
+    /* no room for a lane of its own and nothing to merge: it waits */
+    ck_assert_int_eq(lanes_release(l, 4), LANES_OK); /* 1 GiB free */
+    d.ephemeral_bytes = 2 * G;
+    ck_assert_int_eq(lanes_admit(l, &d, NULL), LANES_WAIT);
+    d.ephemeral_bytes = 1 * G;
+    ck_assert_int_eq(lanes_admit(l, &d, NULL), LANES_OK);
+    /* learned sizes that do not fit its lane: it never moves into another (lane 1 would
+     * hold it) */
+    ck_assert_int_eq(lanes_update_sizes(l, 3, 0, 4 * G, NULL), LANES_NO_LONGER_FITS);
+    ck_assert_int_eq(lanes_release(l, 5), LANES_OK);
+    ck_assert_int_eq(lanes_update_sizes(l, 3, 0, 4 * G, &plc), LANES_OK);
+    uint64_t ids[8];
+    ck_assert_uint_eq(lanes_lane_jobs(l, plc.lane_id, ids, 8), 1);
     lanes_destroy(l);
 }
 END_TEST
@@ -648,7 +703,7 @@ START_TEST(test_random_grants)
         bool changes = false; /* admitted or released: the version must move */
         if (!present[id]) {
             lanes_request_t r = {id, (uint32_t)(1000 + NEXT() % 2), (NEXT() % 4) * 256 * M,
-                                 (1 + NEXT() % 24) * 256 * M, LANES_ANY_GPU, 0};
+                                 (1 + NEXT() % 24) * 256 * M, LANES_ANY_GPU, 0, false};
             lanes_status_t st = lanes_admit(l, &r, NULL);
             ck_assert(st == LANES_OK || st == LANES_WAIT);
             present[id] = st == LANES_OK;
@@ -771,9 +826,9 @@ START_TEST(test_clone_is_a_silent_scratch_copy)
     lanes_t *l = lanes_create(&config);
     ck_assert_int_eq(lanes_add_gpu(l, 0, 10 * G, 0), LANES_OK);
     ck_assert_int_eq(lanes_add_gpu(l, 1, 10 * G, 0), LANES_OK);
-    lanes_request_t a = {1, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0};
-    lanes_request_t b = {2, 1000, 1 * G, 3 * G, 1, 0};
-    lanes_request_t c = {3, 2000, 1 * G, 4 * G, 1, 0};
+    lanes_request_t a = {1, 1000, 1 * G, 3 * G, LANES_ANY_GPU, 0, false};
+    lanes_request_t b = {2, 1000, 1 * G, 3 * G, 1, 0, false};
+    lanes_request_t c = {3, 2000, 1 * G, 4 * G, 1, 0, false};
     ck_assert_int_eq(lanes_admit(l, &a, NULL), LANES_OK);
     ck_assert_int_eq(lanes_grant(l, 1, NULL), LANES_OK);
     log.count = 0;
@@ -813,6 +868,7 @@ static Suite *lanes_suite(void)
     tcase_add_test(tc, test_change_reports);
     tcase_add_test(tc, test_admit_to_lane);
     tcase_add_test(tc, test_clone_is_a_silent_scratch_copy);
+    tcase_add_test(tc, test_alone);
     tcase_add_loop_test(tc, test_random_invariant, 0, 2);
     tcase_add_loop_test(tc, test_random_grants, 0, 2);
     suite_add_tcase(s, tc);

@@ -2401,6 +2401,50 @@ START_TEST(test_classes_admission_and_gate_roles)
 }
 END_TEST
 
+/* A latency-critical job always has a lane of its own: where the GPU has no room for a new
+ * lane it does not join a best-effort job's lane (the best-effort lanes merge to make room),
+ * no best-effort job joins its lane later, a second one waits (not refused) while no merge
+ * makes room, and is admitted alone once the first leaves. */
+START_TEST(test_latency_critical_job_has_a_lane_of_its_own)
+{
+    fake_t f;
+    fake_start(&f, "slo", 3 * GIB);
+    reg(&f, 1, 0, 0, 2 * GIB, 0, 0); /* lane A, 2 GiB */
+    reg(&f, 2, 0, 0, 1 * GIB, 0, 0); /* lane B, 1 GiB: the GPU is full */
+    ck_assert(f.jobs[1].admitted && f.jobs[2].admitted);
+    ck_assert_uint_ne(f.jobs[1].lane, f.jobs[2].lane);
+    /* joining lane B would fit; instead A and B merge and it opens a lane of its own */
+    reg_lc(&f, 3, 1 * GIB, 0, 10 * MS, 0);
+    ck_assert(f.jobs[3].admitted && !f.jobs[3].refused);
+    ck_assert_uint_eq(f.jobs[1].lane, f.jobs[2].lane);
+    ck_assert_uint_ne(f.jobs[3].lane, f.jobs[1].lane);
+    ck_assert_int_eq(f.jobs[3].gate, SCHED_CORE_GATE_LC);
+    ck_assert_int_eq(f.jobs[1].gate, SCHED_CORE_GATE_PREEMPTIBLE);
+    ck_assert_int_eq(f.jobs[2].gate, SCHED_CORE_GATE_PREEMPTIBLE);
+    /* a best-effort job that fits in its lane joins the best-effort lane instead */
+    reg(&f, 4, 0, 0, 1 * GIB, 0, 0);
+    ck_assert(f.jobs[4].admitted);
+    ck_assert_uint_eq(f.jobs[4].lane, f.jobs[1].lane);
+    /* a second latency-critical job: no room for a lane of its own, and no merge makes one:
+     * it waits, refused by nobody */
+    reg_lc(&f, 5, 1 * GIB, 0, 10 * MS, 0);
+    ck_assert(!f.jobs[5].admitted && !f.jobs[5].refused);
+    /* best-effort jobs leaving do not bring it into their lane while it stays */
+    leave(&f, 2);
+    leave(&f, 4);
+    ck_assert(!f.jobs[5].admitted && !f.jobs[5].refused);
+    /* the first leaves: the second takes a lane of its own, not job 1's */
+    leave(&f, 3);
+    ck_assert(f.jobs[5].admitted);
+    ck_assert_uint_ne(f.jobs[5].lane, f.jobs[1].lane);
+    /* a best-effort newcomer joins job 1's lane, not its */
+    reg(&f, 6, 0, 0, 1 * GIB, 0, 0);
+    ck_assert(f.jobs[6].admitted);
+    ck_assert_uint_eq(f.jobs[6].lane, f.jobs[1].lane);
+    fake_stop(&f);
+}
+END_TEST
+
 /* A latency-critical job that survived a restart of salusd comes back with its class: it is
  * one of the admitted jobs every walk sees, so the best-effort jobs of its GPU are preemptible
  * at the gate (those back before it too, and those that register after) and a latency-critical
@@ -2502,6 +2546,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(c, test_cluster_beside_local_gangs);
     tcase_add_test(c, test_classes_admission_and_gate_roles);
     tcase_add_test(c, test_reattached_latency_critical_job_keeps_its_class);
+    tcase_add_test(c, test_latency_critical_job_has_a_lane_of_its_own);
     tcase_add_test(c, test_cluster_three_nodes_never_deadlock);
     suite_add_tcase(s, c);
     return s;

@@ -47,7 +47,6 @@ before = set(sys.argv[1].split())
 st = {r["rank"]: r for r in x["ranks"]}
 '"$code" "$before" "$@"
 }
-gone() { ! kill -0 "$1" 2>/dev/null; }
 
 # ---- 1. the mixed group under mpirun, rank 0 on n1 (host-only), rank 1 on n2 (GPU)
 b1=$(group_names 1)

@@ -26,7 +26,6 @@ ssp_rank() { # ssp_rank NODE RANK HOST_MS
     RANK_PIDS+=($!)
     eval "PID_R$2=$!"
 }
-gone() { ! kill -0 "$1" 2>/dev/null; }
 ssp_rank 1 0 1
 ssp_rank 2 1 1
 ssp_rank 3 2 60

@@ -135,3 +135,18 @@ metrics_url() {
 }
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# gone PID: the process PID no longer runs
+gone() { ! kill -0 "$1" 2>/dev/null; }
+
+# groups_py PYTHON ARGS...: PYTHON (sys.argv[1:] = ARGS) with g the list `salusctl --json
+# groups` prints and q(name) the groups named name
+groups_py() {
+    local code=$1
+    shift
+    "$SALUSCTL" --json groups | python3 -c '
+import json, sys
+g = json.load(sys.stdin)
+def q(name): return [x for x in g if x["name"] == name]
+'"$code" "$@"
+}

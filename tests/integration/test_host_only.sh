@@ -34,17 +34,6 @@ MPI_ENV=(-x SALUS_SOCKET -x SIMGPU_SHM_NAME -x SIMGPU_DEVICES -x SIMGPU_KERNEL_P
 # ranks skip leak detection (as in test_dp_salus.sh; salusd's is checked at its exit)
 MPI_ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 
-# groups_py PYTHON ARGS...: PYTHON with g the groups list, q(name) the groups named name
-groups_py() {
-    local code=$1
-    shift
-    "$SALUSCTL" --json groups | python3 -c '
-import json, sys
-g = json.load(sys.stdin)
-def q(name): return [x for x in g if x["name"] == name]
-'"$code" "$@"
-}
-gone() { ! kill -0 "$1" 2>/dev/null; }
 
 # ---- 1. the mixed group under mpirun ----
 before=$("$SALUSCTL" --json groups | python3 -c 'import json,sys; print(" ".join(x["name"] for x in json.load(sys.stdin)))')

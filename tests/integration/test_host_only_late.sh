@@ -18,17 +18,6 @@ start_daemon
 SYNTH="$BIN/salus-synth"
 SHORT=(--iterations 5 --gpu-ms 1 --persistent-mb 16 --ephemeral-mb 16)
 
-# groups_py PYTHON ARGS...: PYTHON with g the groups list, q(name) the groups named name
-groups_py() {
-    local code=$1
-    shift
-    "$SALUSCTL" --json groups | python3 -c '
-import json, sys
-g = json.load(sys.stdin)
-def q(name): return [x for x in g if x["name"] == name]
-'"$code" "$@"
-}
-gone() { ! kill -0 "$1" 2>/dev/null; }
 
 # ---- 1. the host-only rank exits 0 before rank 0 is submitted ----
 G="late-$$"

@@ -24,7 +24,6 @@ job() {
     RUN_PIDS+=($!)
     eval "PID_$t=$!"
 }
-gone() { ! kill -0 "$1" 2>/dev/null; }
 # field_of NAME KEY: the job's KEY in ps --json (JSON), "" when not listed
 field_of() {
     "$SALUSCTL" ps --json | python3 -c '

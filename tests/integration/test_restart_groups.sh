@@ -30,7 +30,6 @@ group() {
         eval "PID_${t}_$r=$!"
     done
 }
-gone() { ! kill -0 "$1" 2>/dev/null; }
 iterations_of() {
     "$SALUSCTL" ps --json | python3 -c '
 import json, sys

@@ -33,6 +33,7 @@ typedef struct group_s {
     uint32_t staleness;
     int share_gpus;
     int restore;               /* a rank joined with "restore" */
+    int reattached;            /* a rank re-attached into it after a restart of salusd */
     int cluster_complete;      /* a cluster group: every rank on every node was submitted */
     group_rank_t *ranks;       /* world entries, by rank */
     uint32_t joined;           /* ranks submitted */
@@ -236,6 +237,7 @@ int groups_join(salusd_t *d, job_t *job, const groups_fields_t *f)
                  (unsigned long long)g->id, g->world);
     }
     g->restore |= f->restore != 0;
+    g->reattached |= f->reattached != 0;
     if (g->form_timer && event_pending(g->form_timer, EV_TIMEOUT, NULL)) {
         event_del(g->form_timer); /* a missing rank came: the group lives on with it */
         LOG_INFO("group %s of uid %u: rank %u came while the group waited for its missing "
@@ -447,7 +449,7 @@ static void settle(salusd_t *d, group_t *g)
 {
     if (g->ended_ns || g->over != g->joined)
         return;
-    if (g->failed || groups_all_submitted(d, g->id)) {
+    if (g->failed || g->reattached || groups_all_submitted(d, g->id)) {
         end_group(d, g);
         return;
     }

@@ -69,6 +69,9 @@ typedef struct groups_fields_s {
     int share_gpus;
     int restore;        /* "restore": true (salusctl run --restore): the group's tables start
                          * from their checkpoints on this node (ps_ckpt.h) */
+    int reattached;     /* a rank re-attaching after a restart of salusd: the ranks its group
+                         * misses may have ended before it (not kept), so the group does not
+                         * wait for them (--group-form-timeout-s) once its ranks here end */
 } groups_fields_t;
 
 /* Reads the group fields of a submit body: 1 when present, 0 when the body has none, -EINVAL

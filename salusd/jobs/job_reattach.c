@@ -215,7 +215,7 @@ void jobs_handle_reattach(conn_t *c, const proto_msg_t *msg)
                              .local_rank = rec->group_local_rank,
                              .sync = (launch_sync_t)rec->group_sync,
                              .staleness = rec->group_staleness,
-                             .share_gpus = (int)rec->group_share_gpus};
+                             .share_gpus = (int)rec->group_share_gpus, .reattached = 1};
         char err[256] = "out of memory";
         snprintf(f.name, sizeof(f.name), "%s", rec->group);
         if (groups_check_join(d, job->uid, &f, err, sizeof(err)) < 0 ||

@@ -84,3 +84,29 @@ echo "  killed and restarted: final_loss=$(sed -n 's/^final_loss=//p' "$WORK/int
 [ "$("$SALUSCTL" groups --json | python3 -c 'import json,sys; print([x["state"] for x in json.load(sys.stdin) if x["name"] == sys.argv[1]][0])' "int-$SUFFIX")" = done ] ||
     fail "the group is not done: $("$SALUSCTL" groups)"
 pass "a 2-rank BSP group across kill -9 of salusd: back in its group, finished with the uninterrupted run's losses and weights, bit for bit"
+
+# ---- a group one of whose ranks ended before the restart: the rank that re-attaches re-forms
+# it alone (ended ranks are not kept); once it ends the group is done, it does not wait for the
+# rank that ended before (--group-form-timeout-s, 60 s) and fail as if that rank never came
+E="early-$SUFFIX"
+"$SALUSCTL" run --name early.1 --group "$E" --world 2 --rank 1 -- sh -c 'exit 0' >"$WORK/early.1.out" 2>&1 &
+PID_e1=$!
+RUN_PIDS+=($PID_e1)
+"$SALUSCTL" run --name early.0 --group "$E" --world 2 --rank 0 -- "$BIN/salus-synth" \
+    --iterations 150 --gpu-ms 1 --host-ms 20 --persistent-mb 16 --ephemeral-mb 16 >"$WORK/early.0.out" 2>&1 &
+PID_e0=$!
+RUN_PIDS+=($PID_e0)
+wait_until 60 'gone $PID_e1 && [ "$(iterations_of early.0)" -ge 10 ]' ||
+    fail "rank 1 did not end or rank 0 did not run: $("$SALUSCTL" ps)"
+wait "$PID_e1" || fail "rank 1 (sh -c 'exit 0') failed: $(cat "$WORK/early.1.out")"
+at=$(iterations_of early.0)
+kill -9 "$DAEMON_PID"
+wait "$DAEMON_PID" 2>/dev/null || true
+echo "  salusd killed (kill -9) with rank 0 of $E at iteration $at of 150, rank 1 ended before"
+start_daemon --policy pack --group-form-timeout-s 60
+wait_until 60 gone $PID_e0 || fail "rank 0 did not finish after the restart: $("$SALUSCTL" ps)"
+wait "$PID_e0" || fail "rank 0 after the restart: $(tail -3 "$WORK/early.0.out")"
+state_of() { groups_py 'print(q(sys.argv[1])[0]["state"] if q(sys.argv[1]) else "")' "$1"; }
+wait_until 20 '[ "$(state_of "$E")" = done ]' ||
+    fail "the group re-formed by its re-attached rank is not done once that rank ended: $("$SALUSCTL" groups)"
+pass "a group whose rank 1 ended before a kill -9 of salusd: rank 0 re-attached alone, finished, the group done (it did not wait for rank 1)"

@@ -483,9 +483,11 @@ void jobs_lane_memory_reattached(salusd_t *d, job_t *job)
     if (!r || gpu_sched_job_info(d, job, &info) < 0 || !info.admitted)
         return;
     if (!r->placed) {
+        /* (looked up before r is placed: a set restored later sits before it in the list) */
+        lane_region_t *current = find_region(d, r->gpu, info.lane);
         r->placed = 1;
         r->lane = info.lane;
-        if (!d->config.lane_memory_shared || find_region(d, r->gpu, r->lane) != r) {
+        if (!d->config.lane_memory_shared || current) {
             r->retired = 1; /* fresh chunks now, or another set is that lane's already */
             LOG_WARN("lane %u of GPU %d: the shared chunks job %llu re-presented (%llu MiB) are "
                      "not the lane's set here (%s): its jobs unmap them at their next release",

@@ -225,7 +225,7 @@ void ps_retarget_view_changed(ps_table_t *t)
 static uint64_t stalled_since(const ps_t *ps, uint64_t went_ns)
 {
     uint64_t now = salusd_now_ns(), ttl = ps_retarget_limit_ns(ps) / PS_FAILOVER_TTLS;
-    uint64_t floor = now > ttl ? now - ttl : 0;
+    uint64_t floor = now > ttl ? now - ttl : 1; /* (0 would mean "not stalled") */
     return went_ns && went_ns > floor ? went_ns : floor;
 }
 

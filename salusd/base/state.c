@@ -330,6 +330,37 @@ static int decode_job(const msgpack_object *o, state_job_t *job, const char **wh
     return 0;
 }
 
+/* One past the last id a job's record takes (a --gpus N job: its own and its N - 1 members'). */
+static uint64_t job_ids_end(const state_job_t *job)
+{
+    return job->id + (job->gpus >= 2 ? job->gpus : 1);
+}
+
+static int by_id(const void *a, const void *b)
+{
+    uint64_t x = (*(const state_job_t *const *)a)->id, y = (*(const state_job_t *const *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+/* 0 when no two of the n jobs' id ranges meet, else -EPROTO (-ENOMEM). */
+static int ids_apart(const state_job_t *jobs, size_t n)
+{
+    if (n < 2)
+        return 0;
+    const state_job_t **sorted = malloc(n * sizeof(*sorted));
+    if (!sorted)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = &jobs[i];
+    qsort(sorted, n, sizeof(*sorted), by_id);
+    int rc = 0;
+    for (size_t i = 1; i < n && !rc; i++)
+        if (sorted[i]->id < job_ids_end(sorted[i - 1]))
+            rc = -EPROTO;
+    free(sorted);
+    return rc;
+}
+
 static int decode_body(const msgpack_object *root, salusd_state_t *state, const char **what)
 {
     *what = "the body";
@@ -365,12 +396,15 @@ static int decode_body(const msgpack_object *root, salusd_state_t *state, const 
         int rc = decode_job(&jobs->via.array.ptr[i], &state->jobs[i], what);
         if (rc < 0)
             return rc;
-        if (state->jobs[i].id >= state->next_job_id) {
-            *what = "a job id at or past next_job_id";
+        if (state->jobs[i].id >= state->next_job_id ||
+            job_ids_end(&state->jobs[i]) > state->next_job_id) {
+            *what = "a job id (or a --gpus job's member's) at or past next_job_id";
             return -EPROTO;
         }
     }
-    return 0;
+    /* a --gpus N job's members take the ids after its own: no two jobs' ids may meet */
+    *what = "two jobs' ids (a --gpus job's members' included) that meet";
+    return ids_apart(state->jobs, n);
 }
 
 int state_decode(const uint8_t *image, size_t image_bytes, salusd_state_t *state, char *err,

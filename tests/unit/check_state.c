@@ -291,6 +291,13 @@ START_TEST(test_bad_gpus_are_refused)
     sample_gpus(&st, jobs, chunks, members);
     chunks[1].device = 3; /* of 3 GPUs: 0 .. 2 */
     expect_encoded_refused(&st, "bad a job's chunks (a chunk on a GPU the job does not have)");
+    /* a --gpus job's members take the ids after its own (6 .. 8 here; next_job_id 11) */
+    sample_gpus(&st, jobs, chunks, members);
+    jobs[1].id = 9; /* members 10 and 11 */
+    expect_encoded_refused(&st, "a job id (or a --gpus job's member's) at or past next_job_id");
+    sample_gpus(&st, jobs, chunks, members);
+    jobs[0].id = 7; /* member 1 of job 6 */
+    expect_encoded_refused(&st, "two jobs' ids (a --gpus job's members' included) that meet");
     /* by hand: members without gpus, gpus 1 or above 32, members of the wrong count or type */
     static const struct {
         int with_gpus;

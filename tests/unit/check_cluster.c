@@ -176,17 +176,19 @@ int links_send(links_t *links, const char *node, const proto_enc_t *enc)
     return down ? -ENOTCONN : 0;
 }
 
-/* node b sends this node a message */
-static void from_b(cluster_t *cl, const char *op, const char *group, int64_t epoch,
-                   uint64_t value, uint64_t iters)
+/* node b sends this node a message (a "ready" with pending: b reports the slot it is in) */
+static void from_b_with(cluster_t *cl, const char *op, const char *group, int64_t epoch,
+                        uint64_t value, uint64_t iters, int pending)
 {
     proto_enc_t enc;
     proto_enc_init(&enc);
-    proto_enc_begin(&enc, PROTO_REQUEST, 0, op, 4);
+    proto_enc_begin(&enc, PROTO_REQUEST, 0, op, 4 + (pending ? 1 : 0));
     proto_pack_kv_str(&enc.pk, "group", group);
     proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)epoch);
     proto_pack_kv_uint(&enc.pk, strcmp(op, "slot") == 0 ? "seq" : "last", value);
     proto_pack_kv_uint(&enc.pk, "iters", iters);
+    if (pending)
+        proto_pack_kv_bool(&enc.pk, "pending", 1);
     proto_enc_finish(&enc);
     proto_msg_t msg;
     ck_assert_int_eq(proto_decode((const uint8_t *)enc.sbuf.data + 4, enc.sbuf.size - 4, &msg,
@@ -194,6 +196,12 @@ static void from_b(cluster_t *cl, const char *op, const char *group, int64_t epo
     cluster_slots_message(cl, "b", &msg);
     proto_msg_free(&msg);
     proto_enc_destroy(&enc);
+}
+
+static void from_b(cluster_t *cl, const char *op, const char *group, int64_t epoch,
+                   uint64_t value, uint64_t iters)
+{
+    from_b_with(cl, op, group, epoch, value, iters, 0);
 }
 
 /* node b sends this node a slot with its term (the revision b says it leads at) */
@@ -686,21 +694,7 @@ START_TEST(former_leaders_open_slot_holds)
               "\"1\":{\"node\":\"b\",\"job\":7,\"reg\":true}},\"over\":{}}");
     int64_t e2 = two_node_group(6, "g2");
     uint64_t old = (2ull << 32) | 7; /* the former leader's term */
-    proto_enc_t enc;
-    proto_enc_init(&enc);
-    proto_enc_begin(&enc, PROTO_REQUEST, 0, "ready", 5);
-    proto_pack_kv_str(&enc.pk, "group", "1000/g1");
-    proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)e1);
-    proto_pack_kv_uint(&enc.pk, "last", old);
-    proto_pack_kv_uint(&enc.pk, "iters", 0);
-    proto_pack_kv_bool(&enc.pk, "pending", 1);
-    proto_enc_finish(&enc);
-    proto_msg_t msg;
-    ck_assert_int_eq(proto_decode((const uint8_t *)enc.sbuf.data + 4, enc.sbuf.size - 4, &msg,
-                                  NULL), 0);
-    cluster_slots_message(cl, "b", &msg);
-    proto_msg_free(&msg);
-    proto_enc_destroy(&enc);
+    from_b_with(cl, "ready", "1000/g1", e1, old, 0, 1);
 
     size_t before = event_count;
     cluster_rank_admitted(&dmn, 6);
@@ -772,22 +766,8 @@ START_TEST(adopted_slot_sent_again)
     int64_t e1 = two_node_group(5, "g1");
     cluster_rank_admitted(&dmn, 5); /* (b is not ready: no slot) */
     uint64_t old = (2ull << 32) | 7; /* the former leader's term */
-    proto_enc_t enc;
-    proto_enc_init(&enc);
-    proto_enc_begin(&enc, PROTO_REQUEST, 0, "ready", 5);
-    proto_pack_kv_str(&enc.pk, "group", "1000/g1");
-    proto_pack_kv_uint(&enc.pk, "epoch", (uint64_t)e1);
-    proto_pack_kv_uint(&enc.pk, "last", old);
-    proto_pack_kv_uint(&enc.pk, "iters", 1);
-    proto_pack_kv_bool(&enc.pk, "pending", 1);
-    proto_enc_finish(&enc);
-    proto_msg_t msg;
-    ck_assert_int_eq(proto_decode((const uint8_t *)enc.sbuf.data + 4, enc.sbuf.size - 4, &msg,
-                                  NULL), 0);
     size_t before = event_count;
-    cluster_slots_message(cl, "b", &msg);
-    proto_msg_free(&msg);
-    proto_enc_destroy(&enc);
+    from_b_with(cl, "ready", "1000/g1", e1, old, 1, 1);
     cluster_slots_resync(cl); /* this node's ready (last 0): it joins the former slot */
     char here[64];
     snprintf(here, sizeof(here), "slot 5 %llx", (unsigned long long)old);

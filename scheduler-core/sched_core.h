@@ -76,9 +76,10 @@
  * config.gang_slot_iterations iterations of each rank (a rank that reaches a boundary
  * inside its slot is granted again at once, also while a rank of its slot that ran freely may
  * still wait for it in a collective; a release, ready = false, keeps its lane reserved for its
- * group); when every rank has done them and none holds its lane, the lanes go back to the
- * policy: a single job that waits on one of them then has its turn before the group's next
- * slot. A gang runs freely (GRANT free_run for all its ranks) only when nobody else waits on
+ * group; in a cluster slot a rank that starts it behind the leader's target goes on to it:
+ * sched_core_group_slot); when every rank has done them and none holds its lane, the lanes
+ * go back to the policy: a single job that waits on one of them then has its turn before
+ * the group's next slot. A gang runs freely (GRANT free_run for all its ranks) only when nobody else waits on
  * any of its lanes; when someone does, every rank is told STOP_FREE_RUN. Ranks of a
  * share_gpus group that the lane manager put in one lane cannot hold it together: such a
  * group's ranks take turns as single jobs. SSP groups (staleness S): ranks take turns as
@@ -378,11 +379,19 @@ int sched_core_job_reattached(sched_core_t *core, const sched_core_job_hints_t *
 int sched_core_group_release(sched_core_t *core, uint64_t group_id, uint64_t now_ns,
                              sched_core_effects_t *effects);
 /* Appends gang slot seq of cluster group group_id to the FIFO; when it is at the head, it is
- * served. 0; -ENOENT (no local rank of that group), -EINVAL (not a BSP cluster group with
- * gang turns, seq 0, or seq below the group's last slot's), -EALREADY (seq equal to the
- * group's last slot's: a duplicate, ignored), -ENOMEM; on an error nothing changed. */
-int sched_core_group_slot(sched_core_t *core, uint64_t group_id, uint64_t seq, uint64_t now_ns,
-                          sched_core_effects_t *effects);
+ * served. target: the iterations each rank of the group has done at the slot's end, as the
+ * cluster's leader set it (0: not known). Each local rank does gang_slot_iterations in the
+ * slot, and a rank that starts the slot behind target by no more than twice that (one that
+ * registered after its peers' first slot: its program had not called the driver yet) goes
+ * on to target: its peers on other nodes did those iterations, and may wait for it in a
+ * collective that lies between (MPI_Allreduce after a synchronising copy: a boundary). A
+ * rank further behind (one that calls the driver long after its peers started) does
+ * gang_slot_iterations only. 0; -ENOENT (no local rank of that group), -EINVAL (not a BSP
+ * cluster group with gang turns, seq 0, or seq below the group's last slot's), -EALREADY
+ * (seq equal to the group's last slot's: a duplicate, ignored), -ENOMEM; on an error nothing
+ * changed. */
+int sched_core_group_slot(sched_core_t *core, uint64_t group_id, uint64_t seq, uint64_t target,
+                          uint64_t now_ns, sched_core_effects_t *effects);
 /* The fewest iterations done by the ranks of SSP cluster group group_id on other nodes
  * (UINT64_MAX: none known, the bound is kept among the local ranks); a local rank more than
  * its staleness ahead of it waits, and held ranks are offered their lanes again when it

@@ -25,6 +25,15 @@ void core_cluster_slot_done(sched_core_t *core, const core_group_t *group)
     pop_head(core);
 }
 
+/* The iterations each rank of group has done at the end of the slot served now (the FIFO's
+ * head, which is group's): the leader's target, 0 when not known or not a cluster slot. */
+uint64_t core_cluster_head_target(const sched_core_t *core, const core_group_t *group)
+{
+    if (!group->slots || core->slot_count == 0 || core->slots[0].group_id != group->hints.id)
+        return 0;
+    return core->slots[0].target;
+}
+
 /* The group whose slot is served now, or NULL when the FIFO is empty. A slot of a group that
  * no longer takes gang turns (its ranks were put in one lane: they take single turns) has
  * nothing to serve here and ends at once. */
@@ -66,8 +75,8 @@ int sched_core_group_release(sched_core_t *core, uint64_t group_id, uint64_t now
     return core_run_event(core, true, now_ns, effects);
 }
 
-int sched_core_group_slot(sched_core_t *core, uint64_t group_id, uint64_t seq, uint64_t now_ns,
-                          sched_core_effects_t *effects)
+int sched_core_group_slot(sched_core_t *core, uint64_t group_id, uint64_t seq, uint64_t target,
+                          uint64_t now_ns, sched_core_effects_t *effects)
 {
     core_group_t *group = group_id ? core_group_find(core, group_id) : NULL;
     if (!group)
@@ -85,7 +94,8 @@ int sched_core_group_slot(sched_core_t *core, uint64_t group_id, uint64_t seq, u
         core->slot_capacity = capacity;
     }
     group->last_seq = seq;
-    core->slots[core->slot_count++] = (struct core_slot_s){.group_id = group_id, .seq = seq};
+    core->slots[core->slot_count++] = (struct core_slot_s){.group_id = group_id, .seq = seq,
+                                                           .target = target};
     return core_run_event(core, false, now_ns, effects);
 }
 

@@ -265,13 +265,26 @@ static bool gang_all_ready(sched_core_t *core, const core_group_t *group)
     return admitted > 0;
 }
 
+/* Where m's part of its gang's slot ends: slot_iterations from here, or, for a rank of a
+ * cluster slot that starts it at most two slots' worth behind the leader's target (it
+ * registered after its peers' first slot), the target: its peers on other nodes may wait
+ * for it in a collective on the way there (sched_core_group_slot). */
+static void slot_begin(sched_core_t *core, const core_group_t *group, core_job_t *m)
+{
+    uint64_t end = m->iterations + core->slot_iterations;
+    uint64_t target = core_cluster_head_target(core, group);
+    if (target > end && target - m->iterations <= 2ull * core->slot_iterations)
+        end = target;
+    m->slot_end_iterations = end;
+}
+
 /* Has every rank of the slot done its slot's iterations (and handed its lane back)? */
 static bool gang_slot_over(sched_core_t *core, const core_group_t *group)
 {
     for (uint32_t i = 0; i < group->member_count; i++) {
         const core_job_t *m = find(core, group->members[i]);
         if (m && m->admitted && m->in_slot &&
-            (m->holds_lane || m->iterations - m->slot_start_iterations < core->slot_iterations))
+            (m->holds_lane || m->iterations < m->slot_end_iterations))
             return false;
     }
     return true;
@@ -386,7 +399,7 @@ static void gang_start_slot(sched_core_t *core, core_group_t *group, uint64_t no
             continue;
         m->in_slot = true;
         m->owes_turn = false;
-        m->slot_start_iterations = m->iterations;
+        slot_begin(core, group, m);
         m->ran_free = alone;
         core_gang_wait_stop(m, now_ns);
         grant_job(core, m, alone);
@@ -416,7 +429,7 @@ static void gang_continue_slot(sched_core_t *core, core_group_t *group, uint64_t
     for (uint32_t i = 0; i < group->member_count; i++) {
         core_job_t *m = find(core, group->members[i]);
         if (m && m->admitted && m->in_slot && m->ready && !m->holds_lane &&
-            (m->iterations - m->slot_start_iterations < core->slot_iterations ||
+            (m->iterations < m->slot_end_iterations ||
              gang_peer_needs(core, group, m))) {
             core_gang_wait_stop(m, now_ns);
             grant_job(core, m, false);
@@ -453,7 +466,7 @@ static void gang_take_late_rank(sched_core_t *core, core_group_t *group, uint64_
         }
         m->in_slot = true;
         m->owes_turn = false;
-        m->slot_start_iterations = m->iterations;
+        slot_begin(core, group, m);
         m->ran_free = false;
         core_gang_wait_stop(m, now_ns);
         grant_job(core, m, false);

@@ -45,7 +45,7 @@ typedef struct core_job_s {
     bool in_slot;   /* granted in its gang's current slot */
     bool owes_turn; /* its gang's slot ended while a single waited on its lane */
     bool ran_free;  /* granted free_run in its gang's slot, no boundary reported since */
-    uint64_t slot_start_iterations;
+    uint64_t slot_end_iterations; /* its iterations at which its part of the slot is done */
     uint64_t gang_wait_ns, gang_wait_since_ns; /* since: 0 = not held for its group now */
     /* classes (sched_core.h, "Classes") */
     uint64_t latency_target_ns; /* 0: best-effort */
@@ -163,7 +163,7 @@ struct sched_core_s {
     size_t taken_count, taken_capacity;
     /* cluster groups' gang slots, in the order the caller gave them; [0] is served */
     struct core_slot_s {
-        uint64_t group_id, seq;
+        uint64_t group_id, seq, target; /* target: sched_core_group_slot */
     } *slots;
     size_t slot_count, slot_capacity;
     uint64_t now_ns;         /* the last event's time (sched_core_job_info) */
@@ -216,6 +216,7 @@ void core_group_boundary(sched_core_t *core, core_job_t *job, uint64_t now_ns);
 /* sched_core_cluster.c */
 void core_cluster_slot_done(sched_core_t *core, const core_group_t *group);
 core_group_t *core_cluster_head(sched_core_t *core);
+uint64_t core_cluster_head_target(const sched_core_t *core, const core_group_t *group);
 void core_cluster_drop_slots(sched_core_t *core, uint64_t group_id);
 
 /* emit() copies every field of sched_core_effect_t: a new field must be added there. */

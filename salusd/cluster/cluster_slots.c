@@ -50,7 +50,7 @@ static void node_slot(cluster_t *cl, cluster_group_t *g, uint64_t seq, uint64_t 
     g->wait_since_ns = 0;
     LOG_DEBUG("cluster: group %s: slot %llx here (leader revision %llu)", g->name,
               (unsigned long long)seq, (unsigned long long)(seq >> 32));
-    int rc = jobs_group_slot(cl->d, g->local_id, seq);
+    int rc = jobs_group_slot(cl->d, g->local_id, seq, target);
     if (rc < 0 && rc != -EALREADY) {
         /* never a ready from here (the leader, this node, would issue the next slot inside
          * this call): -ENOENT, no local rank left in the core, says nothing more; another

@@ -220,10 +220,10 @@ int jobs_group_release(salusd_t *d, uint64_t group_id)
     return rc;
 }
 
-int jobs_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq)
+int jobs_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq, uint64_t target)
 {
     sched_core_effects_t fx = {0};
-    int rc = gpu_sched_group_slot(d, group_id, seq, &fx);
+    int rc = gpu_sched_group_slot(d, group_id, seq, target, &fx);
     apply(d, &fx);
     return rc;
 }

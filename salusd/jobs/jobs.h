@@ -181,7 +181,7 @@ int jobs_set_policy(salusd_t *d, const char *name, char *err, size_t err_size);
 int jobs_group_release(salusd_t *d, uint64_t group_id);
 /* Iterations the job has done (its page's count; 0 before it has one). */
 uint64_t jobs_iterations(const job_t *job);
-int jobs_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq);
+int jobs_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq, uint64_t target);
 /* An SSP cluster group's fewest iterations done on other nodes (UINT64_MAX: none there;
  * sched_core_group_remote_least): 0 or the core's negative errno. */
 int jobs_group_remote_least(salusd_t *d, uint64_t group_id, uint64_t least);

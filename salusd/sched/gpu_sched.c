@@ -451,9 +451,10 @@ int gpu_sched_group_release(salusd_t *d, uint64_t group_id, sched_core_effects_t
     return sched_core_group_release(d->gpu_sched->core, group_id, salusd_now_ns(), fx);
 }
 
-int gpu_sched_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq, sched_core_effects_t *fx)
+int gpu_sched_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq, uint64_t target,
+                         sched_core_effects_t *fx)
 {
-    return sched_core_group_slot(d->gpu_sched->core, group_id, seq, salusd_now_ns(), fx);
+    return sched_core_group_slot(d->gpu_sched->core, group_id, seq, target, salusd_now_ns(), fx);
 }
 
 int gpu_sched_group_remote_least(salusd_t *d, uint64_t group_id, uint64_t least,

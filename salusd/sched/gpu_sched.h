@@ -39,7 +39,8 @@ int gpu_sched_job_reattached(salusd_t *d, const job_t *job, const sched_core_rea
                              sched_core_effects_t *fx);
 /* A cluster group's release and its gang slots (sched_core_group_release, _slot). */
 int gpu_sched_group_release(salusd_t *d, uint64_t group_id, sched_core_effects_t *fx);
-int gpu_sched_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq, sched_core_effects_t *fx);
+int gpu_sched_group_slot(salusd_t *d, uint64_t group_id, uint64_t seq, uint64_t target,
+                         sched_core_effects_t *fx);
 /* An SSP cluster group's fewest iterations on other nodes (sched_core_group_remote_least). */
 int gpu_sched_group_remote_least(salusd_t *d, uint64_t group_id, uint64_t least,
                                  sched_core_effects_t *fx);

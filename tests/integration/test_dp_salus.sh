@@ -79,4 +79,22 @@ workload_mlp_compare "$WORK/single.out" "$out0" 1e-5 ||
     fail "the data-parallel run (MPI) differs from the single process"
 echo "final loss after 60 steps: one process batch 32 $(sed -n 's/^final_loss=//p' "$WORK/single.out"), simgpu collective 4 x 8 $(sed -n 's/^final_loss=//p' "$WORK/simgpu-0.out"), MPI 4 x 8 $(sed -n 's/^final_loss=//p' "$out0")"
 pass "MPI: mpirun -n 4 salusctl run -- salus-mlp-mpi reaches the single process's losses"
+
+# (3) the same with rank 2 calling the driver 1.5 s after MPI_Init: the others' gang slots start
+# without it and take them into MPI_Allreduce, where they wait for it; it joins their slot when
+# it registers and must go on past its first boundary (the copy before MPI_Allreduce) to meet them
+ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+mpirun_local -n $WORLD -x ASAN_OPTIONS --output-filename "$WORK/late" "$SALUSCTL" run -- \
+    "$MLP_MPI" "${ARGS[@]}" --batch $BATCH --data-parallel mpi --late-rank 2:1500 \
+    >"$WORK/late.out" 2>&1 &
+RUN_PIDS+=($!)
+wait_until 120 '! kill -0 "${RUN_PIDS[0]}" 2>/dev/null' ||
+    fail "mpirun with rank 2 late did not end within 120 s: $("$SALUSCTL" ps)"
+wait "${RUN_PIDS[0]}" || fail "mpirun with rank 2 late: $(tail -5 "$WORK/late.out")"
+RUN_PIDS=()
+qgrep '^late_rank rank=2 ms=1500$' "$WORK/late/1/rank.2/stdout" ||
+    fail "rank 2 did not start late: $(head -3 "$WORK/late/1/rank.2/stdout")"
+workload_mlp_compare "$WORK/single.out" "$WORK/late/1/rank.0/stdout" 1e-5 ||
+    fail "the data-parallel run (MPI, rank 2 late) differs from the single process"
+pass "MPI: with rank 2 registering 1.5 s after the others, the single process's losses"
 stop_daemon

@@ -125,7 +125,7 @@ static void stub_rank_admitted(salusd_t *dd, uint64_t group_id)
             admitted_before_all = 1;
     if (++admitted[g] == 2) {
         note("slot %d %llu", g, (unsigned long long)(slot_seq + 1));
-        int rc = jobs_group_slot(dd, group_id, ++slot_seq);
+        int rc = jobs_group_slot(dd, group_id, ++slot_seq, 0);
         ck_assert_msg(rc == 0 || rc == -EALREADY, "slot refused: %d", rc);
     }
 }

@@ -1781,11 +1781,17 @@ static void cluster_pair(fake_t *f, uint32_t slot_iterations)
     ck_assert_int_eq(group_release(f, 200), 0);
 }
 
-static int group_slot(fake_t *f, uint64_t group, uint64_t seq)
+/* slot seq of group, whose ranks reach target iterations at its end (0: not known) */
+static int group_slot_to(fake_t *f, uint64_t group, uint64_t seq, uint64_t target)
 {
-    int rc = sched_core_group_slot(f->core, group, seq, f->now_ns, &f->fx);
+    int rc = sched_core_group_slot(f->core, group, seq, target, f->now_ns, &f->fx);
     apply(f);
     return rc;
+}
+
+static int group_slot(fake_t *f, uint64_t group, uint64_t seq)
+{
+    return group_slot_to(f, group, seq, 0);
 }
 
 /* An SSP:1 cluster group of world 3, rank 0 here: without a remote count the bound is kept
@@ -1901,7 +1907,7 @@ START_TEST(test_cluster_slots_in_fifo_order)
     ck_assert_uint_eq(sched_core_slots_queued(f.core, &head_group, &head_seq), 0);
     ck_assert_uint_eq(head_group, 0);
     ck_assert_uint_eq(head_seq, 0);
-    ck_assert_int_eq(sched_core_group_slot(f.core, 200, 1, f.now_ns, &f.fx), 0);
+    ck_assert_int_eq(sched_core_group_slot(f.core, 200, 1, 0, f.now_ns, &f.fx), 0);
     ck_assert_uint_eq(effects_of(&f, SCHED_CORE_GRANT), 2); /* together, in one event */
     apply(&f);
     ck_assert_int_eq(group_slot(&f, 100, 1), 0);
@@ -1954,6 +1960,51 @@ START_TEST(test_cluster_slots_in_fifo_order)
     ck_assert_int_eq(group_slot(&f, 300, 1), -EINVAL);
     ck_assert_int_eq(reg_cluster_rc(&f, 11, 400, 2, 0, SCHED_CORE_SYNC_ASP, MIB, MIB), 0);
     ck_assert_int_eq(group_slot(&f, 400, 1), -EINVAL);
+    fake_stop(&f);
+}
+END_TEST
+
+/* A rank that registered after its peers on other nodes had their first slot (0 iterations
+ * where they did 1) is sent the next slot with the leader's target, 2: it is granted again at
+ * its first boundary and its slot ends at the second (its peers may wait for it in a
+ * collective between the two: MPI_Allreduce after a synchronising copy). Before, its slot
+ * ended at its first boundary and it waited for the next slot while its peers waited in the
+ * collective for it. In step, a slot is one iteration; a rank far behind the target (one
+ * that called the driver long after its peers started) does one iteration, as without a
+ * target; so does a slot whose target is not known. */
+START_TEST(test_cluster_late_rank_catches_up)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 1, 1 * GIB, 1, false);
+    reg_cluster(&f, 1, 100, 3, 1);
+    ck_assert_int_eq(group_release(&f, 100), 0);
+    ask(&f, 1);
+    ck_assert_int_eq(group_slot_to(&f, 100, 2, 2), 0);
+    ck_assert(f.jobs[1].running);
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 0);
+    ck_assert(f.jobs[1].running); /* granted again: 1 of 2 */
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 1);
+    ck_assert_uint_eq(f.done_seqs[0], 2);
+    ck_assert(!f.jobs[1].running);
+    ck_assert_int_eq(group_slot_to(&f, 100, 3, 3), 0); /* in step: one iteration */
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 2);
+    ck_assert(!f.jobs[1].running);
+    ck_assert_int_eq(group_slot_to(&f, 100, 4, 20), 0); /* far behind: one iteration */
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 3);
+    ck_assert(!f.jobs[1].running);
+    ck_assert_int_eq(group_slot_to(&f, 100, 5, 0), 0); /* no target: one iteration */
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 4);
+    ck_assert_uint_eq(f.done_seqs[3], 5);
+    ck_assert(!f.jobs[1].running);
+    ck_assert_int_eq(group_slot_to(&f, 100, 6, 3), 0); /* ahead of its target: one */
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 5);
+    ck_assert_uint_eq(f.jobs[1].iterations, 6);
     fake_stop(&f);
 }
 END_TEST
@@ -2542,6 +2593,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(c, test_cluster_ssp_remote_least);
     tcase_add_test(c, test_cluster_slots_in_fifo_order);
     tcase_add_test(c, test_cluster_single_job_between_slots);
+    tcase_add_test(c, test_cluster_late_rank_catches_up);
     tcase_add_test(c, test_cluster_ranks_leave_drop_slots);
     tcase_add_test(c, test_cluster_beside_local_gangs);
     tcase_add_test(c, test_classes_admission_and_gate_roles);

@@ -229,6 +229,8 @@ typedef struct mlp_config {
     const char *start_after; /* wait until this file exists before the first GPU work */
     const char *dump_weights; /* --dump-weights: the final weights, one a line */
     unsigned devices;         /* --devices N: data-parallel on this process's N devices; 0: no */
+    long late_rank;           /* --late-rank R:MS: rank R's first driver call MS later; -1: none */
+    double late_ms;
 } mlp_config;
 
 static mlp_parallel parallel = {MLP_SINGLE, -1, -1, std::string(), NULL};
@@ -457,6 +459,11 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
 {
     workload_device device;
     int ordinal = config->device;
+    if (parallel.mode != MLP_SINGLE && parallel.rank == config->late_rank) {
+        printf("late_rank rank=%ld ms=%.0f\n", parallel.rank, config->late_ms);
+        fflush(stdout);
+        workload_sleep_ns((uint64_t)(config->late_ms * 1e6)); /* before its first driver call */
+    }
     if (parallel.mode != MLP_SINGLE && !config->device_given) { /* rank r on device r % count */
         int count = 0;
         CHECK_CU(cuInit(0));
@@ -801,6 +808,8 @@ static void mlp_usage(FILE *out)
             "                       then OMPI_COMM_WORLD_RANK/SIZE; with mpi: MPI's)\n"
             "  --start-after FILE   wait until FILE exists before the first GPU work (after the context\n"
             "                       and module; prints 'start_wait'): lets a test order the ranks' starts\n"
+            "  --late-rank R:MS     with --data-parallel: rank R makes its first driver call MS ms\n"
+            "                       later (after MPI_Init): it registers with salusd after its peers\n"
             "  --comm NAME          the simgpu communicator (default: SALUS_GROUP, then salus-mlp);\n"
             "                       without --device, rank r uses device r %% count\n"
             "  --ps bsp|ssp:S|asp   parameter-server training under salus (tests/workloads/mlp_ps.h): the\n"
@@ -825,7 +834,7 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
 {
     enum { SEED = 256, INPUTS, HIDDEN, OUTPUTS, BATCH, SAMPLES, ITERATIONS, LR, PRINT_EVERY, KEEP, ASYNC, CPU,
            DEVICE, HOST_MS, DATA_PARALLEL, RANK, WORLD, COMM, START_AFTER, PS, PS_LOG, PS_SLOW_MS, DUMP_WEIGHTS,
-           PS_STOP_AT, PS_DUMP_FIRST, DEVICES, HELP };
+           PS_STOP_AT, PS_DUMP_FIRST, DEVICES, LATE_RANK, HELP };
     static const struct option options[] = {
         {"seed", required_argument, NULL, SEED},
         {"inputs", required_argument, NULL, INPUTS},
@@ -846,6 +855,7 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         {"world", required_argument, NULL, WORLD},
         {"comm", required_argument, NULL, COMM},
         {"start-after", required_argument, NULL, START_AFTER},
+        {"late-rank", required_argument, NULL, LATE_RANK},
         {"ps", required_argument, NULL, PS},
         {"ps-log", required_argument, NULL, PS_LOG},
         {"ps-slow-ms", required_argument, NULL, PS_SLOW_MS},
@@ -857,7 +867,7 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         {NULL, 0, NULL, 0},
     };
     const unsigned long long size_limit = 1u << 16;
-    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0, 0.0, false, NULL, NULL, 0};
+    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0, 0.0, false, NULL, NULL, 0, -1, 0.0};
     int option;
     while ((option = getopt_long(argc, argv, "", options, NULL)) != -1) {
         const char *name = option >= SEED && option <= HELP ? options[option - SEED].name : "";
@@ -884,6 +894,15 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         case WORLD: parallel.world = (long)workload_parse_unsigned(name, optarg, 1, 64); break;
         case COMM: parallel.communicator = optarg; break;
         case START_AFTER: config->start_after = optarg; break;
+        case LATE_RANK: {
+            std::string value(optarg);
+            size_t colon = value.find(':');
+            if (colon == std::string::npos)
+                workload_usage_error("--late-rank: R:MS (a rank and a delay in ms), not '%s'", optarg);
+            config->late_rank = (long)workload_parse_unsigned(name, value.substr(0, colon).c_str(), 0, 63);
+            config->late_ms = workload_parse_double(name, value.substr(colon + 1).c_str(), 0.0, 60000.0);
+            break;
+        }
         case PS: mlp_ps_select(&ps, optarg); break;
         case PS_LOG: ps.log_path = optarg; break;
         case PS_SLOW_MS: ps.slow_ms = workload_parse_double(name, optarg, 0.0, 60000.0); break;

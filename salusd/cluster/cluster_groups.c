@@ -181,10 +181,7 @@ static int parse_record(cluster_t *cl, cluster_group_t *g, const etcd_kv_t *kv)
         g->failed = 0;
         g->failure[0] = 0;
         g->nodes_over_count = 0;
-        g->cur_seq = 0;
-        g->ready_count = 0;
-        g->slot_node_count = 0;
-        g->ready_since_ns = 0;
+        cluster_slots_forget(cl, g); /* (the last run's slots, targets and readies) */
     }
     if (group_size(g, (uint32_t)world) < 0)
         goto out;

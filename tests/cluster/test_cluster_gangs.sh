@@ -5,8 +5,8 @@
 #     the namespaces), one per node, each under `salusctl run` on its node's salusd; they
 #     reach the losses of one process with the whole batch, and every node's `salusctl groups`
 #     lists the group done with its ranks on n1, n2, n3;
-#     the same with rank 1 calling the driver 1.5 s after the others (it joins the slot its
-#     peers wait in, in MPI_Allreduce, and goes on to the leader's target in it);
+#     the same with rank 1 calling the driver only after its peers' first slot (it joins the
+#     slot its peers wait in, in MPI_Allreduce, and goes on to the leader's target in it);
 #  2. gang turns across nodes: two 3-rank BSP groups of data-parallel salus-mlp (the simgpu
 #     collective, which keeps its stream busy until every rank arrived, as NCCL's kernels do),
 #     one rank of each on every node, sharing each node's one lane; CLUSTER_GANG_RUNS runs
@@ -59,24 +59,43 @@ print("node n%s lists group %s done, ranks on %s" % (sys.argv[1], gs[-1]["name"]
 done
 pass "MPI across three nodes under salusd --cluster reaches the single process's losses"
 
-# ---- 1b. a rank that registers late: rank 1 makes its first driver call 1.5 s after MPI_Init.
-# Ranks 0 and 2 have their first slot without it and stop at their first boundary (the
-# synchronising copy before MPI_Allreduce); the next slot takes them into MPI_Allreduce, where
-# they wait for rank 1, whose node joins that slot with the leader's target (2 iterations). Its
-# rank must go on past its own first boundary, through MPI_Allreduce, to the target: ended at
-# one iteration (as before), it waited for the next slot at that boundary while its peers waited
-# in MPI_Allreduce for it, for ever (mpirun then ends after CLUSTER_MPIRUN_TIMEOUT_S).
+# ---- 1b. a rank that registers late: rank 1 makes its first driver call (after MPI_Init) only
+# once ranks 0 and 2 have done an iteration, i.e. after their first slot, which went to n1 and
+# n3 only (a rank not registered is host-only) and ended at their first boundary: the
+# synchronising copy before MPI_Allreduce. Their next slot takes them into MPI_Allreduce, where
+# they wait for rank 1; n2 has that slot with the leader's target, 2 iterations. Rank 1 must go
+# on past its own first boundary, through MPI_Allreduce, to the target: ended at one iteration
+# (as before), it waited for the next slot there while its peers waited in MPI_Allreduce for
+# it, for ever (mpirun is then ended after CLUSTER_MPIRUN_TIMEOUT_S).
+LATE="$WORK/late.go"
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" CLUSTER_MPIRUN_TIMEOUT_S=120 \
     cluster_mpirun -H n1,n2,n3 -n $WORLD --tag-output -x ASAN_OPTIONS "$SALUSCTL" run -- \
-    "$MLP_MPI" "${ARGS[@]}" --batch $BATCH --data-parallel mpi --late-rank 1:1500 \
-    >"$WORK/late.out" 2>"$WORK/late.err" ||
+    "$MLP_MPI" "${ARGS[@]}" --batch $BATCH --data-parallel mpi --late-rank "1:$LATE" \
+    >"$WORK/late.out" 2>"$WORK/late.err" &
+LATE_PID=$!
+CLUSTER_MPIRUN_PIDS+=("$LATE_PID")
+# iterations of the running salus-mlp-mpi rank on node $1 (-1: none registered)
+rank_iterations() {
+    ctl "$1" ps --json 2>/dev/null | python3 -c '
+import json, sys
+js = [j for j in json.load(sys.stdin) if j["name"] == "salus-mlp-mpi" and
+      j["state"] in ("waiting", "running", "parked", "idle")]
+print(js[-1]["iterations"] if js else -1)'
+}
+peers_stepped() { [ "$(rank_iterations 1)" -ge 1 ] && [ "$(rank_iterations 3)" -ge 1 ]; }
+wait_until 60 peers_stepped ||
+    fail "ranks 0 and 2 did not do their first iteration: n1 $(rank_iterations 1), n3 $(rank_iterations 3)"
+[ "$(rank_iterations 2)" -eq -1 ] || fail "rank 1 registered before its start: $(ctl 2 ps)"
+echo "ranks 0 and 2 at $(rank_iterations 1) and $(rank_iterations 3) iterations; rank 1 not registered: it starts now"
+touch "$LATE"
+wait "$LATE_PID" ||
     fail "cluster_mpirun with rank 1 late (rc $?; 124: it did not end within 120 s): $(tail -5 "$WORK/late.err") $(tail -5 "$WORK/late.out")"
 sed -n "s/^\[[0-9]*,0\]<stdout>://p" "$WORK/late.out" >"$WORK/late-0.out"
-qgrep '^late_rank rank=1 ms=1500$' <(sed -n "s/^\[[0-9]*,1\]<stdout>://p" "$WORK/late.out") ||
+qgrep "^late_rank rank=1 file=$LATE\$" <(sed -n "s/^\[[0-9]*,1\]<stdout>://p" "$WORK/late.out") ||
     fail "rank 1 did not start late: $(head -3 "$WORK/late.out")"
 workload_mlp_compare "$WORK/single.out" "$WORK/late-0.out" 1e-5 ||
     fail "the data-parallel run with a late rank differs from the single process"
-pass "MPI across three nodes with a rank that registers 1.5 s late: done, the single process's losses"
+pass "MPI across three nodes with a rank that registers after its peers' first slot: done, the single process's losses"
 
 # ---- 2. two groups, one rank of each per node, randomised starts
 # start_groups TAG: groups A and B (A's rank r on node r+1, B's rank r on node 3-r), every

@@ -1969,9 +1969,10 @@ END_TEST
  * its first boundary and its slot ends at the second (its peers may wait for it in a
  * collective between the two: MPI_Allreduce after a synchronising copy). Before, its slot
  * ended at its first boundary and it waited for the next slot while its peers waited in the
- * collective for it. In step, a slot is one iteration; a rank far behind the target (one
- * that called the driver long after its peers started) does one iteration, as without a
- * target; so does a slot whose target is not known. */
+ * collective for it. In step, a slot is one iteration; a rank more than two slots behind the
+ * target (one that called the driver long after its peers started) does one iteration, as
+ * without a target; so does a slot whose target is not known. With slots of 2 iterations the
+ * bound is 4. */
 START_TEST(test_cluster_late_rank_catches_up)
 {
     fake_t f;
@@ -2004,6 +2005,31 @@ START_TEST(test_cluster_late_rank_catches_up)
     ck_assert_int_eq(group_slot_to(&f, 100, 6, 3), 0); /* ahead of its target: one */
     boundary(&f, 1, 1 * MS);
     ck_assert_uint_eq(f.done_count, 5);
+    ck_assert_uint_eq(f.jobs[1].iterations, 6);
+    ck_assert_int_eq(group_slot_to(&f, 100, 7, 9), 0); /* 3 behind, past the bound: one */
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 6);
+    ck_assert_uint_eq(f.jobs[1].iterations, 7);
+    fake_stop(&f);
+
+    /* slots of 2 iterations: up to 4 behind catches up, 5 behind does 2 */
+    fake_start_gpus(&f, "pack", 1, 1 * GIB, 2, false);
+    reg_cluster(&f, 1, 100, 3, 1);
+    ck_assert_int_eq(group_release(&f, 100), 0);
+    ask(&f, 1);
+    ck_assert_int_eq(group_slot_to(&f, 100, 1, 4), 0);
+    for (int k = 0; k < 3; k++) {
+        boundary(&f, 1, 1 * MS);
+        ck_assert_uint_eq(f.done_count, 0);
+        ck_assert(f.jobs[1].running);
+    }
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 1);
+    ck_assert_int_eq(group_slot_to(&f, 100, 2, 9), 0);
+    boundary(&f, 1, 1 * MS);
+    ck_assert(f.jobs[1].running);
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 2);
     ck_assert_uint_eq(f.jobs[1].iterations, 6);
     fake_stop(&f);
 }

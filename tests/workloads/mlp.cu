@@ -229,8 +229,8 @@ typedef struct mlp_config {
     const char *start_after; /* wait until this file exists before the first GPU work */
     const char *dump_weights; /* --dump-weights: the final weights, one a line */
     unsigned devices;         /* --devices N: data-parallel on this process's N devices; 0: no */
-    long late_rank;           /* --late-rank R:MS: rank R's first driver call MS later; -1: none */
-    double late_ms;
+    long late_rank;           /* --late-rank R:FILE: rank R's first driver call once FILE exists; -1: none */
+    const char *late_file;
 } mlp_config;
 
 static mlp_parallel parallel = {MLP_SINGLE, -1, -1, std::string(), NULL};
@@ -459,10 +459,14 @@ static void mlp_train_on_device(const mlp_config *config, const mlp_model *model
 {
     workload_device device;
     int ordinal = config->device;
-    if (parallel.mode != MLP_SINGLE && parallel.rank == config->late_rank) {
-        printf("late_rank rank=%ld ms=%.0f\n", parallel.rank, config->late_ms);
+    if (parallel.mode != MLP_SINGLE && parallel.rank == config->late_rank) { /* before any driver call */
+        printf("late_rank rank=%ld file=%s\n", parallel.rank, config->late_file);
         fflush(stdout);
-        workload_sleep_ns((uint64_t)(config->late_ms * 1e6)); /* before its first driver call */
+        for (unsigned waited_ms = 0; access(config->late_file, F_OK) != 0; waited_ms += 5) {
+            if (waited_ms >= 600000)
+                workload_usage_error("--late-rank: %s did not appear within 600 s", config->late_file);
+            workload_sleep_ns(5000000);
+        }
     }
     if (parallel.mode != MLP_SINGLE && !config->device_given) { /* rank r on device r % count */
         int count = 0;
@@ -808,8 +812,8 @@ static void mlp_usage(FILE *out)
             "                       then OMPI_COMM_WORLD_RANK/SIZE; with mpi: MPI's)\n"
             "  --start-after FILE   wait until FILE exists before the first GPU work (after the context\n"
             "                       and module; prints 'start_wait'): lets a test order the ranks' starts\n"
-            "  --late-rank R:MS     with --data-parallel: rank R makes its first driver call MS ms\n"
-            "                       later (after MPI_Init): it registers with salusd after its peers\n"
+            "  --late-rank R:FILE   with --data-parallel: rank R makes its first driver call (after\n"
+            "                       MPI_Init) once FILE exists: it registers with salusd after its peers\n"
             "  --comm NAME          the simgpu communicator (default: SALUS_GROUP, then salus-mlp);\n"
             "                       without --device, rank r uses device r %% count\n"
             "  --ps bsp|ssp:S|asp   parameter-server training under salus (tests/workloads/mlp_ps.h): the\n"
@@ -867,7 +871,7 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         {NULL, 0, NULL, 0},
     };
     const unsigned long long size_limit = 1u << 16;
-    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0, 0.0, false, NULL, NULL, 0, -1, 0.0};
+    *config = mlp_config{1, 32, 64, 8, 32, 1024, 200, 10, 0.05f, false, false, false, 0, 0.0, false, NULL, NULL, 0, -1, NULL};
     int option;
     while ((option = getopt_long(argc, argv, "", options, NULL)) != -1) {
         const char *name = option >= SEED && option <= HELP ? options[option - SEED].name : "";
@@ -895,12 +899,11 @@ static void mlp_parse(int argc, char **argv, mlp_config *config)
         case COMM: parallel.communicator = optarg; break;
         case START_AFTER: config->start_after = optarg; break;
         case LATE_RANK: {
-            std::string value(optarg);
-            size_t colon = value.find(':');
-            if (colon == std::string::npos)
-                workload_usage_error("--late-rank: R:MS (a rank and a delay in ms), not '%s'", optarg);
-            config->late_rank = (long)workload_parse_unsigned(name, value.substr(0, colon).c_str(), 0, 63);
-            config->late_ms = workload_parse_double(name, value.substr(colon + 1).c_str(), 0.0, 60000.0);
+            const char *colon = strchr(optarg, ':');
+            if (!colon || colon[1] == 0)
+                workload_usage_error("--late-rank: R:FILE (a rank and the file it waits for), not '%s'", optarg);
+            config->late_rank = (long)workload_parse_unsigned(name, std::string(optarg, (size_t)(colon - optarg)).c_str(), 0, 63);
+            config->late_file = colon + 1;
             break;
         }
         case PS: mlp_ps_select(&ps, optarg); break;

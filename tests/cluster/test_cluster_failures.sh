@@ -26,16 +26,23 @@ LONG=(--iterations 1000000 "${SMALL[@]}")
 nodes_up 3
 
 # group_run T GROUP [MLP ARGS...]: a 3-rank group, rank r on node r+1 (tags T0 T1 T2: PID_Tr,
-# $WORK/Tr.out), started, running on every node
+# $WORK/Tr.out), started, registered, running on every node; the ranks' GPU work starts (their
+# go files) only once every node lists the group running, so that a short group cannot be
+# over before the check sees it (1500 iterations took 4.9 s on a loaded machine, and the three
+# nodes' lists did not show it running within that)
 group_run() {
     local t="$1" g="$2" r
     shift 2
     for r in 0 1 2; do
         rank_start $((r + 1)) "$g" 3 $r "$t$r" "$@"
-        touch "$WORK/go.$t$r"
     done
+    at_start() { local r; for r in 0 1 2; do qgrep '^start_wait' "$WORK/$1$r.out" 2>/dev/null || return 1; done; }
+    wait_until 60 at_start "$t" || fail "group $g: not every rank registered: $(ctl 1 groups)"
     running() { local i; for i in 1 2 3; do [ "$(group_state "$i" "$1")" = running ] || return 1; done; }
     wait_until 60 running "$g" || fail "group $g is not running on every node: $(ctl 1 groups)"
+    for r in 0 1 2; do
+        touch "$WORK/go.$t$r"
+    done
 }
 pid_of() { eval "echo \$PID_$1"; }
 program_of() { pgrep -P "$(pid_of "$1")" | head -1; } # the salus-mlp under that salusctl run

@@ -79,10 +79,10 @@
  * group; in a cluster slot a rank that starts it behind the leader's target goes on to it:
  * sched_core_group_slot); when every rank has done them and none holds its lane, the lanes
  * go back to the policy: a single job that waits on one of them then has its turn before
- * the group's next slot. A gang runs freely (GRANT free_run for all its ranks) only when nobody else waits on
- * any of its lanes; when someone does, every rank is told STOP_FREE_RUN. Ranks of a
- * share_gpus group that the lane manager put in one lane cannot hold it together: such a
- * group's ranks take turns as single jobs. SSP groups (staleness S): ranks take turns as
+ * the group's next slot. A gang runs freely (GRANT free_run for all its ranks) only when
+ * nobody else waits on any of its lanes; when someone does, every rank is told
+ * STOP_FREE_RUN. Ranks of a share_gpus group that the lane manager put in one lane cannot
+ * hold it together: such a group's ranks take turns as single jobs. SSP groups (staleness S): ranks take turns as
  * single jobs do (never freely), but a rank more than S iterations ahead of the group's
  * slowest admitted rank is not granted (it stays ready) until the slowest reports a boundary.
  * ASP groups, and BSP groups with gang_turns_off: ranks take turns as single jobs do. Gang

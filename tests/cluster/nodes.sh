@@ -37,6 +37,17 @@ s = json.load(sys.stdin)
 print(" ".join(sorted(m["node"] for m in s.get("cluster", {}).get("members", []))))'
 }
 
+# iterations_of NODE JOBNAME: the iterations of the last registered, live job of that name on
+# the node (waiting, running, parked or idle); -1 when there is none (not registered yet: a
+# host-only rank; or ended)
+iterations_of() {
+    ctl "$1" ps --json 2>/dev/null | python3 -c '
+import json, sys
+j = [x for x in json.load(sys.stdin) if x["name"] == sys.argv[1] and
+     x["state"] in ("waiting", "running", "parked", "idle")]
+print(j[-1]["iterations"] if j else -1)' "$2"
+}
+
 group_state() {
     ctl "$1" groups --json 2>/dev/null | python3 -c '
 import json, sys

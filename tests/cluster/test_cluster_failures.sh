@@ -50,12 +50,6 @@ failed_on() { local i g="$1"; shift; for i in "$@"; do [ "$(group_state "$i" "$g
 ranks_ended() { local t; for t in "$@"; do kill -0 "$(pid_of "$t")" 2>/dev/null && return 1; done; return 0; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 since() { echo $(($(now_ms) - $1)); }
-iterations_of() { # iterations_of NODE JOBNAME
-    ctl "$1" ps --json | python3 -c '
-import json, sys
-j = [x for x in json.load(sys.stdin) if x["name"] == sys.argv[1]]
-print(j[0].get("iterations", 0) if j else -1)' "$2"
-}
 member_of() { ctl "$1" status --json | python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["cluster"]["member"] else 1)'; }
 
 # ---- 1. a rank dies

@@ -74,14 +74,7 @@ ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" CLUSTER_MPIRUN_TIME
     >"$WORK/late.out" 2>"$WORK/late.err" &
 LATE_PID=$!
 CLUSTER_MPIRUN_PIDS+=("$LATE_PID")
-# iterations of the running salus-mlp-mpi rank on node $1 (-1: none registered)
-rank_iterations() {
-    ctl "$1" ps --json 2>/dev/null | python3 -c '
-import json, sys
-js = [j for j in json.load(sys.stdin) if j["name"] == "salus-mlp-mpi" and
-      j["state"] in ("waiting", "running", "parked", "idle")]
-print(js[-1]["iterations"] if js else -1)'
-}
+rank_iterations() { iterations_of "$1" salus-mlp-mpi; } # -1: not registered (nodes.sh)
 peers_stepped() { [ "$(rank_iterations 1)" -ge 1 ] && [ "$(rank_iterations 3)" -ge 1 ]; }
 wait_until 60 peers_stepped ||
     fail "ranks 0 and 2 did not do their first iteration: n1 $(rank_iterations 1), n3 $(rank_iterations 3)"

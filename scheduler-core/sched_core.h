@@ -82,15 +82,15 @@
  * the group's next slot. A gang runs freely (GRANT free_run for all its ranks) only when
  * nobody else waits on any of its lanes; when someone does, every rank is told
  * STOP_FREE_RUN. Ranks of a share_gpus group that the lane manager put in one lane cannot
- * hold it together: such a group's ranks take turns as single jobs. SSP groups (staleness S): ranks take turns as
- * single jobs do (never freely), but a rank more than S iterations ahead of the group's
- * slowest admitted rank is not granted (it stays ready) until the slowest reports a boundary.
- * ASP groups, and BSP groups with gang_turns_off: ranks take turns as single jobs do. Gang
- * slots and SSP's slowest rank count the registered, admitted ranks only (host-only ranks are
- * not the core's: they never wait for a slot and never hold the others back). Single
- * jobs fill lanes that gangs leave unreserved. A rank that leaves (any exit) does not make its
- * group wait for it: the remaining ranks are the gang (the daemon ends a failed group's other
- * ranks itself). sched_core_job_info shows a rank's group and its gang wait. */
+ * hold it together: such a group's ranks take turns as single jobs. SSP groups (staleness S): ranks
+ * take turns as single jobs do (never freely), but a rank more than S iterations ahead of the
+ * group's slowest admitted rank is not granted (it stays ready) until the slowest reports a
+ * boundary. ASP groups, and BSP groups with gang_turns_off: ranks take turns as single jobs do.
+ * Gang slots and SSP's slowest rank count the registered, admitted ranks only (host-only ranks are
+ * not the core's: they never wait for a slot and never hold the others back). Single jobs fill
+ * lanes that gangs leave unreserved. A rank that leaves (any exit) does not make its group wait for
+ * it: the remaining ranks are the gang (the daemon ends a failed group's other ranks itself).
+ * sched_core_job_info shows a rank's group and its gang wait. */
 #ifndef SALUS_SCHEDULER_CORE_SCHED_CORE_H
 #define SALUS_SCHEDULER_CORE_SCHED_CORE_H
 

@@ -268,14 +268,21 @@ static bool gang_all_ready(sched_core_t *core, const core_group_t *group)
 /* Where m's part of its gang's slot ends: slot_iterations from here, or, for a rank of a
  * cluster slot that starts it at most two slots' worth behind the leader's target (it
  * registered after its peers' first slot), the target: its peers on other nodes may wait
- * for it in a collective on the way there (sched_core_group_slot). */
-static void slot_begin(sched_core_t *core, const core_group_t *group, core_job_t *m)
+ * for it in a collective on the way there (sched_core_group_slot). A rank at the target or
+ * past it already has no part in the slot: its peers stop at the target, and an iteration
+ * beyond it would wait for them in its collective while they wait for the next slot, which
+ * waits for this rank (a rank that ran an iteration on the grant of a salusd that was then
+ * killed: the restarted one is sent the slot that grant belonged to). false then. */
+static bool slot_begin(sched_core_t *core, const core_group_t *group, core_job_t *m)
 {
     uint64_t end = m->iterations + core->slot_iterations;
     uint64_t target = core_cluster_head_target(core, group);
-    if (target > end && target - m->iterations <= 2ull * core->slot_iterations)
+    if (target && m->iterations >= target)
+        end = m->iterations;
+    else if (target > end && target - m->iterations <= 2ull * core->slot_iterations)
         end = target;
     m->slot_end_iterations = end;
+    return m->iterations < end;
 }
 
 /* Has every rank of the slot done its slot's iterations (and handed its lane back)? */
@@ -345,6 +352,23 @@ static void take_gang_lanes(sched_core_t *core, const core_group_t *group)
     }
 }
 
+/* The gang's slot is over: its lanes go back to the policy, a cluster slot's end is said
+ * (the next slot in the FIFO is served). */
+static void end_slot(sched_core_t *core, core_group_t *group, uint64_t now_ns)
+{
+    group->reserved = group->slot_granted = false;
+    for (uint32_t i = 0; i < group->member_count; i++) {
+        core_job_t *m = find(core, group->members[i]);
+        if (!m || !m->admitted)
+            continue;
+        m->in_slot = false;
+        m->owes_turn = single_waits(core, m->lane, now_ns);
+        touch(core, m->lane); /* back to the policy */
+    }
+    if (group->slots)
+        core_cluster_slot_done(core, group); /* the next slot is served */
+}
+
 /* A reserved gang whose slot has not started: when every rank is ready and every one of their
  * lanes is free, all are granted now, in this event; a lane's other holder is told to stop. */
 static void gang_start_slot(sched_core_t *core, core_group_t *group, uint64_t now_ns)
@@ -393,16 +417,23 @@ static void gang_start_slot(sched_core_t *core, core_group_t *group, uint64_t no
     }
     group->slot_granted = true;
     group->served_ns = now_ns;
+    bool granted = false;
     for (uint32_t i = 0; i < group->member_count; i++) {
         core_job_t *m = find(core, group->members[i]);
         if (!m || !m->admitted)
             continue;
         m->in_slot = true;
         m->owes_turn = false;
-        slot_begin(core, group, m);
         m->ran_free = alone;
         core_gang_wait_stop(m, now_ns);
-        grant_job(core, m, alone);
+        if (slot_begin(core, group, m)) {
+            grant_job(core, m, alone);
+            granted = true;
+        }
+    }
+    if (!granted) { /* every rank is at the slot's target already: it is over */
+        end_slot(core, group, now_ns);
+        core->gang_again = true;
     }
 }
 
@@ -466,10 +497,10 @@ static void gang_take_late_rank(sched_core_t *core, core_group_t *group, uint64_
         }
         m->in_slot = true;
         m->owes_turn = false;
-        slot_begin(core, group, m);
         m->ran_free = false;
         core_gang_wait_stop(m, now_ns);
-        grant_job(core, m, false);
+        if (slot_begin(core, group, m))
+            grant_job(core, m, false);
     }
 }
 
@@ -480,25 +511,14 @@ static void gang_take_late_rank(sched_core_t *core, core_group_t *group, uint64_
  * gang takes them from it); reserved gangs are granted together or go on with their slot.
  * Cluster gangs take part only with the slot at the head of the FIFO (sched_core_cluster.c),
  * placed in that order by the time their last slot started, as a local gang is. */
-void core_gang_pass(sched_core_t *core, uint64_t now_ns)
+static void gang_pass_once(sched_core_t *core, uint64_t now_ns)
 {
     size_t count = 0;
     for (size_t g = 0; g < core->group_count; g++) {
         core_group_t *group = &core->groups[g];
         if (group->gang && group->reserved && group->slot_granted &&
-            gang_slot_over(core, group)) {
-            group->reserved = group->slot_granted = false;
-            for (uint32_t i = 0; i < group->member_count; i++) {
-                core_job_t *m = find(core, group->members[i]);
-                if (!m || !m->admitted)
-                    continue;
-                m->in_slot = false;
-                m->owes_turn = single_waits(core, m->lane, now_ns);
-                touch(core, m->lane); /* back to the policy */
-            }
-            if (group->slots)
-                core_cluster_slot_done(core, group); /* the next slot is served */
-        }
+            gang_slot_over(core, group))
+            end_slot(core, group, now_ns);
     }
     /* cluster gangs: only the group of the slot at the FIFO's head takes part */
     const core_group_t *head = core->slot_count ? core_cluster_head(core) : NULL;
@@ -541,6 +561,18 @@ void core_gang_pass(sched_core_t *core, uint64_t now_ns)
             gang_take_late_rank(core, group, now_ns);
         }
     }
+}
+
+/* A slot that ends as it starts (its ranks are at its target) lets the FIFO's next slot be
+ * served in the same event: a pass again, as many times as slots are queued (each such pass
+ * takes one off the FIFO). */
+void core_gang_pass(sched_core_t *core, uint64_t now_ns)
+{
+    size_t passes = core->slot_count + 1;
+    do {
+        core->gang_again = false;
+        gang_pass_once(core, now_ns);
+    } while (core->gang_again && passes-- > 0);
 }
 
 /* ---- admission of groups ---------------------------------------------------------------- */

@@ -347,6 +347,8 @@ static void on_deleted(void *ctx, const etcd_result_t *r)
     (void)r;
 }
 
+static void maybe_ready(cluster_t *cl, cluster_group_t *g);
+
 /* After the record changed (read or written): conflicts, failure, release, clean-up. */
 static void consider(cluster_t *cl, cluster_group_t *g)
 {
@@ -376,6 +378,10 @@ static void consider(cluster_t *cl, cluster_group_t *g)
                  g->local_ranks == 1 ? "" : "s", g->local_registered,
                  rc == 0 ? "may be admitted" : rc == -ENOENT ? "(none yet: host-only)"
                                                             : "could not be released");
+        /* ranks admitted before the release (survivors of a restart re-attach before this
+         * node reads the record that completes the group, and the tick's one ready for them
+         * may have come first): ready now, or the leader waits for this node for ever */
+        maybe_ready(cl, g);
     }
     if (cluster_is_leader(cl))
         cluster_slots_check(cl, g);

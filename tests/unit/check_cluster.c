@@ -263,10 +263,12 @@ void groups_cluster_complete(salusd_t *d, uint64_t id)
     note("complete %llu", (unsigned long long)id);
 }
 
+static int admission_held; /* survivors of a restart may still come back */
+
 int jobs_admission_held(const salusd_t *d)
 {
     (void)d;
-    return 0;
+    return admission_held;
 }
 
 int jobs_group_release(salusd_t *d, uint64_t group_id)
@@ -325,6 +327,7 @@ static void setup(void)
     memset(&dmn, 0, sizeof(dmn));
     event_count = txn_count = local_count = 0;
     link_down_to_b = 0;
+    admission_held = 0;
     cl = calloc(1, sizeof(*cl));
     ck_assert_ptr_nonnull(cl);
     cl->d = &dmn;
@@ -841,6 +844,47 @@ END_TEST
  * known now: a node that lost and won the leadership again); one from a node that does not
  * lead, too; one of a term newer than the leader key read here waits. A leader may grant
  * until the TTL has run from its lease's last confirmed request. */
+/* After a restart of salusd here: the rank that survived re-attaches (registered, admitted)
+ * while admissions are held, the hold ends and the tick says ready for every group released
+ * here, before this node has read the record that completes the group (its own write comes
+ * back, or node b's rank). The release that follows says ready itself: a node that never says
+ * it is ready is never counted ready, and the leader's slot waits for it for ever (its peers
+ * stopped at their boundary, its rank in their collective). */
+START_TEST(ready_after_release_that_follows_a_restart)
+{
+    snprintf(cl->leader, sizeof(cl->leader), "b");
+    admission_held = 1;
+    locals[local_count++] = (local_group_t){.id = 1, .name = "g", .world = 2};
+    cluster_rank_submitted(&dmn, 1, 0, 101);
+    int64_t epoch = txn_succeeds(last_txn());
+    cluster_rank_registered(&dmn, 1, 0, 101);
+    int64_t rev = txn_succeeds(last_txn());
+    cluster_rank_admitted(&dmn, 1); /* re-attached: admitted while held */
+    ck_assert_int_lt(find_event(0, "send b ready"), 0);
+    admission_held = 0;
+    cluster_groups_ready_all(cl); /* the tick: not released yet, so no ready */
+    ck_assert_int_lt(find_event(0, "send b ready"), 0);
+
+    size_t before = event_count;
+    watch_put(cl, "1000/g", epoch, rev + 1,
+              "{\"world\":2,\"sync\":\"bsp\",\"share\":false,\"ranks\":{"
+              "\"0\":{\"node\":\"a\",\"job\":101,\"reg\":true},"
+              "\"1\":{\"node\":\"b\",\"job\":7,\"reg\":true}},\"over\":{}}");
+    int rel = find_event(before, "release 1"), ready = find_event(before, "send b ready 1000/g");
+    if (rel < 0 || ready < 0)
+        dump_events();
+    ck_assert_int_ge(rel, 0);
+    ck_assert_int_gt(ready, rel);
+
+    /* the leader's slot comes; its end says ready again (not a node silent after a slot) */
+    slot_from_b(cl, "1000/g", epoch, seq_of(1), 3);
+    ck_assert_int_ge(find_event(before, "slot 1 "), 0);
+    before = event_count;
+    cluster_slot_done(&dmn, 1, seq_of(1));
+    ck_assert_int_ge(find_event(before, "send b ready 1000/g"), 0);
+}
+END_TEST
+
 START_TEST(fence_verdicts)
 {
     cluster_fence_view_t view = {.newest_revision = 9, .leader = "b", .leader_revision = 9};
@@ -1017,6 +1061,7 @@ int main(void)
     tcase_add_test(tc, forwarded_former_slot_taken);
     tcase_add_test(tc, cut_off_leader_grants_nothing);
     tcase_add_test(tc, ssp_counts_between_nodes);
+    tcase_add_test(tc, ready_after_release_that_follows_a_restart);
     suite_add_tcase(s, tc);
     return check_run_suite(s);
 }

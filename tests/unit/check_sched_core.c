@@ -1971,8 +1971,8 @@ END_TEST
  * ended at its first boundary and it waited for the next slot while its peers waited in the
  * collective for it. In step, a slot is one iteration; a rank more than two slots behind the
  * target (one that called the driver long after its peers started) does one iteration, as
- * without a target; so does a slot whose target is not known. With slots of 2 iterations the
- * bound is 4. */
+ * without a target; so does a slot whose target is not known. A rank at its slot's target or
+ * past it is not granted (the slot ends at once). With slots of 2 iterations the bound is 4. */
 START_TEST(test_cluster_late_rank_catches_up)
 {
     fake_t f;
@@ -2002,14 +2002,20 @@ START_TEST(test_cluster_late_rank_catches_up)
     ck_assert_uint_eq(f.done_count, 4);
     ck_assert_uint_eq(f.done_seqs[3], 5);
     ck_assert(!f.jobs[1].running);
-    ck_assert_int_eq(group_slot_to(&f, 100, 6, 3), 0); /* ahead of its target: one */
-    boundary(&f, 1, 1 * MS);
+    /* past its target (5 of 3), or at it: no part in the slot, which ends at once (an
+     * iteration beyond the target would wait in its collective for peers that stop there) */
+    ck_assert_int_eq(group_slot_to(&f, 100, 6, 3), 0);
     ck_assert_uint_eq(f.done_count, 5);
-    ck_assert_uint_eq(f.jobs[1].iterations, 6);
-    ck_assert_int_eq(group_slot_to(&f, 100, 7, 9), 0); /* 3 behind, past the bound: one */
-    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_seqs[4], 6);
+    ck_assert(!f.jobs[1].running);
+    ck_assert_int_eq(group_slot_to(&f, 100, 7, 5), 0);
     ck_assert_uint_eq(f.done_count, 6);
-    ck_assert_uint_eq(f.jobs[1].iterations, 7);
+    ck_assert(!f.jobs[1].running);
+    ck_assert_uint_eq(f.jobs[1].iterations, 5);
+    ck_assert_int_eq(group_slot_to(&f, 100, 8, 8), 0); /* 3 behind, past the bound: one */
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 7);
+    ck_assert_uint_eq(f.jobs[1].iterations, 6);
     fake_stop(&f);
 
     /* slots of 2 iterations: up to 4 behind catches up, 5 behind does 2 */
@@ -2031,6 +2037,45 @@ START_TEST(test_cluster_late_rank_catches_up)
     boundary(&f, 1, 1 * MS);
     ck_assert_uint_eq(f.done_count, 2);
     ck_assert_uint_eq(f.jobs[1].iterations, 6);
+    fake_stop(&f);
+}
+END_TEST
+
+/* After a restart of salusd on one node, its rank ran the iteration of slot 1 on the former
+ * daemon's grant; the restarted daemon is sent slot 1 again (target 1), and the rank comes
+ * back ready at 1 iteration. It is not granted: its peers on the other nodes stopped at 1,
+ * and an iteration beyond would wait for them in its collective while they wait for the next
+ * slot, which waits for this node (a deadlock seen in the failure table, row 2). The slot ends
+ * at once, and a slot queued behind it is served in the same event. */
+START_TEST(test_cluster_rank_at_target_sits_out)
+{
+    fake_t f;
+    fake_start_gpus(&f, "pack", 1, 1 * GIB, 1, false);
+    reg_cluster(&f, 1, 100, 3, 1);
+    ck_assert_int_eq(group_release(&f, 100), 0);
+    ask(&f, 1);
+    ck_assert_int_eq(group_slot_to(&f, 100, 1, 1), 0);
+    ck_assert(f.jobs[1].running);
+    /* the sent-again slot and the next one arrive while the rank still runs */
+    ck_assert_int_eq(group_slot_to(&f, 100, 2, 1), 0);
+    ck_assert_int_eq(group_slot_to(&f, 100, 3, 2), 0);
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.jobs[1].iterations, 1);
+    ck_assert_uint_eq(f.done_count, 2); /* 1, and 2 at once */
+    ck_assert_uint_eq(f.done_seqs[0], 1);
+    ck_assert_uint_eq(f.done_seqs[1], 2);
+    ck_assert(f.jobs[1].running); /* slot 3, in the same event */
+    boundary(&f, 1, 1 * MS);
+    ck_assert_uint_eq(f.done_count, 3);
+    ck_assert_uint_eq(f.done_seqs[2], 3);
+    ck_assert(!f.jobs[1].running);
+    ck_assert_uint_eq(f.jobs[1].iterations, 2);
+    /* a slot whose target it has reached, arriving while it waits: over at once, no grant */
+    size_t grants = f.grant_count;
+    ck_assert_int_eq(group_slot_to(&f, 100, 4, 2), 0);
+    ck_assert_uint_eq(f.done_count, 4);
+    ck_assert_uint_eq(f.grant_count, grants);
+    ck_assert(!f.jobs[1].running);
     fake_stop(&f);
 }
 END_TEST
@@ -2620,6 +2665,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(c, test_cluster_slots_in_fifo_order);
     tcase_add_test(c, test_cluster_single_job_between_slots);
     tcase_add_test(c, test_cluster_late_rank_catches_up);
+    tcase_add_test(c, test_cluster_rank_at_target_sits_out);
     tcase_add_test(c, test_cluster_ranks_leave_drop_slots);
     tcase_add_test(c, test_cluster_beside_local_gangs);
     tcase_add_test(c, test_classes_admission_and_gate_roles);

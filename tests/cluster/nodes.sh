@@ -38,13 +38,13 @@ print(" ".join(sorted(m["node"] for m in s.get("cluster", {}).get("members", [])
 }
 
 # iterations_of NODE JOBNAME: the iterations of the last registered, live job of that name on
-# the node (waiting, running, parked or idle); -1 when there is none (not registered yet: a
+# the node (waiting, paused between turns, or running); -1 when there is none (not registered yet: a
 # host-only rank; or ended)
 iterations_of() {
     ctl "$1" ps --json 2>/dev/null | python3 -c '
 import json, sys
 j = [x for x in json.load(sys.stdin) if x["name"] == sys.argv[1] and
-     x["state"] in ("waiting", "running", "parked", "idle")]
+     x["state"] in ("waiting", "paused", "running")]
 print(j[-1]["iterations"] if j else -1)' "$2"
 }
 

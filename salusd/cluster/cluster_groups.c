@@ -434,6 +434,18 @@ static void on_written(void *ctx, const etcd_result_t *r)
         parse_record(cl, g, &kv);
     } else if (r->count == 1) {
         parse_record(cl, g, &r->kvs[0]);
+    } else if (!r->succeeded && g->over) {
+        /* deleted meanwhile, the run over here: every node was over (or this one was taken
+         * for over) and one deleted it. Nothing is made again (a record of one node's ranks
+         * would stay in etcd for ever); the ranks' nodes are kept for the list, as when the
+         * delete comes through the watch */
+        free(written);
+        cluster_slots_forget(cl, g);
+        g->record_gone = 1;
+        g->failure_ours_pending = 0;
+        g->epoch = 0;
+        g->mod_revision = 0;
+        return;
     } else if (!r->succeeded) { /* deleted meanwhile: make it again */
         g->epoch = 0;
         g->mod_revision = 0;

@@ -22,6 +22,9 @@ typedef struct group_rank_s {
     int over;                  /* its end is settled */
     const char *end_state;     /* over: its final state's name */
     int end_gpu;               /* over: where it ran (-1: never admitted) */
+    char node[64];             /* a cluster rank's node as its record said once the group was
+                                * complete ("": not known): the record goes when every node
+                                * is over, the list still names it */
 } group_rank_t;
 
 typedef struct group_s {
@@ -296,6 +299,9 @@ void groups_cluster_complete(salusd_t *d, uint64_t id)
     g->cluster_complete = 1;
     uint32_t registered = 0;
     for (uint32_t i = 0; i < g->world; i++) {
+        const char *node = jobs_ask_rank_node(d, g->id, i);
+        if (node)
+            snprintf(g->ranks[i].node, sizeof(g->ranks[i].node), "%s", node);
         job_t *rank = d->registry && g->ranks[i].job_id && !g->ranks[i].over
                           ? registry_find(d->registry, g->ranks[i].job_id) : NULL;
         registered += rank && !jobs_is_reserved(rank);
@@ -586,6 +592,14 @@ static uint64_t group_gang_wait_ns(salusd_t *d, const group_t *g)
     return sum;
 }
 
+/* The node of rank i of a cluster group: its record's, else what it said when the group was
+ * complete (NULL: not known, or not a cluster group). */
+static const char *rank_node(const salusd_t *d, const group_t *g, uint32_t i)
+{
+    const char *node = d->cluster ? jobs_ask_rank_node(d, g->id, i) : NULL;
+    return node ? node : g->ranks[i].node[0] ? g->ranks[i].node : NULL;
+}
+
 static void pack_rank(salusd_t *d, msgpack_packer *pk, const group_t *g, uint32_t i)
 {
     const group_rank_t *r = &g->ranks[i];
@@ -615,7 +629,7 @@ static void pack_rank(salusd_t *d, msgpack_packer *pk, const group_t *g, uint32_
     proto_map_int_or_nil(&map, "gpu", gpu, gpu >= 0);
     proto_map_str(&map, "state", state);
     proto_map_uint(&map, "gang_wait_ms", gang_wait_ns / 1000000);
-    const char *node = jobs_ask_rank_node(d, g->id, i);
+    const char *node = rank_node(d, g, i);
     if (node)
         proto_map_str(&map, "node", node);
     proto_map_end(&map);
@@ -636,7 +650,7 @@ static uint32_t remote_ranks(const salusd_t *d, const group_t *g)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; d->cluster && i < g->world; i++)
-        n += !g->ranks[i].job_id && jobs_ask_rank_node(d, g->id, i) != NULL;
+        n += !g->ranks[i].job_id && rank_node(d, g, i) != NULL;
     return n;
 }
 
@@ -681,8 +695,8 @@ void groups_handle_list(conn_t *c, const proto_msg_t *msg)
         for (uint32_t i = 0; i < g->world; i++)
             if (g->ranks[i].job_id)
                 pack_rank(d, &map.pk, g, i);
-            else if (d->cluster && jobs_ask_rank_node(d, g->id, i))
-                pack_remote_rank(&map.pk, i, jobs_ask_rank_node(d, g->id, i));
+            else if (d->cluster && rank_node(d, g, i))
+                pack_remote_rank(&map.pk, i, rank_node(d, g, i));
         map.count++;
         proto_pack_str(&map.pk, "tables"); /* its parameter-server tables here (ps.h) */
         if (!jobs_ask_pack_group_tables(d, g->id, &map.pk))

@@ -466,6 +466,29 @@ START_TEST(record_life)
 }
 END_TEST
 
+/* The run is over here and this node's write finds the record deleted (every node was over
+ * and one deleted it first): nothing is made again, the record is taken as gone, and the ranks'
+ * nodes are still known for the list. Before, the record was made again with this node's rank
+ * only, and stayed in etcd. */
+START_TEST(over_write_finds_record_deleted)
+{
+    two_node_group(5, "g");
+    cluster_group_over(&dmn, 5);
+    fake_txn_t *t = last_txn();
+    ck_assert_ptr_nonnull(strstr(t->value, "\"over\":{\"a\":1}"));
+    etcd_result_t r = {.message = "", .revision = ++store_rev, .succeeded = 0, .count = 0};
+    t->answered = 1;
+    size_t txns_before = txn_count;
+    t->cb(t->ctx, &r);
+    ck_assert_uint_eq(txn_count, txns_before);
+    cluster_group_t *g = cluster_group_by_local(cl, 5);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_int_eq(g->record_gone, 1);
+    ck_assert_str_eq(cluster_rank_node(&dmn, 5, 1), "b");
+    ck_assert_str_eq(cluster_rank_node(&dmn, 5, 0), "a");
+}
+END_TEST
+
 START_TEST(node_gone_fails_group)
 {
     two_node_group(5, "g");
@@ -1046,6 +1069,7 @@ int main(void)
     TCase *tc = tcase_create("groups_slots");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, record_life);
+    tcase_add_test(tc, over_write_finds_record_deleted);
     tcase_add_test(tc, node_gone_fails_group);
     tcase_add_test(tc, lease_lost_fails_group);
     tcase_add_test(tc, slot_order_two_groups);

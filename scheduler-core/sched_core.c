@@ -634,10 +634,14 @@ static void admit_by_user(sched_core_t *core, size_t n, bool strict)
                                .ephemeral_bytes = job->ephemeral_hint, .gpu = job->only_gpu,
                                .alone = job->latency_target_ns != 0};
         lanes_status_t st = LANES_WAIT;
-        if (!blocked && core_within_caps(core, job, user, &r->gpu)) {
+        job->wait_why = SCHED_CORE_WAIT_ORDER;
+        if (!blocked && !core_within_caps(core, job, user, &r->gpu)) {
+            job->wait_why = SCHED_CORE_WAIT_USER;
+        } else if (!blocked) {
             r->claim_max_bytes = core_claim_cap(core, job, r->gpu);
             st = lanes_admit(core->lanes, r, NULL);
             blocked = strict && st == LANES_WAIT;
+            job->wait_why = SCHED_CORE_WAIT_MEMORY;
         }
         if (st == LANES_OK) {
             job->admitting = true;
@@ -658,11 +662,13 @@ static void admission_round(sched_core_t *core, uint64_t now_ns)
     size_t n = 0;
     bool groups = false;
     for (size_t i = 0; i < core->waiting_count; i++) {
-        const core_job_t *job = find(core, core->waiting[i]);
+        core_job_t *job = find(core, core->waiting[i]);
         /* (a group's ranks are all offered: it is placed whole or not at all) */
         if (job && (strict || job->group_id || may_fit(core, job))) {
             view_of(job, &core->views[n++]);
             groups |= job->group_id != 0;
+        } else if (job) {
+            job->wait_why = SCHED_CORE_WAIT_MEMORY;
         }
     }
     if (n == 0)
@@ -692,6 +698,14 @@ static void admission_round(sched_core_t *core, uint64_t now_ns)
             };
         }
         lanes_admit_in_order(core->lanes, core->requests, n, strict, core->statuses, NULL);
+        /* (strict: the first that waits has no room, those after it wait behind it) */
+        bool waited = false;
+        for (size_t i = 0; i < n; i++)
+            if (core->statuses[i] == LANES_WAIT) {
+                find(core, core->requests[i].job_id)->wait_why =
+                    waited && strict ? SCHED_CORE_WAIT_ORDER : SCHED_CORE_WAIT_MEMORY;
+                waited = true;
+            }
     }
     /* Mark the admitted first, then read every placement back: a later admission of this
      * round may have merged an earlier one's lane (its lane and budget changed since). */
@@ -1257,6 +1271,7 @@ int sched_core_job_info_at(const sched_core_t *core, uint64_t job_id, uint64_t n
     if (!job->admitted) {
         info->phase = SCHED_CORE_WAITING;
         info->waiting_since_ns = job->registered_ns;
+        info->wait = (sched_core_wait_t)job->wait_why;
     } else if (job->holds_lane) {
         info->phase = SCHED_CORE_RUNNING;
     } else if (job->ready) {
@@ -1281,6 +1296,23 @@ const char *sched_core_phase_name(sched_core_job_phase_t phase)
 {
     static const char *const names[] = {"waiting", "running", "parked", "idle"};
     return (unsigned)phase < 4 ? names[phase] : "?";
+}
+
+const char *sched_core_wait_text(sched_core_wait_t wait, bool alone)
+{
+    switch (wait) {
+    case SCHED_CORE_WAIT_MEMORY:
+        return alone ? "no GPU has room for a lane of its own now" : "no GPU has room for it now";
+    case SCHED_CORE_WAIT_ORDER:
+        return "the policy admits in order: an earlier job waits first";
+    case SCHED_CORE_WAIT_USER:
+        return "its user has the jobs or the GPU share it may have (user caps)";
+    case SCHED_CORE_WAIT_GROUP:
+        return "its group is admitted whole: not all its ranks are here yet";
+    case SCHED_CORE_WAIT_NONE:
+        break;
+    }
+    return "";
 }
 
 const lanes_t *sched_core_lanes(const sched_core_t *core)

@@ -430,6 +430,17 @@ typedef enum sched_core_job_phase_e {
     SCHED_CORE_IDLE,     /* admitted, neither (not reported a boundary yet, or a host part) */
 } sched_core_job_phase_t;
 
+/* Why a job that is not admitted waits: what the last admission round found for it. */
+typedef enum {
+    SCHED_CORE_WAIT_NONE = 0, /* admitted, or no admission round has looked at it yet */
+    SCHED_CORE_WAIT_MEMORY,   /* no GPU has room for it now (a latency-critical job: for a lane
+                               * of its own) */
+    SCHED_CORE_WAIT_ORDER,    /* the policy admits in order, and an earlier job waits first */
+    SCHED_CORE_WAIT_USER,     /* its user has the jobs or the share of the GPUs it may have */
+    SCHED_CORE_WAIT_GROUP,    /* a rank: its group is admitted whole, and not all its ranks are
+                               * there yet */
+} sched_core_wait_t;
+
 typedef struct sched_core_job_info_s {
     uint64_t id;
     uint32_t uid;
@@ -450,6 +461,7 @@ typedef struct sched_core_job_info_s {
     uint64_t gang_wait_ns;
     uint64_t latency_target_ns; /* 0: best-effort */
     uint8_t gate;               /* SCHED_CORE_GATE_*: its role at the gate now */
+    sched_core_wait_t wait;     /* WAITING: why (SCHED_CORE_WAIT_NONE otherwise) */
 } sched_core_job_info_t;
 
 /* 0, or -ENOENT when the core does not know the job. gang_wait_ns counts the current wait up
@@ -459,6 +471,9 @@ int sched_core_job_info(const sched_core_t *core, uint64_t job_id, sched_core_jo
 int sched_core_job_info_at(const sched_core_t *core, uint64_t job_id, uint64_t now_ns,
                            sched_core_job_info_t *info);
 const char *sched_core_phase_name(sched_core_job_phase_t phase);
+/* A sentence for a wait reason, as salusctl ps shows it ("" for SCHED_CORE_WAIT_NONE); alone:
+ * the job is latency-critical (it needs a lane of its own). */
+const char *sched_core_wait_text(sched_core_wait_t wait, bool alone);
 /* The lane manager's books, for reading (lanes_list, lanes_gpu_info, lanes_lane_jobs). */
 const lanes_t *sched_core_lanes(const sched_core_t *core);
 const char *sched_core_policy_name(const sched_core_t *core);

@@ -740,10 +740,17 @@ static void admit_group(sched_core_t *core, const core_group_t *group, size_t fi
      * host-only; a local group is complete too when all world ranks registered */
     bool complete = group->released ||
                     (!group->hints.cluster && group->member_count == group->hints.world);
-    if (*blocked || !complete ||
-        (user && capped(core, lead->uid) && core->user_max_jobs &&
-         user->admitted + count > core->user_max_jobs) ||
-        !place_group(core, group, &core->requests[first], count)) {
+    sched_core_wait_t why =
+        *blocked ? SCHED_CORE_WAIT_ORDER
+        : !complete ? SCHED_CORE_WAIT_GROUP
+        : user && capped(core, lead->uid) && core->user_max_jobs &&
+                  user->admitted + count > core->user_max_jobs
+            ? SCHED_CORE_WAIT_USER
+            : SCHED_CORE_WAIT_NONE;
+    if (why != SCHED_CORE_WAIT_NONE || !place_group(core, group, &core->requests[first], count)) {
+        for (size_t i = 0; i < count; i++)
+            find(core, core->requests[first + i].job_id)->wait_why =
+                why != SCHED_CORE_WAIT_NONE ? why : SCHED_CORE_WAIT_MEMORY;
         *blocked |= strict; /* a group that waits blocks the jobs after it, as one job would */
         return;
     }
@@ -797,9 +804,13 @@ void core_admit_with_groups(sched_core_t *core, size_t n, bool strict, bool by_u
                                .ephemeral_bytes = job->ephemeral_hint, .gpu = job->only_gpu,
                                .alone = job->latency_target_ns != 0};
         lanes_status_t st = LANES_WAIT;
-        if (!blocked && (!user || core_within_caps(core, job, user, &r->gpu))) {
+        job->wait_why = SCHED_CORE_WAIT_ORDER;
+        if (!blocked && user && !core_within_caps(core, job, user, &r->gpu)) {
+            job->wait_why = SCHED_CORE_WAIT_USER;
+        } else if (!blocked) {
             st = lanes_admit(core->lanes, r, NULL);
             blocked = strict && st == LANES_WAIT;
+            job->wait_why = SCHED_CORE_WAIT_MEMORY;
         }
         if (st == LANES_OK) {
             job->admitting = true;

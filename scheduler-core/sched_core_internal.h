@@ -29,6 +29,7 @@ typedef struct core_job_s {
     bool free_run;
     bool provisional; /* admitted on provisional sizes, not learned yet */
     bool admitting;   /* admitted by the lane manager in the current round, not announced yet */
+    uint8_t wait_why; /* not admitted: why, as the last admission round found (sched_core_wait_t) */
     int gpu;
     int only_gpu; /* LANES_ANY_GPU, or the one GPU it may be admitted on (hints' pinned) */
     uint32_t lane;

@@ -92,6 +92,13 @@ void render_jobs(conn_t *requester, msgpack_packer *pk)
         proto_map_uint(&map, "wait_in_progress_ms", info.wait_in_progress_ns / 1000000);
         proto_map_int_or_nil(&map, "lane_holder", (int64_t)info.lane_holder,
                              visible(requester, info.lane_holder));
+        /* waiting for admission: why (null otherwise) */
+        proto_pack_str(&map.pk, "wait_reason");
+        if (info.wait_reason)
+            proto_pack_str(&map.pk, info.wait_reason);
+        else
+            msgpack_pack_nil(&map.pk);
+        map.count++;
         /* the policy's rank of the job (LAS: its queue, Gittins: its index); null when it has
          * none */
         const char *rank_name = info.has_policy_rank ? gpu_sched_rank_name(d) : NULL;

@@ -699,6 +699,14 @@ int jobs_info_at(salusd_t *d, size_t index, jobs_info_t *info)
         info->gang_wait_ns = sched_info.gang_wait_ns;
         info->has_policy_rank = sched_info.has_rank;
         info->policy_rank = sched_info.rank;
+        if (!sched_info.admitted)
+            info->wait_reason = jobs_admission_held(d)
+                                    ? "admissions are held until the jobs that survived a restart "
+                                      "of salusd re-attach"
+                                : sched_info.wait_reason[0] ? sched_info.wait_reason
+                                                            : "its first admission round is to come";
+    } else if (job->runtime && job->state == JOB_WAITING) {
+        info->wait_reason = "its program has not registered with salusd yet";
     }
     if (!job->runtime)
         info->gang_wait_ns = job->end_gang_wait_ns;

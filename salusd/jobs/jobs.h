@@ -139,6 +139,7 @@ typedef struct jobs_info_s {
                                     progress included */
     uint64_t wait_in_progress_ns; /* waiting now (for admission or for its turn); else 0 */
     uint64_t lane_holder;        /* waiting for its turn: the job that holds its lane, 0 = none */
+    const char *wait_reason;     /* waiting for admission: why (a sentence); NULL otherwise */
     uint64_t group_id;           /* a rank of this group (groups.c); 0: a single job */
     uint32_t group_rank;
     uint64_t gang_wait_ns;       /* a rank: held back for its group (sched_core.h) */

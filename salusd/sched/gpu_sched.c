@@ -200,6 +200,7 @@ int gpu_sched_job_info(const salusd_t *d, const job_t *job, gpu_sched_job_info_t
     out->lane_holder = job_gpus_lane_holder(d->gpu_sched->gpus, d->gpu_sched->core, job->id);
     out->gang_wait_ns = info.gang_wait_ns;
     out->provisional = info.provisional;
+    out->wait_reason = out->admitted ? "" : sched_core_wait_text(info.wait, info.latency_target_ns != 0);
     out->has_rank = sched_core_job_rank(d->gpu_sched->core, job->id, salusd_now_ns(),
                                          &out->rank) == 0;
     return 0;
@@ -350,10 +351,11 @@ static void on_wait_timer(evutil_socket_t fd, short events, void *arg)
             !info.waiting_since_ns || now - info.waiting_since_ns < limit)
             continue;
         uint64_t waited_s = (now - info.waiting_since_ns) / 1000000000ull;
+        const char *why = sched_core_wait_text(info.wait, info.latency_target_ns != 0);
         if (info.phase == SCHED_CORE_WAITING)
-            LOG_WARN("job %llu '%s' has waited %llu s for admission (policy %s)",
+            LOG_WARN("job %llu '%s' has waited %llu s for admission (policy %s)%s%s",
                      (unsigned long long)job->id, job->name, (unsigned long long)waited_s,
-                     sched_core_policy_name(d->gpu_sched->core));
+                     sched_core_policy_name(d->gpu_sched->core), why[0] ? ": " : "", why);
         else
             LOG_WARN("job %llu '%s' has waited %llu s for its turn in lane %u of GPU %d, "
                      "held by job %llu", (unsigned long long)job->id, job->name,

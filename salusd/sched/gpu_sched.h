@@ -74,6 +74,7 @@ typedef struct gpu_sched_job_info_s {
     double rank;                /* that rank now: LAS's queue, Gittins's index */
     uint64_t gang_wait_ns;      /* a rank: held back for its group so far (sched_core.h) */
     int provisional;            /* admitted on a claim, sizes not learned yet */
+    const char *wait_reason;    /* not admitted: why (a sentence; "" before the first round) */
 } gpu_sched_job_info_t;
 /* 0, or -ENOENT when the core does not know the job (ended, or not registered yet). */
 int gpu_sched_job_info(const salusd_t *d, const job_t *job, gpu_sched_job_info_t *out);

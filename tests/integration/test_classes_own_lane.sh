@@ -96,6 +96,13 @@ w = json.load(open(sys.argv[1]))
 assert "server2" not in w and w["server"][2] == 1, w
 PY
 pass "a second server with no room for a lane of its own waits: $(cat "$WORK/where")"
+# and says why: ps --json's wait_reason, ps' WAITING_FOR column (null / '-' for the others)
+until_ps 10 "j['server2']['wait_reason'] == 'no GPU has room for a lane of its own now' and j['be1']['wait_reason'] is None"
+"$SALUSCTL" ps >"$WORK/ps.txt"
+head -1 "$WORK/ps.txt" | qgrep -E ' WAITING_FOR$' || fail "ps has no WAITING_FOR column: $(cat "$WORK/ps.txt")"
+qgrep -E '^[0-9]+ +server2 .*  no GPU has room for a lane of its own now$' "$WORK/ps.txt" ||
+    fail "ps does not say why server2 waits: $(cat "$WORK/ps.txt")"
+pass "ps says why it waits: $(grep ' server2 ' "$WORK/ps.txt" | sed 's/.*  //')"
 server_id=$(python3 -c 'import json,sys; print([j["id"] for j in json.load(open(sys.argv[1])) if j["name"] == "server"][0])' "$WORK/ps.json")
 "$SALUSCTL" kill "$server_id" >/dev/null || fail "salusctl kill $server_id"
 wait_until 60 placed be1 be2 be3 server2 || fail "server2 never got a lane: $(cat "$WORK/lanes.json" "$WORK/server2.out")"
@@ -105,6 +112,8 @@ w = json.load(open(sys.argv[1]))
 assert "server" not in w and w["server2"][2] == 1 and w["server2"][1] != w["be1"][1], w
 PY
 pass "once the first leaves, the second server has a lane of its own: $(cat "$WORK/where")"
+until_ps 10 "j['server2']['wait_reason'] is None"
+"$SALUSCTL" ps | head -1 | qgrep WAITING_FOR && fail "ps keeps a WAITING_FOR column with nobody waiting"
 "$SALUSCTL" ps --json | python3 -c 'import json,sys; [sys.exit(1) for j in json.load(sys.stdin) if j["state"] in ("failed",)]' ||
     fail "a job failed: $("$SALUSCTL" ps)"
 stop_runs

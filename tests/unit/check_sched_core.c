@@ -2523,6 +2523,66 @@ START_TEST(test_classes_admission_and_gate_roles)
 }
 END_TEST
 
+/* Why a job waits for admission (sched_core_job_info's wait, salusctl ps' WAITING_FOR): no
+ * room for it; no room for a lane of its own (latency-critical); behind an earlier job under
+ * a policy that admits in order; its user's caps; its group not all there. Admitted: none. */
+static sched_core_wait_t wait_of(fake_t *f, uint64_t id)
+{
+    sched_core_job_info_t info;
+    ck_assert_int_eq(sched_core_job_info(f->core, id, &info), 0);
+    return info.wait;
+}
+
+START_TEST(test_wait_reasons)
+{
+    fake_t f;
+    fake_start(&f, "fifo", 1 * GIB);
+    reg(&f, 1, 0, 0, 800 * MIB, 0, 0);
+    reg(&f, 2, 0, 0, 800 * MIB, 0, 0);
+    reg(&f, 3, 0, 0, 64 * MIB, 0, 0);
+    ck_assert(f.jobs[1].admitted && !f.jobs[2].admitted && !f.jobs[3].admitted);
+    ck_assert_int_eq(wait_of(&f, 1), SCHED_CORE_WAIT_NONE);
+    ck_assert_int_eq(wait_of(&f, 2), SCHED_CORE_WAIT_MEMORY);
+    ck_assert_int_eq(wait_of(&f, 3), SCHED_CORE_WAIT_ORDER); /* it would fit */
+    ck_assert_str_eq(sched_core_wait_text(SCHED_CORE_WAIT_MEMORY, false),
+                     "no GPU has room for it now");
+    leave(&f, 1);
+    ck_assert(f.jobs[2].admitted);
+    ck_assert_int_eq(wait_of(&f, 2), SCHED_CORE_WAIT_NONE);
+    fake_stop(&f);
+
+    fake_start(&f, "slo", 3 * GIB);
+    reg(&f, 1, 0, 0, 2 * GIB, 0, 0);
+    reg(&f, 2, 0, 0, 1 * GIB, 0, 0);
+    reg_lc(&f, 3, 1 * GIB, 0, 10 * MS, 0);
+    reg_lc(&f, 4, 1 * GIB, 0, 10 * MS, 0);
+    ck_assert(f.jobs[3].admitted && !f.jobs[4].admitted && !f.jobs[4].refused);
+    sched_core_job_info_t info;
+    ck_assert_int_eq(sched_core_job_info(f.core, 4, &info), 0);
+    ck_assert_int_eq(info.wait, SCHED_CORE_WAIT_MEMORY);
+    ck_assert_str_eq(sched_core_wait_text(info.wait, info.latency_target_ns != 0),
+                     "no GPU has room for a lane of its own now");
+    fake_stop(&f);
+
+    fake_users_t users = {.max_jobs = 1};
+    fake_start_users(&f, "pack", 4 * GIB, &users);
+    reg(&f, 1, 1000, 0, 100 * MIB, 0, 0);
+    reg(&f, 2, 1000, 0, 100 * MIB, 0, 0);
+    ck_assert(f.jobs[1].admitted && !f.jobs[2].admitted);
+    ck_assert_int_eq(wait_of(&f, 2), SCHED_CORE_WAIT_USER);
+    fake_stop(&f);
+
+    fake_start_gpus(&f, "pack", 2, 4 * GIB, 1, false); /* (ranks on GPUs of their own) */
+    reg_rank(&f, 1, 100, 2, 0, SCHED_CORE_SYNC_BSP, 0);
+    ck_assert(!f.jobs[1].admitted);
+    ck_assert_int_eq(wait_of(&f, 1), SCHED_CORE_WAIT_GROUP);
+    reg_rank(&f, 2, 100, 2, 1, SCHED_CORE_SYNC_BSP, 0);
+    ck_assert(f.jobs[1].admitted && f.jobs[2].admitted);
+    ck_assert_int_eq(wait_of(&f, 1), SCHED_CORE_WAIT_NONE);
+    fake_stop(&f);
+}
+END_TEST
+
 /* A latency-critical job always has a lane of its own: where the GPU has no room for a new
  * lane it does not join a best-effort job's lane (the best-effort lanes merge to make room),
  * no best-effort job joins its lane later, a second one waits (not refused) while no merge
@@ -2671,6 +2731,7 @@ static Suite *sched_core_suite(void)
     tcase_add_test(c, test_classes_admission_and_gate_roles);
     tcase_add_test(c, test_reattached_latency_critical_job_keeps_its_class);
     tcase_add_test(c, test_latency_critical_job_has_a_lane_of_its_own);
+    tcase_add_test(c, test_wait_reasons);
     tcase_add_test(c, test_cluster_three_nodes_never_deadlock);
     suite_add_tcase(s, c);
     return s;

@@ -158,10 +158,17 @@ static int verb_ps(ctl_t *ctl, int argc, char **argv)
             const msgpack_object *t = proto_get(&jobs->via.array.ptr[i], "latency_target_ms");
             classes |= t && t->type == MSGPACK_OBJECT_POSITIVE_INTEGER;
         }
-        printf("%-5s %-20s %-8s %-6s %-8s %-4s %-5s %7s %9s %9s %9s %-16s %6s%s%s\n", "ID", "NAME",
-               "PID", "UID", "STATE", "GPU", "LANE", "ITER", "MEM_MIB", "GPU_S", "WAIT_S",
+        /* WAITING_FOR (last: a sentence) when some job waits for admission */
+        int reasons = 0;
+        for (uint32_t i = 0; i < jobs->via.array.size; i++) {
+            const char *why;
+            size_t why_len;
+            reasons |= proto_get_str(&jobs->via.array.ptr[i], "wait_reason", &why, &why_len) == 0;
+        }
+        printf("%-5s %-20s %-8s %-6s %-8s %-4s %-5s %7s %9s %9s %9s %-16s %6s%s%s%s\n", "ID",
+               "NAME", "PID", "UID", "STATE", "GPU", "LANE", "ITER", "MEM_MIB", "GPU_S", "WAIT_S",
                "GROUP:RANK", "GANG_S", containers ? " CONTAINER" : "",
-               classes ? " TARGET_MS  P99_MS   OVER" : "");
+               classes ? " TARGET_MS  P99_MS   OVER" : "", reasons ? "  WAITING_FOR" : "");
         for (uint32_t i = 0; i < jobs->via.array.size; i++) {
             const msgpack_object *j = &jobs->via.array.ptr[i];
             char name[64], state[16], gpu[32] = "-", lane[12] = "-";
@@ -202,6 +209,12 @@ static int verb_ps(ctl_t *ctl, int argc, char **argv)
                        (unsigned long long)get_u(j, "requests_over_target"));
             else if (classes)
                 printf(" %9s %7s %6s", "-", "-", "-");
+            const char *why;
+            size_t why_len;
+            if (reasons && proto_get_str(j, "wait_reason", &why, &why_len) == 0)
+                printf("  %.*s", (int)why_len, why);
+            else if (reasons)
+                printf("  -");
             putchar('\n');
         }
     }

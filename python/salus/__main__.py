@@ -8,11 +8,15 @@ from . import Client, Error
 
 
 def print_ps(jobs):
-    # TARGET_MS, P99_MS, OVER when some job is latency-critical, as salusctl ps
+    # as salusctl ps: CONTAINER when some job runs in one, TARGET_MS, P99_MS, OVER when some
+    # job is latency-critical, WAITING_FOR (last) when some job waits for admission
+    containers = any(isinstance(j.container, str) for j in jobs)
     classes = any(isinstance(j.latency_target_ms, int) for j in jobs)
+    reasons = any(isinstance(j.wait_reason, str) for j in jobs)
     print(f"{'ID':<5} {'NAME':<20} {'PID':<8} {'UID':<6} {'STATE':<8} {'GPU':<4} {'LANE':<5} "
           f"{'ITER':>7} {'MEM_MIB':>9} {'GPU_S':>9} {'WAIT_S':>9} {'GROUP:RANK':<16} "
-          f"{'GANG_S':>6}" + (" TARGET_MS  P99_MS   OVER" if classes else ""))
+          f"{'GANG_S':>6}" + (" CONTAINER" if containers else "") +
+          (" TARGET_MS  P99_MS   OVER" if classes else "") + ("  WAITING_FOR" if reasons else ""))
     for j in jobs:
         gpu = str(j.gpu) if isinstance(j.gpu, int) else "-"
         if j.gpus and len(j.gpus) > 1:  # --gpus N: every one
@@ -22,7 +26,11 @@ def print_ps(jobs):
         print(f"{j.id:<5} {j.name:<20.20} {j.pid:<8} {j.uid:<6} {j.state:<8} {gpu:<4} "
               f"{lane:<5} {j.iterations:>7} {j.memory_bytes / 1048576.0:9.1f} "
               f"{j.gpu_time_ms / 1000.0:9.1f} {j.wait_time_ms / 1000.0:9.1f} {group:<16.16} "
-              f"{j.gang_wait_ms / 1000.0:6.1f}" + _request_columns(j, classes))
+              f"{j.gang_wait_ms / 1000.0:6.1f}" +
+              ((" " + (j.container if isinstance(j.container, str) else "-")[:15])
+               if containers else "") + _request_columns(j, classes) +
+              (("  " + (j.wait_reason if isinstance(j.wait_reason, str) else "-"))
+               if reasons else ""))
 
 
 def _request_columns(j, classes):

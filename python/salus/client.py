@@ -85,6 +85,8 @@ class Job:
     requests: int | None = None
     requests_over_target: int | None = None
     request_p99_us: int | None = None
+    container: str | None = None  # the container it runs in (its cgroup path's id)
+    wait_reason: str | None = None  # waiting for admission: why (salusctl ps WAITING_FOR)
     raw: dict = dataclasses.field(default_factory=dict, repr=False)
 
 

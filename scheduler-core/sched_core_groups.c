@@ -425,8 +425,8 @@ static void gang_start_slot(sched_core_t *core, core_group_t *group, uint64_t no
         m->in_slot = true;
         m->owes_turn = false;
         m->ran_free = alone;
-        core_gang_wait_stop(m, now_ns);
-        if (slot_begin(core, group, m)) {
+        if (slot_begin(core, group, m)) { /* (one that sits out waits on for the next) */
+            core_gang_wait_stop(m, now_ns);
             grant_job(core, m, alone);
             granted = true;
         }
@@ -498,9 +498,10 @@ static void gang_take_late_rank(sched_core_t *core, core_group_t *group, uint64_
         m->in_slot = true;
         m->owes_turn = false;
         m->ran_free = false;
-        core_gang_wait_stop(m, now_ns);
-        if (slot_begin(core, group, m))
+        if (slot_begin(core, group, m)) {
+            core_gang_wait_stop(m, now_ns);
             grant_job(core, m, false);
+        }
     }
 }
 

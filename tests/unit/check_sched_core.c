@@ -1964,6 +1964,16 @@ START_TEST(test_cluster_slots_in_fifo_order)
 }
 END_TEST
 
+/* One GPU, slots of slot_iterations; job 1 is rank 1 of cluster group 100 (world 3, its other
+ * ranks elsewhere), released and ready: it waits for a slot. */
+static void lone_cluster_rank(fake_t *f, uint32_t slot_iterations)
+{
+    fake_start_gpus(f, "pack", 1, 1 * GIB, slot_iterations, false);
+    reg_cluster(f, 1, 100, 3, 1);
+    ck_assert_int_eq(group_release(f, 100), 0);
+    ask(f, 1);
+}
+
 /* A rank that registered after its peers on other nodes had their first slot (0 iterations
  * where they did 1) is sent the next slot with the leader's target, 2: it is granted again at
  * its first boundary and its slot ends at the second (its peers may wait for it in a
@@ -1976,10 +1986,7 @@ END_TEST
 START_TEST(test_cluster_late_rank_catches_up)
 {
     fake_t f;
-    fake_start_gpus(&f, "pack", 1, 1 * GIB, 1, false);
-    reg_cluster(&f, 1, 100, 3, 1);
-    ck_assert_int_eq(group_release(&f, 100), 0);
-    ask(&f, 1);
+    lone_cluster_rank(&f, 1);
     ck_assert_int_eq(group_slot_to(&f, 100, 2, 2), 0);
     ck_assert(f.jobs[1].running);
     boundary(&f, 1, 1 * MS);
@@ -2019,10 +2026,7 @@ START_TEST(test_cluster_late_rank_catches_up)
     fake_stop(&f);
 
     /* slots of 2 iterations: up to 4 behind catches up, 5 behind does 2 */
-    fake_start_gpus(&f, "pack", 1, 1 * GIB, 2, false);
-    reg_cluster(&f, 1, 100, 3, 1);
-    ck_assert_int_eq(group_release(&f, 100), 0);
-    ask(&f, 1);
+    lone_cluster_rank(&f, 2);
     ck_assert_int_eq(group_slot_to(&f, 100, 1, 4), 0);
     for (int k = 0; k < 3; k++) {
         boundary(&f, 1, 1 * MS);
@@ -2050,10 +2054,7 @@ END_TEST
 START_TEST(test_cluster_rank_at_target_sits_out)
 {
     fake_t f;
-    fake_start_gpus(&f, "pack", 1, 1 * GIB, 1, false);
-    reg_cluster(&f, 1, 100, 3, 1);
-    ck_assert_int_eq(group_release(&f, 100), 0);
-    ask(&f, 1);
+    lone_cluster_rank(&f, 1);
     ck_assert_int_eq(group_slot_to(&f, 100, 1, 1), 0);
     ck_assert(f.jobs[1].running);
     /* the sent-again slot and the next one arrive while the rank still runs */

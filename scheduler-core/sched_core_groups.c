@@ -370,8 +370,9 @@ static void end_slot(sched_core_t *core, core_group_t *group, uint64_t now_ns)
 }
 
 /* A reserved gang whose slot has not started: when every rank is ready and every one of their
- * lanes is free, all are granted now, in this event; a lane's other holder is told to stop. */
-static void gang_start_slot(sched_core_t *core, core_group_t *group, uint64_t now_ns)
+ * lanes is free, all are granted now, in this event; a lane's other holder is told to stop.
+ * true when the slot ended as it started (every rank at its target: nobody granted). */
+static bool gang_start_slot(sched_core_t *core, core_group_t *group, uint64_t now_ns)
 {
     bool free = true, alone = true;
     if (!gang_all_ready(core, group)) { /* a rank stepped back (or left): the lanes go back */
@@ -381,7 +382,7 @@ static void gang_start_slot(sched_core_t *core, core_group_t *group, uint64_t no
             if (m && m->admitted)
                 touch(core, m->lane);
         }
-        return;
+        return false;
     }
     for (uint32_t i = 0; i < group->member_count; i++) {
         const core_job_t *m = find(core, group->members[i]);
@@ -402,7 +403,7 @@ static void gang_start_slot(sched_core_t *core, core_group_t *group, uint64_t no
         }
     }
     if (!free)
-        return;
+        return false;
     if (gang_shares_a_lane(core, group)) {
         /* (share_gpus, ranks put in one lane) they could never hold it together: the group's
          * ranks take turns as single jobs */
@@ -413,7 +414,7 @@ static void gang_start_slot(sched_core_t *core, core_group_t *group, uint64_t no
             if (m && m->admitted)
                 touch(core, m->lane);
         }
-        return;
+        return false;
     }
     group->slot_granted = true;
     group->served_ns = now_ns;
@@ -431,10 +432,9 @@ static void gang_start_slot(sched_core_t *core, core_group_t *group, uint64_t no
             granted = true;
         }
     }
-    if (!granted) { /* every rank is at the slot's target already: it is over */
+    if (!granted) /* every rank is at the slot's target already: it is over */
         end_slot(core, group, now_ns);
-        core->gang_again = true;
-    }
+    return !granted;
 }
 
 /* Does a rank of the slot still run an iteration that may need `m` (its collective waits for
@@ -512,8 +512,9 @@ static void gang_take_late_rank(sched_core_t *core, core_group_t *group, uint64_
  * gang takes them from it); reserved gangs are granted together or go on with their slot.
  * Cluster gangs take part only with the slot at the head of the FIFO (sched_core_cluster.c),
  * placed in that order by the time their last slot started, as a local gang is. */
-static void gang_pass_once(sched_core_t *core, uint64_t now_ns)
+static bool gang_pass_once(sched_core_t *core, uint64_t now_ns)
 {
+    bool ended_at_start = false;
     size_t count = 0;
     for (size_t g = 0; g < core->group_count; g++) {
         core_group_t *group = &core->groups[g];
@@ -556,12 +557,13 @@ static void gang_pass_once(sched_core_t *core, uint64_t now_ns)
     for (size_t k = 0; k < count; k++) {
         core_group_t *group = &core->groups[core->group_order[k]];
         if (group->reserved && !group->slot_granted)
-            gang_start_slot(core, group, now_ns);
+            ended_at_start |= gang_start_slot(core, group, now_ns);
         else if (group->reserved) {
             gang_continue_slot(core, group, now_ns);
             gang_take_late_rank(core, group, now_ns);
         }
     }
+    return ended_at_start;
 }
 
 /* A slot that ends as it starts (its ranks are at its target) lets the FIFO's next slot be
@@ -570,10 +572,8 @@ static void gang_pass_once(sched_core_t *core, uint64_t now_ns)
 void core_gang_pass(sched_core_t *core, uint64_t now_ns)
 {
     size_t passes = core->slot_count + 1;
-    do {
-        core->gang_again = false;
-        gang_pass_once(core, now_ns);
-    } while (core->gang_again && passes-- > 0);
+    while (gang_pass_once(core, now_ns) && passes-- > 0)
+        ;
 }
 
 /* ---- admission of groups ---------------------------------------------------------------- */

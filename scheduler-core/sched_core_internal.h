@@ -162,7 +162,6 @@ struct sched_core_s {
     size_t *group_order;     /* core_gang_pass: groups in slot order */
     uint32_t *taken_lanes;   /* core_gang_pass: lanes reserved or claimed by earlier groups */
     size_t taken_count, taken_capacity;
-    bool gang_again;         /* core_gang_pass: a slot ended as it started (pass again) */
     /* cluster groups' gang slots, in the order the caller gave them; [0] is served */
     struct core_slot_s {
         uint64_t group_id, seq, target; /* target: sched_core_group_slot */
